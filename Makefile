@@ -1,0 +1,51 @@
+# mpa-xdp — see README.md. Every target works on a fresh Debian 12 machine as root.
+SHELL := /bin/bash
+CARGO ?= cargo
+FUZZ_SECONDS ?= 30
+FUZZ_TARGETS := startup decoder locator ddp
+
+# Debian packages: to build (clang, llvm, libelf-dev, zlib1g-dev, m4, pkg-config) and to run
+# the namespace tests and tools (iproute2, ethtool, nftables, bpftool, tcpdump, tshark).
+DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev m4 pkg-config iproute2 ethtool nftables \
+	bpftool tcpdump tshark
+
+.PHONY: all deps build test fuzz bench clean
+
+all: build
+
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "deps: installing$$missing"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing; \
+	else echo "deps: all Debian packages present"; fi
+
+build:
+	$(CARGO) build --workspace --release
+
+# fmt check, clippy with warnings as errors, then every test. MPA_REQUIRE_PRIVILEGED=1 makes
+# tests that need root and namespaces fail instead of skipping.
+test:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	MPA_REQUIRE_PRIVILEGED=1 $(CARGO) test --workspace
+
+# Each fuzz target for FUZZ_SECONDS. Uses the nightly toolchain when present, else stable
+# with RUSTC_BOOTSTRAP and no sanitizer.
+fuzz:
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	@if rustup toolchain list 2>/dev/null | grep -q nightly; then tc="+nightly"; san=""; \
+	else tc=""; san="-s none"; export RUSTC_BOOTSTRAP=1; fi; \
+	cd fuzz && for t in $(FUZZ_TARGETS); do \
+		echo "fuzz: $$t for $(FUZZ_SECONDS)s"; \
+		$(CARGO) $$tc fuzz run $$san $$t -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 || exit 1; \
+	done
+
+bench:
+	$(CARGO) bench -p mpa
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,311 @@
+//! Vectors and differential tests: every implementation against the bitwise reference.
+
+use proptest::prelude::*;
+
+use super::impls::{self, Impl};
+use super::*;
+
+/// (input, CRC32c) pairs: RFC 3720 B.4, the check value, and MPA FPDUs.
+fn vectors() -> Vec<(Vec<u8>, u32)> {
+    let mut v = vec![
+        (vec![0u8; 32], 0x8A91_36AA),
+        (vec![0xffu8; 32], 0x62A8_AB43),
+        ((0u8..32).collect(), 0x46DD_794E),
+        ((0u8..32).rev().collect(), 0x113F_DB5C),
+        (b"123456789".to_vec(), 0xE306_9283),
+        (Vec::new(), 0),
+    ];
+    // RFC 5044 golden FPDU: header octets, 4 zero octets, QN 0, MSN 1, MO 0, 24 zero octets;
+    // the CRC goes on the wire as 52 23 99 83.
+    let mut golden = vec![0x00, 0x00, 0x00, 0x00, 0x00, 0x2a, 0x41, 0x43];
+    golden.extend([0; 4]); // reserved
+    golden.extend([0; 4]); // QN 0
+    golden.extend([0, 0, 0, 1]); // MSN 1
+    golden.extend([0; 4]); // MO 0
+    golden.extend([0; 24]);
+    v.push((golden, u32::from_le_bytes([0x52, 0x23, 0x99, 0x83])));
+    let fpdu = [
+        0x00, 0x0e, 0xc1, 0x40, 0x00, 0x00, 0x00, 0x01, 0, 0, 0, 0, 0, 0, 0, 0,
+    ];
+    v.push((fpdu.to_vec(), 0x5F4C_D3EB));
+    let mut prefixed = vec![0u8; 4];
+    prefixed.extend(fpdu);
+    v.push((prefixed, 0xA1F9_1F3F));
+    v
+}
+
+/// Deterministic filler (xorshift64*), so that property tests can generate 70 000 octets
+/// from one seed and still shrink.
+fn fill(buf: &mut [u8], seed: u64) {
+    let mut s = seed | 1;
+    for chunk in buf.chunks_mut(8) {
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        let v = s.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes();
+        chunk.copy_from_slice(&v[..chunk.len()]);
+    }
+}
+
+fn all() -> Vec<Impl> {
+    let v = impls::all();
+    assert!(!v.is_empty());
+    v
+}
+
+#[test]
+fn vectors_every_impl() {
+    for (data, want) in vectors() {
+        assert_eq!(crc32c_reference(&data), want, "reference {data:02x?}");
+        assert_eq!(crc32c(&data), want, "default {data:02x?}");
+        for imp in all() {
+            assert_eq!(imp.append(0, &data), want, "{imp:?} {data:02x?}");
+            let mut dst = vec![0x55; data.len()];
+            assert_eq!(imp.copy(0, &mut dst, &data), want, "{imp:?} copy");
+            assert_eq!(dst, data);
+            for cut in 0..=data.len() {
+                let (a, b) = data.split_at(cut);
+                assert_eq!(imp.append(imp.append(0, a), b), want, "{imp:?} cut {cut}");
+            }
+        }
+    }
+}
+
+#[test]
+fn vectors_in_large_buffers() {
+    // The vectors again, embedded at the end of long zero/0xff runs, so that the SIMD paths
+    // (not just the short-input chains) see them.
+    for (data, want) in vectors() {
+        for pad in [0usize, 300, 1000, 5000] {
+            for fill_octet in [0x00u8, 0xff] {
+                let mut buf = vec![fill_octet; pad];
+                let prefix = crc32c_reference(&buf);
+                buf.extend(&data);
+                let whole = crc32c_reference(&buf);
+                assert_eq!(crc32c_combine(prefix, want, data.len() as u64), whole);
+                for imp in all() {
+                    assert_eq!(imp.append(0, &buf), whole, "{imp:?} pad {pad}");
+                    assert_eq!(imp.append(prefix, &data), want_after(prefix, &data));
+                }
+            }
+        }
+    }
+}
+
+fn want_after(prefix: u32, data: &[u8]) -> u32 {
+    !portable::bitwise(!prefix, data)
+}
+
+#[test]
+fn every_length_and_alignment() {
+    let mut buf = vec![0u8; 1200 + 64];
+    fill(&mut buf, 7);
+    let imps = all();
+    for start in 0..40 {
+        let data = &buf[start..];
+        let mut raw = !0u32;
+        for len in 0..=1200 {
+            let want = !raw;
+            for imp in &imps {
+                assert_eq!(
+                    imp.append(0, &data[..len]),
+                    want,
+                    "{imp:?} start {start} len {len}"
+                );
+            }
+            if len < data.len() {
+                raw = portable::bitwise(raw, &data[len..=len]);
+            }
+        }
+    }
+}
+
+#[test]
+fn copy_every_length_and_alignment() {
+    let mut src = vec![0u8; 700 + 64];
+    fill(&mut src, 11);
+    for imp in all() {
+        for (s_off, d_off) in [(0, 0), (1, 0), (0, 3), (5, 17), (31, 32)] {
+            for len in 0..=700 {
+                let s = &src[s_off..s_off + len];
+                let mut dst = vec![0xa5u8; len + 64];
+                let got = imp.copy(0x1234_5678, &mut dst[d_off..d_off + len], s);
+                assert_eq!(got, want_after(0x1234_5678, s), "{imp:?} len {len}");
+                assert_eq!(&dst[d_off..d_off + len], s);
+                assert!(
+                    dst[..d_off].iter().all(|&b| b == 0xa5),
+                    "{imp:?} wrote before"
+                );
+                assert!(
+                    dst[d_off + len..].iter().all(|&b| b == 0xa5),
+                    "{imp:?} wrote after"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn copy_length_mismatch_copies_the_common_prefix() {
+    let src: Vec<u8> = (0..=255).collect();
+    for imp in all() {
+        let mut short = [0u8; 100];
+        assert_eq!(imp.copy(0, &mut short, &src), crc32c(&src[..100]));
+        assert_eq!(&short[..], &src[..100]);
+        let mut long = [0u8; 300];
+        assert_eq!(imp.copy(0, &mut long, &src), crc32c(&src));
+        assert_eq!(&long[..256], &src[..]);
+        assert!(long[256..].iter().all(|&b| b == 0));
+    }
+    let mut short = [0u8; 9];
+    assert_eq!(crc32c_copy(0, &mut short, b"123456789abc"), 0xE306_9283);
+    assert_eq!(crc32c_copy(0, &mut [], b"123456789abc"), 0);
+}
+
+#[test]
+fn default_dispatch_matches_default_impl() {
+    let mut buf = vec![0u8; 70_000];
+    fill(&mut buf, 3);
+    let d = impls::default_impl();
+    for len in [0, 1, 7, 255, 256, 257, 4096, 65_536, 70_000] {
+        assert_eq!(crc32c(&buf[..len]), d.append(0, &buf[..len]), "{d:?} {len}");
+    }
+}
+
+#[test]
+fn multiply_and_shift() {
+    // x^32 = P's lower terms; x^31 * x = x^32.
+    assert_eq!(portable::xpow(32), POLY);
+    assert_eq!(portable::mul(1 << 0, 1 << 30), POLY);
+    for (a, b) in [
+        (0x1234_5678u32, 0x9abc_def0u32),
+        (!0, !0),
+        (1 << 31, 0xdead_beef),
+    ] {
+        assert_eq!(portable::mul(a, b), portable::mul(b, a));
+    }
+    for n in [
+        0u64,
+        1,
+        2,
+        15,
+        16,
+        17,
+        255,
+        4096,
+        1 << 20,
+        (1 << 40) + 3,
+        u64::MAX,
+    ] {
+        let c = 0xcafe_babe;
+        let by_table = portable::shift(c, n);
+        // Through x^(8n) computed by square and multiply (8n may overflow: use (x^8)^n).
+        let mut r = c;
+        let mut base = portable::xpow(8);
+        let mut e = n;
+        while e != 0 {
+            if e & 1 != 0 {
+                r = portable::mul(r, base);
+            }
+            base = portable::mul(base, base);
+            e >>= 1;
+        }
+        assert_eq!(by_table, r, "n {n}");
+        assert_eq!(shift(c, n), r, "dispatched n {n}");
+        if n <= 4096 {
+            assert_eq!(
+                by_table,
+                portable::bitwise(c, &vec![0; n as usize]),
+                "zeros {n}"
+            );
+        }
+    }
+}
+
+#[test]
+fn combine_and_zeros() {
+    let mut buf = vec![0u8; 5000];
+    fill(&mut buf, 5);
+    for cut in [0, 1, 3, 4, 5, 100, 2500, 4999, 5000] {
+        let (a, b) = buf.split_at(cut);
+        assert_eq!(
+            crc32c_combine(crc32c(a), crc32c(b), b.len() as u64),
+            crc32c(&buf)
+        );
+    }
+    assert_eq!(crc32c_combine(0, 0xE306_9283, 9), 0xE306_9283);
+    assert_eq!(crc32c_combine(0xE306_9283, 0, 0), 0xE306_9283);
+    for n in [0u64, 1, 31, 32, 33, 1000, 4096] {
+        let zeros = vec![0u8; n as usize];
+        assert_eq!(crc32c_append_zeros(0, n), crc32c(&zeros));
+        assert_eq!(
+            crc32c_append_zeros(0x1234_5678, n),
+            crc32c_append(0x1234_5678, &zeros)
+        );
+    }
+    // Associativity over huge lengths.
+    let (n1, n2) = (1u64 << 41, (1u64 << 33) + 12_345);
+    assert_eq!(
+        crc32c_append_zeros(crc32c_append_zeros(0x0bad_f00d, n1), n2),
+        crc32c_append_zeros(0x0bad_f00d, n1 + n2)
+    );
+}
+
+fn len_strategy() -> impl Strategy<Value = usize> {
+    prop_oneof![0usize..=600, 0usize..=70_000]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn differential(len in len_strategy(), off in 0usize..64, seed: u64, init: u32) {
+        let mut buf = vec![0u8; len + 64];
+        fill(&mut buf, seed);
+        let data = &buf[off..off + len];
+        let want = crc32c_reference(data);
+        let want_init = want_after(init, data);
+        prop_assert_eq!(crc32c(data), want);
+        prop_assert_eq!(crc32c_append(init, data), want_init);
+        for imp in all() {
+            prop_assert_eq!(imp.append(0, data), want, "{:?}", imp);
+            prop_assert_eq!(imp.append(init, data), want_init, "{:?}", imp);
+        }
+    }
+
+    #[test]
+    fn differential_copy(len in len_strategy(), s_off in 0usize..64, d_off in 0usize..64,
+                         seed: u64, init: u32) {
+        let mut buf = vec![0u8; len + 64];
+        fill(&mut buf, seed);
+        let src = &buf[s_off..s_off + len];
+        let want = want_after(init, src);
+        let mut out = vec![0u8; len + 64];
+        prop_assert_eq!(crc32c_copy(init, &mut out[d_off..d_off + len], src), want);
+        prop_assert_eq!(&out[d_off..d_off + len], src);
+        for imp in all() {
+            let mut out = vec![0u8; len + 64];
+            prop_assert_eq!(imp.copy(init, &mut out[d_off..d_off + len], src), want, "{:?}", imp);
+            prop_assert_eq!(&out[d_off..d_off + len], src, "{:?}", imp);
+        }
+    }
+
+    #[test]
+    fn append_and_combine_at_random_splits(len in len_strategy(), off in 0usize..64,
+                                           cut in any::<prop::sample::Index>(), seed: u64) {
+        let mut buf = vec![0u8; len + 64];
+        fill(&mut buf, seed);
+        let data = &buf[off..off + len];
+        let cut = cut.index(len + 1);
+        let (a, b) = data.split_at(cut);
+        let want = crc32c_reference(data);
+        prop_assert_eq!(crc32c_combine(crc32c(a), crc32c(b), b.len() as u64), want);
+        prop_assert_eq!(
+            crc32c_combine(crc32c_reference(a), crc32c_reference(b), b.len() as u64),
+            want
+        );
+        for imp in all() {
+            prop_assert_eq!(imp.append(imp.append(0, a), b), want, "{:?}", imp);
+        }
+    }
+}

@@ -1,0 +1,558 @@
+//! In-order FPDU receiver (RFC 5044 §5.2): the stream in arbitrary chunks in, verified ULPDUs
+//! out, markers stripped, CRC checked, errors 2 and 3 detected.
+//!
+//! ULPDUs come out without copying: a [`Ulpdu`] borrows the caller's chunk when the FPDU lies
+//! inside it, or the decoder's own buffer when the FPDU spanned chunks, and exposes the ULPDU
+//! octets as the pieces between markers. Only an FPDU that spans chunks is copied (once, into
+//! a buffer bounded by the largest possible FPDU).
+
+use crate::crc;
+use crate::error::{Fault, MpaErrorCode};
+use crate::markers::{self, Piece, WireLayout};
+use crate::wire::fpdu::{self, CRC_LEN, HEADER_LEN};
+use crate::wire::marker::MARKER_LEN;
+
+/// Why decoding stopped. Sticky: after an error the decoder yields nothing more (RFC 5044 §8:
+/// MPA MUST NOT deliver further FPDUs on that half connection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// Error 2: the CRC does not match.
+    #[error("CRC mismatch in the FPDU at stream position {pos}: received {received:#010x}, computed {computed:#010x}")]
+    Crc {
+        /// Stream position of the FPDU.
+        pos: u32,
+        /// The CRC field.
+        received: u32,
+        /// The CRC computed over the octets.
+        computed: u32,
+    },
+    /// Error 3: a marker disagrees with ULPDU_Length on where the FPDU starts.
+    #[error("marker at stream position {marker_pos} has FPDUPTR {found}, expected {expected}")]
+    Marker {
+        /// Stream position of the marker.
+        marker_pos: u32,
+        /// FPDUPTR received (low two bits cleared).
+        found: u16,
+        /// FPDUPTR implied by ULPDU_Length framing.
+        expected: u16,
+    },
+    /// The caller dropped a [`Chunk`] before draining it; the stream position is lost.
+    #[error("a chunk was dropped before all its FPDUs were taken")]
+    Abandoned,
+}
+
+impl DecodeError {
+    /// The MPA error code to report.
+    pub fn code(&self) -> MpaErrorCode {
+        match self {
+            DecodeError::Crc { .. } => MpaErrorCode::CrcMismatch,
+            DecodeError::Marker { .. } => MpaErrorCode::MarkerMismatch,
+            DecodeError::Abandoned => MpaErrorCode::LocalCatastrophic,
+        }
+    }
+
+    /// Who is at fault.
+    pub fn fault(&self) -> Fault {
+        match self {
+            DecodeError::Abandoned => Fault::LocalMisuse,
+            _ => Fault::PeerMisbehaved,
+        }
+    }
+}
+
+/// Counters of one decoder.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DecoderStats {
+    /// FPDUs delivered.
+    pub fpdus: u64,
+    /// ULPDU octets delivered.
+    pub ulpdu_octets: u64,
+    /// Wire octets consumed by delivered FPDUs.
+    pub wire_octets: u64,
+    /// FPDUs that spanned chunks and were reassembled.
+    pub reassembled: u64,
+}
+
+/// The in-order FPDU receiver of one half connection.
+#[derive(Debug)]
+pub struct FpduDecoder {
+    pos: u32,
+    markers: bool,
+    crc: bool,
+    partial: Vec<u8>,
+    partial_taken: bool,
+    error: Option<DecodeError>,
+    stats: DecoderStats,
+}
+
+impl FpduDecoder {
+    /// A decoder at the start of Full Operation (stream position 0 = SeqStart). `markers`: we
+    /// required markers from the peer; `crc`: CRCs were negotiated.
+    pub fn new(markers: bool, crc: bool) -> Self {
+        Self::at_position(0, markers, crc)
+    }
+
+    /// A decoder that continues at stream position `pos`.
+    pub fn at_position(pos: u32, markers: bool, crc: bool) -> Self {
+        FpduDecoder {
+            pos,
+            markers,
+            crc,
+            partial: Vec::new(),
+            partial_taken: false,
+            error: None,
+            stats: DecoderStats::default(),
+        }
+    }
+
+    /// Stream position of the next FPDU (octets since SeqStart, mod 2^32), not counting octets
+    /// buffered for an FPDU that is not complete yet.
+    pub fn position(&self) -> u32 {
+        self.pos
+    }
+
+    /// Octets buffered for an incomplete FPDU.
+    pub fn buffered(&self) -> usize {
+        if self.partial_taken {
+            0
+        } else {
+            self.partial.len()
+        }
+    }
+
+    /// The sticky error, if decoding failed.
+    pub fn error(&self) -> Option<DecodeError> {
+        self.error
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> DecoderStats {
+        self.stats
+    }
+
+    /// Offers the next octets of the stream. Take ULPDUs with [`Chunk::next_ulpdu`] until it
+    /// returns `None`; octets of an incomplete FPDU at the end are kept for the next chunk.
+    pub fn feed<'d, 'a>(&'d mut self, input: &'a [u8]) -> Chunk<'d, 'a> {
+        Chunk {
+            dec: self,
+            input,
+            off: 0,
+            done: false,
+        }
+    }
+
+    /// Checks a whole FPDU wire image at the current position and advances past it.
+    fn verify(&mut self, wire: &[u8]) -> Result<u16, DecodeError> {
+        let ulpdu_len = verify_fpdu(wire, self.pos, self.markers, self.crc)?;
+        self.pos = self.pos.wrapping_add(wire.len() as u32);
+        self.stats.fpdus += 1;
+        self.stats.ulpdu_octets += u64::from(ulpdu_len);
+        self.stats.wire_octets += wire.len() as u64;
+        Ok(ulpdu_len)
+    }
+
+    /// Wire length of the FPDU at the current position once its header is in `head`, or the
+    /// octets needed to read the header.
+    fn wire_len_from(&self, head: &[u8]) -> Result<usize, usize> {
+        let hoff = markers::header_offset(self.pos, self.markers);
+        match head.get(hoff..hoff + HEADER_LEN) {
+            Some(h) => {
+                let ulpdu_len = usize::from(u16::from_be_bytes([h[0], h[1]]));
+                Ok(markers::fpdu_wire_len(self.pos, ulpdu_len, self.markers))
+            }
+            None => Err(hoff + HEADER_LEN),
+        }
+    }
+}
+
+/// One chunk of stream octets being decoded.
+pub struct Chunk<'d, 'a> {
+    dec: &'d mut FpduDecoder,
+    input: &'a [u8],
+    off: usize,
+    done: bool,
+}
+
+impl Chunk<'_, '_> {
+    /// The next verified ULPDU, `None` when the chunk is used up (its tail kept), or the
+    /// decoder's sticky error (returned once per chunk).
+    #[allow(clippy::should_implement_trait)]
+    pub fn next_ulpdu(&mut self) -> Option<Result<Ulpdu<'_>, DecodeError>> {
+        if self.done {
+            return None;
+        }
+        if let Some(e) = self.dec.error {
+            self.done = true;
+            return Some(Err(e));
+        }
+        let dec = &mut *self.dec;
+        if dec.partial_taken {
+            dec.partial.clear();
+            dec.partial_taken = false;
+        }
+        let rest = &self.input[self.off..];
+        if !dec.partial.is_empty() {
+            // Complete the FPDU that spans chunks.
+            let want = match dec.wire_len_from(&dec.partial) {
+                Ok(w) => w,
+                Err(head) => {
+                    let take = (head - dec.partial.len()).min(rest.len());
+                    dec.partial.extend_from_slice(&rest[..take]);
+                    self.off += take;
+                    match dec.wire_len_from(&dec.partial) {
+                        Ok(w) => w,
+                        Err(_) => {
+                            self.done = true;
+                            return None;
+                        }
+                    }
+                }
+            };
+            let rest = &self.input[self.off..];
+            let take = (want - dec.partial.len()).min(rest.len());
+            dec.partial.extend_from_slice(&rest[..take]);
+            self.off += take;
+            if dec.partial.len() < want {
+                self.done = true;
+                return None;
+            }
+            let pos = dec.pos;
+            let wire = std::mem::take(&mut dec.partial);
+            let r = dec.verify(&wire);
+            dec.partial = wire;
+            dec.partial_taken = true;
+            dec.stats.reassembled += u64::from(r.is_ok());
+            return Some(match r {
+                Ok(len) => Ok(Ulpdu::new(&dec.partial, pos, len, dec.markers)),
+                Err(e) => {
+                    dec.error = Some(e);
+                    self.done = true;
+                    Err(e)
+                }
+            });
+        }
+        if rest.is_empty() {
+            self.done = true;
+            return None;
+        }
+        let want = match dec.wire_len_from(rest) {
+            Ok(w) if w <= rest.len() => w,
+            _ => {
+                // Incomplete: keep the tail (bounded by the largest FPDU) for the next chunk.
+                dec.partial.extend_from_slice(rest);
+                self.off = self.input.len();
+                self.done = true;
+                return None;
+            }
+        };
+        let wire = &self.input[self.off..self.off + want];
+        let pos = dec.pos;
+        match dec.verify(wire) {
+            Ok(len) => {
+                self.off += want;
+                Some(Ok(Ulpdu::new(wire, pos, len, dec.markers)))
+            }
+            Err(e) => {
+                dec.error = Some(e);
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+
+    /// Octets of this chunk not yet taken.
+    pub fn remaining(&self) -> usize {
+        self.input.len() - self.off
+    }
+}
+
+impl Drop for Chunk<'_, '_> {
+    fn drop(&mut self) {
+        if !self.done && self.off < self.input.len() && self.dec.error.is_none() {
+            self.dec.error = Some(DecodeError::Abandoned);
+        }
+    }
+}
+
+/// A verified ULPDU inside an FPDU's wire image, markers still in place.
+#[derive(Debug, Clone, Copy)]
+pub struct Ulpdu<'a> {
+    wire: &'a [u8],
+    pos: u32,
+    len: u16,
+    markers: bool,
+}
+
+impl<'a> Ulpdu<'a> {
+    pub(crate) fn new(wire: &'a [u8], pos: u32, len: u16, markers: bool) -> Self {
+        Ulpdu {
+            wire,
+            pos,
+            len,
+            markers,
+        }
+    }
+
+    /// ULPDU_Length.
+    pub fn len(&self) -> usize {
+        usize::from(self.len)
+    }
+
+    /// Whether the ULPDU is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Stream position of the FPDU's first wire octet (its leading marker, if any).
+    pub fn fpdu_position(&self) -> u32 {
+        self.pos
+    }
+
+    /// The FPDU's whole wire image (markers, header, ULPDU, PAD, CRC).
+    pub fn fpdu_wire(&self) -> &'a [u8] {
+        self.wire
+    }
+
+    /// The ULPDU as one slice, when no marker falls inside it.
+    pub fn contiguous(&self) -> Option<&'a [u8]> {
+        let mut pieces = self.pieces();
+        let first = pieces.next().unwrap_or(&[]);
+        if pieces.next().is_none() && first.len() == self.len() {
+            Some(first)
+        } else {
+            None
+        }
+    }
+
+    /// The ULPDU octets as the pieces between markers, in order.
+    pub fn pieces(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let (start, end) = (HEADER_LEN, HEADER_LEN + self.len());
+        let wire = self.wire;
+        WireLayout::new(self.pos, fpdu::fpdu_len(self.len()), self.markers).filter_map(
+            move |piece| match piece {
+                Piece::Content {
+                    wire: w,
+                    content,
+                    len,
+                } => {
+                    let lo = content.max(start);
+                    let hi = (content + len).min(end);
+                    (lo < hi).then(|| &wire[w + lo - content..w + hi - content])
+                }
+                Piece::Marker { .. } => None,
+            },
+        )
+    }
+
+    /// Copies the ULPDU's first `dst.len()` octets (or all, if shorter) into `dst`; returns
+    /// how many were copied.
+    pub fn copy_prefix(&self, dst: &mut [u8]) -> usize {
+        let mut at = 0;
+        for p in self.pieces() {
+            if at == dst.len() {
+                break;
+            }
+            let n = p.len().min(dst.len() - at);
+            dst[at..at + n].copy_from_slice(&p[..n]);
+            at += n;
+        }
+        at
+    }
+
+    /// Appends the ULPDU to `out`.
+    pub fn extend_vec(&self, out: &mut Vec<u8>) {
+        out.reserve(self.len());
+        for p in self.pieces() {
+            out.extend_from_slice(p);
+        }
+    }
+
+    /// The ULPDU as a new vector.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::new();
+        self.extend_vec(&mut v);
+        v
+    }
+}
+
+/// Verifies the whole wire image of the FPDU at stream position `pos` (`wire.len()` must be
+/// its wire length, as computed from its header): CRC first (error 2), then every marker
+/// (error 3, only meaningful with a valid CRC). Returns ULPDU_Length.
+pub(crate) fn verify_fpdu(
+    wire: &[u8],
+    pos: u32,
+    markers: bool,
+    crc: bool,
+) -> Result<u16, DecodeError> {
+    let hoff = markers::header_offset(pos, markers);
+    let ulpdu_len = u16::from_be_bytes([wire[hoff], wire[hoff + 1]]);
+    let n = wire.len();
+    // RFC 5044 §6: locate unambiguously and verify the CRC before passing the ULPDU on.
+    if crc {
+        let computed = crc::crc32c(&wire[..n - CRC_LEN]);
+        let received = u32::from_le_bytes([wire[n - 4], wire[n - 3], wire[n - 2], wire[n - 1]]);
+        if computed != received {
+            return Err(DecodeError::Crc {
+                pos,
+                received,
+                computed,
+            });
+        }
+    }
+    if markers {
+        // RFC 5044 §8 error 3: we check every marker, in order too.
+        let content_len = fpdu::fpdu_len(usize::from(ulpdu_len));
+        for piece in WireLayout::new(pos, content_len, true) {
+            if let Piece::Marker { wire: w, fpdu_ptr } = piece {
+                let found = u16::from_be_bytes([wire[w + 2], wire[w + 3]]) & !3;
+                if found != fpdu_ptr {
+                    return Err(DecodeError::Marker {
+                        marker_pos: pos.wrapping_add(w as u32),
+                        found,
+                        expected: fpdu_ptr,
+                    });
+                }
+            }
+        }
+    }
+    Ok(ulpdu_len)
+}
+
+/// Marker octets inside the FPDU at `pos` of `ulpdu_len` (for accounting).
+pub fn markers_in_fpdu(pos: u32, ulpdu_len: usize, markers: bool) -> usize {
+    (markers::fpdu_wire_len(pos, ulpdu_len, markers) - fpdu::fpdu_len(ulpdu_len)) / MARKER_LEN
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encoder::FpduEncoder;
+
+    fn stream(markers: bool, sizes: &[usize]) -> (Vec<u8>, Vec<Vec<u8>>) {
+        let mut enc = FpduEncoder::new(markers);
+        let mut out = Vec::new();
+        let mut sent = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            let u: Vec<u8> = (0..n).map(|j| (i * 31 + j * 7) as u8).collect();
+            enc.encode(&u, &mut out).unwrap();
+            sent.push(u);
+        }
+        (out, sent)
+    }
+
+    fn decode_all(
+        dec: &mut FpduDecoder,
+        wire: &[u8],
+        chunk: usize,
+    ) -> Result<Vec<Vec<u8>>, DecodeError> {
+        let mut got = Vec::new();
+        for c in wire.chunks(chunk.max(1)) {
+            let mut ch = dec.feed(c);
+            while let Some(r) = ch.next_ulpdu() {
+                got.push(r?.to_vec());
+            }
+        }
+        Ok(got)
+    }
+
+    #[test]
+    fn round_trip_every_chunking() {
+        for markers in [false, true] {
+            let (wire, sent) = stream(markers, &[0, 1, 42, 508, 509, 1430, 3000, 2]);
+            for chunk in [1, 2, 3, 5, 64, 511, 512, 1448, wire.len()] {
+                let mut dec = FpduDecoder::new(markers, true);
+                assert_eq!(
+                    decode_all(&mut dec, &wire, chunk).unwrap(),
+                    sent,
+                    "chunk {chunk}"
+                );
+                assert_eq!(dec.position() as usize, wire.len());
+                assert_eq!(dec.buffered(), 0);
+                assert_eq!(dec.stats().fpdus, sent.len() as u64);
+            }
+        }
+    }
+
+    #[test]
+    fn zero_copy_when_contiguous() {
+        let (wire, _) = stream(false, &[100]);
+        let mut dec = FpduDecoder::new(false, true);
+        let mut ch = dec.feed(&wire);
+        let u = ch.next_ulpdu().unwrap().unwrap();
+        let s = u.contiguous().unwrap();
+        assert_eq!(s.as_ptr(), wire[2..].as_ptr());
+    }
+
+    #[test]
+    fn crc_error_is_sticky() {
+        let (mut wire, _) = stream(true, &[100, 100]);
+        wire[60] ^= 1;
+        let mut dec = FpduDecoder::new(true, true);
+        let r = decode_all(&mut dec, &wire, 1000);
+        assert!(matches!(r, Err(DecodeError::Crc { .. })), "{r:?}");
+        assert_eq!(dec.error().unwrap().code(), MpaErrorCode::CrcMismatch);
+        let mut ch = dec.feed(&wire);
+        assert!(matches!(
+            ch.next_ulpdu(),
+            Some(Err(DecodeError::Crc { .. }))
+        ));
+        assert!(ch.next_ulpdu().is_none());
+    }
+
+    #[test]
+    fn crc_off_ignores_crc_field() {
+        let (mut wire, sent) = stream(false, &[10]);
+        let n = wire.len();
+        wire[n - 1] ^= 0xff;
+        let mut dec = FpduDecoder::new(false, false);
+        assert_eq!(decode_all(&mut dec, &wire, 3).unwrap(), sent);
+    }
+
+    #[test]
+    fn marker_error_with_valid_crc() {
+        // Forge a wrong FPDUPTR and fix the CRC: error 3.
+        let (mut wire, _) = stream(true, &[1000]);
+        wire[512 + 2] = 0;
+        wire[512 + 3] = 0x10;
+        let n = wire.len();
+        let c = crc::crc32c(&wire[..n - 4]);
+        wire[n - 4..].copy_from_slice(&c.to_le_bytes());
+        let mut dec = FpduDecoder::new(true, true);
+        let r = decode_all(&mut dec, &wire, 7);
+        assert_eq!(
+            r.unwrap_err(),
+            DecodeError::Marker {
+                marker_pos: 512,
+                found: 0x10,
+                expected: 508
+            }
+        );
+    }
+
+    #[test]
+    fn abandoned_chunk_is_an_error() {
+        let (wire, _) = stream(false, &[10, 10]);
+        let mut dec = FpduDecoder::new(false, true);
+        {
+            let mut ch = dec.feed(&wire);
+            let _ = ch.next_ulpdu();
+        }
+        assert_eq!(dec.error(), Some(DecodeError::Abandoned));
+    }
+
+    #[test]
+    fn copy_prefix_across_marker() {
+        let mut enc = FpduEncoder::at_position(500, true);
+        let u: Vec<u8> = (0..40u8).collect();
+        let mut wire = Vec::new();
+        enc.encode(&u, &mut wire).unwrap();
+        let mut dec = FpduDecoder::at_position(500, true, true);
+        let mut ch = dec.feed(&wire);
+        let got = ch.next_ulpdu().unwrap().unwrap();
+        assert!(got.contiguous().is_none());
+        let mut head = [0u8; 18];
+        assert_eq!(got.copy_prefix(&mut head), 18);
+        assert_eq!(&head[..], &u[..18]);
+        assert_eq!(markers_in_fpdu(500, 40, true), 1);
+    }
+}

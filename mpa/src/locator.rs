@@ -1,0 +1,339 @@
+//! Out-of-order FPDU location (RFC 5044 §6): given one TCP segment (sequence number and
+//! octets) and the direction's marker grid, find every FPDU wholly inside it and verify it,
+//! without any octet outside the segment.
+//!
+//! Markers give anchors: a marker whose four octets lie in the segment names the header of
+//! the FPDU that contains it (`m − FPDUPTR`, or `m + 4` for FPDUPTR 0). From an anchor:
+//! * forward, ULPDU_Length of each verified FPDU gives the next one (RFC 5044 §6);
+//! * backward (CRC on only), the FPDU that ends exactly where the anchor starts is the unique
+//!   4-aligned candidate whose ULPDU_Length says so and whose CRC verifies, and so on
+//!   toward the segment start.
+//!
+//! So with CRC on, every FPDU wholly inside the segment is found as soon as one marker in the
+//! segment belongs to an FPDU that starts inside it. A candidate that fails its CRC or marker
+//! check is dropped and counted, never returned (RFC 5044 §8 allows an optimized receiver to
+//! drop such segments; TCP retransmission repairs them).
+
+use crate::decoder::{verify_fpdu, DecodeError, Ulpdu};
+use crate::markers::{self, MarkerGrid};
+use crate::seq::SeqNumber;
+use crate::wire::fpdu::HEADER_LEN;
+use crate::wire::marker::{Marker, MARKER_LEN};
+use std::ops::Range;
+
+/// Smallest FPDU on the wire: header, 2 octets of PAD, CRC.
+const MIN_FPDU: usize = 8;
+
+/// One FPDU found and verified inside a segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocatedFpdu {
+    /// Sequence number of its first wire octet (its leading marker, if any).
+    pub seq: SeqNumber,
+    /// Its wire image inside the segment.
+    pub range: Range<usize>,
+    /// ULPDU_Length.
+    pub ulpdu_len: u16,
+}
+
+impl LocatedFpdu {
+    /// Sequence number one past its last octet.
+    pub fn end_seq(&self) -> SeqNumber {
+        self.seq + self.range.len()
+    }
+
+    /// The ULPDU (as pieces between markers) inside `segment`, the same octets passed to
+    /// [`FpduLocator::locate`].
+    pub fn ulpdu<'a>(&self, grid: &MarkerGrid, segment: &'a [u8]) -> Option<Ulpdu<'a>> {
+        let wire = segment.get(self.range.clone())?;
+        Some(Ulpdu::new(
+            wire,
+            grid.pos(self.seq),
+            self.ulpdu_len,
+            grid.enabled,
+        ))
+    }
+}
+
+/// What a [`FpduLocator::locate`] call saw besides the FPDUs it returned.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LocateStats {
+    /// Markers read inside the segment.
+    pub markers: u32,
+    /// Candidates whose CRC did not verify.
+    pub crc_failures: u32,
+    /// Candidates with a valid CRC whose markers disagreed (would be error 3 in order).
+    pub marker_mismatches: u32,
+    /// Markers pointing where no FPDU header can be (inside a marker, misaligned, or into an
+    /// FPDU already found).
+    pub bad_pointers: u32,
+}
+
+/// Locates FPDUs in out-of-order segments of one direction.
+#[derive(Debug, Clone, Copy)]
+pub struct FpduLocator {
+    grid: MarkerGrid,
+    crc: bool,
+    aligned_sender: bool,
+}
+
+impl FpduLocator {
+    /// A locator for the direction described by `grid`; `crc`: CRCs were negotiated.
+    pub fn new(grid: MarkerGrid, crc: bool) -> Self {
+        FpduLocator {
+            grid,
+            crc,
+            aligned_sender: false,
+        }
+    }
+
+    /// Opt-in for peers known to align FPDUs with segments (RFC 5044 §5.1): also try an FPDU
+    /// header at the very start of each segment (needs CRC to verify).
+    pub fn with_aligned_sender(mut self, on: bool) -> Self {
+        self.aligned_sender = on;
+        self
+    }
+
+    /// The grid.
+    pub fn grid(&self) -> &MarkerGrid {
+        &self.grid
+    }
+
+    /// Appends to `out`, in sequence order, every verified FPDU wholly inside `segment`, which
+    /// starts at sequence number `seq`. `out` is not cleared (reuse it to avoid allocation).
+    pub fn locate(
+        &self,
+        seq: SeqNumber,
+        segment: &[u8],
+        out: &mut Vec<LocatedFpdu>,
+    ) -> LocateStats {
+        let mut cx = Scan {
+            grid: &self.grid,
+            crc: self.crc,
+            seg: segment,
+            base: self.grid.pos(seq),
+            seq,
+            out,
+            first: 0,
+            cursor: 0,
+            stats: LocateStats::default(),
+        };
+        cx.first = cx.out.len();
+        let seg_pos = cx.base;
+        if self.aligned_sender && self.crc {
+            cx.forward(0);
+        }
+        if self.grid.enabled {
+            let mut m = markers::to_next_marker(seg_pos);
+            while m + MARKER_LEN <= segment.len() {
+                cx.stats.markers += 1;
+                if m >= cx.cursor {
+                    cx.anchor(m);
+                }
+                m += markers::MARKER_INTERVAL as usize;
+            }
+        }
+        let (first, stats) = (cx.first, cx.stats);
+        out[first..].sort_unstable_by_key(|f| f.range.start);
+        stats
+    }
+}
+
+struct Scan<'a> {
+    grid: &'a MarkerGrid,
+    crc: bool,
+    seg: &'a [u8],
+    base: u32,
+    seq: SeqNumber,
+    out: &'a mut Vec<LocatedFpdu>,
+    first: usize,
+    /// Octets before this offset are covered by FPDUs already found.
+    cursor: usize,
+    stats: LocateStats,
+}
+
+impl Scan<'_> {
+    fn pos(&self, off: usize) -> u32 {
+        self.base.wrapping_add(off as u32)
+    }
+
+    /// Uses the marker at segment offset `m` as an anchor.
+    fn anchor(&mut self, m: usize) {
+        let ptr = usize::from(Marker::new_unchecked(&self.seg[m..m + MARKER_LEN]).fpdu_ptr());
+        let start = if ptr == 0 {
+            m
+        } else {
+            let Some(h) = m.checked_sub(ptr) else {
+                return; // the FPDU began before this segment
+            };
+            if markers::is_marker_pos(self.pos(h)) || h < self.cursor {
+                self.stats.bad_pointers += 1;
+                return;
+            }
+            // A header right behind a marker position means that marker leads the FPDU.
+            if markers::is_marker_pos(self.pos(h).wrapping_sub(MARKER_LEN as u32)) {
+                match h.checked_sub(MARKER_LEN) {
+                    Some(s) => s,
+                    None => return,
+                }
+            } else {
+                h
+            }
+        };
+        if start < self.cursor {
+            self.stats.bad_pointers += 1;
+            return;
+        }
+        if self.crc {
+            self.backward(start);
+        }
+        let end = self.forward(start);
+        self.cursor = self.cursor.max(end).max(m + MARKER_LEN);
+    }
+
+    /// Wire length of the FPDU whose wire image starts at `off`, if its header is inside.
+    fn wire_len_at(&self, off: usize) -> Option<usize> {
+        let pos = self.pos(off);
+        let h = off + markers::header_offset(pos, self.grid.enabled);
+        let b = self.seg.get(h..h + HEADER_LEN)?;
+        let len = usize::from(u16::from_be_bytes([b[0], b[1]]));
+        Some(markers::fpdu_wire_len(pos, len, self.grid.enabled))
+    }
+
+    /// Verifies the FPDU at `off` of wire length `wl` and records it.
+    fn try_take(&mut self, off: usize, wl: usize) -> bool {
+        let Some(wire) = self.seg.get(off..off + wl) else {
+            return false;
+        };
+        match verify_fpdu(wire, self.pos(off), self.grid.enabled, self.crc) {
+            Ok(ulpdu_len) => {
+                self.out.push(LocatedFpdu {
+                    seq: self.seq + off,
+                    range: off..off + wl,
+                    ulpdu_len,
+                });
+                true
+            }
+            Err(DecodeError::Marker { .. }) => {
+                self.stats.marker_mismatches += 1;
+                false
+            }
+            Err(_) => {
+                self.stats.crc_failures += 1;
+                false
+            }
+        }
+    }
+
+    /// Follows ULPDU_Length from the FPDU at `off`; returns where the chain stopped.
+    fn forward(&mut self, mut off: usize) -> usize {
+        while let Some(wl) = self.wire_len_at(off) {
+            if off + wl > self.seg.len() || !self.try_take(off, wl) {
+                break;
+            }
+            off += wl;
+        }
+        self.cursor = self.cursor.max(off);
+        off
+    }
+
+    /// Finds the FPDUs that end exactly at `end`, one after the other, down to the cursor.
+    fn backward(&mut self, mut end: usize) {
+        let lo = self.cursor;
+        let mut q = end;
+        while q >= lo + 4 {
+            q -= 4;
+            if end - q < MIN_FPDU {
+                continue;
+            }
+            // No FPDU starts right after a marker position: that marker would lead it.
+            if self.grid.enabled
+                && markers::is_marker_pos(self.pos(q).wrapping_sub(MARKER_LEN as u32))
+            {
+                continue;
+            }
+            if self.wire_len_at(q) == Some(end - q) && self.try_take(q, end - q) {
+                end = q;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encoder::FpduEncoder;
+
+    struct Truth {
+        wire: Vec<u8>,
+        /// (wire start, wire end, ulpdu)
+        fpdus: Vec<(usize, usize, Vec<u8>)>,
+    }
+
+    fn build(markers: bool, sizes: &[usize]) -> Truth {
+        let mut enc = FpduEncoder::new(markers);
+        let mut wire = Vec::new();
+        let mut fpdus = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            let u: Vec<u8> = (0..n).map(|j| (i * 13 + j) as u8).collect();
+            let r = enc.encode(&u, &mut wire).unwrap();
+            fpdus.push((r.start, r.end, u));
+        }
+        Truth { wire, fpdus }
+    }
+
+    #[test]
+    fn finds_fpdus_around_a_marker() {
+        let t = build(true, &[100, 200, 300, 50, 700, 20, 20]);
+        let grid = MarkerGrid::new(SeqNumber(1000), true);
+        let loc = FpduLocator::new(grid, true);
+        // A segment from octet 120 to 1200 of the stream.
+        let (a, b) = (120, 1200);
+        let mut out = Vec::new();
+        loc.locate(SeqNumber(1000 + a as u32), &t.wire[a..b], &mut out);
+        let want: Vec<_> = t.fpdus.iter().filter(|f| f.0 >= a && f.1 <= b).collect();
+        assert_eq!(out.len(), want.len());
+        for (got, w) in out.iter().zip(want) {
+            assert_eq!(got.range, w.0 - a..w.1 - a);
+            assert_eq!(got.ulpdu(&grid, &t.wire[a..b]).unwrap().to_vec(), w.2);
+        }
+    }
+
+    #[test]
+    fn corrupt_fpdu_is_dropped() {
+        let t = build(true, &[600, 600]);
+        let mut wire = t.wire.clone();
+        wire[300] ^= 0x40;
+        let grid = MarkerGrid::new(SeqNumber(u32::MAX - 100), true);
+        let loc = FpduLocator::new(grid, true);
+        let mut out = Vec::new();
+        let st = loc.locate(grid.seq(0), &wire, &mut out);
+        assert!(st.crc_failures >= 1);
+        assert!(out.iter().all(|f| f.range.start != 0));
+    }
+
+    #[test]
+    fn without_markers_only_aligned_mode_finds() {
+        let t = build(false, &[100, 200]);
+        let grid = MarkerGrid::new(SeqNumber(5), false);
+        let mut out = Vec::new();
+        FpduLocator::new(grid, true).locate(grid.seq(0), &t.wire, &mut out);
+        assert!(out.is_empty());
+        FpduLocator::new(grid, true)
+            .with_aligned_sender(true)
+            .locate(grid.seq(0), &t.wire, &mut out);
+        assert_eq!(out.len(), 2);
+    }
+
+    #[test]
+    fn hostile_pointers_do_not_panic() {
+        let grid = MarkerGrid::new(SeqNumber(0), true);
+        let loc = FpduLocator::new(grid, true);
+        let mut out = Vec::new();
+        for fill in [0x00u8, 0xff, 0x04, 0x80] {
+            let seg = vec![fill; 3000];
+            for start in [0u32, 4, 508, 510, 1] {
+                loc.locate(SeqNumber(start), &seg, &mut out);
+            }
+        }
+    }
+}
