@@ -71,9 +71,8 @@ fn copy(c: &mut Criterion) {
             b.iter(|| crc::crc32c_copy(0, &mut dst, black_box(&src)))
         });
         for imp in impls::all() {
-            g.bench_function(BenchmarkId::new(format!("fused_{}", imp.name()), size), |b| {
-                b.iter(|| imp.copy(0, &mut dst, black_box(&src)))
-            });
+            let id = BenchmarkId::new(format!("fused_{}", imp.name()), size);
+            g.bench_function(id, |b| b.iter(|| imp.copy(0, &mut dst, black_box(&src))));
         }
     }
     g.finish();

@@ -50,7 +50,7 @@ impl MarkerGrid {
 /// Whether a marker starts at stream position `pos`.
 #[inline]
 pub fn is_marker_pos(pos: u32) -> bool {
-    pos % MARKER_INTERVAL == 0
+    pos.is_multiple_of(MARKER_INTERVAL)
 }
 
 /// Octets from `pos` to the next marker position (0 when `pos` is one).

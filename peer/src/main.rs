@@ -219,7 +219,8 @@ fn listen(a: ListenArgs) -> anyhow::Result<bool> {
         });
     }
     drop(tx);
-    Ok(rx.iter().fold(true, |acc, ok| acc && ok))
+    // Wait for every connection thread, not just the first failure.
+    Ok(rx.iter().filter(|ok| !ok).count() == 0)
 }
 
 fn serve(sock: TcpStream, peer: SocketAddr, cfg: &EndpointConfig, timeout: Duration) -> Report {

@@ -165,7 +165,7 @@ fn bad_arguments_are_refused() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("64768"));
     let out = Command::new(BIN)
-        .args(["listen", "--bind", "127.0.0.1:0", "--p2p"])
+        .args(["listen", "--bind", "127.0.0.1:0", "--p2p", "--rev", "1"])
         .output()
         .unwrap();
     assert!(!out.status.success());

@@ -4,10 +4,15 @@
 //! applied), so `crc32c_append(crc32c(a), b) == crc32c(a ++ b)`. On the wire MPA sends the
 //! value least-significant octet first (`u32::to_le_bytes`).
 //!
-//! The implementation is chosen once at run time (CPU feature detection, cached in an atomic)
-//! from [`impls`]: on x86-64 with AVX2 + VPCLMULQDQ 256-bit carry-less folding, else 128-bit
-//! PCLMULQDQ folding, else one SSE4.2 `crc32` chain, else portable slice-by-8. Inputs shorter
-//! than a few hundred octets always take a plain `crc32` chain (no set-up). Every
+//! The implementation is chosen once at run time (CPU feature detection, cached in an atomic;
+//! a call pays one relaxed load and a branch) from [`impls`]:
+//! * x86-64 with AVX2 + VPCLMULQDQ (no AVX-512 needed): [`impls::hybrid`] — 256-bit
+//!   carry-less folding and three `crc32` chains running side by side; below about 800
+//!   octets (or when the length leaves a long remainder) 256-bit folding alone.
+//! * x86-64 with SSE4.2 + PCLMULQDQ: three `crc32` chains merged with PCLMULQDQ.
+//! * x86-64 with SSE4.2: one `crc32` chain. Elsewhere: portable slice-by-8.
+//!
+//! Inputs shorter than 128 octets always take one `crc32` chain (no set-up). Every
 //! implementation is tested against the bitwise [`crc32c_reference`].
 
 use core::sync::atomic::{AtomicU8, Ordering};
@@ -15,7 +20,9 @@ use core::sync::atomic::{AtomicU8, Ordering};
 mod portable;
 #[cfg(test)]
 mod tests;
+// The kernels need Rust 1.89 (VPCLMULQDQ); the workspace's `rust-version` should say so.
 #[cfg(target_arch = "x86_64")]
+#[clippy::msrv = "1.89"]
 mod x86;
 
 /// Reflected Castagnoli polynomial.
@@ -69,8 +76,13 @@ pub fn crc32c_reference(data: &[u8]) -> u32 {
     !portable::bitwise(!0, data)
 }
 
+/// `crc32q` per chain per round of the hybrid kernel.
+#[cfg(target_arch = "x86_64")]
+const HQ: usize = x86::HQ;
+
 /// What this CPU offers, detected once.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 #[repr(u8)]
 enum Level {
     Portable = 1,
@@ -128,15 +140,21 @@ fn update(level: Level, crc: u32, data: &[u8]) -> u32 {
     #[cfg(target_arch = "x86_64")]
     {
         let dst = core::ptr::null_mut();
-        match level {
-            // SAFETY: `level` says the CPU has the kernel's features; without COPY `dst` is
-            // never used.
-            Level::Vpclmul => return unsafe { x86::fold256::<false>(crc, data, dst) },
-            // SAFETY: as above.
-            Level::Pclmul => return unsafe { x86::fold128::<false>(crc, data, dst) },
-            // SAFETY: as above.
-            Level::Sse42 => return unsafe { x86::chain::<false>(crc, data, dst) },
-            Level::Portable => {}
+        // Short inputs go straight to one `crc32` chain, without any set-up.
+        let short = data.len() < x86::FOLD_MIN;
+        // SAFETY: `level` says the CPU has each kernel's features; without COPY `dst` is
+        // never used.
+        let r = unsafe {
+            match level {
+                Level::Sse42 => Some(x86::chain::<false>(crc, data, dst)),
+                _ if short => Some(x86::chain::<false>(crc, data, dst)),
+                Level::Vpclmul => Some(x86::hybrid::<false, HQ>(crc, data, dst)),
+                Level::Pclmul => Some(x86::three_way::<false>(crc, data, dst)),
+                Level::Portable => None,
+            }
+        };
+        if let Some(r) = r {
+            return r;
         }
     }
     let _ = level;
@@ -146,19 +164,23 @@ fn update(level: Level, crc: u32, data: &[u8]) -> u32 {
 /// The default fused copy kernel for `level`, on the raw register; `dst.len() == src.len()`.
 #[inline(always)]
 fn copy(level: Level, crc: u32, dst: &mut [u8], src: &[u8]) -> u32 {
-    debug_assert_eq!(dst.len(), src.len());
     #[cfg(target_arch = "x86_64")]
     if dst.len() == src.len() {
         let d = dst.as_mut_ptr();
-        match level {
-            // SAFETY: `level` says the CPU has the kernel's features; `d` is valid for
-            // `src.len()` writes and does not overlap `src` (`&mut` and `&`).
-            Level::Vpclmul => return unsafe { x86::fold256::<true>(crc, src, d) },
-            // SAFETY: as above.
-            Level::Pclmul => return unsafe { x86::fold128::<true>(crc, src, d) },
-            // SAFETY: as above.
-            Level::Sse42 => return unsafe { x86::chain::<true>(crc, src, d) },
-            Level::Portable => {}
+        let short = src.len() < x86::FOLD_MIN;
+        // SAFETY: `level` says the CPU has each kernel's features; `d` is valid for
+        // `src.len()` writes and does not overlap `src` (`&mut` and `&`).
+        let r = unsafe {
+            match level {
+                Level::Sse42 => Some(x86::chain::<true>(crc, src, d)),
+                _ if short => Some(x86::chain::<true>(crc, src, d)),
+                Level::Vpclmul => Some(x86::hybrid::<true, HQ>(crc, src, d)),
+                Level::Pclmul => Some(x86::three_way::<true>(crc, src, d)),
+                Level::Portable => None,
+            }
+        };
+        if let Some(r) = r {
+            return r;
         }
     }
     let _ = level;
@@ -180,6 +202,8 @@ fn shift(crc: u32, n: u64) -> u32 {
 pub mod impls {
     #[cfg(target_arch = "x86_64")]
     use super::x86;
+    #[cfg(target_arch = "x86_64")]
+    use super::HQ;
     use super::{portable, Level};
 
     /// A raw-register kernel; `dst` is written only by the copy kernels.
@@ -229,6 +253,7 @@ pub mod impls {
         }
     }
 
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn at_least(l: Level) -> bool {
         super::level() as u8 >= l as u8
     }
@@ -295,42 +320,10 @@ pub mod impls {
         if at_least(Level::Vpclmul) {
             return Some(Impl {
                 name: "hybrid",
-                kernels: Some((
-                    x86::hybrid::<false, { x86::HQ }>,
-                    x86::hybrid::<true, { x86::HQ }>,
-                )),
+                kernels: Some((x86::hybrid::<false, HQ>, x86::hybrid::<true, HQ>)),
             });
         }
         None
-    }
-
-    #[doc(hidden)]
-    pub fn tuning() -> Vec<Impl> {
-        let mut v = Vec::new();
-        #[cfg(target_arch = "x86_64")]
-        if at_least(Level::Vpclmul) {
-            v.push(Impl {
-                name: "hyb3",
-                kernels: Some((x86::hybrid::<false, 3>, x86::hybrid::<true, 3>)),
-            });
-            v.push(Impl {
-                name: "hyb4",
-                kernels: Some((x86::hybrid::<false, 4>, x86::hybrid::<true, 4>)),
-            });
-            v.push(Impl {
-                name: "hyb5",
-                kernels: Some((x86::hybrid::<false, 5>, x86::hybrid::<true, 5>)),
-            });
-            v.push(Impl {
-                name: "hyb7",
-                kernels: Some((x86::hybrid::<false, 7>, x86::hybrid::<true, 7>)),
-            });
-            v.push(Impl {
-                name: "hyb8",
-                kernels: Some((x86::hybrid::<false, 8>, x86::hybrid::<true, 8>)),
-            });
-        }
-        v
     }
 
     /// Every implementation this CPU runs, portable first.
@@ -347,8 +340,8 @@ pub mod impls {
     /// The implementation [`crc32c_append`](super::crc32c_append) uses on this CPU.
     pub fn default_impl() -> Impl {
         match super::level() {
-            Level::Vpclmul => vpclmul(),
-            Level::Pclmul => pclmul(),
+            Level::Vpclmul => hybrid(),
+            Level::Pclmul => sse42_3way(),
             Level::Sse42 => sse42(),
             Level::Portable => None,
         }

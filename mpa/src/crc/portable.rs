@@ -128,8 +128,8 @@ static TABLES: [[u32; 256]; 8] = make_tables();
 /// Slice-by-8 over the raw (non-inverted) register.
 pub(crate) fn update(mut crc: u32, data: &[u8]) -> u32 {
     let t = &TABLES;
-    let (chunks, rest) = data.as_chunks::<8>();
-    for c in chunks {
+    let mut chunks = data.chunks_exact(8);
+    for c in &mut chunks {
         let lo = u32::from_le_bytes([c[0], c[1], c[2], c[3]]) ^ crc;
         let hi = u32::from_le_bytes([c[4], c[5], c[6], c[7]]);
         crc = t[7][(lo & 0xff) as usize]
@@ -141,7 +141,7 @@ pub(crate) fn update(mut crc: u32, data: &[u8]) -> u32 {
             ^ t[1][((hi >> 16) & 0xff) as usize]
             ^ t[0][(hi >> 24) as usize];
     }
-    for &b in rest {
+    for &b in chunks.remainder() {
         crc = (crc >> 8) ^ t[0][((crc ^ u32::from(b)) & 0xff) as usize];
     }
     crc

@@ -121,6 +121,33 @@ fn every_length_and_alignment() {
 }
 
 #[test]
+fn lengths_around_the_kernels_boundaries() {
+    // Hybrid rounds are 272 octets (4 x 32 vector + 3 x 48 scalar), merged every 256 rounds;
+    // folding starts at 128; the three-chain kernel's blocks top out at 3 x 4096.
+    let mut buf = vec![0u8; 300_064];
+    fill(&mut buf, 13);
+    let round = 272;
+    let mut lens = vec![3 * 4096 - 1, 3 * 4096, 3 * 4096 + 1, 3 * 4096 + 24, 300_000];
+    for r in [3, 4, 5, 16, 255, 256, 257, 512, 600] {
+        for d in [0, 1, 8, 23, 24, 45, 46, 100, 200, 271] {
+            lens.extend([r * round + d, r * round - 1 - d.min(r * round - 1)]);
+        }
+    }
+    for len in lens {
+        for off in [0, 1, 13] {
+            let data = &buf[off..off + len];
+            let want = !portable::bitwise(!0, data);
+            for imp in all() {
+                assert_eq!(imp.append(0, data), want, "{imp:?} len {len} off {off}");
+                let mut dst = vec![0u8; len];
+                assert_eq!(imp.copy(0, &mut dst, data), want, "{imp:?} copy len {len}");
+                assert!(dst == data, "{imp:?} copy len {len}");
+            }
+        }
+    }
+}
+
+#[test]
 fn copy_every_length_and_alignment() {
     let mut src = vec![0u8; 700 + 64];
     fill(&mut src, 11);

@@ -1,5 +1,6 @@
 //! x86-64 CRC32c kernels: the SSE4.2 `crc32` instruction (one chain, or three chains merged
-//! with PCLMULQDQ) and PCLMULQDQ / VPCLMULQDQ folding.
+//! with PCLMULQDQ), PCLMULQDQ / VPCLMULQDQ folding, and the hybrid of 256-bit folding with
+//! three `crc32` chains (the default where VPCLMULQDQ exists).
 //!
 //! Every kernel works on the raw (non-inverted) register and is an `unsafe fn` with
 //! `#[target_feature]`: callers must have detected the features first (see `super::Level`).
@@ -12,15 +13,20 @@
 //! reflected bit order of the constants and of `pclmulqdq`'s product), and XORed into D. The
 //! result keeps the same CRC, so at the end the last 16 folded octets are simply fed to
 //! `crc32q` as if they were data. The initial register is XORed into the first four octets.
+//!
+//! Needs Rust 1.89 (VPCLMULQDQ intrinsics and target feature; safe `#[target_feature]`
+//! functions and safe intrinsic calls came in 1.86/1.87).
 
 use core::arch::x86_64::*;
 
 use super::portable::{xpow, X8N};
 
-/// Below this length the folding kernels run one `crc32q` chain (no set-up cost).
-pub(super) const FOLD_MIN: usize = 256;
+/// Below this length the 256-bit folding kernel runs one `crc32q` chain (no set-up cost).
+pub(super) const FOLD_MIN: usize = 128;
+/// Below this length the 128-bit folding kernel runs one `crc32q` chain.
+const FOLD128_MIN: usize = 256;
 /// Below this length the three-chain kernel runs one chain.
-const THREE_WAY_MIN: usize = 192;
+const THREE_WAY_MIN: usize = 96;
 /// Largest block of one chain in the three-chain kernel (octets).
 const THREE_WAY_BLOCK: usize = 4096;
 
@@ -275,7 +281,7 @@ pub(super) unsafe fn three_way<const COPY: bool>(crc: u32, src: &[u8], dst: *mut
 #[target_feature(enable = "sse4.2,pclmulqdq")]
 pub(super) unsafe fn fold128<const COPY: bool>(crc: u32, src: &[u8], dst: *mut u8) -> u32 {
     let (s, n) = (src.as_ptr(), src.len());
-    if n < FOLD_MIN {
+    if n < FOLD128_MIN {
         // SAFETY: same features and `dst` contract.
         return unsafe { chain::<COPY>(crc, src, dst) };
     }
@@ -313,7 +319,7 @@ pub(super) unsafe fn fold128<const COPY: bool>(crc: u32, src: &[u8], dst: *mut u
 }
 
 /// 256-bit VPCLMULQDQ folding (AVX2 encoding, no AVX-512), four accumulators (128 octets
-/// per round).
+/// per round); below 128 octets one accumulator.
 ///
 /// # Safety
 /// SSE4.2, PCLMULQDQ, AVX2 and VPCLMULQDQ must be available; `dst` as for [`chain`].
@@ -324,26 +330,34 @@ pub(super) unsafe fn fold256<const COPY: bool>(crc: u32, src: &[u8], dst: *mut u
         // SAFETY: same features and `dst` contract.
         return unsafe { chain::<COPY>(crc, src, dst) };
     }
-    let mut y = [_mm256_setzero_si256(); 4];
-    for (i, yi) in y.iter_mut().enumerate() {
-        // SAFETY: 32 i + 32 <= 128 <= n.
-        *yi = unsafe { take32::<COPY>(s, dst, 32 * i) };
-    }
-    y[0] = _mm256_xor_si256(y[0], _mm256_zextsi128_si256(_mm_cvtsi32_si128(crc as i32)));
-    let mut off = 128;
-    let k = k256(K1024);
-    while off + 128 <= n {
+    let init = _mm256_zextsi128_si256(_mm_cvtsi32_si128(crc as i32));
+    let (mut acc, mut off) = if n < 128 {
+        // SAFETY: 32 <= FOLD_MIN <= n.
+        let first = unsafe { take32::<COPY>(s, dst, 0) };
+        (_mm256_xor_si256(first, init), 32)
+    } else {
+        let mut y = [_mm256_setzero_si256(); 4];
         for (i, yi) in y.iter_mut().enumerate() {
-            // SAFETY: off + 32 i + 32 <= off + 128 <= n.
-            let d = unsafe { take32::<COPY>(s, dst, off + 32 * i) };
-            *yi = _mm256_xor_si256(fold2(*yi, k), d);
+            // SAFETY: 32 i + 32 <= 128 <= n.
+            *yi = unsafe { take32::<COPY>(s, dst, 32 * i) };
         }
-        off += 128;
-    }
-    let mut acc = _mm256_xor_si256(
-        _mm256_xor_si256(y[3], fold2(y[0], k256(K768))),
-        _mm256_xor_si256(fold2(y[1], k256(K512)), fold2(y[2], k256(K256))),
-    );
+        y[0] = _mm256_xor_si256(y[0], init);
+        let mut off = 128;
+        let k = k256(K1024);
+        while off + 128 <= n {
+            for (i, yi) in y.iter_mut().enumerate() {
+                // SAFETY: off + 32 i + 32 <= off + 128 <= n.
+                let d = unsafe { take32::<COPY>(s, dst, off + 32 * i) };
+                *yi = _mm256_xor_si256(fold2(*yi, k), d);
+            }
+            off += 128;
+        }
+        let acc = _mm256_xor_si256(
+            _mm256_xor_si256(y[3], fold2(y[0], k256(K768))),
+            _mm256_xor_si256(fold2(y[1], k256(K512)), fold2(y[2], k256(K256))),
+        );
+        (acc, off)
+    };
     let k = k256(K256);
     while off + 32 <= n {
         // SAFETY: off + 32 <= n.
@@ -366,8 +380,6 @@ pub(super) unsafe fn fold256<const COPY: bool>(crc: u32, src: &[u8], dst: *mut u
     unsafe { chain::<COPY>(reduce(acc), rest, dst.wrapping_add(off)) }
 }
 
-/// Below this length [`hybrid`] runs [`fold256`].
-pub(super) const HYBRID_MIN: usize = 0;
 /// `crc32q` per scalar chain per round of [`hybrid`] (tuned on AMD Zen 4, where the
 /// carry-less multiplier and `crc32` partly compete: 8 `vpclmulqdq` + 18 `crc32q` per round).
 pub(super) const HQ: usize = 6;
@@ -413,35 +425,19 @@ const fn make_khybrid(round: usize, sb: usize) -> [[u32; 4]; HMAX_ROUNDS + 1] {
     t
 }
 
-/// `XE[j] = [x^(64 j), x^(128 j), x^(192 j)] mod P`: the merge constants' correction when
-/// each scalar region of [`hybrid`] is `8 j` octets longer than its rounds.
-static XE: [[u32; 3]; 16] = make_xe();
-
-const fn make_xe() -> [[u32; 3]; 16] {
-    let mut t = [[0u32; 3]; 16];
-    let mut j = 0;
-    while j < 16 {
-        t[j] = [
-            xpow(64 * j as u64),
-            xpow(128 * j as u64),
-            xpow(192 * j as u64),
-        ];
-        j += 1;
-    }
-    t
-}
-
 /// VPCLMULQDQ folding *and* three `crc32` chains at once: the carry-less multiplier and the
 /// `crc32` unit work side by side, so their throughputs (partly) add up.
 ///
-/// The input is cut into `[pre][v][a][b][c]`. `v` (128 octets per round) is folded from 0
-/// by four 256-bit accumulators; `a`, `b`, `c` (`8 Q` octets per round each, plus an equal
-/// share `e` of what does not fill a round, in whole words) run three `crc32` chains from 0;
-/// `pre` (< 24 octets) extends the caller's register. The partial CRCs are merged by four
-/// carry-less multiplications with `x^(8 d - 33)`, `d` being the distance from the end of
-/// each part to the end; these come from a table indexed by the number of rounds, times a
-/// small correction for `e`, all independent of the data (the CPU overlaps them with the
-/// loop).
+/// The input is cut into `[head][v][a][b][c]`, the head being what does not fill a round.
+/// The head runs one `crc32` chain from the caller's register (independent of the rest, so
+/// the CPU overlaps it with the main loop); `v` (128 octets per round) is folded from 0 by
+/// four 256-bit accumulators; `a`, `b`, `c` (`8 Q` octets per round each) run three `crc32`
+/// chains from 0. The five partial CRCs are merged by four carry-less multiplications with
+/// `x^(8 d - 33)`, `d` being the distance from the end of each part to the end: constants
+/// that depend only on the number of rounds (a table).
+///
+/// (Spreading the head over the three chains instead needs four run-time multiplications
+/// for the constants; measured slower on Zen 4 at every size.)
 ///
 /// # Safety
 /// SSE4.2, PCLMULQDQ, AVX2 and VPCLMULQDQ must be available; `dst` as for [`chain`].
@@ -454,35 +450,32 @@ pub(super) unsafe fn hybrid<const COPY: bool, const Q: usize>(
     const { assert!(Q >= 1 && Q <= 10) };
     let (s, n) = (src.as_ptr(), src.len());
     let round = Hybrid::<Q>::ROUND;
-    if n < HYBRID_MIN.max(2 * round) {
+    // The head's chain is serial: worth it only when it is short next to the rest.
+    if n < 3 * round || 6 * (n % round) > n {
         // SAFETY: same features and `dst` contract.
         return unsafe { fold256::<COPY>(crc, src, dst) };
     }
-    let rest = n % round;
-    let mut e = rest / 24 * 8; // extra octets per scalar region (<= 8 (Q + 5))
-    let pre = rest - 3 * e;
-    // SAFETY: features as ours; `dst` is valid for `pre <= n` octets with COPY.
-    let mut c = unsafe { chain::<COPY>(crc, src.get(..pre).unwrap_or_default(), dst) };
-    let mut pos = pre;
+    let head = n % round;
+    // SAFETY: features as ours; `dst` is valid for `head <= n` octets with COPY.
+    let mut c = unsafe { chain::<COPY>(crc, src.get(..head).unwrap_or_default(), dst) };
+    let mut pos = head;
     let mut rounds_left = n / round;
     while rounds_left > 0 {
         let rounds = rounds_left.min(HMAX_ROUNDS);
         rounds_left -= rounds;
-        // SAFETY: `pos + rounds * round + 3 e <= n`; features and `dst` as ours.
-        c = unsafe { hybrid_piece::<COPY, Q>(c, s, dst, pos, rounds, e) };
-        pos += rounds * round + 3 * e;
-        e = 0;
+        // SAFETY: `pos + rounds * round <= n`; features and `dst` as ours.
+        c = unsafe { hybrid_piece::<COPY, Q>(c, s, dst, pos, rounds) };
+        pos += rounds * round;
     }
     c
 }
 
-/// `rounds` rounds of [`hybrid`] at `s + pos`, with `e` extra octets in each scalar region,
-/// extending the register `prev` (the CRC of everything before `pos`).
+/// `rounds` rounds of [`hybrid`] at `s + pos`, extending the register `prev` (the CRC of
+/// everything before `pos`).
 ///
 /// # Safety
-/// `1 <= rounds <= HMAX_ROUNDS`, `e` a multiple of 8 below 128; `pos + rounds *
-/// Hybrid::<Q>::ROUND + 3 e` octets readable at `s` (and, with COPY, writable at `dst`);
-/// the features of [`hybrid`].
+/// `1 <= rounds <= HMAX_ROUNDS`; `pos + rounds * Hybrid::<Q>::ROUND` octets readable at `s`
+/// (and, with COPY, writable at `dst`); the features of [`hybrid`].
 #[inline]
 #[target_feature(enable = "sse4.2,pclmulqdq,avx2,vpclmulqdq")]
 unsafe fn hybrid_piece<const COPY: bool, const Q: usize>(
@@ -491,35 +484,14 @@ unsafe fn hybrid_piece<const COPY: bool, const Q: usize>(
     dst: *mut u8,
     pos: usize,
     rounds: usize,
-    e: usize,
 ) -> u32 {
-    let ls = rounds * Hybrid::<Q>::SB + e;
+    let ls = rounds * Hybrid::<Q>::SB;
     let ov = pos;
     let oa = pos + 128 * rounds;
     let (ob, oc) = (oa + ls, oa + 2 * ls);
 
-    // Merge constants (data independent; issued first so they overlap with the loop).
-    let table: &'static [[u32; 4]; HMAX_ROUNDS + 1] = &Hybrid::<Q>::K;
-    let [kp, kv, ka, kb] = table[rounds];
-    let [x1, x2, x3] = XE[(e / 8) % XE.len()];
-    let (kp, kv, ka, kb) = (mul(kp, x3), mul(kv, x3), mul(ka, x2), mul(kb, x1));
-
     let (mut ca, mut cb, mut cc) = (0u64, 0u64, 0u64);
     let mut so = 0; // offset inside each scalar region
-    while so < e {
-        // SAFETY: so + 8 <= e <= ls: inside each region (oc + ls = the piece's end).
-        let (va, vb, vc) = unsafe {
-            (
-                take8::<COPY>(s, dst, oa + so),
-                take8::<COPY>(s, dst, ob + so),
-                take8::<COPY>(s, dst, oc + so),
-            )
-        };
-        ca = _mm_crc32_u64(ca, va);
-        cb = _mm_crc32_u64(cb, vb);
-        cc = _mm_crc32_u64(cc, vc);
-        so += 8;
-    }
     let mut y = [_mm256_setzero_si256(); 4];
     for (i, yi) in y.iter_mut().enumerate() {
         // SAFETY: ov + 128 <= oa.
@@ -530,7 +502,7 @@ unsafe fn hybrid_piece<const COPY: bool, const Q: usize>(
     loop {
         for q in 0..Q {
             let o = so + 8 * q;
-            // SAFETY: o + 8 <= ls, so each read is inside its region.
+            // SAFETY: o + 8 <= ls, so each read is inside its region (oc + ls is the end).
             let (va, vb, vc) = unsafe {
                 (
                     take8::<COPY>(s, dst, oa + o),
@@ -562,6 +534,8 @@ unsafe fn hybrid_piece<const COPY: bool, const Q: usize>(
         _mm256_extracti128_si256::<1>(acc),
     );
     let cv = reduce(acc);
+    let table: &'static [[u32; 4]; HMAX_ROUNDS + 1] = &Hybrid::<Q>::K;
+    let [kp, kv, ka, kb] = table[rounds];
     let p = |x: u32, k: u32| {
         _mm_clmulepi64_si128::<0x00>(_mm_cvtsi32_si128(x as i32), _mm_cvtsi32_si128(k as i32))
     };
