@@ -8,9 +8,11 @@
 
 use crate::crc;
 use crate::error::{Fault, MpaErrorCode};
-use crate::markers::{self, Piece, WireLayout};
+use crate::markers;
 use crate::wire::fpdu::{self, CRC_LEN, HEADER_LEN};
 use crate::wire::marker::MARKER_LEN;
+
+const MARKER_INTERVAL: usize = markers::MARKER_INTERVAL as usize;
 
 /// Why decoding stopped. Sticky: after an error the decoder yields nothing more (RFC 5044 §8:
 /// MPA MUST NOT deliver further FPDUs on that half connection).
@@ -325,23 +327,26 @@ impl<'a> Ulpdu<'a> {
     }
 
     /// The ULPDU octets as the pieces between markers, in order.
-    pub fn pieces(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
-        let (start, end) = (HEADER_LEN, HEADER_LEN + self.len());
-        let wire = self.wire;
-        WireLayout::new(self.pos, fpdu::fpdu_len(self.len()), self.markers).filter_map(
-            move |piece| match piece {
-                Piece::Content {
-                    wire: w,
-                    content,
-                    len,
-                } => {
-                    let lo = content.max(start);
-                    let hi = (content + len).min(end);
-                    (lo < hi).then(|| &wire[w + lo - content..w + hi - content])
-                }
-                Piece::Marker { .. } => None,
-            },
-        )
+    pub fn pieces(&self) -> UlpduPieces<'a> {
+        let hoff = markers::header_offset(self.pos, self.markers);
+        let cur = hoff + HEADER_LEN;
+        let next_marker = if self.markers {
+            // The first marker behind the header (a leading marker sits before it).
+            let first = markers::to_next_marker(self.pos);
+            if first < cur {
+                first + MARKER_INTERVAL
+            } else {
+                first
+            }
+        } else {
+            usize::MAX
+        };
+        UlpduPieces {
+            wire: self.wire,
+            cur,
+            remaining: self.len(),
+            next_marker,
+        }
     }
 
     /// Copies the ULPDU's first `dst.len()` octets (or all, if shorter) into `dst`; returns
@@ -400,22 +405,52 @@ pub(crate) fn verify_fpdu(
         }
     }
     if markers {
-        // RFC 5044 §8 error 3: we check every marker, in order too.
-        let content_len = fpdu::fpdu_len(usize::from(ulpdu_len));
-        for piece in WireLayout::new(pos, content_len, true) {
-            if let Piece::Marker { wire: w, fpdu_ptr } = piece {
-                let found = u16::from_be_bytes([wire[w + 2], wire[w + 3]]) & !3;
-                if found != fpdu_ptr {
-                    return Err(DecodeError::Marker {
-                        marker_pos: pos.wrapping_add(w as u32),
-                        found,
-                        expected: fpdu_ptr,
-                    });
-                }
+        // RFC 5044 §8 error 3: we check every marker, in order too. Markers sit wherever the
+        // stream position is a multiple of 512; none can fall on the CRC (the last 4 octets).
+        let mut w = markers::to_next_marker(pos);
+        while w + CRC_LEN < n {
+            let expected = if w == 0 { 0 } else { (w - hoff) as u16 };
+            let found = u16::from_be_bytes([wire[w + 2], wire[w + 3]]) & !3;
+            if found != expected {
+                return Err(DecodeError::Marker {
+                    marker_pos: pos.wrapping_add(w as u32),
+                    found,
+                    expected,
+                });
             }
+            w += MARKER_INTERVAL;
         }
     }
     Ok(ulpdu_len)
+}
+
+/// The pieces of a ULPDU between markers, in order.
+#[derive(Debug, Clone)]
+pub struct UlpduPieces<'a> {
+    wire: &'a [u8],
+    cur: usize,
+    remaining: usize,
+    next_marker: usize,
+}
+
+impl<'a> Iterator for UlpduPieces<'a> {
+    type Item = &'a [u8];
+
+    #[inline]
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.remaining == 0 {
+            return None;
+        }
+        if self.cur == self.next_marker {
+            self.cur += MARKER_LEN;
+            self.next_marker += MARKER_INTERVAL;
+        }
+        let n = self.remaining.min(self.next_marker - self.cur);
+        let piece = self.wire.get(self.cur..self.cur + n)?;
+        self.cur += n;
+        self.remaining -= n;
+        Some(piece)
+    }
 }
 
 /// Marker octets inside the FPDU at `pos` of `ulpdu_len` (for accounting).

@@ -7,8 +7,8 @@ use crate::encoder::{EncodeError, FpduEncoder};
 use crate::error::MpaErrorCode;
 use crate::markers;
 use crate::startup::{
-    InitiatorStartup, Negotiated, ResponderStartup, RtrType, StartupError, StartupEvent,
-    StartupPolicy,
+    Disposition, InitiatorStartup, Negotiated, ResponderStartup, RtrType, StartupError,
+    StartupEvent, StartupPolicy,
 };
 use crate::wire::ddp::{
     self, queue, terminate_ulpdu, DdpRepr, RdmapOpcode, TerminateRepr, READ_REQUEST_HEADER_LEN,
@@ -162,12 +162,15 @@ impl<S: Transport> MpaStream<S> {
                     StartupEvent::Rejected { private_data } => {
                         return Err(EndpointError::Rejected { private_data })
                     }
-                    StartupEvent::Failed(e) => return Err(e.into()),
+                    StartupEvent::Failed(e) => return Err(initiator_failed(&mut io, &sm, e)),
                     _ => continue,
                 }
             }
             if consumed < rlen {
-                consumed += sm.handle_input(Instant::now(), &rbuf[consumed..rlen])?;
+                match sm.handle_input(Instant::now(), &rbuf[consumed..rlen]) {
+                    Ok(n) => consumed += n,
+                    Err(e) => return Err(initiator_failed(&mut io, &sm, e)),
+                }
                 continue;
             }
             let n = read_until(&mut io, &mut rbuf[rlen..], sm.poll_timeout())?;
@@ -373,6 +376,26 @@ impl<S: Transport> MpaStream<S> {
             };
             let mut head = [0u8; ddp::UNTAGGED_HEADER_LEN];
             let hl = u.copy_prefix(&mut head);
+            // A Terminate may come first (RFC 6581 §9.2: no matching RTR, code 7).
+            if let Ok((
+                DdpRepr::Untagged {
+                    opcode: RdmapOpcode::Terminate,
+                    ..
+                },
+                off,
+            )) = DdpRepr::parse(&head[..hl], version)
+            {
+                let mut t = [0u8; ddp::UNTAGGED_HEADER_LEN + ddp::TERMINATE_HEADER_LEN];
+                let tl = u.copy_prefix(&mut t);
+                if let Ok(tr) = TerminateRepr::parse(&t[off.min(tl)..tl]) {
+                    pending_error = Some(EndpointError::Terminated {
+                        layer: tr.layer,
+                        error_type: tr.error_type,
+                        error_code: tr.error_code,
+                    });
+                    break;
+                }
+            }
             if self.expect_rtr {
                 self.expect_rtr = false;
                 match check_rtr(
@@ -393,25 +416,6 @@ impl<S: Transport> MpaStream<S> {
                 }
             }
             self.may_send = true;
-            if let Ok((
-                DdpRepr::Untagged {
-                    opcode: RdmapOpcode::Terminate,
-                    ..
-                },
-                off,
-            )) = DdpRepr::parse(&head[..hl], version)
-            {
-                let mut t = [0u8; ddp::UNTAGGED_HEADER_LEN + ddp::TERMINATE_HEADER_LEN];
-                let tl = u.copy_prefix(&mut t);
-                if let Ok(tr) = TerminateRepr::parse(&t[off.min(tl)..tl]) {
-                    pending_error = Some(EndpointError::Terminated {
-                        layer: tr.layer,
-                        error_type: tr.error_type,
-                        error_code: tr.error_code,
-                    });
-                    break;
-                }
-            }
             self.stats.ulpdus_rx += 1;
             self.stats.ulpdu_octets_rx += u.len() as u64;
             delivered += 1;
@@ -467,6 +471,29 @@ impl<S: Transport> MpaStream<S> {
         self.flush()?;
         Ok(self.io)
     }
+}
+
+/// Acts on an Initiator's startup failure: for codes 6 and 7 (RFC 6581 §9.1, §9.2) the
+/// Terminate goes out as the first FPDU, framed as negotiated, before the connection closes.
+fn initiator_failed<S: Transport>(
+    io: &mut S,
+    sm: &InitiatorStartup,
+    e: StartupError,
+) -> EndpointError {
+    if e.disposition() == Disposition::TerminateThenClose {
+        if let Some(fr) = sm.framing() {
+            let ulpdu = terminate_ulpdu(e.code(), 1, fr.ddp_rdmap_version);
+            let mut out = Vec::new();
+            if FpduEncoder::new(fr.markers_tx)
+                .encode(&ulpdu, &mut out)
+                .is_ok()
+            {
+                // Best effort: the connection is closing with `e` whatever happens here.
+                let _ = io.write_all(&out).and_then(|()| io.flush());
+            }
+        }
+    }
+    e.into()
 }
 
 /// A blocking byte stream with read timeouts: what [`MpaStream`] runs over.
