@@ -125,8 +125,10 @@ fn rejection_carries_the_reason() {
             p.reject_reason = b"bad token".to_vec();
         }),
     );
-    let mut c = EndpointConfig::default();
-    c.private_data = b"nope".to_vec();
+    let c = EndpointConfig {
+        private_data: b"nope".to_vec(),
+        ..Default::default()
+    };
     match MpaStream::connect(a, &c) {
         Err(EndpointError::Rejected { private_data }) => assert_eq!(private_data, b"bad token"),
         other => panic!("{:?}", other.err()),
