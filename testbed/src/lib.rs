@@ -1,0 +1,395 @@
+//! Test beds in network namespaces, shared by tests, the demo and the benchmarks.
+//!
+//! ```text
+//!   ns a (peer)                    [ns r: bridge br0, nftables loss]              ns b (this host)
+//!   veth a  ──────────────────────── ra ── br0 ── rb ─────────────────────────── veth b (XDP here)
+//! ```
+//! Without the bridge, `a` and `b` are the two ends of one veth pair. Names are unique per run
+//! (`mpat<pid>x<n>-a`), every namespace is removed when the [`TestBed`] drops (also when a test
+//! panics), and namespaces left behind by a killed run (whose pid is gone) are removed by the
+//! next [`TestBed::up`]. The sender's transmit checksum offload is off (ENV.md: frames from a
+//! veth otherwise carry only the pseudo-header sum).
+#![forbid(unsafe_code)]
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+mod netns;
+pub use netns::{run_in_netns, NetnsError};
+
+/// Name prefix of every namespace a test bed creates.
+pub const PREFIX: &str = "mpat";
+
+/// Why a bed could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BedError {
+    /// A command failed.
+    #[error("`{cmd}` failed: {stderr}")]
+    Command {
+        /// The command line.
+        cmd: String,
+        /// What it printed on stderr.
+        stderr: String,
+    },
+    /// A command could not be started.
+    #[error("cannot run `{cmd}`: {source}")]
+    Spawn {
+        /// The command line.
+        cmd: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Not root, or the kernel lacks namespaces.
+    #[error("network namespaces unavailable: {0}")]
+    Unprivileged(String),
+    /// A bad configuration.
+    #[error("invalid test bed configuration: {0}")]
+    Config(String),
+}
+
+/// How to build a bed.
+#[derive(Debug, Clone)]
+pub struct BedConfig {
+    /// Put a bridge namespace `r` between `a` and `b` (needed for real loss).
+    pub bridge: bool,
+    /// Drop this percentage (0..=100) of frames a → b carrying TCP to `loss_port` in `r`.
+    pub loss_percent: u8,
+    /// The TCP destination port the loss applies to.
+    pub loss_port: u16,
+    /// MTU of every veth (≤ 3506 where XDP is attached: ENV.md).
+    pub mtu: u32,
+    /// RX and TX queues of every veth.
+    pub queues: u32,
+}
+
+impl Default for BedConfig {
+    fn default() -> Self {
+        BedConfig {
+            bridge: false,
+            loss_percent: 0,
+            loss_port: 7777,
+            mtu: 1500,
+            queues: 1,
+        }
+    }
+}
+
+/// A running bed. Dropping it removes every namespace it made.
+#[derive(Debug)]
+pub struct TestBed {
+    /// The peer's namespace.
+    pub ns_a: String,
+    /// The bridge namespace, if any.
+    pub ns_r: Option<String>,
+    /// This host's namespace.
+    pub ns_b: String,
+    /// The peer's interface (in `ns_a`).
+    pub if_a: String,
+    /// This host's interface (in `ns_b`), where XDP attaches.
+    pub if_b: String,
+    /// The configuration it was built with.
+    pub config: BedConfig,
+}
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// IPv4 address of `a`.
+pub const A4: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
+/// IPv4 address of `b`.
+pub const B4: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
+/// IPv6 address of `a`.
+pub const A6: Ipv6Addr = Ipv6Addr::new(0xfd99, 0, 0, 0, 0, 0, 0, 1);
+/// IPv6 address of `b`.
+pub const B6: Ipv6Addr = Ipv6Addr::new(0xfd99, 0, 0, 0, 0, 0, 0, 2);
+
+fn cmdline(args: &[&str]) -> String {
+    args.join(" ")
+}
+
+/// Runs a command; an error carries its stderr.
+pub fn run(args: &[&str]) -> Result<Output, BedError> {
+    let (prog, rest) = args
+        .split_first()
+        .ok_or_else(|| BedError::Config("empty command".into()))?;
+    let out = Command::new(prog)
+        .args(rest)
+        .output()
+        .map_err(|source| BedError::Spawn {
+            cmd: cmdline(args),
+            source,
+        })?;
+    if !out.status.success() {
+        return Err(BedError::Command {
+            cmd: cmdline(args),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// Runs a command inside a namespace.
+pub fn run_in(ns: &str, args: &[&str]) -> Result<Output, BedError> {
+    let mut v = vec!["ip", "netns", "exec", ns];
+    v.extend_from_slice(args);
+    run(&v)
+}
+
+/// Whether this process may build beds (root with network namespaces).
+pub fn privileged() -> Result<(), BedError> {
+    if !nix::unistd::Uid::effective().is_root() {
+        return Err(BedError::Unprivileged("not root".into()));
+    }
+    if !std::path::Path::new("/proc/self/ns/net").exists() {
+        return Err(BedError::Unprivileged("no network namespaces".into()));
+    }
+    Ok(())
+}
+
+/// For tests: `Ok(true)` to go on, `Ok(false)` to skip (with a loud warning), or a panic when
+/// `MPA_REQUIRE_PRIVILEGED=1` demands privileged tests run.
+pub fn require_privileged(test: &str) -> bool {
+    match privileged() {
+        Ok(()) => true,
+        Err(e) => {
+            if std::env::var("MPA_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
+                panic!("{test}: MPA_REQUIRE_PRIVILEGED=1 but {e}");
+            }
+            eprintln!("WARNING: skipping {test}: {e} (run as root; MPA_REQUIRE_PRIVILEGED=1 makes this fatal)");
+            false
+        }
+    }
+}
+
+/// Removes namespaces of earlier runs whose process is gone.
+fn reap_stale() {
+    let Ok(out) = run(&["ip", "netns", "list"]) else {
+        return;
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        let Some(rest) = name.strip_prefix(PREFIX) else {
+            continue;
+        };
+        let pid: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        if pid.is_empty() || std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let _ = run(&["ip", "netns", "del", name]);
+    }
+}
+
+impl TestBed {
+    /// Builds a bed.
+    pub fn up(config: BedConfig) -> Result<TestBed, BedError> {
+        if config.loss_percent > 100 {
+            return Err(BedError::Config(format!(
+                "loss {}% > 100%",
+                config.loss_percent
+            )));
+        }
+        if config.loss_percent > 0 && !config.bridge {
+            return Err(BedError::Config("loss needs the bridge namespace".into()));
+        }
+        if !(68..=65535).contains(&config.mtu) || config.queues == 0 || config.queues > 64 {
+            return Err(BedError::Config(format!(
+                "mtu {} / queues {}",
+                config.mtu, config.queues
+            )));
+        }
+        privileged()?;
+        reap_stale();
+        let id = format!(
+            "{PREFIX}{}x{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut bed = TestBed {
+            ns_a: format!("{id}-a"),
+            ns_r: config.bridge.then(|| format!("{id}-r")),
+            ns_b: format!("{id}-b"),
+            // Interface names must fit 15 octets and only be unique per namespace.
+            if_a: "veth-a".into(),
+            if_b: "veth-b".into(),
+            config,
+        };
+        // From here on Drop cleans up whatever was made.
+        bed.build()?;
+        Ok(bed)
+    }
+
+    fn build(&mut self) -> Result<(), BedError> {
+        let q = self.config.queues.to_string();
+        let mtu = self.config.mtu.to_string();
+        for ns in self.namespaces() {
+            run(&["ip", "netns", "add", ns])?;
+            run_in(ns, &["ip", "link", "set", "lo", "up"])?;
+        }
+        let (a, b) = (self.ns_a.clone(), self.ns_b.clone());
+        let veth = |x: &str, y: &str| {
+            run(&[
+                "ip",
+                "link",
+                "add",
+                x,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                y,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+            ])
+        };
+        // Temporary names in the root namespace are unique per bed (≤ 15 octets).
+        let tag = self
+            .ns_a
+            .trim_start_matches(PREFIX)
+            .trim_end_matches("-a")
+            .replace('x', "");
+        let t = |s: &str| format!("m{s}{tag}").chars().take(15).collect::<String>();
+        match self.ns_r.clone() {
+            None => {
+                let (ta, tb) = (t("a"), t("b"));
+                veth(&ta, &tb)?;
+                self.move_rename(&ta, &a, &self.if_a.clone())?;
+                self.move_rename(&tb, &b, &self.if_b.clone())?;
+            }
+            Some(r) => {
+                let (ta, tra, trb, tb) = (t("a"), t("p"), t("q"), t("b"));
+                veth(&ta, &tra)?;
+                veth(&trb, &tb)?;
+                self.move_rename(&ta, &a, &self.if_a.clone())?;
+                self.move_rename(&tb, &b, &self.if_b.clone())?;
+                self.move_rename(&tra, &r, "ra")?;
+                self.move_rename(&trb, &r, "rb")?;
+                run_in(&r, &["ip", "link", "add", "br0", "type", "bridge"])?;
+                for i in ["ra", "rb"] {
+                    run_in(&r, &["ip", "link", "set", i, "mtu", &mtu])?;
+                    run_in(&r, &["ip", "link", "set", i, "master", "br0"])?;
+                    run_in(&r, &["ip", "link", "set", i, "up"])?;
+                }
+                run_in(&r, &["ip", "link", "set", "br0", "up"])?;
+                if self.config.loss_percent > 0 {
+                    self.set_loss(self.config.loss_percent)?;
+                }
+            }
+        }
+        for (ns, ifn, v4, v6) in [(&a, &self.if_a, A4, A6), (&b, &self.if_b, B4, B6)] {
+            run_in(ns, &["ip", "link", "set", ifn, "mtu", &mtu])?;
+            run_in(ns, &["ip", "addr", "add", &format!("{v4}/24"), "dev", ifn])?;
+            run_in(
+                ns,
+                &[
+                    "ip",
+                    "-6",
+                    "addr",
+                    "add",
+                    &format!("{v6}/64"),
+                    "dev",
+                    ifn,
+                    "nodad",
+                ],
+            )?;
+            run_in(ns, &["ip", "link", "set", ifn, "up"])?;
+        }
+        // ENV.md: the sender's checksum offload must be off.
+        run_in(&a, &["ethtool", "-K", &self.if_a, "tx", "off"])?;
+        Ok(())
+    }
+
+    fn move_rename(&self, tmp: &str, ns: &str, name: &str) -> Result<(), BedError> {
+        run(&["ip", "link", "set", tmp, "netns", ns])?;
+        run_in(ns, &["ip", "link", "set", tmp, "name", name])?;
+        Ok(())
+    }
+
+    /// Every namespace of the bed.
+    pub fn namespaces(&self) -> Vec<&str> {
+        let mut v = vec![self.ns_a.as_str()];
+        v.extend(self.ns_r.as_deref());
+        v.push(self.ns_b.as_str());
+        v
+    }
+
+    /// Sets (replaces) the loss on frames a → b to TCP port `loss_port` in the bridge.
+    pub fn set_loss(&self, percent: u8) -> Result<(), BedError> {
+        let r = self
+            .ns_r
+            .as_deref()
+            .ok_or_else(|| BedError::Config("no bridge".into()))?;
+        if percent > 100 {
+            return Err(BedError::Config(format!("loss {percent}% > 100%")));
+        }
+        let _ = run_in(r, &["nft", "delete", "table", "bridge", "loss"]);
+        let rules = format!(
+            "table bridge loss {{\n chain drop_fwd {{\n  type filter hook forward priority 0; policy accept;\n  \
+             iifname \"ra\" meta l4proto tcp th dport {port} numgen random mod 100 < {percent} counter drop\n }}\n}}\n",
+            port = self.config.loss_port
+        );
+        let path = std::env::temp_dir().join(format!("{r}-loss.nft"));
+        std::fs::write(&path, rules).map_err(|source| BedError::Spawn {
+            cmd: "write nft rules".into(),
+            source,
+        })?;
+        let res = run_in(r, &["nft", "-f", &path.to_string_lossy()]);
+        let _ = std::fs::remove_file(&path);
+        res.map(|_| ())
+    }
+
+    /// Frames dropped so far by the loss rule.
+    pub fn dropped(&self) -> Result<u64, BedError> {
+        let Some(r) = self.ns_r.as_deref() else {
+            return Ok(0);
+        };
+        let out = run_in(r, &["nft", "list", "table", "bridge", "loss"])?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        Ok(text
+            .split_whitespace()
+            .skip_while(|w| *w != "packets")
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0))
+    }
+
+    /// The address of `b` (the host under test) in the family asked for.
+    pub fn addr_b(&self, v6: bool) -> IpAddr {
+        if v6 {
+            IpAddr::V6(B6)
+        } else {
+            IpAddr::V4(B4)
+        }
+    }
+
+    /// The address of `a` (the peer).
+    pub fn addr_a(&self, v6: bool) -> IpAddr {
+        if v6 {
+            IpAddr::V6(A6)
+        } else {
+            IpAddr::V4(A4)
+        }
+    }
+
+    /// A command to run inside namespace `ns` (e.g. `bed.command(&bed.ns_a, "mpa-peer")`).
+    pub fn command(&self, ns: &str, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns, program]);
+        c
+    }
+}
+
+impl Drop for TestBed {
+    fn drop(&mut self) {
+        for ns in self.namespaces() {
+            if let Err(e) = run(&["ip", "netns", "del", ns]) {
+                tracing::warn!(%e, "test bed cleanup");
+            }
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! The test bed itself: connectivity over IPv4 and IPv6, real loss in the bridge, cleanup.
+
+use mpa_testbed::{require_privileged, run, run_in_netns, BedConfig, BedError, TestBed};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::Duration;
+
+/// Sends `n` octets from ns a to ns b over kernel TCP; returns what b received.
+fn transfer(bed: &TestBed, v6: bool, port: u16, n: usize) -> usize {
+    let addr = SocketAddr::new(bed.addr_b(v6), port);
+    let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut buf = vec![0u8; 65536];
+        let mut got = 0;
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => break got,
+                Ok(k) => got += k,
+                Err(e) => panic!("server read: {e}"),
+            }
+        }
+    });
+    run_in_netns(&bed.ns_a, move || {
+        let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).unwrap();
+        c.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
+        let chunk = vec![0x5au8; 65536];
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(chunk.len());
+            c.write_all(&chunk[..k]).unwrap();
+            left -= k;
+        }
+    })
+    .unwrap();
+    server.join().unwrap()
+}
+
+fn namespaces() -> String {
+    String::from_utf8_lossy(&run(&["ip", "netns", "list"]).unwrap().stdout).to_string()
+}
+
+#[test]
+fn direct_pair_carries_ipv4_and_ipv6_and_cleans_up() {
+    if !require_privileged("direct_pair") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig {
+        queues: 2,
+        mtu: 3506,
+        ..BedConfig::default()
+    })
+    .unwrap();
+    let names: Vec<String> = bed.namespaces().iter().map(|s| s.to_string()).collect();
+    assert_eq!(transfer(&bed, false, 7000, 1 << 20), 1 << 20);
+    assert_eq!(transfer(&bed, true, 7001, 1 << 20), 1 << 20);
+    drop(bed);
+    let left = namespaces();
+    for n in names {
+        assert!(!left.contains(&n), "{n} left behind");
+    }
+}
+
+#[test]
+fn bridge_with_loss_drops_for_real() {
+    if !require_privileged("bridge_with_loss") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig {
+        bridge: true,
+        loss_percent: 5,
+        loss_port: 7002,
+        ..BedConfig::default()
+    })
+    .unwrap();
+    assert_eq!(transfer(&bed, false, 7002, 2 << 20), 2 << 20);
+    assert!(bed.dropped().unwrap() > 0, "5% loss dropped nothing");
+    // Another port is not subject to the loss rule.
+    let before = bed.dropped().unwrap();
+    assert_eq!(transfer(&bed, true, 7003, 1 << 20), 1 << 20);
+    assert_eq!(bed.dropped().unwrap(), before);
+}
+
+#[test]
+fn cleanup_on_panic() {
+    if !require_privileged("cleanup_on_panic") {
+        return;
+    }
+    let names = std::panic::catch_unwind(|| {
+        let bed = TestBed::up(BedConfig::default()).unwrap();
+        let names: Vec<String> = bed.namespaces().iter().map(|s| s.to_string()).collect();
+        std::panic::panic_any(names);
+    })
+    .unwrap_err();
+    let names = names.downcast::<Vec<String>>().unwrap();
+    let left = namespaces();
+    for n in names.iter() {
+        assert!(!left.contains(n.as_str()), "{n} left behind");
+    }
+}
+
+#[test]
+fn bad_configurations_are_refused() {
+    let e = TestBed::up(BedConfig {
+        loss_percent: 5,
+        ..BedConfig::default()
+    })
+    .unwrap_err();
+    assert!(matches!(e, BedError::Config(_)), "{e}");
+    let e = TestBed::up(BedConfig {
+        bridge: true,
+        loss_percent: 101,
+        ..BedConfig::default()
+    })
+    .unwrap_err();
+    assert!(matches!(e, BedError::Config(_)), "{e}");
+    let e = TestBed::up(BedConfig {
+        queues: 0,
+        ..BedConfig::default()
+    })
+    .unwrap_err();
+    assert!(matches!(e, BedError::Config(_)), "{e}");
+}
