@@ -1,0 +1,7 @@
+//! Connection setup for mpa-xdp: kernel sockets, the MPA startup phase, and the TCP_REPAIR
+//! hand-over of a quiet connection to the datapath (DESIGN.md, ENV.md "TCP_REPAIR
+//! hand-over").
+#![forbid(unsafe_code)]
+
+pub mod freeze;
+pub mod neighbour;

@@ -1,0 +1,91 @@
+//! Next-hop MAC resolution from the kernel's routing and neighbour tables (slow path: one
+//! `ip -j` call each, only at hand-over).
+
+use std::net::IpAddr;
+use std::process::Command;
+
+/// Why a next hop could not be resolved.
+#[derive(Debug, thiserror::Error)]
+pub enum NeighbourError {
+    /// `ip` could not run or failed.
+    #[error("`ip {args}`: {detail}")]
+    Ip {
+        /// Arguments.
+        args: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// No usable neighbour entry.
+    #[error("no resolved neighbour for {0}")]
+    Unresolved(IpAddr),
+}
+
+fn ip_json(args: &[&str]) -> Result<serde_json::Value, NeighbourError> {
+    let err = |detail: String| NeighbourError::Ip {
+        args: args.join(" "),
+        detail,
+    };
+    let out = Command::new("ip")
+        .arg("-j")
+        .args(args)
+        .output()
+        .map_err(|e| err(e.to_string()))?;
+    if !out.status.success() {
+        return Err(err(String::from_utf8_lossy(&out.stderr).trim().to_string()));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| err(e.to_string()))
+}
+
+/// The interface and next-hop address used to reach `dst`.
+pub fn route(dst: IpAddr) -> Result<(String, IpAddr), NeighbourError> {
+    let v = ip_json(&["route", "get", &dst.to_string()])?;
+    let r = v.get(0).ok_or(NeighbourError::Unresolved(dst))?;
+    let dev = r["dev"]
+        .as_str()
+        .ok_or(NeighbourError::Unresolved(dst))?
+        .to_string();
+    let via = r["gateway"]
+        .as_str()
+        .and_then(|g| g.parse().ok())
+        .unwrap_or(dst);
+    Ok((dev, via))
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in &mut mac {
+        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+/// The MAC address of the next hop toward `dst`, and the interface.
+pub fn next_hop_mac(dst: IpAddr) -> Result<(String, [u8; 6]), NeighbourError> {
+    let (dev, via) = route(dst)?;
+    let v = ip_json(&["neigh", "show", &via.to_string(), "dev", &dev])?;
+    let entries = v.as_array().cloned().unwrap_or_default();
+    for e in entries {
+        let failed = e["state"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|x| x == "FAILED" || x == "INCOMPLETE"));
+        if let (false, Some(mac)) = (failed, e["lladdr"].as_str().and_then(parse_mac)) {
+            return Ok((dev, mac));
+        }
+    }
+    Err(NeighbourError::Unresolved(via))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn macs() {
+        assert_eq!(parse_mac("02:00:0a:ff:00:01"), Some([2, 0, 10, 255, 0, 1]));
+        assert_eq!(parse_mac("02:00:0a:ff:00"), None);
+        assert_eq!(parse_mac("02:00:0a:ff:00:01:02"), None);
+        assert_eq!(parse_mac("zz:00:0a:ff:00:01"), None);
+    }
+}

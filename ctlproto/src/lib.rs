@@ -1,0 +1,441 @@
+//! The control-socket protocol spoken between `mpa-control` (connection setup) and
+//! `mpa-datapath` over a Unix stream socket. Both sides import this crate only, so the
+//! connection-setup process links neither AF_XDP nor libbpf code.
+//!
+//! Framing: every message is `length (u32 BE) | JSON object`, at most [`MAX_MESSAGE`] octets
+//! of JSON. The first message each way is [`Message::Hello`] carrying [`VERSION`]; a peer with
+//! another version is refused with [`ErrorCode::Version`]. Every message carries a request id
+//! so replies can be matched; datapath notifications use id 0.
+#![forbid(unsafe_code)]
+
+use serde::{Deserialize, Serialize};
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+
+/// Protocol version. Bump on any incompatible change.
+pub const VERSION: u32 = 1;
+/// Largest JSON body accepted (a snapshot with queued octets fits easily).
+pub const MAX_MESSAGE: usize = 256 * 1024;
+
+/// Why a message could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtoError {
+    /// The socket failed.
+    #[error("control socket I/O: {0}")]
+    Io(#[from] io::Error),
+    /// The peer closed the socket between messages.
+    #[error("control socket closed by the peer")]
+    Closed,
+    /// A length prefix over the limit: the stream cannot be trusted any more.
+    #[error("control message of {0} octets exceeds the {MAX_MESSAGE}-octet limit")]
+    TooLarge(usize),
+    /// A body that is not a valid message.
+    #[error("malformed control message: {0}")]
+    Malformed(#[from] serde_json::Error),
+    /// The peer speaks another version.
+    #[error("control protocol version {theirs}, this side speaks {VERSION}")]
+    Version {
+        /// The peer's version.
+        theirs: u32,
+    },
+}
+
+/// The kernel TCP state read with TCP_REPAIR at freeze time (see ENV.md, hand-over).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcpSnapshot {
+    /// Our address (the accepted or connected socket's local side).
+    pub local: SocketAddr,
+    /// The peer's address.
+    pub remote: SocketAddr,
+    /// Next sequence number we send (TCP_QUEUE_SEQ of the send queue).
+    pub snd_nxt: u32,
+    /// Next sequence number we expect (TCP_QUEUE_SEQ of the receive queue).
+    pub rcv_nxt: u32,
+    /// TCP_REPAIR_WINDOW: snd_wl1.
+    pub snd_wl1: u32,
+    /// TCP_REPAIR_WINDOW: the peer's window as last received, unscaled octets.
+    pub snd_wnd: u32,
+    /// TCP_REPAIR_WINDOW: max_window.
+    pub max_window: u32,
+    /// TCP_REPAIR_WINDOW: our receive window, octets.
+    pub rcv_wnd: u32,
+    /// TCP_REPAIR_WINDOW: rcv_wup (the right edge we advertised is rcv_wup + rcv_wnd).
+    pub rcv_wup: u32,
+    /// The peer's SYN MSS (TCP_MAXSEG in repair mode).
+    pub mss: u16,
+    /// Our window shift (tcpi_rcv_wscale), when window scaling was negotiated.
+    pub rcv_wscale: Option<u8>,
+    /// The peer's window shift (tcpi_snd_wscale).
+    pub snd_wscale: Option<u8>,
+    /// SACK permitted on this connection.
+    pub sack_permitted: bool,
+    /// Timestamps: our TSval at freeze and CLOCK_MONOTONIC (ns) when it was read.
+    pub timestamps: Option<TsSnapshot>,
+    /// Octets still queued for sending (should be empty: the hand-over drains first).
+    pub send_queue: Vec<u8>,
+    /// Octets received but unread (should be empty).
+    pub recv_queue: Vec<u8>,
+}
+
+/// Timestamp clock at freeze.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TsSnapshot {
+    /// TCP_TIMESTAMP: our TSval clock at freeze.
+    pub tsval: u32,
+    /// CLOCK_MONOTONIC in nanoseconds, halfway between two reads bracketing TCP_TIMESTAMP.
+    pub monotonic_ns: u64,
+    /// The peer's last TSval, when known (0 otherwise; Linux accepts TSecr 0).
+    pub ts_recent: u32,
+}
+
+/// MPA role of this side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Role {
+    /// We sent the Request.
+    Initiator,
+    /// We answer with the Reply.
+    Responder,
+}
+
+/// What the startup phase agreed, and what the datapath still has to send.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MpaParams {
+    /// Our role.
+    pub role: Role,
+    /// The peer's revision.
+    pub rev: u8,
+    /// The peer adds markers toward us.
+    pub markers_rx: bool,
+    /// We add markers toward the peer.
+    pub markers_tx: bool,
+    /// CRC both ways.
+    pub crc: bool,
+    /// DDP/RDMAP version (1, or 0 with an RDMAC peer).
+    pub ddp_rdmap_version: u8,
+    /// Responder: the accepting Reply frame the datapath sends (with retransmission) so that
+    /// its ACK and the first FPDU reach the datapath. Empty for an Initiator.
+    pub reply_frame: Vec<u8>,
+    /// The RTR the Initiator sends first, or the ones a Responder accepts (names as in
+    /// `mpa::startup::RtrType`'s Debug form).
+    pub rtr: Vec<String>,
+}
+
+/// The whole hand-over of one connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandOver {
+    /// The flow the datapath created for this 4-tuple.
+    pub flow_id: u64,
+    /// Kernel TCP state.
+    pub tcp: TcpSnapshot,
+    /// MPA state.
+    pub mpa: MpaParams,
+    /// Next-hop MAC address (from the neighbour table).
+    pub next_hop_mac: [u8; 6],
+}
+
+/// Error codes in [`Message::Error`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// Incompatible protocol version.
+    Version,
+    /// The request is not valid (details in the message).
+    BadRequest,
+    /// No such flow.
+    UnknownFlow,
+    /// The 4-tuple is already owned.
+    FlowExists,
+    /// A limit (flows, memory) was reached.
+    Limit,
+    /// The requester is not allowed.
+    Forbidden,
+    /// The datapath failed internally.
+    Internal,
+}
+
+/// Every message of the protocol.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Message {
+    /// First message each way.
+    Hello {
+        /// [`VERSION`].
+        version: u32,
+        /// Free text: program name and version.
+        agent: String,
+    },
+    /// control → datapath: start steering this 4-tuple; the datapath creates the flow, inserts
+    /// it into the XDP `flows` map and holds its packets until the hand-over arrives.
+    AdoptFlow {
+        /// Request id.
+        id: u64,
+        /// Our side.
+        local: SocketAddr,
+        /// The peer.
+        remote: SocketAddr,
+    },
+    /// datapath → control: the flow exists and is steered.
+    FlowAdopted {
+        /// Request id.
+        id: u64,
+        /// The flow.
+        flow_id: u64,
+    },
+    /// control → datapath: the frozen kernel state; the datapath now owns the connection.
+    HandOver {
+        /// Request id.
+        id: u64,
+        /// The state.
+        handover: Box<HandOver>,
+    },
+    /// datapath → control: hand-over accepted.
+    HandedOver {
+        /// Request id.
+        id: u64,
+        /// The flow.
+        flow_id: u64,
+    },
+    /// control → datapath: forget a flow (hand-over failed, or an operator closes it).
+    CloseFlow {
+        /// Request id.
+        id: u64,
+        /// The flow.
+        flow_id: u64,
+    },
+    /// datapath → control (id 0): a connection ended; close its frozen socket silently.
+    FlowGone {
+        /// The flow.
+        flow_id: u64,
+        /// The MPA error code (RFC 5044 §8), if it ended with one.
+        mpa_error: Option<u8>,
+        /// Why, in words.
+        reason: String,
+    },
+    /// Ask for statistics.
+    GetStats {
+        /// Request id.
+        id: u64,
+    },
+    /// Statistics as a JSON document.
+    Stats {
+        /// Request id.
+        id: u64,
+        /// Per queue and per flow counters.
+        stats: serde_json::Value,
+    },
+    /// Plain success.
+    Ok {
+        /// Request id.
+        id: u64,
+    },
+    /// A refused request.
+    Error {
+        /// Request id (0 when the request could not be parsed).
+        id: u64,
+        /// What kind of failure.
+        code: ErrorCode,
+        /// Details.
+        message: String,
+    },
+}
+
+/// Writes one framed message.
+pub fn write_message(w: &mut impl Write, msg: &Message) -> Result<(), ProtoError> {
+    let body = serde_json::to_vec(msg)?;
+    if body.len() > MAX_MESSAGE {
+        return Err(ProtoError::TooLarge(body.len()));
+    }
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    w.write_all(&frame)?;
+    w.flush()?;
+    Ok(())
+}
+
+/// Reads one framed message; [`ProtoError::Closed`] at a clean end of stream.
+pub fn read_message(r: &mut impl Read) -> Result<Message, ProtoError> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(ProtoError::Closed),
+        Err(e) => return Err(e.into()),
+    }
+    let n = u32::from_be_bytes(len) as usize;
+    if n > MAX_MESSAGE {
+        return Err(ProtoError::TooLarge(n));
+    }
+    let mut body = vec![0u8; n];
+    r.read_exact(&mut body)?;
+    Ok(serde_json::from_slice(&body)?)
+}
+
+/// Sends our Hello and checks the peer's.
+pub fn handshake<S: Read + Write>(s: &mut S, agent: &str) -> Result<String, ProtoError> {
+    write_message(
+        s,
+        &Message::Hello {
+            version: VERSION,
+            agent: agent.to_string(),
+        },
+    )?;
+    match read_message(s)? {
+        Message::Hello { version, agent } if version == VERSION => Ok(agent),
+        Message::Hello { version, .. } => Err(ProtoError::Version { theirs: version }),
+        other => Err(ProtoError::Malformed(serde::de::Error::custom(format!(
+            "expected hello, got {other:?}"
+        )))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    fn snapshot() -> HandOver {
+        HandOver {
+            flow_id: 7,
+            tcp: TcpSnapshot {
+                local: "10.99.0.2:7777".parse().unwrap(),
+                remote: "[fd99::1]:40000".parse().unwrap(),
+                snd_nxt: u32::MAX,
+                rcv_nxt: 5,
+                snd_wl1: 4,
+                snd_wnd: 65535,
+                max_window: 65535,
+                rcv_wnd: 131072,
+                rcv_wup: 5,
+                mss: 1460,
+                rcv_wscale: Some(7),
+                snd_wscale: Some(9),
+                sack_permitted: true,
+                timestamps: Some(TsSnapshot {
+                    tsval: 123,
+                    monotonic_ns: 456,
+                    ts_recent: 0,
+                }),
+                send_queue: vec![],
+                recv_queue: vec![1, 2],
+            },
+            mpa: MpaParams {
+                role: Role::Responder,
+                rev: 2,
+                markers_rx: true,
+                markers_tx: false,
+                crc: true,
+                ddp_rdmap_version: 1,
+                reply_frame: b"MPA ID Rep Frame\x40\x01\x00\x00".to_vec(),
+                rtr: vec!["ZeroLengthSend".into()],
+            },
+            next_hop_mac: [2, 0, 0, 0, 0, 1],
+        }
+    }
+
+    #[test]
+    fn round_trip_every_message() {
+        let msgs = vec![
+            Message::Hello {
+                version: VERSION,
+                agent: "t".into(),
+            },
+            Message::AdoptFlow {
+                id: 1,
+                local: "1.2.3.4:5".parse().unwrap(),
+                remote: "[::1]:6".parse().unwrap(),
+            },
+            Message::FlowAdopted { id: 1, flow_id: 9 },
+            Message::HandOver {
+                id: 2,
+                handover: Box::new(snapshot()),
+            },
+            Message::HandedOver { id: 2, flow_id: 9 },
+            Message::CloseFlow { id: 3, flow_id: 9 },
+            Message::FlowGone {
+                flow_id: 9,
+                mpa_error: Some(2),
+                reason: "CRC".into(),
+            },
+            Message::GetStats { id: 4 },
+            Message::Stats {
+                id: 4,
+                stats: serde_json::json!({"queues": []}),
+            },
+            Message::Ok { id: 5 },
+            Message::Error {
+                id: 6,
+                code: ErrorCode::UnknownFlow,
+                message: "no".into(),
+            },
+        ];
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        for m in &msgs {
+            write_message(&mut a, m).unwrap();
+        }
+        drop(a);
+        for m in &msgs {
+            assert_eq!(&read_message(&mut b).unwrap(), m);
+        }
+        assert!(matches!(read_message(&mut b), Err(ProtoError::Closed)));
+    }
+
+    #[test]
+    fn malformed_and_oversized_are_refused() {
+        let mut buf = Vec::new();
+        buf.extend_from_slice(&5u32.to_be_bytes());
+        buf.extend_from_slice(b"{\"ty");
+        assert!(matches!(
+            read_message(&mut &buf[..]),
+            Err(ProtoError::Io(_))
+        ));
+        let mut buf = Vec::new();
+        buf.extend_from_slice(&(MAX_MESSAGE as u32 + 1).to_be_bytes());
+        assert!(matches!(
+            read_message(&mut &buf[..]),
+            Err(ProtoError::TooLarge(_))
+        ));
+        let body = br#"{"type":"hand_over","id":1}"#;
+        let mut buf = (body.len() as u32).to_be_bytes().to_vec();
+        buf.extend_from_slice(body);
+        assert!(matches!(
+            read_message(&mut &buf[..]),
+            Err(ProtoError::Malformed(_))
+        ));
+        let body = br#"{"type":"launch_missiles","id":1}"#;
+        let mut buf = (body.len() as u32).to_be_bytes().to_vec();
+        buf.extend_from_slice(body);
+        assert!(matches!(
+            read_message(&mut &buf[..]),
+            Err(ProtoError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn version_mismatch_is_typed() {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let t = std::thread::spawn(move || {
+            write_message(
+                &mut b,
+                &Message::Hello {
+                    version: VERSION + 1,
+                    agent: "future".into(),
+                },
+            )
+            .unwrap();
+            let _ = read_message(&mut b);
+        });
+        match handshake(&mut a, "test") {
+            Err(ProtoError::Version { theirs }) => assert_eq!(theirs, VERSION + 1),
+            other => panic!("{other:?}"),
+        }
+        t.join().unwrap();
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bodies_never_panic(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            let mut buf = (body.len() as u32).to_be_bytes().to_vec();
+            buf.extend_from_slice(&body);
+            let _ = read_message(&mut &buf[..]);
+        }
+    }
+}
