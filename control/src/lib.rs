@@ -3,5 +3,7 @@
 //! hand-over").
 #![forbid(unsafe_code)]
 
+pub mod datapath_client;
 pub mod freeze;
 pub mod neighbour;
+pub mod responder;
