@@ -1,0 +1,109 @@
+//! The program's per-CPU `counters`, mirrored from `struct xdp_counters` in `steer.bpf.c`.
+
+use std::ops::{Add, AddAssign};
+
+/// Octets in `struct xdp_counters`.
+pub(crate) const COUNTERS_SIZE: usize = 5 * 8;
+
+/// What the XDP program did, frame by frame.
+///
+/// `seen == redirected + steered_no_xsk + passed` (for one CPU, up to frames in flight while
+/// the counters are read); `malformed` counts a subset of `passed`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct XdpCounters {
+    /// Every frame the program ran on.
+    pub seen: u64,
+    /// Steered frames for which an AF_XDP socket was in the map (`XDP_REDIRECT`). Whether the
+    /// socket then accepted the frame shows in its own `XDP_STATISTICS`.
+    pub redirected: u64,
+    /// Frames given to the kernel (`XDP_PASS`).
+    pub passed: u64,
+    /// Frames with a truncated or invalid Ethernet, VLAN, IP or TCP header (passed).
+    pub malformed: u64,
+    /// Steered frames dropped because no AF_XDP socket was bound for their RX queue.
+    pub steered_no_xsk: u64,
+}
+
+impl XdpCounters {
+    /// Decodes one CPU's `struct xdp_counters` (host byte order). Short input reads as zeros.
+    pub(crate) fn from_bytes(b: &[u8]) -> Self {
+        let word = |i: usize| {
+            b.get(i * 8..i * 8 + 8)
+                .map(|w| u64::from_ne_bytes(w.try_into().expect("8-octet slice")))
+                .unwrap_or(0)
+        };
+        Self {
+            seen: word(0),
+            redirected: word(1),
+            passed: word(2),
+            malformed: word(3),
+            steered_no_xsk: word(4),
+        }
+    }
+
+    /// Field-wise difference `self - earlier`, saturating at zero: what happened between two
+    /// reads.
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self {
+            seen: self.seen.saturating_sub(earlier.seen),
+            redirected: self.redirected.saturating_sub(earlier.redirected),
+            passed: self.passed.saturating_sub(earlier.passed),
+            malformed: self.malformed.saturating_sub(earlier.malformed),
+            steered_no_xsk: self.steered_no_xsk.saturating_sub(earlier.steered_no_xsk),
+        }
+    }
+}
+
+impl AddAssign for XdpCounters {
+    fn add_assign(&mut self, o: Self) {
+        self.seen += o.seen;
+        self.redirected += o.redirected;
+        self.passed += o.passed;
+        self.malformed += o.malformed;
+        self.steered_no_xsk += o.steered_no_xsk;
+    }
+}
+
+impl Add for XdpCounters {
+    type Output = Self;
+
+    fn add(mut self, o: Self) -> Self {
+        self += o;
+        self
+    }
+}
+
+impl std::iter::Sum for XdpCounters {
+    fn sum<I: Iterator<Item = Self>>(iter: I) -> Self {
+        iter.fold(Self::default(), Add::add)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_and_sum() {
+        let mut b = [0u8; COUNTERS_SIZE];
+        for (i, w) in b.chunks_mut(8).enumerate() {
+            w.copy_from_slice(&(i as u64 + 1).to_ne_bytes());
+        }
+        let c = XdpCounters::from_bytes(&b);
+        assert_eq!(
+            c,
+            XdpCounters {
+                seen: 1,
+                redirected: 2,
+                passed: 3,
+                malformed: 4,
+                steered_no_xsk: 5
+            }
+        );
+        let total: XdpCounters = [c, c].into_iter().sum();
+        assert_eq!(total.steered_no_xsk, 10);
+        assert_eq!(total.since(&c), c);
+        assert_eq!(c.since(&total).seen, 0);
+        assert_eq!(XdpCounters::from_bytes(&b[..8]).seen, 1);
+    }
+}

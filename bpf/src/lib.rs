@@ -1,0 +1,82 @@
+//! The XDP steering program of the MPA data path, and a small safe API over it.
+//!
+//! The program (`src/bpf/steer.bpf.c`, compiled by build.rs with libbpf-cargo and embedded)
+//! parses Ethernet (with at most one 802.1Q/802.1ad tag), IPv4 (any IHL; non-first fragments
+//! are not steered) or IPv6 (fixed header; a TCP header behind extension headers is not
+//! steered), and TCP. A segment whose 4-tuple is in the `flows` map goes to the AF_XDP socket
+//! registered for the receiving RX queue, or is **dropped** when there is none: a steered
+//! flow's frames never reach the kernel, whose frozen (TCP_REPAIR) socket for it must not see
+//! them. Everything else — SYNs of unknown flows, ARP, ND, other protocols, frames that do
+//! not parse — goes to the kernel.
+//!
+//! ```no_run
+//! use mpa_bpf::{ifindex_of, AttachMode, FlowKey, FlowValue, XdpSteering};
+//! # fn main() -> Result<(), mpa_bpf::BpfError> {
+//! let steering = XdpSteering::attach(ifindex_of("eth0")?, AttachMode::DriverOrGeneric)?;
+//! let key = FlowKey::new("10.0.0.2:7777".parse().unwrap(), "10.0.0.1:40000".parse().unwrap())?;
+//! steering.insert_flow(&key, FlowValue::new(1))?;
+//! // ... set_xsk(queue, fd) for every RX queue ...
+//! println!("{:?}", steering.counters()?);
+//! # Ok(()) }
+//! ```
+//!
+//! libbpf's own messages (including the verifier log when a load fails) are sent to
+//! `tracing` under the target `libbpf`; the first [`XdpSteering::load`] installs that
+//! process-wide.
+//!
+//! Needs `CAP_BPF` and `CAP_NET_ADMIN` (root).
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod counters;
+mod error;
+mod flow;
+pub mod netns;
+mod steering;
+
+pub use counters::XdpCounters;
+pub use error::{BpfError, Iface, MapName, Result};
+pub use flow::{FlowKey, FlowValue};
+pub use steering::{AttachMode, XdpAction, XdpSteering};
+
+/// RX queues the XSK map can hold (`xsks` max_entries). Steered frames arriving on a higher
+/// queue are dropped.
+pub const MAX_QUEUES: u32 = 64;
+
+/// Flows the `flows` map can hold (max_entries).
+pub const MAX_FLOWS: u32 = 16384;
+
+/// The index of interface `name` in the calling thread's network namespace
+/// (`if_nametoindex(3)`; from a thread that entered another namespace with
+/// [`netns::NetNs::run`] it resolves there).
+pub fn ifindex_of(name: &str) -> Result<u32> {
+    nix::net::if_::if_nametoindex(name).map_err(|e| BpfError::NoSuchInterface {
+        name: name.to_owned(),
+        source: e.into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_interface_is_typed() {
+        let e = ifindex_of("mpab-no-such-if").unwrap_err();
+        assert!(matches!(e, BpfError::NoSuchInterface { .. }), "{e}");
+        assert!(e.to_string().contains("mpab-no-such-if"));
+    }
+
+    #[test]
+    fn handles_move_between_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<XdpSteering>();
+        send_sync::<netns::NetNs>();
+    }
+
+    #[test]
+    fn loopback_resolves() {
+        assert!(ifindex_of("lo").unwrap() > 0);
+    }
+}

@@ -1,0 +1,516 @@
+//! [`XdpSteering`]: the loaded steering program, its maps, and its attachment to one interface.
+
+use std::fmt;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::sync::Once;
+
+use libbpf_rs::{
+    ErrorKind, MapCore, MapFlags, MapHandle, Object, ObjectBuilder, PrintLevel, Program,
+    ProgramInput, Xdp, XdpFlags,
+};
+use tracing::{debug, info, trace, warn};
+
+use crate::counters::{XdpCounters, COUNTERS_SIZE};
+use crate::error::{BpfError, Iface, MapName, Result};
+use crate::flow::{FlowKey, FlowValue, FLOW_KEY_SIZE, FLOW_VALUE_SIZE};
+use crate::netns::NetNs;
+use crate::{MAX_FLOWS, MAX_QUEUES};
+
+/// The program's function name in `steer.bpf.c`.
+const PROG_NAME: &str = "mpa_steer";
+
+/// `steer.bpf.o`, built by build.rs. libbpf parses ELF in place, so keep it 8-aligned.
+#[repr(C, align(8))]
+struct Aligned<T: ?Sized>(T);
+static OBJECT: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/steer.bpf.o")));
+
+/// How to attach the program to an interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AttachMode {
+    /// Native XDP in the driver (`XDP_FLAGS_DRV_MODE`); fails where the driver has none.
+    Driver,
+    /// Generic XDP on the skb path (`XDP_FLAGS_SKB_MODE`); works everywhere, slower.
+    Generic,
+    /// Driver mode, falling back to generic mode if the driver attach fails.
+    DriverOrGeneric,
+}
+
+impl AttachMode {
+    fn flags(self) -> XdpFlags {
+        match self {
+            Self::Driver => XdpFlags::DRV_MODE,
+            Self::Generic => XdpFlags::SKB_MODE,
+            Self::DriverOrGeneric => XdpFlags::NONE,
+        }
+    }
+}
+
+impl fmt::Display for AttachMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Driver => "driver",
+            Self::Generic => "generic",
+            Self::DriverOrGeneric => "driver-or-generic",
+        })
+    }
+}
+
+/// An XDP program's verdict (`enum xdp_action`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum XdpAction {
+    /// `XDP_ABORTED`
+    Aborted,
+    /// `XDP_DROP`
+    Drop,
+    /// `XDP_PASS`
+    Pass,
+    /// `XDP_TX`
+    Tx,
+    /// `XDP_REDIRECT`
+    Redirect,
+    /// Any other value.
+    Unknown(u32),
+}
+
+impl From<u32> for XdpAction {
+    fn from(v: u32) -> Self {
+        match v {
+            0 => Self::Aborted,
+            1 => Self::Drop,
+            2 => Self::Pass,
+            3 => Self::Tx,
+            4 => Self::Redirect,
+            v => Self::Unknown(v),
+        }
+    }
+}
+
+/// Where the program is attached.
+#[derive(Debug)]
+struct Attachment {
+    iface: Iface,
+    /// [`AttachMode::Driver`] or [`AttachMode::Generic`]: the mode actually in use.
+    mode: AttachMode,
+    /// The namespace the ifindex belongs to; detach happens there.
+    netns: NetNs,
+}
+
+/// The steering program, loaded into the kernel, and (usually) attached to one interface.
+///
+/// Frames of flows in the `flows` map go to the AF_XDP socket registered for their RX queue
+/// ([`set_xsk`](Self::set_xsk)), or are dropped when there is none; everything else goes to
+/// the kernel. Dropping the value detaches the program (only if it is still the program
+/// attached there) and unloads it.
+///
+/// Attach and detach act on the interface index in the network namespace of the thread that
+/// attached; detach enters that namespace itself, so the value may be moved to and dropped on
+/// any thread. Map operations work from any namespace.
+#[derive(Debug)]
+pub struct XdpSteering {
+    /// Owns the program and the maps.
+    obj: Object,
+    flows: MapHandle,
+    xsks: MapHandle,
+    counters: MapHandle,
+    prog_id: u32,
+    attachment: Option<Attachment>,
+}
+
+impl XdpSteering {
+    /// Loads the program and attaches it to `ifindex` (in the calling thread's network
+    /// namespace). Fails if another XDP program is attached there in that mode.
+    pub fn attach(ifindex: u32, mode: AttachMode) -> Result<Self> {
+        let mut this = Self::load()?;
+        this.attach_to(ifindex, mode)?;
+        Ok(this)
+    }
+
+    /// Loads the program without attaching it: fill the maps first, then
+    /// [`attach_to`](Self::attach_to); or exercise it with [`test_run`](Self::test_run).
+    pub fn load() -> Result<Self> {
+        route_libbpf_logs();
+        let obj = ObjectBuilder::default()
+            .open_memory(&OBJECT.0)
+            .map_err(BpfError::Open)?
+            .load()
+            .map_err(BpfError::Load)?;
+
+        let flows = map_handle(
+            &obj,
+            MapName::Flows,
+            FLOW_KEY_SIZE,
+            FLOW_VALUE_SIZE,
+            MAX_FLOWS,
+        )?;
+        let xsks = map_handle(&obj, MapName::Xsks, 4, 4, MAX_QUEUES)?;
+        let counters = map_handle(&obj, MapName::Counters, 4, COUNTERS_SIZE, 1)?;
+        let prog_id = {
+            let prog = find_program(&obj)?;
+            Program::id_from_fd(prog.as_fd()).map_err(BpfError::Load)?
+        };
+        debug!(prog_id, "XDP steering program loaded");
+        Ok(Self {
+            obj,
+            flows,
+            xsks,
+            counters,
+            prog_id,
+            attachment: None,
+        })
+    }
+
+    /// Attaches the loaded program to `ifindex` in the calling thread's network namespace and
+    /// returns the mode in use ([`AttachMode::Driver`] or [`AttachMode::Generic`]).
+    ///
+    /// Uses `XDP_FLAGS_UPDATE_IF_NOEXIST`: never replaces another program.
+    pub fn attach_to(&mut self, ifindex: u32, mode: AttachMode) -> Result<AttachMode> {
+        if let Some(a) = &self.attachment {
+            return Err(BpfError::AlreadyAttached {
+                iface: a.iface.clone(),
+            });
+        }
+        let idx = i32::try_from(ifindex).map_err(|_| BpfError::InvalidIfindex(ifindex))?;
+        let iface = Iface::resolve(ifindex);
+        let netns = NetNs::current().map_err(BpfError::CurrentNetns)?;
+
+        let used = {
+            let prog = find_program(&self.obj)?;
+            let xdp = Xdp::new(prog.as_fd());
+            let try_attach =
+                |m: AttachMode| xdp.attach(idx, m.flags() | XdpFlags::UPDATE_IF_NOEXIST);
+            match mode {
+                AttachMode::Driver | AttachMode::Generic => {
+                    try_attach(mode).map_err(|source| BpfError::Attach {
+                        iface: iface.clone(),
+                        mode,
+                        source,
+                    })?;
+                    mode
+                }
+                AttachMode::DriverOrGeneric => match try_attach(AttachMode::Driver) {
+                    Ok(()) => AttachMode::Driver,
+                    Err(driver) => {
+                        warn!(%iface, error = %driver, "driver-mode XDP attach failed; trying generic mode");
+                        try_attach(AttachMode::Generic).map_err(|generic| {
+                            BpfError::AttachFallback {
+                                iface: iface.clone(),
+                                driver,
+                                generic,
+                            }
+                        })?;
+                        AttachMode::Generic
+                    }
+                },
+            }
+        };
+        info!(%iface, mode = %used, prog_id = self.prog_id, "XDP steering attached");
+        self.attachment = Some(Attachment {
+            iface,
+            mode: used,
+            netns,
+        });
+        Ok(used)
+    }
+
+    /// Detaches the program from its interface, if attached, provided it is still the program
+    /// attached there (else it leaves the interface alone and logs a warning). Afterwards the
+    /// value counts as detached even if this returned an error; it may be attached again.
+    pub fn detach(&mut self) -> Result<()> {
+        let Some(att) = self.attachment.take() else {
+            return Ok(());
+        };
+        let prog = find_program(&self.obj)?;
+        let prog_fd = prog.as_fd();
+        let ours = self.prog_id;
+        // attach_to checked that the index fits.
+        let idx = i32::try_from(att.iface.index).unwrap_or(i32::MAX);
+        let mode = att.mode;
+        let outcome = att
+            .netns
+            .run(|| -> libbpf_rs::Result<bool> {
+                let xdp = Xdp::new(prog_fd);
+                let current = xdp.query_id(idx, mode.flags())?;
+                if current != ours {
+                    return Ok(false);
+                }
+                xdp.detach(idx, mode.flags()).map(|()| true)
+            })
+            .map_err(|source| BpfError::Netns {
+                iface: att.iface.clone(),
+                source,
+            })?;
+        match outcome {
+            Ok(true) => {
+                info!(iface = %att.iface, mode = %att.mode, "XDP steering detached");
+                Ok(())
+            }
+            Ok(false) => {
+                warn!(iface = %att.iface, mode = %att.mode, prog_id = ours,
+                    "our XDP program is no longer attached there (removed or replaced); \
+                     leaving the interface alone");
+                Ok(())
+            }
+            Err(source) => Err(BpfError::Detach {
+                iface: att.iface,
+                mode: att.mode,
+                source,
+            }),
+        }
+    }
+
+    /// The interface the program is attached to.
+    pub fn iface(&self) -> Option<&Iface> {
+        self.attachment.as_ref().map(|a| &a.iface)
+    }
+
+    /// The mode in use: [`AttachMode::Driver`] or [`AttachMode::Generic`]; `None` if detached.
+    pub fn attached_mode(&self) -> Option<AttachMode> {
+        self.attachment.as_ref().map(|a| a.mode)
+    }
+
+    /// The kernel's id of the loaded program (as `bpftool prog` and `ip link` show it).
+    pub fn prog_id(&self) -> u32 {
+        self.prog_id
+    }
+
+    /// Steers the flow: from now on its frames go to the XSK of their RX queue or are dropped.
+    /// Replaces the value if the flow is already present.
+    pub fn insert_flow(&self, key: &FlowKey, value: FlowValue) -> Result<()> {
+        match self
+            .flows
+            .update(&key.to_bytes(), &value.to_bytes(), MapFlags::ANY)
+        {
+            Ok(()) => {
+                debug!(local = %key.local(), remote = %key.remote(), flow_id = value.flow_id, "flow steered");
+                Ok(())
+            }
+            // A full preallocated hash map answers E2BIG, which libbpf-rs does not classify.
+            Err(_) if self.flow_count().is_ok_and(|n| n >= MAX_FLOWS as usize) => {
+                Err(BpfError::FlowTableFull {
+                    capacity: MAX_FLOWS,
+                    target: self.target(),
+                })
+            }
+            Err(source) => Err(self.map_error(MapName::Flows, "update", source)),
+        }
+    }
+
+    /// Stops steering the flow: its frames go to the kernel again. `Ok(false)` if it was not
+    /// steered.
+    pub fn remove_flow(&self, key: &FlowKey) -> Result<bool> {
+        match self.flows.delete(&key.to_bytes()) {
+            Ok(()) => {
+                debug!(local = %key.local(), remote = %key.remote(), "flow unsteered");
+                Ok(true)
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+            Err(source) => Err(self.map_error(MapName::Flows, "delete", source)),
+        }
+    }
+
+    /// The flow's value, if it is steered.
+    pub fn flow(&self, key: &FlowKey) -> Result<Option<FlowValue>> {
+        let v = self
+            .flows
+            .lookup(&key.to_bytes(), MapFlags::ANY)
+            .map_err(|source| self.map_error(MapName::Flows, "lookup", source))?;
+        Ok(
+            v.and_then(|v| <[u8; FLOW_VALUE_SIZE]>::try_from(v.as_slice()).ok())
+                .map(|v| FlowValue::from_bytes(&v)),
+        )
+    }
+
+    /// How many flows are steered. Walks the map (one syscall per flow): control-path use
+    /// only; approximate while flows are inserted or removed concurrently.
+    pub fn flow_count(&self) -> Result<usize> {
+        Ok(self.flows.keys().count())
+    }
+
+    /// Every steered flow (a walk of the map, like [`flow_count`](Self::flow_count)).
+    pub fn flows(&self) -> Result<Vec<(FlowKey, FlowValue)>> {
+        let mut out = Vec::new();
+        for k in self.flows.keys() {
+            let Ok(kb) = <[u8; FLOW_KEY_SIZE]>::try_from(k.as_slice()) else {
+                continue;
+            };
+            let key = FlowKey::from_bytes(&kb)?;
+            // Removed since the walk saw it: skip.
+            if let Some(value) = self.flow(&key)? {
+                out.push((key, value));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Registers the AF_XDP socket bound to RX `queue`: steered frames arriving on that queue
+    /// go to it. The map refers to the socket, not the descriptor: closing the socket removes
+    /// it from the map; the descriptor may be closed once the socket is owned elsewhere.
+    pub fn set_xsk(&self, queue: u32, xsk: BorrowedFd<'_>) -> Result<()> {
+        check_queue(queue)?;
+        let fd = u32::try_from(xsk.as_raw_fd()).unwrap_or(u32::MAX);
+        self.xsks
+            .update(&queue.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|source| self.map_error(MapName::Xsks, "update", source))?;
+        debug!(queue, fd, "XSK registered");
+        Ok(())
+    }
+
+    /// Unregisters the socket of RX `queue`: its steered frames are dropped from now on.
+    pub fn clear_xsk(&self, queue: u32) -> Result<()> {
+        check_queue(queue)?;
+        match self.xsks.delete(&queue.to_ne_bytes()) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(self.map_error(MapName::Xsks, "delete", source)),
+        }?;
+        debug!(queue, "XSK unregistered");
+        Ok(())
+    }
+
+    /// The counters summed over all CPUs.
+    pub fn counters(&self) -> Result<XdpCounters> {
+        Ok(self.counters_per_cpu()?.into_iter().sum())
+    }
+
+    /// The counters of each possible CPU, indexed by CPU number.
+    pub fn counters_per_cpu(&self) -> Result<Vec<XdpCounters>> {
+        let per_cpu = self
+            .counters
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|source| self.map_error(MapName::Counters, "lookup", source))?;
+        Ok(per_cpu
+            .unwrap_or_default()
+            .iter()
+            .map(|v| XdpCounters::from_bytes(v))
+            .collect())
+    }
+
+    /// Runs the program once on `frame` with `BPF_PROG_TEST_RUN` (no interface involved; the
+    /// RX queue is 0) and returns its verdict. The maps and counters are the real ones. The
+    /// kernel needs at least an Ethernet header's worth (14 octets).
+    pub fn test_run(&self, frame: &[u8]) -> Result<XdpAction> {
+        // BPF_PROG_TEST_RUN is offered on libbpf-rs's mutable program view only.
+        let prog =
+            self.obj
+                .progs_mut()
+                .find(|p| p.name() == PROG_NAME)
+                .ok_or(BpfError::Missing {
+                    kind: "program",
+                    name: PROG_NAME,
+                })?;
+        let input = ProgramInput {
+            data_in: Some(frame),
+            ..Default::default()
+        };
+        let out = prog.test_run(input).map_err(BpfError::TestRun)?;
+        Ok(XdpAction::from(out.return_value))
+    }
+
+    fn target(&self) -> String {
+        match &self.attachment {
+            Some(a) => format!("on {} ({} mode)", a.iface, a.mode),
+            None => "not attached".to_owned(),
+        }
+    }
+
+    fn map_error(&self, map: MapName, op: &'static str, source: libbpf_rs::Error) -> BpfError {
+        BpfError::Map {
+            map,
+            op,
+            target: self.target(),
+            source,
+        }
+    }
+}
+
+impl Drop for XdpSteering {
+    fn drop(&mut self) {
+        if let Err(e) = self.detach() {
+            warn!(error = %ErrorChain(&e), "XDP steering: detach on drop failed");
+        }
+    }
+}
+
+fn check_queue(queue: u32) -> Result<()> {
+    if queue >= MAX_QUEUES {
+        return Err(BpfError::QueueOutOfRange {
+            queue,
+            max: MAX_QUEUES,
+        });
+    }
+    Ok(())
+}
+
+fn find_program(obj: &Object) -> Result<Program<'_>> {
+    obj.progs()
+        .find(|p| p.name() == PROG_NAME)
+        .ok_or(BpfError::Missing {
+            kind: "program",
+            name: PROG_NAME,
+        })
+}
+
+/// An owned handle to map `name`, after checking its layout against the Rust mirror.
+fn map_handle(
+    obj: &Object,
+    name: MapName,
+    key: usize,
+    value: usize,
+    max_entries: u32,
+) -> Result<MapHandle> {
+    let map = obj
+        .maps()
+        .find(|m| m.name() == name.as_str())
+        .ok_or(BpfError::Missing {
+            kind: "map",
+            name: name.as_str(),
+        })?;
+    for (what, actual, expected) in [
+        ("key size", map.key_size(), key as u32),
+        ("value size", map.value_size(), value as u32),
+        ("max_entries", map.max_entries(), max_entries),
+    ] {
+        if actual != expected {
+            return Err(BpfError::Layout {
+                map: name,
+                what,
+                actual,
+                expected,
+            });
+        }
+    }
+    MapHandle::try_from(&map).map_err(BpfError::Load)
+}
+
+/// Sends libbpf's messages (the verifier log among them) to `tracing`, target `libbpf`.
+/// libbpf's printer is process-wide; this installs it once, on the first load.
+fn route_libbpf_logs() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        libbpf_rs::set_print(Some((PrintLevel::Debug, libbpf_log)));
+    });
+}
+
+fn libbpf_log(level: PrintLevel, msg: String) {
+    let msg = msg.trim_end();
+    match level {
+        PrintLevel::Warn => warn!(target: "libbpf", "{msg}"),
+        PrintLevel::Info => debug!(target: "libbpf", "{msg}"),
+        PrintLevel::Debug => trace!(target: "libbpf", "{msg}"),
+    }
+}
+
+/// Displays an error with its sources, `a: b: c`.
+pub(crate) struct ErrorChain<'a>(pub &'a dyn std::error::Error);
+
+impl fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(s) = source {
+            write!(f, ": {s}")?;
+            source = s.source();
+        }
+        Ok(())
+    }
+}

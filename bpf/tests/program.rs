@@ -1,0 +1,329 @@
+//! The XDP program's parser and verdicts, frame by frame, with `BPF_PROG_TEST_RUN` (needs
+//! root, no network namespaces): which frames are steered, passed or counted malformed, and
+//! the map API around them.
+
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
+mod common;
+
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
+
+use common::frames::{self, Frame};
+use common::testbed::raw;
+use mpa_bpf::{
+    BpfError, FlowKey, FlowValue, XdpAction, XdpCounters, XdpSteering, MAX_FLOWS, MAX_QUEUES,
+};
+
+/// Addresses as the XDP side sees them: frames go from REMOTE to LOCAL.
+const LOCAL4: &str = "10.1.0.2:7777";
+const REMOTE4: &str = "10.1.0.1:40000";
+const LOCAL6: &str = "[fd00:1::2]:7777";
+const REMOTE6: &str = "[fd00:1::1]:40000";
+
+fn sa(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+fn load(test: &str) -> Option<XdpSteering> {
+    if !common::privileged(test) {
+        return None;
+    }
+    Some(XdpSteering::load().unwrap_or_else(|e| panic!("load: {e:?}")))
+}
+
+/// What a frame should do.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Expect {
+    /// Steered with no XSK: XDP_DROP, steered_no_xsk + 1.
+    Steered,
+    /// XDP_PASS, well formed.
+    Passed,
+    /// XDP_PASS, malformed + 1.
+    Malformed,
+}
+
+fn run_one(s: &XdpSteering, name: &str, frame: &[u8], want: Expect) {
+    let before = s.counters().unwrap();
+    let action = s
+        .test_run(frame)
+        .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+    let d = s.counters().unwrap().since(&before);
+    let (want_action, want_delta) = match want {
+        Expect::Steered => (
+            XdpAction::Drop,
+            XdpCounters {
+                seen: 1,
+                steered_no_xsk: 1,
+                ..Default::default()
+            },
+        ),
+        Expect::Passed => (
+            XdpAction::Pass,
+            XdpCounters {
+                seen: 1,
+                passed: 1,
+                ..Default::default()
+            },
+        ),
+        Expect::Malformed => (
+            XdpAction::Pass,
+            XdpCounters {
+                seen: 1,
+                passed: 1,
+                malformed: 1,
+                ..Default::default()
+            },
+        ),
+    };
+    assert_eq!(action, want_action, "{name}: verdict");
+    assert_eq!(d, want_delta, "{name}: counters");
+}
+
+#[test]
+fn parser_verdicts() {
+    let Some(s) = load("parser_verdicts") else {
+        return;
+    };
+    s.insert_flow(
+        &FlowKey::new(sa(LOCAL4), sa(REMOTE4)).unwrap(),
+        FlowValue::new(4),
+    )
+    .unwrap();
+    s.insert_flow(
+        &FlowKey::new(sa(LOCAL6), sa(REMOTE6)).unwrap(),
+        FlowValue::new(6),
+    )
+    .unwrap();
+
+    let v4 = Frame::tcp(sa(REMOTE4), sa(LOCAL4));
+    let v6 = Frame::tcp(sa(REMOTE6), sa(LOCAL6));
+    use frames::{ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, IPPROTO_UDP, IPV6_HOPOPTS};
+    use Expect::*;
+
+    // One row per frame: name, frame, expected verdict and counter change.
+    #[rustfmt::skip]
+    let cases: Vec<(&str, Vec<u8>, Expect)> = vec![
+        // IPv4
+        ("v4 hit", v4.bytes(), Steered),
+        ("v4 no payload", Frame { payload: 0, ..v4.clone() }.bytes(), Steered),
+        ("v4 reverse direction", Frame::tcp(sa(LOCAL4), sa(REMOTE4)).bytes(), Passed),
+        ("v4 other local port", Frame::tcp(sa(REMOTE4), sa("10.1.0.2:7778")).bytes(), Passed),
+        ("v4 other remote addr", Frame::tcp(sa("10.1.0.9:40000"), sa(LOCAL4)).bytes(), Passed),
+        ("v4 802.1Q", v4.clone().tagged(&[ETH_P_8021Q]).bytes(), Steered),
+        ("v4 802.1ad", v4.clone().tagged(&[ETH_P_8021AD]).bytes(), Steered),
+        ("v4 two tags (not parsed)", v4.clone().tagged(&[ETH_P_8021AD, ETH_P_8021Q]).bytes(), Passed),
+        ("v4 options ihl 6", v4.clone().v4(|ihl, _, _, _| *ihl = 6).bytes(), Steered),
+        ("v4 options ihl 15", v4.clone().v4(|ihl, _, _, _| *ihl = 15).bytes(), Steered),
+        ("v4 first fragment", v4.clone().v4(|_, _, f, _| *f = 0x2000).bytes(), Steered),
+        ("v4 later fragment", v4.clone().v4(|_, _, f, _| *f = 0x2010).bytes(), Passed),
+        ("v4 last fragment", v4.clone().v4(|_, _, f, _| *f = 0x0001).bytes(), Passed),
+        ("v4 udp same ports", v4.clone().v4(|_, _, _, p| *p = IPPROTO_UDP).bytes(), Passed),
+        ("v4 tcp doff 8", v4.clone().with_doff(8).bytes(), Steered),
+        ("v4 tcp doff 15", v4.clone().with_doff(15).bytes(), Steered),
+        // IPv4, malformed
+        ("v4 ihl 4", v4.clone().v4(|ihl, _, _, _| *ihl = 4).bytes(), Malformed),
+        ("v4 ihl 0", v4.clone().v4(|ihl, _, _, _| *ihl = 0).bytes(), Malformed),
+        ("v4 version 6 in ipv4 ethertype", v4.clone().v4(|_, v, _, _| *v = 6).bytes(), Malformed),
+        ("v4 header cut at 10", v4.clone().truncated(14 + 10).bytes(), Malformed),
+        ("v4 header cut at 19", v4.clone().truncated(14 + 19).bytes(), Malformed),
+        ("v4 ethertype, no header", frames::raw(ETH_P_IP, &[]), Malformed),
+        ("v4 ihl 15 beyond frame", v4.clone().v4(|ihl, _, _, _| *ihl = 15).truncated(14 + 50).bytes(), Malformed),
+        ("v4 tcp cut at 10", v4.clone().truncated(14 + 20 + 10).bytes(), Malformed),
+        ("v4 tcp cut at 19", v4.clone().truncated(14 + 20 + 19).bytes(), Malformed),
+        ("v4 tcp doff 4", v4.clone().with_doff(4).bytes(), Malformed),
+        ("v4 tcp doff 0", v4.clone().with_doff(0).bytes(), Malformed),
+        ("v4 tcp doff 15 beyond frame", Frame { payload: 0, ..v4.clone() }.with_doff(15).truncated(14 + 20 + 40).bytes(), Malformed),
+        ("v4 vlan tag cut", v4.clone().tagged(&[ETH_P_8021Q]).truncated(14 + 2).bytes(), Malformed),
+        ("vlan tag, no room", frames::raw(ETH_P_8021Q, &[]), Malformed),
+        // A malformed frame of a 4-tuple that is not steered is malformed all the same.
+        ("v4 miss, tcp doff 3", Frame::tcp(sa(LOCAL4), sa(REMOTE4)).with_doff(3).bytes(), Malformed),
+        // IPv6
+        ("v6 hit", v6.bytes(), Steered),
+        ("v6 reverse direction", Frame::tcp(sa(LOCAL6), sa(REMOTE6)).bytes(), Passed),
+        ("v6 other remote port", Frame::tcp(sa("[fd00:1::1]:40001"), sa(LOCAL6)).bytes(), Passed),
+        ("v6 802.1Q", v6.clone().tagged(&[ETH_P_8021Q]).bytes(), Steered),
+        ("v6 behind hop-by-hop (not parsed)", v6.clone().v6(|_, n| *n = IPV6_HOPOPTS).bytes(), Passed),
+        ("v6 udp", v6.clone().v6(|_, n| *n = IPPROTO_UDP).bytes(), Passed),
+        ("v6 tcp doff 10", v6.clone().with_doff(10).bytes(), Steered),
+        // IPv6, malformed
+        ("v6 version 4", v6.clone().v6(|v, _| *v = 4).bytes(), Malformed),
+        ("v6 header cut at 39", v6.clone().truncated(14 + 39).bytes(), Malformed),
+        ("v6 ethertype, no header", frames::raw(ETH_P_IPV6, &[0x60]), Malformed),
+        ("v6 tcp cut at 12", v6.clone().truncated(14 + 40 + 12).bytes(), Malformed),
+        ("v6 tcp doff 2", v6.clone().with_doff(2).bytes(), Malformed),
+        // Not IP
+        ("arp", frames::arp_request(), Passed),
+        ("unknown ethertype", frames::raw(0x88b5, &[0; 46]), Passed),
+        ("bare ethernet header", frames::raw(0x88b5, &[]), Passed),
+    ];
+    for (name, frame, want) in &cases {
+        run_one(&s, name, frame, *want);
+    }
+
+    let c = s.counters().unwrap();
+    assert_eq!(c.seen, cases.len() as u64);
+    assert_eq!(c.seen, c.redirected + c.steered_no_xsk + c.passed, "{c:?}");
+    assert_eq!(c.redirected, 0);
+    // Per-CPU read is consistent with the sum.
+    let per_cpu = s.counters_per_cpu().unwrap();
+    assert!(!per_cpu.is_empty());
+    assert_eq!(per_cpu.into_iter().sum::<XdpCounters>(), c);
+}
+
+#[test]
+fn flows_insert_remove_list() {
+    let Some(s) = load("flows_insert_remove_list") else {
+        return;
+    };
+    let key = FlowKey::new(sa(LOCAL4), sa(REMOTE4)).unwrap();
+    let mapped = FlowKey::new(sa("[::ffff:10.1.0.2]:7777"), sa("[::ffff:10.1.0.1]:40000")).unwrap();
+    let frame = Frame::tcp(sa(REMOTE4), sa(LOCAL4)).bytes();
+
+    assert_eq!(s.flow_count().unwrap(), 0);
+    assert_eq!(s.test_run(&frame).unwrap(), XdpAction::Pass);
+
+    s.insert_flow(&key, FlowValue::new(7)).unwrap();
+    assert_eq!(s.flow_count().unwrap(), 1);
+    assert_eq!(s.flow(&key).unwrap(), Some(FlowValue::new(7)));
+    assert_eq!(s.test_run(&frame).unwrap(), XdpAction::Drop);
+
+    // Replacing keeps one entry; an IPv4-mapped spelling is the same flow.
+    s.insert_flow(
+        &mapped,
+        FlowValue {
+            flow_id: 8,
+            flags: 0,
+        },
+    )
+    .unwrap();
+    assert_eq!(s.flow_count().unwrap(), 1);
+    assert_eq!(s.flows().unwrap(), vec![(key, FlowValue::new(8))]);
+
+    let key6 = FlowKey::new(sa(LOCAL6), sa(REMOTE6)).unwrap();
+    s.insert_flow(&key6, FlowValue::new(9)).unwrap();
+    let mut listed = s.flows().unwrap();
+    listed.sort_by_key(|(_, v)| v.flow_id);
+    assert_eq!(
+        listed,
+        vec![(key, FlowValue::new(8)), (key6, FlowValue::new(9))]
+    );
+
+    assert!(s.remove_flow(&key).unwrap());
+    assert!(!s.remove_flow(&key).unwrap());
+    assert_eq!(s.flow(&key).unwrap(), None);
+    assert_eq!(s.test_run(&frame).unwrap(), XdpAction::Pass);
+    assert_eq!(s.flow_count().unwrap(), 1);
+    assert!(s.remove_flow(&key6).unwrap());
+    assert_eq!(s.flow_count().unwrap(), 0);
+}
+
+#[test]
+fn xsk_registered_means_redirect() {
+    let Some(s) = load("xsk_registered_means_redirect") else {
+        return;
+    };
+    let key = FlowKey::new(sa(LOCAL6), sa(REMOTE6)).unwrap();
+    let frame = Frame::tcp(sa(REMOTE6), sa(LOCAL6)).bytes();
+    s.insert_flow(&key, FlowValue::new(1)).unwrap();
+
+    // BPF_PROG_TEST_RUN delivers on RX queue 0. An unbound AF_XDP socket is enough for the
+    // map lookup to succeed (the frame would then fail at the socket, which counts it).
+    let xsk = raw::xdp_socket().expect("AF_XDP socket");
+    s.set_xsk(0, xsk.as_fd()).unwrap();
+    let before = s.counters().unwrap();
+    assert_eq!(s.test_run(&frame).unwrap(), XdpAction::Redirect);
+    let d = s.counters().unwrap().since(&before);
+    assert_eq!(
+        d,
+        XdpCounters {
+            seen: 1,
+            redirected: 1,
+            ..Default::default()
+        }
+    );
+    // Unsteered traffic is unaffected by the XSK.
+    assert_eq!(s.test_run(&frames::arp_request()).unwrap(), XdpAction::Pass);
+
+    // An XSK on another queue does not catch queue 0's frames.
+    s.clear_xsk(0).unwrap();
+    s.set_xsk(1, xsk.as_fd()).unwrap();
+    assert_eq!(s.test_run(&frame).unwrap(), XdpAction::Drop);
+    s.clear_xsk(1).unwrap();
+    s.clear_xsk(1).unwrap(); // idempotent
+
+    // Closing the socket takes it out of the map.
+    s.set_xsk(0, xsk.as_fd()).unwrap();
+    drop(xsk);
+    assert_eq!(s.test_run(&frame).unwrap(), XdpAction::Drop);
+
+    // Errors: queue beyond the map; a descriptor that is not an AF_XDP socket.
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let e = s.set_xsk(MAX_QUEUES, udp.as_fd()).unwrap_err();
+    assert!(
+        matches!(e, BpfError::QueueOutOfRange { queue: 64, .. }),
+        "{e}"
+    );
+    assert!(matches!(
+        s.clear_xsk(MAX_QUEUES),
+        Err(BpfError::QueueOutOfRange { .. })
+    ));
+    let e = s.set_xsk(0, udp.as_fd()).unwrap_err();
+    assert!(matches!(e, BpfError::Map { op: "update", .. }), "{e:?}");
+    assert!(e.to_string().contains("xsks"), "{e}");
+}
+
+#[test]
+fn flow_table_full_is_typed() {
+    let Some(s) = load("flow_table_full_is_typed") else {
+        return;
+    };
+    let key = |i: u32| {
+        let [a, b, c, d] = i.to_be_bytes();
+        FlowKey::new(
+            SocketAddr::new([10, b, c, d].into(), 80),
+            SocketAddr::new([192, 168, a, 1].into(), 9),
+        )
+        .unwrap()
+    };
+    for i in 0..MAX_FLOWS {
+        s.insert_flow(&key(i), FlowValue::new(i)).unwrap();
+    }
+    let e = s
+        .insert_flow(&key(MAX_FLOWS), FlowValue::new(0))
+        .unwrap_err();
+    assert!(
+        matches!(e, BpfError::FlowTableFull { capacity, .. } if capacity == MAX_FLOWS),
+        "{e:?}"
+    );
+    // Replacing a present flow still works when full.
+    s.insert_flow(&key(3), FlowValue::new(33)).unwrap();
+    assert_eq!(s.flow(&key(3)).unwrap(), Some(FlowValue::new(33)));
+    assert_eq!(s.flow_count().unwrap(), MAX_FLOWS as usize);
+}
+
+#[test]
+fn attach_errors_name_the_interface() {
+    let Some(mut s) = load("attach_errors_name_the_interface") else {
+        return;
+    };
+    let e = s
+        .attach_to(u32::MAX, mpa_bpf::AttachMode::Generic)
+        .unwrap_err();
+    assert!(matches!(e, BpfError::InvalidIfindex(u32::MAX)), "{e}");
+
+    let missing = 0x7fff_fff0;
+    let e = s
+        .attach_to(missing, mpa_bpf::AttachMode::Driver)
+        .unwrap_err();
+    assert!(matches!(e, BpfError::Attach { .. }), "{e:?}");
+    assert!(e.to_string().contains(&format!("ifindex {missing}")), "{e}");
+    assert!(e.to_string().contains("driver"), "{e}");
+
+    let e = s
+        .attach_to(missing, mpa_bpf::AttachMode::DriverOrGeneric)
+        .unwrap_err();
+    assert!(matches!(e, BpfError::AttachFallback { .. }), "{e:?}");
+    assert!(s.attached_mode().is_none());
+    s.detach().unwrap(); // not attached: no-op
+}
