@@ -46,6 +46,7 @@ fuzz:
 
 bench:
 	$(CARGO) bench -p mpa
+	$(CARGO) bench -p mpa-datapath
 
 clean:
 	$(CARGO) clean

@@ -155,7 +155,12 @@ pub fn require_privileged(test: &str) -> bool {
             if std::env::var("MPA_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
                 panic!("{test}: MPA_REQUIRE_PRIVILEGED=1 but {e}");
             }
-            eprintln!("WARNING: skipping {test}: {e} (run as root; MPA_REQUIRE_PRIVILEGED=1 makes this fatal)");
+            // Straight to stderr: the test harness captures eprintln! of passing tests.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "WARNING: skipping {test}: {e} (run as root; MPA_REQUIRE_PRIVILEGED=1 makes this fatal)"
+            );
             false
         }
     }

@@ -1,0 +1,120 @@
+//! What a connection starts from: the kernel's state at hand-over and local policy.
+
+use std::time::{Duration, Instant};
+
+use mpa::seq::SeqNumber;
+
+/// The largest window scale shift (RFC 7323 §2.3).
+pub const MAX_WINDOW_SCALE: u8 = 14;
+
+/// The state of a kernel socket frozen with TCP_REPAIR (ENV.md, "TCP_REPAIR hand-over").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HandoverState {
+    /// Our port.
+    pub local_port: u16,
+    /// The peer's port.
+    pub remote_port: u16,
+    /// `TCP_QUEUE_SEQ` of the send queue. With nothing unsent or unacknowledged at the
+    /// freeze (SIOCOUTQ 0) this is also SND.UNA.
+    pub snd_nxt: SeqNumber,
+    /// `TCP_QUEUE_SEQ` of the receive queue: RCV.NXT.
+    pub rcv_nxt: SeqNumber,
+    /// `TCP_REPAIR_WINDOW.snd_wnd`: the peer's window in octets as the kernel holds it (the
+    /// kernel has already applied the peer's shift; it is not shifted again).
+    pub snd_wnd: u32,
+    /// `TCP_REPAIR_WINDOW.rcv_wnd`: the window we last advertised, in octets.
+    pub rcv_wnd: u32,
+    /// `TCP_REPAIR_WINDOW.rcv_wup`: RCV.NXT when that window was advertised. The right edge
+    /// `rcv_wup + rcv_wnd` must never be retracted.
+    pub rcv_wup: SeqNumber,
+    /// The peer's window scale shift (`tcpi_snd_wscale`); 0 when scaling was not negotiated.
+    pub snd_wscale: u8,
+    /// Our window scale shift (`tcpi_rcv_wscale`); 0 when scaling was not negotiated.
+    pub rcv_wscale: u8,
+    /// The MSS the peer announced in its SYN (`TCP_MAXSEG` in repair mode), options excluded.
+    pub mss: u16,
+    /// SACK was negotiated.
+    pub sack_permitted: bool,
+    /// Timestamps were negotiated: the kernel's clock at the freeze.
+    pub timestamps: Option<TsHandover>,
+}
+
+/// The kernel's timestamp clock at the freeze, so that our TSvals continue it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TsHandover {
+    /// `TCP_TIMESTAMP` read while frozen: the kernel's TSval at `freeze_instant`.
+    pub tsval_at_freeze: u32,
+    /// The instant of that read (take the earlier of the two monotonic reads that bracket it,
+    /// so that our clock is at most one tick ahead, never behind).
+    pub freeze_instant: Instant,
+    /// The peer's last TSval (TS.Recent), or 0 if unknown (the kernel does not export it).
+    pub ts_recent: u32,
+}
+
+/// Local policy for one connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpConfig {
+    /// Receive buffer in octets: the most we advertise, and the size of the reassembly ring
+    /// (allocated once, at construction). At most 2^30.
+    pub rcv_buf: usize,
+    /// The most octets held out of order at once. Segments that would exceed it are dropped
+    /// and counted; the peer retransmits them.
+    pub reassembly_limit: usize,
+    /// The most disjoint out-of-order ranges held at once (each hole costs one).
+    pub max_ooo_ranges: usize,
+    /// SACK blocks per ACK: at most 4, and 3 when timestamps are on (40 option octets).
+    pub max_sack_blocks: usize,
+    /// ACK at once after this many in-order data segments (RFC 5681 §4.2: at most 2).
+    pub ack_every_segments: u32,
+    /// Delayed-ACK timer when neither of the above nor an end of burst sends one.
+    pub ack_delay: Duration,
+    /// When true, delivered octets keep occupying the window until [`release`] is called;
+    /// when false (default) delivery frees them at once.
+    ///
+    /// [`release`]: crate::tcp::Connection::release
+    pub manual_release: bool,
+    /// Send buffer in octets (data queued and not yet acknowledged).
+    pub snd_buf: usize,
+    /// Initial congestion window in segments (RFC 6928).
+    pub initial_cwnd_segments: u32,
+    /// RTO before any RTT sample (RFC 6298 §2.1 says 1 s).
+    pub rto_initial: Duration,
+    /// Lower bound on the RTO (RFC 6298 §2.4 says 1 s; Linux uses 200 ms).
+    pub rto_min: Duration,
+    /// Upper bound on the RTO (RFC 6298 §2.5: at least 60 s).
+    pub rto_max: Duration,
+    /// Consecutive retransmission timeouts without progress before the connection fails.
+    pub max_retransmissions: u32,
+    /// How long TIME-WAIT lasts. The frozen kernel socket keeps the 4-tuple reserved, so this
+    /// can be far shorter than 2×MSL; it only needs to cover the peer's retransmissions of
+    /// its FIN should our last ACK be lost (Linux: 0.2, 0.6, 1.4, 3.0 s ...), or the peer
+    /// meets a RST instead of a clean close.
+    pub time_wait: Duration,
+    /// Challenge ACKs per second at most (RFC 5961 §7).
+    pub challenge_ack_limit: u32,
+    /// Drop non-RST segments without timestamps once timestamps are on (RFC 7323 §3.2 SHOULD).
+    pub require_timestamps: bool,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig {
+            rcv_buf: 1 << 20,
+            reassembly_limit: 1 << 20,
+            max_ooo_ranges: 32,
+            max_sack_blocks: 4,
+            ack_every_segments: 2,
+            ack_delay: Duration::from_millis(40),
+            manual_release: false,
+            snd_buf: 256 * 1024,
+            initial_cwnd_segments: 10,
+            rto_initial: Duration::from_secs(1),
+            rto_min: Duration::from_millis(200),
+            rto_max: Duration::from_secs(60),
+            max_retransmissions: 15,
+            time_wait: Duration::from_secs(5),
+            challenge_ack_limit: 100,
+            require_timestamps: true,
+        }
+    }
+}

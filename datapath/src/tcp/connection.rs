@@ -1,0 +1,535 @@
+//! One handed-over TCP connection: the state machine.
+//!
+//! Inputs: [`Connection::handle_segment`], [`Connection::handle_timeout`],
+//! [`Connection::end_of_burst`], [`Connection::send`], [`Connection::close`],
+//! [`Connection::release`]. Outputs: [`Connection::poll_transmit`],
+//! [`Connection::poll_timeout`], [`Connection::poll_event`], and the in-order octets (the
+//! [`SegmentOutcome::in_order`] range of each segment's own payload, then
+//! [`Connection::drain_reassembled`]).
+//!
+//! The caller's loop, per RX burst:
+//! ```text
+//! for each segment of this flow:
+//!     out = conn.handle_segment(now, &repr, payload)
+//!     consume payload[out.in_order]            // zero copy, straight from the frame
+//!     if out.reassembled > 0: conn.drain_reassembled(|octets| consume(octets))
+//! conn.end_of_burst(now)
+//! while let Some(t) = conn.poll_transmit(now, frame) { checksum, IP, Ethernet, TX }
+//! while let Some(e) = conn.poll_event() { ... }
+//! wake at conn.poll_timeout() -> conn.handle_timeout(now)
+//! ```
+//!
+//! ACK policy: an ACK becomes due at every second in-order segment, at once on reordering,
+//! duplicates, a filled hole, PAWS or window trouble, at `end_of_burst`, or when the
+//! delayed-ACK timer fires. "Due" is a flag, not a queue: a caller that polls
+//! `poll_transmit` only once per burst sends one ACK per flow per burst (DESIGN.md), which
+//! for bursts of more than two segments is a stretch ACK; a caller that wants the strict
+//! every-second-segment rule polls after each segment.
+//!
+//! Receive window: the reassembly ring has `rcv_buf` octets indexed by sequence offset from
+//! RCV.NXT, so out-of-order octets sit inside the window at their own place and do not
+//! shrink it; the window offered is `rcv_buf` minus delivered-but-unreleased octets (zero
+//! unless [`TcpConfig::manual_release`]), rounded to the scale, never retracting the right
+//! edge (the kernel's included).
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use mpa::seq::SeqNumber;
+use tracing::{debug, warn};
+
+use super::config::{HandoverState, TcpConfig, MAX_WINDOW_SCALE};
+use super::error::TcpError;
+use super::reassembly::{Insert, Reassembly};
+use super::rtt::RttEstimator;
+use super::scoreboard::Scoreboard;
+use super::send_buf::SendBuffer;
+use super::stats::{DropReason, TcpStats};
+use super::timer::{Timer, Timers};
+
+mod ack;
+mod rx;
+mod tx;
+use crate::wire::tcp::{
+    TcpFlags, TcpOptions, TcpPacket, TcpRepr, TcpTimestamps, HEADER_LEN, MAX_SACK_BLOCKS,
+    TIMESTAMPS_OPTION_LEN,
+};
+
+/// RFC 7323 §5.5: TS.Recent is invalid after 24 days without an update.
+const TS_RECENT_MAX_AGE: Duration = Duration::from_secs(24 * 24 * 3600);
+/// The largest receive buffer: windows are at most 2^30 (RFC 7323 §2.3).
+const MAX_BUF: usize = 1 << 30;
+
+/// Connection states with RFC 9293's names; only the synchronized ones exist here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Data flows both ways.
+    Established,
+    /// The peer's FIN was delivered; we may still send.
+    CloseWait,
+    /// We sent FIN; it is not yet acknowledged.
+    FinWait1,
+    /// Our FIN is acknowledged; waiting for the peer's.
+    FinWait2,
+    /// Both sent FIN; ours is not yet acknowledged.
+    Closing,
+    /// We sent FIN after the peer's; waiting for its acknowledgment.
+    LastAck,
+    /// Both FINs acknowledged; lingering to re-ACK a retransmitted FIN.
+    TimeWait,
+    /// Gone: closed, reset or failed.
+    Closed,
+}
+
+/// Something the owner of the connection must hear about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The peer reset the connection (RST at RCV.NXT). The connection is closed.
+    Reset,
+    /// The peer's FIN arrived in order, after every octet it sent: end of stream.
+    PeerClosed,
+    /// The connection closed normally (both FINs acknowledged, or after TIME-WAIT) or was
+    /// aborted locally.
+    Closed,
+    /// The connection failed (sticky; see [`Connection::error`]).
+    Failed(TcpError),
+}
+
+/// What [`Connection::handle_segment`] did with a segment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SegmentOutcome {
+    /// The sub-range of the segment's payload that is new in-order data, to be consumed now
+    /// (zero copy); empty when none. Octets before it were already received, octets after it
+    /// lay beyond the receive window.
+    pub in_order: Range<usize>,
+    /// Octets that became in order in the reassembly store: call
+    /// [`Connection::drain_reassembled`] after consuming `in_order`.
+    pub reassembled: usize,
+    /// Why the segment, or its payload, was not accepted.
+    pub dropped: Option<DropReason>,
+}
+
+/// A segment [`Connection::poll_transmit`] wrote into the caller's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// The header's meaning.
+    pub repr: TcpRepr,
+    /// Octets of the header at the start of the buffer (options included).
+    pub header_len: usize,
+    /// Payload octets right after it.
+    pub payload_len: usize,
+}
+
+impl Transmit {
+    /// Octets of the whole TCP segment: `buf[..len()]`. Fill its checksum before sending
+    /// ([`TcpPacket::fill_checksum_v4`] / `_v6`); it is written as zero.
+    pub fn len(&self) -> usize {
+        self.header_len + self.payload_len
+    }
+
+    /// Whether the segment has neither header nor payload (never true).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct TsClock {
+    tsval_at_freeze: u32,
+    freeze_instant: Instant,
+}
+
+/// What `poll_transmit` decided to send.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    seq: SeqNumber,
+    len: usize,
+    fin: bool,
+    retransmission: bool,
+}
+
+/// A TCP connection in a synchronized state, handed over from the kernel. See the module
+/// documentation for the caller's loop.
+#[derive(Debug)]
+pub struct Connection {
+    cfg: TcpConfig,
+    state: State,
+    local_port: u16,
+    remote_port: u16,
+    /// The latest time passed in.
+    now: Instant,
+
+    // ---- receive ----
+    rcv_nxt: SeqNumber,
+    /// The right edge we advertised: never moves left (RFC 9293 §3.8.6.2.2, RFC 7323 §2.4).
+    adv_edge: SeqNumber,
+    rcv_wscale: u8,
+    /// Largest payload seen (for SWS avoidance), starting from the peer's MSS.
+    rcv_mss: usize,
+    store: Reassembly,
+    /// Delivered octets not yet released (manual release only).
+    unreleased: usize,
+    /// Sequence number of the peer's FIN, once a FIN inside the window was seen.
+    peer_fin: Option<SeqNumber>,
+    peer_fin_done: bool,
+    segs_unacked: u32,
+    ack_now: bool,
+    window_update: bool,
+    last_ack_sent: SeqNumber,
+    sack_ok: bool,
+    max_sack_blocks: usize,
+
+    // ---- timestamps (RFC 7323) ----
+    ts: Option<TsClock>,
+    ts_recent: u32,
+    ts_recent_valid: bool,
+    ts_recent_at: Instant,
+
+    // ---- send ----
+    snd_una: SeqNumber,
+    snd_nxt: SeqNumber,
+    /// Highest sequence number sent plus one (SND.NXT before any go-back).
+    snd_max: SeqNumber,
+    snd_wnd: u32,
+    snd_wl1: SeqNumber,
+    snd_wl2: SeqNumber,
+    max_snd_wnd: u32,
+    snd_wscale: u8,
+    snd_mss: usize,
+    sndbuf: SendBuffer,
+    /// Our FIN's sequence number once `close` was called.
+    our_fin: Option<SeqNumber>,
+    cwnd: usize,
+    ssthresh: usize,
+    dupacks: u32,
+    /// RFC 6582 "recover": SND.MAX when fast recovery began.
+    recovery: Option<SeqNumber>,
+    rtx_pending: bool,
+    /// Holes below this were retransmitted in the current recovery.
+    rtx_next: SeqNumber,
+    /// RFC 3042 limited transmit: new segments allowed beyond cwnd on early dup ACKs.
+    limited_transmit: u32,
+    scoreboard: Scoreboard,
+    rtt: RttEstimator,
+    /// Karn's rule timing: (sequence number whose ACK ends the sample, send time).
+    rtt_probe: Option<(SeqNumber, Instant)>,
+    rto_count: u32,
+    persist_backoff: u32,
+    probe_pending: bool,
+    /// A RST to send: (seq, ack).
+    rst_pending: Option<(SeqNumber, Option<SeqNumber>)>,
+
+    timers: Timers,
+    challenge_window: (Instant, u32),
+    events: VecDeque<Event>,
+    error: Option<TcpError>,
+    stats: TcpStats,
+}
+
+impl Connection {
+    /// Creates the connection in ESTABLISHED from a hand-over snapshot. `now` is the current
+    /// time; the caller should `poll_transmit` at once (the data path's first segment, e.g.
+    /// the MPA Reply, carries the current ACK and window).
+    pub fn new(h: &HandoverState, cfg: &TcpConfig, now: Instant) -> Result<Connection, TcpError> {
+        if cfg.rcv_buf == 0 || cfg.rcv_buf > MAX_BUF {
+            return Err(TcpError::InvalidHandover("rcv_buf must be in 1..=2^30"));
+        }
+        if cfg.snd_buf == 0 || cfg.snd_buf > MAX_BUF {
+            return Err(TcpError::InvalidHandover("snd_buf must be in 1..=2^30"));
+        }
+        // Our own shift came from our kernel: a value above 14 means a broken snapshot.
+        if h.rcv_wscale > MAX_WINDOW_SCALE {
+            return Err(TcpError::InvalidHandover("rcv_wscale above 14"));
+        }
+        let min_mss = if h.timestamps.is_some() { 64 } else { 1 };
+        if usize::from(h.mss) < min_mss {
+            return Err(TcpError::InvalidHandover("peer MSS too small"));
+        }
+        // RFC 7323 §2.3: a shift above 14 from the peer is used as 14 (and logged).
+        let snd_wscale = if h.snd_wscale > MAX_WINDOW_SCALE {
+            warn!(
+                shift = h.snd_wscale,
+                "peer window scale above 14: using 14 (RFC 7323 §2.3)"
+            );
+            MAX_WINDOW_SCALE
+        } else {
+            h.snd_wscale
+        };
+        let ts_overhead = if h.timestamps.is_some() {
+            TIMESTAMPS_OPTION_LEN
+        } else {
+            0
+        };
+        let ts = h.timestamps.map(|t| TsClock {
+            tsval_at_freeze: t.tsval_at_freeze,
+            freeze_instant: t.freeze_instant,
+        });
+        let ts_recent = h.timestamps.map_or(0, |t| t.ts_recent);
+        let snd_mss = usize::from(h.mss);
+        // The kernel's advertised right edge: ours starts there and never retreats.
+        let kernel_edge = h.rcv_wup + h.rcv_wnd;
+        let adv_edge = if kernel_edge > h.rcv_nxt {
+            kernel_edge
+        } else {
+            h.rcv_nxt
+        };
+        let max_sack_blocks =
+            cfg.max_sack_blocks
+                .min(if ts.is_some() { 3 } else { MAX_SACK_BLOCKS });
+        let c = Connection {
+            cfg: cfg.clone(),
+            state: State::Established,
+            local_port: h.local_port,
+            remote_port: h.remote_port,
+            now,
+            rcv_nxt: h.rcv_nxt,
+            adv_edge,
+            rcv_wscale: h.rcv_wscale,
+            rcv_mss: snd_mss.saturating_sub(ts_overhead).max(1),
+            store: Reassembly::new(cfg.rcv_buf, cfg.reassembly_limit, cfg.max_ooo_ranges),
+            unreleased: 0,
+            peer_fin: None,
+            peer_fin_done: false,
+            segs_unacked: 0,
+            ack_now: false,
+            window_update: false,
+            last_ack_sent: h.rcv_nxt,
+            sack_ok: h.sack_permitted,
+            max_sack_blocks,
+            ts,
+            ts_recent,
+            ts_recent_valid: ts.is_some() && ts_recent != 0,
+            ts_recent_at: now,
+            snd_una: h.snd_nxt,
+            snd_nxt: h.snd_nxt,
+            snd_max: h.snd_nxt,
+            snd_wnd: h.snd_wnd,
+            snd_wl1: h.rcv_nxt,
+            snd_wl2: h.snd_nxt,
+            max_snd_wnd: h.snd_wnd,
+            snd_wscale,
+            snd_mss,
+            sndbuf: SendBuffer::new(cfg.snd_buf),
+            our_fin: None,
+            cwnd: snd_mss * cfg.initial_cwnd_segments.max(1) as usize,
+            ssthresh: usize::MAX,
+            dupacks: 0,
+            recovery: None,
+            rtx_pending: false,
+            rtx_next: h.snd_nxt,
+            limited_transmit: 0,
+            scoreboard: Scoreboard::default(),
+            rtt: RttEstimator::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max),
+            rtt_probe: None,
+            rto_count: 0,
+            persist_backoff: 0,
+            probe_pending: false,
+            rst_pending: None,
+            timers: Timers::default(),
+            challenge_window: (now, 0),
+            events: VecDeque::with_capacity(4),
+            error: None,
+            stats: TcpStats::default(),
+        };
+        debug!(
+            local = c.local_port,
+            remote = c.remote_port,
+            rcv_nxt = %c.rcv_nxt,
+            snd_nxt = %c.snd_nxt,
+            snd_wnd = c.snd_wnd,
+            ts = c.ts.is_some(),
+            sack = c.sack_ok,
+            "tcp: connection adopted"
+        );
+        Ok(c)
+    }
+
+    // ------------------------------------------------------------------ accessors
+
+    /// The state.
+    pub fn state(&self) -> State {
+        self.state
+    }
+    /// Counters.
+    pub fn stats(&self) -> &TcpStats {
+        &self.stats
+    }
+    /// The error the connection failed with, if it did (sticky).
+    pub fn error(&self) -> Option<&TcpError> {
+        self.error.as_ref()
+    }
+    /// RCV.NXT: every octet before it was delivered.
+    pub fn rcv_nxt(&self) -> SeqNumber {
+        self.rcv_nxt
+    }
+    /// SND.UNA.
+    pub fn snd_una(&self) -> SeqNumber {
+        self.snd_una
+    }
+    /// SND.NXT.
+    pub fn snd_nxt(&self) -> SeqNumber {
+        self.snd_nxt
+    }
+    /// The receive window the peer was last told: right edge minus RCV.NXT.
+    pub fn rcv_wnd(&self) -> u32 {
+        if self.adv_edge > self.rcv_nxt {
+            self.adv_edge.distance_from(self.rcv_nxt)
+        } else {
+            0
+        }
+    }
+    /// The peer's window in octets.
+    pub fn snd_wnd(&self) -> u32 {
+        self.snd_wnd
+    }
+    /// Octets held out of order.
+    pub fn reassembly_stored(&self) -> usize {
+        self.store.stored()
+    }
+    /// Octets that [`Connection::drain_reassembled`] would deliver now.
+    pub fn reassembled_len(&self) -> usize {
+        self.store.readable(self.rcv_nxt)
+    }
+    /// Octets queued to send and not yet acknowledged.
+    pub fn send_queued(&self) -> usize {
+        self.sndbuf.len()
+    }
+    /// Room in the send buffer.
+    pub fn send_capacity(&self) -> usize {
+        if self.can_send() {
+            self.sndbuf.free()
+        } else {
+            0
+        }
+    }
+    /// The retransmission timeout now in force (backoff included).
+    pub fn rto(&self) -> Duration {
+        self.rtt.rto()
+    }
+    /// Our timestamp clock at `now`: the kernel's TSval at the freeze plus the milliseconds
+    /// since (wrapping), or `None` without timestamps.
+    pub fn tsval(&self, now: Instant) -> Option<u32> {
+        self.ts.map(|t| {
+            let ms = now.saturating_duration_since(t.freeze_instant).as_millis();
+            // Modulo 2^32 is the point: the clock wraps.
+            t.tsval_at_freeze.wrapping_add(ms as u32)
+        })
+    }
+    /// The TSecr we send: TS.Recent, or 0 while it is unknown.
+    pub fn ts_recent(&self) -> Option<u32> {
+        self.ts_recent_valid.then_some(self.ts_recent)
+    }
+
+    fn can_send(&self) -> bool {
+        matches!(self.state, State::Established | State::CloseWait) && self.our_fin.is_none()
+    }
+
+    // ------------------------------------------------------------------ time and events
+
+    /// When [`Connection::handle_timeout`] should next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.state == State::Closed {
+            return None;
+        }
+        self.timers.next()
+    }
+
+    /// Runs every timer that expired at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.now = now;
+        if self.state == State::Closed {
+            return;
+        }
+        for t in Timer::ALL {
+            if !self.timers.take_expired(t, now) {
+                continue;
+            }
+            match t {
+                Timer::DelayedAck => self.ack_now = true,
+                Timer::Retransmit => self.on_rto(now),
+                Timer::Persist => {
+                    if self.snd_wnd == 0 && self.sndbuf.len() > 0 {
+                        self.probe_pending = true;
+                        self.persist_backoff = self.persist_backoff.saturating_add(1);
+                        self.arm_persist();
+                    }
+                }
+                Timer::TimeWait => self.enter_closed(None),
+            }
+            if self.state == State::Closed {
+                return;
+            }
+        }
+    }
+
+    /// RFC 6298 §5.4-5.7 and RFC 5681 §3.1 on a retransmission timeout.
+    fn on_rto(&mut self, now: Instant) {
+        if self.snd_una == self.snd_max {
+            return;
+        }
+        self.rto_count += 1;
+        self.stats.rto_expiries += 1;
+        // RFC 9293 §3.8.3 R2: give up after too many retransmissions.
+        if self.rto_count > self.cfg.max_retransmissions {
+            warn!(
+                local = self.local_port,
+                retransmissions = self.cfg.max_retransmissions,
+                "tcp: retransmission limit reached"
+            );
+            self.enter_closed(Some(TcpError::RetransmissionLimit {
+                retransmissions: self.cfg.max_retransmissions,
+            }));
+            return;
+        }
+        let flight = self.snd_max.distance_from(self.snd_una) as usize;
+        // RFC 5681 §3.1 (4): ssthresh = max(FlightSize / 2, 2*SMSS), cwnd = 1 segment.
+        self.ssthresh = (flight / 2).max(2 * self.snd_mss);
+        self.cwnd = self.snd_mss;
+        self.recovery = None;
+        self.rtx_pending = false;
+        self.dupacks = 0;
+        // The SACK information is kept (RFC 6675 §5.1 lets recovery after a timeout use it);
+        // reneging is detected on ACKs instead (see `ack_new_data`).
+        // Go back: resend from SND.UNA (skipping SACKed ranges).
+        self.snd_nxt = self.snd_una;
+        self.rtt_probe = None;
+        // RFC 6298 §5.5, §5.6: back off and restart.
+        self.rtt.back_off();
+        self.timers.set(Timer::Retransmit, now + self.rtt.rto());
+        debug!(
+            local = self.local_port,
+            rto_ms = self.rtt.rto().as_millis() as u64,
+            count = self.rto_count,
+            "tcp: retransmission timeout"
+        );
+    }
+
+    fn enter_time_wait(&mut self, now: Instant) {
+        self.state = State::TimeWait;
+        self.timers.clear_all();
+        self.timers.set(Timer::TimeWait, now + self.cfg.time_wait);
+    }
+
+    fn enter_closed(&mut self, error: Option<TcpError>) {
+        self.state = State::Closed;
+        self.timers.clear_all();
+        self.ack_now = false;
+        match error {
+            Some(TcpError::Reset) => {
+                self.error = Some(TcpError::Reset);
+                self.events.push_back(Event::Reset);
+            }
+            Some(e) => {
+                self.error = Some(e.clone());
+                self.events.push_back(Event::Failed(e));
+            }
+            None => self.events.push_back(Event::Closed),
+        }
+    }
+
+    /// The next event, oldest first.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+}

@@ -1,0 +1,474 @@
+//! Receive side: segment validation (RFC 9293, RFC 5961, RFC 7323), in-order delivery,
+//! reassembly, the peer's FIN, the receive window and ACK scheduling.
+
+use std::time::{Duration, Instant};
+
+use mpa::seq::SeqNumber;
+use tracing::{debug, trace};
+
+use super::*;
+
+impl Connection {
+    /// Processes one segment of this connection (the caller matched the 4-tuple and verified
+    /// the checksum). Never panics, whatever the segment.
+    pub fn handle_segment(
+        &mut self,
+        now: Instant,
+        repr: &TcpRepr,
+        payload: &[u8],
+    ) -> SegmentOutcome {
+        self.now = now;
+        self.stats.segs_in += 1;
+        self.stats.octets_in += payload.len() as u64;
+        let flags = repr.flags;
+        let seq = repr.seq_number;
+        let seg_len = repr.segment_len(payload.len());
+
+        if self.state == State::Closed {
+            // RFC 9293 §3.10.7.1 (CLOSED): a RST is discarded; anything else is answered with
+            // a RST: <SEQ=SEG.ACK><CTL=RST>, or <SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>.
+            if !flags.rst() {
+                self.rst_pending = Some(match repr.ack_number {
+                    Some(ack) => (ack, None),
+                    None => (SeqNumber(0), Some(seq + seg_len)),
+                });
+            }
+            return self.drop(DropReason::AfterClose);
+        }
+
+        // RFC 7323 §5.3 R1 (PAWS) and §3.2, before the sequence check. RSTs are exempt
+        // (RFC 7323 §5.2: a RST is acceptable regardless of its timestamp).
+        let ts_opt = repr.options.timestamps;
+        if self.ts.is_some() && !flags.rst() {
+            match ts_opt {
+                // RFC 7323 §3.2: once negotiated, a non-RST segment without TSopt SHOULD be
+                // silently dropped.
+                None if self.cfg.require_timestamps => {
+                    return self.drop(DropReason::MissingTimestamp);
+                }
+                Some(t) if self.paws_rejects(t.tsval, now) => {
+                    // R1: not acceptable: send an ACK (RFC 9293 §3.10.7.4) and drop.
+                    self.ack_now = true;
+                    trace!(
+                        tsval = t.tsval,
+                        ts_recent = self.ts_recent,
+                        "tcp: PAWS drop"
+                    );
+                    return self.drop(DropReason::Paws);
+                }
+                _ => {}
+            }
+        }
+
+        // RFC 9293 §3.10.7.4 first: sequence number acceptability.
+        let mut refuse_text = false;
+        if !self.acceptable(seq, seg_len, flags, payload.is_empty()) {
+            if flags.rst() {
+                // RFC 5961 §3.2 (1): a RST outside the window is silently dropped.
+                return self.drop(DropReason::BadRst);
+            }
+            // RFC 9293 §3.10.7.4: <SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK>, drop.
+            self.ack_now = true;
+            if seq == self.rcv_nxt && self.rcv_wnd() == 0 {
+                // Zero window, segment at RCV.NXT: its text is refused, but "special
+                // allowance should be made to accept valid ACKs" (same section), so its
+                // control and ACK fields are still processed, as Linux does.
+                refuse_text = true;
+            } else {
+                if flags.fin() && self.state == State::TimeWait {
+                    // Eighth: a retransmitted FIN restarts TIME-WAIT.
+                    self.timers.set(Timer::TimeWait, now + self.cfg.time_wait);
+                }
+                if seg_len > 0 && seq + seg_len <= self.rcv_nxt {
+                    self.stats.dup_full += 1;
+                    return self.drop(DropReason::Duplicate);
+                }
+                return self.drop(DropReason::OutOfWindow);
+            }
+        }
+
+        // Second: RST (RFC 5961 §3.2).
+        if flags.rst() {
+            if seq == self.rcv_nxt {
+                // (2) exactly RCV.NXT: reset.
+                self.stats.rst_accepted += 1;
+                if self.state == State::TimeWait {
+                    self.enter_closed(None);
+                } else {
+                    debug!(local = self.local_port, "tcp: reset by peer");
+                    self.enter_closed(Some(TcpError::Reset));
+                }
+            } else {
+                // (3) in the window but not exact: challenge ACK.
+                self.challenge_ack(now);
+                return self.drop(DropReason::BadRst);
+            }
+            return SegmentOutcome::default();
+        }
+
+        // Fourth: SYN in a synchronized state: challenge ACK, drop (RFC 5961 §4.2,
+        // RFC 9293 §3.10.7.4).
+        if flags.syn() {
+            self.challenge_ack(now);
+            return self.drop(DropReason::Syn);
+        }
+
+        // Fifth: ACK. RFC 9293 §3.10.7.4: if the ACK bit is off, drop the segment.
+        let Some(ack) = repr.ack_number else {
+            return self.drop(DropReason::BadAck);
+        };
+        // RFC 5961 §5.2: acceptable iff (SND.UNA - MAX.SND.WND) <= SEG.ACK <= SND.NXT; else
+        // send an ACK and drop. (SND.NXT here is the highest sent, SND.MAX.)
+        if ack > self.snd_max || ack < self.snd_una + self.max_snd_wnd.wrapping_neg() {
+            self.challenge_ack(now);
+            return self.drop(DropReason::BadAck);
+        }
+
+        // RFC 7323 §4.3 / §5.3 R3: TS.Recent <- SEG.TSval if SEG.TSval >= TS.Recent and
+        // SEG.SEQ <= Last.ACK.sent.
+        if let (Some(t), Some(_)) = (ts_opt, self.ts) {
+            let newer = !self.ts_recent_valid || (t.tsval.wrapping_sub(self.ts_recent) as i32) >= 0;
+            if newer && seq <= self.last_ack_sent {
+                self.ts_recent = t.tsval;
+                self.ts_recent_valid = true;
+                self.ts_recent_at = now;
+            }
+        }
+
+        self.process_ack(now, repr, ack, payload.len());
+        if self.state == State::Closed {
+            return SegmentOutcome::default();
+        }
+        if refuse_text {
+            return self.drop(DropReason::OutOfWindow);
+        }
+
+        // Seventh: segment text; eighth: FIN.
+        let out = self.process_data(now, seq, flags, payload);
+        self.check_peer_fin(now);
+        out
+    }
+
+    pub(super) fn drop(&mut self, r: DropReason) -> SegmentOutcome {
+        self.stats.count_drop(r);
+        SegmentOutcome {
+            dropped: Some(r),
+            ..SegmentOutcome::default()
+        }
+    }
+
+    /// RFC 7323 §5.3 R1: TSval older than a valid TS.Recent.
+    pub(super) fn paws_rejects(&mut self, tsval: u32, now: Instant) -> bool {
+        if !self.ts_recent_valid {
+            return false;
+        }
+        // RFC 7323 §5.5: after 24 days idle TS.Recent is no longer valid.
+        if now.saturating_duration_since(self.ts_recent_at) > TS_RECENT_MAX_AGE {
+            self.ts_recent_valid = false;
+            return false;
+        }
+        (tsval.wrapping_sub(self.ts_recent) as i32) < 0
+    }
+
+    /// RFC 9293 §3.10.7.4, the four cases of the acceptability test, against the window we
+    /// advertised.
+    pub(super) fn acceptable(
+        &self,
+        seq: SeqNumber,
+        seg_len: usize,
+        flags: TcpFlags,
+        no_data: bool,
+    ) -> bool {
+        let nxt = self.rcv_nxt;
+        let wnd = self.rcv_wnd();
+        let in_wnd = |s: SeqNumber| s.distance_from(nxt) < wnd;
+        match (seg_len, wnd) {
+            (0, 0) => seq == nxt,
+            (0, _) => in_wnd(seq),
+            // A bare FIN at RCV.NXT is taken even with a zero window, as Linux does (it
+            // costs no buffer); anything else is not acceptable.
+            (_, 0) => seg_len == 1 && flags.fin() && no_data && seq == nxt,
+            (len, _) => in_wnd(seq) || in_wnd(seq + (len - 1)),
+        }
+    }
+
+    pub(super) fn challenge_ack(&mut self, now: Instant) {
+        // RFC 5961 §7: rate-limit challenge ACKs.
+        let (start, count) = &mut self.challenge_window;
+        if now.saturating_duration_since(*start) >= Duration::from_secs(1) {
+            *start = now;
+            *count = 0;
+        }
+        if *count < self.cfg.challenge_ack_limit {
+            *count += 1;
+            self.ack_now = true;
+            self.stats.challenge_acks += 1;
+        } else {
+            self.stats.challenge_acks_suppressed += 1;
+        }
+    }
+
+    pub(super) fn process_data(
+        &mut self,
+        now: Instant,
+        seq: SeqNumber,
+        flags: TcpFlags,
+        payload: &[u8],
+    ) -> SegmentOutcome {
+        let mut out = SegmentOutcome::default();
+        if payload.is_empty() && !flags.fin() {
+            return out;
+        }
+        if !matches!(
+            self.state,
+            State::Established | State::FinWait1 | State::FinWait2
+        ) {
+            // RFC 9293 §3.10.7.4 seventh: CLOSE-WAIT, CLOSING, LAST-ACK, TIME-WAIT: the peer
+            // already sent FIN, ignore the text. Eighth: a FIN again means our ACK was lost:
+            // ACK it; in TIME-WAIT restart the timer.
+            if flags.fin() {
+                self.ack_now = true;
+                if self.state == State::TimeWait {
+                    self.timers.set(Timer::TimeWait, now + self.cfg.time_wait);
+                }
+            }
+            if !payload.is_empty() {
+                return self.drop(DropReason::AfterClose);
+            }
+            return out;
+        }
+
+        // Trim octets already received (acceptability guarantees some of the segment is new
+        // or it is a bare FIN).
+        let mut skip = 0usize;
+        if seq < self.rcv_nxt {
+            skip = (self.rcv_nxt.distance_from(seq) as usize).min(payload.len());
+        }
+        let start = seq + skip;
+        let mut len = payload.len() - skip;
+        let mut fin = flags.fin();
+        // RFC 9293 §3.10.7.4: trim to the window; a FIN beyond it is not taken. Out-of-order
+        // octets are also bounded by the ring.
+        let room_edge = if start == self.rcv_nxt {
+            self.adv_edge
+        } else {
+            let ring_edge = self.rcv_nxt + self.store.capacity();
+            if ring_edge < self.adv_edge {
+                ring_edge
+            } else {
+                self.adv_edge
+            }
+        };
+        let room = if room_edge > start {
+            room_edge.distance_from(start) as usize
+        } else {
+            0
+        };
+        if len > room {
+            len = room;
+            fin = false;
+        }
+        if self.peer_fin.is_some_and(|f| start + len > f) {
+            // Data past the FIN the peer already sent: ignore what lies beyond it.
+            let f = self.peer_fin.unwrap_or(start);
+            len = if f > start {
+                f.distance_from(start) as usize
+            } else {
+                0
+            };
+        }
+        self.rcv_mss = self.rcv_mss.max(len);
+
+        if start == self.rcv_nxt {
+            if len > 0 {
+                if skip > 0 {
+                    self.stats.dup_partial += 1;
+                }
+                self.stats.in_order_segs += 1;
+                out.in_order = skip..skip + len;
+                let had_ooo = !self.store.is_empty();
+                self.rcv_nxt = self.rcv_nxt + len;
+                self.store.advance(self.rcv_nxt, len);
+                self.delivered(len);
+                if had_ooo {
+                    // RFC 5681 §4.2: ACK at once a segment that fills (part of) a gap.
+                    self.ack_now = true;
+                } else {
+                    self.segs_unacked += 1;
+                    if self.segs_unacked >= self.cfg.ack_every_segments {
+                        // RFC 5681 §4.2: an ACK for at least every second full-sized segment.
+                        self.ack_now = true;
+                    } else if !self.timers.is_set(Timer::DelayedAck) {
+                        // RFC 9293 §3.8.6.3: delay under 0.5 s.
+                        self.timers.set(Timer::DelayedAck, now + self.cfg.ack_delay);
+                    }
+                }
+            }
+            out.reassembled = self.store.readable(self.rcv_nxt);
+        } else if len > 0 {
+            // Out of order: copy into the store. RFC 5681 §4.2: ACK at once.
+            self.ack_now = true;
+            match self
+                .store
+                .insert(self.rcv_nxt, start, &payload[skip..skip + len])
+            {
+                Insert::Stored { new } => {
+                    self.stats.ooo_segs += 1;
+                    if new < len || skip > 0 {
+                        self.stats.dup_partial += 1;
+                    }
+                }
+                Insert::Duplicate => {
+                    self.stats.dup_full += 1;
+                    out.dropped = Some(DropReason::Duplicate);
+                }
+                Insert::Full => {
+                    fin = false;
+                    self.stats.count_drop(DropReason::ReassemblyFull);
+                    out.dropped = Some(DropReason::ReassemblyFull);
+                    trace!(
+                        stored = self.store.stored(),
+                        "tcp: reassembly full, dropped"
+                    );
+                }
+            }
+        } else if !fin {
+            self.ack_now = true;
+        }
+        if fin {
+            let f = start + len;
+            if self.peer_fin.is_none() {
+                self.peer_fin = Some(f);
+            }
+            self.ack_now = true;
+        }
+        out
+    }
+
+    pub(super) fn delivered(&mut self, n: usize) {
+        self.stats.octets_delivered += n as u64;
+        if self.cfg.manual_release {
+            self.unreleased += n;
+        }
+    }
+
+    /// Hands the octets that became in order in the reassembly store to `f`, in order (one
+    /// or two slices per contiguous run), and returns how many. Call it after consuming the
+    /// in-order range of the segment that filled the hole. Uses the time of the latest input.
+    pub fn drain_reassembled(&mut self, mut f: impl FnMut(&[u8])) -> usize {
+        let mut total = 0;
+        loop {
+            let n = self.store.drain(self.rcv_nxt, &mut f);
+            if n == 0 {
+                break;
+            }
+            self.rcv_nxt = self.rcv_nxt + n;
+            total += n;
+        }
+        if total > 0 {
+            self.delivered(total);
+            self.stats.octets_reassembled += total as u64;
+            self.ack_now = true;
+            self.check_peer_fin(self.now);
+        }
+        total
+    }
+
+    /// The peer's FIN is processed once every octet before it was delivered (RFC 9293
+    /// §3.10.7.4 eighth).
+    pub(super) fn check_peer_fin(&mut self, now: Instant) {
+        let Some(f) = self.peer_fin else { return };
+        if self.peer_fin_done || f != self.rcv_nxt {
+            return;
+        }
+        self.peer_fin_done = true;
+        self.rcv_nxt = self.rcv_nxt + 1u32;
+        self.store.advance(self.rcv_nxt, 1);
+        if self.adv_edge < self.rcv_nxt {
+            self.adv_edge = self.rcv_nxt;
+        }
+        self.ack_now = true;
+        self.events.push_back(Event::PeerClosed);
+        debug!(local = self.local_port, state = ?self.state, "tcp: peer FIN");
+        match self.state {
+            State::Established => self.state = State::CloseWait,
+            State::FinWait1 => {
+                if self.our_fin.is_some_and(|fin| self.snd_una > fin) {
+                    self.enter_time_wait(now);
+                } else {
+                    self.state = State::Closing;
+                }
+            }
+            State::FinWait2 => self.enter_time_wait(now),
+            _ => {}
+        }
+    }
+
+    /// Releases `n` delivered octets back to the window (with
+    /// [`TcpConfig::manual_release`]; a no-op otherwise). Schedules a window update when the
+    /// window opens from (near) zero.
+    pub fn release(&mut self, n: usize) {
+        if !self.cfg.manual_release {
+            return;
+        }
+        self.unreleased -= n.min(self.unreleased);
+        let cur = self.rcv_wnd() as usize;
+        let want = self.free_window();
+        let thresh = self.sws_threshold();
+        // RFC 9293 §3.8.6.2.2 with Linux's rule: tell the peer when the window grew by at
+        // least the SWS threshold and either was zero or at least doubles.
+        if want >= cur + thresh && (cur == 0 || want >= 2 * cur) && !self.window_update {
+            self.window_update = true;
+            self.ack_now = true;
+        }
+    }
+
+    /// Called by the poll loop after a burst of received segments: sends the pending ACK
+    /// (one per flow per burst).
+    pub fn end_of_burst(&mut self, now: Instant) {
+        self.now = now;
+        if self.segs_unacked > 0 || self.timers.is_set(Timer::DelayedAck) {
+            self.ack_now = true;
+        }
+    }
+
+    pub(super) fn free_window(&self) -> usize {
+        let max_field = 65535usize << self.rcv_wscale;
+        self.store
+            .capacity()
+            .saturating_sub(self.unreleased)
+            .min(max_field)
+    }
+
+    pub(super) fn sws_threshold(&self) -> usize {
+        (self.store.capacity() / 2).min(self.rcv_mss).max(1)
+    }
+
+    /// The window field for an outgoing segment; moves the advertised right edge forward
+    /// when worthwhile and never backward (RFC 9293 §3.8.6.2.2 receiver SWS avoidance,
+    /// RFC 7323 §2.4).
+    pub(super) fn advertise(&mut self) -> u16 {
+        if self.adv_edge < self.rcv_nxt {
+            self.adv_edge = self.rcv_nxt;
+        }
+        let ws = u32::from(self.rcv_wscale);
+        let cur = self.adv_edge.distance_from(self.rcv_nxt) as usize;
+        let want = self.free_window();
+        let mut wnd = cur;
+        if want > cur && (want - cur >= self.sws_threshold() || want == self.store.capacity()) {
+            // Round down to what the shift can say ...
+            wnd = (want >> ws) << ws;
+        }
+        // ... but never below the edge already advertised: round that up instead.
+        let mut field = wnd >> ws;
+        if (field << ws) < cur {
+            field = cur.div_ceil(1 << ws);
+        }
+        let field = field.min(65535);
+        let edge = self.rcv_nxt + ((field as u32) << ws);
+        if edge > self.adv_edge {
+            self.adv_edge = edge;
+        }
+        field as u16
+    }
+}

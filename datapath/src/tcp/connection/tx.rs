@@ -1,0 +1,346 @@
+//! Send side: queueing, close and abort, choosing the next segment (recovery holes, new data,
+//! FIN, zero-window probes, ACKs) and writing it.
+
+use std::time::Instant;
+
+use mpa::seq::SeqNumber;
+use tracing::{debug, trace, warn};
+
+use super::*;
+
+impl Connection {
+    /// Queues octets to send (bounded by the send buffer); returns how many were taken. Takes
+    /// nothing after [`Connection::close`] or once the connection is closing or closed.
+    pub fn send(&mut self, data: &[u8]) -> usize {
+        if !self.can_send() {
+            return 0;
+        }
+        self.sndbuf.push(data)
+    }
+
+    /// Closes our direction: a FIN follows the queued octets, and is retransmitted until
+    /// acknowledged (RFC 9293 §3.10.4).
+    pub fn close(&mut self) {
+        match self.state {
+            State::Established => self.state = State::FinWait1,
+            State::CloseWait => self.state = State::LastAck,
+            _ => return,
+        }
+        self.our_fin = Some(self.snd_una + self.sndbuf.len());
+        debug!(local = self.local_port, state = ?self.state, "tcp: close");
+    }
+
+    /// Aborts: one RST goes out with the next `poll_transmit`, the connection closes at once
+    /// and reports [`Event::Closed`] (RFC 9293 §3.10.5).
+    pub fn abort(&mut self) {
+        if self.state == State::Closed {
+            return;
+        }
+        self.rst_pending = Some((self.snd_nxt, None));
+        self.enter_closed(None);
+    }
+
+    pub(super) fn data_end(&self) -> SeqNumber {
+        self.snd_una + self.sndbuf.len()
+    }
+
+    pub(super) fn payload_room(&self, opts_len: usize, buf_len: usize) -> usize {
+        // RFC 6691: the MSS excludes options, so the payload is MSS minus option octets.
+        let by_mss = self.snd_mss.saturating_sub(opts_len).max(1);
+        let by_buf = buf_len.saturating_sub(HEADER_LEN + opts_len);
+        by_mss.min(by_buf)
+    }
+
+    /// The next hole to retransmit during recovery (RFC 6675 NextSeg, simplified).
+    pub(super) fn plan_recovery(&mut self, room: usize) -> Option<Plan> {
+        let mut s = if self.rtx_next > self.snd_una {
+            self.rtx_next
+        } else {
+            self.snd_una
+        };
+        while let Some(end) = self.scoreboard.sacked_end(s) {
+            s = end;
+        }
+        // Without SACK information only the first unacknowledged segment is known lost.
+        let limit = match self.scoreboard.highest() {
+            Some(h) => h,
+            None if s == self.snd_una => self.snd_max,
+            None => return None,
+        };
+        if s >= limit || s >= self.snd_max {
+            return None;
+        }
+        let data_end = self.data_end();
+        let mut len = if s < data_end {
+            data_end.distance_from(s) as usize
+        } else {
+            0
+        };
+        if let Some(next) = self.scoreboard.next_start_after(s) {
+            len = len.min(next.distance_from(s) as usize);
+        }
+        len = len.min(room);
+        let fin = self
+            .our_fin
+            .is_some_and(|f| s + len == f && f < self.snd_max);
+        if len == 0 && !fin {
+            return None;
+        }
+        Some(Plan {
+            seq: s,
+            len,
+            fin,
+            retransmission: true,
+        })
+    }
+
+    /// The next data (or FIN) from SND.NXT, within the windows.
+    pub(super) fn plan_send(&mut self, room: usize) -> Option<Plan> {
+        let mut s = self.snd_nxt;
+        // After a timeout SND.NXT went back: skip what the peer SACKed.
+        while s < self.snd_max {
+            match self.scoreboard.sacked_end(s) {
+                Some(end) => s = end,
+                None => break,
+            }
+        }
+        if s > self.snd_nxt {
+            self.snd_nxt = s;
+        }
+        let data_end = self.data_end();
+        if s > data_end {
+            return None; // only our FIN is beyond the data, and it is sent
+        }
+        let queued = data_end.distance_from(s) as usize;
+        // The peer's window is absolute; the congestion window limits what is in flight.
+        let by_rwnd =
+            (self.snd_wnd as usize).saturating_sub(s.distance_from(self.snd_una) as usize);
+        let mut by_cwnd = self.cwnd.saturating_sub(self.pipe());
+        let limited = by_cwnd < room.min(queued) && self.limited_transmit > 0 && s >= self.snd_max;
+        if limited {
+            by_cwnd = room;
+        }
+        let usable = by_rwnd.min(by_cwnd);
+        let mut len = queued.min(usable).min(room);
+        let retransmission = s < self.snd_max;
+        if retransmission {
+            if let Some(next) = self.scoreboard.next_start_after(s) {
+                len = len.min(next.distance_from(s) as usize);
+            }
+        }
+        // RFC 9293 §3.8.6.2.1 sender SWS avoidance (Nagle off: a short segment that empties
+        // the queue goes at once).
+        let nothing_in_flight = self.snd_una == self.snd_max;
+        let worthwhile = len == room
+            || len == queued
+            || len >= (self.max_snd_wnd as usize) / 2
+            || nothing_in_flight
+            || retransmission;
+        if len > 0 && !worthwhile {
+            len = 0;
+        }
+        // Our FIN rides on the last data segment, or goes alone; it does not need window.
+        let fin = self.our_fin.is_some_and(|f| s + len == f);
+        if len == 0 && !fin {
+            if queued > 0 && self.snd_wnd == 0 && nothing_in_flight {
+                // RFC 9293 §3.8.6.1: probe a zero window.
+                if !self.timers.is_set(Timer::Persist) {
+                    self.arm_persist();
+                }
+            }
+            return None;
+        }
+        if limited && len > 0 {
+            self.limited_transmit -= 1;
+        }
+        Some(Plan {
+            seq: s,
+            len,
+            fin,
+            retransmission,
+        })
+    }
+
+    pub(super) fn arm_persist(&mut self) {
+        let d = self
+            .rtt
+            .rto()
+            .checked_mul(1 << self.persist_backoff.min(16))
+            .unwrap_or(self.cfg.rto_max)
+            .min(self.cfg.rto_max);
+        self.timers.set(Timer::Persist, self.now + d);
+    }
+
+    pub(super) fn options(&mut self, now: Instant) -> TcpOptions {
+        let mut o = TcpOptions::default();
+        if let Some(tsval) = self.tsval(now) {
+            // RFC 7323 §3.2: every segment carries TSopt once negotiated; TSecr = TS.Recent.
+            o.timestamps = Some(TcpTimestamps {
+                tsval,
+                tsecr: if self.ts_recent_valid {
+                    self.ts_recent
+                } else {
+                    0
+                },
+            });
+        }
+        if self.sack_ok && !self.store.is_empty() {
+            // RFC 2018 §4: SACK in every ACK while holes exist; first block the most recent.
+            self.store.sack_blocks(self.max_sack_blocks, &mut o.sack);
+        }
+        o
+    }
+
+    /// Writes the next segment to send into `buf` (TCP header, then payload; checksum zero)
+    /// and describes it; `None` when there is nothing to send. Call until `None` after every
+    /// input. `buf` should hold at least 60 octets plus an MSS; a smaller one gets smaller
+    /// segments, one below 60 octets may get nothing.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        self.now = now;
+        if let Some((seq, ack)) = self.rst_pending {
+            let repr = TcpRepr {
+                src_port: self.local_port,
+                dst_port: self.remote_port,
+                seq_number: seq,
+                ack_number: ack,
+                flags: TcpFlags::RST,
+                window_len: 0,
+                urgent_at: 0,
+                options: TcpOptions::default(),
+            };
+            let n = repr.emit(&mut TcpPacket::new_unchecked(&mut *buf)).ok()?;
+            self.rst_pending = None;
+            self.stats.segs_out += 1;
+            return Some(Transmit {
+                repr,
+                header_len: n,
+                payload_len: 0,
+            });
+        }
+        if self.state == State::Closed {
+            return None;
+        }
+        let opts = self.options(now);
+        let room = self.payload_room(opts.emitted_len(), buf.len());
+
+        let mut plan = None;
+        if self.recovery.is_some() {
+            // RFC 6675 §5 (simplified): one retransmission per ACK that brought news, more
+            // while the pipe is below cwnd; holes first, then new data.
+            let allowed = self.rtx_pending || self.pipe() < self.cwnd;
+            self.rtx_pending = false;
+            if allowed {
+                plan = self.plan_recovery(room);
+            }
+        } else {
+            self.rtx_pending = false;
+        }
+        if self.state == State::TimeWait {
+            plan = None;
+        } else if plan.is_none() {
+            plan = self.plan_send(room);
+        }
+        if let Some(p) = plan {
+            return self.transmit(now, buf, opts, p.seq, p.len, p.fin, Some(p));
+        }
+        if self.probe_pending {
+            // A zero-window probe: an old sequence number elicits an ACK with the window
+            // (as Linux does), without committing data beyond the window.
+            self.probe_pending = false;
+            self.stats.window_probes += 1;
+            let seq = self.snd_una + u32::MAX;
+            return self.transmit(now, buf, opts, seq, 0, false, None);
+        }
+        if self.ack_now {
+            if self.window_update {
+                self.stats.window_updates += 1;
+            }
+            return self.transmit(now, buf, opts, self.snd_nxt, 0, false, None);
+        }
+        None
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn transmit(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        options: TcpOptions,
+        seq: SeqNumber,
+        len: usize,
+        fin: bool,
+        plan: Option<Plan>,
+    ) -> Option<Transmit> {
+        let window_len = self.advertise();
+        let mut flags = TcpFlags::empty();
+        if fin {
+            flags = flags | TcpFlags::FIN;
+        }
+        if len > 0 {
+            flags = flags | TcpFlags::PSH;
+        }
+        let repr = TcpRepr {
+            src_port: self.local_port,
+            dst_port: self.remote_port,
+            seq_number: seq,
+            ack_number: Some(self.rcv_nxt),
+            flags,
+            window_len,
+            urgent_at: 0,
+            options,
+        };
+        let header_len = match repr.emit(&mut TcpPacket::new_unchecked(&mut *buf)) {
+            Ok(n) => n,
+            Err(e) => {
+                warn!(error = %e, have = buf.len(), "tcp: transmit buffer too small");
+                return None;
+            }
+        };
+        if len > 0 {
+            let off = seq.distance_from(self.snd_una) as usize;
+            self.sndbuf
+                .copy_out(off, &mut buf[header_len..header_len + len]);
+        }
+
+        // Bookkeeping: this segment carries the current ACK and window.
+        self.ack_now = false;
+        self.window_update = false;
+        self.segs_unacked = 0;
+        self.timers.clear(Timer::DelayedAck);
+        self.last_ack_sent = self.rcv_nxt;
+        self.stats.segs_out += 1;
+        self.stats.octets_out += len as u64;
+        self.stats.sack_blocks_sent += repr.options.sack.len() as u64;
+        if let Some(p) = plan {
+            let end = seq + p.len + u32::from(p.fin);
+            if p.retransmission {
+                self.stats.retransmissions += 1;
+                // Karn: a retransmission invalidates the running sample.
+                self.rtt_probe = None;
+                if self.recovery.is_some() && end > self.rtx_next {
+                    self.rtx_next = end;
+                }
+            } else if self.rtt_probe.is_none() && self.ts.is_none() {
+                self.rtt_probe = Some((end, now));
+            }
+            if end > self.snd_nxt {
+                self.snd_nxt = end;
+            }
+            if end > self.snd_max {
+                self.snd_max = end;
+            }
+            // RFC 6298 §5.1: start the timer when sending data if it is not running.
+            if !self.timers.is_set(Timer::Retransmit) {
+                self.timers.set(Timer::Retransmit, now + self.rtt.rto());
+            }
+        } else {
+            self.stats.acks_sent += 1;
+        }
+        trace!(seq = %seq, len, fin, ack = %self.rcv_nxt, wnd = window_len, "tcp: tx");
+        Some(Transmit {
+            repr,
+            header_len,
+            payload_len: len,
+        })
+    }
+}

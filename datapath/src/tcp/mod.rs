@@ -1,0 +1,41 @@
+//! A minimal TCP for established connections handed over from the kernel, sans I/O.
+//!
+//! Segments and time go in, segments, timer deadlines and events come out; nothing here
+//! touches a socket, a clock or the allocator on the per-segment path. What it does:
+//!
+//! * receive: RFC 9293 acceptability and trimming, PAWS (RFC 7323), RST/SYN/ACK checks of
+//!   RFC 5961, in-order delivery without a copy (a range of the caller's own payload), and a
+//!   bounded reassembly store for out-of-order octets, with SACK (RFC 2018);
+//! * ACKs: every second segment, at the end of each RX burst, at once on reordering or
+//!   duplicates, else a delayed-ACK timer; timestamps that continue the kernel's clock;
+//! * window: what the buffers can really take, scaled, never retracted;
+//! * send: reliable delivery of the few octets the data path itself sends (RFC 6298 RTO with
+//!   backoff, RFC 5681 fast retransmit and congestion window, SACK-aware hole filling),
+//!   zero-window probes, FIN in both directions with every closing state.
+//!
+//! What it does not: the handshake (the kernel did it), urgent data, D-SACK, ECN.
+//!
+//! Files: [`config`] (hand-over snapshot, policy), `connection` (the state machine: types,
+//! construction, timers and events; `connection/rx.rs` receive, `ack.rs` ACK processing,
+//! `tx.rs` send),
+//! `reassembly` (out-of-order store), `send_buf`, `rtt` (RFC 6298), `scoreboard` (peer's
+//! SACKs), `timer`, [`stats`], [`error`].
+#![forbid(unsafe_code)]
+
+pub mod config;
+mod connection;
+pub mod error;
+mod reassembly;
+mod rtt;
+mod scoreboard;
+mod send_buf;
+pub mod stats;
+mod timer;
+
+#[cfg(test)]
+mod tests;
+
+pub use config::{HandoverState, TcpConfig, TsHandover};
+pub use connection::{Connection, Event, SegmentOutcome, State, Transmit};
+pub use error::TcpError;
+pub use stats::{DropCounters, DropReason, TcpStats};

@@ -1,0 +1,116 @@
+//! Per-connection counters.
+
+/// Why a received segment, or its payload, was not accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// Outside the receive window (RFC 9293 §3.10.7.4): answered with an ACK unless RST.
+    OutOfWindow,
+    /// Every octet was received before (full duplicate): answered with a duplicate ACK.
+    Duplicate,
+    /// TSval older than TS.Recent (PAWS, RFC 7323 §5.3 R1): answered with an ACK.
+    Paws,
+    /// No timestamps option although timestamps are on (RFC 7323 §3.2).
+    MissingTimestamp,
+    /// ACK field not acceptable (RFC 5961 §5.2), or ACK bit off (RFC 9293 §3.10.7.4).
+    BadAck,
+    /// RST not exactly at RCV.NXT: answered with a challenge ACK, or dropped when outside the
+    /// window (RFC 5961 §3.2).
+    BadRst,
+    /// SYN on an established connection: answered with a challenge ACK (RFC 5961 §4.2).
+    Syn,
+    /// Out-of-order octets did not fit the reassembly limit or range table.
+    ReassemblyFull,
+    /// Data after the peer's FIN, or any segment after the connection closed.
+    AfterClose,
+}
+
+/// Drops by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DropCounters {
+    /// [`DropReason::OutOfWindow`].
+    pub out_of_window: u64,
+    /// [`DropReason::Paws`].
+    pub paws: u64,
+    /// [`DropReason::MissingTimestamp`].
+    pub missing_timestamp: u64,
+    /// [`DropReason::BadAck`].
+    pub bad_ack: u64,
+    /// [`DropReason::BadRst`].
+    pub bad_rst: u64,
+    /// [`DropReason::Syn`].
+    pub syn: u64,
+    /// [`DropReason::ReassemblyFull`].
+    pub reassembly_full: u64,
+    /// [`DropReason::AfterClose`].
+    pub after_close: u64,
+}
+
+/// Counters of one connection. Plain integers: read them with [`Connection::stats`].
+///
+/// [`Connection::stats`]: crate::tcp::Connection::stats
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TcpStats {
+    /// Segments handed to `handle_segment`.
+    pub segs_in: u64,
+    /// Payload octets in those segments (before any trimming).
+    pub octets_in: u64,
+    /// Segments whose payload started at RCV.NXT (after trimming old octets).
+    pub in_order_segs: u64,
+    /// Segments stored (wholly or partly) out of order.
+    pub ooo_segs: u64,
+    /// Segments with data every octet of which had been received already.
+    pub dup_full: u64,
+    /// Segments that carried some old and some new octets.
+    pub dup_partial: u64,
+    /// New in-order payload octets delivered (directly and from the store).
+    pub octets_delivered: u64,
+    /// Octets delivered from the reassembly store.
+    pub octets_reassembled: u64,
+    /// Drops by reason.
+    pub dropped: DropCounters,
+    /// RSTs that reset the connection.
+    pub rst_accepted: u64,
+    /// Segments sent.
+    pub segs_out: u64,
+    /// Payload octets sent, retransmissions included.
+    pub octets_out: u64,
+    /// Segments sent without payload, SYN or FIN: pure ACKs, window updates, probes.
+    pub acks_sent: u64,
+    /// SACK blocks sent, summed over segments.
+    pub sack_blocks_sent: u64,
+    /// Challenge ACKs sent (RFC 5961).
+    pub challenge_acks: u64,
+    /// Challenge ACKs suppressed by the rate limit.
+    pub challenge_acks_suppressed: u64,
+    /// Window updates sent because space opened.
+    pub window_updates: u64,
+    /// Segments (data or FIN) sent again.
+    pub retransmissions: u64,
+    /// Fast retransmits entered (RFC 5681 §3.2).
+    pub fast_retransmits: u64,
+    /// Retransmission timeouts.
+    pub rto_expiries: u64,
+    /// Zero-window probes sent.
+    pub window_probes: u64,
+    /// Duplicate ACKs received (RFC 5681 §2 definition).
+    pub dup_acks_in: u64,
+    /// RTT samples taken.
+    pub rtt_samples: u64,
+}
+
+impl TcpStats {
+    pub(crate) fn count_drop(&mut self, r: DropReason) {
+        let d = &mut self.dropped;
+        match r {
+            DropReason::OutOfWindow => d.out_of_window += 1,
+            DropReason::Duplicate => {} // counted in dup_full
+            DropReason::Paws => d.paws += 1,
+            DropReason::MissingTimestamp => d.missing_timestamp += 1,
+            DropReason::BadAck => d.bad_ack += 1,
+            DropReason::BadRst => d.bad_rst += 1,
+            DropReason::Syn => d.syn += 1,
+            DropReason::ReassemblyFull => d.reassembly_full += 1,
+            DropReason::AfterClose => d.after_close += 1,
+        }
+    }
+}

@@ -1,0 +1,980 @@
+//! One connection against a scripted peer. Every hand-over starts 2000 octets (receive) and
+//! 500 octets (send) below the 32-bit wrap, and the peer's TSval just below its wrap, so
+//! every test below crosses all three.
+
+use std::time::Instant;
+
+use mpa::seq::SeqNumber;
+use proptest::prelude::*;
+
+use super::harness::*;
+use crate::tcp::{
+    Connection, DropReason, Event, HandoverState, State, TcpConfig, TcpError, TsHandover,
+};
+use crate::wire::tcp::{SackBlock, TcpFlags, TcpTimestamps};
+
+fn cfg() -> TcpConfig {
+    TcpConfig::default()
+}
+
+#[test]
+fn in_order_zero_copy_and_ack_every_second_segment() {
+    let t0 = Instant::now();
+    let mut c = conn(t0, true, &cfg());
+    let p = Peer::new(true);
+    assert!(drain_tx(&mut c, t0).is_empty(), "nothing to say yet");
+
+    let (r, d) = p.data(0, SEG);
+    let (o, got) = feed(&mut c, t0, &r, &d);
+    assert_eq!(o.in_order, 0..SEG);
+    assert_eq!(o.reassembled, 0);
+    assert_eq!(got, d);
+    assert!(drain_tx(&mut c, t0).is_empty(), "one segment: delayed");
+    assert_eq!(c.poll_timeout(), Some(t0 + ms(40)));
+
+    let (r, d) = p.data(SEG as u64, SEG);
+    feed(&mut c, t0, &r, &d);
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 1, "second segment: ACK at once");
+    assert!(tx[0].is_pure_ack());
+    assert_eq!(tx[0].ack(), p.base + 2 * SEG as u32);
+    assert_eq!(tx[0].repr.seq_number, SeqNumber(SND0));
+    // TSecr = the TSval of the first unacknowledged segment (RFC 7323 §4.3).
+    assert_eq!(
+        tx[0].repr.options.timestamps,
+        Some(TcpTimestamps {
+            tsval: TSVAL_AT_FREEZE,
+            tsecr: p.tsval
+        })
+    );
+    assert_eq!(c.poll_timeout(), None, "delayed-ACK timer cleared");
+
+    // Third segment, then the end of the RX burst: ACK.
+    let (r, d) = p.data(2 * SEG as u64, SEG);
+    feed(&mut c, t0, &r, &d);
+    assert!(drain_tx(&mut c, t0).is_empty());
+    c.end_of_burst(t0);
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 1);
+    assert_eq!(tx[0].ack(), p.base + 3 * SEG as u32);
+
+    // Fourth, no end of burst: the delayed-ACK timer sends it.
+    let (r, d) = p.data(3 * SEG as u64, SEG);
+    feed(&mut c, t0 + ms(1), &r, &d);
+    assert!(drain_tx(&mut c, t0 + ms(1)).is_empty());
+    let at = c.poll_timeout().unwrap();
+    assert_eq!(at, t0 + ms(41));
+    c.handle_timeout(at);
+    let tx = drain_tx(&mut c, at);
+    assert_eq!(tx.len(), 1);
+    assert_eq!(tx[0].ack(), p.base + 4 * SEG as u32);
+    assert_eq!(c.rcv_nxt(), p.base + 4 * SEG as u32);
+    assert!(c.rcv_nxt().0 < RCV0, "crossed the wrap");
+    let s = c.stats();
+    assert_eq!((s.in_order_segs, s.ooo_segs, s.acks_sent), (4, 0, 3));
+    assert_eq!(s.octets_delivered, 4 * SEG as u64);
+}
+
+#[test]
+fn overlap_is_trimmed_and_duplicates_acked() {
+    let t0 = Instant::now();
+    let mut c = conn(t0, true, &cfg());
+    let p = Peer::new(true);
+    let (r, d) = p.data(0, 1000);
+    feed(&mut c, t0, &r, &d);
+    // [500, 1500): the first 500 octets are old.
+    let (r, d) = p.data(500, 1000);
+    let (o, got) = feed(&mut c, t0, &r, &d);
+    assert_eq!(o.in_order, 500..1000);
+    assert_eq!(got, stream(1000, 500));
+    assert_eq!(c.stats().dup_partial, 1);
+    drain_tx(&mut c, t0);
+    // A full duplicate: dropped, answered with a duplicate ACK at once.
+    let (r, d) = p.data(0, 1000);
+    let (o, got) = feed(&mut c, t0, &r, &d);
+    assert_eq!(o.dropped, Some(DropReason::Duplicate));
+    assert!(got.is_empty());
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 1);
+    assert_eq!(tx[0].ack(), p.base + 1500u32);
+    assert_eq!(c.stats().dup_full, 1);
+}
+
+#[test]
+fn out_of_order_sack_and_reassembly() {
+    let t0 = Instant::now();
+    let mut c = conn(t0, true, &cfg());
+    let p = Peer::new(true);
+    let s = SEG as u64;
+    let seq = |k: u64| p.base + (k * s) as u32;
+    feed(&mut c, t0, &p.data(0, SEG).0, &p.data(0, SEG).1);
+
+    // Segment 2 (1 is missing): stored, ACKed at once with one SACK block.
+    let (o, got) = feed(&mut c, t0, &p.data(2 * s, SEG).0, &p.data(2 * s, SEG).1);
+    assert!(o.in_order.is_empty() && got.is_empty() && o.dropped.is_none());
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 1);
+    assert_eq!(tx[0].ack(), seq(1));
+    assert_eq!(
+        tx[0].sack(),
+        &[SackBlock {
+            left: seq(2),
+            right: seq(3)
+        }]
+    );
+    // Segment 4: the newest block comes first (RFC 2018 §4).
+    feed(&mut c, t0, &p.data(4 * s, SEG).0, &p.data(4 * s, SEG).1);
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(
+        tx[0].sack(),
+        &[
+            SackBlock {
+                left: seq(4),
+                right: seq(5)
+            },
+            SackBlock {
+                left: seq(2),
+                right: seq(3)
+            }
+        ]
+    );
+    // Segment 2 again: a duplicate out of order.
+    let (o, _) = feed(&mut c, t0, &p.data(2 * s, SEG).0, &p.data(2 * s, SEG).1);
+    assert_eq!(o.dropped, Some(DropReason::Duplicate));
+    assert_eq!(drain_tx(&mut c, t0).len(), 1);
+    assert_eq!(c.reassembly_stored(), 2 * SEG);
+
+    // Segment 1 fills the first hole: its payload in order, then segment 2 from the store.
+    let (o, got) = feed(&mut c, t0, &p.data(s, SEG).0, &p.data(s, SEG).1);
+    assert_eq!(o.in_order, 0..SEG);
+    assert_eq!(o.reassembled, SEG);
+    assert_eq!(got, stream(s, 2 * SEG));
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 1, "a filled hole is ACKed at once");
+    assert_eq!(tx[0].ack(), seq(3));
+    assert_eq!(
+        tx[0].sack(),
+        &[SackBlock {
+            left: seq(4),
+            right: seq(5)
+        }]
+    );
+    let (_, got) = feed(&mut c, t0, &p.data(3 * s, SEG).0, &p.data(3 * s, SEG).1);
+    assert_eq!(got, stream(3 * s, 2 * SEG));
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx[0].ack(), seq(5));
+    assert!(tx[0].sack().is_empty(), "no holes, no SACK");
+    let st = c.stats();
+    assert_eq!(st.ooo_segs, 2);
+    assert_eq!(st.dup_full, 1);
+    assert_eq!(st.octets_reassembled, 2 * SEG as u64);
+    assert_eq!(st.octets_delivered, 5 * SEG as u64);
+    assert_eq!(c.reassembly_stored(), 0);
+}
+
+#[test]
+fn sack_block_count_fits_the_option_space() {
+    for ts in [true, false] {
+        let t0 = Instant::now();
+        let mut c = conn(t0, ts, &cfg());
+        let p = Peer::new(ts);
+        for k in 0..6u64 {
+            let off = (2 * k + 1) * 100;
+            feed(&mut c, t0, &p.data(off, 50).0, &p.data(off, 50).1);
+        }
+        let tx = drain_tx(&mut c, t0);
+        assert_eq!(tx.len(), 1);
+        // RFC 2018 §3: 4 blocks fit without timestamps, 3 with.
+        assert_eq!(tx[0].sack().len(), if ts { 3 } else { 4 });
+        assert_eq!(tx[0].sack()[0].left, p.base + 1100u32, "most recent first");
+        assert!(tx[0].repr.header_len() <= 60);
+    }
+}
+
+#[test]
+fn rst_exactly_at_rcv_nxt_resets() {
+    let t0 = Instant::now();
+    let mut c = conn(t0, true, &cfg());
+    let mut p = Peer::new(true);
+    feed(&mut c, t0, &p.data(0, 100).0, &p.data(0, 100).1);
+    // PAWS does not apply to RST: an old TSval does not save it.
+    p.tsval = PEER_TS0 - 1000;
+    let rst = p.repr(p.base + 100u32, TcpFlags::RST);
+    let o = c.handle_segment(t0, &rst, &[]);
+    assert_eq!(o.dropped, None);
+    assert_eq!(c.state(), State::Closed);
+    assert_eq!(c.poll_event(), Some(Event::Reset));
+    assert_eq!(c.error(), Some(&TcpError::Reset));
+    assert!(drain_tx(&mut c, t0).is_empty(), "a RST is never answered");
+    assert_eq!(c.send(b"x"), 0);
+    assert_eq!(c.stats().rst_accepted, 1);
+}
+
+#[test]
+fn rst_in_window_but_not_exact_gets_a_challenge_ack() {
+    let t0 = Instant::now();
+    let mut c = conn(t0, true, &cfg());
+    let p = Peer::new(true);
+    let rst = p.repr(p.base + 1u32, TcpFlags::RST);
+    let o = c.handle_segment(t0, &rst, &[]);
+    assert_eq!(o.dropped, Some(DropReason::BadRst));
+    assert_eq!(c.state(), State::Established);
+    assert_eq!(c.poll_event(), None);
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 1);
+    assert!(tx[0].is_pure_ack());
+    assert_eq!(tx[0].ack(), p.base);
+    assert_eq!(c.stats().challenge_acks, 1);
+    // Further in the window, same answer.
+    let rst = p.repr(p.base + 60_000u32, TcpFlags::RST);
+    c.handle_segment(t0, &rst, &[]);
+    assert_eq!(drain_tx(&mut c, t0).len(), 1);
+    assert_eq!(c.state(), State::Established);
+}
+
+#[test]
+fn rst_outside_the_window_is_dropped_silently() {
+    let t0 = Instant::now();
+    let mut c = conn(t0, true, &cfg());
+    let p = Peer::new(true);
+    let wnd = c.rcv_wnd();
+    for seq in [
+        p.base + wnd + 10u32,
+        p.base + u32::MAX,
+        p.base + (1u32 << 31),
+    ] {
+        let o = c.handle_segment(t0, &p.repr(seq, TcpFlags::RST), &[]);
+        assert_eq!(o.dropped, Some(DropReason::BadRst));
+    }
+    assert!(drain_tx(&mut c, t0).is_empty());
+    assert_eq!(c.state(), State::Established);
+    assert_eq!(c.stats().dropped.bad_rst, 3);
+}
+
+#[test]
+fn syn_on_established_gets_a_challenge_ack() {
+    let t0 = Instant::now();
+    let mut c = conn(t0, true, &cfg());
+    let p = Peer::new(true);
+    let mut syn = p.repr(p.base, TcpFlags::SYN);
+    syn.options.mss = Some(1460);
+    let o = c.handle_segment(t0, &syn, &[]);
+    assert_eq!(o.dropped, Some(DropReason::Syn));
+    assert_eq!(c.state(), State::Established);
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 1);
+    assert_eq!(tx[0].ack(), p.base);
+    assert_eq!(c.stats().challenge_acks, 1);
+}
+
+#[test]
+fn challenge_acks_are_rate_limited() {
+    let t0 = Instant::now();
+    let mut cfg = cfg();
+    cfg.challenge_ack_limit = 2;
+    let mut c = conn(t0, true, &cfg);
+    let p = Peer::new(true);
+    for _ in 0..5 {
+        c.handle_segment(t0, &p.repr(p.base + 5u32, TcpFlags::RST), &[]);
+    }
+    assert_eq!(c.stats().challenge_acks, 2);
+    assert_eq!(c.stats().challenge_acks_suppressed, 3);
+    c.handle_segment(t0 + ms(1001), &p.repr(p.base + 5u32, TcpFlags::RST), &[]);
+    assert_eq!(c.stats().challenge_acks, 3);
+}
+
+#[test]
+fn ack_validation_rfc5961() {
+    let t0 = Instant::now();
+    let mut c = conn(t0, true, &cfg());
+    let mut p = Peer::new(true);
+    // Too new: acknowledges something never sent.
+    p.ack = SeqNumber(SND0) + 1u32;
+    let (o, got) = feed(&mut c, t0, &p.data(0, 10).0, &p.data(0, 10).1);
+    assert_eq!(o.dropped, Some(DropReason::BadAck));
+    assert!(got.is_empty());
+    assert_eq!(drain_tx(&mut c, t0).len(), 1, "challenge ACK");
+    // Too old: below SND.UNA - MAX.SND.WND.
+    p.ack = SeqNumber(SND0) + (65_537u32).wrapping_neg();
+    let (o, _) = feed(&mut c, t0, &p.data(0, 10).0, &p.data(0, 10).1);
+    assert_eq!(o.dropped, Some(DropReason::BadAck));
+    assert_eq!(drain_tx(&mut c, t0).len(), 1);
+    // Old but within the window: the ACK field is ignored, the data taken.
+    p.ack = SeqNumber(SND0) + 100u32.wrapping_neg();
+    let (o, got) = feed(&mut c, t0, &p.data(0, 10).0, &p.data(0, 10).1);
+    assert_eq!(o.dropped, None);
+    assert_eq!(got, stream(0, 10));
+    // ACK bit off: dropped.
+    let mut r = p.data(10, 10).0;
+    r.ack_number = None;
+    assert_eq!(
+        c.handle_segment(t0, &r, &stream(10, 10)).dropped,
+        Some(DropReason::BadAck)
+    );
+    assert_eq!(c.stats().dropped.bad_ack, 3);
+    assert_eq!(c.stats().challenge_acks, 2);
+}
+
+#[test]
+fn paws_drops_old_tsval_across_the_wrap() {
+    let t0 = Instant::now();
+    let mut c = conn(t0, true, &cfg());
+    let mut p = Peer::new(true);
+    // TS.Recent = PEER_TS0 from the hand-over: one older is dropped, with an ACK.
+    p.tsval = PEER_TS0 - 1;
+    let (o, got) = feed(&mut c, t0, &p.data(0, 100).0, &p.data(0, 100).1);
+    assert_eq!(o.dropped, Some(DropReason::Paws));
+    assert!(got.is_empty());
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 1);
+    assert_eq!(tx[0].repr.options.timestamps.unwrap().tsecr, PEER_TS0);
+    // A TSval past the peer's wrap is newer: accepted, and becomes TS.Recent.
+    p.tsval = PEER_TS0.wrapping_add(20); // = 4
+    let (o, got) = feed(&mut c, t0, &p.data(0, 100).0, &p.data(0, 100).1);
+    assert_eq!(o.dropped, None);
+    assert_eq!(got.len(), 100);
+    assert_eq!(c.ts_recent(), Some(4));
+    // Now the pre-wrap value is old.
+    p.tsval = PEER_TS0 + 5;
+    let (o, _) = feed(&mut c, t0, &p.data(100, 100).0, &p.data(100, 100).1);
+    assert_eq!(o.dropped, Some(DropReason::Paws));
+    assert_eq!(c.stats().dropped.paws, 2);
+    // A segment without timestamps is dropped silently (RFC 7323 §3.2).
+    let mut r = p.data(100, 100).0;
+    r.options.timestamps = None;
+    drain_tx(&mut c, t0);
+    assert_eq!(
+        c.handle_segment(t0, &r, &stream(100, 100)).dropped,
+        Some(DropReason::MissingTimestamp)
+    );
+    assert!(drain_tx(&mut c, t0).is_empty());
+}
+
+#[test]
+fn ts_recent_only_from_segments_at_last_ack_sent() {
+    let t0 = Instant::now();
+    let mut c = conn(t0, true, &cfg());
+    let mut p = Peer::new(true);
+    p.tsval = 10;
+    feed(&mut c, t0, &p.data(0, 100).0, &p.data(0, 100).1);
+    assert_eq!(c.ts_recent(), Some(10));
+    // Not yet ACKed: SEG.SEQ > Last.ACK.sent, TS.Recent keeps the older value (RFC 7323
+    // §4.3), so the echoed TSecr measures the delayed ACK too.
+    p.tsval = 11;
+    feed(&mut c, t0, &p.data(100, 100).0, &p.data(100, 100).1);
+    assert_eq!(c.ts_recent(), Some(10));
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx[0].repr.options.timestamps.unwrap().tsecr, 10);
+    p.tsval = 12;
+    feed(&mut c, t0, &p.data(200, 100).0, &p.data(200, 100).1);
+    assert_eq!(c.ts_recent(), Some(12));
+}
+
+#[test]
+fn timestamps_continue_the_kernel_clock() {
+    let t0 = Instant::now();
+    let c = conn(t0, true, &cfg());
+    assert_eq!(c.tsval(t0), Some(TSVAL_AT_FREEZE));
+    assert_eq!(c.tsval(t0 + ms(1500)), Some(TSVAL_AT_FREEZE + 1500));
+    // The kernel's clock wraps; ours follows.
+    let mut h = handover(t0, true);
+    h.timestamps = Some(TsHandover {
+        tsval_at_freeze: u32::MAX - 99,
+        freeze_instant: t0,
+        ts_recent: 0,
+    });
+    let mut c = Connection::new(&h, &cfg(), t0).unwrap();
+    assert_eq!(c.tsval(t0 + ms(1500)), Some(1400));
+    // What goes on the wire at t = freeze + 1500 ms. TS.Recent unknown: TSecr 0.
+    c.send(b"reply");
+    let tx = drain_tx(&mut c, t0 + ms(1500));
+    assert_eq!(
+        tx[0].repr.options.timestamps,
+        Some(TcpTimestamps {
+            tsval: 1400,
+            tsecr: 0
+        })
+    );
+    assert_eq!(c.ts_recent(), None);
+    // Unknown TS.Recent: PAWS does not drop anything, and the first segment sets it.
+    let mut p = Peer::new(true);
+    p.tsval = 7;
+    let (o, _) = feed(&mut c, t0, &p.data(0, 10).0, &p.data(0, 10).1);
+    assert_eq!(o.dropped, None);
+    assert_eq!(c.ts_recent(), Some(7));
+}
+
+#[test]
+fn zero_window_then_window_update_on_release() {
+    let t0 = Instant::now();
+    let mut cfg = cfg();
+    cfg.rcv_buf = 10_000;
+    cfg.reassembly_limit = 10_000;
+    cfg.manual_release = true;
+    let mut h = handover(t0, true);
+    h.rcv_wscale = 0;
+    h.rcv_wnd = 10_000;
+    let mut c = Connection::new(&h, &cfg, t0).unwrap();
+    let p = Peer::new(true);
+    let mut edges = Vec::new();
+    for k in 0..10u64 {
+        let (_, got) = feed(
+            &mut c,
+            t0,
+            &p.data(k * 1000, 1000).0,
+            &p.data(k * 1000, 1000).1,
+        );
+        assert_eq!(got.len(), 1000);
+        for s in drain_tx(&mut c, t0) {
+            edges.push(s.ack() + u32::from(s.repr.window_len));
+        }
+    }
+    assert_eq!(c.rcv_wnd(), 0);
+    assert_eq!(edges.len(), 5);
+    assert!(
+        edges.iter().all(|e| *e == p.base + 10_000u32),
+        "right edge held: {edges:?}"
+    );
+    // The receiver stops: more data is outside the (zero) window; answered with an ACK.
+    let (o, got) = feed(&mut c, t0, &p.data(10_000, 1000).0, &p.data(10_000, 1000).1);
+    assert_eq!(o.dropped, Some(DropReason::OutOfWindow));
+    assert!(got.is_empty());
+    // So is a one-octet zero-window probe.
+    let (o, _) = feed(&mut c, t0, &p.data(10_000, 1).0, &p.data(10_000, 1).1);
+    assert_eq!(o.dropped, Some(DropReason::OutOfWindow));
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 1);
+    assert_eq!(tx[0].repr.window_len, 0);
+    // The text of a segment at RCV.NXT is refused, but its ACK still counts (RFC 9293
+    // §3.10.7.4 "special allowance").
+    c.send(b"ours");
+    assert_eq!(drain_tx(&mut c, t0).len(), 1);
+    let mut pa = p.clone();
+    pa.ack = SeqNumber(SND0) + 4u32;
+    let (o, got) = feed(
+        &mut c,
+        t0,
+        &pa.data(10_000, 1000).0,
+        &pa.data(10_000, 1000).1,
+    );
+    assert_eq!(o.dropped, Some(DropReason::OutOfWindow));
+    assert!(got.is_empty());
+    assert_eq!(c.snd_una(), pa.ack);
+    drain_tx(&mut c, t0);
+    // Releasing a little (below the SWS threshold) says nothing.
+    c.release(500);
+    assert!(drain_tx(&mut c, t0).is_empty());
+    // Releasing enough sends a window update.
+    c.release(4500);
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 1);
+    assert_eq!(tx[0].repr.window_len, 5000);
+    assert_eq!(c.stats().window_updates, 1);
+    let (_, got) = feed(&mut c, t0, &p.data(10_000, 1000).0, &p.data(10_000, 1000).1);
+    assert_eq!(got.len(), 1000);
+}
+
+#[test]
+fn advertised_edge_never_retracts() {
+    let t0 = Instant::now();
+    let mut cfg = cfg();
+    cfg.rcv_buf = 64 * 1024;
+    cfg.reassembly_limit = 64 * 1024;
+    let mut h = handover(t0, true);
+    // The kernel advertised more than our buffer: we must honour its edge.
+    h.rcv_wnd = 256 * 1024;
+    let kernel_edge = h.rcv_wup + h.rcv_wnd;
+    let mut c = Connection::new(&h, &cfg, t0).unwrap();
+    let p = Peer::new(true);
+    c.end_of_burst(t0);
+    let mut last = SeqNumber(RCV0);
+    let mut off = 0u64;
+    for round in 0..200u64 {
+        let (_, got) = feed(&mut c, t0, &p.data(off, SEG).0, &p.data(off, SEG).1);
+        off += got.len() as u64;
+        if round % 7 == 0 {
+            // some reordering too: a segment ahead
+            feed(
+                &mut c,
+                t0,
+                &p.data(off + SEG as u64, SEG).0,
+                &p.data(off + SEG as u64, SEG).1,
+            );
+        }
+        c.end_of_burst(t0);
+        for s in drain_tx(&mut c, t0) {
+            let edge = s.ack() + (u32::from(s.repr.window_len) << 7);
+            assert!(edge >= last, "edge retracted: {edge} < {last}");
+            if s.ack() + 1u32 < kernel_edge {
+                assert!(edge >= kernel_edge, "kernel's edge retracted");
+            }
+            last = edge;
+        }
+    }
+    assert!(off > 256 * 1024, "data kept flowing ({off})");
+}
+
+#[test]
+fn passive_close_after_out_of_order_fin() {
+    let t0 = Instant::now();
+    let mut c = conn(t0, true, &cfg());
+    let mut p = Peer::new(true);
+    let s = SEG as u64;
+    feed(&mut c, t0, &p.data(0, SEG).0, &p.data(0, SEG).1);
+    // Segment 2 with FIN arrives before segment 1: no end of stream yet.
+    let mut r = p.data(2 * s, SEG).0;
+    r.flags = r.flags | TcpFlags::FIN;
+    feed(&mut c, t0, &r, &stream(2 * s, SEG));
+    assert_eq!(c.poll_event(), None);
+    assert_eq!(c.state(), State::Established);
+    let (_, got) = feed(&mut c, t0, &p.data(s, SEG).0, &p.data(s, SEG).1);
+    assert_eq!(got, stream(s, 2 * SEG));
+    assert_eq!(c.poll_event(), Some(Event::PeerClosed));
+    assert_eq!(c.state(), State::CloseWait);
+    let fin_ack = p.base + (3 * s + 1) as u32;
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 1);
+    assert_eq!(tx[0].ack(), fin_ack);
+    // We may still send; then close: LAST-ACK, FIN on the data.
+    assert_eq!(c.send(b"bye"), 3);
+    c.close();
+    assert_eq!(c.state(), State::LastAck);
+    assert_eq!(c.send(b"more"), 0);
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 1);
+    assert_eq!(tx[0].payload, b"bye");
+    assert!(tx[0].repr.flags.fin());
+    assert_eq!(tx[0].repr.seq_number, SeqNumber(SND0));
+    // The peer's FIN again (our ACK lost): ACKed again, state kept.
+    let mut again = p.repr(p.base + (3 * s) as u32, TcpFlags::FIN);
+    again.options.timestamps.as_mut().unwrap().tsval += 1;
+    c.handle_segment(t0, &again, &[]);
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 1);
+    assert_eq!(tx[0].ack(), fin_ack);
+    assert_eq!(c.state(), State::LastAck);
+    // ACK of our FIN: CLOSED.
+    p.ack = SeqNumber(SND0) + 4u32;
+    c.handle_segment(t0, &p.pure_ack(3 * s + 1), &[]);
+    assert_eq!(c.state(), State::Closed);
+    assert_eq!(c.poll_event(), Some(Event::Closed));
+    assert_eq!(c.poll_timeout(), None);
+    assert_eq!(c.error(), None);
+}
+
+#[test]
+fn active_close_through_fin_wait_and_time_wait() {
+    let t0 = Instant::now();
+    let mut cfg = cfg();
+    cfg.time_wait = ms(500);
+    let mut c = conn(t0, true, &cfg);
+    let mut p = Peer::new(true);
+    assert_eq!(c.send(b"hello"), 5);
+    c.close();
+    assert_eq!(c.state(), State::FinWait1);
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 1);
+    assert!(tx[0].repr.flags.fin());
+    assert_eq!(tx[0].payload, b"hello");
+    // FIN acknowledged: FIN-WAIT-2.
+    p.ack = SeqNumber(SND0) + 6u32;
+    c.handle_segment(t0 + ms(1), &p.pure_ack(0), &[]);
+    assert_eq!(c.state(), State::FinWait2);
+    assert_eq!(c.poll_timeout(), None, "nothing outstanding");
+    // Data still arrives in FIN-WAIT-2, then the peer's FIN: TIME-WAIT.
+    let (_, got) = feed(&mut c, t0 + ms(2), &p.data(0, 10).0, &p.data(0, 10).1);
+    assert_eq!(got.len(), 10);
+    let fin = p.repr(p.base + 10u32, TcpFlags::FIN);
+    c.handle_segment(t0 + ms(2), &fin, &[]);
+    assert_eq!(c.state(), State::TimeWait);
+    assert_eq!(c.poll_event(), Some(Event::PeerClosed));
+    let tx = drain_tx(&mut c, t0 + ms(2));
+    assert_eq!(tx.len(), 1);
+    assert_eq!(tx[0].ack(), p.base + 11u32);
+    // A retransmitted FIN in TIME-WAIT: ACK again, timer restarted.
+    c.handle_segment(t0 + ms(100), &fin, &[]);
+    assert_eq!(drain_tx(&mut c, t0 + ms(100)).len(), 1);
+    assert_eq!(c.poll_timeout(), Some(t0 + ms(600)));
+    c.handle_timeout(t0 + ms(600));
+    assert_eq!(c.state(), State::Closed);
+    assert_eq!(c.poll_event(), Some(Event::Closed));
+}
+
+#[test]
+fn simultaneous_close_goes_through_closing() {
+    let t0 = Instant::now();
+    let mut c = conn(t0, false, &cfg());
+    let mut p = Peer::new(false);
+    c.close();
+    let tx = drain_tx(&mut c, t0);
+    assert!(tx[0].repr.flags.fin() && tx[0].payload.is_empty());
+    // The peer's FIN crosses ours (it does not acknowledge our FIN).
+    c.handle_segment(t0, &p.repr(p.base, TcpFlags::FIN), &[]);
+    assert_eq!(c.state(), State::Closing);
+    assert_eq!(c.poll_event(), Some(Event::PeerClosed));
+    p.ack = SeqNumber(SND0) + 1u32;
+    c.handle_segment(t0, &p.pure_ack(1), &[]);
+    assert_eq!(c.state(), State::TimeWait);
+}
+
+#[test]
+fn fin_wait_1_with_fin_and_ack_together_goes_to_time_wait() {
+    let t0 = Instant::now();
+    let mut c = conn(t0, false, &cfg());
+    let mut p = Peer::new(false);
+    c.close();
+    drain_tx(&mut c, t0);
+    p.ack = SeqNumber(SND0) + 1u32;
+    c.handle_segment(t0, &p.repr(p.base, TcpFlags::FIN), &[]);
+    assert_eq!(c.state(), State::TimeWait);
+}
+
+#[test]
+fn retransmission_backs_off_then_fails() {
+    let t0 = Instant::now();
+    let mut cfg = cfg();
+    cfg.max_retransmissions = 5;
+    cfg.rto_max = ms(6000);
+    let mut c = conn(t0, true, &cfg);
+    assert_eq!(c.send(b"MPA reply"), 9);
+    let first = drain_tx(&mut c, t0);
+    assert_eq!(first.len(), 1);
+    let mut now = t0;
+    let mut gaps = Vec::new();
+    for _ in 0..5 {
+        let at = c.poll_timeout().unwrap();
+        gaps.push((at - now).as_millis());
+        now = at;
+        c.handle_timeout(now);
+        let tx = drain_tx(&mut c, now);
+        assert_eq!(tx.len(), 1, "one retransmission per timeout");
+        assert_eq!(tx[0].payload, b"MPA reply");
+        assert_eq!(tx[0].repr.seq_number, SeqNumber(SND0));
+    }
+    // RFC 6298 §5.5: doubled each time, capped at rto_max.
+    assert_eq!(gaps, [1000, 2000, 4000, 6000, 6000]);
+    let at = c.poll_timeout().unwrap();
+    c.handle_timeout(at);
+    assert_eq!(c.state(), State::Closed);
+    let e = TcpError::RetransmissionLimit { retransmissions: 5 };
+    assert_eq!(c.poll_event(), Some(Event::Failed(e.clone())));
+    assert_eq!(c.error(), Some(&e));
+    assert_eq!(mpa::MpaErrorCode::from(&e).code(), 1);
+    assert_eq!(c.stats().retransmissions, 5);
+    assert_eq!(c.stats().rto_expiries, 6);
+    assert_eq!(c.send(b"x"), 0);
+    assert!(drain_tx(&mut c, at).is_empty());
+}
+
+#[test]
+fn fin_is_retransmitted() {
+    let t0 = Instant::now();
+    let mut c = conn(t0, true, &cfg());
+    c.close();
+    assert_eq!(drain_tx(&mut c, t0).len(), 1);
+    let at = c.poll_timeout().unwrap();
+    c.handle_timeout(at);
+    let tx = drain_tx(&mut c, at);
+    assert_eq!(tx.len(), 1);
+    assert!(tx[0].repr.flags.fin());
+    assert_eq!(tx[0].repr.seq_number, SeqNumber(SND0));
+    assert_eq!(c.stats().retransmissions, 1);
+}
+
+#[test]
+fn rtt_from_timestamps_and_karn() {
+    for ts in [true, false] {
+        let t0 = Instant::now();
+        let mut c = conn(t0, ts, &cfg());
+        let mut p = Peer::new(ts);
+        c.send(b"abc");
+        drain_tx(&mut c, t0);
+        p.ack = SeqNumber(SND0) + 3u32;
+        p.tsecr = TSVAL_AT_FREEZE;
+        c.handle_segment(t0 + ms(100), &p.pure_ack(0), &[]);
+        // SRTT 100, RTTVAR 50: RTO = 100 + 4 * 50.
+        assert_eq!(c.rto(), ms(300), "ts={ts}");
+        assert_eq!(c.stats().rtt_samples, 1);
+    }
+    // Karn: no sample from a retransmitted segment.
+    let t0 = Instant::now();
+    let mut c = conn(t0, false, &cfg());
+    let mut p = Peer::new(false);
+    c.send(b"abc");
+    drain_tx(&mut c, t0);
+    c.handle_timeout(t0 + ms(1000));
+    assert_eq!(drain_tx(&mut c, t0 + ms(1000)).len(), 1);
+    p.ack = SeqNumber(SND0) + 3u32;
+    c.handle_segment(t0 + ms(1100), &p.pure_ack(0), &[]);
+    assert_eq!(c.stats().rtt_samples, 0);
+    assert_eq!(c.rto(), ms(1000), "backoff forgotten, no sample");
+}
+
+#[test]
+fn fast_retransmit_on_three_duplicate_acks() {
+    let t0 = Instant::now();
+    let mut c = conn(t0, true, &cfg());
+    let mut p = Peer::new(true);
+    p.wnd = 4096; // 512 KiB
+    c.handle_segment(t0, &p.pure_ack(0), &[]);
+    let data = stream(0, 8 * SEG);
+    assert_eq!(c.send(&data), data.len());
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 8);
+    assert!(tx.iter().all(|s| s.payload.len() == SEG));
+    let mut sent = Vec::new();
+    for s in &tx {
+        sent.extend_from_slice(&s.payload);
+    }
+    assert_eq!(sent, data);
+    for k in 0..3 {
+        p.tsval += 1;
+        c.handle_segment(t0 + ms(10 + k), &p.pure_ack(0), &[]);
+        let tx = drain_tx(&mut c, t0 + ms(10 + k));
+        if k < 2 {
+            assert!(tx.is_empty());
+        } else {
+            assert_eq!(tx.len(), 1, "fast retransmit");
+            assert_eq!(tx[0].repr.seq_number, SeqNumber(SND0));
+            assert_eq!(tx[0].payload, &data[..SEG]);
+        }
+    }
+    assert_eq!(c.stats().fast_retransmits, 1);
+    assert_eq!(c.stats().dup_acks_in, 3);
+    // Everything acknowledged: recovery over, nothing outstanding.
+    p.ack = SeqNumber(SND0) + data.len() as u32;
+    c.handle_segment(t0 + ms(20), &p.pure_ack(0), &[]);
+    assert_eq!(c.snd_una(), p.ack);
+    assert_eq!(c.send_queued(), 0);
+    assert_eq!(c.poll_timeout(), None);
+}
+
+#[test]
+fn sack_guided_retransmission_fills_holes_only() {
+    let t0 = Instant::now();
+    let mut c = conn(t0, true, &cfg());
+    let mut p = Peer::new(true);
+    p.wnd = 4096;
+    c.handle_segment(t0, &p.pure_ack(0), &[]);
+    let data = stream(0, 10 * SEG);
+    c.send(&data);
+    assert_eq!(drain_tx(&mut c, t0).len(), 10);
+    let seg = |k: u32| SeqNumber(SND0) + k * SEG as u32;
+    // Segment 0 lost, 1..5 arrived: the SACK says so, enough to declare 0 lost.
+    let mut r = p.pure_ack(0);
+    r.options.sack.push(SackBlock {
+        left: seg(1),
+        right: seg(5),
+    });
+    c.handle_segment(t0 + ms(5), &r, &[]);
+    let tx = drain_tx(&mut c, t0 + ms(5));
+    assert_eq!(tx.len(), 1);
+    assert_eq!(tx[0].repr.seq_number, seg(0));
+    // Then 6..9 arrive, 5 is a hole: the next retransmission is 5, skipping 1..5.
+    r.options.sack.push(SackBlock {
+        left: seg(6),
+        right: seg(9),
+    });
+    c.handle_segment(t0 + ms(6), &r, &[]);
+    let tx = drain_tx(&mut c, t0 + ms(6));
+    assert_eq!(tx.len(), 1);
+    assert_eq!(tx[0].repr.seq_number, seg(5));
+    assert_eq!(tx[0].payload, &data[5 * SEG..6 * SEG]);
+    assert_eq!(c.stats().fast_retransmits, 1);
+    assert_eq!(c.stats().retransmissions, 2);
+}
+
+#[test]
+fn zero_window_probe_then_send() {
+    let t0 = Instant::now();
+    let mut c = conn(t0, true, &cfg());
+    let mut p = Peer::new(true);
+    p.wnd = 0;
+    c.handle_segment(t0, &p.pure_ack(0), &[]);
+    assert_eq!(c.snd_wnd(), 0);
+    c.send(b"x");
+    assert!(drain_tx(&mut c, t0).is_empty(), "window closed");
+    let at = c.poll_timeout().unwrap();
+    assert_eq!(at, t0 + ms(1000));
+    c.handle_timeout(at);
+    let tx = drain_tx(&mut c, at);
+    assert_eq!(tx.len(), 1);
+    assert!(tx[0].payload.is_empty());
+    assert_eq!(
+        tx[0].repr.seq_number,
+        SeqNumber(SND0) + u32::MAX,
+        "SND.UNA - 1"
+    );
+    assert_eq!(c.stats().window_probes, 1);
+    assert_eq!(c.poll_timeout(), Some(at + ms(2000)), "probe backoff");
+    // The window opens.
+    p.wnd = 100;
+    p.tsval += 1;
+    c.handle_segment(at + ms(1), &p.pure_ack(0), &[]);
+    let tx = drain_tx(&mut c, at + ms(1));
+    assert_eq!(tx.len(), 1);
+    assert_eq!(tx[0].payload, b"x");
+}
+
+#[test]
+fn abort_sends_rst_and_closed_answers_with_rst() {
+    let t0 = Instant::now();
+    let mut c = conn(t0, true, &cfg());
+    let p = Peer::new(true);
+    c.abort();
+    assert_eq!(c.state(), State::Closed);
+    assert_eq!(c.poll_event(), Some(Event::Closed));
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 1);
+    assert!(tx[0].repr.flags.rst());
+    assert_eq!(tx[0].repr.seq_number, SeqNumber(SND0));
+    // RFC 9293 §3.10.7.1: in CLOSED, a segment with ACK gets <SEQ=SEG.ACK><CTL=RST>.
+    let o = c.handle_segment(t0, &p.data(0, 5).0, &stream(0, 5));
+    assert_eq!(o.dropped, Some(DropReason::AfterClose));
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 1);
+    assert!(tx[0].repr.flags.rst() && tx[0].repr.ack_number.is_none());
+    assert_eq!(tx[0].repr.seq_number, p.ack);
+    // A RST is never answered.
+    c.handle_segment(t0, &p.repr(p.base, TcpFlags::RST), &[]);
+    assert!(drain_tx(&mut c, t0).is_empty());
+}
+
+#[test]
+fn small_transmit_buffer_is_refused_without_losing_the_ack() {
+    let t0 = Instant::now();
+    let mut c = conn(t0, true, &cfg());
+    let p = Peer::new(true);
+    feed(&mut c, t0, &p.data(0, 10).0, &p.data(0, 10).1);
+    c.end_of_burst(t0);
+    let mut small = [0u8; 31];
+    assert!(c.poll_transmit(t0, &mut small).is_none());
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 1);
+    assert_eq!(tx[0].ack(), p.base + 10u32);
+    // A buffer with room for 100 payload octets gets segments of 100.
+    c.send(&[7u8; 250]);
+    let mut buf = [0u8; 32 + 100];
+    let t = c.poll_transmit(t0, &mut buf).unwrap();
+    assert_eq!(t.payload_len, 100);
+}
+
+#[test]
+fn invalid_handover_is_an_error() {
+    let t0 = Instant::now();
+    let mut h = handover(t0, true);
+    h.rcv_wscale = 15;
+    assert!(matches!(
+        Connection::new(&h, &cfg(), t0),
+        Err(TcpError::InvalidHandover(_))
+    ));
+    let h = HandoverState {
+        mss: 0,
+        ..handover(t0, false)
+    };
+    assert!(Connection::new(&h, &cfg(), t0).is_err());
+    let bad = TcpConfig {
+        rcv_buf: 0,
+        ..cfg()
+    };
+    assert!(Connection::new(&handover(t0, true), &bad, t0).is_err());
+    // A peer shift above 14 is used as 14 (RFC 7323 §2.3).
+    let h = HandoverState {
+        snd_wscale: 20,
+        ..handover(t0, true)
+    };
+    let mut c = Connection::new(&h, &cfg(), t0).unwrap();
+    let mut p = Peer::new(true);
+    p.wnd = 1;
+    c.handle_segment(t0, &p.pure_ack(0), &[]);
+    assert_eq!(c.snd_wnd(), 1 << 14);
+}
+
+/// One arbitrary segment from a confused or hostile peer.
+#[derive(Debug, Clone)]
+struct Junk {
+    seq_off: i64,
+    ack_off: i64,
+    len: usize,
+    flags: u16,
+    wnd: u16,
+    tsval: Option<u32>,
+    sack: Vec<(i64, i64)>,
+    tick_ms: u64,
+}
+
+fn junk() -> impl Strategy<Value = Junk> {
+    (
+        prop_oneof![-70_000i64..70_000, any::<u32>().prop_map(i64::from)],
+        prop_oneof![-70_000i64..70_000, 0i64..10],
+        0usize..3000,
+        0u16..0x200,
+        any::<u16>(),
+        proptest::option::of(any::<u32>()),
+        proptest::collection::vec((-5000i64..70_000, -5000i64..70_000), 0..4),
+        0u64..300,
+    )
+        .prop_map(
+            |(seq_off, ack_off, len, flags, wnd, tsval, sack, tick_ms)| Junk {
+                seq_off,
+                ack_off,
+                len,
+                flags,
+                wnd,
+                tsval,
+                sack,
+                tick_ms,
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// Arbitrary segments, sends, closes and timeouts never panic; the advertised right edge
+    /// never moves left; the store stays within its bound; delivered ranges lie inside the
+    /// payload.
+    #[test]
+    fn arbitrary_input_keeps_invariants(segs in proptest::collection::vec(junk(), 1..60), ts in any::<bool>()) {
+        let t0 = Instant::now();
+        let mut cfg = cfg();
+        cfg.rcv_buf = 32 * 1024;
+        cfg.reassembly_limit = 8 * 1024;
+        cfg.max_retransmissions = 3;
+        let mut c = conn(t0, ts, &cfg);
+        let p = Peer::new(ts);
+        let payload = vec![0x5au8; 3000];
+        let mut now = t0;
+        let mut last_edge: Option<SeqNumber> = None;
+        c.send(b"some data to send");
+        for (i, j) in segs.iter().enumerate() {
+            now += ms(j.tick_ms);
+            let mut r = p.repr(p.base + j.seq_off as u32, crate::wire::tcp::TcpFlags(j.flags).without(TcpFlags::ACK));
+            r.ack_number = (j.flags & 0x10 != 0 || j.flags & 1 == 0).then(|| SeqNumber(SND0) + j.ack_off as u32);
+            r.window_len = j.wnd;
+            r.options.timestamps = j.tsval.map(|v| TcpTimestamps { tsval: v, tsecr: 0 });
+            for (l, rr) in &j.sack {
+                r.options.sack.push(SackBlock { left: SeqNumber(SND0) + *l as u32, right: SeqNumber(SND0) + *rr as u32 });
+            }
+            let o = c.handle_segment(now, &r, &payload[..j.len]);
+            prop_assert!(o.in_order.end <= j.len && o.in_order.start <= o.in_order.end);
+            let _ = c.drain_reassembled(|_| {});
+            prop_assert!(c.reassembly_stored() <= cfg.reassembly_limit);
+            if i % 5 == 0 { c.end_of_burst(now); }
+            if i == 30 { c.close(); }
+            if let Some(at) = c.poll_timeout() { if at <= now { c.handle_timeout(now); } }
+            let mut buf = [0u8; 1600];
+            let mut n = 0;
+            while let Some(t) = c.poll_transmit(now, &mut buf) {
+                n += 1;
+                prop_assert!(n < 1000);
+                prop_assert!(t.len() <= buf.len());
+                if let (Some(ack), false) = (t.repr.ack_number, t.repr.flags.rst()) {
+                    let edge = ack + (u32::from(t.repr.window_len) << 7);
+                    if let Some(l) = last_edge { prop_assert!(edge >= l, "edge {} < {}", edge, l); }
+                    last_edge = Some(edge);
+                }
+            }
+            while c.poll_event().is_some() {}
+        }
+    }
+}

@@ -1,0 +1,6 @@
+//! State-machine tests on virtual time: a scripted peer (`conn`), and two connections over a
+//! lossy, reordering, duplicating in-memory link (`pair`, in the manner of quinn's `Pair`).
+
+mod conn;
+mod harness;
+mod pair;

@@ -1,0 +1,500 @@
+//! Two connections over an in-memory link that loses, reorders and duplicates segments with
+//! seeded randomness, on virtual time (quinn's `Pair`). A sends N octets to B; B must deliver
+//! every octet exactly once, in order, byte-exact; then both close.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::{Duration, Instant};
+
+use mpa::seq::SeqNumber;
+
+use super::harness::*;
+use crate::tcp::{Connection, Event, HandoverState, State, TcpConfig, TsHandover};
+use crate::wire::tcp::{TcpPacket, TcpRepr};
+
+/// splitmix64: small, seedable, good enough for a link model.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn chance(&mut self, p: f64) -> bool {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p && p > 0.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct LinkCfg {
+    loss: f64,
+    reorder: f64,
+    duplicate: f64,
+    /// One-way propagation delay.
+    delay: Duration,
+    /// Octets per second (serialisation).
+    rate: u64,
+    /// The receivers busy-poll: arrivals are handled at the next multiple of this, so one
+    /// RX burst holds every segment that arrived since the last poll.
+    poll: Duration,
+}
+
+impl LinkCfg {
+    fn lossy(loss: f64) -> LinkCfg {
+        LinkCfg {
+            loss,
+            reorder: if loss > 0.0 { 0.02 } else { 0.0 },
+            duplicate: if loss > 0.0 { 0.01 } else { 0.0 },
+            delay: Duration::from_micros(500),
+            rate: 1_250_000_000, // 10 Gbit/s
+            poll: Duration::from_micros(10),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Dir {
+    AtoB,
+    BtoA,
+}
+
+/// Which side is which in the hand-over: A's send side is B's receive side.
+fn handovers(t0: Instant, ts: bool, sack: bool) -> (HandoverState, HandoverState) {
+    let a_snd = SeqNumber(u32::MAX - 10_000); // A -> B stream wraps early
+    let b_snd = SeqNumber(u32::MAX - 3);
+    let ts_a = TsHandover {
+        tsval_at_freeze: u32::MAX - 50, // A's clock wraps after 50 ms
+        freeze_instant: t0,
+        ts_recent: 77,
+    };
+    let ts_b = TsHandover {
+        tsval_at_freeze: 77,
+        freeze_instant: t0,
+        ts_recent: u32::MAX - 50,
+    };
+    let a = HandoverState {
+        local_port: PEER_PORT,
+        remote_port: OUR_PORT,
+        snd_nxt: a_snd,
+        rcv_nxt: b_snd,
+        snd_wnd: 64 * 1024,
+        rcv_wnd: 64 * 1024,
+        rcv_wup: b_snd,
+        snd_wscale: 7,
+        rcv_wscale: 7,
+        mss: MSS,
+        sack_permitted: sack,
+        timestamps: ts.then_some(ts_a),
+    };
+    let b = HandoverState {
+        local_port: OUR_PORT,
+        remote_port: PEER_PORT,
+        snd_nxt: b_snd,
+        rcv_nxt: a_snd,
+        rcv_wup: a_snd,
+        timestamps: ts.then_some(ts_b),
+        ..a
+    };
+    (a, b)
+}
+
+/// A segment on the link: (arrival, tiebreak, direction, octets).
+type Packet = (Instant, u64, Dir, Vec<u8>);
+
+struct Pair {
+    a: Connection,
+    b: Connection,
+    t0: Instant,
+    now: Instant,
+    link: LinkCfg,
+    rng: Rng,
+    /// (arrival, tiebreak, direction, octets)
+    in_flight: BinaryHeap<Reverse<Packet>>,
+    busy_until: [Instant; 2],
+    counter: u64,
+    data: Vec<u8>,
+    sent: usize,
+    received: Vec<u8>,
+    a_received: Vec<u8>,
+    b_events: Vec<Event>,
+    a_events: Vec<Event>,
+    max_stored: usize,
+    acks_with_sack: u64,
+    segments_on_link: u64,
+    /// When B had delivered every octet.
+    done_at: Option<Instant>,
+}
+
+impl Pair {
+    fn new(
+        t0: Instant,
+        link: LinkCfg,
+        seed: u64,
+        n: usize,
+        ts: bool,
+        sack: bool,
+        b_cfg: &TcpConfig,
+    ) -> Pair {
+        let (ha, hb) = handovers(t0, ts, sack);
+        let a_cfg = TcpConfig {
+            snd_buf: 512 * 1024,
+            rto_initial: Duration::from_millis(200),
+            // Longer than the peer's backed-off FIN retransmissions at 20 % loss, so that a
+            // lost last ACK does not meet a RST from a connection already gone.
+            time_wait: Duration::from_secs(30),
+            ..TcpConfig::default()
+        };
+        let mut rng = Rng(seed);
+        let data = (0..n).map(|_| rng.next() as u8).collect();
+        Pair {
+            a: Connection::new(&ha, &a_cfg, t0).unwrap(),
+            b: Connection::new(&hb, b_cfg, t0).unwrap(),
+            t0,
+            now: t0,
+            link,
+            rng,
+            in_flight: BinaryHeap::new(),
+            busy_until: [t0; 2],
+            counter: 0,
+            data,
+            sent: 0,
+            received: Vec::with_capacity(n),
+            a_received: Vec::new(),
+            b_events: Vec::new(),
+            a_events: Vec::new(),
+            max_stored: 0,
+            acks_with_sack: 0,
+            segments_on_link: 0,
+            done_at: None,
+        }
+    }
+
+    fn put_on_link(&mut self, dir: Dir, bytes: Vec<u8>) {
+        self.segments_on_link += 1;
+        let l = self.link;
+        let i = dir as usize;
+        // Serialise at the link rate, then propagate.
+        let start = self.busy_until[i].max(self.now);
+        let tx = Duration::from_nanos(bytes.len() as u64 * 1_000_000_000 / l.rate);
+        self.busy_until[i] = start + tx;
+        if self.rng.chance(l.loss) {
+            return;
+        }
+        let mut at = start + tx + l.delay;
+        if self.rng.chance(l.reorder) {
+            // Held back by up to two delays: overtaken by later segments.
+            at += Duration::from_nanos(self.rng.below(2 * l.delay.as_nanos() as u64));
+        }
+        // Round up to the receiver's next poll.
+        let since = (at - self.t0).as_nanos() as u64;
+        let poll = l.poll.as_nanos() as u64;
+        at = self.t0 + Duration::from_nanos(since.div_ceil(poll) * poll);
+        let copies = if self.rng.chance(l.duplicate) { 2 } else { 1 };
+        for _ in 0..copies {
+            self.counter += 1;
+            self.in_flight
+                .push(Reverse((at, self.counter, dir, bytes.clone())));
+        }
+    }
+
+    fn transmit_all(&mut self) {
+        loop {
+            let mut any = false;
+            if let Some(b) = to_wire(&mut self.a, self.now, PEER_IP, OUR_IP) {
+                self.put_on_link(Dir::AtoB, b);
+                any = true;
+            }
+            if let Some(b) = to_wire(&mut self.b, self.now, OUR_IP, PEER_IP) {
+                let seg = parse(&b);
+                if !seg.sack().is_empty() {
+                    self.acks_with_sack += 1;
+                }
+                self.put_on_link(Dir::BtoA, b);
+                any = true;
+            }
+            if !any {
+                break;
+            }
+        }
+    }
+
+    /// Delivers every segment due by `now`, as one RX burst per receiver.
+    fn deliver_due(&mut self) {
+        let mut burst_a = false;
+        let mut burst_b = false;
+        while let Some(Reverse((at, _, _, _))) = self.in_flight.peek() {
+            if *at > self.now {
+                break;
+            }
+            let Some(Reverse((_, _, dir, bytes))) = self.in_flight.pop() else {
+                break;
+            };
+            let p = TcpPacket::new_checked(&bytes[..]).unwrap();
+            let (src, dst) = match dir {
+                Dir::AtoB => (PEER_IP, OUR_IP),
+                Dir::BtoA => (OUR_IP, PEER_IP),
+            };
+            assert!(p.verify_checksum_v4(src, dst));
+            let repr = TcpRepr::parse(&p).unwrap();
+            let payload = p.payload();
+            match dir {
+                Dir::AtoB => {
+                    burst_b = true;
+                    let out = self.b.handle_segment(self.now, &repr, payload);
+                    assert!(out.in_order.end <= payload.len());
+                    self.received
+                        .extend_from_slice(&payload[out.in_order.clone()]);
+                    if out.reassembled > 0 {
+                        let rx = &mut self.received;
+                        let n = self.b.drain_reassembled(|s| rx.extend_from_slice(s));
+                        assert_eq!(n, out.reassembled);
+                    }
+                    self.max_stored = self.max_stored.max(self.b.reassembly_stored());
+                    // Delivered so far is a prefix of what was sent: exactly once, in order.
+                    let k = self.received.len();
+                    assert!(k <= self.data.len(), "more delivered than sent");
+                    if k == self.data.len() && self.done_at.is_none() {
+                        self.done_at = Some(self.now);
+                    }
+                }
+                Dir::BtoA => {
+                    burst_a = true;
+                    let out = self.a.handle_segment(self.now, &repr, payload);
+                    self.a_received
+                        .extend_from_slice(&payload[out.in_order.clone()]);
+                    let rx = &mut self.a_received;
+                    self.a.drain_reassembled(|s| rx.extend_from_slice(s));
+                }
+            }
+        }
+        if burst_a {
+            self.a.end_of_burst(self.now);
+        }
+        if burst_b {
+            self.b.end_of_burst(self.now);
+        }
+    }
+
+    fn step(&mut self) -> bool {
+        if self.sent < self.data.len() {
+            self.sent += self.a.send(&self.data[self.sent..]);
+        }
+        self.transmit_all();
+        while let Some(e) = self.a.poll_event() {
+            self.a_events.push(e);
+        }
+        while let Some(e) = self.b.poll_event() {
+            if e == Event::PeerClosed {
+                self.b.close();
+            }
+            self.b_events.push(e);
+        }
+        // Advance virtual time to the next thing that happens.
+        let next = [
+            self.in_flight.peek().map(|Reverse((at, ..))| *at),
+            self.a.poll_timeout(),
+            self.b.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let Some(next) = next else {
+            return false;
+        };
+        self.now = self.now.max(next);
+        self.deliver_due();
+        for c in [&mut self.a, &mut self.b] {
+            if let Some(at) = c.poll_timeout() {
+                if at <= self.now {
+                    c.handle_timeout(self.now);
+                }
+            }
+        }
+        true
+    }
+
+    /// Runs until A's data is delivered and both sides closed, or the limits hit.
+    fn run(&mut self, t0: Instant) {
+        let mut closing = false;
+        for _ in 0..5_000_000 {
+            if !closing && self.received.len() == self.data.len() && self.a.send_queued() == 0 {
+                self.a.close();
+                closing = true;
+            }
+            if !self.step() {
+                break;
+            }
+            assert!(
+                self.now - t0 < Duration::from_secs(3600),
+                "virtual time ran away: received {} of {}\na: {:?}\nb: {:?}",
+                self.received.len(),
+                self.data.len(),
+                self.a.stats(),
+                self.b.stats()
+            );
+        }
+    }
+}
+
+fn transfer(loss: f64, seed: u64, n: usize, ts: bool, sack: bool, b_cfg: TcpConfig) -> Pair {
+    let t0 = Instant::now();
+    let mut p = Pair::new(t0, LinkCfg::lossy(loss), seed, n, ts, sack, &b_cfg);
+    p.run(t0);
+    let (sa, sb) = (p.a.stats(), p.b.stats());
+    eprintln!(
+        "loss {loss}: {n} octets delivered after {:.3} s virtual; link segments {}; B: in-order {} ooo {} \
+         dup {}+{} acks {} sack-blocks {} reasm-full {}; A: rtx {} fast {} rto {}",
+        (p.done_at.unwrap_or(p.now) - t0).as_secs_f64(),
+        p.segments_on_link,
+        sb.in_order_segs,
+        sb.ooo_segs,
+        sb.dup_full,
+        sb.dup_partial,
+        sb.acks_sent,
+        sb.sack_blocks_sent,
+        sb.dropped.reassembly_full,
+        sa.retransmissions,
+        sa.fast_retransmits,
+        sa.rto_expiries
+    );
+    assert_eq!(p.received.len(), n, "all octets delivered (loss {loss})");
+    assert!(p.received == p.data, "byte-exact, in order (loss {loss})");
+    assert!(p.max_stored <= b_cfg.reassembly_limit);
+    // Clean close both ways: B saw the FIN after the data, closed, and got to CLOSED.
+    assert_eq!(p.b_events.first(), Some(&Event::PeerClosed));
+    assert_eq!(p.b.state(), State::Closed, "B closed");
+    assert!(
+        matches!(p.a.state(), State::Closed),
+        "A closed (TIME-WAIT done): {:?}",
+        p.a.state()
+    );
+    assert!(
+        p.a.error().is_none() && p.b.error().is_none(),
+        "a: {:?} {:?}\nb: {:?} {:?}",
+        p.a.error(),
+        p.a.stats(),
+        p.b.error(),
+        p.b.stats()
+    );
+    p
+}
+
+fn receiver_cfg() -> TcpConfig {
+    TcpConfig {
+        rcv_buf: 512 * 1024,
+        reassembly_limit: 512 * 1024,
+        ..TcpConfig::default()
+    }
+}
+
+const N: usize = 2 << 20;
+
+#[test]
+fn lossless_transfer_is_in_order_and_cheap_on_acks() {
+    let p = transfer(0.0, 1, N, true, true, receiver_cfg());
+    let s = p.b.stats();
+    assert_eq!(s.ooo_segs, 0);
+    assert_eq!(s.dup_full + s.dup_partial, 0);
+    assert_eq!(s.octets_delivered, N as u64);
+    assert_eq!(p.a.stats().retransmissions, 0);
+    // At most one ACK per two data segments, plus the closing ones.
+    assert!(
+        s.acks_sent <= s.in_order_segs / 2 + 4,
+        "acks {} for {} segments",
+        s.acks_sent,
+        s.in_order_segs
+    );
+    assert_eq!(p.acks_with_sack, 0);
+}
+
+#[test]
+fn transfer_with_1_percent_loss() {
+    let p = transfer(0.01, 2, N, true, true, receiver_cfg());
+    let s = p.b.stats();
+    assert!(s.ooo_segs > 0 && s.dup_full + s.dup_partial > 0, "{s:?}");
+    assert!(p.acks_with_sack > 0 && s.sack_blocks_sent > 0);
+    assert!(p.a.stats().retransmissions > 0);
+}
+
+#[test]
+fn transfer_with_5_percent_loss() {
+    let p = transfer(0.05, 3, N, true, true, receiver_cfg());
+    let s = p.b.stats();
+    assert!(s.ooo_segs > 0 && s.dup_full + s.dup_partial > 0, "{s:?}");
+    assert!(s.sack_blocks_sent > 0);
+    assert!(p.a.stats().fast_retransmits > 0);
+}
+
+#[test]
+fn transfer_with_20_percent_loss() {
+    let p = transfer(0.20, 4, N, true, true, receiver_cfg());
+    let s = p.b.stats();
+    assert!(s.ooo_segs > 0 && s.dup_full + s.dup_partial > 0, "{s:?}");
+    assert!(p.acks_with_sack > 0 && s.sack_blocks_sent > 0);
+    assert!(p.a.stats().rto_expiries > 0 || p.a.stats().fast_retransmits > 0);
+}
+
+#[test]
+fn transfer_without_timestamps_or_sack() {
+    // Karn's rule for RTT, NewReno-style recovery from duplicate ACKs and timeouts only.
+    let p = transfer(0.05, 5, N / 4, false, false, receiver_cfg());
+    assert_eq!(p.acks_with_sack, 0);
+    assert!(p.b.stats().ooo_segs > 0);
+    assert!(p.a.stats().rtt_samples > 0);
+}
+
+#[test]
+fn tiny_reassembly_limit_still_converges() {
+    let cfg = TcpConfig {
+        reassembly_limit: 3 * SEG,
+        max_ooo_ranges: 2,
+        ..receiver_cfg()
+    };
+    let p = transfer(0.05, 6, N / 4, true, true, cfg);
+    let s = p.b.stats();
+    assert!(s.dropped.reassembly_full > 0, "{s:?}");
+    assert!(p.max_stored <= 3 * SEG);
+}
+
+#[test]
+fn many_seeds_at_high_loss_small_transfers() {
+    for seed in 100..110 {
+        transfer(
+            0.2,
+            seed,
+            64 * 1024,
+            seed % 2 == 0,
+            seed % 3 != 0,
+            receiver_cfg(),
+        );
+    }
+}
+
+#[test]
+fn reply_then_data_both_ways() {
+    // B (the data path) sends its MPA Reply over a lossy link while receiving: both
+    // directions carry data, and B's Reply reaches A exactly.
+    let t0 = Instant::now();
+    let mut p = Pair::new(
+        t0,
+        LinkCfg::lossy(0.1),
+        9,
+        256 * 1024,
+        true,
+        true,
+        &receiver_cfg(),
+    );
+    let reply: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+    assert_eq!(p.b.send(&reply), reply.len());
+    p.run(t0);
+    assert_eq!(p.a_received, reply);
+    assert_eq!(p.received, p.data);
+    assert_eq!(p.a.state(), State::Closed);
+    assert_eq!(p.b.state(), State::Closed);
+}
