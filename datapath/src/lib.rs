@@ -3,6 +3,7 @@
 //!
 //! Modules so far:
 //! * [`wire`]: byte views (smoltcp style) for the headers the data path parses and builds: TCP.
+//! * [`xsk`]: one AF_XDP socket per RX queue with its UMEM and rings (the only `unsafe`).
 //! * [`tcp`]: a sans-I/O TCP for established connections only (receive fast path, reassembly,
 //!   ACK policy, and reliable sending of the few octets the data path itself sends).
 //!
@@ -13,3 +14,4 @@
 
 pub mod tcp;
 pub mod wire;
+pub mod xsk;

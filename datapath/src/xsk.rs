@@ -1,0 +1,323 @@
+//! One AF_XDP socket per RX queue, with its own UMEM and all four rings (s2n-quic-xdp style:
+//! one struct owns the UMEM and its rings, so "frames belong to this UMEM" holds by
+//! construction). This is the only module of the crate with `unsafe`: the xsk-rs ring calls
+//! are unsafe because the caller must hand back only descriptors of the same UMEM, which the
+//! ownership here guarantees.
+
+use std::io::Write;
+use std::num::NonZeroU32;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use xsk_rs::config::{
+    BindFlags, FrameSize, Interface, LibxdpFlags, QueueSize, SocketConfig, UmemConfig,
+};
+use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
+
+/// How the socket binds (ENV.md: veth supports copy mode only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BindMode {
+    /// Let the kernel choose (zero-copy when the driver supports it).
+    Auto,
+    /// Force copy mode.
+    Copy,
+    /// Require zero-copy (fails on drivers without it).
+    ZeroCopy,
+}
+
+impl std::str::FromStr for BindMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(BindMode::Auto),
+            "copy" => Ok(BindMode::Copy),
+            "zerocopy" => Ok(BindMode::ZeroCopy),
+            o => Err(format!("bind mode {o:?}: expected auto, copy or zerocopy")),
+        }
+    }
+}
+
+/// Sizes and modes of one queue's socket.
+#[derive(Debug, Clone)]
+pub struct XskConfig {
+    /// UMEM frames (half for RX through the fill ring, half for TX).
+    pub frames: u32,
+    /// Octets per frame (2048 or 4096).
+    pub frame_size: u32,
+    /// Entries of each ring (power of two).
+    pub ring_size: u32,
+    /// Bind mode.
+    pub bind_mode: BindMode,
+}
+
+impl Default for XskConfig {
+    fn default() -> Self {
+        XskConfig {
+            frames: 8192,
+            frame_size: 4096,
+            ring_size: 2048,
+            bind_mode: BindMode::Auto,
+        }
+    }
+}
+
+/// Why a socket could not be opened or driven.
+#[derive(Debug, thiserror::Error)]
+pub enum XskError {
+    /// A configuration value the kernel will not take.
+    #[error("AF_XDP configuration: {0}")]
+    Config(String),
+    /// UMEM creation failed (over 8 MiB needs CAP_IPC_LOCK: ENV.md).
+    #[error("UMEM of {frames} frames × {frame_size} octets: {detail}")]
+    Umem {
+        /// Frames asked for.
+        frames: u32,
+        /// Frame size.
+        frame_size: u32,
+        /// What failed.
+        detail: String,
+    },
+    /// Socket creation or bind failed.
+    #[error("AF_XDP socket on {iface} queue {queue} ({mode:?}): {detail}")]
+    Socket {
+        /// Interface.
+        iface: String,
+        /// Queue.
+        queue: u32,
+        /// Bind mode.
+        mode: BindMode,
+        /// What failed.
+        detail: String,
+    },
+    /// A ring operation failed.
+    #[error("AF_XDP ring I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Counters of one queue's socket.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct XskStats {
+    /// Frames received.
+    pub rx_frames: u64,
+    /// Octets received.
+    pub rx_octets: u64,
+    /// Frames sent.
+    pub tx_frames: u64,
+    /// Octets sent.
+    pub tx_octets: u64,
+    /// Packets not sent for lack of a free TX frame.
+    pub tx_no_frame: u64,
+    /// Wakeups issued (the one syscall of the fast path).
+    pub wakeups: u64,
+}
+
+/// One AF_XDP socket with its UMEM.
+pub struct XskQueue {
+    queue: u32,
+    umem: Umem,
+    fill: FillQueue,
+    comp: CompQueue,
+    rx: RxQueue,
+    tx: TxQueue,
+    tx_free: Vec<FrameDesc>,
+    tx_pending: Vec<FrameDesc>,
+    rx_descs: Vec<FrameDesc>,
+    comp_descs: Vec<FrameDesc>,
+    stats: XskStats,
+}
+
+impl std::fmt::Debug for XskQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XskQueue")
+            .field("queue", &self.queue)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+const BURST: usize = 64;
+
+impl AsFd for XskQueue {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the descriptor belongs to the socket this XskQueue owns; it stays open for
+        // as long as `self` (and so the returned borrow) lives.
+        unsafe { BorrowedFd::borrow_raw(self.rx.fd().as_raw_fd()) }
+    }
+}
+
+impl XskQueue {
+    /// Opens and binds a socket on `iface` queue `queue`, with need_wakeup, without letting
+    /// libxdp load its own program (ENV.md: ours steers; libxdp's would take ARP too).
+    pub fn open(iface: &str, queue: u32, cfg: &XskConfig) -> Result<Self, XskError> {
+        let bad = |e: &dyn std::fmt::Display| XskError::Config(e.to_string());
+        let ring = QueueSize::new(cfg.ring_size).map_err(|e| bad(&e))?;
+        let umem_cfg = UmemConfig::builder()
+            .frame_size(FrameSize::new(cfg.frame_size).map_err(|e| bad(&e))?)
+            .fill_queue_size(ring)
+            .comp_queue_size(ring)
+            .build()
+            .map_err(|e| bad(&e))?;
+        let frames =
+            NonZeroU32::new(cfg.frames).ok_or_else(|| XskError::Config("0 frames".into()))?;
+        let (umem, mut descs) = Umem::new(umem_cfg, frames, false).map_err(|e| XskError::Umem {
+            frames: cfg.frames,
+            frame_size: cfg.frame_size,
+            detail: format!("{e:?}"),
+        })?;
+        let mode = match cfg.bind_mode {
+            BindMode::Auto => BindFlags::empty(),
+            BindMode::Copy => BindFlags::XDP_COPY,
+            BindMode::ZeroCopy => BindFlags::XDP_ZEROCOPY,
+        };
+        let sock_cfg = SocketConfig::builder()
+            .rx_queue_size(ring)
+            .tx_queue_size(ring)
+            .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
+            .bind_flags(mode | BindFlags::XDP_USE_NEED_WAKEUP)
+            .build();
+        let sock_err = |detail: String| XskError::Socket {
+            iface: iface.to_string(),
+            queue,
+            mode: cfg.bind_mode,
+            detail,
+        };
+        let ifname: Interface = iface.parse().map_err(|e| sock_err(format!("{e:?}")))?;
+        // SAFETY: the UMEM outlives the socket: both are owned by the returned XskQueue and
+        // the rings are dropped before the UMEM (field order), as xsk-rs requires.
+        let (tx, rx, fq_cq) = unsafe { Socket::new(sock_cfg, &umem, &ifname, queue) }
+            .map_err(|e| sock_err(format!("{e:?}")))?;
+        let (mut fill, comp) =
+            fq_cq.ok_or_else(|| sock_err("no fill/completion ring (UMEM already bound)".into()))?;
+        let tx_free = descs.split_off(descs.len() / 2);
+        // SAFETY: every descriptor comes from this UMEM and none is in use elsewhere.
+        let n = unsafe { fill.produce(&descs) };
+        if n != descs.len() {
+            return Err(sock_err(format!(
+                "fill ring took {n} of {} frames",
+                descs.len()
+            )));
+        }
+        Ok(XskQueue {
+            queue,
+            umem,
+            fill,
+            comp,
+            rx,
+            tx,
+            tx_pending: Vec::with_capacity(tx_free.len()),
+            tx_free,
+            rx_descs: vec![FrameDesc::default(); BURST],
+            comp_descs: vec![FrameDesc::default(); BURST],
+            stats: XskStats::default(),
+        })
+    }
+
+    /// The socket's descriptor, for the XDP program's XSKMAP.
+    pub fn raw_fd(&self) -> RawFd {
+        self.rx.fd().as_raw_fd()
+    }
+
+    /// The queue this socket serves.
+    pub fn queue(&self) -> u32 {
+        self.queue
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> XskStats {
+        self.stats
+    }
+
+    /// Receives up to one burst, waiting at most `timeout_ms` (0: don't wait) and hands each
+    /// frame to `f`, then gives the frames back to the fill ring. Returns the frame count.
+    pub fn rx_burst(
+        &mut self,
+        timeout_ms: i32,
+        mut f: impl FnMut(&[u8]),
+    ) -> Result<usize, XskError> {
+        // SAFETY: `rx_descs` is ours; the ring writes descriptors of this UMEM into it.
+        let n = unsafe { self.rx.poll_and_consume(&mut self.rx_descs, timeout_ms) }?;
+        for d in &self.rx_descs[..n] {
+            // SAFETY: the descriptor was just consumed from this socket's RX ring, so the
+            // frame belongs to this UMEM and the kernel no longer writes to it until we give
+            // it back to the fill ring below.
+            let data = unsafe { self.umem.data(d) };
+            let frame = data.contents();
+            self.stats.rx_frames += 1;
+            self.stats.rx_octets += frame.len() as u64;
+            f(frame);
+        }
+        if n > 0 {
+            // SAFETY: these frames came from this UMEM's RX ring and nothing refers to them
+            // any more (`f` only borrowed them).
+            let m = unsafe { self.fill.produce(&self.rx_descs[..n]) };
+            if m < n {
+                // The fill ring has room for every frame we own; keep the rest for later.
+                tracing::warn!(queue = self.queue, m, n, "fill ring short");
+            }
+            if self.fill.needs_wakeup() {
+                self.stats.wakeups += 1;
+                self.fill.wakeup(self.rx.fd_mut(), 0)?;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Copies `pkt` into a free TX frame and queues it; `false` when no frame is free (the
+    /// caller's retransmission logic covers the loss).
+    pub fn send(&mut self, pkt: &[u8]) -> bool {
+        self.reclaim();
+        let Some(mut d) = self.tx_free.pop() else {
+            self.stats.tx_no_frame += 1;
+            return false;
+        };
+        // SAFETY: `d` came from this UMEM's free list: the kernel is not using the frame.
+        let mut data = unsafe { self.umem.data_mut(&mut d) };
+        let mut cur = data.cursor();
+        cur.set_pos(0);
+        if cur.write_all(pkt).is_err() {
+            // Larger than a frame: a local bug; drop it, keep the frame.
+            self.tx_free.push(d);
+            self.stats.tx_no_frame += 1;
+            return false;
+        }
+        self.stats.tx_frames += 1;
+        self.stats.tx_octets += pkt.len() as u64;
+        self.tx_pending.push(d);
+        true
+    }
+
+    /// Hands every queued TX frame to the kernel and kicks it when it asks for a wakeup.
+    pub fn flush(&mut self) -> Result<(), XskError> {
+        let mut off = 0;
+        let mut spins = 0;
+        while off < self.tx_pending.len() {
+            // SAFETY: pending descriptors belong to this UMEM and hold complete packets.
+            let k = unsafe { self.tx.produce(&self.tx_pending[off..]) };
+            off += k;
+            if self.tx.needs_wakeup() || k == 0 {
+                self.stats.wakeups += 1;
+                self.tx.wakeup()?;
+            }
+            if k == 0 {
+                self.reclaim();
+                spins += 1;
+                if spins > 1000 {
+                    // The ring stays full: give the frames back rather than spin forever.
+                    let dropped = self.tx_pending.len() - off;
+                    self.stats.tx_no_frame += dropped as u64;
+                    let rest: Vec<FrameDesc> = self.tx_pending.drain(off..).collect();
+                    self.tx_free.extend(rest);
+                    break;
+                }
+            }
+        }
+        self.tx_pending.clear();
+        self.reclaim();
+        Ok(())
+    }
+
+    /// Takes back frames the kernel finished sending.
+    fn reclaim(&mut self) {
+        // SAFETY: the completion ring returns descriptors of this UMEM that we produced.
+        let c = unsafe { self.comp.consume(&mut self.comp_descs) };
+        self.tx_free.extend_from_slice(&self.comp_descs[..c]);
+    }
+}
