@@ -12,6 +12,9 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
+pub mod flow;
+pub mod server;
 pub mod tcp;
 pub mod wire;
+pub mod worker;
 pub mod xsk;

@@ -7,6 +7,9 @@
 #![forbid(unsafe_code)]
 
 pub mod checksum;
+pub mod ethernet;
+pub mod frame;
+pub mod ip;
 pub mod tcp;
 
 pub use tcp::{SackBlock, TcpFlags, TcpOptions, TcpPacket, TcpRepr, TcpTimestamps, TcpWireError};

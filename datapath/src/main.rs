@@ -1,0 +1,105 @@
+//! `mpa-datapath`: the AF_XDP MPA data path for one interface.
+#![forbid(unsafe_code)]
+
+use clap::Parser;
+use mpa_bpf::AttachMode;
+use mpa_datapath::server::{Datapath, DatapathConfig};
+use mpa_datapath::tcp::TcpConfig;
+use mpa_datapath::xsk::{BindMode, XskConfig};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "mpa-datapath",
+    version,
+    about = "MPA over AF_XDP: steer, receive, place"
+)]
+struct Args {
+    /// Interface to serve.
+    #[arg(long)]
+    iface: String,
+    /// RX queues (one worker and one AF_XDP socket each).
+    #[arg(long, default_value_t = 1)]
+    queues: u32,
+    /// AF_XDP bind mode: auto, copy or zerocopy.
+    #[arg(long, default_value = "auto")]
+    bind_mode: BindMode,
+    /// XDP attach mode: driver, generic, or auto (driver, else generic).
+    #[arg(long, default_value = "auto")]
+    xdp_mode: String,
+    /// Control socket path.
+    #[arg(long, default_value = "/run/mpa-datapath.sock")]
+    socket: PathBuf,
+    /// Keep a CRC32c digest of each flow's ULPDU octets (for tests and demos).
+    #[arg(long)]
+    digest: bool,
+    /// UMEM frames per queue.
+    #[arg(long, default_value_t = 8192)]
+    frames: u32,
+    /// Skip software TCP checksum verification (only where the NIC verified it).
+    #[arg(long)]
+    no_verify_checksums: bool,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let a = Args::parse();
+    let xdp_mode = match a.xdp_mode.as_str() {
+        "driver" => AttachMode::Driver,
+        "generic" => AttachMode::Generic,
+        "auto" => AttachMode::DriverOrGeneric,
+        o => {
+            eprintln!("mpa-datapath: --xdp-mode {o:?}: expected driver, generic or auto");
+            return ExitCode::from(2);
+        }
+    };
+    if a.queues == 0 || a.queues > 64 {
+        eprintln!("mpa-datapath: --queues {} out of 1..=64", a.queues);
+        return ExitCode::from(2);
+    }
+    let cfg = DatapathConfig {
+        iface: a.iface,
+        queues: a.queues,
+        xdp_mode,
+        xsk: XskConfig {
+            frames: a.frames,
+            bind_mode: a.bind_mode,
+            ..XskConfig::default()
+        },
+        socket: a.socket,
+        digest: a.digest,
+        tcp: TcpConfig::default(),
+        verify_checksums: !a.no_verify_checksums,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        if let Err(e) = signal_hook::flag::register(sig, stop.clone()) {
+            eprintln!("mpa-datapath: signal handler: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    let dp = match Datapath::start(cfg) {
+        Ok(dp) => dp,
+        Err(e) => {
+            eprintln!("mpa-datapath: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Tests and scripts wait for this line.
+    eprintln!("mpa-datapath: ready");
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    dp.stop();
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,544 @@
+//! The datapath process: XDP steering, one worker per queue, and the control-socket server
+//! that mpa-control talks to (the only code that touches BPF maps: DESIGN.md).
+
+use crate::tcp::TcpConfig;
+use crate::worker::{Command, Notification, Worker, WorkerConfig};
+use crate::xsk::{XskConfig, XskQueue};
+use crossbeam_channel::{select, unbounded, Receiver, Sender};
+use mpa_bpf::{AttachMode, FlowKey, FlowValue, XdpSteering};
+use mpa_ctl_proto::{read_message, write_message, ErrorCode, Message, VERSION};
+use serde_json::json;
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Everything the datapath needs to start.
+#[derive(Debug, Clone)]
+pub struct DatapathConfig {
+    /// Interface to serve (in the calling thread's network namespace).
+    pub iface: String,
+    /// RX queues, one worker each.
+    pub queues: u32,
+    /// XDP attach mode.
+    pub xdp_mode: AttachMode,
+    /// AF_XDP socket settings.
+    pub xsk: XskConfig,
+    /// Control socket path (created 0600; only our own user may connect).
+    pub socket: PathBuf,
+    /// Keep a ULPDU digest per flow.
+    pub digest: bool,
+    /// TCP settings.
+    pub tcp: TcpConfig,
+    /// Verify TCP checksums in software.
+    pub verify_checksums: bool,
+}
+
+/// Why the datapath could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Interface lookup failed.
+    #[error("interface {0}: {1}")]
+    Iface(String, String),
+    /// XDP failed.
+    #[error(transparent)]
+    Bpf(#[from] mpa_bpf::BpfError),
+    /// AF_XDP failed.
+    #[error(transparent)]
+    Xsk(#[from] crate::xsk::XskError),
+    /// The control socket could not be created.
+    #[error("control socket {0}: {1}")]
+    Socket(PathBuf, io::Error),
+}
+
+/// A running datapath; dropping it stops everything and detaches XDP.
+pub struct Datapath {
+    stop: Arc<AtomicBool>,
+    control: Option<JoinHandle<()>>,
+    socket: PathBuf,
+}
+
+impl Datapath {
+    /// Starts workers and the control server in the calling thread's network namespace.
+    pub fn start(cfg: DatapathConfig) -> Result<Datapath, StartError> {
+        let ifindex = mpa_bpf::ifindex_of(&cfg.iface)
+            .map_err(|e| StartError::Iface(cfg.iface.clone(), e.to_string()))?;
+        let our_mac = interface_mac(&cfg.iface)?;
+        let steering = XdpSteering::attach(ifindex, cfg.xdp_mode)?;
+        let (notify_tx, notify_rx) = unbounded();
+        let mut workers = Vec::new();
+        let mut handles = Vec::new();
+        for q in 0..cfg.queues {
+            let xsk = XskQueue::open(&cfg.iface, q, &cfg.xsk)?;
+            steering.set_xsk(q, xsk.as_fd())?;
+            let (tx, rx) = unbounded();
+            let wcfg = WorkerConfig {
+                our_mac,
+                tcp: cfg.tcp.clone(),
+                digest: cfg.digest,
+                verify_checksums: cfg.verify_checksums,
+            };
+            let w = Worker::new(xsk, wcfg, rx, notify_tx.clone());
+            handles.push(
+                std::thread::Builder::new()
+                    .name(format!("mpa-worker-{q}"))
+                    .spawn(move || w.run())
+                    .map_err(|e| StartError::Iface(cfg.iface.clone(), e.to_string()))?,
+            );
+            workers.push(tx);
+        }
+        let _ = std::fs::remove_file(&cfg.socket);
+        let listener = UnixListener::bind(&cfg.socket)
+            .map_err(|e| StartError::Socket(cfg.socket.clone(), e))?;
+        std::fs::set_permissions(&cfg.socket, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| StartError::Socket(cfg.socket.clone(), e))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| StartError::Socket(cfg.socket.clone(), e))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let server = Server {
+            steering,
+            workers,
+            worker_handles: handles,
+            notify: notify_rx,
+            listener,
+            clients: HashMap::new(),
+            next_client: 1,
+            next_flow: 1,
+            adopted: HashMap::new(),
+            finished: std::collections::VecDeque::new(),
+            stop: stop.clone(),
+        };
+        let control = std::thread::Builder::new()
+            .name("mpa-control-server".into())
+            .spawn(move || server.run())
+            .map_err(|e| StartError::Socket(cfg.socket.clone(), e))?;
+        tracing::info!(iface = %cfg.iface, queues = cfg.queues, socket = %cfg.socket.display(), "datapath running");
+        Ok(Datapath {
+            stop,
+            control: Some(control),
+            socket: cfg.socket,
+        })
+    }
+
+    /// Stops workers and the server, detaches XDP, removes the socket.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.control.take() {
+            let _ = h.join();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+impl Drop for Datapath {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// The interface's MAC address, from netlink (getifaddrs), so it is right in whatever
+/// network namespace the calling thread is (sysfs may belong to another).
+fn interface_mac(iface: &str) -> Result<[u8; 6], StartError> {
+    let err = |m: String| StartError::Iface(iface.to_string(), m);
+    let addrs = nix::ifaddrs::getifaddrs().map_err(|e| err(e.to_string()))?;
+    for a in addrs {
+        if a.interface_name != iface {
+            continue;
+        }
+        if let Some(mac) = a
+            .address
+            .as_ref()
+            .and_then(|s| s.as_link_addr())
+            .and_then(|l| l.addr())
+        {
+            return Ok(mac);
+        }
+    }
+    Err(err("no link-layer address".into()))
+}
+
+struct Client {
+    stream: UnixStream,
+    hello: bool,
+}
+
+struct Adopted {
+    key: FlowKey,
+    local: SocketAddr,
+    remote: SocketAddr,
+    client: u64,
+    worker: Option<usize>,
+}
+
+struct Server {
+    steering: XdpSteering,
+    workers: Vec<Sender<Command>>,
+    worker_handles: Vec<JoinHandle<()>>,
+    notify: Receiver<Notification>,
+    listener: UnixListener,
+    clients: HashMap<u64, Client>,
+    next_client: u64,
+    next_flow: u64,
+    adopted: HashMap<u64, Adopted>,
+    /// Final counters of the most recent ended flows (bounded).
+    finished: std::collections::VecDeque<serde_json::Value>,
+    stop: Arc<AtomicBool>,
+}
+
+/// Ended flows whose final counters stay readable over the control socket.
+const FINISHED_KEPT: usize = 1024;
+
+enum Incoming {
+    Msg(u64, Message),
+    Gone(u64),
+}
+
+impl Server {
+    fn run(mut self) {
+        let (in_tx, in_rx) = unbounded::<Incoming>();
+        while !self.stop.load(Ordering::Relaxed) {
+            self.accept(&in_tx);
+            select! {
+                recv(in_rx) -> m => match m {
+                    Ok(Incoming::Msg(c, m)) => self.handle(c, m),
+                    Ok(Incoming::Gone(c)) => { self.clients.remove(&c); }
+                    Err(_) => break,
+                },
+                recv(self.notify) -> n => if let Ok(n) = n { self.notified(n) },
+                default(Duration::from_millis(20)) => {}
+            }
+        }
+        for w in &self.workers {
+            let _ = w.send(Command::Shutdown);
+        }
+        for h in self.worker_handles.drain(..) {
+            let _ = h.join();
+        }
+        // `steering` drops here: XDP detaches.
+    }
+
+    fn accept(&mut self, in_tx: &Sender<Incoming>) {
+        loop {
+            let stream = match self.listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    tracing::warn!(%e, "control accept");
+                    return;
+                }
+            };
+            let _ = stream.set_nonblocking(false);
+            // Only our own user (or root) may drive the datapath.
+            let allowed =
+                nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
+                    .map(|c| c.uid() == nix::unistd::geteuid().as_raw() || c.uid() == 0)
+                    .unwrap_or(false);
+            let mut w = match stream.try_clone() {
+                Ok(w) => w,
+                Err(_) => continue,
+            };
+            if !allowed {
+                let _ = write_message(
+                    &mut w,
+                    &Message::Error {
+                        id: 0,
+                        code: ErrorCode::Forbidden,
+                        message: "not the datapath's user".into(),
+                    },
+                );
+                continue;
+            }
+            let id = self.next_client;
+            self.next_client += 1;
+            let tx = in_tx.clone();
+            let mut r = stream;
+            std::thread::spawn(move || loop {
+                match read_message(&mut r) {
+                    Ok(m) => {
+                        if tx.send(Incoming::Msg(id, m)).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(client = id, %e, "control client gone");
+                        let _ = tx.send(Incoming::Gone(id));
+                        return;
+                    }
+                }
+            });
+            self.clients.insert(
+                id,
+                Client {
+                    stream: w,
+                    hello: false,
+                },
+            );
+        }
+    }
+
+    fn reply(&mut self, client: u64, m: &Message) {
+        if let Some(c) = self.clients.get_mut(&client) {
+            if let Err(e) = write_message(&mut c.stream, m) {
+                tracing::warn!(client, %e, "control reply");
+            }
+        }
+    }
+
+    fn handle(&mut self, client: u64, m: Message) {
+        let hello = self.clients.get(&client).is_some_and(|c| c.hello);
+        if !hello {
+            match m {
+                Message::Hello { version, .. } if version == VERSION => {
+                    if let Some(c) = self.clients.get_mut(&client) {
+                        c.hello = true;
+                    }
+                    let agent = concat!("mpa-datapath ", env!("CARGO_PKG_VERSION")).to_string();
+                    self.reply(
+                        client,
+                        &Message::Hello {
+                            version: VERSION,
+                            agent,
+                        },
+                    );
+                }
+                Message::Hello { version, .. } => {
+                    let message = format!("version {version}, this datapath speaks {VERSION}");
+                    self.reply(
+                        client,
+                        &Message::Hello {
+                            version: VERSION,
+                            agent: message,
+                        },
+                    );
+                }
+                _ => self.reply(
+                    client,
+                    &Message::Error {
+                        id: 0,
+                        code: ErrorCode::BadRequest,
+                        message: "hello first".into(),
+                    },
+                ),
+            }
+            return;
+        }
+        match m {
+            Message::AdoptFlow { id, local, remote } => {
+                let key = match FlowKey::new(local, remote) {
+                    Ok(k) => k,
+                    Err(e) => {
+                        return self.reply(
+                            client,
+                            &Message::Error {
+                                id,
+                                code: ErrorCode::BadRequest,
+                                message: e.to_string(),
+                            },
+                        )
+                    }
+                };
+                if self.adopted.values().any(|a| a.key == key) {
+                    return self.reply(
+                        client,
+                        &Message::Error {
+                            id,
+                            code: ErrorCode::FlowExists,
+                            message: format!("{local} ↔ {remote} is owned"),
+                        },
+                    );
+                }
+                let flow_id = self.next_flow;
+                match self.steering.insert_flow(
+                    &key,
+                    FlowValue {
+                        flow_id: flow_id as u32,
+                        flags: 0,
+                    },
+                ) {
+                    Ok(()) => {
+                        self.next_flow += 1;
+                        self.adopted.insert(
+                            flow_id,
+                            Adopted {
+                                key,
+                                local,
+                                remote,
+                                client,
+                                worker: None,
+                            },
+                        );
+                        self.reply(client, &Message::FlowAdopted { id, flow_id });
+                    }
+                    Err(e) => self.reply(
+                        client,
+                        &Message::Error {
+                            id,
+                            code: ErrorCode::Limit,
+                            message: e.to_string(),
+                        },
+                    ),
+                }
+            }
+            Message::HandOver { id, handover } => {
+                let flow_id = handover.flow_id;
+                let Some(a) = self.adopted.get_mut(&flow_id) else {
+                    return self.reply(
+                        client,
+                        &Message::Error {
+                            id,
+                            code: ErrorCode::UnknownFlow,
+                            message: format!("flow {flow_id} was not adopted"),
+                        },
+                    );
+                };
+                if (handover.tcp.local, handover.tcp.remote) != (a.local, a.remote) {
+                    return self.reply(
+                        client,
+                        &Message::Error {
+                            id,
+                            code: ErrorCode::BadRequest,
+                            message: "4-tuple differs from the adopted one".into(),
+                        },
+                    );
+                }
+                // Queue choice: with one queue, worker 0. With several, RSS decides where the
+                // peer's segments arrive; the flow goes to the queue the peer's connection
+                // hashes to, which we learn from nothing here yet: worker 0 (see README).
+                let w = 0usize;
+                a.worker = Some(w);
+                let (tx, rx) = crossbeam_channel::bounded(1);
+                if self.workers[w]
+                    .send(Command::HandOver(handover, tx))
+                    .is_err()
+                {
+                    return self.reply(
+                        client,
+                        &Message::Error {
+                            id,
+                            code: ErrorCode::Internal,
+                            message: "worker gone".into(),
+                        },
+                    );
+                }
+                match rx.recv_timeout(Duration::from_secs(2)) {
+                    Ok(Ok(())) => self.reply(client, &Message::HandedOver { id, flow_id }),
+                    Ok(Err(e)) => {
+                        self.forget(flow_id);
+                        self.reply(
+                            client,
+                            &Message::Error {
+                                id,
+                                code: ErrorCode::BadRequest,
+                                message: e,
+                            },
+                        )
+                    }
+                    Err(_) => self.reply(
+                        client,
+                        &Message::Error {
+                            id,
+                            code: ErrorCode::Internal,
+                            message: "worker did not answer".into(),
+                        },
+                    ),
+                }
+            }
+            Message::CloseFlow { id, flow_id } => match self.adopted.get(&flow_id) {
+                None => self.reply(
+                    client,
+                    &Message::Error {
+                        id,
+                        code: ErrorCode::UnknownFlow,
+                        message: format!("no flow {flow_id}"),
+                    },
+                ),
+                Some(a) => {
+                    match a.worker {
+                        Some(w) => {
+                            let _ = self.workers[w].send(Command::Close(flow_id));
+                        }
+                        None => self.forget(flow_id),
+                    }
+                    self.reply(client, &Message::Ok { id });
+                }
+            },
+            Message::GetStats { id } => {
+                let mut queues = Vec::new();
+                for w in &self.workers {
+                    let (tx, rx) = crossbeam_channel::bounded(1);
+                    if w.send(Command::Stats(tx)).is_ok() {
+                        if let Ok(v) = rx.recv_timeout(Duration::from_secs(2)) {
+                            queues.push(v);
+                        }
+                    }
+                }
+                let xdp = self.steering.counters().ok().map(|c| format!("{c:?}"));
+                let stats = json!({
+                    "queues": queues,
+                    "xdp": xdp,
+                    "adopted_flows": self.adopted.len(),
+                    "ended_flows": self.finished,
+                });
+                self.reply(client, &Message::Stats { id, stats });
+            }
+            other => {
+                let message = format!("not a request: {other:?}");
+                self.reply(
+                    client,
+                    &Message::Error {
+                        id: 0,
+                        code: ErrorCode::BadRequest,
+                        message,
+                    },
+                );
+            }
+        }
+    }
+
+    fn forget(&mut self, flow_id: u64) {
+        if let Some(a) = self.adopted.remove(&flow_id) {
+            if let Err(e) = self.steering.remove_flow(&a.key) {
+                tracing::warn!(flow_id, %e, "remove flow from XDP map");
+            }
+        }
+    }
+
+    fn notified(&mut self, n: Notification) {
+        match n {
+            Notification::FlowGone {
+                flow_id,
+                end,
+                stats,
+                ..
+            } => {
+                let client = self.adopted.get(&flow_id).map(|a| a.client);
+                self.forget(flow_id);
+                tracing::info!(flow_id, ?end, %stats, "flow gone");
+                if let Some(c) = client {
+                    let m = Message::FlowGone {
+                        flow_id,
+                        mpa_error: end.mpa_error,
+                        reason: end.reason,
+                    };
+                    self.reply(c, &m);
+                }
+                if self.finished.len() == FINISHED_KEPT {
+                    self.finished.pop_front();
+                }
+                self.finished.push_back(stats);
+            }
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! One polling worker per RX queue: it owns its AF_XDP socket and its flows; the control
+//! thread talks to it over channels only (DESIGN.md fast-path rules).
+
+use crate::flow::{Flow, FlowEnd};
+use crate::tcp::TcpConfig;
+use crate::wire::frame::parse_tcp_frame;
+use crate::wire::tcp::TcpRepr;
+use crate::xsk::XskQueue;
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use mpa_ctl_proto::HandOver;
+use serde_json::json;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// What the control thread asks of a worker.
+pub enum Command {
+    /// Start owning a flow from its hand-over; the answer says whether it worked.
+    HandOver(Box<HandOver>, Sender<Result<(), String>>),
+    /// Abort a flow (RST to the peer).
+    Close(u64),
+    /// Report counters.
+    Stats(Sender<serde_json::Value>),
+    /// Stop the worker.
+    Shutdown,
+}
+
+/// What a worker reports on its own.
+#[derive(Debug)]
+pub enum Notification {
+    /// A flow ended; the control thread removes it from the XDP map and tells mpa-control.
+    FlowGone {
+        /// The flow.
+        flow_id: u64,
+        /// Our address of the 4-tuple.
+        local: SocketAddr,
+        /// The peer.
+        remote: SocketAddr,
+        /// How.
+        end: FlowEnd,
+        /// Final counters.
+        stats: serde_json::Value,
+    },
+}
+
+/// Counters of one queue.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct QueueStats {
+    /// Frames that were not IP/TCP or failed their checksums.
+    pub malformed: u64,
+    /// TCP segments of no flow this worker owns.
+    pub unknown_flow: u64,
+    /// RX bursts.
+    pub bursts: u64,
+}
+
+/// Settings of a worker.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// MAC address of the interface (source of our frames).
+    pub our_mac: [u8; 6],
+    /// TCP settings for every flow.
+    pub tcp: TcpConfig,
+    /// Keep a digest of the ULPDU octets of each flow.
+    pub digest: bool,
+    /// Verify TCP checksums (off only where the NIC did it).
+    pub verify_checksums: bool,
+}
+
+/// A worker bound to one queue.
+pub struct Worker {
+    xsk: XskQueue,
+    flows: HashMap<(SocketAddr, SocketAddr), Flow>,
+    ids: HashMap<u64, (SocketAddr, SocketAddr)>,
+    cfg: WorkerConfig,
+    commands: Receiver<Command>,
+    notify: Sender<Notification>,
+    stats: QueueStats,
+    touched: Vec<(SocketAddr, SocketAddr)>,
+    scratch: Vec<u8>,
+}
+
+impl Worker {
+    /// A worker for `xsk`.
+    pub fn new(
+        xsk: XskQueue,
+        cfg: WorkerConfig,
+        commands: Receiver<Command>,
+        notify: Sender<Notification>,
+    ) -> Self {
+        Worker {
+            xsk,
+            flows: HashMap::new(),
+            ids: HashMap::new(),
+            cfg,
+            commands,
+            notify,
+            stats: QueueStats::default(),
+            touched: Vec::with_capacity(256),
+            scratch: vec![0u8; 16 * 1024],
+        }
+    }
+
+    /// Polls until told to stop.
+    pub fn run(mut self) {
+        loop {
+            if !self.handle_commands() {
+                break;
+            }
+            let busy = match self.poll_once() {
+                Ok(n) => n > 0,
+                Err(e) => {
+                    tracing::error!(queue = self.xsk.queue(), %e, "worker I/O");
+                    std::thread::sleep(Duration::from_millis(10));
+                    false
+                }
+            };
+            if !busy && self.flows.is_empty() {
+                // Idle without flows: block on the control channel instead of spinning.
+                match self.commands.recv_timeout(Duration::from_millis(5)) {
+                    Ok(c) => {
+                        if !self.command(c) {
+                            break;
+                        }
+                    }
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+                }
+            }
+        }
+        for (_, f) in self.flows.iter_mut() {
+            f.abort();
+        }
+    }
+
+    fn handle_commands(&mut self) -> bool {
+        loop {
+            match self.commands.try_recv() {
+                Ok(c) => {
+                    if !self.command(c) {
+                        return false;
+                    }
+                }
+                Err(TryRecvError::Empty) => return true,
+                Err(TryRecvError::Disconnected) => return false,
+            }
+        }
+    }
+
+    fn command(&mut self, c: Command) -> bool {
+        match c {
+            Command::HandOver(h, answer) => {
+                let key = (h.tcp.local, h.tcp.remote);
+                let r = if self.flows.contains_key(&key) {
+                    Err("the 4-tuple already has a flow".to_string())
+                } else {
+                    match Flow::new(
+                        &h,
+                        self.cfg.our_mac,
+                        &self.cfg.tcp,
+                        self.cfg.digest,
+                        Instant::now(),
+                    ) {
+                        Ok(f) => {
+                            self.ids.insert(f.id, key);
+                            self.flows.insert(key, f);
+                            self.touched.push(key);
+                            Ok(())
+                        }
+                        Err(e) => Err(e.to_string()),
+                    }
+                };
+                let _ = answer.send(r);
+            }
+            Command::Close(id) => {
+                if let Some(f) = self.ids.get(&id).and_then(|k| self.flows.get_mut(k)) {
+                    f.abort();
+                    if let Some(k) = self.ids.get(&id) {
+                        self.touched.push(*k);
+                    }
+                }
+            }
+            Command::Stats(answer) => {
+                let x = self.xsk.stats();
+                let flows: Vec<_> = self.flows.values().map(Flow::stats_json).collect();
+                let _ = answer.send(json!({
+                    "queue": self.xsk.queue(),
+                    "rx_frames": x.rx_frames, "rx_octets": x.rx_octets,
+                    "tx_frames": x.tx_frames, "tx_octets": x.tx_octets,
+                    "tx_no_frame": x.tx_no_frame, "wakeups": x.wakeups,
+                    "malformed": self.stats.malformed, "unknown_flow": self.stats.unknown_flow,
+                    "bursts": self.stats.bursts,
+                    "flows": flows,
+                }));
+            }
+            Command::Shutdown => return false,
+        }
+        true
+    }
+
+    /// One RX burst, timers, TX. Returns the frames received.
+    fn poll_once(&mut self) -> Result<usize, crate::xsk::XskError> {
+        let now = Instant::now();
+        let Worker {
+            xsk,
+            flows,
+            touched,
+            stats,
+            cfg,
+            ..
+        } = self;
+        let n = xsk.rx_burst(0, |frame| {
+            let f = match parse_tcp_frame(frame, cfg.verify_checksums) {
+                Ok(f) => f,
+                Err(_) => {
+                    stats.malformed += 1;
+                    return;
+                }
+            };
+            let key = (f.dst, f.src);
+            let Some(flow) = flows.get_mut(&key) else {
+                stats.unknown_flow += 1;
+                return;
+            };
+            let Ok(repr) = TcpRepr::parse(&f.tcp) else {
+                stats.malformed += 1;
+                return;
+            };
+            flow.on_segment(now, &repr, f.tcp.payload());
+            if touched.last() != Some(&key) {
+                touched.push(key);
+            }
+        })?;
+        if n > 0 {
+            self.stats.bursts += 1;
+        }
+        // ACK policy: one ACK per flow per burst (the TCP asks for more when it must).
+        for key in self.touched.drain(..) {
+            if let Some(f) = self.flows.get_mut(&key) {
+                f.end_of_burst(now);
+            }
+        }
+        let mut gone = Vec::new();
+        let Worker {
+            xsk,
+            flows,
+            scratch,
+            ..
+        } = self;
+        for (key, f) in flows.iter_mut() {
+            f.on_timer(now);
+            f.poll_frames(now, scratch, |frame| {
+                xsk.send(frame);
+            });
+            if f.ended().is_some() {
+                gone.push(*key);
+            }
+        }
+        self.xsk.flush()?;
+        for key in gone {
+            if let Some(f) = self.flows.remove(&key) {
+                self.ids.remove(&f.id);
+                let end = f.ended().cloned().unwrap_or(FlowEnd {
+                    mpa_error: None,
+                    reason: "closed".into(),
+                });
+                tracing::info!(flow = f.id, ?end, "flow ended");
+                let _ = self.notify.send(Notification::FlowGone {
+                    flow_id: f.id,
+                    local: key.0,
+                    remote: key.1,
+                    end,
+                    stats: f.stats_json(),
+                });
+            }
+        }
+        Ok(n)
+    }
+}
