@@ -53,6 +53,8 @@ fn start_datapath(bed: &TestBed, queues: u32) -> (Datapath, PathBuf) {
 
 struct Case {
     v6: bool,
+    /// Payload size cap (0: sweep 0..=MULPDU).
+    size: usize,
     initiator_markers: bool,
     responder_markers: bool,
     crc: bool,
@@ -60,15 +62,21 @@ struct Case {
 }
 
 /// The Initiator's ULPDU `i`: sizes sweep 0..=MULPDU.
-fn ulpdu(i: usize, mulpdu: usize) -> Vec<u8> {
-    let len = (i * 97) % (mulpdu + 1);
+fn ulpdu(i: usize, mulpdu: usize, size: usize) -> Vec<u8> {
+    let len = if size > 0 {
+        size.min(mulpdu)
+    } else {
+        (i * 97) % (mulpdu + 1)
+    };
     (0..len).map(|j| (i * 131 + j * 7 + 3) as u8).collect()
 }
 
-fn run_case(bed: &TestBed, dp_socket: &Path, port: u16, c: &Case) {
+/// Runs one connection; returns the flow's final counters.
+fn run_case(bed: &TestBed, dp_socket: &Path, port: u16, c: &Case) -> serde_json::Value {
     let addr = SocketAddr::new(bed.addr_b(c.v6), port);
     let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
-    let (im, crc, count) = (c.initiator_markers, c.crc, c.count);
+    let (im, crc, count, size) = (c.initiator_markers, c.crc, c.count, c.size);
+    let emss = bed.config.mtu as usize - if c.v6 { 60 } else { 40 } - 12;
     let ns_a = bed.ns_a.clone();
     let initiator = std::thread::spawn(move || {
         run_in_netns(&ns_a, move || {
@@ -79,11 +87,11 @@ fn run_case(bed: &TestBed, dp_socket: &Path, port: u16, c: &Case) {
             cfg.policy.crc_suppressed_by_admin = !crc;
             cfg.policy.startup_timeout = Duration::from_secs(10);
             let mut s = MpaStream::connect(sock, &cfg).expect("startup with the datapath");
-            let mulpdu = markers::mulpdu(1448, s.negotiated().markers_tx);
+            let mulpdu = markers::mulpdu(emss, s.negotiated().markers_tx);
             let mut digest = 0u32;
             let mut octets = 0usize;
             for i in 0..count {
-                let u = ulpdu(i, mulpdu);
+                let u = ulpdu(i, mulpdu, size);
                 digest = crc32c_append(digest, &u);
                 octets += u.len();
                 s.send(&u).unwrap();
@@ -151,6 +159,7 @@ fn run_case(bed: &TestBed, dp_socket: &Path, port: u16, c: &Case) {
     assert_eq!(f["ulpdu_octets"], octets);
     assert_eq!(f["fpdus"], c.count);
     assert_eq!(f["crc_errors"], 0);
+    f.clone()
 }
 
 #[test]
@@ -169,10 +178,73 @@ fn byte_exact_delivery_through_the_datapath() {
                 responder_markers: bits & 2 != 0,
                 crc: bits & 4 != 0,
                 count: 300,
+                size: 0,
             };
             run_case(&bed, &path, port, &case);
             port += 1;
         }
     }
     dp.stop();
+}
+
+#[test]
+fn jumbo_mtu_and_every_size_up_to_mulpdu() {
+    if !require_privileged("datapath e2e mtu 3506") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig {
+        mtu: 3506,
+        ..BedConfig::default()
+    })
+    .unwrap();
+    let (dp, path) = start_datapath(&bed, 1);
+    for (i, v6) in [false, true].into_iter().enumerate() {
+        let case = Case {
+            v6,
+            size: 0,
+            initiator_markers: false,
+            responder_markers: true,
+            crc: true,
+            count: 400,
+        };
+        run_case(&bed, &path, 7500 + i as u16, &case);
+    }
+    dp.stop();
+}
+
+#[test]
+fn loss_in_the_bridge_is_repaired_with_sack() {
+    if !require_privileged("datapath e2e loss") {
+        return;
+    }
+    for (i, loss) in [1u8, 5].into_iter().enumerate() {
+        let port = 7600 + i as u16;
+        let bed = TestBed::up(BedConfig {
+            bridge: true,
+            loss_percent: loss,
+            loss_port: port,
+            ..BedConfig::default()
+        })
+        .unwrap();
+        let (dp, path) = start_datapath(&bed, 1);
+        let case = Case {
+            v6: false,
+            size: 4096,
+            initiator_markers: false,
+            responder_markers: true,
+            crc: true,
+            count: 4000,
+        };
+        let f = run_case(&bed, &path, port, &case);
+        assert!(bed.dropped().unwrap() > 0, "{loss}% loss dropped nothing");
+        assert!(
+            f["out_of_order_segments"].as_u64().unwrap() > 0,
+            "no out-of-order arrivals at {loss}%: {f}"
+        );
+        assert!(
+            f["sack_blocks_sent"].as_u64().unwrap() > 0,
+            "SACK not used at {loss}%: {f}"
+        );
+        dp.stop();
+    }
 }
