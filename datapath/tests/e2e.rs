@@ -63,8 +63,9 @@ struct Case {
 
 /// The Initiator's ULPDU `i`: sizes sweep 0..=MULPDU.
 fn ulpdu(i: usize, mulpdu: usize, size: usize) -> Vec<u8> {
+    // A fixed size may exceed MULPDU (RFC 5044 allows up to 64768): FPDUs then span segments.
     let len = if size > 0 {
-        size.min(mulpdu)
+        size
     } else {
         (i * 97) % (mulpdu + 1)
     };
