@@ -9,7 +9,7 @@ FUZZ_TARGETS := startup decoder locator ddp
 DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev m4 pkg-config iproute2 ethtool nftables \
 	bpftool tcpdump tshark
 
-.PHONY: all deps build test fuzz bench clean
+.PHONY: all deps build test demo compare fuzz bench clean
 
 all: build
 
@@ -25,6 +25,19 @@ deps:
 
 build:
 	$(CARGO) build --workspace --release
+
+# The demo: builds, makes a namespace bed, runs the datapath and the hand-over listener in b
+# and `mpa-peer connect` in a (256 MiB as 4 KiB ULPDUs, markers and CRC), checks the digest.
+# LOSS=5 puts a lossy bridge between them; MTU=3506 uses jumbo frames.
+LOSS ?= 0
+MTU ?= 1500
+demo: deps build
+	./target/release/mpa-bench demo --loss $(LOSS) --mtu $(MTU)
+
+# Goodput and CPU per octet, datapath vs the blocking kernel-TCP Responder, same bed, same run.
+compare: deps build
+	./target/release/mpa-bench compare --mtu 1500
+	./target/release/mpa-bench compare --mtu 3506
 
 # fmt check, clippy with warnings as errors, then every test. MPA_REQUIRE_PRIVILEGED=1 makes
 # tests that need root and namespaces fail instead of skipping.

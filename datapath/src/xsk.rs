@@ -149,9 +149,12 @@ impl XskQueue {
     pub fn open(iface: &str, queue: u32, cfg: &XskConfig) -> Result<Self, XskError> {
         let bad = |e: &dyn std::fmt::Display| XskError::Config(e.to_string());
         let ring = QueueSize::new(cfg.ring_size).map_err(|e| bad(&e))?;
+        // The fill ring holds every RX frame (half the UMEM) at once.
+        let fill_ring =
+            QueueSize::new((cfg.frames / 2).max(1).next_power_of_two()).map_err(|e| bad(&e))?;
         let umem_cfg = UmemConfig::builder()
             .frame_size(FrameSize::new(cfg.frame_size).map_err(|e| bad(&e))?)
-            .fill_queue_size(ring)
+            .fill_queue_size(fill_ring)
             .comp_queue_size(ring)
             .build()
             .map_err(|e| bad(&e))?;
