@@ -413,10 +413,10 @@ impl Server {
                         },
                     );
                 }
-                // Queue choice: with one queue, worker 0. With several, RSS decides where the
-                // peer's segments arrive; the flow goes to the queue the peer's connection
-                // hashes to, which we learn from nothing here yet: worker 0 (see README).
-                let w = 0usize;
+                // Queue choice: RSS decides where the peer's segments arrive, which nothing
+                // tells us yet. Spread hand-overs; the first segment on another queue makes
+                // that queue's worker ask for the flow (Notification::Stray) and it moves.
+                let w = (flow_id as usize) % self.workers.len();
                 a.worker = Some(w);
                 let (tx, rx) = crossbeam_channel::bounded(1);
                 if self.workers[w]
@@ -517,6 +517,35 @@ impl Server {
 
     fn notified(&mut self, n: Notification) {
         match n {
+            Notification::Stray {
+                queue,
+                local,
+                remote,
+            } => {
+                let q = queue as usize;
+                let Some((&flow_id, a)) = self
+                    .adopted
+                    .iter_mut()
+                    .find(|(_, a)| a.local == local && a.remote == remote)
+                else {
+                    return;
+                };
+                let Some(owner) = a.worker.filter(|w| *w != q && q < self.workers.len()) else {
+                    return;
+                };
+                let (tx, rx) = crossbeam_channel::bounded(1);
+                if self.workers[owner]
+                    .send(Command::Release(flow_id, tx))
+                    .is_err()
+                {
+                    return;
+                }
+                if let Ok(Some(flow)) = rx.recv_timeout(Duration::from_secs(1)) {
+                    a.worker = Some(q);
+                    let _ = self.workers[q].send(Command::Adopt(flow, (local, remote)));
+                    tracing::debug!(flow_id, from = owner, to = q, "flow moved to its RSS queue");
+                }
+            }
             Notification::FlowGone {
                 flow_id,
                 end,

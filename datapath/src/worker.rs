@@ -19,6 +19,10 @@ pub enum Command {
     HandOver(Box<HandOver>, Sender<Result<(), String>>),
     /// Abort a flow (RST to the peer).
     Close(u64),
+    /// Give a flow up (it belongs to another queue's worker): answer with its state.
+    Release(u64, Sender<Option<Box<Flow>>>),
+    /// Take over a flow released by another worker.
+    Adopt(Box<Flow>, (SocketAddr, SocketAddr)),
     /// Report counters.
     Stats(Sender<serde_json::Value>),
     /// Stop the worker.
@@ -40,6 +44,16 @@ pub enum Notification {
         end: FlowEnd,
         /// Final counters.
         stats: serde_json::Value,
+    },
+    /// Segments of a steered 4-tuple arrive on this queue, whose worker does not own it: RSS
+    /// put the peer's connection here. The control thread moves the flow over.
+    Stray {
+        /// The queue that saw the segment.
+        queue: u32,
+        /// Our address.
+        local: SocketAddr,
+        /// The peer.
+        remote: SocketAddr,
     },
 }
 
@@ -77,6 +91,8 @@ pub struct Worker {
     notify: Sender<Notification>,
     stats: QueueStats,
     touched: Vec<(SocketAddr, SocketAddr)>,
+    /// 4-tuples already reported as stray (bounded), so each is reported once.
+    strays: Vec<(SocketAddr, SocketAddr)>,
     scratch: Vec<u8>,
 }
 
@@ -97,6 +113,7 @@ impl Worker {
             notify,
             stats: QueueStats::default(),
             touched: Vec::with_capacity(256),
+            strays: Vec::new(),
             scratch: vec![0u8; 16 * 1024],
         }
     }
@@ -193,6 +210,20 @@ impl Worker {
                     "flows": flows,
                 }));
             }
+            Command::Release(id, answer) => {
+                let flow = self
+                    .ids
+                    .remove(&id)
+                    .and_then(|k| self.flows.remove(&k))
+                    .map(Box::new);
+                let _ = answer.send(flow);
+            }
+            Command::Adopt(flow, key) => {
+                self.strays.retain(|k| *k != key);
+                self.ids.insert(flow.id, key);
+                self.flows.insert(key, *flow);
+                self.touched.push(key);
+            }
             Command::Shutdown => return false,
         }
         true
@@ -201,12 +232,15 @@ impl Worker {
     /// One RX burst, timers, TX. Returns the frames received.
     fn poll_once(&mut self) -> Result<usize, crate::xsk::XskError> {
         let now = Instant::now();
+        let queue = self.xsk.queue();
         let Worker {
             xsk,
             flows,
             touched,
             stats,
             cfg,
+            strays,
+            notify,
             ..
         } = self;
         let n = xsk.rx_burst(0, |frame| {
@@ -219,7 +253,16 @@ impl Worker {
             };
             let key = (f.dst, f.src);
             let Some(flow) = flows.get_mut(&key) else {
+                // XDP steered it here, so some worker owns it: ask for it once.
                 stats.unknown_flow += 1;
+                if !strays.contains(&key) && strays.len() < 1024 {
+                    strays.push(key);
+                    let _ = notify.send(Notification::Stray {
+                        queue,
+                        local: key.0,
+                        remote: key.1,
+                    });
+                }
                 return;
             };
             let Ok(repr) = TcpRepr::parse(&f.tcp) else {

@@ -249,3 +249,47 @@ fn loss_in_the_bridge_is_repaired_with_sack() {
         dp.stop();
     }
 }
+
+#[test]
+fn two_queues_eight_concurrent_connections() {
+    if !require_privileged("datapath e2e 2 queues") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig {
+        queues: 2,
+        ..BedConfig::default()
+    })
+    .unwrap();
+    let (dp, path) = start_datapath(&bed, 2);
+    let flows: Vec<serde_json::Value> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8u16)
+            .map(|i| {
+                let (bed, path) = (&bed, &path);
+                s.spawn(move || {
+                    let case = Case {
+                        v6: i % 2 == 1,
+                        size: 0,
+                        initiator_markers: i & 2 != 0,
+                        responder_markers: i & 4 != 0,
+                        crc: true,
+                        count: 500,
+                    };
+                    run_case(bed, path, 7700 + i, &case)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(flows.len(), 8);
+    // Both queues carried traffic (the peer's connections hash to both).
+    let mut dpc = DatapathClient::connect(&path, Duration::from_secs(5)).unwrap();
+    let Message::Stats { stats, .. } = dpc.request(|id| Message::GetStats { id }).unwrap() else {
+        panic!()
+    };
+    let queues = stats["queues"].as_array().unwrap();
+    assert_eq!(queues.len(), 2);
+    for q in queues {
+        assert!(q["rx_frames"].as_u64().unwrap() > 0, "queue idle: {q}");
+    }
+    dp.stop();
+}
