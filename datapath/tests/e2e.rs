@@ -3,7 +3,8 @@
 //! Byte-exact delivery is checked by digest equality.
 
 use mpa::crc::crc32c_append;
-use mpa::endpoint::{EndpointConfig, MpaStream};
+use mpa::encoder::FpduEncoder;
+use mpa::endpoint::{EndpointConfig, EndpointError, MpaStream};
 use mpa::markers;
 use mpa::startup::StartupPolicy;
 use mpa_bpf::AttachMode;
@@ -72,6 +73,35 @@ fn ulpdu(i: usize, mulpdu: usize, size: usize) -> Vec<u8> {
     (0..len).map(|j| (i * 131 + j * 7 + 3) as u8).collect()
 }
 
+/// Accepts one connection on `listener` (in ns b) and hands it to the datapath.
+fn accept_and_hand_over(
+    bed: &TestBed,
+    dp_socket: &Path,
+    listener: &TcpListener,
+    markers: bool,
+    crc: bool,
+) -> (u64, DatapathClient, mpa_control::freeze::FrozenSocket) {
+    let (sock, _) = listener.accept().unwrap();
+    let mut dpc = DatapathClient::connect(dp_socket, Duration::from_secs(20)).unwrap();
+    let policy = StartupPolicy {
+        markers_required: markers,
+        crc_suppressed_by_admin: !crc,
+        ..StartupPolicy::default()
+    };
+    let (outcome, dpc) = run_in_netns(&bed.ns_b, move || {
+        let r = respond_and_hand_over(sock, policy, b"datapath".to_vec(), &mut dpc);
+        (r, dpc)
+    })
+    .unwrap();
+    let Outcome::HandedOver {
+        flow_id, frozen, ..
+    } = outcome.unwrap()
+    else {
+        panic!("rejected")
+    };
+    (flow_id, dpc, frozen)
+}
+
 /// Runs one connection; returns the flow's final counters.
 fn run_case(bed: &TestBed, dp_socket: &Path, port: u16, c: &Case) -> serde_json::Value {
     let addr = SocketAddr::new(bed.addr_b(c.v6), port);
@@ -111,25 +141,8 @@ fn run_case(bed: &TestBed, dp_socket: &Path, port: u16, c: &Case) -> serde_json:
         })
         .unwrap()
     });
-    let (sock, _) = listener.accept().unwrap();
-    let mut dpc = DatapathClient::connect(dp_socket, Duration::from_secs(20)).unwrap();
-    let policy = StartupPolicy {
-        markers_required: c.responder_markers,
-        crc_suppressed_by_admin: !c.crc,
-        ..StartupPolicy::default()
-    };
-    let ns_b = bed.ns_b.clone();
-    let (outcome, mut dpc) = run_in_netns(&ns_b, move || {
-        let r = respond_and_hand_over(sock, policy, b"datapath".to_vec(), &mut dpc);
-        (r, dpc)
-    })
-    .unwrap();
-    let Outcome::HandedOver {
-        flow_id, frozen, ..
-    } = outcome.unwrap()
-    else {
-        panic!("rejected")
-    };
+    let (flow_id, mut dpc, frozen) =
+        accept_and_hand_over(bed, dp_socket, &listener, c.responder_markers, c.crc);
     let (digest, octets) = initiator.join().unwrap();
     // Wait for the datapath to report the flow gone, then compare.
     let gone = dpc.next_notification().unwrap();
@@ -292,4 +305,162 @@ fn two_queues_eight_concurrent_connections() {
         assert!(q["rx_frames"].as_u64().unwrap() > 0, "queue idle: {q}");
     }
     dp.stop();
+}
+
+/// Connects an Initiator in ns a and runs `f` on the established stream.
+fn initiator_with<T: Send + 'static>(
+    bed: &TestBed,
+    addr: SocketAddr,
+    f: impl FnOnce(MpaStream<TcpStream>) -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let ns_a = bed.ns_a.clone();
+    std::thread::spawn(move || {
+        run_in_netns(&ns_a, move || {
+            let sock = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+            let mut cfg = EndpointConfig::default();
+            cfg.policy.startup_timeout = Duration::from_secs(10);
+            f(MpaStream::connect(sock, &cfg).expect("startup with the datapath"))
+        })
+        .unwrap()
+    })
+}
+
+#[test]
+fn crc_error_terminates_that_connection_only_and_a_reset_is_error_1() {
+    if !require_privileged("datapath error paths") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let (dp, path) = start_datapath(&bed, 1);
+    // A capture in ns a of every segment from b: the frozen kernel sockets must never speak.
+    let pcap = std::env::temp_dir().join(format!("mpa-e2e-{}.pcap", std::process::id()));
+    let mut dump = bed
+        .command(&bed.ns_a, "tcpdump")
+        .args([
+            "-i",
+            &bed.if_a,
+            "-U",
+            "-w",
+            &pcap.to_string_lossy(),
+            "tcp and src host 10.99.0.2",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("tcpdump (make deps installs it)");
+    std::thread::sleep(Duration::from_millis(500));
+    std::thread::scope(|s| {
+        // A good connection runs beside the bad ones.
+        let good = s.spawn(|| {
+            let case = Case {
+                v6: false,
+                size: 1000,
+                initiator_markers: true,
+                responder_markers: true,
+                crc: true,
+                count: 3000,
+            };
+            run_case(&bed, &path, 7800, &case)
+        });
+        // Error 2: one corrupt FPDU; the datapath answers with a Terminate, then closes.
+        let addr = SocketAddr::new(bed.addr_b(false), 7801);
+        let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
+        let bad = initiator_with(&bed, addr, |mut s| {
+            let mut wire = Vec::new();
+            FpduEncoder::new(s.negotiated().markers_tx)
+                .encode(&[7u8; 300], &mut wire)
+                .unwrap();
+            wire[100] ^= 0x10;
+            std::io::Write::write_all(&mut s.get_ref(), &wire).unwrap();
+            loop {
+                match s.recv_with(Some(Duration::from_secs(10)), |_| {}) {
+                    Ok(Some(_)) => continue,
+                    other => return other.map(|_| ()),
+                }
+            }
+        });
+        let (flow_id, mut dpc, frozen) = accept_and_hand_over(&bed, &path, &listener, true, true);
+        let r = bad.join().unwrap();
+        assert!(
+            matches!(
+                r,
+                Err(EndpointError::Terminated {
+                    layer: 2,
+                    error_type: 0,
+                    error_code: 2
+                })
+            ),
+            "{r:?}"
+        );
+        let Message::FlowGone {
+            flow_id: id,
+            mpa_error,
+            ..
+        } = dpc.next_notification().unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!((id, mpa_error), (flow_id, Some(2)));
+        drop(frozen);
+        // Error 1: the peer resets.
+        let addr = SocketAddr::new(bed.addr_b(false), 7802);
+        let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
+        let reset = initiator_with(&bed, addr, |mut s| {
+            s.send(&[1u8; 2000]).unwrap();
+            s.flush().unwrap();
+            std::thread::sleep(Duration::from_millis(200));
+            let sock = s.into_inner().unwrap();
+            nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::Linger, &libc_linger0())
+                .unwrap();
+            drop(sock);
+        });
+        let (flow_id, mut dpc, frozen) = accept_and_hand_over(&bed, &path, &listener, false, true);
+        reset.join().unwrap();
+        let Message::FlowGone {
+            flow_id: id,
+            mpa_error,
+            reason,
+        } = dpc.next_notification().unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!((id, mpa_error), (flow_id, Some(1)), "{reason}");
+        drop(frozen);
+        // The good one was not disturbed.
+        let g = good.join().unwrap();
+        assert_eq!(g["fpdus"], 3000);
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = dump.kill();
+    let _ = dump.wait();
+    // No RST ever left b (the datapath closes cleanly; frozen sockets close in repair mode).
+    let out = std::process::Command::new("tcpdump")
+        .args([
+            "-r",
+            &pcap.to_string_lossy(),
+            "-n",
+            "tcp[tcpflags] & tcp-rst != 0",
+        ])
+        .output()
+        .unwrap();
+    let rsts = String::from_utf8_lossy(&out.stdout).lines().count();
+    let all = std::process::Command::new("tcpdump")
+        .args(["-r", &pcap.to_string_lossy(), "-n"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&all.stdout).lines().count() > 10,
+        "capture saw nothing: {}",
+        String::from_utf8_lossy(&all.stderr)
+    );
+    assert_eq!(rsts, 0, "{}", String::from_utf8_lossy(&out.stdout));
+    let _ = std::fs::remove_file(&pcap);
+    dp.stop();
+}
+
+fn libc_linger0() -> nix::libc::linger {
+    nix::libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    }
 }
