@@ -68,6 +68,9 @@ pub struct QueueStats {
     pub bursts: u64,
 }
 
+/// Empty polls before an idle worker blocks in poll() instead of spinning.
+const SPIN_POLLS: u32 = 256;
+
 /// Settings of a worker.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -90,6 +93,8 @@ pub struct Worker {
     commands: Receiver<Command>,
     notify: Sender<Notification>,
     stats: QueueStats,
+    /// Polls in a row that found nothing: past [`SPIN_POLLS`] the worker sleeps in poll().
+    empty_polls: u32,
     touched: Vec<(SocketAddr, SocketAddr)>,
     /// 4-tuples already reported as stray (bounded), so each is reported once.
     strays: Vec<(SocketAddr, SocketAddr)>,
@@ -112,6 +117,7 @@ impl Worker {
             commands,
             notify,
             stats: QueueStats::default(),
+            empty_polls: 0,
             touched: Vec::with_capacity(256),
             strays: Vec::new(),
             scratch: vec![0u8; 16 * 1024],
@@ -233,6 +239,15 @@ impl Worker {
     fn poll_once(&mut self) -> Result<usize, crate::xsk::XskError> {
         let now = Instant::now();
         let queue = self.xsk.queue();
+        // Spin while traffic flows; once idle, sleep in poll() until a frame or the next timer.
+        let timeout_ms = if self.empty_polls < SPIN_POLLS {
+            0
+        } else {
+            let next = self.flows.values().filter_map(Flow::next_timeout).min();
+            next.map_or(10, |t| {
+                t.saturating_duration_since(now).as_millis().clamp(1, 10) as i32
+            })
+        };
         let Worker {
             xsk,
             flows,
@@ -243,7 +258,7 @@ impl Worker {
             notify,
             ..
         } = self;
-        let n = xsk.rx_burst(0, |frame| {
+        let n = xsk.rx_burst(timeout_ms, |frame| {
             let f = match parse_tcp_frame(frame, cfg.verify_checksums) {
                 Ok(f) => f,
                 Err(_) => {
@@ -276,6 +291,9 @@ impl Worker {
         })?;
         if n > 0 {
             self.stats.bursts += 1;
+            self.empty_polls = 0;
+        } else {
+            self.empty_polls = self.empty_polls.saturating_add(1);
         }
         // ACK policy: one ACK per flow per burst (the TCP asks for more when it must).
         for key in self.touched.drain(..) {

@@ -228,15 +228,21 @@ impl XskQueue {
         self.stats
     }
 
-    /// Receives up to one burst, waiting at most `timeout_ms` (0: don't wait) and hands each
+    /// Receives up to one burst, waiting at most `timeout_ms` (0: no syscall) and hands each
     /// frame to `f`, then gives the frames back to the fill ring. Returns the frame count.
     pub fn rx_burst(
         &mut self,
         timeout_ms: i32,
         mut f: impl FnMut(&[u8]),
     ) -> Result<usize, XskError> {
+        // Busy: take what the ring holds without a syscall. Idle: block in poll() up to
+        // `timeout_ms`, so that an idle worker leaves the CPU to others.
         // SAFETY: `rx_descs` is ours; the ring writes descriptors of this UMEM into it.
-        let n = unsafe { self.rx.poll_and_consume(&mut self.rx_descs, timeout_ms) }?;
+        let mut n = unsafe { self.rx.consume(&mut self.rx_descs) };
+        if n == 0 && timeout_ms > 0 && self.rx.poll(timeout_ms)? {
+            // SAFETY: as above.
+            n = unsafe { self.rx.consume(&mut self.rx_descs) };
+        }
         for d in &self.rx_descs[..n] {
             // SAFETY: the descriptor was just consumed from this socket's RX ring, so the
             // frame belongs to this UMEM and the kernel no longer writes to it until we give
