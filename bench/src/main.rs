@@ -179,6 +179,7 @@ fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
         digest: true,
         tcp: TcpConfig::default(),
         verify_checksums: true,
+        pin_cpus: false,
     };
     let dp = run_in_netns(&bed.ns_b, move || Datapath::start(cfg))??;
     let addr = SocketAddr::new(bed.addr_b(false), PORT);

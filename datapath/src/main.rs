@@ -43,6 +43,9 @@ struct Args {
     /// Skip software TCP checksum verification (only where the NIC verified it).
     #[arg(long)]
     no_verify_checksums: bool,
+    /// Pin worker q to CPU q.
+    #[arg(long)]
+    pin_cpus: bool,
 }
 
 fn main() -> ExitCode {
@@ -80,6 +83,7 @@ fn main() -> ExitCode {
         digest: a.digest,
         tcp: TcpConfig::default(),
         verify_checksums: !a.no_verify_checksums,
+        pin_cpus: a.pin_cpus,
     };
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {

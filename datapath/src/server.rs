@@ -39,6 +39,9 @@ pub struct DatapathConfig {
     pub tcp: TcpConfig,
     /// Verify TCP checksums in software.
     pub verify_checksums: bool,
+    /// Pin worker q to CPU q (right on a server with cores to spare; on a small machine that
+    /// also runs the sender it only gets in the scheduler's way).
+    pub pin_cpus: bool,
 }
 
 /// Why the datapath could not start.
@@ -86,10 +89,16 @@ impl Datapath {
                 verify_checksums: cfg.verify_checksums,
             };
             let w = Worker::new(xsk, wcfg, rx, notify_tx.clone());
+            let pin = cfg.pin_cpus;
             handles.push(
                 std::thread::Builder::new()
                     .name(format!("mpa-worker-{q}"))
-                    .spawn(move || w.run())
+                    .spawn(move || {
+                        if pin {
+                            pin_to_cpu(q);
+                        }
+                        w.run()
+                    })
                     .map_err(|e| StartError::Iface(cfg.iface.clone(), e.to_string()))?,
             );
             workers.push(tx);
@@ -145,6 +154,29 @@ impl Datapath {
 impl Drop for Datapath {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// Pins the calling worker thread to CPU `queue` (modulo the CPUs we may use), so that a
+/// queue's packets, its worker and its caches stay on one core.
+fn pin_to_cpu(queue: u32) {
+    use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+    use nix::unistd::Pid;
+    let Ok(allowed) = sched_getaffinity(Pid::from_raw(0)) else {
+        return;
+    };
+    let cpus: Vec<usize> = (0..CpuSet::count())
+        .filter(|&c| allowed.is_set(c).unwrap_or(false))
+        .collect();
+    if cpus.is_empty() {
+        return;
+    }
+    let cpu = cpus[queue as usize % cpus.len()];
+    let mut set = CpuSet::new();
+    if set.set(cpu).is_ok() {
+        if let Err(e) = sched_setaffinity(Pid::from_raw(0), &set) {
+            tracing::warn!(queue, cpu, %e, "cannot pin worker");
+        }
     }
 }
 

@@ -45,6 +45,7 @@ fn start_datapath(bed: &TestBed, queues: u32) -> (Datapath, PathBuf) {
         digest: true,
         tcp: TcpConfig::default(),
         verify_checksums: true,
+        pin_cpus: false,
     };
     let dp = run_in_netns(&bed.ns_b, move || Datapath::start(cfg))
         .unwrap()
