@@ -465,3 +465,91 @@ fn libc_linger0() -> nix::libc::linger {
         l_linger: 0,
     }
 }
+
+/// `mpa-peer` built beside this test (`cargo test --workspace` builds every binary first).
+fn mpa_peer_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/e2e-… → target/<profile>/mpa-peer
+    let p = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .unwrap()
+        .join("mpa-peer");
+    assert!(
+        p.exists(),
+        "{} missing: run the tests with `cargo test --workspace` (make test)",
+        p.display()
+    );
+    p
+}
+
+#[test]
+fn mpa_peer_connect_through_the_datapath() {
+    if !require_privileged("datapath e2e with mpa-peer") {
+        return;
+    }
+    let peer = mpa_peer_binary();
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let (dp, path) = start_datapath(&bed, 1);
+    for (i, (markers, crc, size)) in [
+        (true, true, "4096"),
+        (false, false, "1430"),
+        (true, false, "0"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let port = 7900 + i as u16;
+        let addr = SocketAddr::new(bed.addr_b(false), port);
+        let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
+        let mut args = vec![
+            "connect".to_string(),
+            "--to".into(),
+            addr.to_string(),
+            "--count".into(),
+            "2000".into(),
+        ];
+        args.extend([
+            "--size".into(),
+            size.to_string(),
+            "--timeout".into(),
+            "30".into(),
+        ]);
+        if markers {
+            args.push("--markers".into());
+        }
+        args.push(if crc { "--crc" } else { "--no-crc" }.into());
+        let mut cmd = bed.command(&bed.ns_a, &peer.to_string_lossy());
+        cmd.args(&args);
+        let handle = std::thread::spawn(move || cmd.output());
+        let (flow_id, mut dpc, frozen) = accept_and_hand_over(&bed, &path, &listener, markers, crc);
+        let out = handle.join().unwrap().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let sent: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let Message::FlowGone { mpa_error, .. } = dpc.next_notification().unwrap() else {
+            panic!()
+        };
+        assert_eq!(mpa_error, None);
+        drop(frozen);
+        let Message::Stats { stats, .. } = dpc.request(|id| Message::GetStats { id }).unwrap()
+        else {
+            panic!()
+        };
+        let f = stats["ended_flows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["flow_id"] == flow_id)
+            .unwrap()
+            .clone();
+        assert_eq!(f["ulpdu_digest"], sent["ulpdu_digest"], "{f} vs {sent}");
+        assert_eq!(f["fpdus"], 2000);
+        assert_eq!(sent["markers_tx"], markers);
+        assert_eq!(sent["crc"], crc);
+    }
+    dp.stop();
+}
