@@ -9,9 +9,14 @@ use std::time::Duration;
 
 /// About this many ULPDU octets per iteration.
 const STREAM: usize = 256 * 1024;
-/// Read size for the decoder, like a socket read.
-const CHUNK: usize = 64 * 1024;
+/// Read size for the decoder: `MpaStream` reads 256 KiB at a time (set `MPA_BENCH_CHUNK` to
+/// try others; an FPDU that spans two chunks is copied once).
+const CHUNK: usize = 256 * 1024;
 const SIZES: [usize; 4] = [64, 1024, 4096, 16384];
+
+fn chunk_size() -> usize {
+    std::env::var("MPA_BENCH_CHUNK").ok().and_then(|v| v.parse().ok()).unwrap_or(CHUNK)
+}
 
 fn ulpdus(size: usize) -> Vec<Vec<u8>> {
     (0..STREAM / size)
@@ -54,7 +59,7 @@ fn bench(c: &mut Criterion) {
                 b.iter(|| {
                     let mut dec = FpduDecoder::new(markers, true);
                     let mut n = 0usize;
-                    for chunk in wire.chunks(CHUNK) {
+                    for chunk in wire.chunks(chunk_size()) {
                         let mut ch = dec.feed(chunk);
                         while let Some(r) = ch.next_ulpdu() {
                             // What a DDP consumer reads first: the header; the payload

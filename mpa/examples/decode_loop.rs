@@ -16,9 +16,10 @@ fn main() {
     let t = Instant::now();
     let mut n = 0usize;
     let iters = 20000;
+    let chunk = 256 * 1024;
     for _ in 0..iters {
         let mut dec = FpduDecoder::new(true, true);
-        let mut ch = dec.feed(&wire);
+        let mut ch = dec.feed(&wire[..wire.len().min(chunk)]);
         while let Some(r) = ch.next_ulpdu() {
             let u = r.unwrap();
             let mut head = [0u8; 18];
