@@ -5,7 +5,7 @@ use clap::Parser;
 use mpa_bpf::AttachMode;
 use mpa_datapath::server::{Datapath, DatapathConfig};
 use mpa_datapath::tcp::TcpConfig;
-use mpa_datapath::xsk::{BindMode, XskConfig};
+use mpa_datapath::xsk::{BindMode, BusyPoll, XskConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -46,6 +46,12 @@ struct Args {
     /// Pin worker q to CPU q.
     #[arg(long)]
     pin_cpus: bool,
+    /// Preferred busy polling on every AF_XDP socket: microseconds (0 = off).
+    #[arg(long, default_value_t = 0)]
+    busy_poll_us: u32,
+    /// Busy-poll budget (packets per round) with --busy-poll-us.
+    #[arg(long, default_value_t = 64)]
+    busy_poll_budget: u32,
 }
 
 fn main() -> ExitCode {
@@ -77,6 +83,10 @@ fn main() -> ExitCode {
         xsk: XskConfig {
             frames: a.frames,
             bind_mode: a.bind_mode,
+            busy_poll: (a.busy_poll_us > 0).then_some(BusyPoll {
+                usecs: a.busy_poll_us,
+                budget: a.busy_poll_budget,
+            }),
             ..XskConfig::default()
         },
         socket: a.socket,

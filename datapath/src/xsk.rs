@@ -46,7 +46,44 @@ pub struct XskConfig {
     pub ring_size: u32,
     /// Bind mode.
     pub bind_mode: BindMode,
+    /// Preferred busy polling (SO_PREFER_BUSY_POLL + SO_BUSY_POLL µs + SO_BUSY_POLL_BUDGET):
+    /// the kernel runs the driver's NAPI from our wakeups instead of interrupts. Off: `None`.
+    pub busy_poll: Option<BusyPoll>,
 }
+
+/// Busy-polling parameters of an AF_XDP socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BusyPoll {
+    /// SO_BUSY_POLL: microseconds to busy-poll in a blocking call.
+    pub usecs: u32,
+    /// SO_BUSY_POLL_BUDGET: packets per busy-poll round.
+    pub budget: u32,
+}
+
+/// Socket options for busy polling (Linux <asm-generic/socket.h>).
+mod busy_poll_opts {
+    use nix::libc;
+    use nix::{setsockopt_impl, sockopt_impl};
+    const SO_BUSY_POLL: i32 = 46;
+    const SO_PREFER_BUSY_POLL: i32 = 69;
+    const SO_BUSY_POLL_BUDGET: i32 = 70;
+    sockopt_impl!(BusyPollUsecs, SetOnly, libc::SOL_SOCKET, SO_BUSY_POLL, i32);
+    sockopt_impl!(
+        PreferBusyPoll,
+        SetOnly,
+        libc::SOL_SOCKET,
+        SO_PREFER_BUSY_POLL,
+        i32
+    );
+    sockopt_impl!(
+        BusyPollBudget,
+        SetOnly,
+        libc::SOL_SOCKET,
+        SO_BUSY_POLL_BUDGET,
+        i32
+    );
+}
+use busy_poll_opts::{BusyPollBudget, BusyPollUsecs, PreferBusyPoll};
 
 impl Default for XskConfig {
     fn default() -> Self {
@@ -55,6 +92,7 @@ impl Default for XskConfig {
             frame_size: 4096,
             ring_size: 2048,
             bind_mode: BindMode::Auto,
+            busy_poll: None,
         }
     }
 }
@@ -198,7 +236,7 @@ impl XskQueue {
                 descs.len()
             )));
         }
-        Ok(XskQueue {
+        let q = XskQueue {
             queue,
             umem,
             fill,
@@ -210,7 +248,33 @@ impl XskQueue {
             rx_descs: vec![FrameDesc::default(); BURST],
             comp_descs: vec![FrameDesc::default(); BURST],
             stats: XskStats::default(),
-        })
+        };
+        if let Some(bp) = cfg.busy_poll {
+            let set = |what: &str, r: nix::Result<()>| {
+                r.map_err(|e| {
+                    sock_err(format!(
+                        "{what}: {e} (needs CAP_NET_ADMIN and kernel ≥ 5.11)"
+                    ))
+                })
+            };
+            set(
+                "SO_PREFER_BUSY_POLL",
+                nix::sys::socket::setsockopt(&q, PreferBusyPoll, &1),
+            )?;
+            let usecs =
+                i32::try_from(bp.usecs).map_err(|_| XskError::Config("busy-poll µs".into()))?;
+            set(
+                "SO_BUSY_POLL",
+                nix::sys::socket::setsockopt(&q, BusyPollUsecs, &usecs),
+            )?;
+            let budget = i32::try_from(bp.budget)
+                .map_err(|_| XskError::Config("busy-poll budget".into()))?;
+            set(
+                "SO_BUSY_POLL_BUDGET",
+                nix::sys::socket::setsockopt(&q, BusyPollBudget, &budget),
+            )?;
+        }
+        Ok(q)
     }
 
     /// The socket's descriptor, for the XDP program's XSKMAP.

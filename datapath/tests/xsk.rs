@@ -65,6 +65,7 @@ fn steered_segments_reach_the_umem_and_frames_leave_through_it() {
             frame_size: 4096,
             ring_size: 512,
             bind_mode: BindMode::Copy,
+            busy_poll: None,
         };
         let xsk = XskQueue::open(&if_b, 0, &cfg).unwrap();
         steer.set_xsk(0, xsk.as_fd()).unwrap();
@@ -121,4 +122,48 @@ fn steered_segments_reach_the_umem_and_frames_leave_through_it() {
     assert_eq!(&buf[..n], b"from the xsk");
     assert_eq!(from.ip(), bed.addr_b(false));
     assert_eq!(xsk.stats().tx_frames, 1);
+}
+
+#[test]
+fn busy_polling_and_bind_modes_are_set_or_refused_clearly() {
+    if !require_privileged("xsk busy poll") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let if_b = bed.if_b.clone();
+    run_in_netns(&bed.ns_b, move || {
+        let cfg = XskConfig {
+            frames: 256,
+            ring_size: 128,
+            bind_mode: BindMode::Copy,
+            busy_poll: Some(mpa_datapath::xsk::BusyPoll {
+                usecs: 20,
+                budget: 64,
+            }),
+            ..XskConfig::default()
+        };
+        let q = XskQueue::open(&if_b, 0, &cfg).expect("busy polling on a copy-mode socket");
+        drop(q);
+        // veth has no zero-copy (ENV.md): the error names interface, queue and mode.
+        let zc = XskConfig {
+            bind_mode: BindMode::ZeroCopy,
+            busy_poll: None,
+            ..cfg
+        };
+        let e = XskQueue::open(&if_b, 0, &zc).unwrap_err().to_string();
+        assert!(e.contains("veth-b") && e.contains("ZeroCopy"), "{e}");
+        // A queue the device does not have.
+        let e = XskQueue::open(
+            &if_b,
+            5,
+            &XskConfig {
+                busy_poll: None,
+                ..cfg
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("queue 5"), "{e}");
+    })
+    .unwrap();
 }
