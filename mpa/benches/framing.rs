@@ -15,7 +15,10 @@ const CHUNK: usize = 256 * 1024;
 const SIZES: [usize; 4] = [64, 1024, 4096, 16384];
 
 fn chunk_size() -> usize {
-    std::env::var("MPA_BENCH_CHUNK").ok().and_then(|v| v.parse().ok()).unwrap_or(CHUNK)
+    std::env::var("MPA_BENCH_CHUNK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(CHUNK)
 }
 
 fn ulpdus(size: usize) -> Vec<Vec<u8>> {
