@@ -65,6 +65,47 @@ pub fn crc32c_combine(crc_a: u32, crc_b: u32, len_b: u64) -> u32 {
     shift(crc_a, len_b) ^ crc_b
 }
 
+/// [`crc32c_combine`] for one fixed `len_b`, precomputed: each combine is then a single
+/// carry-less multiply (for checking runs of equal-length FPDUs in one CRC pass).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CombineFixed {
+    len_b: u64,
+    /// x^(8 len_b) mod P, reflected.
+    k: u32,
+}
+
+impl CombineFixed {
+    /// Precomputes the combine for second parts of `len_b` octets.
+    pub fn new(len_b: u64) -> Self {
+        CombineFixed {
+            len_b,
+            k: shift(portable::ONE, len_b),
+        }
+    }
+
+    /// The length it was built for.
+    pub fn len_b(&self) -> u64 {
+        self.len_b
+    }
+
+    /// `crc32c_combine(crc_a, crc_b, self.len_b())`.
+    #[inline]
+    pub fn combine(&self, crc_a: u32, crc_b: u32) -> u32 {
+        mul(crc_a, self.k) ^ crc_b
+    }
+}
+
+/// `a * b mod P` (reflected), with the carry-less multiply where the CPU has it.
+#[inline]
+fn mul(a: u32, b: u32) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(level(), Level::Pclmul | Level::Vpclmul) {
+        // SAFETY: the level says SSE4.2 and PCLMULQDQ are available.
+        return unsafe { x86::mul(a, b) };
+    }
+    portable::mul(a, b)
+}
+
 /// `crc32c_append(crc, &[0; n])` without the octets, in O(log n).
 #[inline]
 pub fn crc32c_append_zeros(crc: u32, n: u64) -> u32 {

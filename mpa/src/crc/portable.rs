@@ -7,7 +7,7 @@
 use super::POLY;
 
 /// x^0 in reflected order.
-const ONE: u32 = 1 << 31;
+pub(crate) const ONE: u32 = 1 << 31;
 
 /// `a * b mod P` (both reflected). Constant time, 32 steps.
 pub(crate) const fn mul(a: u32, b: u32) -> u32 {

@@ -336,3 +336,13 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn combine_fixed_matches_combine() {
+    for len in [0u64, 1, 7, 512, 4114, 65535, 1 << 33] {
+        let f = CombineFixed::new(len);
+        for (a, b) in [(0u32, 0u32), (0xdead_beef, 0x1234_5678), (u32::MAX, 1)] {
+            assert_eq!(f.combine(a, b), crc32c_combine(a, b, len), "len {len}");
+        }
+    }
+}

@@ -119,7 +119,7 @@ fn shift2(a: u32, ka: u32, b: u32, kb: u32) -> u32 {
 /// `a * b mod P` (reflected) with one carry-less multiply and one `crc32` reduction.
 #[inline]
 #[target_feature(enable = "sse4.2,pclmulqdq")]
-fn mul(a: u32, b: u32) -> u32 {
+pub(super) fn mul(a: u32, b: u32) -> u32 {
     let p = _mm_clmulepi64_si128::<0x00>(_mm_cvtsi32_si128(a as i32), _mm_cvtsi32_si128(b as i32));
     // The product has degree <= 62; shifting left by one drops the extra factor x that the
     // reflected product carries, so `w` is exactly a*b as a 64-bit reflected polynomial.
