@@ -3,6 +3,8 @@
 //! hand-over").
 #![forbid(unsafe_code)]
 
+pub mod config;
+pub mod daemon;
 pub mod datapath_client;
 pub mod freeze;
 pub mod neighbour;

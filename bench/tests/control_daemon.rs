@@ -1,0 +1,628 @@
+//! `mpa-control serve` as a process in ns b, beside an in-process datapath (as `mpa-bench`
+//! runs it), with in-process MPA Initiators in ns a; `mpa-control flows|stats|close` against
+//! the same datapath socket.
+
+use mpa::crc::crc32c_append;
+use mpa::endpoint::{EndpointConfig, EndpointError, MpaStream};
+use mpa_bpf::AttachMode;
+use mpa_datapath::server::{Datapath, DatapathConfig};
+use mpa_datapath::tcp::TcpConfig;
+use mpa_datapath::xsk::{BindMode, XskConfig};
+use mpa_testbed::{require_privileged, run_in_netns, BedConfig, TestBed};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+static N: AtomicU32 = AtomicU32::new(0);
+
+/// A fresh path in the temp directory.
+fn temp_path(what: &str) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "mpa-ctl-{}-{}-{what}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+/// Starts the datapath in ns b exactly as `mpa-bench` does (digests on). Retried for a
+/// moment: right after a stop the kernel may still hold the queue (EBUSY on the AF_XDP bind).
+fn start_datapath(bed: &TestBed, socket: &Path) -> Datapath {
+    let t0 = Instant::now();
+    loop {
+        match run_in_netns(&bed.ns_b, {
+            let cfg = datapath_config(bed, socket);
+            move || Datapath::start(cfg)
+        })
+        .unwrap()
+        {
+            Ok(dp) => return dp,
+            Err(e) if t0.elapsed() < Duration::from_secs(3) => {
+                eprintln!("datapath start: {e}; retrying");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("datapath start: {e}"),
+        }
+    }
+}
+
+fn datapath_config(bed: &TestBed, socket: &Path) -> DatapathConfig {
+    DatapathConfig {
+        iface: bed.if_b.clone(),
+        queues: 1,
+        xdp_mode: AttachMode::Driver,
+        xsk: XskConfig {
+            bind_mode: BindMode::Copy,
+            ..XskConfig::default()
+        },
+        socket: socket.to_path_buf(),
+        digest: true,
+        tcp: TcpConfig::default(),
+        verify_checksums: true,
+        pin_cpus: false,
+    }
+}
+
+/// `mpa-control` built beside this test (`cargo test --workspace` builds every binary first).
+fn control_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/control_daemon-… → target/<profile>/mpa-control
+    let p = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .unwrap()
+        .join("mpa-control");
+    assert!(
+        p.exists(),
+        "{} missing: run the tests with `cargo test --workspace` (make test)",
+        p.display()
+    );
+    p
+}
+
+/// Runs an `mpa-control` subcommand (the control socket is a path: any namespace will do).
+fn cli(args: &[&str]) -> Output {
+    Command::new(control_binary())
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `mpa-control serve` in ns b; killed when dropped.
+struct Daemon {
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+    reader: Option<JoinHandle<()>>,
+}
+
+impl Daemon {
+    fn start(bed: &TestBed, config: &Path) -> Daemon {
+        let mut child = bed
+            .command(&bed.ns_b, &control_binary().to_string_lossy())
+            .args(["serve", "--config", &config.to_string_lossy()])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let l = log.clone();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { return };
+                l.lock().unwrap().push(line);
+            }
+        });
+        Daemon {
+            child,
+            log,
+            reader: Some(reader),
+        }
+    }
+
+    fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Waits (bounded) until the log satisfies `pred`.
+    fn wait_for(&self, what: &str, timeout: Duration, pred: impl Fn(&[String]) -> bool) {
+        let t0 = Instant::now();
+        loop {
+            if pred(&self.log()) {
+                return;
+            }
+            if t0.elapsed() > timeout {
+                panic!("daemon never logged {what}:\n{}", self.log().join("\n"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Lines containing every one of `words`.
+    fn count(&self, words: &[&str]) -> usize {
+        self.log()
+            .iter()
+            .filter(|l| words.iter().all(|w| l.contains(w)))
+            .count()
+    }
+
+    /// The flow the daemon handed over for the Initiator at `peer`.
+    fn flow_of(&self, peer: SocketAddr) -> u64 {
+        let needle = format!("peer={peer} ");
+        self.wait_for(
+            &format!("the hand-over of {peer}"),
+            Duration::from_secs(5),
+            |l| {
+                l.iter()
+                    .any(|l| l.contains("handed over") && l.contains(&needle))
+            },
+        );
+        let log = self.log();
+        let line = log
+            .iter()
+            .find(|l| l.contains("handed over") && l.contains(&needle))
+            .unwrap();
+        let rest = &line[line.find("flow_id=").unwrap() + "flow_id=".len()..];
+        rest.split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
+    /// Waits until the daemon closed the frozen socket of `flow_id`.
+    fn wait_gone(&self, flow_id: u64) {
+        let id = format!("flow_id={flow_id} ");
+        self.wait_for(
+            &format!("flow {flow_id} gone"),
+            Duration::from_secs(5),
+            |l| {
+                l.iter()
+                    .any(|l| l.contains("flow gone: frozen socket closed") && l.contains(&id))
+            },
+        );
+    }
+}
+
+impl Daemon {
+    /// SIGTERM: the daemon exits cleanly (status 0) at once.
+    fn terminate(mut self) {
+        let pid = self.child.id().to_string();
+        let st = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(st.success());
+        let t0 = Instant::now();
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(3),
+                "no exit after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "exit after SIGTERM: {status}");
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        assert_eq!(self.count(&["exiting"]), 1, "{:?}", self.log());
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+    }
+}
+
+fn write_config(text: &str) -> PathBuf {
+    let p = temp_path("config.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// An Initiator in ns a: connects to `addr` with `private_data`, then runs `f` on the
+/// startup's outcome and the local address.
+fn initiator<T: Send + 'static>(
+    bed: &TestBed,
+    addr: SocketAddr,
+    private_data: &[u8],
+    f: impl FnOnce(SocketAddr, Result<MpaStream<TcpStream>, EndpointError>) -> T + Send + 'static,
+) -> JoinHandle<T> {
+    let ns_a = bed.ns_a.clone();
+    let private_data = private_data.to_vec();
+    std::thread::spawn(move || {
+        run_in_netns(&ns_a, move || {
+            let sock = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+            sock.set_nodelay(true).unwrap();
+            let local = sock.local_addr().unwrap();
+            let mut cfg = EndpointConfig::default();
+            cfg.policy.markers_required = true;
+            cfg.policy.startup_timeout = Duration::from_secs(5);
+            cfg.private_data = private_data;
+            f(local, MpaStream::connect(sock, &cfg))
+        })
+        .unwrap()
+    })
+}
+
+/// What one Initiator sent.
+struct Sent {
+    local: SocketAddr,
+    digest: u32,
+    octets: usize,
+    count: usize,
+}
+
+/// Sends `count` ULPDUs of `size` octets (content from `seed`) and keeps their digest.
+fn send_ulpdus(s: &mut MpaStream<TcpStream>, seed: usize, count: usize, size: usize) -> u32 {
+    let mut digest = 0u32;
+    for i in 0..count {
+        let u: Vec<u8> = (0..size)
+            .map(|j| (seed * 31 + i * 131 + j * 7 + 3) as u8)
+            .collect();
+        digest = crc32c_append(digest, &u);
+        s.send(&u).unwrap();
+    }
+    s.flush().unwrap();
+    digest
+}
+
+/// An Initiator that sends, closes, and waits for the datapath's close.
+fn transfer(bed: &TestBed, addr: SocketAddr, seed: usize) -> JoinHandle<Sent> {
+    const COUNT: usize = 200;
+    const SIZE: usize = 1000;
+    initiator(bed, addr, b"", move |local, s| {
+        let mut s = s.expect("startup through mpa-control");
+        let digest = send_ulpdus(&mut s, seed, COUNT, SIZE);
+        s.get_ref().shutdown(std::net::Shutdown::Write).unwrap();
+        while s
+            .recv_with(Some(Duration::from_secs(10)), |_| {
+                panic!("datapath sent an FPDU")
+            })
+            .unwrap()
+            .is_some()
+        {}
+        Sent {
+            local,
+            digest,
+            octets: COUNT * SIZE,
+            count: COUNT,
+        }
+    })
+}
+
+/// `mpa-control stats --json`.
+fn stats_json(socket: &Path) -> Value {
+    let out = cli(&["stats", "--json", "--socket", &socket.to_string_lossy()]);
+    assert!(out.status.success(), "stats: {}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The ended flow's final counters match what `sent` sent.
+fn assert_delivered(stats: &Value, flow_id: u64, sent: &Sent) {
+    let ended = stats["ended_flows"].as_array().unwrap();
+    let f = ended
+        .iter()
+        .find(|f| f["flow_id"] == flow_id)
+        .unwrap_or_else(|| panic!("flow {flow_id} not among the ended flows: {stats}"));
+    assert_eq!(
+        f["ulpdu_digest"],
+        format!("{:08x}", sent.digest),
+        "digest of {}: {f}",
+        sent.local
+    );
+    assert_eq!(f["ulpdu_octets"], sent.octets, "{f}");
+    assert_eq!(f["fpdus"], sent.count, "{f}");
+    assert_eq!(f["crc_errors"], 0, "{f}");
+}
+
+/// Sockets on local `port` in ns b other than the listener (frozen ones show as ESTAB).
+fn sockets_on(bed: &TestBed, port: u16) -> String {
+    let filter = format!("( sport = :{port} )");
+    let out = bed
+        .command(&bed.ns_b, "ss")
+        .args(["-Htn", "state", "connected", &filter])
+        .output()
+        .unwrap();
+    text(&out.stdout).trim().to_string()
+}
+
+fn wait_no_sockets(bed: &TestBed, port: u16) {
+    let t0 = Instant::now();
+    loop {
+        let s = sockets_on(bed, port);
+        if s.is_empty() {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "sockets left on {port}:\n{s}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn serve_hands_over_rejects_lists_and_closes() {
+    if !require_privileged("mpa-control serve") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let socket = temp_path("dp.sock");
+    let dp = start_datapath(&bed, &socket);
+    let b = bed.addr_b(false);
+    let (open, strict) = (SocketAddr::new(b, 7101), SocketAddr::new(b, 7102));
+    let config = write_config(&format!(
+        r#"
+        datapath_socket = "{}"
+        startup_timeout_ms = 5000
+        max_connections = 16
+
+        [[listener]]
+        bind = "{open}"
+        markers_required = true
+        reply_private_data = "welcome"
+
+        [[listener]]
+        bind = "{strict}"
+        private_data_prefix = "iser:"
+        reject_reason = "only iser here"
+        "#,
+        socket.display()
+    ));
+    let daemon = Daemon::start(&bed, &config);
+    daemon.wait_for("both listeners", Duration::from_secs(5), |l| {
+        l.iter().filter(|l| l.contains("listening for MPA")).count() == 2
+    });
+    assert_eq!(daemon.count(&["datapath connected"]), 1);
+
+    // (a) Three concurrent transfers, each handed over, each delivered byte for byte.
+    let senders: Vec<_> = (0..3).map(|i| transfer(&bed, open, i)).collect();
+    let sent: Vec<Sent> = senders.into_iter().map(|h| h.join().unwrap()).collect();
+    let flows: Vec<u64> = sent.iter().map(|s| daemon.flow_of(s.local)).collect();
+    for &f in &flows {
+        // FlowGone reached the link, which closed that flow's frozen socket.
+        daemon.wait_gone(f);
+    }
+    wait_no_sockets(&bed, open.port());
+    let stats = stats_json(&socket);
+    for (f, s) in flows.iter().zip(&sent) {
+        assert_delivered(&stats, *f, s);
+    }
+    let human = cli(&["stats", "--socket", &socket.to_string_lossy()]);
+    assert!(human.status.success(), "{}", text(&human.stderr));
+    assert!(
+        text(&human.stdout).contains("ended flows (oldest first): 3"),
+        "{}",
+        text(&human.stdout)
+    );
+
+    // (b) The strict listener rejects by private-data prefix, with the configured reason.
+    let rejected = initiator(&bed, strict, b"nvme:x", |_, s| match s {
+        Err(EndpointError::Rejected { private_data }) => private_data,
+        Err(e) => panic!("expected a reject, got {e}"),
+        Ok(_) => panic!("expected a reject, got a connection"),
+    });
+    assert_eq!(rejected.join().unwrap(), b"only iser here");
+    daemon.wait_for("the reject", Duration::from_secs(5), |l| {
+        l.iter().any(|l| l.contains("rejected by policy"))
+    });
+
+    // (c) An open connection is listed by `flows`, and `close` ends it.
+    let (tx, rx) = mpsc::channel();
+    let held = initiator(&bed, open, b"", move |local, s| {
+        let mut s = s.expect("startup through mpa-control");
+        send_ulpdus(&mut s, 9, 5, 100);
+        tx.send(local).unwrap();
+        s.recv_with(Some(Duration::from_secs(10)), |_| {
+            panic!("datapath sent an FPDU")
+        })
+    });
+    let local = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let flow = daemon.flow_of(local);
+    let sock = socket.to_string_lossy().into_owned();
+    let t0 = Instant::now();
+    loop {
+        let out = cli(&["flows", "--json", "--socket", &sock]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let listed = v.as_array().unwrap().iter().find(|f| f["flow_id"] == flow);
+        if listed.is_some_and(|f| f["fpdus"] == 5) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "flow {flow} not listed with 5 FPDUs: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = cli(&["flows", "--socket", &sock]);
+    let table = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(table.starts_with("FLOW  "), "{table}");
+    assert!(
+        table.lines().any(|l| l.starts_with(&format!("{flow} "))),
+        "{table}"
+    );
+    assert_eq!(sockets_on(&bed, open.port()).lines().count(), 1);
+    let out = cli(&["close", &flow.to_string(), "--socket", &sock]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), format!("flow {flow}: closed"));
+    match held.join().unwrap() {
+        Err(EndpointError::Io(e)) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset),
+        Ok(None) | Err(EndpointError::Closed) => {}
+        other => panic!("the Initiator saw {other:?} after close"),
+    }
+    daemon.wait_gone(flow);
+    wait_no_sockets(&bed, open.port());
+    let out = cli(&["close", &flow.to_string(), "--socket", &sock]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains(&format!("close {flow}: no such flow")),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = cli(&["flows", "--socket", &sock]);
+    assert_eq!(text(&out.stdout).trim(), "no flows");
+
+    daemon.terminate();
+    dp.stop();
+    let _ = std::fs::remove_file(&config);
+}
+
+#[test]
+fn datapath_going_away_refuses_then_serves_again() {
+    if !require_privileged("mpa-control serve without a datapath") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let socket = temp_path("dp.sock");
+    let addr = SocketAddr::new(bed.addr_b(false), 7201);
+    let config = write_config(&format!(
+        "datapath_socket = \"{}\"\nstartup_timeout_ms = 3000\n[[listener]]\nbind = \"{addr}\"\nmarkers_required = true\n",
+        socket.display()
+    ));
+    // The daemon first, without a datapath: it waits for one. (Started the other way round,
+    // the daemon inherits the datapath's AF_XDP socket — created without CLOEXEC — and a
+    // restarted datapath finds the queue busy.)
+    let daemon = Daemon::start(&bed, &config);
+    daemon.wait_for("the listener", Duration::from_secs(5), |l| {
+        l.iter().any(|l| l.contains("listening for MPA"))
+    });
+    assert_eq!(daemon.count(&["datapath unavailable (", "closed 0"]), 1);
+    let dp = start_datapath(&bed, &socket);
+    daemon.wait_for("the connection", Duration::from_secs(5), |l| {
+        l.iter().any(|l| l.contains("datapath connected"))
+    });
+
+    // One connection handed over and open when the datapath goes.
+    let (tx, rx) = mpsc::channel::<()>();
+    let (up_tx, up_rx) = mpsc::channel();
+    let held = initiator(&bed, addr, b"", move |local, s| {
+        let mut s = s.expect("startup through mpa-control");
+        send_ulpdus(&mut s, 1, 3, 100);
+        up_tx.send(local).unwrap();
+        let _ = rx.recv_timeout(Duration::from_secs(20));
+    });
+    let local = up_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    daemon.flow_of(local);
+    assert_eq!(sockets_on(&bed, addr.port()).lines().count(), 1);
+
+    // (d) The datapath stops: one clear line, the frozen socket closed, new connections refused.
+    dp.stop();
+    daemon.wait_for("the outage", Duration::from_secs(5), |l| {
+        l.iter().any(|l| {
+            l.contains("datapath unavailable") && l.contains("closed 1 handed-over connection")
+        })
+    });
+    wait_no_sockets(&bed, addr.port());
+    let refused = initiator(&bed, addr, b"", |_, s| s.err().map(|e| e.to_string()));
+    let e = refused
+        .join()
+        .unwrap()
+        .expect("startup succeeded without a datapath");
+    assert!(!e.contains("timed out"), "refused slowly: {e}");
+    daemon.wait_for("the refusal", Duration::from_secs(5), |l| {
+        l.iter()
+            .any(|l| l.contains("refused: datapath unavailable"))
+    });
+    assert_eq!(
+        daemon.count(&["datapath unavailable ("]),
+        2,
+        "one line per outage (at start, and now)"
+    );
+    let _ = tx.send(());
+    held.join().unwrap();
+
+    // The datapath is back: the daemon reconnects and serves again.
+    let dp = start_datapath(&bed, &socket);
+    daemon.wait_for("the reconnection", Duration::from_secs(5), |l| {
+        l.iter()
+            .filter(|l| l.contains("datapath connected"))
+            .count()
+            == 2
+    });
+    let sent = transfer(&bed, addr, 7).join().unwrap();
+    let flow = daemon.flow_of(sent.local);
+    daemon.wait_gone(flow);
+    assert_delivered(&stats_json(&socket), flow, &sent);
+
+    drop(daemon);
+    dp.stop();
+    let _ = std::fs::remove_file(&config);
+}
+
+#[test]
+fn bad_configs_and_missing_datapath_fail_clearly() {
+    // (e) No privileges needed: serve stops at the configuration.
+    let cases = [
+        (
+            "[[listener]]\nbind = \"127.0.0.1:7301\"\nird = 20000\n",
+            "listener[0] (bind 127.0.0.1:7301).ird: 20000 exceeds the 14-bit maximum",
+        ),
+        (
+            "[[listener]]\nbind = \"127.0.0.1:7301\"\nmarker_required = true\n",
+            "unknown field `marker_required`",
+        ),
+        ("max_connections = 0\n", "max_connections: must be at least 1"),
+        (
+            "[[listener]]\nbind = \"127.0.0.1:7301\"\nprivate_data_max_len = 8\nprivate_data_prefix = \"x\"\n",
+            "private_data_prefix: and private_data_max_len are exclusive",
+        ),
+    ];
+    for (toml, want) in cases {
+        let p = write_config(toml);
+        let out = cli(&["serve", "--config", &p.to_string_lossy()]);
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "serve accepted:\n{toml}");
+        assert!(err.contains("mpa-control: config "), "{err}");
+        assert!(err.contains(want), "{err}\nmissing: {want}");
+        let _ = std::fs::remove_file(&p);
+    }
+    let out = cli(&["serve", "--config", "/nonexistent/mpa-control.toml"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("/nonexistent/mpa-control.toml"));
+    // A listener that cannot bind (TEST-NET-1 is on no interface).
+    let p = write_config("[[listener]]\nbind = \"192.0.2.1:7301\"\n");
+    let out = cli(&["serve", "--config", &p.to_string_lossy()]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("mpa-control: listener 192.0.2.1:7301: "),
+        "{}",
+        text(&out.stderr)
+    );
+    let _ = std::fs::remove_file(&p);
+    // The operations without a datapath.
+    let nowhere = temp_path("none.sock");
+    let nowhere = nowhere.to_string_lossy();
+    for args in [
+        vec!["flows", "--socket", &nowhere],
+        vec!["stats", "--json", "--socket", &nowhere],
+        vec!["close", "3", "--socket", &nowhere],
+    ] {
+        let out = cli(&args);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            text(&out.stderr).contains(&format!("cannot reach the datapath at {nowhere}")),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}

@@ -1,0 +1,631 @@
+//! `mpa-control serve`: accept MPA connections with kernel sockets, run the Responder startup,
+//! hand each connection to the datapath and keep its frozen socket until the datapath says
+//! the flow is gone (DESIGN.md, "Connection setup").
+//!
+//! Threads:
+//! * one **listener** thread per `[[listener]]`: accepts, refuses at once when the datapath is
+//!   unavailable or `max_connections` is reached, otherwise starts a setup;
+//! * one short-lived **setup** thread per connection in its startup phase, running
+//!   [`respond_and_hand_over`] with a [`DatapathClient`] whose other end is a **relay** thread
+//!   (an in-process socket pair) — both end when the setup does;
+//! * one **link** thread owning the only connection to the datapath. Relays pass it requests
+//!   over a channel; it rewrites their ids onto its own connection, so every flow is adopted on
+//!   that connection and every `FlowGone` arrives there. It keeps `flow_id → frozen socket` for
+//!   the handed-over connections (no thread per established connection) and drops the socket
+//!   (closing it silently, in repair mode) on `FlowGone`.
+//!
+//! When the datapath goes away (socket error, or no answer within [`ANSWER_TIMEOUT`]) the link
+//! closes every frozen socket, logs one line containing [`UNAVAILABLE`], makes the listeners
+//! refuse new connections and reconnects every [`RETRY_EVERY`]. Exiting sends nothing: the
+//! datapath keeps serving established flows.
+
+use crate::config::{Config, ListenerConfig};
+use crate::datapath_client::DatapathClient;
+use crate::freeze::FrozenSocket;
+use crate::responder::{respond_and_hand_over, Outcome};
+use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
+use mpa_ctl_proto::{handshake, read_message, write_message, Message, VERSION};
+use std::collections::HashMap;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// An answer from the datapath later than this means it is hung: treated as gone. (Its
+/// control thread may spend up to 2 s on one hand-over waiting for a worker.)
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Reconnection attempts while the datapath is unavailable.
+pub const RETRY_EVERY: Duration = Duration::from_secs(1);
+/// A liveness probe is sent when nothing else was sent for this long.
+pub const PROBE_EVERY: Duration = Duration::from_secs(1);
+/// The words of the one log line written when the datapath goes away.
+pub const UNAVAILABLE: &str = "datapath unavailable";
+/// The log message of each listener once it accepts.
+pub const LISTENING: &str = "listening for MPA connections";
+/// The flow id the liveness probe closes: never allocated (the XDP map keeps 32 bits), so
+/// the answer is always "unknown flow". The control protocol has no ping message.
+const PROBE_FLOW: u64 = u64::MAX;
+const AGENT: &str = concat!("mpa-control ", env!("CARGO_PKG_VERSION"));
+const TICK: Duration = Duration::from_millis(100);
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// A listener could not bind.
+    #[error("listener {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A thread could not be started.
+    #[error("cannot start a thread: {0}")]
+    Spawn(std::io::Error),
+}
+
+/// State shared by the listeners and the link.
+#[derive(Debug)]
+struct Shared {
+    /// The link holds a working datapath connection.
+    up: AtomicBool,
+    /// Connections in setup plus handed over (frozen sockets held).
+    active: AtomicUsize,
+    max: usize,
+}
+
+/// One of `max_connections`; given back when dropped.
+#[derive(Debug)]
+struct Slot(Arc<Shared>);
+
+impl Slot {
+    fn take(shared: &Arc<Shared>) -> Option<Slot> {
+        if shared.active.fetch_add(1, Ordering::AcqRel) >= shared.max {
+            shared.active.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Slot(shared.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A handed-over connection: its frozen kernel socket, kept until the flow is gone.
+#[derive(Debug)]
+struct Held {
+    /// Dropping it closes the socket silently.
+    _frozen: FrozenSocket,
+    peer: SocketAddr,
+    _slot: Slot,
+}
+
+/// What setups and relays tell the link.
+enum LinkMsg {
+    /// A request for the datapath; the answer (with the epoch it was given in) comes back on
+    /// `answer`, or `answer` is dropped when the datapath is unavailable.
+    Request {
+        /// The epoch of the relay's earlier answers (`None` before the first).
+        epoch: Option<u64>,
+        msg: Message,
+        answer: Sender<(u64, Message)>,
+    },
+    /// A connection was handed over: hold its socket until the flow is gone.
+    Register {
+        epoch: u64,
+        flow_id: u64,
+        held: Held,
+    },
+    /// A setup ended; the flows it adopted are no longer awaited.
+    Done { epoch: u64, flows: Vec<u64> },
+}
+
+/// What the link's reader thread saw, tagged with the connection's epoch.
+enum DpEvent {
+    Msg(Message),
+    Lost(String),
+}
+
+/// A running daemon.
+pub struct Daemon {
+    /// The listeners' addresses, in configuration order.
+    pub bound: Vec<SocketAddr>,
+    _threads: Vec<JoinHandle<()>>,
+}
+
+impl Daemon {
+    /// Binds every listener, connects to the datapath (or starts retrying) and starts
+    /// serving. The threads run until the process exits.
+    pub fn start(cfg: Config) -> Result<Daemon, DaemonError> {
+        let mut listeners = Vec::new();
+        for l in &cfg.listeners {
+            let sock = TcpListener::bind(l.bind).map_err(|source| DaemonError::Bind {
+                addr: l.bind,
+                source,
+            })?;
+            listeners.push((sock, Arc::new(l.clone())));
+        }
+        let shared = Arc::new(Shared {
+            up: AtomicBool::new(false),
+            active: AtomicUsize::new(0),
+            max: cfg.max_connections,
+        });
+        let (link_tx, link_rx) = unbounded();
+        let mut link = Link::new(cfg.datapath_socket.clone(), shared.clone());
+        // First attempt before accepting, so that a running datapath is used from the start.
+        link.tick();
+        let mut threads = vec![std::thread::Builder::new()
+            .name("mpa-link".into())
+            .spawn(move || link.run(link_rx))
+            .map_err(DaemonError::Spawn)?];
+        let mut bound = Vec::new();
+        for (sock, lc) in listeners {
+            let (shared, link_tx) = (shared.clone(), link_tx.clone());
+            bound.push(lc.bind);
+            tracing::info!(bind = %lc.bind, "{LISTENING}");
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("mpa-listen-{}", lc.bind))
+                    .spawn(move || accept_loop(sock, lc, shared, link_tx))
+                    .map_err(DaemonError::Spawn)?,
+            );
+        }
+        Ok(Daemon {
+            bound,
+            _threads: threads,
+        })
+    }
+}
+
+fn accept_loop(
+    listener: TcpListener,
+    lc: Arc<ListenerConfig>,
+    shared: Arc<Shared>,
+    link: Sender<LinkMsg>,
+) {
+    loop {
+        let (sock, peer) = match listener.accept() {
+            Ok(s) => s,
+            Err(e) => {
+                // EMFILE and friends: do not spin.
+                tracing::warn!(bind = %lc.bind, %e, "accept");
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        if !shared.up.load(Ordering::Acquire) {
+            tracing::info!(%peer, bind = %lc.bind, "refused: {UNAVAILABLE}");
+            drop(sock);
+            continue;
+        }
+        let Some(slot) = Slot::take(&shared) else {
+            tracing::warn!(%peer, bind = %lc.bind, max = shared.max, "refused: max_connections reached");
+            drop(sock);
+            continue;
+        };
+        let (lc, link) = (lc.clone(), link.clone());
+        let spawned = std::thread::Builder::new()
+            .name("mpa-setup".into())
+            .spawn(move || setup(sock, peer, &lc, link, slot));
+        if let Err(e) = spawned {
+            tracing::warn!(%peer, %e, "refused: cannot start a setup thread");
+        }
+    }
+}
+
+/// Sets up one connection (its own thread).
+fn setup(
+    sock: TcpStream,
+    peer: SocketAddr,
+    lc: &ListenerConfig,
+    link: Sender<LinkMsg>,
+    slot: Slot,
+) {
+    let (ours, theirs) = match UnixStream::pair() {
+        Ok(p) => p,
+        Err(e) => return tracing::warn!(%peer, %e, "setup: socket pair"),
+    };
+    let epoch = Arc::new(AtomicU64::new(0));
+    let relay = {
+        let (link, epoch) = (link.clone(), epoch.clone());
+        match std::thread::Builder::new()
+            .name("mpa-relay".into())
+            .spawn(move || relay(theirs, link, epoch))
+        {
+            Ok(h) => h,
+            Err(e) => return tracing::warn!(%peer, %e, "setup: cannot start a relay thread"),
+        }
+    };
+    let bind = lc.bind;
+    // Longer than the link's own limit: the link decides when the datapath is gone.
+    match DatapathClient::over(ours, 2 * ANSWER_TIMEOUT) {
+        Ok(mut dp) => {
+            match respond_and_hand_over(
+                sock,
+                lc.policy.clone(),
+                lc.reply_private_data.clone(),
+                &mut dp,
+            ) {
+                Ok(Outcome::HandedOver {
+                    flow_id,
+                    frozen,
+                    negotiated: n,
+                }) => {
+                    tracing::info!(
+                        flow_id,
+                        %peer,
+                        %bind,
+                        rev = n.rev,
+                        markers_rx = n.markers_rx,
+                        markers_tx = n.markers_tx,
+                        crc = n.crc,
+                        "handed over"
+                    );
+                    let held = Held {
+                        _frozen: frozen,
+                        peer,
+                        _slot: slot,
+                    };
+                    let epoch = epoch.load(Ordering::Acquire);
+                    let _ = link.send(LinkMsg::Register {
+                        epoch,
+                        flow_id,
+                        held,
+                    });
+                }
+                Ok(Outcome::Rejected { reason }) => {
+                    let reason = String::from_utf8_lossy(&reason);
+                    tracing::info!(%peer, %bind, %reason, "rejected by policy");
+                }
+                Err(e) => tracing::warn!(%peer, %bind, %e, "setup failed"),
+            }
+            // Closing our end ends the relay, which then reports the setup done.
+        }
+        Err(e) => tracing::warn!(%peer, %bind, %e, "setup: relay handshake"),
+    }
+    let _ = relay.join();
+}
+
+/// Serves one setup's [`DatapathClient`] over the in-process socket pair: answers the Hello
+/// itself and passes every request to the link.
+fn relay(mut s: UnixStream, link: Sender<LinkMsg>, epoch_out: Arc<AtomicU64>) {
+    let mut epoch = None;
+    let mut adopted = Vec::new();
+    while let Ok(m) = read_message(&mut s) {
+        if let Message::Hello { .. } = m {
+            let hello = Message::Hello {
+                version: VERSION,
+                agent: AGENT.into(),
+            };
+            if write_message(&mut s, &hello).is_err() {
+                break;
+            }
+            continue;
+        }
+        let (tx, rx) = bounded(1);
+        let request = LinkMsg::Request {
+            epoch,
+            msg: m,
+            answer: tx,
+        };
+        if link.send(request).is_err() {
+            break;
+        }
+        // A dropped answer: the datapath is unavailable; closing fails the setup.
+        let Ok((e, answer)) = rx.recv() else { break };
+        epoch = Some(e);
+        epoch_out.store(e, Ordering::Release);
+        if let Message::FlowAdopted { flow_id, .. } = answer {
+            adopted.push(flow_id);
+        }
+        if write_message(&mut s, &answer).is_err() {
+            break;
+        }
+    }
+    if let (Some(epoch), false) = (epoch, adopted.is_empty()) {
+        let _ = link.send(LinkMsg::Done {
+            epoch,
+            flows: adopted,
+        });
+    }
+}
+
+/// The id field of any message that has one (requests and answers).
+fn id_mut(m: &mut Message) -> Option<&mut u64> {
+    match m {
+        Message::AdoptFlow { id, .. }
+        | Message::FlowAdopted { id, .. }
+        | Message::HandOver { id, .. }
+        | Message::HandedOver { id, .. }
+        | Message::CloseFlow { id, .. }
+        | Message::GetStats { id }
+        | Message::Stats { id, .. }
+        | Message::Ok { id }
+        | Message::Error { id, .. } => Some(id),
+        Message::Hello { .. } | Message::FlowGone { .. } => None,
+    }
+}
+
+/// A forwarded request waiting for its answer.
+struct Waiting {
+    /// `None` for the liveness probe.
+    answer: Option<Sender<(u64, Message)>>,
+    /// The relay's id, put back into the answer.
+    their_id: u64,
+    sent: Instant,
+}
+
+/// The one datapath connection.
+struct Link {
+    socket: PathBuf,
+    shared: Arc<Shared>,
+    /// The write side; a reader thread sends what arrives to `dp_rx`.
+    conn: Option<UnixStream>,
+    /// Bumped on every connection, so that late events of an old one are ignored.
+    epoch: u64,
+    dp_tx: Sender<(u64, DpEvent)>,
+    dp_rx: Receiver<(u64, DpEvent)>,
+    next_id: u64,
+    waiting: HashMap<u64, Waiting>,
+    /// Flows adopted whose setup has not registered its socket yet → already gone.
+    adopting: HashMap<u64, bool>,
+    held: HashMap<u64, Held>,
+    last_attempt: Option<Instant>,
+    last_sent: Instant,
+    /// The outage line was logged (once per outage).
+    outage_logged: bool,
+}
+
+impl Link {
+    fn new(socket: PathBuf, shared: Arc<Shared>) -> Link {
+        let (dp_tx, dp_rx) = unbounded();
+        Link {
+            socket,
+            shared,
+            conn: None,
+            epoch: 0,
+            dp_tx,
+            dp_rx,
+            next_id: 1,
+            waiting: HashMap::new(),
+            adopting: HashMap::new(),
+            held: HashMap::new(),
+            last_attempt: None,
+            last_sent: Instant::now(),
+            outage_logged: false,
+        }
+    }
+
+    fn run(mut self, rx: Receiver<LinkMsg>) {
+        let dp_rx = self.dp_rx.clone();
+        loop {
+            select! {
+                recv(rx) -> m => match m {
+                    Ok(m) => self.on_setup_msg(m),
+                    Err(_) => return,
+                },
+                recv(dp_rx) -> e => {
+                    if let Ok((epoch, e)) = e {
+                        if epoch == self.epoch && self.conn.is_some() {
+                            match e {
+                                DpEvent::Msg(m) => self.on_datapath_msg(m),
+                                DpEvent::Lost(why) => self.lost(&why),
+                            }
+                        }
+                    }
+                },
+                default(TICK) => {},
+            }
+            self.tick();
+        }
+    }
+
+    /// Reconnects when due; detects a hung datapath; probes an idle one.
+    fn tick(&mut self) {
+        let now = Instant::now();
+        if self.conn.is_none() {
+            if self
+                .last_attempt
+                .is_none_or(|t| now.duration_since(t) >= RETRY_EVERY)
+            {
+                self.last_attempt = Some(now);
+                if let Err(why) = self.connect() {
+                    if self.outage_logged {
+                        tracing::debug!(socket = %self.socket.display(), %why, "datapath still unavailable");
+                    } else {
+                        self.log_outage(&why, 0);
+                    }
+                }
+            }
+            return;
+        }
+        if let Some(w) = self.waiting.values().map(|w| w.sent).min() {
+            if now.duration_since(w) > ANSWER_TIMEOUT {
+                let why = format!("no answer for {} s", ANSWER_TIMEOUT.as_secs());
+                self.lost(&why);
+            }
+        } else if now.duration_since(self.last_sent) >= PROBE_EVERY {
+            let id = self.next_id;
+            self.next_id += 1;
+            let probe = Message::CloseFlow {
+                id,
+                flow_id: PROBE_FLOW,
+            };
+            self.send(
+                id,
+                probe,
+                Waiting {
+                    answer: None,
+                    their_id: 0,
+                    sent: now,
+                },
+            );
+        }
+    }
+
+    fn connect(&mut self) -> Result<(), String> {
+        let mut s = UnixStream::connect(&self.socket).map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(ANSWER_TIMEOUT))
+            .and_then(|()| s.set_write_timeout(Some(ANSWER_TIMEOUT)))
+            .map_err(|e| e.to_string())?;
+        let agent = handshake(&mut s, AGENT).map_err(|e| e.to_string())?;
+        // The reader waits for notifications as long as it takes; liveness is the probe's job.
+        s.set_read_timeout(None).map_err(|e| e.to_string())?;
+        let mut reader = s.try_clone().map_err(|e| e.to_string())?;
+        self.epoch += 1;
+        let (epoch, tx) = (self.epoch, self.dp_tx.clone());
+        std::thread::Builder::new()
+            .name("mpa-link-reader".into())
+            .spawn(move || loop {
+                match read_message(&mut reader) {
+                    Ok(m) => {
+                        if tx.send((epoch, DpEvent::Msg(m))).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.send((epoch, DpEvent::Lost(e.to_string())));
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        self.conn = Some(s);
+        self.last_sent = Instant::now();
+        self.outage_logged = false;
+        self.shared.up.store(true, Ordering::Release);
+        tracing::info!(socket = %self.socket.display(), %agent, "datapath connected: serving MPA connections");
+        Ok(())
+    }
+
+    fn log_outage(&mut self, why: &str, closed: usize) {
+        self.outage_logged = true;
+        tracing::error!(
+            "{UNAVAILABLE} ({}: {why}): closed {closed} handed-over connection(s); refusing MPA \
+             connections, retrying every {} s",
+            self.socket.display(),
+            RETRY_EVERY.as_secs()
+        );
+    }
+
+    /// The datapath went away: close everything that depended on it.
+    fn lost(&mut self, why: &str) {
+        let Some(conn) = self.conn.take() else { return };
+        // Ends the reader thread too (its events are of an old epoch from now on).
+        let _ = conn.shutdown(Shutdown::Both);
+        self.shared.up.store(false, Ordering::Release);
+        let closed = self.held.len();
+        // Dropping frozen sockets closes them silently; dropping answer senders fails the
+        // setups in progress (their relays close).
+        self.held.clear();
+        self.waiting.clear();
+        self.adopting.clear();
+        self.last_attempt = Some(Instant::now());
+        self.log_outage(why, closed);
+    }
+
+    /// Sends request `id` and waits for its answer.
+    fn send(&mut self, id: u64, msg: Message, waiting: Waiting) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        if let Err(e) = write_message(conn, &msg) {
+            return self.lost(&e.to_string());
+        }
+        self.last_sent = waiting.sent;
+        self.waiting.insert(id, waiting);
+    }
+
+    fn on_setup_msg(&mut self, m: LinkMsg) {
+        match m {
+            LinkMsg::Request {
+                epoch,
+                mut msg,
+                answer,
+            } => {
+                // Dropping `answer` tells the relay the datapath it talked to is gone.
+                if self.conn.is_none() || epoch.is_some_and(|e| e != self.epoch) {
+                    return;
+                }
+                let id = self.next_id;
+                let Some(slot) = id_mut(&mut msg) else {
+                    return;
+                };
+                let their_id = std::mem::replace(slot, id);
+                self.next_id += 1;
+                let waiting = Waiting {
+                    answer: Some(answer),
+                    their_id,
+                    sent: Instant::now(),
+                };
+                self.send(id, msg, waiting);
+            }
+            LinkMsg::Register {
+                epoch,
+                flow_id,
+                held,
+            } => {
+                if self.conn.is_none() || epoch != self.epoch {
+                    tracing::info!(flow_id, peer = %held.peer, "handed over to a datapath that is gone: socket closed");
+                    return;
+                }
+                match self.adopting.remove(&flow_id) {
+                    Some(false) => {
+                        self.held.insert(flow_id, held);
+                    }
+                    Some(true) => {
+                        tracing::info!(flow_id, peer = %held.peer, "flow gone: frozen socket closed");
+                    }
+                    None => {
+                        tracing::warn!(flow_id, peer = %held.peer, "hand-over of a flow not adopted here: socket closed");
+                    }
+                }
+            }
+            LinkMsg::Done { epoch, flows } => {
+                if epoch == self.epoch {
+                    for f in flows {
+                        self.adopting.remove(&f);
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_datapath_msg(&mut self, mut m: Message) {
+        if let Message::FlowGone {
+            flow_id,
+            mpa_error,
+            reason,
+        } = &m
+        {
+            if let Some(h) = self.held.remove(flow_id) {
+                tracing::info!(flow_id, peer = %h.peer, ?mpa_error, %reason, "flow gone: frozen socket closed");
+            } else if let Some(gone) = self.adopting.get_mut(flow_id) {
+                // Its setup has not registered the socket yet: closed when it does.
+                *gone = true;
+            } else {
+                tracing::debug!(flow_id, %reason, "flow gone: not held here");
+            }
+            return;
+        }
+        let Some(id) = id_mut(&mut m) else {
+            return tracing::debug!(?m, "datapath message ignored");
+        };
+        let Some(w) = self.waiting.remove(id) else {
+            return tracing::warn!(?m, "datapath answer to no request");
+        };
+        *id = w.their_id;
+        if let Message::FlowAdopted { flow_id, .. } = m {
+            self.adopting.insert(flow_id, false);
+        }
+        if let Some(a) = w.answer {
+            let _ = a.send((self.epoch, m));
+        }
+    }
+}
