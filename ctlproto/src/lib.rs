@@ -14,8 +14,9 @@ use std::net::SocketAddr;
 
 /// Protocol version. Bump on any incompatible change.
 pub const VERSION: u32 = 1;
-/// Largest JSON body accepted (a snapshot with queued octets fits easily).
-pub const MAX_MESSAGE: usize = 256 * 1024;
+/// Largest JSON body accepted: statistics of ~10,000 flows (≈330 octets each) fit; the peer
+/// is a local process of the same user, the bound only stops runaway lengths.
+pub const MAX_MESSAGE: usize = 8 * 1024 * 1024;
 
 /// Why a message could not be read or written.
 #[derive(Debug, thiserror::Error)]

@@ -230,7 +230,7 @@ struct Server {
 }
 
 /// Ended flows whose final counters stay readable over the control socket.
-const FINISHED_KEPT: usize = 1024;
+const FINISHED_KEPT: usize = 256;
 
 enum Incoming {
     Msg(u64, Message),

@@ -249,6 +249,13 @@ impl XskQueue {
             comp_descs: vec![FrameDesc::default(); BURST],
             stats: XskStats::default(),
         };
+        // libxdp opens the socket without O_CLOEXEC: a child process (a helper the datapath
+        // spawns) would otherwise keep the queue bound after we close it.
+        nix::fcntl::fcntl(
+            &q,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        )
+        .map_err(|e| sock_err(format!("FD_CLOEXEC: {e}")))?;
         if let Some(bp) = cfg.busy_poll {
             let set = |what: &str, r: nix::Result<()>| {
                 r.map_err(|e| {

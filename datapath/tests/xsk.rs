@@ -143,6 +143,10 @@ fn busy_polling_and_bind_modes_are_set_or_refused_clearly() {
             ..XskConfig::default()
         };
         let q = XskQueue::open(&if_b, 0, &cfg).expect("busy polling on a copy-mode socket");
+        // Children of the datapath must not inherit (and so keep bound) the queue.
+        let fd_flags = nix::fcntl::fcntl(&q, nix::fcntl::FcntlArg::F_GETFD).unwrap();
+        assert!(nix::fcntl::FdFlag::from_bits_truncate(fd_flags)
+            .contains(nix::fcntl::FdFlag::FD_CLOEXEC));
         drop(q);
         // veth has no zero-copy (ENV.md): the error names interface, queue and mode.
         let zc = XskConfig {
