@@ -7,7 +7,7 @@ use crate::wire::tcp::TcpRepr;
 use mpa::crc::crc32c_append;
 use mpa::decoder::{DecodeError, FpduDecoder};
 use mpa::encoder::FpduEncoder;
-use mpa::wire::ddp::{self, terminate_ulpdu, DdpRepr, RdmapOpcode};
+use mpa::wire::ddp::{self, terminate_ulpdu};
 use mpa::MpaErrorCode;
 use mpa_ctl_proto::{HandOver, Role};
 use serde_json::json;
@@ -367,25 +367,7 @@ impl MpaRx<'_> {
 }
 
 fn is_rtr(head: &[u8], len: usize, version: u8, allowed: &[String]) -> bool {
-    let Ok((repr, off)) = DdpRepr::parse(head, version) else {
-        return false;
-    };
-    let name = match repr {
-        DdpRepr::Untagged {
-            opcode: RdmapOpcode::Send,
-            qn: ddp::queue::SEND,
-            ..
-        } if len == off => "ZeroLengthSend",
-        DdpRepr::Tagged {
-            opcode: RdmapOpcode::RdmaWrite,
-            ..
-        } if len == off => "ZeroLengthWrite",
-        DdpRepr::Untagged {
-            opcode: RdmapOpcode::RdmaReadRequest,
-            qn: ddp::queue::READ_REQUEST,
-            ..
-        } if len == off + ddp::READ_REQUEST_HEADER_LEN => "ZeroLengthReadRequest",
-        _ => return false,
-    };
-    allowed.iter().any(|a| a == name)
+    // The hand-over names the accepted RTRs as `RtrType`'s Debug form.
+    mpa::endpoint::classify_rtr(head, len, version)
+        .is_some_and(|rtr| allowed.iter().any(|a| *a == format!("{rtr:?}")))
 }

@@ -553,3 +553,73 @@ fn mpa_peer_connect_through_the_datapath() {
     }
     dp.stop();
 }
+
+#[test]
+fn rev2_peer_to_peer_rtr_is_consumed_by_the_datapath() {
+    if !require_privileged("datapath e2e rtr") {
+        return;
+    }
+    use mpa::startup::{RtrSet, RtrType};
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let (dp, path) = start_datapath(&bed, 1);
+    let rtrs = [
+        RtrType::ZeroLengthSend,
+        RtrType::ZeroLengthWrite,
+        RtrType::ZeroLengthReadRequest,
+    ];
+    for (i, rtr) in rtrs.into_iter().enumerate() {
+        let addr = SocketAddr::new(bed.addr_b(false), 8000 + i as u16);
+        let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
+        let ns_a = bed.ns_a.clone();
+        let initiator = std::thread::spawn(move || {
+            run_in_netns(&ns_a, move || {
+                let sock = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+                let mut cfg = EndpointConfig::default();
+                cfg.policy.revision = 2;
+                cfg.policy.p2p = true;
+                cfg.policy.rtr_send = RtrSet::single(rtr);
+                let mut s = MpaStream::connect(sock, &cfg).expect("rev 2 startup");
+                assert_eq!(s.negotiated().rtr, Some(rtr));
+                let mut digest = 0u32;
+                for n in 0..100usize {
+                    let u = ulpdu(n, 1430, 0);
+                    digest = crc32c_append(digest, &u);
+                    s.send(&u).unwrap();
+                }
+                s.flush().unwrap();
+                s.get_ref().shutdown(std::net::Shutdown::Write).unwrap();
+                while s
+                    .recv_with(Some(Duration::from_secs(20)), |_| {})
+                    .unwrap()
+                    .is_some()
+                {}
+                digest
+            })
+            .unwrap()
+        });
+        let (flow_id, mut dpc, frozen) = accept_and_hand_over(&bed, &path, &listener, false, true);
+        let digest = initiator.join().unwrap();
+        let Message::FlowGone {
+            mpa_error, reason, ..
+        } = dpc.next_notification().unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(mpa_error, None, "{rtr:?}: {reason}");
+        drop(frozen);
+        let Message::Stats { stats, .. } = dpc.request(|id| Message::GetStats { id }).unwrap()
+        else {
+            panic!()
+        };
+        let f = stats["ended_flows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["flow_id"] == flow_id)
+            .unwrap()
+            .clone();
+        assert_eq!(f["ulpdu_digest"], format!("{digest:08x}"));
+        assert_eq!(f["fpdus"], 100, "the RTR is not delivered as data");
+    }
+    dp.stop();
+}

@@ -584,25 +584,30 @@ pub fn rtr_ulpdu(rtr: RtrType, version: u8) -> Vec<u8> {
 
 /// Which negotiated RTR, if any, the first ULPDU is.
 fn check_rtr(head: &[u8], ulpdu_len: usize, version: u8, accepted: &[RtrType]) -> Option<RtrType> {
+    classify_rtr(head, ulpdu_len, version).filter(|rtr| accepted.contains(rtr))
+}
+
+/// Which zero-length RTR indication (RFC 6581 §9.2), if any, a ULPDU of `ulpdu_len` octets
+/// whose first octets are `head` is.
+pub fn classify_rtr(head: &[u8], ulpdu_len: usize, version: u8) -> Option<RtrType> {
     let (repr, off) = DdpRepr::parse(head, version).ok()?;
-    let rtr = match repr {
+    match repr {
         DdpRepr::Untagged {
             opcode: RdmapOpcode::Send,
             qn: queue::SEND,
             last: true,
             ..
-        } if ulpdu_len == off => RtrType::ZeroLengthSend,
+        } if ulpdu_len == off => Some(RtrType::ZeroLengthSend),
         DdpRepr::Tagged {
             opcode: RdmapOpcode::RdmaWrite,
             last: true,
             ..
-        } if ulpdu_len == off => RtrType::ZeroLengthWrite,
+        } if ulpdu_len == off => Some(RtrType::ZeroLengthWrite),
         DdpRepr::Untagged {
             opcode: RdmapOpcode::RdmaReadRequest,
             qn: queue::READ_REQUEST,
             ..
-        } if ulpdu_len == off + READ_REQUEST_HEADER_LEN => RtrType::ZeroLengthReadRequest,
-        _ => return None,
-    };
-    accepted.contains(&rtr).then_some(rtr)
+        } if ulpdu_len == off + READ_REQUEST_HEADER_LEN => Some(RtrType::ZeroLengthReadRequest),
+        _ => None,
+    }
 }
