@@ -9,7 +9,8 @@ use crate::xsk::XskQueue;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use mpa_ctl_proto::HandOver;
 use serde_json::json;
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -68,6 +69,12 @@ pub struct QueueStats {
     pub bursts: u64,
 }
 
+/// Stray 4-tuples tracked at once, and frames held for each until its flow arrives.
+const STRAY_FLOWS: usize = 1024;
+const STRAY_FRAMES: usize = 64;
+/// Octets of held stray frames per worker, all flows together.
+const STRAY_BYTES: usize = 16 << 20;
+
 /// Empty polls before an idle worker blocks in poll() instead of spinning.
 const SPIN_POLLS: u32 = 256;
 
@@ -95,9 +102,18 @@ pub struct Worker {
     stats: QueueStats,
     /// Polls in a row that found nothing: past [`SPIN_POLLS`] the worker sleeps in poll().
     empty_polls: u32,
+    /// Flow timers: (deadline, flow id), earliest first. A flow has at most one live entry,
+    /// the one equal to `armed[id]`; others are stale and skipped when popped.
+    timers: BinaryHeap<Reverse<(Instant, u64)>>,
+    armed: HashMap<u64, Instant>,
+    /// Flows to visit this round (touched by a segment or a command, or a timer fired).
+    due: Vec<(SocketAddr, SocketAddr)>,
     touched: Vec<(SocketAddr, SocketAddr)>,
-    /// 4-tuples already reported as stray (bounded), so each is reported once.
-    strays: Vec<(SocketAddr, SocketAddr)>,
+    /// 4-tuples reported as stray (bounded), each with the frames that arrived before the
+    /// flow moved here (bounded): they are replayed on adoption instead of being lost, which
+    /// would cost the peer a retransmission timeout.
+    strays: HashMap<(SocketAddr, SocketAddr), Vec<Vec<u8>>>,
+    stray_bytes: usize,
     scratch: Vec<u8>,
 }
 
@@ -118,8 +134,12 @@ impl Worker {
             notify,
             stats: QueueStats::default(),
             empty_polls: 0,
+            timers: BinaryHeap::new(),
+            armed: HashMap::new(),
+            due: Vec::with_capacity(256),
             touched: Vec::with_capacity(256),
-            strays: Vec::new(),
+            strays: HashMap::new(),
+            stray_bytes: 0,
             scratch: vec![0u8; 16 * 1024],
         }
     }
@@ -217,6 +237,7 @@ impl Worker {
                 }));
             }
             Command::Release(id, answer) => {
+                self.armed.remove(&id);
                 let flow = self
                     .ids
                     .remove(&id)
@@ -225,9 +246,19 @@ impl Worker {
                 let _ = answer.send(flow);
             }
             Command::Adopt(flow, key) => {
-                self.strays.retain(|k| *k != key);
                 self.ids.insert(flow.id, key);
-                self.flows.insert(key, *flow);
+                let mut flow = *flow;
+                let now = Instant::now();
+                let held = self.strays.remove(&key).unwrap_or_default();
+                self.stray_bytes -= held.iter().map(Vec::len).sum::<usize>();
+                for frame in held {
+                    if let Ok(f) = parse_tcp_frame(&frame, self.cfg.verify_checksums) {
+                        if let Ok(repr) = TcpRepr::parse(&f.tcp) {
+                            flow.on_segment(now, &repr, f.tcp.payload());
+                        }
+                    }
+                }
+                self.flows.insert(key, flow);
                 self.touched.push(key);
             }
             Command::Shutdown => return false,
@@ -243,7 +274,7 @@ impl Worker {
         let timeout_ms = if self.empty_polls < SPIN_POLLS {
             0
         } else {
-            let next = self.flows.values().filter_map(Flow::next_timeout).min();
+            let next = self.timers.peek().map(|Reverse((t, _))| *t);
             next.map_or(10, |t| {
                 t.saturating_duration_since(now).as_millis().clamp(1, 10) as i32
             })
@@ -255,6 +286,7 @@ impl Worker {
             stats,
             cfg,
             strays,
+            stray_bytes,
             notify,
             ..
         } = self;
@@ -270,13 +302,26 @@ impl Worker {
             let Some(flow) = flows.get_mut(&key) else {
                 // XDP steered it here, so some worker owns it: ask for it once.
                 stats.unknown_flow += 1;
-                if !strays.contains(&key) && strays.len() < 1024 {
-                    strays.push(key);
-                    let _ = notify.send(Notification::Stray {
-                        queue,
-                        local: key.0,
-                        remote: key.1,
-                    });
+                let n_strays = strays.len();
+                let held = match strays.get_mut(&key) {
+                    Some(h) => Some(h),
+                    None if n_strays < STRAY_FLOWS => Some(strays.entry(key).or_default()),
+                    None => None,
+                };
+                if let Some(held) = held {
+                    if held.len() < STRAY_FRAMES && *stray_bytes + frame.len() <= STRAY_BYTES {
+                        *stray_bytes += frame.len();
+                        held.push(frame.to_vec());
+                    }
+                    // Ask on the first frame and again every 16: the flow may not have been
+                    // handed over yet when the first one came.
+                    if held.len() % 16 == 1 {
+                        let _ = notify.send(Notification::Stray {
+                            queue,
+                            local: key.0,
+                            remote: key.1,
+                        });
+                    }
                 }
                 return;
             };
@@ -296,31 +341,67 @@ impl Worker {
             self.empty_polls = self.empty_polls.saturating_add(1);
         }
         // ACK policy: one ACK per flow per burst (the TCP asks for more when it must).
+        // Only flows with something to do are visited: touched ones and due timers, so an
+        // idle flow costs nothing per poll.
+        self.due.clear();
         for key in self.touched.drain(..) {
             if let Some(f) = self.flows.get_mut(&key) {
                 f.end_of_burst(now);
+                self.due.push(key);
             }
         }
+        while let Some(Reverse((t, id))) = self.timers.peek().copied() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            if self.armed.get(&id) == Some(&t) {
+                self.armed.remove(&id);
+                if let Some(k) = self.ids.get(&id) {
+                    self.due.push(*k);
+                }
+            }
+        }
+        self.due.sort_unstable();
+        self.due.dedup();
         let mut gone = Vec::new();
         let Worker {
             xsk,
             flows,
             scratch,
+            due,
+            timers,
+            armed,
             ..
         } = self;
-        for (key, f) in flows.iter_mut() {
+        for key in due.iter() {
+            let Some(f) = flows.get_mut(key) else {
+                continue;
+            };
             f.on_timer(now);
-            f.poll_frames(now, scratch, |frame| {
-                xsk.send(frame);
-            });
+            // Twice: events seen at the end of the first pass (the peer's FIN, an error) queue
+            // our FIN or a Terminate, which must leave now, not at the flow's next visit.
+            for _ in 0..2 {
+                f.poll_frames(now, scratch, |frame| {
+                    xsk.send(frame);
+                });
+            }
             if f.ended().is_some() {
                 gone.push(*key);
+            } else if let Some(t) = f.next_timeout() {
+                // Keep the earliest deadline armed; a later one is re-armed when this fires
+                // (an early visit is harmless: on_timer checks the flow's own deadline).
+                if armed.get(&f.id).is_none_or(|&a| t < a) {
+                    armed.insert(f.id, t);
+                    timers.push(Reverse((t, f.id)));
+                }
             }
         }
         self.xsk.flush()?;
         for key in gone {
             if let Some(f) = self.flows.remove(&key) {
                 self.ids.remove(&f.id);
+                self.armed.remove(&f.id);
                 let end = f.ended().cloned().unwrap_or(FlowEnd {
                     mpa_error: None,
                     reason: "closed".into(),
