@@ -2,10 +2,13 @@
 //! notifications.
 
 use mpa_ctl_proto::{handshake, read_message, write_message, ErrorCode, Message, ProtoError};
+use nix::sys::socket::{recv, MsgFlags};
 use std::collections::VecDeque;
+use std::io::{self, ErrorKind};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Why a datapath request failed.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +38,8 @@ pub struct DatapathClient {
     notifications: VecDeque<Message>,
     /// The datapath's agent string from its Hello.
     pub agent: String,
+    /// The bound of every wait for an answer.
+    timeout: Duration,
 }
 
 impl DatapathClient {
@@ -61,6 +66,7 @@ impl DatapathClient {
             next_id: 1,
             notifications: VecDeque::new(),
             agent,
+            timeout,
         })
     }
 
@@ -97,6 +103,49 @@ impl DatapathClient {
             Some(_) => Err(ClientError::Unexpected(Box::new(m))),
         }
     }
+}
+
+impl DatapathClient {
+    /// The next notification, waiting until `deadline` (`None`: as long as it takes);
+    /// `Ok(None)` when the deadline came first. The wait happens before a message starts, so
+    /// running out of time never splits one.
+    pub fn wait_notification(
+        &mut self,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Message>, ClientError> {
+        if let Some(m) = self.notifications.pop_front() {
+            return Ok(Some(m));
+        }
+        loop {
+            let left = match deadline {
+                None => None,
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => return Ok(None),
+                },
+            };
+            self.stream.set_read_timeout(left).map_err(ProtoError::Io)?;
+            let peeked = recv(self.stream.as_raw_fd(), &mut [0u8; 1], MsgFlags::MSG_PEEK)
+                .map_err(io::Error::from);
+            self.stream
+                .set_read_timeout(Some(self.timeout))
+                .map_err(ProtoError::Io)?;
+            match peeked {
+                Ok(0) => return Err(ProtoError::Closed.into()),
+                Ok(_) => return self.next_notification().map(Some),
+                Err(e) if is_wait(&e) => continue,
+                Err(e) => return Err(ProtoError::Io(e).into()),
+            }
+        }
+    }
+}
+
+/// A read that ended for want of data (timeout or signal), not a failure.
+fn is_wait(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+    )
 }
 
 /// The request id an answer refers to; `None` for notifications.

@@ -7,5 +7,7 @@ pub mod config;
 pub mod daemon;
 pub mod datapath_client;
 pub mod freeze;
+mod handover;
+pub mod initiator;
 pub mod neighbour;
 pub mod responder;

@@ -2,16 +2,21 @@
 //! (`flows`, `stats`, `close`) over its control socket.
 #![forbid(unsafe_code)]
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use mpa::startup::{RtrSet, RtrType, StartupPolicy};
 use mpa_control::config::{Config, DEFAULT_SOCKET};
 use mpa_control::daemon::Daemon;
 use mpa_control::datapath_client::{ClientError, DatapathClient};
+use mpa_control::initiator::{connect_and_hand_over, InitiatorOutcome};
 use mpa_ctl_proto::{ErrorCode, Message};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::io::IsTerminal;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 #[derive(Parser)]
 #[command(
@@ -48,6 +53,19 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// MPA Initiator: connect to a Responder with a kernel socket, send the Request, validate
+    /// the Reply and hand the connection to the datapath (which sends the agreed RTR first
+    /// when --p2p). Prints one line (the flow and what was negotiated), then holds the frozen
+    /// socket until the connection ends.
+    ///
+    /// The datapath has no API for ULP data yet, so the connection carries at most the RTR
+    /// from us and whatever the Responder sends. It ends when the peer closes (exit 0 if
+    /// cleanly, non-zero with the MPA error otherwise), or after --hold seconds, when
+    /// `connect` asks the datapath to close the flow (CloseFlow: the datapath resets the
+    /// connection) and exits 0; SIGINT/SIGTERM close the flow the same way. A rejection
+    /// (Reply with R=1) or a failed startup exits non-zero with the reason on stderr; the
+    /// datapath never hears of such a connection.
+    Connect(ConnectArgs),
     /// Close a flow: the datapath resets the connection and forgets it.
     Close {
         #[command(flatten)]
@@ -55,6 +73,65 @@ enum Cmd {
         /// The flow id (from `flows`).
         id: u64,
     },
+}
+
+#[derive(Args)]
+struct ConnectArgs {
+    /// The Responder's address and port.
+    #[arg(long)]
+    to: SocketAddr,
+    #[command(flatten)]
+    target: Target,
+    /// Ask the Responder for markers in the FPDUs it sends us (our Request's M flag).
+    #[arg(long)]
+    markers: bool,
+    /// Administratively suppress our CRC request (C=0; CRCs are still used if the
+    /// Responder asks).
+    #[arg(long)]
+    no_crc: bool,
+    /// MPA revision of the Request [default: 2 with --p2p, else 1].
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=2))]
+    rev: Option<u8>,
+    /// Peer-to-peer model (RFC 6581, needs revision 2): the datapath sends the agreed RTR
+    /// indication as the first FPDU.
+    #[arg(long)]
+    p2p: bool,
+    /// The RTR indications we offer (repeat or comma-separate; needs --p2p) [default: all].
+    #[arg(long, value_enum, value_delimiter = ',', requires = "p2p")]
+    rtr: Vec<RtrArg>,
+    /// Private data for the Request.
+    #[arg(long)]
+    private_data: Option<String>,
+    /// Seconds allowed for the TCP connect and for the wait for the Reply.
+    #[arg(long, default_value_t = 10)]
+    timeout: u64,
+    /// Close the flow (CloseFlow) after this many seconds [default: wait until it ends].
+    #[arg(long)]
+    hold: Option<f64>,
+    /// Print the line as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// An RTR indication (RFC 6581 §9.2), as named on the command line.
+#[derive(Clone, Copy, ValueEnum)]
+enum RtrArg {
+    /// A zero-length Send.
+    Send,
+    /// A zero-length RDMA Write.
+    Write,
+    /// A zero-length RDMA Read Request.
+    Read,
+}
+
+impl From<RtrArg> for RtrType {
+    fn from(r: RtrArg) -> RtrType {
+        match r {
+            RtrArg::Send => RtrType::ZeroLengthSend,
+            RtrArg::Write => RtrType::ZeroLengthWrite,
+            RtrArg::Read => RtrType::ZeroLengthReadRequest,
+        }
+    }
 }
 
 #[derive(Args)]
@@ -102,6 +179,7 @@ fn main() -> ExitCode {
         Cmd::Serve { config } => serve(&config),
         Cmd::Flows { target, json } => flows(&target, json),
         Cmd::Stats { target, json } => stats(&target, json),
+        Cmd::Connect(a) => connect(&a),
         Cmd::Close { target, id } => close(&target, id),
     };
     match r {
@@ -214,6 +292,135 @@ fn stats(target: &Target, json: bool) -> Result<(), String> {
     if !ended.is_empty() {
         print!("{}", flow_table(&ended, "end"));
     }
+    Ok(())
+}
+
+/// The Request's policy from the command line.
+fn initiator_policy(a: &ConnectArgs) -> Result<StartupPolicy, String> {
+    let revision = a.rev.unwrap_or(if a.p2p { 2 } else { 1 });
+    if a.p2p && revision < 2 {
+        return Err("--p2p needs --rev 2".into());
+    }
+    let policy = StartupPolicy {
+        revision,
+        markers_required: a.markers,
+        crc_suppressed_by_admin: a.no_crc,
+        p2p: a.p2p,
+        rtr_send: if a.rtr.is_empty() {
+            RtrSet::ALL
+        } else {
+            a.rtr.iter().map(|r| RtrType::from(*r)).collect()
+        },
+        startup_timeout: Duration::from_secs(a.timeout.max(1)),
+        ..StartupPolicy::default()
+    };
+    policy.validate().map_err(|e| format!("policy: {e}"))?;
+    Ok(policy)
+}
+
+fn connect(a: &ConnectArgs) -> Result<(), String> {
+    let policy = initiator_policy(a)?;
+    let hold = match a.hold {
+        Some(h) if !(h.is_finite() && h >= 0.0) => {
+            return Err(format!("--hold {h}: not a number of seconds"))
+        }
+        h => h.map(Duration::from_secs_f64),
+    };
+    // Before the hand-over: a signal must close the flow, not leave it running unowned.
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).map_err(|e| format!("signals: {e}"))?;
+    }
+    let (mut dp, path) = a.target.connect()?;
+    let private_data = a.private_data.clone().unwrap_or_default().into_bytes();
+    let outcome = connect_and_hand_over(a.to, policy, private_data, &mut dp)
+        .map_err(|e| format!("connect {}: {e}", a.to))?;
+    let (flow_id, frozen, n) = match outcome {
+        InitiatorOutcome::Rejected { reason } => {
+            return Err(format!(
+                "connect {}: rejected by the Responder: {}",
+                a.to,
+                String::from_utf8_lossy(&reason)
+            ))
+        }
+        InitiatorOutcome::HandedOver {
+            flow_id,
+            frozen,
+            negotiated,
+        } => (flow_id, frozen, negotiated),
+    };
+    let rtr = n.rtr.map(|r| format!("{r:?}"));
+    if a.json {
+        let line = json!({
+            "flow_id": flow_id,
+            "to": a.to.to_string(),
+            "rev": n.rev,
+            "markers_rx": n.markers_rx,
+            "markers_tx": n.markers_tx,
+            "crc": n.crc,
+            "p2p": n.p2p,
+            "rtr": rtr,
+            "ird": n.ird,
+            "ord": n.ord,
+            "private_data": String::from_utf8_lossy(&n.peer_private_data),
+        });
+        println!("{line}");
+    } else {
+        println!(
+            "flow {flow_id}: {} rev {} markers_rx {} markers_tx {} crc {} rtr {}",
+            a.to,
+            n.rev,
+            n.markers_rx,
+            n.markers_tx,
+            n.crc,
+            rtr.as_deref().unwrap_or("-")
+        );
+    }
+    let deadline = hold.map(|h| Instant::now() + h);
+    let dp_err = |e: ClientError| format!("flow {flow_id}: datapath at {}: {e}", path.display());
+    loop {
+        // Short slices so that a signal is seen promptly.
+        let slice = Instant::now() + Duration::from_millis(200);
+        let until = deadline.map_or(slice, |d| d.min(slice));
+        match dp.wait_notification(Some(until)).map_err(dp_err)? {
+            Some(Message::FlowGone {
+                flow_id: gone,
+                mpa_error,
+                reason,
+            }) if gone == flow_id => {
+                drop(frozen);
+                return match mpa_error {
+                    None => {
+                        tracing::info!(flow_id, %reason, "flow ended");
+                        Ok(())
+                    }
+                    Some(code) => Err(format!(
+                        "flow {flow_id} ended with MPA error {code}: {reason}"
+                    )),
+                };
+            }
+            Some(_) => continue,
+            None => {}
+        }
+        let expired = deadline.is_some_and(|d| Instant::now() >= d);
+        if expired || stop.load(Ordering::Relaxed) {
+            break;
+        }
+    }
+    // Held long enough (or told to stop): the datapath resets the connection.
+    match dp.request(|id| Message::CloseFlow { id, flow_id }) {
+        Ok(Message::Ok { .. }) => {}
+        Ok(m) => return Err(dp_err(ClientError::Unexpected(Box::new(m)))),
+        Err(e) => return Err(dp_err(e)),
+    }
+    let t0 = Instant::now() + Duration::from_secs(5);
+    while let Some(m) = dp.wait_notification(Some(t0)).map_err(dp_err)? {
+        if matches!(m, Message::FlowGone { flow_id: gone, .. } if gone == flow_id) {
+            break;
+        }
+    }
+    drop(frozen);
+    tracing::info!(flow_id, "flow closed");
     Ok(())
 }
 

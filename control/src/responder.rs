@@ -3,10 +3,11 @@
 //! (DESIGN.md, "Connection setup" steps 1–4).
 
 use crate::datapath_client::{ClientError, DatapathClient};
-use crate::freeze::{self, FreezeError, FrozenSocket};
-use crate::neighbour::{self, NeighbourError};
+use crate::freeze::{FreezeError, FrozenSocket};
+use crate::handover::{frame_want, hand_over};
+use crate::neighbour::NeighbourError;
 use mpa::startup::{Negotiated, ResponderStartup, StartupError, StartupEvent, StartupPolicy};
-use mpa_ctl_proto::{HandOver, Message, MpaParams, Role};
+use mpa_ctl_proto::Role;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::time::Instant;
@@ -100,14 +101,7 @@ pub fn respond_and_hand_over(
             continue;
         }
         sock.set_read_timeout(Some(left))?;
-        // Header first, then exactly the private data it announces.
-        let want = if frame.len() < 20 {
-            20 - frame.len()
-        } else {
-            // The state machine already refused PD_Length over the limit.
-            let pd = usize::from(u16::from_be_bytes([frame[18], frame[19]])).min(512);
-            (20 + pd).saturating_sub(frame.len()).max(1)
-        };
+        let want = frame_want(&frame);
         match sock.read(&mut buf[..want]) {
             Ok(0) => return Err(SetupError::Closed),
             Ok(n) => {
@@ -126,60 +120,15 @@ pub fn respond_and_hand_over(
         }
     };
     let reply_frame = sm.poll_transmit().unwrap_or_default();
-    let local = sock.local_addr()?;
-    let remote = sock.peer_addr()?;
-    // 1. The datapath creates the flow and steers the 4-tuple to itself.
-    let flow_id = match dp.request(|id| Message::AdoptFlow { id, local, remote })? {
-        Message::FlowAdopted { flow_id, .. } => flow_id,
-        m => return Err(ClientError::Unexpected(Box::new(m)).into()),
-    };
-    let handed = (|| -> Result<(FrozenSocket, Negotiated), SetupError> {
-        // 2. Freeze and read the state; nothing may be queued.
-        freeze::flush_ack(&sock)?;
-        let (frozen, tcp) = freeze::freeze(sock)?;
-        if !tcp.recv_queue.is_empty() || !tcp.send_queue.is_empty() {
-            return Err(SetupError::NotQuiet {
-                recv: tcp.recv_queue.len(),
-                send: tcp.send_queue.len(),
-            });
-        }
-        let (_, next_hop_mac) = neighbour::next_hop_mac(remote.ip())?;
-        let mpa = MpaParams {
-            role: Role::Responder,
-            rev: negotiated.rev,
-            markers_rx: negotiated.markers_rx,
-            markers_tx: negotiated.markers_tx,
-            crc: negotiated.crc,
-            ddp_rdmap_version: negotiated.ddp_rdmap_version,
-            reply_frame,
-            rtr: negotiated
-                .rtr_accepted()
-                .iter()
-                .map(|r| format!("{r:?}"))
-                .collect(),
-        };
-        let handover = Box::new(HandOver {
-            flow_id,
-            tcp,
-            mpa,
-            next_hop_mac,
-        });
-        // 3. The datapath sends the Reply itself and owns the connection from here.
-        match dp.request(|id| Message::HandOver { id, handover })? {
-            Message::HandedOver { .. } => Ok((frozen, negotiated)),
-            m => Err(ClientError::Unexpected(Box::new(m)).into()),
-        }
-    })();
-    match handed {
-        Ok((frozen, negotiated)) => Ok(Outcome::HandedOver {
-            flow_id,
-            frozen,
-            negotiated,
-        }),
-        Err(e) => {
-            // Undo the adoption; the kernel socket (frozen or not) closes when dropped.
-            let _ = dp.request(|id| Message::CloseFlow { id, flow_id });
-            Err(e)
-        }
-    }
+    let rtr = negotiated
+        .rtr_accepted()
+        .iter()
+        .map(|r| format!("{r:?}"))
+        .collect();
+    let (flow_id, frozen) = hand_over(sock, dp, Role::Responder, &negotiated, reply_frame, rtr)?;
+    Ok(Outcome::HandedOver {
+        flow_id,
+        frozen,
+        negotiated,
+    })
 }

@@ -7,6 +7,8 @@ use crate::wire::tcp::TcpRepr;
 use mpa::crc::crc32c_append;
 use mpa::decoder::{DecodeError, FpduDecoder};
 use mpa::encoder::FpduEncoder;
+use mpa::endpoint::rtr_ulpdu;
+use mpa::startup::RtrType;
 use mpa::wire::ddp::{self, terminate_ulpdu};
 use mpa::MpaErrorCode;
 use mpa_ctl_proto::{HandOver, Role};
@@ -84,7 +86,8 @@ fn instant_of_monotonic(ns: u64, now: Instant) -> Instant {
 
 impl Flow {
     /// Builds the flow from a hand-over; `our_mac` is the interface's address. A Responder's
-    /// accepting Reply is queued at once (TCP retransmits it until acknowledged).
+    /// accepting Reply is queued at once (TCP retransmits it until acknowledged); so is a
+    /// peer-to-peer Initiator's RTR indication, its first FPDU.
     pub fn new(
         h: &HandOver,
         our_mac: [u8; 6],
@@ -115,6 +118,7 @@ impl Flow {
         let mut tcp = Connection::new(&state, cfg, now)?;
         let template = FrameTemplate::new(our_mac, h.next_hop_mac, t.local, t.remote)?;
         let m = &h.mpa;
+        let mut encoder = FpduEncoder::new(m.markers_tx);
         let expect_first = match m.role {
             Role::Responder => {
                 if m.reply_frame.is_empty() {
@@ -129,14 +133,46 @@ impl Flow {
                 }
                 Some(m.rtr.clone())
             }
-            Role::Initiator => None,
+            Role::Initiator => {
+                if !m.reply_frame.is_empty() {
+                    return Err(FlowError::Invalid(
+                        "Initiator hand-over with a Reply frame".into(),
+                    ));
+                }
+                match m.rtr.as_slice() {
+                    // Not peer-to-peer: the ULP's first FPDU comes later.
+                    [] => {}
+                    // RFC 6581 §9.2: the negotiated RTR is the very first FPDU, framed as
+                    // agreed (markers toward the peer if it asked for them).
+                    [name] => {
+                        let rtr = parse_rtr(name).ok_or_else(|| {
+                            FlowError::Invalid(format!("unknown RTR indication {name:?}"))
+                        })?;
+                        let mut wire = Vec::new();
+                        encoder
+                            .encode(&rtr_ulpdu(rtr, m.ddp_rdmap_version), &mut wire)
+                            .map_err(|e| FlowError::Invalid(format!("RTR FPDU: {e}")))?;
+                        if tcp.send(&wire) != wire.len() {
+                            return Err(FlowError::Invalid(
+                                "RTR does not fit the send buffer".into(),
+                            ));
+                        }
+                    }
+                    more => {
+                        return Err(FlowError::Invalid(format!(
+                            "an Initiator sends one RTR indication, not {more:?}"
+                        )))
+                    }
+                }
+                None
+            }
         };
         Ok(Flow {
             id: h.flow_id,
             tcp,
             template,
             decoder: FpduDecoder::new(m.markers_rx, m.crc),
-            encoder: FpduEncoder::new(m.markers_tx),
+            encoder,
             version: m.ddp_rdmap_version,
             expect_first,
             digest: digest.then_some(0),
@@ -306,6 +342,7 @@ impl Flow {
             "acks_sent": t.acks_sent,
             "retransmissions": t.retransmissions,
             "frames_sent": self.stats.frames_sent,
+            "octets_out": t.octets_out,
             "ulpdu_digest": self.digest.map(|d| format!("{d:08x}")),
             "ended": self.ended.as_ref().map(|e| json!({"mpa_error": e.mpa_error, "reason": e.reason})),
         })
@@ -370,4 +407,110 @@ fn is_rtr(head: &[u8], len: usize, version: u8, allowed: &[String]) -> bool {
     // The hand-over names the accepted RTRs as `RtrType`'s Debug form.
     mpa::endpoint::classify_rtr(head, len, version)
         .is_some_and(|rtr| allowed.iter().any(|a| *a == format!("{rtr:?}")))
+}
+
+/// An RTR indication from its hand-over name (`RtrType`'s Debug form; case and surrounding
+/// blanks do not matter).
+fn parse_rtr(name: &str) -> Option<RtrType> {
+    let name = name.trim();
+    RtrType::ALL
+        .into_iter()
+        .find(|r| format!("{r:?}").eq_ignore_ascii_case(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mpa_ctl_proto::{MpaParams, TcpSnapshot};
+
+    fn handover(rtr: &[&str], markers_tx: bool) -> HandOver {
+        HandOver {
+            flow_id: 3,
+            tcp: TcpSnapshot {
+                local: "10.99.0.2:40000".parse().unwrap(),
+                remote: "10.99.0.1:7777".parse().unwrap(),
+                snd_nxt: 1000,
+                rcv_nxt: 5000,
+                snd_wl1: 4999,
+                snd_wnd: 65535,
+                max_window: 65535,
+                rcv_wnd: 65535,
+                rcv_wup: 5000,
+                mss: 1460,
+                rcv_wscale: Some(7),
+                snd_wscale: Some(7),
+                sack_permitted: true,
+                timestamps: None,
+                send_queue: vec![],
+                recv_queue: vec![],
+            },
+            mpa: MpaParams {
+                role: Role::Initiator,
+                rev: 2,
+                markers_rx: false,
+                markers_tx,
+                crc: true,
+                ddp_rdmap_version: 1,
+                reply_frame: vec![],
+                rtr: rtr.iter().map(|s| s.to_string()).collect(),
+            },
+            next_hop_mac: [2, 0, 0, 0, 0, 1],
+        }
+    }
+
+    /// Every payload the flow sends at creation.
+    fn sent(h: &HandOver) -> Result<Vec<Vec<u8>>, FlowError> {
+        let now = Instant::now();
+        let mut f = Flow::new(h, [2, 0, 0, 0, 0, 2], &TcpConfig::default(), false, now)?;
+        let mut scratch = vec![0u8; 2048];
+        let mut frames = Vec::new();
+        f.poll_frames(now, &mut scratch, |b| frames.push(b.to_vec()));
+        let octets = f.stats_json()["octets_out"].as_u64().unwrap() as usize;
+        // The payload is the tail of each frame (IPv4 without options, frames over 60 octets).
+        Ok(frames
+            .into_iter()
+            .map(|fr| fr[fr.len() - octets.min(fr.len())..].to_vec())
+            .filter(|p| octets > 0 && !p.is_empty())
+            .collect())
+    }
+
+    #[test]
+    fn initiator_sends_the_rtr_first_framed_as_agreed() {
+        for (name, rtr) in [
+            ("ZeroLengthSend", RtrType::ZeroLengthSend),
+            ("ZeroLengthWrite", RtrType::ZeroLengthWrite),
+            (" zerolengthreadrequest ", RtrType::ZeroLengthReadRequest),
+        ] {
+            for markers in [false, true] {
+                let mut want = Vec::new();
+                FpduEncoder::new(markers)
+                    .encode(&rtr_ulpdu(rtr, 1), &mut want)
+                    .unwrap();
+                let got = sent(&handover(&[name], markers)).unwrap();
+                assert_eq!(got, vec![want], "{name} markers {markers}");
+            }
+        }
+    }
+
+    #[test]
+    fn initiator_without_rtr_sends_nothing() {
+        assert!(sent(&handover(&[], true)).unwrap().is_empty());
+    }
+
+    #[test]
+    fn bad_rtr_names_are_refused() {
+        for rtr in [
+            &["ZeroLengthSendX"][..],
+            &["Send"],
+            &["ZeroLengthSend", "ZeroLengthWrite"],
+        ] {
+            assert!(
+                matches!(sent(&handover(rtr, false)), Err(FlowError::Invalid(_))),
+                "{rtr:?}"
+            );
+        }
+        let mut h = handover(&[], false);
+        h.mpa.reply_frame = b"MPA ID Rep Frame\x40\x01\x00\x00".to_vec();
+        assert!(matches!(sent(&h), Err(FlowError::Invalid(_))));
+    }
 }

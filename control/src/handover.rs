@@ -1,0 +1,88 @@
+//! The hand-over shared by both roles (DESIGN.md, "Connection setup" steps 2–4): AdoptFlow →
+//! flush the delayed ACK → TCP_REPAIR freeze → nothing queued → next-hop MAC → HandOver, with
+//! CloseFlow as the rollback when any step after the adoption fails.
+
+use crate::datapath_client::{ClientError, DatapathClient};
+use crate::freeze::{self, FrozenSocket};
+use crate::neighbour;
+use crate::responder::SetupError;
+use mpa::startup::Negotiated;
+use mpa::wire::startup::{HEADER_LEN, MAX_PRIVATE_DATA};
+use mpa_ctl_proto::{HandOver, Message, MpaParams, Role};
+use std::net::TcpStream;
+
+/// How many octets to read next of a startup frame of which `frame` arrived so far: the
+/// header first, then exactly the private data it announces, so that nothing after the frame
+/// is consumed (those octets belong to Full Operation and to the datapath).
+pub(crate) fn frame_want(frame: &[u8]) -> usize {
+    if frame.len() < HEADER_LEN {
+        HEADER_LEN - frame.len()
+    } else {
+        // The state machine already refused PD_Length over the limit.
+        let pd = usize::from(u16::from_be_bytes([frame[18], frame[19]])).min(MAX_PRIVATE_DATA);
+        (HEADER_LEN + pd).saturating_sub(frame.len()).max(1)
+    }
+}
+
+/// Hands the quiet connection `sock` (startup done) to the datapath. `reply_frame` is what a
+/// Responder's flow sends first (empty for an Initiator); `rtr` names the RTR indications
+/// (`RtrType`'s Debug form): the one an Initiator's flow sends first, or those a Responder's
+/// flow accepts. Returns the flow id and the frozen socket, which the caller keeps until the
+/// datapath reports the flow gone.
+pub(crate) fn hand_over(
+    sock: TcpStream,
+    dp: &mut DatapathClient,
+    role: Role,
+    negotiated: &Negotiated,
+    reply_frame: Vec<u8>,
+    rtr: Vec<String>,
+) -> Result<(u64, FrozenSocket), SetupError> {
+    let local = sock.local_addr()?;
+    let remote = sock.peer_addr()?;
+    // 1. The datapath creates the flow and steers the 4-tuple to itself.
+    let flow_id = match dp.request(|id| Message::AdoptFlow { id, local, remote })? {
+        Message::FlowAdopted { flow_id, .. } => flow_id,
+        m => return Err(ClientError::Unexpected(Box::new(m)).into()),
+    };
+    let handed = (|| -> Result<FrozenSocket, SetupError> {
+        // 2. Freeze and read the state; nothing may be queued.
+        freeze::flush_ack(&sock)?;
+        let (frozen, tcp) = freeze::freeze(sock)?;
+        if !tcp.recv_queue.is_empty() || !tcp.send_queue.is_empty() {
+            return Err(SetupError::NotQuiet {
+                recv: tcp.recv_queue.len(),
+                send: tcp.send_queue.len(),
+            });
+        }
+        let (_, next_hop_mac) = neighbour::next_hop_mac(remote.ip())?;
+        let mpa = MpaParams {
+            role,
+            rev: negotiated.rev,
+            markers_rx: negotiated.markers_rx,
+            markers_tx: negotiated.markers_tx,
+            crc: negotiated.crc,
+            ddp_rdmap_version: negotiated.ddp_rdmap_version,
+            reply_frame,
+            rtr,
+        };
+        let handover = Box::new(HandOver {
+            flow_id,
+            tcp,
+            mpa,
+            next_hop_mac,
+        });
+        // 3. The datapath owns the connection from here (and sends the Reply or the RTR).
+        match dp.request(|id| Message::HandOver { id, handover })? {
+            Message::HandedOver { .. } => Ok(frozen),
+            m => Err(ClientError::Unexpected(Box::new(m)).into()),
+        }
+    })();
+    match handed {
+        Ok(frozen) => Ok((flow_id, frozen)),
+        Err(e) => {
+            // Undo the adoption; the kernel socket (frozen or not) closes when dropped.
+            let _ = dp.request(|id| Message::CloseFlow { id, flow_id });
+            Err(e)
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! The Initiator side of connection setup: connect with a kernel socket, send the MPA Request,
+//! validate the Reply, and hand the quiet connection to the datapath, which then sends the
+//! negotiated RTR indication (peer-to-peer, RFC 6581 §9.2) as the first FPDU.
+
+use crate::datapath_client::DatapathClient;
+use crate::freeze::FrozenSocket;
+use crate::handover::{frame_want, hand_over};
+use crate::responder::SetupError;
+use mpa::encoder::FpduEncoder;
+use mpa::startup::{
+    Disposition, InitiatorStartup, Negotiated, StartupError, StartupEvent, StartupPolicy,
+};
+use mpa::wire::ddp::terminate_ulpdu;
+use mpa::wire::startup::MAX_FRAME_LEN;
+use mpa_ctl_proto::Role;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Instant;
+
+/// What happened to one outgoing connection.
+#[derive(Debug)]
+pub enum InitiatorOutcome {
+    /// The datapath owns the connection; keep `frozen` until it reports the flow gone.
+    HandedOver {
+        /// The datapath's flow.
+        flow_id: u64,
+        /// The kernel socket, frozen; dropping it closes it silently.
+        frozen: FrozenSocket,
+        /// What was negotiated (`rtr`: the indication the datapath sent first).
+        negotiated: Negotiated,
+    },
+    /// The Responder rejected our Request (Reply with R=1); the socket is closed and the
+    /// datapath never heard of the connection.
+    Rejected {
+        /// The Reply's private data: usually the reason.
+        reason: Vec<u8>,
+    },
+}
+
+/// Connects to `to` (bounded by `policy.startup_timeout`), runs the Initiator startup with
+/// our ULP `private_data`, and hands the connection to the datapath.
+///
+/// Errors: a startup failure whose disposition is
+/// [`Disposition::TerminateThenClose`] (codes 6 and 7) first sends the Terminate through the
+/// kernel socket, framed as the Reply negotiated; the connection then closes.
+pub fn connect_and_hand_over(
+    to: SocketAddr,
+    policy: StartupPolicy,
+    private_data: Vec<u8>,
+    dp: &mut DatapathClient,
+) -> Result<InitiatorOutcome, SetupError> {
+    let timeout = policy.startup_timeout;
+    let mut sm = InitiatorStartup::new(policy, private_data, Instant::now())?;
+    let mut sock = TcpStream::connect_timeout(&to, timeout)?;
+    // The Request in one segment: no reason to wait for more.
+    sock.set_nodelay(true)?;
+    while let Some(request) = sm.poll_transmit() {
+        sock.write_all(&request)?;
+    }
+    sock.flush()?;
+    // Read exactly the Reply: a Responder sends nothing before our first FPDU, but whatever
+    // follows the Reply would belong to the datapath, so it is never consumed here.
+    let mut frame: Vec<u8> = Vec::with_capacity(MAX_FRAME_LEN);
+    let mut buf = [0u8; MAX_FRAME_LEN];
+    let negotiated = loop {
+        if let Some(ev) = sm.poll_event() {
+            match ev {
+                StartupEvent::Established(n) => break n,
+                StartupEvent::Rejected { private_data } => {
+                    let _ = sock.shutdown(std::net::Shutdown::Both);
+                    return Ok(InitiatorOutcome::Rejected {
+                        reason: private_data,
+                    });
+                }
+                StartupEvent::Failed(e) => return Err(failed(&mut sock, &sm, e)),
+                StartupEvent::RequestReceived(_) => continue,
+            }
+        }
+        let Some(deadline) = sm.poll_timeout() else {
+            return Err(SetupError::Closed);
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            sm.handle_timeout(Instant::now());
+            continue;
+        }
+        sock.set_read_timeout(Some(left))?;
+        let want = frame_want(&frame);
+        match sock.read(&mut buf[..want]) {
+            Ok(0) => return Err(SetupError::Closed),
+            Ok(n) => {
+                frame.extend_from_slice(&buf[..n]);
+                // Errors also arrive as a Failed event, which acts on the disposition.
+                let _ = sm.handle_input(Instant::now(), &buf[..n]);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                sm.handle_timeout(Instant::now());
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    sock.set_read_timeout(None)?;
+    // RFC 6581 §9.2: the datapath sends this RTR as the very first FPDU.
+    let rtr = negotiated.rtr.iter().map(|r| format!("{r:?}")).collect();
+    let (flow_id, frozen) = hand_over(sock, dp, Role::Initiator, &negotiated, Vec::new(), rtr)?;
+    Ok(InitiatorOutcome::HandedOver {
+        flow_id,
+        frozen,
+        negotiated,
+    })
+}
+
+/// Acts on a startup failure: for codes 6 and 7 (RFC 6581 §9.1, §9.2) the Terminate goes out
+/// as the first FPDU, framed as negotiated, before the socket closes (as `mpa::endpoint`).
+fn failed(sock: &mut TcpStream, sm: &InitiatorStartup, e: StartupError) -> SetupError {
+    if e.disposition() == Disposition::TerminateThenClose {
+        if let Some(fr) = sm.framing() {
+            let ulpdu = terminate_ulpdu(e.code(), 1, fr.ddp_rdmap_version);
+            let mut out = Vec::new();
+            if FpduEncoder::new(fr.markers_tx)
+                .encode(&ulpdu, &mut out)
+                .is_ok()
+            {
+                // Best effort: the connection is closing with `e` whatever happens here.
+                let _ = sock.write_all(&out).and_then(|()| sock.flush());
+            }
+        }
+    }
+    let _ = sock.shutdown(std::net::Shutdown::Both);
+    e.into()
+}
