@@ -9,7 +9,7 @@ use mpa::decoder::{DecodeError, FpduDecoder};
 use mpa::encoder::FpduEncoder;
 use mpa::endpoint::rtr_ulpdu;
 use mpa::startup::RtrType;
-use mpa::wire::ddp::{self, terminate_ulpdu};
+use mpa::wire::ddp::{self, terminate_ulpdu, DdpRepr, RdmapOpcode};
 use mpa::MpaErrorCode;
 use mpa_ctl_proto::{HandOver, Role};
 use serde_json::json;
@@ -199,6 +199,7 @@ impl Flow {
         } = self;
         let mut rx = MpaRx {
             decoder,
+            read_response: None,
             expect_first,
             digest,
             stats,
@@ -209,8 +210,25 @@ impl Flow {
         if out.reassembled > 0 {
             tcp.drain_reassembled(|b| rx.consume(b));
         }
-        if let Some(code) = rx.failure {
+        let (failure, read_response) = (rx.failure, rx.read_response);
+        if let Some(code) = failure {
             self.fail(code);
+        } else if let Some((stag, to)) = read_response {
+            // A zero-length Read Request RTR is answered by a zero-length Read Response
+            // (RFC 6581 §9.2, RFC 5040 §5.2): our first FPDU, allowed now that one arrived.
+            let resp = DdpRepr::Tagged {
+                last: true,
+                opcode: RdmapOpcode::RdmaReadResponse,
+                stag,
+                to,
+            };
+            let mut h = [0u8; ddp::TAGGED_HEADER_LEN];
+            let mut wire = Vec::new();
+            if resp.emit(&mut h, self.version).is_some()
+                && self.encoder.encode(&h, &mut wire).is_ok()
+            {
+                self.tcp.send(&wire);
+            }
         }
     }
 
@@ -352,6 +370,8 @@ impl Flow {
 /// The MPA receive side over in-order octets.
 struct MpaRx<'a> {
     decoder: &'a mut FpduDecoder,
+    /// Set by a zero-length Read Request RTR: (sink STag, sink TO) to answer.
+    read_response: Option<(u32, u64)>,
     expect_first: &'a mut Option<Vec<String>>,
     digest: &'a mut Option<u32>,
     stats: &'a mut FlowStats,
@@ -371,11 +391,25 @@ impl MpaRx<'_> {
                     if let Some(rtrs) = self.expect_first.take() {
                         if !rtrs.is_empty() {
                             // RFC 6581 §9.2: the first FPDU is a negotiated RTR, not data.
-                            let mut head = [0u8; ddp::UNTAGGED_HEADER_LEN];
+                            let mut head =
+                                [0u8; ddp::UNTAGGED_HEADER_LEN + ddp::READ_REQUEST_HEADER_LEN];
                             let n = u.copy_prefix(&mut head);
-                            if !is_rtr(&head[..n], u.len(), self.version, &rtrs) {
-                                self.failure = Some(MpaErrorCode::NoMatchingRtr);
-                                break;
+                            match rtr_of(&head[..n], u.len(), self.version, &rtrs) {
+                                None => {
+                                    self.failure = Some(MpaErrorCode::NoMatchingRtr);
+                                    break;
+                                }
+                                Some(RtrType::ZeroLengthReadRequest) => {
+                                    // RFC 5040 §4.4: sink STag and sink TO follow the DDP
+                                    // header; the zero-length Read Response goes there.
+                                    let h = &head[ddp::UNTAGGED_HEADER_LEN..];
+                                    let stag = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
+                                    let to = u64::from_be_bytes([
+                                        h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11],
+                                    ]);
+                                    self.read_response = Some((stag, to));
+                                }
+                                Some(_) => {}
                             }
                             continue;
                         }
@@ -403,10 +437,10 @@ impl MpaRx<'_> {
     }
 }
 
-fn is_rtr(head: &[u8], len: usize, version: u8, allowed: &[String]) -> bool {
+fn rtr_of(head: &[u8], len: usize, version: u8, allowed: &[String]) -> Option<RtrType> {
     // The hand-over names the accepted RTRs as `RtrType`'s Debug form.
     mpa::endpoint::classify_rtr(head, len, version)
-        .is_some_and(|rtr| allowed.iter().any(|a| *a == format!("{rtr:?}")))
+        .filter(|rtr| allowed.iter().any(|a| *a == format!("{rtr:?}")))
 }
 
 /// An RTR indication from its hand-over name (`RtrType`'s Debug form; case and surrounding

@@ -588,11 +588,27 @@ fn rev2_peer_to_peer_rtr_is_consumed_by_the_datapath() {
                 }
                 s.flush().unwrap();
                 s.get_ref().shutdown(std::net::Shutdown::Write).unwrap();
+                // A Read RTR is answered with a zero-length Read Response; nothing else comes.
+                let mut got = Vec::new();
                 while s
-                    .recv_with(Some(Duration::from_secs(20)), |_| {})
+                    .recv_with(Some(Duration::from_secs(20)), |u| got.push(u.to_vec()))
                     .unwrap()
                     .is_some()
                 {}
+                let expected_replies = usize::from(rtr == RtrType::ZeroLengthReadRequest);
+                assert_eq!(got.len(), expected_replies, "{rtr:?}");
+                for r in &got {
+                    let (repr, off) = mpa::wire::ddp::DdpRepr::parse(r, 1).unwrap();
+                    assert!(matches!(
+                        repr,
+                        mpa::wire::ddp::DdpRepr::Tagged {
+                            opcode: mpa::wire::ddp::RdmapOpcode::RdmaReadResponse,
+                            last: true,
+                            ..
+                        }
+                    ));
+                    assert_eq!(off, r.len(), "zero-length");
+                }
                 digest
             })
             .unwrap()
