@@ -6,11 +6,7 @@ use crate::datapath_client::DatapathClient;
 use crate::freeze::FrozenSocket;
 use crate::handover::{frame_want, hand_over};
 use crate::responder::SetupError;
-use mpa::encoder::FpduEncoder;
-use mpa::startup::{
-    Disposition, InitiatorStartup, Negotiated, StartupError, StartupEvent, StartupPolicy,
-};
-use mpa::wire::ddp::terminate_ulpdu;
+use mpa::startup::{InitiatorStartup, Negotiated, StartupError, StartupEvent, StartupPolicy};
 use mpa::wire::startup::MAX_FRAME_LEN;
 use mpa_ctl_proto::Role;
 use std::io::{self, Read, Write};
@@ -119,18 +115,9 @@ pub fn connect_and_hand_over(
 /// Acts on a startup failure: for codes 6 and 7 (RFC 6581 §9.1, §9.2) the Terminate goes out
 /// as the first FPDU, framed as negotiated, before the socket closes (as `mpa::endpoint`).
 fn failed(sock: &mut TcpStream, sm: &InitiatorStartup, e: StartupError) -> SetupError {
-    if e.disposition() == Disposition::TerminateThenClose {
-        if let Some(fr) = sm.framing() {
-            let ulpdu = terminate_ulpdu(e.code(), 1, fr.ddp_rdmap_version);
-            let mut out = Vec::new();
-            if FpduEncoder::new(fr.markers_tx)
-                .encode(&ulpdu, &mut out)
-                .is_ok()
-            {
-                // Best effort: the connection is closing with `e` whatever happens here.
-                let _ = sock.write_all(&out).and_then(|()| sock.flush());
-            }
-        }
+    if let Some(fpdu) = mpa::endpoint::startup_failure_terminate(sm, &e) {
+        // Best effort: the connection is closing with `e` whatever happens here.
+        let _ = sock.write_all(&fpdu).and_then(|()| sock.flush());
     }
     let _ = sock.shutdown(std::net::Shutdown::Both);
     e.into()

@@ -103,6 +103,20 @@ fn accept_and_hand_over(
     (flow_id, dpc, frozen)
 }
 
+/// The final counters the datapath kept for an ended flow.
+fn ended_flow(dpc: &mut DatapathClient, flow_id: u64) -> serde_json::Value {
+    let Message::Stats { stats, .. } = dpc.request(|id| Message::GetStats { id }).unwrap() else {
+        panic!("no stats")
+    };
+    stats["ended_flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["flow_id"] == flow_id)
+        .expect("final counters kept")
+        .clone()
+}
+
 /// Runs one connection; returns the flow's final counters.
 fn run_case(bed: &TestBed, dp_socket: &Path, port: u16, c: &Case) -> serde_json::Value {
     let addr = SocketAddr::new(bed.addr_b(c.v6), port);
@@ -158,14 +172,7 @@ fn run_case(bed: &TestBed, dp_socket: &Path, port: u16, c: &Case) -> serde_json:
     assert_eq!(gone_id, flow_id);
     assert_eq!(mpa_error, None, "flow ended with {reason}");
     drop(frozen);
-    let Message::Stats { stats, .. } = dpc.request(|id| Message::GetStats { id }).unwrap() else {
-        panic!()
-    };
-    let ended = stats["ended_flows"].as_array().unwrap();
-    let f = ended
-        .iter()
-        .find(|f| f["flow_id"] == flow_id)
-        .expect("final counters kept");
+    let f = ended_flow(&mut dpc, flow_id);
     assert_eq!(
         f["ulpdu_digest"],
         format!("{digest:08x}"),
@@ -535,17 +542,7 @@ fn mpa_peer_connect_through_the_datapath() {
         };
         assert_eq!(mpa_error, None);
         drop(frozen);
-        let Message::Stats { stats, .. } = dpc.request(|id| Message::GetStats { id }).unwrap()
-        else {
-            panic!()
-        };
-        let f = stats["ended_flows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["flow_id"] == flow_id)
-            .unwrap()
-            .clone();
+        let f = ended_flow(&mut dpc, flow_id);
         assert_eq!(f["ulpdu_digest"], sent["ulpdu_digest"], "{f} vs {sent}");
         assert_eq!(f["fpdus"], 2000);
         assert_eq!(sent["markers_tx"], markers);
@@ -623,17 +620,7 @@ fn rev2_peer_to_peer_rtr_is_consumed_by_the_datapath() {
         };
         assert_eq!(mpa_error, None, "{rtr:?}: {reason}");
         drop(frozen);
-        let Message::Stats { stats, .. } = dpc.request(|id| Message::GetStats { id }).unwrap()
-        else {
-            panic!()
-        };
-        let f = stats["ended_flows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["flow_id"] == flow_id)
-            .unwrap()
-            .clone();
+        let f = ended_flow(&mut dpc, flow_id);
         assert_eq!(f["ulpdu_digest"], format!("{digest:08x}"));
         assert_eq!(f["fpdus"], 100, "the RTR is not delivered as data");
     }

@@ -480,20 +480,27 @@ fn initiator_failed<S: Transport>(
     sm: &InitiatorStartup,
     e: StartupError,
 ) -> EndpointError {
-    if e.disposition() == Disposition::TerminateThenClose {
-        if let Some(fr) = sm.framing() {
-            let ulpdu = terminate_ulpdu(e.code(), 1, fr.ddp_rdmap_version);
-            let mut out = Vec::new();
-            if FpduEncoder::new(fr.markers_tx)
-                .encode(&ulpdu, &mut out)
-                .is_ok()
-            {
-                // Best effort: the connection is closing with `e` whatever happens here.
-                let _ = io.write_all(&out).and_then(|()| io.flush());
-            }
-        }
+    if let Some(fpdu) = startup_failure_terminate(sm, &e) {
+        // Best effort: the connection is closing with `e` whatever happens here.
+        let _ = io.write_all(&fpdu).and_then(|()| io.flush());
     }
     e.into()
+}
+
+/// The Terminate FPDU an Initiator sends when its startup fails with a disposition of
+/// "terminate, then close" (codes 6 and 7, RFC 6581 §9.1, §9.2), framed as negotiated; `None`
+/// for every other failure.
+pub fn startup_failure_terminate(sm: &InitiatorStartup, e: &StartupError) -> Option<Vec<u8>> {
+    if e.disposition() != Disposition::TerminateThenClose {
+        return None;
+    }
+    let fr = sm.framing()?;
+    let ulpdu = terminate_ulpdu(e.code(), 1, fr.ddp_rdmap_version);
+    let mut out = Vec::new();
+    FpduEncoder::new(fr.markers_tx)
+        .encode(&ulpdu, &mut out)
+        .ok()?;
+    Some(out)
 }
 
 /// A blocking byte stream with read timeouts: what [`MpaStream`] runs over.
