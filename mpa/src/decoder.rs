@@ -38,6 +38,15 @@ pub enum DecodeError {
         /// FPDUPTR implied by ULPDU_Length framing.
         expected: u16,
     },
+    /// Error 3: an FPDU that its markers located at stream position `located` (and that was
+    /// placed out of order) is not where ULPDU_Length framing puts the next FPDU.
+    #[error("the FPDU markers located at stream position {located} is not on the ULPDU_Length chain (next FPDU boundary after {chain})")]
+    Misframed {
+        /// Where the markers put the FPDU.
+        located: u32,
+        /// Where the in-order chain stands (start of the FPDU it is inside).
+        chain: u32,
+    },
     /// The caller dropped a [`Chunk`] before draining it; the stream position is lost.
     #[error("a chunk was dropped before all its FPDUs were taken")]
     Abandoned,
@@ -48,7 +57,9 @@ impl DecodeError {
     pub fn code(&self) -> MpaErrorCode {
         match self {
             DecodeError::Crc { .. } => MpaErrorCode::CrcMismatch,
-            DecodeError::Marker { .. } => MpaErrorCode::MarkerMismatch,
+            DecodeError::Marker { .. } | DecodeError::Misframed { .. } => {
+                MpaErrorCode::MarkerMismatch
+            }
             DecodeError::Abandoned => MpaErrorCode::LocalCatastrophic,
         }
     }
@@ -130,6 +141,30 @@ impl FpduDecoder {
     /// Counters.
     pub fn stats(&self) -> DecoderStats {
         self.stats
+    }
+
+    /// Steps over `wire_len` octets holding one FPDU that was already verified and consumed
+    /// out of order (marker-guided placement, DESIGN.md): the in-order chain must reach it
+    /// exactly at an FPDU boundary. Fails with error 3 when ULPDU_Length (the chain) and the
+    /// markers (which located the FPDU) disagree on where it starts: octets of an earlier FPDU
+    /// are still buffered (RFC 5044 §8: checked when an out-of-order gap closes). The error
+    /// is sticky like any other.
+    pub fn skip_verified(&mut self, wire_len: usize) -> Result<(), DecodeError> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        if self.buffered() > 0 {
+            let e = DecodeError::Misframed {
+                located: self.pos.wrapping_add(self.buffered() as u32),
+                chain: self.pos,
+            };
+            self.error = Some(e);
+            return Err(e);
+        }
+        self.pos = self.pos.wrapping_add(wire_len as u32);
+        self.stats.fpdus += 1;
+        self.stats.wire_octets += wire_len as u64;
+        Ok(())
     }
 
     /// Offers the next octets of the stream. Take ULPDUs with [`Chunk::next_ulpdu`] until it
