@@ -425,7 +425,9 @@ impl MpaRx<'_> {
                 Err(e) => {
                     match e {
                         DecodeError::Crc { .. } => self.stats.crc_errors += 1,
-                        DecodeError::Marker { .. } => self.stats.marker_errors += 1,
+                        DecodeError::Marker { .. } | DecodeError::Misframed { .. } => {
+                            self.stats.marker_errors += 1
+                        }
                         DecodeError::Abandoned => {}
                     }
                     self.failure = Some(e.code());
