@@ -1,17 +1,21 @@
 //! `mpa-peer`: the MPA reference peer over kernel TCP.
 //!
 //! * `listen`: Responder; prints one JSON line per connection when it ends.
-//! * `connect`: Initiator; sends N DDP tagged RDMA Writes with a deterministic payload, closes,
-//!   and prints one JSON line.
+//! * `connect`: Initiator; sends N DDP tagged RDMA Writes (`--op write`) or untagged Sends
+//!   (`--op send`) with the deterministic payload of [`mpa::pattern`], closes, and prints one
+//!   JSON line. When the Responder's Reply carries a region advertisement
+//!   ([`mpa::wire::region_ad`]) the Writes go into the advertised region.
 #![forbid(unsafe_code)]
 
 use anyhow::{bail, Context};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use mpa::crc::crc32c_append;
 use mpa::endpoint::{EndpointConfig, EndpointError, MpaStream};
-use mpa::startup::{Negotiated, StartupPolicy};
-use mpa::wire::ddp::{DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN};
+use mpa::pattern::PatternTable;
+use mpa::startup::{Negotiated, RtrType, StartupPolicy};
+use mpa::wire::ddp::{queue, DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use mpa::wire::fpdu::MAX_ULPDU;
+use mpa::wire::region_ad::{self, RegionAd};
 use serde::Serialize;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::ExitCode;
@@ -33,7 +37,7 @@ struct Cli {
 enum Cmd {
     /// Responder: accept connections, run the startup phase, receive ULPDUs.
     Listen(ListenArgs),
-    /// Initiator: connect, run the startup phase, send RDMA Writes, close.
+    /// Initiator: connect, run the startup phase, send RDMA Writes or Sends, close.
     Connect(ConnectArgs),
 }
 
@@ -69,11 +73,35 @@ struct ListenArgs {
     /// Connections to serve before exiting (0 = forever).
     #[arg(long, default_value_t = 1)]
     connections: u64,
-    /// Private data for the accepting Reply.
+    /// Private data for the accepting Reply (after the advertisement with --advertise).
     #[arg(long)]
     private_data: Option<String>,
+    /// Advertise a region in the accepting Reply's private data (mpa::wire::region_ad): STag
+    /// and length (decimal or 0x hex; base TO 0; RDMA Writes accepted), and with RECVSIZE > 0
+    /// Sends accepted into receive buffers of RECVSIZE octets. Received ULPDUs are still only
+    /// digested, not placed.
+    #[arg(long, value_name = "STAG:LEN[:RECVSIZE]", value_parser = parse_advertise)]
+    advertise: Option<RegionAd>,
     #[command(flatten)]
     common: Common,
+}
+
+/// What `connect` sends.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Op {
+    /// Tagged RDMA Writes (RDMAP opcode 0).
+    Write,
+    /// Untagged Sends (RDMAP opcode 3) on QN 0, MSN from 1.
+    Send,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Write => "write",
+            Op::Send => "send",
+        }
+    }
 }
 
 #[derive(Args)]
@@ -84,10 +112,14 @@ struct ConnectArgs {
     /// ULPDUs to send.
     #[arg(long)]
     count: u64,
-    /// ULPDU size in octets (DDP header included; sizes below 14 are sent as opaque ULPDUs
-    /// too short for a DDP header, for framing tests).
+    /// ULPDU size in octets, DDP header included (14 octets for Writes, 18 for Sends). With
+    /// --op write and no advertisement, sizes below 14 are sent as opaque ULPDUs too short for
+    /// a DDP header, for framing tests.
     #[arg(long)]
     size: usize,
+    /// RDMA Writes (to the advertised region, else STag 1 with TO advancing) or Sends.
+    #[arg(long, value_enum, default_value_t = Op::Write)]
+    op: Op,
     /// Private data for the Request.
     #[arg(long)]
     private_data: Option<String>,
@@ -114,7 +146,33 @@ struct Report {
     rtr: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     mulpdu: Option<usize>,
+    /// connect: the operation sent; listen: the operation received ("write", "send", "other",
+    /// or "mixed"), absent when no ULPDU arrived.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    op: Option<&'static str>,
+    /// The region advertisement used (connect) or sent (listen).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    region: Option<RegionReport>,
     seconds: f64,
+}
+
+#[derive(Serialize, Clone, Copy)]
+struct RegionReport {
+    stag: u32,
+    len: u64,
+    base_to: u64,
+    recv_buf_size: u32,
+}
+
+impl From<&RegionAd> for RegionReport {
+    fn from(ad: &RegionAd) -> Self {
+        RegionReport {
+            stag: ad.stag,
+            len: ad.len,
+            base_to: ad.base_to,
+            recv_buf_size: ad.recv_buf_size,
+        }
+    }
 }
 
 impl Report {
@@ -133,11 +191,7 @@ impl Report {
     }
 }
 
-fn config(
-    c: &Common,
-    private_data: Option<&str>,
-    default_rev: u8,
-) -> anyhow::Result<EndpointConfig> {
+fn config(c: &Common, private_data: Vec<u8>, default_rev: u8) -> anyhow::Result<EndpointConfig> {
     let rev = c.rev.unwrap_or(default_rev);
     if c.p2p && rev < 2 {
         bail!("--p2p needs --rev 2");
@@ -152,7 +206,6 @@ fn config(
         ..StartupPolicy::default()
     };
     policy.validate().context("policy")?;
-    let private_data = private_data.unwrap_or("").as_bytes().to_vec();
     if private_data.len() > 512 {
         bail!(
             "private data is {} octets, at most 512 fit in a startup frame",
@@ -194,9 +247,44 @@ fn emit(report: &Report) {
     }
 }
 
+/// `--advertise STAG:LEN[:RECVSIZE]`.
+fn parse_advertise(s: &str) -> Result<RegionAd, String> {
+    fn num<T: TryFrom<u64>>(what: &str, v: &str) -> Result<T, String> {
+        let n = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+            Some(hex) => u64::from_str_radix(hex, 16),
+            None => v.parse::<u64>(),
+        }
+        .map_err(|e| format!("{what} {v:?}: {e}"))?;
+        T::try_from(n).map_err(|_| format!("{what} {v} is too large"))
+    }
+    let parts: Vec<&str> = s.split(':').collect();
+    let (stag, len, recv) = match parts[..] {
+        [stag, len] => (stag, len, "0"),
+        [stag, len, recv] => (stag, len, recv),
+        _ => return Err(format!("expected STAG:LEN[:RECVSIZE], got {s:?}")),
+    };
+    let recv_buf_size: u32 = num("RECVSIZE", recv)?;
+    let ad = RegionAd {
+        writes: true,
+        sends: recv_buf_size > 0,
+        stag: num("STAG", stag)?,
+        len: num("LEN", len)?,
+        base_to: 0,
+        recv_buf_size,
+    };
+    ad.check().map_err(|e| e.to_string())?;
+    Ok(ad)
+}
+
 /// Serves connections; returns whether all ended without error.
 fn listen(a: ListenArgs) -> anyhow::Result<bool> {
-    let cfg = config(&a.common, a.private_data.as_deref(), 2)?;
+    let mut private_data = Vec::new();
+    if let Some(ad) = &a.advertise {
+        private_data.extend_from_slice(&ad.emit());
+    }
+    private_data.extend_from_slice(a.private_data.as_deref().unwrap_or("").as_bytes());
+    let cfg = config(&a.common, private_data, 2)?;
+    let region = a.advertise.as_ref().map(RegionReport::from);
     let listener = TcpListener::bind(a.bind).with_context(|| format!("bind {}", a.bind))?;
     // Tests and scripts read the bound address (with --bind ...:0) from this line.
     eprintln!("mpa-peer: listening on {}", listener.local_addr()?);
@@ -209,7 +297,8 @@ fn listen(a: ListenArgs) -> anyhow::Result<bool> {
         let cfg = cfg.clone();
         let tx = tx.clone();
         std::thread::spawn(move || {
-            let report = serve(sock, peer, &cfg, timeout);
+            let mut report = serve(sock, peer, &cfg, timeout);
+            report.region = region;
             let ok = report.error.is_none();
             emit(&report);
             if let Some(e) = &report.error {
@@ -231,10 +320,20 @@ fn serve(sock: TcpStream, peer: SocketAddr, cfg: &EndpointConfig, timeout: Durat
     };
     let _ = sock.set_nodelay(true);
     let mut digest = 0u32;
+    let mut op: Option<&'static str> = None;
     let r = (|| -> Result<(), EndpointError> {
         let mut s = MpaStream::accept(sock, cfg)?;
         report.negotiated(s.negotiated());
+        let version = s.negotiated().ddp_rdmap_version;
         while let Some(_n) = s.recv_with(Some(timeout), |u| {
+            let mut head = [0u8; UNTAGGED_HEADER_LEN];
+            let k = u.copy_prefix(&mut head);
+            let this = classify(&head[..k], version);
+            op = match op {
+                None => Some(this),
+                Some(o) if o == this => Some(o),
+                Some(_) => Some("mixed"),
+            };
             for p in u.pieces() {
                 digest = crc32c_append(digest, p);
             }
@@ -247,42 +346,145 @@ fn serve(sock: TcpStream, peer: SocketAddr, cfg: &EndpointConfig, timeout: Durat
     if let Err(e) = r {
         report.fail(&e);
     }
+    report.op = op;
     report.ulpdu_digest = format!("{digest:08x}");
     report.seconds = t0.elapsed().as_secs_f64();
     report
 }
 
-/// The deterministic payload octet at message offset `i` of ULPDU number `n`.
-#[cfg(test)]
-fn pattern(n: u64, i: usize) -> u8 {
-    ((n as usize)
-        .wrapping_mul(131)
-        .wrapping_add(i.wrapping_mul(7))
-        .wrapping_add(3)
-        % 251) as u8
+/// What a received ULPDU is, from its first octets: "write" (tagged RDMA Write), "send"
+/// (untagged Send on QN 0) or "other".
+fn classify(head: &[u8], version: u8) -> &'static str {
+    match DdpRepr::parse(head, version) {
+        Ok((
+            DdpRepr::Tagged {
+                opcode: RdmapOpcode::RdmaWrite,
+                ..
+            },
+            _,
+        )) => "write",
+        Ok((
+            DdpRepr::Untagged {
+                opcode: RdmapOpcode::Send,
+                qn: queue::SEND,
+                ..
+            },
+            _,
+        )) => "send",
+        _ => "other",
+    }
 }
 
-/// The same octets, sliced out of one precomputed table: `pattern(n, i)` is periodic in `i`
-/// with period 251 and ULPDU `n` starts `198·n mod 251` into the period (7·198 ≡ 131), so the
-/// sender copies instead of computing each octet.
-struct PatternTable(Vec<u8>);
+/// What each ULPDU `connect` sends is.
+enum Plan {
+    /// Below the tagged header, without an advertisement: opaque octets (framing tests).
+    Opaque,
+    /// RDMA Writes of `payload` octets: into the advertised region, or to STag 1 at a TO
+    /// advancing by `payload` from 0.
+    Write {
+        ad: Option<RegionAd>,
+        payload: usize,
+    },
+    /// Sends of `payload` octets on QN 0; `send_rtr`: the RTR took MSN 1.
+    Send { payload: usize, send_rtr: bool },
+}
 
-impl PatternTable {
-    fn new(len: usize) -> Self {
-        PatternTable((0..len + 251).map(|j| ((j * 7 + 3) % 251) as u8).collect())
+/// Decides what to send from the operation, the ULPDU size and the Reply; `Err` is the
+/// message for a combination the advertisement (or the size) rules out.
+fn plan(op: Op, size: usize, ad: Option<&RegionAd>, neg: &Negotiated) -> Result<Plan, String> {
+    match op {
+        Op::Write => {
+            let Some(ad) = ad else {
+                return Ok(if size < TAGGED_HEADER_LEN {
+                    Plan::Opaque
+                } else {
+                    Plan::Write {
+                        ad: None,
+                        payload: size - TAGGED_HEADER_LEN,
+                    }
+                });
+            };
+            if !ad.writes {
+                return Err(format!(
+                    "--op write: the Responder's region advertisement (STag {:#x}) does not \
+                     accept RDMA Writes (flag 0x01 clear)",
+                    ad.stag
+                ));
+            }
+            let Some(payload) = size.checked_sub(TAGGED_HEADER_LEN) else {
+                return Err(format!(
+                    "--op write: --size {size} is below the {TAGGED_HEADER_LEN}-octet tagged \
+                     DDP header, so no RDMA Write can be placed in the advertised region"
+                ));
+            };
+            if region_ad::write_to(ad, 0, payload as u64).is_none() {
+                return Err(format!(
+                    "--op write: an RDMA Write payload of {payload} octets (--size {size} \
+                     minus the {TAGGED_HEADER_LEN}-octet header) does not fit the advertised \
+                     region of {} octets (STag {:#x})",
+                    ad.len, ad.stag
+                ));
+            }
+            Ok(Plan::Write {
+                ad: Some(*ad),
+                payload,
+            })
+        }
+        Op::Send => {
+            // `connect` refuses sizes below the untagged header before connecting.
+            let payload = size.saturating_sub(UNTAGGED_HEADER_LEN);
+            if let Some(ad) = ad {
+                if !ad.sends {
+                    return Err(format!(
+                        "--op send: the Responder's region advertisement (STag {:#x}) does \
+                         not accept Sends (flag 0x02 clear: no receive buffers posted)",
+                        ad.stag
+                    ));
+                }
+                if payload as u64 > u64::from(ad.recv_buf_size) {
+                    return Err(format!(
+                        "--op send: a Send payload of {payload} octets (--size {size} minus \
+                         the {UNTAGGED_HEADER_LEN}-octet header) exceeds the advertised \
+                         receive buffer size of {} octets",
+                        ad.recv_buf_size
+                    ));
+                }
+            }
+            Ok(Plan::Send {
+                payload,
+                send_rtr: neg.rtr == Some(RtrType::ZeroLengthSend),
+            })
+        }
     }
+}
 
-    fn payload(&self, n: u64, len: usize) -> &[u8] {
-        let k = ((n % 251) * 198 % 251) as usize;
-        &self.0[k..k + len]
+/// Why `connect` stopped early.
+enum ConnectError {
+    /// A protocol or I/O error from the endpoint.
+    Mpa(EndpointError),
+    /// Our own refusal (the advertisement rules the operation out).
+    Refused(String),
+}
+
+impl From<EndpointError> for ConnectError {
+    fn from(e: EndpointError) -> Self {
+        ConnectError::Mpa(e)
     }
 }
 
 fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
-    let cfg = config(&a.common, a.private_data.as_deref(), 1)?;
+    let private_data = a.private_data.as_deref().unwrap_or("").as_bytes().to_vec();
+    let cfg = config(&a.common, private_data, 1)?;
     if a.size > MAX_ULPDU {
         bail!(
             "--size {} exceeds the 64768-octet ULPDU maximum (RFC 5044 §3)",
+            a.size
+        );
+    }
+    if a.op == Op::Send && a.size < UNTAGGED_HEADER_LEN {
+        bail!(
+            "--op send needs --size of at least {UNTAGGED_HEADER_LEN} octets (the untagged DDP \
+             header); --size {} is too small",
             a.size
         );
     }
@@ -292,31 +494,60 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
     sock.set_nodelay(true)?;
     let mut report = Report {
         peer: a.to.to_string(),
+        op: Some(a.op.name()),
         ..Report::default()
     };
     let mut digest = 0u32;
-    let r = (|| -> Result<(), EndpointError> {
+    let r = (|| -> Result<(), ConnectError> {
         let mut s = MpaStream::connect(sock, &cfg)?;
         report.negotiated(s.negotiated());
         report.mulpdu = Some(s.mulpdu());
+        let neg = s.negotiated();
+        let ad = match RegionAd::parse(&neg.peer_private_data) {
+            Ok(ad) => ad,
+            Err(e) => {
+                return Err(ConnectError::Refused(format!(
+                    "the Reply's private data holds a malformed region advertisement: {e}"
+                )))
+            }
+        };
+        if let Some(ad) = &ad {
+            report.region = Some(RegionReport::from(ad));
+            // The private data after the advertisement.
+            report.private_data = Some(
+                String::from_utf8_lossy(&neg.peer_private_data[region_ad::LEN..]).into_owned(),
+            );
+        }
+        let plan = plan(a.op, a.size, ad.as_ref(), neg).map_err(ConnectError::Refused)?;
+        let version = neg.ddp_rdmap_version;
         let mut ulpdu = vec![0u8; a.size];
         let table = PatternTable::new(a.size);
-        let mut to = 0u64;
         for n in 0..a.count {
-            if a.size >= TAGGED_HEADER_LEN {
-                let h = DdpRepr::Tagged {
-                    last: true,
-                    opcode: RdmapOpcode::RdmaWrite,
-                    stag: 1,
-                    to,
-                };
-                h.emit(&mut ulpdu, s.negotiated().ddp_rdmap_version);
-                let len = a.size - TAGGED_HEADER_LEN;
-                ulpdu[TAGGED_HEADER_LEN..].copy_from_slice(table.payload(n, len));
-                to += (a.size - TAGGED_HEADER_LEN) as u64;
-            } else {
-                ulpdu.copy_from_slice(table.payload(n, a.size));
-            }
+            let (h, payload) = match plan {
+                Plan::Opaque => (None, a.size),
+                Plan::Write {
+                    ad: Some(ref ad),
+                    payload,
+                } => (
+                    // `plan` checked that one payload fits, so every write_to is Some.
+                    Some(region_ad::write_repr(ad, n, payload as u64).expect("fits the region")),
+                    payload,
+                ),
+                Plan::Write { ad: None, payload } => (
+                    Some(DdpRepr::Tagged {
+                        last: true,
+                        opcode: RdmapOpcode::RdmaWrite,
+                        stag: 1,
+                        to: n.wrapping_mul(payload as u64),
+                    }),
+                    payload,
+                ),
+                Plan::Send { payload, send_rtr } => {
+                    (Some(region_ad::send_repr(n, send_rtr)), payload)
+                }
+            };
+            let off = h.and_then(|h| h.emit(&mut ulpdu, version)).unwrap_or(0);
+            ulpdu[off..].copy_from_slice(table.payload(n, payload));
             digest = crc32c_append(digest, &ulpdu);
             s.send(&ulpdu)?;
         }
@@ -324,7 +555,9 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
         let st = s.stats();
         report.ulpdus = st.ulpdus_tx;
         report.ulpdu_bytes = st.ulpdu_octets_tx;
-        s.get_ref().shutdown(std::net::Shutdown::Write)?;
+        s.get_ref()
+            .shutdown(std::net::Shutdown::Write)
+            .map_err(EndpointError::from)?;
         // Wait for the peer to close; a Terminate it sends instead becomes our error.
         while s
             .recv_with(Some(Duration::from_secs(a.common.timeout)), |_| {})?
@@ -332,9 +565,16 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
         {}
         Ok(())
     })();
-    if let Err(e) = r {
-        report.fail(&e);
-        eprintln!("mpa-peer: {}: {e}", a.to);
+    match r {
+        Ok(()) => {}
+        Err(ConnectError::Mpa(e)) => {
+            report.fail(&e);
+            eprintln!("mpa-peer: {}: {e}", a.to);
+        }
+        Err(ConnectError::Refused(msg)) => {
+            eprintln!("mpa-peer: {}: {msg}", a.to);
+            report.error = Some(msg);
+        }
     }
     report.ulpdu_digest = format!("{digest:08x}");
     report.seconds = t0.elapsed().as_secs_f64();
@@ -348,13 +588,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pattern_table_matches_the_definition() {
-        let t = PatternTable::new(600);
-        for n in [0u64, 1, 2, 250, 251, 252, 65535, 1 << 33] {
-            let p = t.payload(n, 600);
-            for (i, &b) in p.iter().enumerate() {
-                assert_eq!(b, pattern(n, i), "n {n} i {i}");
-            }
-        }
+    fn advertise_argument() {
+        assert_eq!(
+            parse_advertise("0x10:4096"),
+            Ok(RegionAd {
+                writes: true,
+                sends: false,
+                stag: 0x10,
+                len: 4096,
+                base_to: 0,
+                recv_buf_size: 0
+            })
+        );
+        let ad = parse_advertise("7:1048576:2048").unwrap();
+        assert!(ad.writes && ad.sends);
+        assert_eq!((ad.stag, ad.len, ad.recv_buf_size), (7, 1 << 20, 2048));
+        assert!(!parse_advertise("7:100:0").unwrap().sends);
+        assert!(parse_advertise("7").is_err());
+        assert!(parse_advertise("7:1:2:3").is_err());
+        assert!(parse_advertise("0x100000000:1")
+            .unwrap_err()
+            .contains("too large"));
+        assert!(parse_advertise("x:1").is_err());
     }
 }

@@ -192,3 +192,141 @@ fn connect_to_nothing_fails_fast() {
     assert!(!out.status.success());
     let _ = Duration::from_secs(0);
 }
+
+#[test]
+fn writes_and_sends_against_a_region_advertisement() {
+    for (op, markers) in [
+        ("write", false),
+        ("write", true),
+        ("send", false),
+        ("send", true),
+    ] {
+        // STag 42, a 100 000-octet region (101 slots of 986 octets: the writes wrap), receive
+        // buffers of 1000 octets; ordinary private data after the advertisement.
+        let mut largs = vec![
+            "--advertise",
+            "0x2a:100000:1000",
+            "--private-data",
+            "after-ad",
+        ];
+        largs.extend(flag(markers, "--markers"));
+        let l = listen(&largs);
+        let mut cargs = vec!["--op", op, "--count", "300", "--size", "1000"];
+        cargs.extend(flag(markers, "--markers"));
+        let (c, c_ok, c_err) = connect(&l.addr, &cargs);
+        let (s, s_ok) = finish(l);
+        let ctx = format!("{op} markers {markers}: client {c} server {s} stderr {c_err}");
+        assert!(c_ok && s_ok, "{ctx}");
+        assert_eq!(c["error"], Value::Null, "{ctx}");
+        assert_eq!(s["error"], Value::Null, "{ctx}");
+        assert_eq!(c["ulpdu_digest"], s["ulpdu_digest"], "{ctx}");
+        assert_eq!(c["ulpdus"], 300, "{ctx}");
+        assert_eq!(s["ulpdus"], 300, "{ctx}");
+        assert_eq!(c["ulpdu_bytes"], 300_000, "{ctx}");
+        assert_eq!(c["op"], op, "{ctx}");
+        // The listener names what it received from the DDP headers.
+        assert_eq!(s["op"], op, "{ctx}");
+        for v in [&c, &s] {
+            assert_eq!(v["region"]["stag"], 42, "{ctx}");
+            assert_eq!(v["region"]["len"], 100_000, "{ctx}");
+            assert_eq!(v["region"]["base_to"], 0, "{ctx}");
+            assert_eq!(v["region"]["recv_buf_size"], 1000, "{ctx}");
+        }
+        assert_eq!(c["private_data"], "after-ad", "{ctx}");
+        assert_eq!(c["markers_tx"], markers, "{ctx}");
+    }
+}
+
+#[test]
+fn without_an_advertisement_writes_are_unchanged_and_sends_still_go() {
+    for op in ["write", "send"] {
+        let l = listen(&[]);
+        let (c, c_ok, c_err) = connect(&l.addr, &["--op", op, "--count", "50", "--size", "64"]);
+        let (s, s_ok) = finish(l);
+        let ctx = format!("{op}: client {c} server {s} stderr {c_err}");
+        assert!(c_ok && s_ok, "{ctx}");
+        assert_eq!(c["ulpdu_digest"], s["ulpdu_digest"], "{ctx}");
+        assert_eq!(c["op"], op, "{ctx}");
+        assert_eq!(s["op"], op, "{ctx}");
+        assert!(c.get("region").is_none(), "{ctx}");
+        assert!(s.get("region").is_none(), "{ctx}");
+    }
+    // The default is write.
+    let l = listen(&[]);
+    let (c, c_ok, _) = connect(&l.addr, &["--count", "3", "--size", "14"]);
+    let (s, _) = finish(l);
+    assert!(c_ok);
+    assert_eq!(c["op"], "write");
+    assert_eq!(s["op"], "write");
+}
+
+/// Runs `connect` against a listener advertising `ad`; the connect must fail with `needle` in
+/// both its stderr and its JSON line's error, after a startup that succeeded.
+fn refused(ad: &str, cargs: &[&str], needle: &str) {
+    let l = listen(&["--advertise", ad]);
+    let mut args = vec!["--count", "5"];
+    args.extend_from_slice(cargs);
+    let (c, c_ok, c_err) = connect(&l.addr, &args);
+    let (s, s_ok) = finish(l);
+    let ctx = format!("{ad} {cargs:?}: client {c} server {s} stderr {c_err}");
+    assert!(!c_ok, "{ctx}");
+    assert!(c_err.contains(needle), "{ctx}");
+    assert!(c["error"].as_str().unwrap_or("").contains(needle), "{ctx}");
+    assert_eq!(c["ulpdus"], 0, "{ctx}");
+    assert!(c["region"].is_object(), "{ctx}");
+    // Nothing was sent; the Responder saw an orderly close.
+    assert!(s_ok, "{ctx}");
+    assert_eq!(s["ulpdus"], 0, "{ctx}");
+}
+
+#[test]
+fn writes_that_do_not_fit_the_region_are_refused() {
+    // Payload 186 octets, region 100.
+    refused("7:100", &["--op", "write", "--size", "200"], "does not fit");
+}
+
+#[test]
+fn operations_the_advertisement_rules_out_are_refused() {
+    refused(
+        "7:100",
+        &["--op", "send", "--size", "50"],
+        "does not accept Sends",
+    );
+    // Payload 32 octets, buffers of 31.
+    refused(
+        "7:100:31",
+        &["--op", "send", "--size", "50"],
+        "receive buffer size",
+    );
+    refused("7:100:31", &["--op", "write", "--size", "10"], "tagged");
+}
+
+#[test]
+fn send_smaller_than_the_untagged_header_is_refused() {
+    let out = Command::new(BIN)
+        .args([
+            "connect",
+            "--to",
+            "127.0.0.1:9",
+            "--op",
+            "send",
+            "--count",
+            "1",
+            "--size",
+            "10",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--op send needs --size of at least 18"),
+        "{err}"
+    );
+    let out = Command::new(BIN)
+        .args(["listen", "--bind", "127.0.0.1:0", "--advertise", "1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("STAG:LEN"));
+}
