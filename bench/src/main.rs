@@ -180,6 +180,7 @@ fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
         tcp: TcpConfig::default(),
         verify_checksums: true,
         pin_cpus: false,
+        max_region_bytes: mpa_datapath::server::DEFAULT_MAX_REGION_BYTES,
     };
     let dp = run_in_netns(&bed.ns_b, move || Datapath::start(cfg))??;
     let addr = SocketAddr::new(bed.addr_b(false), PORT);
@@ -197,7 +198,7 @@ fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
             ..StartupPolicy::default()
         };
         let (o, dpc) = run_in_netns(&ns_b, move || {
-            let o = respond_and_hand_over(sock, policy, Vec::new(), &mut dpc);
+            let o = respond_and_hand_over(sock, policy, Vec::new(), None, &mut dpc);
             (o, dpc)
         })?;
         let o = o?;

@@ -65,6 +65,7 @@ fn datapath_config(bed: &TestBed, socket: &Path) -> DatapathConfig {
         tcp: TcpConfig::default(),
         verify_checksums: true,
         pin_cpus: false,
+        max_region_bytes: mpa_datapath::server::DEFAULT_MAX_REGION_BYTES,
     }
 }
 

@@ -53,6 +53,7 @@ fn start_datapath(bed: &TestBed) -> (Datapath, PathBuf) {
             tcp: TcpConfig::default(),
             verify_checksums: true,
             pin_cpus: false,
+            max_region_bytes: mpa_datapath::server::DEFAULT_MAX_REGION_BYTES,
         };
         match run_in_netns(&bed.ns_b, move || Datapath::start(cfg)).unwrap() {
             Ok(dp) => return (dp, path),
@@ -369,7 +370,7 @@ fn initiator(
     let mut dpc = DatapathClient::connect(dp_socket, Duration::from_secs(20)).unwrap();
     let private_data = private_data.to_vec();
     run_in_netns(&bed.ns_b, move || {
-        let r = connect_and_hand_over(to, policy, private_data, &mut dpc);
+        let r = connect_and_hand_over(to, policy, private_data, None, &mut dpc);
         (r.unwrap(), dpc)
     })
     .unwrap()
@@ -434,6 +435,7 @@ fn rtr_reaches_the_responder_and_its_data_reaches_the_initiator_flow() {
             flow_id: g,
             mpa_error,
             reason,
+            ..
         })) = gone
         else {
             panic!("{gone:?}")

@@ -17,6 +17,10 @@
 //! private_data_prefix = "iser"  # or: private_data_max_len = 64 (not both)
 //! reject_reason = "not for us"
 //! reply_private_data = "welcome"
+//! pd = 1                        # protection domain of its connections (placement)
+//! advertise_region = true       # put a region advertisement (mpa::wire::region_ad) in the
+//!                               # Reply: the lowest STag of domain `pd` with remote write
+//! advertise_recv_size = 4096    # ... and say Sends are accepted into buffers of this size
 //! ```
 //!
 //! Every error names the key it is about; listener keys are prefixed with the listener's
@@ -90,6 +94,12 @@ pub struct ListenerConfig {
     pub policy: StartupPolicy,
     /// The private data of an accepting Reply.
     pub reply_private_data: Vec<u8>,
+    /// Protection domain of its connections: their RDMA messages place into its regions.
+    pub pd: Option<u32>,
+    /// Advertise a region of `pd` in the accepting Reply.
+    pub advertise_region: bool,
+    /// Receive buffer size to advertise for Sends (0: Sends not advertised).
+    pub advertise_recv_size: u32,
 }
 
 #[derive(Debug, Deserialize)]
@@ -117,6 +127,9 @@ struct RawListener {
     private_data_max_len: Option<usize>,
     reject_reason: Option<String>,
     reply_private_data: Option<String>,
+    pd: Option<u32>,
+    advertise_region: Option<bool>,
+    advertise_recv_size: Option<u32>,
 }
 
 impl Config {
@@ -305,13 +318,36 @@ fn listener(
         }
         policy.reject_reason = r.into_bytes();
     }
+    let advertise_region = l.advertise_region.unwrap_or(false);
+    if advertise_region && l.pd.is_none() {
+        return Err(invalid(
+            "advertise_region",
+            "needs `pd`: the region advertised is one of that protection domain".into(),
+        ));
+    }
+    if l.advertise_recv_size.is_some() && !advertise_region {
+        return Err(invalid(
+            "advertise_recv_size",
+            "needs advertise_region = true".into(),
+        ));
+    }
     let reply_private_data = l.reply_private_data.unwrap_or_default().into_bytes();
-    if reply_private_data.len() > pd_max {
+    let ad_len = if advertise_region {
+        mpa::wire::region_ad::LEN
+    } else {
+        0
+    };
+    if reply_private_data.len() + ad_len > pd_max {
         return Err(invalid(
             "reply_private_data",
             format!(
-                "{} octets exceed the {pd_max} a Reply can carry",
-                reply_private_data.len()
+                "{} octets{} exceed the {pd_max} a Reply can carry",
+                reply_private_data.len(),
+                if ad_len > 0 {
+                    " and the region advertisement"
+                } else {
+                    ""
+                }
             ),
         ));
     }
@@ -323,6 +359,9 @@ fn listener(
         bind,
         policy,
         reply_private_data,
+        pd: l.pd,
+        advertise_region,
+        advertise_recv_size: l.advertise_recv_size.unwrap_or(0),
     })
 }
 

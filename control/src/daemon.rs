@@ -219,6 +219,40 @@ fn accept_loop(
     }
 }
 
+/// The accepting Reply's private data: the listener's, after a region advertisement
+/// (`mpa::wire::region_ad`) when the listener asks for one: the lowest STag of its domain
+/// that allows remote writes.
+fn reply_private_data(lc: &ListenerConfig, dp: &mut DatapathClient) -> Result<Vec<u8>, String> {
+    let (true, Some(pd)) = (lc.advertise_region, lc.pd) else {
+        return Ok(lc.reply_private_data.clone());
+    };
+    let regions = match dp.request(|id| Message::ListRegions { id, pd: Some(pd) }) {
+        Ok(Message::Regions { regions, .. }) => regions,
+        Ok(m) => return Err(format!("datapath answered {m:?} to ListRegions")),
+        Err(e) => return Err(format!("cannot list the regions of domain {pd}: {e}")),
+    };
+    let Some(r) = regions
+        .iter()
+        .filter(|r| r.remote_write && r.pd == pd)
+        .min_by_key(|r| r.stag)
+    else {
+        return Err(format!(
+            "advertise_region: domain {pd} has no region that allows remote writes"
+        ));
+    };
+    let ad = mpa::wire::region_ad::RegionAd {
+        writes: true,
+        sends: lc.advertise_recv_size > 0,
+        stag: r.stag,
+        len: r.len,
+        base_to: 0,
+        recv_buf_size: lc.advertise_recv_size,
+    };
+    let mut v = ad.emit().to_vec();
+    v.extend_from_slice(&lc.reply_private_data);
+    Ok(v)
+}
+
 /// Sets up one connection (its own thread).
 fn setup(
     sock: TcpStream,
@@ -246,12 +280,15 @@ fn setup(
     // Longer than the link's own limit: the link decides when the datapath is gone.
     match DatapathClient::over(ours, 2 * ANSWER_TIMEOUT) {
         Ok(mut dp) => {
-            match respond_and_hand_over(
-                sock,
-                lc.policy.clone(),
-                lc.reply_private_data.clone(),
-                &mut dp,
-            ) {
+            let reply_pd = match reply_private_data(lc, &mut dp) {
+                Ok(pd) => pd,
+                Err(e) => {
+                    // Closing without a Reply: the Initiator's startup fails at once.
+                    tracing::warn!(%peer, %bind, "refused: {e}");
+                    return;
+                }
+            };
+            match respond_and_hand_over(sock, lc.policy.clone(), reply_pd, lc.pd, &mut dp) {
                 Ok(Outcome::HandedOver {
                     flow_id,
                     frozen,
@@ -347,8 +384,15 @@ fn id_mut(m: &mut Message) -> Option<&mut u64> {
         | Message::GetStats { id }
         | Message::Stats { id, .. }
         | Message::Ok { id }
-        | Message::Error { id, .. } => Some(id),
-        Message::Hello { .. } | Message::FlowGone { .. } => None,
+        | Message::Error { id, .. }
+        | Message::CreateRegion { id, .. }
+        | Message::RegionCreated { id, .. }
+        | Message::DestroyRegion { id, .. }
+        | Message::ListRegions { id, .. }
+        | Message::Regions { id, .. }
+        | Message::PostRecv { id, .. }
+        | Message::Subscribe { id, .. } => Some(id),
+        Message::Hello { .. } | Message::FlowGone { .. } | Message::Completions { .. } => None,
     }
 }
 
@@ -602,6 +646,7 @@ impl Link {
             flow_id,
             mpa_error,
             reason,
+            ..
         } = &m
         {
             if let Some(h) = self.held.remove(flow_id) {

@@ -154,6 +154,8 @@ fn answer_id(m: &Message) -> Option<u64> {
         Message::FlowAdopted { id, .. }
         | Message::HandedOver { id, .. }
         | Message::Stats { id, .. }
+        | Message::Regions { id, .. }
+        | Message::RegionCreated { id, .. }
         | Message::Ok { id }
         | Message::Error { id, .. } => Some(*id),
         _ => None,

@@ -27,7 +27,8 @@ pub(crate) fn frame_want(frame: &[u8]) -> usize {
 /// Hands the quiet connection `sock` (startup done) to the datapath. `reply_frame` is what a
 /// Responder's flow sends first (empty for an Initiator); `rtr` names the RTR indications
 /// (`RtrType`'s Debug form): the one an Initiator's flow sends first, or those a Responder's
-/// flow accepts. Returns the flow id and the frozen socket, which the caller keeps until the
+/// flow accepts; `pd` the protection domain whose regions and posted buffers the flow
+/// places into (`None`: no placement). Returns the flow id and the frozen socket, which the caller keeps until the
 /// datapath reports the flow gone.
 pub(crate) fn hand_over(
     sock: TcpStream,
@@ -36,6 +37,7 @@ pub(crate) fn hand_over(
     negotiated: &Negotiated,
     reply_frame: Vec<u8>,
     rtr: Vec<String>,
+    pd: Option<u32>,
 ) -> Result<(u64, FrozenSocket), SetupError> {
     let local = sock.local_addr()?;
     let remote = sock.peer_addr()?;
@@ -64,6 +66,7 @@ pub(crate) fn hand_over(
             ddp_rdmap_version: negotiated.ddp_rdmap_version,
             reply_frame,
             rtr,
+            pd,
         };
         let handover = Box::new(HandOver {
             flow_id,

@@ -43,6 +43,7 @@ pub fn connect_and_hand_over(
     to: SocketAddr,
     policy: StartupPolicy,
     private_data: Vec<u8>,
+    pd: Option<u32>,
     dp: &mut DatapathClient,
 ) -> Result<InitiatorOutcome, SetupError> {
     let timeout = policy.startup_timeout;
@@ -104,7 +105,7 @@ pub fn connect_and_hand_over(
     sock.set_read_timeout(None)?;
     // RFC 6581 §9.2: the datapath sends this RTR as the very first FPDU.
     let rtr = negotiated.rtr.iter().map(|r| format!("{r:?}")).collect();
-    let (flow_id, frozen) = hand_over(sock, dp, Role::Initiator, &negotiated, Vec::new(), rtr)?;
+    let (flow_id, frozen) = hand_over(sock, dp, Role::Initiator, &negotiated, Vec::new(), rtr, pd)?;
     Ok(InitiatorOutcome::HandedOver {
         flow_id,
         frozen,

@@ -102,6 +102,10 @@ struct ConnectArgs {
     /// Private data for the Request.
     #[arg(long)]
     private_data: Option<String>,
+    /// Protection domain of the connection: the peer's RDMA Writes and Sends place into its
+    /// registered regions and posted buffers.
+    #[arg(long)]
+    pd: Option<u32>,
     /// Seconds allowed for the TCP connect and for the wait for the Reply.
     #[arg(long, default_value_t = 10)]
     timeout: u64,
@@ -333,7 +337,7 @@ fn connect(a: &ConnectArgs) -> Result<(), String> {
     }
     let (mut dp, path) = a.target.connect()?;
     let private_data = a.private_data.clone().unwrap_or_default().into_bytes();
-    let outcome = connect_and_hand_over(a.to, policy, private_data, &mut dp)
+    let outcome = connect_and_hand_over(a.to, policy, private_data, a.pd, &mut dp)
         .map_err(|e| format!("connect {}: {e}", a.to))?;
     let (flow_id, frozen, n) = match outcome {
         InitiatorOutcome::Rejected { reason } => {
@@ -387,9 +391,13 @@ fn connect(a: &ConnectArgs) -> Result<(), String> {
                 flow_id: gone,
                 mpa_error,
                 reason,
+                terminate,
             }) if gone == flow_id => {
                 drop(frozen);
                 return match mpa_error {
+                    None if terminate.is_some() => Err(format!(
+                        "flow {flow_id} ended with a Terminate ({terminate:?}): {reason}"
+                    )),
                     None => {
                         tracing::info!(flow_id, %reason, "flow ended");
                         Ok(())

@@ -62,11 +62,13 @@ pub enum Outcome {
     },
 }
 
-/// Runs the Responder startup on `sock` and hands the connection to the datapath.
+/// Runs the Responder startup on `sock` and hands the connection to the datapath; its flow
+/// places into protection domain `pd` (when given).
 pub fn respond_and_hand_over(
     mut sock: TcpStream,
     policy: StartupPolicy,
     reply_private_data: Vec<u8>,
+    pd: Option<u32>,
     dp: &mut DatapathClient,
 ) -> Result<Outcome, SetupError> {
     let mut sm = ResponderStartup::auto(policy, reply_private_data, Instant::now());
@@ -125,7 +127,8 @@ pub fn respond_and_hand_over(
         .iter()
         .map(|r| format!("{r:?}"))
         .collect();
-    let (flow_id, frozen) = hand_over(sock, dp, Role::Responder, &negotiated, reply_frame, rtr)?;
+    let (flow_id, frozen) =
+        hand_over(sock, dp, Role::Responder, &negotiated, reply_frame, rtr, pd)?;
     Ok(Outcome::HandedOver {
         flow_id,
         frozen,

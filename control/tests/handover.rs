@@ -85,8 +85,13 @@ fn accepted_connection_is_handed_over_and_the_kernel_stays_silent() {
         // The scripted datapath sits in the root namespace; neighbour lookups need ns b.
         let ns_b = bed.ns_b.clone();
         let outcome = run_in_netns(&ns_b, move || {
-            let r =
-                respond_and_hand_over(sock, StartupPolicy::default(), b"welcome".to_vec(), &mut dp);
+            let r = respond_and_hand_over(
+                sock,
+                StartupPolicy::default(),
+                b"welcome".to_vec(),
+                None,
+                &mut dp,
+            );
             (r, dp)
         })
         .unwrap();
@@ -135,7 +140,7 @@ fn rejected_request_gets_the_reason_from_the_kernel_socket() {
         reject_reason: b"missing token".to_vec(),
         ..StartupPolicy::default()
     };
-    let outcome = respond_and_hand_over(sock, policy, vec![], &mut dp).unwrap();
+    let outcome = respond_and_hand_over(sock, policy, vec![], None, &mut dp).unwrap();
     assert!(matches!(outcome, Outcome::Rejected { ref reason } if reason == b"missing token"));
     match client.join().unwrap() {
         Err(EndpointError::Rejected { private_data }) => assert_eq!(private_data, b"missing token"),
@@ -173,7 +178,8 @@ fn datapath_refusal_fails_the_setup() {
         )
         .unwrap();
     });
-    let e = respond_and_hand_over(sock, StartupPolicy::default(), vec![], &mut dp).unwrap_err();
+    let e =
+        respond_and_hand_over(sock, StartupPolicy::default(), vec![], None, &mut dp).unwrap_err();
     t.join().unwrap();
     assert!(
         matches!(

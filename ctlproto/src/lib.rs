@@ -6,7 +6,7 @@
 //! of JSON. The first message each way is [`Message::Hello`] carrying [`VERSION`]; a peer with
 //! another version is refused with [`ErrorCode::Version`]. Every message carries a request id
 //! so replies can be matched; datapath notifications use id 0.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
@@ -119,6 +119,86 @@ pub struct MpaParams {
     /// The RTR the Initiator sends first, or the ones a Responder accepts (names as in
     /// `mpa::startup::RtrType`'s Debug form).
     pub rtr: Vec<String>,
+    /// The protection domain whose registered regions the peer's RDMA messages may target
+    /// and whose posted receive buffers its Sends use; `None`: no placement (payloads are
+    /// only counted and digested).
+    #[serde(default)]
+    pub pd: Option<u32>,
+}
+
+/// One registered memory region.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionInfo {
+    /// The STag peers name it by (tagged offset 0 is its first octet).
+    pub stag: u32,
+    /// Octets.
+    pub len: u64,
+    /// Protection domain: connections of this domain may use it.
+    pub pd: u32,
+    /// RDMA Writes from the peer may place into it.
+    pub remote_write: bool,
+    /// RDMA Read Requests from the peer may read it.
+    pub remote_read: bool,
+    /// Backed by huge pages (hugetlbfs) rather than ordinary pages.
+    pub huge_pages: bool,
+}
+
+/// Where posted receive buffers go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PostTarget {
+    /// The receive queue of a connection that exists.
+    Flow(u64),
+    /// The protection domain: buffers wait there and the next connection of the domain takes
+    /// all of them at its hand-over (so Sends that arrive right after the startup find them).
+    Pd(u32),
+}
+
+/// What a completion reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompletionKind {
+    /// An RDMA Write message was placed completely (RFC 5040 has no completion for it at
+    /// the sink; we report it so that consumers can see data arrive).
+    WritePlaced,
+    /// An RDMA Read Response message was placed completely.
+    ReadResponsePlaced,
+    /// A Send (any variant) arrived completely in a posted buffer.
+    SendArrived,
+}
+
+/// One completed message, delivered in order per connection (RFC 5041 §4.1: after all its
+/// segments and all earlier messages were placed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Completion {
+    /// The connection.
+    pub flow_id: u64,
+    /// What arrived.
+    pub kind: CompletionKind,
+    /// The region placed into.
+    pub stag: u32,
+    /// Offset in the region of the message's first octet (tagged: its TO; Send: the posted
+    /// buffer's offset).
+    pub offset: u64,
+    /// Octets of the message.
+    pub len: u64,
+    /// Send: its MSN; Send with Invalidate: also the STag the peer asked to invalidate.
+    pub msn: Option<u32>,
+    /// Send with Invalidate variants: the STag named.
+    pub invalidate_stag: Option<u32>,
+}
+
+/// An RDMAP Terminate's control field (RFC 5040 §4.8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TerminateInfo {
+    /// 0 RDMAP, 1 DDP, 2 LLP (MPA).
+    pub layer: u8,
+    /// Error type.
+    pub error_type: u8,
+    /// Error code.
+    pub error_code: u8,
+    /// We sent it (true) or the peer did (false).
+    pub sent: bool,
 }
 
 /// The whole hand-over of one connection.
@@ -210,6 +290,86 @@ pub enum Message {
         mpa_error: Option<u8>,
         /// Why, in words.
         reason: String,
+        /// The Terminate that ended it, either way.
+        #[serde(default)]
+        terminate: Option<TerminateInfo>,
+    },
+    /// consumer → datapath: create a registered memory region (memfd; huge pages when the
+    /// length is a multiple of 2 MiB and hugetlbfs has room). Answered by
+    /// [`Message::RegionCreated`] carrying the memory's file descriptor (SCM_RIGHTS, see
+    /// [`read_message_with_fd`]); the region lives until [`Message::DestroyRegion`] (or the
+    /// datapath exits), independent of the requesting socket.
+    CreateRegion {
+        /// Request id.
+        id: u64,
+        /// Octets (at least 1).
+        len: u64,
+        /// Protection domain.
+        pd: u32,
+        /// Allow RDMA Writes from peers.
+        remote_write: bool,
+        /// Allow RDMA Read Requests from peers.
+        remote_read: bool,
+    },
+    /// datapath → consumer: the region, with its memory's descriptor attached.
+    RegionCreated {
+        /// Request id.
+        id: u64,
+        /// The region.
+        region: RegionInfo,
+    },
+    /// consumer → datapath: no further placement into the region (flows that target it get
+    /// an invalid-STag Terminate); its memory stays valid for whoever mapped it.
+    DestroyRegion {
+        /// Request id.
+        id: u64,
+        /// The region.
+        stag: u32,
+    },
+    /// List regions, all or of one domain.
+    ListRegions {
+        /// Request id.
+        id: u64,
+        /// Only this domain.
+        pd: Option<u32>,
+    },
+    /// The regions.
+    Regions {
+        /// Request id.
+        id: u64,
+        /// Regions.
+        regions: Vec<RegionInfo>,
+    },
+    /// consumer → datapath: post `count` receive buffers of `len` octets each, back to back in
+    /// region `stag` from `offset`, for Sends (QN 0), in MSN order.
+    PostRecv {
+        /// Request id.
+        id: u64,
+        /// A connection, or a domain's waiting list.
+        target: PostTarget,
+        /// Region.
+        stag: u32,
+        /// Offset of the first buffer.
+        offset: u64,
+        /// Octets per buffer.
+        len: u32,
+        /// Buffers.
+        count: u32,
+    },
+    /// consumer → datapath: send this client the completions of the domain's connections
+    /// (one subscriber per domain; a new one replaces the old).
+    Subscribe {
+        /// Request id.
+        id: u64,
+        /// Domain.
+        pd: u32,
+    },
+    /// datapath → subscriber (id 0): completions, in order per connection.
+    Completions {
+        /// Domain.
+        pd: u32,
+        /// Completions.
+        items: Vec<Completion>,
     },
     /// Ask for statistics.
     GetStats {
@@ -270,6 +430,91 @@ pub fn read_message(r: &mut impl Read) -> Result<Message, ProtoError> {
     Ok(serde_json::from_slice(&body)?)
 }
 
+/// Writes one framed message with a file descriptor attached to its first octet
+/// (SCM_RIGHTS). The reader must use [`read_message_with_fd`].
+pub fn write_message_with_fd(
+    s: &std::os::unix::net::UnixStream,
+    msg: &Message,
+    fd: std::os::fd::BorrowedFd<'_>,
+) -> Result<(), ProtoError> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    use std::os::fd::AsRawFd;
+    let body = serde_json::to_vec(msg)?;
+    if body.len() > MAX_MESSAGE {
+        return Err(ProtoError::TooLarge(body.len()));
+    }
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    let fds = [fd.as_raw_fd()];
+    let cmsg = [ControlMessage::ScmRights(&fds)];
+    let first = sendmsg::<()>(
+        s.as_raw_fd(),
+        &[io::IoSlice::new(&frame)],
+        &cmsg,
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )
+    .map_err(io::Error::from)?;
+    let mut w = s;
+    w.write_all(&frame[first..])?;
+    Ok(())
+}
+
+/// Reads one framed message and the descriptor attached to it, if any (see
+/// [`write_message_with_fd`]). Use it for every read on a socket that may carry
+/// descriptors: a plain read would close them. Descriptors beyond the first are closed.
+pub fn read_message_with_fd(
+    s: &std::os::unix::net::UnixStream,
+) -> Result<(Message, Option<std::os::fd::OwnedFd>), ProtoError> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let mut len = [0u8; 4];
+    let mut got = 0usize;
+    let mut fd: Option<OwnedFd> = None;
+    while got < 4 {
+        let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 4]);
+        let mut iov = [io::IoSliceMut::new(&mut len[got..])];
+        let msg = recvmsg::<()>(
+            s.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .map_err(io::Error::from)?;
+        let n = msg.bytes;
+        for c in msg.cmsgs().map_err(io::Error::from)? {
+            if let ControlMessageOwned::ScmRights(fds) = c {
+                for raw in fds {
+                    // SAFETY: the kernel just installed `raw` in our table for us (SCM_RIGHTS);
+                    // nothing else knows it, so this is its only owner.
+                    #[allow(unsafe_code)]
+                    let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+                    if fd.is_none() {
+                        fd = Some(owned);
+                    }
+                }
+            }
+        }
+        if n == 0 {
+            return Err(if got == 0 {
+                ProtoError::Closed
+            } else {
+                io::Error::from(io::ErrorKind::UnexpectedEof).into()
+            });
+        }
+        got += n;
+    }
+    let n = u32::from_be_bytes(len) as usize;
+    if n > MAX_MESSAGE {
+        return Err(ProtoError::TooLarge(n));
+    }
+    let mut body = vec![0u8; n];
+    let mut r = s;
+    r.read_exact(&mut body)?;
+    Ok((serde_json::from_slice(&body)?, fd))
+}
+
 /// Sends our Hello and checks the peer's.
 pub fn handshake<S: Read + Write>(s: &mut S, agent: &str) -> Result<String, ProtoError> {
     write_message(
@@ -327,6 +572,7 @@ mod tests {
                 ddp_rdmap_version: 1,
                 reply_frame: b"MPA ID Rep Frame\x40\x01\x00\x00".to_vec(),
                 rtr: vec!["ZeroLengthSend".into()],
+                pd: Some(3),
             },
             next_hop_mac: [2, 0, 0, 0, 0, 1],
         }
@@ -355,6 +601,57 @@ mod tests {
                 flow_id: 9,
                 mpa_error: Some(2),
                 reason: "CRC".into(),
+                terminate: Some(TerminateInfo {
+                    layer: 2,
+                    error_type: 0,
+                    error_code: 2,
+                    sent: true,
+                }),
+            },
+            Message::CreateRegion {
+                id: 7,
+                len: 1 << 20,
+                pd: 3,
+                remote_write: true,
+                remote_read: false,
+            },
+            Message::RegionCreated {
+                id: 7,
+                region: RegionInfo {
+                    stag: 0x100,
+                    len: 1 << 20,
+                    pd: 3,
+                    remote_write: true,
+                    remote_read: false,
+                    huge_pages: false,
+                },
+            },
+            Message::DestroyRegion { id: 8, stag: 0x100 },
+            Message::ListRegions { id: 9, pd: None },
+            Message::Regions {
+                id: 9,
+                regions: vec![],
+            },
+            Message::PostRecv {
+                id: 10,
+                target: PostTarget::Pd(3),
+                stag: 0x100,
+                offset: 0,
+                len: 4096,
+                count: 16,
+            },
+            Message::Subscribe { id: 11, pd: 3 },
+            Message::Completions {
+                pd: 3,
+                items: vec![Completion {
+                    flow_id: 1,
+                    kind: CompletionKind::SendArrived,
+                    stag: 0x100,
+                    offset: 4096,
+                    len: 100,
+                    msn: Some(2),
+                    invalidate_stag: None,
+                }],
             },
             Message::GetStats { id: 4 },
             Message::Stats {
@@ -408,6 +705,43 @@ mod tests {
             read_message(&mut &buf[..]),
             Err(ProtoError::Malformed(_))
         ));
+    }
+
+    #[test]
+    fn descriptors_travel_with_their_message() {
+        use std::io::{Read as _, Seek, SeekFrom, Write as _};
+        use std::os::fd::AsFd;
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut f = tempfile_in_memory();
+        f.write_all(b"region").unwrap();
+        let m = Message::Ok { id: 1 };
+        write_message_with_fd(&a, &m, f.as_fd()).unwrap();
+        write_message(&mut &a, &Message::Ok { id: 2 }).unwrap();
+        let (got, fd) = read_message_with_fd(&b).unwrap();
+        assert_eq!(got, m);
+        let mut g = std::fs::File::from(fd.expect("descriptor"));
+        g.seek(SeekFrom::Start(0)).unwrap();
+        let mut s = String::new();
+        g.read_to_string(&mut s).unwrap();
+        assert_eq!(s, "region");
+        let (got, fd) = read_message_with_fd(&b).unwrap();
+        assert_eq!(got, Message::Ok { id: 2 });
+        assert!(fd.is_none());
+        drop(a);
+        assert!(matches!(read_message_with_fd(&b), Err(ProtoError::Closed)));
+    }
+
+    fn tempfile_in_memory() -> std::fs::File {
+        let p = std::env::temp_dir().join(format!("ctlproto-fd-{}", std::process::id()));
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&p)
+            .unwrap();
+        let _ = std::fs::remove_file(&p);
+        f
     }
 
     #[test]

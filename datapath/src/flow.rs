@@ -1,19 +1,31 @@
 //! One handed-over MPA connection inside a worker: its TCP, its MPA receiver, and what it
 //! sends (the accepting Reply, ACKs, a Terminate on error).
 
-use crate::tcp::{Connection, Event, HandoverState, TcpConfig, TsHandover};
+use crate::placement::{
+    PlacementError, Placer, PostedBuf, RegionTable, SegmentKind, SegmentPlan, PLAN_PREFIX,
+};
+use crate::tcp::{Connection, Event, HandoverState, PlacedSpans, TcpConfig, TsHandover};
 use crate::wire::frame::FrameTemplate;
 use crate::wire::tcp::TcpRepr;
-use mpa::crc::crc32c_append;
-use mpa::decoder::{DecodeError, FpduDecoder};
+use mpa::crc::{crc32c_append, crc32c_combine};
+use mpa::decoder::{DecodeError, FpduDecoder, Ulpdu};
 use mpa::encoder::FpduEncoder;
 use mpa::endpoint::rtr_ulpdu;
+use mpa::locator::{FpduLocator, LocatedFpdu};
+use mpa::markers::MarkerGrid;
+use mpa::seq::SeqNumber;
 use mpa::startup::RtrType;
-use mpa::wire::ddp::{self, terminate_ulpdu, DdpRepr, RdmapOpcode};
+use mpa::wire::ddp::{
+    self, terminate_ulpdu, terminate_ulpdu_for_segment, DdpRepr, RdmapOpcode, TerminateRepr,
+};
 use mpa::MpaErrorCode;
-use mpa_ctl_proto::{HandOver, Role};
+use mpa_ctl_proto::{Completion, HandOver, Role, TerminateInfo};
 use serde_json::json;
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
+
+/// FPDUs placed out of order and not yet completed in order, per flow.
+pub const MAX_PLACED_AHEAD: usize = 4096;
 
 /// Why a hand-over could not become a flow.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +56,18 @@ pub struct FlowStats {
     pub marker_errors: u64,
     /// Frames sent.
     pub frames_sent: u64,
+    /// FPDUs placed straight from an out-of-order segment (marker-guided).
+    pub placed_direct: u64,
+    /// FPDUs placed when they arrived in order.
+    pub placed_in_order: u64,
+    /// FPDUs placed from the reassembly store once a hole filled.
+    pub placed_from_store: u64,
+    /// Out-of-order FPDU candidates the locator dropped (CRC or marker check failed).
+    pub located_rejected: u64,
+    /// Payload octets copied into regions.
+    pub placed_octets: u64,
+    /// Completions produced.
+    pub completions: u64,
 }
 
 /// How a flow ended.
@@ -53,6 +77,8 @@ pub struct FlowEnd {
     pub mpa_error: Option<u8>,
     /// Why, in words.
     pub reason: String,
+    /// The Terminate that ended it (sent by us or by the peer).
+    pub terminate: Option<TerminateInfo>,
 }
 
 /// One connection.
@@ -69,6 +95,7 @@ pub struct Flow {
     expect_first: Option<Vec<String>>,
     digest: Option<u32>,
     stats: FlowStats,
+    rx: RxPlacement,
     ending: Option<FlowEnd>,
     ended: Option<FlowEnd>,
     /// When the flow started, for reports.
@@ -167,8 +194,20 @@ impl Flow {
                 None
             }
         };
+        let rx = RxPlacement {
+            flow_id: h.flow_id,
+            placer: m.pd.map(|pd| Placer::new(pd, m.ddp_rdmap_version)),
+            locator: FpduLocator::new(MarkerGrid::new(SeqNumber(t.rcv_nxt), m.markers_rx), m.crc),
+            markers: m.markers_rx,
+            ahead: VecDeque::new(),
+            rx_seq: SeqNumber(t.rcv_nxt),
+            skip_left: 0,
+            completions: Vec::new(),
+            located: Vec::new(),
+        };
         Ok(Flow {
             id: h.flow_id,
+            rx,
             tcp,
             template,
             decoder: FpduDecoder::new(m.markers_rx, m.crc),
@@ -183,11 +222,15 @@ impl Flow {
         })
     }
 
-    /// Handles one TCP segment of this flow.
-    pub fn on_segment(&mut self, now: Instant, repr: &TcpRepr, payload: &[u8]) {
+    /// Handles one TCP segment of this flow; `regions` is the worker's region table.
+    pub fn on_segment(
+        &mut self,
+        now: Instant,
+        repr: &TcpRepr,
+        payload: &[u8],
+        regions: &RegionTable,
+    ) {
         self.stats.packets += 1;
-        let out = self.tcp.handle_segment(now, repr, payload);
-        let in_order = payload.get(out.in_order).unwrap_or(&[]);
         let Flow {
             tcp,
             decoder,
@@ -195,9 +238,20 @@ impl Flow {
             digest,
             stats,
             version,
+            rx,
             ..
         } = self;
-        let mut rx = MpaRx {
+        // Out-of-order octets: with markers toward us, every FPDU wholly inside the segment
+        // whose CRC and placement checks pass is placed now (DESIGN.md).
+        let out = if rx.can_place_ahead(decoder, expect_first) {
+            tcp.handle_segment_placing(now, repr, payload, &mut |seq, data, spans| {
+                rx.place_ahead(seq, data, spans, regions, stats)
+            })
+        } else {
+            tcp.handle_segment(now, repr, payload)
+        };
+        let in_order = payload.get(out.in_order).unwrap_or(&[]);
+        let mut mrx = MpaRx {
             decoder,
             read_response: None,
             expect_first,
@@ -205,48 +259,131 @@ impl Flow {
             stats,
             version: *version,
             failure: None,
+            rx,
+            regions,
         };
-        rx.consume(in_order);
+        mrx.consume(in_order, false);
         if out.reassembled > 0 {
-            tcp.drain_reassembled(|b| rx.consume(b));
+            tcp.drain_reassembled(|b| mrx.consume(b, true));
         }
-        let (failure, read_response) = (rx.failure, rx.read_response);
-        if let Some(code) = failure {
-            self.fail(code);
-        } else if let Some((stag, to)) = read_response {
-            // A zero-length Read Request RTR is answered by a zero-length Read Response
-            // (RFC 6581 §9.2, RFC 5040 §5.2): our first FPDU, allowed now that one arrived.
-            let resp = DdpRepr::Tagged {
-                last: true,
-                opcode: RdmapOpcode::RdmaReadResponse,
-                stag,
-                to,
-            };
-            let mut h = [0u8; ddp::TAGGED_HEADER_LEN];
-            let mut wire = Vec::new();
-            if resp.emit(&mut h, self.version).is_some()
-                && self.encoder.encode(&h, &mut wire).is_ok()
-            {
-                self.tcp.send(&wire);
+        let (failure, read_response) = (mrx.failure.take(), mrx.read_response);
+        match failure {
+            Some(RxFailure::Mpa(code)) => self.fail(code),
+            Some(RxFailure::Placement { error, head, len }) => {
+                self.fail_placement(error, &head, len)
+            }
+            Some(RxFailure::PeerTerminate(t)) => self.peer_terminated(t),
+            None => {
+                if let Some((stag, to)) = read_response {
+                    self.answer_read_rtr(stag, to);
+                }
             }
         }
+    }
+
+    /// A zero-length Read Request RTR is answered by a zero-length Read Response (RFC 6581
+    /// §9.2, RFC 5040 §5.2): our first FPDU, allowed now that one arrived.
+    fn answer_read_rtr(&mut self, stag: u32, to: u64) {
+        let resp = DdpRepr::Tagged {
+            last: true,
+            opcode: RdmapOpcode::RdmaReadResponse,
+            stag,
+            to,
+        };
+        let mut h = [0u8; ddp::TAGGED_HEADER_LEN];
+        let mut wire = Vec::new();
+        if resp.emit(&mut h, self.version).is_some() && self.encoder.encode(&h, &mut wire).is_ok() {
+            self.tcp.send(&wire);
+        }
+    }
+
+    /// Posts receive buffers for the peer's Sends.
+    pub fn post_recv(&mut self, bufs: &[PostedBuf]) -> Result<(), String> {
+        match self.rx.placer.as_mut() {
+            Some(p) => p.post(bufs.iter().copied()),
+            None => Err(format!(
+                "flow {} has no protection domain: it does not place",
+                self.id
+            )),
+        }
+    }
+
+    /// The flow's protection domain.
+    pub fn pd(&self) -> Option<u32> {
+        self.rx.placer.as_ref().map(Placer::pd)
+    }
+
+    /// Takes the completions produced since the last call (in order).
+    pub fn take_completions(&mut self) -> Vec<Completion> {
+        std::mem::take(&mut self.rx.completions)
+    }
+
+    /// Whether completions are waiting.
+    pub fn has_completions(&self) -> bool {
+        !self.rx.completions.is_empty()
     }
 
     /// Ends the connection with an MPA error: a Terminate (layer 2, type 0) goes out as an
     /// FPDU, then our FIN (RFC 5044 §8: the ULP — us — sends the Terminate, then closes).
     fn fail(&mut self, code: MpaErrorCode) {
+        let t = terminate_ulpdu(code, 1, self.version);
+        let info = TerminateRepr::mpa(code);
+        self.terminate_and_close(&t, info, Some(code.code()), code.to_string());
+    }
+
+    /// Ends the connection for a placement violation: a Terminate that carries the offending
+    /// segment's DDP header (RFC 5040 §7, Figure 10), then our FIN.
+    fn fail_placement(&mut self, e: PlacementError, head: &[u8], seg_len: usize) {
+        let t = terminate_ulpdu_for_segment(e.terminate, 1, self.version, seg_len, head);
+        self.terminate_and_close(&t, e.terminate, None, e.reason);
+    }
+
+    fn terminate_and_close(
+        &mut self,
+        ulpdu: &[u8],
+        t: TerminateRepr,
+        mpa_error: Option<u8>,
+        reason: String,
+    ) {
         if self.ending.is_some() || self.ended.is_some() {
             return;
         }
-        let t = terminate_ulpdu(code, 1, self.version);
         let mut wire = Vec::new();
-        if self.encoder.encode(&t, &mut wire).is_ok() {
+        if self.encoder.encode(ulpdu, &mut wire).is_ok() {
             self.tcp.send(&wire);
         }
         self.tcp.close();
+        tracing::info!(flow = self.id, layer = t.layer, error_type = t.error_type, code = t.error_code, %reason, "Terminate sent");
         self.ending = Some(FlowEnd {
-            mpa_error: Some(code.code()),
-            reason: code.to_string(),
+            mpa_error,
+            reason,
+            terminate: Some(TerminateInfo {
+                layer: t.layer,
+                error_type: t.error_type,
+                error_code: t.error_code,
+                sent: true,
+            }),
+        });
+    }
+
+    /// The peer sent a Terminate: nothing more is placed; we close.
+    fn peer_terminated(&mut self, t: TerminateRepr) {
+        if self.ending.is_some() || self.ended.is_some() {
+            return;
+        }
+        self.tcp.close();
+        self.ending = Some(FlowEnd {
+            mpa_error: None,
+            reason: format!(
+                "the peer sent a Terminate (layer {}, type {}, code {:#04x})",
+                t.layer, t.error_type, t.error_code
+            ),
+            terminate: Some(TerminateInfo {
+                layer: t.layer,
+                error_type: t.error_type,
+                error_code: t.error_code,
+                sent: false,
+            }),
         });
     }
 
@@ -298,6 +435,7 @@ impl Flow {
                         self.ending = Some(FlowEnd {
                             mpa_error: Some(MpaErrorCode::TcpClosed.code()),
                             reason: "peer closed inside an FPDU".into(),
+                            terminate: None,
                         });
                     }
                     self.tcp.close();
@@ -310,22 +448,31 @@ impl Flow {
                     self.finish(Some(MpaErrorCode::TcpClosed.code()), format!("TCP: {e}"));
                 }
                 Event::Closed => {
-                    let (code, reason) = match self.ending.take() {
-                        Some(e) => (e.mpa_error, e.reason),
-                        None => (None, "closed".to_string()),
-                    };
-                    self.finish(code, reason);
+                    let end = self.ending.take().unwrap_or(FlowEnd {
+                        mpa_error: None,
+                        reason: "closed".to_string(),
+                        terminate: None,
+                    });
+                    self.finish_with(end);
                 }
             }
         }
     }
 
     fn finish(&mut self, mpa_error: Option<u8>, reason: String) {
+        self.finish_with(FlowEnd {
+            mpa_error,
+            reason,
+            terminate: None,
+        });
+    }
+
+    fn finish_with(&mut self, end: FlowEnd) {
         if self.ended.is_none() {
-            // An earlier MPA error wins over the TCP close it caused.
+            // An earlier MPA error or Terminate wins over the TCP close it caused.
             let end = match self.ending.take() {
-                Some(e) if e.mpa_error.is_some() => e,
-                _ => FlowEnd { mpa_error, reason },
+                Some(e) if e.mpa_error.is_some() || e.terminate.is_some() => e,
+                _ => end,
             };
             self.ended = Some(end);
         }
@@ -362,9 +509,165 @@ impl Flow {
             "frames_sent": self.stats.frames_sent,
             "octets_out": t.octets_out,
             "ulpdu_digest": self.digest.map(|d| format!("{d:08x}")),
-            "ended": self.ended.as_ref().map(|e| json!({"mpa_error": e.mpa_error, "reason": e.reason})),
+            "pd": self.pd(),
+            "placed_direct": self.stats.placed_direct,
+            "placed_in_order": self.stats.placed_in_order,
+            "placed_from_store": self.stats.placed_from_store,
+            "placed_octets": self.stats.placed_octets,
+            "located_rejected": self.stats.located_rejected,
+            "placed_ahead_waiting": self.rx.ahead.len(),
+            "completions": self.stats.completions,
+            "posted_buffers": self.rx.placer.as_ref().map(Placer::posted),
+            "store_high_water": t.store_high_water,
+            "ended": self.ended.as_ref().map(|e| json!({"mpa_error": e.mpa_error, "reason": e.reason, "terminate": e.terminate})),
         })
     }
+}
+
+/// An FPDU placed out of order, waiting for the in-order stream to reach it.
+#[derive(Debug, Clone, Copy)]
+struct PlacedAhead {
+    /// Sequence number of its first wire octet.
+    start: SeqNumber,
+    /// Its wire length (markers included).
+    wire_len: usize,
+    /// What it was, for its in-order completion.
+    plan: SegmentPlan,
+    /// CRC32c of its ULPDU octets (for the flow digest, joined in order).
+    ulpdu_crc: u32,
+    /// ULPDU octets.
+    ulpdu_len: usize,
+}
+
+/// The receive placement state of a flow.
+struct RxPlacement {
+    flow_id: u64,
+    /// `None` without a protection domain: payloads are only counted (and digested).
+    placer: Option<Placer>,
+    locator: FpduLocator,
+    /// Markers toward us: only then can out-of-order segments be parsed alone.
+    markers: bool,
+    /// FPDUs placed ahead of the in-order stream, sorted by sequence, bounded.
+    ahead: VecDeque<PlacedAhead>,
+    /// Sequence number of the next octet the in-order stream consumes.
+    rx_seq: SeqNumber,
+    /// Octets still to step over (the rest of an FPDU placed ahead).
+    skip_left: usize,
+    completions: Vec<Completion>,
+    located: Vec<LocatedFpdu>,
+}
+
+impl RxPlacement {
+    /// Placement ahead of the stream needs markers, a domain, the first FPDU (the RTR)
+    /// seen, and no error.
+    fn can_place_ahead(&self, decoder: &FpduDecoder, expect_first: &Option<Vec<String>>) -> bool {
+        self.markers
+            && self.placer.is_some()
+            && expect_first.is_none()
+            && decoder.error().is_none()
+            && self.ahead.len() < MAX_PLACED_AHEAD
+    }
+
+    /// Offset of `seq` above the in-order point (entries and segments ahead are within
+    /// the receive window, far below 2^31).
+    fn ahead_of(&self, seq: SeqNumber) -> u32 {
+        seq.distance_from(self.rx_seq)
+    }
+
+    /// The out-of-order octets `data` at `seq`: places every FPDU wholly inside that the
+    /// locator verifies and the placement checks accept, and reports them in `spans` so the
+    /// TCP store does not copy them. Anything doubtful is left to the in-order path, which
+    /// reports errors precisely.
+    fn place_ahead(
+        &mut self,
+        seq: SeqNumber,
+        data: &[u8],
+        spans: &mut PlacedSpans,
+        regions: &RegionTable,
+        stats: &mut FlowStats,
+    ) {
+        let Some(placer) = self.placer.as_ref() else {
+            return;
+        };
+        self.located.clear();
+        let ls = self.locator.locate(seq, data, &mut self.located);
+        stats.located_rejected += u64::from(ls.crc_failures + ls.marker_mismatches);
+        for i in 0..self.located.len() {
+            if !spans.has_room() || self.ahead.len() >= MAX_PLACED_AHEAD {
+                break;
+            }
+            let f = self.located[i].clone();
+            let key = self.ahead_of(f.seq);
+            if key >= 1 << 30 {
+                continue;
+            }
+            let end = key as usize + f.range.len();
+            // Sorted insert; an exact duplicate (retransmission) is not placed twice.
+            let at = self.ahead.partition_point(|p| self.ahead_of(p.start) < key);
+            if let Some(p) = self.ahead.get(at) {
+                if p.start == f.seq && p.wire_len == f.range.len() {
+                    spans.push(f.range.clone());
+                    continue;
+                }
+                if (self.ahead_of(p.start) as usize) < end {
+                    continue;
+                }
+            }
+            if at > 0 {
+                let p = &self.ahead[at - 1];
+                if self.ahead_of(p.start) as usize + p.wire_len > key as usize {
+                    continue;
+                }
+            }
+            let Some(u) = f.ulpdu(self.locator.grid(), data) else {
+                continue;
+            };
+            let mut head = [0u8; PLAN_PREFIX];
+            let n = u.copy_prefix(&mut head);
+            let Ok(plan) = placer.plan(regions, &head[..n], u.len(), false) else {
+                continue;
+            };
+            if matches!(plan.kind, SegmentKind::PeerTerminate(_)) {
+                continue;
+            }
+            if plan.target.is_some() && !Placer::place(regions, &plan, &u) {
+                continue;
+            }
+            let mut crc = 0u32;
+            for p in u.pieces() {
+                crc = crc32c_append(crc, p);
+            }
+            if !spans.push(f.range.clone()) {
+                continue;
+            }
+            stats.placed_direct += 1;
+            stats.placed_octets += plan.payload_len as u64;
+            self.ahead.insert(
+                at,
+                PlacedAhead {
+                    start: f.seq,
+                    wire_len: f.range.len(),
+                    plan,
+                    ulpdu_crc: crc,
+                    ulpdu_len: u.len(),
+                },
+            );
+        }
+    }
+}
+
+/// Why in-order receive processing stopped.
+enum RxFailure {
+    /// An MPA error (2 or 3): Terminate at layer 2.
+    Mpa(MpaErrorCode),
+    /// A placement violation: Terminate with the segment's DDP header.
+    Placement {
+        error: PlacementError,
+        head: [u8; PLAN_PREFIX],
+        len: usize,
+    },
+    /// The peer terminated.
+    PeerTerminate(TerminateRepr),
 }
 
 /// The MPA receive side over in-order octets.
@@ -376,11 +679,77 @@ struct MpaRx<'a> {
     digest: &'a mut Option<u32>,
     stats: &'a mut FlowStats,
     version: u8,
-    failure: Option<MpaErrorCode>,
+    failure: Option<RxFailure>,
+    rx: &'a mut RxPlacement,
+    regions: &'a RegionTable,
 }
 
 impl MpaRx<'_> {
-    fn consume(&mut self, bytes: &[u8]) {
+    /// The next in-order octets (`from_store`: drained from the reassembly store). FPDUs
+    /// placed ahead are stepped over and only completed.
+    fn consume(&mut self, mut bytes: &[u8], from_store: bool) {
+        while !bytes.is_empty() && self.failure.is_none() {
+            if self.rx.skip_left > 0 {
+                let n = self.rx.skip_left.min(bytes.len());
+                self.rx.skip_left -= n;
+                self.rx.rx_seq = self.rx.rx_seq + n;
+                bytes = &bytes[n..];
+                continue;
+            }
+            // Entries the stream already passed cannot be reached any more (defence).
+            while let Some(p) = self.rx.ahead.front() {
+                if self.rx.ahead_of(p.start) >= 1 << 30 {
+                    self.rx.ahead.pop_front();
+                } else {
+                    break;
+                }
+            }
+            let cut = self
+                .rx
+                .ahead
+                .front()
+                .map(|p| self.rx.ahead_of(p.start) as usize)
+                .filter(|&d| d < bytes.len());
+            let Some(d) = cut else {
+                self.decode(bytes, from_store);
+                self.rx.rx_seq = self.rx.rx_seq + bytes.len();
+                return;
+            };
+            self.decode(&bytes[..d], from_store);
+            self.rx.rx_seq = self.rx.rx_seq + d;
+            bytes = &bytes[d..];
+            if self.failure.is_some() {
+                return;
+            }
+            let Some(p) = self.rx.ahead.pop_front() else {
+                return;
+            };
+            if let Err(e) = self.decoder.skip_verified(p.wire_len) {
+                self.stats.marker_errors += 1;
+                self.failure = Some(RxFailure::Mpa(e.code()));
+                return;
+            }
+            self.stats.fpdus += 1;
+            self.stats.ulpdu_octets += p.ulpdu_len as u64;
+            if let Some(d) = self.digest.as_mut() {
+                *d = crc32c_combine(*d, p.ulpdu_crc, p.ulpdu_len as u64);
+            }
+            self.complete(&p.plan);
+            self.rx.skip_left = p.wire_len;
+        }
+    }
+
+    fn complete(&mut self, plan: &SegmentPlan) {
+        if let Some(placer) = self.rx.placer.as_mut() {
+            if let Some(c) = placer.complete(plan, self.rx.flow_id) {
+                self.stats.completions += 1;
+                self.rx.completions.push(c);
+            }
+        }
+    }
+
+    /// In-order octets through the FPDU decoder.
+    fn decode(&mut self, bytes: &[u8], from_store: bool) {
         if self.failure.is_some() || bytes.is_empty() {
             return;
         }
@@ -396,7 +765,8 @@ impl MpaRx<'_> {
                             let n = u.copy_prefix(&mut head);
                             match rtr_of(&head[..n], u.len(), self.version, &rtrs) {
                                 None => {
-                                    self.failure = Some(MpaErrorCode::NoMatchingRtr);
+                                    self.failure =
+                                        Some(RxFailure::Mpa(MpaErrorCode::NoMatchingRtr));
                                     break;
                                 }
                                 Some(RtrType::ZeroLengthReadRequest) => {
@@ -414,13 +784,40 @@ impl MpaRx<'_> {
                             continue;
                         }
                     }
-                    self.stats.fpdus += 1;
-                    self.stats.ulpdu_octets += u.len() as u64;
-                    if let Some(d) = self.digest.as_mut() {
-                        for p in u.pieces() {
-                            *d = crc32c_append(*d, p);
+                    if let Some(placer) = self.rx.placer.as_mut() {
+                        let mut head = [0u8; PLAN_PREFIX];
+                        let n = u.copy_prefix(&mut head);
+                        let plan = match placer.plan(self.regions, &head[..n], u.len(), true) {
+                            Ok(p) => p,
+                            Err(error) => {
+                                self.failure = Some(RxFailure::Placement {
+                                    error,
+                                    head,
+                                    len: u.len(),
+                                });
+                                break;
+                            }
+                        };
+                        if let SegmentKind::PeerTerminate(t) = plan.kind {
+                            self.failure = Some(RxFailure::PeerTerminate(t));
+                            break;
+                        }
+                        if Placer::place(self.regions, &plan, &u) {
+                            self.stats.placed_octets += plan.payload_len as u64;
+                        }
+                        if from_store {
+                            self.stats.placed_from_store += 1;
+                        } else {
+                            self.stats.placed_in_order += 1;
+                        }
+                        if let Some(c) = placer.complete(&plan, self.rx.flow_id) {
+                            self.stats.completions += 1;
+                            self.rx.completions.push(c);
                         }
                     }
+                    self.stats.fpdus += 1;
+                    self.stats.ulpdu_octets += u.len() as u64;
+                    digest_ulpdu(self.digest, &u);
                 }
                 Err(e) => {
                     match e {
@@ -430,12 +827,20 @@ impl MpaRx<'_> {
                         }
                         DecodeError::Abandoned => {}
                     }
-                    self.failure = Some(e.code());
+                    self.failure = Some(RxFailure::Mpa(e.code()));
                     break;
                 }
             }
         }
         while chunk.next_ulpdu().is_some() {}
+    }
+}
+
+fn digest_ulpdu(digest: &mut Option<u32>, u: &Ulpdu<'_>) {
+    if let Some(d) = digest.as_mut() {
+        for p in u.pieces() {
+            *d = crc32c_append(*d, p);
+        }
     }
 }
 
@@ -489,6 +894,7 @@ mod tests {
                 ddp_rdmap_version: 1,
                 reply_frame: vec![],
                 rtr: rtr.iter().map(|s| s.to_string()).collect(),
+                pd: None,
             },
             next_hop_mac: [2, 0, 0, 0, 0, 1],
         }

@@ -13,6 +13,9 @@
 #![warn(missing_docs)]
 
 pub mod flow;
+pub mod placement;
+pub mod region;
+pub mod registry;
 pub mod server;
 pub mod tcp;
 pub mod wire;

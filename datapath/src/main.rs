@@ -46,6 +46,9 @@ struct Args {
     /// Pin worker q to CPU q.
     #[arg(long)]
     pin_cpus: bool,
+    /// Octets of registered memory regions allowed in all.
+    #[arg(long, default_value_t = mpa_datapath::server::DEFAULT_MAX_REGION_BYTES)]
+    max_region_bytes: u64,
     /// Preferred busy polling on every AF_XDP socket: microseconds (0 = off).
     #[arg(long, default_value_t = 0)]
     busy_poll_us: u32,
@@ -94,6 +97,7 @@ fn main() -> ExitCode {
         tcp: TcpConfig::default(),
         verify_checksums: !a.no_verify_checksums,
         pin_cpus: a.pin_cpus,
+        max_region_bytes: a.max_region_bytes,
     };
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {

@@ -1,12 +1,15 @@
 //! The datapath process: XDP steering, one worker per queue, and the control-socket server
 //! that mpa-control talks to (the only code that touches BPF maps: DESIGN.md).
 
+use crate::registry::Registry;
 use crate::tcp::TcpConfig;
 use crate::worker::{Command, Notification, Worker, WorkerConfig};
 use crate::xsk::{XskConfig, XskQueue};
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use mpa_bpf::{AttachMode, FlowKey, FlowValue, XdpSteering};
-use mpa_ctl_proto::{read_message, write_message, ErrorCode, Message, VERSION};
+use mpa_ctl_proto::{
+    read_message, write_message, write_message_with_fd, ErrorCode, Message, PostTarget, VERSION,
+};
 use serde_json::json;
 use std::collections::HashMap;
 use std::io;
@@ -42,7 +45,12 @@ pub struct DatapathConfig {
     /// Pin worker q to CPU q (right on a server with cores to spare; on a small machine that
     /// also runs the sender it only gets in the scheduler's way).
     pub pin_cpus: bool,
+    /// Octets of registered regions allowed in all.
+    pub max_region_bytes: u64,
 }
+
+/// Default of [`DatapathConfig::max_region_bytes`]: 4 GiB.
+pub const DEFAULT_MAX_REGION_BYTES: u64 = 4 << 30;
 
 /// Why the datapath could not start.
 #[derive(Debug, thiserror::Error)]
@@ -123,6 +131,7 @@ impl Datapath {
             next_flow: 1,
             adopted: HashMap::new(),
             finished: std::collections::VecDeque::new(),
+            registry: Registry::new(cfg.max_region_bytes),
             stop: stop.clone(),
         };
         let control = std::thread::Builder::new()
@@ -212,6 +221,8 @@ struct Adopted {
     remote: SocketAddr,
     client: u64,
     worker: Option<usize>,
+    /// Protection domain, once handed over.
+    pd: Option<u32>,
 }
 
 struct Server {
@@ -226,6 +237,7 @@ struct Server {
     adopted: HashMap<u64, Adopted>,
     /// Final counters of the most recent ended flows (bounded).
     finished: std::collections::VecDeque<serde_json::Value>,
+    registry: Registry,
     stop: Arc<AtomicBool>,
 }
 
@@ -245,7 +257,10 @@ impl Server {
             select! {
                 recv(in_rx) -> m => match m {
                     Ok(Incoming::Msg(c, m)) => self.handle(c, m),
-                    Ok(Incoming::Gone(c)) => { self.clients.remove(&c); }
+                    Ok(Incoming::Gone(c)) => {
+                        self.clients.remove(&c);
+                        self.registry.client_gone(c);
+                    }
                     Err(_) => break,
                 },
                 recv(self.notify) -> n => if let Ok(n) = n { self.notified(n) },
@@ -409,6 +424,7 @@ impl Server {
                                 remote,
                                 client,
                                 worker: None,
+                                pd: None,
                             },
                         );
                         self.reply(client, &Message::FlowAdopted { id, flow_id });
@@ -450,9 +466,15 @@ impl Server {
                 // that queue's worker ask for the flow (Notification::Stray) and it moves.
                 let w = (flow_id as usize) % self.workers.len();
                 a.worker = Some(w);
+                a.pd = handover.mpa.pd;
+                let bufs = handover
+                    .mpa
+                    .pd
+                    .map(|pd| self.registry.take_waiting(pd))
+                    .unwrap_or_default();
                 let (tx, rx) = crossbeam_channel::bounded(1);
                 if self.workers[w]
-                    .send(Command::HandOver(handover, tx))
+                    .send(Command::HandOver(handover, bufs, tx))
                     .is_err()
                 {
                     return self.reply(
@@ -521,9 +543,73 @@ impl Server {
                     "queues": queues,
                     "xdp": xdp,
                     "adopted_flows": self.adopted.len(),
+                    "registry": self.registry.stats_json(),
                     "ended_flows": self.finished,
                 });
                 self.reply(client, &Message::Stats { id, stats });
+            }
+            Message::CreateRegion {
+                id,
+                len,
+                pd,
+                remote_write,
+                remote_read,
+            } => match self.registry.create(len, pd, remote_write, remote_read) {
+                Ok(r) => {
+                    for w in &self.workers {
+                        let _ = w.send(Command::AddRegion(r.clone()));
+                    }
+                    tracing::info!(
+                        stag = r.info.stag,
+                        len,
+                        pd,
+                        huge = r.info.huge_pages,
+                        "region created"
+                    );
+                    let m = Message::RegionCreated {
+                        id,
+                        region: r.info.clone(),
+                    };
+                    if let Some(c) = self.clients.get(&client) {
+                        if let Err(e) = write_message_with_fd(&c.stream, &m, r.mem.fd()) {
+                            tracing::warn!(client, %e, "region descriptor not sent");
+                        }
+                    }
+                }
+                Err((code, message)) => self.reply(client, &Message::Error { id, code, message }),
+            },
+            Message::DestroyRegion { id, stag } => match self.registry.destroy(stag) {
+                Ok(()) => {
+                    for w in &self.workers {
+                        let _ = w.send(Command::RemoveRegion(stag));
+                    }
+                    self.reply(client, &Message::Ok { id });
+                }
+                Err((code, message)) => self.reply(client, &Message::Error { id, code, message }),
+            },
+            Message::ListRegions { id, pd } => {
+                let regions = self.registry.list(pd);
+                self.reply(client, &Message::Regions { id, regions });
+            }
+            Message::PostRecv {
+                id,
+                target,
+                stag,
+                offset,
+                len,
+                count,
+            } => {
+                let r = self.post_recv(target, stag, offset, len, count);
+                match r {
+                    Ok(()) => self.reply(client, &Message::Ok { id }),
+                    Err((code, message)) => {
+                        self.reply(client, &Message::Error { id, code, message })
+                    }
+                }
+            }
+            Message::Subscribe { id, pd } => {
+                self.registry.subscribe(pd, client);
+                self.reply(client, &Message::Ok { id });
             }
             other => {
                 let message = format!("not a request: {other:?}");
@@ -535,6 +621,44 @@ impl Server {
                         message,
                     },
                 );
+            }
+        }
+    }
+
+    fn post_recv(
+        &mut self,
+        target: PostTarget,
+        stag: u32,
+        offset: u64,
+        len: u32,
+        count: u32,
+    ) -> Result<(), crate::registry::Refusal> {
+        match target {
+            PostTarget::Pd(pd) => {
+                let bufs = self.registry.buffers(pd, stag, offset, len, count)?;
+                self.registry.wait(pd, bufs)
+            }
+            PostTarget::Flow(flow_id) => {
+                let a = self
+                    .adopted
+                    .get(&flow_id)
+                    .ok_or((ErrorCode::UnknownFlow, format!("no flow {flow_id}")))?;
+                let (Some(w), Some(pd)) = (a.worker, a.pd) else {
+                    return Err((
+                        ErrorCode::BadRequest,
+                        format!("flow {flow_id} has no protection domain (or no hand-over yet)"),
+                    ));
+                };
+                let bufs = self.registry.buffers(pd, stag, offset, len, count)?;
+                let (tx, rx) = crossbeam_channel::bounded(1);
+                self.workers[w]
+                    .send(Command::PostRecv(flow_id, bufs, tx))
+                    .map_err(|_| (ErrorCode::Internal, "worker gone".to_string()))?;
+                match rx.recv_timeout(Duration::from_secs(2)) {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(e)) => Err((ErrorCode::BadRequest, e)),
+                    Err(_) => Err((ErrorCode::Internal, "worker did not answer".into())),
+                }
             }
         }
     }
@@ -578,6 +702,15 @@ impl Server {
                     tracing::debug!(flow_id, from = owner, to = q, "flow moved to its RSS queue");
                 }
             }
+            Notification::Completions { pd, items } => {
+                let n = items.len() as u64;
+                match self.registry.subscriber(pd) {
+                    Some(c) if self.clients.contains_key(&c) => {
+                        self.reply(c, &Message::Completions { pd, items })
+                    }
+                    _ => self.registry.unclaimed_completions += n,
+                }
+            }
             Notification::FlowGone {
                 flow_id,
                 end,
@@ -591,6 +724,7 @@ impl Server {
                     let m = Message::FlowGone {
                         flow_id,
                         mpa_error: end.mpa_error,
+                        terminate: end.terminate,
                         reason: end.reason,
                     };
                     self.reply(c, &m);

@@ -2,6 +2,7 @@
 //! thread talks to it over channels only (DESIGN.md fast-path rules).
 
 use crate::flow::{Flow, FlowEnd};
+use crate::placement::{PostedBuf, Region, RegionTable};
 use crate::tcp::TcpConfig;
 use crate::wire::frame::parse_tcp_frame;
 use crate::wire::tcp::TcpRepr;
@@ -16,8 +17,15 @@ use std::time::{Duration, Instant};
 
 /// What the control thread asks of a worker.
 pub enum Command {
-    /// Start owning a flow from its hand-over; the answer says whether it worked.
-    HandOver(Box<HandOver>, Sender<Result<(), String>>),
+    /// Start owning a flow from its hand-over, with the receive buffers its domain had
+    /// waiting; the answer says whether it worked.
+    HandOver(Box<HandOver>, Vec<PostedBuf>, Sender<Result<(), String>>),
+    /// A region to place into (every worker gets its own copy).
+    AddRegion(Region),
+    /// A region no longer accepts placement.
+    RemoveRegion(u32),
+    /// Post receive buffers to a flow.
+    PostRecv(u64, Vec<PostedBuf>, Sender<Result<(), String>>),
     /// Abort a flow (RST to the peer).
     Close(u64),
     /// Give a flow up (it belongs to another queue's worker): answer with its state.
@@ -45,6 +53,13 @@ pub enum Notification {
         end: FlowEnd,
         /// Final counters.
         stats: serde_json::Value,
+    },
+    /// Completions of one flow, in order.
+    Completions {
+        /// The flow's domain.
+        pd: u32,
+        /// Completions.
+        items: Vec<mpa_ctl_proto::Completion>,
     },
     /// Segments of a steered 4-tuple arrive on this queue, whose worker does not own it: RSS
     /// put the peer's connection here. The control thread moves the flow over.
@@ -94,6 +109,7 @@ pub struct WorkerConfig {
 /// A worker bound to one queue.
 pub struct Worker {
     xsk: XskQueue,
+    regions: RegionTable,
     flows: HashMap<(SocketAddr, SocketAddr), Flow>,
     ids: HashMap<u64, (SocketAddr, SocketAddr)>,
     cfg: WorkerConfig,
@@ -127,6 +143,7 @@ impl Worker {
     ) -> Self {
         Worker {
             xsk,
+            regions: RegionTable::default(),
             flows: HashMap::new(),
             ids: HashMap::new(),
             cfg,
@@ -192,7 +209,16 @@ impl Worker {
 
     fn command(&mut self, c: Command) -> bool {
         match c {
-            Command::HandOver(h, answer) => {
+            Command::AddRegion(r) => self.regions.insert(r),
+            Command::RemoveRegion(stag) => self.regions.remove(stag),
+            Command::PostRecv(id, bufs, answer) => {
+                let r = match self.ids.get(&id).and_then(|k| self.flows.get_mut(k)) {
+                    Some(f) => f.post_recv(&bufs),
+                    None => Err(format!("no flow {id} on this worker")),
+                };
+                let _ = answer.send(r);
+            }
+            Command::HandOver(h, bufs, answer) => {
                 let key = (h.tcp.local, h.tcp.remote);
                 let r = if self.flows.contains_key(&key) {
                     Err("the 4-tuple already has a flow".to_string())
@@ -204,7 +230,12 @@ impl Worker {
                         self.cfg.digest,
                         Instant::now(),
                     ) {
-                        Ok(f) => {
+                        Ok(mut f) => {
+                            if !bufs.is_empty() {
+                                if let Err(e) = f.post_recv(&bufs) {
+                                    tracing::warn!(flow = f.id, %e, "buffers waiting in the domain not posted");
+                                }
+                            }
                             self.ids.insert(f.id, key);
                             self.flows.insert(key, f);
                             self.touched.push(key);
@@ -254,7 +285,7 @@ impl Worker {
                 for frame in held {
                     if let Ok(f) = parse_tcp_frame(&frame, self.cfg.verify_checksums) {
                         if let Ok(repr) = TcpRepr::parse(&f.tcp) {
-                            flow.on_segment(now, &repr, f.tcp.payload());
+                            flow.on_segment(now, &repr, f.tcp.payload(), &self.regions);
                         }
                     }
                 }
@@ -288,6 +319,7 @@ impl Worker {
             strays,
             stray_bytes,
             notify,
+            regions,
             ..
         } = self;
         let n = xsk.rx_burst(timeout_ms, |frame| {
@@ -329,7 +361,7 @@ impl Worker {
                 stats.malformed += 1;
                 return;
             };
-            flow.on_segment(now, &repr, f.tcp.payload());
+            flow.on_segment(now, &repr, f.tcp.payload(), regions);
             if touched.last() != Some(&key) {
                 touched.push(key);
             }
@@ -372,12 +404,21 @@ impl Worker {
             due,
             timers,
             armed,
+            notify,
             ..
         } = self;
         for key in due.iter() {
             let Some(f) = flows.get_mut(key) else {
                 continue;
             };
+            if f.has_completions() {
+                if let Some(pd) = f.pd() {
+                    let _ = notify.send(Notification::Completions {
+                        pd,
+                        items: f.take_completions(),
+                    });
+                }
+            }
             f.on_timer(now);
             // Twice: events seen at the end of the first pass (the peer's FIN, an error) queue
             // our FIN or a Terminate, which must leave now, not at the flow's next visit.
@@ -404,6 +445,7 @@ impl Worker {
                 self.armed.remove(&f.id);
                 let end = f.ended().cloned().unwrap_or(FlowEnd {
                     mpa_error: None,
+                    terminate: None,
                     reason: "closed".into(),
                 });
                 tracing::info!(flow = f.id, ?end, "flow ended");

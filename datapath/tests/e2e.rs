@@ -46,6 +46,7 @@ fn start_datapath(bed: &TestBed, queues: u32) -> (Datapath, PathBuf) {
         tcp: TcpConfig::default(),
         verify_checksums: true,
         pin_cpus: false,
+        max_region_bytes: mpa_datapath::server::DEFAULT_MAX_REGION_BYTES,
     };
     let dp = run_in_netns(&bed.ns_b, move || Datapath::start(cfg))
         .unwrap()
@@ -90,7 +91,7 @@ fn accept_and_hand_over(
         ..StartupPolicy::default()
     };
     let (outcome, dpc) = run_in_netns(&bed.ns_b, move || {
-        let r = respond_and_hand_over(sock, policy, b"datapath".to_vec(), &mut dpc);
+        let r = respond_and_hand_over(sock, policy, b"datapath".to_vec(), None, &mut dpc);
         (r, dpc)
     })
     .unwrap();
@@ -165,6 +166,7 @@ fn run_case(bed: &TestBed, dp_socket: &Path, port: u16, c: &Case) -> serde_json:
         flow_id: gone_id,
         mpa_error,
         reason,
+        ..
     } = gone
     else {
         panic!("{gone:?}")
@@ -428,6 +430,7 @@ fn crc_error_terminates_that_connection_only_and_a_reset_is_error_1() {
             flow_id: id,
             mpa_error,
             reason,
+            ..
         } = dpc.next_notification().unwrap()
         else {
             panic!()

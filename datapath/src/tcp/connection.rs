@@ -47,6 +47,7 @@ use super::scoreboard::Scoreboard;
 use super::send_buf::SendBuffer;
 use super::stats::{DropReason, TcpStats};
 use super::timer::{Timer, Timers};
+use super::PlacedSpans;
 
 mod ack;
 mod rx;

@@ -39,3 +39,47 @@ pub use config::{HandoverState, TcpConfig, TsHandover};
 pub use connection::{Connection, Event, SegmentOutcome, State, Transmit};
 pub use error::TcpError;
 pub use stats::{DropCounters, DropReason, TcpStats};
+
+/// Parts of an out-of-order segment the caller consumed itself (offsets into the octets it
+/// was shown, sorted, disjoint); see [`Connection::handle_segment_placing`]. Bounded: past
+/// [`PlacedSpans::CAPACITY`] spans the caller stops placing and the rest is stored.
+#[derive(Debug, Clone)]
+pub struct PlacedSpans {
+    spans: [std::ops::Range<usize>; PlacedSpans::CAPACITY],
+    len: usize,
+}
+
+impl Default for PlacedSpans {
+    fn default() -> Self {
+        PlacedSpans {
+            spans: std::array::from_fn(|_| 0..0),
+            len: 0,
+        }
+    }
+}
+
+impl PlacedSpans {
+    /// Spans one segment can report.
+    pub const CAPACITY: usize = 64;
+
+    /// Whether another span fits.
+    pub fn has_room(&self) -> bool {
+        self.len < Self::CAPACITY
+    }
+
+    /// Adds a span after the previous ones; `false` (ignored) when full or out of order.
+    pub fn push(&mut self, r: std::ops::Range<usize>) -> bool {
+        let after = self.len == 0 || self.spans[self.len - 1].end <= r.start;
+        if !self.has_room() || !after || r.is_empty() {
+            return false;
+        }
+        self.spans[self.len] = r;
+        self.len += 1;
+        true
+    }
+
+    /// The spans.
+    pub fn as_slice(&self) -> &[std::ops::Range<usize>] {
+        &self.spans[..self.len]
+    }
+}

@@ -12,6 +12,7 @@
 //! connection actually sees reordering.
 
 use mpa::seq::SeqNumber;
+use std::ops::Range;
 
 use crate::wire::tcp::{SackBlock, SackBlocks};
 
@@ -94,7 +95,22 @@ impl Reassembly {
 
     /// Stores `data` at `seq`. Octets at or below `rcv_nxt` or at or beyond
     /// `rcv_nxt + capacity` are ignored (the caller trims; this is defence).
+    #[cfg(test)]
     pub(crate) fn insert(&mut self, rcv_nxt: SeqNumber, seq: SeqNumber, data: &[u8]) -> Insert {
+        self.insert_except(rcv_nxt, seq, data, &[])
+    }
+
+    /// As `insert`, but the octets of `data` inside `placed` (sorted, disjoint offset
+    /// ranges) are only marked as present, not copied: their owner consumed them already
+    /// and skips them when they are drained.
+    pub(crate) fn insert_except(
+        &mut self,
+        rcv_nxt: SeqNumber,
+        seq: SeqNumber,
+        data: &[u8],
+        placed: &[Range<usize>],
+    ) -> Insert {
+        let mut front = 0usize;
         let cap = self.ring.len() as u64;
         // Clip to (rcv_nxt, rcv_nxt + capacity) in offset space.
         let mut off = u64::from(seq.distance_from(rcv_nxt));
@@ -106,6 +122,7 @@ impl Reassembly {
                 return Insert::Duplicate;
             }
             data = &data[skip as usize..];
+            front = skip as usize;
             off = 0;
         }
         if off >= cap {
@@ -136,7 +153,20 @@ impl Reassembly {
         if self.stored + new > self.limit || (i == j && self.ranges.len() >= self.max_ranges) {
             return Insert::Full;
         }
-        self.copy_in(off as usize, data);
+        // Copy what was not placed (`placed` is relative to the data as passed, of which
+        // `front` octets were trimmed as old).
+        let mut at = 0usize;
+        for r in placed {
+            let s = r.start.saturating_sub(front).min(data.len());
+            let e = r.end.saturating_sub(front).min(data.len());
+            if s > at {
+                self.copy_in(off as usize + at, &data[at..s]);
+            }
+            at = at.max(e);
+        }
+        if at < data.len() {
+            self.copy_in(off as usize + at, &data[at..]);
+        }
         self.clock += 1;
         let merged = if i == j {
             OooRange {
@@ -260,6 +290,51 @@ mod tests {
             }
             *nxt = *nxt + n;
         }
+    }
+
+    #[test]
+    fn placed_spans_are_marked_but_not_copied() {
+        let base = SeqNumber(100);
+        let mut r = Reassembly::new(64, 64, 4);
+        let data: Vec<u8> = (1..=20u8).collect();
+        // Octets 4..10 and 12..15 of the segment were placed by the caller.
+        assert_eq!(
+            r.insert_except(base, base + 5u32, &data, &[4..10, 12..15]),
+            Insert::Stored { new: 20 }
+        );
+        let mut sb = SackBlocks::new();
+        r.sack_blocks(4, &mut sb);
+        assert_eq!(
+            sb.as_slice(),
+            &[SackBlock {
+                left: base + 5u32,
+                right: base + 25u32
+            }]
+        );
+        // Fill the hole from outside and drain: placed octets come back stale (zero).
+        r.advance(base + 5u32, 5);
+        let mut out = Vec::new();
+        let mut nxt = base + 5u32;
+        drain_all(&mut r, &mut nxt, &mut out);
+        let mut want = data.clone();
+        want[4..10].fill(0);
+        want[12..15].fill(0);
+        assert_eq!(out, want);
+        // Old octets trimmed at the front shift the spans with them.
+        let mut r = Reassembly::new(64, 64, 4);
+        assert_eq!(
+            r.insert_except(
+                base,
+                SeqNumber(98),
+                &data[..8],
+                std::slice::from_ref(&(3..5))
+            ),
+            Insert::Stored { new: 6 }
+        );
+        let mut out = Vec::new();
+        let mut nxt = base;
+        drain_all(&mut r, &mut nxt, &mut out);
+        assert_eq!(out, vec![3, 0, 0, 6, 7, 8]);
     }
 
     #[test]

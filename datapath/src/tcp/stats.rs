@@ -66,6 +66,8 @@ pub struct TcpStats {
     pub octets_delivered: u64,
     /// Octets delivered from the reassembly store.
     pub octets_reassembled: u64,
+    /// Most octets the reassembly store held at once (placed-only ranges included).
+    pub store_high_water: u64,
     /// Drops by reason.
     pub dropped: DropCounters,
     /// RSTs that reset the connection.

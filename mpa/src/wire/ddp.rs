@@ -427,9 +427,84 @@ pub fn terminate_ulpdu(code: crate::MpaErrorCode, msn: u32, version: u8) -> Vec<
     v
 }
 
+/// Terminate Control HdrCt bit M: the DDP Segment Length field is valid (RFC 5040 §4.8).
+pub const HDRCT_M: u8 = 0x80;
+/// HdrCt bit D: the terminated DDP header is included.
+pub const HDRCT_D: u8 = 0x40;
+/// HdrCt bit R: the terminated RDMA (Read Request) header is included.
+pub const HDRCT_R: u8 = 0x20;
+
+/// Builds a Terminate ULPDU (untagged, QN 2, L set) that reports an error found in an
+/// incoming DDP segment: HdrCt M and D set, the segment's length (its ULPDU length, clamped
+/// to 16 bits) and its DDP header (14 or 18 octets, `ddp_header`'s first octets) follow the
+/// control field (RFC 5040 §4.8, Figure 10: DDP errors and RDMAP errors include them).
+pub fn terminate_ulpdu_for_segment(
+    t: TerminateRepr,
+    msn: u32,
+    version: u8,
+    segment_len: usize,
+    ddp_header: &[u8],
+) -> Vec<u8> {
+    let repr = DdpRepr::Untagged {
+        last: true,
+        opcode: RdmapOpcode::Terminate,
+        inv_stag: 0,
+        qn: queue::TERMINATE,
+        msn,
+        mo: 0,
+    };
+    let hdr_len = match ddp_header.first() {
+        Some(c) if c & FLAG_TAGGED != 0 => TAGGED_HEADER_LEN,
+        Some(_) => UNTAGGED_HEADER_LEN,
+        None => 0,
+    }
+    .min(ddp_header.len());
+    let mut v = vec![0u8; UNTAGGED_HEADER_LEN + TERMINATE_HEADER_LEN + 2 + hdr_len];
+    let n = repr.emit(&mut v, version).unwrap_or(0);
+    let mut ctl = t.emit();
+    if hdr_len > 0 {
+        ctl[2] |= HDRCT_M | HDRCT_D;
+    } else {
+        ctl[2] |= HDRCT_M;
+    }
+    v[n..n + TERMINATE_HEADER_LEN].copy_from_slice(&ctl);
+    let seg = u16::try_from(segment_len).unwrap_or(u16::MAX);
+    v[n + TERMINATE_HEADER_LEN..n + TERMINATE_HEADER_LEN + 2].copy_from_slice(&seg.to_be_bytes());
+    v[n + TERMINATE_HEADER_LEN + 2..].copy_from_slice(&ddp_header[..hdr_len]);
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn terminate_for_a_segment_carries_its_header() {
+        let t = TerminateRepr {
+            layer: 1,
+            error_type: 1,
+            error_code: 1,
+        };
+        let v = terminate_ulpdu_for_segment(t, 1, 1, 1000, &WRITE_HDR);
+        assert_eq!(v.len(), 18 + 4 + 2 + 14);
+        let (r, off) = DdpRepr::parse(&v, 1).unwrap();
+        assert!(matches!(
+            r,
+            DdpRepr::Untagged {
+                opcode: RdmapOpcode::Terminate,
+                qn: 2,
+                msn: 1,
+                last: true,
+                ..
+            }
+        ));
+        assert_eq!(&v[off..off + 4], &[0x11, 0x01, 0xc0, 0x00]);
+        assert_eq!(TerminateRepr::parse(&v[off..]).unwrap(), t);
+        assert_eq!(&v[off + 4..off + 6], &1000u16.to_be_bytes());
+        assert_eq!(&v[off + 6..], &WRITE_HDR);
+        let v = terminate_ulpdu_for_segment(t, 1, 1, 100, &SEND_HDR);
+        assert_eq!(&v[off + 6..], &SEND_HDR);
+    }
 
     /// RFC 5044 Figure 5: untagged Send with L set, QN 0, MSN 1, MO 0.
     const SEND_HDR: [u8; 18] = [0x41, 0x43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0];

@@ -17,6 +17,22 @@ impl Connection {
         repr: &TcpRepr,
         payload: &[u8],
     ) -> SegmentOutcome {
+        self.handle_segment_placing(now, repr, payload, &mut |_, _, _| {})
+    }
+
+    /// As [`Connection::handle_segment`]; before out-of-order octets go into the reassembly
+    /// store, `place` sees them (their sequence number and octets) and may consume parts of
+    /// them itself (marker-guided placement, DESIGN.md): the ranges it reports in
+    /// [`PlacedSpans`] count as received (for ACKs and SACK) but are not copied; when they
+    /// become in order, [`Connection::drain_reassembled`] hands stale octets for them, which
+    /// the caller skips.
+    pub fn handle_segment_placing(
+        &mut self,
+        now: Instant,
+        repr: &TcpRepr,
+        payload: &[u8],
+        place: &mut dyn FnMut(SeqNumber, &[u8], &mut PlacedSpans),
+    ) -> SegmentOutcome {
         self.now = now;
         self.stats.segs_in += 1;
         self.stats.octets_in += payload.len() as u64;
@@ -144,7 +160,7 @@ impl Connection {
         }
 
         // Seventh: segment text; eighth: FIN.
-        let out = self.process_data(now, seq, flags, payload);
+        let out = self.process_data(now, seq, flags, payload, place);
         self.check_peer_fin(now);
         out
     }
@@ -214,6 +230,7 @@ impl Connection {
         seq: SeqNumber,
         flags: TcpFlags,
         payload: &[u8],
+        place: &mut dyn FnMut(SeqNumber, &[u8], &mut PlacedSpans),
     ) -> SegmentOutcome {
         let mut out = SegmentOutcome::default();
         if payload.is_empty() && !flags.fin() {
@@ -306,14 +323,22 @@ impl Connection {
             }
             out.reassembled = self.store.readable(self.rcv_nxt);
         } else if len > 0 {
-            // Out of order: copy into the store. RFC 5681 §4.2: ACK at once.
+            // Out of order: the caller may place parts itself; the rest is copied into the
+            // store. RFC 5681 §4.2: ACK at once.
             self.ack_now = true;
+            let data = &payload[skip..skip + len];
+            let mut spans = PlacedSpans::default();
+            if self.rcv_nxt + self.store.capacity() > start {
+                place(start, data, &mut spans);
+            }
             match self
                 .store
-                .insert(self.rcv_nxt, start, &payload[skip..skip + len])
+                .insert_except(self.rcv_nxt, start, data, spans.as_slice())
             {
                 Insert::Stored { new } => {
                     self.stats.ooo_segs += 1;
+                    self.stats.store_high_water =
+                        self.stats.store_high_water.max(self.store.stored() as u64);
                     if new < len || skip > 0 {
                         self.stats.dup_partial += 1;
                     }

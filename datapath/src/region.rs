@@ -1,0 +1,192 @@
+//! Registered memory: a memfd (huge pages when possible) mapped shared into the datapath;
+//! the consumer maps the same descriptor (passed with SCM_RIGHTS) and sees every octet the
+//! workers place.
+//!
+//! This is the second memory boundary of the crate, like the UMEM: the memory is shared with
+//! another process that may read or write it at any time, so no Rust reference to it is ever
+//! formed; the workers copy into it through raw pointers after a bounds check.
+
+use nix::sys::memfd::{memfd_create, MFdFlags};
+use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
+use std::num::NonZeroUsize;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::ptr::NonNull;
+
+/// Huge page size tried for regions whose length is a multiple of it.
+const HUGE_PAGE: u64 = 2 << 20;
+
+/// Why a region could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum RegionError {
+    /// Length 0 or beyond the address space.
+    #[error("region length {0} is not usable (1 ..= {max})", max = isize::MAX)]
+    Length(u64),
+    /// The kernel refused.
+    #[error("{what}: {err}")]
+    Sys {
+        /// The call.
+        what: &'static str,
+        /// The error.
+        err: nix::Error,
+    },
+}
+
+/// The memory of one region.
+pub struct RegionMemory {
+    ptr: NonNull<u8>,
+    len: usize,
+    fd: OwnedFd,
+    huge: bool,
+}
+
+// SAFETY: the mapping is plain shared memory owned by this value until drop; every access
+// goes through bounds-checked raw copies (no references), so using it from several threads
+// at once is no different from another process writing it.
+unsafe impl Send for RegionMemory {}
+// SAFETY: as above; `&RegionMemory` only allows bounds-checked raw copies.
+unsafe impl Sync for RegionMemory {}
+
+impl std::fmt::Debug for RegionMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegionMemory")
+            .field("len", &self.len)
+            .field("huge", &self.huge)
+            .finish()
+    }
+}
+
+impl RegionMemory {
+    /// Creates `len` octets of zeroed shared memory named `name` (visible in
+    /// /proc/PID/fd). Huge pages are tried first when `len` is a multiple of 2 MiB.
+    pub fn create(name: &str, len: u64) -> Result<RegionMemory, RegionError> {
+        let size = usize::try_from(len)
+            .ok()
+            .filter(|&l| l > 0 && l <= isize::MAX as usize)
+            .and_then(NonZeroUsize::new)
+            .ok_or(RegionError::Length(len))?;
+        let sys = |what| move |err| RegionError::Sys { what, err };
+        if len.is_multiple_of(HUGE_PAGE) {
+            if let Ok(m) = Self::map(name, size, MFdFlags::MFD_HUGETLB) {
+                return Ok(m);
+            }
+        }
+        Self::map(name, size, MFdFlags::empty()).map_err(sys("memfd region"))
+    }
+
+    fn map(name: &str, size: NonZeroUsize, extra: MFdFlags) -> nix::Result<RegionMemory> {
+        let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC | extra)?;
+        nix::unistd::ftruncate(&fd, size.get() as i64)?;
+        // SAFETY: a fresh shared mapping of our own memfd, `size` octets that the ftruncate
+        // above made exist; nothing else in this process aliases it. With huge pages the
+        // length is a multiple of the page size (checked by the caller).
+        let ptr = unsafe {
+            mmap(
+                None,
+                size,
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_SHARED,
+                &fd,
+                0,
+            )?
+        };
+        Ok(RegionMemory {
+            ptr: ptr.cast(),
+            len: size.get(),
+            fd,
+            huge: extra.contains(MFdFlags::MFD_HUGETLB),
+        })
+    }
+
+    /// Octets.
+    pub fn len(&self) -> u64 {
+        self.len as u64
+    }
+
+    /// Never true: regions have at least one octet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Backed by huge pages.
+    pub fn huge_pages(&self) -> bool {
+        self.huge
+    }
+
+    /// The descriptor to pass to the consumer.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    fn span(&self, off: u64, n: usize) -> Option<usize> {
+        let off = usize::try_from(off).ok()?;
+        (off.checked_add(n)? <= self.len).then_some(off)
+    }
+
+    /// Copies `src` to offset `off`; `false` (nothing written) when it does not fit.
+    pub fn write(&self, off: u64, src: &[u8]) -> bool {
+        let Some(off) = self.span(off, src.len()) else {
+            return false;
+        };
+        // SAFETY: off + src.len() <= len (checked above), so the destination lies inside our
+        // live mapping; `src` is ordinary memory of this process and cannot overlap it
+        // (no reference into the mapping is ever handed out).
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len())
+        };
+        true
+    }
+
+    /// Copies octets at `off` into `dst`; `false` when out of bounds.
+    pub fn read(&self, off: u64, dst: &mut [u8]) -> bool {
+        let Some(off) = self.span(off, dst.len()) else {
+            return false;
+        };
+        // SAFETY: bounds checked above; `dst` is our own memory, not part of the mapping.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len())
+        };
+        true
+    }
+}
+
+impl Drop for RegionMemory {
+    fn drop(&mut self) {
+        // SAFETY: the mapping was created by `map` with this address and length and is
+        // unmapped once, here; no reference into it exists.
+        let _ = unsafe { munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Seek, SeekFrom};
+
+    #[test]
+    fn writes_are_visible_through_the_descriptor_and_bounded() {
+        let m = RegionMemory::create("test-region", 10_000).unwrap();
+        assert_eq!(m.len(), 10_000);
+        assert!(m.write(9_990, &[7u8; 10]));
+        assert!(!m.write(9_991, &[7u8; 10]));
+        assert!(!m.write(u64::MAX, &[1]));
+        assert!(m.write(10_000, &[]));
+        let mut f = std::fs::File::from(m.fd().try_clone_to_owned().unwrap());
+        f.seek(SeekFrom::Start(9_989)).unwrap();
+        let mut b = [0u8; 11];
+        f.read_exact(&mut b).unwrap();
+        assert_eq!(b, [0, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7]);
+        let mut r = [0u8; 2];
+        assert!(m.read(9_998, &mut r));
+        assert_eq!(r, [7, 7]);
+        assert!(!m.read(9_999, &mut r));
+    }
+
+    #[test]
+    fn zero_and_huge_lengths_are_refused() {
+        assert!(matches!(
+            RegionMemory::create("z", 0),
+            Err(RegionError::Length(0))
+        ));
+        assert!(RegionMemory::create("h", u64::MAX).is_err());
+    }
+}

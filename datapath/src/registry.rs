@@ -1,0 +1,270 @@
+//! The control thread's registry of memory regions, receive buffers waiting for a
+//! connection of their protection domain, and completion subscribers. Workers get copies of
+//! what they need through commands (DESIGN.md: no shared mutable state with workers).
+
+#![forbid(unsafe_code)]
+
+use crate::placement::{PostedBuf, Region, MAX_POSTED};
+use crate::region::RegionMemory;
+use mpa_ctl_proto::{ErrorCode, RegionInfo};
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+
+/// Regions one datapath holds at once.
+pub const MAX_REGIONS: usize = 4096;
+
+/// A refused registry request: the control protocol's code and the message.
+pub type Refusal = (ErrorCode, String);
+
+fn bad(message: String) -> Refusal {
+    (ErrorCode::BadRequest, message)
+}
+
+/// Regions, waiting buffers and subscribers.
+#[derive(Debug)]
+pub struct Registry {
+    regions: HashMap<u32, Region>,
+    /// Octets of all regions together, bounded by `max_bytes`.
+    bytes: u64,
+    max_bytes: u64,
+    next_index: u32,
+    keys: RandomState,
+    /// Receive buffers posted to a domain, taken by its next connection.
+    waiting: HashMap<u32, Vec<PostedBuf>>,
+    /// Subscriber (control client id) of each domain's completions.
+    subscribers: HashMap<u32, u64>,
+    /// Completions that found no subscriber.
+    pub unclaimed_completions: u64,
+}
+
+impl Registry {
+    /// An empty registry allowing `max_bytes` of regions in all.
+    pub fn new(max_bytes: u64) -> Self {
+        Registry {
+            regions: HashMap::new(),
+            bytes: 0,
+            max_bytes,
+            next_index: 1,
+            keys: RandomState::new(),
+            waiting: HashMap::new(),
+            subscribers: HashMap::new(),
+            unclaimed_completions: 0,
+        }
+    }
+
+    /// Creates a region. STags are a 24-bit index and an 8-bit random key (RFC 5040 §2.1
+    /// "STag"), so that a stale or guessed STag of another region is unlikely to be valid.
+    pub fn create(
+        &mut self,
+        len: u64,
+        pd: u32,
+        remote_write: bool,
+        remote_read: bool,
+    ) -> Result<Region, Refusal> {
+        if len == 0 {
+            return Err(bad("a region needs at least one octet".into()));
+        }
+        if self.regions.len() >= MAX_REGIONS {
+            return Err((
+                ErrorCode::Limit,
+                format!("{MAX_REGIONS} regions exist already"),
+            ));
+        }
+        if self.bytes.saturating_add(len) > self.max_bytes {
+            return Err((
+                ErrorCode::Limit,
+                format!(
+                    "{len} more octets exceed the region budget ({} of {} in use)",
+                    self.bytes, self.max_bytes
+                ),
+            ));
+        }
+        let index = self.next_index & 0x00ff_ffff;
+        self.next_index = self.next_index.wrapping_add(1).max(1);
+        let key = (self.keys.hash_one(index) & 0xff) as u32;
+        let stag = (index << 8) | key;
+        if self.regions.contains_key(&stag) {
+            return Err((ErrorCode::Limit, "STag space exhausted".into()));
+        }
+        let mem = RegionMemory::create(&format!("mpa-region-{stag:08x}"), len)
+            .map_err(|e| (ErrorCode::Internal, e.to_string()))?;
+        let r = Region {
+            info: RegionInfo {
+                stag,
+                len,
+                pd,
+                remote_write,
+                remote_read,
+                huge_pages: mem.huge_pages(),
+            },
+            mem: Arc::new(mem),
+        };
+        self.bytes += len;
+        self.regions.insert(stag, r.clone());
+        Ok(r)
+    }
+
+    /// Forgets a region (memory stays mapped wherever it is mapped).
+    pub fn destroy(&mut self, stag: u32) -> Result<(), Refusal> {
+        let r = self
+            .regions
+            .remove(&stag)
+            .ok_or_else(|| bad(format!("no region with STag {stag:#x}")))?;
+        self.bytes -= r.info.len;
+        for bufs in self.waiting.values_mut() {
+            bufs.retain(|b| b.stag != stag);
+        }
+        Ok(())
+    }
+
+    /// Regions, all or of one domain, by STag.
+    pub fn list(&self, pd: Option<u32>) -> Vec<RegionInfo> {
+        let mut v: Vec<_> = self
+            .regions
+            .values()
+            .filter(|r| pd.is_none_or(|pd| r.info.pd == pd))
+            .map(|r| r.info.clone())
+            .collect();
+        v.sort_by_key(|r| r.stag);
+        v
+    }
+
+    /// Checks and builds `count` buffers of `len` octets from `offset` in region `stag`,
+    /// for a connection of domain `pd`.
+    pub fn buffers(
+        &self,
+        pd: u32,
+        stag: u32,
+        offset: u64,
+        len: u32,
+        count: u32,
+    ) -> Result<Vec<PostedBuf>, Refusal> {
+        let r = self
+            .regions
+            .get(&stag)
+            .ok_or_else(|| bad(format!("no region with STag {stag:#x}")))?;
+        if r.info.pd != pd {
+            return Err(bad(format!(
+                "region {stag:#x} belongs to domain {}, not {pd}",
+                r.info.pd
+            )));
+        }
+        if count == 0 || count as usize > MAX_POSTED {
+            return Err(bad(format!(
+                "count {count}: post 1 ..= {MAX_POSTED} buffers"
+            )));
+        }
+        let end = u64::from(len)
+            .checked_mul(u64::from(count))
+            .and_then(|n| n.checked_add(offset));
+        if end.is_none_or(|e| e > r.info.len) {
+            return Err(bad(format!(
+                "{count} buffers of {len} octets from offset {offset} do not fit region {stag:#x} ({} octets)",
+                r.info.len
+            )));
+        }
+        Ok((0..u64::from(count))
+            .map(|i| PostedBuf {
+                stag,
+                offset: offset + i * u64::from(len),
+                len,
+            })
+            .collect())
+    }
+
+    /// Adds buffers to a domain's waiting list.
+    pub fn wait(&mut self, pd: u32, bufs: Vec<PostedBuf>) -> Result<(), Refusal> {
+        let w = self.waiting.entry(pd).or_default();
+        if w.len() + bufs.len() > MAX_POSTED {
+            return Err((
+                ErrorCode::Limit,
+                format!(
+                    "domain {pd} has {} buffers waiting; {} more exceed {MAX_POSTED}",
+                    w.len(),
+                    bufs.len()
+                ),
+            ));
+        }
+        w.extend(bufs);
+        Ok(())
+    }
+
+    /// The buffers waiting for domain `pd` (the next connection takes them all).
+    pub fn take_waiting(&mut self, pd: u32) -> Vec<PostedBuf> {
+        self.waiting.remove(&pd).unwrap_or_default()
+    }
+
+    /// Every region, for a worker that starts.
+    pub fn region(&self, stag: u32) -> Option<&Region> {
+        self.regions.get(&stag)
+    }
+
+    /// Makes `client` the subscriber of `pd`'s completions.
+    pub fn subscribe(&mut self, pd: u32, client: u64) {
+        self.subscribers.insert(pd, client);
+    }
+
+    /// The subscriber of `pd`.
+    pub fn subscriber(&self, pd: u32) -> Option<u64> {
+        self.subscribers.get(&pd).copied()
+    }
+
+    /// A client went away: its subscriptions end.
+    pub fn client_gone(&mut self, client: u64) {
+        self.subscribers.retain(|_, c| *c != client);
+    }
+
+    /// Counters for the statistics document.
+    pub fn stats_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "regions": self.regions.len(),
+            "region_octets": self.bytes,
+            "region_budget": self.max_bytes,
+            "buffers_waiting": self.waiting.values().map(Vec::len).sum::<usize>(),
+            "subscribers": self.subscribers.len(),
+            "unclaimed_completions": self.unclaimed_completions,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_are_bounded_and_checked() {
+        let mut g = Registry::new(10_000);
+        assert_eq!(
+            g.create(0, 1, true, false).unwrap_err().0,
+            ErrorCode::BadRequest
+        );
+        let a = g.create(6_000, 1, true, false).unwrap();
+        assert_eq!(
+            g.create(5_000, 1, true, false).unwrap_err().0,
+            ErrorCode::Limit
+        );
+        let b = g.create(4_000, 2, false, true).unwrap();
+        assert_ne!(a.info.stag, b.info.stag);
+        assert_eq!(a.info.stag >> 8, 1);
+        assert_eq!(g.list(Some(2)), vec![b.info.clone()]);
+        assert_eq!(g.list(None).len(), 2);
+        // Buffers: domain, bounds and count are checked.
+        assert!(g.buffers(2, a.info.stag, 0, 100, 1).is_err());
+        assert!(g.buffers(1, a.info.stag, 0, 100, 0).is_err());
+        assert!(g.buffers(1, a.info.stag, 1, 1000, 6).is_err());
+        assert!(g.buffers(1, a.info.stag, u64::MAX, 1, 1).is_err());
+        let bufs = g.buffers(1, a.info.stag, 0, 1000, 6).unwrap();
+        assert_eq!(bufs[5].offset, 5000);
+        g.wait(1, bufs).unwrap();
+        g.destroy(a.info.stag).unwrap();
+        assert!(g.take_waiting(1).is_empty());
+        assert!(g.destroy(a.info.stag).is_err());
+        g.create(6_000, 1, true, false).unwrap();
+        g.subscribe(1, 7);
+        assert_eq!(g.subscriber(1), Some(7));
+        g.client_gone(7);
+        assert_eq!(g.subscriber(1), None);
+    }
+}
