@@ -96,6 +96,16 @@ pub struct FpduDecoder {
     partial_taken: bool,
     error: Option<DecodeError>,
     stats: DecoderStats,
+    /// Wire and ULPDU lengths of the FPDUs the last batch pass verified (see
+    /// [`FpduDecoder::batch_scan`]), so that taking them neither rescans nor reverifies.
+    batch: [BatchEntry; BATCH_MAX_FPDUS],
+}
+
+/// One FPDU of a verified batch.
+#[derive(Debug, Clone, Copy, Default)]
+struct BatchEntry {
+    wire: u32,
+    ulpdu: u16,
 }
 
 impl FpduDecoder {
@@ -115,6 +125,7 @@ impl FpduDecoder {
             partial_taken: false,
             error: None,
             stats: DecoderStats::default(),
+            batch: [BatchEntry::default(); BATCH_MAX_FPDUS],
         }
     }
 
@@ -175,23 +186,26 @@ impl FpduDecoder {
             input,
             off: 0,
             done: false,
-            crc_verified_end: 0,
+            batch_at: 0,
+            batch_n: 0,
+            scanned_end: 0,
         }
     }
 
     /// Checks a whole FPDU wire image at the current position and advances past it.
     fn verify(&mut self, wire: &[u8]) -> Result<u16, DecodeError> {
-        self.verify_with(wire, self.crc)
+        let ulpdu_len = verify_fpdu(wire, self.pos, self.markers, self.crc)?;
+        self.advance(wire.len(), ulpdu_len);
+        Ok(ulpdu_len)
     }
 
-    /// As [`FpduDecoder::verify`]; `check_crc` false when a batch check already covered it.
-    fn verify_with(&mut self, wire: &[u8], check_crc: bool) -> Result<u16, DecodeError> {
-        let ulpdu_len = verify_fpdu(wire, self.pos, self.markers, check_crc)?;
-        self.pos = self.pos.wrapping_add(wire.len() as u32);
+    /// Steps past a verified FPDU of `wire_len` octets carrying `ulpdu_len`.
+    #[inline]
+    fn advance(&mut self, wire_len: usize, ulpdu_len: u16) {
+        self.pos = self.pos.wrapping_add(wire_len as u32);
         self.stats.fpdus += 1;
         self.stats.ulpdu_octets += u64::from(ulpdu_len);
-        self.stats.wire_octets += wire.len() as u64;
-        Ok(ulpdu_len)
+        self.stats.wire_octets += wire_len as u64;
     }
 
     /// Wire length of the FPDU at the current position once its header is in `head`, or the
@@ -200,41 +214,66 @@ impl FpduDecoder {
         wire_len_at(self.pos, self.markers, head)
     }
 
-    /// Checks the CRCs of every whole FPDU at the front of `input` with one CRC pass: a valid
-    /// FPDU (its octets followed by its CRC field) is a CRC32c codeword whose CRC is the
-    /// residue [`CRC_RESIDUE`], and the CRC of consecutive codewords follows from their
-    /// lengths by [`crc::crc32c_combine`]. One long CRC call runs at the kernel's full speed
-    /// where many short ones pay their setup each. Returns how many octets were verified (0
-    /// when fewer than two FPDUs are whole, or when the batch fails: then each FPDU is checked
-    /// on its own and the bad one is reported precisely).
-    fn batch_crc(&self, input: &[u8]) -> usize {
+    /// Verifies the whole FPDUs at the front of `input` (at most [`BATCH_MAX_FPDUS`], each of
+    /// at least [`BATCH_MIN_WIRE`] octets) in one pass over their headers and markers and one
+    /// CRC pass over all their octets, and records their lengths in `self.batch`.
+    ///
+    /// The CRC: a valid FPDU (its octets followed by its CRC field) is a CRC32c codeword whose
+    /// CRC is the residue [`CRC_RESIDUE`], and the CRC of consecutive codewords follows from
+    /// their lengths by [`crc::CombineFixed`]. One long CRC call runs at the kernel's full
+    /// speed where many short ones pay their setup each. The markers: each FPDU's markers are
+    /// checked in order while its header is read; the run ends before the first FPDU with a
+    /// wrong FPDUPTR (so that FPDU goes through [`verify_fpdu`], which checks its CRC first and
+    /// reports whichever error is there precisely).
+    ///
+    /// Returns `(verified, scanned)`: how many FPDUs were verified (0 when fewer than two
+    /// passed the scan, or when the batch CRC fails: then each FPDU is checked on its own and
+    /// the bad one is reported precisely), and how many octets the run covered.
+    fn batch_scan(&mut self, input: &[u8]) -> (usize, usize) {
+        let markers = self.markers;
         let (mut pos, mut off, mut n) = (self.pos, 0usize, 0usize);
         let mut expected = 0u32;
-        let mut fixed = crc::CombineFixed::new(0);
-        while off < input.len() && n < BATCH_MAX_FPDUS {
-            match wire_len_at(pos, self.markers, &input[off..]) {
-                // Short FPDUs: one CRC call each costs less than combining.
-                Ok(w) if w < BATCH_MIN_WIRE => break,
-                Ok(w) if off + w <= input.len() => {
-                    expected = if n == 0 {
-                        CRC_RESIDUE
-                    } else {
-                        if fixed.len_b() != w as u64 {
-                            fixed = crc::CombineFixed::new(w as u64);
-                        }
-                        fixed.combine(expected, CRC_RESIDUE)
-                    };
-                    off += w;
-                    pos = pos.wrapping_add(w as u32);
-                    n += 1;
-                }
-                _ => break,
+        // FPDUs of one ULPDU size take one of two wire lengths (one marker more or less),
+        // 4 octets apart: a direct-mapped cache keyed by `wire / 4 % 4` keeps both.
+        let mut fixed = [crc::CombineFixed::new(0); 4];
+        while n < BATCH_MAX_FPDUS {
+            let hoff = markers::header_offset(pos, markers);
+            let Some(h) = input.get(off + hoff..off + hoff + HEADER_LEN) else {
+                break;
+            };
+            let ulpdu_len = u16::from_be_bytes([h[0], h[1]]);
+            let w = markers::fpdu_wire_len(pos, usize::from(ulpdu_len), markers);
+            // Short FPDUs: one CRC call each costs less than combining.
+            if w < BATCH_MIN_WIRE {
+                break;
             }
+            let Some(wire) = input.get(off..off + w) else {
+                break;
+            };
+            if markers && !markers_ok(wire, pos, hoff) {
+                break;
+            }
+            expected = if n == 0 {
+                CRC_RESIDUE
+            } else {
+                let f = &mut fixed[(w >> 2) & 3];
+                if f.len_b() != w as u64 {
+                    *f = crc::CombineFixed::new(w as u64);
+                }
+                f.combine(expected, CRC_RESIDUE)
+            };
+            self.batch[n] = BatchEntry {
+                wire: w as u32,
+                ulpdu: ulpdu_len,
+            };
+            off += w;
+            pos = pos.wrapping_add(w as u32);
+            n += 1;
         }
         if n >= 2 && crc::crc32c(&input[..off]) == expected {
-            off
+            (n, off)
         } else {
-            0
+            (0, off)
         }
     }
 }
@@ -245,8 +284,11 @@ pub struct Chunk<'d, 'a> {
     input: &'a [u8],
     off: usize,
     done: bool,
-    /// Input offset up to which FPDU CRCs were verified by one batch pass.
-    crc_verified_end: usize,
+    /// `dec.batch[batch_at..batch_n]` are the FPDUs at `off` that one batch pass verified.
+    batch_at: usize,
+    batch_n: usize,
+    /// Input offset up to which a batch pass looked (no new pass starts before it).
+    scanned_end: usize,
 }
 
 /// CRC32c of any message followed by its own CRC (least-significant octet first).
@@ -269,11 +311,27 @@ fn wire_len_at(pos: u32, markers: bool, head: &[u8]) -> Result<usize, usize> {
     }
 }
 
-impl Chunk<'_, '_> {
+impl<'a> Chunk<'_, 'a> {
     /// The next verified ULPDU, `None` when the chunk is used up (its tail kept), or the
     /// decoder's sticky error (returned once per chunk).
     #[allow(clippy::should_implement_trait)]
+    #[inline]
     pub fn next_ulpdu(&mut self) -> Option<Result<Ulpdu<'_>, DecodeError>> {
+        if self.batch_at < self.batch_n {
+            return Some(Ok(self.take_batched()));
+        }
+        self.next_unbatched()
+    }
+
+    /// The next FPDU of the verified batch (`batch_at < batch_n`).
+    #[inline]
+    fn take_batched(&mut self) -> Ulpdu<'a> {
+        take_batched(self.dec, self.input, &mut self.off, &mut self.batch_at)
+    }
+
+    /// [`Chunk::next_ulpdu`] outside a verified batch.
+    #[inline(never)]
+    fn next_unbatched(&mut self) -> Option<Result<Ulpdu<'_>, DecodeError>> {
         if self.done {
             return None;
         }
@@ -341,13 +399,23 @@ impl Chunk<'_, '_> {
                 return None;
             }
         };
-        if dec.crc && want >= BATCH_MIN_WIRE && self.off >= self.crc_verified_end {
-            self.crc_verified_end = self.off + dec.batch_crc(rest);
+        if dec.crc && want >= BATCH_MIN_WIRE && self.off >= self.scanned_end {
+            let (n, scanned) = dec.batch_scan(rest);
+            self.scanned_end = self.off + scanned;
+            if n > 0 {
+                self.batch_at = 0;
+                self.batch_n = n;
+                return Some(Ok(take_batched(
+                    dec,
+                    self.input,
+                    &mut self.off,
+                    &mut self.batch_at,
+                )));
+            }
         }
         let wire = &self.input[self.off..self.off + want];
         let pos = dec.pos;
-        let check_crc = dec.crc && self.off + want > self.crc_verified_end;
-        match dec.verify_with(wire, check_crc) {
+        match dec.verify(wire) {
             Ok(len) => {
                 self.off += want;
                 Some(Ok(Ulpdu::new(wire, pos, len, dec.markers)))
@@ -364,6 +432,24 @@ impl Chunk<'_, '_> {
     pub fn remaining(&self) -> usize {
         self.input.len() - self.off
     }
+}
+
+/// Takes FPDU `batch_at` of the verified batch `dec.batch`, at `input[off..]`.
+#[inline]
+fn take_batched<'a>(
+    dec: &mut FpduDecoder,
+    input: &'a [u8],
+    off: &mut usize,
+    batch_at: &mut usize,
+) -> Ulpdu<'a> {
+    let e = dec.batch[*batch_at];
+    *batch_at += 1;
+    let w = e.wire as usize;
+    let wire = &input[*off..*off + w];
+    *off += w;
+    let pos = dec.pos;
+    dec.advance(w, e.ulpdu);
+    Ulpdu::new(wire, pos, e.ulpdu, dec.markers)
 }
 
 impl Drop for Chunk<'_, '_> {
@@ -503,23 +589,61 @@ pub(crate) fn verify_fpdu(
         }
     }
     if markers {
-        // RFC 5044 §8 error 3: we check every marker, in order too. Markers sit wherever the
-        // stream position is a multiple of 512; none can fall on the CRC (the last 4 octets).
-        let mut w = markers::to_next_marker(pos);
-        while w + CRC_LEN < n {
-            let expected = if w == 0 { 0 } else { (w - hoff) as u16 };
-            let found = u16::from_be_bytes([wire[w + 2], wire[w + 3]]) & !3;
-            if found != expected {
-                return Err(DecodeError::Marker {
-                    marker_pos: pos.wrapping_add(w as u32),
-                    found,
-                    expected,
-                });
-            }
-            w += MARKER_INTERVAL;
-        }
+        check_markers(wire, pos, hoff)?;
     }
     Ok(ulpdu_len)
+}
+
+/// Checks every marker of the FPDU wire image `wire` at stream position `pos` whose header
+/// is at `hoff`, in order (RFC 5044 §8 error 3: we check every marker, in order data too).
+/// Markers sit wherever the stream position is a multiple of 512; none can fall on the CRC
+/// (the last 4 octets).
+#[inline]
+fn check_markers(wire: &[u8], pos: u32, hoff: usize) -> Result<(), DecodeError> {
+    let n = wire.len();
+    let mut w = markers::to_next_marker(pos);
+    while w + CRC_LEN < n {
+        // A leading marker (w == 0, hoff == 4) has FPDUPTR 0; the others point at the header.
+        let expected = w.saturating_sub(hoff) as u16;
+        let found = u16::from_be_bytes([wire[w + 2], wire[w + 3]]) & !3;
+        if found != expected {
+            return Err(DecodeError::Marker {
+                marker_pos: pos.wrapping_add(w as u32),
+                found,
+                expected,
+            });
+        }
+        w += MARKER_INTERVAL;
+    }
+    Ok(())
+}
+
+/// Whether every marker of the FPDU is right: [`check_markers`] without the error's details,
+/// branch-light for runs of good FPDUs.
+#[inline]
+fn markers_ok(wire: &[u8], pos: u32, hoff: usize) -> bool {
+    let end = wire.len().saturating_sub(CRC_LEN);
+    let mut w = markers::to_next_marker(pos);
+    let mut diff = 0u16;
+    if w == 0 && end > 0 {
+        // The leading marker: FPDUPTR 0.
+        diff |= marker_ptr(wire, 0);
+        w = MARKER_INTERVAL;
+    }
+    while w < end {
+        diff |= marker_ptr(wire, w) ^ (w.wrapping_sub(hoff) as u16);
+        w += MARKER_INTERVAL;
+    }
+    diff == 0
+}
+
+/// FPDUPTR (low two bits cleared) of the marker at `wire[w..]`, or !0 if it is not whole.
+#[inline(always)]
+fn marker_ptr(wire: &[u8], w: usize) -> u16 {
+    match wire.get(w..) {
+        Some([_, _, a, b, ..]) => u16::from_be_bytes([*a, *b]) & !3,
+        _ => !0,
+    }
 }
 
 /// The pieces of a ULPDU between markers, in order.
@@ -687,5 +811,186 @@ mod tests {
         assert_eq!(got.copy_prefix(&mut head), 18);
         assert_eq!(&head[..], &u[..18]);
         assert_eq!(markers_in_fpdu(500, 40, true), 1);
+    }
+
+    /// A stream starting at `start` and each FPDU's range in it.
+    fn stream_at(
+        start: u32,
+        markers: bool,
+        sizes: &[usize],
+    ) -> (Vec<u8>, Vec<Vec<u8>>, Vec<std::ops::Range<usize>>) {
+        let mut enc = FpduEncoder::at_position(start, markers);
+        let (mut out, mut sent, mut ranges) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, &n) in sizes.iter().enumerate() {
+            let u: Vec<u8> = (0..n).map(|j| (i * 17 + j * 5) as u8).collect();
+            ranges.push(enc.encode(&u, &mut out).unwrap());
+            sent.push(u);
+        }
+        (out, sent, ranges)
+    }
+
+    /// Decodes `wire` (at stream position `start`) in chunks of `chunk` octets: the ULPDUs
+    /// delivered, and the error decoding stopped at.
+    fn outcome(
+        start: u32,
+        markers: bool,
+        wire: &[u8],
+        chunk: usize,
+    ) -> (Vec<Vec<u8>>, Option<DecodeError>) {
+        let mut dec = FpduDecoder::at_position(start, markers, true);
+        let mut got = Vec::new();
+        for c in wire.chunks(chunk) {
+            let mut ch = dec.feed(c);
+            while let Some(r) = ch.next_ulpdu() {
+                match r {
+                    Ok(u) => got.push(u.to_vec()),
+                    Err(e) => return (got, Some(e)),
+                }
+            }
+        }
+        assert_eq!(dec.stats().fpdus, got.len() as u64);
+        (got, dec.error())
+    }
+
+    /// Rewrites the CRC of a whole FPDU wire image so that it is valid again.
+    fn fix_crc(fpdu: &mut [u8]) {
+        let n = fpdu.len();
+        let c = crc::crc32c(&fpdu[..n - CRC_LEN]);
+        fpdu[n - CRC_LEN..].copy_from_slice(&c.to_le_bytes());
+    }
+
+    /// Marker offsets (in the stream image) inside `range` of a stream that starts at `start`.
+    fn markers_in(start: u32, range: &std::ops::Range<usize>) -> Vec<usize> {
+        let first = range.start + markers::to_next_marker(start.wrapping_add(range.start as u32));
+        (first..range.end - CRC_LEN)
+            .step_by(MARKER_INTERVAL)
+            .collect()
+    }
+
+    /// Chunk sizes: one that never holds two whole FPDUs of at least `BATCH_MIN_WIRE` octets
+    /// (so every FPDU is checked on its own), then ones that batch.
+    const REFERENCE_CHUNK: usize = BATCH_MIN_WIRE - 1;
+    const BATCHING_CHUNKS: [usize; 3] = [3000, 8192, usize::MAX];
+
+    #[test]
+    fn marker_error_inside_a_batch_is_reported_exactly() {
+        let (mut wire, sent, ranges) = stream_at(0, true, &[2000; 6]);
+        let r = ranges[3].clone();
+        let m = markers_in(0, &r)[1];
+        wire[m + 3] ^= 0x10;
+        fix_crc(&mut wire[r.clone()]);
+        let expected = DecodeError::Marker {
+            marker_pos: m as u32,
+            found: u16::from_be_bytes([wire[m + 2], wire[m + 3]]) & !3,
+            expected: (m - r.start) as u16,
+        };
+        for chunk in [REFERENCE_CHUNK, 3000, usize::MAX] {
+            let (got, err) = outcome(0, true, &wire, chunk);
+            assert_eq!(got, sent[..3], "chunk {chunk}");
+            assert_eq!(err, Some(expected), "chunk {chunk}");
+        }
+    }
+
+    #[test]
+    fn crc_error_inside_a_batch_is_reported_for_its_fpdu() {
+        for markers in [false, true] {
+            let (mut wire, sent, ranges) = stream_at(0, markers, &[1500; 8]);
+            let r = ranges[4].clone();
+            wire[r.start + 700] ^= 0x80;
+            let n = r.end;
+            let received = u32::from_le_bytes(wire[n - 4..n].try_into().unwrap());
+            let computed = crc::crc32c(&wire[r.start..n - 4]);
+            let expected = DecodeError::Crc {
+                pos: r.start as u32,
+                received,
+                computed,
+            };
+            for chunk in [REFERENCE_CHUNK, 3000, usize::MAX] {
+                let (got, err) = outcome(0, markers, &wire, chunk);
+                assert_eq!(got, sent[..4], "markers {markers} chunk {chunk}");
+                assert_eq!(err, Some(expected), "markers {markers} chunk {chunk}");
+            }
+        }
+    }
+
+    #[test]
+    fn first_error_in_stream_order_wins_and_crc_before_markers() {
+        let (wire, _, ranges) = stream_at(0, true, &[1800; 7]);
+        let forge = |wire: &mut Vec<u8>, i: usize| {
+            let m = markers_in(0, &ranges[i])[0];
+            wire[m + 2] ^= 0x01;
+            fix_crc(&mut wire[ranges[i].clone()]);
+        };
+        let flip = |wire: &mut Vec<u8>, i: usize| wire[ranges[i].start + 100] ^= 1;
+        // A bad CRC and a bad marker in one FPDU: error 2 (the CRC is checked first).
+        let mut w = wire.clone();
+        forge(&mut w, 2);
+        flip(&mut w, 2);
+        let (got, err) = outcome(0, true, &w, usize::MAX);
+        assert_eq!(got.len(), 2);
+        assert!(matches!(err, Some(DecodeError::Crc { pos, .. }) if pos == ranges[2].start as u32));
+        // A CRC error before a marker error, and the other way round.
+        let mut w = wire.clone();
+        flip(&mut w, 1);
+        forge(&mut w, 4);
+        let (got, err) = outcome(0, true, &w, usize::MAX);
+        assert_eq!(got.len(), 1);
+        assert!(matches!(err, Some(DecodeError::Crc { .. })), "{err:?}");
+        let mut w = wire.clone();
+        forge(&mut w, 1);
+        flip(&mut w, 4);
+        let (got, err) = outcome(0, true, &w, usize::MAX);
+        assert_eq!(got.len(), 1);
+        assert!(matches!(err, Some(DecodeError::Marker { .. })), "{err:?}");
+    }
+
+    /// Batched decoding delivers exactly what FPDU-at-a-time decoding does and stops at the
+    /// same error, for every forged marker and for octet flips all over the stream.
+    #[test]
+    fn batches_agree_with_fpdu_at_a_time() {
+        let sizes = [
+            600, 3000, 100, 5000, 1000, 700, 2000, 40, 9000, 1500, 508, 4096,
+        ];
+        for start in [0u32, 4, 508, 1000, u32::MAX - 2047] {
+            for markers in [false, true] {
+                let (wire, sent, ranges) = stream_at(start, markers, &sizes);
+                let check = |w: &[u8], what: &str| {
+                    let reference = outcome(start, markers, w, REFERENCE_CHUNK);
+                    for chunk in BATCHING_CHUNKS {
+                        assert_eq!(
+                            outcome(start, markers, w, chunk),
+                            reference,
+                            "{what}, chunk {chunk}"
+                        );
+                    }
+                    reference
+                };
+                let (got, err) = check(&wire, "clean");
+                assert_eq!((got, err), (sent.clone(), None));
+                if markers {
+                    for (i, r) in ranges.iter().enumerate() {
+                        for m in markers_in(start, r) {
+                            for bit in [0x04u8, 0x80] {
+                                let mut w = wire.clone();
+                                w[m + 3] ^= bit;
+                                fix_crc(&mut w[r.clone()]);
+                                let (got, err) = check(&w, &format!("marker at {m}"));
+                                assert_eq!(got, sent[..i]);
+                                assert!(
+                                    matches!(err, Some(DecodeError::Marker { marker_pos, .. })
+                                        if marker_pos == start.wrapping_add(m as u32)),
+                                    "{err:?}"
+                                );
+                            }
+                        }
+                    }
+                }
+                for at in (0..wire.len()).step_by(97) {
+                    let mut w = wire.clone();
+                    w[at] ^= 0x20;
+                    check(&w, &format!("flip at {at}"));
+                }
+            }
+        }
     }
 }
