@@ -231,50 +231,107 @@ impl FpduDecoder {
     /// the bad one is reported precisely), and how many octets the run covered.
     fn batch_scan(&mut self, input: &[u8]) -> (usize, usize) {
         let markers = self.markers;
-        let (mut pos, mut off, mut n) = (self.pos, 0usize, 0usize);
-        let mut expected = 0u32;
-        // FPDUs of one ULPDU size take one of two wire lengths (one marker more or less),
-        // 4 octets apart: a direct-mapped cache keyed by `wire / 4 % 4` keeps both.
-        let mut fixed = [crc::CombineFixed::new(0); 4];
-        while n < BATCH_MAX_FPDUS {
-            let hoff = markers::header_offset(pos, markers);
-            let Some(h) = input.get(off + hoff..off + hoff + HEADER_LEN) else {
+        let mut run = BatchRun {
+            input,
+            markers,
+            pos: self.pos,
+            off: 0,
+            n: 0,
+            expected: 0,
+            fixed: [crc::CombineFixed::new(0); 4],
+            batch: &mut self.batch,
+        };
+        'fpdus: while run.n < BATCH_MAX_FPDUS {
+            let hoff = markers::header_offset(run.pos, markers);
+            let Some(ulpdu_len) = run.header(hoff) else {
                 break;
             };
-            let ulpdu_len = u16::from_be_bytes([h[0], h[1]]);
-            let w = markers::fpdu_wire_len(pos, usize::from(ulpdu_len), markers);
-            // Short FPDUs: one CRC call each costs less than combining.
-            if w < BATCH_MIN_WIRE {
+            let w = markers::fpdu_wire_len(run.pos, usize::from(ulpdu_len), markers);
+            if !run.take(w, hoff, ulpdu_len) {
                 break;
             }
-            let Some(wire) = input.get(off..off + w) else {
-                break;
-            };
-            if markers && !markers_ok(wire, pos, hoff) {
-                break;
-            }
-            expected = if n == 0 {
-                CRC_RESIDUE
-            } else {
-                let f = &mut fixed[(w >> 2) & 3];
-                if f.len_b() != w as u64 {
-                    *f = crc::CombineFixed::new(w as u64);
+            // FPDUs of one size tend to follow each other: while they do, where the next
+            // header is does not wait for this one to be read (the scan runs ahead).
+            while run.n < BATCH_MAX_FPDUS {
+                let hoff = markers::header_offset(run.pos, markers);
+                let w = markers::fpdu_wire_len(run.pos, usize::from(ulpdu_len), markers);
+                match run.header(hoff) {
+                    Some(len) if len == ulpdu_len => {}
+                    Some(_) => continue 'fpdus,
+                    None => break 'fpdus,
                 }
-                f.combine(expected, CRC_RESIDUE)
-            };
-            self.batch[n] = BatchEntry {
-                wire: w as u32,
-                ulpdu: ulpdu_len,
-            };
-            off += w;
-            pos = pos.wrapping_add(w as u32);
-            n += 1;
+                if !run.take(w, hoff, ulpdu_len) {
+                    break 'fpdus;
+                }
+            }
         }
-        if n >= 2 && crc::crc32c(&input[..off]) == expected {
+        let (n, off) = (run.n, run.off);
+        if n >= 2 && crc::crc32c(&input[..off]) == run.expected {
             (n, off)
         } else {
             (0, off)
         }
+    }
+}
+
+/// The state of one batch pass ([`FpduDecoder::batch_scan`]).
+struct BatchRun<'i, 'b> {
+    input: &'i [u8],
+    markers: bool,
+    /// Stream position and input offset of the next FPDU.
+    pos: u32,
+    off: usize,
+    /// FPDUs taken.
+    n: usize,
+    /// The CRC their octets must have.
+    expected: u32,
+    /// FPDUs of one ULPDU size take one of two wire lengths (one marker more or less), 4
+    /// octets apart: a direct-mapped cache keyed by `wire / 4 % 4` keeps both.
+    fixed: [crc::CombineFixed; 4],
+    batch: &'b mut [BatchEntry; BATCH_MAX_FPDUS],
+}
+
+impl BatchRun<'_, '_> {
+    /// ULPDU_Length of the next FPDU, whose header is at `hoff`, if it is in the input.
+    #[inline(always)]
+    fn header(&self, hoff: usize) -> Option<u16> {
+        match self.input.get(self.off + hoff..) {
+            Some([a, b, ..]) => Some(u16::from_be_bytes([*a, *b])),
+            _ => None,
+        }
+    }
+
+    /// Takes the next FPDU (`w` wire octets, header at `hoff`, carrying `ulpdu_len`) into
+    /// the batch if it is whole, long enough to be worth it and its markers are right.
+    #[inline(always)]
+    fn take(&mut self, w: usize, hoff: usize, ulpdu_len: u16) -> bool {
+        // Short FPDUs: one CRC call each costs less than combining.
+        if w < BATCH_MIN_WIRE {
+            return false;
+        }
+        let Some(wire) = self.input.get(self.off..self.off + w) else {
+            return false;
+        };
+        if self.markers && !markers_ok(wire, self.pos, hoff) {
+            return false;
+        }
+        self.expected = if self.n == 0 {
+            CRC_RESIDUE
+        } else {
+            let f = &mut self.fixed[(w >> 2) & 3];
+            if f.len_b() != w as u64 {
+                *f = crc::CombineFixed::new(w as u64);
+            }
+            f.combine(self.expected, CRC_RESIDUE)
+        };
+        self.batch[self.n] = BatchEntry {
+            wire: w as u32,
+            ulpdu: ulpdu_len,
+        };
+        self.off += w;
+        self.pos = self.pos.wrapping_add(w as u32);
+        self.n += 1;
+        true
     }
 }
 
@@ -330,7 +387,7 @@ impl<'a> Chunk<'_, 'a> {
     }
 
     /// [`Chunk::next_ulpdu`] outside a verified batch.
-    #[inline(never)]
+    #[inline]
     fn next_unbatched(&mut self) -> Option<Result<Ulpdu<'_>, DecodeError>> {
         if self.done {
             return None;
@@ -618,23 +675,27 @@ fn check_markers(wire: &[u8], pos: u32, hoff: usize) -> Result<(), DecodeError> 
     Ok(())
 }
 
-/// Whether every marker of the FPDU is right: [`check_markers`] without the error's details,
-/// branch-light for runs of good FPDUs.
+/// Whether every marker of the FPDU is right: [`check_markers`] without the error's details.
 #[inline]
 fn markers_ok(wire: &[u8], pos: u32, hoff: usize) -> bool {
     let end = wire.len().saturating_sub(CRC_LEN);
     let mut w = markers::to_next_marker(pos);
-    let mut diff = 0u16;
     if w == 0 && end > 0 {
         // The leading marker: FPDUPTR 0.
-        diff |= marker_ptr(wire, 0);
+        if marker_ptr(wire, 0) != 0 {
+            return false;
+        }
         w = MARKER_INTERVAL;
     }
+    let mut expected = w.wrapping_sub(hoff) as u16;
     while w < end {
-        diff |= marker_ptr(wire, w) ^ (w.wrapping_sub(hoff) as u16);
+        if marker_ptr(wire, w) != expected {
+            return false;
+        }
         w += MARKER_INTERVAL;
+        expected = expected.wrapping_add(MARKER_INTERVAL as u16);
     }
-    diff == 0
+    true
 }
 
 /// FPDUPTR (low two bits cleared) of the marker at `wire[w..]`, or !0 if it is not whole.
