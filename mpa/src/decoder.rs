@@ -93,6 +93,8 @@ pub struct FpduDecoder {
     markers: bool,
     crc: bool,
     partial: Vec<u8>,
+    /// CRC32c of the octets of `partial` before its CRC field, computed while copying them in.
+    partial_crc: u32,
     partial_taken: bool,
     error: Option<DecodeError>,
     stats: DecoderStats,
@@ -122,6 +124,7 @@ impl FpduDecoder {
             markers,
             crc,
             partial: Vec::new(),
+            partial_crc: 0,
             partial_taken: false,
             error: None,
             stats: DecoderStats::default(),
@@ -197,6 +200,40 @@ impl FpduDecoder {
         let ulpdu_len = verify_fpdu(wire, self.pos, self.markers, self.crc)?;
         self.advance(wire.len(), ulpdu_len);
         Ok(ulpdu_len)
+    }
+
+    /// Checks the reassembled FPDU in `self.partial` (its CRC already computed as it was
+    /// copied in) and advances past it.
+    fn verify_partial(&mut self) -> Result<u16, DecodeError> {
+        let computed = self.crc.then_some(self.partial_crc);
+        let ulpdu_len = verify_fpdu_computed(&self.partial, self.pos, self.markers, computed)?;
+        self.advance(self.partial.len(), ulpdu_len);
+        Ok(ulpdu_len)
+    }
+
+    /// Appends `src` to the FPDU being reassembled (`want`: its wire length, once its header
+    /// is in), extending the CRC over the octets before its CRC field in the same pass. Until
+    /// the header is in, every octet is before the CRC field (the shortest FPDU has 2 octets
+    /// of PAD, or a leading marker, between its header and its CRC).
+    fn buffer(&mut self, src: &[u8], want: Option<usize>) {
+        let have = self.partial.len();
+        if !self.crc {
+            self.partial.extend_from_slice(src);
+            return;
+        }
+        let covered = match want {
+            Some(w) => {
+                self.partial.reserve_exact(w.saturating_sub(have));
+                w.saturating_sub(CRC_LEN)
+                    .saturating_sub(have)
+                    .min(src.len())
+            }
+            None => src.len(),
+        };
+        self.partial.resize(have + covered, 0);
+        self.partial_crc =
+            crc::crc32c_copy(self.partial_crc, &mut self.partial[have..], &src[..covered]);
+        self.partial.extend_from_slice(&src[covered..]);
     }
 
     /// Steps past a verified FPDU of `wire_len` octets carrying `ulpdu_len`.
@@ -399,6 +436,7 @@ impl<'a> Chunk<'_, 'a> {
         let dec = &mut *self.dec;
         if dec.partial_taken {
             dec.partial.clear();
+            dec.partial_crc = 0;
             dec.partial_taken = false;
         }
         let rest = &self.input[self.off..];
@@ -408,7 +446,7 @@ impl<'a> Chunk<'_, 'a> {
                 Ok(w) => w,
                 Err(head) => {
                     let take = (head - dec.partial.len()).min(rest.len());
-                    dec.partial.extend_from_slice(&rest[..take]);
+                    dec.buffer(&rest[..take], None);
                     self.off += take;
                     match dec.wire_len_from(&dec.partial) {
                         Ok(w) => w,
@@ -421,16 +459,14 @@ impl<'a> Chunk<'_, 'a> {
             };
             let rest = &self.input[self.off..];
             let take = (want - dec.partial.len()).min(rest.len());
-            dec.partial.extend_from_slice(&rest[..take]);
+            dec.buffer(&rest[..take], Some(want));
             self.off += take;
             if dec.partial.len() < want {
                 self.done = true;
                 return None;
             }
             let pos = dec.pos;
-            let wire = std::mem::take(&mut dec.partial);
-            let r = dec.verify(&wire);
-            dec.partial = wire;
+            let r = dec.verify_partial();
             dec.partial_taken = true;
             dec.stats.reassembled += u64::from(r.is_ok());
             return Some(match r {
@@ -448,9 +484,9 @@ impl<'a> Chunk<'_, 'a> {
         }
         let want = match dec.wire_len_from(rest) {
             Ok(w) if w <= rest.len() => w,
-            _ => {
+            w => {
                 // Incomplete: keep the tail (bounded by the largest FPDU) for the next chunk.
-                dec.partial.extend_from_slice(rest);
+                dec.buffer(rest, w.ok());
                 self.off = self.input.len();
                 self.done = true;
                 return None;
@@ -568,6 +604,7 @@ impl<'a> Ulpdu<'a> {
     }
 
     /// The ULPDU octets as the pieces between markers, in order.
+    #[inline]
     pub fn pieces(&self) -> UlpduPieces<'a> {
         let hoff = markers::header_offset(self.pos, self.markers);
         let cur = hoff + HEADER_LEN;
@@ -592,9 +629,20 @@ impl<'a> Ulpdu<'a> {
 
     /// Copies the ULPDU's first `dst.len()` octets (or all, if shorter) into `dst`; returns
     /// how many were copied.
+    #[inline]
     pub fn copy_prefix(&self, dst: &mut [u8]) -> usize {
-        let mut at = 0;
-        for p in self.pieces() {
+        let mut pieces = self.pieces();
+        // Usually (a DDP header) the first piece holds it all.
+        let Some(first) = pieces.next() else {
+            return 0;
+        };
+        if let Some(head) = first.get(..dst.len()) {
+            dst.copy_from_slice(head);
+            return dst.len();
+        }
+        dst[..first.len()].copy_from_slice(first);
+        let mut at = first.len();
+        for p in pieces {
             if at == dst.len() {
                 break;
             }
@@ -630,12 +678,23 @@ pub(crate) fn verify_fpdu(
     markers: bool,
     crc: bool,
 ) -> Result<u16, DecodeError> {
+    let computed = crc.then(|| crc::crc32c(&wire[..wire.len() - CRC_LEN]));
+    verify_fpdu_computed(wire, pos, markers, computed)
+}
+
+/// [`verify_fpdu`] with the CRC32c of the FPDU's octets before its CRC field already
+/// computed (`None`: CRCs are off).
+fn verify_fpdu_computed(
+    wire: &[u8],
+    pos: u32,
+    markers: bool,
+    computed: Option<u32>,
+) -> Result<u16, DecodeError> {
     let hoff = markers::header_offset(pos, markers);
     let ulpdu_len = u16::from_be_bytes([wire[hoff], wire[hoff + 1]]);
     let n = wire.len();
     // RFC 5044 §6: locate unambiguously and verify the CRC before passing the ULPDU on.
-    if crc {
-        let computed = crc::crc32c(&wire[..n - CRC_LEN]);
+    if let Some(computed) = computed {
         let received = u32::from_le_bytes([wire[n - 4], wire[n - 3], wire[n - 2], wire[n - 1]]);
         if computed != received {
             return Err(DecodeError::Crc {
@@ -1050,6 +1109,32 @@ mod tests {
                     let mut w = wire.clone();
                     w[at] ^= 0x20;
                     check(&w, &format!("flip at {at}"));
+                }
+            }
+        }
+    }
+
+    /// FPDUs reassembled from small chunks (their CRC computed as they are copied in) give
+    /// exactly what whole ones do, errors included.
+    #[test]
+    fn reassembly_agrees_with_whole_fpdus() {
+        let sizes = [0, 1, 42, 700, 2000, 3, 510];
+        for start in [0u32, 508, u32::MAX - 3] {
+            for markers in [false, true] {
+                let (wire, sent, _) = stream_at(start, markers, &sizes);
+                for at in (0..wire.len()).step_by(11).chain([usize::MAX]) {
+                    let mut w = wire.clone();
+                    if let Some(o) = w.get_mut(at) {
+                        *o ^= 0x02;
+                    }
+                    let whole = outcome(start, markers, &w, usize::MAX);
+                    if at == usize::MAX {
+                        assert_eq!(whole, (sent.clone(), None));
+                    }
+                    for chunk in [1, 2, 3, 6, 13, 100] {
+                        let got = outcome(start, markers, &w, chunk);
+                        assert_eq!(got, whole, "flip at {at}, chunk {chunk}");
+                    }
                 }
             }
         }
