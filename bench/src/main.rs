@@ -9,11 +9,16 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
+use mpa::pattern::PatternTable;
 use mpa::startup::StartupPolicy;
+use mpa::wire::ddp;
+use mpa::wire::region_ad::{self, RegionAd};
 use mpa_bpf::AttachMode;
 use mpa_control::datapath_client::DatapathClient;
 use mpa_control::responder::{respond_and_hand_over, Outcome};
-use mpa_ctl_proto::Message;
+use mpa_ctl_proto::consumer::{Consumer, MappedRegion};
+use mpa_ctl_proto::{Completion, CompletionKind, Message, PostTarget};
+use mpa_datapath::placement::MAX_POSTED;
 use mpa_datapath::server::{Datapath, DatapathConfig};
 use mpa_datapath::tcp::TcpConfig;
 use mpa_datapath::xsk::{BindMode, XskConfig};
@@ -63,7 +68,32 @@ struct Run {
     /// Markers and CRC both ways (the default); --plain turns both off.
     #[arg(long)]
     plain: bool,
+    /// What the sender does: RDMA Writes into a registered region (checked byte for byte),
+    /// Sends into posted buffers (checked likewise), or `count`: no placement (payloads only
+    /// counted and digested, the data path of issue 3).
+    #[arg(long, value_enum, default_value = "write")]
+    op: Op,
+    /// Region size for `--op write` (writes wrap around in whole slots).
+    #[arg(long, default_value_t = 16 << 20)]
+    region_bytes: u64,
+    /// Let the sender write FPDUs without aligning them to TCP segments (by default it
+    /// aligns them, RFC 5044 §5.1, which is what lets out-of-order segments be placed).
+    #[arg(long)]
+    unaligned: bool,
+    /// Print one JSON line with every measured value (`result: {...}`).
+    #[arg(long)]
+    json: bool,
 }
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Op {
+    Write,
+    Send,
+    Count,
+}
+
+/// Protection domain of the bench's connection and region.
+const PD: u32 = 1;
 
 const PORT: u16 = 7777;
 
@@ -138,6 +168,12 @@ fn sender(bed: &TestBed, r: &Run) -> Result<Value> {
     let mut args = vec!["connect", "--to", &to, "--count", &count, "--timeout", "60"];
     let size = r.size.to_string();
     args.extend(["--size", &size]);
+    if r.op == Op::Send {
+        args.extend(["--op", "send"]);
+    }
+    if !r.unaligned {
+        args.push("--aligned");
+    }
     if r.plain {
         args.push("--no-crc");
     } else {
@@ -163,6 +199,136 @@ struct DpResult {
     flow: Value,
     cpu: f64,
     xdp: Value,
+    /// Placement check: (messages completed, region octets compared), when placing.
+    placement: Option<(u64, u64)>,
+}
+
+/// The consumer side of a placing run: the region, what the sender will do with it, and a
+/// thread that reads completions as they come (a consumer must keep up).
+struct Placement {
+    collector: std::thread::JoinHandle<Result<Vec<Completion>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    region: MappedRegion,
+    ad: RegionAd,
+    op: Op,
+}
+
+impl Placement {
+    /// Creates the region (and posts receive buffers for Sends) before the connection.
+    fn prepare(socket: &std::path::Path, r: &Run) -> Result<Placement> {
+        let mut consumer = Consumer::connect(socket, Duration::from_secs(20))?;
+        let count = messages(r);
+        let (len, recv) = match r.op {
+            Op::Write => (r.region_bytes, 0u32),
+            Op::Send => {
+                let p = r.size.saturating_sub(ddp::UNTAGGED_HEADER_LEN).max(1) as u32;
+                if count > MAX_POSTED as u64 {
+                    bail!("--op send posts one buffer per message: at most {MAX_POSTED} messages, not {count} (raise --size or lower --bytes)");
+                }
+                (u64::from(p) * count, p)
+            }
+            Op::Count => bail!("no placement with --op count"),
+        };
+        let region = consumer.create_region(len, PD, true, false)?;
+        let stag = region.info().stag;
+        if r.op == Op::Send {
+            consumer.post_recv(PostTarget::Pd(PD), stag, 0, recv, count as u32)?;
+        }
+        consumer.subscribe(PD)?;
+        let ad = RegionAd {
+            writes: true,
+            sends: recv > 0,
+            stag,
+            len,
+            base_to: 0,
+            recv_buf_size: recv,
+        };
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let collector = std::thread::spawn(move || -> Result<Vec<Completion>> {
+            let mut all = Vec::new();
+            let mut quiet_since_stop = 0;
+            loop {
+                let deadline = Instant::now() + Duration::from_millis(100);
+                match consumer.next_completions(deadline)? {
+                    Some(b) => all.extend(b),
+                    None if flag.load(std::sync::atomic::Ordering::Relaxed) => {
+                        quiet_since_stop += 1;
+                        if quiet_since_stop >= 5 {
+                            return Ok(all);
+                        }
+                    }
+                    None => {}
+                }
+            }
+        });
+        Ok(Placement {
+            collector,
+            stop,
+            region,
+            ad,
+            op: r.op,
+        })
+    }
+
+    /// After the flow ended: every message completed, in order, where it belongs, and the
+    /// region holds exactly what the sender wrote. Returns (messages, octets compared).
+    fn verify(self, r: &Run) -> Result<(u64, u64)> {
+        let count = messages(r);
+        let payload = match self.op {
+            Op::Write => r.size - ddp::TAGGED_HEADER_LEN,
+            _ => r.size - ddp::UNTAGGED_HEADER_LEN,
+        } as u64;
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let all = self
+            .collector
+            .join()
+            .map_err(|_| anyhow!("completion reader panicked"))??;
+        if all.len() as u64 != count {
+            bail!("{} completions for {count} messages", all.len());
+        }
+        let mut n = 0u64;
+        {
+            for c in all {
+                let want = match self.op {
+                    Op::Write => (
+                        CompletionKind::WritePlaced,
+                        region_ad::write_to(&self.ad, n, payload).unwrap_or(u64::MAX),
+                    ),
+                    _ => (
+                        CompletionKind::SendArrived,
+                        n * u64::from(self.ad.recv_buf_size),
+                    ),
+                };
+                if (c.kind, c.offset, c.len) != (want.0, want.1, payload) {
+                    bail!("completion {n} is {c:?}, expected {want:?} of {payload} octets");
+                }
+                n += 1;
+            }
+        }
+        let got = self.region.to_vec();
+        let mut want = vec![0u8; got.len()];
+        let table = PatternTable::new(payload as usize);
+        for m in 0..count {
+            let off = match self.op {
+                Op::Write => region_ad::write_to(&self.ad, m, payload).unwrap_or(0),
+                _ => m * u64::from(self.ad.recv_buf_size),
+            } as usize;
+            want[off..off + payload as usize].copy_from_slice(table.payload(m, payload as usize));
+        }
+        if let Some(i) = got.iter().zip(&want).position(|(a, b)| a != b) {
+            bail!(
+                "region differs from what the peer wrote at offset {i}: {:#04x} instead of {:#04x}",
+                got[i],
+                want[i]
+            );
+        }
+        Ok((n, got.len() as u64))
+    }
+}
+
+fn messages(r: &Run) -> u64 {
+    (r.bytes / r.size as u64).max(1)
 }
 
 fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
@@ -183,6 +349,15 @@ fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
         max_region_bytes: mpa_datapath::server::DEFAULT_MAX_REGION_BYTES,
     };
     let dp = run_in_netns(&bed.ns_b, move || Datapath::start(cfg))??;
+    let placement = match r.op {
+        Op::Count => None,
+        _ => Some(Placement::prepare(&socket, r)?),
+    };
+    let reply_pd = placement
+        .as_ref()
+        .map(|p| p.ad.emit().to_vec())
+        .unwrap_or_default();
+    let pd = placement.as_ref().map(|_| PD);
     let addr = SocketAddr::new(bed.addr_b(false), PORT);
     let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr))??;
     let markers = !r.plain;
@@ -198,7 +373,7 @@ fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
             ..StartupPolicy::default()
         };
         let (o, dpc) = run_in_netns(&ns_b, move || {
-            let o = respond_and_hand_over(sock, policy, Vec::new(), None, &mut dpc);
+            let o = respond_and_hand_over(sock, policy, reply_pd, pd, &mut dpc);
             (o, dpc)
         })?;
         let o = o?;
@@ -223,12 +398,20 @@ fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
         .as_array()
         .and_then(|a| a.iter().find(|f| f["flow_id"] == flow_id).cloned())
         .ok_or_else(|| anyhow!("flow {flow_id} missing from stats ({gone:?})"))?;
+    let placement = match placement {
+        Some(p) if flow["ended"]["terminate"].is_null() && flow["ended"]["mpa_error"].is_null() => {
+            Some(p.verify(r)?)
+        }
+        Some(_) => bail!("the flow ended with an error: {}", flow["ended"]),
+        None => None,
+    };
     dp.stop();
     Ok(DpResult {
         peer,
         flow,
         cpu,
         xdp: stats["xdp"].clone(),
+        placement,
     })
 }
 
@@ -263,15 +446,54 @@ fn demo(r: &Run) -> Result<String> {
     if let Some(e) = d.flow["ended"]["mpa_error"].as_u64() {
         bail!("flow ended with MPA error {e}");
     }
+    let dropped = if r.loss > 0 { bed.dropped()? } else { 0 };
     if r.loss > 0 {
-        println!("bridge dropped {} frames", bed.dropped()?);
+        println!("bridge dropped {dropped} frames");
     }
     println!(
         "datapath CPU: {:.2} s for {:.0} MiB",
         d.cpu,
         octets / (1 << 20) as f64
     );
-    Ok(format!("{:.2} Gbit/s", gbit(octets, secs)))
+    let g = gbit(octets, secs);
+    let f = &d.flow;
+    let n = |k: &str| f[k].as_u64().unwrap_or(0);
+    let (direct, store) = (n("placed_direct"), n("placed_from_store"));
+    // Share of the FPDUs that arrived out of order (placed ahead or from the store) that were
+    // placed directly.
+    let direct_pct = if direct + store > 0 {
+        Some(100.0 * direct as f64 / (direct + store) as f64)
+    } else {
+        None
+    };
+    if let Some((msgs, region)) = d.placement {
+        println!(
+            "placement   : {msgs} messages completed in order; region of {region} octets equals what the peer wrote; placed_direct={direct} placed_from_store={store} placed_in_order={} located_rejected={} store_high_water={}",
+            n("placed_in_order"), n("located_rejected"), n("store_high_water")
+        );
+    }
+    if r.json {
+        let v = serde_json::json!({
+            "gbit_per_s": g,
+            "seconds": secs,
+            "ulpdu_octets": octets,
+            "cpu_seconds": d.cpu,
+            "op": format!("{:?}", r.op).to_lowercase(),
+            "loss_percent": r.loss,
+            "bridge_dropped": dropped,
+            "placed_direct": direct,
+            "placed_from_store": store,
+            "placed_direct_percent": direct_pct,
+            "placement_checked": d.placement.map(|(m, o)| serde_json::json!({"messages": m, "region_octets": o})),
+            "flow": d.flow,
+        });
+        println!("result: {v}");
+    }
+    Ok(match (d.placement, direct_pct) {
+        (Some(_), Some(p)) => format!("{g:.2} Gbit/s placed_direct={p:.1}%"),
+        (Some(_), None) => format!("{g:.2} Gbit/s placed_direct=n/a (nothing out of order)"),
+        (None, _) => format!("{g:.2} Gbit/s"),
+    })
 }
 
 /// The blocking kernel-TCP Responder in ns b, same sender.

@@ -8,6 +8,8 @@
 //! so replies can be matched; datapath notifications use id 0.
 #![deny(unsafe_code)]
 
+pub mod consumer;
+
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;

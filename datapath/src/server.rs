@@ -16,7 +16,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -211,9 +211,18 @@ fn interface_mac(iface: &str) -> Result<[u8; 6], StartError> {
 }
 
 struct Client {
-    stream: UnixStream,
+    /// To the client's writer thread (bounded): the control thread never blocks on a slow
+    /// client.
+    out: Sender<Outgoing>,
     hello: bool,
 }
+
+/// A message for a client, with the region whose descriptor goes along (SCM_RIGHTS).
+struct Outgoing(Message, Option<Arc<crate::region::RegionMemory>>);
+
+/// Messages queued for one client before further completions for it are dropped (and
+/// counted).
+const CLIENT_QUEUE: usize = 65_536;
 
 struct Adopted {
     key: FlowKey,
@@ -325,21 +334,44 @@ impl Server {
                     }
                 }
             });
-            self.clients.insert(
-                id,
-                Client {
-                    stream: w,
-                    hello: false,
-                },
-            );
+            let (out, out_rx) = crossbeam_channel::bounded::<Outgoing>(CLIENT_QUEUE);
+            std::thread::spawn(move || {
+                for Outgoing(m, region) in out_rx {
+                    let r = match &region {
+                        Some(mem) => write_message_with_fd(&w, &m, mem.fd()),
+                        None => write_message(&mut w, &m),
+                    };
+                    if let Err(e) = r {
+                        tracing::debug!(client = id, %e, "control client write");
+                        return;
+                    }
+                }
+            });
+            self.clients.insert(id, Client { out, hello: false });
         }
     }
 
     fn reply(&mut self, client: u64, m: &Message) {
-        if let Some(c) = self.clients.get_mut(&client) {
-            if let Err(e) = write_message(&mut c.stream, m) {
-                tracing::warn!(client, %e, "control reply");
+        self.send_to(client, m.clone(), None);
+    }
+
+    /// Queues a message for a client; `false` when its queue is full (or it is gone).
+    fn send_to(
+        &mut self,
+        client: u64,
+        m: Message,
+        region: Option<Arc<crate::region::RegionMemory>>,
+    ) -> bool {
+        let Some(c) = self.clients.get(&client) else {
+            return false;
+        };
+        match c.out.try_send(Outgoing(m, region)) {
+            Ok(()) => true,
+            Err(crossbeam_channel::TrySendError::Full(_)) => {
+                tracing::warn!(client, "control client does not keep up: message dropped");
+                false
             }
+            Err(crossbeam_channel::TrySendError::Disconnected(_)) => false,
         }
     }
 
@@ -570,11 +602,7 @@ impl Server {
                         id,
                         region: r.info.clone(),
                     };
-                    if let Some(c) = self.clients.get(&client) {
-                        if let Err(e) = write_message_with_fd(&c.stream, &m, r.mem.fd()) {
-                            tracing::warn!(client, %e, "region descriptor not sent");
-                        }
-                    }
+                    self.send_to(client, m, Some(r.mem.clone()));
                 }
                 Err((code, message)) => self.reply(client, &Message::Error { id, code, message }),
             },
@@ -704,11 +732,12 @@ impl Server {
             }
             Notification::Completions { pd, items } => {
                 let n = items.len() as u64;
-                match self.registry.subscriber(pd) {
-                    Some(c) if self.clients.contains_key(&c) => {
-                        self.reply(c, &Message::Completions { pd, items })
-                    }
-                    _ => self.registry.unclaimed_completions += n,
+                let sent = match self.registry.subscriber(pd) {
+                    Some(c) => self.send_to(c, Message::Completions { pd, items }, None),
+                    None => false,
+                };
+                if !sent {
+                    self.registry.unclaimed_completions += n;
                 }
             }
             Notification::FlowGone {

@@ -133,6 +133,10 @@ pub struct MpaStream<S: Transport> {
     /// Octets in `rbuf[..rlen]` not yet given to the decoder.
     rlen: usize,
     wbuf: Vec<u8>,
+    /// Aligned sending: `wbuf` is cut into segments of whole FPDUs, each at most EMSS.
+    aligned: bool,
+    seg_start: usize,
+    segs: Vec<std::ops::Range<usize>>,
     emss: usize,
     may_send: bool,
     expect_rtr: bool,
@@ -260,6 +264,9 @@ impl<S: Transport> MpaStream<S> {
             rbuf,
             rlen,
             wbuf: Vec::with_capacity(64 * 1024),
+            aligned: false,
+            seg_start: 0,
+            segs: Vec::new(),
             emss,
             may_send: false,
             expect_rtr: false,
@@ -290,6 +297,14 @@ impl<S: Transport> MpaStream<S> {
     }
 
     fn send_raw(&mut self, parts: &[&[u8]]) -> Result<(), EndpointError> {
+        if self.aligned {
+            let len: usize = parts.iter().map(|p| p.len()).sum();
+            let used = self.wbuf.len() - self.seg_start;
+            if used > 0 && used + self.enc.wire_len(len) > self.emss {
+                self.segs.push(self.seg_start..self.wbuf.len());
+                self.seg_start = self.wbuf.len();
+            }
+        }
         self.enc.encode_parts(parts, &mut self.wbuf)?;
         if self.wbuf.len() >= 48 * 1024 {
             self.flush()?;
@@ -309,6 +324,22 @@ impl<S: Transport> MpaStream<S> {
         Ok(())
     }
 
+    /// Aligned sending (RFC 5044 §5.1): from now on FPDUs are grouped into segments of whole
+    /// FPDUs of at most EMSS octets, each written with [`Transport::write_segment`], so that
+    /// (with a transport that keeps the boundaries) every TCP segment starts with an FPDU and
+    /// the receiver can place out-of-order segments on their own. ULPDUs should then be at
+    /// most [`MpaStream::mulpdu`] octets.
+    pub fn set_aligned(&mut self, on: bool) -> Result<(), EndpointError> {
+        self.flush()?;
+        self.aligned = on;
+        Ok(())
+    }
+
+    /// The underlying transport, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.io
+    }
+
     /// Queues one ULPDU.
     pub fn send(&mut self, ulpdu: &[u8]) -> Result<(), EndpointError> {
         self.send_parts(&[ulpdu])
@@ -316,7 +347,16 @@ impl<S: Transport> MpaStream<S> {
 
     /// Writes every queued FPDU.
     pub fn flush(&mut self) -> Result<(), EndpointError> {
-        if !self.wbuf.is_empty() {
+        if self.aligned {
+            if self.wbuf.len() > self.seg_start {
+                self.segs.push(self.seg_start..self.wbuf.len());
+            }
+            let segs = std::mem::take(&mut self.segs);
+            let bufs: Vec<&[u8]> = segs.iter().map(|r| &self.wbuf[r.clone()]).collect();
+            self.io.write_segments(&bufs)?;
+            self.seg_start = 0;
+            self.wbuf.clear();
+        } else if !self.wbuf.is_empty() {
             self.io.write_all(&self.wbuf)?;
             self.wbuf.clear();
         }
@@ -507,6 +547,22 @@ pub fn startup_failure_terminate(sm: &InitiatorStartup, e: &StartupError) -> Opt
 pub trait Transport: Read + Write {
     /// Sets the timeout of subsequent reads (`None`: block forever).
     fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()>;
+
+    /// Writes octets meant to travel as one TCP segment of their own (aligned sending,
+    /// RFC 5044 §5.1). The default writes them like any others; a transport that can keep
+    /// the boundary (Linux TCP with `MSG_EOR`) overrides it.
+    fn write_segment(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.write_all(buf)
+    }
+
+    /// Writes several segments (see [`Transport::write_segment`]); a transport may batch
+    /// them into one system call.
+    fn write_segments(&mut self, bufs: &[&[u8]]) -> io::Result<()> {
+        for b in bufs {
+            self.write_segment(b)?;
+        }
+        Ok(())
+    }
 }
 
 impl Transport for std::net::TcpStream {

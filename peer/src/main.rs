@@ -120,11 +120,97 @@ struct ConnectArgs {
     /// RDMA Writes (to the advertised region, else STag 1 with TO advancing) or Sends.
     #[arg(long, value_enum, default_value_t = Op::Write)]
     op: Op,
+    /// Aligned sending (RFC 5044 §5.1): messages longer than MULPDU are cut into DDP
+    /// segments that fit, and whole FPDUs are grouped into segments of at most EMSS that the
+    /// kernel sends as they are (MSG_EOR), so every TCP segment starts with an FPDU and a
+    /// receiver can place segments that arrive out of order.
+    #[arg(long)]
+    aligned: bool,
     /// Private data for the Request.
     #[arg(long)]
     private_data: Option<String>,
     #[command(flatten)]
     common: Common,
+}
+
+/// A TCP stream whose segment writes keep their boundaries: `send(MSG_EOR)` stops Linux
+/// from appending later data to the same segment (and from collapsing it on
+/// retransmission).
+struct EorStream(TcpStream);
+
+impl std::io::Read for EorStream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+impl std::io::Write for EorStream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl mpa::endpoint::Transport for EorStream {
+    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> std::io::Result<()> {
+        self.0.set_read_timeout(timeout)
+    }
+
+    fn write_segments(&mut self, bufs: &[&[u8]]) -> std::io::Result<()> {
+        use nix::sys::socket::{sendmmsg, MsgFlags, MultiHeaders, SockaddrStorage};
+        use std::io::IoSlice;
+        use std::os::fd::AsRawFd;
+        const BATCH: usize = 64;
+        let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
+        let addrs = [None::<SockaddrStorage>; BATCH];
+        let mut rest = bufs;
+        while !rest.is_empty() {
+            let n = rest.len().min(BATCH);
+            let slices: Vec<[IoSlice<'_>; 1]> =
+                rest[..n].iter().map(|b| [IoSlice::new(b)]).collect();
+            // One sendmsg(MSG_EOR) per segment, up to BATCH per system call.
+            let sent: Vec<usize> = match sendmmsg(
+                self.0.as_raw_fd(),
+                &mut headers,
+                &slices,
+                &addrs[..n],
+                [],
+                MsgFlags::MSG_EOR,
+            ) {
+                Ok(r) => r.map(|m| m.bytes).collect(),
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            // A segment sent in part, or not at all, is finished on its own.
+            if sent.is_empty() {
+                self.write_segment(rest[0])?;
+                rest = &rest[1..];
+                continue;
+            }
+            for (i, &k) in sent.iter().enumerate() {
+                if k < rest[i].len() {
+                    self.write_segment(&rest[i][k..])?;
+                }
+            }
+            rest = &rest[sent.len()..];
+        }
+        Ok(())
+    }
+
+    fn write_segment(&mut self, mut buf: &[u8]) -> std::io::Result<()> {
+        use nix::sys::socket::{send, MsgFlags};
+        use std::os::fd::AsRawFd;
+        while !buf.is_empty() {
+            match send(self.0.as_raw_fd(), buf, MsgFlags::MSG_EOR) {
+                Ok(n) => buf = &buf[n..],
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The one JSON line per connection.
@@ -472,6 +558,35 @@ impl From<EndpointError> for ConnectError {
     }
 }
 
+/// The DDP segment of a message (header `h`) that starts `at` octets into its payload.
+fn ddp_segment(h: DdpRepr, at: usize, last: bool) -> DdpRepr {
+    match h {
+        DdpRepr::Tagged {
+            opcode, stag, to, ..
+        } => DdpRepr::Tagged {
+            last,
+            opcode,
+            stag,
+            to: to.wrapping_add(at as u64),
+        },
+        DdpRepr::Untagged {
+            opcode,
+            inv_stag,
+            qn,
+            msn,
+            mo,
+            ..
+        } => DdpRepr::Untagged {
+            last,
+            opcode,
+            inv_stag,
+            qn,
+            msn,
+            mo: mo.wrapping_add(at as u32),
+        },
+    }
+}
+
 fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
     let private_data = a.private_data.as_deref().unwrap_or("").as_bytes().to_vec();
     let cfg = config(&a.common, private_data, 1)?;
@@ -499,9 +614,13 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
     };
     let mut digest = 0u32;
     let r = (|| -> Result<(), ConnectError> {
-        let mut s = MpaStream::connect(sock, &cfg)?;
+        let mut s = MpaStream::connect(EorStream(sock), &cfg)?;
         report.negotiated(s.negotiated());
         report.mulpdu = Some(s.mulpdu());
+        if a.aligned {
+            s.set_aligned(true)?;
+        }
+        let mulpdu = s.mulpdu();
         let neg = s.negotiated();
         let ad = match RegionAd::parse(&neg.peer_private_data) {
             Ok(ad) => ad,
@@ -546,16 +665,40 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
                     (Some(region_ad::send_repr(n, send_rtr)), payload)
                 }
             };
-            let off = h.and_then(|h| h.emit(&mut ulpdu, version)).unwrap_or(0);
-            ulpdu[off..].copy_from_slice(table.payload(n, payload));
-            digest = crc32c_append(digest, &ulpdu);
-            s.send(&ulpdu)?;
+            let data = table.payload(n, payload);
+            match h {
+                Some(h) if a.aligned && a.size > mulpdu => {
+                    // DDP segments that fit MULPDU: TO or MO advances, L on the last.
+                    let step = mulpdu.saturating_sub(h.header_len()).max(1);
+                    let mut at = 0usize;
+                    loop {
+                        let take = step.min(payload - at);
+                        let last = at + take == payload;
+                        let seg = ddp_segment(h, at, last);
+                        let off = seg.emit(&mut ulpdu, version).unwrap_or(0);
+                        ulpdu[off..off + take].copy_from_slice(&data[at..at + take]);
+                        digest = crc32c_append(digest, &ulpdu[..off + take]);
+                        s.send(&ulpdu[..off + take])?;
+                        at += take;
+                        if last {
+                            break;
+                        }
+                    }
+                }
+                _ => {
+                    let off = h.and_then(|h| h.emit(&mut ulpdu, version)).unwrap_or(0);
+                    ulpdu[off..].copy_from_slice(data);
+                    digest = crc32c_append(digest, &ulpdu);
+                    s.send(&ulpdu)?;
+                }
+            }
         }
         s.flush()?;
         let st = s.stats();
         report.ulpdus = st.ulpdus_tx;
         report.ulpdu_bytes = st.ulpdu_octets_tx;
         s.get_ref()
+            .0
             .shutdown(std::net::Shutdown::Write)
             .map_err(EndpointError::from)?;
         // Wait for the peer to close; a Terminate it sends instead becomes our error.
