@@ -10,7 +10,9 @@ use mpa::startup::StartupPolicy;
 use mpa_bpf::AttachMode;
 use mpa_control::datapath_client::DatapathClient;
 use mpa_control::responder::{respond_and_hand_over, Outcome};
-use mpa_ctl_proto::Message;
+use mpa::wire::ddp::{DdpRepr, RdmapOpcode};
+use mpa_ctl_proto::consumer::Consumer;
+use mpa_ctl_proto::{Message, PostTarget};
 use mpa_datapath::server::{Datapath, DatapathConfig};
 use mpa_datapath::tcp::TcpConfig;
 use mpa_datapath::xsk::{BindMode, XskConfig};
@@ -31,6 +33,10 @@ fn socket_path() -> PathBuf {
 }
 
 fn start_datapath(bed: &TestBed, queues: u32) -> (Datapath, PathBuf) {
+    start_datapath_with(bed, queues, TcpConfig::default())
+}
+
+fn start_datapath_with(bed: &TestBed, queues: u32, tcp: TcpConfig) -> (Datapath, PathBuf) {
     let path = socket_path();
     let cfg = DatapathConfig {
         iface: bed.if_b.clone(),
@@ -43,7 +49,7 @@ fn start_datapath(bed: &TestBed, queues: u32) -> (Datapath, PathBuf) {
         },
         socket: path.clone(),
         digest: true,
-        tcp: TcpConfig::default(),
+        tcp,
         verify_checksums: true,
         pin_cpus: false,
         max_region_bytes: mpa_datapath::server::DEFAULT_MAX_REGION_BYTES,
@@ -83,6 +89,18 @@ fn accept_and_hand_over(
     markers: bool,
     crc: bool,
 ) -> (u64, DatapathClient, mpa_control::freeze::FrozenSocket) {
+    accept_and_hand_over_pd(bed, dp_socket, listener, markers, crc, None)
+}
+
+/// As [`accept_and_hand_over`], the flow placing into protection domain `pd`.
+fn accept_and_hand_over_pd(
+    bed: &TestBed,
+    dp_socket: &Path,
+    listener: &TcpListener,
+    markers: bool,
+    crc: bool,
+    pd: Option<u32>,
+) -> (u64, DatapathClient, mpa_control::freeze::FrozenSocket) {
     let (sock, _) = listener.accept().unwrap();
     let mut dpc = DatapathClient::connect(dp_socket, Duration::from_secs(20)).unwrap();
     let policy = StartupPolicy {
@@ -91,7 +109,7 @@ fn accept_and_hand_over(
         ..StartupPolicy::default()
     };
     let (outcome, dpc) = run_in_netns(&bed.ns_b, move || {
-        let r = respond_and_hand_over(sock, policy, b"datapath".to_vec(), None, &mut dpc);
+        let r = respond_and_hand_over(sock, policy, b"datapath".to_vec(), pd, &mut dpc);
         (r, dpc)
     })
     .unwrap();
@@ -627,5 +645,202 @@ fn rev2_peer_to_peer_rtr_is_consumed_by_the_datapath() {
         assert_eq!(f["ulpdu_digest"], format!("{digest:08x}"));
         assert_eq!(f["fpdus"], 100, "the RTR is not delivered as data");
     }
+    dp.stop();
+}
+
+/// A ULPDU: DDP header `h` (version `v` in both DV and RV unless patched) and `n` payload octets.
+fn ddp_ulpdu(h: DdpRepr, n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; h.header_len() + n];
+    h.emit(&mut v, 1).unwrap();
+    for (i, b) in v[h.header_len()..].iter_mut().enumerate() {
+        *b = (i % 251) as u8;
+    }
+    v
+}
+
+fn write(stag: u32, to: u64, n: usize) -> Vec<u8> {
+    ddp_ulpdu(
+        DdpRepr::Tagged {
+            last: true,
+            opcode: RdmapOpcode::RdmaWrite,
+            stag,
+            to,
+        },
+        n,
+    )
+}
+
+fn send(qn: u32, msn: u32, mo: u32, n: usize) -> Vec<u8> {
+    ddp_ulpdu(
+        DdpRepr::Untagged {
+            last: true,
+            opcode: RdmapOpcode::Send,
+            inv_stag: 0,
+            qn,
+            msn,
+            mo,
+        },
+        n,
+    )
+}
+
+#[test]
+fn placement_violations_terminate_with_rfc_codes_and_spare_other_connections() {
+    if !require_privileged("datapath placement errors") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    // Short TIME-WAIT: each case's flow is reported gone once it ends.
+    let tcp = TcpConfig {
+        time_wait: Duration::from_millis(200),
+        ..TcpConfig::default()
+    };
+    let (dp, path) = start_datapath_with(&bed, 1, tcp);
+    let mut consumer = Consumer::connect(&path, Duration::from_secs(10)).unwrap();
+    let a = consumer.create_region(1 << 20, 1, true, false).unwrap();
+    let b = consumer.create_region(4096, 1, false, true).unwrap();
+    let c = consumer.create_region(4096, 2, true, false).unwrap();
+    let (sa, sb, sc) = (a.info().stag, b.info().stag, c.info().stag);
+    assert_ne!(sa & 0xff_ff_ff_00, sb & 0xff_ff_ff_00);
+    let len_a = a.info().len;
+    // (what, buffers to post first, the ULPDU, expected Terminate layer/type/code)
+    let mut bad_ddp_version = write(sa, 0, 8);
+    bad_ddp_version[0] = (bad_ddp_version[0] & !3) | 2;
+    let mut bad_rdmap_version = write(sa, 0, 8);
+    bad_rdmap_version[1] = (bad_rdmap_version[1] & 0x3f) | 0x80;
+    let mut tagged_send = write(sa, 0, 8);
+    tagged_send[1] = (tagged_send[1] & 0xf0) | 3;
+    let mut read_request = send(1, 1, 0, 16);
+    read_request[1] = (read_request[1] & 0xf0) | 1;
+    let cases: Vec<(&str, u32, Vec<u8>, (u8, u8, u8))> = vec![
+        ("unknown STag", 0, write(sa ^ 0xff, 0, 10), (1, 1, 0)),
+        ("beyond the region", 0, write(sa, len_a - 10, 20), (1, 1, 1)),
+        ("STag of another domain", 0, write(sc, 0, 10), (1, 1, 2)),
+        ("TO wraps", 0, write(sa, u64::MAX - 5, 10), (1, 1, 3)),
+        ("no remote write access", 0, write(sb, 0, 10), (0, 1, 2)),
+        ("DDP version", 0, bad_ddp_version, (1, 1, 4)),
+        ("RDMAP version", 0, bad_rdmap_version, (0, 2, 5)),
+        ("Send opcode in a tagged segment", 0, tagged_send, (0, 2, 6)),
+        ("Send without a posted buffer", 0, send(0, 1, 0, 10), (1, 2, 2)),
+        ("Send with a MSN out of range", 1, send(0, 2, 0, 10), (1, 2, 3)),
+        ("Send with MO beyond the buffer", 1, send(0, 1, 200, 0), (1, 2, 4)),
+        ("Send longer than the buffer", 1, send(0, 1, 0, 150), (1, 2, 5)),
+        ("Send on queue 3", 1, send(3, 1, 0, 10), (1, 2, 1)),
+        ("RDMA Read Request (not served)", 0, read_request, (0, 2, 0xff)),
+    ];
+    std::thread::scope(|s| {
+        // A good placing connection runs beside the bad ones: 2000 writes into region A.
+        let good_addr = SocketAddr::new(bed.addr_b(false), 7820);
+        let listener =
+            run_in_netns(&bed.ns_b, move || TcpListener::bind(good_addr).unwrap()).unwrap();
+        let good = initiator_with(&bed, good_addr, move |mut s| {
+            for i in 0..2000u64 {
+                s.send(&write(sa, i * 500, 500)).unwrap();
+            }
+            s.flush().unwrap();
+            s.get_ref().shutdown(std::net::Shutdown::Write).unwrap();
+            while s
+                .recv_with(Some(Duration::from_secs(20)), |_| {})
+                .unwrap()
+                .is_some()
+            {}
+        });
+        let bed = &bed;
+        let path = &path;
+        let good_side = s.spawn(move || {
+            let (flow_id, mut dpc, frozen) =
+                accept_and_hand_over_pd(bed, path, &listener, false, true, Some(1));
+            good.join().unwrap();
+            let gone = dpc.next_notification().unwrap();
+            drop(frozen);
+            (flow_id, gone, ended_flow(&mut dpc, flow_id))
+        });
+        for (i, (what, post, ulpdu, want)) in cases.into_iter().enumerate() {
+            if post > 0 {
+                consumer
+                    .post_recv(PostTarget::Pd(1), sa, 0, 100, post)
+                    .unwrap();
+            }
+            let addr = SocketAddr::new(bed.addr_b(false), 7821 + i as u16);
+            let listener =
+                run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
+            let peer = initiator_with(bed, addr, move |mut s| {
+                s.send(&ulpdu).unwrap();
+                s.flush().unwrap();
+                loop {
+                    match s.recv_with(Some(Duration::from_secs(10)), |_| {}) {
+                        Ok(Some(_)) => continue,
+                        other => return other.map(|_| ()),
+                    }
+                }
+            });
+            let (flow_id, mut dpc, frozen) =
+                accept_and_hand_over_pd(bed, path, &listener, false, true, Some(1));
+            let r = peer.join().unwrap();
+            match r {
+                Err(EndpointError::Terminated {
+                    layer,
+                    error_type,
+                    error_code,
+                }) => assert_eq!((layer, error_type, error_code), want, "{what}"),
+                other => panic!("{what}: the peer saw {other:?}"),
+            }
+            let Message::FlowGone {
+                flow_id: id,
+                mpa_error,
+                terminate,
+                reason,
+            } = dpc.next_notification().unwrap()
+            else {
+                panic!("{what}")
+            };
+            drop(frozen);
+            assert_eq!(id, flow_id);
+            assert_eq!(mpa_error, None, "{what}: {reason}");
+            let t = terminate.unwrap_or_else(|| panic!("{what}: no Terminate ({reason})"));
+            assert_eq!(
+                (t.layer, t.error_type, t.error_code, t.sent),
+                (want.0, want.1, want.2, true),
+                "{what}: {reason}"
+            );
+        }
+        // The peer's own Terminate ends its connection too, reported as received.
+        let addr = SocketAddr::new(bed.addr_b(false), 7840);
+        let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
+        let peer = initiator_with(bed, addr, move |mut s| {
+            s.send(&write(sa, 0, 100)).unwrap();
+            s.send_terminate(mpa::MpaErrorCode::TcpClosed).unwrap();
+            while let Ok(Some(_)) = s.recv_with(Some(Duration::from_secs(10)), |_| {}) {}
+        });
+        let (flow_id, mut dpc, frozen) =
+            accept_and_hand_over_pd(bed, path, &listener, false, true, Some(1));
+        peer.join().unwrap();
+        let Message::FlowGone {
+            flow_id: id,
+            terminate,
+            ..
+        } = dpc.next_notification().unwrap()
+        else {
+            panic!()
+        };
+        drop(frozen);
+        assert_eq!(id, flow_id);
+        let t = terminate.expect("peer Terminate reported");
+        assert_eq!((t.layer, t.error_type, t.error_code, t.sent), (2, 0, 1, false));
+        // The good connection was not disturbed: every write placed, region A holds them.
+        let (_, gone, stats) = good_side.join().unwrap();
+        assert!(
+            matches!(gone, Message::FlowGone { mpa_error: None, terminate: None, .. }),
+            "{gone:?}"
+        );
+        assert_eq!(stats["placed_in_order"], 2000, "{stats}");
+        assert_eq!(stats["completions"], 2000, "{stats}");
+        let mut got = vec![0u8; 500];
+        for i in [0u64, 1, 999, 1999] {
+            assert!(a.read(i * 500, &mut got));
+            let want: Vec<u8> = (0..500).map(|j| (j % 251) as u8).collect();
+            assert_eq!(got, want, "write {i}");
+        }
+    });
     dp.stop();
 }
