@@ -1,8 +1,27 @@
 //! Next-hop MAC resolution from the kernel's routing and neighbour tables (slow path: one
-//! `ip -j` call each, only at hand-over).
+//! `ip -j` call each, only at hand-over), with a short cache: two process spawns per
+//! hand-over were most of the hand-over cost (`mpa-bench scale`).
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long a resolved next hop is reused.
+const CACHE_TTL: Duration = Duration::from_secs(5);
+/// Entries kept (destinations × namespaces); the cache is cleared when full.
+const CACHE_MAX: usize = 4096;
+
+/// (network namespace inode, destination) → (resolved at, interface, MAC).
+type Cache = HashMap<(u64, IpAddr), (Instant, String, [u8; 6])>;
+static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
+
+/// The network namespace of the calling thread (hand-overs run in several in tests).
+fn netns_id() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/thread-self/ns/net").map_or(0, |m| m.ino())
+}
 
 /// Why a next hop could not be resolved.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +82,26 @@ pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
 
 /// The MAC address of the next hop toward `dst`, and the interface.
 pub fn next_hop_mac(dst: IpAddr) -> Result<(String, [u8; 6]), NeighbourError> {
+    let key = (netns_id(), dst);
+    if let Ok(mut g) = CACHE.lock() {
+        if let Some((at, dev, mac)) = g.get_or_insert_with(HashMap::new).get(&key) {
+            if at.elapsed() < CACHE_TTL {
+                return Ok((dev.clone(), *mac));
+            }
+        }
+    }
+    let (dev, mac) = resolve(dst)?;
+    if let Ok(mut g) = CACHE.lock() {
+        let c = g.get_or_insert_with(HashMap::new);
+        if c.len() >= CACHE_MAX {
+            c.clear();
+        }
+        c.insert(key, (Instant::now(), dev.clone(), mac));
+    }
+    Ok((dev, mac))
+}
+
+fn resolve(dst: IpAddr) -> Result<(String, [u8; 6]), NeighbourError> {
     let (dev, via) = route(dst)?;
     let v = ip_json(&["neigh", "show", &via.to_string(), "dev", &dev])?;
     let entries = v.as_array().cloned().unwrap_or_default();

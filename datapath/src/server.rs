@@ -90,6 +90,7 @@ impl Datapath {
             let xsk = XskQueue::open(&cfg.iface, q, &cfg.xsk)?;
             steering.set_xsk(q, xsk.as_fd())?;
             let (tx, rx) = unbounded();
+            let waker = xsk.waker();
             let wcfg = WorkerConfig {
                 our_mac,
                 tcp: cfg.tcp.clone(),
@@ -109,7 +110,7 @@ impl Datapath {
                     })
                     .map_err(|e| StartError::Iface(cfg.iface.clone(), e.to_string()))?,
             );
-            workers.push(tx);
+            workers.push(WorkerHandle { tx, waker });
         }
         let _ = std::fs::remove_file(&cfg.socket);
         let listener = UnixListener::bind(&cfg.socket)
@@ -210,6 +211,21 @@ fn interface_mac(iface: &str) -> Result<[u8; 6], StartError> {
     Err(err("no link-layer address".into()))
 }
 
+/// The control thread's side of a worker: its command channel, and a way to wake it from an
+/// idle wait so that a command (a hand-over) is served at once, not after the wait.
+struct WorkerHandle {
+    tx: Sender<Command>,
+    waker: crate::xsk::Waker,
+}
+
+impl WorkerHandle {
+    fn send(&self, c: Command) -> Result<(), crossbeam_channel::SendError<Command>> {
+        self.tx.send(c)?;
+        self.waker.wake();
+        Ok(())
+    }
+}
+
 struct Client {
     /// To the client's writer thread (bounded): the control thread never blocks on a slow
     /// client.
@@ -236,7 +252,7 @@ struct Adopted {
 
 struct Server {
     steering: XdpSteering,
-    workers: Vec<Sender<Command>>,
+    workers: Vec<WorkerHandle>,
     worker_handles: Vec<JoinHandle<()>>,
     notify: Receiver<Notification>,
     listener: UnixListener,

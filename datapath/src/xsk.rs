@@ -7,6 +7,7 @@
 use std::io::Write;
 use std::num::NonZeroU32;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::Arc;
 use xsk_rs::config::{
     BindFlags, FrameSize, Interface, LibxdpFlags, QueueSize, SocketConfig, UmemConfig,
 };
@@ -160,6 +161,19 @@ pub struct XskQueue {
     rx_descs: Vec<FrameDesc>,
     comp_descs: Vec<FrameDesc>,
     stats: XskStats,
+    /// Wakes the worker out of its idle poll() when a command arrives.
+    wake: Arc<nix::sys::eventfd::EventFd>,
+}
+
+/// Interrupts an idle [`XskQueue::rx_burst`] wait (from another thread).
+#[derive(Debug, Clone)]
+pub struct Waker(Arc<nix::sys::eventfd::EventFd>);
+
+impl Waker {
+    /// Makes the current or next idle wait return at once.
+    pub fn wake(&self) {
+        let _ = self.0.write(1);
+    }
 }
 
 impl std::fmt::Debug for XskQueue {
@@ -248,6 +262,13 @@ impl XskQueue {
             rx_descs: vec![FrameDesc::default(); BURST],
             comp_descs: vec![FrameDesc::default(); BURST],
             stats: XskStats::default(),
+            wake: Arc::new(
+                nix::sys::eventfd::EventFd::from_flags(
+                    nix::sys::eventfd::EfdFlags::EFD_NONBLOCK
+                        | nix::sys::eventfd::EfdFlags::EFD_CLOEXEC,
+                )
+                .map_err(|e| XskError::Config(format!("eventfd: {e}")))?,
+            ),
         };
         // libxdp opens the socket without O_CLOEXEC: a child process (a helper the datapath
         // spawns) would otherwise keep the queue bound after we close it.
@@ -294,6 +315,32 @@ impl XskQueue {
         self.queue
     }
 
+    /// A handle that interrupts this queue's idle waits.
+    pub fn waker(&self) -> Waker {
+        Waker(self.wake.clone())
+    }
+
+    /// Waits up to `timeout_ms` for received frames or a wake-up; true when frames may be
+    /// there.
+    fn wait(&mut self, timeout_ms: i32) -> Result<bool, XskError> {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let mut fds = [
+            PollFd::new(self.as_fd(), PollFlags::POLLIN),
+            PollFd::new(self.wake.as_fd(), PollFlags::POLLIN),
+        ];
+        let t = PollTimeout::try_from(timeout_ms).unwrap_or(PollTimeout::MAX);
+        match poll(&mut fds, t) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => return Ok(false),
+            Err(e) => return Err(XskError::Io(std::io::Error::from(e))),
+        }
+        let ready = |f: &PollFd| f.revents().is_some_and(|r| r.contains(PollFlags::POLLIN));
+        if ready(&fds[1]) {
+            let _ = self.wake.read();
+        }
+        Ok(ready(&fds[0]))
+    }
+
     /// Counters.
     pub fn stats(&self) -> XskStats {
         self.stats
@@ -310,7 +357,7 @@ impl XskQueue {
         // `timeout_ms`, so that an idle worker leaves the CPU to others.
         // SAFETY: `rx_descs` is ours; the ring writes descriptors of this UMEM into it.
         let mut n = unsafe { self.rx.consume(&mut self.rx_descs) };
-        if n == 0 && timeout_ms > 0 && self.rx.poll(timeout_ms)? {
+        if n == 0 && timeout_ms > 0 && self.wait(timeout_ms)? {
             // SAFETY: as above.
             n = unsafe { self.rx.consume(&mut self.rx_descs) };
         }

@@ -7,10 +7,10 @@ use mpa::encoder::FpduEncoder;
 use mpa::endpoint::{EndpointConfig, EndpointError, MpaStream};
 use mpa::markers;
 use mpa::startup::StartupPolicy;
+use mpa::wire::ddp::{DdpRepr, RdmapOpcode};
 use mpa_bpf::AttachMode;
 use mpa_control::datapath_client::DatapathClient;
 use mpa_control::responder::{respond_and_hand_over, Outcome};
-use mpa::wire::ddp::{DdpRepr, RdmapOpcode};
 use mpa_ctl_proto::consumer::Consumer;
 use mpa_ctl_proto::{Message, PostTarget};
 use mpa_datapath::server::{Datapath, DatapathConfig};
@@ -712,7 +712,8 @@ fn placement_violations_terminate_with_rfc_codes_and_spare_other_connections() {
     tagged_send[1] = (tagged_send[1] & 0xf0) | 3;
     let mut read_request = send(1, 1, 0, 16);
     read_request[1] = (read_request[1] & 0xf0) | 1;
-    let cases: Vec<(&str, u32, Vec<u8>, (u8, u8, u8))> = vec![
+    type Case = (&'static str, u32, Vec<u8>, (u8, u8, u8));
+    let cases: Vec<Case> = vec![
         ("unknown STag", 0, write(sa ^ 0xff, 0, 10), (1, 1, 0)),
         ("beyond the region", 0, write(sa, len_a - 10, 20), (1, 1, 1)),
         ("STag of another domain", 0, write(sc, 0, 10), (1, 1, 2)),
@@ -721,12 +722,37 @@ fn placement_violations_terminate_with_rfc_codes_and_spare_other_connections() {
         ("DDP version", 0, bad_ddp_version, (1, 1, 4)),
         ("RDMAP version", 0, bad_rdmap_version, (0, 2, 5)),
         ("Send opcode in a tagged segment", 0, tagged_send, (0, 2, 6)),
-        ("Send without a posted buffer", 0, send(0, 1, 0, 10), (1, 2, 2)),
-        ("Send with a MSN out of range", 1, send(0, 2, 0, 10), (1, 2, 3)),
-        ("Send with MO beyond the buffer", 1, send(0, 1, 200, 0), (1, 2, 4)),
-        ("Send longer than the buffer", 1, send(0, 1, 0, 150), (1, 2, 5)),
+        (
+            "Send without a posted buffer",
+            0,
+            send(0, 1, 0, 10),
+            (1, 2, 2),
+        ),
+        (
+            "Send with a MSN out of range",
+            1,
+            send(0, 2, 0, 10),
+            (1, 2, 3),
+        ),
+        (
+            "Send with MO beyond the buffer",
+            1,
+            send(0, 1, 200, 0),
+            (1, 2, 4),
+        ),
+        (
+            "Send longer than the buffer",
+            1,
+            send(0, 1, 0, 150),
+            (1, 2, 5),
+        ),
         ("Send on queue 3", 1, send(3, 1, 0, 10), (1, 2, 1)),
-        ("RDMA Read Request (not served)", 0, read_request, (0, 2, 0xff)),
+        (
+            "RDMA Read Request (not served)",
+            0,
+            read_request,
+            (0, 2, 0xff),
+        ),
     ];
     std::thread::scope(|s| {
         // A good placing connection runs beside the bad ones: 2000 writes into region A.
@@ -826,11 +852,21 @@ fn placement_violations_terminate_with_rfc_codes_and_spare_other_connections() {
         drop(frozen);
         assert_eq!(id, flow_id);
         let t = terminate.expect("peer Terminate reported");
-        assert_eq!((t.layer, t.error_type, t.error_code, t.sent), (2, 0, 1, false));
+        assert_eq!(
+            (t.layer, t.error_type, t.error_code, t.sent),
+            (2, 0, 1, false)
+        );
         // The good connection was not disturbed: every write placed, region A holds them.
         let (_, gone, stats) = good_side.join().unwrap();
         assert!(
-            matches!(gone, Message::FlowGone { mpa_error: None, terminate: None, .. }),
+            matches!(
+                gone,
+                Message::FlowGone {
+                    mpa_error: None,
+                    terminate: None,
+                    ..
+                }
+            ),
             "{gone:?}"
         );
         assert_eq!(stats["placed_in_order"], 2000, "{stats}");
