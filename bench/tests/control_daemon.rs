@@ -627,3 +627,54 @@ fn bad_configs_and_missing_datapath_fail_clearly() {
         );
     }
 }
+
+#[test]
+fn a_silent_initiator_is_dropped_at_the_startup_timeout() {
+    if !require_privileged("mpa-control serve startup timeout") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let socket = temp_path("dp.sock");
+    let dp = start_datapath(&bed, &socket);
+    let addr = SocketAddr::new(bed.addr_b(false), 7103);
+    let config = write_config(&format!(
+        "datapath_socket = \"{}\"\nstartup_timeout_ms = 600\n[[listener]]\nbind = \"{addr}\"\n",
+        socket.display()
+    ));
+    let daemon = Daemon::start(&bed, &config);
+    daemon.wait_for("the listener", Duration::from_secs(5), |l| {
+        l.iter().any(|l| l.contains("listening for MPA"))
+    });
+    // Half a Request header, then silence: the Responder gives up at the timeout and closes.
+    let (eof, waited) = run_in_netns(&bed.ns_a, move || {
+        use std::io::{Read, Write};
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+        s.write_all(b"MPA ID Req").unwrap();
+        let t0 = Instant::now();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut b = [0u8; 64];
+        let r = s.read(&mut b);
+        (matches!(r, Ok(0)), t0.elapsed())
+    })
+    .unwrap();
+    assert!(eof, "the daemon did not close the silent connection");
+    assert!(
+        waited >= Duration::from_millis(500) && waited < Duration::from_secs(5),
+        "closed after {waited:?}, the timeout is 600 ms"
+    );
+    daemon.wait_for("the timeout", Duration::from_secs(5), |l| {
+        l.iter()
+            .any(|l| l.contains("setup failed") && l.contains("timed out waiting for the MPA"))
+    });
+    // Closed by the Responder (an ordinary close: TIME-WAIT at most), never handed over.
+    let left = sockets_on(&bed, addr.port());
+    assert!(
+        left.lines().all(|l| l.starts_with("TIME-WAIT")),
+        "sockets left on {}:\n{left}",
+        addr.port()
+    );
+    assert_eq!(daemon.count(&["handed over"]), 0);
+    daemon.terminate();
+    dp.stop();
+    let _ = std::fs::remove_file(&config);
+}
