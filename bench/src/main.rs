@@ -78,13 +78,31 @@ struct Run {
     /// Region size for `--op write` (writes wrap around in whole slots).
     #[arg(long, default_value_t = 16 << 20)]
     region_bytes: u64,
-    /// Let the sender write FPDUs without aligning them to TCP segments (by default it
-    /// aligns them, RFC 5044 §5.1, which is what lets out-of-order segments be placed).
-    #[arg(long)]
-    unaligned: bool,
+    /// Whether the sender aligns FPDUs with TCP segments (RFC 5044 §5.1; what lets segments
+    /// that arrive out of order be placed on their own). `auto`: when there is loss. Aligned
+    /// sending costs the kernel-TCP sender one segment per write (MSG_EOR).
+    #[arg(long, value_enum, default_value = "auto")]
+    align: Align,
     /// Print one JSON line with every measured value (`result: {...}`).
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Align {
+    Auto,
+    On,
+    Off,
+}
+
+impl Run {
+    fn aligned(&self) -> bool {
+        match self.align {
+            Align::Auto => self.loss > 0,
+            Align::On => true,
+            Align::Off => false,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -183,7 +201,7 @@ fn sender(bed: &TestBed, r: &Run) -> Result<Value> {
     if r.op == Op::Send {
         args.extend(["--op", "send"]);
     }
-    if !r.unaligned {
+    if r.aligned() {
         args.push("--aligned");
     }
     if r.plain {
@@ -578,9 +596,16 @@ fn compare(r: &Run) -> Result<()> {
         let octets = d.flow["ulpdu_octets"].as_f64().unwrap_or(0.0);
         let dg = gbit(octets, d.peer["seconds"].as_f64().unwrap_or(1.0));
         rows.push(("mpa-datapath (AF_XDP)", round, dg, d.cpu / octets * 1e9));
+        if r.loss > 0 {
+            let n = |k: &str| d.flow[k].as_u64().unwrap_or(0);
+            let (direct, store) = (n("placed_direct"), n("placed_from_store"));
+            println!(
+                "round {round}: datapath placed {direct} out-of-order FPDUs directly, {store} from the store"
+            );
+        }
     }
     println!(
-        "bed: mtu {} loss {}% queues {}; {} MiB as {} B ULPDUs, {}",
+        "bed: mtu {} loss {}% queues {}; {} MiB as {} B ULPDUs, {}; sender {}; datapath: {}",
         r.mtu,
         r.loss,
         r.queues,
@@ -590,6 +615,16 @@ fn compare(r: &Run) -> Result<()> {
             "no markers, no CRC"
         } else {
             "markers + CRC"
+        },
+        if r.aligned() {
+            "aligned (MSG_EOR)"
+        } else {
+            "unaligned"
+        },
+        match r.op {
+            Op::Write => "RDMA Writes placed into a region, checked",
+            Op::Send => "Sends placed into posted buffers, checked",
+            Op::Count => "payloads counted and digested, not placed",
         }
     );
     println!(

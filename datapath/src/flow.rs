@@ -519,6 +519,8 @@ impl Flow {
             "completions": self.stats.completions,
             "posted_buffers": self.rx.placer.as_ref().map(Placer::posted),
             "store_high_water": t.store_high_water,
+            "dropped_reassembly_full": t.dropped.reassembly_full,
+            "dropped_out_of_window": t.dropped.out_of_window,
             "ended": self.ended.as_ref().map(|e| json!({"mpa_error": e.mpa_error, "reason": e.reason, "terminate": e.terminate})),
         })
     }

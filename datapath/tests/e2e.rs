@@ -150,7 +150,7 @@ fn run_case(bed: &TestBed, dp_socket: &Path, port: u16, c: &Case) -> serde_json:
             let mut cfg = EndpointConfig::default();
             cfg.policy.markers_required = im;
             cfg.policy.crc_suppressed_by_admin = !crc;
-            cfg.policy.startup_timeout = Duration::from_secs(10);
+            cfg.policy.startup_timeout = Duration::from_secs(30);
             let mut s = MpaStream::connect(sock, &cfg).expect("startup with the datapath");
             let mulpdu = markers::mulpdu(emss, s.negotiated().markers_tx);
             let mut digest = 0u32;
