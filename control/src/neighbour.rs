@@ -13,14 +13,29 @@ const CACHE_TTL: Duration = Duration::from_secs(5);
 /// Entries kept (destinations × namespaces); the cache is cleared when full.
 const CACHE_MAX: usize = 4096;
 
-/// (network namespace inode, destination) → (resolved at, interface, MAC).
+/// (network namespace cookie, destination) → (resolved at, interface, MAC).
 type Cache = HashMap<(u64, IpAddr), (Instant, String, [u8; 6])>;
 static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
 
-/// The network namespace of the calling thread (hand-overs run in several in tests).
-fn netns_id() -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/thread-self/ns/net").map_or(0, |m| m.ino())
+/// SO_NETNS_COOKIE (Linux 5.14, <asm-generic/socket.h>).
+const SO_NETNS_COOKIE: i32 = 71;
+use nix::{getsockopt_impl, sockopt_impl};
+sockopt_impl!(NetnsCookie, GetOnly, libc::SOL_SOCKET, SO_NETNS_COOKIE, u64);
+
+/// The calling thread's network namespace (hand-overs run in several in tests), as its
+/// cookie: unlike the namespace file's inode, which the kernel reuses soon after a namespace
+/// is deleted, a cookie is never reused while the system runs. `None` (no caching) where
+/// the kernel has no cookies.
+fn netns_id() -> Option<u64> {
+    use nix::sys::socket::{getsockopt, socket, AddressFamily, SockFlag, SockType};
+    let s = socket(
+        AddressFamily::Inet,
+        SockType::Datagram,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .ok()?;
+    getsockopt(&s, NetnsCookie).ok()
 }
 
 /// Why a next hop could not be resolved.
@@ -82,7 +97,10 @@ pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
 
 /// The MAC address of the next hop toward `dst`, and the interface.
 pub fn next_hop_mac(dst: IpAddr) -> Result<(String, [u8; 6]), NeighbourError> {
-    let key = (netns_id(), dst);
+    let Some(ns) = netns_id() else {
+        return resolve(dst);
+    };
+    let key = (ns, dst);
     if let Ok(mut g) = CACHE.lock() {
         if let Some((at, dev, mac)) = g.get_or_insert_with(HashMap::new).get(&key) {
             if at.elapsed() < CACHE_TTL {

@@ -391,6 +391,12 @@ impl XskQueue {
     /// caller's retransmission logic covers the loss).
     pub fn send(&mut self, pkt: &[u8]) -> bool {
         self.reclaim();
+        if self.tx_free.is_empty() && !self.tx_pending.is_empty() {
+            // Out of frames in a long pass (thousands of flows each sending): hand what is
+            // queued to the kernel now and take back what it finished, rather than drop.
+            let _ = self.flush();
+            self.reclaim();
+        }
         let Some(mut d) = self.tx_free.pop() else {
             self.stats.tx_no_frame += 1;
             return false;

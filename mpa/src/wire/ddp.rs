@@ -413,6 +413,12 @@ impl TerminateRepr {
 
 /// Builds a whole Terminate ULPDU (untagged, QN 2, L set) for an MPA error.
 pub fn terminate_ulpdu(code: crate::MpaErrorCode, msn: u32, version: u8) -> Vec<u8> {
+    terminate_with(TerminateRepr::mpa(code).emit(), msn, version, &[])
+}
+
+/// A Terminate ULPDU (untagged, QN 2, MSN `msn`, L set): the control field `ctl`, then `rest`
+/// (DDP Segment Length and terminated headers, when included).
+fn terminate_with(ctl: [u8; TERMINATE_HEADER_LEN], msn: u32, version: u8, rest: &[u8]) -> Vec<u8> {
     let repr = DdpRepr::Untagged {
         last: true,
         opcode: RdmapOpcode::Terminate,
@@ -421,9 +427,11 @@ pub fn terminate_ulpdu(code: crate::MpaErrorCode, msn: u32, version: u8) -> Vec<
         msn,
         mo: 0,
     };
-    let mut v = vec![0u8; UNTAGGED_HEADER_LEN + TERMINATE_HEADER_LEN];
+    let mut v = vec![0u8; UNTAGGED_HEADER_LEN];
     let n = repr.emit(&mut v, version).unwrap_or(0);
-    v[n..n + TERMINATE_HEADER_LEN].copy_from_slice(&TerminateRepr::mpa(code).emit());
+    v.truncate(n);
+    v.extend_from_slice(&ctl);
+    v.extend_from_slice(rest);
     v
 }
 
@@ -445,33 +453,22 @@ pub fn terminate_ulpdu_for_segment(
     segment_len: usize,
     ddp_header: &[u8],
 ) -> Vec<u8> {
-    let repr = DdpRepr::Untagged {
-        last: true,
-        opcode: RdmapOpcode::Terminate,
-        inv_stag: 0,
-        qn: queue::TERMINATE,
-        msn,
-        mo: 0,
-    };
     let hdr_len = match ddp_header.first() {
         Some(c) if c & FLAG_TAGGED != 0 => TAGGED_HEADER_LEN,
         Some(_) => UNTAGGED_HEADER_LEN,
         None => 0,
     }
     .min(ddp_header.len());
-    let mut v = vec![0u8; UNTAGGED_HEADER_LEN + TERMINATE_HEADER_LEN + 2 + hdr_len];
-    let n = repr.emit(&mut v, version).unwrap_or(0);
     let mut ctl = t.emit();
-    if hdr_len > 0 {
-        ctl[2] |= HDRCT_M | HDRCT_D;
+    ctl[2] |= if hdr_len > 0 {
+        HDRCT_M | HDRCT_D
     } else {
-        ctl[2] |= HDRCT_M;
-    }
-    v[n..n + TERMINATE_HEADER_LEN].copy_from_slice(&ctl);
+        HDRCT_M
+    };
     let seg = u16::try_from(segment_len).unwrap_or(u16::MAX);
-    v[n + TERMINATE_HEADER_LEN..n + TERMINATE_HEADER_LEN + 2].copy_from_slice(&seg.to_be_bytes());
-    v[n + TERMINATE_HEADER_LEN + 2..].copy_from_slice(&ddp_header[..hdr_len]);
-    v
+    let mut rest = seg.to_be_bytes().to_vec();
+    rest.extend_from_slice(&ddp_header[..hdr_len]);
+    terminate_with(ctl, msn, version, &rest)
 }
 
 #[cfg(test)]
