@@ -391,8 +391,14 @@ fn id_mut(m: &mut Message) -> Option<&mut u64> {
         | Message::ListRegions { id, .. }
         | Message::Regions { id, .. }
         | Message::PostRecv { id, .. }
-        | Message::Subscribe { id, .. } => Some(id),
-        Message::Hello { .. } | Message::FlowGone { .. } | Message::Completions { .. } => None,
+        | Message::Subscribe { id, .. }
+        | Message::StartCapture { id, .. }
+        | Message::StopCapture { id } => Some(id),
+        Message::Hello { .. }
+        | Message::FlowGone { .. }
+        | Message::Completions { .. }
+        | Message::Captured { .. }
+        | Message::CaptureDone { .. } => None,
     }
 }
 

@@ -24,8 +24,18 @@ pub(crate) fn frame_want(frame: &[u8]) -> usize {
     }
 }
 
-/// Hands the quiet connection `sock` (startup done) to the datapath. `reply_frame` is what a
-/// Responder's flow sends first (empty for an Initiator); `rtr` names the RTR indications
+/// The startup frames of one connection.
+pub(crate) struct StartupWire {
+    /// Responder: the accepting Reply its flow sends first. Empty for an Initiator.
+    pub reply_to_send: Vec<u8>,
+    /// The Request as it travelled (received or sent): only for captures.
+    pub request: Vec<u8>,
+    /// Initiator: the Reply received, only for captures. Empty for a Responder.
+    pub reply_received: Vec<u8>,
+}
+
+/// Hands the quiet connection `sock` (startup done) to the datapath. `wire` holds what a
+/// Responder's flow sends first, and the startup frames a capture may show; `rtr` names the RTR indications
 /// (`RtrType`'s Debug form): the one an Initiator's flow sends first, or those a Responder's
 /// flow accepts; `pd` the protection domain whose regions and posted buffers the flow
 /// places into (`None`: no placement). Returns the flow id and the frozen socket, which the caller keeps until the
@@ -35,7 +45,7 @@ pub(crate) fn hand_over(
     dp: &mut DatapathClient,
     role: Role,
     negotiated: &Negotiated,
-    reply_frame: Vec<u8>,
+    wire: StartupWire,
     rtr: Vec<String>,
     pd: Option<u32>,
 ) -> Result<(u64, FrozenSocket), SetupError> {
@@ -64,9 +74,11 @@ pub(crate) fn hand_over(
             markers_tx: negotiated.markers_tx,
             crc: negotiated.crc,
             ddp_rdmap_version: negotiated.ddp_rdmap_version,
-            reply_frame,
+            reply_frame: wire.reply_to_send,
             rtr,
             pd,
+            request_frame: wire.request,
+            received_reply_frame: wire.reply_received,
         };
         let handover = Box::new(HandOver {
             flow_id,

@@ -4,7 +4,7 @@
 
 use crate::datapath_client::DatapathClient;
 use crate::freeze::FrozenSocket;
-use crate::handover::{frame_want, hand_over};
+use crate::handover::{frame_want, hand_over, StartupWire};
 use crate::responder::SetupError;
 use mpa::startup::{InitiatorStartup, Negotiated, StartupError, StartupEvent, StartupPolicy};
 use mpa::wire::startup::MAX_FRAME_LEN;
@@ -51,8 +51,10 @@ pub fn connect_and_hand_over(
     let mut sock = TcpStream::connect_timeout(&to, timeout)?;
     // The Request in one segment: no reason to wait for more.
     sock.set_nodelay(true)?;
+    let mut sent = Vec::new();
     while let Some(request) = sm.poll_transmit() {
         sock.write_all(&request)?;
+        sent.extend_from_slice(&request);
     }
     sock.flush()?;
     // Read exactly the Reply: a Responder sends nothing before our first FPDU, but whatever
@@ -105,7 +107,13 @@ pub fn connect_and_hand_over(
     sock.set_read_timeout(None)?;
     // RFC 6581 §9.2: the datapath sends this RTR as the very first FPDU.
     let rtr = negotiated.rtr.iter().map(|r| format!("{r:?}")).collect();
-    let (flow_id, frozen) = hand_over(sock, dp, Role::Initiator, &negotiated, Vec::new(), rtr, pd)?;
+    let wire = StartupWire {
+        reply_to_send: Vec::new(),
+        request: sent,
+        // `frame` holds exactly the Reply (see frame_want).
+        reply_received: frame,
+    };
+    let (flow_id, frozen) = hand_over(sock, dp, Role::Initiator, &negotiated, wire, rtr, pd)?;
     Ok(InitiatorOutcome::HandedOver {
         flow_id,
         frozen,

@@ -3,6 +3,7 @@
 //! hand-over").
 #![forbid(unsafe_code)]
 
+pub mod capture;
 pub mod config;
 pub mod daemon;
 pub mod datapath_client;

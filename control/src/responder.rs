@@ -4,7 +4,7 @@
 
 use crate::datapath_client::{ClientError, DatapathClient};
 use crate::freeze::{FreezeError, FrozenSocket};
-use crate::handover::{frame_want, hand_over};
+use crate::handover::{frame_want, hand_over, StartupWire};
 use crate::neighbour::NeighbourError;
 use mpa::startup::{Negotiated, ResponderStartup, StartupError, StartupEvent, StartupPolicy};
 use mpa_ctl_proto::Role;
@@ -127,8 +127,13 @@ pub fn respond_and_hand_over(
         .iter()
         .map(|r| format!("{r:?}"))
         .collect();
-    let (flow_id, frozen) =
-        hand_over(sock, dp, Role::Responder, &negotiated, reply_frame, rtr, pd)?;
+    let wire = StartupWire {
+        reply_to_send: reply_frame,
+        // `frame` holds exactly the Request (see frame_want).
+        request: frame,
+        reply_received: Vec::new(),
+    };
+    let (flow_id, frozen) = hand_over(sock, dp, Role::Responder, &negotiated, wire, rtr, pd)?;
     Ok(Outcome::HandedOver {
         flow_id,
         frozen,

@@ -117,6 +117,11 @@ fn accepted_connection_is_handed_over_and_the_kernel_stays_silent() {
         let reply = StartupRepr::parse_expected(&f, FrameKind::Reply).unwrap();
         assert!(!reply.rejected && !reply.markers && reply.crc);
         assert_eq!(reply.private_data, b"welcome");
+        // The Request as received, exactly, for captures to show.
+        let f = StartupFrame::new_checked(&handover.mpa.request_frame[..]).unwrap();
+        let request = StartupRepr::parse_expected(&f, FrameKind::Request).unwrap();
+        assert!(request.markers && request.private_data.ends_with(b"hello"));
+        assert!(handover.mpa.received_reply_frame.is_empty());
         // No Reply came from the kernel: the Initiator times out waiting for it.
         let r = client.join().unwrap();
         assert!(matches!(r, Err(EndpointError::Startup(_))), "{r:?}");

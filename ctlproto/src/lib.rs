@@ -8,7 +8,10 @@
 //! so replies can be matched; datapath notifications use id 0.
 #![deny(unsafe_code)]
 
+pub mod capture;
 pub mod consumer;
+
+pub use capture::{CaptureDirection, CapturedFrame};
 
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
@@ -126,6 +129,14 @@ pub struct MpaParams {
     /// only counted and digested).
     #[serde(default)]
     pub pd: Option<u32>,
+    /// The MPA Request as it travelled (received by a Responder, sent by an Initiator), kept
+    /// only so that a capture taken by the datapath can show the startup the kernel carried
+    /// (reconstructed frames, see [`CapturedFrame::reconstructed`]). Empty when unknown.
+    #[serde(default)]
+    pub request_frame: Vec<u8>,
+    /// Initiator only: the Reply it received, for the same purpose. Empty otherwise.
+    #[serde(default)]
+    pub received_reply_frame: Vec<u8>,
 }
 
 /// One registered memory region.
@@ -385,6 +396,44 @@ pub enum Message {
         /// Per queue and per flow counters.
         stats: serde_json::Value,
     },
+    /// Start a packet capture for this client (one at a time per datapath): answered by
+    /// [`Message::Ok`], then the datapath streams [`Message::Captured`] batches to this client
+    /// and ends with [`Message::CaptureDone`] when `duration_ms` passed, `max_bytes` of pcap
+    /// output (24-octet file header and 16 octets per record included) were sent, or
+    /// [`Message::StopCapture`] came. Bounds: [`capture::check_request`].
+    StartCapture {
+        /// Request id.
+        id: u64,
+        /// Only this flow's frames; `None`: every frame the datapath receives or sends.
+        flow: Option<u64>,
+        /// Bound of the pcap file the frames make, octets.
+        max_bytes: u64,
+        /// Bound of the capture's duration, milliseconds.
+        duration_ms: u64,
+        /// Octets kept of each frame.
+        snaplen: u32,
+    },
+    /// End this client's capture now (answered by [`Message::Ok`]; [`Message::CaptureDone`]
+    /// follows).
+    StopCapture {
+        /// Request id.
+        id: u64,
+    },
+    /// datapath → capturing client (id 0): captured frames, in the order each worker saw
+    /// them (workers' batches interleave).
+    Captured {
+        /// The frames.
+        frames: Vec<CapturedFrame>,
+    },
+    /// datapath → capturing client (id 0): the capture ended; nothing of it follows.
+    CaptureDone {
+        /// Why: "duration", "max_bytes", "stopped", "datapath stopping".
+        reason: String,
+        /// Frames sent to the client.
+        frames: u64,
+        /// Frames seen but not sent: worker buffers full, or the client's queue full.
+        dropped: u64,
+    },
     /// Plain success.
     Ok {
         /// Request id.
@@ -575,6 +624,8 @@ mod tests {
                 reply_frame: b"MPA ID Rep Frame\x40\x01\x00\x00".to_vec(),
                 rtr: vec!["ZeroLengthSend".into()],
                 pd: Some(3),
+                request_frame: b"MPA ID Req Frame\x40\x01\x00\x00".to_vec(),
+                received_reply_frame: vec![],
             },
             next_hop_mac: [2, 0, 0, 0, 0, 1],
         }
@@ -655,6 +706,37 @@ mod tests {
                     invalidate_stag: None,
                 }],
             },
+            Message::StartCapture {
+                id: 12,
+                flow: Some(9),
+                max_bytes: 1 << 20,
+                duration_ms: 5000,
+                snaplen: 128,
+            },
+            Message::StopCapture { id: 13 },
+            Message::Captured {
+                frames: vec![
+                    CapturedFrame {
+                        ts_ns: 1_700_000_000_123_456_789,
+                        direction: CaptureDirection::Rx,
+                        orig_len: 1514,
+                        data: (0..=255).collect(),
+                        reconstructed: false,
+                    },
+                    CapturedFrame {
+                        ts_ns: 1,
+                        direction: CaptureDirection::Tx,
+                        orig_len: 0,
+                        data: vec![],
+                        reconstructed: true,
+                    },
+                ],
+            },
+            Message::CaptureDone {
+                reason: "duration".into(),
+                frames: 2,
+                dropped: 1,
+            },
             Message::GetStats { id: 4 },
             Message::Stats {
                 id: 4,
@@ -676,6 +758,16 @@ mod tests {
             assert_eq!(&read_message(&mut b).unwrap(), m);
         }
         assert!(matches!(read_message(&mut b), Err(ProtoError::Closed)));
+    }
+
+    #[test]
+    fn hand_overs_without_the_startup_frames_still_parse() {
+        let mut j = serde_json::to_value(snapshot()).unwrap();
+        let mpa = j["mpa"].as_object_mut().unwrap();
+        mpa.remove("request_frame");
+        mpa.remove("received_reply_frame");
+        let h: HandOver = serde_json::from_value(j).unwrap();
+        assert!(h.mpa.request_frame.is_empty() && h.mpa.received_reply_frame.is_empty());
     }
 
     #[test]

@@ -897,6 +897,8 @@ mod tests {
                 reply_frame: vec![],
                 rtr: rtr.iter().map(|s| s.to_string()).collect(),
                 pd: None,
+                request_frame: vec![],
+                received_reply_frame: vec![],
             },
             next_hop_mac: [2, 0, 0, 0, 0, 1],
         }

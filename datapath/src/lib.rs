@@ -12,6 +12,7 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
+pub mod capture;
 pub mod flow;
 pub mod placement;
 pub mod region;

@@ -1,14 +1,17 @@
 //! The datapath process: XDP steering, one worker per queue, and the control-socket server
 //! that mpa-control talks to (the only code that touches BPF maps: DESIGN.md).
 
+use crate::capture::{CaptureBatch, CaptureSpec, BATCHES_PER_WORKER};
 use crate::registry::Registry;
 use crate::tcp::TcpConfig;
 use crate::worker::{Command, Notification, Worker, WorkerConfig};
 use crate::xsk::{XskConfig, XskQueue};
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use mpa_bpf::{AttachMode, FlowKey, FlowValue, XdpSteering};
+use mpa_ctl_proto::capture::{check_request, pcap_record_len, PCAP_FILE_HEADER_LEN};
 use mpa_ctl_proto::{
-    read_message, write_message, write_message_with_fd, ErrorCode, Message, PostTarget, VERSION,
+    read_message, write_message, write_message_with_fd, CapturedFrame, ErrorCode, Message,
+    PostTarget, VERSION,
 };
 use serde_json::json;
 use std::collections::HashMap;
@@ -21,7 +24,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Everything the datapath needs to start.
 #[derive(Debug, Clone)]
@@ -134,6 +137,8 @@ impl Datapath {
             finished: std::collections::VecDeque::new(),
             registry: Registry::new(cfg.max_region_bytes),
             stop: stop.clone(),
+            capture: None,
+            next_capture: 1,
         };
         let control = std::thread::Builder::new()
             .name("mpa-control-server".into())
@@ -264,7 +269,33 @@ struct Server {
     finished: std::collections::VecDeque<serde_json::Value>,
     registry: Registry,
     stop: Arc<AtomicBool>,
+    /// The packet capture running, if any (one at a time).
+    capture: Option<Capture>,
+    next_capture: u64,
 }
+
+/// A packet capture on behalf of one client.
+struct Capture {
+    client: u64,
+    generation: u64,
+    flow: Option<u64>,
+    deadline: Instant,
+    max_bytes: u64,
+    /// Octets of the pcap file the frames sent so far make (file header included).
+    bytes: u64,
+    /// Frames sent to the client.
+    frames: u64,
+    /// Frames lost: no room in a worker, or the client's queue full.
+    dropped: u64,
+    /// Where each worker's emptied batches go back.
+    returns: Vec<Sender<CaptureBatch>>,
+    /// Set when the capture must end at the next turn of the loop.
+    ending: Option<&'static str>,
+}
+
+/// Octets of frames per [`Message::Captured`] (base64 makes them a third larger; the
+/// protocol's message limit is 8 MiB).
+const CAPTURED_MESSAGE_OCTETS: usize = 1 << 20;
 
 /// Ended flows whose final counters stay readable over the control socket.
 const FINISHED_KEPT: usize = 256;
@@ -291,6 +322,10 @@ impl Server {
                 recv(self.notify) -> n => if let Ok(n) = n { self.notified(n) },
                 default(Duration::from_millis(20)) => {}
             }
+            self.capture_tick();
+        }
+        if self.capture.is_some() {
+            self.finish_capture("datapath stopping");
         }
         for w in &self.workers {
             let _ = w.send(Command::Shutdown);
@@ -587,12 +622,24 @@ impl Server {
                     }
                 }
                 let xdp = self.steering.counters().ok().map(|c| format!("{c:?}"));
+                let capture = self.capture.as_ref().map(|c| {
+                    json!({
+                        "client": c.client,
+                        "flow": c.flow,
+                        "frames": c.frames,
+                        "bytes": c.bytes,
+                        "max_bytes": c.max_bytes,
+                        "dropped_by_client_queue": c.dropped,
+                        "ms_left": c.deadline.saturating_duration_since(Instant::now()).as_millis() as u64,
+                    })
+                });
                 let stats = json!({
                     "queues": queues,
                     "xdp": xdp,
                     "adopted_flows": self.adopted.len(),
                     "registry": self.registry.stats_json(),
                     "ended_flows": self.finished,
+                    "capture": capture,
                 });
                 self.reply(client, &Message::Stats { id, stats });
             }
@@ -655,6 +702,35 @@ impl Server {
                 self.registry.subscribe(pd, client);
                 self.reply(client, &Message::Ok { id });
             }
+            Message::StartCapture {
+                id,
+                flow,
+                max_bytes,
+                duration_ms,
+                snaplen,
+            } => {
+                let r = self.start_capture(client, flow, max_bytes, duration_ms, snaplen);
+                match r {
+                    Ok(()) => self.reply(client, &Message::Ok { id }),
+                    Err((code, message)) => {
+                        self.reply(client, &Message::Error { id, code, message })
+                    }
+                }
+            }
+            Message::StopCapture { id } => match self.capture.as_mut() {
+                Some(c) if c.client == client => {
+                    c.ending.get_or_insert("stopped");
+                    self.reply(client, &Message::Ok { id });
+                }
+                _ => self.reply(
+                    client,
+                    &Message::Error {
+                        id,
+                        code: ErrorCode::BadRequest,
+                        message: "no capture of this client is running".into(),
+                    },
+                ),
+            },
             other => {
                 let message = format!("not a request: {other:?}");
                 self.reply(
@@ -707,6 +783,183 @@ impl Server {
         }
     }
 
+    /// Starts a capture for `client`: every worker gets its batches (the capture's whole
+    /// memory, reserved here) and starts copying.
+    fn start_capture(
+        &mut self,
+        client: u64,
+        flow: Option<u64>,
+        max_bytes: u64,
+        duration_ms: u64,
+        snaplen: u32,
+    ) -> Result<(), crate::registry::Refusal> {
+        check_request(max_bytes, duration_ms, snaplen)
+            .map_err(|e| (ErrorCode::BadRequest, e.to_string()))?;
+        if let Some(c) = &self.capture {
+            let left = c.deadline.saturating_duration_since(Instant::now());
+            return Err((
+                ErrorCode::Limit,
+                format!(
+                    "a capture is already running (one at a time; it ends within {:.1} s)",
+                    left.as_secs_f64()
+                ),
+            ));
+        }
+        if let Some(f) = flow.filter(|f| !self.adopted.contains_key(f)) {
+            return Err((ErrorCode::UnknownFlow, format!("no flow {f}")));
+        }
+        let generation = self.next_capture;
+        self.next_capture += 1;
+        let mut returns = Vec::with_capacity(self.workers.len());
+        for w in &self.workers {
+            let (tx, free) = crossbeam_channel::bounded(BATCHES_PER_WORKER);
+            for _ in 0..BATCHES_PER_WORKER {
+                let _ = tx.try_send(CaptureBatch::standard());
+            }
+            let spec = CaptureSpec {
+                generation,
+                flow,
+                snaplen,
+                free,
+            };
+            if w.send(Command::StartCapture(spec)).is_err() {
+                // Undo: the workers that started drop their taps (their answers are not needed).
+                for w in &self.workers {
+                    let (tx, _) = crossbeam_channel::bounded(1);
+                    let _ = w.send(Command::StopCapture(tx));
+                }
+                return Err((ErrorCode::Internal, "worker gone".into()));
+            }
+            returns.push(tx);
+        }
+        tracing::info!(
+            client,
+            ?flow,
+            max_bytes,
+            duration_ms,
+            snaplen,
+            "capture started"
+        );
+        self.capture = Some(Capture {
+            client,
+            generation,
+            flow,
+            deadline: Instant::now() + Duration::from_millis(duration_ms),
+            max_bytes,
+            bytes: PCAP_FILE_HEADER_LEN,
+            frames: 0,
+            dropped: 0,
+            returns,
+            ending: None,
+        });
+        Ok(())
+    }
+
+    /// Ends the capture when its time is up, its size bound reached, its client asked or left.
+    fn capture_tick(&mut self) {
+        let Some(c) = &self.capture else {
+            return;
+        };
+        let reason = if !self.clients.contains_key(&c.client) {
+            Some("client gone")
+        } else if c.ending.is_some() {
+            c.ending
+        } else if Instant::now() >= c.deadline {
+            Some("duration")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            self.finish_capture(reason);
+        }
+    }
+
+    /// Stops every worker's tap, forwards what they still held, and tells the client.
+    fn finish_capture(&mut self, reason: &'static str) {
+        let mut dropped = 0;
+        for w in &self.workers {
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            if w.send(Command::StopCapture(tx)).is_ok() {
+                match rx.recv_timeout(Duration::from_secs(2)) {
+                    Ok(d) => dropped += d,
+                    Err(_) => tracing::warn!("worker did not stop its capture in time"),
+                }
+            }
+        }
+        // A worker sends its last batches before it answers: they are queued by now.
+        while let Ok(n) = self.notify.try_recv() {
+            self.notified(n);
+        }
+        let Some(c) = self.capture.take() else {
+            return;
+        };
+        let dropped = c.dropped + dropped;
+        tracing::info!(
+            client = c.client,
+            reason,
+            frames = c.frames,
+            bytes = c.bytes,
+            dropped,
+            "capture done"
+        );
+        let done = Message::CaptureDone {
+            reason: reason.to_string(),
+            frames: c.frames,
+            dropped,
+        };
+        self.reply(c.client, &done);
+    }
+
+    /// Sends a worker's captured frames to the capturing client (within the size bound) and
+    /// gives the batch back to the worker.
+    fn captured(&mut self, queue: u32, generation: u64, mut batch: CaptureBatch) {
+        let Some(c) = self.capture.as_mut().filter(|c| c.generation == generation) else {
+            return;
+        };
+        let mut messages: Vec<Vec<CapturedFrame>> = Vec::new();
+        let mut chunk = Vec::new();
+        let mut octets = 0usize;
+        for (r, data) in batch.frames() {
+            let grows = pcap_record_len(data.len());
+            if c.bytes + grows > c.max_bytes {
+                c.ending.get_or_insert("max_bytes");
+                break;
+            }
+            c.bytes += grows;
+            octets += data.len();
+            chunk.push(CapturedFrame {
+                ts_ns: r.ts_ns,
+                direction: r.direction,
+                orig_len: r.orig_len,
+                data: data.to_vec(),
+                reconstructed: r.reconstructed,
+            });
+            if octets >= CAPTURED_MESSAGE_OCTETS {
+                messages.push(std::mem::take(&mut chunk));
+                octets = 0;
+            }
+        }
+        if !chunk.is_empty() {
+            messages.push(chunk);
+        }
+        batch.clear();
+        if let Some(back) = c.returns.get(queue as usize) {
+            let _ = back.try_send(batch);
+        }
+        let client = c.client;
+        for frames in messages {
+            let n = frames.len() as u64;
+            let sent = self.send_to(client, Message::Captured { frames }, None);
+            if let Some(c) = self.capture.as_mut() {
+                if sent {
+                    c.frames += n;
+                } else {
+                    c.dropped += n;
+                }
+            }
+        }
+    }
+
     fn forget(&mut self, flow_id: u64) {
         if let Some(a) = self.adopted.remove(&flow_id) {
             if let Err(e) = self.steering.remove_flow(&a.key) {
@@ -717,6 +970,11 @@ impl Server {
 
     fn notified(&mut self, n: Notification) {
         match n {
+            Notification::Captured {
+                queue,
+                generation,
+                batch,
+            } => self.captured(queue, generation, batch),
             Notification::Stray {
                 queue,
                 local,

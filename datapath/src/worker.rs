@@ -1,6 +1,7 @@
 //! One polling worker per RX queue: it owns its AF_XDP socket and its flows; the control
 //! thread talks to it over channels only (DESIGN.md fast-path rules).
 
+use crate::capture::{CaptureBatch, CaptureSpec, CaptureTap};
 use crate::flow::{Flow, FlowEnd};
 use crate::placement::{PostedBuf, Region, RegionTable};
 use crate::tcp::TcpConfig;
@@ -8,7 +9,7 @@ use crate::wire::frame::parse_tcp_frame;
 use crate::wire::tcp::TcpRepr;
 use crate::xsk::XskQueue;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
-use mpa_ctl_proto::HandOver;
+use mpa_ctl_proto::{CaptureDirection, HandOver};
 use serde_json::json;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -34,6 +35,11 @@ pub enum Command {
     Adopt(Box<Flow>, (SocketAddr, SocketAddr)),
     /// Report counters.
     Stats(Sender<serde_json::Value>),
+    /// Start capturing (replacing any capture running).
+    StartCapture(CaptureSpec),
+    /// Stop capturing: hand over what is held ([`Notification::Captured`]), then answer with
+    /// the frames dropped for want of room.
+    StopCapture(Sender<u64>),
     /// Stop the worker.
     Shutdown,
 }
@@ -60,6 +66,16 @@ pub enum Notification {
         pd: u32,
         /// Completions.
         items: Vec<mpa_ctl_proto::Completion>,
+    },
+    /// Captured frames (a full batch, or what one poll captured); the control thread sends
+    /// them to the capturing client and gives the emptied batch back.
+    Captured {
+        /// The worker's queue.
+        queue: u32,
+        /// The capture they belong to.
+        generation: u64,
+        /// The frames.
+        batch: CaptureBatch,
     },
     /// Segments of a steered 4-tuple arrive on this queue, whose worker does not own it: RSS
     /// put the peer's connection here. The control thread moves the flow over.
@@ -131,6 +147,8 @@ pub struct Worker {
     strays: HashMap<(SocketAddr, SocketAddr), Vec<Vec<u8>>>,
     stray_bytes: usize,
     scratch: Vec<u8>,
+    /// The packet capture, while one runs: `None` costs one branch per frame.
+    tap: Option<CaptureTap>,
 }
 
 impl Worker {
@@ -158,6 +176,7 @@ impl Worker {
             strays: HashMap::new(),
             stray_bytes: 0,
             scratch: vec![0u8; 16 * 1024],
+            tap: None,
         }
     }
 
@@ -231,6 +250,9 @@ impl Worker {
                         Instant::now(),
                     ) {
                         Ok(mut f) => {
+                            if let Some(t) = self.tap.as_mut().filter(|t| t.wants(f.id)) {
+                                capture_startup(t, &h, self.cfg.our_mac);
+                            }
                             if !bufs.is_empty() {
                                 if let Err(e) = f.post_recv(&bufs) {
                                     tracing::warn!(flow = f.id, %e, "buffers waiting in the domain not posted");
@@ -266,6 +288,19 @@ impl Worker {
                     "bursts": self.stats.bursts,
                     "flows": flows,
                 }));
+            }
+            Command::StartCapture(spec) => {
+                tracing::debug!(
+                    queue = self.xsk.queue(),
+                    generation = spec.generation,
+                    "capture on"
+                );
+                self.tap = Some(CaptureTap::new(spec));
+            }
+            Command::StopCapture(answer) => {
+                self.flush_capture(None);
+                let dropped = self.tap.take().map_or(0, |t| t.dropped());
+                let _ = answer.send(dropped);
             }
             Command::Release(id, answer) => {
                 self.armed.remove(&id);
@@ -320,13 +355,20 @@ impl Worker {
             stray_bytes,
             notify,
             regions,
+            tap,
             ..
         } = self;
+        if let Some(t) = tap.as_mut() {
+            t.begin_poll();
+        }
         let n = xsk.rx_burst(timeout_ms, |frame| {
             let f = match parse_tcp_frame(frame, cfg.verify_checksums) {
                 Ok(f) => f,
                 Err(_) => {
                     stats.malformed += 1;
+                    if let Some(t) = tap.as_mut().filter(|t| t.all()) {
+                        t.push(CaptureDirection::Rx, frame, false);
+                    }
                     return;
                 }
             };
@@ -334,6 +376,9 @@ impl Worker {
             let Some(flow) = flows.get_mut(&key) else {
                 // XDP steered it here, so some worker owns it: ask for it once.
                 stats.unknown_flow += 1;
+                if let Some(t) = tap.as_mut().filter(|t| t.all()) {
+                    t.push(CaptureDirection::Rx, frame, false);
+                }
                 let n_strays = strays.len();
                 let held = match strays.get_mut(&key) {
                     Some(h) => Some(h),
@@ -357,6 +402,9 @@ impl Worker {
                 }
                 return;
             };
+            if let Some(t) = tap.as_mut().filter(|t| t.wants(flow.id)) {
+                t.push(CaptureDirection::Rx, frame, false);
+            }
             let Ok(repr) = TcpRepr::parse(&f.tcp) else {
                 stats.malformed += 1;
                 return;
@@ -405,6 +453,7 @@ impl Worker {
             timers,
             armed,
             notify,
+            tap,
             ..
         } = self;
         for key in due.iter() {
@@ -420,10 +469,14 @@ impl Worker {
                 }
             }
             f.on_timer(now);
+            let mut tx_tap = tap.as_mut().filter(|t| t.wants(f.id));
             // Twice: events seen at the end of the first pass (the peer's FIN, an error) queue
             // our FIN or a Terminate, which must leave now, not at the flow's next visit.
             for _ in 0..2 {
                 f.poll_frames(now, scratch, |frame| {
+                    if let Some(t) = tx_tap.as_mut() {
+                        t.push(CaptureDirection::Tx, frame, false);
+                    }
                     xsk.send(frame);
                 });
             }
@@ -439,6 +492,9 @@ impl Worker {
             }
         }
         self.xsk.flush()?;
+        if self.tap.is_some() {
+            self.flush_capture(Some(now));
+        }
         for key in gone {
             if let Some(f) = self.flows.remove(&key) {
                 self.ids.remove(&f.id);
@@ -459,5 +515,41 @@ impl Worker {
             }
         }
         Ok(n)
+    }
+
+    /// Hands captured frames to the control thread: at the end of a poll (`Some(now)`) those
+    /// that are due, at the end of the capture (`None`) all.
+    fn flush_capture(&mut self, poll: Option<Instant>) {
+        let Some(t) = self.tap.as_mut() else {
+            return;
+        };
+        let (queue, generation) = (self.xsk.queue(), t.generation());
+        let notify = &self.notify;
+        let send = |batch| {
+            let _ = notify.send(Notification::Captured {
+                queue,
+                generation,
+                batch,
+            });
+        };
+        match poll {
+            Some(now) => t.due_batches(now).for_each(send),
+            None => t.all_batches().for_each(send),
+        }
+    }
+}
+
+/// Captures the MPA startup frames the kernel carried before the hand-over (rebuilt from
+/// it; marked as reconstructed), so that the capture shows the connection from its start.
+fn capture_startup(tap: &mut CaptureTap, h: &HandOver, our_mac: [u8; 6]) {
+    match crate::capture::startup_frames(h, our_mac) {
+        Ok(frames) => {
+            for (direction, frame) in frames {
+                tap.push(direction, &frame, true);
+            }
+        }
+        Err(e) => {
+            tracing::warn!(flow = h.flow_id, %e, "startup frames not rebuilt for the capture")
+        }
     }
 }

@@ -880,3 +880,386 @@ fn placement_violations_terminate_with_rfc_codes_and_spare_other_connections() {
     });
     dp.stop();
 }
+
+/// A binary of the workspace built beside this test (`cargo test --workspace` builds every
+/// binary first).
+fn built_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/e2e-… → target/<profile>/<name>
+    let p = exe.parent().and_then(|d| d.parent()).unwrap().join(name);
+    assert!(
+        p.exists(),
+        "{} missing: run the tests with `cargo test --workspace` (make test)",
+        p.display()
+    );
+    p
+}
+
+/// `tshark -r FILE -T fields -e F…`: one row per frame, fields tab-separated, repeated
+/// occurrences comma-separated.
+fn tshark_fields(pcap: &Path, fields: &[&str]) -> Vec<Vec<String>> {
+    let mut cmd = std::process::Command::new("tshark");
+    cmd.args(["-n", "-r"]).arg(pcap).args(["-T", "fields"]);
+    cmd.args(["-E", "occurrence=a", "-E", "aggregator=,"]);
+    for f in fields {
+        cmd.args(["-e", f]);
+    }
+    let out = cmd.output().expect("tshark (make deps installs it)");
+    assert!(
+        out.status.success(),
+        "tshark: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.split('\t').map(str::to_string).collect())
+        .collect()
+}
+
+/// Values of one field over every frame (repeated occurrences counted each).
+fn occurrences(rows: &[Vec<String>], col: usize, pred: impl Fn(&[String]) -> bool) -> Vec<String> {
+    rows.iter()
+        .filter(|r| pred(r))
+        .filter_map(|r| r.get(col))
+        .flat_map(|v| v.split(','))
+        .filter(|v| !v.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn capture_of_all_flows_opens_in_tshark_with_mpa_fpdus_both_ways() {
+    if !require_privileged("datapath capture") {
+        return;
+    }
+    let control = built_binary("mpa-control");
+    let peer = built_binary("mpa-peer");
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let (dp, path) = start_datapath(&bed, 1);
+    let dir = std::env::temp_dir();
+    let pcap = dir.join(format!("mpa-capture-{}.pcap", std::process::id()));
+    let socket = path.to_string_lossy().to_string();
+    let capture_cmd = |out: &Path, which: &[&str], duration: &str| {
+        let mut c = std::process::Command::new(&control);
+        c.arg("capture").args(which);
+        c.args([
+            "--duration",
+            duration,
+            "--socket",
+            &socket,
+            "--json",
+            "--out",
+        ]);
+        c.arg(out);
+        c
+    };
+    // Refused: a flow that does not exist.
+    let out = capture_cmd(&dir.join("mpa-capture-none.pcap"), &["--flow", "999"], "1")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no flow 999"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The capture of everything, ended by SIGINT once both connections are done.
+    let child = capture_cmd(&pcap, &["--all"], "120")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut dpc = DatapathClient::connect(&path, Duration::from_secs(5)).unwrap();
+    let t0 = std::time::Instant::now();
+    loop {
+        let Message::Stats { stats, .. } = dpc.request(|id| Message::GetStats { id }).unwrap()
+        else {
+            panic!()
+        };
+        if !stats["capture"].is_null() {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "capture never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // One capture at a time.
+    let out = capture_cmd(&dir.join("mpa-capture-second.pcap"), &["--all"], "1")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("already running"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // 1: CRC, no markers: tshark reassembles FPDUs that span segments.
+    let plain_port = 8100;
+    let case = Case {
+        v6: false,
+        size: 700,
+        initiator_markers: false,
+        responder_markers: false,
+        crc: true,
+        count: 100,
+    };
+    run_case(&bed, &path, plain_port, &case);
+    // 2: markers and CRC, sent aligned by mpa-peer (tshark's MPA dissector finds markers only
+    // in segments that hold one FPDU each).
+    let marker_port = 8101;
+    let addr = SocketAddr::new(bed.addr_b(false), marker_port);
+    let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
+    let mut cmd = bed.command(&bed.ns_a, &peer.to_string_lossy());
+    cmd.args(["connect", "--to", &addr.to_string(), "--count", "50"]);
+    cmd.args([
+        "--size",
+        "1000",
+        "--aligned",
+        "--markers",
+        "--crc",
+        "--timeout",
+        "30",
+    ]);
+    let sender = std::thread::spawn(move || cmd.output());
+    let (flow_id, mut dpc2, frozen) = accept_and_hand_over(&bed, &path, &listener, true, true);
+    let sent = sender.join().unwrap().unwrap();
+    assert!(
+        sent.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sent.stderr)
+    );
+    let Message::FlowGone { mpa_error, .. } = dpc2.next_notification().unwrap() else {
+        panic!()
+    };
+    assert_eq!(mpa_error, None);
+    drop(frozen);
+    assert_eq!(ended_flow(&mut dpc2, flow_id)["fpdus"], 50);
+    // End the capture as an operator would (Ctrl-C): the file is complete.
+    let killed = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["reason"], "stopped", "{summary}");
+    assert_eq!(summary["dropped"], 0, "{summary}");
+    assert_eq!(
+        summary["reconstructed"], 2,
+        "one Request per connection: {summary}"
+    );
+    assert!(summary["rx"].as_u64().unwrap() >= 100, "{summary}");
+    assert!(summary["tx"].as_u64().unwrap() >= 4, "{summary}");
+    assert_eq!(
+        summary["bytes"].as_u64().unwrap(),
+        std::fs::metadata(&pcap).unwrap().len(),
+        "{summary}"
+    );
+    // tshark recognises the startup (the rebuilt Requests, the datapath's Replies) and the
+    // FPDUs of both connections, with good CRCs; the capture holds both directions.
+    let rows = tshark_fields(
+        &pcap,
+        &[
+            "ip.src",
+            "tcp.srcport",
+            "tcp.dstport",
+            "iwarp_mpa.key.req",
+            "iwarp_mpa.key.rep",
+            "iwarp_mpa.ulpdulength",
+            "iwarp_mpa.marker_fpduptr",
+        ],
+    );
+    let (a, b) = (bed.addr_a(false).to_string(), bed.addr_b(false).to_string());
+    assert!(rows.iter().any(|r| r[0] == a) && rows.iter().any(|r| r[0] == b));
+    let to_port = |p: u16| move |r: &[String]| r[2] == p.to_string();
+    let from_port = |p: u16| move |r: &[String]| r[1] == p.to_string();
+    for port in [plain_port, marker_port] {
+        assert_eq!(
+            occurrences(&rows, 3, to_port(port)).len(),
+            1,
+            "Request to {port}"
+        );
+        assert_eq!(
+            occurrences(&rows, 4, from_port(port)).len(),
+            1,
+            "Reply from {port}"
+        );
+    }
+    let plain = occurrences(&rows, 5, to_port(plain_port));
+    assert_eq!(plain.len(), 100, "FPDUs without markers: {plain:?}");
+    assert!(plain.iter().all(|l| l == "700"), "{plain:?}");
+    let marked = occurrences(&rows, 5, to_port(marker_port));
+    assert_eq!(marked.len(), 50, "FPDUs with markers: {marked:?}");
+    assert!(
+        !occurrences(&rows, 6, to_port(marker_port)).is_empty(),
+        "markers shown"
+    );
+    let verbose = std::process::Command::new("tshark")
+        .args(["-n", "-V", "-r"])
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&verbose.stdout);
+    assert!(text.matches("(Good CRC32)").count() >= 150, "CRCs checked");
+    assert_eq!(text.matches("Bad CRC32").count(), 0);
+    let _ = std::fs::remove_file(&pcap);
+    dp.stop();
+}
+
+/// The records of a libpcap file written by `mpa-control capture`: (captured octets, length on
+/// the wire). Checks the file header on the way.
+fn pcap_records(file: &[u8]) -> Vec<(Vec<u8>, u32)> {
+    let u32_at = |at: usize| u32::from_ne_bytes(file[at..at + 4].try_into().unwrap());
+    assert_eq!(u32_at(0), 0xa1b2_3c4d, "nanosecond libpcap magic");
+    assert_eq!(u32_at(20), 1, "LINKTYPE_ETHERNET");
+    let mut at = 24;
+    let mut out = Vec::new();
+    while at < file.len() {
+        let (incl, orig) = (u32_at(at + 8) as usize, u32_at(at + 12));
+        out.push((file[at + 16..at + 16 + incl].to_vec(), orig));
+        at += 16 + incl;
+    }
+    assert_eq!(at, file.len(), "whole records only");
+    out
+}
+
+/// TCP ports of an untagged IPv4 frame.
+fn v4_ports(frame: &[u8]) -> (u16, u16) {
+    let p = |at: usize| u16::from_be_bytes([frame[at], frame[at + 1]]);
+    (p(34), p(36))
+}
+
+#[test]
+fn capture_bounds_flow_filter_snaplen_size_and_duration() {
+    if !require_privileged("datapath capture bounds") {
+        return;
+    }
+    use mpa_control::capture::{capture, CaptureOptions};
+    use std::sync::atomic::AtomicBool;
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let (dp, path) = start_datapath(&bed, 1);
+    let capture_running = |path: &Path| {
+        let mut dpc = DatapathClient::connect(path, Duration::from_secs(5)).unwrap();
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < Duration::from_secs(10) {
+            let Message::Stats { stats, .. } = dpc.request(|id| Message::GetStats { id }).unwrap()
+            else {
+                panic!()
+            };
+            if !stats["capture"].is_null() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("capture never started");
+    };
+    // Two connections, held until the capture of the first one runs, then sending 1000-octet
+    // ULPDUs: only the first one's frames are captured, each cut to 60 octets, for 1.5 s.
+    let mut conns = Vec::new();
+    for port in [8110u16, 8111] {
+        let addr = SocketAddr::new(bed.addr_b(false), port);
+        let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let peer = initiator_with(&bed, addr, move |mut s| {
+            go_rx.recv().unwrap();
+            for _ in 0..200 {
+                s.send(&[5u8; 1000]).unwrap();
+            }
+            s.flush().unwrap();
+            s.get_ref().shutdown(std::net::Shutdown::Write).unwrap();
+            while let Ok(Some(_)) = s.recv_with(Some(Duration::from_secs(20)), |_| {}) {}
+        });
+        let (flow_id, dpc, frozen) = accept_and_hand_over(&bed, &path, &listener, false, true);
+        conns.push((port, flow_id, go_tx, peer, dpc, frozen));
+    }
+    let (port_a, flow_a) = (conns[0].0, conns[0].1);
+    let p = path.clone();
+    let cap = std::thread::spawn(move || {
+        let mut dpc = DatapathClient::connect(&p, Duration::from_secs(5)).unwrap();
+        let opts = CaptureOptions {
+            flow: Some(flow_a),
+            max_bytes: 64 << 20,
+            duration: Duration::from_millis(1500),
+            snaplen: 60,
+        };
+        let t0 = std::time::Instant::now();
+        let r = capture(&mut dpc, &opts, Vec::new(), &AtomicBool::new(false)).unwrap();
+        (r, t0.elapsed())
+    });
+    capture_running(&path);
+    for (_, _, go, ..) in &conns {
+        go.send(()).unwrap();
+    }
+    let ((summary, file), took) = cap.join().unwrap();
+    assert_eq!(summary.reason, "duration");
+    assert!(
+        took >= Duration::from_millis(1500) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    assert_eq!(summary.bytes, file.len() as u64);
+    let records = pcap_records(&file);
+    assert_eq!(records.len() as u64, summary.frames);
+    assert!(summary.frames > 20, "{summary:?}");
+    assert_eq!(summary.dropped, 0, "{summary:?}");
+    for (data, orig) in &records {
+        assert!(data.len() <= 60 && data.len() as u32 <= *orig);
+        let (src, dst) = v4_ports(data);
+        assert!(
+            src == port_a || dst == port_a,
+            "another flow's frame: {src} → {dst}"
+        );
+    }
+    assert!(records
+        .iter()
+        .any(|(d, orig)| d.len() == 60 && *orig > 1000));
+    for (_, flow_id, _, peer, mut dpc, frozen) in conns {
+        peer.join().unwrap();
+        let gone = dpc.next_notification().unwrap();
+        assert!(
+            matches!(gone, Message::FlowGone { flow_id: id, mpa_error: None, .. } if id == flow_id),
+            "{gone:?}"
+        );
+        drop(frozen);
+    }
+    // The size bound: the capture of everything ends by itself, the file within the bound.
+    let max = 24 + 10 * (16 + 60);
+    let p = path.clone();
+    let cap = std::thread::spawn(move || {
+        let mut dpc = DatapathClient::connect(&p, Duration::from_secs(5)).unwrap();
+        let opts = CaptureOptions {
+            flow: None,
+            max_bytes: max,
+            duration: Duration::from_secs(60),
+            snaplen: 60,
+        };
+        let t0 = std::time::Instant::now();
+        let r = capture(&mut dpc, &opts, Vec::new(), &AtomicBool::new(false)).unwrap();
+        (r, t0.elapsed())
+    });
+    capture_running(&path);
+    let case = Case {
+        v6: false,
+        size: 1000,
+        initiator_markers: false,
+        responder_markers: false,
+        crc: true,
+        count: 100,
+    };
+    run_case(&bed, &path, 8112, &case);
+    let ((summary, file), took) = cap.join().unwrap();
+    assert_eq!(summary.reason, "max_bytes", "{summary:?}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    // Full: the next 60-octet record would not have fitted.
+    let len = file.len() as u64;
+    assert!(len <= max && len > max - (16 + 60), "{len} of {max}");
+    assert_eq!(pcap_records(&file).len() as u64, summary.frames);
+    assert!(summary.frames >= 10, "{summary:?}");
+    dp.stop();
+}
