@@ -253,6 +253,88 @@ impl SegmentPacker {
     }
 }
 
+/// Room an FPDU needs at least (header, the longest DDP/RDMAP header, CRC, two markers):
+/// exact fill never leaves less than this (other than nothing) at the end of a segment.
+const MIN_ROOM: usize = 48;
+
+/// What [`exact_fill`] decided for the next DDP segment of a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FillCut {
+    /// Payload octets the segment carries.
+    pub take: usize,
+    /// It ends the message.
+    pub last: bool,
+    /// The TCP segment must end right after this FPDU (a short segment: the rest of the
+    /// room is too small for any FPDU). The sender writes it with a record boundary
+    /// (`MSG_EOR`) and the next segment starts afresh.
+    pub end_segment: bool,
+}
+
+/// Exact-fill alignment (RFC 5044 §5.1 for a sender whose TCP knows nothing of MPA): how to
+/// cut the next DDP segment of a message so that FPDUs fill the current TCP segment of
+/// `emss` octets exactly. `seg_used` octets of that segment are taken already, the DDP
+/// header of each segment is `header_len` octets and `left` payload octets of the message
+/// remain.
+///
+/// Why it works: an FPDU that is to end exactly `room` octets ahead contains a number of
+/// markers fixed by its start and end, so its ULPDU is `room − 4m − 6` octets with no PAD
+/// (`room` is a multiple of 4, as every FPDU is) — unless a marker occupies the room's last
+/// four octets: it would lead the next FPDU, so that segment ends four octets early. The message's last segment ends it when
+/// the rest fits and leaves nothing or at least [`MIN_ROOM`] (room for the next FPDU); when
+/// the rest is larger than the room, the segment fills the room and the rest moves on; when
+/// it would leave a sliver, the rest is cut into two FPDUs that end exactly at the boundary
+/// if possible, else the TCP segment ends early (`end_segment`). A TCP that cuts the stream
+/// every `emss` octets from each such end (Linux with that MSS, when the sender writes whole
+/// segments) then starts every segment with an FPDU.
+pub fn exact_fill(
+    enc: &FpduEncoder,
+    emss: usize,
+    seg_used: usize,
+    header_len: usize,
+    left: usize,
+) -> FillCut {
+    let emss = emss.max(MIN_ROOM * 2);
+    let room = emss - seg_used % emss;
+    let whole = enc.wire_len(header_len + left);
+    let cut = |take, last, end_segment| FillCut {
+        take,
+        last,
+        end_segment,
+    };
+    if whole == room || whole + MIN_ROOM <= room {
+        return cut(left, true, false);
+    }
+    if whole > room {
+        // Fill the room exactly; the rest moves on to the next segment. When a marker sits
+        // in the last four octets of the room, no FPDU ends exactly there (it would belong to
+        // the next FPDU as its leading marker): end the segment just before it instead.
+        return match enc.max_ulpdu_in(room) {
+            Some(u) if u >= header_len && u - header_len < left => {
+                let exact = enc.wire_len(u) == room;
+                cut(u - header_len, false, !exact)
+            }
+            _ => cut(left, true, true),
+        };
+    }
+    // The rest fits but would leave a sliver: two FPDUs that end exactly at the boundary ...
+    for x in 1..left {
+        let a = enc.wire_len(header_len + x);
+        if a + MIN_ROOM / 2 > room {
+            break;
+        }
+        let b = markers::fpdu_wire_len(
+            enc.position().wrapping_add(a as u32),
+            header_len + left - x,
+            enc.markers(),
+        );
+        if a + b == room {
+            return cut(x, false, false);
+        }
+    }
+    // ... or a short TCP segment.
+    cut(left, true, true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -349,5 +431,63 @@ mod tests {
         }
         assert_eq!(n, 6);
         assert!(segs.len() >= 3);
+    }
+
+    proptest::proptest! {
+        /// Messages cut by `exact_fill` start every TCP segment with an FPDU, where TCP cuts
+        /// every EMSS octets from the start and from each early segment end.
+        #[test]
+        fn exact_fill_aligns_every_segment(
+            sizes in proptest::collection::vec(0usize..20_000, 1..60),
+            markers in proptest::bool::ANY,
+            emss in proptest::sample::select(vec![536usize, 1448, 1460, 8948]),
+            tagged in proptest::bool::ANY,
+        ) {
+            let h = if tagged { 14 } else { 18 };
+            let mut enc = FpduEncoder::new(markers);
+            let mut wire = Vec::new();
+            let mut starts = std::collections::BTreeSet::new();
+            let mut origin = 0usize;
+            let mut boundaries = Vec::new();
+            let mut payload_total = 0usize;
+            let mut short_segments = 0usize;
+            for &size in &sizes {
+                let mut left = size;
+                loop {
+                    let used = (wire.len() - origin) % emss;
+                    let c = exact_fill(&enc, emss, used, h, left);
+                    proptest::prop_assert!(c.take <= left);
+                    proptest::prop_assert_eq!(c.last, c.take == left);
+                    starts.insert(wire.len());
+                    enc.encode(&vec![0u8; h + c.take], &mut wire).unwrap();
+                    left -= c.take;
+                    payload_total += c.take;
+                    if c.end_segment {
+                        // TCP segments every EMSS octets from `origin` up to here.
+                        let mut b = origin + emss;
+                        while b < wire.len() {
+                            boundaries.push(b);
+                            b += emss;
+                        }
+                        origin = wire.len();
+                        short_segments += 1;
+                    }
+                    if c.last {
+                        break;
+                    }
+                }
+            }
+            let mut b = origin + emss;
+            while b < wire.len() {
+                boundaries.push(b);
+                b += emss;
+            }
+            proptest::prop_assert_eq!(payload_total, sizes.iter().sum::<usize>());
+            for b in boundaries {
+                proptest::prop_assert!(starts.contains(&b), "boundary {} is inside an FPDU", b);
+            }
+            // Short segments are the exception, not the rule.
+            proptest::prop_assert!(short_segments <= sizes.len());
+        }
     }
 }

@@ -134,9 +134,15 @@ pub struct MpaStream<S: Transport> {
     rlen: usize,
     wbuf: Vec<u8>,
     /// Aligned sending: `wbuf` is cut into segments of whole FPDUs, each at most EMSS.
+    /// Wire octets of FPDUs since SeqStart, `wbuf` included.
+    wire_tx: u64,
+    /// Aligned sending: where the current TCP segment grid starts (a wire offset), ...
     aligned: bool,
-    seg_start: usize,
-    segs: Vec<std::ops::Range<usize>>,
+    seg_origin: u64,
+    /// ... the `wbuf` indices where a short segment ends (written with a record boundary),
+    cuts: Vec<usize>,
+    /// ... and whether the FPDU sent next ends its segment.
+    end_next: bool,
     emss: usize,
     may_send: bool,
     expect_rtr: bool,
@@ -264,9 +270,11 @@ impl<S: Transport> MpaStream<S> {
             rbuf,
             rlen,
             wbuf: Vec::with_capacity(64 * 1024),
+            wire_tx: 0,
             aligned: false,
-            seg_start: 0,
-            segs: Vec::new(),
+            seg_origin: 0,
+            cuts: Vec::new(),
+            end_next: false,
             emss,
             may_send: false,
             expect_rtr: false,
@@ -297,17 +305,15 @@ impl<S: Transport> MpaStream<S> {
     }
 
     fn send_raw(&mut self, parts: &[&[u8]]) -> Result<(), EndpointError> {
-        if self.aligned {
-            let len: usize = parts.iter().map(|p| p.len()).sum();
-            let used = self.wbuf.len() - self.seg_start;
-            if used > 0 && used + self.enc.wire_len(len) > self.emss {
-                self.segs.push(self.seg_start..self.wbuf.len());
-                self.seg_start = self.wbuf.len();
-            }
-        }
+        let before = self.wbuf.len();
         self.enc.encode_parts(parts, &mut self.wbuf)?;
+        self.wire_tx += (self.wbuf.len() - before) as u64;
+        if std::mem::take(&mut self.end_next) && self.aligned {
+            self.cuts.push(self.wbuf.len());
+            self.seg_origin = self.wire_tx;
+        }
         if self.wbuf.len() >= 48 * 1024 {
-            self.flush()?;
+            self.write_out(false)?;
         }
         Ok(())
     }
@@ -324,15 +330,27 @@ impl<S: Transport> MpaStream<S> {
         Ok(())
     }
 
-    /// Aligned sending (RFC 5044 §5.1): from now on FPDUs are grouped into segments of whole
-    /// FPDUs of at most EMSS octets, each written with [`Transport::write_segment`], so that
-    /// (with a transport that keeps the boundaries) every TCP segment starts with an FPDU and
-    /// the receiver can place out-of-order segments on their own. ULPDUs should then be at
-    /// most [`MpaStream::mulpdu`] octets.
+    /// Aligned sending (RFC 5044 §5.1) over a TCP that knows nothing of MPA: from now on
+    /// whole TCP segments of EMSS octets are written (the rest waits for more data or
+    /// [`MpaStream::flush`]), and messages cut with [`MpaStream::aligned_chunk`] fill them
+    /// exactly, so Linux (cutting every EMSS octets) starts each segment with an FPDU and a
+    /// receiver can place any segment on its own. EMSS must be the connection's MSS.
     pub fn set_aligned(&mut self, on: bool) -> Result<(), EndpointError> {
         self.flush()?;
         self.aligned = on;
+        self.seg_origin = self.wire_tx;
         Ok(())
+    }
+
+    /// With aligned sending: how many payload octets the next DDP segment of a message
+    /// should carry (its header is `header_len` octets, `left` payload octets remain), and
+    /// whether it ends the message ([`crate::encoder::exact_fill`]). Send exactly that
+    /// segment next.
+    pub fn aligned_chunk(&mut self, header_len: usize, left: usize) -> (usize, bool) {
+        let used = ((self.wire_tx - self.seg_origin) % self.emss.max(1) as u64) as usize;
+        let c = crate::encoder::exact_fill(&self.enc, self.emss, used, header_len, left);
+        self.end_next = c.end_segment;
+        (c.take, c.last)
     }
 
     /// The underlying transport, mutably.
@@ -347,20 +365,40 @@ impl<S: Transport> MpaStream<S> {
 
     /// Writes every queued FPDU.
     pub fn flush(&mut self) -> Result<(), EndpointError> {
-        if self.aligned {
-            if self.wbuf.len() > self.seg_start {
-                self.segs.push(self.seg_start..self.wbuf.len());
-            }
-            let segs = std::mem::take(&mut self.segs);
-            let bufs: Vec<&[u8]> = segs.iter().map(|r| &self.wbuf[r.clone()]).collect();
-            self.io.write_segments(&bufs)?;
-            self.seg_start = 0;
-            self.wbuf.clear();
-        } else if !self.wbuf.is_empty() {
-            self.io.write_all(&self.wbuf)?;
-            self.wbuf.clear();
-        }
+        self.write_out(true)?;
         self.io.flush()?;
+        Ok(())
+    }
+
+    /// Writes queued FPDUs: all of them (`all`), or with aligned sending only whole TCP
+    /// segments (short ones end with a record boundary) so Linux never sends a partial one
+    /// that would shift the grid.
+    fn write_out(&mut self, all: bool) -> Result<(), EndpointError> {
+        if !self.aligned {
+            if !self.wbuf.is_empty() {
+                self.io.write_all(&self.wbuf)?;
+                self.wbuf.clear();
+            }
+            return Ok(());
+        }
+        let mut start = 0;
+        for cut in std::mem::take(&mut self.cuts) {
+            self.io.write_record(&self.wbuf[start..cut])?;
+            start = cut;
+        }
+        let end = if all {
+            self.wbuf.len()
+        } else {
+            // The last segment boundary in the buffer.
+            let wbuf_off = self.wire_tx - self.wbuf.len() as u64;
+            let emss = self.emss.max(1) as u64;
+            let grid_end = self.seg_origin + (self.wire_tx - self.seg_origin) / emss * emss;
+            (grid_end.saturating_sub(wbuf_off) as usize).clamp(start, self.wbuf.len())
+        };
+        if end > start {
+            self.io.write_all(&self.wbuf[start..end])?;
+        }
+        self.wbuf.drain(..end);
         Ok(())
     }
 
@@ -548,20 +586,10 @@ pub trait Transport: Read + Write {
     /// Sets the timeout of subsequent reads (`None`: block forever).
     fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()>;
 
-    /// Writes octets meant to travel as one TCP segment of their own (aligned sending,
-    /// RFC 5044 §5.1). The default writes them like any others; a transport that can keep
-    /// the boundary (Linux TCP with `MSG_EOR`) overrides it.
-    fn write_segment(&mut self, buf: &[u8]) -> io::Result<()> {
+    /// Writes octets that end a record: the transport's next octets must not join them in
+    /// one segment (Linux TCP: `MSG_EOR`). The default writes them like any others.
+    fn write_record(&mut self, buf: &[u8]) -> io::Result<()> {
         self.write_all(buf)
-    }
-
-    /// Writes several segments (see [`Transport::write_segment`]); a transport may batch
-    /// them into one system call.
-    fn write_segments(&mut self, bufs: &[&[u8]]) -> io::Result<()> {
-        for b in bufs {
-            self.write_segment(b)?;
-        }
-        Ok(())
     }
 }
 

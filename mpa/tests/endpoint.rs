@@ -252,3 +252,104 @@ fn peer_close_inside_an_fpdu_is_error_1() {
     assert!(matches!(e, EndpointError::Closed), "{e}");
     assert_eq!(e.code(), Some(MpaErrorCode::TcpClosed));
 }
+
+/// A socket that records the writes the endpoint makes (length, record boundary).
+struct Recorder {
+    inner: UnixStream,
+    writes: std::sync::Arc<std::sync::Mutex<Vec<(usize, bool)>>>,
+}
+
+impl std::io::Read for Recorder {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        std::io::Read::read(&mut self.inner, buf)
+    }
+}
+
+impl Write for Recorder {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.inner.write(buf)
+    }
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.inner.write_all(buf)?;
+        self.writes.lock().unwrap().push((buf.len(), false));
+        Ok(())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl mpa::endpoint::Transport for Recorder {
+    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> std::io::Result<()> {
+        self.inner.set_read_timeout(timeout)
+    }
+    fn write_record(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.inner.write_all(buf)?;
+        self.writes.lock().unwrap().push((buf.len(), true));
+        Ok(())
+    }
+}
+
+#[test]
+fn aligned_sending_writes_whole_segments_and_delivers_everything() {
+    for markers in [false, true] {
+        let (a, b) = UnixStream::pair().unwrap();
+        let server = responder(b, cfg(|p| p.markers_required = markers));
+        let writes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let rec = Recorder {
+            inner: a,
+            writes: writes.clone(),
+        };
+        let mut c = MpaStream::connect(rec, &cfg(|_| {})).unwrap();
+        c.set_aligned(true).unwrap();
+        writes.lock().unwrap().clear();
+        let emss = EndpointConfig::default().emss;
+        // Messages of every size class, each cut into DDP-like segments (a 14-octet header).
+        let mut sent = Vec::new();
+        for (i, size) in [4082usize, 0, 1, 9000, 37, 1400, 64000, 3, 700, 20000]
+            .into_iter()
+            .cycle()
+            .take(60)
+            .enumerate()
+        {
+            let mut left = size;
+            loop {
+                let (take, last) = c.aligned_chunk(14, left);
+                let mut u = vec![i as u8; 14 + take];
+                u[0] = last as u8;
+                c.send(&u).unwrap();
+                sent.push(u);
+                left -= take;
+                if last {
+                    break;
+                }
+            }
+        }
+        c.flush().unwrap();
+        c.get_ref()
+            .inner
+            .shutdown(std::net::Shutdown::Write)
+            .unwrap();
+        let got = server.join().unwrap().unwrap();
+        assert_eq!(got, sent, "markers {markers}");
+        // Every write but the final flush ends on the segment grid (EMSS octets from the
+        // start or from the last record boundary); record boundaries are rare.
+        let w = writes.lock().unwrap().clone();
+        let (mut pos, mut origin, mut records) = (0usize, 0usize, 0usize);
+        for (k, &(len, record)) in w.iter().enumerate() {
+            pos += len;
+            if record {
+                origin = pos;
+                records += 1;
+            } else if k + 1 < w.len() {
+                assert_eq!((pos - origin) % emss, 0, "write {k} of {w:?}");
+            }
+        }
+        assert!(
+            records * 20 < sent.len(),
+            "{records} short segments for {} FPDUs",
+            sent.len()
+        );
+        assert!(w.len() > 5, "{w:?}");
+    }
+}

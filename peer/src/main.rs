@@ -120,10 +120,10 @@ struct ConnectArgs {
     /// RDMA Writes (to the advertised region, else STag 1 with TO advancing) or Sends.
     #[arg(long, value_enum, default_value_t = Op::Write)]
     op: Op,
-    /// Aligned sending (RFC 5044 §5.1): messages longer than MULPDU are cut into DDP
-    /// segments that fit, and whole FPDUs are grouped into segments of at most EMSS that the
-    /// kernel sends as they are (MSG_EOR), so every TCP segment starts with an FPDU and a
-    /// receiver can place segments that arrive out of order.
+    /// Aligned sending (RFC 5044 §5.1) over kernel TCP: messages are cut into DDP segments
+    /// whose FPDUs fill every MSS-sized TCP segment exactly (`mpa::encoder::exact_fill`), only
+    /// whole segments are written (a rare short one ends with MSG_EOR), so Linux starts every
+    /// segment with an FPDU and a receiver can place segments that arrive out of order.
     #[arg(long)]
     aligned: bool,
     /// Private data for the Request.
@@ -133,9 +133,8 @@ struct ConnectArgs {
     common: Common,
 }
 
-/// A TCP stream whose segment writes keep their boundaries: `send(MSG_EOR)` stops Linux
-/// from appending later data to the same segment (and from collapsing it on
-/// retransmission).
+/// A TCP stream that can end a record: `send(MSG_EOR)` stops Linux from appending later
+/// data to the same segment (and from collapsing it on retransmission).
 struct EorStream(TcpStream);
 
 impl std::io::Read for EorStream {
@@ -158,48 +157,7 @@ impl mpa::endpoint::Transport for EorStream {
         self.0.set_read_timeout(timeout)
     }
 
-    fn write_segments(&mut self, bufs: &[&[u8]]) -> std::io::Result<()> {
-        use nix::sys::socket::{sendmmsg, MsgFlags, MultiHeaders, SockaddrStorage};
-        use std::io::IoSlice;
-        use std::os::fd::AsRawFd;
-        const BATCH: usize = 64;
-        let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
-        let addrs = [None::<SockaddrStorage>; BATCH];
-        let mut rest = bufs;
-        while !rest.is_empty() {
-            let n = rest.len().min(BATCH);
-            let slices: Vec<[IoSlice<'_>; 1]> =
-                rest[..n].iter().map(|b| [IoSlice::new(b)]).collect();
-            // One sendmsg(MSG_EOR) per segment, up to BATCH per system call.
-            let sent: Vec<usize> = match sendmmsg(
-                self.0.as_raw_fd(),
-                &mut headers,
-                &slices,
-                &addrs[..n],
-                [],
-                MsgFlags::MSG_EOR,
-            ) {
-                Ok(r) => r.map(|m| m.bytes).collect(),
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => return Err(e.into()),
-            };
-            // A segment sent in part, or not at all, is finished on its own.
-            if sent.is_empty() {
-                self.write_segment(rest[0])?;
-                rest = &rest[1..];
-                continue;
-            }
-            for (i, &k) in sent.iter().enumerate() {
-                if k < rest[i].len() {
-                    self.write_segment(&rest[i][k..])?;
-                }
-            }
-            rest = &rest[sent.len()..];
-        }
-        Ok(())
-    }
-
-    fn write_segment(&mut self, mut buf: &[u8]) -> std::io::Result<()> {
+    fn write_record(&mut self, mut buf: &[u8]) -> std::io::Result<()> {
         use nix::sys::socket::{send, MsgFlags};
         use std::os::fd::AsRawFd;
         while !buf.is_empty() {
@@ -589,7 +547,7 @@ fn ddp_segment(h: DdpRepr, at: usize, last: bool) -> DdpRepr {
 
 fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
     let private_data = a.private_data.as_deref().unwrap_or("").as_bytes().to_vec();
-    let cfg = config(&a.common, private_data, 1)?;
+    let mut cfg = config(&a.common, private_data, 1)?;
     if a.size > MAX_ULPDU {
         bail!(
             "--size {} exceeds the 64768-octet ULPDU maximum (RFC 5044 §3)",
@@ -607,6 +565,13 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
     let sock = TcpStream::connect_timeout(&a.to, Duration::from_secs(a.common.timeout))
         .with_context(|| format!("connect {}", a.to))?;
     sock.set_nodelay(true)?;
+    // EMSS is the connection's MSS (what Linux cuts segments at): MULPDU and aligned sending
+    // follow it.
+    if let Ok(mss) = nix::sys::socket::getsockopt(&sock, nix::sys::socket::sockopt::TcpMaxSeg) {
+        if mss >= 128 {
+            cfg.emss = mss as usize;
+        }
+    }
     let mut report = Report {
         peer: a.to.to_string(),
         op: Some(a.op.name()),
@@ -620,7 +585,6 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
         if a.aligned {
             s.set_aligned(true)?;
         }
-        let mulpdu = s.mulpdu();
         let neg = s.negotiated();
         let ad = match RegionAd::parse(&neg.peer_private_data) {
             Ok(ad) => ad,
@@ -667,13 +631,12 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
             };
             let data = table.payload(n, payload);
             match h {
-                Some(h) if a.aligned && a.size > mulpdu => {
-                    // DDP segments that fit MULPDU: TO or MO advances, L on the last.
-                    let step = mulpdu.saturating_sub(h.header_len()).max(1);
+                Some(h) if a.aligned => {
+                    // DDP segments cut to fill TCP segments exactly: TO or MO advances, L on
+                    // the last.
                     let mut at = 0usize;
                     loop {
-                        let take = step.min(payload - at);
-                        let last = at + take == payload;
+                        let (take, last) = s.aligned_chunk(h.header_len(), payload - at);
                         let seg = ddp_segment(h, at, last);
                         let off = seg.emit(&mut ulpdu, version).unwrap_or(0);
                         ulpdu[off..off + take].copy_from_slice(&data[at..at + take]);
