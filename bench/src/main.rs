@@ -80,7 +80,7 @@ struct Run {
     region_bytes: u64,
     /// Whether the sender aligns FPDUs with TCP segments (RFC 5044 §5.1; what lets segments
     /// that arrive out of order be placed on their own). `auto`: when there is loss. Aligned
-    /// sending costs the kernel-TCP sender one segment per write (MSG_EOR).
+    /// sending cuts messages so that FPDUs fill every TCP segment exactly.
     #[arg(long, value_enum, default_value = "auto")]
     align: Align,
     /// Print one JSON line with every measured value (`result: {...}`).
@@ -617,7 +617,7 @@ fn compare(r: &Run) -> Result<()> {
             "markers + CRC"
         },
         if r.aligned() {
-            "aligned (MSG_EOR)"
+            "aligned (exact fill)"
         } else {
             "unaligned"
         },
