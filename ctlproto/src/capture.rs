@@ -90,7 +90,7 @@ pub fn pcap_record_len(captured: usize) -> u64 {
 }
 
 /// Standard base64 (RFC 4648, with padding) for `#[serde(with = "base64")]`.
-mod base64 {
+pub(crate) mod base64 {
     use super::*;
 
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

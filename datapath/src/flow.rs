@@ -313,9 +313,9 @@ impl Flow {
         self.rx.placer.as_ref().map(Placer::pd)
     }
 
-    /// Takes the completions produced since the last call (in order).
-    pub fn take_completions(&mut self) -> Vec<Completion> {
-        std::mem::take(&mut self.rx.completions)
+    /// Moves the completions produced since the last call (in order) to the end of `out`.
+    pub fn drain_completions_into(&mut self, out: &mut Vec<Completion>) {
+        out.append(&mut self.rx.completions);
     }
 
     /// Whether completions are waiting.

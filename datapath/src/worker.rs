@@ -109,6 +109,60 @@ const STRAY_BYTES: usize = 16 << 20;
 /// Empty polls before an idle worker blocks in poll() instead of spinning.
 const SPIN_POLLS: u32 = 256;
 
+/// Completions waiting to leave the worker, per protection domain (each domain's list in
+/// order per connection). One notification per batch instead of one per flow and burst: the
+/// control thread and the consumer pay per message.
+#[derive(Default)]
+struct CompletionBatches {
+    by_pd: Vec<(u32, Vec<mpa_ctl_proto::Completion>)>,
+    count: usize,
+    since: Option<Instant>,
+}
+
+/// Completions held before a batch leaves at once.
+const COMPLETION_BATCH: usize = 4096;
+/// The longest a completion waits in the worker.
+const COMPLETION_DELAY: Duration = Duration::from_millis(1);
+
+impl CompletionBatches {
+    fn add(&mut self, pd: u32, f: &mut Flow, now: Instant) {
+        let i = match self.by_pd.iter().position(|(p, _)| *p == pd) {
+            Some(i) => i,
+            None => {
+                self.by_pd.push((pd, Vec::new()));
+                self.by_pd.len() - 1
+            }
+        };
+        let v = &mut self.by_pd[i].1;
+        let before = v.len();
+        f.drain_completions_into(v);
+        self.count += v.len() - before;
+        self.since.get_or_insert(now);
+    }
+
+    fn due(&self, now: Instant, quiet: bool) -> bool {
+        self.count > 0
+            && (quiet
+                || self.count >= COMPLETION_BATCH
+                || self
+                    .since
+                    .is_some_and(|t| now.duration_since(t) >= COMPLETION_DELAY))
+    }
+
+    fn flush(&mut self, notify: &Sender<Notification>) {
+        for (pd, items) in self.by_pd.iter_mut() {
+            if !items.is_empty() {
+                let _ = notify.send(Notification::Completions {
+                    pd: *pd,
+                    items: std::mem::take(items),
+                });
+            }
+        }
+        self.count = 0;
+        self.since = None;
+    }
+}
+
 /// Settings of a worker.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -149,6 +203,7 @@ pub struct Worker {
     scratch: Vec<u8>,
     /// The packet capture, while one runs: `None` costs one branch per frame.
     tap: Option<CaptureTap>,
+    completions: CompletionBatches,
 }
 
 impl Worker {
@@ -176,6 +231,7 @@ impl Worker {
             strays: HashMap::new(),
             stray_bytes: 0,
             scratch: vec![0u8; 16 * 1024],
+            completions: CompletionBatches::default(),
             tap: None,
         }
     }
@@ -452,8 +508,8 @@ impl Worker {
             due,
             timers,
             armed,
-            notify,
             tap,
+            completions,
             ..
         } = self;
         for key in due.iter() {
@@ -462,10 +518,7 @@ impl Worker {
             };
             if f.has_completions() {
                 if let Some(pd) = f.pd() {
-                    let _ = notify.send(Notification::Completions {
-                        pd,
-                        items: f.take_completions(),
-                    });
+                    completions.add(pd, f, now);
                 }
             }
             f.on_timer(now);
@@ -494,6 +547,11 @@ impl Worker {
         self.xsk.flush()?;
         if self.tap.is_some() {
             self.flush_capture(Some(now));
+        }
+        // Completions leave in batches: when many wait, when traffic pauses, after a
+        // millisecond, and before a flow is reported gone.
+        if self.completions.due(now, n == 0 || !gone.is_empty()) {
+            self.completions.flush(&self.notify);
         }
         for key in gone {
             if let Some(f) = self.flows.remove(&key) {
