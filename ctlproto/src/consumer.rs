@@ -18,15 +18,11 @@
 //! # Ok::<(), mpa_ctl_proto::consumer::ConsumerError>(())
 //! ```
 
-use crate::{
-    read_message_with_fd, write_message, Completion, ErrorCode, Message, PostTarget, ProtoError,
-    RegionInfo, VERSION,
-};
+use crate::client::{ClientError, ControlClient};
+use crate::{Completion, Message, PostTarget, RegionInfo};
 use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
-use std::collections::VecDeque;
 use std::num::NonZeroUsize;
 use std::os::fd::OwnedFd;
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
@@ -34,20 +30,12 @@ use std::time::{Duration, Instant};
 /// Why a consumer request failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ConsumerError {
-    /// The socket or the protocol failed.
+    /// The socket or the protocol failed, or the datapath refused.
     #[error(transparent)]
-    Proto(#[from] ProtoError),
-    /// The datapath refused.
-    #[error("datapath refused ({code:?}): {message}")]
-    Refused {
-        /// Its code.
-        code: ErrorCode,
-        /// Its message.
-        message: String,
-    },
-    /// Something else than the answer arrived, or the descriptor was missing.
-    #[error("unexpected answer: {0}")]
-    Unexpected(String),
+    Client(#[from] ClientError),
+    /// An answer without the region's descriptor.
+    #[error("RegionCreated for {0:#x} without a descriptor")]
+    NoDescriptor(u32),
     /// The region could not be mapped.
     #[error("mapping region {stag:#x}: {err}")]
     Map {
@@ -56,88 +44,24 @@ pub enum ConsumerError {
         /// Why.
         err: nix::Error,
     },
-    /// No answer in time.
-    #[error("no answer from the datapath within {0:?}")]
-    Timeout(Duration),
 }
 
 /// A connection to the datapath as a consumer.
 pub struct Consumer {
-    stream: UnixStream,
-    next_id: u64,
-    timeout: Duration,
-    /// Completions that arrived while waiting for an answer.
-    queued: VecDeque<Vec<Completion>>,
+    client: ControlClient,
 }
 
 impl Consumer {
     /// Connects; `timeout` bounds every wait for an answer.
     pub fn connect(path: &Path, timeout: Duration) -> Result<Consumer, ConsumerError> {
-        let stream = UnixStream::connect(path).map_err(ProtoError::from)?;
-        stream
-            .set_read_timeout(Some(timeout))
-            .map_err(ProtoError::from)?;
-        let mut c = Consumer {
-            stream,
-            next_id: 1,
-            timeout,
-            queued: VecDeque::new(),
-        };
-        write_message(
-            &mut &c.stream,
-            &Message::Hello {
-                version: VERSION,
-                agent: format!("mpa consumer {}", env!("CARGO_PKG_VERSION")),
-            },
-        )?;
-        match c.read()? {
-            (Message::Hello { version, .. }, _) if version == VERSION => Ok(c),
-            (Message::Hello { version, .. }, _) => {
-                Err(ProtoError::Version { theirs: version }.into())
-            }
-            (Message::Error { code, message, .. }, _) => {
-                Err(ConsumerError::Refused { code, message })
-            }
-            (m, _) => Err(ConsumerError::Unexpected(format!("{m:?}"))),
-        }
+        let agent = concat!("mpa consumer ", env!("CARGO_PKG_VERSION"));
+        Ok(Consumer {
+            client: ControlClient::connect_as(path, timeout, agent)?,
+        })
     }
 
-    fn read(&mut self) -> Result<(Message, Option<OwnedFd>), ConsumerError> {
-        match read_message_with_fd(&self.stream) {
-            Err(ProtoError::Io(e))
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                Err(ConsumerError::Timeout(self.timeout))
-            }
-            r => Ok(r?),
-        }
-    }
-
-    /// Sends a request and waits for its answer (completions arriving meanwhile are kept).
-    fn request(
-        &mut self,
-        build: impl FnOnce(u64) -> Message,
-    ) -> Result<(Message, Option<OwnedFd>), ConsumerError> {
-        let id = self.next_id;
-        self.next_id += 1;
-        write_message(&mut &self.stream, &build(id))?;
-        let deadline = Instant::now() + self.timeout;
-        loop {
-            if Instant::now() >= deadline {
-                return Err(ConsumerError::Timeout(self.timeout));
-            }
-            match self.read()? {
-                (Message::Completions { items, .. }, _) => self.queued.push_back(items),
-                (Message::Error { code, message, .. }, _) => {
-                    return Err(ConsumerError::Refused { code, message })
-                }
-                (m, fd) if answer_id(&m) == Some(id) => return Ok((m, fd)),
-                (m, _) => return Err(ConsumerError::Unexpected(format!("{m:?}"))),
-            }
-        }
+    fn unexpected(m: Message) -> ConsumerError {
+        ClientError::Unexpected(Box::new(m)).into()
     }
 
     /// Creates a region of `len` octets in protection domain `pd` and maps it.
@@ -148,7 +72,7 @@ impl Consumer {
         remote_write: bool,
         remote_read: bool,
     ) -> Result<MappedRegion, ConsumerError> {
-        let (m, fd) = self.request(|id| Message::CreateRegion {
+        let (m, fd) = self.client.request_with_fd(|id| Message::CreateRegion {
             id,
             len,
             pd,
@@ -156,11 +80,9 @@ impl Consumer {
             remote_read,
         })?;
         let Message::RegionCreated { region, .. } = m else {
-            return Err(ConsumerError::Unexpected(format!("{m:?}")));
+            return Err(Self::unexpected(m));
         };
-        let fd = fd.ok_or_else(|| {
-            ConsumerError::Unexpected("RegionCreated without a descriptor".into())
-        })?;
+        let fd = fd.ok_or(ConsumerError::NoDescriptor(region.stag))?;
         MappedRegion::map(region, fd)
     }
 
@@ -171,9 +93,9 @@ impl Consumer {
 
     /// Regions, all or of one domain.
     pub fn regions(&mut self, pd: Option<u32>) -> Result<Vec<RegionInfo>, ConsumerError> {
-        match self.request(|id| Message::ListRegions { id, pd })? {
-            (Message::Regions { regions, .. }, _) => Ok(regions),
-            (m, _) => Err(ConsumerError::Unexpected(format!("{m:?}"))),
+        match self.client.request(|id| Message::ListRegions { id, pd })? {
+            Message::Regions { regions, .. } => Ok(regions),
+            m => Err(Self::unexpected(m)),
         }
     }
 
@@ -202,9 +124,9 @@ impl Consumer {
     }
 
     fn expect_ok(&mut self, build: impl FnOnce(u64) -> Message) -> Result<(), ConsumerError> {
-        match self.request(build)? {
-            (Message::Ok { .. }, _) => Ok(()),
-            (m, _) => Err(ConsumerError::Unexpected(format!("{m:?}"))),
+        match self.client.request(build)? {
+            Message::Ok { .. } => Ok(()),
+            m => Err(Self::unexpected(m)),
         }
     }
 
@@ -213,37 +135,14 @@ impl Consumer {
         &mut self,
         deadline: Instant,
     ) -> Result<Option<Vec<Completion>>, ConsumerError> {
-        if let Some(b) = self.queued.pop_front() {
-            return Ok(Some(b));
-        }
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(None);
-            }
-            self.stream
-                .set_read_timeout(Some(left.min(self.timeout)))
-                .map_err(ProtoError::from)?;
-            let r = self.read();
-            self.stream
-                .set_read_timeout(Some(self.timeout))
-                .map_err(ProtoError::from)?;
-            match r {
-                Ok((Message::Completions { items, .. }, _)) => return Ok(Some(items)),
-                Ok((m, _)) => return Err(ConsumerError::Unexpected(format!("{m:?}"))),
-                Err(ConsumerError::Timeout(_)) => continue,
-                Err(e) => return Err(e),
+            match self.client.wait_notification(Some(deadline))? {
+                Some(Message::Completions { items, .. }) => return Ok(Some(items)),
+                // Other notifications are not for consumers.
+                Some(_) => continue,
+                None => return Ok(None),
             }
         }
-    }
-}
-
-fn answer_id(m: &Message) -> Option<u64> {
-    match m {
-        Message::RegionCreated { id, .. } | Message::Regions { id, .. } | Message::Ok { id } => {
-            Some(*id)
-        }
-        _ => None,
     }
 }
 

@@ -9,6 +9,7 @@
 #![deny(unsafe_code)]
 
 pub mod capture;
+pub mod client;
 pub mod consumer;
 
 pub use capture::{CaptureDirection, CapturedFrame};

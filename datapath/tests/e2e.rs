@@ -1006,8 +1006,8 @@ fn capture_of_all_flows_opens_in_tshark_with_mpa_fpdus_both_ways() {
         count: 100,
     };
     run_case(&bed, &path, plain_port, &case);
-    // 2: markers and CRC, sent aligned by mpa-peer (tshark's MPA dissector finds markers only
-    // in segments that hold one FPDU each).
+    // 2: markers and CRC, one FPDU per segment (tshark's MPA dissector finds markers only in
+    // segments that hold one FPDU each).
     let marker_port = 8101;
     let addr = SocketAddr::new(bed.addr_b(false), marker_port);
     let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
@@ -1016,7 +1016,7 @@ fn capture_of_all_flows_opens_in_tshark_with_mpa_fpdus_both_ways() {
     cmd.args([
         "--size",
         "1000",
-        "--aligned",
+        "--fpdu-per-segment",
         "--markers",
         "--crc",
         "--timeout",

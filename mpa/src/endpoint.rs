@@ -143,6 +143,8 @@ pub struct MpaStream<S: Transport> {
     cuts: Vec<usize>,
     /// ... and whether the FPDU sent next ends its segment.
     end_next: bool,
+    /// Every FPDU a record (segment) of its own.
+    record_per_fpdu: bool,
     emss: usize,
     may_send: bool,
     expect_rtr: bool,
@@ -275,6 +277,7 @@ impl<S: Transport> MpaStream<S> {
             seg_origin: 0,
             cuts: Vec::new(),
             end_next: false,
+            record_per_fpdu: false,
             emss,
             may_send: false,
             expect_rtr: false,
@@ -308,7 +311,7 @@ impl<S: Transport> MpaStream<S> {
         let before = self.wbuf.len();
         self.enc.encode_parts(parts, &mut self.wbuf)?;
         self.wire_tx += (self.wbuf.len() - before) as u64;
-        if std::mem::take(&mut self.end_next) && self.aligned {
+        if (std::mem::take(&mut self.end_next) && self.aligned) || self.record_per_fpdu {
             self.cuts.push(self.wbuf.len());
             self.seg_origin = self.wire_tx;
         }
@@ -339,6 +342,15 @@ impl<S: Transport> MpaStream<S> {
         self.flush()?;
         self.aligned = on;
         self.seg_origin = self.wire_tx;
+        Ok(())
+    }
+
+    /// Every FPDU from now on travels in a TCP segment of its own (a record boundary after
+    /// each): one system call per FPDU, for tools that want it so (Wireshark's MPA dissector
+    /// finds markers only in segments holding one FPDU).
+    pub fn set_record_per_fpdu(&mut self, on: bool) -> Result<(), EndpointError> {
+        self.flush()?;
+        self.record_per_fpdu = on;
         Ok(())
     }
 
@@ -374,19 +386,12 @@ impl<S: Transport> MpaStream<S> {
     /// segments (short ones end with a record boundary) so Linux never sends a partial one
     /// that would shift the grid.
     fn write_out(&mut self, all: bool) -> Result<(), EndpointError> {
-        if !self.aligned {
-            if !self.wbuf.is_empty() {
-                self.io.write_all(&self.wbuf)?;
-                self.wbuf.clear();
-            }
-            return Ok(());
-        }
         let mut start = 0;
         for cut in std::mem::take(&mut self.cuts) {
             self.io.write_record(&self.wbuf[start..cut])?;
             start = cut;
         }
-        let end = if all {
+        let end = if all || !self.aligned {
             self.wbuf.len()
         } else {
             // The last segment boundary in the buffer.

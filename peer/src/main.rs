@@ -124,8 +124,12 @@ struct ConnectArgs {
     /// whose FPDUs fill every MSS-sized TCP segment exactly (`mpa::encoder::exact_fill`), only
     /// whole segments are written (a rare short one ends with MSG_EOR), so Linux starts every
     /// segment with an FPDU and a receiver can place segments that arrive out of order.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "fpdu_per_segment")]
     aligned: bool,
+    /// Every FPDU in a TCP segment of its own (MSG_EOR after each; one system call per FPDU):
+    /// for captures read by Wireshark, whose MPA dissector finds markers only so.
+    #[arg(long)]
+    fpdu_per_segment: bool,
     /// Private data for the Request.
     #[arg(long)]
     private_data: Option<String>,
@@ -584,6 +588,9 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
         report.mulpdu = Some(s.mulpdu());
         if a.aligned {
             s.set_aligned(true)?;
+        }
+        if a.fpdu_per_segment {
+            s.set_record_per_fpdu(true)?;
         }
         let neg = s.negotiated();
         let ad = match RegionAd::parse(&neg.peer_private_data) {
