@@ -420,14 +420,26 @@ fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
         .map_err(|_| anyhow!("setup thread panicked"))??;
     let gone = dpc.next_notification()?;
     let cpu = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_SELF) - cpu0;
+    if std::env::var_os("MPA_BENCH_THREADS").is_some() {
+        print_thread_cpu();
+    }
     drop(outcome);
     let Message::Stats { stats, .. } = dpc.request(|id| Message::GetStats { id })? else {
         bail!("no stats")
     };
-    let flow = stats["ended_flows"]
+    let mut flow = stats["ended_flows"]
         .as_array()
         .and_then(|a| a.iter().find(|f| f["flow_id"] == flow_id).cloned())
         .ok_or_else(|| anyhow!("flow {flow_id} missing from stats ({gone:?})"))?;
+    // The workers' own CPU (one queue: the flow's worker), apart from the control thread and
+    // the consumer that run in this process too.
+    let worker_cpu: f64 = stats["queues"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|q| q["cpu_seconds"].as_f64())
+        .sum();
+    flow["worker_cpu_seconds"] = serde_json::json!(worker_cpu);
     let placement = match placement {
         Some(p) if flow["ended"]["terminate"].is_null() && flow["ended"]["mpa_error"].is_null() => {
             Some(p.verify(r)?)
@@ -443,6 +455,33 @@ fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
         xdp: stats["xdp"].clone(),
         placement,
     })
+}
+
+/// CPU seconds of each live thread of this process, by name (MPA_BENCH_THREADS=1): where a
+/// run's CPU went.
+fn print_thread_cpu() {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return;
+    };
+    let tick = 100.0; // USER_HZ
+    let mut rows: Vec<(String, f64)> = dir
+        .filter_map(|e| {
+            let p = e.ok()?.path();
+            let name = std::fs::read_to_string(p.join("comm"))
+                .ok()?
+                .trim()
+                .to_string();
+            let stat = std::fs::read_to_string(p.join("stat")).ok()?;
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let t = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+            Some((name, t / tick))
+        })
+        .collect();
+    rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+    for (name, secs) in rows.iter().filter(|r| r.1 > 0.0) {
+        println!("thread {name:20} {secs:.2} s");
+    }
 }
 
 fn gbit(octets: f64, seconds: f64) -> f64 {
@@ -481,9 +520,10 @@ fn demo(r: &Run) -> Result<String> {
         println!("bridge dropped {dropped} frames");
     }
     println!(
-        "datapath CPU: {:.2} s for {:.0} MiB",
+        "datapath CPU: {:.2} s for {:.0} MiB (workers {:.2} s)",
         d.cpu,
-        octets / (1 << 20) as f64
+        octets / (1 << 20) as f64,
+        d.flow["worker_cpu_seconds"].as_f64().unwrap_or(0.0)
     );
     let g = gbit(octets, secs);
     let f = &d.flow;

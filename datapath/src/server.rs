@@ -337,6 +337,13 @@ impl Server {
     }
 
     fn accept(&mut self, in_tx: &Sender<Incoming>) {
+        // Linux allocates a socket in every accept(), even one that finds nothing: ask poll()
+        // first, since this runs on every turn of the loop (every notification).
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let mut fds = [PollFd::new(self.listener.as_fd(), PollFlags::POLLIN)];
+        if !matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0) {
+            return;
+        }
         loop {
             let stream = match self.listener.accept() {
                 Ok((s, _)) => s,

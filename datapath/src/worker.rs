@@ -163,6 +163,17 @@ impl CompletionBatches {
     }
 }
 
+/// CPU time (user + system) of the calling thread: the worker's own cost, apart from the
+/// rest of the process.
+fn thread_cpu_seconds() -> f64 {
+    nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_THREAD)
+        .map(|u| {
+            let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
+            t(u.user_time()) + t(u.system_time())
+        })
+        .unwrap_or(0.0)
+}
+
 /// Settings of a worker.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -342,6 +353,7 @@ impl Worker {
                     "tx_no_frame": x.tx_no_frame, "wakeups": x.wakeups,
                     "malformed": self.stats.malformed, "unknown_flow": self.stats.unknown_flow,
                     "bursts": self.stats.bursts,
+                    "cpu_seconds": thread_cpu_seconds(),
                     "flows": flows,
                 }));
             }
@@ -548,9 +560,11 @@ impl Worker {
         if self.tap.is_some() {
             self.flush_capture(Some(now));
         }
-        // Completions leave in batches: when many wait, when traffic pauses, after a
-        // millisecond, and before a flow is reported gone.
-        if self.completions.due(now, n == 0 || !gone.is_empty()) {
+        // Completions leave in batches: when many wait, after a millisecond, before the
+        // worker goes to sleep (traffic stopped), and before a flow is reported gone. Not on
+        // every empty poll: a busy-polling worker sees many between bursts.
+        let quiet = self.empty_polls + 1 >= SPIN_POLLS || !gone.is_empty();
+        if self.completions.due(now, quiet) {
             self.completions.flush(&self.notify);
         }
         for key in gone {
