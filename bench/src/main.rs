@@ -70,6 +70,10 @@ struct Run {
     /// Markers and CRC both ways (the default); --plain turns both off.
     #[arg(long)]
     plain: bool,
+    /// CRC but no markers; with an aligned sender the datapath then places out-of-order
+    /// segments whose first FPDU verifies by CRC (the listener's `aligned_sender`).
+    #[arg(long, conflicts_with = "plain")]
+    no_markers: bool,
     /// What the sender does: RDMA Writes into a registered region (checked byte for byte),
     /// Sends into posted buffers (checked likewise), or `count`: no placement (payloads only
     /// counted and digested, the data path of issue 3).
@@ -96,6 +100,10 @@ enum Align {
 }
 
 impl Run {
+    fn markers(&self) -> bool {
+        !self.plain && !self.no_markers
+    }
+
     fn aligned(&self) -> bool {
         match self.align {
             Align::Auto => self.loss > 0,
@@ -206,7 +214,8 @@ fn sender(bed: &TestBed, r: &Run) -> Result<Value> {
     }
     if r.plain {
         args.push("--no-crc");
-    } else {
+    }
+    if r.markers() {
         args.push("--markers");
     }
     let out = bed
@@ -390,7 +399,9 @@ fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
     let pd = placement.as_ref().map(|_| PD);
     let addr = SocketAddr::new(bed.addr_b(false), PORT);
     let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr))??;
-    let markers = !r.plain;
+    let markers = r.markers();
+    let crc = !r.plain;
+    let aligned_sender = r.aligned() && !markers && crc;
     let sock_path = socket.clone();
     let ns_b = bed.ns_b.clone();
     // The hand-over listener: one connection.
@@ -399,11 +410,12 @@ fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
         let mut dpc = DatapathClient::connect(&sock_path, Duration::from_secs(120))?;
         let policy = StartupPolicy {
             markers_required: markers,
-            crc_suppressed_by_admin: !markers,
+            crc_suppressed_by_admin: !crc,
             ..StartupPolicy::default()
         };
         let (o, dpc) = run_in_netns(&ns_b, move || {
-            let o = respond_and_hand_over(sock, policy, reply_pd, pd, &mut dpc);
+            let placement = mpa_control::Placement { pd, aligned_sender };
+            let o = respond_and_hand_over(sock, policy, reply_pd, placement, &mut dpc);
             (o, dpc)
         })?;
         let o = o?;
@@ -581,7 +593,8 @@ fn kernel_run(bed: &TestBed, r: &Run) -> Result<(Value, Value, f64)> {
     ];
     if r.plain {
         args.push("--no-crc");
-    } else {
+    }
+    if r.markers() {
         args.push("--markers");
     }
     let cpu0 = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_CHILDREN);
@@ -651,10 +664,10 @@ fn compare(r: &Run) -> Result<()> {
         r.queues,
         r.bytes >> 20,
         r.size,
-        if r.plain {
-            "no markers, no CRC"
-        } else {
-            "markers + CRC"
+        match (r.markers(), r.plain) {
+            (true, _) => "markers + CRC",
+            (false, false) => "CRC, no markers",
+            (false, true) => "no markers, no CRC",
         },
         if r.aligned() {
             "aligned (exact fill)"

@@ -3,14 +3,24 @@
 //! RDMA Writes or Sends land in a registered region, and the demo compares the region with
 //! what the peer wrote, octet for octet, and checks every completion (kind, offset, length,
 //! order). With markers and loss, at least 90 % of the FPDUs that arrived out of order must
-//! have been placed directly (marker-guided), not from the reassembly store.
+//! have been placed directly (marker-guided), not from the reassembly store; so too without
+//! markers but with CRCs, where the listener trusts the aligned sender (an FPDU header at
+//! each segment start, verified by its CRC).
+
+/// How the FPDUs are framed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Framing {
+    MarkersCrc,
+    CrcOnly,
+    Plain,
+}
 
 use mpa_testbed::require_privileged;
 use serde_json::Value;
 use std::process::Command;
 
 /// Runs one demo; returns its `result:` JSON.
-fn demo(op: &str, markers: bool, loss: u8, bytes: u64) -> Value {
+fn demo(op: &str, framing: Framing, loss: u8, bytes: u64) -> Value {
     let mut args = vec![
         "demo".to_string(),
         "--op".into(),
@@ -25,15 +35,17 @@ fn demo(op: &str, markers: bool, loss: u8, bytes: u64) -> Value {
         (1u64 << 20).to_string(),
         "--json".into(),
     ];
-    if !markers {
-        args.push("--plain".into());
+    match framing {
+        Framing::MarkersCrc => {}
+        Framing::CrcOnly => args.push("--no-markers".into()),
+        Framing::Plain => args.push("--plain".into()),
     }
     let out = Command::new(env!("CARGO_BIN_EXE_mpa-bench"))
         .args(&args)
         .output()
         .expect("run mpa-bench");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let what = format!("op {op} markers {markers} loss {loss}%");
+    let what = format!("op {op} {framing:?} loss {loss}%");
     assert!(
         out.status.success() && stdout.lines().any(|l| l.starts_with("demo: OK")),
         "{what}: {stdout}\n{}",
@@ -46,11 +58,11 @@ fn demo(op: &str, markers: bool, loss: u8, bytes: u64) -> Value {
     serde_json::from_str(line).unwrap()
 }
 
-fn check(op: &str, markers: bool, loss: u8) {
+fn check(op: &str, framing: Framing, loss: u8) {
     // Lossier runs move less: kernel TCP recovers slowly at 20 %.
     let bytes: u64 = if loss >= 20 { 1 << 20 } else { 4 << 20 };
-    let r = demo(op, markers, loss, bytes);
-    let what = format!("op {op} markers {markers} loss {loss}%: {r}");
+    let r = demo(op, framing, loss, bytes);
+    let what = format!("op {op} {framing:?} loss {loss}%: {r}");
     let messages = bytes / 4096;
     assert_eq!(r["placement_checked"]["messages"], messages, "{what}");
     let f = &r["flow"];
@@ -62,13 +74,13 @@ fn check(op: &str, markers: bool, loss: u8) {
     if loss > 0 {
         assert!(r["bridge_dropped"].as_u64().unwrap() > 0, "{what}");
         assert!(f["out_of_order_segments"].as_u64().unwrap() > 0, "{what}");
-        if markers {
-            let pct = r["placed_direct_percent"].as_f64().unwrap();
-            assert!(pct >= 90.0, "placed directly {pct:.1} % < 90 %: {what}");
-        } else {
-            // Without markers nothing can be placed ahead: all of it comes from the store.
+        if framing == Framing::Plain {
+            // Neither markers nor CRCs: nothing can be placed ahead, all comes from the store.
             assert_eq!(direct, 0, "{what}");
             assert!(from_store > 0, "{what}");
+        } else {
+            let pct = r["placed_direct_percent"].as_f64().unwrap();
+            assert!(pct >= 90.0, "placed directly {pct:.1} % < 90 %: {what}");
         }
     } else {
         assert_eq!(direct + from_store, 0, "{what}");
@@ -80,9 +92,9 @@ fn rdma_writes_land_byte_exact_at_every_loss_rate() {
     if !require_privileged("placement demo (writes)") {
         return;
     }
-    for markers in [true, false] {
+    for framing in [Framing::MarkersCrc, Framing::CrcOnly, Framing::Plain] {
         for loss in [0, 1, 5, 20] {
-            check("write", markers, loss);
+            check("write", framing, loss);
         }
     }
 }
@@ -92,9 +104,9 @@ fn sends_land_byte_exact_in_posted_buffers_at_every_loss_rate() {
     if !require_privileged("placement demo (sends)") {
         return;
     }
-    for markers in [true, false] {
+    for framing in [Framing::MarkersCrc, Framing::Plain] {
         for loss in [0, 1, 5, 20] {
-            check("send", markers, loss);
+            check("send", framing, loss);
         }
     }
 }

@@ -21,6 +21,8 @@
 //! advertise_region = true       # put a region advertisement (mpa::wire::region_ad) in the
 //!                               # Reply: the lowest STag of domain `pd` with remote write
 //! advertise_recv_size = 4096    # ... and say Sends are accepted into buffers of this size
+//! aligned_sender = true         # peers align FPDUs with segments: without markers, place
+//!                               # out-of-order segments whose first FPDU verifies by CRC
 //! ```
 //!
 //! Every error names the key it is about; listener keys are prefixed with the listener's
@@ -100,6 +102,8 @@ pub struct ListenerConfig {
     pub advertise_region: bool,
     /// Receive buffer size to advertise for Sends (0: Sends not advertised).
     pub advertise_recv_size: u32,
+    /// The peers align FPDUs with segments: place out-of-order segments without markers.
+    pub aligned_sender: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -130,6 +134,7 @@ struct RawListener {
     pd: Option<u32>,
     advertise_region: Option<bool>,
     advertise_recv_size: Option<u32>,
+    aligned_sender: Option<bool>,
 }
 
 impl Config {
@@ -362,6 +367,7 @@ fn listener(
         pd: l.pd,
         advertise_region,
         advertise_recv_size: l.advertise_recv_size.unwrap_or(0),
+        aligned_sender: l.aligned_sender.unwrap_or(false),
     })
 }
 
@@ -393,6 +399,10 @@ mod tests {
             private_data_prefix = "iser"
             reject_reason = "go away"
             reply_private_data = "hello"
+            pd = 3
+            advertise_region = true
+            advertise_recv_size = 4096
+            aligned_sender = true
 
             [[listener]]
             bind = "[fd00::2]:7778"
@@ -418,7 +428,12 @@ mod tests {
         assert_eq!(p.reject_reason, b"go away");
         assert_eq!(p.startup_timeout, Duration::from_millis(2500));
         assert_eq!(l.reply_private_data, b"hello");
+        assert_eq!(l.pd, Some(3));
+        assert!(l.advertise_region && l.aligned_sender);
+        assert_eq!(l.advertise_recv_size, 4096);
         let l = &c.listeners[1];
+        assert_eq!(l.pd, None);
+        assert!(!l.advertise_region && !l.aligned_sender);
         assert_eq!(l.bind, "[fd00::2]:7778".parse().unwrap());
         assert_eq!(l.policy.private_data_rule, PrivateDataRule::MaxLen(16));
         assert!(l.policy.accept_rev2);
@@ -462,6 +477,21 @@ mod tests {
                 &["ird = \"lots\"", "invalid type"],
             ),
             (format!("{L}ord = -1\n"), &["ord = -1"]),
+            (
+                format!("{L}advertise_region = true\n"),
+                &["advertise_region", "needs `pd`"],
+            ),
+            (
+                format!("{L}pd = 1\nadvertise_recv_size = 64\n"),
+                &["advertise_recv_size", "needs advertise_region = true"],
+            ),
+            (
+                format!(
+                    "{L}pd = 1\nadvertise_region = true\nreply_private_data = \"{}\"\n",
+                    "x".repeat(480)
+                ),
+                &["reply_private_data", "and the region advertisement exceed"],
+            ),
             (
                 "[[listener]]\nrevision = 2\n".into(),
                 &["missing field `bind`"],

@@ -23,6 +23,7 @@ use crate::config::{Config, ListenerConfig};
 use crate::datapath_client::DatapathClient;
 use crate::freeze::FrozenSocket;
 use crate::responder::{respond_and_hand_over, Outcome};
+use crate::Placement;
 use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
 use mpa_ctl_proto::{handshake, read_message, write_message, Message, VERSION};
 use std::collections::HashMap;
@@ -288,7 +289,16 @@ fn setup(
                     return;
                 }
             };
-            match respond_and_hand_over(sock, lc.policy.clone(), reply_pd, lc.pd, &mut dp) {
+            match respond_and_hand_over(
+                sock,
+                lc.policy.clone(),
+                reply_pd,
+                Placement {
+                    pd: lc.pd,
+                    aligned_sender: lc.aligned_sender,
+                },
+                &mut dp,
+            ) {
                 Ok(Outcome::HandedOver {
                     flow_id,
                     frozen,

@@ -40,6 +40,26 @@ pub(crate) struct StartupWire {
 /// flow accepts; `pd` the protection domain whose regions and posted buffers the flow
 /// places into (`None`: no placement). Returns the flow id and the frozen socket, which the caller keeps until the
 /// datapath reports the flow gone.
+/// How a handed-over flow places what it receives.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Placement {
+    /// Protection domain whose regions and posted buffers it places into (`None`: payloads
+    /// are only counted).
+    pub pd: Option<u32>,
+    /// The peer aligns FPDUs with TCP segments: without markers, out-of-order segments whose
+    /// leading FPDU verifies by CRC are placed at once (opt-in, RFC 5044 §5.1).
+    pub aligned_sender: bool,
+}
+
+impl From<Option<u32>> for Placement {
+    fn from(pd: Option<u32>) -> Self {
+        Placement {
+            pd,
+            aligned_sender: false,
+        }
+    }
+}
+
 pub(crate) fn hand_over(
     sock: TcpStream,
     dp: &mut DatapathClient,
@@ -47,7 +67,7 @@ pub(crate) fn hand_over(
     negotiated: &Negotiated,
     wire: StartupWire,
     rtr: Vec<String>,
-    pd: Option<u32>,
+    placement: Placement,
 ) -> Result<(u64, FrozenSocket), SetupError> {
     let local = sock.local_addr()?;
     let remote = sock.peer_addr()?;
@@ -76,7 +96,8 @@ pub(crate) fn hand_over(
             ddp_rdmap_version: negotiated.ddp_rdmap_version,
             reply_frame: wire.reply_to_send,
             rtr,
-            pd,
+            pd: placement.pd,
+            aligned_sender: placement.aligned_sender,
             request_frame: wire.request,
             received_reply_frame: wire.reply_received,
         };

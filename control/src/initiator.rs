@@ -4,7 +4,7 @@
 
 use crate::datapath_client::DatapathClient;
 use crate::freeze::FrozenSocket;
-use crate::handover::{frame_want, hand_over, StartupWire};
+use crate::handover::{frame_want, hand_over, Placement, StartupWire};
 use crate::responder::SetupError;
 use mpa::startup::{InitiatorStartup, Negotiated, StartupError, StartupEvent, StartupPolicy};
 use mpa::wire::startup::MAX_FRAME_LEN;
@@ -43,7 +43,7 @@ pub fn connect_and_hand_over(
     to: SocketAddr,
     policy: StartupPolicy,
     private_data: Vec<u8>,
-    pd: Option<u32>,
+    placement: impl Into<Placement>,
     dp: &mut DatapathClient,
 ) -> Result<InitiatorOutcome, SetupError> {
     let timeout = policy.startup_timeout;
@@ -113,7 +113,15 @@ pub fn connect_and_hand_over(
         // `frame` holds exactly the Reply (see frame_want).
         reply_received: frame,
     };
-    let (flow_id, frozen) = hand_over(sock, dp, Role::Initiator, &negotiated, wire, rtr, pd)?;
+    let (flow_id, frozen) = hand_over(
+        sock,
+        dp,
+        Role::Initiator,
+        &negotiated,
+        wire,
+        rtr,
+        placement.into(),
+    )?;
     Ok(InitiatorOutcome::HandedOver {
         flow_id,
         frozen,

@@ -9,6 +9,7 @@ pub mod daemon;
 pub mod datapath_client;
 pub mod freeze;
 mod handover;
+pub use handover::Placement;
 pub mod initiator;
 pub mod neighbour;
 pub mod responder;

@@ -144,6 +144,10 @@ struct ConnectArgs {
     /// registered regions and posted buffers.
     #[arg(long)]
     pd: Option<u32>,
+    /// The Responder aligns FPDUs with segments: without markers, out-of-order segments
+    /// whose first FPDU verifies by CRC are placed at once.
+    #[arg(long, requires = "pd")]
+    aligned_sender: bool,
     /// Seconds allowed for the TCP connect and for the wait for the Reply.
     #[arg(long, default_value_t = 10)]
     timeout: u64,
@@ -376,8 +380,17 @@ fn connect(a: &ConnectArgs) -> Result<(), String> {
     }
     let (mut dp, path) = a.target.connect()?;
     let private_data = a.private_data.clone().unwrap_or_default().into_bytes();
-    let outcome = connect_and_hand_over(a.to, policy, private_data, a.pd, &mut dp)
-        .map_err(|e| format!("connect {}: {e}", a.to))?;
+    let outcome = connect_and_hand_over(
+        a.to,
+        policy,
+        private_data,
+        mpa_control::Placement {
+            pd: a.pd,
+            aligned_sender: a.aligned_sender,
+        },
+        &mut dp,
+    )
+    .map_err(|e| format!("connect {}: {e}", a.to))?;
     let (flow_id, frozen, n) = match outcome {
         InitiatorOutcome::Rejected { reason } => {
             return Err(format!(

@@ -4,7 +4,7 @@
 
 use crate::datapath_client::{ClientError, DatapathClient};
 use crate::freeze::{FreezeError, FrozenSocket};
-use crate::handover::{frame_want, hand_over, StartupWire};
+use crate::handover::{frame_want, hand_over, Placement, StartupWire};
 use crate::neighbour::NeighbourError;
 use mpa::startup::{Negotiated, ResponderStartup, StartupError, StartupEvent, StartupPolicy};
 use mpa_ctl_proto::Role;
@@ -68,7 +68,7 @@ pub fn respond_and_hand_over(
     mut sock: TcpStream,
     policy: StartupPolicy,
     reply_private_data: Vec<u8>,
-    pd: Option<u32>,
+    placement: impl Into<Placement>,
     dp: &mut DatapathClient,
 ) -> Result<Outcome, SetupError> {
     let mut sm = ResponderStartup::auto(policy, reply_private_data, Instant::now());
@@ -133,7 +133,15 @@ pub fn respond_and_hand_over(
         request: frame,
         reply_received: Vec::new(),
     };
-    let (flow_id, frozen) = hand_over(sock, dp, Role::Responder, &negotiated, wire, rtr, pd)?;
+    let (flow_id, frozen) = hand_over(
+        sock,
+        dp,
+        Role::Responder,
+        &negotiated,
+        wire,
+        rtr,
+        placement.into(),
+    )?;
     Ok(Outcome::HandedOver {
         flow_id,
         frozen,

@@ -130,6 +130,10 @@ pub struct MpaParams {
     /// only counted and digested).
     #[serde(default)]
     pub pd: Option<u32>,
+    /// Without markers toward us: the peer aligns FPDUs with segments (RFC 5044 §5.1), so an
+    /// out-of-order segment may be placed when an FPDU header at its start verifies by CRC.
+    #[serde(default)]
+    pub aligned_sender: bool,
     /// The MPA Request as it travelled (received by a Responder, sent by an Initiator), kept
     /// only so that a capture taken by the datapath can show the startup the kernel carried
     /// (reconstructed frames, see [`CapturedFrame::reconstructed`]). Empty when unknown.
@@ -711,6 +715,7 @@ mod tests {
                 reply_frame: b"MPA ID Rep Frame\x40\x01\x00\x00".to_vec(),
                 rtr: vec!["ZeroLengthSend".into()],
                 pd: Some(3),
+                aligned_sender: true,
                 request_frame: b"MPA ID Req Frame\x40\x01\x00\x00".to_vec(),
                 received_reply_frame: vec![],
             },

@@ -469,6 +469,7 @@ mod tests {
                 reply_frame: vec![],
                 rtr: vec![],
                 pd: None,
+                aligned_sender: false,
                 request_frame: b"MPA ID Req Frame\xc0\x01\x00\x00".to_vec(),
                 received_reply_frame: b"MPA ID Rep Frame\x40\x01\x00\x00".to_vec(),
             },

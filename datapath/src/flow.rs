@@ -197,8 +197,9 @@ impl Flow {
         let rx = RxPlacement {
             flow_id: h.flow_id,
             placer: m.pd.map(|pd| Placer::new(pd, m.ddp_rdmap_version)),
-            locator: FpduLocator::new(MarkerGrid::new(SeqNumber(t.rcv_nxt), m.markers_rx), m.crc),
-            markers: m.markers_rx,
+            locator: FpduLocator::new(MarkerGrid::new(SeqNumber(t.rcv_nxt), m.markers_rx), m.crc)
+                .with_aligned_sender(m.aligned_sender && m.crc),
+            locatable: m.markers_rx || (m.aligned_sender && m.crc),
             ahead: VecDeque::new(),
             rx_seq: SeqNumber(t.rcv_nxt),
             skip_left: 0,
@@ -547,8 +548,9 @@ struct RxPlacement {
     /// `None` without a protection domain: payloads are only counted (and digested).
     placer: Option<Placer>,
     locator: FpduLocator,
-    /// Markers toward us: only then can out-of-order segments be parsed alone.
-    markers: bool,
+    /// Out-of-order segments can be parsed alone: markers toward us, or an aligned sender
+    /// and CRCs (header at segment start, verified by CRC).
+    locatable: bool,
     /// FPDUs placed ahead of the in-order stream, sorted by sequence, bounded.
     ahead: VecDeque<PlacedAhead>,
     /// Sequence number of the next octet the in-order stream consumes.
@@ -560,10 +562,10 @@ struct RxPlacement {
 }
 
 impl RxPlacement {
-    /// Placement ahead of the stream needs markers, a domain, the first FPDU (the RTR)
-    /// seen, and no error.
+    /// Placement ahead of the stream needs markers (or an aligned sender and CRCs), a domain,
+    /// the first FPDU (the RTR) seen, and no error.
     fn can_place_ahead(&self, decoder: &FpduDecoder, expect_first: &Option<Vec<String>>) -> bool {
-        self.markers
+        self.locatable
             && self.placer.is_some()
             && expect_first.is_none()
             && decoder.error().is_none()
@@ -897,6 +899,7 @@ mod tests {
                 reply_frame: vec![],
                 rtr: rtr.iter().map(|s| s.to_string()).collect(),
                 pd: None,
+                aligned_sender: false,
                 request_frame: vec![],
                 received_reply_frame: vec![],
             },
