@@ -371,6 +371,9 @@ impl Worker {
                 let _ = answer.send(dropped);
             }
             Command::Release(id, answer) => {
+                // Completions this worker holds leave first: the flow's next ones come from
+                // its new worker and must not overtake them.
+                self.completions.flush(&self.notify);
                 self.armed.remove(&id);
                 let flow = self
                     .ids
