@@ -245,8 +245,9 @@ impl Flow {
         // Out-of-order octets: with markers toward us, every FPDU wholly inside the segment
         // whose CRC and placement checks pass is placed now (DESIGN.md).
         let out = if rx.can_place_ahead(decoder, expect_first) {
+            let digest = digest.is_some();
             tcp.handle_segment_placing(now, repr, payload, &mut |seq, data, spans| {
-                rx.place_ahead(seq, data, spans, regions, stats)
+                rx.place_ahead(seq, data, spans, regions, stats, digest)
             })
         } else {
             tcp.handle_segment(now, repr, payload)
@@ -536,7 +537,7 @@ struct PlacedAhead {
     wire_len: usize,
     /// What it was, for its in-order completion.
     plan: SegmentPlan,
-    /// CRC32c of its ULPDU octets (for the flow digest, joined in order).
+    /// CRC32c of its ULPDU octets (for the flow digest, joined in order; 0 without one).
     ulpdu_crc: u32,
     /// ULPDU octets.
     ulpdu_len: usize,
@@ -589,6 +590,7 @@ impl RxPlacement {
         spans: &mut PlacedSpans,
         regions: &RegionTable,
         stats: &mut FlowStats,
+        digest: bool,
     ) {
         let Some(placer) = self.placer.as_ref() else {
             return;
@@ -637,9 +639,12 @@ impl RxPlacement {
             if plan.target.is_some() && !Placer::place(regions, &plan, &u) {
                 continue;
             }
+            // The ULPDU's CRC only serves the flow digest (the FPDU CRC was checked).
             let mut crc = 0u32;
-            for p in u.pieces() {
-                crc = crc32c_append(crc, p);
+            if digest {
+                for p in u.pieces() {
+                    crc = crc32c_append(crc, p);
+                }
             }
             if !spans.push(f.range.clone()) {
                 continue;
