@@ -196,11 +196,6 @@ impl Registry {
         self.waiting.remove(&pd).unwrap_or_default()
     }
 
-    /// Every region, for a worker that starts.
-    pub fn region(&self, stag: u32) -> Option<&Region> {
-        self.regions.get(&stag)
-    }
-
     /// Makes `client` the subscriber of `pd`'s completions.
     pub fn subscribe(&mut self, pd: u32, client: u64) {
         self.subscribers.insert(pd, client);
