@@ -370,24 +370,35 @@ fn messages(r: &Run) -> u64 {
     (r.bytes / r.size as u64).max(1)
 }
 
-fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
-    let socket = std::env::temp_dir().join(format!("mpa-bench-{}.sock", std::process::id()));
+/// The datapath in ns b as every experiment runs it (driver XDP, AF_XDP copy mode, checksums
+/// verified); `digest`: keep a ULPDU digest per flow.
+fn start_datapath(
+    bed: &TestBed,
+    socket: &std::path::Path,
+    queues: u32,
+    digest: bool,
+) -> Result<Datapath> {
     let cfg = DatapathConfig {
         iface: bed.if_b.clone(),
-        queues: r.queues,
+        queues,
         xdp_mode: AttachMode::Driver,
         xsk: XskConfig {
             bind_mode: BindMode::Copy,
             ..XskConfig::default()
         },
-        socket: socket.clone(),
-        digest: true,
+        socket: socket.to_path_buf(),
+        digest,
         tcp: TcpConfig::default(),
         verify_checksums: true,
         pin_cpus: false,
         max_region_bytes: mpa_datapath::server::DEFAULT_MAX_REGION_BYTES,
     };
-    let dp = run_in_netns(&bed.ns_b, move || Datapath::start(cfg))??;
+    Ok(run_in_netns(&bed.ns_b, move || Datapath::start(cfg))??)
+}
+
+fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
+    let socket = std::env::temp_dir().join(format!("mpa-bench-{}.sock", std::process::id()));
+    let dp = start_datapath(bed, &socket, r.queues, true)?;
     let placement = match r.op {
         Op::Count => None,
         _ => Some(Placement::prepare(&socket, r)?),
@@ -732,22 +743,7 @@ fn scale(s: &Scale) -> Result<String> {
         queues: 1,
     })?;
     let socket = std::env::temp_dir().join(format!("mpa-scale-{}.sock", std::process::id()));
-    let cfg = DatapathConfig {
-        iface: bed.if_b.clone(),
-        queues: 1,
-        xdp_mode: AttachMode::Driver,
-        xsk: XskConfig {
-            bind_mode: BindMode::Copy,
-            ..XskConfig::default()
-        },
-        socket: socket.clone(),
-        digest: false,
-        tcp: TcpConfig::default(),
-        verify_checksums: true,
-        pin_cpus: false,
-        max_region_bytes: mpa_datapath::server::DEFAULT_MAX_REGION_BYTES,
-    };
-    let dp = run_in_netns(&bed.ns_b, move || Datapath::start(cfg))??;
+    let dp = start_datapath(&bed, &socket, 1, false)?;
     let addr = SocketAddr::new(bed.addr_b(false), PORT);
     let config = std::env::temp_dir().join(format!("mpa-scale-{}.toml", std::process::id()));
     std::fs::write(
