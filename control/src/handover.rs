@@ -7,14 +7,16 @@ use crate::freeze::{self, FrozenSocket};
 use crate::neighbour;
 use crate::responder::SetupError;
 use mpa::startup::Negotiated;
-use mpa::wire::startup::{HEADER_LEN, MAX_PRIVATE_DATA};
+use mpa::wire::startup::{HEADER_LEN, MAX_FRAME_LEN, MAX_PRIVATE_DATA};
 use mpa_ctl_proto::{HandOver, Message, MpaParams, Role};
+use std::io::{self, Read};
 use std::net::TcpStream;
+use std::time::Instant;
 
 /// How many octets to read next of a startup frame of which `frame` arrived so far: the
 /// header first, then exactly the private data it announces, so that nothing after the frame
 /// is consumed (those octets belong to Full Operation and to the datapath).
-pub(crate) fn frame_want(frame: &[u8]) -> usize {
+fn frame_want(frame: &[u8]) -> usize {
     if frame.len() < HEADER_LEN {
         HEADER_LEN - frame.len()
     } else {
@@ -32,6 +34,49 @@ pub(crate) struct StartupWire {
     pub request: Vec<u8>,
     /// Initiator: the Reply received, only for captures. Empty for a Responder.
     pub reply_received: Vec<u8>,
+}
+
+/// What one [`read_frame_step`] did.
+pub(crate) enum FrameRead {
+    /// This many octets arrived; they are the last ones of the frame buffer now.
+    Octets(usize),
+    /// The deadline came first: let the state machine handle its timeout.
+    TimedOut,
+    /// A signal interrupted the wait: try again.
+    Interrupted,
+}
+
+/// One wait of either role's startup phase: reads, before `deadline`, at most the octets the
+/// startup frame in `frame` still needs ([`frame_want`]) and appends them.
+pub(crate) fn read_frame_step(
+    sock: &mut TcpStream,
+    frame: &mut Vec<u8>,
+    deadline: Instant,
+) -> Result<FrameRead, SetupError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Ok(FrameRead::TimedOut);
+    }
+    sock.set_read_timeout(Some(left))?;
+    let mut buf = [0u8; MAX_FRAME_LEN];
+    let want = frame_want(frame).min(MAX_FRAME_LEN);
+    match sock.read(&mut buf[..want]) {
+        Ok(0) => Err(SetupError::Closed),
+        Ok(n) => {
+            frame.extend_from_slice(&buf[..n]);
+            Ok(FrameRead::Octets(n))
+        }
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(FrameRead::Interrupted),
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            Ok(FrameRead::TimedOut)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Hands the quiet connection `sock` (startup done) to the datapath. `wire` holds what a

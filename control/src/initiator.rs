@@ -4,12 +4,12 @@
 
 use crate::datapath_client::DatapathClient;
 use crate::freeze::FrozenSocket;
-use crate::handover::{frame_want, hand_over, Placement, StartupWire};
+use crate::handover::{hand_over, read_frame_step, FrameRead, Placement, StartupWire};
 use crate::responder::SetupError;
 use mpa::startup::{InitiatorStartup, Negotiated, StartupError, StartupEvent, StartupPolicy};
 use mpa::wire::startup::MAX_FRAME_LEN;
 use mpa_ctl_proto::Role;
-use std::io::{self, Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::time::Instant;
 
@@ -60,7 +60,6 @@ pub fn connect_and_hand_over(
     // Read exactly the Reply: a Responder sends nothing before our first FPDU, but whatever
     // follows the Reply would belong to the datapath, so it is never consumed here.
     let mut frame: Vec<u8> = Vec::with_capacity(MAX_FRAME_LEN);
-    let mut buf = [0u8; MAX_FRAME_LEN];
     let negotiated = loop {
         if let Some(ev) = sm.poll_event() {
             match ev {
@@ -78,30 +77,13 @@ pub fn connect_and_hand_over(
         let Some(deadline) = sm.poll_timeout() else {
             return Err(SetupError::Closed);
         };
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            sm.handle_timeout(Instant::now());
-            continue;
-        }
-        sock.set_read_timeout(Some(left))?;
-        let want = frame_want(&frame);
-        match sock.read(&mut buf[..want]) {
-            Ok(0) => return Err(SetupError::Closed),
-            Ok(n) => {
-                frame.extend_from_slice(&buf[..n]);
+        match read_frame_step(&mut sock, &mut frame, deadline)? {
+            FrameRead::Octets(n) => {
                 // Errors also arrive as a Failed event, which acts on the disposition.
-                let _ = sm.handle_input(Instant::now(), &buf[..n]);
+                let _ = sm.handle_input(Instant::now(), &frame[frame.len() - n..]);
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                sm.handle_timeout(Instant::now());
-            }
-            Err(e) => return Err(e.into()),
+            FrameRead::TimedOut => sm.handle_timeout(Instant::now()),
+            FrameRead::Interrupted => {}
         }
     };
     sock.set_read_timeout(None)?;

@@ -4,11 +4,11 @@
 
 use crate::datapath_client::{ClientError, DatapathClient};
 use crate::freeze::{FreezeError, FrozenSocket};
-use crate::handover::{frame_want, hand_over, Placement, StartupWire};
+use crate::handover::{hand_over, read_frame_step, FrameRead, Placement, StartupWire};
 use crate::neighbour::NeighbourError;
 use mpa::startup::{Negotiated, ResponderStartup, StartupError, StartupEvent, StartupPolicy};
 use mpa_ctl_proto::Role;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::TcpStream;
 use std::time::Instant;
 
@@ -74,8 +74,7 @@ pub fn respond_and_hand_over(
     let mut sm = ResponderStartup::auto(policy, reply_private_data, Instant::now());
     // Read exactly the Request: octets after it belong to Full Operation (none can come
     // before our Reply from a compliant Initiator, and we never swallow them).
-    let mut frame: Vec<u8> = Vec::with_capacity(532);
-    let mut buf = [0u8; 532];
+    let mut frame: Vec<u8> = Vec::with_capacity(mpa::wire::startup::MAX_FRAME_LEN);
     let negotiated = loop {
         if let Some(ev) = sm.poll_event() {
             match ev {
@@ -97,28 +96,12 @@ pub fn respond_and_hand_over(
         let Some(deadline) = sm.poll_timeout() else {
             return Err(SetupError::Closed);
         };
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            sm.handle_timeout(Instant::now());
-            continue;
-        }
-        sock.set_read_timeout(Some(left))?;
-        let want = frame_want(&frame);
-        match sock.read(&mut buf[..want]) {
-            Ok(0) => return Err(SetupError::Closed),
-            Ok(n) => {
-                frame.extend_from_slice(&buf[..n]);
-                sm.handle_input(Instant::now(), &buf[..n])?;
+        match read_frame_step(&mut sock, &mut frame, deadline)? {
+            FrameRead::Octets(n) => {
+                sm.handle_input(Instant::now(), &frame[frame.len() - n..])?;
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                sm.handle_timeout(Instant::now());
-            }
-            Err(e) => return Err(e.into()),
+            FrameRead::TimedOut => sm.handle_timeout(Instant::now()),
+            FrameRead::Interrupted => {}
         }
     };
     let reply_frame = sm.poll_transmit().unwrap_or_default();
