@@ -409,8 +409,8 @@ impl Server {
         }
     }
 
-    fn reply(&mut self, client: u64, m: &Message) {
-        self.send_to(client, m.clone(), None);
+    fn reply(&mut self, client: u64, m: Message) {
+        self.send_to(client, m, None);
     }
 
     /// Queues a message for a client; `false` when its queue is full (or it is gone).
@@ -444,7 +444,7 @@ impl Server {
                     let agent = concat!("mpa-datapath ", env!("CARGO_PKG_VERSION")).to_string();
                     self.reply(
                         client,
-                        &Message::Hello {
+                        Message::Hello {
                             version: VERSION,
                             agent,
                         },
@@ -454,7 +454,7 @@ impl Server {
                     let message = format!("version {version}, this datapath speaks {VERSION}");
                     self.reply(
                         client,
-                        &Message::Hello {
+                        Message::Hello {
                             version: VERSION,
                             agent: message,
                         },
@@ -462,7 +462,7 @@ impl Server {
                 }
                 _ => self.reply(
                     client,
-                    &Message::Error {
+                    Message::Error {
                         id: 0,
                         code: ErrorCode::BadRequest,
                         message: "hello first".into(),
@@ -478,7 +478,7 @@ impl Server {
                     Err(e) => {
                         return self.reply(
                             client,
-                            &Message::Error {
+                            Message::Error {
                                 id,
                                 code: ErrorCode::BadRequest,
                                 message: e.to_string(),
@@ -489,7 +489,7 @@ impl Server {
                 if self.adopted.values().any(|a| a.key == key) {
                     return self.reply(
                         client,
-                        &Message::Error {
+                        Message::Error {
                             id,
                             code: ErrorCode::FlowExists,
                             message: format!("{local} ↔ {remote} is owned"),
@@ -517,11 +517,11 @@ impl Server {
                                 pd: None,
                             },
                         );
-                        self.reply(client, &Message::FlowAdopted { id, flow_id });
+                        self.reply(client, Message::FlowAdopted { id, flow_id });
                     }
                     Err(e) => self.reply(
                         client,
-                        &Message::Error {
+                        Message::Error {
                             id,
                             code: ErrorCode::Limit,
                             message: e.to_string(),
@@ -534,7 +534,7 @@ impl Server {
                 let Some(a) = self.adopted.get_mut(&flow_id) else {
                     return self.reply(
                         client,
-                        &Message::Error {
+                        Message::Error {
                             id,
                             code: ErrorCode::UnknownFlow,
                             message: format!("flow {flow_id} was not adopted"),
@@ -544,7 +544,7 @@ impl Server {
                 if (handover.tcp.local, handover.tcp.remote) != (a.local, a.remote) {
                     return self.reply(
                         client,
-                        &Message::Error {
+                        Message::Error {
                             id,
                             code: ErrorCode::BadRequest,
                             message: "4-tuple differs from the adopted one".into(),
@@ -569,7 +569,7 @@ impl Server {
                 {
                     return self.reply(
                         client,
-                        &Message::Error {
+                        Message::Error {
                             id,
                             code: ErrorCode::Internal,
                             message: "worker gone".into(),
@@ -577,12 +577,12 @@ impl Server {
                     );
                 }
                 match rx.recv_timeout(Duration::from_secs(2)) {
-                    Ok(Ok(())) => self.reply(client, &Message::HandedOver { id, flow_id }),
+                    Ok(Ok(())) => self.reply(client, Message::HandedOver { id, flow_id }),
                     Ok(Err(e)) => {
                         self.forget(flow_id);
                         self.reply(
                             client,
-                            &Message::Error {
+                            Message::Error {
                                 id,
                                 code: ErrorCode::BadRequest,
                                 message: e,
@@ -591,7 +591,7 @@ impl Server {
                     }
                     Err(_) => self.reply(
                         client,
-                        &Message::Error {
+                        Message::Error {
                             id,
                             code: ErrorCode::Internal,
                             message: "worker did not answer".into(),
@@ -602,7 +602,7 @@ impl Server {
             Message::CloseFlow { id, flow_id } => match self.adopted.get(&flow_id) {
                 None => self.reply(
                     client,
-                    &Message::Error {
+                    Message::Error {
                         id,
                         code: ErrorCode::UnknownFlow,
                         message: format!("no flow {flow_id}"),
@@ -615,7 +615,7 @@ impl Server {
                         }
                         None => self.forget(flow_id),
                     }
-                    self.reply(client, &Message::Ok { id });
+                    self.reply(client, Message::Ok { id });
                 }
             },
             Message::GetStats { id } => {
@@ -648,7 +648,7 @@ impl Server {
                     "ended_flows": self.finished,
                     "capture": capture,
                 });
-                self.reply(client, &Message::Stats { id, stats });
+                self.reply(client, Message::Stats { id, stats });
             }
             Message::CreateRegion {
                 id,
@@ -674,20 +674,20 @@ impl Server {
                     };
                     self.send_to(client, m, Some(r.mem.clone()));
                 }
-                Err((code, message)) => self.reply(client, &Message::Error { id, code, message }),
+                Err((code, message)) => self.reply(client, Message::Error { id, code, message }),
             },
             Message::DestroyRegion { id, stag } => match self.registry.destroy(stag) {
                 Ok(()) => {
                     for w in &self.workers {
                         let _ = w.send(Command::RemoveRegion(stag));
                     }
-                    self.reply(client, &Message::Ok { id });
+                    self.reply(client, Message::Ok { id });
                 }
-                Err((code, message)) => self.reply(client, &Message::Error { id, code, message }),
+                Err((code, message)) => self.reply(client, Message::Error { id, code, message }),
             },
             Message::ListRegions { id, pd } => {
                 let regions = self.registry.list(pd);
-                self.reply(client, &Message::Regions { id, regions });
+                self.reply(client, Message::Regions { id, regions });
             }
             Message::PostRecv {
                 id,
@@ -699,15 +699,15 @@ impl Server {
             } => {
                 let r = self.post_recv(target, stag, offset, len, count);
                 match r {
-                    Ok(()) => self.reply(client, &Message::Ok { id }),
+                    Ok(()) => self.reply(client, Message::Ok { id }),
                     Err((code, message)) => {
-                        self.reply(client, &Message::Error { id, code, message })
+                        self.reply(client, Message::Error { id, code, message })
                     }
                 }
             }
             Message::Subscribe { id, pd } => {
                 self.registry.subscribe(pd, client);
-                self.reply(client, &Message::Ok { id });
+                self.reply(client, Message::Ok { id });
             }
             Message::StartCapture {
                 id,
@@ -718,20 +718,20 @@ impl Server {
             } => {
                 let r = self.start_capture(client, flow, max_bytes, duration_ms, snaplen);
                 match r {
-                    Ok(()) => self.reply(client, &Message::Ok { id }),
+                    Ok(()) => self.reply(client, Message::Ok { id }),
                     Err((code, message)) => {
-                        self.reply(client, &Message::Error { id, code, message })
+                        self.reply(client, Message::Error { id, code, message })
                     }
                 }
             }
             Message::StopCapture { id } => match self.capture.as_mut() {
                 Some(c) if c.client == client => {
                     c.ending.get_or_insert("stopped");
-                    self.reply(client, &Message::Ok { id });
+                    self.reply(client, Message::Ok { id });
                 }
                 _ => self.reply(
                     client,
-                    &Message::Error {
+                    Message::Error {
                         id,
                         code: ErrorCode::BadRequest,
                         message: "no capture of this client is running".into(),
@@ -742,7 +742,7 @@ impl Server {
                 let message = format!("not a request: {other:?}");
                 self.reply(
                     client,
-                    &Message::Error {
+                    Message::Error {
                         id: 0,
                         code: ErrorCode::BadRequest,
                         message,
@@ -914,7 +914,7 @@ impl Server {
             frames: c.frames,
             dropped,
         };
-        self.reply(c.client, &done);
+        self.reply(c.client, done);
     }
 
     /// Sends a worker's captured frames to the capturing client (within the size bound) and
@@ -1037,7 +1037,7 @@ impl Server {
                         terminate: end.terminate,
                         reason: end.reason,
                     };
-                    self.reply(c, &m);
+                    self.reply(c, m);
                 }
                 if self.finished.len() == FINISHED_KEPT {
                     self.finished.pop_front();
