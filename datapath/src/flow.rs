@@ -573,6 +573,17 @@ impl RxPlacement {
             && self.ahead.len() < MAX_PLACED_AHEAD
     }
 
+    /// Advances the in-order placement state past `plan` (placed now or ahead) and queues
+    /// the completion it produces.
+    fn complete(&mut self, plan: &SegmentPlan, stats: &mut FlowStats) {
+        if let Some(placer) = self.placer.as_mut() {
+            if let Some(c) = placer.complete(plan, self.flow_id) {
+                stats.completions += 1;
+                self.completions.push(c);
+            }
+        }
+    }
+
     /// Offset of `seq` above the in-order point (entries and segments ahead are within
     /// the receive window, far below 2^31).
     fn ahead_of(&self, seq: SeqNumber) -> u32 {
@@ -743,17 +754,8 @@ impl MpaRx<'_> {
             if let Some(d) = self.digest.as_mut() {
                 *d = crc32c_combine(*d, p.ulpdu_crc, p.ulpdu_len as u64);
             }
-            self.complete(&p.plan);
+            self.rx.complete(&p.plan, self.stats);
             self.rx.skip_left = p.wire_len;
-        }
-    }
-
-    fn complete(&mut self, plan: &SegmentPlan) {
-        if let Some(placer) = self.rx.placer.as_mut() {
-            if let Some(c) = placer.complete(plan, self.rx.flow_id) {
-                self.stats.completions += 1;
-                self.rx.completions.push(c);
-            }
         }
     }
 
@@ -793,7 +795,7 @@ impl MpaRx<'_> {
                             continue;
                         }
                     }
-                    if let Some(placer) = self.rx.placer.as_mut() {
+                    if let Some(placer) = self.rx.placer.as_ref() {
                         let mut head = [0u8; PLAN_PREFIX];
                         let n = u.copy_prefix(&mut head);
                         let plan = match placer.plan(self.regions, &head[..n], u.len(), true) {
@@ -819,10 +821,7 @@ impl MpaRx<'_> {
                         } else {
                             self.stats.placed_in_order += 1;
                         }
-                        if let Some(c) = placer.complete(&plan, self.rx.flow_id) {
-                            self.stats.completions += 1;
-                            self.rx.completions.push(c);
-                        }
+                        self.rx.complete(&plan, self.stats);
                     }
                     self.stats.fpdus += 1;
                     self.stats.ulpdu_octets += u.len() as u64;
