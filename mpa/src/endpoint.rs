@@ -365,11 +365,6 @@ impl<S: Transport> MpaStream<S> {
         (c.take, c.last)
     }
 
-    /// The underlying transport, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.io
-    }
-
     /// Queues one ULPDU.
     pub fn send(&mut self, ulpdu: &[u8]) -> Result<(), EndpointError> {
         self.send_parts(&[ulpdu])
