@@ -590,14 +590,19 @@ pub fn write_message_with_fd(
     frame.extend_from_slice(&body);
     let fds = [fd.as_raw_fd()];
     let cmsg = [ControlMessage::ScmRights(&fds)];
-    let first = sendmsg::<()>(
-        s.as_raw_fd(),
-        &[io::IoSlice::new(&frame)],
-        &cmsg,
-        MsgFlags::MSG_NOSIGNAL,
-        None,
-    )
-    .map_err(io::Error::from)?;
+    let first = loop {
+        match sendmsg::<()>(
+            s.as_raw_fd(),
+            &[io::IoSlice::new(&frame)],
+            &cmsg,
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        ) {
+            Ok(n) => break n,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(io::Error::from(e).into()),
+        }
+    };
     let mut w = s;
     w.write_all(&frame[first..])?;
     Ok(())
@@ -617,13 +622,17 @@ pub fn read_message_with_fd(
     while got < 4 {
         let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 4]);
         let mut iov = [io::IoSliceMut::new(&mut len[got..])];
-        let msg = recvmsg::<()>(
+        let msg = match recvmsg::<()>(
             s.as_raw_fd(),
             &mut iov,
             Some(&mut cmsg),
             MsgFlags::MSG_CMSG_CLOEXEC,
-        )
-        .map_err(io::Error::from)?;
+        ) {
+            Ok(m) => m,
+            // A signal before any octet arrived: wait again (as `read_exact` does).
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(io::Error::from(e).into()),
+        };
         let n = msg.bytes;
         for c in msg.cmsgs().map_err(io::Error::from)? {
             if let ControlMessageOwned::ScmRights(fds) = c {

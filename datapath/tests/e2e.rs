@@ -292,7 +292,7 @@ fn loss_in_the_bridge_is_repaired_with_sack() {
 }
 
 #[test]
-fn two_queues_eight_concurrent_connections() {
+fn two_queues_sixteen_concurrent_connections() {
     if !require_privileged("datapath e2e 2 queues") {
         return;
     }
@@ -303,7 +303,9 @@ fn two_queues_eight_concurrent_connections() {
     .unwrap();
     let (dp, path) = start_datapath(&bed, 2);
     let flows: Vec<serde_json::Value> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..8u16)
+        // Sixteen, so that both queues get some (each connection's queue is the sender's
+        // pick: with eight, all on one queue happened once in a loaded run).
+        let handles: Vec<_> = (0..16u16)
             .map(|i| {
                 let (bed, path) = (&bed, &path);
                 s.spawn(move || {
@@ -321,7 +323,7 @@ fn two_queues_eight_concurrent_connections() {
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    assert_eq!(flows.len(), 8);
+    assert_eq!(flows.len(), 16);
     // Both queues carried traffic (the peer's connections hash to both).
     let mut dpc = DatapathClient::connect(&path, Duration::from_secs(5)).unwrap();
     let Message::Stats { stats, .. } = dpc.request(|id| Message::GetStats { id }).unwrap() else {
@@ -373,10 +375,27 @@ fn crc_error_terminates_that_connection_only_and_a_reset_is_error_1() {
             "tcp and src host 10.99.0.2",
         ])
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("tcpdump (make deps installs it)");
-    std::thread::sleep(Duration::from_millis(500));
+    // Traffic starts only once tcpdump says it listens (a fixed sleep was too short on a
+    // loaded machine: the capture then missed everything).
+    let (up_tx, up_rx) = std::sync::mpsc::channel();
+    let stderr = dump.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("listening on") {
+                let _ = up_tx.send(());
+            }
+        }
+    });
+    up_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("tcpdump did not start listening");
     std::thread::scope(|s| {
         // A good connection runs beside the bad ones.
         let good = s.spawn(|| {
