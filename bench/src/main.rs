@@ -18,7 +18,7 @@ use mpa_control::datapath_client::DatapathClient;
 use mpa_control::responder::{respond_and_hand_over, Outcome};
 use mpa_ctl_proto::consumer::{Consumer, MappedRegion};
 use mpa_ctl_proto::{Completion, CompletionKind, Message, PostTarget};
-use mpa_datapath::placement::MAX_POSTED;
+use mpa_datapath::receiver::MAX_POSTED;
 use mpa_datapath::server::{Datapath, DatapathConfig};
 use mpa_datapath::tcp::TcpConfig;
 use mpa_datapath::xsk::{BindMode, XskConfig};

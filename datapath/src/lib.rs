@@ -1,22 +1,30 @@
 //! The MPA data path: AF_XDP workers, flow table, placement, and a minimal TCP for
 //! established connections handed over from the kernel with TCP_REPAIR.
 //!
-//! Modules so far:
-//! * [`wire`]: byte views (smoltcp style) for the headers the data path parses and builds: TCP.
-//! * [`xsk`]: one AF_XDP socket per RX queue with its UMEM and rings (the only `unsafe`).
-//! * [`tcp`]: a sans-I/O TCP for established connections only (receive fast path, reassembly,
-//!   ACK policy, and reliable sending of the few octets the data path itself sends).
+//! Modules, in the order a received frame meets them:
+//! * [`xsk`]: one AF_XDP socket per RX queue with its UMEM and rings; [`ring`]: the
+//!   [`ring::FrameRing`] trait a worker runs on, and an in-memory ring ([`ring::MemRing`]).
+//! * [`worker`]: one polling thread per queue: frames → flows, timers, TX, completions out.
+//! * [`wire`]: byte views (smoltcp style) of Ethernet, IP and TCP headers; frame templates.
+//! * [`flow`]: one connection: [`tcp::Connection`] + [`receiver::MpaReceiver`].
+//! * [`tcp`]: a sans-I/O TCP for established, handed-over connections.
+//! * [`receiver`]: the sans-I/O MPA receiver: FPDU decoding and location, RTR check,
+//!   RFC 5040/5041 placement checks and Terminates, completions.
+//! * [`region`], [`registry`]: registered memory (memfd regions, STags, posted buffers).
+//! * [`server`]: the datapath process: control socket, workers, XDP steering; [`capture`].
 //!
-//! `unsafe` is allowed crate-wide because AF_XDP code (rings, UMEM) will live here; every
-//! module that does not need it carries `#![forbid(unsafe_code)]`.
+//! `unsafe` is allowed crate-wide only for the two boundaries that need it: [`xsk`] (the
+//! AF_XDP rings and UMEM) and [`region`] (the shared mapping of registered memory). Every
+//! other module carries `#![forbid(unsafe_code)]`.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
 pub mod capture;
 pub mod flow;
-pub mod placement;
+pub mod receiver;
 pub mod region;
 pub mod registry;
+pub mod ring;
 pub mod server;
 pub mod tcp;
 pub mod wire;

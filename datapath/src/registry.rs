@@ -4,7 +4,7 @@
 
 #![forbid(unsafe_code)]
 
-use crate::placement::{PostedBuf, Region, MAX_POSTED};
+use crate::receiver::{PostedBuf, Region, MAX_POSTED};
 use crate::region::RegionMemory;
 use mpa_ctl_proto::{ErrorCode, RegionInfo};
 use std::collections::hash_map::RandomState;

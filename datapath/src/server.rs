@@ -266,7 +266,7 @@ struct Server {
     next_flow: u64,
     adopted: HashMap<u64, Adopted>,
     /// Final counters of the most recent ended flows (bounded).
-    finished: std::collections::VecDeque<serde_json::Value>,
+    finished: std::collections::VecDeque<crate::flow::FlowReport>,
     registry: Registry,
     stop: Arc<AtomicBool>,
     /// The packet capture running, if any (one at a time).
@@ -585,7 +585,7 @@ impl Server {
                             Message::Error {
                                 id,
                                 code: ErrorCode::BadRequest,
-                                message: e,
+                                message: e.to_string(),
                             },
                         )
                     }
@@ -623,8 +623,8 @@ impl Server {
                 for w in &self.workers {
                     let (tx, rx) = crossbeam_channel::bounded(1);
                     if w.send(Command::Stats(tx)).is_ok() {
-                        if let Ok(v) = rx.recv_timeout(Duration::from_secs(2)) {
-                            queues.push(v);
+                        if let Ok(report) = rx.recv_timeout(Duration::from_secs(2)) {
+                            queues.push(report);
                         }
                     }
                 }
@@ -783,7 +783,7 @@ impl Server {
                     .map_err(|_| (ErrorCode::Internal, "worker gone".to_string()))?;
                 match rx.recv_timeout(Duration::from_secs(2)) {
                     Ok(Ok(())) => Ok(()),
-                    Ok(Err(e)) => Err((ErrorCode::BadRequest, e)),
+                    Ok(Err(e)) => Err((ErrorCode::BadRequest, e.to_string())),
                     Err(_) => Err((ErrorCode::Internal, "worker did not answer".into())),
                 }
             }
@@ -1029,11 +1029,11 @@ impl Server {
             } => {
                 let client = self.adopted.get(&flow_id).map(|a| a.client);
                 self.forget(flow_id);
-                tracing::info!(flow_id, ?end, %stats, "flow gone");
+                tracing::info!(flow_id, ?end, ?stats, "flow gone");
                 if let Some(c) = client {
                     let m = Message::FlowGone {
                         flow_id,
-                        mpa_error: end.mpa_error,
+                        mpa_error: end.mpa_error.map(mpa::MpaErrorCode::code),
                         terminate: end.terminate,
                         reason: end.reason,
                     };
@@ -1042,7 +1042,7 @@ impl Server {
                 if self.finished.len() == FINISHED_KEPT {
                     self.finished.pop_front();
                 }
-                self.finished.push_back(stats);
+                self.finished.push_back(*stats);
             }
         }
     }

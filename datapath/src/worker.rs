@@ -1,16 +1,17 @@
-//! One polling worker per RX queue: it owns its AF_XDP socket and its flows; the control
-//! thread talks to it over channels only (DESIGN.md fast-path rules).
+//! One polling worker per RX queue: it owns its frame ring and its flows; the control thread
+//! talks to it over channels only (docs/architecture.md, fast-path rules). Generic over the
+//! ring: AF_XDP in production, in memory for tests and the isolated pipeline benchmark.
 
 use crate::capture::{CaptureBatch, CaptureSpec, CaptureTap};
-use crate::flow::{Flow, FlowEnd};
-use crate::placement::{PostedBuf, Region, RegionTable};
+use crate::flow::{Flow, FlowEnd, FlowError, FlowReport};
+use crate::receiver::{PostRecvError, PostedBuf, Region, RegionTable};
+use crate::ring::{FrameRing, RingStats};
 use crate::tcp::TcpConfig;
 use crate::wire::frame::parse_tcp_frame;
 use crate::wire::tcp::TcpRepr;
-use crate::xsk::XskQueue;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use mpa_ctl_proto::{CaptureDirection, HandOver};
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::net::SocketAddr;
@@ -20,13 +21,17 @@ use std::time::{Duration, Instant};
 pub enum Command {
     /// Start owning a flow from its hand-over, with the receive buffers its domain had
     /// waiting; the answer says whether it worked.
-    HandOver(Box<HandOver>, Vec<PostedBuf>, Sender<Result<(), String>>),
+    HandOver(
+        Box<HandOver>,
+        Vec<PostedBuf>,
+        Sender<Result<(), WorkerError>>,
+    ),
     /// A region to place into (every worker gets its own copy).
     AddRegion(Region),
     /// A region no longer accepts placement.
     RemoveRegion(u32),
     /// Post receive buffers to a flow.
-    PostRecv(u64, Vec<PostedBuf>, Sender<Result<(), String>>),
+    PostRecv(u64, Vec<PostedBuf>, Sender<Result<(), WorkerError>>),
     /// Abort a flow (RST to the peer).
     Close(u64),
     /// Give a flow up (it belongs to another queue's worker): answer with its state.
@@ -34,7 +39,7 @@ pub enum Command {
     /// Take over a flow released by another worker.
     Adopt(Box<Flow>, (SocketAddr, SocketAddr)),
     /// Report counters.
-    Stats(Sender<serde_json::Value>),
+    Stats(Sender<QueueReport>),
     /// Start capturing (replacing any capture running).
     StartCapture(CaptureSpec),
     /// Stop capturing: hand over what is held ([`Notification::Captured`]), then answer with
@@ -58,7 +63,7 @@ pub enum Notification {
         /// How.
         end: FlowEnd,
         /// Final counters.
-        stats: serde_json::Value,
+        stats: Box<FlowReport>,
     },
     /// Completions of one flow, in order.
     Completions {
@@ -89,8 +94,47 @@ pub enum Notification {
     },
 }
 
+/// Why a worker refused a command.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// A hand-over for a 4-tuple that already has a flow here.
+    #[error("the 4-tuple already has a flow")]
+    DuplicateFlow,
+    /// The flow is not on this worker.
+    #[error("no flow {0} on this worker")]
+    NoFlow(u64),
+    /// The hand-over could not become a flow.
+    #[error(transparent)]
+    HandOver(#[from] FlowError),
+    /// Receive buffers were refused.
+    #[error("flow {flow}: {error}")]
+    PostRecv {
+        /// The flow.
+        flow: u64,
+        /// Why.
+        error: PostRecvError,
+    },
+}
+
+/// Counters and flows of one queue, as the worker reports them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueReport {
+    /// The queue.
+    pub queue: u32,
+    /// Ring counters.
+    #[serde(flatten)]
+    pub ring: RingStats,
+    /// Frame-level counters.
+    #[serde(flatten)]
+    pub stats: QueueStats,
+    /// CPU seconds of the worker thread.
+    pub cpu_seconds: f64,
+    /// Every flow.
+    pub flows: Vec<FlowReport>,
+}
+
 /// Counters of one queue.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueStats {
     /// Frames that were not IP/TCP or failed their checksums.
     pub malformed: u64,
@@ -188,8 +232,8 @@ pub struct WorkerConfig {
 }
 
 /// A worker bound to one queue.
-pub struct Worker {
-    xsk: XskQueue,
+pub struct Worker<R: FrameRing> {
+    xsk: R,
     regions: RegionTable,
     flows: HashMap<(SocketAddr, SocketAddr), Flow>,
     ids: HashMap<u64, (SocketAddr, SocketAddr)>,
@@ -217,10 +261,10 @@ pub struct Worker {
     completions: CompletionBatches,
 }
 
-impl Worker {
-    /// A worker for `xsk`.
+impl<R: FrameRing> Worker<R> {
+    /// A worker for the frame ring `xsk`.
     pub fn new(
-        xsk: XskQueue,
+        xsk: R,
         cfg: WorkerConfig,
         commands: Receiver<Command>,
         notify: Sender<Notification>,
@@ -299,15 +343,17 @@ impl Worker {
             Command::RemoveRegion(stag) => self.regions.remove(stag),
             Command::PostRecv(id, bufs, answer) => {
                 let r = match self.ids.get(&id).and_then(|k| self.flows.get_mut(k)) {
-                    Some(f) => f.post_recv(&bufs),
-                    None => Err(format!("no flow {id} on this worker")),
+                    Some(f) => f
+                        .post_recv(&bufs)
+                        .map_err(|error| WorkerError::PostRecv { flow: id, error }),
+                    None => Err(WorkerError::NoFlow(id)),
                 };
                 let _ = answer.send(r);
             }
             Command::HandOver(h, bufs, answer) => {
                 let key = (h.tcp.local, h.tcp.remote);
                 let r = if self.flows.contains_key(&key) {
-                    Err("the 4-tuple already has a flow".to_string())
+                    Err(WorkerError::DuplicateFlow)
                 } else {
                     match Flow::new(
                         &h,
@@ -330,7 +376,7 @@ impl Worker {
                             self.touched.push(key);
                             Ok(())
                         }
-                        Err(e) => Err(e.to_string()),
+                        Err(e) => Err(WorkerError::HandOver(e)),
                     }
                 };
                 let _ = answer.send(r);
@@ -344,18 +390,7 @@ impl Worker {
                 }
             }
             Command::Stats(answer) => {
-                let x = self.xsk.stats();
-                let flows: Vec<_> = self.flows.values().map(Flow::stats_json).collect();
-                let _ = answer.send(json!({
-                    "queue": self.xsk.queue(),
-                    "rx_frames": x.rx_frames, "rx_octets": x.rx_octets,
-                    "tx_frames": x.tx_frames, "tx_octets": x.tx_octets,
-                    "tx_no_frame": x.tx_no_frame, "wakeups": x.wakeups,
-                    "malformed": self.stats.malformed, "unknown_flow": self.stats.unknown_flow,
-                    "bursts": self.stats.bursts,
-                    "cpu_seconds": thread_cpu_seconds(),
-                    "flows": flows,
-                }));
+                let _ = answer.send(self.report());
             }
             Command::StartCapture(spec) => {
                 tracing::debug!(
@@ -391,7 +426,7 @@ impl Worker {
                 for frame in held {
                     if let Ok(f) = parse_tcp_frame(&frame, self.cfg.verify_checksums) {
                         if let Ok(repr) = TcpRepr::parse(&f.tcp) {
-                            flow.on_segment(now, &repr, f.tcp.payload(), &self.regions);
+                            flow.on_segment(now, &repr, f.tcp.payload(), &mut self.regions);
                         }
                     }
                 }
@@ -403,8 +438,9 @@ impl Worker {
         true
     }
 
-    /// One RX burst, timers, TX. Returns the frames received.
-    fn poll_once(&mut self) -> Result<usize, crate::xsk::XskError> {
+    /// One RX burst, timers, TX. Returns the frames received. [`Worker::run`] calls it in a
+    /// loop; in-memory tests and benchmarks call it directly.
+    pub fn poll_once(&mut self) -> Result<usize, R::Error> {
         let now = Instant::now();
         let queue = self.xsk.queue();
         // Spin while traffic flows; once idle, sleep in poll() until a frame or the next timer.
@@ -480,7 +516,7 @@ impl Worker {
                 stats.malformed += 1;
                 return;
             };
-            flow.on_segment(now, &repr, f.tcp.payload(), regions);
+            flow.on_segment(now, &repr, f.tcp.payload(), &mut *regions);
             if touched.last() != Some(&key) {
                 touched.push(key);
             }
@@ -585,11 +621,28 @@ impl Worker {
                     local: key.0,
                     remote: key.1,
                     end,
-                    stats: f.stats_json(),
+                    stats: Box::new(f.report()),
                 });
             }
         }
         Ok(n)
+    }
+
+    /// Counters and every flow's report.
+    pub fn report(&self) -> QueueReport {
+        QueueReport {
+            queue: self.xsk.queue(),
+            ring: self.xsk.stats(),
+            stats: self.stats,
+            cpu_seconds: thread_cpu_seconds(),
+            flows: self.flows.values().map(Flow::report).collect(),
+        }
+    }
+
+    /// Applies one command as if the control thread had sent it (in-memory drivers); `false`
+    /// after `Shutdown`.
+    pub fn apply(&mut self, c: Command) -> bool {
+        self.command(c)
     }
 
     /// Hands captured frames to the control thread: at the end of a poll (`Some(now)`) those

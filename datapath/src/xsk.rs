@@ -1,9 +1,10 @@
 //! One AF_XDP socket per RX queue, with its own UMEM and all four rings (s2n-quic-xdp style:
 //! one struct owns the UMEM and its rings, so "frames belong to this UMEM" holds by
-//! construction). This is the only module of the crate with `unsafe`: the xsk-rs ring calls
-//! are unsafe because the caller must hand back only descriptors of the same UMEM, which the
-//! ownership here guarantees.
+//! construction). The xsk-rs ring calls are unsafe because the caller must hand back only
+//! descriptors of the same UMEM, which the ownership here guarantees. One of the crate's two
+//! `unsafe` boundaries (the other is `region`, the registered memory).
 
+use crate::ring::{FrameRing, RingStats};
 use std::io::Write;
 use std::num::NonZeroU32;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
@@ -13,7 +14,7 @@ use xsk_rs::config::{
 };
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
 
-/// How the socket binds (ENV.md: veth supports copy mode only).
+/// How the socket binds (docs/environment.md: veth supports copy mode only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BindMode {
     /// Let the kernel choose (zero-copy when the driver supports it).
@@ -104,7 +105,7 @@ pub enum XskError {
     /// A configuration value the kernel will not take.
     #[error("AF_XDP configuration: {0}")]
     Config(String),
-    /// UMEM creation failed (over 8 MiB needs CAP_IPC_LOCK: ENV.md).
+    /// UMEM creation failed (over 8 MiB needs CAP_IPC_LOCK: docs/environment.md).
     #[error("UMEM of {frames} frames × {frame_size} octets: {detail}")]
     Umem {
         /// Frames asked for.
@@ -132,25 +133,14 @@ pub enum XskError {
 }
 
 /// Counters of one queue's socket.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct XskStats {
-    /// Frames received.
-    pub rx_frames: u64,
-    /// Octets received.
-    pub rx_octets: u64,
-    /// Frames sent.
-    pub tx_frames: u64,
-    /// Octets sent.
-    pub tx_octets: u64,
-    /// Packets not sent for lack of a free TX frame.
-    pub tx_no_frame: u64,
-    /// Wakeups issued (the one syscall of the fast path).
-    pub wakeups: u64,
-}
+pub type XskStats = RingStats;
 
 /// One AF_XDP socket with its UMEM.
 pub struct XskQueue {
     queue: u32,
+    // The rings hold raw pointers into the UMEM's memory. They stay valid whatever the drop
+    // order here: xsk-rs's `Umem` is a reference-counted handle and every ring keeps a clone,
+    // so the mapping goes only when the last ring is gone.
     umem: Umem,
     fill: FillQueue,
     comp: CompQueue,
@@ -158,6 +148,8 @@ pub struct XskQueue {
     tx: TxQueue,
     tx_free: Vec<FrameDesc>,
     tx_pending: Vec<FrameDesc>,
+    /// RX frames the fill ring did not take yet (given back first on the next burst).
+    fill_pending: Vec<FrameDesc>,
     rx_descs: Vec<FrameDesc>,
     comp_descs: Vec<FrameDesc>,
     stats: XskStats,
@@ -235,8 +227,9 @@ impl XskQueue {
             detail,
         };
         let ifname: Interface = iface.parse().map_err(|e| sock_err(format!("{e:?}")))?;
-        // SAFETY: the UMEM outlives the socket: both are owned by the returned XskQueue and
-        // the rings are dropped before the UMEM (field order), as xsk-rs requires.
+        // SAFETY: the UMEM outlives the socket: the returned XskQueue owns both, and the rings
+        // keep their own reference to the UMEM (xsk-rs's `Umem` is reference-counted), so the
+        // memory stays mapped for as long as any ring exists.
         let (tx, rx, fq_cq) = unsafe { Socket::new(sock_cfg, &umem, &ifname, queue) }
             .map_err(|e| sock_err(format!("{e:?}")))?;
         let (mut fill, comp) =
@@ -259,6 +252,7 @@ impl XskQueue {
             tx,
             tx_pending: Vec::with_capacity(tx_free.len()),
             tx_free,
+            fill_pending: Vec::with_capacity(BURST),
             rx_descs: vec![FrameDesc::default(); BURST],
             comp_descs: vec![FrameDesc::default(); BURST],
             stats: XskStats::default(),
@@ -371,13 +365,18 @@ impl XskQueue {
             self.stats.rx_octets += frame.len() as u64;
             f(frame);
         }
-        if n > 0 {
-            // SAFETY: these frames came from this UMEM's RX ring and nothing refers to them
-            // any more (`f` only borrowed them).
-            let m = unsafe { self.fill.produce(&self.rx_descs[..n]) };
-            if m < n {
-                // The fill ring has room for every frame we own; keep the rest for later.
-                tracing::warn!(queue = self.queue, m, n, "fill ring short");
+        if n > 0 || !self.fill_pending.is_empty() {
+            self.fill_pending.extend_from_slice(&self.rx_descs[..n]);
+            // SAFETY: these frames came from this UMEM's RX ring (now or in an earlier burst
+            // whose fill fell short) and nothing refers to them any more (`f` only borrowed
+            // them).
+            let m = unsafe { self.fill.produce(&self.fill_pending) };
+            if m == self.fill_pending.len() {
+                self.fill_pending.clear();
+            } else {
+                // The ring had no room for all (xsk-rs reserves all or nothing): keep the
+                // rest for the next burst rather than lose them from the UMEM.
+                self.fill_pending.drain(..m);
             }
             if self.fill.needs_wakeup() {
                 self.stats.wakeups += 1;
@@ -452,5 +451,29 @@ impl XskQueue {
         // SAFETY: the completion ring returns descriptors of this UMEM that we produced.
         let c = unsafe { self.comp.consume(&mut self.comp_descs) };
         self.tx_free.extend_from_slice(&self.comp_descs[..c]);
+    }
+}
+
+impl FrameRing for XskQueue {
+    type Error = XskError;
+
+    fn queue(&self) -> u32 {
+        XskQueue::queue(self)
+    }
+
+    fn rx_burst(&mut self, timeout_ms: i32, f: impl FnMut(&[u8])) -> Result<usize, XskError> {
+        XskQueue::rx_burst(self, timeout_ms, f)
+    }
+
+    fn send(&mut self, pkt: &[u8]) -> bool {
+        XskQueue::send(self, pkt)
+    }
+
+    fn flush(&mut self) -> Result<(), XskError> {
+        XskQueue::flush(self)
+    }
+
+    fn stats(&self) -> RingStats {
+        XskQueue::stats(self)
     }
 }

@@ -33,7 +33,7 @@ pub mod stats;
 mod timer;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use config::{HandoverState, TcpConfig, TsHandover};
 pub use connection::{Connection, Event, SegmentOutcome, State, Transmit};

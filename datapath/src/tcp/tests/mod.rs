@@ -2,5 +2,5 @@
 //! lossy, reordering, duplicating in-memory link (`pair`, in the manner of quinn's `Pair`).
 
 mod conn;
-mod harness;
-mod pair;
+pub(crate) mod harness;
+pub(crate) mod pair;

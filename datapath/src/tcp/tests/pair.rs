@@ -1,6 +1,9 @@
 //! Two connections over an in-memory link that loses, reorders and duplicates segments with
 //! seeded randomness, on virtual time (quinn's `Pair`). A sends N octets to B; B must deliver
 //! every octet exactly once, in order, byte-exact; then both close.
+//!
+//! What B does with a segment is a [`Sink`]: here the octets are collected ([`ByteSink`]);
+//! the MPA receiver's tests plug in the receiver placing into regions (`crate::receiver`).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -13,40 +16,40 @@ use crate::tcp::{Connection, Event, HandoverState, State, TcpConfig, TsHandover}
 use crate::wire::tcp::{TcpPacket, TcpRepr};
 
 /// splitmix64: small, seedable, good enough for a link model.
-struct Rng(u64);
+pub(crate) struct Rng(pub u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     }
-    fn chance(&mut self, p: f64) -> bool {
+    pub fn chance(&mut self, p: f64) -> bool {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p && p > 0.0
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
 }
 
 #[derive(Debug, Clone, Copy)]
-struct LinkCfg {
-    loss: f64,
-    reorder: f64,
-    duplicate: f64,
+pub(crate) struct LinkCfg {
+    pub loss: f64,
+    pub reorder: f64,
+    pub duplicate: f64,
     /// One-way propagation delay.
-    delay: Duration,
+    pub delay: Duration,
     /// Octets per second (serialisation).
-    rate: u64,
+    pub rate: u64,
     /// The receivers busy-poll: arrivals are handled at the next multiple of this, so one
     /// RX burst holds every segment that arrived since the last poll.
-    poll: Duration,
+    pub poll: Duration,
 }
 
 impl LinkCfg {
-    fn lossy(loss: f64) -> LinkCfg {
+    pub fn lossy(loss: f64) -> LinkCfg {
         LinkCfg {
             loss,
             reorder: if loss > 0.0 { 0.02 } else { 0.0 },
@@ -64,8 +67,40 @@ enum Dir {
     BtoA,
 }
 
+/// What B does with each segment that reaches it.
+pub(crate) trait Sink {
+    /// Runs one segment through B's connection (and whatever sits above it).
+    fn on_segment(&mut self, b: &mut Connection, now: Instant, repr: &TcpRepr, payload: &[u8]);
+    /// Stream octets delivered in order so far.
+    fn delivered(&self) -> usize;
+}
+
+/// Collects what B delivers.
+#[derive(Debug, Default)]
+pub(crate) struct ByteSink {
+    pub received: Vec<u8>,
+}
+
+impl Sink for ByteSink {
+    fn on_segment(&mut self, b: &mut Connection, now: Instant, repr: &TcpRepr, payload: &[u8]) {
+        let out = b.handle_segment(now, repr, payload);
+        assert!(out.in_order.end <= payload.len());
+        self.received
+            .extend_from_slice(&payload[out.in_order.clone()]);
+        if out.reassembled > 0 {
+            let rx = &mut self.received;
+            let n = b.drain_reassembled(|s| rx.extend_from_slice(s));
+            assert_eq!(n, out.reassembled);
+        }
+    }
+
+    fn delivered(&self) -> usize {
+        self.received.len()
+    }
+}
+
 /// Which side is which in the hand-over: A's send side is B's receive side.
-fn handovers(t0: Instant, ts: bool, sack: bool) -> (HandoverState, HandoverState) {
+pub(crate) fn handovers(t0: Instant, ts: bool, sack: bool) -> (HandoverState, HandoverState) {
     let a_snd = SeqNumber(u32::MAX - 10_000); // A -> B stream wraps early
     let b_snd = SeqNumber(u32::MAX - 3);
     let ts_a = TsHandover {
@@ -107,9 +142,9 @@ fn handovers(t0: Instant, ts: bool, sack: bool) -> (HandoverState, HandoverState
 /// A segment on the link: (arrival, tiebreak, direction, octets).
 type Packet = (Instant, u64, Dir, Vec<u8>);
 
-struct Pair {
-    a: Connection,
-    b: Connection,
+pub(crate) struct Pair<S: Sink = ByteSink> {
+    pub a: Connection,
+    pub b: Connection,
     t0: Instant,
     now: Instant,
     link: LinkCfg,
@@ -118,17 +153,20 @@ struct Pair {
     in_flight: BinaryHeap<Reverse<Packet>>,
     busy_until: [Instant; 2],
     counter: u64,
-    data: Vec<u8>,
+    pub data: Vec<u8>,
     sent: usize,
-    received: Vec<u8>,
-    a_received: Vec<u8>,
-    b_events: Vec<Event>,
+    /// When set, A writes `data` one TCP segment at a time, ending each at the next of these
+    /// offsets (an aligned MPA sender: every segment starts with an FPDU).
+    pub segment_ends: Option<std::collections::VecDeque<usize>>,
+    pub sink: S,
+    pub a_received: Vec<u8>,
+    pub b_events: Vec<Event>,
     a_events: Vec<Event>,
-    max_stored: usize,
-    acks_with_sack: u64,
-    segments_on_link: u64,
+    pub max_stored: usize,
+    pub acks_with_sack: u64,
+    pub segments_on_link: u64,
     /// When B had delivered every octet.
-    done_at: Option<Instant>,
+    pub done_at: Option<Instant>,
 }
 
 impl Pair {
@@ -141,6 +179,25 @@ impl Pair {
         sack: bool,
         b_cfg: &TcpConfig,
     ) -> Pair {
+        let mut rng = Rng(seed);
+        let data = (0..n).map(|_| rng.next() as u8).collect();
+        Pair::with_sink(t0, link, rng, data, ts, sack, b_cfg, ByteSink::default())
+    }
+}
+
+impl<S: Sink> Pair<S> {
+    /// A pair where A sends `data` and B hands each segment to `sink`; `rng` drives the link.
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_sink(
+        t0: Instant,
+        link: LinkCfg,
+        rng: Rng,
+        data: Vec<u8>,
+        ts: bool,
+        sack: bool,
+        b_cfg: &TcpConfig,
+        sink: S,
+    ) -> Pair<S> {
         let (ha, hb) = handovers(t0, ts, sack);
         let a_cfg = TcpConfig {
             snd_buf: 512 * 1024,
@@ -150,8 +207,6 @@ impl Pair {
             time_wait: Duration::from_secs(30),
             ..TcpConfig::default()
         };
-        let mut rng = Rng(seed);
-        let data = (0..n).map(|_| rng.next() as u8).collect();
         Pair {
             a: Connection::new(&ha, &a_cfg, t0).unwrap(),
             b: Connection::new(&hb, b_cfg, t0).unwrap(),
@@ -164,7 +219,8 @@ impl Pair {
             counter: 0,
             data,
             sent: 0,
-            received: Vec::with_capacity(n),
+            segment_ends: None,
+            sink,
             a_received: Vec::new(),
             b_events: Vec::new(),
             a_events: Vec::new(),
@@ -224,6 +280,32 @@ impl Pair {
         }
     }
 
+    /// A writes its next segment only once everything before it left, so that its TCP cuts
+    /// the stream where the segment ends are.
+    fn send_segments(&mut self) {
+        loop {
+            let unsent = (self.a.snd_una() + self.a.send_queued()).distance_from(self.a.snd_nxt());
+            let mut wrote = false;
+            if unsent == 0 {
+                if let Some(&end) = self.segment_ends.as_ref().and_then(|e| e.front()) {
+                    let chunk = &self.data[self.sent..end];
+                    if self.a.send_capacity() >= chunk.len() {
+                        self.sent += self.a.send(chunk);
+                        if let Some(e) = self.segment_ends.as_mut() {
+                            e.pop_front();
+                        }
+                        wrote = true;
+                    }
+                }
+            }
+            let before = self.segments_on_link;
+            self.transmit_all();
+            if !wrote && self.segments_on_link == before {
+                break;
+            }
+        }
+    }
+
     /// Delivers every segment due by `now`, as one RX burst per receiver.
     fn deliver_due(&mut self) {
         let mut burst_a = false;
@@ -246,18 +328,10 @@ impl Pair {
             match dir {
                 Dir::AtoB => {
                     burst_b = true;
-                    let out = self.b.handle_segment(self.now, &repr, payload);
-                    assert!(out.in_order.end <= payload.len());
-                    self.received
-                        .extend_from_slice(&payload[out.in_order.clone()]);
-                    if out.reassembled > 0 {
-                        let rx = &mut self.received;
-                        let n = self.b.drain_reassembled(|s| rx.extend_from_slice(s));
-                        assert_eq!(n, out.reassembled);
-                    }
+                    self.sink.on_segment(&mut self.b, self.now, &repr, payload);
                     self.max_stored = self.max_stored.max(self.b.reassembly_stored());
                     // Delivered so far is a prefix of what was sent: exactly once, in order.
-                    let k = self.received.len();
+                    let k = self.sink.delivered();
                     assert!(k <= self.data.len(), "more delivered than sent");
                     if k == self.data.len() && self.done_at.is_none() {
                         self.done_at = Some(self.now);
@@ -282,10 +356,14 @@ impl Pair {
     }
 
     fn step(&mut self) -> bool {
-        if self.sent < self.data.len() {
-            self.sent += self.a.send(&self.data[self.sent..]);
+        if self.segment_ends.is_none() {
+            if self.sent < self.data.len() {
+                self.sent += self.a.send(&self.data[self.sent..]);
+            }
+            self.transmit_all();
+        } else {
+            self.send_segments();
         }
-        self.transmit_all();
         while let Some(e) = self.a.poll_event() {
             self.a_events.push(e);
         }
@@ -320,10 +398,10 @@ impl Pair {
     }
 
     /// Runs until A's data is delivered and both sides closed, or the limits hit.
-    fn run(&mut self, t0: Instant) {
+    pub fn run(&mut self, t0: Instant) {
         let mut closing = false;
         for _ in 0..5_000_000 {
-            if !closing && self.received.len() == self.data.len() && self.a.send_queued() == 0 {
+            if !closing && self.sink.delivered() == self.data.len() && self.a.send_queued() == 0 {
                 self.a.close();
                 closing = true;
             }
@@ -333,7 +411,7 @@ impl Pair {
             assert!(
                 self.now - t0 < Duration::from_secs(3600),
                 "virtual time ran away: received {} of {}\na: {:?}\nb: {:?}",
-                self.received.len(),
+                self.sink.delivered(),
                 self.data.len(),
                 self.a.stats(),
                 self.b.stats()
@@ -363,8 +441,15 @@ fn transfer(loss: f64, seed: u64, n: usize, ts: bool, sack: bool, b_cfg: TcpConf
         sa.fast_retransmits,
         sa.rto_expiries
     );
-    assert_eq!(p.received.len(), n, "all octets delivered (loss {loss})");
-    assert!(p.received == p.data, "byte-exact, in order (loss {loss})");
+    assert_eq!(
+        p.sink.received.len(),
+        n,
+        "all octets delivered (loss {loss})"
+    );
+    assert!(
+        p.sink.received == p.data,
+        "byte-exact, in order (loss {loss})"
+    );
     assert!(p.max_stored <= b_cfg.reassembly_limit);
     // Clean close both ways: B saw the FIN after the data, closed, and got to CLOSED.
     assert_eq!(p.b_events.first(), Some(&Event::PeerClosed));
@@ -494,7 +579,7 @@ fn reply_then_data_both_ways() {
     assert_eq!(p.b.send(&reply), reply.len());
     p.run(t0);
     assert_eq!(p.a_received, reply);
-    assert_eq!(p.received, p.data);
+    assert_eq!(p.sink.received, p.data);
     assert_eq!(p.a.state(), State::Closed);
     assert_eq!(p.b.state(), State::Closed);
 }

@@ -1,0 +1,549 @@
+//! The MPA receiver of one connection, sans I/O: the octets TCP delivers go in (in order, or
+//! ahead of the stream when out-of-order segments can be located), placements into registered
+//! memory, completions and at most one Terminate come out. No AF_XDP, no sockets, no clock:
+//! the worker drives it through [`crate::flow::Flow`], tests and the in-memory pipeline drive
+//! it directly (`MpaReceiver` + `tcp::Connection` + a [`Regions`] implementation).
+//!
+//! The path of one FPDU: [`MpaReceiver::handle_in_order`] → `FpduDecoder` (markers, CRC, in
+//! batches) → RTR check for the first FPDU (RFC 6581) → [`Placer::plan`] (RFC 5040/5041
+//! checks) → [`Placer::place`] (copy into the region) → [`Placer::complete`] (in stream
+//! order) → [`MpaReceiver::poll_completion`]. Out of order, [`MpaReceiver::handle_segment_ahead`]
+//! finds whole FPDUs with the `FpduLocator` (marker- or alignment-guided, CRC-verified) and
+//! places them at once; they complete when the in-order stream reaches them.
+
+#![forbid(unsafe_code)]
+
+mod ahead;
+pub mod placement;
+pub mod regions;
+#[cfg(test)]
+mod tests;
+
+use crate::tcp::PlacedSpans;
+use ahead::{AheadList, PlacedAhead};
+use mpa::crc::{crc32c_append, crc32c_combine};
+use mpa::decoder::{DecodeError, FpduDecoder};
+use mpa::endpoint::classify_rtr;
+use mpa::locator::{FpduLocator, LocatedFpdu};
+use mpa::markers::MarkerGrid;
+use mpa::seq::SeqNumber;
+use mpa::startup::{RtrSet, RtrType};
+use mpa::wire::ddp::{
+    self, terminate_ulpdu, terminate_ulpdu_for_segment, DdpRepr, RdmapOpcode, TerminateRepr,
+};
+use mpa::MpaErrorCode;
+use mpa_ctl_proto::Completion;
+pub use placement::{
+    PlacementError, Placer, PostError, PostedBuf, SegmentKind, SegmentPlan, MAX_POSTED, PLAN_PREFIX,
+};
+pub use regions::{MemRegions, Region, RegionTable, Regions};
+use serde::Serialize;
+use std::collections::VecDeque;
+
+/// FPDUs placed out of order and not yet completed in order, per connection.
+pub const MAX_PLACED_AHEAD: usize = 4096;
+
+/// Completions a receiver holds before the worker collects them; past this the in-order path
+/// stops placing (the worker collects after every burst, so this is a bound, not a limit met
+/// in practice).
+const MAX_HELD_COMPLETIONS: usize = 1 << 16;
+
+/// What was negotiated for the receive direction of one connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReceiverConfig {
+    /// The datapath's id of the connection (carried in completions).
+    pub flow_id: u64,
+    /// Sequence number of the first octet after the startup frames (RCV.NXT at hand-over).
+    pub start: SeqNumber,
+    /// The peer inserts markers toward us.
+    pub markers: bool,
+    /// FPDUs carry CRCs.
+    pub crc: bool,
+    /// The peer promised FPDU-aligned segments (an FPDU header at every segment start).
+    pub aligned_sender: bool,
+    /// DDP/RDMAP version.
+    pub ddp_rdmap_version: u8,
+    /// Protection domain whose regions we place into; `None`: payloads are only counted.
+    pub pd: Option<u32>,
+    /// Responder: the first FPDU must be an RTR of this set (RFC 6581 §9.2; empty: any FPDU).
+    /// Initiator: `None`.
+    pub expect_rtr: Option<RtrSet>,
+    /// Keep a CRC32c digest of every ULPDU octet, in order (for end-to-end checks).
+    pub digest: bool,
+}
+
+/// Counters of one receiver.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct RxStats {
+    /// FPDUs delivered in stream order.
+    pub fpdus: u64,
+    /// ULPDU octets delivered.
+    pub ulpdu_octets: u64,
+    /// CRC errors (error 2).
+    pub crc_errors: u64,
+    /// Marker errors (error 3).
+    pub marker_errors: u64,
+    /// FPDUs placed straight from an out-of-order segment (marker-guided).
+    pub placed_direct: u64,
+    /// FPDUs placed when they arrived in order.
+    pub placed_in_order: u64,
+    /// FPDUs placed from the reassembly store once a hole filled.
+    pub placed_from_store: u64,
+    /// Out-of-order FPDU candidates the locator dropped (CRC or marker check failed).
+    pub located_rejected: u64,
+    /// Out-of-order FPDUs that passed the locator but not the placement checks (left to the
+    /// in-order path, which reports the error precisely).
+    pub ahead_refused: u64,
+    /// Payload octets copied into regions.
+    pub placed_octets: u64,
+    /// Completions produced.
+    pub completions: u64,
+}
+
+/// Why the receiver ended the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RxError {
+    /// An MPA error (RFC 5044 §8): Terminate at layer 2.
+    #[error("{0}")]
+    Mpa(MpaErrorCode),
+    /// A DDP/RDMAP placement violation: Terminate with the segment's DDP header.
+    #[error("{0}")]
+    Placement(PlacementError),
+}
+
+impl RxError {
+    /// The MPA error code, for MPA errors.
+    pub fn mpa_code(&self) -> Option<MpaErrorCode> {
+        match self {
+            RxError::Mpa(c) => Some(*c),
+            RxError::Placement(_) => None,
+        }
+    }
+}
+
+/// How the receive direction ended: reported once by [`MpaReceiver::poll_terminate`]. After
+/// either, nothing more is placed or completed (RFC 5040 §5.3, RFC 5041 §7: a Terminate ends
+/// data transfer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RxEnd {
+    /// We found an error: send `ulpdu` (a Terminate) as an FPDU, then close.
+    Local {
+        /// What was wrong.
+        error: RxError,
+        /// The Terminate's control fields.
+        terminate: TerminateRepr,
+        /// The Terminate ULPDU to send.
+        ulpdu: Vec<u8>,
+    },
+    /// The peer sent a Terminate.
+    Peer(TerminateRepr),
+}
+
+/// Where in-order octets come from (for the placement counters only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InOrderSource {
+    /// The in-order part of a segment that just arrived.
+    Segment,
+    /// Drained from the TCP reassembly store once a hole filled.
+    Store,
+}
+
+/// The MPA receive side of one connection.
+#[derive(Debug)]
+pub struct MpaReceiver {
+    flow_id: u64,
+    version: u8,
+    decoder: FpduDecoder,
+    /// `None` without a protection domain: payloads are only counted (and digested).
+    placer: Option<Placer>,
+    locator: FpduLocator,
+    /// Out-of-order segments can be parsed alone: markers toward us, or an aligned sender
+    /// and CRCs (header at segment start, verified by CRC).
+    locatable: bool,
+    ahead: AheadList,
+    /// Octets still to step over (the rest of an FPDU placed ahead).
+    skip_left: usize,
+    /// Responder before the first FPDU: the RTRs it may be.
+    expect_first: Option<RtrSet>,
+    digest: Option<u32>,
+    stats: RxStats,
+    completions: VecDeque<Completion>,
+    located: Vec<LocatedFpdu>,
+    /// The sink (STag, TO) of a zero-length Read Request RTR, to answer.
+    read_rtr: Option<(u32, u64)>,
+    /// Sticky end: set once, never cleared.
+    end: Option<RxEnd>,
+    end_reported: bool,
+}
+
+impl MpaReceiver {
+    /// A receiver for what was negotiated.
+    pub fn new(cfg: &ReceiverConfig) -> Self {
+        let locatable = cfg.markers || (cfg.aligned_sender && cfg.crc);
+        MpaReceiver {
+            flow_id: cfg.flow_id,
+            version: cfg.ddp_rdmap_version,
+            decoder: FpduDecoder::new(cfg.markers, cfg.crc),
+            placer: cfg.pd.map(|pd| Placer::new(pd, cfg.ddp_rdmap_version)),
+            locator: FpduLocator::new(MarkerGrid::new(cfg.start, cfg.markers), cfg.crc)
+                .with_aligned_sender(cfg.aligned_sender && cfg.crc),
+            locatable,
+            ahead: AheadList::new(cfg.start),
+            skip_left: 0,
+            expect_first: cfg.expect_rtr,
+            digest: cfg.digest.then_some(0),
+            stats: RxStats::default(),
+            completions: VecDeque::new(),
+            located: Vec::new(),
+            read_rtr: None,
+            end: None,
+            end_reported: false,
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &RxStats {
+        &self.stats
+    }
+
+    /// The running digest of the ULPDU octets (when kept).
+    pub fn digest(&self) -> Option<u32> {
+        self.digest
+    }
+
+    /// The protection domain placed into.
+    pub fn pd(&self) -> Option<u32> {
+        self.placer.as_ref().map(Placer::pd)
+    }
+
+    /// Receive buffers posted and not yet used (`None` without a domain).
+    pub fn posted(&self) -> Option<usize> {
+        self.placer.as_ref().map(Placer::posted)
+    }
+
+    /// FPDUs placed ahead of the stream, waiting for it.
+    pub fn placed_ahead_waiting(&self) -> usize {
+        self.ahead.len()
+    }
+
+    /// Octets of a partial FPDU held by the decoder (a FIN now cuts an FPDU short).
+    pub fn partial_fpdu(&self) -> bool {
+        self.decoder.buffered() > 0
+    }
+
+    /// Whether the receive direction has ended (our Terminate or the peer's).
+    pub fn is_ended(&self) -> bool {
+        self.end.is_some()
+    }
+
+    /// Posts receive buffers for the peer's Sends (in MSN order).
+    pub fn post_recv(&mut self, bufs: &[PostedBuf]) -> Result<(), PostRecvError> {
+        let p = self.placer.as_mut().ok_or(PostRecvError::NoDomain)?;
+        p.post(bufs.iter().copied()).map_err(PostRecvError::Full)
+    }
+
+    /// Whether out-of-order segments should go through [`Self::handle_segment_ahead`]:
+    /// locatable framing, a domain, the first FPDU (the RTR) seen, no error, room left.
+    pub fn wants_segments_ahead(&self) -> bool {
+        self.locatable
+            && self.placer.is_some()
+            && self.expect_first.is_none()
+            && self.end.is_none()
+            && self.decoder.error().is_none()
+            && self.ahead.len() < MAX_PLACED_AHEAD
+    }
+
+    /// The next completion, in stream order.
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.completions.pop_front()
+    }
+
+    /// Whether completions are waiting.
+    pub fn has_completions(&self) -> bool {
+        !self.completions.is_empty()
+    }
+
+    /// How the receive direction ended, once (then `None`).
+    pub fn poll_terminate(&mut self) -> Option<&RxEnd> {
+        if self.end_reported {
+            return None;
+        }
+        self.end_reported = self.end.is_some();
+        self.end.as_ref()
+    }
+
+    /// A ULPDU the receiver asks to send: the zero-length Read Response that answers a
+    /// zero-length Read Request RTR (RFC 6581 §9.2, RFC 5040 §5.2).
+    pub fn poll_reply(&mut self) -> Option<[u8; ddp::TAGGED_HEADER_LEN]> {
+        let (stag, to) = self.read_rtr.take()?;
+        let mut h = [0u8; ddp::TAGGED_HEADER_LEN];
+        DdpRepr::Tagged {
+            last: true,
+            opcode: RdmapOpcode::RdmaReadResponse,
+            stag,
+            to,
+        }
+        .emit(&mut h, self.version)
+        .map(|_| h)
+    }
+
+    /// The next in-order octets of the stream. FPDUs placed ahead are stepped over and only
+    /// completed.
+    pub fn handle_in_order<R: Regions + ?Sized>(
+        &mut self,
+        mut bytes: &[u8],
+        source: InOrderSource,
+        regions: &mut R,
+    ) {
+        while !bytes.is_empty() && self.end.is_none() {
+            if self.skip_left > 0 {
+                let n = self.skip_left.min(bytes.len());
+                self.skip_left -= n;
+                self.ahead.advance(n);
+                bytes = &bytes[n..];
+                continue;
+            }
+            let Some(d) = self.ahead.next_within(bytes.len()) else {
+                self.decode(bytes, source, regions);
+                self.ahead.advance(bytes.len());
+                return;
+            };
+            self.decode(&bytes[..d], source, regions);
+            self.ahead.advance(d);
+            bytes = &bytes[d..];
+            if self.end.is_some() {
+                return;
+            }
+            let Some(p) = self.ahead.pop_front() else {
+                return;
+            };
+            if let Err(e) = self.decoder.skip_verified(p.wire_len) {
+                self.stats.marker_errors += 1;
+                self.fail(RxError::Mpa(e.code()), &[], 0);
+                return;
+            }
+            self.stats.fpdus += 1;
+            self.stats.ulpdu_octets += p.ulpdu_len as u64;
+            if let Some(d) = self.digest.as_mut() {
+                *d = crc32c_combine(*d, p.ulpdu_crc, p.ulpdu_len as u64);
+            }
+            self.complete(&p.plan);
+            self.skip_left = p.wire_len;
+        }
+    }
+
+    /// Out-of-order octets `data` at `seq` (called by the TCP for each segment ahead of
+    /// RCV.NXT): places every FPDU wholly inside that the locator verifies and the placement
+    /// checks accept, and reports them in `spans` so the TCP store does not copy them.
+    /// Anything doubtful is left to the in-order path, which reports errors precisely.
+    pub fn handle_segment_ahead<R: Regions + ?Sized>(
+        &mut self,
+        seq: SeqNumber,
+        data: &[u8],
+        spans: &mut PlacedSpans,
+        regions: &mut R,
+    ) {
+        if !self.wants_segments_ahead() {
+            return;
+        }
+        let Some(placer) = self.placer.as_ref() else {
+            return;
+        };
+        self.located.clear();
+        let ls = self.locator.locate(seq, data, &mut self.located);
+        self.stats.located_rejected += u64::from(ls.crc_failures + ls.marker_mismatches);
+        for f in &self.located {
+            if !spans.has_room() || self.ahead.len() >= MAX_PLACED_AHEAD {
+                break;
+            }
+            let slot = match self.ahead.slot_for(f.seq, f.range.len()) {
+                ahead::Slot::Free(at) => at,
+                // A retransmission of an FPDU already placed: not placed twice, but its
+                // octets need not be stored either.
+                ahead::Slot::Duplicate => {
+                    spans.push(f.range.clone());
+                    continue;
+                }
+                ahead::Slot::Overlaps => continue,
+            };
+            let Some(u) = f.ulpdu(self.locator.grid(), data) else {
+                continue;
+            };
+            let mut head = [0u8; PLAN_PREFIX];
+            let n = u.copy_prefix(&mut head);
+            let plan = match placer.plan(regions, &head[..n], u.len(), false) {
+                Ok(p) if !matches!(p.kind, SegmentKind::PeerTerminate(_)) => p,
+                _ => {
+                    self.stats.ahead_refused += 1;
+                    continue;
+                }
+            };
+            if plan.target.is_some() && !Placer::place(regions, &plan, &u) {
+                continue;
+            }
+            // The ULPDU's CRC only serves the flow digest (the FPDU CRC was checked).
+            let ulpdu_crc = if self.digest.is_some() {
+                u.pieces().fold(0, crc32c_append)
+            } else {
+                0
+            };
+            if !spans.push(f.range.clone()) {
+                continue;
+            }
+            self.stats.placed_direct += 1;
+            self.stats.placed_octets += plan.payload_len as u64;
+            self.ahead.insert(
+                slot,
+                PlacedAhead {
+                    start: f.seq,
+                    wire_len: f.range.len(),
+                    plan,
+                    ulpdu_crc,
+                    ulpdu_len: u.len(),
+                },
+            );
+        }
+    }
+
+    /// In-order octets through the FPDU decoder.
+    fn decode<R: Regions + ?Sized>(
+        &mut self,
+        bytes: &[u8],
+        source: InOrderSource,
+        regions: &mut R,
+    ) {
+        if self.end.is_some() || bytes.is_empty() {
+            return;
+        }
+        let mut chunk = self.decoder.feed(bytes);
+        while let Some(r) = chunk.next_ulpdu() {
+            let u = match r {
+                Ok(u) => u,
+                Err(e) => {
+                    match e {
+                        DecodeError::Crc { .. } => self.stats.crc_errors += 1,
+                        DecodeError::Marker { .. } | DecodeError::Misframed { .. } => {
+                            self.stats.marker_errors += 1
+                        }
+                        DecodeError::Abandoned => {}
+                    }
+                    self.end = Some(local_end(RxError::Mpa(e.code()), self.version, &[], 0));
+                    break;
+                }
+            };
+            let mut head = [0u8; PLAN_PREFIX];
+            let n = u.copy_prefix(&mut head);
+            if let Some(rtrs) = self.expect_first.take() {
+                if !rtrs.is_empty() {
+                    // RFC 6581 §9.2: the first FPDU is a negotiated RTR, not data.
+                    match classify_rtr(&head[..n], u.len(), self.version)
+                        .filter(|t| rtrs.contains(*t))
+                    {
+                        None => {
+                            let e = RxError::Mpa(MpaErrorCode::NoMatchingRtr);
+                            self.end = Some(local_end(e, self.version, &[], 0));
+                            break;
+                        }
+                        Some(RtrType::ZeroLengthReadRequest) => {
+                            // RFC 5040 §4.4: sink STag and sink TO follow the DDP header; the
+                            // zero-length Read Response goes there.
+                            let h = &head[ddp::UNTAGGED_HEADER_LEN..];
+                            let stag = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
+                            let to = u64::from_be_bytes([
+                                h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11],
+                            ]);
+                            self.read_rtr = Some((stag, to));
+                        }
+                        Some(_) => {}
+                    }
+                    continue;
+                }
+            }
+            if let Some(placer) = self.placer.as_ref() {
+                let plan = match placer.plan(regions, &head[..n], u.len(), true) {
+                    Ok(p) => p,
+                    Err(error) => {
+                        let e = RxError::Placement(error);
+                        self.end = Some(local_end(e, self.version, &head[..n], u.len()));
+                        break;
+                    }
+                };
+                if let SegmentKind::PeerTerminate(t) = plan.kind {
+                    self.end = Some(RxEnd::Peer(t));
+                    break;
+                }
+                if self.completions.len() >= MAX_HELD_COMPLETIONS {
+                    let e = RxError::Mpa(MpaErrorCode::LocalCatastrophic);
+                    self.end = Some(local_end(e, self.version, &[], 0));
+                    break;
+                }
+                if Placer::place(regions, &plan, &u) {
+                    self.stats.placed_octets += plan.payload_len as u64;
+                }
+                match source {
+                    InOrderSource::Segment => self.stats.placed_in_order += 1,
+                    InOrderSource::Store => self.stats.placed_from_store += 1,
+                }
+                if let Some(c) = self
+                    .placer
+                    .as_mut()
+                    .and_then(|p| p.complete(&plan, self.flow_id))
+                {
+                    self.stats.completions += 1;
+                    self.completions.push_back(c);
+                }
+            }
+            self.stats.fpdus += 1;
+            self.stats.ulpdu_octets += u.len() as u64;
+            if let Some(d) = self.digest.as_mut() {
+                *d = u.pieces().fold(*d, crc32c_append);
+            }
+        }
+        while chunk.next_ulpdu().is_some() {}
+    }
+
+    /// Advances the in-order placement state past `plan` (placed now or ahead) and queues
+    /// the completion it produces.
+    fn complete(&mut self, plan: &SegmentPlan) {
+        if let Some(placer) = self.placer.as_mut() {
+            if let Some(c) = placer.complete(plan, self.flow_id) {
+                self.stats.completions += 1;
+                self.completions.push_back(c);
+            }
+        }
+    }
+
+    fn fail(&mut self, error: RxError, head: &[u8], seg_len: usize) {
+        if self.end.is_none() {
+            self.end = Some(local_end(error, self.version, head, seg_len));
+        }
+    }
+}
+
+/// The Terminate for `error`: an MPA error at layer 2; a placement violation carries the
+/// offending segment's DDP header (RFC 5040 §7, Figure 10).
+fn local_end(error: RxError, version: u8, head: &[u8], seg_len: usize) -> RxEnd {
+    let (terminate, ulpdu) = match error {
+        RxError::Mpa(code) => (TerminateRepr::mpa(code), terminate_ulpdu(code, 1, version)),
+        RxError::Placement(p) => {
+            let t = p.terminate();
+            (t, terminate_ulpdu_for_segment(t, 1, version, seg_len, head))
+        }
+    };
+    RxEnd::Local {
+        error,
+        terminate,
+        ulpdu,
+    }
+}
+
+/// Why receive buffers were not posted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PostRecvError {
+    /// The connection has no protection domain: it does not place.
+    #[error("the connection has no protection domain: it does not place")]
+    NoDomain,
+    /// Too many buffers.
+    #[error(transparent)]
+    Full(PostError),
+}

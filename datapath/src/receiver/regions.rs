@@ -1,0 +1,115 @@
+//! The registered memory a receiver places into: the [`Regions`] trait the placement checks
+//! and copies go through, the worker's live [`RegionTable`] (shared-memory regions) and
+//! [`MemRegions`] (ordinary vectors, for tests and the in-memory pipeline).
+
+#![forbid(unsafe_code)]
+
+use crate::region::RegionMemory;
+use mpa_ctl_proto::RegionInfo;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The registered memory a receiver places into, as the placement checks see it: the
+/// region's description (for the RFC 5040/5041 checks) and a bounds-checked write. The
+/// worker's [`RegionTable`] is the live implementation; [`MemRegions`] keeps regions in
+/// ordinary vectors for tests and the in-memory pipeline.
+pub trait Regions {
+    /// The description of the region `stag` names, if it is registered.
+    fn info(&self, stag: u32) -> Option<&RegionInfo>;
+    /// Copies `src` to `offset` of region `stag`; `false` (nothing written) when the region
+    /// is gone or the range is outside it.
+    fn write(&mut self, stag: u32, offset: u64, src: &[u8]) -> bool;
+}
+
+/// One registered region as a worker sees it.
+#[derive(Debug, Clone)]
+pub struct Region {
+    /// Its description.
+    pub info: RegionInfo,
+    /// Its memory.
+    pub mem: Arc<RegionMemory>,
+}
+
+/// The regions a worker knows (its own copy, updated by the control thread's commands).
+#[derive(Debug, Default)]
+pub struct RegionTable {
+    map: HashMap<u32, Region>,
+}
+
+impl RegionTable {
+    /// Adds or replaces a region.
+    pub fn insert(&mut self, r: Region) {
+        self.map.insert(r.info.stag, r);
+    }
+
+    /// Removes a region: later segments naming it get an invalid-STag Terminate.
+    pub fn remove(&mut self, stag: u32) {
+        self.map.remove(&stag);
+    }
+
+    /// The region of `stag`.
+    pub fn get(&self, stag: u32) -> Option<&Region> {
+        self.map.get(&stag)
+    }
+}
+
+impl Regions for RegionTable {
+    fn info(&self, stag: u32) -> Option<&RegionInfo> {
+        self.map.get(&stag).map(|r| &r.info)
+    }
+
+    fn write(&mut self, stag: u32, offset: u64, src: &[u8]) -> bool {
+        self.map
+            .get(&stag)
+            .is_some_and(|r| r.mem.write(offset, src))
+    }
+}
+
+/// Regions in ordinary memory: for tests, fuzzing and the in-memory pipeline.
+#[derive(Debug, Default, Clone)]
+pub struct MemRegions {
+    map: HashMap<u32, (RegionInfo, Vec<u8>)>,
+}
+
+impl MemRegions {
+    /// Adds a zero-filled region described by `info` (`info.len` octets).
+    pub fn insert(&mut self, info: RegionInfo) {
+        let len = usize::try_from(info.len).unwrap_or(0);
+        self.map.insert(info.stag, (info, vec![0; len]));
+    }
+
+    /// Removes a region.
+    pub fn remove(&mut self, stag: u32) {
+        self.map.remove(&stag);
+    }
+
+    /// The octets of region `stag`.
+    pub fn bytes(&self, stag: u32) -> Option<&[u8]> {
+        self.map.get(&stag).map(|(_, b)| b.as_slice())
+    }
+}
+
+impl Regions for MemRegions {
+    fn info(&self, stag: u32) -> Option<&RegionInfo> {
+        self.map.get(&stag).map(|(i, _)| i)
+    }
+
+    fn write(&mut self, stag: u32, offset: u64, src: &[u8]) -> bool {
+        let Some((_, mem)) = self.map.get_mut(&stag) else {
+            return false;
+        };
+        let Ok(start) = usize::try_from(offset) else {
+            return false;
+        };
+        match start
+            .checked_add(src.len())
+            .and_then(|end| mem.get_mut(start..end))
+        {
+            Some(dst) => {
+                dst.copy_from_slice(src);
+                true
+            }
+            None => false,
+        }
+    }
+}

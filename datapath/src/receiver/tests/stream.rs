@@ -1,0 +1,227 @@
+//! The Initiator side of the in-memory pair: RDMA Writes and Sends cut into DDP segments and
+//! framed into an FPDU stream (markers on or off; segments of any size, or cut so that FPDUs
+//! fill every TCP segment exactly, as an aligned sender does), with what a correct receiver
+//! must end up with: region contents, completions in order, the ULPDU digest.
+
+use crate::tcp::tests::pair::Rng;
+use mpa::crc::crc32c_append;
+use mpa::encoder::{exact_fill, FpduEncoder};
+use mpa::wire::ddp::{queue, DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
+use mpa_ctl_proto::{Completion, CompletionKind, RegionInfo};
+
+use crate::receiver::{MemRegions, PostedBuf, Regions};
+
+/// The region RDMA Writes go to.
+pub const WRITE_STAG: u32 = 0x100;
+/// The region posted receive buffers are in.
+pub const SEND_STAG: u32 = 0x200;
+pub const PD: u32 = 1;
+pub const FLOW: u64 = 7;
+
+/// How the sender cuts its messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Segmentation {
+    /// DDP segments of any size up to this many payload octets; TCP cuts the stream at MSS
+    /// wherever that falls.
+    Unaligned(usize),
+    /// Exact fill: FPDUs end exactly at every TCP segment boundary of this many octets
+    /// (RFC 5044 §5.1), with a short segment where no FPDU can end exactly.
+    Aligned(usize),
+}
+
+/// A stream to send and what the receiver must make of it.
+pub struct Stream {
+    /// The wire octets (FPDUs) from the first octet after the startup frames.
+    pub wire: Vec<u8>,
+    /// Aligned: where each TCP segment ends (stream offsets); the sender writes one at a time.
+    pub segment_ends: Option<Vec<usize>>,
+    /// Regions the receiver needs (zero-filled).
+    pub regions: MemRegions,
+    /// Receive buffers to post, in MSN order.
+    pub posted: Vec<PostedBuf>,
+    /// The regions as they must end up.
+    pub expect_regions: MemRegions,
+    /// Completions, in order.
+    pub expect_completions: Vec<Completion>,
+    /// CRC32c over every ULPDU octet in order.
+    pub expect_digest: u32,
+    /// FPDUs in the stream.
+    pub fpdus: u64,
+}
+
+struct Builder {
+    enc: FpduEncoder,
+    seg: Segmentation,
+    wire: Vec<u8>,
+    ends: Vec<usize>,
+    seg_used: usize,
+    digest: u32,
+    fpdus: u64,
+}
+
+impl Builder {
+    fn fpdu(&mut self, header: &[u8], payload: &[u8], end_segment: bool) {
+        self.digest = crc32c_append(crc32c_append(self.digest, header), payload);
+        let r = self
+            .enc
+            .encode_parts(&[header, payload], &mut self.wire)
+            .expect("ULPDU within MULPDU");
+        self.fpdus += 1;
+        if let Segmentation::Aligned(emss) = self.seg {
+            self.seg_used += r.len();
+            if end_segment || self.seg_used >= emss {
+                self.ends.push(self.wire.len());
+                self.seg_used = 0;
+            }
+        }
+    }
+
+    /// The next DDP segment of a message with `left` payload octets to go: (payload octets,
+    /// last of the message, the TCP segment ends after it).
+    fn cut(&self, rng: &mut Rng, header_len: usize, left: usize) -> (usize, bool, bool) {
+        match self.seg {
+            Segmentation::Unaligned(max) => {
+                let take = (1 + rng.below(max as u64) as usize).min(left);
+                (take, take == left, false)
+            }
+            Segmentation::Aligned(emss) => {
+                let c = exact_fill(&self.enc, emss, self.seg_used, header_len, left);
+                (c.take, c.last, c.end_segment)
+            }
+        }
+    }
+
+    fn write(&mut self, rng: &mut Rng, to: u64, data: &[u8]) {
+        let mut off = 0;
+        loop {
+            let (take, last, end) = self.cut(rng, TAGGED_HEADER_LEN, data.len() - off);
+            let mut h = [0u8; TAGGED_HEADER_LEN];
+            DdpRepr::Tagged {
+                last,
+                opcode: RdmapOpcode::RdmaWrite,
+                stag: WRITE_STAG,
+                to: to + off as u64,
+            }
+            .emit(&mut h, 1)
+            .expect("header fits");
+            self.fpdu(&h, &data[off..off + take], end);
+            off += take;
+            if last {
+                break;
+            }
+        }
+    }
+
+    fn send(&mut self, rng: &mut Rng, msn: u32, data: &[u8]) {
+        let mut off = 0;
+        loop {
+            let (take, last, end) = self.cut(rng, UNTAGGED_HEADER_LEN, data.len() - off);
+            let mut h = [0u8; UNTAGGED_HEADER_LEN];
+            DdpRepr::Untagged {
+                last,
+                opcode: RdmapOpcode::Send,
+                inv_stag: 0,
+                qn: queue::SEND,
+                msn,
+                mo: off as u32,
+            }
+            .emit(&mut h, 1)
+            .expect("header fits");
+            self.fpdu(&h, &data[off..off + take], end);
+            off += take;
+            if last {
+                break;
+            }
+        }
+    }
+}
+
+fn region(stag: u32, len: u64) -> RegionInfo {
+    RegionInfo {
+        stag,
+        len,
+        pd: PD,
+        remote_write: true,
+        remote_read: false,
+        huge_pages: false,
+    }
+}
+
+/// About `octets` of payload in Writes (disjoint ranges of one region) and Sends (one posted
+/// buffer each), in random sizes and order.
+pub fn build(seed: u64, octets: usize, markers: bool, seg: Segmentation) -> Stream {
+    let mut rng = Rng(seed);
+    let write_len = octets as u64 + 4096;
+    let mut regions = MemRegions::default();
+    regions.insert(region(WRITE_STAG, write_len));
+    regions.insert(region(SEND_STAG, octets as u64 / 2 + 4096));
+    let mut expect_regions = regions.clone();
+    let mut b = Builder {
+        enc: FpduEncoder::new(markers),
+        seg,
+        wire: Vec::new(),
+        ends: Vec::new(),
+        seg_used: 0,
+        digest: 0,
+        fpdus: 0,
+    };
+    let (mut to, mut send_off, mut msn) = (0u64, 0u64, 1u32);
+    let mut posted = Vec::new();
+    let mut completions = Vec::new();
+    let mut total = 0;
+    while total < octets {
+        let len = 1 + rng.below(12_000) as usize;
+        let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        let is_send = rng.chance(0.3) && send_off + len as u64 <= octets as u64 / 2 + 4096;
+        if is_send {
+            b.send(&mut rng, msn, &data);
+            assert!(expect_regions.write(SEND_STAG, send_off, &data));
+            posted.push(PostedBuf {
+                stag: SEND_STAG,
+                offset: send_off,
+                len: len as u32 + rng.below(64) as u32,
+            });
+            completions.push(Completion {
+                flow_id: FLOW,
+                kind: CompletionKind::SendArrived,
+                stag: SEND_STAG,
+                offset: send_off,
+                len: len as u64,
+                msn: Some(msn),
+                invalidate_stag: None,
+            });
+            send_off += len as u64 + 64;
+            msn += 1;
+        } else {
+            if to + len as u64 > write_len {
+                break;
+            }
+            b.write(&mut rng, to, &data);
+            assert!(expect_regions.write(WRITE_STAG, to, &data));
+            completions.push(Completion {
+                flow_id: FLOW,
+                kind: CompletionKind::WritePlaced,
+                stag: WRITE_STAG,
+                offset: to,
+                len: len as u64,
+                msn: None,
+                invalidate_stag: None,
+            });
+            to += len as u64 + rng.below(8);
+        }
+        total += len;
+    }
+    if matches!(seg, Segmentation::Aligned(_)) && b.ends.last() != Some(&b.wire.len()) {
+        b.ends.push(b.wire.len());
+    }
+    Stream {
+        segment_ends: matches!(seg, Segmentation::Aligned(_)).then_some(b.ends),
+        wire: b.wire,
+        regions,
+        posted,
+        expect_regions,
+        expect_completions: completions,
+        expect_digest: b.digest,
+        fpdus: b.fpdus,
+    }
+}

@@ -1,0 +1,267 @@
+//! The receiver driven directly with FPDU octets: RTRs, Terminates both ways, placement
+//! violations, CRC errors, and FPDUs placed ahead of the stream.
+
+use crate::receiver::{
+    InOrderSource, MemRegions, MpaReceiver, PlacementError, ReceiverConfig, RxEnd, RxError,
+};
+use crate::tcp::PlacedSpans;
+use mpa::encoder::FpduEncoder;
+use mpa::endpoint::rtr_ulpdu;
+use mpa::seq::SeqNumber;
+use mpa::startup::{RtrSet, RtrType};
+use mpa::wire::ddp::{
+    queue, terminate_ulpdu, DdpRepr, RdmapOpcode, TerminateRepr, TAGGED_HEADER_LEN,
+};
+use mpa::MpaErrorCode;
+use mpa_ctl_proto::{CompletionKind, RegionInfo};
+
+const START: u32 = u32::MAX - 700;
+
+fn cfg(markers: bool, expect_rtr: Option<RtrSet>) -> ReceiverConfig {
+    ReceiverConfig {
+        flow_id: 1,
+        start: SeqNumber(START),
+        markers,
+        crc: true,
+        aligned_sender: false,
+        ddp_rdmap_version: 1,
+        pd: Some(1),
+        expect_rtr,
+        digest: true,
+    }
+}
+
+fn regions() -> MemRegions {
+    let mut r = MemRegions::default();
+    r.insert(RegionInfo {
+        stag: 0x10,
+        len: 8192,
+        pd: 1,
+        remote_write: true,
+        remote_read: false,
+        huge_pages: false,
+    });
+    r
+}
+
+fn write(stag: u32, to: u64, last: bool, payload: &[u8]) -> Vec<u8> {
+    let mut v = vec![0u8; TAGGED_HEADER_LEN];
+    DdpRepr::Tagged {
+        last,
+        opcode: RdmapOpcode::RdmaWrite,
+        stag,
+        to,
+    }
+    .emit(&mut v, 1)
+    .unwrap();
+    v.extend_from_slice(payload);
+    v
+}
+
+fn frame(enc: &mut FpduEncoder, ulpdus: &[Vec<u8>]) -> Vec<u8> {
+    let mut w = Vec::new();
+    for u in ulpdus {
+        enc.encode(u, &mut w).unwrap();
+    }
+    w
+}
+
+fn feed(rx: &mut MpaReceiver, r: &mut MemRegions, wire: &[u8]) {
+    rx.handle_in_order(wire, InOrderSource::Segment, r);
+}
+
+#[test]
+fn in_order_writes_are_placed_and_completed_once() {
+    let mut rx = MpaReceiver::new(&cfg(true, None));
+    let mut r = regions();
+    let mut enc = FpduEncoder::new(true);
+    let wire = frame(
+        &mut enc,
+        &[
+            write(0x10, 100, false, &[1; 700]),
+            write(0x10, 800, true, &[2; 300]),
+        ],
+    );
+    // Any chunking of the stream gives the same result.
+    for piece in wire.chunks(37) {
+        feed(&mut rx, &mut r, piece);
+    }
+    let c = rx.poll_completion().unwrap();
+    assert_eq!(
+        (c.kind, c.stag, c.offset, c.len),
+        (CompletionKind::WritePlaced, 0x10, 100, 1000)
+    );
+    assert!(rx.poll_completion().is_none());
+    let b = r.bytes(0x10).unwrap();
+    assert!(b[100..800].iter().all(|&x| x == 1) && b[800..1100].iter().all(|&x| x == 2));
+    assert_eq!((b[99], b[1100]), (0, 0));
+    assert_eq!(rx.stats().placed_in_order, 2);
+    assert!(rx.poll_terminate().is_none());
+}
+
+#[test]
+fn responder_refuses_a_first_fpdu_that_is_not_a_negotiated_rtr() {
+    let want = Some(RtrSet::single(RtrType::ZeroLengthWrite));
+    let mut rx = MpaReceiver::new(&cfg(false, want));
+    let mut r = regions();
+    let wire = frame(
+        &mut FpduEncoder::new(false),
+        &[rtr_ulpdu(RtrType::ZeroLengthSend, 1)],
+    );
+    feed(&mut rx, &mut r, &wire);
+    let end = rx.poll_terminate().cloned().unwrap();
+    assert_eq!(
+        end,
+        RxEnd::Local {
+            error: RxError::Mpa(MpaErrorCode::NoMatchingRtr),
+            terminate: TerminateRepr::mpa(MpaErrorCode::NoMatchingRtr),
+            ulpdu: terminate_ulpdu(MpaErrorCode::NoMatchingRtr, 1, 1),
+        }
+    );
+    // Reported once; sticky: nothing more is placed.
+    assert!(rx.poll_terminate().is_none());
+    assert!(rx.is_ended() && !rx.wants_segments_ahead());
+    let more = frame(
+        &mut FpduEncoder::new(false),
+        &[write(0x10, 0, true, &[9; 64])],
+    );
+    feed(&mut rx, &mut r, &more);
+    assert!(r.bytes(0x10).unwrap().iter().all(|&x| x == 0));
+}
+
+#[test]
+fn a_read_request_rtr_is_answered_at_its_sink() {
+    let set = RtrSet::single(RtrType::ZeroLengthReadRequest).with(RtrType::ZeroLengthSend);
+    let mut rx = MpaReceiver::new(&cfg(true, Some(set)));
+    let mut r = regions();
+    let mut rtr = rtr_ulpdu(RtrType::ZeroLengthReadRequest, 1);
+    // Sink STag and TO follow the untagged header (RFC 5040 §4.4).
+    let at = mpa::wire::ddp::UNTAGGED_HEADER_LEN;
+    rtr[at..at + 4].copy_from_slice(&0x55u32.to_be_bytes());
+    rtr[at + 4..at + 12].copy_from_slice(&0x1234u64.to_be_bytes());
+    let wire = frame(&mut FpduEncoder::new(true), &[rtr]);
+    feed(&mut rx, &mut r, &wire);
+    let h = rx.poll_reply().unwrap();
+    let (repr, n) = DdpRepr::parse(&h, 1).unwrap();
+    assert_eq!(n, TAGGED_HEADER_LEN);
+    assert_eq!(
+        repr,
+        DdpRepr::Tagged {
+            last: true,
+            opcode: RdmapOpcode::RdmaReadResponse,
+            stag: 0x55,
+            to: 0x1234
+        }
+    );
+    assert!(rx.poll_reply().is_none() && rx.poll_terminate().is_none());
+    assert_eq!(rx.stats().fpdus, 0, "the RTR is not data");
+}
+
+#[test]
+fn a_peer_terminate_ends_placement() {
+    let mut rx = MpaReceiver::new(&cfg(false, None));
+    let mut r = regions();
+    let term = terminate_ulpdu(MpaErrorCode::CrcMismatch, 1, 1);
+    // A Terminate is untagged on queue 2.
+    let (repr, _) = DdpRepr::parse(&term, 1).unwrap();
+    assert!(matches!(repr, DdpRepr::Untagged { qn, .. } if qn == queue::TERMINATE));
+    let mut enc = FpduEncoder::new(false);
+    let wire = frame(&mut enc, &[term, write(0x10, 0, true, &[7; 32])]);
+    feed(&mut rx, &mut r, &wire);
+    assert_eq!(
+        rx.poll_terminate(),
+        Some(&RxEnd::Peer(TerminateRepr::mpa(MpaErrorCode::CrcMismatch)))
+    );
+    assert!(
+        r.bytes(0x10).unwrap().iter().all(|&x| x == 0),
+        "nothing placed after it"
+    );
+    assert!(rx.poll_completion().is_none());
+}
+
+#[test]
+fn a_placement_violation_is_a_terminate_with_the_segment_header() {
+    let mut rx = MpaReceiver::new(&cfg(false, None));
+    let mut r = regions();
+    let bad = write(0x99, 0, true, &[1; 10]);
+    let wire = frame(
+        &mut FpduEncoder::new(false),
+        &[bad.clone(), write(0x10, 0, true, &[3; 8])],
+    );
+    feed(&mut rx, &mut r, &wire);
+    let Some(RxEnd::Local {
+        error,
+        terminate,
+        ulpdu,
+    }) = rx.poll_terminate().cloned()
+    else {
+        panic!("a local Terminate")
+    };
+    assert_eq!(
+        error,
+        RxError::Placement(PlacementError::InvalidStag { stag: 0x99 })
+    );
+    assert_eq!(
+        (terminate.layer, terminate.error_type, terminate.error_code),
+        (1, 1, 0)
+    );
+    // RFC 5040 Figure 10: the Terminate carries the offending DDP header.
+    assert!(ulpdu.ends_with(&bad[..TAGGED_HEADER_LEN]));
+    assert!(r.bytes(0x10).unwrap().iter().all(|&x| x == 0));
+}
+
+#[test]
+fn a_crc_error_is_error_2_and_sticky() {
+    let mut rx = MpaReceiver::new(&cfg(true, None));
+    let mut r = regions();
+    let mut wire = frame(
+        &mut FpduEncoder::new(true),
+        &[write(0x10, 0, true, &[5; 100])],
+    );
+    let last = wire.len() - 1;
+    wire[last] ^= 1;
+    feed(&mut rx, &mut r, &wire);
+    assert!(matches!(
+        rx.poll_terminate(),
+        Some(RxEnd::Local {
+            error: RxError::Mpa(MpaErrorCode::CrcMismatch),
+            ..
+        })
+    ));
+    assert_eq!(rx.stats().crc_errors, 1);
+    assert!(r.bytes(0x10).unwrap().iter().all(|&x| x == 0));
+}
+
+#[test]
+fn fpdus_ahead_of_a_hole_are_placed_at_once_and_complete_in_order() {
+    let mut rx = MpaReceiver::new(&cfg(true, None));
+    let mut r = regions();
+    let mut enc = FpduEncoder::new(true);
+    let a = frame(&mut enc, &[write(0x10, 0, true, &[1; 1000])]);
+    let b = frame(&mut enc, &[write(0x10, 1000, true, &[2; 1000])]);
+    assert!(rx.wants_segments_ahead());
+    // b arrives first, a segment of its own, behind the hole that a leaves.
+    let mut spans = PlacedSpans::default();
+    rx.handle_segment_ahead(SeqNumber(START) + a.len(), &b, &mut spans, &mut r);
+    assert_eq!(spans.as_slice(), std::slice::from_ref(&(0..b.len())));
+    assert_eq!(rx.stats().placed_direct, 1);
+    assert!(r.bytes(0x10).unwrap()[1000..2000].iter().all(|&x| x == 2));
+    assert!(
+        rx.poll_completion().is_none(),
+        "not before the stream reaches it"
+    );
+    // A retransmission of b is recognised, not placed twice.
+    let mut again = PlacedSpans::default();
+    rx.handle_segment_ahead(SeqNumber(START) + a.len(), &b, &mut again, &mut r);
+    assert_eq!(rx.stats().placed_direct, 1);
+    assert_eq!(again.as_slice(), std::slice::from_ref(&(0..b.len())));
+    // The hole fills; the TCP then hands the (stale) octets of b in order, which are skipped.
+    feed(&mut rx, &mut r, &a);
+    rx.handle_in_order(&b, InOrderSource::Store, &mut r);
+    let offsets: Vec<u64> = std::iter::from_fn(|| rx.poll_completion())
+        .map(|c| c.offset)
+        .collect();
+    assert_eq!(offsets, [0, 1000]);
+    assert_eq!(rx.stats().fpdus, 2);
+    assert_eq!(rx.placed_ahead_waiting(), 0);
+}
