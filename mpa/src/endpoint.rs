@@ -636,6 +636,12 @@ fn read_until<S: Transport>(
     }
 }
 
+/// The STag our zero-length RTRs carry (a zero-length Write's STag, a Read Request's sink and
+/// source STags). RFC 5041 §5.3 says a zero-length tagged segment's STag is not checked, but
+/// Chelsio T5/T6 hardware refuses any tagged segment with STag 0, so we send 1 as siw does
+/// (and never check STag/TO of a zero-length tagged segment ourselves).
+pub const RTR_STAG: u32 = 1;
+
 /// The ULPDU of a zero-length RTR indication (RFC 6581 §9.2).
 pub fn rtr_ulpdu(rtr: RtrType, version: u8) -> Vec<u8> {
     let mut v = vec![0u8; ddp::UNTAGGED_HEADER_LEN + READ_REQUEST_HEADER_LEN];
@@ -651,7 +657,7 @@ pub fn rtr_ulpdu(rtr: RtrType, version: u8) -> Vec<u8> {
         RtrType::ZeroLengthWrite => DdpRepr::Tagged {
             last: true,
             opcode: RdmapOpcode::RdmaWrite,
-            stag: 0,
+            stag: RTR_STAG,
             to: 0,
         },
         RtrType::ZeroLengthReadRequest => DdpRepr::Untagged {
@@ -665,6 +671,11 @@ pub fn rtr_ulpdu(rtr: RtrType, version: u8) -> Vec<u8> {
     };
     let n = repr.emit(&mut v, version).unwrap_or(0);
     let extra = if rtr == RtrType::ZeroLengthReadRequest {
+        // RFC 5040 §4.4: sink STag, sink TO, RDMA Read message size (0), source STag, source
+        // TO; both STags non-zero (see RTR_STAG).
+        let stag = RTR_STAG.to_be_bytes();
+        v[n..n + 4].copy_from_slice(&stag);
+        v[n + 16..n + 20].copy_from_slice(&stag);
         READ_REQUEST_HEADER_LEN
     } else {
         0
@@ -700,5 +711,38 @@ pub fn classify_rtr(head: &[u8], ulpdu_len: usize, version: u8) -> Option<RtrTyp
             ..
         } if ulpdu_len == off + READ_REQUEST_HEADER_LEN => Some(RtrType::ZeroLengthReadRequest),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Chelsio T5/T6 refuse tagged segments with STag 0, even zero-length ones: every RTR we
+    /// send names STag 1, and each is recognised as what it is.
+    #[test]
+    fn rtrs_carry_a_nonzero_stag_and_classify_as_themselves() {
+        for rtr in RtrType::ALL {
+            let u = rtr_ulpdu(rtr, 1);
+            assert_eq!(classify_rtr(&u, u.len(), 1), Some(rtr));
+            let (repr, n) = DdpRepr::parse(&u, 1).unwrap();
+            match (rtr, repr) {
+                (RtrType::ZeroLengthWrite, DdpRepr::Tagged { stag, to, .. }) => {
+                    assert_eq!((stag, to, u.len()), (RTR_STAG, 0, n));
+                }
+                (RtrType::ZeroLengthReadRequest, DdpRepr::Untagged { .. }) => {
+                    let rr = &u[n..];
+                    assert_eq!(rr.len(), READ_REQUEST_HEADER_LEN);
+                    let be32 = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+                    assert_eq!(be32(&rr[0..4]), RTR_STAG, "sink STag");
+                    assert_eq!(be32(&rr[12..16]), 0, "read size");
+                    assert_eq!(be32(&rr[16..20]), RTR_STAG, "source STag");
+                }
+                (RtrType::ZeroLengthSend, DdpRepr::Untagged { msn, .. }) => {
+                    assert_eq!((msn, u.len()), (1, n));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 }

@@ -1,0 +1,356 @@
+//! A flow and a whole worker without AF_XDP, namespaces or root: hand-overs become flows,
+//! frames built by `etherparse` go through the worker's in-memory ring (frame parsing, flow
+//! lookup, TCP, MPA receive, placement into a registered region, ACKs, completions), and what
+//! the worker sends comes back as frames.
+
+use crossbeam_channel::{unbounded, Receiver};
+use etherparse::{PacketBuilder, SlicedPacket, TcpOptionElement, TransportSlice};
+use mpa::encoder::FpduEncoder;
+use mpa::endpoint::rtr_ulpdu;
+use mpa::startup::RtrType;
+use mpa::wire::ddp::{DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN};
+use mpa_ctl_proto::{CompletionKind, HandOver, MpaParams, RegionInfo, Role, TcpSnapshot};
+use mpa_datapath::flow::{Flow, FlowError};
+use mpa_datapath::receiver::Region;
+use mpa_datapath::region::RegionMemory;
+use mpa_datapath::ring::{MemRing, MemWire};
+use mpa_datapath::tcp::TcpConfig;
+use mpa_datapath::worker::{Command, Notification, Worker, WorkerConfig};
+use std::net::SocketAddrV4;
+use std::sync::Arc;
+use std::time::Instant;
+
+const OUR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
+const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+const RCV_NXT: u32 = u32::MAX - 3000; // the peer's stream wraps early
+const SND_NXT: u32 = 1000;
+
+fn local() -> SocketAddrV4 {
+    "10.99.0.2:40000".parse().unwrap()
+}
+
+fn remote() -> SocketAddrV4 {
+    "10.99.0.1:7777".parse().unwrap()
+}
+
+/// A hand-over of an established connection as mpa-control sends it.
+fn handover(rtr: &[&str], markers_rx: bool, markers_tx: bool, pd: Option<u32>) -> HandOver {
+    HandOver {
+        flow_id: 3,
+        tcp: TcpSnapshot {
+            local: local().into(),
+            remote: remote().into(),
+            snd_nxt: SND_NXT,
+            rcv_nxt: RCV_NXT,
+            snd_wl1: RCV_NXT - 1,
+            snd_wnd: 65535,
+            max_window: 65535,
+            rcv_wnd: 65535,
+            rcv_wup: RCV_NXT,
+            mss: 1460,
+            rcv_wscale: Some(7),
+            snd_wscale: Some(7),
+            sack_permitted: true,
+            timestamps: None,
+            send_queue: vec![],
+            recv_queue: vec![],
+        },
+        mpa: MpaParams {
+            role: Role::Initiator,
+            rev: 2,
+            markers_rx,
+            markers_tx,
+            crc: true,
+            ddp_rdmap_version: 1,
+            reply_frame: vec![],
+            rtr: rtr.iter().map(|s| s.to_string()).collect(),
+            pd,
+            aligned_sender: false,
+            request_frame: vec![],
+            received_reply_frame: vec![],
+        },
+        next_hop_mac: PEER_MAC,
+    }
+}
+
+/// Every TCP payload the flow sends at creation.
+fn sent_at_creation(h: &HandOver) -> Result<Vec<Vec<u8>>, FlowError> {
+    let now = Instant::now();
+    let mut f = Flow::new(h, OUR_MAC, &TcpConfig::default(), false, now)?;
+    let mut scratch = vec![0u8; 2048];
+    let mut payloads = Vec::new();
+    f.poll_frames(now, &mut scratch, |b| {
+        let p = tcp_of(b).payload;
+        if !p.is_empty() {
+            payloads.push(p);
+        }
+    });
+    Ok(payloads)
+}
+
+#[test]
+fn initiator_sends_the_rtr_first_framed_as_agreed() {
+    for (name, rtr) in [
+        ("ZeroLengthSend", RtrType::ZeroLengthSend),
+        ("ZeroLengthWrite", RtrType::ZeroLengthWrite),
+        (" zerolengthreadrequest ", RtrType::ZeroLengthReadRequest),
+    ] {
+        for markers in [false, true] {
+            let mut want = Vec::new();
+            FpduEncoder::new(markers)
+                .encode(&rtr_ulpdu(rtr, 1), &mut want)
+                .unwrap();
+            let got = sent_at_creation(&handover(&[name], false, markers, None)).unwrap();
+            assert_eq!(got, vec![want], "{name} markers {markers}");
+        }
+    }
+}
+
+#[test]
+fn initiator_without_rtr_sends_nothing() {
+    assert!(sent_at_creation(&handover(&[], false, true, None))
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
+fn bad_hand_overs_are_refused_with_their_reason() {
+    for rtr in [&["ZeroLengthSendX"][..], &["Send"]] {
+        let r = sent_at_creation(&handover(rtr, false, false, None));
+        assert!(matches!(r, Err(FlowError::UnknownRtr(_))), "{rtr:?}");
+    }
+    let two = sent_at_creation(&handover(
+        &["ZeroLengthSend", "ZeroLengthWrite"],
+        false,
+        false,
+        None,
+    ));
+    assert!(matches!(two, Err(FlowError::SeveralRtrs(_))));
+    let mut h = handover(&[], false, false, None);
+    h.mpa.reply_frame = b"MPA ID Rep Frame\x40\x01\x00\x00".to_vec();
+    assert!(matches!(
+        sent_at_creation(&h),
+        Err(FlowError::InitiatorWithReply)
+    ));
+    let mut h = handover(&[], false, false, None);
+    h.mpa.role = Role::Responder;
+    assert!(matches!(
+        sent_at_creation(&h),
+        Err(FlowError::ResponderWithoutReply)
+    ));
+}
+
+/// What a frame the worker sent carries.
+struct Sent {
+    src: SocketAddrV4,
+    dst: SocketAddrV4,
+    ack: u32,
+    sack_blocks: usize,
+    payload: Vec<u8>,
+}
+
+fn tcp_of(frame: &[u8]) -> Sent {
+    let p = SlicedPacket::from_ethernet(frame).expect("an Ethernet frame");
+    let Some(etherparse::NetSlice::Ipv4(ip)) = p.net else {
+        panic!("IPv4")
+    };
+    let Some(TransportSlice::Tcp(t)) = p.transport else {
+        panic!("TCP")
+    };
+    let sack_blocks = t
+        .options_iterator()
+        .filter_map(Result::ok)
+        .map(|o| match o {
+            TcpOptionElement::SelectiveAcknowledgement(_, more) => {
+                1 + more.iter().filter(|b| b.is_some()).count()
+            }
+            _ => 0,
+        })
+        .sum();
+    Sent {
+        src: SocketAddrV4::new(ip.header().source_addr(), t.source_port()),
+        dst: SocketAddrV4::new(ip.header().destination_addr(), t.destination_port()),
+        ack: t.acknowledgment_number(),
+        sack_blocks,
+        payload: t.payload().to_vec(),
+    }
+}
+
+/// A segment from the peer to us.
+fn segment(seq: u32, payload: &[u8]) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(PEER_MAC, OUR_MAC)
+        .ipv4(remote().ip().octets(), local().ip().octets(), 64)
+        .tcp(remote().port(), local().port(), seq, 512)
+        .ack(SND_NXT);
+    let mut v = Vec::with_capacity(b.size(payload.len()));
+    b.write(&mut v, payload).unwrap();
+    v
+}
+
+struct Bench {
+    worker: Worker<MemRing>,
+    wire: MemWire,
+    notes: Receiver<Notification>,
+    mem: Arc<RegionMemory>,
+}
+
+const STAG: u32 = 0x10;
+const REGION_LEN: u64 = 64 * 1024;
+
+fn worker_with_flow(markers: bool) -> Bench {
+    let (ring, wire) = MemRing::new(0);
+    let (_cmd_tx, cmd_rx) = unbounded();
+    let (note_tx, notes) = unbounded();
+    let mut worker = Worker::new(
+        ring,
+        WorkerConfig {
+            our_mac: OUR_MAC,
+            tcp: TcpConfig::default(),
+            digest: true,
+            verify_checksums: true,
+        },
+        cmd_rx,
+        note_tx,
+    );
+    let mem = Arc::new(RegionMemory::create("in-memory-test", REGION_LEN).unwrap());
+    worker.apply(Command::AddRegion(Region {
+        info: RegionInfo {
+            stag: STAG,
+            len: REGION_LEN,
+            pd: 1,
+            remote_write: true,
+            remote_read: false,
+            huge_pages: false,
+        },
+        mem: mem.clone(),
+    }));
+    let (answer, result) = unbounded();
+    let h = handover(&[], markers, false, Some(1));
+    assert!(worker.apply(Command::HandOver(Box::new(h), vec![], answer)));
+    result.recv().unwrap().expect("hand-over accepted");
+    Bench {
+        worker,
+        wire,
+        notes,
+        mem,
+    }
+}
+
+fn writes(markers: bool, n: usize, len: usize) -> (Vec<u8>, Vec<u8>) {
+    let mut enc = FpduEncoder::new(markers);
+    let (mut wire, mut data) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let payload: Vec<u8> = (0..len).map(|k| (i * 31 + k * 7) as u8).collect();
+        let mut u = vec![0u8; TAGGED_HEADER_LEN];
+        DdpRepr::Tagged {
+            last: true,
+            opcode: RdmapOpcode::RdmaWrite,
+            stag: STAG,
+            to: (i * len) as u64,
+        }
+        .emit(&mut u, 1)
+        .unwrap();
+        u.extend_from_slice(&payload);
+        enc.encode(&u, &mut wire).unwrap();
+        data.extend_from_slice(&payload);
+    }
+    (wire, data)
+}
+
+#[test]
+fn a_worker_on_an_in_memory_ring_places_out_of_order_segments_and_acks() {
+    let mut b = worker_with_flow(true);
+    let (n, len) = (24, 600);
+    let (stream, data) = writes(true, n, len);
+    let segs: Vec<(u32, &[u8])> = stream
+        .chunks(1448)
+        .enumerate()
+        .map(|(i, c)| (RCV_NXT.wrapping_add((i * 1448) as u32), c))
+        .collect();
+    // The first segment is late; one is duplicated.
+    let mut order: Vec<usize> = (1..segs.len()).collect();
+    order.insert(4, 3);
+    order.push(0);
+    let mut acks = Vec::new();
+    for i in order {
+        assert!(b.wire.inject(segment(segs[i].0, segs[i].1)));
+        b.worker.poll_once().unwrap();
+        acks.extend(b.wire.take_sent().iter().map(|f| tcp_of(f)));
+    }
+    for a in &acks {
+        assert_eq!((a.src, a.dst), (local(), remote()));
+        assert!(a.payload.is_empty());
+    }
+    // Out-of-order segments were acknowledged with SACK; the last ACK covers everything.
+    assert!(acks.iter().any(|a| a.sack_blocks > 0));
+    let end = RCV_NXT.wrapping_add(stream.len() as u32);
+    assert_eq!(acks.last().map(|a| a.ack), Some(end));
+    let mut got = vec![0u8; data.len()];
+    assert!(b.mem.read(0, &mut got));
+    assert!(got == data, "region octet-equal to the Writes");
+    let q = b.worker.report();
+    let f = &q.flows[0];
+    assert!(f.rx.placed_direct > 0, "{f:?}");
+    assert_eq!(f.rx.fpdus, n as u64);
+    assert_eq!(f.rx.completions, n as u64);
+    assert_eq!(q.ring.rx_frames, segs.len() as u64 + 1);
+    // Completions leave in order once the worker goes quiet.
+    let mut completions = Vec::new();
+    for _ in 0..1000 {
+        b.worker.poll_once().unwrap();
+        while let Ok(n) = b.notes.try_recv() {
+            if let Notification::Completions { pd, items } = n {
+                assert_eq!(pd, 1);
+                completions.extend(items);
+            }
+        }
+        if completions.len() == n {
+            break;
+        }
+    }
+    let offsets: Vec<u64> = completions.iter().map(|c| c.offset).collect();
+    assert_eq!(
+        offsets,
+        (0..n as u64).map(|i| i * len as u64).collect::<Vec<u64>>()
+    );
+    assert!(completions
+        .iter()
+        .all(|c| c.kind == CompletionKind::WritePlaced && c.len == len as u64 && c.flow_id == 3));
+}
+
+#[test]
+fn hostile_frames_are_counted_not_placed() {
+    let mut b = worker_with_flow(false);
+    let (stream, _) = writes(false, 1, 500);
+    // A bad TCP checksum.
+    let mut bad = segment(RCV_NXT, &stream);
+    let last = bad.len() - 1;
+    bad[last] ^= 0xff;
+    // A segment of a 4-tuple no flow owns.
+    let stray = {
+        let b = PacketBuilder::ethernet2(PEER_MAC, OUR_MAC)
+            .ipv4([10, 99, 0, 9], local().ip().octets(), 64)
+            .tcp(1234, local().port(), 1, 512)
+            .ack(1);
+        let mut v = Vec::new();
+        b.write(&mut v, b"x").unwrap();
+        v
+    };
+    // Not even IP.
+    let junk = vec![0u8; 20];
+    for f in [bad, stray, junk] {
+        assert!(b.wire.inject(f));
+    }
+    b.worker.poll_once().unwrap();
+    let q = b.worker.report();
+    assert_eq!(q.stats.malformed, 2);
+    assert_eq!(q.stats.unknown_flow, 1);
+    assert_eq!(q.flows[0].rx.fpdus, 0);
+    let mut got = vec![0u8; 500];
+    assert!(b.mem.read(0, &mut got));
+    assert!(got.iter().all(|&x| x == 0));
+    assert!(b
+        .notes
+        .try_iter()
+        .any(|n| matches!(n, Notification::Stray { remote, .. } if remote.port() == 1234)));
+}
