@@ -91,19 +91,18 @@ impl Builder {
         }
     }
 
-    fn write(&mut self, rng: &mut Rng, to: u64, data: &[u8]) {
+    /// One message: DDP segments cut by [`Self::cut`], each header from `header(offset, last)`.
+    fn message<const H: usize>(
+        &mut self,
+        rng: &mut Rng,
+        data: &[u8],
+        header: impl Fn(usize, bool) -> DdpRepr,
+    ) {
         let mut off = 0;
         loop {
-            let (take, last, end) = self.cut(rng, TAGGED_HEADER_LEN, data.len() - off);
-            let mut h = [0u8; TAGGED_HEADER_LEN];
-            DdpRepr::Tagged {
-                last,
-                opcode: RdmapOpcode::RdmaWrite,
-                stag: WRITE_STAG,
-                to: to + off as u64,
-            }
-            .emit(&mut h, 1)
-            .expect("header fits");
+            let (take, last, end) = self.cut(rng, H, data.len() - off);
+            let mut h = [0u8; H];
+            header(off, last).emit(&mut h, 1).expect("header fits");
             self.fpdu(&h, &data[off..off + take], end);
             off += take;
             if last {
@@ -112,27 +111,24 @@ impl Builder {
         }
     }
 
+    fn write(&mut self, rng: &mut Rng, to: u64, data: &[u8]) {
+        self.message::<TAGGED_HEADER_LEN>(rng, data, |off, last| DdpRepr::Tagged {
+            last,
+            opcode: RdmapOpcode::RdmaWrite,
+            stag: WRITE_STAG,
+            to: to + off as u64,
+        });
+    }
+
     fn send(&mut self, rng: &mut Rng, msn: u32, data: &[u8]) {
-        let mut off = 0;
-        loop {
-            let (take, last, end) = self.cut(rng, UNTAGGED_HEADER_LEN, data.len() - off);
-            let mut h = [0u8; UNTAGGED_HEADER_LEN];
-            DdpRepr::Untagged {
-                last,
-                opcode: RdmapOpcode::Send,
-                inv_stag: 0,
-                qn: queue::SEND,
-                msn,
-                mo: off as u32,
-            }
-            .emit(&mut h, 1)
-            .expect("header fits");
-            self.fpdu(&h, &data[off..off + take], end);
-            off += take;
-            if last {
-                break;
-            }
-        }
+        self.message::<UNTAGGED_HEADER_LEN>(rng, data, |off, last| DdpRepr::Untagged {
+            last,
+            opcode: RdmapOpcode::Send,
+            inv_stag: 0,
+            qn: queue::SEND,
+            msn,
+            mo: off as u32,
+        });
     }
 }
 
