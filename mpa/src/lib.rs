@@ -1,7 +1,8 @@
 //! MPA — Marker PDU Aligned Framing for TCP (RFC 5044, with RFC 6581's revision 2), sans I/O.
 //!
 //! Data flows through the modules in this order:
-//! * [`startup`]: the startup phase (Request/Reply frames, negotiation, both roles).
+//! * [`startup`]: the startup phase (Request/Reply frames, negotiation, both roles), with
+//!   [`rtr`] the Ready-to-Receive types it negotiates.
 //! * [`encoder`]: ULPDUs to FPDU wire octets (PAD, CRC, markers) at a stream position.
 //! * [`decoder`]: in-order FPDU deframing from arbitrary chunks (markers stripped, CRC checked).
 //! * [`locator`]: out-of-order location of whole FPDUs inside one segment, using markers.
@@ -23,6 +24,7 @@ pub mod fuzz;
 pub mod locator;
 pub mod markers;
 pub mod pattern;
+pub mod rtr;
 pub mod seq;
 pub mod startup;
 pub mod wire;
