@@ -5,7 +5,7 @@
 use crate::datapath_client::{ClientError, DatapathClient};
 use crate::freeze::{self, FrozenSocket};
 use crate::neighbour;
-use crate::responder::SetupError;
+use crate::setup_error::SetupError;
 use mpa::startup::Negotiated;
 use mpa::wire::startup::{HEADER_LEN, MAX_FRAME_LEN, MAX_PRIVATE_DATA};
 use mpa_ctl_proto::{HandOver, Message, MpaParams, Role};

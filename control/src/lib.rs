@@ -13,3 +13,4 @@ pub use handover::Placement;
 pub mod initiator;
 pub mod neighbour;
 pub mod responder;
+pub mod setup_error;
