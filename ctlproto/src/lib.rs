@@ -10,11 +10,19 @@
 //! Modules: `message` (every [`Message`]), `framing` (length prefix, descriptors, handshake),
 //! `handover` (the frozen TCP and MPA state of one connection), `region` and `completion`
 //! (registered memory and what is reported about it), [`capture`], [`client`], [`consumer`].
+//!
+//! Two mpa-xdp conventions that are not MPA live here too, because every program taking part
+//! in a demo or benchmark (connection setup, reference peer, bench) shares this crate:
+//! [`pattern`] (the deterministic payload every tool sends and checks) and [`region_ad`] (a
+//! Responder's region advertisement in its Reply's private data, with the placement both
+//! sides derive from it).
 #![deny(unsafe_code)]
 
 pub mod capture;
 pub mod client;
 pub mod consumer;
+pub mod pattern;
+pub mod region_ad;
 
 mod completion;
 mod framing;

@@ -8,10 +8,6 @@
 //! * [`locator`]: out-of-order location of whole FPDUs inside one segment, using markers.
 //! * [`wire`]: byte views (smoltcp style) for every format: FPDU, marker, startup frame, DDP/RDMAP.
 //! * [`endpoint`]: a blocking MPA endpoint over any `Read + Write` (kernel TCP).
-//!
-//! Shared test conventions: [`pattern`] (the deterministic payload every tool sends and
-//! checks) and [`wire::region_ad`] (a Responder's region advertisement in its Reply's private
-//! data, with the placement both sides derive from it).
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
@@ -23,7 +19,6 @@ pub mod error;
 pub mod fuzz;
 pub mod locator;
 pub mod markers;
-pub mod pattern;
 pub mod rtr;
 pub mod seq;
 pub mod startup;
