@@ -1,6 +1,6 @@
 //! `mpa-control serve`: accept MPA connections with kernel sockets, run the Responder startup,
 //! hand each connection to the datapath and keep its frozen socket until the datapath says
-//! the flow is gone (DESIGN.md, "Connection setup").
+//! the flow is gone (docs/architecture.md, "Connection setup").
 //!
 //! Threads:
 //! * one **listener** thread per `[[listener]]`: accepts, refuses at once when the datapath is

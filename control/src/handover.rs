@@ -1,6 +1,6 @@
-//! The hand-over shared by both roles (DESIGN.md, "Connection setup" steps 2–4): AdoptFlow →
-//! flush the delayed ACK → TCP_REPAIR freeze → nothing queued → next-hop MAC → HandOver, with
-//! CloseFlow as the rollback when any step after the adoption fails.
+//! The hand-over shared by both roles (docs/architecture.md, "Connection setup" steps 2–4):
+//! AdoptFlow → flush the delayed ACK → TCP_REPAIR freeze → nothing queued → next-hop MAC →
+//! HandOver, with CloseFlow as the rollback when any step after the adoption fails.
 
 use crate::datapath_client::{ClientError, DatapathClient};
 use crate::freeze::{self, FrozenSocket};

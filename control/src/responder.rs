@@ -1,6 +1,6 @@
 //! The Responder side of connection setup: accept with a kernel socket, run the startup phase,
 //! and hand the connection over to the datapath, which sends the accepting Reply itself
-//! (DESIGN.md, "Connection setup" steps 1–4).
+//! (docs/architecture.md, "Connection setup" steps 1–4).
 
 use crate::datapath_client::DatapathClient;
 use crate::freeze::FrozenSocket;

@@ -4,7 +4,8 @@
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 
-/// The kernel TCP state read with TCP_REPAIR at freeze time (see ENV.md, hand-over).
+/// The kernel TCP state read with TCP_REPAIR at freeze time (docs/environment.md, "TCP_REPAIR
+/// hand-over").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TcpSnapshot {
     /// Our address (the accepted or connected socket's local side).

@@ -3,9 +3,9 @@
 //! message lands from it.
 //!
 //! This is an mpa-xdp convention, not part of any RFC (so it lives here, beside the other
-//! conventions the mpa-xdp programs share, and not in the `mpa` protocol crate): a ULP that wants it puts the 32-octet
-//! advertisement at the start of the Reply's private data (RFC 5044 §7.1, at most 512 octets in
-//! all); any octets after it are ordinary private data and are ignored here.
+//! conventions the mpa-xdp programs share, and not in the `mpa` protocol crate): a ULP that wants
+//! it puts the 32-octet advertisement at the start of the Reply's private data (RFC 5044 §7.1, at
+//! most 512 octets in all); any octets after it are ordinary private data and are ignored here.
 //!
 //! # Format
 //!

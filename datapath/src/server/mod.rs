@@ -1,5 +1,6 @@
-//! The datapath process: XDP steering, one worker per queue, and the control-socket server
-//! that mpa-control talks to (the only code that touches BPF maps: DESIGN.md).
+//! The datapath process: XDP steering, one worker per queue, and the control-socket server that
+//! mpa-control talks to (the only code that touches BPF maps: docs/architecture.md, "Crate
+//! layout").
 //!
 //! This module starts and stops the datapath and runs the control thread's loop; the rest of
 //! the control thread is split by concern: `clients` (accepting and writing to control

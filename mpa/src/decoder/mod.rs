@@ -108,12 +108,12 @@ impl FpduDecoder {
         self.stats
     }
 
-    /// Steps over `wire_len` octets holding one FPDU that was already verified and consumed
-    /// out of order (marker-guided placement, DESIGN.md): the in-order chain must reach it
+    /// Steps over `wire_len` octets holding one FPDU that was already verified and consumed out of
+    /// order (docs/architecture.md, "Out-of-order placement"): the in-order chain must reach it
     /// exactly at an FPDU boundary. Fails with error 3 when ULPDU_Length (the chain) and the
-    /// markers (which located the FPDU) disagree on where it starts: octets of an earlier FPDU
-    /// are still buffered (RFC 5044 §8: checked when an out-of-order gap closes). The error
-    /// is sticky like any other.
+    /// markers (which located the FPDU) disagree on where it starts: octets of an earlier FPDU are
+    /// still buffered (RFC 5044 §8: checked when an out-of-order gap closes). The error is sticky
+    /// like any other.
     pub fn skip_verified(&mut self, wire_len: usize) -> Result<(), DecodeError> {
         if let Some(e) = self.error {
             return Err(e);
