@@ -9,14 +9,14 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use mpa::pattern::PatternTable;
 use mpa::startup::StartupPolicy;
 use mpa::wire::ddp::{self, DdpRepr, RdmapOpcode};
-use mpa::wire::region_ad::{self, RegionAd};
 use mpa_bpf::AttachMode;
 use mpa_control::datapath_client::DatapathClient;
 use mpa_control::responder::{respond_and_hand_over, Outcome};
 use mpa_ctl_proto::consumer::{Consumer, MappedRegion};
+use mpa_ctl_proto::pattern::PatternTable;
+use mpa_ctl_proto::region_ad::{self, RegionAd};
 use mpa_ctl_proto::{Completion, CompletionKind, Message, PostTarget};
 use mpa_datapath::receiver::MAX_POSTED;
 use mpa_datapath::server::{Datapath, DatapathConfig};

@@ -18,7 +18,7 @@
 //! reject_reason = "not for us"
 //! reply_private_data = "welcome"
 //! pd = 1                        # protection domain of its connections (placement)
-//! advertise_region = true       # put a region advertisement (mpa::wire::region_ad) in the
+//! advertise_region = true       # put a region advertisement (mpa_ctl_proto::region_ad) in the
 //!                               # Reply: the lowest STag of domain `pd` with remote write
 //! advertise_recv_size = 4096    # ... and say Sends are accepted into buffers of this size
 //! aligned_sender = true         # peers align FPDUs with segments: without markers, place
@@ -338,7 +338,7 @@ fn listener(
     }
     let reply_private_data = l.reply_private_data.unwrap_or_default().into_bytes();
     let ad_len = if advertise_region {
-        mpa::wire::region_ad::LEN
+        mpa_ctl_proto::region_ad::LEN
     } else {
         0
     };

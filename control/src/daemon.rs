@@ -1,6 +1,6 @@
 //! `mpa-control serve`: accept MPA connections with kernel sockets, run the Responder startup,
 //! hand each connection to the datapath and keep its frozen socket until the datapath says
-//! the flow is gone (DESIGN.md, "Connection setup").
+//! the flow is gone (docs/architecture.md, "Connection setup").
 //!
 //! Threads:
 //! * one **listener** thread per `[[listener]]`: accepts, refuses at once when the datapath is
@@ -221,7 +221,7 @@ fn accept_loop(
 }
 
 /// The accepting Reply's private data: the listener's, after a region advertisement
-/// (`mpa::wire::region_ad`) when the listener asks for one: the lowest STag of its domain
+/// (`mpa_ctl_proto::region_ad`) when the listener asks for one: the lowest STag of its domain
 /// that allows remote writes.
 fn reply_private_data(lc: &ListenerConfig, dp: &mut DatapathClient) -> Result<Vec<u8>, String> {
     let (true, Some(pd)) = (lc.advertise_region, lc.pd) else {
@@ -241,7 +241,7 @@ fn reply_private_data(lc: &ListenerConfig, dp: &mut DatapathClient) -> Result<Ve
             "advertise_region: domain {pd} has no region that allows remote writes"
         ));
     };
-    let ad = mpa::wire::region_ad::RegionAd {
+    let ad = mpa_ctl_proto::region_ad::RegionAd {
         writes: true,
         sends: lc.advertise_recv_size > 0,
         stag: r.stag,

@@ -1,9 +1,9 @@
 //! Freezing a kernel TCP socket with TCP_REPAIR and reading the state the datapath needs.
 //!
-//! Order that works (ENV.md): nothing left unread or unsent, flush a pending delayed ACK
-//! (TCP_QUICKACK), steer the 4-tuple away from the kernel, `TCP_REPAIR=1`, read, and later
-//! close the socket *while still in repair mode* (silent). Never set `TCP_REPAIR=0`: that
-//! sends a window probe.
+//! Order that works (docs/environment.md, "TCP_REPAIR hand-over"): nothing left unread or unsent,
+//! flush a pending delayed ACK (TCP_QUICKACK), steer the 4-tuple away from the kernel,
+//! `TCP_REPAIR=1`, read, and later close the socket *while still in repair mode* (silent). Never
+//! set `TCP_REPAIR=0`: that sends a window probe.
 
 use mpa_ctl_proto::{TcpSnapshot, TsSnapshot};
 use nix::sys::socket::{getsockopt, recv, setsockopt, MsgFlags};

@@ -1,11 +1,11 @@
-//! The hand-over shared by both roles (DESIGN.md, "Connection setup" steps 2–4): AdoptFlow →
-//! flush the delayed ACK → TCP_REPAIR freeze → nothing queued → next-hop MAC → HandOver, with
-//! CloseFlow as the rollback when any step after the adoption fails.
+//! The hand-over shared by both roles (docs/architecture.md, "Connection setup" steps 2–4):
+//! AdoptFlow → flush the delayed ACK → TCP_REPAIR freeze → nothing queued → next-hop MAC →
+//! HandOver, with CloseFlow as the rollback when any step after the adoption fails.
 
 use crate::datapath_client::{ClientError, DatapathClient};
 use crate::freeze::{self, FrozenSocket};
 use crate::neighbour;
-use crate::responder::SetupError;
+use crate::setup_error::SetupError;
 use mpa::startup::Negotiated;
 use mpa::wire::startup::{HEADER_LEN, MAX_FRAME_LEN, MAX_PRIVATE_DATA};
 use mpa_ctl_proto::{HandOver, Message, MpaParams, Role};

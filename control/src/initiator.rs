@@ -5,7 +5,7 @@
 use crate::datapath_client::DatapathClient;
 use crate::freeze::FrozenSocket;
 use crate::handover::{hand_over, read_frame_step, FrameRead, Placement, StartupWire};
-use crate::responder::SetupError;
+use crate::setup_error::SetupError;
 use mpa::startup::{InitiatorStartup, Negotiated, StartupError, StartupEvent, StartupPolicy};
 use mpa::wire::startup::MAX_FRAME_LEN;
 use mpa_ctl_proto::Role;

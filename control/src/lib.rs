@@ -1,6 +1,6 @@
 //! Connection setup for mpa-xdp: kernel sockets, the MPA startup phase, and the TCP_REPAIR
-//! hand-over of a quiet connection to the datapath (DESIGN.md, ENV.md "TCP_REPAIR
-//! hand-over").
+//! hand-over of a quiet connection to the datapath (docs/architecture.md, "Connection setup";
+//! docs/environment.md, "TCP_REPAIR hand-over").
 #![forbid(unsafe_code)]
 
 pub mod capture;
@@ -13,3 +13,4 @@ pub use handover::Placement;
 pub mod initiator;
 pub mod neighbour;
 pub mod responder;
+pub mod setup_error;

@@ -1,47 +1,18 @@
 //! The Responder side of connection setup: accept with a kernel socket, run the startup phase,
 //! and hand the connection over to the datapath, which sends the accepting Reply itself
-//! (DESIGN.md, "Connection setup" steps 1–4).
+//! (docs/architecture.md, "Connection setup" steps 1–4).
 
-use crate::datapath_client::{ClientError, DatapathClient};
-use crate::freeze::{FreezeError, FrozenSocket};
+use crate::datapath_client::DatapathClient;
+use crate::freeze::FrozenSocket;
 use crate::handover::{hand_over, read_frame_step, FrameRead, Placement, StartupWire};
-use crate::neighbour::NeighbourError;
-use mpa::startup::{Negotiated, ResponderStartup, StartupError, StartupEvent, StartupPolicy};
+use mpa::startup::{Negotiated, ResponderStartup, StartupEvent, StartupPolicy};
 use mpa_ctl_proto::Role;
-use std::io::{self, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::time::Instant;
 
-/// Why a connection could not be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum SetupError {
-    /// The kernel socket failed (MPA error 1).
-    #[error("TCP: {0}")]
-    Io(#[from] io::Error),
-    /// The peer closed before the Request was complete.
-    #[error("peer closed during the startup phase")]
-    Closed,
-    /// The startup phase failed.
-    #[error("startup: {0}")]
-    Startup(#[from] StartupError),
-    /// The datapath refused or failed.
-    #[error("datapath: {0}")]
-    Datapath(#[from] ClientError),
-    /// Freezing the socket failed.
-    #[error("freeze: {0}")]
-    Freeze(#[from] FreezeError),
-    /// No next-hop MAC.
-    #[error("next hop: {0}")]
-    Neighbour(#[from] NeighbourError),
-    /// Octets were queued in the kernel socket at freeze time: they would be lost.
-    #[error("kernel socket not quiet at hand-over: {recv} octets unread, {send} unsent")]
-    NotQuiet {
-        /// Unread octets.
-        recv: usize,
-        /// Unsent octets.
-        send: usize,
-    },
-}
+// Kept at its old path for callers outside the library (the hand-over tests).
+pub use crate::setup_error::SetupError;
 
 /// What happened to one accepted connection.
 #[derive(Debug)]

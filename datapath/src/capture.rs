@@ -5,10 +5,10 @@
 //! [`FLUSH_AFTER`]; the control thread sends them to the capturing client and gives each
 //! emptied batch back.
 //!
-//! Fast-path rules (DESIGN.md): without a capture a worker pays one branch per frame; with
-//! one, a copy of at most the snapshot length into reserved memory; when no batch is free
-//! (the control thread or the client is behind) the frame is counted as dropped, never
-//! waited for, and nothing is allocated per frame.
+//! Fast-path rules (docs/architecture.md, "Fast-path rules"): without a capture a worker pays
+//! one branch per frame; with one, a copy of at most the snapshot length into reserved
+//! memory; when no batch is free (the control thread or the client is behind) the frame is
+//! counted as dropped, never waited for, and nothing is allocated per frame.
 #![forbid(unsafe_code)]
 
 use crate::wire::frame::{FrameError, FrameTemplate};

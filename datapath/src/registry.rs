@@ -1,6 +1,6 @@
 //! The control thread's registry of memory regions, receive buffers waiting for a
 //! connection of their protection domain, and completion subscribers. Workers get copies of
-//! what they need through commands (DESIGN.md: no shared mutable state with workers).
+//! what they need through commands (docs/architecture.md, "Fast-path rules": no shared mutable state with workers).
 
 #![forbid(unsafe_code)]
 

@@ -189,7 +189,7 @@ impl AsFd for XskQueue {
 
 impl XskQueue {
     /// Opens and binds a socket on `iface` queue `queue`, with need_wakeup, without letting
-    /// libxdp load its own program (ENV.md: ours steers; libxdp's would take ARP too).
+    /// libxdp load its own program (docs/environment.md: ours steers; libxdp's would take ARP too).
     pub fn open(iface: &str, queue: u32, cfg: &XskConfig) -> Result<Self, XskError> {
         let bad = |e: &dyn std::fmt::Display| XskError::Config(e.to_string());
         let ring = QueueSize::new(cfg.ring_size).map_err(|e| bad(&e))?;

@@ -1,4 +1,4 @@
-//! The receive path allocates nothing per segment (DESIGN.md, fast-path rules): a counting
+//! The receive path allocates nothing per segment (docs/architecture.md, "Fast-path rules"): a counting
 //! global allocator watches `handle_segment`, `drain_reassembled`, `end_of_burst` and
 //! `poll_transmit` over in-order, reordered, duplicate and SACK-carrying traffic.
 

@@ -2,20 +2,20 @@
 //!
 //! * `listen`: Responder; prints one JSON line per connection when it ends.
 //! * `connect`: Initiator; sends N DDP tagged RDMA Writes (`--op write`) or untagged Sends
-//!   (`--op send`) with the deterministic payload of [`mpa::pattern`], closes, and prints one
+//!   (`--op send`) with the deterministic payload of [`mpa_ctl_proto::pattern`], closes, and prints one
 //!   JSON line. When the Responder's Reply carries a region advertisement
-//!   ([`mpa::wire::region_ad`]) the Writes go into the advertised region.
+//!   ([`mpa_ctl_proto::region_ad`]) the Writes go into the advertised region.
 #![forbid(unsafe_code)]
 
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use mpa::crc::crc32c_append;
 use mpa::endpoint::{EndpointConfig, EndpointError, MpaStream};
-use mpa::pattern::PatternTable;
 use mpa::startup::{Negotiated, RtrType, StartupPolicy};
 use mpa::wire::ddp::{queue, DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use mpa::wire::fpdu::MAX_ULPDU;
-use mpa::wire::region_ad::{self, RegionAd};
+use mpa_ctl_proto::pattern::PatternTable;
+use mpa_ctl_proto::region_ad::{self, RegionAd};
 use serde::Serialize;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::ExitCode;
@@ -76,7 +76,7 @@ struct ListenArgs {
     /// Private data for the accepting Reply (after the advertisement with --advertise).
     #[arg(long)]
     private_data: Option<String>,
-    /// Advertise a region in the accepting Reply's private data (mpa::wire::region_ad): STag
+    /// Advertise a region in the accepting Reply's private data (mpa_ctl_proto::region_ad): STag
     /// and length (decimal or 0x hex; base TO 0; RDMA Writes accepted), and with RECVSIZE > 0
     /// Sends accepted into receive buffers of RECVSIZE octets. Received ULPDUs are still only
     /// digested, not placed.

@@ -7,7 +7,7 @@ use mpa::seq::SeqNumber;
 /// The largest window scale shift (RFC 7323 §2.3).
 pub const MAX_WINDOW_SCALE: u8 = 14;
 
-/// The state of a kernel socket frozen with TCP_REPAIR (ENV.md, "TCP_REPAIR hand-over").
+/// The state of a kernel socket frozen with TCP_REPAIR (docs/environment.md, "TCP_REPAIR hand-over").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HandoverState {
     /// Our port.

@@ -22,7 +22,8 @@
 //! ACK policy: an ACK becomes due at every second in-order segment, at once on reordering,
 //! duplicates, a filled hole, PAWS or window trouble, at `end_of_burst`, or when the
 //! delayed-ACK timer fires. "Due" is a flag, not a queue: a caller that polls
-//! `poll_transmit` only once per burst sends one ACK per flow per burst (DESIGN.md), which
+//! `poll_transmit` only once per burst sends one ACK per flow per burst
+//! (docs/architecture.md, "Receive path"), which
 //! for bursts of more than two segments is a stretch ACK; a caller that wants the strict
 //! every-second-segment rule polls after each segment.
 //!

@@ -4,9 +4,9 @@ use super::{
     deadline, expired, frame_error, Awaiting, FrameReader, Framing, Negotiated, RejectCause,
     StartupError, StartupEvent, StartupPolicy, StartupState,
 };
+use crate::rtr::{RtrSet, RtrType};
 use crate::wire::startup::{
-    rev2, FrameKind, Rev2Params, RtrSet, RtrType, StartupFrame, StartupRepr, ENHANCED_LEN,
-    MAX_PRIVATE_DATA,
+    rev2, FrameKind, Rev2Params, StartupFrame, StartupRepr, ENHANCED_LEN, MAX_PRIVATE_DATA,
 };
 use std::collections::VecDeque;
 use std::time::Instant;

@@ -23,7 +23,9 @@ mod responder;
 #[cfg(test)]
 mod tests;
 
-pub use crate::wire::startup::{FrameKind, Rev2Params, RtrSet, RtrType};
+// The policy types name these, so the startup API offers them beside the policies.
+pub use crate::rtr::{RtrSet, RtrType};
+pub use crate::wire::startup::{FrameKind, Rev2Params};
 pub use initiator::InitiatorStartup;
 pub use responder::ResponderStartup;
 

@@ -6,7 +6,6 @@
 pub mod ddp;
 pub mod fpdu;
 pub mod marker;
-pub mod region_ad;
 pub mod startup;
 
 /// A buffer was too short for the format it was viewed as.

@@ -22,7 +22,7 @@ impl Connection {
 
     /// As [`Connection::handle_segment`]; before out-of-order octets go into the reassembly
     /// store, `place` sees them (their sequence number and octets) and may consume parts of
-    /// them itself (marker-guided placement, DESIGN.md): the ranges it reports in
+    /// them itself (marker-guided placement, docs/architecture.md): the ranges it reports in
     /// [`PlacedSpans`] count as received (for ACKs and SACK) but are not copied; when they
     /// become in order, [`Connection::drain_reassembled`] hands stale octets for them, which
     /// the caller skips.

@@ -2,9 +2,10 @@
 //! Initiator in the private data of its accepting MPA Reply, and both sides derive where each
 //! message lands from it.
 //!
-//! This is an mpa-xdp convention, not part of any RFC: a ULP that wants it puts the 32-octet
-//! advertisement at the start of the Reply's private data (RFC 5044 §7.1, at most 512 octets in
-//! all); any octets after it are ordinary private data and are ignored here.
+//! This is an mpa-xdp convention, not part of any RFC (so it lives here, beside the other
+//! conventions the mpa-xdp programs share, and not in the `mpa` protocol crate): a ULP that wants
+//! it puts the 32-octet advertisement at the start of the Reply's private data (RFC 5044 §7.1, at
+//! most 512 octets in all); any octets after it are ordinary private data and are ignored here.
 //!
 //! # Format
 //!
@@ -47,7 +48,7 @@
 //!   MSN 1 and the first posted buffer, so Send `n` has MSN `n + 2` and lands in buffer `n + 1`
 //!   ([`send_msn`]).
 
-use super::ddp::{queue, DdpRepr, RdmapOpcode};
+use mpa::wire::ddp::{queue, DdpRepr, RdmapOpcode};
 
 /// The advertisement's first four octets.
 pub const MAGIC: [u8; 4] = *b"MPXR";

@@ -1,4 +1,5 @@
-//! The deterministic payload pattern shared by senders and checkers.
+//! The deterministic payload pattern shared by senders and checkers: an mpa-xdp demo
+//! convention (not MPA), kept with the other conventions the programs share.
 //!
 //! Octet `i` (0-based) of payload number `n` (0-based message count) is
 //!

@@ -1,0 +1,171 @@
+//! Framing of the control socket: `length (u32 BE) | JSON`, optionally with one file
+//! descriptor attached (SCM_RIGHTS), and the Hello handshake that checks [`VERSION`].
+
+use crate::{Message, MAX_MESSAGE, VERSION};
+use std::io::{self, Read, Write};
+
+/// Why a message could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtoError {
+    /// The socket failed.
+    #[error("control socket I/O: {0}")]
+    Io(#[from] io::Error),
+    /// The peer closed the socket between messages.
+    #[error("control socket closed by the peer")]
+    Closed,
+    /// A length prefix over the limit: the stream cannot be trusted any more.
+    #[error("control message of {0} octets exceeds the {MAX_MESSAGE}-octet limit")]
+    TooLarge(usize),
+    /// A body that is not a valid message.
+    #[error("malformed control message: {0}")]
+    Malformed(#[from] serde_json::Error),
+    /// The peer speaks another version.
+    #[error("control protocol version {theirs}, this side speaks {VERSION}")]
+    Version {
+        /// The peer's version.
+        theirs: u32,
+    },
+}
+
+/// Writes one framed message.
+pub fn write_message(w: &mut impl Write, msg: &Message) -> Result<(), ProtoError> {
+    let body = serde_json::to_vec(msg)?;
+    if body.len() > MAX_MESSAGE {
+        return Err(ProtoError::TooLarge(body.len()));
+    }
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    w.write_all(&frame)?;
+    w.flush()?;
+    Ok(())
+}
+
+/// Reads one framed message; [`ProtoError::Closed`] at a clean end of stream.
+pub fn read_message(r: &mut impl Read) -> Result<Message, ProtoError> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(ProtoError::Closed),
+        Err(e) => return Err(e.into()),
+    }
+    let n = u32::from_be_bytes(len) as usize;
+    if n > MAX_MESSAGE {
+        return Err(ProtoError::TooLarge(n));
+    }
+    let mut body = vec![0u8; n];
+    r.read_exact(&mut body)?;
+    Ok(serde_json::from_slice(&body)?)
+}
+
+/// Writes one framed message with a file descriptor attached to its first octet
+/// (SCM_RIGHTS). The reader must use [`read_message_with_fd`].
+pub fn write_message_with_fd(
+    s: &std::os::unix::net::UnixStream,
+    msg: &Message,
+    fd: std::os::fd::BorrowedFd<'_>,
+) -> Result<(), ProtoError> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    use std::os::fd::AsRawFd;
+    let body = serde_json::to_vec(msg)?;
+    if body.len() > MAX_MESSAGE {
+        return Err(ProtoError::TooLarge(body.len()));
+    }
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    let fds = [fd.as_raw_fd()];
+    let cmsg = [ControlMessage::ScmRights(&fds)];
+    let first = loop {
+        match sendmsg::<()>(
+            s.as_raw_fd(),
+            &[io::IoSlice::new(&frame)],
+            &cmsg,
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        ) {
+            Ok(n) => break n,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(io::Error::from(e).into()),
+        }
+    };
+    let mut w = s;
+    w.write_all(&frame[first..])?;
+    Ok(())
+}
+
+/// Reads one framed message and the descriptor attached to it, if any (see
+/// [`write_message_with_fd`]). Use it for every read on a socket that may carry
+/// descriptors: a plain read would close them. Descriptors beyond the first are closed.
+pub fn read_message_with_fd(
+    s: &std::os::unix::net::UnixStream,
+) -> Result<(Message, Option<std::os::fd::OwnedFd>), ProtoError> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let mut len = [0u8; 4];
+    let mut got = 0usize;
+    let mut fd: Option<OwnedFd> = None;
+    while got < 4 {
+        let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 4]);
+        let mut iov = [io::IoSliceMut::new(&mut len[got..])];
+        let msg = match recvmsg::<()>(
+            s.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Ok(m) => m,
+            // A signal before any octet arrived: wait again (as `read_exact` does).
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(io::Error::from(e).into()),
+        };
+        let n = msg.bytes;
+        for c in msg.cmsgs().map_err(io::Error::from)? {
+            if let ControlMessageOwned::ScmRights(fds) = c {
+                for raw in fds {
+                    // SAFETY: the kernel just installed `raw` in our table for us (SCM_RIGHTS);
+                    // nothing else knows it, so this is its only owner.
+                    #[allow(unsafe_code)]
+                    let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+                    if fd.is_none() {
+                        fd = Some(owned);
+                    }
+                }
+            }
+        }
+        if n == 0 {
+            return Err(if got == 0 {
+                ProtoError::Closed
+            } else {
+                io::Error::from(io::ErrorKind::UnexpectedEof).into()
+            });
+        }
+        got += n;
+    }
+    let n = u32::from_be_bytes(len) as usize;
+    if n > MAX_MESSAGE {
+        return Err(ProtoError::TooLarge(n));
+    }
+    let mut body = vec![0u8; n];
+    let mut r = s;
+    r.read_exact(&mut body)?;
+    Ok((serde_json::from_slice(&body)?, fd))
+}
+
+/// Sends our Hello and checks the peer's.
+pub fn handshake<S: Read + Write>(s: &mut S, agent: &str) -> Result<String, ProtoError> {
+    write_message(
+        s,
+        &Message::Hello {
+            version: VERSION,
+            agent: agent.to_string(),
+        },
+    )?;
+    match read_message(s)? {
+        Message::Hello { version, agent } if version == VERSION => Ok(agent),
+        Message::Hello { version, .. } => Err(ProtoError::Version { theirs: version }),
+        other => Err(ProtoError::Malformed(serde::de::Error::custom(format!(
+            "expected hello, got {other:?}"
+        )))),
+    }
+}

@@ -1,0 +1,244 @@
+//! Every message of the protocol, and the error codes and Terminate details they carry.
+
+use crate::{CapturedFrame, Completion, HandOver, PostTarget, RegionInfo};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+
+/// An RDMAP Terminate's control field (RFC 5040 §4.8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TerminateInfo {
+    /// 0 RDMAP, 1 DDP, 2 LLP (MPA).
+    pub layer: u8,
+    /// Error type.
+    pub error_type: u8,
+    /// Error code.
+    pub error_code: u8,
+    /// We sent it (true) or the peer did (false).
+    pub sent: bool,
+}
+
+/// Error codes in [`Message::Error`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// Incompatible protocol version.
+    Version,
+    /// The request is not valid (details in the message).
+    BadRequest,
+    /// No such flow.
+    UnknownFlow,
+    /// The 4-tuple is already owned.
+    FlowExists,
+    /// A limit (flows, memory) was reached.
+    Limit,
+    /// The requester is not allowed.
+    Forbidden,
+    /// The datapath failed internally.
+    Internal,
+}
+
+/// Every message of the protocol.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Message {
+    /// First message each way.
+    Hello {
+        /// [`VERSION`].
+        version: u32,
+        /// Free text: program name and version.
+        agent: String,
+    },
+    /// control → datapath: start steering this 4-tuple; the datapath creates the flow, inserts
+    /// it into the XDP `flows` map and holds its packets until the hand-over arrives.
+    AdoptFlow {
+        /// Request id.
+        id: u64,
+        /// Our side.
+        local: SocketAddr,
+        /// The peer.
+        remote: SocketAddr,
+    },
+    /// datapath → control: the flow exists and is steered.
+    FlowAdopted {
+        /// Request id.
+        id: u64,
+        /// The flow.
+        flow_id: u64,
+    },
+    /// control → datapath: the frozen kernel state; the datapath now owns the connection.
+    HandOver {
+        /// Request id.
+        id: u64,
+        /// The state.
+        handover: Box<HandOver>,
+    },
+    /// datapath → control: hand-over accepted.
+    HandedOver {
+        /// Request id.
+        id: u64,
+        /// The flow.
+        flow_id: u64,
+    },
+    /// control → datapath: forget a flow (hand-over failed, or an operator closes it).
+    CloseFlow {
+        /// Request id.
+        id: u64,
+        /// The flow.
+        flow_id: u64,
+    },
+    /// datapath → control (id 0): a connection ended; close its frozen socket silently.
+    FlowGone {
+        /// The flow.
+        flow_id: u64,
+        /// The MPA error code (RFC 5044 §8), if it ended with one.
+        mpa_error: Option<u8>,
+        /// Why, in words.
+        reason: String,
+        /// The Terminate that ended it, either way.
+        #[serde(default)]
+        terminate: Option<TerminateInfo>,
+    },
+    /// consumer → datapath: create a registered memory region (memfd; huge pages when the
+    /// length is a multiple of 2 MiB and hugetlbfs has room). Answered by
+    /// [`Message::RegionCreated`] carrying the memory's file descriptor (SCM_RIGHTS, see
+    /// [`read_message_with_fd`]); the region lives until [`Message::DestroyRegion`] (or the
+    /// datapath exits), independent of the requesting socket.
+    CreateRegion {
+        /// Request id.
+        id: u64,
+        /// Octets (at least 1).
+        len: u64,
+        /// Protection domain.
+        pd: u32,
+        /// Allow RDMA Writes from peers.
+        remote_write: bool,
+        /// Allow RDMA Read Requests from peers.
+        remote_read: bool,
+    },
+    /// datapath → consumer: the region, with its memory's descriptor attached.
+    RegionCreated {
+        /// Request id.
+        id: u64,
+        /// The region.
+        region: RegionInfo,
+    },
+    /// consumer → datapath: no further placement into the region (flows that target it get
+    /// an invalid-STag Terminate); its memory stays valid for whoever mapped it.
+    DestroyRegion {
+        /// Request id.
+        id: u64,
+        /// The region.
+        stag: u32,
+    },
+    /// List regions, all or of one domain.
+    ListRegions {
+        /// Request id.
+        id: u64,
+        /// Only this domain.
+        pd: Option<u32>,
+    },
+    /// The regions.
+    Regions {
+        /// Request id.
+        id: u64,
+        /// Regions.
+        regions: Vec<RegionInfo>,
+    },
+    /// consumer → datapath: post `count` receive buffers of `len` octets each, back to back in
+    /// region `stag` from `offset`, for Sends (QN 0), in MSN order.
+    PostRecv {
+        /// Request id.
+        id: u64,
+        /// A connection, or a domain's waiting list.
+        target: PostTarget,
+        /// Region.
+        stag: u32,
+        /// Offset of the first buffer.
+        offset: u64,
+        /// Octets per buffer.
+        len: u32,
+        /// Buffers.
+        count: u32,
+    },
+    /// consumer → datapath: send this client the completions of the domain's connections
+    /// (one subscriber per domain; a new one replaces the old).
+    Subscribe {
+        /// Request id.
+        id: u64,
+        /// Domain.
+        pd: u32,
+    },
+    /// datapath → subscriber (id 0): completions, in order per connection. On the wire the
+    /// items are one base64 string of packed records ([`crate::completion::codec`]): thousands of
+    /// small JSON objects cost more to write and read than the data path spends placing.
+    Completions {
+        /// Domain.
+        pd: u32,
+        /// Completions.
+        #[serde(with = "crate::completion::codec")]
+        items: Vec<Completion>,
+    },
+    /// Ask for statistics.
+    GetStats {
+        /// Request id.
+        id: u64,
+    },
+    /// Statistics as a JSON document.
+    Stats {
+        /// Request id.
+        id: u64,
+        /// Per queue and per flow counters.
+        stats: serde_json::Value,
+    },
+    /// Start a packet capture for this client (one at a time per datapath): answered by
+    /// [`Message::Ok`], then the datapath streams [`Message::Captured`] batches to this client
+    /// and ends with [`Message::CaptureDone`] when `duration_ms` passed, `max_bytes` of pcap
+    /// output (24-octet file header and 16 octets per record included) were sent, or
+    /// [`Message::StopCapture`] came. Bounds: [`capture::check_request`].
+    StartCapture {
+        /// Request id.
+        id: u64,
+        /// Only this flow's frames; `None`: every frame the datapath receives or sends.
+        flow: Option<u64>,
+        /// Bound of the pcap file the frames make, octets.
+        max_bytes: u64,
+        /// Bound of the capture's duration, milliseconds.
+        duration_ms: u64,
+        /// Octets kept of each frame.
+        snaplen: u32,
+    },
+    /// End this client's capture now (answered by [`Message::Ok`]; [`Message::CaptureDone`]
+    /// follows).
+    StopCapture {
+        /// Request id.
+        id: u64,
+    },
+    /// datapath → capturing client (id 0): captured frames, in the order each worker saw
+    /// them (workers' batches interleave).
+    Captured {
+        /// The frames.
+        frames: Vec<CapturedFrame>,
+    },
+    /// datapath → capturing client (id 0): the capture ended; nothing of it follows.
+    CaptureDone {
+        /// Why: "duration", "max_bytes", "stopped", "datapath stopping".
+        reason: String,
+        /// Frames sent to the client.
+        frames: u64,
+        /// Frames seen but not sent: worker buffers full, or the client's queue full.
+        dropped: u64,
+    },
+    /// Plain success.
+    Ok {
+        /// Request id.
+        id: u64,
+    },
+    /// A refused request.
+    Error {
+        /// Request id (0 when the request could not be parsed).
+        id: u64,
+        /// What kind of failure.
+        code: ErrorCode,
+        /// Details.
+        message: String,
+    },
+}

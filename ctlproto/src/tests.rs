@@ -1,0 +1,320 @@
+use super::*;
+use std::os::unix::net::UnixStream;
+
+fn snapshot() -> HandOver {
+    HandOver {
+        flow_id: 7,
+        tcp: TcpSnapshot {
+            local: "10.99.0.2:7777".parse().unwrap(),
+            remote: "[fd99::1]:40000".parse().unwrap(),
+            snd_nxt: u32::MAX,
+            rcv_nxt: 5,
+            snd_wl1: 4,
+            snd_wnd: 65535,
+            max_window: 65535,
+            rcv_wnd: 131072,
+            rcv_wup: 5,
+            mss: 1460,
+            rcv_wscale: Some(7),
+            snd_wscale: Some(9),
+            sack_permitted: true,
+            timestamps: Some(TsSnapshot {
+                tsval: 123,
+                monotonic_ns: 456,
+                ts_recent: 0,
+            }),
+            send_queue: vec![],
+            recv_queue: vec![1, 2],
+        },
+        mpa: MpaParams {
+            role: Role::Responder,
+            rev: 2,
+            markers_rx: true,
+            markers_tx: false,
+            crc: true,
+            ddp_rdmap_version: 1,
+            reply_frame: b"MPA ID Rep Frame\x40\x01\x00\x00".to_vec(),
+            rtr: vec!["ZeroLengthSend".into()],
+            pd: Some(3),
+            aligned_sender: true,
+            request_frame: b"MPA ID Req Frame\x40\x01\x00\x00".to_vec(),
+            received_reply_frame: vec![],
+        },
+        next_hop_mac: [2, 0, 0, 0, 0, 1],
+    }
+}
+
+#[test]
+fn round_trip_every_message() {
+    let msgs = vec![
+        Message::Hello {
+            version: VERSION,
+            agent: "t".into(),
+        },
+        Message::AdoptFlow {
+            id: 1,
+            local: "1.2.3.4:5".parse().unwrap(),
+            remote: "[::1]:6".parse().unwrap(),
+        },
+        Message::FlowAdopted { id: 1, flow_id: 9 },
+        Message::HandOver {
+            id: 2,
+            handover: Box::new(snapshot()),
+        },
+        Message::HandedOver { id: 2, flow_id: 9 },
+        Message::CloseFlow { id: 3, flow_id: 9 },
+        Message::FlowGone {
+            flow_id: 9,
+            mpa_error: Some(2),
+            reason: "CRC".into(),
+            terminate: Some(TerminateInfo {
+                layer: 2,
+                error_type: 0,
+                error_code: 2,
+                sent: true,
+            }),
+        },
+        Message::CreateRegion {
+            id: 7,
+            len: 1 << 20,
+            pd: 3,
+            remote_write: true,
+            remote_read: false,
+        },
+        Message::RegionCreated {
+            id: 7,
+            region: RegionInfo {
+                stag: 0x100,
+                len: 1 << 20,
+                pd: 3,
+                remote_write: true,
+                remote_read: false,
+                huge_pages: false,
+            },
+        },
+        Message::DestroyRegion { id: 8, stag: 0x100 },
+        Message::ListRegions { id: 9, pd: None },
+        Message::Regions {
+            id: 9,
+            regions: vec![],
+        },
+        Message::PostRecv {
+            id: 10,
+            target: PostTarget::Pd(3),
+            stag: 0x100,
+            offset: 0,
+            len: 4096,
+            count: 16,
+        },
+        Message::Subscribe { id: 11, pd: 3 },
+        Message::Completions {
+            pd: 3,
+            items: vec![Completion {
+                flow_id: 1,
+                kind: CompletionKind::SendArrived,
+                stag: 0x100,
+                offset: 4096,
+                len: 100,
+                msn: Some(2),
+                invalidate_stag: None,
+            }],
+        },
+        Message::StartCapture {
+            id: 12,
+            flow: Some(9),
+            max_bytes: 1 << 20,
+            duration_ms: 5000,
+            snaplen: 128,
+        },
+        Message::StopCapture { id: 13 },
+        Message::Captured {
+            frames: vec![
+                CapturedFrame {
+                    ts_ns: 1_700_000_000_123_456_789,
+                    direction: CaptureDirection::Rx,
+                    orig_len: 1514,
+                    data: (0..=255).collect(),
+                    reconstructed: false,
+                },
+                CapturedFrame {
+                    ts_ns: 1,
+                    direction: CaptureDirection::Tx,
+                    orig_len: 0,
+                    data: vec![],
+                    reconstructed: true,
+                },
+            ],
+        },
+        Message::CaptureDone {
+            reason: "duration".into(),
+            frames: 2,
+            dropped: 1,
+        },
+        Message::GetStats { id: 4 },
+        Message::Stats {
+            id: 4,
+            stats: serde_json::json!({"queues": []}),
+        },
+        Message::Ok { id: 5 },
+        Message::Error {
+            id: 6,
+            code: ErrorCode::UnknownFlow,
+            message: "no".into(),
+        },
+    ];
+    let (mut a, mut b) = UnixStream::pair().unwrap();
+    for m in &msgs {
+        write_message(&mut a, m).unwrap();
+    }
+    drop(a);
+    for m in &msgs {
+        assert_eq!(&read_message(&mut b).unwrap(), m);
+    }
+    assert!(matches!(read_message(&mut b), Err(ProtoError::Closed)));
+}
+
+#[test]
+fn hand_overs_without_the_startup_frames_still_parse() {
+    let mut j = serde_json::to_value(snapshot()).unwrap();
+    let mpa = j["mpa"].as_object_mut().unwrap();
+    mpa.remove("request_frame");
+    mpa.remove("received_reply_frame");
+    let h: HandOver = serde_json::from_value(j).unwrap();
+    assert!(h.mpa.request_frame.is_empty() && h.mpa.received_reply_frame.is_empty());
+}
+
+#[test]
+fn malformed_and_oversized_are_refused() {
+    let mut buf = Vec::new();
+    buf.extend_from_slice(&5u32.to_be_bytes());
+    buf.extend_from_slice(b"{\"ty");
+    assert!(matches!(
+        read_message(&mut &buf[..]),
+        Err(ProtoError::Io(_))
+    ));
+    let mut buf = Vec::new();
+    buf.extend_from_slice(&(MAX_MESSAGE as u32 + 1).to_be_bytes());
+    assert!(matches!(
+        read_message(&mut &buf[..]),
+        Err(ProtoError::TooLarge(_))
+    ));
+    let body = br#"{"type":"hand_over","id":1}"#;
+    let mut buf = (body.len() as u32).to_be_bytes().to_vec();
+    buf.extend_from_slice(body);
+    assert!(matches!(
+        read_message(&mut &buf[..]),
+        Err(ProtoError::Malformed(_))
+    ));
+    let body = br#"{"type":"launch_missiles","id":1}"#;
+    let mut buf = (body.len() as u32).to_be_bytes().to_vec();
+    buf.extend_from_slice(body);
+    assert!(matches!(
+        read_message(&mut &buf[..]),
+        Err(ProtoError::Malformed(_))
+    ));
+}
+
+#[test]
+fn descriptors_travel_with_their_message() {
+    use std::io::{Read as _, Seek, SeekFrom, Write as _};
+    use std::os::fd::AsFd;
+    let (a, b) = UnixStream::pair().unwrap();
+    let mut f = tempfile_in_memory();
+    f.write_all(b"region").unwrap();
+    let m = Message::Ok { id: 1 };
+    write_message_with_fd(&a, &m, f.as_fd()).unwrap();
+    write_message(&mut &a, &Message::Ok { id: 2 }).unwrap();
+    let (got, fd) = read_message_with_fd(&b).unwrap();
+    assert_eq!(got, m);
+    let mut g = std::fs::File::from(fd.expect("descriptor"));
+    g.seek(SeekFrom::Start(0)).unwrap();
+    let mut s = String::new();
+    g.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "region");
+    let (got, fd) = read_message_with_fd(&b).unwrap();
+    assert_eq!(got, Message::Ok { id: 2 });
+    assert!(fd.is_none());
+    drop(a);
+    assert!(matches!(read_message_with_fd(&b), Err(ProtoError::Closed)));
+}
+
+fn tempfile_in_memory() -> std::fs::File {
+    let p = std::env::temp_dir().join(format!("ctlproto-fd-{}", std::process::id()));
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&p)
+        .unwrap();
+    let _ = std::fs::remove_file(&p);
+    f
+}
+
+#[test]
+fn version_mismatch_is_typed() {
+    let (mut a, mut b) = UnixStream::pair().unwrap();
+    let t = std::thread::spawn(move || {
+        write_message(
+            &mut b,
+            &Message::Hello {
+                version: VERSION + 1,
+                agent: "future".into(),
+            },
+        )
+        .unwrap();
+        let _ = read_message(&mut b);
+    });
+    match handshake(&mut a, "test") {
+        Err(ProtoError::Version { theirs }) => assert_eq!(theirs, VERSION + 1),
+        other => panic!("{other:?}"),
+    }
+    t.join().unwrap();
+}
+
+proptest::proptest! {
+    #[test]
+    fn completion_records_round_trip(
+        v in proptest::collection::vec(
+            (proptest::prelude::any::<(u64, u64, u64, u32)>(),
+             proptest::option::of(proptest::prelude::any::<u32>()),
+             proptest::option::of(proptest::prelude::any::<u32>()),
+             0u8..3),
+            0..50)
+    ) {
+        let items: Vec<Completion> = v
+            .into_iter()
+            .map(|((flow_id, offset, len, stag), msn, invalidate_stag, k)| Completion {
+                flow_id,
+                kind: [
+                    CompletionKind::WritePlaced,
+                    CompletionKind::ReadResponsePlaced,
+                    CompletionKind::SendArrived,
+                ][k as usize],
+                stag,
+                offset,
+                len,
+                msn,
+                invalidate_stag,
+            })
+            .collect();
+        let m = Message::Completions { pd: 1, items };
+        let mut buf = Vec::new();
+        write_message(&mut buf, &m).unwrap();
+        proptest::prop_assert_eq!(read_message(&mut &buf[..]).unwrap(), m);
+    }
+
+    #[test]
+    fn arbitrary_completion_records_never_panic(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+        let _ = crate::completion::codec::unpack(&b);
+    }
+}
+
+proptest::proptest! {
+    #[test]
+    fn arbitrary_bodies_never_panic(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+        let mut buf = (body.len() as u32).to_be_bytes().to_vec();
+        buf.extend_from_slice(&body);
+        let _ = read_message(&mut &buf[..]);
+    }
+}

@@ -1,0 +1,319 @@
+//! The datapath process: XDP steering, one worker per queue, and the control-socket server that
+//! mpa-control talks to (the only code that touches BPF maps: docs/architecture.md, "Crate
+//! layout").
+//!
+//! This module starts and stops the datapath and runs the control thread's loop; the rest of
+//! the control thread is split by concern: `clients` (accepting and writing to control
+//! clients), `requests` (one function per control request), `notifications` (what workers
+//! report), `capture` (packet capture for a client) and `migration` (moving a flow to the
+//! worker of the queue its segments arrive on).
+
+mod capture;
+mod clients;
+mod migration;
+mod notifications;
+mod requests;
+
+use crate::registry::Registry;
+use crate::tcp::TcpConfig;
+use crate::worker::{Command, Notification, Worker, WorkerConfig};
+use crate::xsk::{XskConfig, XskQueue};
+use capture::Capture;
+use clients::Client;
+use crossbeam_channel::{select, unbounded, Receiver, Sender};
+use mpa_bpf::{AttachMode, FlowKey, XdpSteering};
+use mpa_ctl_proto::Message;
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Everything the datapath needs to start.
+#[derive(Debug, Clone)]
+pub struct DatapathConfig {
+    /// Interface to serve (in the calling thread's network namespace).
+    pub iface: String,
+    /// RX queues, one worker each.
+    pub queues: u32,
+    /// XDP attach mode.
+    pub xdp_mode: AttachMode,
+    /// AF_XDP socket settings.
+    pub xsk: XskConfig,
+    /// Control socket path (created 0600; only our own user may connect).
+    pub socket: PathBuf,
+    /// Keep a ULPDU digest per flow.
+    pub digest: bool,
+    /// TCP settings.
+    pub tcp: TcpConfig,
+    /// Verify TCP checksums in software.
+    pub verify_checksums: bool,
+    /// Pin worker q to CPU q (right on a server with cores to spare; on a small machine that
+    /// also runs the sender it only gets in the scheduler's way).
+    pub pin_cpus: bool,
+    /// Octets of registered regions allowed in all.
+    pub max_region_bytes: u64,
+}
+
+/// Default of [`DatapathConfig::max_region_bytes`]: 4 GiB.
+pub const DEFAULT_MAX_REGION_BYTES: u64 = 4 << 30;
+
+/// Why the datapath could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Interface lookup failed.
+    #[error("interface {0}: {1}")]
+    Iface(String, String),
+    /// XDP failed.
+    #[error(transparent)]
+    Bpf(#[from] mpa_bpf::BpfError),
+    /// AF_XDP failed.
+    #[error(transparent)]
+    Xsk(#[from] crate::xsk::XskError),
+    /// The control socket could not be created.
+    #[error("control socket {0}: {1}")]
+    Socket(PathBuf, io::Error),
+}
+
+/// A running datapath; dropping it stops everything and detaches XDP.
+pub struct Datapath {
+    stop: Arc<AtomicBool>,
+    control: Option<JoinHandle<()>>,
+    socket: PathBuf,
+}
+
+impl Datapath {
+    /// Starts workers and the control server in the calling thread's network namespace.
+    pub fn start(cfg: DatapathConfig) -> Result<Datapath, StartError> {
+        let ifindex = mpa_bpf::ifindex_of(&cfg.iface)
+            .map_err(|e| StartError::Iface(cfg.iface.clone(), e.to_string()))?;
+        let our_mac = interface_mac(&cfg.iface)?;
+        let steering = XdpSteering::attach(ifindex, cfg.xdp_mode)?;
+        let (notify_tx, notify_rx) = unbounded();
+        let mut workers = Vec::new();
+        let mut handles = Vec::new();
+        for q in 0..cfg.queues {
+            let xsk = XskQueue::open(&cfg.iface, q, &cfg.xsk)?;
+            steering.set_xsk(q, xsk.as_fd())?;
+            let (tx, rx) = unbounded();
+            let waker = xsk.waker();
+            let wcfg = WorkerConfig {
+                our_mac,
+                tcp: cfg.tcp.clone(),
+                digest: cfg.digest,
+                verify_checksums: cfg.verify_checksums,
+            };
+            let w = Worker::new(xsk, wcfg, rx, notify_tx.clone());
+            let pin = cfg.pin_cpus;
+            handles.push(
+                std::thread::Builder::new()
+                    .name(format!("mpa-worker-{q}"))
+                    .spawn(move || {
+                        if pin {
+                            pin_to_cpu(q);
+                        }
+                        w.run()
+                    })
+                    .map_err(|e| StartError::Iface(cfg.iface.clone(), e.to_string()))?,
+            );
+            workers.push(WorkerHandle { tx, waker });
+        }
+        let _ = std::fs::remove_file(&cfg.socket);
+        let listener = UnixListener::bind(&cfg.socket)
+            .map_err(|e| StartError::Socket(cfg.socket.clone(), e))?;
+        std::fs::set_permissions(&cfg.socket, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| StartError::Socket(cfg.socket.clone(), e))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| StartError::Socket(cfg.socket.clone(), e))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let server = Server {
+            steering,
+            workers,
+            worker_handles: handles,
+            notify: notify_rx,
+            listener,
+            clients: HashMap::new(),
+            next_client: 1,
+            next_flow: 1,
+            adopted: HashMap::new(),
+            finished: std::collections::VecDeque::new(),
+            registry: Registry::new(cfg.max_region_bytes),
+            stop: stop.clone(),
+            capture: None,
+            next_capture: 1,
+        };
+        let control = std::thread::Builder::new()
+            .name("mpa-control-server".into())
+            .spawn(move || server.run())
+            .map_err(|e| StartError::Socket(cfg.socket.clone(), e))?;
+        tracing::info!(iface = %cfg.iface, queues = cfg.queues, socket = %cfg.socket.display(), "datapath running");
+        Ok(Datapath {
+            stop,
+            control: Some(control),
+            socket: cfg.socket,
+        })
+    }
+
+    /// Stops workers and the server, detaches XDP, removes the socket.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.control.take() {
+            let _ = h.join();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+impl Drop for Datapath {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Pins the calling worker thread to CPU `queue` (modulo the CPUs we may use), so that a
+/// queue's packets, its worker and its caches stay on one core.
+fn pin_to_cpu(queue: u32) {
+    use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+    use nix::unistd::Pid;
+    let Ok(allowed) = sched_getaffinity(Pid::from_raw(0)) else {
+        return;
+    };
+    let cpus: Vec<usize> = (0..CpuSet::count())
+        .filter(|&c| allowed.is_set(c).unwrap_or(false))
+        .collect();
+    if cpus.is_empty() {
+        return;
+    }
+    let cpu = cpus[queue as usize % cpus.len()];
+    let mut set = CpuSet::new();
+    if set.set(cpu).is_ok() {
+        if let Err(e) = sched_setaffinity(Pid::from_raw(0), &set) {
+            tracing::warn!(queue, cpu, %e, "cannot pin worker");
+        }
+    }
+}
+
+/// The interface's MAC address, from netlink (getifaddrs), so it is right in whatever
+/// network namespace the calling thread is (sysfs may belong to another).
+fn interface_mac(iface: &str) -> Result<[u8; 6], StartError> {
+    let err = |m: String| StartError::Iface(iface.to_string(), m);
+    let addrs = nix::ifaddrs::getifaddrs().map_err(|e| err(e.to_string()))?;
+    for a in addrs {
+        if a.interface_name != iface {
+            continue;
+        }
+        if let Some(mac) = a
+            .address
+            .as_ref()
+            .and_then(|s| s.as_link_addr())
+            .and_then(|l| l.addr())
+        {
+            return Ok(mac);
+        }
+    }
+    Err(err("no link-layer address".into()))
+}
+
+/// The control thread's side of a worker: its command channel, and a way to wake it from an
+/// idle wait so that a command (a hand-over) is served at once, not after the wait.
+struct WorkerHandle {
+    tx: Sender<Command>,
+    waker: crate::xsk::Waker,
+}
+
+impl WorkerHandle {
+    fn send(&self, c: Command) -> Result<(), crossbeam_channel::SendError<Command>> {
+        self.tx.send(c)?;
+        self.waker.wake();
+        Ok(())
+    }
+}
+
+struct Adopted {
+    key: FlowKey,
+    local: SocketAddr,
+    remote: SocketAddr,
+    client: u64,
+    worker: Option<usize>,
+    /// Protection domain, once handed over.
+    pd: Option<u32>,
+}
+
+struct Server {
+    steering: XdpSteering,
+    workers: Vec<WorkerHandle>,
+    worker_handles: Vec<JoinHandle<()>>,
+    notify: Receiver<Notification>,
+    listener: UnixListener,
+    clients: HashMap<u64, Client>,
+    next_client: u64,
+    next_flow: u64,
+    adopted: HashMap<u64, Adopted>,
+    /// Final counters of the most recent ended flows (bounded).
+    finished: std::collections::VecDeque<crate::flow::FlowReport>,
+    registry: Registry,
+    stop: Arc<AtomicBool>,
+    /// The packet capture running, if any (one at a time).
+    capture: Option<Capture>,
+    next_capture: u64,
+}
+
+/// Ended flows whose final counters stay readable over the control socket.
+const FINISHED_KEPT: usize = 256;
+
+enum Incoming {
+    Msg(u64, Message),
+    Gone(u64),
+}
+
+impl Server {
+    fn run(mut self) {
+        let (in_tx, in_rx) = unbounded::<Incoming>();
+        while !self.stop.load(Ordering::Relaxed) {
+            self.accept(&in_tx);
+            select! {
+                recv(in_rx) -> m => match m {
+                    Ok(Incoming::Msg(c, m)) => self.handle(c, m),
+                    Ok(Incoming::Gone(c)) => {
+                        self.clients.remove(&c);
+                        self.registry.client_gone(c);
+                    }
+                    Err(_) => break,
+                },
+                recv(self.notify) -> n => if let Ok(n) = n { self.notified(n) },
+                default(Duration::from_millis(20)) => {}
+            }
+            self.capture_tick();
+        }
+        if self.capture.is_some() {
+            self.finish_capture("datapath stopping");
+        }
+        for w in &self.workers {
+            let _ = w.send(Command::Shutdown);
+        }
+        for h in self.worker_handles.drain(..) {
+            let _ = h.join();
+        }
+        // `steering` drops here: XDP detaches.
+    }
+
+    /// Removes an adopted flow and its 4-tuple from the XDP flow map.
+    fn forget(&mut self, flow_id: u64) {
+        if let Some(a) = self.adopted.remove(&flow_id) {
+            if let Err(e) = self.steering.remove_flow(&a.key) {
+                tracing::warn!(flow_id, %e, "remove flow from XDP map");
+            }
+        }
+    }
+}

@@ -1,0 +1,56 @@
+//! What the workers report to the control thread: captured frames, flows seen on the wrong
+//! queue, completions for subscribers, and flows that ended.
+
+use super::{Server, FINISHED_KEPT};
+use crate::worker::Notification;
+use mpa_ctl_proto::Message;
+
+impl Server {
+    pub(super) fn notified(&mut self, n: Notification) {
+        match n {
+            Notification::Captured {
+                queue,
+                generation,
+                batch,
+            } => self.captured(queue, generation, batch),
+            Notification::Stray {
+                queue,
+                local,
+                remote,
+            } => self.move_stray_flow(queue, local, remote),
+            Notification::Completions { pd, items } => {
+                let n = items.len() as u64;
+                let sent = match self.registry.subscriber(pd) {
+                    Some(c) => self.send_to(c, Message::Completions { pd, items }, None),
+                    None => false,
+                };
+                if !sent {
+                    self.registry.unclaimed_completions += n;
+                }
+            }
+            Notification::FlowGone {
+                flow_id,
+                end,
+                stats,
+                ..
+            } => {
+                let client = self.adopted.get(&flow_id).map(|a| a.client);
+                self.forget(flow_id);
+                tracing::info!(flow_id, ?end, ?stats, "flow gone");
+                if let Some(c) = client {
+                    let m = Message::FlowGone {
+                        flow_id,
+                        mpa_error: end.mpa_error.map(mpa::MpaErrorCode::code),
+                        terminate: end.terminate,
+                        reason: end.reason,
+                    };
+                    self.reply(c, m);
+                }
+                if self.finished.len() == FINISHED_KEPT {
+                    self.finished.pop_front();
+                }
+                self.finished.push_back(*stats);
+            }
+        }
+    }
+}

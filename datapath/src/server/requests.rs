@@ -1,0 +1,427 @@
+//! The control requests: one function per request kind, and the dispatch that picks it. A
+//! client must say Hello (with our protocol version) before anything else.
+
+use super::{Adopted, Command, Server};
+use crate::registry::Refusal;
+use mpa_bpf::{FlowKey, FlowValue};
+use mpa_ctl_proto::{ErrorCode, HandOver, Message, PostTarget, VERSION};
+use serde_json::json;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+impl Server {
+    /// Serves one message from `client`.
+    pub(super) fn handle(&mut self, client: u64, m: Message) {
+        let hello = self.clients.get(&client).is_some_and(|c| c.hello);
+        if !hello {
+            return self.hello(client, m);
+        }
+        match m {
+            Message::AdoptFlow { id, local, remote } => self.adopt_flow(client, id, local, remote),
+            Message::HandOver { id, handover } => self.hand_over(client, id, handover),
+            Message::CloseFlow { id, flow_id } => self.close_flow(client, id, flow_id),
+            Message::GetStats { id } => self.get_stats(client, id),
+            Message::CreateRegion {
+                id,
+                len,
+                pd,
+                remote_write,
+                remote_read,
+            } => self.create_region(client, id, len, pd, remote_write, remote_read),
+            Message::DestroyRegion { id, stag } => self.destroy_region(client, id, stag),
+            Message::ListRegions { id, pd } => self.list_regions(client, id, pd),
+            Message::PostRecv {
+                id,
+                target,
+                stag,
+                offset,
+                len,
+                count,
+            } => {
+                let r = self.post_recv(target, stag, offset, len, count);
+                self.answer(client, id, r);
+            }
+            Message::Subscribe { id, pd } => self.subscribe(client, id, pd),
+            Message::StartCapture {
+                id,
+                flow,
+                max_bytes,
+                duration_ms,
+                snaplen,
+            } => {
+                let r = self.start_capture(client, flow, max_bytes, duration_ms, snaplen);
+                self.answer(client, id, r);
+            }
+            Message::StopCapture { id } => self.stop_capture(client, id),
+            other => self.not_a_request(client, other),
+        }
+    }
+
+    /// Ok, or the refusal, for request `id`.
+    fn answer(&mut self, client: u64, id: u64, r: Result<(), Refusal>) {
+        match r {
+            Ok(()) => self.reply(client, Message::Ok { id }),
+            Err((code, message)) => self.reply(client, Message::Error { id, code, message }),
+        }
+    }
+
+    /// Before its Hello a client may say only Hello: one with another version is answered
+    /// with ours (so that it can tell the user), anything else is refused.
+    fn hello(&mut self, client: u64, m: Message) {
+        match m {
+            Message::Hello { version, .. } if version == VERSION => {
+                if let Some(c) = self.clients.get_mut(&client) {
+                    c.hello = true;
+                }
+                let agent = concat!("mpa-datapath ", env!("CARGO_PKG_VERSION")).to_string();
+                self.reply(
+                    client,
+                    Message::Hello {
+                        version: VERSION,
+                        agent,
+                    },
+                );
+            }
+            Message::Hello { version, .. } => {
+                let message = format!("version {version}, this datapath speaks {VERSION}");
+                self.reply(
+                    client,
+                    Message::Hello {
+                        version: VERSION,
+                        agent: message,
+                    },
+                );
+            }
+            _ => self.reply(
+                client,
+                Message::Error {
+                    id: 0,
+                    code: ErrorCode::BadRequest,
+                    message: "hello first".into(),
+                },
+            ),
+        }
+    }
+
+    /// AdoptFlow: the 4-tuple goes into the XDP flow map under a new flow id, so that its
+    /// segments come to us (and no longer to the frozen kernel socket).
+    fn adopt_flow(&mut self, client: u64, id: u64, local: SocketAddr, remote: SocketAddr) {
+        let key = match FlowKey::new(local, remote) {
+            Ok(k) => k,
+            Err(e) => {
+                return self.reply(
+                    client,
+                    Message::Error {
+                        id,
+                        code: ErrorCode::BadRequest,
+                        message: e.to_string(),
+                    },
+                )
+            }
+        };
+        if self.adopted.values().any(|a| a.key == key) {
+            return self.reply(
+                client,
+                Message::Error {
+                    id,
+                    code: ErrorCode::FlowExists,
+                    message: format!("{local} ↔ {remote} is owned"),
+                },
+            );
+        }
+        let flow_id = self.next_flow;
+        match self.steering.insert_flow(
+            &key,
+            FlowValue {
+                flow_id: flow_id as u32,
+                flags: 0,
+            },
+        ) {
+            Ok(()) => {
+                self.next_flow += 1;
+                self.adopted.insert(
+                    flow_id,
+                    Adopted {
+                        key,
+                        local,
+                        remote,
+                        client,
+                        worker: None,
+                        pd: None,
+                    },
+                );
+                self.reply(client, Message::FlowAdopted { id, flow_id });
+            }
+            Err(e) => self.reply(
+                client,
+                Message::Error {
+                    id,
+                    code: ErrorCode::Limit,
+                    message: e.to_string(),
+                },
+            ),
+        }
+    }
+
+    /// HandOver: the adopted flow's TCP and MPA state goes to a worker, which answers
+    /// whether it took the flow.
+    fn hand_over(&mut self, client: u64, id: u64, handover: Box<HandOver>) {
+        let flow_id = handover.flow_id;
+        let Some(a) = self.adopted.get_mut(&flow_id) else {
+            return self.reply(
+                client,
+                Message::Error {
+                    id,
+                    code: ErrorCode::UnknownFlow,
+                    message: format!("flow {flow_id} was not adopted"),
+                },
+            );
+        };
+        if (handover.tcp.local, handover.tcp.remote) != (a.local, a.remote) {
+            return self.reply(
+                client,
+                Message::Error {
+                    id,
+                    code: ErrorCode::BadRequest,
+                    message: "4-tuple differs from the adopted one".into(),
+                },
+            );
+        }
+        // Queue choice: RSS decides where the peer's segments arrive, which nothing
+        // tells us yet. Spread hand-overs; the first segment on another queue makes
+        // that queue's worker ask for the flow (Notification::Stray) and it moves.
+        let w = (flow_id as usize) % self.workers.len();
+        a.worker = Some(w);
+        a.pd = handover.mpa.pd;
+        let bufs = handover
+            .mpa
+            .pd
+            .map(|pd| self.registry.take_waiting(pd))
+            .unwrap_or_default();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        if self.workers[w]
+            .send(Command::HandOver(handover, bufs, tx))
+            .is_err()
+        {
+            return self.reply(
+                client,
+                Message::Error {
+                    id,
+                    code: ErrorCode::Internal,
+                    message: "worker gone".into(),
+                },
+            );
+        }
+        match rx.recv_timeout(Duration::from_secs(2)) {
+            Ok(Ok(())) => self.reply(client, Message::HandedOver { id, flow_id }),
+            Ok(Err(e)) => {
+                self.forget(flow_id);
+                self.reply(
+                    client,
+                    Message::Error {
+                        id,
+                        code: ErrorCode::BadRequest,
+                        message: e.to_string(),
+                    },
+                )
+            }
+            Err(_) => self.reply(
+                client,
+                Message::Error {
+                    id,
+                    code: ErrorCode::Internal,
+                    message: "worker did not answer".into(),
+                },
+            ),
+        }
+    }
+
+    /// CloseFlow: its worker resets the connection (it reports FlowGone); a flow adopted but
+    /// not yet handed over is simply forgotten.
+    fn close_flow(&mut self, client: u64, id: u64, flow_id: u64) {
+        match self.adopted.get(&flow_id) {
+            None => self.reply(
+                client,
+                Message::Error {
+                    id,
+                    code: ErrorCode::UnknownFlow,
+                    message: format!("no flow {flow_id}"),
+                },
+            ),
+            Some(a) => {
+                match a.worker {
+                    Some(w) => {
+                        let _ = self.workers[w].send(Command::Close(flow_id));
+                    }
+                    None => self.forget(flow_id),
+                }
+                self.reply(client, Message::Ok { id });
+            }
+        }
+    }
+
+    /// GetStats: every worker's counters, the XDP program's, the registry's, the ended flows
+    /// kept and the capture running.
+    fn get_stats(&mut self, client: u64, id: u64) {
+        let mut queues = Vec::new();
+        for w in &self.workers {
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            if w.send(Command::Stats(tx)).is_ok() {
+                if let Ok(v) = rx.recv_timeout(Duration::from_secs(2)) {
+                    queues.push(v);
+                }
+            }
+        }
+        let xdp = self.steering.counters().ok().map(|c| format!("{c:?}"));
+        let capture = self.capture.as_ref().map(|c| {
+            json!({
+                "client": c.client,
+                "flow": c.flow,
+                "frames": c.frames,
+                "bytes": c.bytes,
+                "max_bytes": c.max_bytes,
+                "dropped_by_client_queue": c.dropped,
+                "ms_left": c.deadline.saturating_duration_since(Instant::now()).as_millis() as u64,
+            })
+        });
+        let stats = json!({
+            "queues": queues,
+            "xdp": xdp,
+            "adopted_flows": self.adopted.len(),
+            "registry": self.registry.stats_json(),
+            "ended_flows": self.finished,
+            "capture": capture,
+        });
+        self.reply(client, Message::Stats { id, stats });
+    }
+
+    /// CreateRegion: the registry creates it and every worker learns it; its descriptor goes
+    /// to the client with the answer.
+    fn create_region(
+        &mut self,
+        client: u64,
+        id: u64,
+        len: u64,
+        pd: u32,
+        remote_write: bool,
+        remote_read: bool,
+    ) {
+        match self.registry.create(len, pd, remote_write, remote_read) {
+            Ok(r) => {
+                for w in &self.workers {
+                    let _ = w.send(Command::AddRegion(r.clone()));
+                }
+                tracing::info!(
+                    stag = r.info.stag,
+                    len,
+                    pd,
+                    huge = r.info.huge_pages,
+                    "region created"
+                );
+                let m = Message::RegionCreated {
+                    id,
+                    region: r.info.clone(),
+                };
+                self.send_to(client, m, Some(r.mem.clone()));
+            }
+            Err((code, message)) => self.reply(client, Message::Error { id, code, message }),
+        }
+    }
+
+    /// DestroyRegion: gone from the registry and from every worker.
+    fn destroy_region(&mut self, client: u64, id: u64, stag: u32) {
+        match self.registry.destroy(stag) {
+            Ok(()) => {
+                for w in &self.workers {
+                    let _ = w.send(Command::RemoveRegion(stag));
+                }
+                self.reply(client, Message::Ok { id });
+            }
+            Err((code, message)) => self.reply(client, Message::Error { id, code, message }),
+        }
+    }
+
+    /// ListRegions: the regions of one protection domain, or all.
+    fn list_regions(&mut self, client: u64, id: u64, pd: Option<u32>) {
+        let regions = self.registry.list(pd);
+        self.reply(client, Message::Regions { id, regions });
+    }
+
+    /// Subscribe: `client` receives the completions of protection domain `pd`.
+    fn subscribe(&mut self, client: u64, id: u64, pd: u32) {
+        self.registry.subscribe(pd, client);
+        self.reply(client, Message::Ok { id });
+    }
+
+    /// StopCapture: only the client that started the capture may stop it; it ends at the
+    /// next turn of the loop.
+    fn stop_capture(&mut self, client: u64, id: u64) {
+        match self.capture.as_mut() {
+            Some(c) if c.client == client => {
+                c.ending.get_or_insert("stopped");
+                self.reply(client, Message::Ok { id });
+            }
+            _ => self.reply(
+                client,
+                Message::Error {
+                    id,
+                    code: ErrorCode::BadRequest,
+                    message: "no capture of this client is running".into(),
+                },
+            ),
+        }
+    }
+
+    /// Anything else (an answer or a notification sent to us) is refused.
+    fn not_a_request(&mut self, client: u64, other: Message) {
+        let message = format!("not a request: {other:?}");
+        self.reply(
+            client,
+            Message::Error {
+                id: 0,
+                code: ErrorCode::BadRequest,
+                message,
+            },
+        );
+    }
+
+    /// PostRecv: receive buffers for Sends, posted to a protection domain (they wait there
+    /// for its next flow) or to one flow (through its worker).
+    fn post_recv(
+        &mut self,
+        target: PostTarget,
+        stag: u32,
+        offset: u64,
+        len: u32,
+        count: u32,
+    ) -> Result<(), crate::registry::Refusal> {
+        match target {
+            PostTarget::Pd(pd) => {
+                let bufs = self.registry.buffers(pd, stag, offset, len, count)?;
+                self.registry.wait(pd, bufs)
+            }
+            PostTarget::Flow(flow_id) => {
+                let a = self
+                    .adopted
+                    .get(&flow_id)
+                    .ok_or((ErrorCode::UnknownFlow, format!("no flow {flow_id}")))?;
+                let (Some(w), Some(pd)) = (a.worker, a.pd) else {
+                    return Err((
+                        ErrorCode::BadRequest,
+                        format!("flow {flow_id} has no protection domain (or no hand-over yet)"),
+                    ));
+                };
+                let bufs = self.registry.buffers(pd, stag, offset, len, count)?;
+                let (tx, rx) = crossbeam_channel::bounded(1);
+                self.workers[w]
+                    .send(Command::PostRecv(flow_id, bufs, tx))
+                    .map_err(|_| (ErrorCode::Internal, "worker gone".to_string()))?;
+                match rx.recv_timeout(Duration::from_secs(2)) {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(e)) => Err((ErrorCode::BadRequest, e.to_string())),
+                    Err(_) => Err((ErrorCode::Internal, "worker did not answer".into())),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! [`Chunk`]: one chunk of stream octets being decoded, handing out verified ULPDUs from a
+//! verified batch, from the chunk itself, or from the decoder's reassembly buffer.
+
+use super::batch::BATCH_MIN_WIRE;
+use super::{DecodeError, FpduDecoder, Ulpdu};
+
+/// One chunk of stream octets being decoded.
+pub struct Chunk<'d, 'a> {
+    dec: &'d mut FpduDecoder,
+    input: &'a [u8],
+    off: usize,
+    done: bool,
+    /// `dec.batch[batch_at..batch_n]` are the FPDUs at `off` that one batch pass verified.
+    batch_at: usize,
+    batch_n: usize,
+    /// Input offset up to which a batch pass looked (no new pass starts before it).
+    scanned_end: usize,
+}
+
+impl<'d, 'a> Chunk<'d, 'a> {
+    pub(super) fn new(dec: &'d mut FpduDecoder, input: &'a [u8]) -> Self {
+        Chunk {
+            dec,
+            input,
+            off: 0,
+            done: false,
+            batch_at: 0,
+            batch_n: 0,
+            scanned_end: 0,
+        }
+    }
+}
+
+impl<'a> Chunk<'_, 'a> {
+    /// The next verified ULPDU, `None` when the chunk is used up (its tail kept), or the
+    /// decoder's sticky error (returned once per chunk).
+    #[allow(clippy::should_implement_trait)]
+    #[inline]
+    pub fn next_ulpdu(&mut self) -> Option<Result<Ulpdu<'_>, DecodeError>> {
+        if self.batch_at < self.batch_n {
+            return Some(Ok(self.take_batched()));
+        }
+        self.next_unbatched()
+    }
+
+    /// The next FPDU of the verified batch (`batch_at < batch_n`).
+    #[inline]
+    fn take_batched(&mut self) -> Ulpdu<'a> {
+        take_batched(self.dec, self.input, &mut self.off, &mut self.batch_at)
+    }
+
+    /// [`Chunk::next_ulpdu`] outside a verified batch.
+    #[inline]
+    fn next_unbatched(&mut self) -> Option<Result<Ulpdu<'_>, DecodeError>> {
+        if self.done {
+            return None;
+        }
+        if let Some(e) = self.dec.error {
+            self.done = true;
+            return Some(Err(e));
+        }
+        let dec = &mut *self.dec;
+        if dec.partial_taken {
+            dec.partial.clear();
+            dec.partial_crc = 0;
+            dec.partial_taken = false;
+        }
+        let rest = &self.input[self.off..];
+        if !dec.partial.is_empty() {
+            // Complete the FPDU that spans chunks.
+            let want = match dec.wire_len_from(&dec.partial) {
+                Ok(w) => w,
+                Err(head) => {
+                    let take = (head - dec.partial.len()).min(rest.len());
+                    dec.buffer(&rest[..take], None);
+                    self.off += take;
+                    match dec.wire_len_from(&dec.partial) {
+                        Ok(w) => w,
+                        Err(_) => {
+                            self.done = true;
+                            return None;
+                        }
+                    }
+                }
+            };
+            let rest = &self.input[self.off..];
+            let take = (want - dec.partial.len()).min(rest.len());
+            dec.buffer(&rest[..take], Some(want));
+            self.off += take;
+            if dec.partial.len() < want {
+                self.done = true;
+                return None;
+            }
+            let pos = dec.pos;
+            let r = dec.verify_partial();
+            dec.partial_taken = true;
+            dec.stats.reassembled += u64::from(r.is_ok());
+            return Some(match r {
+                Ok(len) => Ok(Ulpdu::new(&dec.partial, pos, len, dec.markers)),
+                Err(e) => {
+                    dec.error = Some(e);
+                    self.done = true;
+                    Err(e)
+                }
+            });
+        }
+        if rest.is_empty() {
+            self.done = true;
+            return None;
+        }
+        let want = match dec.wire_len_from(rest) {
+            Ok(w) if w <= rest.len() => w,
+            w => {
+                // Incomplete: keep the tail (bounded by the largest FPDU) for the next chunk.
+                dec.buffer(rest, w.ok());
+                self.off = self.input.len();
+                self.done = true;
+                return None;
+            }
+        };
+        if dec.crc && want >= BATCH_MIN_WIRE && self.off >= self.scanned_end {
+            let (n, scanned) = dec.batch_scan(rest);
+            self.scanned_end = self.off + scanned;
+            if n > 0 {
+                self.batch_at = 0;
+                self.batch_n = n;
+                return Some(Ok(take_batched(
+                    dec,
+                    self.input,
+                    &mut self.off,
+                    &mut self.batch_at,
+                )));
+            }
+        }
+        let wire = &self.input[self.off..self.off + want];
+        let pos = dec.pos;
+        match dec.verify(wire) {
+            Ok(len) => {
+                self.off += want;
+                Some(Ok(Ulpdu::new(wire, pos, len, dec.markers)))
+            }
+            Err(e) => {
+                dec.error = Some(e);
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+
+    /// Octets of this chunk not yet taken.
+    pub fn remaining(&self) -> usize {
+        self.input.len() - self.off
+    }
+}
+
+/// Takes FPDU `batch_at` of the verified batch `dec.batch`, at `input[off..]`.
+#[inline]
+fn take_batched<'a>(
+    dec: &mut FpduDecoder,
+    input: &'a [u8],
+    off: &mut usize,
+    batch_at: &mut usize,
+) -> Ulpdu<'a> {
+    let e = dec.batch[*batch_at];
+    *batch_at += 1;
+    let w = e.wire as usize;
+    let wire = &input[*off..*off + w];
+    *off += w;
+    let pos = dec.pos;
+    dec.advance(w, e.ulpdu);
+    Ulpdu::new(wire, pos, e.ulpdu, dec.markers)
+}
+
+impl Drop for Chunk<'_, '_> {
+    fn drop(&mut self) {
+        if !self.done && self.off < self.input.len() && self.dec.error.is_none() {
+            self.dec.error = Some(DecodeError::Abandoned);
+        }
+    }
+}

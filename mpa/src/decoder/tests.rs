@@ -1,0 +1,339 @@
+use super::batch::BATCH_MIN_WIRE;
+use super::*;
+use crate::encoder::FpduEncoder;
+use crate::error::MpaErrorCode;
+
+fn stream(markers: bool, sizes: &[usize]) -> (Vec<u8>, Vec<Vec<u8>>) {
+    let mut enc = FpduEncoder::new(markers);
+    let mut out = Vec::new();
+    let mut sent = Vec::new();
+    for (i, &n) in sizes.iter().enumerate() {
+        let u: Vec<u8> = (0..n).map(|j| (i * 31 + j * 7) as u8).collect();
+        enc.encode(&u, &mut out).unwrap();
+        sent.push(u);
+    }
+    (out, sent)
+}
+
+fn decode_all(
+    dec: &mut FpduDecoder,
+    wire: &[u8],
+    chunk: usize,
+) -> Result<Vec<Vec<u8>>, DecodeError> {
+    let mut got = Vec::new();
+    for c in wire.chunks(chunk.max(1)) {
+        let mut ch = dec.feed(c);
+        while let Some(r) = ch.next_ulpdu() {
+            got.push(r?.to_vec());
+        }
+    }
+    Ok(got)
+}
+
+#[test]
+fn round_trip_every_chunking() {
+    for markers in [false, true] {
+        let (wire, sent) = stream(markers, &[0, 1, 42, 508, 509, 1430, 3000, 2]);
+        for chunk in [1, 2, 3, 5, 64, 511, 512, 1448, wire.len()] {
+            let mut dec = FpduDecoder::new(markers, true);
+            assert_eq!(
+                decode_all(&mut dec, &wire, chunk).unwrap(),
+                sent,
+                "chunk {chunk}"
+            );
+            assert_eq!(dec.position() as usize, wire.len());
+            assert_eq!(dec.buffered(), 0);
+            assert_eq!(dec.stats().fpdus, sent.len() as u64);
+        }
+    }
+}
+
+#[test]
+fn zero_copy_when_contiguous() {
+    let (wire, _) = stream(false, &[100]);
+    let mut dec = FpduDecoder::new(false, true);
+    let mut ch = dec.feed(&wire);
+    let u = ch.next_ulpdu().unwrap().unwrap();
+    let s = u.contiguous().unwrap();
+    assert_eq!(s.as_ptr(), wire[2..].as_ptr());
+}
+
+#[test]
+fn crc_error_is_sticky() {
+    let (mut wire, _) = stream(true, &[100, 100]);
+    wire[60] ^= 1;
+    let mut dec = FpduDecoder::new(true, true);
+    let r = decode_all(&mut dec, &wire, 1000);
+    assert!(matches!(r, Err(DecodeError::Crc { .. })), "{r:?}");
+    assert_eq!(dec.error().unwrap().code(), MpaErrorCode::CrcMismatch);
+    let mut ch = dec.feed(&wire);
+    assert!(matches!(
+        ch.next_ulpdu(),
+        Some(Err(DecodeError::Crc { .. }))
+    ));
+    assert!(ch.next_ulpdu().is_none());
+}
+
+#[test]
+fn crc_off_ignores_crc_field() {
+    let (mut wire, sent) = stream(false, &[10]);
+    let n = wire.len();
+    wire[n - 1] ^= 0xff;
+    let mut dec = FpduDecoder::new(false, false);
+    assert_eq!(decode_all(&mut dec, &wire, 3).unwrap(), sent);
+}
+
+#[test]
+fn marker_error_with_valid_crc() {
+    // Forge a wrong FPDUPTR and fix the CRC: error 3.
+    let (mut wire, _) = stream(true, &[1000]);
+    wire[512 + 2] = 0;
+    wire[512 + 3] = 0x10;
+    let n = wire.len();
+    let c = crc::crc32c(&wire[..n - 4]);
+    wire[n - 4..].copy_from_slice(&c.to_le_bytes());
+    let mut dec = FpduDecoder::new(true, true);
+    let r = decode_all(&mut dec, &wire, 7);
+    assert_eq!(
+        r.unwrap_err(),
+        DecodeError::Marker {
+            marker_pos: 512,
+            found: 0x10,
+            expected: 508
+        }
+    );
+}
+
+#[test]
+fn abandoned_chunk_is_an_error() {
+    let (wire, _) = stream(false, &[10, 10]);
+    let mut dec = FpduDecoder::new(false, true);
+    {
+        let mut ch = dec.feed(&wire);
+        let _ = ch.next_ulpdu();
+    }
+    assert_eq!(dec.error(), Some(DecodeError::Abandoned));
+}
+
+#[test]
+fn copy_prefix_across_marker() {
+    let mut enc = FpduEncoder::at_position(500, true);
+    let u: Vec<u8> = (0..40u8).collect();
+    let mut wire = Vec::new();
+    enc.encode(&u, &mut wire).unwrap();
+    let mut dec = FpduDecoder::at_position(500, true, true);
+    let mut ch = dec.feed(&wire);
+    let got = ch.next_ulpdu().unwrap().unwrap();
+    assert!(got.contiguous().is_none());
+    let mut head = [0u8; 18];
+    assert_eq!(got.copy_prefix(&mut head), 18);
+    assert_eq!(&head[..], &u[..18]);
+    assert_eq!(markers_in_fpdu(500, 40, true), 1);
+}
+
+/// A stream starting at `start` and each FPDU's range in it.
+fn stream_at(
+    start: u32,
+    markers: bool,
+    sizes: &[usize],
+) -> (Vec<u8>, Vec<Vec<u8>>, Vec<std::ops::Range<usize>>) {
+    let mut enc = FpduEncoder::at_position(start, markers);
+    let (mut out, mut sent, mut ranges) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, &n) in sizes.iter().enumerate() {
+        let u: Vec<u8> = (0..n).map(|j| (i * 17 + j * 5) as u8).collect();
+        ranges.push(enc.encode(&u, &mut out).unwrap());
+        sent.push(u);
+    }
+    (out, sent, ranges)
+}
+
+/// Decodes `wire` (at stream position `start`) in chunks of `chunk` octets: the ULPDUs
+/// delivered, and the error decoding stopped at.
+fn outcome(
+    start: u32,
+    markers: bool,
+    wire: &[u8],
+    chunk: usize,
+) -> (Vec<Vec<u8>>, Option<DecodeError>) {
+    let mut dec = FpduDecoder::at_position(start, markers, true);
+    let mut got = Vec::new();
+    for c in wire.chunks(chunk) {
+        let mut ch = dec.feed(c);
+        while let Some(r) = ch.next_ulpdu() {
+            match r {
+                Ok(u) => got.push(u.to_vec()),
+                Err(e) => return (got, Some(e)),
+            }
+        }
+    }
+    assert_eq!(dec.stats().fpdus, got.len() as u64);
+    (got, dec.error())
+}
+
+/// Rewrites the CRC of a whole FPDU wire image so that it is valid again.
+fn fix_crc(fpdu: &mut [u8]) {
+    let n = fpdu.len();
+    let c = crc::crc32c(&fpdu[..n - CRC_LEN]);
+    fpdu[n - CRC_LEN..].copy_from_slice(&c.to_le_bytes());
+}
+
+/// Marker offsets (in the stream image) inside `range` of a stream that starts at `start`.
+fn markers_in(start: u32, range: &std::ops::Range<usize>) -> Vec<usize> {
+    let first = range.start + markers::to_next_marker(start.wrapping_add(range.start as u32));
+    (first..range.end - CRC_LEN)
+        .step_by(MARKER_INTERVAL)
+        .collect()
+}
+
+/// Chunk sizes: one that never holds two whole FPDUs of at least `BATCH_MIN_WIRE` octets
+/// (so every FPDU is checked on its own), then ones that batch.
+const REFERENCE_CHUNK: usize = BATCH_MIN_WIRE - 1;
+const BATCHING_CHUNKS: [usize; 3] = [3000, 8192, usize::MAX];
+
+#[test]
+fn marker_error_inside_a_batch_is_reported_exactly() {
+    let (mut wire, sent, ranges) = stream_at(0, true, &[2000; 6]);
+    let r = ranges[3].clone();
+    let m = markers_in(0, &r)[1];
+    wire[m + 3] ^= 0x10;
+    fix_crc(&mut wire[r.clone()]);
+    let expected = DecodeError::Marker {
+        marker_pos: m as u32,
+        found: u16::from_be_bytes([wire[m + 2], wire[m + 3]]) & !3,
+        expected: (m - r.start) as u16,
+    };
+    for chunk in [REFERENCE_CHUNK, 3000, usize::MAX] {
+        let (got, err) = outcome(0, true, &wire, chunk);
+        assert_eq!(got, sent[..3], "chunk {chunk}");
+        assert_eq!(err, Some(expected), "chunk {chunk}");
+    }
+}
+
+#[test]
+fn crc_error_inside_a_batch_is_reported_for_its_fpdu() {
+    for markers in [false, true] {
+        let (mut wire, sent, ranges) = stream_at(0, markers, &[1500; 8]);
+        let r = ranges[4].clone();
+        wire[r.start + 700] ^= 0x80;
+        let n = r.end;
+        let received = u32::from_le_bytes(wire[n - 4..n].try_into().unwrap());
+        let computed = crc::crc32c(&wire[r.start..n - 4]);
+        let expected = DecodeError::Crc {
+            pos: r.start as u32,
+            received,
+            computed,
+        };
+        for chunk in [REFERENCE_CHUNK, 3000, usize::MAX] {
+            let (got, err) = outcome(0, markers, &wire, chunk);
+            assert_eq!(got, sent[..4], "markers {markers} chunk {chunk}");
+            assert_eq!(err, Some(expected), "markers {markers} chunk {chunk}");
+        }
+    }
+}
+
+#[test]
+fn first_error_in_stream_order_wins_and_crc_before_markers() {
+    let (wire, _, ranges) = stream_at(0, true, &[1800; 7]);
+    let forge = |wire: &mut Vec<u8>, i: usize| {
+        let m = markers_in(0, &ranges[i])[0];
+        wire[m + 2] ^= 0x01;
+        fix_crc(&mut wire[ranges[i].clone()]);
+    };
+    let flip = |wire: &mut Vec<u8>, i: usize| wire[ranges[i].start + 100] ^= 1;
+    // A bad CRC and a bad marker in one FPDU: error 2 (the CRC is checked first).
+    let mut w = wire.clone();
+    forge(&mut w, 2);
+    flip(&mut w, 2);
+    let (got, err) = outcome(0, true, &w, usize::MAX);
+    assert_eq!(got.len(), 2);
+    assert!(matches!(err, Some(DecodeError::Crc { pos, .. }) if pos == ranges[2].start as u32));
+    // A CRC error before a marker error, and the other way round.
+    let mut w = wire.clone();
+    flip(&mut w, 1);
+    forge(&mut w, 4);
+    let (got, err) = outcome(0, true, &w, usize::MAX);
+    assert_eq!(got.len(), 1);
+    assert!(matches!(err, Some(DecodeError::Crc { .. })), "{err:?}");
+    let mut w = wire.clone();
+    forge(&mut w, 1);
+    flip(&mut w, 4);
+    let (got, err) = outcome(0, true, &w, usize::MAX);
+    assert_eq!(got.len(), 1);
+    assert!(matches!(err, Some(DecodeError::Marker { .. })), "{err:?}");
+}
+
+/// Batched decoding delivers exactly what FPDU-at-a-time decoding does and stops at the
+/// same error, for every forged marker and for octet flips all over the stream.
+#[test]
+fn batches_agree_with_fpdu_at_a_time() {
+    let sizes = [
+        600, 3000, 100, 5000, 1000, 700, 2000, 40, 9000, 1500, 508, 4096,
+    ];
+    for start in [0u32, 4, 508, 1000, u32::MAX - 2047] {
+        for markers in [false, true] {
+            let (wire, sent, ranges) = stream_at(start, markers, &sizes);
+            let check = |w: &[u8], what: &str| {
+                let reference = outcome(start, markers, w, REFERENCE_CHUNK);
+                for chunk in BATCHING_CHUNKS {
+                    assert_eq!(
+                        outcome(start, markers, w, chunk),
+                        reference,
+                        "{what}, chunk {chunk}"
+                    );
+                }
+                reference
+            };
+            let (got, err) = check(&wire, "clean");
+            assert_eq!((got, err), (sent.clone(), None));
+            if markers {
+                for (i, r) in ranges.iter().enumerate() {
+                    for m in markers_in(start, r) {
+                        for bit in [0x04u8, 0x80] {
+                            let mut w = wire.clone();
+                            w[m + 3] ^= bit;
+                            fix_crc(&mut w[r.clone()]);
+                            let (got, err) = check(&w, &format!("marker at {m}"));
+                            assert_eq!(got, sent[..i]);
+                            assert!(
+                                matches!(err, Some(DecodeError::Marker { marker_pos, .. })
+                                    if marker_pos == start.wrapping_add(m as u32)),
+                                "{err:?}"
+                            );
+                        }
+                    }
+                }
+            }
+            for at in (0..wire.len()).step_by(97) {
+                let mut w = wire.clone();
+                w[at] ^= 0x20;
+                check(&w, &format!("flip at {at}"));
+            }
+        }
+    }
+}
+
+/// FPDUs reassembled from small chunks (their CRC computed as they are copied in) give
+/// exactly what whole ones do, errors included.
+#[test]
+fn reassembly_agrees_with_whole_fpdus() {
+    let sizes = [0, 1, 42, 700, 2000, 3, 510];
+    for start in [0u32, 508, u32::MAX - 3] {
+        for markers in [false, true] {
+            let (wire, sent, _) = stream_at(start, markers, &sizes);
+            for at in (0..wire.len()).step_by(11).chain([usize::MAX]) {
+                let mut w = wire.clone();
+                if let Some(o) = w.get_mut(at) {
+                    *o ^= 0x02;
+                }
+                let whole = outcome(start, markers, &w, usize::MAX);
+                if at == usize::MAX {
+                    assert_eq!(whole, (sent.clone(), None));
+                }
+                for chunk in [1, 2, 3, 6, 13, 100] {
+                    let got = outcome(start, markers, &w, chunk);
+                    assert_eq!(got, whole, "flip at {at}, chunk {chunk}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! Verification of one whole FPDU wire image: the CRC (error 2), then every marker (error 3).
+
+use super::{DecodeError, MARKER_INTERVAL};
+use crate::crc;
+use crate::markers;
+use crate::wire::fpdu::CRC_LEN;
+
+/// Verifies the whole wire image of the FPDU at stream position `pos` (`wire.len()` must be
+/// its wire length, as computed from its header): CRC first (error 2), then every marker
+/// (error 3, only meaningful with a valid CRC). Returns ULPDU_Length.
+pub(crate) fn verify_fpdu(
+    wire: &[u8],
+    pos: u32,
+    markers: bool,
+    crc: bool,
+) -> Result<u16, DecodeError> {
+    let computed = crc.then(|| crc::crc32c(&wire[..wire.len() - CRC_LEN]));
+    verify_fpdu_computed(wire, pos, markers, computed)
+}
+
+/// [`verify_fpdu`] with the CRC32c of the FPDU's octets before its CRC field already
+/// computed (`None`: CRCs are off).
+pub(super) fn verify_fpdu_computed(
+    wire: &[u8],
+    pos: u32,
+    markers: bool,
+    computed: Option<u32>,
+) -> Result<u16, DecodeError> {
+    let hoff = markers::header_offset(pos, markers);
+    let ulpdu_len = u16::from_be_bytes([wire[hoff], wire[hoff + 1]]);
+    let n = wire.len();
+    // RFC 5044 §6: locate unambiguously and verify the CRC before passing the ULPDU on.
+    if let Some(computed) = computed {
+        let received = u32::from_le_bytes([wire[n - 4], wire[n - 3], wire[n - 2], wire[n - 1]]);
+        if computed != received {
+            return Err(DecodeError::Crc {
+                pos,
+                received,
+                computed,
+            });
+        }
+    }
+    if markers {
+        check_markers(wire, pos, hoff)?;
+    }
+    Ok(ulpdu_len)
+}
+
+/// Checks every marker of the FPDU wire image `wire` at stream position `pos` whose header
+/// is at `hoff`, in order (RFC 5044 §8 error 3: we check every marker, in order data too).
+/// Markers sit wherever the stream position is a multiple of 512; none can fall on the CRC
+/// (the last 4 octets).
+#[inline]
+fn check_markers(wire: &[u8], pos: u32, hoff: usize) -> Result<(), DecodeError> {
+    let n = wire.len();
+    let mut w = markers::to_next_marker(pos);
+    while w + CRC_LEN < n {
+        // A leading marker (w == 0, hoff == 4) has FPDUPTR 0; the others point at the header.
+        let expected = w.saturating_sub(hoff) as u16;
+        let found = u16::from_be_bytes([wire[w + 2], wire[w + 3]]) & !3;
+        if found != expected {
+            return Err(DecodeError::Marker {
+                marker_pos: pos.wrapping_add(w as u32),
+                found,
+                expected,
+            });
+        }
+        w += MARKER_INTERVAL;
+    }
+    Ok(())
+}
+
+/// Whether every marker of the FPDU is right: [`check_markers`] without the error's details.
+#[inline]
+pub(super) fn markers_ok(wire: &[u8], pos: u32, hoff: usize) -> bool {
+    let end = wire.len().saturating_sub(CRC_LEN);
+    let mut w = markers::to_next_marker(pos);
+    if w == 0 && end > 0 {
+        // The leading marker: FPDUPTR 0.
+        if marker_ptr(wire, 0) != 0 {
+            return false;
+        }
+        w = MARKER_INTERVAL;
+    }
+    let mut expected = w.wrapping_sub(hoff) as u16;
+    while w < end {
+        if marker_ptr(wire, w) != expected {
+            return false;
+        }
+        w += MARKER_INTERVAL;
+        expected = expected.wrapping_add(MARKER_INTERVAL as u16);
+    }
+    true
+}
+
+/// FPDUPTR (low two bits cleared) of the marker at `wire[w..]`, or !0 if it is not whole.
+#[inline(always)]
+fn marker_ptr(wire: &[u8], w: usize) -> u16 {
+    match wire.get(w..) {
+        Some([_, _, a, b, ..]) => u16::from_be_bytes([*a, *b]) & !3,
+        _ => !0,
+    }
+}
