@@ -1,0 +1,232 @@
+//! Crafted Ethernet frames, the one place for them. [`Frame`] bends every header field the
+//! XDP program parses (checksums left zero: the program does not check them); well-formed
+//! frames with checksums come from `etherparse`'s builder ([`udp_v4`]).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
+
+pub const ETH_P_IP: u16 = 0x0800;
+pub const ETH_P_ARP: u16 = 0x0806;
+pub const ETH_P_IPV6: u16 = 0x86dd;
+pub const ETH_P_8021Q: u16 = 0x8100;
+pub const ETH_P_8021AD: u16 = 0x88a8;
+pub const IPPROTO_TCP: u8 = 6;
+pub const IPPROTO_UDP: u8 = 17;
+pub const IPV6_HOPOPTS: u8 = 0;
+
+pub const DST_MAC: [u8; 6] = [0xff; 6];
+pub const SRC_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+
+#[derive(Debug, Clone)]
+pub enum Ip {
+    V4 {
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        /// Header length in 32-bit words (5..=15 valid).
+        ihl: u8,
+        version: u8,
+        frag_off: u16,
+        proto: u8,
+    },
+    V6 {
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        version: u8,
+        next: u8,
+    },
+}
+
+/// A TCP segment from `src` to `dst` in an Ethernet frame; every field can be bent.
+#[derive(Debug, Clone)]
+pub struct Frame {
+    /// TPIDs of VLAN tags, outermost first.
+    pub tags: Vec<u16>,
+    pub ip: Ip,
+    pub sport: u16,
+    pub dport: u16,
+    /// TCP data offset field (32-bit words). The header emitted is max(doff, 5) words long.
+    pub doff: u8,
+    pub payload: usize,
+    /// Cut the frame to this many octets.
+    pub truncate: Option<usize>,
+}
+
+impl Frame {
+    pub fn tcp(src: SocketAddr, dst: SocketAddr) -> Self {
+        let ip = match (src.ip(), dst.ip()) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => Ip::V4 {
+                src: s,
+                dst: d,
+                ihl: 5,
+                version: 4,
+                frag_off: 0x4000, // DF
+                proto: IPPROTO_TCP,
+            },
+            (IpAddr::V6(s), IpAddr::V6(d)) => Ip::V6 {
+                src: s,
+                dst: d,
+                version: 6,
+                next: IPPROTO_TCP,
+            },
+            _ => panic!("mixed families"),
+        };
+        Self {
+            tags: Vec::new(),
+            ip,
+            sport: src.port(),
+            dport: dst.port(),
+            doff: 5,
+            payload: 16,
+            truncate: None,
+        }
+    }
+
+    pub fn tagged(mut self, tpids: &[u16]) -> Self {
+        self.tags = tpids.to_vec();
+        self
+    }
+
+    pub fn truncated(mut self, len: usize) -> Self {
+        self.truncate = Some(len);
+        self
+    }
+
+    pub fn with_doff(mut self, doff: u8) -> Self {
+        self.doff = doff;
+        self
+    }
+
+    /// Bends IPv4 header fields; panics on an IPv6 frame.
+    pub fn v4(mut self, f: impl FnOnce(&mut u8, &mut u8, &mut u16, &mut u8)) -> Self {
+        match &mut self.ip {
+            Ip::V4 {
+                ihl,
+                version,
+                frag_off,
+                proto,
+                ..
+            } => f(ihl, version, frag_off, proto),
+            Ip::V6 { .. } => panic!("not an IPv4 frame"),
+        }
+        self
+    }
+
+    /// Bends IPv6 header fields; panics on an IPv4 frame.
+    pub fn v6(mut self, f: impl FnOnce(&mut u8, &mut u8)) -> Self {
+        match &mut self.ip {
+            Ip::V6 { version, next, .. } => f(version, next),
+            Ip::V4 { .. } => panic!("not an IPv6 frame"),
+        }
+        self
+    }
+
+    pub fn bytes(&self) -> Vec<u8> {
+        let tcp_len = usize::from(self.doff.max(5)) * 4;
+        let mut b = Vec::with_capacity(128);
+        b.extend_from_slice(&DST_MAC);
+        b.extend_from_slice(&SRC_MAC);
+        for (i, tpid) in self.tags.iter().enumerate() {
+            b.extend_from_slice(&tpid.to_be_bytes());
+            b.extend_from_slice(&(5 + i as u16).to_be_bytes()); // VID 5, 6, ...
+        }
+        match &self.ip {
+            Ip::V4 {
+                src,
+                dst,
+                ihl,
+                version,
+                frag_off,
+                proto,
+            } => {
+                let hlen = usize::from(*ihl).max(5) * 4;
+                let total = (hlen + tcp_len + self.payload) as u16;
+                b.extend_from_slice(&ETH_P_IP.to_be_bytes());
+                b.push((version << 4) | (ihl & 0x0f));
+                b.push(0);
+                b.extend_from_slice(&total.to_be_bytes());
+                b.extend_from_slice(&[0x12, 0x34]);
+                b.extend_from_slice(&frag_off.to_be_bytes());
+                b.push(64);
+                b.push(*proto);
+                b.extend_from_slice(&[0, 0]);
+                b.extend_from_slice(&src.octets());
+                b.extend_from_slice(&dst.octets());
+                b.resize(b.len() + hlen - 20, 1); // options: NOP
+            }
+            Ip::V6 {
+                src,
+                dst,
+                version,
+                next,
+            } => {
+                b.extend_from_slice(&ETH_P_IPV6.to_be_bytes());
+                b.extend_from_slice(&[version << 4, 0, 0, 0]);
+                b.extend_from_slice(&((tcp_len + self.payload) as u16).to_be_bytes());
+                b.push(*next);
+                b.push(64);
+                b.extend_from_slice(&src.octets());
+                b.extend_from_slice(&dst.octets());
+            }
+        }
+        b.extend_from_slice(&self.sport.to_be_bytes());
+        b.extend_from_slice(&self.dport.to_be_bytes());
+        b.extend_from_slice(&1u32.to_be_bytes()); // seq
+        b.extend_from_slice(&1u32.to_be_bytes()); // ack
+        b.push(self.doff << 4);
+        b.push(0x18); // PSH ACK
+        b.extend_from_slice(&[0xff, 0xff, 0, 0, 0, 0]); // window, checksum, urgent
+        b.resize(b.len() + tcp_len - 20, 1); // options: NOP
+        b.extend((0..self.payload).map(|i| i as u8));
+        if let Some(n) = self.truncate {
+            b.truncate(n);
+        }
+        b
+    }
+}
+
+/// An ARP request for 10.0.0.2 (Ethernet frame, unpadded).
+pub fn arp_request() -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&DST_MAC);
+    b.extend_from_slice(&SRC_MAC);
+    b.extend_from_slice(&ETH_P_ARP.to_be_bytes());
+    b.extend_from_slice(&[0, 1, 0x08, 0, 6, 4, 0, 1]);
+    b.extend_from_slice(&SRC_MAC);
+    b.extend_from_slice(&[10, 0, 0, 1]);
+    b.extend_from_slice(&[0; 6]);
+    b.extend_from_slice(&[10, 0, 0, 2]);
+    b
+}
+
+/// Ethernet header with EtherType `ethertype`, followed by `rest`.
+pub fn raw(ethertype: u16, rest: &[u8]) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&DST_MAC);
+    b.extend_from_slice(&SRC_MAC);
+    b.extend_from_slice(&ethertype.to_be_bytes());
+    b.extend_from_slice(rest);
+    b
+}
+
+/// A well-formed IPv4/UDP frame (IP and UDP checksums filled in) from `src` to `dst`.
+pub fn udp_v4(
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: SocketAddrV4,
+    dst: SocketAddrV4,
+    payload: &[u8],
+) -> Vec<u8> {
+    let builder = etherparse::PacketBuilder::ethernet2(src_mac, dst_mac)
+        .ipv4(src.ip().octets(), dst.ip().octets(), 64)
+        .udp(src.port(), dst.port());
+    let mut frame = Vec::with_capacity(builder.size(payload.len()));
+    builder
+        .write(&mut frame, payload)
+        .expect("an IPv4/UDP frame");
+    frame
+}
+
+/// The TCP ports (source, destination) of an untagged IPv4 frame.
+pub fn v4_ports(frame: &[u8]) -> (u16, u16) {
+    let p = |at: usize| u16::from_be_bytes([frame[at], frame[at + 1]]);
+    (p(34), p(36))
+}
