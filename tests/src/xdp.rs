@@ -20,16 +20,28 @@ pub fn attach_b(bed: &TestBed, mode: AttachMode) -> Result<XdpSteering, BpfError
 
 /// The flow of `c` as the XDP side (b, the server) sees it.
 pub fn flow_key(c: &Conn) -> FlowKey {
-    let k = FlowKey::new(c.server.local_addr().unwrap(), c.server.peer_addr().unwrap()).unwrap();
+    let k = FlowKey::new(
+        c.server.local_addr().unwrap(),
+        c.server.peer_addr().unwrap(),
+    )
+    .unwrap();
     // The client's view, reversed, is the same 4-tuple.
-    let k2 = FlowKey::new(c.client.peer_addr().unwrap(), c.client.local_addr().unwrap()).unwrap();
+    let k2 = FlowKey::new(
+        c.client.peer_addr().unwrap(),
+        c.client.local_addr().unwrap(),
+    )
+    .unwrap();
     assert_eq!(k, k2);
     k
 }
 
 /// The 4-tuple of `c` in the wrong direction (local = the client).
 pub fn reversed_key(c: &Conn) -> FlowKey {
-    FlowKey::new(c.server.peer_addr().unwrap(), c.server.local_addr().unwrap()).unwrap()
+    FlowKey::new(
+        c.server.peer_addr().unwrap(),
+        c.server.local_addr().unwrap(),
+    )
+    .unwrap()
 }
 
 /// Sends raw frames out of the peer's interface (ns a) with an AF_PACKET socket.
