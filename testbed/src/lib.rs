@@ -7,15 +7,23 @@
 //! Without the bridge, `a` and `b` are the two ends of one veth pair. Names are unique per run
 //! (`mpat<pid>x<n>-a`), every namespace is removed when the [`TestBed`] drops (also when a test
 //! panics), and namespaces left behind by a killed run (whose pid is gone) are removed by the
-//! next [`TestBed::up`]. The sender's transmit checksum offload is off (ENV.md: frames from a
-//! veth otherwise carry only the pseudo-header sum).
+//! next [`TestBed::up`]. The sender's transmit checksum offload is off (docs/environment.md:
+//! frames from a veth otherwise carry only the pseudo-header sum).
+//!
+//! Also the one privilege gate of the whole-system tests ([`require_privileged`], which
+//! `MPA_REQUIRE_PRIVILEGED=1` turns from a skip into a failure), the one way to run code in a
+//! namespace ([`run_in_netns`]) and kernel TCP connections across the bed ([`Conn`]).
 #![forbid(unsafe_code)]
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
+mod conn;
+mod gate;
 mod netns;
+pub use conn::{Conn, STEP};
+pub use gate::{privileged, require_privileged, skip_or_fail};
 pub use netns::{run_in_netns, NetnsError};
 
 /// Name prefix of every namespace a test bed creates.
@@ -57,7 +65,7 @@ pub struct BedConfig {
     pub loss_percent: u8,
     /// The TCP destination port the loss applies to.
     pub loss_port: u16,
-    /// MTU of every veth (≤ 3506 where XDP is attached: ENV.md).
+    /// MTU of every veth (≤ 3506 where XDP is attached: docs/environment.md).
     pub mtu: u32,
     /// RX and TX queues of every veth.
     pub queues: u32,
@@ -133,37 +141,6 @@ pub fn run_in(ns: &str, args: &[&str]) -> Result<Output, BedError> {
     let mut v = vec!["ip", "netns", "exec", ns];
     v.extend_from_slice(args);
     run(&v)
-}
-
-/// Whether this process may build beds (root with network namespaces).
-pub fn privileged() -> Result<(), BedError> {
-    if !nix::unistd::Uid::effective().is_root() {
-        return Err(BedError::Unprivileged("not root".into()));
-    }
-    if !std::path::Path::new("/proc/self/ns/net").exists() {
-        return Err(BedError::Unprivileged("no network namespaces".into()));
-    }
-    Ok(())
-}
-
-/// For tests: `Ok(true)` to go on, `Ok(false)` to skip (with a loud warning), or a panic when
-/// `MPA_REQUIRE_PRIVILEGED=1` demands privileged tests run.
-pub fn require_privileged(test: &str) -> bool {
-    match privileged() {
-        Ok(()) => true,
-        Err(e) => {
-            if std::env::var("MPA_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
-                panic!("{test}: MPA_REQUIRE_PRIVILEGED=1 but {e}");
-            }
-            // Straight to stderr: the test harness captures eprintln! of passing tests.
-            use std::io::Write;
-            let _ = writeln!(
-                std::io::stderr(),
-                "WARNING: skipping {test}: {e} (run as root; MPA_REQUIRE_PRIVILEGED=1 makes this fatal)"
-            );
-            false
-        }
-    }
 }
 
 /// Removes namespaces of earlier runs whose process is gone.
@@ -304,7 +281,7 @@ impl TestBed {
             )?;
             run_in(ns, &["ip", "link", "set", ifn, "up"])?;
         }
-        // ENV.md: the sender's checksum offload must be off.
+        // docs/environment.md: the sender's checksum offload must be off.
         run_in(&a, &["ethtool", "-K", &self.if_a, "tx", "off"])?;
         Ok(())
     }
@@ -386,6 +363,36 @@ impl TestBed {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", ns, program]);
         c
+    }
+
+    /// `ip link show dev IF` of this host's interface (where XDP attaches), in `ns_b`.
+    pub fn link_b(&self) -> Result<String, BedError> {
+        let out = run_in(&self.ns_b, &["ip", "link", "show", "dev", &self.if_b])?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The MAC address of interface `ifname` in namespace `ns`.
+    pub fn mac(&self, ns: &str, ifname: &str) -> Result<[u8; 6], BedError> {
+        let out = run_in(ns, &["cat", &format!("/sys/class/net/{ifname}/address")])?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let octets: Vec<u8> = text
+            .trim()
+            .split(':')
+            .filter_map(|h| u8::from_str_radix(h, 16).ok())
+            .collect();
+        octets
+            .try_into()
+            .map_err(|_| BedError::Config(format!("no MAC address in {text:?}")))
+    }
+
+    /// The MAC address of the peer's interface.
+    pub fn mac_a(&self) -> Result<[u8; 6], BedError> {
+        self.mac(&self.ns_a, &self.if_a)
+    }
+
+    /// The MAC address of this host's interface.
+    pub fn mac_b(&self) -> Result<[u8; 6], BedError> {
+        self.mac(&self.ns_b, &self.if_b)
     }
 }
 

@@ -27,25 +27,24 @@ pub enum NetnsError {
     Panicked(String),
 }
 
-/// Runs `f` on a new thread inside network namespace `ns` (a name under /var/run/netns) and
-/// returns its result. Sockets, interface indexes and BPF attachments made by `f` belong to
-/// that namespace; threads `f` spawns inherit it.
-pub fn run_in_netns<T: Send + 'static>(
-    ns: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, NetnsError> {
+/// Runs `f` on a new (scoped) thread inside network namespace `ns` (a name under
+/// /var/run/netns) and returns its result; `f` may borrow from the caller. Sockets, interface
+/// indexes and BPF attachments made by `f` belong to that namespace; threads `f` spawns
+/// inherit it.
+pub fn run_in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> Result<T, NetnsError> {
     let file = File::open(format!("/var/run/netns/{ns}")).map_err(|source| NetnsError::Open {
         ns: ns.to_string(),
         source,
     })?;
-    let name = ns.to_string();
-    let handle = std::thread::spawn(move || -> Result<T, NetnsError> {
-        join(&file, &name)?;
-        Ok(f())
-    });
-    handle
-        .join()
-        .map_err(|_| NetnsError::Panicked(ns.to_string()))?
+    std::thread::scope(|s| {
+        let handle = s.spawn(|| -> Result<T, NetnsError> {
+            join(&file, ns)?;
+            Ok(f())
+        });
+        handle
+            .join()
+            .map_err(|_| NetnsError::Panicked(ns.to_string()))?
+    })
 }
 
 /// Moves the calling thread into the namespace behind `file`.

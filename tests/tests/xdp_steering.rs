@@ -4,23 +4,34 @@
 //!
 //! Needs root; skips loudly otherwise, fails instead when MPA_REQUIRE_PRIVILEGED=1.
 
-#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
-
-mod common;
-
 use std::io::{ErrorKind, Read, Write};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use common::frames::{self, Frame};
-use common::testbed::{Testbed, A_V4, A_V6, B_V4, B_V6};
 use mpa_bpf::{AttachMode, BpfError, FlowValue, XdpCounters, XdpSteering};
+use mpa_testbed::{A4 as A_V4, A6 as A_V6, B4 as B_V4, B6 as B_V6};
+use mpa_tests::frames::{self, Frame};
+use mpa_tests::xdp::{attach_b, flow_key, ifindex_b, inject_from_a, reversed_key};
+use mpa_tests::{require_privileged, run_in_netns, BedConfig, TestBed};
 
 /// How long a steered (dropped) segment must stay undelivered.
 const STALL: Duration = Duration::from_millis(400);
 
 fn counters(s: &XdpSteering) -> XdpCounters {
     s.counters().expect("read counters")
+}
+
+/// The bed of these tests (single queue, direct pair), or `None` when the test is skipped.
+fn bed(test: &str) -> Option<TestBed> {
+    if !require_privileged(test) {
+        return None;
+    }
+    Some(TestBed::up(BedConfig::default()).unwrap())
+}
+
+/// `ip link show` of the XDP side's interface.
+fn link_b(tb: &TestBed) -> String {
+    tb.link_b().expect("ip link show")
 }
 
 /// Polls `cond` every 10 ms for up to `within`.
@@ -41,18 +52,20 @@ fn wait_for(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
 /// steered; dropping the handle on another thread and namespace detaches it.
 #[test]
 fn unsteered_traffic_passes_and_drop_detaches() {
-    let Some(tb) = Testbed::new("unsteered_traffic_passes_and_drop_detaches") else {
+    let Some(tb) = bed("unsteered_traffic_passes_and_drop_detaches") else {
         return;
     };
-    let s = tb
-        .attach_b(AttachMode::Driver)
-        .expect("attach in driver mode");
+    let s = attach_b(&tb, AttachMode::Driver).expect("attach in driver mode");
     assert_eq!(s.attached_mode(), Some(AttachMode::Driver));
-    assert_eq!(s.iface().and_then(|i| i.name.as_deref()), Some("vb"));
-    let link = tb.link_b();
+    assert_eq!(
+        s.iface().and_then(|i| i.name.as_deref()),
+        Some(tb.if_b.as_str())
+    );
+    let link = link_b(&tb);
     assert!(
         link.contains(&format!("prog/xdp id {}", s.prog_id())),
-        "vb should show our driver-mode program: {link}"
+        "{} should show our driver-mode program: {link}",
+        tb.if_b
     );
 
     for (ip, port) in [(IpAddr::V4(B_V4), 7001), (IpAddr::V6(B_V6), 7002)] {
@@ -71,19 +84,17 @@ fn unsteered_traffic_passes_and_drop_detaches() {
     // Dropped here, in the test's own namespace: detach must act in namespace b.
     let prog_id = s.prog_id();
     drop(s);
-    let link = tb.link_b();
+    let link = link_b(&tb);
     assert!(!link.contains("xdp"), "still attached after drop: {link}");
     assert!(!link.contains(&format!("id {prog_id}")), "{link}");
 }
 
 /// (b) + (c) for one address family.
 fn steered_flow_is_dropped(test: &str, server_ip: IpAddr, client_ip: IpAddr) {
-    let Some(tb) = Testbed::new(test) else {
+    let Some(tb) = bed(test) else {
         return;
     };
-    let s = tb
-        .attach_b(AttachMode::Driver)
-        .expect("attach in driver mode");
+    let s = attach_b(&tb, AttachMode::Driver).expect("attach in driver mode");
     let l1 = tb.listen_b(server_ip, 7101);
     let l2 = tb.listen_b(server_ip, 7102);
 
@@ -92,7 +103,7 @@ fn steered_flow_is_dropped(test: &str, server_ip: IpAddr, client_ip: IpAddr) {
     c1.echo(b"before steering").expect("echo before steering");
 
     // The 4-tuple the wrong way round (local = the client) matches nothing on b.
-    let reversed = c1.reversed_key();
+    let reversed = reversed_key(&c1);
     s.insert_flow(&reversed, FlowValue::new(99)).unwrap();
     c1.echo(b"reversed key steers nothing")
         .expect("echo with a reversed key");
@@ -100,7 +111,7 @@ fn steered_flow_is_dropped(test: &str, server_ip: IpAddr, client_ip: IpAddr) {
     assert_eq!(counters(&s).steered_no_xsk, 0);
 
     // Steer the flow: with no XSK its segments are dropped, never given to the kernel.
-    let key = c1.key();
+    let key = flow_key(&c1);
     s.insert_flow(&key, FlowValue::new(1)).unwrap();
     assert_eq!(s.flow_count().unwrap(), 1);
     let before = counters(&s);
@@ -175,12 +186,10 @@ fn steered_ipv6_flow_is_dropped_until_removed() {
 /// (e): frames with broken headers, sent raw from namespace a, are counted and passed.
 #[test]
 fn malformed_frames_are_counted() {
-    let Some(tb) = Testbed::new("malformed_frames_are_counted") else {
+    let Some(tb) = bed("malformed_frames_are_counted") else {
         return;
     };
-    let s = tb
-        .attach_b(AttachMode::Driver)
-        .expect("attach in driver mode");
+    let s = attach_b(&tb, AttachMode::Driver).expect("attach in driver mode");
     let before = counters(&s);
 
     let v4 = Frame::tcp((A_V4, 40000).into(), (B_V4, 7777).into());
@@ -192,7 +201,7 @@ fn malformed_frames_are_counted() {
         // TCP data offset 3.
         v4.with_doff(3).bytes(),
     ];
-    tb.inject_from_a(&sent);
+    inject_from_a(&tb, &sent);
 
     let n = sent.len() as u64;
     assert!(
@@ -212,20 +221,20 @@ fn malformed_frames_are_counted() {
 /// and refusing to replace a program already attached.
 #[test]
 fn attach_modes_and_detach() {
-    let Some(tb) = Testbed::new("attach_modes_and_detach") else {
+    let Some(tb) = bed("attach_modes_and_detach") else {
         return;
     };
 
-    let mut generic = tb.attach_b(AttachMode::Generic).expect("attach generic");
+    let mut generic = attach_b(&tb, AttachMode::Generic).expect("attach generic");
     assert_eq!(generic.attached_mode(), Some(AttachMode::Generic));
-    let link = tb.link_b();
+    let link = link_b(&tb);
     assert!(link.contains("xdpgeneric"), "{link}");
     let l = tb.listen_b(B_V4.into(), 7201);
     tb.connect(&l).echo(b"generic mode").expect("echo");
     assert!(counters(&generic).passed > 0);
 
     // A second program is refused, and the error names the interface and the mode.
-    let e = tb.attach_b(AttachMode::Driver).unwrap_err();
+    let e = attach_b(&tb, AttachMode::Driver).unwrap_err();
     assert!(
         matches!(
             e,
@@ -238,38 +247,34 @@ fn attach_modes_and_detach() {
     );
     let msg = e.to_string();
     assert!(
-        msg.contains("vb (ifindex ") && msg.contains("driver"),
+        msg.contains(&format!("{} (ifindex ", tb.if_b)) && msg.contains("driver"),
         "{msg}"
     );
 
     generic.detach().expect("detach");
     assert_eq!(generic.attached_mode(), None);
     generic.detach().expect("second detach is a no-op");
-    let link = tb.link_b();
+    let link = link_b(&tb);
     assert!(!link.contains("xdp"), "{link}");
 
-    let auto = tb
-        .attach_b(AttachMode::DriverOrGeneric)
-        .expect("attach driver-or-generic");
+    let auto = attach_b(&tb, AttachMode::DriverOrGeneric).expect("attach driver-or-generic");
     assert_eq!(
         auto.attached_mode(),
         Some(AttachMode::Driver),
         "veth has native XDP"
     );
-    let e = tb.attach_b(AttachMode::Driver).unwrap_err();
+    let e = attach_b(&tb, AttachMode::Driver).unwrap_err();
     assert!(matches!(e, BpfError::Attach { .. }), "{e:?}");
     tb.connect(&l).echo(b"driver mode").expect("echo");
 
     // The detached handle can be attached again (from namespace b).
-    let ifindex = tb.ifindex_b();
+    let ifindex = ifindex_b(&tb);
     drop(auto);
-    let mode = tb
-        .ns_b
-        .run(|| generic.attach_to(ifindex, AttachMode::Driver))
+    let mode = run_in_netns(&tb.ns_b, || generic.attach_to(ifindex, AttachMode::Driver))
         .unwrap()
         .expect("re-attach");
     assert_eq!(mode, AttachMode::Driver);
-    assert!(tb.link_b().contains("prog/xdp id"));
+    assert!(link_b(&tb).contains("prog/xdp id"));
     drop(generic);
-    assert!(!tb.link_b().contains("xdp"));
+    assert!(!link_b(&tb).contains("xdp"));
 }

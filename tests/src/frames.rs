@@ -1,6 +1,8 @@
-//! Hand-built Ethernet frames (checksums left zero: the XDP program does not check them).
+//! Crafted Ethernet frames, the one place for them. [`Frame`] bends every header field the
+//! XDP program parses (checksums left zero: the program does not check them); well-formed
+//! frames with checksums come from `etherparse`'s builder ([`udp_v4`]).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
 
 pub const ETH_P_IP: u16 = 0x0800;
 pub const ETH_P_ARP: u16 = 0x0806;
@@ -203,4 +205,28 @@ pub fn raw(ethertype: u16, rest: &[u8]) -> Vec<u8> {
     b.extend_from_slice(&ethertype.to_be_bytes());
     b.extend_from_slice(rest);
     b
+}
+
+/// A well-formed IPv4/UDP frame (IP and UDP checksums filled in) from `src` to `dst`.
+pub fn udp_v4(
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: SocketAddrV4,
+    dst: SocketAddrV4,
+    payload: &[u8],
+) -> Vec<u8> {
+    let builder = etherparse::PacketBuilder::ethernet2(src_mac, dst_mac)
+        .ipv4(src.ip().octets(), dst.ip().octets(), 64)
+        .udp(src.port(), dst.port());
+    let mut frame = Vec::with_capacity(builder.size(payload.len()));
+    builder
+        .write(&mut frame, payload)
+        .expect("an IPv4/UDP frame");
+    frame
+}
+
+/// The TCP ports (source, destination) of an untagged IPv4 frame.
+pub fn v4_ports(frame: &[u8]) -> (u16, u16) {
+    let p = |at: usize| u16::from_be_bytes([frame[at], frame[at + 1]]);
+    (p(34), p(36))
 }

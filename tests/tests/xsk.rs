@@ -4,51 +4,13 @@
 
 use mpa_bpf::{AttachMode, FlowKey, FlowValue, XdpSteering};
 use mpa_datapath::xsk::{BindMode, XskConfig, XskQueue};
-use mpa_testbed::{require_privileged, run_in_netns, BedConfig, TestBed};
+use mpa_testbed::{A4, B4};
+use mpa_tests::frames::udp_v4;
+use mpa_tests::{listen_in, require_privileged, run_in_netns, BedConfig, TestBed};
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
-
-/// An IPv4/UDP frame from `b` to `a` (UDP checksum 0: allowed over IPv4).
-fn udp_frame(src_mac: [u8; 6], dst_mac: [u8; 6], payload: &[u8], dport: u16) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&dst_mac);
-    f.extend_from_slice(&src_mac);
-    f.extend_from_slice(&[0x08, 0x00]);
-    let total = (20 + 8 + payload.len()) as u16;
-    let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0];
-    ip[2..4].copy_from_slice(&total.to_be_bytes());
-    ip.extend_from_slice(&mpa_testbed::B4.octets());
-    ip.extend_from_slice(&mpa_testbed::A4.octets());
-    let mut sum = 0u32;
-    for c in ip.chunks(2) {
-        sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&4000u16.to_be_bytes());
-    f.extend_from_slice(&dport.to_be_bytes());
-    f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.extend_from_slice(payload);
-    f
-}
-
-fn mac(ns: &str, ifname: &str) -> [u8; 6] {
-    let out =
-        mpa_testbed::run_in(ns, &["cat", &format!("/sys/class/net/{ifname}/address")]).unwrap();
-    let s = String::from_utf8_lossy(&out.stdout);
-    let v: Vec<u8> = s
-        .trim()
-        .split(':')
-        .map(|h| u8::from_str_radix(h, 16).unwrap())
-        .collect();
-    v.try_into().unwrap()
-}
 
 #[test]
 fn steered_segments_reach_the_umem_and_frames_leave_through_it() {
@@ -73,7 +35,7 @@ fn steered_segments_reach_the_umem_and_frames_leave_through_it() {
     })
     .unwrap();
     let addr = SocketAddr::new(bed.addr_b(false), 7300);
-    let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
+    let listener = listen_in(&bed.ns_b, addr);
     let mut client = run_in_netns(&bed.ns_a, move || {
         TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap()
     })
@@ -109,11 +71,12 @@ fn steered_segments_reach_the_umem_and_frames_leave_through_it() {
     // TX: a UDP datagram built here arrives at a socket in ns a.
     let udp = run_in_netns(&bed.ns_a, || UdpSocket::bind("10.99.0.1:7301").unwrap()).unwrap();
     udp.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-    let f = udp_frame(
-        mac(&bed.ns_b, &bed.if_b),
-        mac(&bed.ns_a, &bed.if_a),
+    let f = udp_v4(
+        bed.mac_b().unwrap(),
+        bed.mac_a().unwrap(),
+        SocketAddrV4::new(B4, 4000),
+        SocketAddrV4::new(A4, 7301),
         b"from the xsk",
-        7301,
     );
     assert!(xsk.send(&f));
     xsk.flush().unwrap();
@@ -148,7 +111,7 @@ fn busy_polling_and_bind_modes_are_set_or_refused_clearly() {
         assert!(nix::fcntl::FdFlag::from_bits_truncate(fd_flags)
             .contains(nix::fcntl::FdFlag::FD_CLOEXEC));
         drop(q);
-        // veth has no zero-copy (ENV.md): the error names interface, queue and mode.
+        // veth has no zero-copy (docs/environment.md): the error names interface, queue and mode.
         let zc = XskConfig {
             bind_mode: BindMode::ZeroCopy,
             busy_poll: None,

@@ -6,58 +6,39 @@ use mpa::crc::crc32c_append;
 use mpa::encoder::FpduEncoder;
 use mpa::endpoint::{EndpointConfig, EndpointError, MpaStream};
 use mpa::markers;
-use mpa::startup::StartupPolicy;
 use mpa::wire::ddp::{DdpRepr, RdmapOpcode};
-use mpa_bpf::AttachMode;
 use mpa_control::datapath_client::DatapathClient;
-use mpa_control::responder::{respond_and_hand_over, Outcome};
 use mpa_ctl_proto::consumer::Consumer;
 use mpa_ctl_proto::{Message, PostTarget};
-use mpa_datapath::server::{Datapath, DatapathConfig};
+use mpa_datapath::server::Datapath;
 use mpa_datapath::tcp::TcpConfig;
 use mpa_datapath::xsk::{BindMode, XskConfig};
-use mpa_testbed::{require_privileged, run_in_netns, BedConfig, TestBed};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use mpa_tests::frames::v4_ports;
+use mpa_tests::{
+    bin, datapath, ended_flow, hand_over, initiator_in_a, listen_in, require_privileged, stats,
+    BedConfig, DatapathOptions, TestBed,
+};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-static N: AtomicU32 = AtomicU32::new(0);
-
-fn socket_path() -> PathBuf {
-    std::env::temp_dir().join(format!(
-        "mpa-dp-{}-{}.sock",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ))
+/// The datapath in ns b, 4096 UMEM frames a queue.
+fn dp_on(bed: &TestBed, queues: u32) -> (Datapath, PathBuf) {
+    dp_with(bed, queues, TcpConfig::default())
 }
 
-fn start_datapath(bed: &TestBed, queues: u32) -> (Datapath, PathBuf) {
-    start_datapath_with(bed, queues, TcpConfig::default())
-}
-
-fn start_datapath_with(bed: &TestBed, queues: u32, tcp: TcpConfig) -> (Datapath, PathBuf) {
-    let path = socket_path();
-    let cfg = DatapathConfig {
-        iface: bed.if_b.clone(),
+fn dp_with(bed: &TestBed, queues: u32, tcp: TcpConfig) -> (Datapath, PathBuf) {
+    let opts = DatapathOptions {
         queues,
-        xdp_mode: AttachMode::Driver,
+        tcp,
         xsk: XskConfig {
             frames: 4096,
             bind_mode: BindMode::Copy,
             ..XskConfig::default()
         },
-        socket: path.clone(),
-        digest: true,
-        tcp,
-        verify_checksums: true,
-        pin_cpus: false,
-        max_region_bytes: mpa_datapath::server::DEFAULT_MAX_REGION_BYTES,
+        ..DatapathOptions::default()
     };
-    let dp = run_in_netns(&bed.ns_b, move || Datapath::start(cfg))
-        .unwrap()
-        .unwrap();
-    (dp, path)
+    datapath(bed, &opts)
 }
 
 struct Case {
@@ -81,102 +62,41 @@ fn ulpdu(i: usize, mulpdu: usize, size: usize) -> Vec<u8> {
     (0..len).map(|j| (i * 131 + j * 7 + 3) as u8).collect()
 }
 
-/// Accepts one connection on `listener` (in ns b) and hands it to the datapath.
-fn accept_and_hand_over(
-    bed: &TestBed,
-    dp_socket: &Path,
-    listener: &TcpListener,
-    markers: bool,
-    crc: bool,
-) -> (u64, DatapathClient, mpa_control::freeze::FrozenSocket) {
-    accept_and_hand_over_pd(bed, dp_socket, listener, markers, crc, None)
-}
-
-/// As [`accept_and_hand_over`], the flow placing into protection domain `pd`.
-fn accept_and_hand_over_pd(
-    bed: &TestBed,
-    dp_socket: &Path,
-    listener: &TcpListener,
-    markers: bool,
-    crc: bool,
-    pd: Option<u32>,
-) -> (u64, DatapathClient, mpa_control::freeze::FrozenSocket) {
-    let (sock, _) = listener.accept().unwrap();
-    let mut dpc = DatapathClient::connect(dp_socket, Duration::from_secs(20)).unwrap();
-    let policy = StartupPolicy {
-        markers_required: markers,
-        crc_suppressed_by_admin: !crc,
-        ..StartupPolicy::default()
-    };
-    let (outcome, dpc) = run_in_netns(&bed.ns_b, move || {
-        let r = respond_and_hand_over(sock, policy, b"datapath".to_vec(), pd, &mut dpc);
-        (r, dpc)
-    })
-    .unwrap();
-    let Outcome::HandedOver {
-        flow_id, frozen, ..
-    } = outcome.unwrap()
-    else {
-        panic!("rejected")
-    };
-    (flow_id, dpc, frozen)
-}
-
-/// The final counters the datapath kept for an ended flow.
-fn ended_flow(dpc: &mut DatapathClient, flow_id: u64) -> serde_json::Value {
-    let Message::Stats { stats, .. } = dpc.request(|id| Message::GetStats { id }).unwrap() else {
-        panic!("no stats")
-    };
-    stats["ended_flows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["flow_id"] == flow_id)
-        .expect("final counters kept")
-        .clone()
-}
-
 /// Runs one connection; returns the flow's final counters.
 fn run_case(bed: &TestBed, dp_socket: &Path, port: u16, c: &Case) -> serde_json::Value {
     let addr = SocketAddr::new(bed.addr_b(c.v6), port);
-    let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
+    let listener = listen_in(&bed.ns_b, addr);
     let (im, crc, count, size) = (c.initiator_markers, c.crc, c.count, c.size);
     let emss = bed.config.mtu as usize - if c.v6 { 60 } else { 40 } - 12;
-    let ns_a = bed.ns_a.clone();
-    let initiator = std::thread::spawn(move || {
-        run_in_netns(&ns_a, move || {
-            let sock = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-            sock.set_nodelay(true).unwrap();
-            let mut cfg = EndpointConfig::default();
-            cfg.policy.markers_required = im;
-            cfg.policy.crc_suppressed_by_admin = !crc;
-            cfg.policy.startup_timeout = Duration::from_secs(30);
-            let mut s = MpaStream::connect(sock, &cfg).expect("startup with the datapath");
-            let mulpdu = markers::mulpdu(emss, s.negotiated().markers_tx);
-            let mut digest = 0u32;
-            let mut octets = 0usize;
-            for i in 0..count {
-                let u = ulpdu(i, mulpdu, size);
-                digest = crc32c_append(digest, &u);
-                octets += u.len();
-                s.send(&u).unwrap();
-            }
-            s.flush().unwrap();
-            s.get_ref().shutdown(std::net::Shutdown::Write).unwrap();
-            // The datapath closes after our FIN; nothing else may arrive.
-            while s
-                .recv_with(Some(Duration::from_secs(20)), |_| {
-                    panic!("datapath sent an FPDU")
-                })
-                .unwrap()
-                .is_some()
-            {}
-            (digest, octets)
-        })
-        .unwrap()
+    let mut cfg = EndpointConfig::default();
+    cfg.policy.markers_required = im;
+    cfg.policy.crc_suppressed_by_admin = !crc;
+    cfg.policy.startup_timeout = Duration::from_secs(30);
+    let initiator = initiator_in_a(bed, addr, cfg, move |_, s| {
+        let mut s = s.expect("startup with the datapath");
+        let mulpdu = markers::mulpdu(emss, s.negotiated().markers_tx);
+        let mut digest = 0u32;
+        let mut octets = 0usize;
+        for i in 0..count {
+            let u = ulpdu(i, mulpdu, size);
+            digest = crc32c_append(digest, &u);
+            octets += u.len();
+            s.send(&u).unwrap();
+        }
+        s.flush().unwrap();
+        s.get_ref().shutdown(std::net::Shutdown::Write).unwrap();
+        // The datapath closes after our FIN; nothing else may arrive.
+        while s
+            .recv_with(Some(Duration::from_secs(20)), |_| {
+                panic!("datapath sent an FPDU")
+            })
+            .unwrap()
+            .is_some()
+        {}
+        (digest, octets)
     });
     let (flow_id, mut dpc, frozen) =
-        accept_and_hand_over(bed, dp_socket, &listener, c.responder_markers, c.crc);
+        hand_over(bed, dp_socket, &listener, c.responder_markers, c.crc, None);
     let (digest, octets) = initiator.join().unwrap();
     // Wait for the datapath to report the flow gone, then compare.
     let gone = dpc.next_notification().unwrap();
@@ -210,7 +130,7 @@ fn byte_exact_delivery_through_the_datapath() {
         return;
     }
     let bed = TestBed::up(BedConfig::default()).unwrap();
-    let (dp, path) = start_datapath(&bed, 1);
+    let (dp, path) = dp_on(&bed, 1);
     let mut port = 7400;
     for v6 in [false, true] {
         for bits in 0..8u8 {
@@ -239,7 +159,7 @@ fn jumbo_mtu_and_every_size_up_to_mulpdu() {
         ..BedConfig::default()
     })
     .unwrap();
-    let (dp, path) = start_datapath(&bed, 1);
+    let (dp, path) = dp_on(&bed, 1);
     for (i, v6) in [false, true].into_iter().enumerate() {
         let case = Case {
             v6,
@@ -268,7 +188,7 @@ fn loss_in_the_bridge_is_repaired_with_sack() {
             ..BedConfig::default()
         })
         .unwrap();
-        let (dp, path) = start_datapath(&bed, 1);
+        let (dp, path) = dp_on(&bed, 1);
         let case = Case {
             v6: false,
             size: 4096,
@@ -301,7 +221,7 @@ fn two_queues_sixteen_concurrent_connections() {
         ..BedConfig::default()
     })
     .unwrap();
-    let (dp, path) = start_datapath(&bed, 2);
+    let (dp, path) = dp_on(&bed, 2);
     let flows: Vec<serde_json::Value> = std::thread::scope(|s| {
         // Sixteen, so that both queues get some (each connection's queue is the sender's
         // pick: with eight, all on one queue happened once in a loaded run).
@@ -326,9 +246,7 @@ fn two_queues_sixteen_concurrent_connections() {
     assert_eq!(flows.len(), 16);
     // Both queues carried traffic (the peer's connections hash to both).
     let mut dpc = DatapathClient::connect(&path, Duration::from_secs(5)).unwrap();
-    let Message::Stats { stats, .. } = dpc.request(|id| Message::GetStats { id }).unwrap() else {
-        panic!()
-    };
+    let stats = stats(&mut dpc);
     let queues = stats["queues"].as_array().unwrap();
     assert_eq!(queues.len(), 2);
     for q in queues {
@@ -343,15 +261,10 @@ fn initiator_with<T: Send + 'static>(
     addr: SocketAddr,
     f: impl FnOnce(MpaStream<TcpStream>) -> T + Send + 'static,
 ) -> std::thread::JoinHandle<T> {
-    let ns_a = bed.ns_a.clone();
-    std::thread::spawn(move || {
-        run_in_netns(&ns_a, move || {
-            let sock = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-            let mut cfg = EndpointConfig::default();
-            cfg.policy.startup_timeout = Duration::from_secs(10);
-            f(MpaStream::connect(sock, &cfg).expect("startup with the datapath"))
-        })
-        .unwrap()
+    let mut cfg = EndpointConfig::default();
+    cfg.policy.startup_timeout = Duration::from_secs(10);
+    initiator_in_a(bed, addr, cfg, |_, s| {
+        f(s.expect("startup with the datapath"))
     })
 }
 
@@ -361,7 +274,7 @@ fn crc_error_terminates_that_connection_only_and_a_reset_is_error_1() {
         return;
     }
     let bed = TestBed::up(BedConfig::default()).unwrap();
-    let (dp, path) = start_datapath(&bed, 1);
+    let (dp, path) = dp_on(&bed, 1);
     // A capture in ns a of every segment from b: the frozen kernel sockets must never speak.
     let pcap = std::env::temp_dir().join(format!("mpa-e2e-{}.pcap", std::process::id()));
     let mut dump = bed
@@ -411,7 +324,7 @@ fn crc_error_terminates_that_connection_only_and_a_reset_is_error_1() {
         });
         // Error 2: one corrupt FPDU; the datapath answers with a Terminate, then closes.
         let addr = SocketAddr::new(bed.addr_b(false), 7801);
-        let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
+        let listener = listen_in(&bed.ns_b, addr);
         let bad = initiator_with(&bed, addr, |mut s| {
             let mut wire = Vec::new();
             FpduEncoder::new(s.negotiated().markers_tx)
@@ -426,7 +339,7 @@ fn crc_error_terminates_that_connection_only_and_a_reset_is_error_1() {
                 }
             }
         });
-        let (flow_id, mut dpc, frozen) = accept_and_hand_over(&bed, &path, &listener, true, true);
+        let (flow_id, mut dpc, frozen) = hand_over(&bed, &path, &listener, true, true, None);
         let r = bad.join().unwrap();
         assert!(
             matches!(
@@ -451,7 +364,7 @@ fn crc_error_terminates_that_connection_only_and_a_reset_is_error_1() {
         drop(frozen);
         // Error 1: the peer resets.
         let addr = SocketAddr::new(bed.addr_b(false), 7802);
-        let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
+        let listener = listen_in(&bed.ns_b, addr);
         let reset = initiator_with(&bed, addr, |mut s| {
             s.send(&[1u8; 2000]).unwrap();
             s.flush().unwrap();
@@ -461,7 +374,7 @@ fn crc_error_terminates_that_connection_only_and_a_reset_is_error_1() {
                 .unwrap();
             drop(sock);
         });
-        let (flow_id, mut dpc, frozen) = accept_and_hand_over(&bed, &path, &listener, false, true);
+        let (flow_id, mut dpc, frozen) = hand_over(&bed, &path, &listener, false, true, None);
         reset.join().unwrap();
         let Message::FlowGone {
             flow_id: id,
@@ -513,31 +426,14 @@ fn libc_linger0() -> nix::libc::linger {
     }
 }
 
-/// `mpa-peer` built beside this test (`cargo test --workspace` builds every binary first).
-fn mpa_peer_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    // target/<profile>/deps/e2e-… → target/<profile>/mpa-peer
-    let p = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .unwrap()
-        .join("mpa-peer");
-    assert!(
-        p.exists(),
-        "{} missing: run the tests with `cargo test --workspace` (make test)",
-        p.display()
-    );
-    p
-}
-
 #[test]
 fn mpa_peer_connect_through_the_datapath() {
     if !require_privileged("datapath e2e with mpa-peer") {
         return;
     }
-    let peer = mpa_peer_binary();
+    let peer = bin("mpa-peer");
     let bed = TestBed::up(BedConfig::default()).unwrap();
-    let (dp, path) = start_datapath(&bed, 1);
+    let (dp, path) = dp_on(&bed, 1);
     for (i, (markers, crc, size)) in [
         (true, true, "4096"),
         (false, false, "1430"),
@@ -548,7 +444,7 @@ fn mpa_peer_connect_through_the_datapath() {
     {
         let port = 7900 + i as u16;
         let addr = SocketAddr::new(bed.addr_b(false), port);
-        let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
+        let listener = listen_in(&bed.ns_b, addr);
         let mut args = vec![
             "connect".to_string(),
             "--to".into(),
@@ -569,7 +465,7 @@ fn mpa_peer_connect_through_the_datapath() {
         let mut cmd = bed.command(&bed.ns_a, &peer.to_string_lossy());
         cmd.args(&args);
         let handle = std::thread::spawn(move || cmd.output());
-        let (flow_id, mut dpc, frozen) = accept_and_hand_over(&bed, &path, &listener, markers, crc);
+        let (flow_id, mut dpc, frozen) = hand_over(&bed, &path, &listener, markers, crc, None);
         let out = handle.join().unwrap().unwrap();
         assert!(
             out.status.success(),
@@ -598,7 +494,7 @@ fn rev2_peer_to_peer_rtr_is_consumed_by_the_datapath() {
     }
     use mpa::startup::{RtrSet, RtrType};
     let bed = TestBed::up(BedConfig::default()).unwrap();
-    let (dp, path) = start_datapath(&bed, 1);
+    let (dp, path) = dp_on(&bed, 1);
     let rtrs = [
         RtrType::ZeroLengthSend,
         RtrType::ZeroLengthWrite,
@@ -606,51 +502,46 @@ fn rev2_peer_to_peer_rtr_is_consumed_by_the_datapath() {
     ];
     for (i, rtr) in rtrs.into_iter().enumerate() {
         let addr = SocketAddr::new(bed.addr_b(false), 8000 + i as u16);
-        let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
-        let ns_a = bed.ns_a.clone();
-        let initiator = std::thread::spawn(move || {
-            run_in_netns(&ns_a, move || {
-                let sock = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-                let mut cfg = EndpointConfig::default();
-                cfg.policy.revision = 2;
-                cfg.policy.p2p = true;
-                cfg.policy.rtr_send = RtrSet::single(rtr);
-                let mut s = MpaStream::connect(sock, &cfg).expect("rev 2 startup");
-                assert_eq!(s.negotiated().rtr, Some(rtr));
-                let mut digest = 0u32;
-                for n in 0..100usize {
-                    let u = ulpdu(n, 1430, 0);
-                    digest = crc32c_append(digest, &u);
-                    s.send(&u).unwrap();
-                }
-                s.flush().unwrap();
-                s.get_ref().shutdown(std::net::Shutdown::Write).unwrap();
-                // A Read RTR is answered with a zero-length Read Response; nothing else comes.
-                let mut got = Vec::new();
-                while s
-                    .recv_with(Some(Duration::from_secs(20)), |u| got.push(u.to_vec()))
-                    .unwrap()
-                    .is_some()
-                {}
-                let expected_replies = usize::from(rtr == RtrType::ZeroLengthReadRequest);
-                assert_eq!(got.len(), expected_replies, "{rtr:?}");
-                for r in &got {
-                    let (repr, off) = mpa::wire::ddp::DdpRepr::parse(r, 1).unwrap();
-                    assert!(matches!(
-                        repr,
-                        mpa::wire::ddp::DdpRepr::Tagged {
-                            opcode: mpa::wire::ddp::RdmapOpcode::RdmaReadResponse,
-                            last: true,
-                            ..
-                        }
-                    ));
-                    assert_eq!(off, r.len(), "zero-length");
-                }
-                digest
-            })
-            .unwrap()
+        let listener = listen_in(&bed.ns_b, addr);
+        let mut cfg = EndpointConfig::default();
+        cfg.policy.revision = 2;
+        cfg.policy.p2p = true;
+        cfg.policy.rtr_send = RtrSet::single(rtr);
+        let initiator = initiator_in_a(&bed, addr, cfg, move |_, s| {
+            let mut s = s.expect("rev 2 startup");
+            assert_eq!(s.negotiated().rtr, Some(rtr));
+            let mut digest = 0u32;
+            for n in 0..100usize {
+                let u = ulpdu(n, 1430, 0);
+                digest = crc32c_append(digest, &u);
+                s.send(&u).unwrap();
+            }
+            s.flush().unwrap();
+            s.get_ref().shutdown(std::net::Shutdown::Write).unwrap();
+            // A Read RTR is answered with a zero-length Read Response; nothing else comes.
+            let mut got = Vec::new();
+            while s
+                .recv_with(Some(Duration::from_secs(20)), |u| got.push(u.to_vec()))
+                .unwrap()
+                .is_some()
+            {}
+            let expected_replies = usize::from(rtr == RtrType::ZeroLengthReadRequest);
+            assert_eq!(got.len(), expected_replies, "{rtr:?}");
+            for r in &got {
+                let (repr, off) = mpa::wire::ddp::DdpRepr::parse(r, 1).unwrap();
+                assert!(matches!(
+                    repr,
+                    mpa::wire::ddp::DdpRepr::Tagged {
+                        opcode: mpa::wire::ddp::RdmapOpcode::RdmaReadResponse,
+                        last: true,
+                        ..
+                    }
+                ));
+                assert_eq!(off, r.len(), "zero-length");
+            }
+            digest
         });
-        let (flow_id, mut dpc, frozen) = accept_and_hand_over(&bed, &path, &listener, false, true);
+        let (flow_id, mut dpc, frozen) = hand_over(&bed, &path, &listener, false, true, None);
         let digest = initiator.join().unwrap();
         let Message::FlowGone {
             mpa_error, reason, ..
@@ -714,7 +605,7 @@ fn placement_violations_terminate_with_rfc_codes_and_spare_other_connections() {
         time_wait: Duration::from_millis(200),
         ..TcpConfig::default()
     };
-    let (dp, path) = start_datapath_with(&bed, 1, tcp);
+    let (dp, path) = dp_with(&bed, 1, tcp);
     let mut consumer = Consumer::connect(&path, Duration::from_secs(10)).unwrap();
     let a = consumer.create_region(1 << 20, 1, true, false).unwrap();
     let b = consumer.create_region(4096, 1, false, true).unwrap();
@@ -776,8 +667,7 @@ fn placement_violations_terminate_with_rfc_codes_and_spare_other_connections() {
     std::thread::scope(|s| {
         // A good placing connection runs beside the bad ones: 2000 writes into region A.
         let good_addr = SocketAddr::new(bed.addr_b(false), 7820);
-        let listener =
-            run_in_netns(&bed.ns_b, move || TcpListener::bind(good_addr).unwrap()).unwrap();
+        let listener = listen_in(&bed.ns_b, good_addr);
         let good = initiator_with(&bed, good_addr, move |mut s| {
             for i in 0..2000u64 {
                 s.send(&write(sa, i * 500, 500)).unwrap();
@@ -793,8 +683,7 @@ fn placement_violations_terminate_with_rfc_codes_and_spare_other_connections() {
         let bed = &bed;
         let path = &path;
         let good_side = s.spawn(move || {
-            let (flow_id, mut dpc, frozen) =
-                accept_and_hand_over_pd(bed, path, &listener, false, true, Some(1));
+            let (flow_id, mut dpc, frozen) = hand_over(bed, path, &listener, false, true, Some(1));
             good.join().unwrap();
             let gone = dpc.next_notification().unwrap();
             drop(frozen);
@@ -807,8 +696,7 @@ fn placement_violations_terminate_with_rfc_codes_and_spare_other_connections() {
                     .unwrap();
             }
             let addr = SocketAddr::new(bed.addr_b(false), 7821 + i as u16);
-            let listener =
-                run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
+            let listener = listen_in(&bed.ns_b, addr);
             let peer = initiator_with(bed, addr, move |mut s| {
                 s.send(&ulpdu).unwrap();
                 s.flush().unwrap();
@@ -819,8 +707,7 @@ fn placement_violations_terminate_with_rfc_codes_and_spare_other_connections() {
                     }
                 }
             });
-            let (flow_id, mut dpc, frozen) =
-                accept_and_hand_over_pd(bed, path, &listener, false, true, Some(1));
+            let (flow_id, mut dpc, frozen) = hand_over(bed, path, &listener, false, true, Some(1));
             let r = peer.join().unwrap();
             match r {
                 Err(EndpointError::Terminated {
@@ -851,14 +738,13 @@ fn placement_violations_terminate_with_rfc_codes_and_spare_other_connections() {
         }
         // The peer's own Terminate ends its connection too, reported as received.
         let addr = SocketAddr::new(bed.addr_b(false), 7840);
-        let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
+        let listener = listen_in(&bed.ns_b, addr);
         let peer = initiator_with(bed, addr, move |mut s| {
             s.send(&write(sa, 0, 100)).unwrap();
             s.send_terminate(mpa::MpaErrorCode::TcpClosed).unwrap();
             while let Ok(Some(_)) = s.recv_with(Some(Duration::from_secs(10)), |_| {}) {}
         });
-        let (flow_id, mut dpc, frozen) =
-            accept_and_hand_over_pd(bed, path, &listener, false, true, Some(1));
+        let (flow_id, mut dpc, frozen) = hand_over(bed, path, &listener, false, true, Some(1));
         peer.join().unwrap();
         let Message::FlowGone {
             flow_id: id,
@@ -900,20 +786,6 @@ fn placement_violations_terminate_with_rfc_codes_and_spare_other_connections() {
     dp.stop();
 }
 
-/// A binary of the workspace built beside this test (`cargo test --workspace` builds every
-/// binary first).
-fn built_binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    // target/<profile>/deps/e2e-… → target/<profile>/<name>
-    let p = exe.parent().and_then(|d| d.parent()).unwrap().join(name);
-    assert!(
-        p.exists(),
-        "{} missing: run the tests with `cargo test --workspace` (make test)",
-        p.display()
-    );
-    p
-}
-
 /// `tshark -r FILE -T fields -e F…`: one row per frame, fields tab-separated, repeated
 /// occurrences comma-separated.
 fn tshark_fields(pcap: &Path, fields: &[&str]) -> Vec<Vec<String>> {
@@ -951,10 +823,10 @@ fn capture_of_all_flows_opens_in_tshark_with_mpa_fpdus_both_ways() {
     if !require_privileged("datapath capture") {
         return;
     }
-    let control = built_binary("mpa-control");
-    let peer = built_binary("mpa-peer");
+    let control = bin("mpa-control");
+    let peer = bin("mpa-peer");
     let bed = TestBed::up(BedConfig::default()).unwrap();
-    let (dp, path) = start_datapath(&bed, 1);
+    let (dp, path) = dp_on(&bed, 1);
     let dir = std::env::temp_dir();
     let pcap = dir.join(format!("mpa-capture-{}.pcap", std::process::id()));
     let socket = path.to_string_lossy().to_string();
@@ -991,11 +863,7 @@ fn capture_of_all_flows_opens_in_tshark_with_mpa_fpdus_both_ways() {
     let mut dpc = DatapathClient::connect(&path, Duration::from_secs(5)).unwrap();
     let t0 = std::time::Instant::now();
     loop {
-        let Message::Stats { stats, .. } = dpc.request(|id| Message::GetStats { id }).unwrap()
-        else {
-            panic!()
-        };
-        if !stats["capture"].is_null() {
+        if !stats(&mut dpc)["capture"].is_null() {
             break;
         }
         assert!(
@@ -1029,7 +897,7 @@ fn capture_of_all_flows_opens_in_tshark_with_mpa_fpdus_both_ways() {
     // segments that hold one FPDU each).
     let marker_port = 8101;
     let addr = SocketAddr::new(bed.addr_b(false), marker_port);
-    let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
+    let listener = listen_in(&bed.ns_b, addr);
     let mut cmd = bed.command(&bed.ns_a, &peer.to_string_lossy());
     cmd.args(["connect", "--to", &addr.to_string(), "--count", "50"]);
     cmd.args([
@@ -1042,7 +910,7 @@ fn capture_of_all_flows_opens_in_tshark_with_mpa_fpdus_both_ways() {
         "30",
     ]);
     let sender = std::thread::spawn(move || cmd.output());
-    let (flow_id, mut dpc2, frozen) = accept_and_hand_over(&bed, &path, &listener, true, true);
+    let (flow_id, mut dpc2, frozen) = hand_over(&bed, &path, &listener, true, true, None);
     let sent = sender.join().unwrap().unwrap();
     assert!(
         sent.status.success(),
@@ -1149,12 +1017,6 @@ fn pcap_records(file: &[u8]) -> Vec<(Vec<u8>, u32)> {
     out
 }
 
-/// TCP ports of an untagged IPv4 frame.
-fn v4_ports(frame: &[u8]) -> (u16, u16) {
-    let p = |at: usize| u16::from_be_bytes([frame[at], frame[at + 1]]);
-    (p(34), p(36))
-}
-
 #[test]
 fn capture_bounds_flow_filter_snaplen_size_and_duration() {
     if !require_privileged("datapath capture bounds") {
@@ -1163,16 +1025,12 @@ fn capture_bounds_flow_filter_snaplen_size_and_duration() {
     use mpa_control::capture::{capture, CaptureOptions};
     use std::sync::atomic::AtomicBool;
     let bed = TestBed::up(BedConfig::default()).unwrap();
-    let (dp, path) = start_datapath(&bed, 1);
+    let (dp, path) = dp_on(&bed, 1);
     let capture_running = |path: &Path| {
         let mut dpc = DatapathClient::connect(path, Duration::from_secs(5)).unwrap();
         let t0 = std::time::Instant::now();
         while t0.elapsed() < Duration::from_secs(10) {
-            let Message::Stats { stats, .. } = dpc.request(|id| Message::GetStats { id }).unwrap()
-            else {
-                panic!()
-            };
-            if !stats["capture"].is_null() {
+            if !stats(&mut dpc)["capture"].is_null() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -1184,7 +1042,7 @@ fn capture_bounds_flow_filter_snaplen_size_and_duration() {
     let mut conns = Vec::new();
     for port in [8110u16, 8111] {
         let addr = SocketAddr::new(bed.addr_b(false), port);
-        let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
+        let listener = listen_in(&bed.ns_b, addr);
         let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
         let peer = initiator_with(&bed, addr, move |mut s| {
             go_rx.recv().unwrap();
@@ -1195,7 +1053,7 @@ fn capture_bounds_flow_filter_snaplen_size_and_duration() {
             s.get_ref().shutdown(std::net::Shutdown::Write).unwrap();
             while let Ok(Some(_)) = s.recv_with(Some(Duration::from_secs(20)), |_| {}) {}
         });
-        let (flow_id, dpc, frozen) = accept_and_hand_over(&bed, &path, &listener, false, true);
+        let (flow_id, dpc, frozen) = hand_over(&bed, &path, &listener, false, true, None);
         conns.push((port, flow_id, go_tx, peer, dpc, frozen));
     }
     let (port_a, flow_a) = (conns[0].0, conns[0].1);

@@ -4,86 +4,33 @@
 
 use mpa::crc::crc32c_append;
 use mpa::endpoint::{EndpointConfig, EndpointError, MpaStream};
-use mpa_bpf::AttachMode;
-use mpa_datapath::server::{Datapath, DatapathConfig};
-use mpa_datapath::tcp::TcpConfig;
-use mpa_datapath::xsk::{BindMode, XskConfig};
-use mpa_testbed::{require_privileged, run_in_netns, BedConfig, TestBed};
+use mpa_datapath::server::Datapath;
+use mpa_tests::{
+    bin, initiator_in_a, require_privileged, run_in_netns, BedConfig, DatapathOptions, TestBed,
+};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-static N: AtomicU32 = AtomicU32::new(0);
-
 /// A fresh path in the temp directory.
 fn temp_path(what: &str) -> PathBuf {
-    std::env::temp_dir().join(format!(
-        "mpa-ctl-{}-{}-{what}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ))
+    mpa_bench::temp_path(&format!("ctl-{what}"))
 }
 
-/// Starts the datapath in ns b exactly as `mpa-bench` does (digests on). Retried for a
-/// moment: right after a stop the kernel may still hold the queue (EBUSY on the AF_XDP bind).
+/// Starts the datapath in ns b exactly as `mpa-bench` does (digests on).
 fn start_datapath(bed: &TestBed, socket: &Path) -> Datapath {
-    let t0 = Instant::now();
-    loop {
-        match run_in_netns(&bed.ns_b, {
-            let cfg = datapath_config(bed, socket);
-            move || Datapath::start(cfg)
-        })
-        .unwrap()
-        {
-            Ok(dp) => return dp,
-            Err(e) if t0.elapsed() < Duration::from_secs(3) => {
-                eprintln!("datapath start: {e}; retrying");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            Err(e) => panic!("datapath start: {e}"),
-        }
-    }
+    mpa_tests::start_datapath(bed, socket, &DatapathOptions::default())
+        .unwrap_or_else(|e| panic!("{e:#}"))
 }
 
-fn datapath_config(bed: &TestBed, socket: &Path) -> DatapathConfig {
-    DatapathConfig {
-        iface: bed.if_b.clone(),
-        queues: 1,
-        xdp_mode: AttachMode::Driver,
-        xsk: XskConfig {
-            bind_mode: BindMode::Copy,
-            ..XskConfig::default()
-        },
-        socket: socket.to_path_buf(),
-        digest: true,
-        tcp: TcpConfig::default(),
-        verify_checksums: true,
-        pin_cpus: false,
-        max_region_bytes: mpa_datapath::server::DEFAULT_MAX_REGION_BYTES,
-    }
-}
-
-/// `mpa-control` built beside this test (`cargo test --workspace` builds every binary first).
+/// `mpa-control`, built beside this test.
 fn control_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    // target/<profile>/deps/control_daemon-… → target/<profile>/mpa-control
-    let p = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .unwrap()
-        .join("mpa-control");
-    assert!(
-        p.exists(),
-        "{} missing: run the tests with `cargo test --workspace` (make test)",
-        p.display()
-    );
-    p
+    bin("mpa-control")
 }
 
 /// Runs an `mpa-control` subcommand (the control socket is a path: any namespace will do).
@@ -246,21 +193,11 @@ fn initiator<T: Send + 'static>(
     private_data: &[u8],
     f: impl FnOnce(SocketAddr, Result<MpaStream<TcpStream>, EndpointError>) -> T + Send + 'static,
 ) -> JoinHandle<T> {
-    let ns_a = bed.ns_a.clone();
-    let private_data = private_data.to_vec();
-    std::thread::spawn(move || {
-        run_in_netns(&ns_a, move || {
-            let sock = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-            sock.set_nodelay(true).unwrap();
-            let local = sock.local_addr().unwrap();
-            let mut cfg = EndpointConfig::default();
-            cfg.policy.markers_required = true;
-            cfg.policy.startup_timeout = Duration::from_secs(5);
-            cfg.private_data = private_data;
-            f(local, MpaStream::connect(sock, &cfg))
-        })
-        .unwrap()
-    })
+    let mut cfg = EndpointConfig::default();
+    cfg.policy.markers_required = true;
+    cfg.policy.startup_timeout = Duration::from_secs(5);
+    cfg.private_data = private_data.to_vec();
+    initiator_in_a(bed, addr, cfg, f)
 }
 
 /// What one Initiator sent.

@@ -2,7 +2,7 @@
 //! `mpa-control serve`, hands each over to one datapath, checks that every one carries an
 //! FPDU through it, then closes them all (each must end cleanly).
 
-use mpa_testbed::require_privileged;
+use mpa_tests::require_privileged;
 use std::process::Command;
 
 #[test]
@@ -21,7 +21,7 @@ fn ten_thousand_connections_in_one_datapath() {
         n >= 1000,
         "descriptor hard limit {hard} is too low for a scale test"
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_mpa-bench"))
+    let out = Command::new(mpa_tests::bin("mpa-bench"))
         .args(["scale", "--connections", &n.to_string()])
         .output()
         .unwrap();

@@ -2,15 +2,15 @@
 //! the control socket is played by a scripted protocol peer on a socket pair (the real
 //! datapath answers the same messages); it checks what mpa-control sends and in which order.
 
-use mpa::endpoint::{EndpointConfig, EndpointError, MpaStream};
+use mpa::endpoint::{EndpointConfig, EndpointError};
 use mpa::startup::{PrivateDataRule, StartupPolicy};
 use mpa::wire::startup::{FrameKind, StartupFrame, StartupRepr};
+use mpa_bench::respond_in;
 use mpa_control::datapath_client::{ClientError, DatapathClient};
-use mpa_control::neighbour;
 use mpa_control::responder::{respond_and_hand_over, Outcome, SetupError};
 use mpa_ctl_proto::{handshake, read_message, write_message, ErrorCode, Message, ProtoError};
-use mpa_testbed::{require_privileged, run_in, run_in_netns, BedConfig, TestBed};
-use std::net::{SocketAddr, TcpListener};
+use mpa_tests::{initiator_in_a, listen_in, require_privileged, BedConfig, Responder, TestBed};
+use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -20,21 +20,13 @@ fn initiator(
     addr: SocketAddr,
     private_data: &[u8],
 ) -> std::thread::JoinHandle<Result<(), EndpointError>> {
-    let ns = bed.ns_a.clone();
-    let pd = private_data.to_vec();
-    std::thread::spawn(move || {
-        run_in_netns(&ns, move || {
-            let sock = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-            let mut cfg = EndpointConfig {
-                private_data: pd,
-                ..Default::default()
-            };
-            cfg.policy.startup_timeout = Duration::from_millis(1500);
-            cfg.policy.markers_required = true;
-            MpaStream::connect(sock, &cfg).map(|_| ())
-        })
-        .unwrap()
-    })
+    let mut cfg = EndpointConfig {
+        private_data: private_data.to_vec(),
+        ..Default::default()
+    };
+    cfg.policy.startup_timeout = Duration::from_millis(1500);
+    cfg.policy.markers_required = true;
+    initiator_in_a(bed, addr, cfg, |_, s| s.map(|_| ()))
 }
 
 fn datapath_pair() -> (DatapathClient, UnixStream) {
@@ -47,25 +39,16 @@ fn datapath_pair() -> (DatapathClient, UnixStream) {
     (c, t.join().unwrap())
 }
 
-fn mac_of(bed: &TestBed) -> [u8; 6] {
-    let out = run_in(
-        &bed.ns_a,
-        &["cat", &format!("/sys/class/net/{}/address", bed.if_a)],
-    )
-    .unwrap();
-    neighbour::parse_mac(String::from_utf8_lossy(&out.stdout).trim()).unwrap()
-}
-
 #[test]
 fn accepted_connection_is_handed_over_and_the_kernel_stays_silent() {
     if !require_privileged("handover accepted") {
         return;
     }
     let bed = TestBed::up(BedConfig::default()).unwrap();
-    let mac_a = mac_of(&bed);
+    let mac_a = bed.mac_a().unwrap();
     for v6 in [false, true] {
         let addr = SocketAddr::new(bed.addr_b(v6), 7200 + u16::from(v6));
-        let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
+        let listener = listen_in(&bed.ns_b, addr);
         let client = initiator(&bed, addr, b"hello");
         let (sock, peer) = listener.accept().unwrap();
         let (mut dp, mut script) = datapath_pair();
@@ -83,24 +66,18 @@ fn accepted_connection_is_handed_over_and_the_kernel_stays_silent() {
             handover
         });
         // The scripted datapath sits in the root namespace; neighbour lookups need ns b.
-        let ns_b = bed.ns_b.clone();
-        let outcome = run_in_netns(&ns_b, move || {
-            let r = respond_and_hand_over(
-                sock,
-                StartupPolicy::default(),
-                b"welcome".to_vec(),
-                None,
-                &mut dp,
-            );
-            (r, dp)
-        })
-        .unwrap();
+        let responder = Responder {
+            policy: StartupPolicy::default(),
+            reply_private_data: b"welcome".to_vec(),
+            ..Responder::framing(false, true)
+        };
+        let outcome = respond_in(&bed.ns_b, sock, &responder, &mut dp);
         let handover = script.join().unwrap();
         let Outcome::HandedOver {
             flow_id,
             frozen,
             negotiated,
-        } = outcome.0.unwrap()
+        } = outcome.unwrap()
         else {
             panic!("not handed over")
         };
@@ -136,7 +113,7 @@ fn rejected_request_gets_the_reason_from_the_kernel_socket() {
     }
     let bed = TestBed::up(BedConfig::default()).unwrap();
     let addr = SocketAddr::new(bed.addr_b(false), 7210);
-    let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
+    let listener = listen_in(&bed.ns_b, addr);
     let client = initiator(&bed, addr, b"no-token");
     let (sock, _) = listener.accept().unwrap();
     let (mut dp, mut script) = datapath_pair();
@@ -165,7 +142,7 @@ fn datapath_refusal_fails_the_setup() {
     }
     let bed = TestBed::up(BedConfig::default()).unwrap();
     let addr = SocketAddr::new(bed.addr_b(false), 7220);
-    let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
+    let listener = listen_in(&bed.ns_b, addr);
     let client = initiator(&bed, addr, b"");
     let (sock, _) = listener.accept().unwrap();
     let (mut dp, mut script) = datapath_pair();

@@ -15,7 +15,7 @@ enum Framing {
     Plain,
 }
 
-use mpa_testbed::require_privileged;
+use mpa_tests::require_privileged;
 use serde_json::Value;
 use std::process::Command;
 
@@ -40,7 +40,7 @@ fn demo(op: &str, framing: Framing, loss: u8, bytes: u64) -> Value {
         Framing::CrcOnly => args.push("--no-markers".into()),
         Framing::Plain => args.push("--plain".into()),
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_mpa-bench"))
+    let out = Command::new(mpa_tests::bin("mpa-bench"))
         .args(&args)
         .output()
         .expect("run mpa-bench");

@@ -2,18 +2,14 @@
 //! root, no network namespaces): which frames are steered, passed or counted malformed, and
 //! the map API around them.
 
-#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
-
-mod common;
-
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 
-use common::frames::{self, Frame};
-use common::testbed::raw;
 use mpa_bpf::{
     BpfError, FlowKey, FlowValue, XdpAction, XdpCounters, XdpSteering, MAX_FLOWS, MAX_QUEUES,
 };
+use mpa_tests::frames::{self, Frame};
+use mpa_tests::{raw, require_privileged};
 
 /// Addresses as the XDP side sees them: frames go from REMOTE to LOCAL.
 const LOCAL4: &str = "10.1.0.2:7777";
@@ -26,7 +22,7 @@ fn sa(s: &str) -> SocketAddr {
 }
 
 fn load(test: &str) -> Option<XdpSteering> {
-    if !common::privileged(test) {
+    if !require_privileged(test) {
         return None;
     }
     Some(XdpSteering::load().unwrap_or_else(|e| panic!("load: {e:?}")))

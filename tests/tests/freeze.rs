@@ -2,7 +2,7 @@
 //! ends agrees, and a socket closed in repair mode sends nothing to its peer.
 
 use mpa_control::{freeze, neighbour};
-use mpa_testbed::{require_privileged, run_in, run_in_netns, BedConfig, TestBed};
+use mpa_tests::{require_privileged, run_in_netns, BedConfig, TestBed};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
@@ -51,15 +51,7 @@ fn freeze_reads_consistent_state_and_stays_silent() {
         })
         .unwrap();
         assert_eq!(dev, bed.if_b);
-        let out = run_in(
-            &bed.ns_a,
-            &["cat", &format!("/sys/class/net/{}/address", bed.if_a)],
-        )
-        .unwrap();
-        assert_eq!(
-            neighbour::parse_mac(String::from_utf8_lossy(&out.stdout).trim()),
-            Some(mac)
-        );
+        assert_eq!(bed.mac_a().unwrap(), mac);
         // Closing in repair mode is silent: the client sees neither FIN nor RST.
         drop(frozen);
         c.set_read_timeout(Some(Duration::from_millis(300)))

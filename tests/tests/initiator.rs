@@ -6,96 +6,39 @@
 
 use mpa::crc::crc32c_append;
 use mpa::encoder::FpduEncoder;
-use mpa::endpoint::{rtr_ulpdu, EndpointConfig, EndpointError, MpaStream};
+use mpa::endpoint::{rtr_ulpdu, EndpointConfig, EndpointError};
 use mpa::startup::{PrivateDataRule, RtrSet, RtrType, StartupPolicy};
-use mpa_bpf::AttachMode;
 use mpa_control::datapath_client::DatapathClient;
 use mpa_control::initiator::{connect_and_hand_over, InitiatorOutcome};
 use mpa_ctl_proto::Message;
-use mpa_datapath::server::{Datapath, DatapathConfig};
-use mpa_datapath::tcp::TcpConfig;
-use mpa_datapath::xsk::{BindMode, XskConfig};
-use mpa_testbed::{require_privileged, run_in_netns, BedConfig, TestBed};
+use mpa_datapath::server::Datapath;
+use mpa_tests::{
+    bin, datapath, ended_flow, require_privileged, responder_in_a, run_in_netns, stats, BedConfig,
+    DatapathOptions, TestBed,
+};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-static N: AtomicU32 = AtomicU32::new(0);
-
-fn socket_path() -> PathBuf {
-    std::env::temp_dir().join(format!(
-        "mpa-init-{}-{}.sock",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ))
-}
-
-/// The datapath in ns b as `mpa-bench` starts it (digests on); retried for a moment (EBUSY
-/// right after an earlier test's stop).
+/// The datapath in ns b as `mpa-bench` starts it (digests on).
 fn start_datapath(bed: &TestBed) -> (Datapath, PathBuf) {
-    let path = socket_path();
-    let t0 = Instant::now();
-    loop {
-        let cfg = DatapathConfig {
-            iface: bed.if_b.clone(),
-            queues: 1,
-            xdp_mode: AttachMode::Driver,
-            xsk: XskConfig {
-                bind_mode: BindMode::Copy,
-                ..XskConfig::default()
-            },
-            socket: path.clone(),
-            digest: true,
-            tcp: TcpConfig::default(),
-            verify_checksums: true,
-            pin_cpus: false,
-            max_region_bytes: mpa_datapath::server::DEFAULT_MAX_REGION_BYTES,
-        };
-        match run_in_netns(&bed.ns_b, move || Datapath::start(cfg)).unwrap() {
-            Ok(dp) => return (dp, path),
-            Err(e) if t0.elapsed() < Duration::from_secs(3) => {
-                eprintln!("datapath start: {e}; retrying");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            Err(e) => panic!("datapath start: {e}"),
-        }
-    }
+    datapath(bed, &DatapathOptions::default())
 }
 
-/// A binary built beside this test (`cargo test --workspace` builds every binary first).
-fn binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let p = exe.parent().and_then(|d| d.parent()).unwrap().join(name);
-    assert!(
-        p.exists(),
-        "{} missing: run the tests with `cargo test --workspace` (make test)",
-        p.display()
-    );
-    p
-}
-
-fn stats(dp_socket: &Path) -> Value {
-    let mut c = DatapathClient::connect(dp_socket, Duration::from_secs(5)).unwrap();
-    match c.request(|id| Message::GetStats { id }).unwrap() {
-        Message::Stats { stats, .. } => stats,
-        m => panic!("{m:?}"),
-    }
+/// The datapath's statistics.
+fn stats_at(dp_socket: &Path) -> Value {
+    stats(&mut DatapathClient::connect(dp_socket, Duration::from_secs(5)).unwrap())
 }
 
 /// The final counters the datapath kept for `flow_id`.
-fn ended_flow(dp_socket: &Path, flow_id: u64) -> Value {
-    let s = stats(dp_socket);
-    s["ended_flows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["flow_id"] == flow_id)
-        .unwrap_or_else(|| panic!("flow {flow_id} not among the ended flows: {s}"))
-        .clone()
+fn ended(dp_socket: &Path, flow_id: u64) -> Value {
+    ended_flow(
+        &mut DatapathClient::connect(dp_socket, Duration::from_secs(5)).unwrap(),
+        flow_id,
+    )
 }
 
 /// `mpa-peer listen` in ns a for one connection; killed when dropped.
@@ -106,7 +49,7 @@ struct Listener {
 impl Listener {
     fn start(bed: &TestBed, bind: SocketAddr, args: &[&str]) -> Listener {
         let mut child = bed
-            .command(&bed.ns_a, &binary("mpa-peer").to_string_lossy())
+            .command(&bed.ns_a, &bin("mpa-peer").to_string_lossy())
             .args(["listen", "--bind", &bind.to_string(), "--connections", "1"])
             .args(args)
             .stdin(Stdio::null())
@@ -158,7 +101,7 @@ impl Drop for Listener {
 /// Runs `mpa-control connect` in ns b; returns its JSON line (or panics with its stderr).
 fn connect_cli(bed: &TestBed, dp_socket: &Path, to: SocketAddr, args: &[&str]) -> Value {
     let out = bed
-        .command(&bed.ns_b, &binary("mpa-control").to_string_lossy())
+        .command(&bed.ns_b, &bin("mpa-control").to_string_lossy())
         .args(["connect", "--json", "--to", &to.to_string()])
         .args(["--socket", &dp_socket.to_string_lossy()])
         .args(args)
@@ -256,7 +199,7 @@ fn run_cli_case(bed: &TestBed, dp_socket: &Path, port: u16, c: &Case) {
     // The datapath sent exactly the RTR FPDU (framed toward the peer) and nothing else, and
     // the flow ended cleanly on the peer's FIN.
     let flow_id = line["flow_id"].as_u64().unwrap();
-    let f = ended_flow(dp_socket, flow_id);
+    let f = ended(dp_socket, flow_id);
     let want_out = c.rtr.map_or(0, |(_, r)| rtr_fpdu_len(r, c.peer_markers));
     assert_eq!(f["octets_out"], want_out, "{what}: {f}");
     assert_eq!(f["retransmissions"], 0, "{what}: {f}");
@@ -304,7 +247,7 @@ fn mpa_control_connect_to_mpa_peer_listen() {
             port += 1;
         }
     }
-    assert_eq!(stats(&path)["adopted_flows"], 0);
+    assert_eq!(stats_at(&path)["adopted_flows"], 0);
     dp.stop();
 }
 
@@ -337,27 +280,13 @@ fn connect_hold_expiry_closes_the_flow() {
         report["error"].as_str().unwrap().contains("reset"),
         "{report}"
     );
-    let f = ended_flow(&path, line["flow_id"].as_u64().unwrap());
+    let f = ended(&path, line["flow_id"].as_u64().unwrap());
     assert_eq!(f["ended"]["reason"], "closed by the operator", "{f}");
     assert_eq!(
         f["octets_out"],
         rtr_fpdu_len(RtrType::ZeroLengthWrite, false)
     );
     dp.stop();
-}
-
-/// An in-process Responder in ns a on `bind` running `f` on its accepted stream.
-fn responder<T: Send + 'static>(
-    bed: &TestBed,
-    bind: SocketAddr,
-    cfg: EndpointConfig,
-    f: impl FnOnce(Result<MpaStream<std::net::TcpStream>, EndpointError>) -> T + Send + 'static,
-) -> std::thread::JoinHandle<T> {
-    let listener = run_in_netns(&bed.ns_a, move || TcpListener::bind(bind).unwrap()).unwrap();
-    std::thread::spawn(move || {
-        let (sock, _) = listener.accept().unwrap();
-        f(MpaStream::accept(sock, &cfg))
-    })
 }
 
 fn initiator(
@@ -368,12 +297,10 @@ fn initiator(
     private_data: &[u8],
 ) -> (InitiatorOutcome, DatapathClient) {
     let mut dpc = DatapathClient::connect(dp_socket, Duration::from_secs(20)).unwrap();
-    let private_data = private_data.to_vec();
-    run_in_netns(&bed.ns_b, move || {
-        let r = connect_and_hand_over(to, policy, private_data, None, &mut dpc);
-        (r.unwrap(), dpc)
-    })
-    .unwrap()
+    let r = run_in_netns(&bed.ns_b, || {
+        connect_and_hand_over(to, policy, private_data.to_vec(), None, &mut dpc)
+    });
+    (r.unwrap().unwrap(), dpc)
 }
 
 #[test]
@@ -392,7 +319,7 @@ fn rtr_reaches_the_responder_and_its_data_reaches_the_initiator_flow() {
         cfg.policy.startup_timeout = Duration::from_secs(5);
         cfg.policy.rtr_support = RtrSet::single(RtrType::ZeroLengthSend);
         let d = data.clone();
-        let peer = responder(&bed, bind, cfg, move |s| {
+        let peer = responder_in_a(&bed, bind, cfg, move |s| {
             let mut s = s.expect("accept");
             // Before the RTR a Responder may not send: proves the first FPDU was the RTR.
             assert!(matches!(s.send(b"x"), Err(EndpointError::NotYetAllowed)));
@@ -443,7 +370,7 @@ fn rtr_reaches_the_responder_and_its_data_reaches_the_initiator_flow() {
         assert_eq!(g, flow_id);
         assert_eq!(mpa_error, None, "{reason}");
         drop(frozen);
-        let f = ended_flow(&path, flow_id);
+        let f = ended(&path, flow_id);
         assert_eq!(f["fpdus"], 1, "{f}");
         assert_eq!(f["ulpdu_octets"], data.len(), "{f}");
         assert_eq!(
@@ -466,7 +393,7 @@ fn rejection_reaches_the_caller_and_not_the_datapath() {
     let mut cfg = EndpointConfig::default();
     cfg.policy.private_data_rule = PrivateDataRule::RequirePrefix(b"iser:".to_vec());
     cfg.policy.reject_reason = b"only iser here".to_vec();
-    let peer = responder(&bed, bind, cfg, |s| match s {
+    let peer = responder_in_a(&bed, bind, cfg, |s| match s {
         Err(EndpointError::RejectedPeer { reason }) => reason,
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("accepted"),
@@ -481,7 +408,7 @@ fn rejection_reaches_the_caller_and_not_the_datapath() {
     };
     assert_eq!(reason, b"only iser here");
     assert_eq!(peer.join().unwrap(), b"only iser here");
-    let s = stats(&path);
+    let s = stats_at(&path);
     assert_eq!(s["adopted_flows"], 0, "{s}");
     assert_eq!(s["ended_flows"].as_array().map_or(0, Vec::len), 0, "{s}");
     dp.stop();

@@ -1,0 +1,171 @@
+//! The datapath as every experiment and whole-system test starts it, and the hand-over of an
+//! accepted connection to it: THE `start_datapath` and hand-over fixture of the workspace.
+
+use anyhow::{bail, Context, Result};
+use mpa::startup::{Negotiated, StartupPolicy};
+use mpa_bpf::AttachMode;
+use mpa_control::datapath_client::DatapathClient;
+use mpa_control::freeze::FrozenSocket;
+use mpa_control::responder::{respond_and_hand_over, Outcome};
+use mpa_control::Placement;
+use mpa_datapath::server::{Datapath, DatapathConfig, DEFAULT_MAX_REGION_BYTES};
+use mpa_datapath::tcp::TcpConfig;
+use mpa_datapath::xsk::{BindMode, XskConfig};
+use mpa_testbed::{run_in_netns, TestBed};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// A fresh path in the temp directory, unique per process and call: `mpa-<what>-<pid>-<n>`.
+pub fn temp_path(what: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    std::env::temp_dir().join(format!(
+        "mpa-{what}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+/// How to start the datapath (see [`start_datapath`]).
+#[derive(Debug, Clone)]
+pub struct DatapathOptions {
+    /// RX queues (one worker each).
+    pub queues: u32,
+    /// Keep a ULPDU digest per flow.
+    pub digest: bool,
+    /// The minimal TCP's settings.
+    pub tcp: TcpConfig,
+    /// The AF_XDP sockets (copy mode: veth has no zero-copy, docs/environment.md).
+    pub xsk: XskConfig,
+}
+
+impl Default for DatapathOptions {
+    fn default() -> Self {
+        DatapathOptions {
+            queues: 1,
+            digest: true,
+            tcp: TcpConfig::default(),
+            xsk: XskConfig {
+                bind_mode: BindMode::Copy,
+                ..XskConfig::default()
+            },
+        }
+    }
+}
+
+/// Starts the datapath in ns b on the bed's interface (driver XDP, checksums verified, no CPU
+/// pinning), its control socket at `socket`. Retried for a moment: right after an earlier
+/// datapath stopped, the kernel may still hold the queue (EBUSY on the AF_XDP bind).
+pub fn start_datapath(bed: &TestBed, socket: &Path, opts: &DatapathOptions) -> Result<Datapath> {
+    let t0 = Instant::now();
+    loop {
+        let cfg = DatapathConfig {
+            iface: bed.if_b.clone(),
+            queues: opts.queues,
+            xdp_mode: AttachMode::Driver,
+            xsk: opts.xsk.clone(),
+            socket: socket.to_path_buf(),
+            digest: opts.digest,
+            tcp: opts.tcp.clone(),
+            verify_checksums: true,
+            pin_cpus: false,
+            max_region_bytes: DEFAULT_MAX_REGION_BYTES,
+        };
+        match run_in_netns(&bed.ns_b, move || Datapath::start(cfg))? {
+            Ok(dp) => return Ok(dp),
+            Err(e) if t0.elapsed() < Duration::from_secs(3) => {
+                tracing::info!(%e, "datapath start; retrying");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(e).context("start the datapath"),
+        }
+    }
+}
+
+/// How the hand-over listener answers an Initiator.
+#[derive(Debug, Clone)]
+pub struct Responder {
+    /// The startup policy.
+    pub policy: StartupPolicy,
+    /// The private data of the accepting Reply (the datapath sends it).
+    pub reply_private_data: Vec<u8>,
+    /// Where the flow places what it receives.
+    pub placement: Placement,
+    /// Bound on every wait for the datapath's answers on the returned client.
+    pub wait: Duration,
+}
+
+impl Responder {
+    /// Markers toward us required or not, CRC allowed or suppressed; no placement.
+    pub fn framing(markers: bool, crc: bool) -> Responder {
+        Responder {
+            policy: StartupPolicy {
+                markers_required: markers,
+                crc_suppressed_by_admin: !crc,
+                ..StartupPolicy::default()
+            },
+            reply_private_data: Vec::new(),
+            placement: Placement::default(),
+            wait: Duration::from_secs(20),
+        }
+    }
+}
+
+/// A connection the datapath now owns.
+#[derive(Debug)]
+pub struct HandedOver {
+    /// The datapath's flow.
+    pub flow_id: u64,
+    /// The control connection it was handed over on (FlowGone comes here).
+    pub dpc: DatapathClient,
+    /// The kernel socket, frozen: keep it until the flow is gone.
+    pub frozen: FrozenSocket,
+    /// What was negotiated.
+    pub negotiated: Negotiated,
+}
+
+/// Runs the Responder startup on `sock` inside namespace `ns` (neighbour lookups resolve
+/// there) and hands the connection to the datapath behind `dpc`.
+pub fn respond_in(
+    ns: &str,
+    sock: TcpStream,
+    r: &Responder,
+    dpc: &mut DatapathClient,
+) -> Result<Outcome> {
+    let o = run_in_netns(ns, || {
+        respond_and_hand_over(
+            sock,
+            r.policy.clone(),
+            r.reply_private_data.clone(),
+            r.placement,
+            dpc,
+        )
+    })??;
+    Ok(o)
+}
+
+/// Accepts one connection on `listener` (bound in namespace `ns`, the bed's `ns_b`) and hands
+/// it to the datapath whose control socket is `dp_socket`; a rejection is an error.
+pub fn accept_and_hand_over(
+    ns: &str,
+    dp_socket: &Path,
+    listener: &TcpListener,
+    r: &Responder,
+) -> Result<HandedOver> {
+    let (sock, _) = listener.accept().context("accept")?;
+    let mut dpc = DatapathClient::connect(dp_socket, r.wait).context("reach the datapath")?;
+    match respond_in(ns, sock, r, &mut dpc)? {
+        Outcome::HandedOver {
+            flow_id,
+            frozen,
+            negotiated,
+        } => Ok(HandedOver {
+            flow_id,
+            dpc,
+            frozen,
+            negotiated,
+        }),
+        Outcome::Rejected { reason } => bail!("rejected: {}", String::from_utf8_lossy(&reason)),
+    }
+}

@@ -1,0 +1,28 @@
+//! `mpa-bench`'s library: whole experiments on a private namespace test bed, and the fixtures
+//! the whole-system tests (`tests/`, `mpa-tests`) share with them.
+//!
+//! * [`datapath`]: THE `start_datapath` and the hand-over of an accepted connection to it.
+//! * [`demo`]: the datapath and the hand-over listener in ns b, `mpa-peer connect` in ns a;
+//!   goodput, FPDU counts, errors and the digest check.
+//! * [`compare`]: the same sender against the datapath and against the blocking kernel-TCP
+//!   Responder (`mpa-peer listen`), same bed, same run.
+//! * [`scale`]: many connections at once through `mpa-control serve`.
+#![forbid(unsafe_code)]
+
+pub mod compare;
+pub mod datapath;
+pub mod demo;
+pub mod options;
+pub mod peer;
+pub mod placement;
+pub mod scale;
+
+pub use compare::compare;
+pub use datapath::{
+    accept_and_hand_over, respond_in, start_datapath, temp_path, DatapathOptions, HandedOver,
+    Responder,
+};
+pub use demo::demo;
+pub use options::{Align, Op, Run, Scale};
+pub use peer::sibling;
+pub use scale::scale;

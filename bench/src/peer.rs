@@ -1,0 +1,120 @@
+//! The other processes of an experiment: `mpa-peer connect` (the sender, ns a) and
+//! `mpa-peer listen` (the blocking kernel-TCP Responder, ns b), and the CPU they use.
+
+use crate::options::{Op, Run, PORT};
+use anyhow::{anyhow, bail, Context, Result};
+use mpa_testbed::TestBed;
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+
+/// The workspace binary `name` built beside the running one (`cargo build --workspace`):
+/// in the same directory, or one up for a test executable in `target/<profile>/deps`.
+pub fn sibling(name: &str) -> Result<PathBuf> {
+    let me = std::env::current_exe()?;
+    let dir = me
+        .parent()
+        .ok_or_else(|| anyhow!("{} has no directory", me.display()))?;
+    let mut candidates = vec![dir.join(name)];
+    if dir.file_name().is_some_and(|d| d == "deps") {
+        candidates.extend(dir.parent().map(|p| p.join(name)));
+    }
+    candidates.into_iter().find(|p| p.exists()).ok_or_else(|| {
+        anyhow!(
+            "{name} not found beside {}: build the workspace first (cargo build --release --workspace)",
+            me.display()
+        )
+    })
+}
+
+/// CPU seconds (user + system) used so far by this process / by waited-for children.
+pub fn cpu_seconds(who: nix::sys::resource::UsageWho) -> f64 {
+    nix::sys::resource::getrusage(who)
+        .map(|u| {
+            let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
+            t(u.user_time()) + t(u.system_time())
+        })
+        .unwrap_or(0.0)
+}
+
+/// Runs `mpa-peer connect` in ns a; returns its JSON report.
+pub fn sender(bed: &TestBed, r: &Run) -> Result<Value> {
+    let peer = sibling("mpa-peer")?;
+    let count = (r.bytes / r.size as u64).max(1).to_string();
+    let to = SocketAddr::new(bed.addr_b(false), PORT).to_string();
+    let mut args = vec!["connect", "--to", &to, "--count", &count, "--timeout", "60"];
+    let size = r.size.to_string();
+    args.extend(["--size", &size]);
+    if r.op == Op::Send {
+        args.extend(["--op", "send"]);
+    }
+    if r.aligned() {
+        args.push("--aligned");
+    }
+    if r.plain {
+        args.push("--no-crc");
+    }
+    if r.markers() {
+        args.push("--markers");
+    }
+    let out = bed
+        .command(&bed.ns_a, &peer.to_string_lossy())
+        .args(&args)
+        .stderr(Stdio::inherit())
+        .output()
+        .context("run mpa-peer connect")?;
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("mpa-peer output {:?}", String::from_utf8_lossy(&out.stdout)))?;
+    if !out.status.success() {
+        bail!("mpa-peer connect failed: {}", v["error"]);
+    }
+    Ok(v)
+}
+
+/// The blocking kernel-TCP Responder in ns b, same sender.
+pub fn kernel_run(bed: &TestBed, r: &Run) -> Result<(Value, Value, f64)> {
+    let peer_bin = sibling("mpa-peer")?;
+    let bind = SocketAddr::new(bed.addr_b(false), PORT).to_string();
+    let mut args = vec![
+        "listen",
+        "--bind",
+        &bind,
+        "--connections",
+        "1",
+        "--timeout",
+        "60",
+    ];
+    if r.plain {
+        args.push("--no-crc");
+    }
+    if r.markers() {
+        args.push("--markers");
+    }
+    let cpu0 = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_CHILDREN);
+    let mut child = bed
+        .command(&bed.ns_b, &peer_bin.to_string_lossy())
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    wait_listening(&mut child)?;
+    let sent = sender(bed, r)?;
+    let out = child.wait_with_output()?;
+    let cpu = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_CHILDREN) - cpu0;
+    let got: Value = serde_json::from_slice(&out.stdout)?;
+    Ok((sent, got, cpu))
+}
+
+fn wait_listening(child: &mut std::process::Child) -> Result<()> {
+    use std::io::BufRead;
+    let err = child.stderr.take().ok_or_else(|| anyhow!("no stderr"))?;
+    let mut lines = std::io::BufReader::new(err).lines();
+    match lines.next() {
+        Some(Ok(l)) if l.contains("listening on") => {
+            std::thread::spawn(move || for _ in lines {});
+            Ok(())
+        }
+        other => bail!("mpa-peer listen did not start: {other:?}"),
+    }
+}

@@ -1,0 +1,137 @@
+//! The consumer side of a placing run: a region (or posted buffers) for the peer's RDMA Writes
+//! (or Sends), completions read as they come, and the check of what landed.
+
+use crate::options::{messages, Op, Run, PD};
+use anyhow::{anyhow, bail, Result};
+use mpa::wire::ddp;
+use mpa_ctl_proto::consumer::{Consumer, MappedRegion};
+use mpa_ctl_proto::pattern::PatternTable;
+use mpa_ctl_proto::region_ad::{self, RegionAd};
+use mpa_ctl_proto::{Completion, CompletionKind, PostTarget};
+use mpa_datapath::receiver::MAX_POSTED;
+use std::time::{Duration, Instant};
+
+/// The consumer side of a placing run: the region, what the sender will do with it, and a
+/// thread that reads completions as they come (a consumer must keep up).
+pub struct Placement {
+    collector: std::thread::JoinHandle<Result<Vec<Completion>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    region: MappedRegion,
+    /// The region's advertisement (the hand-over Reply's private data).
+    pub ad: RegionAd,
+    op: Op,
+}
+
+impl Placement {
+    /// Creates the region (and posts receive buffers for Sends) before the connection.
+    pub fn prepare(socket: &std::path::Path, r: &Run) -> Result<Placement> {
+        let mut consumer = Consumer::connect(socket, Duration::from_secs(20))?;
+        let count = messages(r);
+        let (len, recv) = match r.op {
+            Op::Write => (r.region_bytes, 0u32),
+            Op::Send => {
+                let p = r.size.saturating_sub(ddp::UNTAGGED_HEADER_LEN).max(1) as u32;
+                if count > MAX_POSTED as u64 {
+                    bail!("--op send posts one buffer per message: at most {MAX_POSTED} messages, not {count} (raise --size or lower --bytes)");
+                }
+                (u64::from(p) * count, p)
+            }
+            Op::Count => bail!("no placement with --op count"),
+        };
+        let region = consumer.create_region(len, PD, true, false)?;
+        let stag = region.info().stag;
+        if r.op == Op::Send {
+            consumer.post_recv(PostTarget::Pd(PD), stag, 0, recv, count as u32)?;
+        }
+        consumer.subscribe(PD)?;
+        let ad = RegionAd {
+            writes: true,
+            sends: recv > 0,
+            stag,
+            len,
+            base_to: 0,
+            recv_buf_size: recv,
+        };
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let collector = std::thread::spawn(move || -> Result<Vec<Completion>> {
+            let mut all = Vec::new();
+            let mut quiet_since_stop = 0;
+            loop {
+                let deadline = Instant::now() + Duration::from_millis(100);
+                match consumer.next_completions(deadline)? {
+                    Some(b) => all.extend(b),
+                    None if flag.load(std::sync::atomic::Ordering::Relaxed) => {
+                        quiet_since_stop += 1;
+                        if quiet_since_stop >= 5 {
+                            return Ok(all);
+                        }
+                    }
+                    None => {}
+                }
+            }
+        });
+        Ok(Placement {
+            collector,
+            stop,
+            region,
+            ad,
+            op: r.op,
+        })
+    }
+
+    /// After the flow ended: every message completed, in order, where it belongs, and the
+    /// region holds exactly what the sender wrote. Returns (messages, octets compared).
+    pub fn verify(self, r: &Run) -> Result<(u64, u64)> {
+        let count = messages(r);
+        let payload = match self.op {
+            Op::Write => r.size - ddp::TAGGED_HEADER_LEN,
+            _ => r.size - ddp::UNTAGGED_HEADER_LEN,
+        } as u64;
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let all = self
+            .collector
+            .join()
+            .map_err(|_| anyhow!("completion reader panicked"))??;
+        if all.len() as u64 != count {
+            bail!("{} completions for {count} messages", all.len());
+        }
+        let mut n = 0u64;
+        {
+            for c in all {
+                let want = match self.op {
+                    Op::Write => (
+                        CompletionKind::WritePlaced,
+                        region_ad::write_to(&self.ad, n, payload).unwrap_or(u64::MAX),
+                    ),
+                    _ => (
+                        CompletionKind::SendArrived,
+                        n * u64::from(self.ad.recv_buf_size),
+                    ),
+                };
+                if (c.kind, c.offset, c.len) != (want.0, want.1, payload) {
+                    bail!("completion {n} is {c:?}, expected {want:?} of {payload} octets");
+                }
+                n += 1;
+            }
+        }
+        let got = self.region.to_vec();
+        let mut want = vec![0u8; got.len()];
+        let table = PatternTable::new(payload as usize);
+        for m in 0..count {
+            let off = match self.op {
+                Op::Write => region_ad::write_to(&self.ad, m, payload).unwrap_or(0),
+                _ => m * u64::from(self.ad.recv_buf_size),
+            } as usize;
+            want[off..off + payload as usize].copy_from_slice(table.payload(m, payload as usize));
+        }
+        if let Some(i) = got.iter().zip(&want).position(|(a, b)| a != b) {
+            bail!(
+                "region differs from what the peer wrote at offset {i}: {:#04x} instead of {:#04x}",
+                got[i],
+                want[i]
+            );
+        }
+        Ok((n, got.len() as u64))
+    }
+}

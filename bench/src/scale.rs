@@ -1,0 +1,218 @@
+//! `scale`: many connections at once through `mpa-control serve`, handed over to one
+//! datapath, each carrying an FPDU, then all closed.
+
+use crate::datapath::{start_datapath, temp_path, DatapathOptions};
+use crate::options::{Scale, PORT};
+use crate::peer::sibling;
+use anyhow::{anyhow, bail, Context, Result};
+use mpa::wire::ddp::{DdpRepr, RdmapOpcode};
+use mpa_control::datapath_client::DatapathClient;
+use mpa_ctl_proto::Message;
+use mpa_testbed::{run_in_netns, BedConfig, TestBed};
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+/// Runs `scale`: the datapath in ns b (in this process), `mpa-control serve` (child, ns b),
+/// `connections` MPA Initiators in ns a (threads). Measures the hand-over rate, checks that
+/// every connection carries an FPDU through the datapath, then closes them all.
+pub fn scale(s: &Scale) -> Result<String> {
+    let n = s.connections;
+    if n == 0 || s.parallel == 0 {
+        bail!("--connections and --parallel must be at least 1");
+    }
+    // Descriptors: the Initiators' sockets here, the frozen ones in the daemon (which
+    // inherits the limit); each process holds about `n`.
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let want = (n + 2048) as u64;
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    if hard < want {
+        bail!("{n} connections need {want} descriptors per process; the hard limit is {hard}");
+    }
+    setrlimit(Resource::RLIMIT_NOFILE, want, hard).context("raise RLIMIT_NOFILE")?;
+    let bed = TestBed::up(BedConfig {
+        bridge: false,
+        loss_percent: 0,
+        loss_port: PORT,
+        mtu: 1500,
+        queues: 1,
+    })?;
+    let socket = temp_path("scale.sock");
+    let opts = DatapathOptions {
+        digest: false,
+        ..DatapathOptions::default()
+    };
+    let dp = start_datapath(&bed, &socket, &opts)?;
+    let addr = SocketAddr::new(bed.addr_b(false), PORT);
+    let config = temp_path("scale.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "datapath_socket = {:?}\nmax_connections = {}\n\n[[listener]]\nbind = \"{addr}\"\n",
+            socket.to_string_lossy(),
+            n + 64
+        ),
+    )?;
+    let mut daemon = bed
+        .command(&bed.ns_b, &sibling("mpa-control")?.to_string_lossy())
+        .args(["serve", "--config", &config.to_string_lossy()])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .context("start mpa-control serve")?;
+    let result = scale_run(&bed, s, addr, &socket);
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let _ = std::fs::remove_file(&config);
+    dp.stop();
+    result
+}
+
+fn scale_run(
+    bed: &TestBed,
+    s: &Scale,
+    addr: SocketAddr,
+    socket: &std::path::Path,
+) -> Result<String> {
+    use mpa::endpoint::{EndpointConfig, MpaStream};
+    use std::net::TcpStream;
+    let n = s.connections;
+    // Wait for the daemon's listener.
+    let t_wait = Instant::now();
+    loop {
+        let up = run_in_netns(&bed.ns_a, move || {
+            TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+        })?;
+        if up {
+            break;
+        }
+        if t_wait.elapsed() > Duration::from_secs(10) {
+            bail!("mpa-control serve is not listening on {addr}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The probe above was refused by nothing but counted as a failed setup: let it end.
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    let per = n.div_ceil(s.parallel);
+    let mut handles = Vec::new();
+    for t in 0..s.parallel {
+        let count = per.min(n.saturating_sub(t * per));
+        let ns_a = bed.ns_a.clone();
+        handles.push(std::thread::spawn(move || {
+            run_in_netns(
+                &ns_a,
+                move || -> Result<(Vec<MpaStream<TcpStream>>, Vec<f64>)> {
+                    let mut cfg = EndpointConfig::default();
+                    cfg.policy.startup_timeout = Duration::from_secs(30);
+                    let mut streams = Vec::with_capacity(count);
+                    let mut lat = Vec::with_capacity(count);
+                    for _ in 0..count {
+                        let c0 = Instant::now();
+                        let sock = TcpStream::connect_timeout(&addr, Duration::from_secs(30))?;
+                        sock.set_nodelay(true)?;
+                        // Returns once the datapath sent the Reply: the hand-over is complete.
+                        let st = MpaStream::connect(sock, &cfg)?;
+                        lat.push(c0.elapsed().as_secs_f64());
+                        streams.push(st);
+                    }
+                    Ok((streams, lat))
+                },
+            )?
+        }));
+    }
+    let mut streams = Vec::with_capacity(n);
+    let mut lat = Vec::with_capacity(n);
+    for h in handles {
+        let (st, l) = h
+            .join()
+            .map_err(|_| anyhow!("initiator thread panicked"))??;
+        streams.extend(st);
+        lat.extend(l);
+    }
+    let setup_secs = t0.elapsed().as_secs_f64();
+    lat.sort_by(f64::total_cmp);
+    let pct = |p: f64| lat[((lat.len() - 1) as f64 * p) as usize] * 1e3;
+    let mut dpc = DatapathClient::connect(socket, Duration::from_secs(60))?;
+    let flows_of = |dpc: &mut DatapathClient| -> Result<Vec<Value>> {
+        let Message::Stats { stats, .. } = dpc.request(|id| Message::GetStats { id })? else {
+            bail!("no stats")
+        };
+        Ok(stats["queues"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|q| q["flows"].as_array().cloned().unwrap_or_default())
+            .collect())
+    };
+    let live = flows_of(&mut dpc)?.len();
+    if live != n {
+        bail!("{live} flows live in the datapath, {n} expected");
+    }
+    // Every connection carries one FPDU (a 64-octet RDMA Write) through the datapath.
+    let ulpdu = {
+        let mut v = vec![0u8; 64];
+        DdpRepr::Tagged {
+            last: true,
+            opcode: RdmapOpcode::RdmaWrite,
+            stag: 1,
+            to: 0,
+        }
+        .emit(&mut v, 1);
+        v
+    };
+    for st in streams.iter_mut() {
+        st.send(&ulpdu)?;
+        st.flush()?;
+    }
+    let t_data = Instant::now();
+    let carried = loop {
+        let flows = flows_of(&mut dpc)?;
+        let carried = flows.iter().filter(|f| f["fpdus"] == 1).count();
+        if carried == n || t_data.elapsed() > Duration::from_secs(30) {
+            break carried;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let rss_mib = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0);
+    if carried != n {
+        bail!("{carried} of {n} connections carried their FPDU through the datapath");
+    }
+    // Close them all: every flow must end cleanly.
+    let t_close = Instant::now();
+    for st in &streams {
+        let _ = st.get_ref().shutdown(std::net::Shutdown::Write);
+    }
+    let left = loop {
+        let left = flows_of(&mut dpc)?.len();
+        if left == 0 || t_close.elapsed() > Duration::from_secs(60) {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    drop(streams);
+    if left != 0 {
+        bail!("{left} flows still open 60 s after their peers closed");
+    }
+    println!(
+        "scale: {n} connections handed over in {setup_secs:.2} s by {} initiator threads; latency p50 {:.2} ms p99 {:.2} ms max {:.2} ms; process RSS with all open {rss_mib:.0} MiB; all closed cleanly in {:.1} s",
+        s.parallel,
+        pct(0.5),
+        pct(0.99),
+        pct(1.0),
+        t_close.elapsed().as_secs_f64()
+    );
+    Ok(format!(
+        "{n} concurrent connections, {:.0} hand-overs/s",
+        n as f64 / setup_secs
+    ))
+}

@@ -1,0 +1,60 @@
+//! The workspace's binaries (`mpa-peer`, `mpa-control`, `mpa-bench`) for the tests that run
+//! them as processes. `cargo test --workspace` builds them before any test runs; under
+//! `cargo test -p mpa-tests` the first test that needs one builds them (with the profile the
+//! tests were built with: a no-op when they are fresh).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The packages whose binaries the tests run.
+const PACKAGES: [&str; 3] = ["mpa-peer", "mpa-control", "mpa-bench"];
+
+/// The path of workspace binary `name`, built if needed.
+pub fn bin(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    if let Err(e) = BUILT.get_or_init(build) {
+        panic!("building the workspace binaries: {e}");
+    }
+    mpa_bench::sibling(name).unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+/// `cargo build --bins` of [`PACKAGES`] into the target directory of this test executable.
+fn build() -> Result<(), String> {
+    // Run by hand rather than by cargo: use what is there.
+    let Some(cargo) = std::env::var_os("CARGO") else {
+        return Ok(());
+    };
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    // target/<profile dir>/deps/<test>-<hash>
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or_else(|| format!("{} is not in target/<profile>/deps", exe.display()))?;
+    let target_dir = profile_dir
+        .parent()
+        .ok_or_else(|| format!("no target directory above {}", profile_dir.display()))?;
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
+        .arg("build")
+        .arg("--bins")
+        .arg("--target-dir")
+        .arg(target_dir);
+    // The profile `cargo test` built this executable with: `test` into debug/, `release`
+    // (`cargo test --release`) into release/.
+    match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("release") => cmd.arg("--release"),
+        _ => cmd.args(["--profile", "test"]),
+    };
+    for p in PACKAGES {
+        cmd.args(["-p", p]);
+    }
+    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
+}

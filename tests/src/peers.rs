@@ -1,0 +1,105 @@
+//! MPA peers in ns a (in-process Initiators and Responders), the datapath in ns b with its
+//! hand-over, and the datapath's counters.
+
+use mpa::endpoint::{EndpointConfig, EndpointError, MpaStream};
+use mpa_bench::{accept_and_hand_over, start_datapath, temp_path, DatapathOptions, Responder};
+use mpa_control::datapath_client::DatapathClient;
+use mpa_control::freeze::FrozenSocket;
+use mpa_ctl_proto::Message;
+use mpa_datapath::server::Datapath;
+use mpa_testbed::{run_in_netns, TestBed};
+use serde_json::Value;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// The datapath in ns b (`mpa-bench`'s `start_datapath`), its control socket at a fresh path.
+pub fn datapath(bed: &TestBed, opts: &DatapathOptions) -> (Datapath, PathBuf) {
+    let path = temp_path("dp.sock");
+    let dp = start_datapath(bed, &path, opts).unwrap_or_else(|e| panic!("{e:#}"));
+    (dp, path)
+}
+
+/// Accepts one connection on `listener` (in ns b) and hands it to the datapath at
+/// `dp_socket` (`mpa-bench`'s hand-over), the Reply carrying "datapath"; the flow places into
+/// protection domain `pd`. Returns the flow, the control connection and the frozen socket.
+pub fn hand_over(
+    bed: &TestBed,
+    dp_socket: &Path,
+    listener: &TcpListener,
+    markers: bool,
+    crc: bool,
+    pd: Option<u32>,
+) -> (u64, DatapathClient, FrozenSocket) {
+    let r = Responder {
+        reply_private_data: b"datapath".to_vec(),
+        placement: pd.into(),
+        ..Responder::framing(markers, crc)
+    };
+    let h = accept_and_hand_over(&bed.ns_b, dp_socket, listener, &r)
+        .unwrap_or_else(|e| panic!("hand-over: {e:#}"));
+    (h.flow_id, h.dpc, h.frozen)
+}
+
+/// A blocking listener on `addr` in namespace `ns`.
+pub fn listen_in(ns: &str, addr: SocketAddr) -> TcpListener {
+    run_in_netns(ns, || TcpListener::bind(addr))
+        .expect("enter the namespace")
+        .unwrap_or_else(|e| panic!("listen on {addr} in {ns}: {e}"))
+}
+
+/// An MPA Initiator in ns a, on a thread: connects to `addr` (without Nagle delay), runs the
+/// startup with `cfg`, and gives `f` its local address and the outcome.
+pub fn initiator_in_a<T: Send + 'static>(
+    bed: &TestBed,
+    addr: SocketAddr,
+    cfg: EndpointConfig,
+    f: impl FnOnce(SocketAddr, Result<MpaStream<TcpStream>, EndpointError>) -> T + Send + 'static,
+) -> JoinHandle<T> {
+    let ns_a = bed.ns_a.clone();
+    std::thread::spawn(move || {
+        run_in_netns(&ns_a, move || {
+            let sock = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+            sock.set_nodelay(true).unwrap();
+            let local = sock.local_addr().unwrap();
+            f(local, MpaStream::connect(sock, &cfg))
+        })
+        .unwrap()
+    })
+}
+
+/// An MPA Responder in ns a on `bind`, on a thread: accepts one connection with `cfg` and
+/// gives `f` the outcome.
+pub fn responder_in_a<T: Send + 'static>(
+    bed: &TestBed,
+    bind: SocketAddr,
+    cfg: EndpointConfig,
+    f: impl FnOnce(Result<MpaStream<TcpStream>, EndpointError>) -> T + Send + 'static,
+) -> JoinHandle<T> {
+    let listener = listen_in(&bed.ns_a, bind);
+    std::thread::spawn(move || {
+        let (sock, _) = listener.accept().unwrap();
+        f(MpaStream::accept(sock, &cfg))
+    })
+}
+
+/// The datapath's statistics, asked for on `dpc`.
+pub fn stats(dpc: &mut DatapathClient) -> Value {
+    match dpc.request(|id| Message::GetStats { id }).unwrap() {
+        Message::Stats { stats, .. } => stats,
+        m => panic!("no stats: {m:?}"),
+    }
+}
+
+/// The final counters the datapath kept for the ended flow `flow_id`.
+pub fn ended_flow(dpc: &mut DatapathClient, flow_id: u64) -> Value {
+    let s = stats(dpc);
+    s["ended_flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["flow_id"] == flow_id)
+        .unwrap_or_else(|| panic!("flow {flow_id} not among the ended flows: {s}"))
+        .clone()
+}
