@@ -111,7 +111,7 @@ pub(crate) fn hand_over(
     role: Role,
     negotiated: &Negotiated,
     wire: StartupWire,
-    rtr: Vec<String>,
+    rtr: Vec<mpa::startup::RtrType>,
     placement: Placement,
 ) -> Result<(u64, FrozenSocket), SetupError> {
     let local = sock.local_addr()?;

@@ -88,7 +88,7 @@ pub fn connect_and_hand_over(
     };
     sock.set_read_timeout(None)?;
     // RFC 6581 §9.2: the datapath sends this RTR as the very first FPDU.
-    let rtr = negotiated.rtr.iter().map(|r| format!("{r:?}")).collect();
+    let rtr = negotiated.rtr.into_iter().collect();
     let wire = StartupWire {
         reply_to_send: Vec::new(),
         request: sent,

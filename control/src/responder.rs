@@ -76,11 +76,7 @@ pub fn respond_and_hand_over(
         }
     };
     let reply_frame = sm.poll_transmit().unwrap_or_default();
-    let rtr = negotiated
-        .rtr_accepted()
-        .iter()
-        .map(|r| format!("{r:?}"))
-        .collect();
+    let rtr = negotiated.rtr_accepted().to_vec();
     let wire = StartupWire {
         reply_to_send: reply_frame,
         // `frame` holds exactly the Request (see frame_want).

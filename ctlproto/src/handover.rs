@@ -1,6 +1,7 @@
 //! What `mpa-control` hands to the datapath for one connection: the frozen kernel TCP state
 //! and what the MPA startup phase agreed.
 
+use mpa::startup::RtrType;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 
@@ -80,9 +81,11 @@ pub struct MpaParams {
     /// Responder: the accepting Reply frame the datapath sends (with retransmission) so that
     /// its ACK and the first FPDU reach the datapath. Empty for an Initiator.
     pub reply_frame: Vec<u8>,
-    /// The RTR the Initiator sends first, or the ones a Responder accepts (names as in
-    /// `mpa::startup::RtrType`'s Debug form).
-    pub rtr: Vec<String>,
+    /// The RTR the Initiator sends first (none or one), or the ones a Responder accepts. On
+    /// the wire: their names (`"ZeroLengthSend"`, `"ZeroLengthWrite"`,
+    /// `"ZeroLengthReadRequest"`); an unknown name fails the whole message.
+    #[serde(with = "rtr_names")]
+    pub rtr: Vec<RtrType>,
     /// The protection domain whose registered regions the peer's RDMA messages may target
     /// and whose posted receive buffers its Sends use; `None`: no placement (payloads are
     /// only counted and digested).
@@ -113,4 +116,35 @@ pub struct HandOver {
     pub mpa: MpaParams,
     /// Next-hop MAC address (from the neighbour table).
     pub next_hop_mac: [u8; 6],
+}
+
+/// RTR indications by name: the control protocol is JSON read by people as well.
+mod rtr_names {
+    use mpa::startup::RtrType;
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    fn name(t: RtrType) -> &'static str {
+        match t {
+            RtrType::ZeroLengthSend => "ZeroLengthSend",
+            RtrType::ZeroLengthWrite => "ZeroLengthWrite",
+            RtrType::ZeroLengthReadRequest => "ZeroLengthReadRequest",
+        }
+    }
+
+    pub fn serialize<S: Serializer>(v: &[RtrType], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(v.iter().map(|t| name(*t)))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<RtrType>, D::Error> {
+        let names = Vec::<String>::deserialize(d)?;
+        names
+            .iter()
+            .map(|n| {
+                RtrType::ALL
+                    .into_iter()
+                    .find(|t| name(*t).eq_ignore_ascii_case(n.trim()))
+                    .ok_or_else(|| D::Error::custom(format!("unknown RTR indication {n:?}")))
+            })
+            .collect()
+    }
 }

@@ -34,7 +34,7 @@ fn snapshot() -> HandOver {
             crc: true,
             ddp_rdmap_version: 1,
             reply_frame: b"MPA ID Rep Frame\x40\x01\x00\x00".to_vec(),
-            rtr: vec!["ZeroLengthSend".into()],
+            rtr: vec![mpa::startup::RtrType::ZeroLengthSend],
             pd: Some(3),
             aligned_sender: true,
             request_frame: b"MPA ID Req Frame\x40\x01\x00\x00".to_vec(),
@@ -316,5 +316,33 @@ proptest::proptest! {
         let mut buf = (body.len() as u32).to_be_bytes().to_vec();
         buf.extend_from_slice(&body);
         let _ = read_message(&mut &buf[..]);
+    }
+}
+
+/// RTR indications travel by name; names are matched without regard to case or blanks, and an
+/// unknown one refuses the whole hand-over (it never reaches the datapath as a guess).
+#[test]
+fn rtr_names_round_trip_and_unknown_ones_are_refused() {
+    use mpa::startup::RtrType;
+    let mut h = snapshot();
+    h.mpa.rtr = RtrType::ALL.to_vec();
+    let v = serde_json::to_value(&h).unwrap();
+    assert_eq!(
+        v["mpa"]["rtr"],
+        serde_json::json!(["ZeroLengthSend", "ZeroLengthWrite", "ZeroLengthReadRequest"])
+    );
+    assert_eq!(serde_json::from_value::<HandOver>(v.clone()).unwrap(), h);
+    let mut loose = v.clone();
+    loose["mpa"]["rtr"] = serde_json::json!([" zerolengthreadrequest "]);
+    let got: HandOver = serde_json::from_value(loose).unwrap();
+    assert_eq!(got.mpa.rtr, [RtrType::ZeroLengthReadRequest]);
+    for bad in ["ZeroLengthSendX", "Send", ""] {
+        let mut b = v.clone();
+        b["mpa"]["rtr"] = serde_json::json!([bad]);
+        let e = serde_json::from_value::<HandOver>(b).unwrap_err();
+        assert!(
+            e.to_string().contains("unknown RTR indication"),
+            "{bad}: {e}"
+        );
     }
 }

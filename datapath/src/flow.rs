@@ -36,12 +36,9 @@ pub enum FlowError {
     /// A frame the flow must send first does not fit the TCP send buffer.
     #[error("the {0} does not fit the send buffer")]
     SendBuffer(&'static str),
-    /// An RTR indication that is not one of RFC 6581's three.
-    #[error("unknown RTR indication {0:?}")]
-    UnknownRtr(String),
     /// An Initiator names more than one RTR to send.
     #[error("an Initiator sends one RTR indication, not {0:?}")]
-    SeveralRtrs(Vec<String>),
+    SeveralRtrs(Vec<RtrType>),
 }
 
 /// How a flow ended.
@@ -175,15 +172,6 @@ pub fn receive_segment<R: Regions + ?Sized>(
     out
 }
 
-/// An RTR indication from its hand-over name (`RtrType`'s Debug form; case and surrounding
-/// blanks do not matter).
-pub fn parse_rtr(name: &str) -> Option<RtrType> {
-    let name = name.trim();
-    RtrType::ALL
-        .into_iter()
-        .find(|r| format!("{r:?}").eq_ignore_ascii_case(name))
-}
-
 impl Flow {
     /// Builds the flow from a hand-over; `our_mac` is the interface's address. A Responder's
     /// accepting Reply is queued at once (TCP retransmits it until acknowledged); so is a
@@ -219,10 +207,7 @@ impl Flow {
         let template = FrameTemplate::new(our_mac, h.next_hop_mac, t.local, t.remote)?;
         let m = &h.mpa;
         let mut encoder = FpduEncoder::new(m.markers_tx);
-        let mut rtrs = RtrSet::EMPTY;
-        for name in &m.rtr {
-            rtrs = rtrs.with(parse_rtr(name).ok_or_else(|| FlowError::UnknownRtr(name.clone()))?);
-        }
+        let rtrs = m.rtr.iter().fold(RtrSet::EMPTY, |set, t| set.with(*t));
         let expect_rtr = match m.role {
             Role::Responder => {
                 if m.reply_frame.is_empty() {
@@ -243,7 +228,7 @@ impl Flow {
                 // Not peer-to-peer: the ULP's first FPDU comes later. Peer-to-peer (RFC 6581
                 // §9.2): the negotiated RTR is the very first FPDU, framed as agreed (markers
                 // toward the peer if it asked for them).
-                if let Some(rtr) = RtrType::ALL.into_iter().find(|r| rtrs.contains(*r)) {
+                if let Some(&rtr) = m.rtr.first() {
                     let mut wire = Vec::new();
                     encoder
                         .encode(&rtr_ulpdu(rtr, m.ddp_rdmap_version), &mut wire)
