@@ -328,9 +328,7 @@ fn tcp_frame(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::frame::parse_tcp_frame;
     use crossbeam_channel::bounded;
-    use mpa_ctl_proto::{MpaParams, TcpSnapshot};
 
     fn tap(flow: Option<u64>, snaplen: u32, batches: Vec<CaptureBatch>) -> CaptureTap {
         let (tx, rx) = bounded(batches.len().max(1));
@@ -436,82 +434,5 @@ mod tests {
         t.push(CaptureDirection::Rx, &[3; 10], false);
         assert_eq!(t.dropped(), 1, "both batches are with the control thread");
         assert_eq!(t.due_batches(t2).count(), 1, "the full one goes at once");
-    }
-
-    fn handover(role: Role) -> HandOver {
-        HandOver {
-            flow_id: 1,
-            tcp: TcpSnapshot {
-                local: "10.99.0.2:7777".parse().unwrap(),
-                remote: "10.99.0.1:40000".parse().unwrap(),
-                snd_nxt: 1000,
-                rcv_nxt: 10,
-                snd_wl1: 0,
-                snd_wnd: 64 << 7,
-                max_window: 0,
-                rcv_wnd: 1 << 20,
-                rcv_wup: 10,
-                mss: 1460,
-                rcv_wscale: Some(7),
-                snd_wscale: Some(7),
-                sack_permitted: true,
-                timestamps: None,
-                send_queue: vec![],
-                recv_queue: vec![],
-            },
-            mpa: MpaParams {
-                role,
-                rev: 1,
-                markers_rx: true,
-                markers_tx: false,
-                crc: true,
-                ddp_rdmap_version: 1,
-                reply_frame: vec![],
-                rtr: vec![],
-                pd: None,
-                aligned_sender: false,
-                request_frame: b"MPA ID Req Frame\xc0\x01\x00\x00".to_vec(),
-                received_reply_frame: b"MPA ID Rep Frame\x40\x01\x00\x00".to_vec(),
-            },
-            next_hop_mac: [2, 0, 0, 0, 0, 1],
-        }
-    }
-
-    #[test]
-    fn startup_frames_end_where_the_hand_over_begins() {
-        let ours = [2, 0, 0, 0, 0, 2];
-        let mut h = handover(Role::Responder);
-        h.mpa.received_reply_frame.clear();
-        let frames = startup_frames(&h, ours).unwrap();
-        assert_eq!(frames.len(), 1);
-        let (dir, f) = &frames[0];
-        assert_eq!(*dir, CaptureDirection::Rx);
-        let p = parse_tcp_frame(f, true).expect("valid checksums");
-        assert_eq!(p.src, h.tcp.remote);
-        assert_eq!(p.dst, h.tcp.local);
-        assert_eq!(&f[0..6], &ours, "to our MAC");
-        assert_eq!(p.tcp.payload(), &h.mpa.request_frame[..]);
-        assert_eq!(p.tcp.seq_number().0.wrapping_add(20), h.tcp.rcv_nxt);
-        assert_eq!(p.tcp.ack_number().0, h.tcp.snd_nxt);
-        assert_eq!(p.tcp.window_len(), 64);
-
-        let h = handover(Role::Initiator);
-        let frames = startup_frames(&h, ours).unwrap();
-        assert_eq!(frames.len(), 2);
-        let (d0, f0) = &frames[0];
-        let (d1, f1) = &frames[1];
-        assert_eq!((*d0, *d1), (CaptureDirection::Tx, CaptureDirection::Rx));
-        let req = parse_tcp_frame(f0, true).unwrap();
-        let rep = parse_tcp_frame(f1, true).unwrap();
-        assert_eq!((req.src, req.dst), (h.tcp.local, h.tcp.remote));
-        assert_eq!(req.tcp.seq_number().0, 980);
-        assert_eq!(req.tcp.ack_number().0, rep.tcp.seq_number().0);
-        assert_eq!(rep.tcp.seq_number().0, 10u32.wrapping_sub(20));
-        assert_eq!(rep.tcp.ack_number().0, 1000);
-        assert_eq!(rep.tcp.payload(), &h.mpa.received_reply_frame[..]);
-
-        let mut h = handover(Role::Responder);
-        h.mpa.request_frame.clear();
-        assert!(startup_frames(&h, ours).unwrap().is_empty());
     }
 }

@@ -9,12 +9,16 @@ use mpa::encoder::FpduEncoder;
 use mpa::endpoint::rtr_ulpdu;
 use mpa::startup::RtrType;
 use mpa::wire::ddp::{DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN};
-use mpa_ctl_proto::{CompletionKind, HandOver, MpaParams, RegionInfo, Role, TcpSnapshot};
+use mpa_ctl_proto::{
+    CaptureDirection, CompletionKind, HandOver, MpaParams, RegionInfo, Role, TcpSnapshot,
+};
+use mpa_datapath::capture::startup_frames;
 use mpa_datapath::flow::{Flow, FlowError};
 use mpa_datapath::receiver::Region;
 use mpa_datapath::region::RegionMemory;
 use mpa_datapath::ring::{MemRing, MemWire};
 use mpa_datapath::tcp::TcpConfig;
+use mpa_datapath::wire::frame::parse_tcp_frame;
 use mpa_datapath::worker::{Command, Notification, Worker, WorkerConfig};
 use std::net::SocketAddrV4;
 use std::sync::Arc;
@@ -341,4 +345,55 @@ fn hostile_frames_are_counted_not_placed() {
         .notes
         .try_iter()
         .any(|n| matches!(n, Notification::Stray { remote, .. } if remote.port() == 1234)));
+}
+
+/// A hand-over that carries the startup frames the kernel exchanged (for captures).
+fn startup_handover(role: Role) -> HandOver {
+    let mut h = handover(&[], true, false, None);
+    h.mpa.role = role;
+    h.mpa.rev = 1;
+    h.mpa.request_frame = b"MPA ID Req Frame\xc0\x01\x00\x00".to_vec();
+    h.mpa.received_reply_frame = b"MPA ID Rep Frame\x40\x01\x00\x00".to_vec();
+    h
+}
+
+/// A capture shows the startup the kernel carried, rebuilt so that it ends exactly where the
+/// datapath's own frames begin.
+#[test]
+fn startup_frames_end_where_the_hand_over_begins() {
+    let ours = OUR_MAC;
+    let mut h = startup_handover(Role::Responder);
+    h.mpa.received_reply_frame.clear();
+    let frames = startup_frames(&h, ours).unwrap();
+    assert_eq!(frames.len(), 1);
+    let (dir, f) = &frames[0];
+    assert_eq!(*dir, CaptureDirection::Rx);
+    let p = parse_tcp_frame(f, true).expect("valid checksums");
+    assert_eq!(p.src, h.tcp.remote);
+    assert_eq!(p.dst, h.tcp.local);
+    assert_eq!(&f[0..6], &ours, "to our MAC");
+    assert_eq!(p.tcp.payload(), &h.mpa.request_frame[..]);
+    assert_eq!(p.tcp.seq_number().0.wrapping_add(20), h.tcp.rcv_nxt);
+    assert_eq!(p.tcp.ack_number().0, h.tcp.snd_nxt);
+    let scaled = h.tcp.snd_wnd >> h.tcp.snd_wscale.unwrap_or(0);
+    assert_eq!(u32::from(p.tcp.window_len()), scaled);
+
+    let h = startup_handover(Role::Initiator);
+    let frames = startup_frames(&h, ours).unwrap();
+    assert_eq!(frames.len(), 2);
+    let (d0, f0) = &frames[0];
+    let (d1, f1) = &frames[1];
+    assert_eq!((*d0, *d1), (CaptureDirection::Tx, CaptureDirection::Rx));
+    let req = parse_tcp_frame(f0, true).unwrap();
+    let rep = parse_tcp_frame(f1, true).unwrap();
+    assert_eq!((req.src, req.dst), (h.tcp.local, h.tcp.remote));
+    assert_eq!(req.tcp.seq_number().0, SND_NXT - 20);
+    assert_eq!(req.tcp.ack_number().0, rep.tcp.seq_number().0);
+    assert_eq!(rep.tcp.seq_number().0, RCV_NXT.wrapping_sub(20));
+    assert_eq!(rep.tcp.ack_number().0, SND_NXT);
+    assert_eq!(rep.tcp.payload(), &h.mpa.received_reply_frame[..]);
+
+    let mut h = startup_handover(Role::Responder);
+    h.mpa.request_frame.clear();
+    assert!(startup_frames(&h, ours).unwrap().is_empty());
 }
