@@ -80,32 +80,32 @@ pub fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
     let Message::Stats { stats, .. } = dpc.request(|id| Message::GetStats { id })? else {
         bail!("no stats")
     };
-    let mut flow = stats["ended_flows"]
-        .as_array()
-        .and_then(|a| a.iter().find(|f| f["flow_id"] == flow_id).cloned())
+    let report = stats
+        .ended_flows
+        .iter()
+        .find(|f| f.flow_id == flow_id)
+        .cloned()
         .ok_or_else(|| anyhow!("flow {flow_id} missing from stats ({gone:?})"))?;
     // The workers' own CPU (one queue: the flow's worker), apart from the control thread and
     // the consumer that run in this process too.
-    let worker_cpu: f64 = stats["queues"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|q| q["cpu_seconds"].as_f64())
-        .sum();
-    flow["worker_cpu_seconds"] = serde_json::json!(worker_cpu);
+    let worker_cpu: f64 = stats.queues.iter().map(|q| q.cpu_seconds).sum();
+    let clean = report
+        .ended
+        .as_ref()
+        .is_none_or(|e| e.terminate.is_none() && e.mpa_error.is_none());
     let placement = match placement {
-        Some(p) if flow["ended"]["terminate"].is_null() && flow["ended"]["mpa_error"].is_null() => {
-            Some(p.verify(r)?)
-        }
-        Some(_) => bail!("the flow ended with an error: {}", flow["ended"]),
+        Some(p) if clean => Some(p.verify(r)?),
+        Some(_) => bail!("the flow ended with an error: {:?}", report.ended),
         None => None,
     };
+    let mut flow = serde_json::to_value(&report)?;
+    flow["worker_cpu_seconds"] = serde_json::json!(worker_cpu);
     dp.stop();
     Ok(DpResult {
         peer,
         flow,
         cpu,
-        xdp: stats["xdp"].clone(),
+        xdp: serde_json::json!(stats.xdp),
         placement,
     })
 }

@@ -7,9 +7,9 @@ use crate::peer::sibling;
 use anyhow::{anyhow, bail, Context, Result};
 use mpa::wire::ddp::{DdpRepr, RdmapOpcode};
 use mpa_control::datapath_client::DatapathClient;
+use mpa_ctl_proto::stats::FlowReport;
 use mpa_ctl_proto::Message;
 use mpa_testbed::{run_in_netns, BedConfig, TestBed};
-use serde_json::Value;
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -136,16 +136,11 @@ fn scale_run(
     lat.sort_by(f64::total_cmp);
     let pct = |p: f64| lat[((lat.len() - 1) as f64 * p) as usize] * 1e3;
     let mut dpc = DatapathClient::connect(socket, Duration::from_secs(60))?;
-    let flows_of = |dpc: &mut DatapathClient| -> Result<Vec<Value>> {
+    let flows_of = |dpc: &mut DatapathClient| -> Result<Vec<FlowReport>> {
         let Message::Stats { stats, .. } = dpc.request(|id| Message::GetStats { id })? else {
             bail!("no stats")
         };
-        Ok(stats["queues"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|q| q["flows"].as_array().cloned().unwrap_or_default())
-            .collect())
+        Ok(stats.live_flows().map(|(_, f)| f.clone()).collect())
     };
     let live = flows_of(&mut dpc)?.len();
     if live != n {
@@ -170,7 +165,7 @@ fn scale_run(
     let t_data = Instant::now();
     let carried = loop {
         let flows = flows_of(&mut dpc)?;
-        let carried = flows.iter().filter(|f| f["fpdus"] == 1).count();
+        let carried = flows.iter().filter(|f| f.rx.fpdus == 1).count();
         if carried == n || t_data.elapsed() > Duration::from_secs(30) {
             break carried;
         }

@@ -23,6 +23,7 @@ pub mod client;
 pub mod consumer;
 pub mod pattern;
 pub mod region_ad;
+pub mod stats;
 
 mod completion;
 mod framing;

@@ -37,7 +37,7 @@ pub enum ErrorCode {
 }
 
 /// Every message of the protocol.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Message {
     /// First message each way.
@@ -182,12 +182,12 @@ pub enum Message {
         /// Request id.
         id: u64,
     },
-    /// Statistics as a JSON document.
+    /// Statistics: per queue and per flow counters, registry and capture.
     Stats {
         /// Request id.
         id: u64,
-        /// Per queue and per flow counters.
-        stats: serde_json::Value,
+        /// The document.
+        stats: Box<crate::stats::DatapathStats>,
     },
     /// Start a packet capture for this client (one at a time per datapath): answered by
     /// [`Message::Ok`], then the datapath streams [`Message::Captured`] batches to this client

@@ -153,7 +153,14 @@ fn round_trip_every_message() {
         Message::GetStats { id: 4 },
         Message::Stats {
             id: 4,
-            stats: serde_json::json!({"queues": []}),
+            stats: Box::new(crate::stats::DatapathStats {
+                queues: vec![],
+                xdp: None,
+                adopted_flows: 0,
+                registry: Default::default(),
+                ended_flows: vec![],
+                capture: None,
+            }),
         },
         Message::Ok { id: 5 },
         Message::Error {

@@ -4,7 +4,6 @@
 
 use crate::receiver::{
     InOrderSource, MpaReceiver, PostRecvError, PostedBuf, ReceiverConfig, Regions, RxEnd, RxError,
-    RxStats,
 };
 use crate::tcp::{Connection, Event, HandoverState, SegmentOutcome, TcpConfig, TsHandover};
 use crate::wire::frame::FrameTemplate;
@@ -14,8 +13,8 @@ use mpa::endpoint::rtr_ulpdu;
 use mpa::seq::SeqNumber;
 use mpa::startup::{RtrSet, RtrType};
 use mpa::MpaErrorCode;
+use mpa_ctl_proto::stats::{EndReport, FlowReport};
 use mpa_ctl_proto::{HandOver, Role, TerminateInfo};
-use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
 /// Why a hand-over could not become a flow.
@@ -50,73 +49,6 @@ pub struct FlowEnd {
     pub reason: String,
     /// The Terminate that ended it (sent by us or by the peer).
     pub terminate: Option<TerminateInfo>,
-}
-
-/// How a flow ended, as reported to clients.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EndReport {
-    /// The MPA error code (RFC 5044 §8), `None` for a clean close.
-    pub mpa_error: Option<u8>,
-    /// Why, in words.
-    pub reason: String,
-    /// The Terminate that ended it.
-    pub terminate: Option<TerminateInfo>,
-}
-
-impl From<&FlowEnd> for EndReport {
-    fn from(e: &FlowEnd) -> Self {
-        EndReport {
-            mpa_error: e.mpa_error.map(MpaErrorCode::code),
-            reason: e.reason.clone(),
-            terminate: e.terminate,
-        }
-    }
-}
-
-/// Counters and state of one flow, as the worker reports them (the JSON of `Stats`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FlowReport {
-    /// The datapath's id.
-    pub flow_id: u64,
-    /// TCP state.
-    pub state: String,
-    /// Frames received for this flow.
-    pub packets: u64,
-    /// TCP payload octets received.
-    pub octets: u64,
-    /// Out-of-order segments.
-    pub out_of_order_segments: u64,
-    /// Duplicate segments (whole or partial).
-    pub duplicates: u64,
-    /// SACK blocks sent.
-    pub sack_blocks_sent: u64,
-    /// ACKs sent.
-    pub acks_sent: u64,
-    /// Retransmissions.
-    pub retransmissions: u64,
-    /// Frames sent.
-    pub frames_sent: u64,
-    /// TCP payload octets sent.
-    pub octets_out: u64,
-    /// CRC32c of the ULPDU octets in order (hex), when kept.
-    pub ulpdu_digest: Option<String>,
-    /// Protection domain.
-    pub pd: Option<u32>,
-    /// FPDUs placed ahead and waiting for the stream.
-    pub placed_ahead_waiting: usize,
-    /// Receive buffers posted, unused.
-    pub posted_buffers: Option<usize>,
-    /// Reassembly store high-water mark (octets).
-    pub store_high_water: u64,
-    /// Segments dropped: reassembly store full.
-    pub dropped_reassembly_full: u64,
-    /// Segments dropped: outside the window.
-    pub dropped_out_of_window: u64,
-    /// MPA receive counters.
-    #[serde(flatten)]
-    pub rx: RxStats,
-    /// How it ended, once it has.
-    pub ended: Option<EndReport>,
 }
 
 /// One connection.
@@ -482,7 +414,11 @@ impl Flow {
             dropped_reassembly_full: t.dropped.reassembly_full,
             dropped_out_of_window: t.dropped.out_of_window,
             rx: *self.rx.stats(),
-            ended: self.ended.as_ref().map(EndReport::from),
+            ended: self.ended.as_ref().map(|e| EndReport {
+                mpa_error: e.mpa_error.map(MpaErrorCode::code),
+                reason: e.reason.clone(),
+                terminate: e.terminate,
+            }),
         }
     }
 }

@@ -6,6 +6,7 @@
 
 use crate::receiver::{PostedBuf, Region, MAX_POSTED};
 use crate::region::RegionMemory;
+use mpa_ctl_proto::stats::RegistryStats;
 use mpa_ctl_proto::{ErrorCode, RegionInfo};
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -212,15 +213,15 @@ impl Registry {
     }
 
     /// Counters for the statistics document.
-    pub fn stats_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "regions": self.regions.len(),
-            "region_octets": self.bytes,
-            "region_budget": self.max_bytes,
-            "buffers_waiting": self.waiting.values().map(Vec::len).sum::<usize>(),
-            "subscribers": self.subscribers.len(),
-            "unclaimed_completions": self.unclaimed_completions,
-        })
+    pub fn stats(&self) -> RegistryStats {
+        RegistryStats {
+            regions: self.regions.len(),
+            region_octets: self.bytes,
+            region_budget: self.max_bytes,
+            buffers_waiting: self.waiting.values().map(Vec::len).sum::<usize>(),
+            subscribers: self.subscribers.len(),
+            unclaimed_completions: self.unclaimed_completions,
+        }
     }
 }
 

@@ -7,26 +7,10 @@
 
 #![forbid(unsafe_code)]
 
+pub use mpa_ctl_proto::stats::RingStats;
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
-
-/// Counters of one ring.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RingStats {
-    /// Frames received.
-    pub rx_frames: u64,
-    /// Octets received.
-    pub rx_octets: u64,
-    /// Frames sent.
-    pub tx_frames: u64,
-    /// Octets sent.
-    pub tx_octets: u64,
-    /// Packets not sent for lack of a free TX frame.
-    pub tx_no_frame: u64,
-    /// Wakeups issued (the one syscall of the fast path).
-    pub wakeups: u64,
-}
 
 /// A worker's frame source and sink.
 pub trait FrameRing {

@@ -3,15 +3,16 @@
 //! ring: AF_XDP in production, in memory for tests and the isolated pipeline benchmark.
 
 use crate::capture::{CaptureBatch, CaptureSpec, CaptureTap};
-use crate::flow::{Flow, FlowEnd, FlowError, FlowReport};
+use crate::flow::{Flow, FlowEnd, FlowError};
 use crate::receiver::{PostRecvError, PostedBuf, Region, RegionTable};
-use crate::ring::{FrameRing, RingStats};
+use crate::ring::FrameRing;
 use crate::tcp::TcpConfig;
 use crate::wire::frame::parse_tcp_frame;
 use crate::wire::tcp::TcpRepr;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use mpa_ctl_proto::stats::FlowReport;
+use mpa_ctl_proto::stats::{QueueReport, QueueStats};
 use mpa_ctl_proto::{CaptureDirection, HandOver};
-use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::net::SocketAddr;
@@ -114,34 +115,6 @@ pub enum WorkerError {
         /// Why.
         error: PostRecvError,
     },
-}
-
-/// Counters and flows of one queue, as the worker reports them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct QueueReport {
-    /// The queue.
-    pub queue: u32,
-    /// Ring counters.
-    #[serde(flatten)]
-    pub ring: RingStats,
-    /// Frame-level counters.
-    #[serde(flatten)]
-    pub stats: QueueStats,
-    /// CPU seconds of the worker thread.
-    pub cpu_seconds: f64,
-    /// Every flow.
-    pub flows: Vec<FlowReport>,
-}
-
-/// Counters of one queue.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QueueStats {
-    /// Frames that were not IP/TCP or failed their checksums.
-    pub malformed: u64,
-    /// TCP segments of no flow this worker owns.
-    pub unknown_flow: u64,
-    /// RX bursts.
-    pub bursts: u64,
 }
 
 /// Stray 4-tuples tracked at once, and frames held for each until its flow arrives.

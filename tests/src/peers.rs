@@ -5,10 +5,10 @@ use mpa::endpoint::{EndpointConfig, EndpointError, MpaStream};
 use mpa_bench::{accept_and_hand_over, start_datapath, temp_path, DatapathOptions, Responder};
 use mpa_control::datapath_client::DatapathClient;
 use mpa_control::freeze::FrozenSocket;
+use mpa_ctl_proto::stats::{DatapathStats, FlowReport};
 use mpa_ctl_proto::Message;
 use mpa_datapath::server::Datapath;
 use mpa_testbed::{run_in_netns, TestBed};
-use serde_json::Value;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
@@ -85,21 +85,19 @@ pub fn responder_in_a<T: Send + 'static>(
 }
 
 /// The datapath's statistics, asked for on `dpc`.
-pub fn stats(dpc: &mut DatapathClient) -> Value {
+pub fn stats(dpc: &mut DatapathClient) -> DatapathStats {
     match dpc.request(|id| Message::GetStats { id }).unwrap() {
-        Message::Stats { stats, .. } => stats,
+        Message::Stats { stats, .. } => *stats,
         m => panic!("no stats: {m:?}"),
     }
 }
 
 /// The final counters the datapath kept for the ended flow `flow_id`.
-pub fn ended_flow(dpc: &mut DatapathClient, flow_id: u64) -> Value {
+pub fn ended_flow(dpc: &mut DatapathClient, flow_id: u64) -> FlowReport {
     let s = stats(dpc);
-    s["ended_flows"]
-        .as_array()
-        .unwrap()
+    s.ended_flows
         .iter()
-        .find(|f| f["flow_id"] == flow_id)
-        .unwrap_or_else(|| panic!("flow {flow_id} not among the ended flows: {s}"))
+        .find(|f| f.flow_id == flow_id)
+        .unwrap_or_else(|| panic!("flow {flow_id} not among the ended flows: {s:?}"))
         .clone()
 }

@@ -9,6 +9,7 @@ use mpa::markers;
 use mpa::wire::ddp::{DdpRepr, RdmapOpcode};
 use mpa_control::datapath_client::DatapathClient;
 use mpa_ctl_proto::consumer::Consumer;
+use mpa_ctl_proto::stats::FlowReport;
 use mpa_ctl_proto::{Message, PostTarget};
 use mpa_datapath::server::Datapath;
 use mpa_datapath::tcp::TcpConfig;
@@ -63,7 +64,7 @@ fn ulpdu(i: usize, mulpdu: usize, size: usize) -> Vec<u8> {
 }
 
 /// Runs one connection; returns the flow's final counters.
-fn run_case(bed: &TestBed, dp_socket: &Path, port: u16, c: &Case) -> serde_json::Value {
+fn run_case(bed: &TestBed, dp_socket: &Path, port: u16, c: &Case) -> FlowReport {
     let addr = SocketAddr::new(bed.addr_b(c.v6), port);
     let listener = listen_in(&bed.ns_b, addr);
     let (im, crc, count, size) = (c.initiator_markers, c.crc, c.count, c.size);
@@ -114,14 +115,14 @@ fn run_case(bed: &TestBed, dp_socket: &Path, port: u16, c: &Case) -> serde_json:
     drop(frozen);
     let f = ended_flow(&mut dpc, flow_id);
     assert_eq!(
-        f["ulpdu_digest"],
-        format!("{digest:08x}"),
-        "digest mismatch: {f}"
+        f.ulpdu_digest,
+        Some(format!("{digest:08x}")),
+        "digest mismatch: {f:?}"
     );
-    assert_eq!(f["ulpdu_octets"], octets);
-    assert_eq!(f["fpdus"], c.count);
-    assert_eq!(f["crc_errors"], 0);
-    f.clone()
+    assert_eq!(f.rx.ulpdu_octets, octets as u64);
+    assert_eq!(f.rx.fpdus, c.count as u64);
+    assert_eq!(f.rx.crc_errors, 0);
+    f
 }
 
 #[test]
@@ -200,13 +201,10 @@ fn loss_in_the_bridge_is_repaired_with_sack() {
         let f = run_case(&bed, &path, port, &case);
         assert!(bed.dropped().unwrap() > 0, "{loss}% loss dropped nothing");
         assert!(
-            f["out_of_order_segments"].as_u64().unwrap() > 0,
-            "no out-of-order arrivals at {loss}%: {f}"
+            f.out_of_order_segments > 0,
+            "no out-of-order arrivals at {loss}%: {f:?}"
         );
-        assert!(
-            f["sack_blocks_sent"].as_u64().unwrap() > 0,
-            "SACK not used at {loss}%: {f}"
-        );
+        assert!(f.sack_blocks_sent > 0, "SACK not used at {loss}%: {f:?}");
         dp.stop();
     }
 }
@@ -222,7 +220,7 @@ fn two_queues_sixteen_concurrent_connections() {
     })
     .unwrap();
     let (dp, path) = dp_on(&bed, 2);
-    let flows: Vec<serde_json::Value> = std::thread::scope(|s| {
+    let flows: Vec<FlowReport> = std::thread::scope(|s| {
         // Sixteen, so that both queues get some (each connection's queue is the sender's
         // pick: with eight, all on one queue happened once in a loaded run).
         let handles: Vec<_> = (0..16u16)
@@ -247,10 +245,9 @@ fn two_queues_sixteen_concurrent_connections() {
     // Both queues carried traffic (the peer's connections hash to both).
     let mut dpc = DatapathClient::connect(&path, Duration::from_secs(5)).unwrap();
     let stats = stats(&mut dpc);
-    let queues = stats["queues"].as_array().unwrap();
-    assert_eq!(queues.len(), 2);
-    for q in queues {
-        assert!(q["rx_frames"].as_u64().unwrap() > 0, "queue idle: {q}");
+    assert_eq!(stats.queues.len(), 2);
+    for q in &stats.queues {
+        assert!(q.ring.rx_frames > 0, "queue idle: {q:?}");
     }
     dp.stop();
 }
@@ -389,7 +386,7 @@ fn crc_error_terminates_that_connection_only_and_a_reset_is_error_1() {
         drop(frozen);
         // The good one was not disturbed.
         let g = good.join().unwrap();
-        assert_eq!(g["fpdus"], 3000);
+        assert_eq!(g.rx.fpdus, 3000);
     });
     std::thread::sleep(Duration::from_millis(300));
     let _ = dump.kill();
@@ -479,8 +476,12 @@ fn mpa_peer_connect_through_the_datapath() {
         assert_eq!(mpa_error, None);
         drop(frozen);
         let f = ended_flow(&mut dpc, flow_id);
-        assert_eq!(f["ulpdu_digest"], sent["ulpdu_digest"], "{f} vs {sent}");
-        assert_eq!(f["fpdus"], 2000);
+        assert_eq!(
+            f.ulpdu_digest.as_deref(),
+            sent["ulpdu_digest"].as_str(),
+            "{f:?} vs {sent}"
+        );
+        assert_eq!(f.rx.fpdus, 2000);
         assert_eq!(sent["markers_tx"], markers);
         assert_eq!(sent["crc"], crc);
     }
@@ -552,8 +553,8 @@ fn rev2_peer_to_peer_rtr_is_consumed_by_the_datapath() {
         assert_eq!(mpa_error, None, "{rtr:?}: {reason}");
         drop(frozen);
         let f = ended_flow(&mut dpc, flow_id);
-        assert_eq!(f["ulpdu_digest"], format!("{digest:08x}"));
-        assert_eq!(f["fpdus"], 100, "the RTR is not delivered as data");
+        assert_eq!(f.ulpdu_digest, Some(format!("{digest:08x}")));
+        assert_eq!(f.rx.fpdus, 100, "the RTR is not delivered as data");
     }
     dp.stop();
 }
@@ -774,8 +775,8 @@ fn placement_violations_terminate_with_rfc_codes_and_spare_other_connections() {
             ),
             "{gone:?}"
         );
-        assert_eq!(stats["placed_in_order"], 2000, "{stats}");
-        assert_eq!(stats["completions"], 2000, "{stats}");
+        assert_eq!(stats.rx.placed_in_order, 2000, "{stats:?}");
+        assert_eq!(stats.rx.completions, 2000, "{stats:?}");
         let mut got = vec![0u8; 500];
         for i in [0u64, 1, 999, 1999] {
             assert!(a.read(i * 500, &mut got));
@@ -863,7 +864,7 @@ fn capture_of_all_flows_opens_in_tshark_with_mpa_fpdus_both_ways() {
     let mut dpc = DatapathClient::connect(&path, Duration::from_secs(5)).unwrap();
     let t0 = std::time::Instant::now();
     loop {
-        if !stats(&mut dpc)["capture"].is_null() {
+        if stats(&mut dpc).capture.is_some() {
             break;
         }
         assert!(
@@ -922,7 +923,7 @@ fn capture_of_all_flows_opens_in_tshark_with_mpa_fpdus_both_ways() {
     };
     assert_eq!(mpa_error, None);
     drop(frozen);
-    assert_eq!(ended_flow(&mut dpc2, flow_id)["fpdus"], 50);
+    assert_eq!(ended_flow(&mut dpc2, flow_id).rx.fpdus, 50);
     // End the capture as an operator would (Ctrl-C): the file is complete.
     let killed = std::process::Command::new("kill")
         .args(["-INT", &child.id().to_string()])
@@ -1030,7 +1031,7 @@ fn capture_bounds_flow_filter_snaplen_size_and_duration() {
         let mut dpc = DatapathClient::connect(path, Duration::from_secs(5)).unwrap();
         let t0 = std::time::Instant::now();
         while t0.elapsed() < Duration::from_secs(10) {
-            if !stats(&mut dpc)["capture"].is_null() {
+            if stats(&mut dpc).capture.is_some() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));

@@ -10,6 +10,7 @@ use mpa::endpoint::{rtr_ulpdu, EndpointConfig, EndpointError};
 use mpa::startup::{PrivateDataRule, RtrSet, RtrType, StartupPolicy};
 use mpa_control::datapath_client::DatapathClient;
 use mpa_control::initiator::{connect_and_hand_over, InitiatorOutcome};
+use mpa_ctl_proto::stats::{DatapathStats, FlowReport};
 use mpa_ctl_proto::Message;
 use mpa_datapath::server::Datapath;
 use mpa_tests::{
@@ -29,12 +30,12 @@ fn start_datapath(bed: &TestBed) -> (Datapath, PathBuf) {
 }
 
 /// The datapath's statistics.
-fn stats_at(dp_socket: &Path) -> Value {
+fn stats_at(dp_socket: &Path) -> DatapathStats {
     stats(&mut DatapathClient::connect(dp_socket, Duration::from_secs(5)).unwrap())
 }
 
 /// The final counters the datapath kept for `flow_id`.
-fn ended(dp_socket: &Path, flow_id: u64) -> Value {
+fn ended(dp_socket: &Path, flow_id: u64) -> FlowReport {
     ended_flow(
         &mut DatapathClient::connect(dp_socket, Duration::from_secs(5)).unwrap(),
         flow_id,
@@ -201,14 +202,18 @@ fn run_cli_case(bed: &TestBed, dp_socket: &Path, port: u16, c: &Case) {
     let flow_id = line["flow_id"].as_u64().unwrap();
     let f = ended(dp_socket, flow_id);
     let want_out = c.rtr.map_or(0, |(_, r)| rtr_fpdu_len(r, c.peer_markers));
-    assert_eq!(f["octets_out"], want_out, "{what}: {f}");
-    assert_eq!(f["retransmissions"], 0, "{what}: {f}");
-    assert_eq!(f["ended"]["mpa_error"], Value::Null, "{what}: {f}");
+    assert_eq!(f.octets_out, want_out, "{what}: {f:?}");
+    assert_eq!(f.retransmissions, 0, "{what}: {f:?}");
+    assert_eq!(
+        f.ended.as_ref().and_then(|e| e.mpa_error),
+        None,
+        "{what}: {f:?}"
+    );
     // A Read Request RTR is answered by a zero-length Read Response: an FPDU to our flow.
     let want_fpdus = u64::from(matches!(c.rtr, Some((_, RtrType::ZeroLengthReadRequest))));
-    assert_eq!(f["fpdus"], want_fpdus, "{what}: {f}");
-    assert_eq!(f["crc_errors"], 0, "{what}: {f}");
-    assert_eq!(f["marker_errors"], 0, "{what}: {f}");
+    assert_eq!(f.rx.fpdus, want_fpdus, "{what}: {f:?}");
+    assert_eq!(f.rx.crc_errors, 0, "{what}: {f:?}");
+    assert_eq!(f.rx.marker_errors, 0, "{what}: {f:?}");
 }
 
 #[test]
@@ -247,7 +252,7 @@ fn mpa_control_connect_to_mpa_peer_listen() {
             port += 1;
         }
     }
-    assert_eq!(stats_at(&path)["adopted_flows"], 0);
+    assert_eq!(stats_at(&path).adopted_flows, 0);
     dp.stop();
 }
 
@@ -281,11 +286,9 @@ fn connect_hold_expiry_closes_the_flow() {
         "{report}"
     );
     let f = ended(&path, line["flow_id"].as_u64().unwrap());
-    assert_eq!(f["ended"]["reason"], "closed by the operator", "{f}");
-    assert_eq!(
-        f["octets_out"],
-        rtr_fpdu_len(RtrType::ZeroLengthWrite, false)
-    );
+    let reason = f.ended.as_ref().map(|e| e.reason.as_str());
+    assert_eq!(reason, Some("closed by the operator"), "{f:?}");
+    assert_eq!(f.octets_out, rtr_fpdu_len(RtrType::ZeroLengthWrite, false));
     dp.stop();
 }
 
@@ -371,12 +374,12 @@ fn rtr_reaches_the_responder_and_its_data_reaches_the_initiator_flow() {
         assert_eq!(mpa_error, None, "{reason}");
         drop(frozen);
         let f = ended(&path, flow_id);
-        assert_eq!(f["fpdus"], 1, "{f}");
-        assert_eq!(f["ulpdu_octets"], data.len(), "{f}");
+        assert_eq!(f.rx.fpdus, 1, "{f:?}");
+        assert_eq!(f.rx.ulpdu_octets, data.len() as u64, "{f:?}");
         assert_eq!(
-            f["ulpdu_digest"],
-            format!("{:08x}", crc32c_append(0, &data)),
-            "{f}"
+            f.ulpdu_digest,
+            Some(format!("{:08x}", crc32c_append(0, &data))),
+            "{f:?}"
         );
     }
     dp.stop();
@@ -409,7 +412,7 @@ fn rejection_reaches_the_caller_and_not_the_datapath() {
     assert_eq!(reason, b"only iser here");
     assert_eq!(peer.join().unwrap(), b"only iser here");
     let s = stats_at(&path);
-    assert_eq!(s["adopted_flows"], 0, "{s}");
-    assert_eq!(s["ended_flows"].as_array().map_or(0, Vec::len), 0, "{s}");
+    assert_eq!(s.adopted_flows, 0, "{s:?}");
+    assert!(s.ended_flows.is_empty(), "{s:?}");
     dp.stop();
 }

@@ -32,12 +32,12 @@ use mpa::wire::ddp::{
     self, terminate_ulpdu, terminate_ulpdu_for_segment, DdpRepr, RdmapOpcode, TerminateRepr,
 };
 use mpa::MpaErrorCode;
+pub use mpa_ctl_proto::stats::RxStats;
 use mpa_ctl_proto::Completion;
 pub use placement::{
     PlacementError, Placer, PostError, PostedBuf, SegmentKind, SegmentPlan, MAX_POSTED, PLAN_PREFIX,
 };
 pub use regions::{MemRegions, Region, RegionTable, Regions};
-use serde::Serialize;
 use std::collections::VecDeque;
 
 /// FPDUs placed out of order and not yet completed in order, per connection.
@@ -70,34 +70,6 @@ pub struct ReceiverConfig {
     pub expect_rtr: Option<RtrSet>,
     /// Keep a CRC32c digest of every ULPDU octet, in order (for end-to-end checks).
     pub digest: bool,
-}
-
-/// Counters of one receiver.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct RxStats {
-    /// FPDUs delivered in stream order.
-    pub fpdus: u64,
-    /// ULPDU octets delivered.
-    pub ulpdu_octets: u64,
-    /// CRC errors (error 2).
-    pub crc_errors: u64,
-    /// Marker errors (error 3).
-    pub marker_errors: u64,
-    /// FPDUs placed straight from an out-of-order segment (marker-guided).
-    pub placed_direct: u64,
-    /// FPDUs placed when they arrived in order.
-    pub placed_in_order: u64,
-    /// FPDUs placed from the reassembly store once a hole filled.
-    pub placed_from_store: u64,
-    /// Out-of-order FPDU candidates the locator dropped (CRC or marker check failed).
-    pub located_rejected: u64,
-    /// Out-of-order FPDUs that passed the locator but not the placement checks (left to the
-    /// in-order path, which reports the error precisely).
-    pub ahead_refused: u64,
-    /// Payload octets copied into regions.
-    pub placed_octets: u64,
-    /// Completions produced.
-    pub completions: u64,
 }
 
 /// Why the receiver ended the connection.

@@ -261,7 +261,7 @@ struct Server {
     next_flow: u64,
     adopted: HashMap<u64, Adopted>,
     /// Final counters of the most recent ended flows (bounded).
-    finished: std::collections::VecDeque<crate::flow::FlowReport>,
+    finished: std::collections::VecDeque<mpa_ctl_proto::stats::FlowReport>,
     registry: Registry,
     stop: Arc<AtomicBool>,
     /// The packet capture running, if any (one at a time).

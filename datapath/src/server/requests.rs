@@ -4,8 +4,8 @@
 use super::{Adopted, Command, Server};
 use crate::registry::Refusal;
 use mpa_bpf::{FlowKey, FlowValue};
+use mpa_ctl_proto::stats::{CaptureStats, DatapathStats};
 use mpa_ctl_proto::{ErrorCode, HandOver, Message, PostTarget, VERSION};
-use serde_json::json;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -273,24 +273,25 @@ impl Server {
             }
         }
         let xdp = self.steering.counters().ok().map(|c| format!("{c:?}"));
-        let capture = self.capture.as_ref().map(|c| {
-            json!({
-                "client": c.client,
-                "flow": c.flow,
-                "frames": c.frames,
-                "bytes": c.bytes,
-                "max_bytes": c.max_bytes,
-                "dropped_by_client_queue": c.dropped,
-                "ms_left": c.deadline.saturating_duration_since(Instant::now()).as_millis() as u64,
-            })
+        let capture = self.capture.as_ref().map(|c| CaptureStats {
+            client: c.client,
+            flow: c.flow,
+            frames: c.frames,
+            bytes: c.bytes,
+            max_bytes: c.max_bytes,
+            dropped_by_client_queue: c.dropped,
+            ms_left: c
+                .deadline
+                .saturating_duration_since(Instant::now())
+                .as_millis() as u64,
         });
-        let stats = json!({
-            "queues": queues,
-            "xdp": xdp,
-            "adopted_flows": self.adopted.len(),
-            "registry": self.registry.stats_json(),
-            "ended_flows": self.finished,
-            "capture": capture,
+        let stats = Box::new(DatapathStats {
+            queues,
+            xdp,
+            adopted_flows: self.adopted.len(),
+            registry: self.registry.stats(),
+            ended_flows: self.finished.iter().cloned().collect(),
+            capture,
         });
         self.reply(client, Message::Stats { id, stats });
     }

@@ -1,0 +1,206 @@
+//! The datapath's statistics document (`Message::Stats`): typed on both sides, so a client
+//! reads fields, not string keys. The worker builds [`QueueReport`]s, the server adds what it
+//! knows ([`DatapathStats`]).
+
+use crate::TerminateInfo;
+use serde::{Deserialize, Serialize};
+
+/// Counters of one ring.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RingStats {
+    /// Frames received.
+    pub rx_frames: u64,
+    /// Octets received.
+    pub rx_octets: u64,
+    /// Frames sent.
+    pub tx_frames: u64,
+    /// Octets sent.
+    pub tx_octets: u64,
+    /// Packets not sent for lack of a free TX frame.
+    pub tx_no_frame: u64,
+    /// Wakeups issued (the one syscall of the fast path).
+    pub wakeups: u64,
+}
+
+/// Counters of one receiver.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RxStats {
+    /// FPDUs delivered in stream order.
+    pub fpdus: u64,
+    /// ULPDU octets delivered.
+    pub ulpdu_octets: u64,
+    /// CRC errors (error 2).
+    pub crc_errors: u64,
+    /// Marker errors (error 3).
+    pub marker_errors: u64,
+    /// FPDUs placed straight from an out-of-order segment (marker-guided).
+    pub placed_direct: u64,
+    /// FPDUs placed when they arrived in order.
+    pub placed_in_order: u64,
+    /// FPDUs placed from the reassembly store once a hole filled.
+    pub placed_from_store: u64,
+    /// Out-of-order FPDU candidates the locator dropped (CRC or marker check failed).
+    pub located_rejected: u64,
+    /// Out-of-order FPDUs that passed the locator but not the placement checks (left to the
+    /// in-order path, which reports the error precisely).
+    pub ahead_refused: u64,
+    /// Payload octets copied into regions.
+    pub placed_octets: u64,
+    /// Completions produced.
+    pub completions: u64,
+}
+
+/// How a flow ended, as reported to clients.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndReport {
+    /// The MPA error code (RFC 5044 §8), `None` for a clean close.
+    pub mpa_error: Option<u8>,
+    /// Why, in words.
+    pub reason: String,
+    /// The Terminate that ended it.
+    pub terminate: Option<TerminateInfo>,
+}
+
+/// Counters and state of one flow, as the worker reports them (the JSON of `Stats`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlowReport {
+    /// The datapath's id.
+    pub flow_id: u64,
+    /// TCP state.
+    pub state: String,
+    /// Frames received for this flow.
+    pub packets: u64,
+    /// TCP payload octets received.
+    pub octets: u64,
+    /// Out-of-order segments.
+    pub out_of_order_segments: u64,
+    /// Duplicate segments (whole or partial).
+    pub duplicates: u64,
+    /// SACK blocks sent.
+    pub sack_blocks_sent: u64,
+    /// ACKs sent.
+    pub acks_sent: u64,
+    /// Retransmissions.
+    pub retransmissions: u64,
+    /// Frames sent.
+    pub frames_sent: u64,
+    /// TCP payload octets sent.
+    pub octets_out: u64,
+    /// CRC32c of the ULPDU octets in order (hex), when kept.
+    pub ulpdu_digest: Option<String>,
+    /// Protection domain.
+    pub pd: Option<u32>,
+    /// FPDUs placed ahead and waiting for the stream.
+    pub placed_ahead_waiting: usize,
+    /// Receive buffers posted, unused.
+    pub posted_buffers: Option<usize>,
+    /// Reassembly store high-water mark (octets).
+    pub store_high_water: u64,
+    /// Segments dropped: reassembly store full.
+    pub dropped_reassembly_full: u64,
+    /// Segments dropped: outside the window.
+    pub dropped_out_of_window: u64,
+    /// MPA receive counters.
+    #[serde(flatten)]
+    pub rx: RxStats,
+    /// How it ended, once it has.
+    pub ended: Option<EndReport>,
+}
+
+/// Counters and flows of one queue, as the worker reports them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueReport {
+    /// The queue.
+    pub queue: u32,
+    /// Ring counters.
+    #[serde(flatten)]
+    pub ring: RingStats,
+    /// Frame-level counters.
+    #[serde(flatten)]
+    pub stats: QueueStats,
+    /// CPU seconds of the worker thread.
+    pub cpu_seconds: f64,
+    /// Every flow.
+    pub flows: Vec<FlowReport>,
+}
+
+/// Counters of one queue.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueStats {
+    /// Frames that were not IP/TCP or failed their checksums.
+    pub malformed: u64,
+    /// TCP segments of no flow this worker owns.
+    pub unknown_flow: u64,
+    /// RX bursts.
+    pub bursts: u64,
+}
+
+/// What the registry holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegistryStats {
+    /// Regions registered.
+    pub regions: usize,
+    /// Octets registered.
+    pub region_octets: u64,
+    /// Octets that may be registered at most.
+    pub region_budget: u64,
+    /// Receive buffers waiting in domains for their connection.
+    pub buffers_waiting: usize,
+    /// Completion subscribers.
+    pub subscribers: usize,
+    /// Completions no subscriber took.
+    pub unclaimed_completions: u64,
+}
+
+/// The capture running, if any.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureStats {
+    /// The capturing client.
+    pub client: u64,
+    /// The flow captured (`None`: every frame).
+    pub flow: Option<u64>,
+    /// Frames sent to the client.
+    pub frames: u64,
+    /// Octets of pcap output sent.
+    pub bytes: u64,
+    /// The capture's octet limit.
+    pub max_bytes: u64,
+    /// Frames dropped for want of room.
+    pub dropped_by_client_queue: u64,
+    /// Milliseconds left.
+    pub ms_left: u64,
+}
+
+/// The whole statistics document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DatapathStats {
+    /// Every queue with its flows.
+    pub queues: Vec<QueueReport>,
+    /// XDP program counters, when readable.
+    pub xdp: Option<String>,
+    /// Flows adopted (handed over or waiting for their hand-over).
+    pub adopted_flows: usize,
+    /// Registered memory.
+    pub registry: RegistryStats,
+    /// Final reports of the most recent ended flows, oldest first (bounded).
+    pub ended_flows: Vec<FlowReport>,
+    /// The capture running, if any.
+    pub capture: Option<CaptureStats>,
+}
+
+impl DatapathStats {
+    /// Every live flow with its queue.
+    pub fn live_flows(&self) -> impl Iterator<Item = (u32, &FlowReport)> {
+        self.queues
+            .iter()
+            .flat_map(|q| q.flows.iter().map(move |f| (q.queue, f)))
+    }
+
+    /// The report of flow `id`, live or ended.
+    pub fn flow(&self, id: u64) -> Option<&FlowReport> {
+        self.live_flows()
+            .map(|(_, f)| f)
+            .chain(&self.ended_flows)
+            .find(|f| f.flow_id == id)
+    }
+}
