@@ -19,18 +19,23 @@
 //! wake at conn.poll_timeout() -> conn.handle_timeout(now)
 //! ```
 //!
-//! ACK policy: an ACK becomes due at every second in-order segment, at once on reordering,
-//! duplicates, a filled hole, PAWS or window trouble, at `end_of_burst`, or when the
-//! delayed-ACK timer fires. "Due" is a flag, not a queue: a caller that polls
-//! `poll_transmit` only once per burst sends one ACK per flow per burst (DESIGN.md), which
-//! for bursts of more than two segments is a stretch ACK; a caller that wants the strict
-//! every-second-segment rule polls after each segment.
+//! ACK policy (RFC 5681 §4.2, RFC 2018 §4, RFC 2883). In-order bulk: an ACK becomes due at
+//! every second in-order segment, at `end_of_burst`, or when the delayed-ACK timer fires;
+//! "due" is a flag, so a caller that polls `poll_transmit` once per burst sends one
+//! (stretch) ACK per flow per burst (DESIGN.md). Under loss every out-of-order segment,
+//! every segment that fills (part of) a hole and every duplicate gets its own ACK: when the
+//! next segment comes in, the ACK the previous one is owed is frozen (acknowledgment number
+//! and SACK blocks of that moment: the block holding the newest segment first, D-SACK first
+//! for a duplicate) into a bounded queue that `poll_transmit` empties before anything else,
+//! so a burst of reordered segments still yields one ACK each. No allocation per ACK.
 //!
 //! Receive window: the reassembly ring has `rcv_buf` octets indexed by sequence offset from
 //! RCV.NXT, so out-of-order octets sit inside the window at their own place and do not
 //! shrink it; the window offered is `rcv_buf` minus delivered-but-unreleased octets (zero
-//! unless [`TcpConfig::manual_release`]), rounded to the scale, never retracting the right
-//! edge (the kernel's included).
+//! unless [`TcpConfig::manual_release`]), at most what the store can take (its octet limit
+//! plus the octets the caller placed itself, which need no store), rounded to the scale,
+//! never retracting the right edge (the kernel's included). Every ACK re-offers it, so the
+//! ACK of a segment that fills a hole reopens the window at once.
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -150,6 +155,14 @@ struct Plan {
     retransmission: bool,
 }
 
+/// An ACK frozen for one segment: what it acknowledged and SACKed at that moment.
+#[derive(Debug, Clone, Copy)]
+struct AckSnap {
+    ack: SeqNumber,
+    sack: crate::wire::tcp::SackBlocks,
+    dsack: bool,
+}
+
 /// A TCP connection in a synchronized state, handed over from the kernel. See the module
 /// documentation for the caller's loop.
 #[derive(Debug)]
@@ -176,6 +189,12 @@ pub struct Connection {
     peer_fin_done: bool,
     segs_unacked: u32,
     ack_now: bool,
+    /// The latest segment is owed its own ACK (out of order, hole filling, duplicate).
+    ack_each: bool,
+    /// A duplicate to report first in the next ACK (RFC 2883).
+    dsack: Option<(SeqNumber, SeqNumber)>,
+    /// ACKs frozen for earlier segments, oldest first (bounded by `cfg.ack_queue`).
+    ack_queue: VecDeque<AckSnap>,
     window_update: bool,
     last_ack_sent: SeqNumber,
     sack_ok: bool,
@@ -278,6 +297,13 @@ impl Connection {
         let max_sack_blocks =
             cfg.max_sack_blocks
                 .min(if ts.is_some() { 3 } else { MAX_SACK_BLOCKS });
+        let rcv_mss = snd_mss.saturating_sub(ts_overhead).max(1);
+        // One range per MSS of the store: with full-sized segments the octet limit is reached
+        // first, however many holes a full window holds.
+        let max_ranges = match cfg.max_ooo_ranges {
+            0 => cfg.reassembly_limit.min(cfg.rcv_buf).div_ceil(rcv_mss) + 1,
+            n => n,
+        };
         let c = Connection {
             cfg: cfg.clone(),
             state: State::Established,
@@ -287,13 +313,16 @@ impl Connection {
             rcv_nxt: h.rcv_nxt,
             adv_edge,
             rcv_wscale: h.rcv_wscale,
-            rcv_mss: snd_mss.saturating_sub(ts_overhead).max(1),
-            store: Reassembly::new(cfg.rcv_buf, cfg.reassembly_limit, cfg.max_ooo_ranges),
+            rcv_mss,
+            store: Reassembly::new(cfg.rcv_buf, cfg.reassembly_limit, max_ranges),
             unreleased: 0,
             peer_fin: None,
             peer_fin_done: false,
             segs_unacked: 0,
             ack_now: false,
+            ack_each: false,
+            dsack: None,
+            ack_queue: VecDeque::with_capacity(cfg.ack_queue),
             window_update: false,
             last_ack_sent: h.rcv_nxt,
             sack_ok: h.sack_permitted,
@@ -384,9 +413,13 @@ impl Connection {
     pub fn snd_wnd(&self) -> u32 {
         self.snd_wnd
     }
-    /// Octets held out of order.
+    /// Octets held out of order (copied into the store; placed ones excluded).
     pub fn reassembly_stored(&self) -> usize {
         self.store.stored()
+    }
+    /// Disjoint out-of-order ranges held, and the most the table takes.
+    pub fn reassembly_ranges(&self) -> (usize, usize) {
+        (self.store.range_count(), self.store.max_ranges())
     }
     /// Octets that [`Connection::drain_reassembled`] would deliver now.
     pub fn reassembled_len(&self) -> usize {
@@ -516,6 +549,8 @@ impl Connection {
         self.state = State::Closed;
         self.timers.clear_all();
         self.ack_now = false;
+        self.ack_each = false;
+        self.ack_queue.clear();
         match error {
             Some(TcpError::Reset) => {
                 self.error = Some(TcpError::Reset);
