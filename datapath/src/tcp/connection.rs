@@ -228,6 +228,9 @@ pub struct Connection {
     rtx_pending: bool,
     /// Holes below this were retransmitted in the current recovery.
     rtx_next: SeqNumber,
+    /// The retransmission of the octet at SND.UNA in this recovery, and SND.MAX when it
+    /// left: a SACK above that SND.MAX means it was lost too (data sent after it arrived).
+    rtx_una: Option<(SeqNumber, SeqNumber)>,
     /// RFC 3042 limited transmit: new segments allowed beyond cwnd on early dup ACKs.
     limited_transmit: u32,
     scoreboard: Scoreboard,
@@ -348,6 +351,7 @@ impl Connection {
             recovery: None,
             rtx_pending: false,
             rtx_next: h.snd_nxt,
+            rtx_una: None,
             limited_transmit: 0,
             scoreboard: Scoreboard::default(),
             rtt: RttEstimator::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max),
@@ -522,6 +526,7 @@ impl Connection {
         self.cwnd = self.snd_mss;
         self.recovery = None;
         self.rtx_pending = false;
+        self.rtx_una = None;
         self.dupacks = 0;
         // The SACK information is kept (RFC 6675 §5.1 lets recovery after a timeout use it);
         // reneging is detected on ACKs instead (see `ack_new_data`).

@@ -116,7 +116,11 @@ fn merge_in(v: &mut VecDeque<Span>, base: SeqNumber, s: SeqNumber, e: SeqNumber)
     }
     let (first, last) = (v[i], v[j - 1]);
     v[i] = Span {
-        start: if rel(first.start) < rs { first.start } else { s },
+        start: if rel(first.start) < rs {
+            first.start
+        } else {
+            s
+        },
         end: if rel(last.end) > re { last.end } else { e },
     };
     v.drain(i + 1..j);
@@ -219,7 +223,10 @@ impl Reassembly {
     #[cfg(test)]
     pub(crate) fn held_offsets(&self, rcv_nxt: SeqNumber) -> Vec<Range<usize>> {
         let rel = |x: SeqNumber| x.distance_from(rcv_nxt) as usize;
-        self.ranges.iter().map(|r| rel(r.start)..rel(r.end)).collect()
+        self.ranges
+            .iter()
+            .map(|r| rel(r.start)..rel(r.end))
+            .collect()
     }
 
     /// The most ranges held at once.

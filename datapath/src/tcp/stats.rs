@@ -105,6 +105,8 @@ pub struct TcpStats {
     pub fast_retransmits: u64,
     /// Retransmission timeouts.
     pub rto_expiries: u64,
+    /// Retransmissions found lost by SACKs of later data, and sent again without a timeout.
+    pub lost_retransmits: u64,
     /// Zero-window probes sent.
     pub window_probes: u64,
     /// Duplicate ACKs received (RFC 5681 §2 definition).

@@ -374,6 +374,9 @@ impl Connection {
             let end = seq + p.len + u32::from(p.fin);
             if p.retransmission {
                 self.stats.retransmissions += 1;
+                if self.recovery.is_some() && seq == self.snd_una {
+                    self.rtx_una = Some((seq, self.snd_max));
+                }
                 // Karn: a retransmission invalidates the running sample.
                 self.rtt_probe = None;
                 if self.recovery.is_some() && end > self.rtx_next {

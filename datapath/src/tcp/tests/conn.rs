@@ -194,7 +194,11 @@ fn sack_block_count_fits_the_option_space() {
         // RFC 2018 §3: 4 blocks fit without timestamps, 3 with.
         assert_eq!(last.sack().len(), if ts { 3 } else { 4 });
         assert_eq!(last.sack()[0].left, p.base + 1100u32, "most recent first");
-        assert_eq!(last.sack()[1].left, p.base + 900u32, "then the most recently reported");
+        assert_eq!(
+            last.sack()[1].left,
+            p.base + 900u32,
+            "then the most recently reported"
+        );
         assert!(last.repr.header_len() <= 60);
     }
 }
@@ -1010,8 +1014,10 @@ fn every_out_of_order_segment_gets_its_own_ack() {
     c.end_of_burst(t0);
     let tx = drain_tx(&mut c, t0);
     assert_eq!(tx.len(), 4, "one ACK per out-of-order segment");
-    let firsts: Vec<(SeqNumber, SeqNumber)> =
-        tx.iter().map(|a| (a.sack()[0].left, a.sack()[0].right)).collect();
+    let firsts: Vec<(SeqNumber, SeqNumber)> = tx
+        .iter()
+        .map(|a| (a.sack()[0].left, a.sack()[0].right))
+        .collect();
     assert_eq!(
         firsts,
         [
@@ -1022,12 +1028,19 @@ fn every_out_of_order_segment_gets_its_own_ack() {
         ]
     );
     assert_eq!(tx[3].sack().len(), 3);
-    assert_eq!(tx[3].sack()[1].left, seq(3), "then the most recently reported");
+    assert_eq!(
+        tx[3].sack()[1].left,
+        seq(3),
+        "then the most recently reported"
+    );
     assert_eq!(tx[3].sack()[2].left, seq(1));
     for a in &tx {
         assert!(a.is_pure_ack());
         assert_eq!(a.ack(), seq(0), "duplicate ACKs");
-        assert_eq!(a.repr.window_len, tx[0].repr.window_len, "same window: dup ACKs");
+        assert_eq!(
+            a.repr.window_len, tx[0].repr.window_len,
+            "same window: dup ACKs"
+        );
     }
     assert_eq!(c.stats().acks_queued, 3, "the last one is the burst's own");
     // The first hole fills: one ACK at once, with the remaining holes.
@@ -1077,11 +1090,19 @@ fn duplicates_are_reported_with_dsack() {
     let tx = drain_tx(&mut c, t0);
     assert_eq!(tx.len(), 2, "each duplicate its own ACK");
     let b0 = tx[0].sack();
-    assert_eq!((b0[0].left, b0[0].right), (seq(0), seq(1)), "D-SACK below the ACK");
+    assert_eq!(
+        (b0[0].left, b0[0].right),
+        (seq(0), seq(1)),
+        "D-SACK below the ACK"
+    );
     assert!(b0[0].right <= tx[0].ack());
     assert_eq!((b0[1].left, b0[1].right), (seq(2), seq(4)), "then the SACK");
     let b1 = tx[1].sack();
-    assert_eq!((b1[0].left, b1[0].right), (seq(3), seq(4)), "D-SACK above the ACK");
+    assert_eq!(
+        (b1[0].left, b1[0].right),
+        (seq(3), seq(4)),
+        "D-SACK above the ACK"
+    );
     assert_eq!(
         (b1[1].left, b1[1].right),
         (seq(2), seq(4)),
@@ -1097,7 +1118,10 @@ fn duplicates_are_reported_with_dsack() {
     let tx = drain_tx(&mut c, t0);
     assert_eq!(tx.len(), 1);
     let b = tx[0].sack();
-    assert_eq!((b[0].left, b[0].right), (p.base + (s - half) as u32, seq(1)));
+    assert_eq!(
+        (b[0].left, b[0].right),
+        (p.base + (s - half) as u32, seq(1))
+    );
     assert_eq!(b.len(), 1);
     assert_eq!(c.stats().dsacks_sent, 3);
     // Nothing pending: the next ACK has no SACK at all.
@@ -1139,7 +1163,11 @@ fn full_store_prunes_the_far_end() {
     let tx = drain_tx(&mut c, t0);
     let a = tx.last().unwrap();
     assert_eq!(a.ack(), p.base + (3 * s) as u32);
-    assert_eq!(a.sack()[0].left, p.base + (4 * s) as u32, "the pruned range is not SACKed");
+    assert_eq!(
+        a.sack()[0].left,
+        p.base + (4 * s) as u32,
+        "the pruned range is not SACKed"
+    );
     assert_eq!(a.sack().len(), 1);
     let (_, got) = feed(&mut c, t0, &p.data(3 * s, SEG).0, &p.data(3 * s, SEG).1);
     assert_eq!(got, stream(3 * s, 2 * SEG));
@@ -1197,7 +1225,10 @@ fn window_tracks_free_capacity_and_reopens() {
     c.end_of_burst(t0);
     let a = drain_tx(&mut c, t0).pop().unwrap();
     let wnd = edge_of(&a).distance_from(a.ack()) as usize;
-    assert!(wnd <= limit + 128 && wnd + 128 > limit, "window {wnd}: the store's limit");
+    assert!(
+        wnd <= limit + 128 && wnd + 128 > limit,
+        "window {wnd}: the store's limit"
+    );
     let mut last = edge_of(&a);
     // Two segments out of order; the caller places the second itself.
     feed(&mut c, t0, &p.data(2 * s, SEG).0, &p.data(2 * s, SEG).1);
