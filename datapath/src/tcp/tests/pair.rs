@@ -280,7 +280,7 @@ impl<S: Sink> Pair<S> {
             return;
         };
         self.unanswered += k as u64;
-        match self.waiting.drain(..=k).last() {
+        match self.waiting.drain(..=k).next_back() {
             Some(Expect::Ooo(..)) => {
                 self.ooo_answered += 1;
                 self.ooo_answer_blocks += seg.sack().len() as u64;
