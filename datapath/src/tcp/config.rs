@@ -57,11 +57,20 @@ pub struct TcpConfig {
     /// Receive buffer in octets: the most we advertise, and the size of the reassembly ring
     /// (allocated once, at construction). At most 2^30.
     pub rcv_buf: usize,
-    /// The most octets held out of order at once. Segments that would exceed it are dropped
-    /// and counted; the peer retransmits them.
+    /// The most octets copied into the reassembly store at once (octets the caller placed
+    /// itself do not count). A segment that would exceed it makes room by pruning stored
+    /// ranges above it, from the far end; one above everything stored is dropped and counted
+    /// (the peer retransmits it). Above `rcv_buf` it is `rcv_buf`; below it, the offered
+    /// window shrinks to what the store can take.
     pub reassembly_limit: usize,
-    /// The most disjoint out-of-order ranges held at once (each hole costs one).
+    /// The most disjoint out-of-order ranges held at once (each hole costs one); 0 (default)
+    /// sizes the table by memory: one range per peer MSS of the reassembly limit, enough for
+    /// every other full-sized segment of a full window to be missing.
     pub max_ooo_ranges: usize,
+    /// ACKs owed to individual out-of-order, hole-filling or duplicate segments that wait
+    /// for the next `poll_transmit` (RFC 5681 §4.2: each gets its own ACK with the SACK
+    /// information of its moment). Past this many the newest are merged into one.
+    pub ack_queue: usize,
     /// SACK blocks per ACK: at most 4, and 3 when timestamps are on (40 option octets).
     pub max_sack_blocks: usize,
     /// ACK at once after this many in-order data segments (RFC 5681 §4.2: at most 2).
@@ -101,7 +110,8 @@ impl Default for TcpConfig {
         TcpConfig {
             rcv_buf: 1 << 20,
             reassembly_limit: 1 << 20,
-            max_ooo_ranges: 32,
+            max_ooo_ranges: 0,
+            ack_queue: 64,
             max_sack_blocks: 4,
             ack_every_segments: 2,
             ack_delay: Duration::from_millis(40),

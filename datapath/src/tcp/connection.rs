@@ -19,19 +19,23 @@
 //! wake at conn.poll_timeout() -> conn.handle_timeout(now)
 //! ```
 //!
-//! ACK policy: an ACK becomes due at every second in-order segment, at once on reordering,
-//! duplicates, a filled hole, PAWS or window trouble, at `end_of_burst`, or when the
-//! delayed-ACK timer fires. "Due" is a flag, not a queue: a caller that polls
-//! `poll_transmit` only once per burst sends one ACK per flow per burst
-//! (docs/architecture.md, "Receive path"), which
-//! for bursts of more than two segments is a stretch ACK; a caller that wants the strict
-//! every-second-segment rule polls after each segment.
+//! ACK policy (RFC 5681 §4.2, RFC 2018 §4, RFC 2883). In-order bulk: an ACK becomes due at
+//! every second in-order segment, at `end_of_burst`, or when the delayed-ACK timer fires;
+//! "due" is a flag, so a caller that polls `poll_transmit` once per burst sends one
+//! (stretch) ACK per flow per burst (docs/architecture.md, "Receive path"). Under loss every out-of-order segment,
+//! every segment that fills (part of) a hole and every duplicate gets its own ACK: when the
+//! next segment comes in, the ACK the previous one is owed is frozen (acknowledgment number
+//! and SACK blocks of that moment: the block holding the newest segment first, D-SACK first
+//! for a duplicate) into a bounded queue that `poll_transmit` empties before anything else,
+//! so a burst of reordered segments still yields one ACK each. No allocation per ACK.
 //!
 //! Receive window: the reassembly ring has `rcv_buf` octets indexed by sequence offset from
 //! RCV.NXT, so out-of-order octets sit inside the window at their own place and do not
 //! shrink it; the window offered is `rcv_buf` minus delivered-but-unreleased octets (zero
-//! unless [`TcpConfig::manual_release`]), rounded to the scale, never retracting the right
-//! edge (the kernel's included).
+//! unless [`TcpConfig::manual_release`]), at most what the store can take (its octet limit
+//! plus the octets the caller placed itself, which need no store), rounded to the scale,
+//! never retracting the right edge (the kernel's included). Every ACK re-offers it, so the
+//! ACK of a segment that fills a hole reopens the window at once.
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -151,6 +155,14 @@ struct Plan {
     retransmission: bool,
 }
 
+/// An ACK frozen for one segment: what it acknowledged and SACKed at that moment.
+#[derive(Debug, Clone, Copy)]
+struct AckSnap {
+    ack: SeqNumber,
+    sack: crate::wire::tcp::SackBlocks,
+    dsack: bool,
+}
+
 /// A TCP connection in a synchronized state, handed over from the kernel. See the module
 /// documentation for the caller's loop.
 #[derive(Debug)]
@@ -177,6 +189,12 @@ pub struct Connection {
     peer_fin_done: bool,
     segs_unacked: u32,
     ack_now: bool,
+    /// The latest segment is owed its own ACK (out of order, hole filling, duplicate).
+    ack_each: bool,
+    /// A duplicate to report first in the next ACK (RFC 2883).
+    dsack: Option<(SeqNumber, SeqNumber)>,
+    /// ACKs frozen for earlier segments, oldest first (bounded by `cfg.ack_queue`).
+    ack_queue: VecDeque<AckSnap>,
     window_update: bool,
     last_ack_sent: SeqNumber,
     sack_ok: bool,
@@ -210,6 +228,9 @@ pub struct Connection {
     rtx_pending: bool,
     /// Holes below this were retransmitted in the current recovery.
     rtx_next: SeqNumber,
+    /// The retransmission of the octet at SND.UNA in this recovery, and SND.MAX when it
+    /// left: a SACK above that SND.MAX means it was lost too (data sent after it arrived).
+    rtx_una: Option<(SeqNumber, SeqNumber)>,
     /// RFC 3042 limited transmit: new segments allowed beyond cwnd on early dup ACKs.
     limited_transmit: u32,
     scoreboard: Scoreboard,
@@ -279,6 +300,13 @@ impl Connection {
         let max_sack_blocks =
             cfg.max_sack_blocks
                 .min(if ts.is_some() { 3 } else { MAX_SACK_BLOCKS });
+        let rcv_mss = snd_mss.saturating_sub(ts_overhead).max(1);
+        // One range per MSS of the store: with full-sized segments the octet limit is reached
+        // first, however many holes a full window holds.
+        let max_ranges = match cfg.max_ooo_ranges {
+            0 => cfg.reassembly_limit.min(cfg.rcv_buf).div_ceil(rcv_mss) + 1,
+            n => n,
+        };
         let c = Connection {
             cfg: cfg.clone(),
             state: State::Established,
@@ -288,13 +316,16 @@ impl Connection {
             rcv_nxt: h.rcv_nxt,
             adv_edge,
             rcv_wscale: h.rcv_wscale,
-            rcv_mss: snd_mss.saturating_sub(ts_overhead).max(1),
-            store: Reassembly::new(cfg.rcv_buf, cfg.reassembly_limit, cfg.max_ooo_ranges),
+            rcv_mss,
+            store: Reassembly::new(cfg.rcv_buf, cfg.reassembly_limit, max_ranges),
             unreleased: 0,
             peer_fin: None,
             peer_fin_done: false,
             segs_unacked: 0,
             ack_now: false,
+            ack_each: false,
+            dsack: None,
+            ack_queue: VecDeque::with_capacity(cfg.ack_queue),
             window_update: false,
             last_ack_sent: h.rcv_nxt,
             sack_ok: h.sack_permitted,
@@ -320,6 +351,7 @@ impl Connection {
             recovery: None,
             rtx_pending: false,
             rtx_next: h.snd_nxt,
+            rtx_una: None,
             limited_transmit: 0,
             scoreboard: Scoreboard::default(),
             rtt: RttEstimator::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max),
@@ -385,9 +417,13 @@ impl Connection {
     pub fn snd_wnd(&self) -> u32 {
         self.snd_wnd
     }
-    /// Octets held out of order.
+    /// Octets held out of order (copied into the store; placed ones excluded).
     pub fn reassembly_stored(&self) -> usize {
         self.store.stored()
+    }
+    /// Disjoint out-of-order ranges held, and the most the table takes.
+    pub fn reassembly_ranges(&self) -> (usize, usize) {
+        (self.store.range_count(), self.store.max_ranges())
     }
     /// Octets that [`Connection::drain_reassembled`] would deliver now.
     pub fn reassembled_len(&self) -> usize {
@@ -490,6 +526,7 @@ impl Connection {
         self.cwnd = self.snd_mss;
         self.recovery = None;
         self.rtx_pending = false;
+        self.rtx_una = None;
         self.dupacks = 0;
         // The SACK information is kept (RFC 6675 §5.1 lets recovery after a timeout use it);
         // reneging is detected on ACKs instead (see `ack_new_data`).
@@ -517,6 +554,8 @@ impl Connection {
         self.state = State::Closed;
         self.timers.clear_all();
         self.ack_now = false;
+        self.ack_each = false;
+        self.ack_queue.clear();
         match error {
             Some(TcpError::Reset) => {
                 self.error = Some(TcpError::Reset);

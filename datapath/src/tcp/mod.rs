@@ -5,15 +5,20 @@
 //!
 //! * receive: RFC 9293 acceptability and trimming, PAWS (RFC 7323), RST/SYN/ACK checks of
 //!   RFC 5961, in-order delivery without a copy (a range of the caller's own payload), and a
-//!   bounded reassembly store for out-of-order octets, with SACK (RFC 2018);
-//! * ACKs: every second segment, at the end of each RX burst, at once on reordering or
-//!   duplicates, else a delayed-ACK timer; timestamps that continue the kernel's clock;
+//!   reassembly store for out-of-order octets bounded by memory (octets copied, one range
+//!   per MSS; placed octets free; far-end pruning), with SACK (RFC 2018) and D-SACK
+//!   (RFC 2883);
+//! * ACKs: in-order bulk every second segment or at the end of each RX burst, else a
+//!   delayed-ACK timer; under loss one ACK per out-of-order, hole-filling or duplicate
+//!   segment, frozen with the SACK blocks of its moment and queued (RFC 5681 §4.2);
+//!   timestamps that continue the kernel's clock;
 //! * window: what the buffers can really take, scaled, never retracted;
 //! * send: reliable delivery of the few octets the data path itself sends (RFC 6298 RTO with
 //!   backoff, RFC 5681 fast retransmit and congestion window, SACK-aware hole filling),
 //!   zero-window probes, FIN in both directions with every closing state.
 //!
-//! What it does not: the handshake (the kernel did it), urgent data, D-SACK, ECN.
+//! What it does not: the handshake (the kernel did it), urgent data, ECN; as a sender it
+//! ignores D-SACKs it receives.
 //!
 //! Files: [`config`] (hand-over snapshot, policy), `connection` (the state machine: types,
 //! construction, timers and events; `connection/rx.rs` receive, `ack.rs` ACK processing,

@@ -3,34 +3,61 @@
 //! A ring of `capacity` octets indexed by sequence offset from RCV.NXT: the octet with
 //! sequence number `s` lives at `(head + (s - RCV.NXT)) % capacity`, so data never moves once
 //! written, and in-order delivery from outside the store (zero-copy, straight from the
-//! caller's frame) only moves `head`. Beside it a small sorted table of disjoint,
-//! non-adjacent ranges says which octets are present, each with a recency stamp for SACK
-//! (RFC 2018 §4: first block = the most recently changed range).
+//! caller's frame) only moves `head`. Beside it two sorted tables of disjoint ranges: which
+//! octets are present (`ranges`, non-adjacent), and which of those the caller placed itself
+//! (`placed`, a subset, not copied and not counted against the octet limit).
 //!
-//! Bounds: octets held ≤ `limit`, ranges ≤ `max_ranges`; both tables are allocated once.
-//! The ring is zero-initialised memory (`calloc`), so its pages are only committed once a
-//! connection actually sees reordering.
+//! Bounds are by memory: copied octets ≤ `limit`; ranges ≤ `max_ranges` (the connection
+//! sizes it at one per MSS of the limit, so full-sized segments never reach it before the
+//! octets do); placed ranges ≤ `PLACED_PER_RANGE × max_ranges` (past that, placed octets are
+//! copied like the others). When a segment does not fit, ranges are pruned from the far end
+//! (highest sequence numbers first, as Linux prunes its out-of-order queue) as long as
+//! everything pruned lies above the new segment; otherwise the new segment is the farthest
+//! and is refused. Tables and ring are allocated once; the ring is zero-initialised memory
+//! (`calloc`), so its pages are only committed once a connection actually sees reordering.
+//!
+//! SACK (RFC 2018 §4): a small most-recently-changed list of sequence numbers, one inside
+//! each recently changed range; the first block is the range of the newest segment, then the
+//! most recently reported others, then the lowest ranges. D-SACK (RFC 2883) puts the
+//! duplicate first and, when it lies above RCV.NXT, its enclosing range second.
 
-use mpa::seq::SeqNumber;
+use std::collections::VecDeque;
 use std::ops::Range;
 
-use crate::wire::tcp::{SackBlock, SackBlocks};
+use mpa::seq::SeqNumber;
+
+use crate::wire::tcp::{SackBlock, SackBlocks, MAX_SACK_BLOCKS};
+
+/// Entries of the most-recently-changed list.
+const MRU: usize = 8;
+/// Placed ranges the table holds per present range.
+const PLACED_PER_RANGE: usize = 4;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct OooRange {
+struct Span {
     start: SeqNumber,
     end: SeqNumber,
-    stamp: u64,
+}
+
+impl Span {
+    fn len(&self) -> usize {
+        self.end.distance_from(self.start) as usize
+    }
 }
 
 /// What [`Reassembly::insert`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Insert {
-    /// Stored; `new` octets were not held before.
-    Stored { new: usize },
+    /// Stored; `new` octets were not held before; `dup` is the first part that was (for a
+    /// D-SACK, RFC 2883).
+    Stored {
+        new: usize,
+        dup: Option<(SeqNumber, SeqNumber)>,
+    },
     /// Every octet was held already.
     Duplicate,
-    /// Storing would exceed the octet limit or the range table: nothing was stored.
+    /// Storing would exceed the octet limit or the range table even after pruning what lies
+    /// above the segment: nothing was stored.
     Full,
 }
 
@@ -38,12 +65,22 @@ pub(crate) struct Reassembly {
     ring: Box<[u8]>,
     /// Ring index of RCV.NXT.
     head: usize,
-    /// Sorted by sequence (relative to RCV.NXT), disjoint, non-adjacent, all above RCV.NXT.
-    ranges: Vec<OooRange>,
+    /// Present octets: sorted, disjoint, non-adjacent, all above RCV.NXT.
+    ranges: VecDeque<Span>,
+    /// The parts of `ranges` the caller placed itself: sorted, disjoint.
+    placed: VecDeque<Span>,
     max_ranges: usize,
-    stored: usize,
+    /// Octets copied into the ring (what `limit` bounds).
+    copied: usize,
+    /// Octets in `placed`.
+    placed_octets: usize,
     limit: usize,
-    clock: u64,
+    /// One octet of each recently changed range, newest first (may be stale: looked up).
+    mru: [SeqNumber; MRU],
+    mru_len: usize,
+    /// Ranges and octets (copied or placed) pruned to make room.
+    pruned_ranges: u64,
+    pruned_octets: u64,
 }
 
 impl std::fmt::Debug for Reassembly {
@@ -52,10 +89,85 @@ impl std::fmt::Debug for Reassembly {
         f.debug_struct("Reassembly")
             .field("capacity", &self.ring.len())
             .field("head", &self.head)
-            .field("stored", &self.stored)
+            .field("copied", &self.copied)
+            .field("placed_octets", &self.placed_octets)
             .field("limit", &self.limit)
-            .field("ranges", &self.ranges)
+            .field("ranges", &self.ranges.len())
+            .field("placed", &self.placed.len())
             .finish()
+    }
+}
+
+/// `[i, j)`: the ranges of `v` touching or overlapping `[rs, re)` (offsets from `base`).
+fn touching(v: &VecDeque<Span>, base: SeqNumber, rs: u32, re: u32) -> (usize, usize) {
+    let i = v.partition_point(|r| r.end.distance_from(base) < rs);
+    let j = v.partition_point(|r| r.start.distance_from(base) <= re);
+    (i, j.max(i))
+}
+
+/// Adds `[s, e)` to `v`, merging what it touches.
+fn merge_in(v: &mut VecDeque<Span>, base: SeqNumber, s: SeqNumber, e: SeqNumber) {
+    let rel = |x: SeqNumber| x.distance_from(base);
+    let (rs, re) = (rel(s), rel(e));
+    let (i, j) = touching(v, base, rs, re);
+    if i == j {
+        v.insert(i, Span { start: s, end: e });
+        return;
+    }
+    let (first, last) = (v[i], v[j - 1]);
+    v[i] = Span {
+        start: if rel(first.start) < rs {
+            first.start
+        } else {
+            s
+        },
+        end: if rel(last.end) > re { last.end } else { e },
+    };
+    v.drain(i + 1..j);
+}
+
+/// Removes every octet of `v` below `nxt`; returns how many.
+fn trim_below(v: &mut VecDeque<Span>, nxt: SeqNumber) -> usize {
+    let mut gone = 0;
+    while let Some(r) = v.front_mut() {
+        if r.end <= nxt {
+            gone += r.len();
+            v.pop_front();
+        } else {
+            if r.start < nxt {
+                gone += nxt.distance_from(r.start) as usize;
+                r.start = nxt;
+            }
+            break;
+        }
+    }
+    gone
+}
+
+/// Calls `f` with each part of `[a, b)` (offsets from `base`) not held in `v[i..j]`.
+fn gaps(
+    v: &VecDeque<Span>,
+    (i, j): (usize, usize),
+    base: SeqNumber,
+    (a, b): (u32, u32),
+    mut f: impl FnMut(u32, u32),
+) {
+    let mut at = a;
+    for r in v.range(i..j) {
+        let (lo, hi) = (r.start.distance_from(base), r.end.distance_from(base));
+        if hi <= at {
+            continue;
+        }
+        if lo >= b {
+            break;
+        }
+        if lo > at {
+            f(at, lo);
+        }
+        at = hi;
+    }
+    if at < b {
+        f(at, b);
     }
 }
 
@@ -65,11 +177,16 @@ impl Reassembly {
         Reassembly {
             ring: vec![0u8; capacity.max(1)].into_boxed_slice(),
             head: 0,
-            ranges: Vec::with_capacity(max_ranges),
+            ranges: VecDeque::with_capacity(max_ranges),
+            placed: VecDeque::with_capacity(max_ranges * PLACED_PER_RANGE),
             max_ranges,
-            stored: 0,
+            copied: 0,
+            placed_octets: 0,
             limit: limit.min(capacity),
-            clock: 0,
+            mru: [SeqNumber(0); MRU],
+            mru_len: 0,
+            pruned_ranges: 0,
+            pruned_octets: 0,
         }
     }
 
@@ -78,9 +195,19 @@ impl Reassembly {
         self.ring.len()
     }
 
-    /// Octets held.
+    /// The octet limit on copied octets.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Octets copied into the store (placed ones excluded): what the limit bounds.
     pub(crate) fn stored(&self) -> usize {
-        self.stored
+        self.copied
+    }
+
+    /// Octets held that the caller placed itself.
+    pub(crate) fn placed(&self) -> usize {
+        self.placed_octets
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -88,9 +215,28 @@ impl Reassembly {
     }
 
     /// Number of disjoint ranges held.
-    #[cfg(test)]
     pub(crate) fn range_count(&self) -> usize {
         self.ranges.len()
+    }
+
+    /// The ranges held, as offsets from `rcv_nxt`.
+    #[cfg(test)]
+    pub(crate) fn held_offsets(&self, rcv_nxt: SeqNumber) -> Vec<Range<usize>> {
+        let rel = |x: SeqNumber| x.distance_from(rcv_nxt) as usize;
+        self.ranges
+            .iter()
+            .map(|r| rel(r.start)..rel(r.end))
+            .collect()
+    }
+
+    /// The most ranges held at once.
+    pub(crate) fn max_ranges(&self) -> usize {
+        self.max_ranges
+    }
+
+    /// (ranges, octets) pruned from the far end so far.
+    pub(crate) fn pruned(&self) -> (u64, u64) {
+        (self.pruned_ranges, self.pruned_octets)
     }
 
     /// Stores `data` at `seq`. Octets at or below `rcv_nxt` or at or beyond
@@ -100,9 +246,21 @@ impl Reassembly {
         self.insert_except(rcv_nxt, seq, data, &[])
     }
 
+    /// Octets of `placed` inside `[s, e)`, which is a whole range of `ranges` (so a placed
+    /// range is either inside it or outside).
+    fn placed_within(&self, s: SeqNumber, e: SeqNumber, base: SeqNumber) -> usize {
+        let rel = |x: SeqNumber| x.distance_from(base);
+        let (i, j) = touching(&self.placed, base, rel(s), rel(e));
+        self.placed
+            .range(i..j)
+            .filter(|p| p.start >= s && p.end <= e)
+            .map(Span::len)
+            .sum()
+    }
+
     /// As `insert`, but the octets of `data` inside `placed` (sorted, disjoint offset
     /// ranges) are only marked as present, not copied: their owner consumed them already
-    /// and skips them when they are drained.
+    /// and skips them when they are drained. They do not count against the octet limit.
     pub(crate) fn insert_except(
         &mut self,
         rcv_nxt: SeqNumber,
@@ -133,70 +291,145 @@ impl Reassembly {
         if data.is_empty() {
             return Insert::Duplicate;
         }
+        let base = rcv_nxt;
         let s = rcv_nxt + off as u32;
         let e = s + data.len();
-        let rel = |x: SeqNumber| x.distance_from(rcv_nxt);
+        let rel = |x: SeqNumber| x.distance_from(base);
         let (rs, re) = (rel(s), rel(e));
-        // Ranges touching or overlapping [s, e): i..j.
-        let i = self.ranges.partition_point(|r| rel(r.end) < rs);
-        let j = self.ranges.partition_point(|r| rel(r.start) <= re);
+        let (i, j) = touching(&self.ranges, base, rs, re);
         let mut held = 0usize;
-        for r in &self.ranges[i..j] {
+        let mut dup = None;
+        for r in self.ranges.range(i..j) {
             let lo = rel(r.start).max(rs);
             let hi = rel(r.end).min(re);
-            held += hi.saturating_sub(lo) as usize;
+            if hi > lo {
+                held += (hi - lo) as usize;
+                dup.get_or_insert((base + lo, base + hi));
+            }
         }
         let new = data.len() - held;
         if new == 0 {
             return Insert::Duplicate;
         }
-        if self.stored + new > self.limit || (i == j && self.ranges.len() >= self.max_ranges) {
-            return Insert::Full;
+        // Placed spans in offset space (`placed` is relative to the data as passed, of which
+        // `front` octets were trimmed as old), clipped to what is kept. A span whose new
+        // parts do not fit the placed table is copied instead.
+        let span_at = |r: &Range<usize>| {
+            let a = r.start.saturating_sub(front).min(data.len());
+            let b = r.end.saturating_sub(front).min(data.len());
+            (off as u32 + a as u32, off as u32 + b as u32)
+        };
+        let placed_room = self.max_ranges * PLACED_PER_RANGE;
+        let mut accepted = 0usize; // spans taken, a prefix of `placed`
+        let mut pieces = 0usize;
+        let mut new_placed = 0usize;
+        for r in placed {
+            let (a, b) = span_at(r);
+            let (mut n, mut octets) = (0usize, 0usize);
+            gaps(&self.ranges, (i, j), base, (a, b), |x, y| {
+                n += 1;
+                octets += (y - x) as usize;
+            });
+            if self.placed.len() + pieces + n > placed_room {
+                break;
+            }
+            accepted += 1;
+            pieces += n;
+            new_placed += octets;
         }
-        // Copy what was not placed (`placed` is relative to the data as passed, of which
-        // `front` octets were trimmed as old).
+        let placed = &placed[..accepted];
+        let new_copied = new - new_placed;
+        // Room: prune whole ranges from the far end, all strictly above this segment.
+        let extra_range = usize::from(i == j);
+        let (mut k, mut freed, mut pb) = (0usize, 0usize, self.placed.len());
+        while self.copied + new_copied - freed.min(self.copied) > self.limit
+            || self.ranges.len() - k + extra_range > self.max_ranges
+        {
+            let n = self.ranges.len() - k;
+            if n <= j {
+                return Insert::Full;
+            }
+            let r = self.ranges[n - 1];
+            let mut p = 0;
+            while pb > 0 && self.placed[pb - 1].start >= r.start {
+                p += self.placed[pb - 1].len();
+                pb -= 1;
+            }
+            freed += r.len() - p;
+            k += 1;
+        }
+        for _ in 0..k {
+            if let Some(r) = self.ranges.pop_back() {
+                let p = self.placed_within(r.start, r.end, base);
+                while self.placed.back().is_some_and(|x| x.start >= r.start) {
+                    self.placed.pop_back();
+                }
+                self.placed_octets -= p;
+                self.copied -= r.len() - p;
+                self.pruned_ranges += 1;
+                self.pruned_octets += r.len() as u64;
+            }
+        }
+        // Copy what was not placed.
         let mut at = 0usize;
         for r in placed {
-            let s = r.start.saturating_sub(front).min(data.len());
-            let e = r.end.saturating_sub(front).min(data.len());
-            if s > at {
-                self.copy_in(off as usize + at, &data[at..s]);
+            let (a, b) = span_at(r);
+            let (a, b) = ((a - off as u32) as usize, (b - off as u32) as usize);
+            if a > at {
+                self.copy_in(off as usize + at, &data[at..a]);
             }
-            at = at.max(e);
+            at = at.max(b);
         }
         if at < data.len() {
             self.copy_in(off as usize + at, &data[at..]);
         }
-        self.clock += 1;
-        let merged = if i == j {
-            OooRange {
-                start: s,
-                end: e,
-                stamp: self.clock,
-            }
-        } else {
-            let first = self.ranges[i];
-            let last = self.ranges[j - 1];
-            OooRange {
-                start: if rel(first.start) < rs {
-                    first.start
-                } else {
-                    s
-                },
-                end: if rel(last.end) > re { last.end } else { e },
-                stamp: self.clock,
-            }
-        };
-        if i == j {
-            self.ranges.insert(i, merged);
-        } else {
-            self.ranges[i] = merged;
-            self.ranges.drain(i + 1..j);
+        // Mark the new placed parts.
+        let Reassembly {
+            ranges,
+            placed: table,
+            placed_octets,
+            ..
+        } = self;
+        for r in placed {
+            gaps(ranges, (i, j), base, span_at(r), |x, y| {
+                merge_in(table, base, base + x, base + y);
+                *placed_octets += (y - x) as usize;
+            });
         }
-        self.stored += new;
-        Insert::Stored { new }
+        merge_in(&mut self.ranges, base, s, e);
+        self.copied += new_copied;
+        self.touch(base, e + u32::MAX); // e - 1: inside the merged range
+        Insert::Stored { new, dup }
     }
 
+    /// Moves the range holding `seq` to the front of the most-recently-changed list, and
+    /// forgets entries of the same range or of none.
+    fn touch(&mut self, base: SeqNumber, seq: SeqNumber) {
+        let this = self.find(base, seq);
+        let mut keep = [seq; MRU];
+        let mut n = 1;
+        for k in 0..self.mru_len {
+            let p = self.mru[k];
+            if n == MRU {
+                break;
+            }
+            let at = self.find(base, p);
+            if at.is_some() && at != this {
+                keep[n] = p;
+                n += 1;
+            }
+        }
+        self.mru = keep;
+        self.mru_len = n;
+    }
+
+    /// The index of the range holding `seq`, comparing offsets from `base` (at or below the
+    /// lowest range).
+    fn find(&self, base: SeqNumber, seq: SeqNumber) -> Option<usize> {
+        let rel = |x: SeqNumber| x.distance_from(base);
+        let k = self.ranges.partition_point(|r| rel(r.end) <= rel(seq));
+        (k < self.ranges.len() && rel(self.ranges[k].start) <= rel(seq)).then_some(k)
+    }
     fn copy_in(&mut self, off: usize, data: &[u8]) {
         let cap = self.ring.len();
         let pos = (self.head + off) % cap;
@@ -212,26 +445,16 @@ impl Reassembly {
         if self.ranges.is_empty() {
             return;
         }
-        let mut gone = 0;
-        for r in self.ranges.iter_mut() {
-            if r.end <= new_nxt {
-                self.stored -= r.end.distance_from(r.start) as usize;
-                gone += 1;
-            } else {
-                if r.start < new_nxt {
-                    self.stored -= new_nxt.distance_from(r.start) as usize;
-                    r.start = new_nxt;
-                }
-                break;
-            }
-        }
-        self.ranges.drain(..gone);
+        let gone = trim_below(&mut self.ranges, new_nxt);
+        let p = trim_below(&mut self.placed, new_nxt);
+        self.placed_octets -= p;
+        self.copied -= gone - p;
     }
 
     /// Octets that can be drained at `rcv_nxt`.
     pub(crate) fn readable(&self, rcv_nxt: SeqNumber) -> usize {
-        match self.ranges.first() {
-            Some(r) if r.start == rcv_nxt => r.end.distance_from(r.start) as usize,
+        match self.ranges.front() {
+            Some(r) if r.start == rcv_nxt => r.len(),
             _ => 0,
         }
     }
@@ -250,29 +473,53 @@ impl Reassembly {
             f(&self.ring[..n - first]);
         }
         self.head = (self.head + n) % cap;
-        self.stored -= n;
-        self.ranges.remove(0);
+        self.ranges.pop_front();
+        let p = trim_below(&mut self.placed, rcv_nxt + n);
+        self.placed_octets -= p;
+        self.copied -= n - p;
         n
     }
 
-    /// Fills `out` with up to `max` blocks, most recently changed first (RFC 2018 §4).
-    pub(crate) fn sack_blocks(&self, max: usize, out: &mut SackBlocks) {
+    /// Fills `out` with up to `max` blocks (RFC 2018 §4): with a D-SACK (RFC 2883) the
+    /// duplicate first and the range enclosing it second; then the most recently changed
+    /// ranges, newest first; then the lowest others. No allocation; a few binary searches.
+    pub(crate) fn sack_blocks(
+        &self,
+        rcv_nxt: SeqNumber,
+        max: usize,
+        dsack: Option<(SeqNumber, SeqNumber)>,
+        out: &mut SackBlocks,
+    ) {
         out.clear();
-        let mut below = u64::MAX;
-        for _ in 0..max {
-            let Some(r) = self
-                .ranges
-                .iter()
-                .filter(|r| r.stamp < below)
-                .max_by_key(|r| r.stamp)
-            else {
-                break;
-            };
-            below = r.stamp;
+        let max = max.min(MAX_SACK_BLOCKS);
+        let mut used = [usize::MAX; MAX_SACK_BLOCKS];
+        let push = |out: &mut SackBlocks, k: usize, used: &mut [usize; MAX_SACK_BLOCKS]| {
+            if out.len() >= max || used.contains(&k) {
+                return;
+            }
+            let r = self.ranges[k];
+            used[out.len()] = k;
             out.push(SackBlock {
                 left: r.start,
                 right: r.end,
             });
+        };
+        if let Some((l, r)) = dsack.filter(|_| max > 0) {
+            out.push(SackBlock { left: l, right: r });
+            if let Some(k) = self.find(rcv_nxt, l) {
+                push(out, k, &mut used);
+            }
+        }
+        for &p in &self.mru[..self.mru_len] {
+            if let Some(k) = self.find(rcv_nxt, p) {
+                push(out, k, &mut used);
+            }
+        }
+        for k in 0..self.ranges.len() {
+            if out.len() >= max {
+                break;
+            }
+            push(out, k, &mut used);
         }
     }
 }
@@ -300,10 +547,10 @@ mod tests {
         // Octets 4..10 and 12..15 of the segment were placed by the caller.
         assert_eq!(
             r.insert_except(base, base + 5u32, &data, &[4..10, 12..15]),
-            Insert::Stored { new: 20 }
+            Insert::Stored { new: 20, dup: None }
         );
         let mut sb = SackBlocks::new();
-        r.sack_blocks(4, &mut sb);
+        r.sack_blocks(base, 4, None, &mut sb);
         assert_eq!(
             sb.as_slice(),
             &[SackBlock {
@@ -329,7 +576,7 @@ mod tests {
                 &data[..8],
                 std::slice::from_ref(&(3..5))
             ),
-            Insert::Stored { new: 6 }
+            Insert::Stored { new: 6, dup: None }
         );
         let mut out = Vec::new();
         let mut nxt = base;
@@ -345,22 +592,25 @@ mod tests {
         // [4,8) then [10,12) then [6,11) bridging both.
         assert_eq!(
             r.insert(base, base + 4u32, &data[4..8]),
-            Insert::Stored { new: 4 }
+            Insert::Stored { new: 4, dup: None }
         );
         assert_eq!(
             r.insert(base, base + 10u32, &data[10..12]),
-            Insert::Stored { new: 2 }
+            Insert::Stored { new: 2, dup: None }
         );
         assert_eq!(r.range_count(), 2);
         assert_eq!(
             r.insert(base, base + 6u32, &data[6..11]),
-            Insert::Stored { new: 2 }
+            Insert::Stored {
+                new: 2,
+                dup: Some((base + 6u32, base + 8u32))
+            }
         );
         assert_eq!(r.range_count(), 1);
         assert_eq!(r.stored(), 8);
         assert_eq!(r.insert(base, base + 5u32, &data[5..9]), Insert::Duplicate);
         let mut sb = SackBlocks::new();
-        r.sack_blocks(4, &mut sb);
+        r.sack_blocks(base, 4, None, &mut sb);
         assert_eq!(
             sb.as_slice(),
             &[SackBlock {
@@ -380,7 +630,7 @@ mod tests {
         let more: Vec<u8> = (100..120u8).collect();
         assert_eq!(
             r.insert(nxt, nxt + 2u32, &more[2..10]),
-            Insert::Stored { new: 8 }
+            Insert::Stored { new: 8, dup: None }
         );
         r.advance(nxt + 2u32, 2);
         nxt = nxt + 2u32;
@@ -395,20 +645,20 @@ mod tests {
         let mut r = Reassembly::new(100, 10, 2);
         assert_eq!(
             r.insert(nxt, nxt + 1u32, &[1; 6]),
-            Insert::Stored { new: 6 }
+            Insert::Stored { new: 6, dup: None }
         );
         // 6 + 5 > 10
         assert_eq!(r.insert(nxt, nxt + 20u32, &[2; 5]), Insert::Full);
         assert_eq!(
             r.insert(nxt, nxt + 20u32, &[2; 2]),
-            Insert::Stored { new: 2 }
+            Insert::Stored { new: 2, dup: None }
         );
         // a third range
         assert_eq!(r.insert(nxt, nxt + 40u32, &[3; 1]), Insert::Full);
         // but extending an existing one is fine
         assert_eq!(
             r.insert(nxt, nxt + 7u32, &[1; 2]),
-            Insert::Stored { new: 2 }
+            Insert::Stored { new: 2, dup: None }
         );
         assert_eq!(r.stored(), 10);
         // beyond the ring: refused, never indexed
@@ -417,7 +667,7 @@ mod tests {
         let mut r = Reassembly::new(100, 100, 4);
         assert_eq!(
             r.insert(nxt, nxt + 98u32, &[9; 5]),
-            Insert::Stored { new: 2 }
+            Insert::Stored { new: 2, dup: None }
         );
         // before rcv_nxt: old octets skipped
         assert_eq!(
@@ -427,7 +677,7 @@ mod tests {
         // ... and what is left starts at rcv_nxt: stored, readable at once.
         assert_eq!(
             r.insert(nxt, SeqNumber(997), &[9; 5]),
-            Insert::Stored { new: 2 }
+            Insert::Stored { new: 2, dup: None }
         );
         assert_eq!(r.readable(nxt), 2);
     }
@@ -452,7 +702,7 @@ mod tests {
         }
         r.insert(nxt, SeqNumber(310), &[0; 10]); // touches [300,310): most recent
         let mut sb = SackBlocks::new();
-        r.sack_blocks(3, &mut sb);
+        r.sack_blocks(nxt, 3, None, &mut sb);
         let lefts: Vec<u32> = sb.as_slice().iter().map(|b| b.left.0).collect();
         assert_eq!(lefts, [300, 900, 700]);
         assert_eq!(sb.as_slice()[0].right, SeqNumber(320));
@@ -498,9 +748,20 @@ mod tests {
                         let e = (s + len).min(nxt + cap);
                         let new_in_model = (s..e).filter(|&k| !held[k]).count();
                         match res {
-                            Insert::Stored { new } => {
+                            Insert::Stored { new, .. } => {
                                 prop_assert_eq!(new, new_in_model);
                                 for h in &mut held[s..e] { *h = true; }
+                                // Pruning took whole ranges from the far end, all above
+                                // this segment: the model follows the store there.
+                                let now = r.held_offsets(base + nxt);
+                                for (k, h) in held.iter_mut().enumerate().skip(nxt) {
+                                    let in_store = now.iter().any(|x| x.contains(&(k - nxt)));
+                                    if *h && !in_store {
+                                        prop_assert!(k >= e, "pruned at or below the segment");
+                                        *h = false;
+                                    }
+                                    prop_assert_eq!(*h, in_store);
+                                }
                             }
                             Insert::Duplicate => prop_assert_eq!(new_in_model, 0),
                             Insert::Full => prop_assert!(new_in_model > 0),
@@ -515,6 +776,7 @@ mod tests {
                 }
                 prop_assert!(r.stored() <= limit);
                 prop_assert!(r.range_count() <= 6);
+                prop_assert_eq!(r.placed(), 0);
                 prop_assert_eq!(r.stored(), held.iter().filter(|&&h| h).count());
                 loop {
                     let before = out.len();

@@ -18,7 +18,8 @@ pub enum DropReason {
     BadRst,
     /// SYN on an established connection: answered with a challenge ACK (RFC 5961 §4.2).
     Syn,
-    /// Out-of-order octets did not fit the reassembly limit or range table.
+    /// Out-of-order octets did not fit the reassembly limit or range table, even after
+    /// pruning everything above them.
     ReassemblyFull,
     /// Data after the peer's FIN, or any segment after the connection closed.
     AfterClose,
@@ -66,8 +67,14 @@ pub struct TcpStats {
     pub octets_delivered: u64,
     /// Octets delivered from the reassembly store.
     pub octets_reassembled: u64,
-    /// Most octets the reassembly store held at once (placed-only ranges included).
+    /// Most octets the reassembly store held copied at once (placed ranges excluded).
     pub store_high_water: u64,
+    /// Most disjoint out-of-order ranges held at once.
+    pub ooo_ranges_high_water: u64,
+    /// Out-of-order ranges pruned from the far end to make room for lower segments.
+    pub ooo_pruned_ranges: u64,
+    /// Octets in those ranges (copied or placed; the peer sends them again).
+    pub ooo_pruned_octets: u64,
     /// Drops by reason.
     pub dropped: DropCounters,
     /// RSTs that reset the connection.
@@ -80,6 +87,12 @@ pub struct TcpStats {
     pub acks_sent: u64,
     /// SACK blocks sent, summed over segments.
     pub sack_blocks_sent: u64,
+    /// Segments sent whose first SACK block is a D-SACK (RFC 2883).
+    pub dsacks_sent: u64,
+    /// ACKs queued for an individual out-of-order, hole-filling or duplicate segment.
+    pub acks_queued: u64,
+    /// Such ACKs merged into a later one because the queue was full.
+    pub acks_merged: u64,
     /// Challenge ACKs sent (RFC 5961).
     pub challenge_acks: u64,
     /// Challenge ACKs suppressed by the rate limit.
@@ -92,6 +105,8 @@ pub struct TcpStats {
     pub fast_retransmits: u64,
     /// Retransmission timeouts.
     pub rto_expiries: u64,
+    /// Retransmissions found lost by SACKs of later data, and sent again without a timeout.
+    pub lost_retransmits: u64,
     /// Zero-window probes sent.
     pub window_probes: u64,
     /// Duplicate ACKs received (RFC 5681 §2 definition).

@@ -59,6 +59,19 @@ impl Connection {
                 self.limited_transmit += 1;
             }
         }
+        // A lost retransmission (as Linux's lost-retransmit detection): the hole at SND.UNA
+        // was resent, and data sent after it has been SACKed while the hole stays: resend it
+        // now rather than wait for the timeout.
+        if let (Some((hole, high)), Some(_), Some(sacked)) =
+            (self.rtx_una, self.recovery, self.scoreboard.highest())
+        {
+            if self.snd_una == hole && sacked > high {
+                self.rtx_una = None;
+                self.rtx_next = self.snd_una;
+                self.rtx_pending = true;
+                self.stats.lost_retransmits += 1;
+            }
+        }
         if sack_news && self.recovery.is_none() {
             // RFC 6675 §4 IsLost: more than (DupThresh - 1) * SMSS SACKed above the hole.
             if self.scoreboard.sacked() > (self.dupthresh() as usize - 1) * self.snd_mss {
@@ -105,6 +118,7 @@ impl Connection {
         }
 
         self.sndbuf.consume(acked.min(self.sndbuf.len()));
+        self.rtx_una = None;
         self.snd_una = ack;
         if self.snd_nxt < ack {
             self.snd_nxt = ack;

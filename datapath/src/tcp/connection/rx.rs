@@ -34,6 +34,9 @@ impl Connection {
         place: &mut dyn FnMut(SeqNumber, &[u8], &mut PlacedSpans),
     ) -> SegmentOutcome {
         self.now = now;
+        // The previous segment's own ACK, if it is owed one, is frozen before this one
+        // changes the state.
+        self.freeze_ack();
         self.stats.segs_in += 1;
         self.stats.octets_in += payload.len() as u64;
         let flags = repr.flags;
@@ -97,6 +100,11 @@ impl Connection {
                 }
                 if seg_len > 0 && seq + seg_len <= self.rcv_nxt {
                     self.stats.dup_full += 1;
+                    if !payload.is_empty() {
+                        // RFC 2883: report the duplicate, in its own ACK.
+                        self.dsack = Some((seq, seq + payload.len()));
+                        self.ack_each = true;
+                    }
                     return self.drop(DropReason::Duplicate);
                 }
                 return self.drop(DropReason::OutOfWindow);
@@ -300,6 +308,9 @@ impl Connection {
             if len > 0 {
                 if skip > 0 {
                     self.stats.dup_partial += 1;
+                    // RFC 2883: the old part is a duplicate (as Linux reports it).
+                    self.dsack = Some((seq, start));
+                    self.ack_each = true;
                 }
                 self.stats.in_order_segs += 1;
                 out.in_order = skip..skip + len;
@@ -309,7 +320,7 @@ impl Connection {
                 self.delivered(len);
                 if had_ooo {
                     // RFC 5681 §4.2: ACK at once a segment that fills (part of) a gap.
-                    self.ack_now = true;
+                    self.ack_each = true;
                 } else {
                     self.segs_unacked += 1;
                     if self.segs_unacked >= self.cfg.ack_every_segments {
@@ -324,27 +335,38 @@ impl Connection {
             out.reassembled = self.store.readable(self.rcv_nxt);
         } else if len > 0 {
             // Out of order: the caller may place parts itself; the rest is copied into the
-            // store. RFC 5681 §4.2: ACK at once.
-            self.ack_now = true;
+            // store. RFC 5681 §4.2: ACK at once, this segment's own ACK.
+            self.ack_each = true;
             let data = &payload[skip..skip + len];
             let mut spans = PlacedSpans::default();
             if self.rcv_nxt + self.store.capacity() > start {
                 place(start, data, &mut spans);
             }
+            let pruned = self.store.pruned();
             match self
                 .store
                 .insert_except(self.rcv_nxt, start, data, spans.as_slice())
             {
-                Insert::Stored { new } => {
+                Insert::Stored { new, dup } => {
                     self.stats.ooo_segs += 1;
                     self.stats.store_high_water =
                         self.stats.store_high_water.max(self.store.stored() as u64);
+                    self.stats.ooo_ranges_high_water = self
+                        .stats
+                        .ooo_ranges_high_water
+                        .max(self.store.range_count() as u64);
                     if new < len || skip > 0 {
                         self.stats.dup_partial += 1;
+                    }
+                    if skip > 0 {
+                        self.dsack = Some((seq, start));
+                    } else if dup.is_some() {
+                        self.dsack = dup;
                     }
                 }
                 Insert::Duplicate => {
                     self.stats.dup_full += 1;
+                    self.dsack = Some((seq, start + len));
                     out.dropped = Some(DropReason::Duplicate);
                 }
                 Insert::Full => {
@@ -357,6 +379,9 @@ impl Connection {
                     );
                 }
             }
+            let now_pruned = self.store.pruned();
+            self.stats.ooo_pruned_ranges += now_pruned.0 - pruned.0;
+            self.stats.ooo_pruned_octets += now_pruned.1 - pruned.1;
         } else if !fin {
             self.ack_now = true;
         }
@@ -393,7 +418,7 @@ impl Connection {
         if total > 0 {
             self.delivered(total);
             self.stats.octets_reassembled += total as u64;
-            self.ack_now = true;
+            self.ack_each = true;
             self.check_peer_fin(self.now);
         }
         total
@@ -449,7 +474,8 @@ impl Connection {
     }
 
     /// Called by the poll loop after a burst of received segments: sends the pending ACK
-    /// (one per flow per burst).
+    /// (one per flow per burst for in-order bulk; the ACKs owed to individual segments were
+    /// queued as they came).
     pub fn end_of_burst(&mut self, now: Instant) {
         self.now = now;
         if self.segs_unacked > 0 || self.timers.is_set(Timer::DelayedAck) {
@@ -457,11 +483,51 @@ impl Connection {
         }
     }
 
+    /// Freezes the ACK the latest segment is owed (see the module documentation); when the
+    /// queue is full it stays owed and merges into the next.
+    pub(super) fn freeze_ack(&mut self) {
+        if !self.ack_each || self.state == State::Closed {
+            return;
+        }
+        if self.ack_queue.len() >= self.cfg.ack_queue {
+            self.stats.acks_merged += 1;
+            return;
+        }
+        let mut sack = crate::wire::tcp::SackBlocks::new();
+        self.sack_now(&mut sack);
+        self.ack_queue.push_back(AckSnap {
+            ack: self.rcv_nxt,
+            sack,
+            dsack: self.dsack.is_some() && !sack.is_empty(),
+        });
+        self.stats.acks_queued += 1;
+        // That ACK acknowledges everything so far.
+        self.ack_each = false;
+        self.ack_now = false;
+        self.dsack = None;
+        self.segs_unacked = 0;
+        self.timers.clear(Timer::DelayedAck);
+    }
+
+    /// The SACK blocks for an ACK sent now (pending D-SACK first).
+    pub(super) fn sack_now(&self, out: &mut crate::wire::tcp::SackBlocks) {
+        out.clear();
+        if self.sack_ok && (!self.store.is_empty() || self.dsack.is_some()) {
+            self.store
+                .sack_blocks(self.rcv_nxt, self.max_sack_blocks, self.dsack, out);
+        }
+    }
+
+    /// What the buffers can take: the ring less delivered-but-unreleased octets, at most the
+    /// store's octet limit plus the octets placed by the caller (they need no store), so that
+    /// a sender within the window never meets a full store.
     pub(super) fn free_window(&self) -> usize {
         let max_field = 65535usize << self.rcv_wscale;
+        let by_store = self.store.limit() + self.store.placed();
         self.store
             .capacity()
             .saturating_sub(self.unreleased)
+            .min(by_store)
             .min(max_field)
     }
 
@@ -480,7 +546,10 @@ impl Connection {
         let cur = self.adv_edge.distance_from(self.rcv_nxt) as usize;
         let want = self.free_window();
         let mut wnd = cur;
-        if want > cur && (want - cur >= self.sws_threshold() || want == self.store.capacity()) {
+        if want > cur
+            && (want - cur >= self.sws_threshold()
+                || want >= self.store.capacity().min(self.store.limit()))
+        {
             // Round down to what the shift can say ...
             wnd = (want >> ws) << ws;
         }

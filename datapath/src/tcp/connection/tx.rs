@@ -184,10 +184,9 @@ impl Connection {
                 },
             });
         }
-        if self.sack_ok && !self.store.is_empty() {
-            // RFC 2018 §4: SACK in every ACK while holes exist; first block the most recent.
-            self.store.sack_blocks(self.max_sack_blocks, &mut o.sack);
-        }
+        // RFC 2018 §4: SACK in every ACK while holes exist; first block the most recent
+        // (RFC 2883: a pending D-SACK before it).
+        self.sack_now(&mut o.sack);
         o
     }
 
@@ -220,6 +219,12 @@ impl Connection {
         if self.state == State::Closed {
             return None;
         }
+        if let Some(snap) = self.ack_queue.pop_front() {
+            // An ACK frozen for an earlier segment goes first, as if sent then.
+            let mut opts = self.options(now);
+            opts.sack = snap.sack;
+            return self.transmit_frozen(buf, opts, snap);
+        }
         let opts = self.options(now);
         let room = self.payload_room(opts.emitted_len(), buf.len());
 
@@ -251,13 +256,62 @@ impl Connection {
             let seq = self.snd_una + u32::MAX;
             return self.transmit(now, buf, opts, seq, 0, false, None);
         }
-        if self.ack_now {
+        if self.ack_now || self.ack_each {
             if self.window_update {
                 self.stats.window_updates += 1;
             }
             return self.transmit(now, buf, opts, self.snd_nxt, 0, false, None);
         }
         None
+    }
+
+    /// Writes a pure ACK frozen for an earlier segment: its acknowledgment number and SACK
+    /// blocks, the current timestamps, and the advertised right edge expressed from its
+    /// acknowledgment number (rounded up: the edge never appears to retract).
+    fn transmit_frozen(
+        &mut self,
+        buf: &mut [u8],
+        options: TcpOptions,
+        snap: AckSnap,
+    ) -> Option<Transmit> {
+        self.advertise();
+        let ws = u32::from(self.rcv_wscale);
+        let wnd = if self.adv_edge > snap.ack {
+            self.adv_edge.distance_from(snap.ack) as usize
+        } else {
+            0
+        };
+        let window_len = wnd.div_ceil(1 << ws).min(65535) as u16;
+        let repr = TcpRepr {
+            src_port: self.local_port,
+            dst_port: self.remote_port,
+            seq_number: self.snd_nxt,
+            ack_number: Some(snap.ack),
+            flags: TcpFlags::empty(),
+            window_len,
+            urgent_at: 0,
+            options,
+        };
+        let header_len = match repr.emit(&mut TcpPacket::new_unchecked(&mut *buf)) {
+            Ok(n) => n,
+            Err(e) => {
+                warn!(error = %e, have = buf.len(), "tcp: transmit buffer too small");
+                return None;
+            }
+        };
+        if snap.ack > self.last_ack_sent {
+            self.last_ack_sent = snap.ack;
+        }
+        self.stats.segs_out += 1;
+        self.stats.acks_sent += 1;
+        self.stats.sack_blocks_sent += repr.options.sack.len() as u64;
+        self.stats.dsacks_sent += u64::from(snap.dsack);
+        trace!(ack = %snap.ack, wnd = window_len, sack = ?repr.options.sack, "tcp: tx frozen ack");
+        Some(Transmit {
+            repr,
+            header_len,
+            payload_len: 0,
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -303,6 +357,11 @@ impl Connection {
         }
 
         // Bookkeeping: this segment carries the current ACK and window.
+        if self.dsack.is_some() && !repr.options.sack.is_empty() {
+            self.stats.dsacks_sent += 1;
+        }
+        self.dsack = None;
+        self.ack_each = false;
         self.ack_now = false;
         self.window_update = false;
         self.segs_unacked = 0;
@@ -315,6 +374,9 @@ impl Connection {
             let end = seq + p.len + u32::from(p.fin);
             if p.retransmission {
                 self.stats.retransmissions += 1;
+                if self.recovery.is_some() && seq == self.snd_una {
+                    self.rtx_una = Some((seq, self.snd_max));
+                }
                 // Karn: a retransmission invalidates the running sample.
                 self.rtt_probe = None;
                 if self.recovery.is_some() && end > self.rtx_next {

@@ -183,11 +183,23 @@ fn sack_block_count_fits_the_option_space() {
             feed(&mut c, t0, &p.data(off, 50).0, &p.data(off, 50).1);
         }
         let tx = drain_tx(&mut c, t0);
-        assert_eq!(tx.len(), 1);
+        // One ACK per out-of-order segment (RFC 5681 §4.2), each frozen at its moment.
+        assert_eq!(tx.len(), 6);
+        for (k, a) in tx.iter().enumerate() {
+            let off = (2 * k as u32 + 1) * 100;
+            assert_eq!(a.sack()[0].left, p.base + off, "its own segment first");
+            assert_eq!(a.sack().len(), (k + 1).min(if ts { 3 } else { 4 }));
+        }
+        let last = &tx[5];
         // RFC 2018 §3: 4 blocks fit without timestamps, 3 with.
-        assert_eq!(tx[0].sack().len(), if ts { 3 } else { 4 });
-        assert_eq!(tx[0].sack()[0].left, p.base + 1100u32, "most recent first");
-        assert!(tx[0].repr.header_len() <= 60);
+        assert_eq!(last.sack().len(), if ts { 3 } else { 4 });
+        assert_eq!(last.sack()[0].left, p.base + 1100u32, "most recent first");
+        assert_eq!(
+            last.sack()[1].left,
+            p.base + 900u32,
+            "then the most recently reported"
+        );
+        assert!(last.repr.header_len() <= 60);
     }
 }
 
@@ -533,8 +545,11 @@ fn passive_close_after_out_of_order_fin() {
     assert_eq!(c.state(), State::CloseWait);
     let fin_ack = p.base + (3 * s + 1) as u32;
     let tx = drain_tx(&mut c, t0);
-    assert_eq!(tx.len(), 1);
-    assert_eq!(tx[0].ack(), fin_ack);
+    // The out-of-order segment's own ACK (SACKing it), then the current one.
+    assert_eq!(tx.len(), 2);
+    assert_eq!(tx[0].ack(), p.base + s as u32);
+    assert_eq!(tx[0].sack()[0].left, p.base + 2 * s as u32);
+    assert_eq!(tx[1].ack(), fin_ack);
     // We may still send; then close: LAST-ACK, FIN on the data.
     assert_eq!(c.send(b"bye"), 3);
     c.close();
@@ -977,4 +992,268 @@ proptest! {
             while c.poll_event().is_some() {}
         }
     }
+}
+
+// ---------------------------------------------------------------- ACKs and the store under loss
+
+/// A burst of out-of-order segments: each gets its own ACK carrying the SACK information of
+/// its moment, its own block first (RFC 5681 §4.2, RFC 2018 §4), even though the caller polls
+/// once per burst; the segment that fills the hole is ACKed at once; in-order bulk after that
+/// keeps one ACK per burst.
+#[test]
+fn every_out_of_order_segment_gets_its_own_ack() {
+    let t0 = Instant::now();
+    let mut c = conn(t0, true, &cfg());
+    let p = Peer::new(true);
+    let s = SEG as u64;
+    let seq = |k: u64| p.base + (k * s) as u32;
+    // Segments 1, 3, 4, 6 arrive in one burst (0, 2, 5 lost).
+    for k in [1u64, 3, 4, 6] {
+        feed(&mut c, t0, &p.data(k * s, SEG).0, &p.data(k * s, SEG).1);
+    }
+    c.end_of_burst(t0);
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 4, "one ACK per out-of-order segment");
+    let firsts: Vec<(SeqNumber, SeqNumber)> = tx
+        .iter()
+        .map(|a| (a.sack()[0].left, a.sack()[0].right))
+        .collect();
+    assert_eq!(
+        firsts,
+        [
+            (seq(1), seq(2)),
+            (seq(3), seq(4)),
+            (seq(3), seq(5)),
+            (seq(6), seq(7))
+        ]
+    );
+    assert_eq!(tx[3].sack().len(), 3);
+    assert_eq!(
+        tx[3].sack()[1].left,
+        seq(3),
+        "then the most recently reported"
+    );
+    assert_eq!(tx[3].sack()[2].left, seq(1));
+    for a in &tx {
+        assert!(a.is_pure_ack());
+        assert_eq!(a.ack(), seq(0), "duplicate ACKs");
+        assert_eq!(
+            a.repr.window_len, tx[0].repr.window_len,
+            "same window: dup ACKs"
+        );
+    }
+    assert_eq!(c.stats().acks_queued, 3, "the last one is the burst's own");
+    // The first hole fills: one ACK at once, with the remaining holes.
+    feed(&mut c, t0, &p.data(0, SEG).0, &p.data(0, SEG).1);
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 1);
+    assert_eq!(tx[0].ack(), seq(2));
+    // It advanced RCV.NXT: no block of its own; the most recently reported first.
+    assert_eq!(tx[0].sack()[0].left, seq(6));
+    assert_eq!(tx[0].sack()[1].left, seq(3));
+    // Part of the next hole (not at RCV.NXT) fills: its own ACK too.
+    feed(&mut c, t0, &p.data(5 * s, SEG).0, &p.data(5 * s, SEG).1);
+    feed(&mut c, t0, &p.data(2 * s, SEG).0, &p.data(2 * s, SEG).1);
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 2);
+    assert_eq!((tx[0].ack(), tx[0].sack()[0].left), (seq(2), seq(3)));
+    assert_eq!(tx[1].ack(), seq(7));
+    assert!(tx[1].sack().is_empty());
+    // In-order bulk: six segments in one burst, one ACK.
+    for k in 7..13u64 {
+        feed(&mut c, t0, &p.data(k * s, SEG).0, &p.data(k * s, SEG).1);
+    }
+    c.end_of_burst(t0);
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 1, "in-order bulk: one ACK per burst");
+    assert_eq!(tx[0].ack(), seq(13));
+}
+
+/// RFC 2883: a duplicate is reported in the first SACK block of its ACK; above RCV.NXT the
+/// enclosing range follows it; a partial duplicate reports its old part.
+#[test]
+fn duplicates_are_reported_with_dsack() {
+    let t0 = Instant::now();
+    let mut c = conn(t0, true, &cfg());
+    let p = Peer::new(true);
+    let s = SEG as u64;
+    let seq = |k: u64| p.base + (k * s) as u32;
+    feed(&mut c, t0, &p.data(0, SEG).0, &p.data(0, SEG).1);
+    feed(&mut c, t0, &p.data(2 * s, SEG).0, &p.data(2 * s, SEG).1);
+    feed(&mut c, t0, &p.data(3 * s, SEG).0, &p.data(3 * s, SEG).1);
+    drain_tx(&mut c, t0);
+    // Below RCV.NXT.
+    feed(&mut c, t0, &p.data(0, SEG).0, &p.data(0, SEG).1);
+    // Above it, inside the stored [2, 4).
+    let (o, _) = feed(&mut c, t0, &p.data(3 * s, SEG).0, &p.data(3 * s, SEG).1);
+    assert_eq!(o.dropped, Some(DropReason::Duplicate));
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 2, "each duplicate its own ACK");
+    let b0 = tx[0].sack();
+    assert_eq!(
+        (b0[0].left, b0[0].right),
+        (seq(0), seq(1)),
+        "D-SACK below the ACK"
+    );
+    assert!(b0[0].right <= tx[0].ack());
+    assert_eq!((b0[1].left, b0[1].right), (seq(2), seq(4)), "then the SACK");
+    let b1 = tx[1].sack();
+    assert_eq!(
+        (b1[0].left, b1[0].right),
+        (seq(3), seq(4)),
+        "D-SACK above the ACK"
+    );
+    assert_eq!(
+        (b1[1].left, b1[1].right),
+        (seq(2), seq(4)),
+        "then the range enclosing it"
+    );
+    assert_eq!(b1.len(), 2);
+    // A partial duplicate at RCV.NXT: its old half.
+    let half = SEG as u64 / 2;
+    let (r, d) = p.data(s - half, SEG + SEG / 2);
+    let (o, got) = feed(&mut c, t0, &r, &d);
+    assert_eq!(o.in_order, SEG / 2..SEG + SEG / 2);
+    assert_eq!(got.len(), 3 * SEG, "and the store drained");
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 1);
+    let b = tx[0].sack();
+    assert_eq!(
+        (b[0].left, b[0].right),
+        (p.base + (s - half) as u32, seq(1))
+    );
+    assert_eq!(b.len(), 1);
+    assert_eq!(c.stats().dsacks_sent, 3);
+    // Nothing pending: the next ACK has no SACK at all.
+    feed(&mut c, t0, &p.data(4 * s, SEG).0, &p.data(4 * s, SEG).1);
+    c.end_of_burst(t0);
+    assert!(drain_tx(&mut c, t0)[0].sack().is_empty());
+}
+
+/// The store full: ranges are pruned from the far end to keep the segments nearest
+/// RCV.NXT; a segment above everything held is the one dropped; the segment that fills the
+/// first hole is always taken.
+#[test]
+fn full_store_prunes_the_far_end() {
+    let t0 = Instant::now();
+    let cfg = TcpConfig {
+        reassembly_limit: 3 * SEG,
+        ..cfg()
+    };
+    let mut c = conn(t0, true, &cfg);
+    let p = Peer::new(true);
+    let s = SEG as u64;
+    for k in [2u64, 4, 6] {
+        let (o, _) = feed(&mut c, t0, &p.data(k * s, SEG).0, &p.data(k * s, SEG).1);
+        assert_eq!(o.dropped, None);
+    }
+    assert_eq!(c.reassembly_stored(), 3 * SEG);
+    // Nearer than [6, 7): that one goes.
+    let (o, _) = feed(&mut c, t0, &p.data(s, SEG).0, &p.data(s, SEG).1);
+    assert_eq!(o.dropped, None);
+    assert_eq!(c.stats().ooo_pruned_ranges, 1);
+    assert_eq!(c.stats().ooo_pruned_octets, SEG as u64);
+    assert_eq!(c.reassembly_stored(), 3 * SEG);
+    // Farther than everything held: dropped.
+    let (o, _) = feed(&mut c, t0, &p.data(8 * s, SEG).0, &p.data(8 * s, SEG).1);
+    assert_eq!(o.dropped, Some(DropReason::ReassemblyFull));
+    // The first hole fills: in order, [0, 3) delivered, [4, 5) still held.
+    let (_, got) = feed(&mut c, t0, &p.data(0, SEG).0, &p.data(0, SEG).1);
+    assert_eq!(got, stream(0, 3 * SEG));
+    let tx = drain_tx(&mut c, t0);
+    let a = tx.last().unwrap();
+    assert_eq!(a.ack(), p.base + (3 * s) as u32);
+    assert_eq!(
+        a.sack()[0].left,
+        p.base + (4 * s) as u32,
+        "the pruned range is not SACKed"
+    );
+    assert_eq!(a.sack().len(), 1);
+    let (_, got) = feed(&mut c, t0, &p.data(3 * s, SEG).0, &p.data(3 * s, SEG).1);
+    assert_eq!(got, stream(3 * s, 2 * SEG));
+    assert_eq!(c.reassembly_stored(), 0);
+}
+
+/// A full window of holes (every other segment of 1 MiB lost) fits: no drops, one range per
+/// hole, and everything comes out once the holes fill.
+#[test]
+fn a_full_window_of_holes_fits() {
+    let t0 = Instant::now();
+    let mut c = conn(t0, true, &cfg());
+    let p = Peer::new(true);
+    let s = SEG as u64;
+    feed(&mut c, t0, &p.data(0, SEG).0, &p.data(0, SEG).1);
+    c.end_of_burst(t0);
+    let tx = drain_tx(&mut c, t0);
+    let edge = tx[0].ack() + (u32::from(tx[0].repr.window_len) << 7);
+    let segs = edge.distance_from(p.base) as u64 / s;
+    assert!(segs > 700, "a 1 MiB window ({segs} segments)");
+    for k in (2..segs).step_by(2) {
+        let (o, _) = feed(&mut c, t0, &p.data(k * s, SEG).0, &p.data(k * s, SEG).1);
+        assert_eq!(o.dropped, None, "segment {k}");
+    }
+    let (ranges, max) = c.reassembly_ranges();
+    assert_eq!(ranges as u64, (segs - 1) / 2);
+    assert!(ranges > 32 && ranges <= max, "{ranges} of {max}");
+    assert_eq!(c.stats().dropped.reassembly_full, 0);
+    let mut got = stream(0, SEG);
+    for k in (1..segs).step_by(2) {
+        got.extend(feed(&mut c, t0, &p.data(k * s, SEG).0, &p.data(k * s, SEG).1).1);
+    }
+    let n = got.len();
+    assert_eq!(got, stream(0, n));
+    assert_eq!(n as u64, segs * s);
+    assert_eq!(c.reassembly_stored(), 0);
+}
+
+/// The window offers what the store can take (its limit plus octets the caller placed
+/// itself), never retracts its right edge, and reopens with the ACK of the segment that
+/// fills the hole.
+#[test]
+fn window_tracks_free_capacity_and_reopens() {
+    let t0 = Instant::now();
+    let limit = 128 * 1024;
+    let cfg = TcpConfig {
+        reassembly_limit: limit,
+        ..cfg()
+    };
+    let mut c = conn(t0, true, &cfg);
+    let p = Peer::new(true);
+    let s = SEG as u64;
+    let edge_of = |a: &Seg| a.ack() + (u32::from(a.repr.window_len) << 7);
+    feed(&mut c, t0, &p.data(0, SEG).0, &p.data(0, SEG).1);
+    c.end_of_burst(t0);
+    let a = drain_tx(&mut c, t0).pop().unwrap();
+    let wnd = edge_of(&a).distance_from(a.ack()) as usize;
+    assert!(
+        wnd <= limit + 128 && wnd + 128 > limit,
+        "window {wnd}: the store's limit"
+    );
+    let mut last = edge_of(&a);
+    // Two segments out of order; the caller places the second itself.
+    feed(&mut c, t0, &p.data(2 * s, SEG).0, &p.data(2 * s, SEG).1);
+    let (r, d) = p.data(4 * s, SEG);
+    c.handle_segment_placing(t0, &r, &d, &mut |_, data, spans| {
+        spans.push(0..data.len());
+    });
+    assert_eq!(c.reassembly_stored(), SEG, "placed octets are not stored");
+    let tx = drain_tx(&mut c, t0);
+    for a in &tx {
+        assert!(edge_of(a) >= last, "edge retracted");
+        last = edge_of(a);
+    }
+    assert!(
+        last.distance_from(p.base + s as u32) as usize + 128 > limit + SEG,
+        "placed octets do not count against the window"
+    );
+    // The hole fills: the ACK moves the edge on by what was delivered.
+    let (_, got) = feed(&mut c, t0, &p.data(s, SEG).0, &p.data(s, SEG).1);
+    assert_eq!(got.len(), 2 * SEG);
+    let tx = drain_tx(&mut c, t0);
+    let a = tx.last().unwrap();
+    assert!(edge_of(a) >= last);
+    assert!(
+        edge_of(a).distance_from(a.ack()) as usize + 128 > limit + SEG,
+        "window reopened at once"
+    );
 }
