@@ -2,6 +2,8 @@
 //! receiver ([`MpaReceiver`]) and the frames it sends (the accepting Reply, ACKs, a Terminate
 //! on error). The flow only wires them together; the protocol lives in `tcp` and `receiver`.
 
+#![forbid(unsafe_code)]
+
 use crate::receiver::{
     InOrderSource, MpaReceiver, PostRecvError, PostedBuf, ReceiverConfig, Regions, RxEnd, RxError,
 };

@@ -2,6 +2,8 @@
 //! talks to it over channels only (docs/architecture.md, fast-path rules). Generic over the
 //! ring: AF_XDP in production, in memory for tests and the isolated pipeline benchmark.
 
+#![forbid(unsafe_code)]
+
 use crate::capture::{CaptureBatch, CaptureSpec, CaptureTap};
 use crate::flow::{Flow, FlowEnd, FlowError};
 use crate::receiver::{PostRecvError, PostedBuf, Region, RegionTable};

@@ -8,6 +8,8 @@
 //! report), `capture` (packet capture for a client) and `migration` (moving a flow to the
 //! worker of the queue its segments arrive on).
 
+#![forbid(unsafe_code)]
+
 mod capture;
 mod clients;
 mod migration;

@@ -71,6 +71,12 @@ pub struct TcpConfig {
     /// for the next `poll_transmit` (RFC 5681 §4.2: each gets its own ACK with the SACK
     /// information of its moment). Past this many the newest are merged into one.
     pub ack_queue: usize,
+    /// Out-of-order segments that only extend the newest SACK block (each starts where the
+    /// previous one ended) share one ACK per this many (1: an ACK each, as RFC 5681 §4.2
+    /// asks). A new block, a filled hole and a duplicate always get their own ACK. Fewer ACKs
+    /// carry the same SACK information; each costs the sender's SACK processing (on veth, in
+    /// the worker's own TX syscall).
+    pub ooo_ack_every: u32,
     /// SACK blocks per ACK: at most 4, and 3 when timestamps are on (40 option octets).
     pub max_sack_blocks: usize,
     /// ACK at once after this many in-order data segments (RFC 5681 §4.2: at most 2).
@@ -112,6 +118,7 @@ impl Default for TcpConfig {
             reassembly_limit: 1 << 20,
             max_ooo_ranges: 0,
             ack_queue: 64,
+            ooo_ack_every: 16,
             max_sack_blocks: 4,
             ack_every_segments: 2,
             ack_delay: Duration::from_millis(40),

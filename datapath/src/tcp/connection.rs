@@ -191,6 +191,13 @@ pub struct Connection {
     ack_now: bool,
     /// The latest segment is owed its own ACK (out of order, hole filling, duplicate).
     ack_each: bool,
+    /// The owed ACK is for an out-of-order segment ending here (may be shared with the next
+    /// segment if that one continues it: `TcpConfig::ooo_ack_every`).
+    ooo_owed_end: Option<SeqNumber>,
+    /// Contiguous out-of-order segments sharing the owed ACK so far.
+    ooo_shared: u32,
+    /// The segment being handled shares the previous one's ACK.
+    sharing_ack: bool,
     /// A duplicate to report first in the next ACK (RFC 2883).
     dsack: Option<(SeqNumber, SeqNumber)>,
     /// ACKs frozen for earlier segments, oldest first (bounded by `cfg.ack_queue`).
@@ -324,6 +331,9 @@ impl Connection {
             segs_unacked: 0,
             ack_now: false,
             ack_each: false,
+            ooo_owed_end: None,
+            ooo_shared: 0,
+            sharing_ack: false,
             dsack: None,
             ack_queue: VecDeque::with_capacity(cfg.ack_queue),
             window_update: false,

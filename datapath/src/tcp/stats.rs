@@ -93,6 +93,8 @@ pub struct TcpStats {
     pub acks_queued: u64,
     /// Such ACKs merged into a later one because the queue was full.
     pub acks_merged: u64,
+    /// Out-of-order segments whose ACK was shared with the next one (`ooo_ack_every`).
+    pub acks_shared: u64,
     /// Challenge ACKs sent (RFC 5961).
     pub challenge_acks: u64,
     /// Challenge ACKs suppressed by the rate limit.

@@ -35,8 +35,19 @@ impl Connection {
     ) -> SegmentOutcome {
         self.now = now;
         // The previous segment's own ACK, if it is owed one, is frozen before this one
-        // changes the state.
-        self.freeze_ack();
+        // changes the state — unless both are out of order and this one only continues the
+        // previous one's SACK block (then one ACK reports both: `ooo_ack_every`).
+        let continues = self.ooo_owed_end == Some(repr.seq_number)
+            && !payload.is_empty()
+            && self.ooo_shared + 1 < self.cfg.ooo_ack_every;
+        if continues {
+            self.ooo_shared += 1;
+            self.stats.acks_shared += 1;
+        } else {
+            self.freeze_ack();
+        }
+        self.sharing_ack = continues;
+        self.ooo_owed_end = None;
         self.stats.segs_in += 1;
         self.stats.octets_in += payload.len() as u64;
         let flags = repr.flags;
@@ -336,7 +347,11 @@ impl Connection {
         } else if len > 0 {
             // Out of order: the caller may place parts itself; the rest is copied into the
             // store. RFC 5681 §4.2: ACK at once, this segment's own ACK.
+            if !self.ack_each {
+                self.ooo_shared = 0;
+            }
             self.ack_each = true;
+            self.ooo_owed_end = Some(start + len);
             let data = &payload[skip..skip + len];
             let mut spans = PlacedSpans::default();
             if self.rcv_nxt + self.store.capacity() > start {
@@ -365,6 +380,14 @@ impl Connection {
                     }
                 }
                 Insert::Duplicate => {
+                    if self.sharing_ack {
+                        // It was to share the previous segment's ACK, but a duplicate gets
+                        // its own (D-SACK): the previous one goes alone (nothing changed).
+                        self.freeze_ack();
+                        self.stats.acks_shared -= 1;
+                        self.ack_each = true;
+                    }
+                    self.ooo_owed_end = None;
                     self.stats.dup_full += 1;
                     self.dsack = Some((seq, start + len));
                     out.dropped = Some(DropReason::Duplicate);

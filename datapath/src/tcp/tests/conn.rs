@@ -1003,7 +1003,11 @@ proptest! {
 #[test]
 fn every_out_of_order_segment_gets_its_own_ack() {
     let t0 = Instant::now();
-    let mut c = conn(t0, true, &cfg());
+    let strict = TcpConfig {
+        ooo_ack_every: 1,
+        ..cfg()
+    };
+    let mut c = conn(t0, true, &strict);
     let p = Peer::new(true);
     let s = SEG as u64;
     let seq = |k: u64| p.base + (k * s) as u32;

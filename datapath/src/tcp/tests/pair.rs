@@ -660,6 +660,19 @@ fn reply_then_data_both_ways() {
 /// the numbers before this change, in the commit message).
 #[test]
 fn loss_sweep_acks_every_out_of_order_segment() {
+    // RFC 5681 §4.2 to the letter: an ACK for every out-of-order segment.
+    loss_sweep(1);
+}
+
+/// The default shares one ACK among up to 16 out-of-order segments that only extend the same
+/// SACK block (each new block, filled hole and duplicate still gets its own): the sender gets
+/// the same SACK information at a fraction of the ACK processing.
+#[test]
+fn loss_sweep_with_shared_acks_for_contiguous_out_of_order_runs() {
+    loss_sweep(TcpConfig::default().ooo_ack_every);
+}
+
+fn loss_sweep(ooo_ack_every: u32) {
     for (loss, seed, n) in [
         (0.01, 21, N),
         (0.05, 22, N),
@@ -668,37 +681,73 @@ fn loss_sweep_acks_every_out_of_order_segment() {
         (0.30, 25, N / 8),
     ] {
         let t0 = Instant::now();
-        let p = transfer(loss, seed, n, true, true, TcpConfig::default());
+        let cfg = TcpConfig {
+            ooo_ack_every,
+            ..TcpConfig::default()
+        };
+        let p = transfer(loss, seed, n, true, true, cfg);
         let (s, a) = (p.b.stats(), p.a.stats());
         let secs = (p.done_at.unwrap() - t0).as_secs_f64();
         eprintln!(
-            "  ooo {} answered {} ({:.2} blocks/ACK) unanswered {}; dups {} D-SACKed {}; \
-             ranges high {}; lost rtx {}",
+            "  every {ooo_ack_every}: ooo {} answered {} shared {} ({:.2} blocks/ACK) unanswered {}; \
+             dups {} D-SACKed {}; ranges high {}; lost rtx {}; fast {} rto {}; {secs:.2} s",
             s.ooo_segs,
             p.ooo_answered,
+            s.acks_shared,
             p.ooo_answer_blocks as f64 / p.ooo_answered.max(1) as f64,
             p.unanswered,
             p.dups_seen,
             p.dsack_answered,
             s.ooo_ranges_high_water,
-            a.lost_retransmits
+            a.lost_retransmits,
+            a.fast_retransmits,
+            a.rto_expiries
         );
         assert!(s.ooo_segs > 0 && p.dups_seen > 0, "loss {loss}: {s:?}");
-        assert_eq!(p.ooo_answered, s.ooo_segs, "loss {loss}: one ACK each");
+        if ooo_ack_every == 1 {
+            assert_eq!(p.ooo_answered, s.ooo_segs, "loss {loss}: one ACK each");
+            assert_eq!(s.acks_shared, 0);
+            assert!(s.acks_sent >= s.ooo_segs + s.dup_full);
+        } else {
+            // Each out-of-order segment has its own ACK or shares the next one's.
+            assert!(
+                p.ooo_answered + s.acks_shared >= s.ooo_segs,
+                "loss {loss}: {} + {} < {}",
+                p.ooo_answered,
+                s.acks_shared,
+                s.ooo_segs
+            );
+            assert!(s.acks_shared > 0, "loss {loss}");
+        }
         assert!(p.ooo_answer_blocks >= p.ooo_answered);
-        assert_eq!(p.dsack_answered, p.dups_seen, "loss {loss}: D-SACK each");
+        if ooo_ack_every == 1 {
+            assert_eq!(p.dsack_answered, p.dups_seen, "loss {loss}: D-SACK each");
+        } else {
+            // Shared ACKs shift the harness's pairing of ACKs to segments; count D-SACKs.
+            let dups = p.dups_seen;
+            assert!(
+                s.dsacks_sent >= dups,
+                "loss {loss}: D-SACK each: {dups} {s:?}"
+            );
+        }
         assert_eq!(s.dropped.reassembly_full, 0);
         assert_eq!(s.ooo_pruned_ranges, 0);
         assert_eq!(s.acks_merged, 0);
-        assert!(s.acks_sent >= s.ooo_segs + s.dup_full);
-        if loss <= 0.10 {
-            // Before: at 10 % 76 fast retransmits, 77 timeouts, 22.95 s.
-            assert!(a.fast_retransmits >= a.rto_expiries, "loss {loss}: {a:?}");
-        }
-        match seed {
-            23 => assert!(secs < 10.0, "10 %: {secs} s (before: 22.95 s)"),
-            24 => assert!(secs < 1200.0, "20 %: {secs} s (before: over 3600 s)"),
-            _ => {}
+        // This pair's sender is our own small TCP, which counts duplicate ACKs: shared ACKs
+        // slow its recovery (a Linux sender, SACK and RACK based, is measured live with
+        // `mpa-bench demo --loss`). The bounds hold for an ACK per segment.
+        if ooo_ack_every == 1 {
+            if loss <= 0.10 {
+                // Before: at 10 % 76 fast retransmits, 77 timeouts, 22.95 s.
+                assert!(a.fast_retransmits >= a.rto_expiries, "loss {loss}: {a:?}");
+            }
+            match seed {
+                23 => assert!(secs < 10.0, "10 %: {secs} s (before: 22.95 s)"),
+                24 => assert!(secs < 1200.0, "20 %: {secs} s (before: over 3600 s)"),
+                _ => {}
+            }
+        } else {
+            assert!(secs < 3000.0, "loss {loss}: {secs} s");
         }
     }
 }
