@@ -190,12 +190,24 @@ fn copy_length_mismatch_copies_the_common_prefix() {
 }
 
 #[test]
-fn default_dispatch_matches_default_impl() {
+fn default_dispatch_matches_selected_impl() {
     let mut buf = vec![0u8; 70_000];
     fill(&mut buf, 3);
-    let d = impls::default_impl();
-    for len in [0, 1, 7, 255, 256, 257, 4096, 65_536, 70_000] {
-        assert_eq!(crc32c(&buf[..len]), d.append(0, &buf[..len]), "{d:?} {len}");
+    let mut lens: Vec<usize> = vec![0, 1, 7, 63, 64, 127, 128, 255, 256, 257, 1024, 1448];
+    lens.extend([4096, 8191, 8192, 16_384, 65_536, 70_000]);
+    for len in lens {
+        let d = impls::selected(len);
+        assert_eq!(d.name(), selected_kernel(len));
+        let data = &buf[..len];
+        assert_eq!(crc32c(data), d.append(0, data), "{d:?} {len}");
+        assert_eq!(crc32c(data), crc32c_reference(data), "{d:?} {len}");
+        let mut out = vec![0u8; len];
+        assert_eq!(
+            crc32c_copy(0, &mut out, data),
+            crc32c(data),
+            "{d:?} copy {len}"
+        );
+        assert!(out == data);
     }
 }
 
