@@ -224,30 +224,26 @@ impl Kernel {
     }
 }
 
-/// Below this many octets every level with SSE4.2 runs one `crc32` chain (no set-up).
+/// Without AVX-512: below this many octets one `crc32` chain (no set-up).
 const SHORT: usize = 128;
-/// VPCLMULQDQ without AVX-512: below this, three `crc32` chains; from it, [`Kernel::Hybrid`].
-const VPCLMUL_HYBRID_MIN: usize = 2048;
-/// AVX-512: below this, three `crc32` chains.
-const AVX512_FOLD_MIN: usize = 512;
-/// AVX-512: from this, [`Kernel::Hybrid512`]; below it (and from `AVX512_FOLD_MIN`),
-/// [`Kernel::Avx512`].
-const AVX512_HYBRID_MIN: usize = 8192;
+/// AVX-512: below this, one `crc32` chain; from it, [`Kernel::Avx512`].
+const AVX512_FOLD_MIN: usize = 192;
+/// AVX-512: from this, [`Kernel::Hybrid512`].
+const AVX512_HYBRID_MIN: usize = 32 * 1024;
 
 /// The kernel the default functions run on `len` octets at `level` (the table in the module
 /// documentation). Inlined into the callers: a few compares on `len`.
 #[inline(always)]
 fn pick(level: Level, len: usize) -> Kernel {
     match level {
+        Level::Avx512 if len < AVX512_FOLD_MIN => Kernel::Sse42,
+        Level::Avx512 if len < AVX512_HYBRID_MIN => Kernel::Avx512,
+        Level::Avx512 => Kernel::Hybrid512,
         Level::Portable => Kernel::Portable,
         Level::Sse42 => Kernel::Sse42,
         _ if len < SHORT => Kernel::Sse42,
         Level::Pclmul => Kernel::Sse42ThreeWay,
-        Level::Vpclmul if len < VPCLMUL_HYBRID_MIN => Kernel::Sse42ThreeWay,
         Level::Vpclmul => Kernel::Hybrid,
-        Level::Avx512 if len < AVX512_FOLD_MIN => Kernel::Sse42ThreeWay,
-        Level::Avx512 if len < AVX512_HYBRID_MIN => Kernel::Avx512,
-        Level::Avx512 => Kernel::Hybrid512,
     }
 }
 

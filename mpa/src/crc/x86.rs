@@ -628,6 +628,56 @@ unsafe fn take64<const COPY: bool>(s: *const u8, d: *mut u8, off: usize) -> __m5
     v
 }
 
+/// From this length [`fold512`] first runs up to a 64-octet boundary on a `crc32` chain, so
+/// that no 512-bit load splits a cache line. Measured on Sapphire Rapids: +30 % at 64 KiB
+/// (data in L2), but a loss up to 16 KiB (in L1), where the extra chain and shift cost more.
+pub(super) const FOLD512_ALIGN_MIN: usize = 32 * 1024;
+
+/// Octets before the next 64-octet boundary at `p`.
+#[inline(always)]
+fn to_boundary64(p: *const u8) -> usize {
+    (p as usize).wrapping_neg() & 63
+}
+
+/// `crc * x^(8 n) mod P` for `n < 16^4` with four multiplications and no data-dependent
+/// branch (a mispredicted branch here would also discard the kernel's work behind it).
+#[inline]
+#[target_feature(enable = "sse4.2,pclmulqdq")]
+fn shift_short(crc: u32, n: usize) -> u32 {
+    debug_assert!(n < 1 << 16);
+    let mut r = crc;
+    for (k, row) in X8N.iter().take(4).enumerate() {
+        r = mul(r, row[(n >> (4 * k)) & 0xf]);
+    }
+    r
+}
+
+/// [`fold512_from`]; from [`FOLD512_ALIGN_MIN`] octets the part before the first 64-octet
+/// boundary runs on one `crc32` chain beside the folding (which starts from 0), and the two
+/// are joined by one shift.
+///
+/// # Safety
+/// As [`fold512_from`].
+#[target_feature(enable = "sse4.2,pclmulqdq,avx2,avx512f,vpclmulqdq")]
+pub(super) unsafe fn fold512<const COPY: bool>(crc: u32, src: &[u8], dst: *mut u8) -> u32 {
+    let head = to_boundary64(src.as_ptr());
+    if src.len() < FOLD512_ALIGN_MIN || head == 0 {
+        // SAFETY: same features and `dst` contract.
+        return unsafe { fold512_from::<COPY>(crc, src, dst) };
+    }
+    let (a, b) = src.split_at(head);
+    // SAFETY: features as ours; `dst` is valid for `head` octets with COPY.
+    let ca = unsafe { chain::<COPY>(crc, a, dst) };
+    // Shift before folding, in program order, so the CPU overlaps both with the folding.
+    let ca = if b.len() < 1 << 16 {
+        shift_short(ca, b.len())
+    } else {
+        shift(ca, b.len() as u64)
+    };
+    // SAFETY: features as ours; `dst + head` is valid for `b.len()` octets with COPY.
+    ca ^ unsafe { fold512_from::<COPY>(0, b, dst.wrapping_add(head)) }
+}
+
 /// 512-bit VPCLMULQDQ folding: four accumulators (256 octets per round, two multiplications
 /// and one XOR3 per 64 octets), then one accumulator over 64-octet blocks, 128-bit folding
 /// over 16-octet blocks and one `crc32` chain for the last 0..15 octets.
@@ -635,7 +685,7 @@ unsafe fn take64<const COPY: bool>(s: *const u8, d: *mut u8, off: usize) -> __m5
 /// # Safety
 /// SSE4.2, PCLMULQDQ, AVX2, AVX512F and VPCLMULQDQ must be available; `dst` as for [`chain`].
 #[target_feature(enable = "sse4.2,pclmulqdq,avx2,avx512f,vpclmulqdq")]
-pub(super) unsafe fn fold512<const COPY: bool>(crc: u32, src: &[u8], dst: *mut u8) -> u32 {
+pub(super) unsafe fn fold512_from<const COPY: bool>(crc: u32, src: &[u8], dst: *mut u8) -> u32 {
     let (s, n) = (src.as_ptr(), src.len());
     if n < FOLD512_MIN {
         // SAFETY: same features (a subset) and `dst` contract.
@@ -699,9 +749,13 @@ impl<const Q: usize> Hybrid512<Q> {
     const K: [[u32; 4]; HMAX_ROUNDS + 1] = make_khybrid(Self::ROUND, Self::SB);
 }
 
-/// [`hybrid`] with 512-bit folding: `[head][v][a][b][c]`, `v` 256 octets per round folded by
-/// four 512-bit accumulators, `a`, `b`, `c` `8 Q` octets per round each on three `crc32`
-/// chains; the head runs its own chain; the parts are merged by carry-less multiplications.
+/// [`hybrid`] with 512-bit folding, laid out for aligned 512-bit loads:
+/// `[head][v][a][b][c]...[tail]`. The head (up to the first 64-octet boundary) runs one
+/// `crc32` chain from the caller's register; then pieces of up to [`HMAX_ROUNDS`] rounds,
+/// each `v` (256 octets per round, four 512-bit accumulators), `a`, `b`, `c` (`8 Q` octets
+/// per round each, three `crc32` chains), merged by carry-less multiplications; the tail
+/// (less than a round) runs its own chain from 0, joined at the end by one multiplication.
+/// The head and tail chains are independent of the pieces, so the CPU overlaps them.
 ///
 /// # Safety
 /// SSE4.2, PCLMULQDQ, AVX2, AVX512F and VPCLMULQDQ must be available; `dst` as for [`chain`].
@@ -714,23 +768,32 @@ pub(super) unsafe fn hybrid512<const COPY: bool, const Q: usize>(
     const { assert!(Q >= 1 && Q <= 10) };
     let (s, n) = (src.as_ptr(), src.len());
     let round = Hybrid512::<Q>::ROUND;
-    if n < 3 * round || 6 * (n % round) > n {
+    let head = to_boundary64(s).min(n);
+    let tail = (n - head) % round;
+    // The tail's chain is serial: worth it only when it is short next to the rest.
+    if n < 3 * round || 6 * tail > n {
         // SAFETY: same features and `dst` contract.
         return unsafe { fold512::<COPY>(crc, src, dst) };
     }
-    let head = n % round;
+    let body_end = n - tail;
+    // Program order: both side chains and the tail's shift constant first, so that they
+    // overlap with the pieces.
     // SAFETY: features as ours; `dst` is valid for `head <= n` octets with COPY.
     let mut c = unsafe { chain::<COPY>(crc, src.get(..head).unwrap_or_default(), dst) };
+    let rest = src.get(body_end..).unwrap_or_default();
+    // SAFETY: features as ours; `dst + body_end` is valid for `tail` octets with COPY.
+    let ct = unsafe { chain::<COPY>(0, rest, dst.wrapping_add(body_end)) };
+    let kt = shift_short(super::portable::ONE, tail);
     let mut pos = head;
-    let mut rounds_left = n / round;
+    let mut rounds_left = (body_end - head) / round;
     while rounds_left > 0 {
         let rounds = rounds_left.min(HMAX_ROUNDS);
         rounds_left -= rounds;
-        // SAFETY: `pos + rounds * round <= n`; features and `dst` as ours.
+        // SAFETY: `pos + rounds * round <= body_end <= n`; features and `dst` as ours.
         c = unsafe { hybrid512_piece::<COPY, Q>(c, s, dst, pos, rounds) };
         pos += rounds * round;
     }
-    c
+    mul(c, kt) ^ ct
 }
 
 /// `rounds` rounds of [`hybrid512`] at `s + pos`, extending the register `prev`.
