@@ -226,8 +226,11 @@ impl Kernel {
 
 /// Without AVX-512: below this many octets one `crc32` chain (no set-up).
 const SHORT: usize = 128;
-/// AVX-512: below this, one `crc32` chain; from it, [`Kernel::Avx512`].
-const AVX512_FOLD_MIN: usize = 192;
+/// AVX-512: below this, one `crc32` chain; from it, [`Kernel::Vpclmul`] (whose four 256-bit
+/// accumulators beat one 512-bit accumulator on short inputs).
+const AVX512_VPCLMUL_MIN: usize = 192;
+/// AVX-512: from this, [`Kernel::Avx512`].
+const AVX512_FOLD_MIN: usize = 256;
 /// AVX-512: from this, [`Kernel::Hybrid512`].
 const AVX512_HYBRID_MIN: usize = 32 * 1024;
 
@@ -236,7 +239,9 @@ const AVX512_HYBRID_MIN: usize = 32 * 1024;
 #[inline(always)]
 fn pick(level: Level, len: usize) -> Kernel {
     match level {
-        Level::Avx512 if len < AVX512_FOLD_MIN => Kernel::Sse42,
+        // Tested first: the shortest inputs pay the least for the choice.
+        Level::Avx512 if len < AVX512_VPCLMUL_MIN => Kernel::Sse42,
+        Level::Avx512 if len < AVX512_FOLD_MIN => Kernel::Vpclmul,
         Level::Avx512 if len < AVX512_HYBRID_MIN => Kernel::Avx512,
         Level::Avx512 => Kernel::Hybrid512,
         Level::Portable => Kernel::Portable,

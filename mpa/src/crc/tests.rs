@@ -464,13 +464,15 @@ fn avx512_large_lengths_misalignments_and_chaining() {
 #[test]
 fn selection_follows_the_table() {
     let names: Vec<&str> = impls::all().iter().map(|i| i.name()).collect();
-    for len in [0, 1, 64, 127, 128, 191, 192, 1448, 32_767, 32_768, 1 << 20] {
+    for len in [0, 1, 64, 127, 128, 191, 192, 255, 256, 1448, 32_767, 32_768, 1 << 20] {
         let k = selected_kernel(len);
         assert!(names.contains(&k), "{k} for {len} not among {names:?}");
     }
     if impls::avx512().is_some() {
         assert_eq!(selected_kernel(191), "sse42");
-        assert_eq!(selected_kernel(192), "avx512");
+        assert_eq!(selected_kernel(192), "vpclmul");
+        assert_eq!(selected_kernel(255), "vpclmul");
+        assert_eq!(selected_kernel(256), "avx512");
         assert_eq!(selected_kernel(32_767), "avx512");
         assert_eq!(selected_kernel(32_768), "hybrid512");
     }
