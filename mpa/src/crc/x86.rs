@@ -1,6 +1,6 @@
 //! x86-64 CRC32c kernels: the SSE4.2 `crc32` instruction (one chain, or three chains merged
-//! with PCLMULQDQ), PCLMULQDQ / VPCLMULQDQ folding, and the hybrid of 256-bit folding with
-//! three `crc32` chains (the default where VPCLMULQDQ exists).
+//! with PCLMULQDQ), PCLMULQDQ / VPCLMULQDQ folding (128, 256 and 512 bits), and the hybrids of
+//! 256-bit / 512-bit folding with three `crc32` chains (see `super` for which runs when).
 //!
 //! Every kernel works on the raw (non-inverted) register and is an `unsafe fn` with
 //! `#[target_feature]`: callers must have detected the features first (see `super::Level`).
