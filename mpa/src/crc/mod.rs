@@ -4,16 +4,43 @@
 //! applied), so `crc32c_append(crc32c(a), b) == crc32c(a ++ b)`. On the wire MPA sends the
 //! value least-significant octet first (`u32::to_le_bytes`).
 //!
-//! The implementation is chosen once at run time (CPU feature detection, cached in an atomic;
-//! a call pays one relaxed load and a branch) from [`impls`]:
-//! * x86-64 with AVX2 + VPCLMULQDQ (no AVX-512 needed): [`impls::hybrid`] — 256-bit
-//!   carry-less folding and three `crc32` chains running side by side; below about 800
-//!   octets (or when the length leaves a long remainder) 256-bit folding alone.
-//! * x86-64 with SSE4.2 + PCLMULQDQ: three `crc32` chains merged with PCLMULQDQ.
-//! * x86-64 with SSE4.2: one `crc32` chain. Elsewhere: portable slice-by-8.
+//! The CPU level is detected once (cached in an atomic); a call pays one relaxed load, a
+//! branch on the level and one to three compares on the length, then runs one kernel of
+//! [`impls`] ([`selected_kernel`] names it):
 //!
-//! Inputs shorter than 128 octets always take one `crc32` chain (no set-up). Every
-//! implementation is tested against the bitwise [`crc32c_reference`].
+//! | level (features) | length (octets) → kernel |
+//! |---|---|
+//! | AVX512F + VPCLMULQDQ (+ SSE4.2, PCLMULQDQ, AVX2) | < 192 `sse42`; 192..255 `vpclmul`; 256..32 KiB−1 `avx512`; ≥ 32 KiB `hybrid512` |
+//! | AVX2 + VPCLMULQDQ, no AVX-512 | < 128 `sse42`; else `hybrid` |
+//! | SSE4.2 + PCLMULQDQ | < 128 `sse42`; else `sse42_3way` |
+//! | SSE4.2 | `sse42` |
+//! | none / not x86-64 | `portable` |
+//!
+//! The AVX-512 row comes from `CRC_SIDE_BY_SIDE=21 cargo bench -p mpa --bench crc` (every
+//! kernel in turn, median of 21 rounds, run twice) on an Intel Xeon (Sapphire Rapids,
+//! AVX-512 + VPCLMULQDQ), shared with other builds; GiB/s, run 1 (run 2 under heavier load):
+//!
+//! | octets | `sse42` | `vpclmul` | `avx512` | `hybrid512` | `crc-fast` crate |
+//! |---|---|---|---|---|---|
+//! | 64 | 14.8 (10.0) | 13.9 (9.3) | 11.0 (7.5) | 9.6 (5.5) | 9.9 (6.5) |
+//! | 128 | 20.4 (15.1) | 19.6 (14.2) | 19.1 (13.6) | 17.0 (11.2) | 16.6 (11.1) |
+//! | 192 | 21.5 (16.7) | 26.8 (17.1) | 24.1 (16.5) | 22.4 (14.3) | 19.9 (14.9) |
+//! | 256 | 21.6 (15.9) | 34.5 (23.1) | 37.5 (23.5) | 32.8 (18.8) | 19.1 (13.8) |
+//! | 1024 | 15.8 (12.3) | 41.1 (36.4) | 70.2 (57.2) | 39.1 (22.1) | 50.9 (28.9) |
+//! | 4096 | 8.7 (8.3) | 42.6 (38.2) | 80.1 (68.1) | 69.5 (50.4) | 56.0 (47.3) |
+//! | 16 KiB | 7.7 (7.3) | 43.0 (35.3) | 82.4 (70.3) | 83.2 (65.7) | 72.8 (67.5) |
+//! | 32 KiB | 7.3 (7.3) | 43.0 (35.2) | 84.6 (75.3) | 90.5 (63.2) | 84.0 (74.3) |
+//! | 64 KiB | 7.2 (7.2) | 42.8 (31.5) | 81.3 (69.6) | 91.9 (56.9) | 80.5 (68.1) |
+//!
+//! The `crc-fast` crate (512-bit folding too) is never the fastest after these kernels, so it
+//! stays a dev-dependency. Between 16 and 32 KiB `avx512` and `hybrid512` are within noise;
+//! from 32 KiB (data beyond L1) `hybrid512`, whose 512-bit loads are 64-octet aligned, wins.
+//! The other rows were tuned on AMD Zen 4 before the AVX-512 kernels existed and are kept: on
+//! this CPU with AVX-512 ignored, `hybrid`/`vpclmul` beat `sse42_3way` from 256 octets (1 KiB:
+//! 41.8 / 41.1 vs 20.0), so the reported 1 KiB win of `sse42_3way` over `hybrid` (Zen 3)
+//! could not be reproduced here and needs a Zen 3 measurement before the threshold moves.
+//!
+//! Every implementation is tested against the bitwise [`crc32c_reference`].
 
 use core::sync::atomic::{AtomicU8, Ordering};
 
@@ -99,7 +126,7 @@ impl CombineFixed {
 #[inline]
 fn mul(a: u32, b: u32) -> u32 {
     #[cfg(target_arch = "x86_64")]
-    if matches!(level(), Level::Pclmul | Level::Vpclmul) {
+    if level() >= Level::Pclmul {
         // SAFETY: the level says SSE4.2 and PCLMULQDQ are available.
         return unsafe { x86::mul(a, b) };
     }
@@ -117,12 +144,14 @@ pub fn crc32c_reference(data: &[u8]) -> u32 {
     !portable::bitwise(!0, data)
 }
 
-/// `crc32q` per chain per round of the hybrid kernel.
+/// `crc32q` per chain per round of the hybrid kernels.
 #[cfg(target_arch = "x86_64")]
 const HQ: usize = x86::HQ;
+#[cfg(target_arch = "x86_64")]
+const HQ512: usize = x86::HQ512;
 
 /// What this CPU offers, detected once.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 #[repr(u8)]
 enum Level {
@@ -133,6 +162,8 @@ enum Level {
     Pclmul = 3,
     /// SSE4.2, PCLMULQDQ, AVX2 and VPCLMULQDQ.
     Vpclmul = 4,
+    /// All of the above, AVX512F and VPCLMULQDQ on 512-bit registers.
+    Avx512 = 5,
 }
 
 /// 0 until detected, then a `Level`.
@@ -145,6 +176,7 @@ fn level() -> Level {
         2 => Level::Sse42,
         3 => Level::Pclmul,
         4 => Level::Vpclmul,
+        5 => Level::Avx512,
         _ => detect(),
     }
 }
@@ -163,10 +195,14 @@ fn detect_uncached() -> Level {
         Level::Portable
     } else if !std::is_x86_feature_detected!("pclmulqdq") {
         Level::Sse42
-    } else if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("vpclmulqdq") {
-        Level::Vpclmul
-    } else {
+    } else if !(std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("vpclmulqdq"))
+    {
         Level::Pclmul
+    } else if std::is_x86_feature_detected!("avx512f") {
+        Level::Avx512
+    } else {
+        Level::Vpclmul
     }
 }
 
@@ -175,25 +211,112 @@ fn detect_uncached() -> Level {
     Level::Portable
 }
 
+/// A kernel the default functions can run (each name is also an [`impls`] entry).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+enum Kernel {
+    Portable,
+    Sse42,
+    Sse42ThreeWay,
+    Pclmul,
+    Vpclmul,
+    Hybrid,
+    Avx512,
+    Hybrid512,
+}
+
+impl Kernel {
+    const fn name(self) -> &'static str {
+        match self {
+            Kernel::Portable => "portable",
+            Kernel::Sse42 => "sse42",
+            Kernel::Sse42ThreeWay => "sse42_3way",
+            Kernel::Pclmul => "pclmul",
+            Kernel::Vpclmul => "vpclmul",
+            Kernel::Hybrid => "hybrid",
+            Kernel::Avx512 => "avx512",
+            Kernel::Hybrid512 => "hybrid512",
+        }
+    }
+
+    /// The CPU level the kernel needs.
+    const fn needs(self) -> Level {
+        match self {
+            Kernel::Portable => Level::Portable,
+            Kernel::Sse42 => Level::Sse42,
+            Kernel::Sse42ThreeWay | Kernel::Pclmul => Level::Pclmul,
+            Kernel::Vpclmul | Kernel::Hybrid => Level::Vpclmul,
+            Kernel::Avx512 | Kernel::Hybrid512 => Level::Avx512,
+        }
+    }
+}
+
+/// Without AVX-512: below this many octets one `crc32` chain (no set-up).
+const SHORT: usize = 128;
+/// AVX-512: below this, one `crc32` chain; from it, [`Kernel::Vpclmul`] (whose four 256-bit
+/// accumulators beat one 512-bit accumulator on short inputs).
+const AVX512_VPCLMUL_MIN: usize = 192;
+/// AVX-512: from this, [`Kernel::Avx512`].
+const AVX512_FOLD_MIN: usize = 256;
+/// AVX-512: from this, [`Kernel::Hybrid512`].
+const AVX512_HYBRID_MIN: usize = 32 * 1024;
+
+/// The kernel the default functions run on `len` octets at `level` (the table in the module
+/// documentation). Inlined into the callers: a few compares on `len`.
+#[inline(always)]
+fn pick(level: Level, len: usize) -> Kernel {
+    match level {
+        // Tested first: the shortest inputs pay the least for the choice.
+        Level::Avx512 if len < AVX512_VPCLMUL_MIN => Kernel::Sse42,
+        Level::Avx512 if len < AVX512_FOLD_MIN => Kernel::Vpclmul,
+        Level::Avx512 if len < AVX512_HYBRID_MIN => Kernel::Avx512,
+        Level::Avx512 => Kernel::Hybrid512,
+        Level::Portable => Kernel::Portable,
+        Level::Sse42 => Kernel::Sse42,
+        _ if len < SHORT => Kernel::Sse42,
+        Level::Pclmul => Kernel::Sse42ThreeWay,
+        Level::Vpclmul => Kernel::Hybrid,
+    }
+}
+
+/// The name of the kernel (see [`impls`]) that [`crc32c`], [`crc32c_append`] and
+/// [`crc32c_copy`] run for `len` octets on this CPU.
+pub fn selected_kernel(len: usize) -> &'static str {
+    pick(level(), len).name()
+}
+
+/// Runs x86 kernel `k` on the raw register; `None` for [`Kernel::Portable`].
+///
+/// # Safety
+/// The CPU must be at `k.needs()` or above; with `COPY`, `dst` must be valid for
+/// `src.len()` writes and must not overlap `src` (without it `dst` is unused).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn run_x86<const COPY: bool>(k: Kernel, crc: u32, src: &[u8], dst: *mut u8) -> Option<u32> {
+    // SAFETY: the caller guarantees each kernel's features and the `dst` contract.
+    unsafe {
+        Some(match k {
+            Kernel::Portable => return None,
+            Kernel::Sse42 => x86::chain::<COPY>(crc, src, dst),
+            Kernel::Sse42ThreeWay => x86::three_way::<COPY>(crc, src, dst),
+            Kernel::Pclmul => x86::fold128::<COPY>(crc, src, dst),
+            Kernel::Vpclmul => x86::fold256::<COPY>(crc, src, dst),
+            Kernel::Hybrid => x86::hybrid::<COPY, HQ>(crc, src, dst),
+            Kernel::Avx512 => x86::fold512::<COPY>(crc, src, dst),
+            Kernel::Hybrid512 => x86::hybrid512::<COPY, HQ512>(crc, src, dst),
+        })
+    }
+}
+
 /// The default kernel for `level`, on the raw register.
 #[inline(always)]
 fn update(level: Level, crc: u32, data: &[u8]) -> u32 {
     #[cfg(target_arch = "x86_64")]
     {
-        let dst = core::ptr::null_mut();
-        // Short inputs go straight to one `crc32` chain, without any set-up.
-        let short = data.len() < x86::FOLD_MIN;
-        // SAFETY: `level` says the CPU has each kernel's features; without COPY `dst` is
-        // never used.
-        let r = unsafe {
-            match level {
-                Level::Sse42 => Some(x86::chain::<false>(crc, data, dst)),
-                _ if short => Some(x86::chain::<false>(crc, data, dst)),
-                Level::Vpclmul => Some(x86::hybrid::<false, HQ>(crc, data, dst)),
-                Level::Pclmul => Some(x86::three_way::<false>(crc, data, dst)),
-                Level::Portable => None,
-            }
-        };
+        // SAFETY: `pick` only returns kernels that `level` (detected) supports; without COPY
+        // `dst` is never used.
+        let r =
+            unsafe { run_x86::<false>(pick(level, data.len()), crc, data, core::ptr::null_mut()) };
         if let Some(r) = r {
             return r;
         }
@@ -208,18 +331,9 @@ fn copy(level: Level, crc: u32, dst: &mut [u8], src: &[u8]) -> u32 {
     #[cfg(target_arch = "x86_64")]
     if dst.len() == src.len() {
         let d = dst.as_mut_ptr();
-        let short = src.len() < x86::FOLD_MIN;
-        // SAFETY: `level` says the CPU has each kernel's features; `d` is valid for
-        // `src.len()` writes and does not overlap `src` (`&mut` and `&`).
-        let r = unsafe {
-            match level {
-                Level::Sse42 => Some(x86::chain::<true>(crc, src, d)),
-                _ if short => Some(x86::chain::<true>(crc, src, d)),
-                Level::Vpclmul => Some(x86::hybrid::<true, HQ>(crc, src, d)),
-                Level::Pclmul => Some(x86::three_way::<true>(crc, src, d)),
-                Level::Portable => None,
-            }
-        };
+        // SAFETY: `pick` only returns kernels that `level` (detected) supports; `d` is valid
+        // for `src.len()` writes and does not overlap `src` (`&mut` and `&`).
+        let r = unsafe { run_x86::<true>(pick(level, src.len()), crc, src, d) };
         if let Some(r) = r {
             return r;
         }
@@ -232,23 +346,24 @@ fn copy(level: Level, crc: u32, dst: &mut [u8], src: &[u8]) -> u32 {
 #[inline]
 fn shift(crc: u32, n: u64) -> u32 {
     #[cfg(target_arch = "x86_64")]
-    if matches!(level(), Level::Pclmul | Level::Vpclmul) {
+    if level() >= Level::Pclmul {
         // SAFETY: the level says SSE4.2 and PCLMULQDQ are available.
         return unsafe { x86::shift(crc, n) };
     }
     portable::shift(crc, n)
 }
 
-/// Every implementation, for tests and benchmarks. The default functions above pick one.
+/// Every implementation, for tests and benchmarks. The default functions above pick one per
+/// size ([`selected_kernel`]).
 pub mod impls {
     #[cfg(target_arch = "x86_64")]
     use super::x86;
+    use super::{portable, Kernel};
     #[cfg(target_arch = "x86_64")]
-    use super::HQ;
-    use super::{portable, Level};
+    use super::{HQ, HQ512};
 
     /// A raw-register kernel; `dst` is written only by the copy kernels.
-    type Kernel = unsafe fn(u32, &[u8], *mut u8) -> u32;
+    type KernelFn = unsafe fn(u32, &[u8], *mut u8) -> u32;
 
     /// One CRC32c implementation. Values exist only for implementations the running CPU
     /// supports, so calling one is always sound.
@@ -256,7 +371,7 @@ pub mod impls {
     pub struct Impl {
         name: &'static str,
         /// `None`: portable.
-        kernels: Option<(Kernel, Kernel)>,
+        kernels: Option<(KernelFn, KernelFn)>,
     }
 
     impl core::fmt::Debug for Impl {
@@ -294,9 +409,31 @@ pub mod impls {
         }
     }
 
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    fn at_least(l: Level) -> bool {
-        super::level() as u8 >= l as u8
+    /// The implementation of `k`, if this CPU runs it.
+    fn of(k: Kernel) -> Option<Impl> {
+        if super::level() < k.needs() {
+            return None;
+        }
+        #[cfg(target_arch = "x86_64")]
+        let kernels: Option<(KernelFn, KernelFn)> = match k {
+            Kernel::Portable => None,
+            Kernel::Sse42 => Some((x86::chain::<false>, x86::chain::<true>)),
+            Kernel::Sse42ThreeWay => Some((x86::three_way::<false>, x86::three_way::<true>)),
+            Kernel::Pclmul => Some((x86::fold128::<false>, x86::fold128::<true>)),
+            Kernel::Vpclmul => Some((x86::fold256::<false>, x86::fold256::<true>)),
+            Kernel::Hybrid => Some((x86::hybrid::<false, HQ>, x86::hybrid::<true, HQ>)),
+            Kernel::Avx512 => Some((x86::fold512::<false>, x86::fold512::<true>)),
+            Kernel::Hybrid512 => Some((
+                x86::hybrid512::<false, HQ512>,
+                x86::hybrid512::<true, HQ512>,
+            )),
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let kernels = None;
+        Some(Impl {
+            name: k.name(),
+            kernels,
+        })
     }
 
     /// Portable slice-by-8; always available.
@@ -309,83 +446,60 @@ pub mod impls {
 
     /// One SSE4.2 `crc32` chain (8 octets per 3 cycles).
     pub fn sse42() -> Option<Impl> {
-        #[cfg(target_arch = "x86_64")]
-        if at_least(Level::Sse42) {
-            return Some(Impl {
-                name: "sse42",
-                kernels: Some((x86::chain::<false>, x86::chain::<true>)),
-            });
-        }
-        None
+        of(Kernel::Sse42)
     }
 
     /// Three SSE4.2 `crc32` chains merged with PCLMULQDQ (up to 8 octets per cycle).
     pub fn sse42_3way() -> Option<Impl> {
-        #[cfg(target_arch = "x86_64")]
-        if at_least(Level::Pclmul) {
-            return Some(Impl {
-                name: "sse42_3way",
-                kernels: Some((x86::three_way::<false>, x86::three_way::<true>)),
-            });
-        }
-        None
+        of(Kernel::Sse42ThreeWay)
     }
 
     /// 128-bit PCLMULQDQ folding.
     pub fn pclmul() -> Option<Impl> {
-        #[cfg(target_arch = "x86_64")]
-        if at_least(Level::Pclmul) {
-            return Some(Impl {
-                name: "pclmul",
-                kernels: Some((x86::fold128::<false>, x86::fold128::<true>)),
-            });
-        }
-        None
+        of(Kernel::Pclmul)
     }
 
     /// 256-bit VPCLMULQDQ folding (AVX2 encoding).
     pub fn vpclmul() -> Option<Impl> {
-        #[cfg(target_arch = "x86_64")]
-        if at_least(Level::Vpclmul) {
-            return Some(Impl {
-                name: "vpclmul",
-                kernels: Some((x86::fold256::<false>, x86::fold256::<true>)),
-            });
-        }
-        None
+        of(Kernel::Vpclmul)
     }
 
-    /// VPCLMULQDQ folding and three `crc32` chains side by side.
+    /// 256-bit VPCLMULQDQ folding and three `crc32` chains side by side.
     pub fn hybrid() -> Option<Impl> {
-        #[cfg(target_arch = "x86_64")]
-        if at_least(Level::Vpclmul) {
-            return Some(Impl {
-                name: "hybrid",
-                kernels: Some((x86::hybrid::<false, HQ>, x86::hybrid::<true, HQ>)),
-            });
-        }
-        None
+        of(Kernel::Hybrid)
+    }
+
+    /// 512-bit VPCLMULQDQ folding (AVX512F).
+    pub fn avx512() -> Option<Impl> {
+        of(Kernel::Avx512)
+    }
+
+    /// 512-bit VPCLMULQDQ folding and three `crc32` chains side by side (AVX512F).
+    pub fn hybrid512() -> Option<Impl> {
+        of(Kernel::Hybrid512)
     }
 
     /// Every implementation this CPU runs, portable first.
     pub fn all() -> Vec<Impl> {
         let mut v = vec![portable()];
         v.extend(
-            [sse42(), sse42_3way(), pclmul(), vpclmul(), hybrid()]
-                .into_iter()
-                .flatten(),
+            [
+                sse42(),
+                sse42_3way(),
+                pclmul(),
+                vpclmul(),
+                hybrid(),
+                avx512(),
+                hybrid512(),
+            ]
+            .into_iter()
+            .flatten(),
         );
         v
     }
 
-    /// The implementation [`crc32c_append`](super::crc32c_append) uses on this CPU.
-    pub fn default_impl() -> Impl {
-        match super::level() {
-            Level::Vpclmul => hybrid(),
-            Level::Pclmul => sse42_3way(),
-            Level::Sse42 => sse42(),
-            Level::Portable => None,
-        }
-        .unwrap_or_else(portable)
+    /// The implementation the default functions use for `len` octets on this CPU.
+    pub fn selected(len: usize) -> Impl {
+        of(super::pick(super::level(), len)).unwrap_or_else(portable)
     }
 }

@@ -125,7 +125,9 @@ const fn make_tables() -> [[u32; 256]; 8] {
 
 static TABLES: [[u32; 256]; 8] = make_tables();
 
-/// Slice-by-8 over the raw (non-inverted) register.
+/// Slice-by-8 over the raw (non-inverted) register. Not inlined: it would make every caller
+/// (the dispatching `crc32c`) save registers even on the SIMD paths.
+#[inline(never)]
 pub(crate) fn update(mut crc: u32, data: &[u8]) -> u32 {
     let t = &TABLES;
     let mut chunks = data.chunks_exact(8);

@@ -190,12 +190,24 @@ fn copy_length_mismatch_copies_the_common_prefix() {
 }
 
 #[test]
-fn default_dispatch_matches_default_impl() {
+fn default_dispatch_matches_selected_impl() {
     let mut buf = vec![0u8; 70_000];
     fill(&mut buf, 3);
-    let d = impls::default_impl();
-    for len in [0, 1, 7, 255, 256, 257, 4096, 65_536, 70_000] {
-        assert_eq!(crc32c(&buf[..len]), d.append(0, &buf[..len]), "{d:?} {len}");
+    let mut lens: Vec<usize> = vec![0, 1, 7, 63, 64, 127, 128, 255, 256, 257, 1024, 1448];
+    lens.extend([4096, 8191, 8192, 16_384, 65_536, 70_000]);
+    for len in lens {
+        let d = impls::selected(len);
+        assert_eq!(d.name(), selected_kernel(len));
+        let data = &buf[..len];
+        assert_eq!(crc32c(data), d.append(0, data), "{d:?} {len}");
+        assert_eq!(crc32c(data), crc32c_reference(data), "{d:?} {len}");
+        let mut out = vec![0u8; len];
+        assert_eq!(
+            crc32c_copy(0, &mut out, data),
+            crc32c(data),
+            "{d:?} copy {len}"
+        );
+        assert!(out == data);
     }
 }
 
@@ -344,5 +356,125 @@ fn combine_fixed_matches_combine() {
         for (a, b) in [(0u32, 0u32), (0xdead_beef, 0x1234_5678), (u32::MAX, 1)] {
             assert_eq!(f.combine(a, b), crc32c_combine(a, b, len), "len {len}");
         }
+    }
+}
+
+/// The AVX-512 kernels (where the CPU has them) plus the default, for the tests below.
+fn avx512_impls() -> Vec<Impl> {
+    [impls::avx512(), impls::hybrid512()]
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+#[test]
+fn avx512_every_length_and_misalignment() {
+    // Every length 0..=1100 at every misalignment against a 64-octet boundary, plain and
+    // fused copy, from a non-trivial register.
+    let mut buf = vec![0u8; 1100 + 128];
+    fill(&mut buf, 17);
+    let base = buf.as_ptr().align_offset(64);
+    for imp in avx512_impls() {
+        for mis in 0..64 {
+            let data = &buf[base + mis..base + mis + 1100];
+            let mut raw = !0x0bad_cafe_u32;
+            for len in 0..=1100 {
+                let want = !raw;
+                let d = &data[..len];
+                assert_eq!(
+                    imp.append(0x0bad_cafe, d),
+                    want,
+                    "{imp:?} mis {mis} len {len}"
+                );
+                if len % 7 == 0 || len < 300 {
+                    let mut out = vec![0u8; len];
+                    assert_eq!(
+                        imp.copy(0x0bad_cafe, &mut out, d),
+                        want,
+                        "{imp:?} copy {len}"
+                    );
+                    assert!(out == d, "{imp:?} copy {len}");
+                }
+                if len < data.len() {
+                    raw = portable::bitwise(raw, &data[len..=len]);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn avx512_large_lengths_misalignments_and_chaining() {
+    // Around the alignment threshold, the hybrid's round (256 + 3 * 16 octets) and its
+    // 256-round pieces; every misalignment for some, random ones for the rest.
+    let mut buf = vec![0u8; 200_000 + 128];
+    fill(&mut buf, 19);
+    let base = buf.as_ptr().align_offset(64);
+    let round = 304;
+    let mut lens = vec![
+        2048,
+        16_383,
+        32_767,
+        32_768,
+        32_769,
+        32_768 + 63,
+        65_536,
+        65_536 + 5,
+    ];
+    for r in [3, 4, 255, 256, 257, 512, 600] {
+        for d in [0, 1, 63, 64, 100, 303] {
+            lens.push(r * round + d);
+        }
+    }
+    let mut rng = 0x1234_5678_9abc_def1u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for _ in 0..20 {
+        lens.push(1100 + (next() % 190_000) as usize);
+    }
+    for imp in avx512_impls() {
+        for (i, &len) in lens.iter().enumerate() {
+            let misses: Vec<usize> = if i < 8 {
+                (0..64).collect()
+            } else {
+                vec![0, (next() % 64) as usize]
+            };
+            for mis in misses {
+                let data = &buf[base + mis..base + mis + len];
+                let want = crc32c_reference(data);
+                assert_eq!(imp.append(0, data), want, "{imp:?} len {len} mis {mis}");
+                let cut = (next() as usize) % (len + 1);
+                let (a, b) = data.split_at(cut);
+                assert_eq!(imp.append(imp.append(0, a), b), want, "{imp:?} chain {cut}");
+                assert_eq!(crc32c_append(crc32c(a), b), want, "default chain {len}");
+                let mut out = vec![0u8; len + 64];
+                let d_off = (next() % 64) as usize;
+                let got = imp.copy(0, &mut out[d_off..d_off + len], data);
+                assert_eq!(got, want, "{imp:?} copy len {len}");
+                assert!(&out[d_off..d_off + len] == data, "{imp:?} copy len {len}");
+            }
+        }
+    }
+}
+
+#[test]
+fn selection_follows_the_table() {
+    let names: Vec<&str> = impls::all().iter().map(|i| i.name()).collect();
+    let lens = [0, 1, 64, 127, 128, 191, 192, 255, 256, 1448, 32_767, 32_768];
+    for len in lens.into_iter().chain([1 << 20]) {
+        let k = selected_kernel(len);
+        assert!(names.contains(&k), "{k} for {len} not among {names:?}");
+    }
+    if impls::avx512().is_some() {
+        assert_eq!(selected_kernel(191), "sse42");
+        assert_eq!(selected_kernel(192), "vpclmul");
+        assert_eq!(selected_kernel(255), "vpclmul");
+        assert_eq!(selected_kernel(256), "avx512");
+        assert_eq!(selected_kernel(32_767), "avx512");
+        assert_eq!(selected_kernel(32_768), "hybrid512");
     }
 }
