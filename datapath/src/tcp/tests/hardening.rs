@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use super::harness::*;
-use crate::tcp::{DropReason, TcpConfig};
+use crate::tcp::{Connection, DropReason, TcpConfig};
 use crate::wire::tcp::TcpFlags;
 
 /// RFC 5961 §4.2: a SYN gets a challenge ACK whatever its sequence number, and RFC 5961 §7
@@ -32,4 +32,41 @@ fn out_of_window_syns_get_rate_limited_challenge_acks() {
     let tx = drain_tx(&mut c, t0 + ms(1001));
     assert_eq!(tx.len(), 1);
     assert_eq!(tx[0].ack(), p.base);
+}
+
+/// A peer announcing a jumbo MSS does not make us build segments our link cannot carry.
+#[test]
+fn send_mss_is_clamped_to_ours() {
+    let t0 = Instant::now();
+    let cfg = TcpConfig {
+        max_snd_mss: 1460,
+        ..TcpConfig::default()
+    };
+    let h = handover_with_mss(t0, 9000);
+    let mut c = Connection::new(&h, &cfg, t0).unwrap();
+    assert_eq!(c.send(&stream(0, 20_000)), 20_000);
+    let tx = drain_tx(&mut c, t0);
+    assert!(!tx.is_empty());
+    for s in &tx {
+        // 1460 minus the timestamps option.
+        assert!(s.payload.len() <= 1448, "{} octets", s.payload.len());
+    }
+    // Under ours, the peer's MSS still rules.
+    let h = handover_with_mss(t0, 536);
+    let mut c = Connection::new(&h, &cfg, t0).unwrap();
+    c.send(&stream(0, 5000));
+    assert!(drain_tx(&mut c, t0).iter().all(|s| s.payload.len() <= 524));
+    // A nonsensical limit is refused.
+    let tiny = TcpConfig {
+        max_snd_mss: 10,
+        ..TcpConfig::default()
+    };
+    assert!(Connection::new(&h, &tiny, t0).is_err());
+}
+
+fn handover_with_mss(t0: Instant, mss: u16) -> crate::tcp::HandoverState {
+    crate::tcp::HandoverState {
+        mss,
+        ..handover(t0, true)
+    }
 }
