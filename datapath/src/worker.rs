@@ -319,7 +319,7 @@ impl<R: FrameRing> Worker<R> {
                 let _ = answer.send(r);
             }
             Command::HandOver(h, bufs, answer) => {
-                let key = (h.tcp.local, h.tcp.remote);
+                let key = flow_key(h.tcp.local, h.tcp.remote);
                 let r = if self.flows.contains_key(&key) {
                     Err(WorkerError::DuplicateFlow)
                 } else {
@@ -387,6 +387,7 @@ impl<R: FrameRing> Worker<R> {
                 let _ = answer.send(flow);
             }
             Command::Adopt(flow, key) => {
+                let key = flow_key(key.0, key.1);
                 self.ids.insert(flow.id, key);
                 let mut flow = *flow;
                 self.replay_strays(&mut flow, key, Instant::now());
@@ -634,6 +635,13 @@ impl<R: FrameRing> Worker<R> {
             None => t.all_batches().for_each(send),
         }
     }
+}
+
+/// The key of a flow's 4-tuple as its frames carry it: a dual-stack socket reports an IPv4
+/// peer as IPv4-mapped IPv6 addresses, its frames are IPv4.
+fn flow_key(local: SocketAddr, remote: SocketAddr) -> (SocketAddr, SocketAddr) {
+    let c = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
+    (c(local), c(remote))
 }
 
 /// Captures the MPA startup frames the kernel carried before the hand-over (rebuilt from

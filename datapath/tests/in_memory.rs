@@ -507,3 +507,37 @@ fn stray_frames_are_replayed_on_hand_over_and_freed_after_the_flow_ends() {
     b.worker.poll_once_at(t0 + STRAY_TTL).unwrap();
     assert_eq!(b.worker.strays(), (0, 0));
 }
+
+/// A dual-stack listener reports IPv4 peers as IPv4-mapped IPv6 addresses: the hand-over's
+/// 4-tuple must still match the IPv4 frames of the connection.
+#[test]
+fn a_hand_over_with_ipv4_mapped_addresses_owns_the_ipv4_frames() {
+    let mut b = worker_with_flow(false);
+    let mut h = handover(&[], false, false, Some(1));
+    h.flow_id = 5;
+    let mapped =
+        |a: SocketAddrV4| std::net::SocketAddr::new(a.ip().to_ipv6_mapped().into(), a.port());
+    let mut peer = remote();
+    peer.set_port(7779);
+    h.tcp.local = mapped(local());
+    h.tcp.remote = mapped(peer);
+    let (answer, result) = unbounded();
+    assert!(b
+        .worker
+        .apply(Command::HandOver(Box::new(h), vec![], answer)));
+    result.recv().unwrap().expect("hand-over accepted");
+    let (stream, data) = writes(false, 1, 400);
+    assert!(b.wire.inject(segment_from(7779, RCV_NXT, &stream)));
+    b.worker.poll_once().unwrap();
+    assert_eq!(stray_asks(&b.notes), Vec::<u16>::new());
+    let q = b.worker.report();
+    assert_eq!(q.stats.unknown_flow, 0);
+    let f = q.flows.iter().find(|f| f.flow_id == 5).unwrap();
+    assert_eq!(f.rx.fpdus, 1);
+    let mut got = vec![0u8; data.len()];
+    assert!(b.mem.read(0, &mut got));
+    assert_eq!(got, data);
+    // Its ACK leaves as an IPv4 frame to the peer.
+    let sent = b.wire.take_sent();
+    assert!(sent.iter().map(|f| tcp_of(f)).any(|s| s.dst == peer));
+}
