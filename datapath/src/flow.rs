@@ -286,6 +286,19 @@ impl Flow {
         self.rx.post_recv(bufs)
     }
 
+    /// The VLAN its frames carry (VID), `None` for untagged: always untagged, as the frames we
+    /// build are and as a hand-over names no VLAN. A frame of the 4-tuple with another tag
+    /// belongs to another network and is not the flow's.
+    pub fn vlan(&self) -> Option<u16> {
+        None
+    }
+
+    /// Whether a received frame's VLAN tag is the flow's. VID 0 (a priority tag, IEEE
+    /// 802.1Q) counts as untagged.
+    pub fn vlan_matches(&self, tag: Option<crate::wire::ethernet::VlanTag>) -> bool {
+        tag.map(|t| t.vid()).filter(|&v| v != 0) == self.vlan()
+    }
+
     /// The flow's protection domain.
     pub fn pd(&self) -> Option<u32> {
         self.rx.pd()

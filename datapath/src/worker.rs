@@ -465,6 +465,10 @@ impl<R: FrameRing> Worker<R> {
             if let Some(t) = tap.as_mut().filter(|t| t.wants(flow.id)) {
                 t.push(CaptureDirection::Rx, frame, false);
             }
+            if !flow.vlan_matches(f.vlan) {
+                stats.wrong_vlan += 1;
+                return;
+            }
             let Ok(repr) = TcpRepr::parse(&f.tcp) else {
                 stats.malformed += 1;
                 return;
@@ -591,6 +595,10 @@ impl<R: FrameRing> Worker<R> {
     fn replay_strays(&mut self, flow: &mut Flow, key: (SocketAddr, SocketAddr), now: Instant) {
         for frame in self.strays.take(&key) {
             if let Ok(f) = parse_tcp_frame(&frame, self.cfg.verify_checksums) {
+                if !flow.vlan_matches(f.vlan) {
+                    self.stats.wrong_vlan += 1;
+                    continue;
+                }
                 if let Ok(repr) = TcpRepr::parse(&f.tcp) {
                     flow.on_segment(now, &repr, f.tcp.payload(), &mut self.regions);
                 }

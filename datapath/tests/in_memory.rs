@@ -541,3 +541,36 @@ fn a_hand_over_with_ipv4_mapped_addresses_owns_the_ipv4_frames() {
     let sent = b.wire.take_sent();
     assert!(sent.iter().map(|f| tcp_of(f)).any(|s| s.dst == peer));
 }
+
+/// A frame of the flow's 4-tuple from another VLAN is not the flow's: dropped and counted,
+/// never placed; a priority tag (VID 0) is untagged.
+#[test]
+fn frames_with_another_vlan_tag_are_not_the_flows() {
+    let mut b = worker_with_flow(false);
+    let (stream, data) = writes(false, 1, 300);
+    let tagged = |vid: u16| {
+        let pb = PacketBuilder::ethernet2(PEER_MAC, OUR_MAC)
+            .single_vlan(etherparse::VlanId::try_new(vid).unwrap())
+            .ipv4(remote().ip().octets(), local().ip().octets(), 64)
+            .tcp(remote().port(), local().port(), RCV_NXT, 512)
+            .ack(SND_NXT);
+        let mut v = Vec::new();
+        pb.write(&mut v, &stream).unwrap();
+        v
+    };
+    assert!(b.wire.inject(tagged(5)));
+    b.worker.poll_once().unwrap();
+    let q = b.worker.report();
+    assert_eq!(q.stats.wrong_vlan, 1);
+    assert_eq!(q.flows[0].rx.fpdus, 0);
+    let mut got = vec![0u8; data.len()];
+    assert!(b.mem.read(0, &mut got));
+    assert!(got.iter().all(|&x| x == 0));
+    // A priority-tagged frame is the flow's.
+    assert!(b.wire.inject(tagged(0)));
+    b.worker.poll_once().unwrap();
+    let q = b.worker.report();
+    assert_eq!((q.stats.wrong_vlan, q.flows[0].rx.fpdus), (1, 1));
+    assert!(b.mem.read(0, &mut got));
+    assert_eq!(got, data);
+}
