@@ -131,6 +131,9 @@ pub struct QueueStats {
     pub malformed: u64,
     /// TCP segments of no flow this worker owns.
     pub unknown_flow: u64,
+    /// Frames of a flow's 4-tuple whose VLAN tag is not the flow's (dropped).
+    #[serde(default)]
+    pub wrong_vlan: u64,
     /// RX bursts.
     pub bursts: u64,
 }

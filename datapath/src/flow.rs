@@ -106,6 +106,18 @@ pub fn receive_segment<R: Regions + ?Sized>(
     out
 }
 
+/// `cfg.max_snd_mss` is for IPv4 headers (Ethernet + 20 octets): larger IP headers (IPv6)
+/// take their extra octets from it.
+fn clamp_mss(cfg: &TcpConfig, template: &FrameTemplate) -> TcpConfig {
+    const ETHERNET_IPV4: usize = 14 + 20;
+    let extra = template.l2l3_len().saturating_sub(ETHERNET_IPV4);
+    let extra = u16::try_from(extra).unwrap_or(u16::MAX);
+    TcpConfig {
+        max_snd_mss: cfg.max_snd_mss.saturating_sub(extra).max(64),
+        ..cfg.clone()
+    }
+}
+
 impl Flow {
     /// Builds the flow from a hand-over; `our_mac` is the interface's address. A Responder's
     /// accepting Reply is queued at once (TCP retransmits it until acknowledged); so is a
@@ -137,8 +149,8 @@ impl Flow {
             sack_permitted: t.sack_permitted,
             timestamps: ts,
         };
-        let mut tcp = Connection::new(&state, cfg, now)?;
         let template = FrameTemplate::new(our_mac, h.next_hop_mac, t.local, t.remote)?;
+        let mut tcp = Connection::new(&state, &clamp_mss(cfg, &template), now)?;
         let m = &h.mpa;
         let mut encoder = FpduEncoder::new(m.markers_tx);
         let rtrs = m.rtr.iter().fold(RtrSet::EMPTY, |set, t| set.with(*t));
@@ -272,6 +284,19 @@ impl Flow {
     /// Posts receive buffers for the peer's Sends.
     pub fn post_recv(&mut self, bufs: &[PostedBuf]) -> Result<(), PostRecvError> {
         self.rx.post_recv(bufs)
+    }
+
+    /// The VLAN its frames carry (VID), `None` for untagged: always untagged, as the frames we
+    /// build are and as a hand-over names no VLAN. A frame of the 4-tuple with another tag
+    /// belongs to another network and is not the flow's.
+    pub fn vlan(&self) -> Option<u16> {
+        None
+    }
+
+    /// Whether a received frame's VLAN tag is the flow's. VID 0 (a priority tag, IEEE
+    /// 802.1Q) counts as untagged.
+    pub fn vlan_matches(&self, tag: Option<crate::wire::ethernet::VlanTag>) -> bool {
+        tag.map(|t| t.vid()).filter(|&v| v != 0) == self.vlan()
     }
 
     /// The flow's protection domain.
@@ -422,5 +447,29 @@ impl Flow {
                 terminate: e.terminate,
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv6_flows_take_their_longer_header_from_the_send_mss() {
+        let cfg = TcpConfig::default();
+        let t = |l: &str, r: &str| {
+            FrameTemplate::new([2; 6], [4; 6], l.parse().unwrap(), r.parse().unwrap()).unwrap()
+        };
+        let v4 = clamp_mss(&cfg, &t("10.0.0.1:1", "10.0.0.2:2"));
+        assert_eq!(v4.max_snd_mss, 1460);
+        let v6 = clamp_mss(&cfg, &t("[fd00::1]:1", "[fd00::2]:2"));
+        assert_eq!(v6.max_snd_mss, 1440);
+        assert_eq!(
+            TcpConfig {
+                max_snd_mss: 1460,
+                ..v6
+            },
+            cfg
+        );
     }
 }

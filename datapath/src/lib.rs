@@ -26,6 +26,7 @@ pub mod region;
 pub mod registry;
 pub mod ring;
 pub mod server;
+pub mod strays;
 pub mod tcp;
 pub mod wire;
 pub mod worker;

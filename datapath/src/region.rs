@@ -5,7 +5,12 @@
 //! This is the second memory boundary of the crate, like the UMEM: the memory is shared with
 //! another process that may read or write it at any time, so no Rust reference to it is ever
 //! formed; the workers copy into it through raw pointers after a bounds check.
+//!
+//! The memfd is sealed against shrinking and growing before it is mapped (and against new
+//! seals): a consumer that `ftruncate`s its descriptor gets EPERM instead of turning the
+//! workers' next copy into a SIGBUS.
 
+use nix::fcntl::{fcntl, FcntlArg, SealFlag};
 use nix::sys::memfd::{memfd_create, MFdFlags};
 use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 use std::num::NonZeroUsize;
@@ -74,8 +79,18 @@ impl RegionMemory {
     }
 
     fn map(name: &str, size: NonZeroUsize, extra: MFdFlags) -> nix::Result<RegionMemory> {
-        let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC | extra)?;
+        let fd = memfd_create(
+            name,
+            MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING | extra,
+        )?;
         nix::unistd::ftruncate(&fd, size.get() as i64)?;
+        // The length is fixed from here on, for us and for every holder of the descriptor.
+        fcntl(
+            &fd,
+            FcntlArg::F_ADD_SEALS(
+                SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL,
+            ),
+        )?;
         // SAFETY: a fresh shared mapping of our own memfd, `size` octets that the ftruncate
         // above made exist; nothing else in this process aliases it. With huge pages the
         // length is a multiple of the page size (checked by the caller).
@@ -160,7 +175,7 @@ impl Drop for RegionMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{Read, Seek, SeekFrom};
+    use std::io::{Read, Seek, SeekFrom, Write};
 
     #[test]
     fn writes_are_visible_through_the_descriptor_and_bounded() {
@@ -179,6 +194,43 @@ mod tests {
         assert!(m.read(9_998, &mut r));
         assert_eq!(r, [7, 7]);
         assert!(!m.read(9_999, &mut r));
+    }
+
+    #[test]
+    fn the_length_is_sealed_but_the_octets_stay_writable() {
+        for len in [10_000, HUGE_PAGE] {
+            let m = RegionMemory::create("sealed-region", len).unwrap();
+            let fd = m.fd().try_clone_to_owned().unwrap();
+            // What a consumer holding the descriptor might try.
+            for l in [0, 4096, len as i64 - 1, len as i64 + 1, 2 * len as i64] {
+                assert_eq!(
+                    nix::unistd::ftruncate(&fd, l),
+                    Err(nix::Error::EPERM),
+                    "ftruncate to {l} (huge pages {})",
+                    m.huge_pages()
+                );
+            }
+            let seals = fcntl(&fd, FcntlArg::F_GET_SEALS).unwrap();
+            let want = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
+            assert_eq!(SealFlag::from_bits_truncate(seals) & want, want);
+            assert_eq!(
+                fcntl(&fd, FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_FUTURE_WRITE)),
+                Err(nix::Error::EPERM)
+            );
+            // Both sides still write and read every octet.
+            let end = len - 3;
+            assert!(m.write(end, &[1, 2, 3]));
+            let mut f = std::fs::File::from(fd);
+            f.seek(SeekFrom::Start(0)).unwrap();
+            f.write_all(&[9, 8]).unwrap();
+            let mut r = [0u8; 3];
+            assert!(m.read(end, &mut r));
+            assert_eq!(r, [1, 2, 3]);
+            let mut r = [0u8; 2];
+            assert!(m.read(0, &mut r));
+            assert_eq!(r, [9, 8]);
+            assert_eq!(f.metadata().unwrap().len(), len);
+        }
     }
 
     #[test]

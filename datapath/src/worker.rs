@@ -8,6 +8,7 @@ use crate::capture::{CaptureBatch, CaptureSpec, CaptureTap};
 use crate::flow::{Flow, FlowEnd, FlowError};
 use crate::receiver::{PostRecvError, PostedBuf, Region, RegionTable};
 use crate::ring::FrameRing;
+use crate::strays::Strays;
 use crate::tcp::TcpConfig;
 use crate::wire::frame::parse_tcp_frame;
 use crate::wire::tcp::TcpRepr;
@@ -119,12 +120,6 @@ pub enum WorkerError {
     },
 }
 
-/// Stray 4-tuples tracked at once, and frames held for each until its flow arrives.
-const STRAY_FLOWS: usize = 1024;
-const STRAY_FRAMES: usize = 64;
-/// Octets of held stray frames per worker, all flows together.
-const STRAY_BYTES: usize = 16 << 20;
-
 /// Empty polls before an idle worker blocks in poll() instead of spinning.
 const SPIN_POLLS: u32 = 256;
 
@@ -225,11 +220,10 @@ pub struct Worker<R: FrameRing> {
     /// Flows to visit this round (touched by a segment or a command, or a timer fired).
     due: Vec<(SocketAddr, SocketAddr)>,
     touched: Vec<(SocketAddr, SocketAddr)>,
-    /// 4-tuples reported as stray (bounded), each with the frames that arrived before the
-    /// flow moved here (bounded): they are replayed on adoption instead of being lost, which
-    /// would cost the peer a retransmission timeout.
-    strays: HashMap<(SocketAddr, SocketAddr), Vec<Vec<u8>>>,
-    stray_bytes: usize,
+    /// 4-tuples reported as stray, each with the frames that arrived before the flow came
+    /// here (bounded in number, octets and time): they are replayed on hand-over or adoption
+    /// instead of being lost, which would cost the peer a retransmission timeout.
+    strays: Strays,
     scratch: Vec<u8>,
     /// The packet capture, while one runs: `None` costs one branch per frame.
     tap: Option<CaptureTap>,
@@ -258,8 +252,7 @@ impl<R: FrameRing> Worker<R> {
             armed: HashMap::new(),
             due: Vec::with_capacity(256),
             touched: Vec::with_capacity(256),
-            strays: HashMap::new(),
-            stray_bytes: 0,
+            strays: Strays::default(),
             scratch: vec![0u8; 16 * 1024],
             completions: CompletionBatches::default(),
             tap: None,
@@ -326,7 +319,7 @@ impl<R: FrameRing> Worker<R> {
                 let _ = answer.send(r);
             }
             Command::HandOver(h, bufs, answer) => {
-                let key = (h.tcp.local, h.tcp.remote);
+                let key = flow_key(h.tcp.local, h.tcp.remote);
                 let r = if self.flows.contains_key(&key) {
                     Err(WorkerError::DuplicateFlow)
                 } else {
@@ -346,6 +339,7 @@ impl<R: FrameRing> Worker<R> {
                                     tracing::warn!(flow = f.id, %e, "buffers waiting in the domain not posted");
                                 }
                             }
+                            self.replay_strays(&mut f, key, Instant::now());
                             self.ids.insert(f.id, key);
                             self.flows.insert(key, f);
                             self.touched.push(key);
@@ -393,18 +387,10 @@ impl<R: FrameRing> Worker<R> {
                 let _ = answer.send(flow);
             }
             Command::Adopt(flow, key) => {
+                let key = flow_key(key.0, key.1);
                 self.ids.insert(flow.id, key);
                 let mut flow = *flow;
-                let now = Instant::now();
-                let held = self.strays.remove(&key).unwrap_or_default();
-                self.stray_bytes -= held.iter().map(Vec::len).sum::<usize>();
-                for frame in held {
-                    if let Ok(f) = parse_tcp_frame(&frame, self.cfg.verify_checksums) {
-                        if let Ok(repr) = TcpRepr::parse(&f.tcp) {
-                            flow.on_segment(now, &repr, f.tcp.payload(), &mut self.regions);
-                        }
-                    }
-                }
+                self.replay_strays(&mut flow, key, Instant::now());
                 self.flows.insert(key, flow);
                 self.touched.push(key);
             }
@@ -416,7 +402,11 @@ impl<R: FrameRing> Worker<R> {
     /// One RX burst, timers, TX. Returns the frames received. [`Worker::run`] calls it in a
     /// loop; in-memory tests and benchmarks call it directly.
     pub fn poll_once(&mut self) -> Result<usize, R::Error> {
-        let now = Instant::now();
+        self.poll_once_at(Instant::now())
+    }
+
+    /// [`Worker::poll_once`] at `now` (virtual time for tests).
+    pub fn poll_once_at(&mut self, now: Instant) -> Result<usize, R::Error> {
         let queue = self.xsk.queue();
         // Spin while traffic flows; once idle, sleep in poll() until a frame or the next timer.
         let timeout_ms = if self.empty_polls < SPIN_POLLS {
@@ -434,7 +424,6 @@ impl<R: FrameRing> Worker<R> {
             stats,
             cfg,
             strays,
-            stray_bytes,
             notify,
             regions,
             tap,
@@ -443,6 +432,7 @@ impl<R: FrameRing> Worker<R> {
         if let Some(t) = tap.as_mut() {
             t.begin_poll();
         }
+        strays.expire(now);
         let n = xsk.rx_burst(timeout_ms, |frame| {
             let f = match parse_tcp_frame(frame, cfg.verify_checksums) {
                 Ok(f) => f,
@@ -461,31 +451,23 @@ impl<R: FrameRing> Worker<R> {
                 if let Some(t) = tap.as_mut().filter(|t| t.all()) {
                     t.push(CaptureDirection::Rx, frame, false);
                 }
-                let n_strays = strays.len();
-                let held = match strays.get_mut(&key) {
-                    Some(h) => Some(h),
-                    None if n_strays < STRAY_FLOWS => Some(strays.entry(key).or_default()),
-                    None => None,
-                };
-                if let Some(held) = held {
-                    if held.len() < STRAY_FRAMES && *stray_bytes + frame.len() <= STRAY_BYTES {
-                        *stray_bytes += frame.len();
-                        held.push(frame.to_vec());
-                    }
-                    // Ask on the first frame and again every 16: the flow may not have been
-                    // handed over yet when the first one came.
-                    if held.len() % 16 == 1 {
-                        let _ = notify.send(Notification::Stray {
-                            queue,
-                            local: key.0,
-                            remote: key.1,
-                        });
-                    }
+                // Asked for when first seen and again at most once per interval: the flow
+                // may not have been handed over yet when the first one came.
+                if strays.on_frame(key, frame, now) {
+                    let _ = notify.send(Notification::Stray {
+                        queue,
+                        local: key.0,
+                        remote: key.1,
+                    });
                 }
                 return;
             };
             if let Some(t) = tap.as_mut().filter(|t| t.wants(flow.id)) {
                 t.push(CaptureDirection::Rx, frame, false);
+            }
+            if !flow.vlan_matches(f.vlan) {
+                stats.wrong_vlan += 1;
+                return;
             }
             let Ok(repr) = TcpRepr::parse(&f.tcp) else {
                 stats.malformed += 1;
@@ -583,6 +565,7 @@ impl<R: FrameRing> Worker<R> {
         }
         for key in gone {
             if let Some(f) = self.flows.remove(&key) {
+                self.strays.take(&key);
                 self.ids.remove(&f.id);
                 self.armed.remove(&f.id);
                 let end = f.ended().cloned().unwrap_or(FlowEnd {
@@ -601,6 +584,26 @@ impl<R: FrameRing> Worker<R> {
             }
         }
         Ok(n)
+    }
+
+    /// Stray 4-tuples held and the octets of their frames.
+    pub fn strays(&self) -> (usize, usize) {
+        (self.strays.len(), self.strays.bytes())
+    }
+
+    /// A flow for `key` arrived here: the frames held for it go into it, in arrival order.
+    fn replay_strays(&mut self, flow: &mut Flow, key: (SocketAddr, SocketAddr), now: Instant) {
+        for frame in self.strays.take(&key) {
+            if let Ok(f) = parse_tcp_frame(&frame, self.cfg.verify_checksums) {
+                if !flow.vlan_matches(f.vlan) {
+                    self.stats.wrong_vlan += 1;
+                    continue;
+                }
+                if let Ok(repr) = TcpRepr::parse(&f.tcp) {
+                    flow.on_segment(now, &repr, f.tcp.payload(), &mut self.regions);
+                }
+            }
+        }
     }
 
     /// Counters and every flow's report.
@@ -640,6 +643,13 @@ impl<R: FrameRing> Worker<R> {
             None => t.all_batches().for_each(send),
         }
     }
+}
+
+/// The key of a flow's 4-tuple as its frames carry it: a dual-stack socket reports an IPv4
+/// peer as IPv4-mapped IPv6 addresses, its frames are IPv4.
+fn flow_key(local: SocketAddr, remote: SocketAddr) -> (SocketAddr, SocketAddr) {
+    let c = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
+    (c(local), c(remote))
 }
 
 /// Captures the MPA startup frames the kernel carried before the hand-over (rebuilt from

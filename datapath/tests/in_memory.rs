@@ -17,12 +17,13 @@ use mpa_datapath::flow::{Flow, FlowError};
 use mpa_datapath::receiver::Region;
 use mpa_datapath::region::RegionMemory;
 use mpa_datapath::ring::{MemRing, MemWire};
+use mpa_datapath::strays::{STRAY_ASK_EVERY, STRAY_BYTES, STRAY_FLOWS, STRAY_TTL};
 use mpa_datapath::tcp::TcpConfig;
 use mpa_datapath::wire::frame::parse_tcp_frame;
 use mpa_datapath::worker::{Command, Notification, Worker, WorkerConfig};
 use std::net::SocketAddrV4;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 const OUR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
 const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
@@ -396,4 +397,180 @@ fn startup_frames_end_where_the_hand_over_begins() {
     let mut h = startup_handover(Role::Responder);
     h.mpa.request_frame.clear();
     assert!(startup_frames(&h, ours).unwrap().is_empty());
+}
+
+/// A segment to us from the peer's address at `port` (another 4-tuple than the flow's).
+fn segment_from(port: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(PEER_MAC, OUR_MAC)
+        .ipv4(remote().ip().octets(), local().ip().octets(), 64)
+        .tcp(port, local().port(), seq, 512)
+        .ack(SND_NXT);
+    let mut v = Vec::with_capacity(b.size(payload.len()));
+    b.write(&mut v, payload).unwrap();
+    v
+}
+
+/// The peer ports the worker asked for since the last call, in order.
+fn stray_asks(notes: &Receiver<Notification>) -> Vec<u16> {
+    notes
+        .try_iter()
+        .filter_map(|n| match n {
+            Notification::Stray { remote, .. } => Some(remote.port()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Strays are bounded in time and space: a 4-tuple is asked for at most once per interval,
+/// its entry expires, and past the slot limit new 4-tuples are still asked for.
+#[test]
+fn strays_are_asked_for_once_per_interval_expire_and_stay_bounded() {
+    let mut b = worker_with_flow(false);
+    let ms = Duration::from_millis;
+    let t0 = Instant::now();
+    for i in 0..40 {
+        assert!(b.wire.inject(segment_from(5000, i, b"x")));
+        b.worker.poll_once_at(t0 + ms(i.into())).unwrap();
+    }
+    assert_eq!(stray_asks(&b.notes), [5000], "one ask within an interval");
+    assert_eq!(b.worker.strays().0, 1);
+    for i in 0..20 {
+        assert!(b.wire.inject(segment_from(5000, 100 + i, b"x")));
+        b.worker
+            .poll_once_at(t0 + STRAY_ASK_EVERY + ms(i.into()))
+            .unwrap();
+    }
+    assert_eq!(stray_asks(&b.notes), [5000], "asked again once");
+    // Nothing more arrives: the entry and its frames are gone after their time.
+    b.worker.poll_once_at(t0 + STRAY_TTL).unwrap();
+    assert_eq!(b.worker.strays(), (0, 0));
+    // More 4-tuples than slots: every one is asked for, the held ones stay bounded.
+    let t1 = t0 + 2 * STRAY_TTL;
+    let n = STRAY_FLOWS + 100;
+    for p in 0..n {
+        assert!(b.wire.inject(segment_from(10_000 + p as u16, 1, b"y")));
+        b.worker.poll_once_at(t1).unwrap();
+    }
+    let asks = stray_asks(&b.notes);
+    assert_eq!(asks.len(), n);
+    assert_eq!(asks.last(), Some(&(10_000 + n as u16 - 1)));
+    let (keys, octets) = b.worker.strays();
+    assert!(
+        keys <= STRAY_FLOWS && octets <= STRAY_BYTES,
+        "{keys} {octets}"
+    );
+    b.worker.poll_once_at(t1 + STRAY_TTL).unwrap();
+    assert_eq!(b.worker.strays(), (0, 0));
+    assert_eq!(b.worker.report().stats.unknown_flow, 60 + n as u64);
+}
+
+/// Frames that arrive before their flow is handed over to this worker are replayed into it
+/// and freed; frames after a flow ended here are held only for their time.
+#[test]
+fn stray_frames_are_replayed_on_hand_over_and_freed_after_the_flow_ends() {
+    let mut b = worker_with_flow(false);
+    let t0 = Instant::now();
+    let (stream, data) = writes(false, 1, 500);
+    assert!(b.wire.inject(segment_from(7778, RCV_NXT, &stream)));
+    b.worker.poll_once_at(t0).unwrap();
+    assert_eq!(stray_asks(&b.notes), [7778]);
+    assert_eq!(b.worker.strays().0, 1);
+    let mut h = handover(&[], false, false, Some(1));
+    h.flow_id = 4;
+    h.tcp.remote.set_port(7778);
+    let (answer, result) = unbounded();
+    assert!(b
+        .worker
+        .apply(Command::HandOver(Box::new(h), vec![], answer)));
+    result.recv().unwrap().expect("hand-over accepted");
+    assert_eq!(b.worker.strays(), (0, 0), "freed by the hand-over");
+    b.worker.poll_once_at(t0).unwrap();
+    let q = b.worker.report();
+    let f = q.flows.iter().find(|f| f.flow_id == 4).unwrap();
+    assert_eq!(f.rx.fpdus, 1, "held frame replayed");
+    let mut got = vec![0u8; data.len()];
+    assert!(b.mem.read(0, &mut got));
+    assert_eq!(got, data);
+    // The flow ends; later segments of its 4-tuple are strays for their time only.
+    b.worker.apply(Command::Close(4));
+    b.worker.poll_once_at(t0).unwrap();
+    assert!(b
+        .notes
+        .try_iter()
+        .any(|n| matches!(n, Notification::FlowGone { flow_id: 4, .. })));
+    for i in 0..50u32 {
+        assert!(b.wire.inject(segment_from(7778, RCV_NXT + i, b"z")));
+        b.worker.poll_once_at(t0).unwrap();
+    }
+    assert_eq!(stray_asks(&b.notes), [7778]);
+    assert_eq!(b.worker.strays().0, 1);
+    b.worker.poll_once_at(t0 + STRAY_TTL).unwrap();
+    assert_eq!(b.worker.strays(), (0, 0));
+}
+
+/// A dual-stack listener reports IPv4 peers as IPv4-mapped IPv6 addresses: the hand-over's
+/// 4-tuple must still match the IPv4 frames of the connection.
+#[test]
+fn a_hand_over_with_ipv4_mapped_addresses_owns_the_ipv4_frames() {
+    let mut b = worker_with_flow(false);
+    let mut h = handover(&[], false, false, Some(1));
+    h.flow_id = 5;
+    let mapped =
+        |a: SocketAddrV4| std::net::SocketAddr::new(a.ip().to_ipv6_mapped().into(), a.port());
+    let mut peer = remote();
+    peer.set_port(7779);
+    h.tcp.local = mapped(local());
+    h.tcp.remote = mapped(peer);
+    let (answer, result) = unbounded();
+    assert!(b
+        .worker
+        .apply(Command::HandOver(Box::new(h), vec![], answer)));
+    result.recv().unwrap().expect("hand-over accepted");
+    let (stream, data) = writes(false, 1, 400);
+    assert!(b.wire.inject(segment_from(7779, RCV_NXT, &stream)));
+    b.worker.poll_once().unwrap();
+    assert_eq!(stray_asks(&b.notes), Vec::<u16>::new());
+    let q = b.worker.report();
+    assert_eq!(q.stats.unknown_flow, 0);
+    let f = q.flows.iter().find(|f| f.flow_id == 5).unwrap();
+    assert_eq!(f.rx.fpdus, 1);
+    let mut got = vec![0u8; data.len()];
+    assert!(b.mem.read(0, &mut got));
+    assert_eq!(got, data);
+    // Its ACK leaves as an IPv4 frame to the peer.
+    let sent = b.wire.take_sent();
+    assert!(sent.iter().map(|f| tcp_of(f)).any(|s| s.dst == peer));
+}
+
+/// A frame of the flow's 4-tuple from another VLAN is not the flow's: dropped and counted,
+/// never placed; a priority tag (VID 0) is untagged.
+#[test]
+fn frames_with_another_vlan_tag_are_not_the_flows() {
+    let mut b = worker_with_flow(false);
+    let (stream, data) = writes(false, 1, 300);
+    let tagged = |vid: u16| {
+        let pb = PacketBuilder::ethernet2(PEER_MAC, OUR_MAC)
+            .single_vlan(etherparse::VlanId::try_new(vid).unwrap())
+            .ipv4(remote().ip().octets(), local().ip().octets(), 64)
+            .tcp(remote().port(), local().port(), RCV_NXT, 512)
+            .ack(SND_NXT);
+        let mut v = Vec::new();
+        pb.write(&mut v, &stream).unwrap();
+        v
+    };
+    assert!(b.wire.inject(tagged(5)));
+    b.worker.poll_once().unwrap();
+    let q = b.worker.report();
+    assert_eq!(q.stats.wrong_vlan, 1);
+    assert_eq!(q.flows[0].rx.fpdus, 0);
+    let mut got = vec![0u8; data.len()];
+    assert!(b.mem.read(0, &mut got));
+    assert!(got.iter().all(|&x| x == 0));
+    // A priority-tagged frame is the flow's.
+    assert!(b.wire.inject(tagged(0)));
+    b.worker.poll_once().unwrap();
+    let q = b.worker.report();
+    assert_eq!((q.stats.wrong_vlan, q.flows[0].rx.fpdus), (1, 1));
+    assert!(b.mem.read(0, &mut got));
+    assert_eq!(got, data);
 }

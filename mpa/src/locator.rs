@@ -13,6 +13,11 @@
 //! segment belongs to an FPDU that starts inside it. A candidate that fails its CRC or marker
 //! check is dropped and counted, never returned (RFC 5044 §8 allows an optimized receiver to
 //! drop such segments; TCP retransmission repairs them).
+//!
+//! The cost is linear in the segment: candidate headers are scanned once, and the octets
+//! verified per segment are bounded by [`VERIFY_BUDGET_PER_OCTET`] times its length; a
+//! candidate beyond the budget is left unverified and counted (its octets go the in-order
+//! way, like those of any segment the locator cannot use).
 
 use crate::decoder::{verify_fpdu, DecodeError, Ulpdu};
 use crate::markers::{self, MarkerGrid};
@@ -23,6 +28,13 @@ use std::ops::Range;
 
 /// Smallest FPDU on the wire: header, 2 octets of PAD, CRC.
 const MIN_FPDU: usize = 8;
+
+/// Octets a segment may have verified, as a multiple of its length. Verified FPDUs are
+/// disjoint, so an honest segment needs at most one pass, plus one for a rare false
+/// candidate (an aligned-sender guess, a ULPDU_Length look-alike in the payload). Without a
+/// bound a crafted segment whose every 4-aligned offset names an FPDU ending at the anchor
+/// costs ~L²/8 CRC octets (1.8 MB for 3.8 KB), for every copy of it.
+const VERIFY_BUDGET_PER_OCTET: usize = 3;
 
 /// One FPDU found and verified inside a segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +78,10 @@ pub struct LocateStats {
     /// Markers pointing where no FPDU header can be (inside a marker, misaligned, or into an
     /// FPDU already found).
     pub bad_pointers: u32,
+    /// Octets run through the CRC (or, CRCs off, checked) for candidates.
+    pub crc_octets: u64,
+    /// Candidates not verified because the segment's verification budget was spent.
+    pub over_budget: u32,
 }
 
 /// Locates FPDUs in out-of-order segments of one direction.
@@ -115,6 +131,7 @@ impl FpduLocator {
             out,
             first: 0,
             cursor: 0,
+            budget: segment.len().saturating_mul(VERIFY_BUDGET_PER_OCTET),
             stats: LocateStats::default(),
         };
         cx.first = cx.out.len();
@@ -148,6 +165,8 @@ struct Scan<'a> {
     first: usize,
     /// Octets before this offset are covered by FPDUs already found.
     cursor: usize,
+    /// Octets that may still be verified.
+    budget: usize,
     stats: LocateStats,
 }
 
@@ -204,6 +223,12 @@ impl Scan<'_> {
         let Some(wire) = self.seg.get(off..off + wl) else {
             return false;
         };
+        if wl > self.budget {
+            self.stats.over_budget += 1;
+            return false;
+        }
+        self.budget -= wl;
+        self.stats.crc_octets += wl as u64;
         match verify_fpdu(wire, self.pos(off), self.grid.enabled, self.crc) {
             Ok(ulpdu_len) => {
                 self.out.push(LocatedFpdu {
@@ -322,6 +347,55 @@ mod tests {
             .with_aligned_sender(true)
             .locate(grid.seq(0), &t.wire, &mut out);
         assert_eq!(out.len(), 2);
+    }
+
+    /// A segment of length `len` built so that one marker anchors a backward search in which
+    /// every 4-aligned offset holds a ULPDU_Length naming an FPDU that ends at the anchor
+    /// (and none has a valid CRC): the worst case for the backward search.
+    fn backward_worst_case(len: usize) -> Vec<u8> {
+        let interval = markers::MARKER_INTERVAL as usize;
+        let mut seg = vec![0x5au8; len];
+        let last = (len - MARKER_LEN) / interval * interval;
+        for m in (0..=last).step_by(interval) {
+            // Every marker but the last points before the segment; the last leads an FPDU.
+            let ptr: u16 = if m == last { 0 } else { 0xfffc };
+            seg[m..m + MARKER_LEN].copy_from_slice(&crate::wire::marker::marker_bytes(ptr));
+        }
+        let mut q = last;
+        while q >= 4 {
+            q -= 4;
+            let pos = q as u32;
+            if markers::is_marker_pos(pos.wrapping_sub(MARKER_LEN as u32)) {
+                continue;
+            }
+            let want = last - q;
+            let h = q + markers::header_offset(pos, true);
+            if let Some(ulen) =
+                (0..=0xffffu16).find(|&u| markers::fpdu_wire_len(pos, usize::from(u), true) == want)
+            {
+                seg[h..h + 2].copy_from_slice(&ulen.to_be_bytes());
+            }
+        }
+        seg
+    }
+
+    #[test]
+    fn verification_cost_is_linear_in_the_segment_length() {
+        let grid = MarkerGrid::new(SeqNumber(0), true);
+        let loc = FpduLocator::new(grid, true);
+        for len in [1500, 3800, 9000, 65_000] {
+            let seg = backward_worst_case(len);
+            let mut out = Vec::new();
+            let st = loc.locate(SeqNumber(0), &seg, &mut out);
+            assert!(out.is_empty());
+            assert!(st.markers as usize >= len / 512);
+            assert!(
+                st.crc_octets <= (VERIFY_BUDGET_PER_OCTET * len) as u64,
+                "{len} octets: {} CRC octets ({} candidates rejected)",
+                st.crc_octets,
+                st.crc_failures + st.marker_mismatches
+            );
+        }
     }
 
     #[test]

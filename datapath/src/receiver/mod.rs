@@ -299,7 +299,10 @@ impl MpaReceiver {
             if let Some(d) = self.digest.as_mut() {
                 *d = crc32c_combine(*d, p.ulpdu_crc, p.ulpdu_len as u64);
             }
-            self.complete(&p.plan);
+            self.complete(&p.plan, p.ulpdu_len);
+            if self.end.is_some() {
+                return;
+            }
             self.skip_left = p.wire_len;
         }
     }
@@ -444,6 +447,11 @@ impl MpaReceiver {
                     self.end = Some(RxEnd::Peer(t));
                     break;
                 }
+                if let Err(error) = placer.continues(&plan) {
+                    let e = RxError::Placement(error);
+                    self.end = Some(local_end(e, self.version, &head[..n], u.len()));
+                    break;
+                }
                 if self.completions.len() >= MAX_HELD_COMPLETIONS {
                     let e = RxError::Mpa(MpaErrorCode::LocalCatastrophic);
                     self.end = Some(local_end(e, self.version, &[], 0));
@@ -456,10 +464,10 @@ impl MpaReceiver {
                     InOrderSource::Segment => self.stats.placed_in_order += 1,
                     InOrderSource::Store => self.stats.placed_from_store += 1,
                 }
-                if let Some(c) = self
+                if let Some(Ok(Some(c))) = self
                     .placer
                     .as_mut()
-                    .and_then(|p| p.complete(&plan, self.flow_id))
+                    .map(|p| p.complete(&plan, self.flow_id))
                 {
                     self.stats.completions += 1;
                     self.completions.push_back(c);
@@ -476,11 +484,37 @@ impl MpaReceiver {
 
     /// Advances the in-order placement state past `plan` (placed now or ahead) and queues
     /// the completion it produces.
-    fn complete(&mut self, plan: &SegmentPlan) {
-        if let Some(placer) = self.placer.as_mut() {
-            if let Some(c) = placer.complete(plan, self.flow_id) {
+    /// An FPDU placed ahead that does not continue its tagged message ends the stream with
+    /// a Terminate carrying its DDP header, rebuilt from the plan.
+    fn complete(&mut self, plan: &SegmentPlan, ulpdu_len: usize) {
+        let Some(placer) = self.placer.as_mut() else {
+            return;
+        };
+        match placer.complete(plan, self.flow_id) {
+            Ok(Some(c)) => {
                 self.stats.completions += 1;
                 self.completions.push_back(c);
+            }
+            Ok(None) => {}
+            Err(error) => {
+                let mut head = [0u8; ddp::TAGGED_HEADER_LEN];
+                let n = match plan.kind {
+                    SegmentKind::Tagged {
+                        opcode,
+                        stag,
+                        to,
+                        last,
+                    } => DdpRepr::Tagged {
+                        last,
+                        opcode,
+                        stag,
+                        to,
+                    }
+                    .emit(&mut head, self.version)
+                    .map_or(0, |_| head.len()),
+                    _ => 0,
+                };
+                self.fail(RxError::Placement(error), &head[..n], ulpdu_len);
             }
         }
     }

@@ -163,6 +163,19 @@ pub enum PlacementError {
         /// Buffer octets.
         buf_len: u32,
     },
+    /// A segment of a tagged message that does not continue it: another STag, or a TO other
+    /// than the one right after the message's octets so far.
+    #[error("tagged segment STag {stag:#x} TO {to} does not continue STag {expected_stag:#x} at TO {expected_to}")]
+    TaggedDiscontinuity {
+        /// The segment's STag.
+        stag: u32,
+        /// The segment's TO.
+        to: u64,
+        /// The message's STag.
+        expected_stag: u32,
+        /// Where the message continues.
+        expected_to: u64,
+    },
     /// The posted buffer's region was destroyed after it was posted.
     #[error("MSN {msn}: the buffer's region {stag:#x} is gone")]
     BufferRegionGone {
@@ -203,6 +216,24 @@ impl PlacementError {
                 ddp_err::STAG_NOT_ASSOCIATED,
             ),
             E::ToWrap { .. } => (ddp_err::LAYER, ddp_err::TAGGED, ddp_err::TO_WRAP),
+            // RFC 5041 §7.2 has no code of its own for a tagged message whose segments change
+            // STag or jump in TO (its segments describe one contiguous run of one tagged
+            // buffer, §5.1/§5.2). Another STag: "Invalid STag" (0x00), the STag is not valid
+            // for the message it continues. The same STag at another TO: "Base or bounds
+            // violation" (0x01), the octets fall outside the message's contiguous run.
+            E::TaggedDiscontinuity {
+                stag,
+                expected_stag,
+                ..
+            } => (
+                ddp_err::LAYER,
+                ddp_err::TAGGED,
+                if stag != expected_stag {
+                    ddp_err::INVALID_STAG
+                } else {
+                    ddp_err::BOUNDS
+                },
+            ),
             E::Bounds { .. } => (ddp_err::LAYER, ddp_err::TAGGED, ddp_err::BOUNDS),
             E::NoRemoteWrite { .. } => (rdmap_err::LAYER, rdmap_err::PROTECTION, rdmap_err::ACCESS),
             E::InvalidQn { .. } => (ddp_err::LAYER, ddp_err::UNTAGGED, ddp_err::INVALID_QN),
@@ -567,9 +598,46 @@ impl Placer {
         true
     }
 
+    /// Whether `plan`, the next segment in stream order, continues the tagged message being
+    /// completed (if it is tagged and one is): the same STag, at the TO right after the
+    /// octets so far. Zero-length segments are not checked (RFC 5041 §5.3), nor is a segment
+    /// after only zero-length ones. Call before placing an in-order segment;
+    /// [`Placer::complete`] checks again.
+    pub fn continues(&self, plan: &SegmentPlan) -> Result<(), PlacementError> {
+        let SegmentKind::Tagged { stag, to, .. } = plan.kind else {
+            return Ok(());
+        };
+        match self.tagged {
+            Some((s, first, n)) if n > 0 && plan.payload_len > 0 => {
+                let expected_to = first.wrapping_add(n);
+                if stag == s && to == expected_to {
+                    Ok(())
+                } else {
+                    Err(PlacementError::TaggedDiscontinuity {
+                        stag,
+                        to,
+                        expected_stag: s,
+                        expected_to,
+                    })
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Advances the in-order state past a placed segment; returns the completion of the
-    /// message it ends, if any.
-    pub fn complete(&mut self, plan: &SegmentPlan, flow_id: u64) -> Option<Completion> {
+    /// message it ends, if any, or the error when the segment does not continue its tagged
+    /// message ([`Placer::continues`]; the state is then left as it was).
+    pub fn complete(
+        &mut self,
+        plan: &SegmentPlan,
+        flow_id: u64,
+    ) -> Result<Option<Completion>, PlacementError> {
+        self.continues(plan)?;
+        Ok(self.advance(plan, flow_id))
+    }
+
+    fn advance(&mut self, plan: &SegmentPlan, flow_id: u64) -> Option<Completion> {
         match plan.kind {
             SegmentKind::Tagged {
                 opcode,
@@ -577,7 +645,11 @@ impl Placer {
                 to,
                 last,
             } => {
-                let (s, first, n) = self.tagged.take().unwrap_or((stag, to, 0));
+                let (s, first, n) = match self.tagged.take() {
+                    // Only zero-length segments so far: this one names the message.
+                    Some((_, _, 0)) | None => (stag, to, 0),
+                    Some(t) => t,
+                };
                 let n = n + plan.payload_len as u64;
                 if !last {
                     self.tagged = Some((s, first, n));

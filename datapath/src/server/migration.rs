@@ -9,13 +9,14 @@ use std::time::Duration;
 
 impl Server {
     /// The worker of `queue` saw a segment of the flow `local` ↔ `remote`: its owner releases
-    /// the flow and that worker adopts it.
+    /// the flow and that worker adopts it. The worker names the 4-tuple as its frames carry it,
+    /// i.e. canonical (IPv4, not IPv4-mapped), like the flow's [`mpa_bpf::FlowKey`].
     pub(super) fn move_stray_flow(&mut self, queue: u32, local: SocketAddr, remote: SocketAddr) {
         let q = queue as usize;
         let Some((&flow_id, a)) = self
             .adopted
             .iter_mut()
-            .find(|(_, a)| a.local == local && a.remote == remote)
+            .find(|(_, a)| a.key.local() == local && a.key.remote() == remote)
         else {
             return;
         };

@@ -97,6 +97,8 @@ impl Datapath {
             .map_err(|e| StartError::Iface(cfg.iface.clone(), e.to_string()))?;
         let our_mac = interface_mac(&cfg.iface)?;
         let steering = XdpSteering::attach(ifindex, cfg.xdp_mode)?;
+        let mut tcp = cfg.tcp.clone();
+        tcp.max_snd_mss = link_mss(interface_mtu(&cfg.iface), cfg.xsk.frame_size);
         let (notify_tx, notify_rx) = unbounded();
         let mut workers = Vec::new();
         let mut handles = Vec::new();
@@ -107,7 +109,7 @@ impl Datapath {
             let waker = xsk.waker();
             let wcfg = WorkerConfig {
                 our_mac,
-                tcp: cfg.tcp.clone(),
+                tcp: tcp.clone(),
                 digest: cfg.digest,
                 verify_checksums: cfg.verify_checksums,
             };
@@ -208,6 +210,26 @@ fn pin_to_cpu(queue: u32) {
 
 /// The interface's MAC address, from netlink (getifaddrs), so it is right in whatever
 /// network namespace the calling thread is (sysfs may belong to another).
+/// The interface's MTU (sysfs), if it can be read.
+fn interface_mtu(iface: &str) -> Option<u32> {
+    std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The largest segment (TCP payload and options, IPv4 headers) our link and a UMEM frame carry:
+/// MTU − 40, and frame − XDP headroom − Ethernet − 40; 1460 when the MTU is unknown.
+fn link_mss(mtu: Option<u32>, frame_size: u32) -> u16 {
+    const HEADROOM: u32 = 256;
+    const ETHERNET: u32 = 14;
+    const IPV4_TCP: u32 = 40;
+    let by_mtu = mtu.unwrap_or(1500).saturating_sub(IPV4_TCP);
+    let by_frame = frame_size.saturating_sub(HEADROOM + ETHERNET + IPV4_TCP);
+    by_mtu.min(by_frame).clamp(64, u32::from(u16::MAX)) as u16
+}
+
 fn interface_mac(iface: &str) -> Result<[u8; 6], StartError> {
     let err = |m: String| StartError::Iface(iface.to_string(), m);
     let addrs = nix::ifaddrs::getifaddrs().map_err(|e| err(e.to_string()))?;
@@ -317,5 +339,20 @@ impl Server {
                 tracing::warn!(flow_id, %e, "remove flow from XDP map");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::link_mss;
+
+    #[test]
+    fn link_mss_is_bounded_by_the_mtu_and_the_umem_frame() {
+        assert_eq!(link_mss(Some(1500), 4096), 1460);
+        assert_eq!(link_mss(Some(9000), 4096), 4096 - 256 - 14 - 40);
+        assert_eq!(link_mss(Some(9000), 2048), 2048 - 256 - 14 - 40);
+        assert_eq!(link_mss(None, 4096), 1460);
+        assert_eq!(link_mss(Some(68), 4096), 64);
+        assert_eq!(link_mss(Some(u32::MAX), u32::MAX), u16::MAX);
     }
 }

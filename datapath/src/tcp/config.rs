@@ -109,6 +109,12 @@ pub struct TcpConfig {
     pub challenge_ack_limit: u32,
     /// Drop non-RST segments without timestamps once timestamps are on (RFC 7323 §3.2 SHOULD).
     pub require_timestamps: bool,
+    /// The largest segment we send, in TCP payload octets with options (an MSS for IPv4
+    /// headers): the peer's announced MSS is clamped to it, so that no segment exceeds our
+    /// MTU or a UMEM frame whatever the peer announced (RFC 9293 §3.7.1: the effective
+    /// send MSS is also bounded by our own MTU). At least 64. `Datapath::start` derives it
+    /// from the interface; the default is for Ethernet's 1500.
+    pub max_snd_mss: u16,
 }
 
 impl Default for TcpConfig {
@@ -132,6 +138,7 @@ impl Default for TcpConfig {
             time_wait: Duration::from_secs(5),
             challenge_ack_limit: 100,
             require_timestamps: true,
+            max_snd_mss: 1460,
         }
     }
 }

@@ -296,7 +296,11 @@ impl Connection {
             freeze_instant: t.freeze_instant,
         });
         let ts_recent = h.timestamps.map_or(0, |t| t.ts_recent);
-        let snd_mss = usize::from(h.mss);
+        if cfg.max_snd_mss < 64 {
+            return Err(TcpError::InvalidHandover("max_snd_mss below 64"));
+        }
+        // The peer's MSS bounds what it can take, ours what our link and frames can carry.
+        let snd_mss = usize::from(h.mss.min(cfg.max_snd_mss));
         // The kernel's advertised right edge: ours starts there and never retreats.
         let kernel_edge = h.rcv_wup + h.rcv_wnd;
         let adv_edge = if kernel_edge > h.rcv_nxt {

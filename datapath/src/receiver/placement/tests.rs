@@ -70,7 +70,7 @@ fn place_via_fpdu(p: &mut Placer, t: &mut RegionTable, u: &[u8]) -> Option<Compl
     let mut c = dec.feed(&wire);
     let ulpdu = c.next_ulpdu().unwrap().unwrap();
     assert!(Placer::place(t, &plan, &ulpdu) || plan.target.is_none());
-    p.complete(&plan, 9)
+    p.complete(&plan, 9).unwrap()
 }
 
 #[test]

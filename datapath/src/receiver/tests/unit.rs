@@ -265,3 +265,85 @@ fn fpdus_ahead_of_a_hole_are_placed_at_once_and_complete_in_order() {
     assert_eq!(rx.stats().fpdus, 2);
     assert_eq!(rx.placed_ahead_waiting(), 0);
 }
+
+/// Two regions of the stream's domain, so that a change of STag passes every other check.
+fn two_regions() -> MemRegions {
+    let mut r = regions();
+    r.insert(RegionInfo {
+        stag: 0x20,
+        len: 8192,
+        pd: 1,
+        remote_write: true,
+        remote_read: false,
+        huge_pages: false,
+    });
+    r
+}
+
+fn local_terminate(rx: &mut MpaReceiver) -> (RxError, (u8, u8, u8), Vec<u8>) {
+    match rx.poll_terminate().cloned() {
+        Some(RxEnd::Local {
+            error,
+            terminate: t,
+            ulpdu,
+        }) => (error, (t.layer, t.error_type, t.error_code), ulpdu),
+        other => panic!("expected our Terminate, got {other:?}"),
+    }
+}
+
+/// The segments of one tagged message continue one STag at contiguous TOs; a segment that
+/// changes either is a Terminate (DDP tagged: Invalid STag, or Base or bounds violation),
+/// never a completion with the first segment's STag and TO.
+#[test]
+fn a_tagged_message_that_changes_stag_or_to_is_a_terminate() {
+    for (second, code) in [
+        (write(0x20, 800, true, &[2; 300]), 0),
+        (write(0x10, 2000, true, &[2; 300]), 1),
+        (write(0x10, 700, true, &[2; 300]), 1),
+    ] {
+        let mut rx = MpaReceiver::new(&cfg(true, None));
+        let mut r = two_regions();
+        let wire = frame(
+            &mut FpduEncoder::new(true),
+            &[write(0x10, 100, false, &[1; 700]), second.clone()],
+        );
+        feed(&mut rx, &mut r, &wire);
+        assert!(rx.poll_completion().is_none());
+        let (error, t, ulpdu) = local_terminate(&mut rx);
+        assert!(matches!(
+            error,
+            RxError::Placement(PlacementError::TaggedDiscontinuity {
+                expected_stag: 0x10,
+                expected_to: 800,
+                ..
+            })
+        ));
+        assert_eq!(t, (1, 1, code));
+        assert!(ulpdu.ends_with(&second[..TAGGED_HEADER_LEN]));
+        // Nothing of the second segment was placed.
+        assert!(r.bytes(0x20).unwrap().iter().all(|&x| x == 0));
+        let b = r.bytes(0x10).unwrap();
+        assert!(b[800..].iter().all(|&x| x == 0) && b[..100].iter().all(|&x| x == 0));
+    }
+}
+
+/// The same when the second segment was placed ahead of the stream: it does not complete
+/// the message once the first arrives; the stream ends with the Terminate.
+#[test]
+fn a_discontinuous_tagged_segment_placed_ahead_is_a_terminate_in_order() {
+    let mut rx = MpaReceiver::new(&cfg(true, None));
+    let mut r = two_regions();
+    let mut enc = FpduEncoder::new(true);
+    let a = frame(&mut enc, &[write(0x10, 0, false, &[1; 1000])]);
+    let second = write(0x20, 1000, true, &[2; 1000]);
+    let b = frame(&mut enc, std::slice::from_ref(&second));
+    let mut spans = PlacedSpans::default();
+    rx.handle_segment_ahead(SeqNumber(START) + a.len(), &b, &mut spans, &mut r);
+    assert_eq!(rx.stats().placed_direct, 1);
+    feed(&mut rx, &mut r, &a);
+    rx.handle_in_order(&b, InOrderSource::Store, &mut r);
+    assert!(rx.poll_completion().is_none());
+    let (_, t, ulpdu) = local_terminate(&mut rx);
+    assert_eq!(t, (1, 1, 0));
+    assert!(ulpdu.ends_with(&second[..TAGGED_HEADER_LEN]));
+}

@@ -97,6 +97,13 @@ impl Connection {
                 // RFC 5961 §3.2 (1): a RST outside the window is silently dropped.
                 return self.drop(DropReason::BadRst);
             }
+            if flags.syn() {
+                // RFC 5961 §4.2: a SYN gets a challenge ACK "irrespective of the sequence
+                // number", under the same limit as every challenge ACK (§7), or a flood of
+                // out-of-window SYNs would draw an ACK each.
+                self.challenge_ack(now);
+                return self.drop(DropReason::Syn);
+            }
             // RFC 9293 §3.10.7.4: <SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK>, drop.
             self.ack_now = true;
             if seq == self.rcv_nxt && self.rcv_wnd() == 0 {

@@ -2,5 +2,6 @@
 //! lossy, reordering, duplicating in-memory link (`pair`, in the manner of quinn's `Pair`).
 
 mod conn;
+mod hardening;
 pub(crate) mod harness;
 pub(crate) mod pair;
