@@ -153,7 +153,7 @@ impl Builder {
                     (take, take == left, false)
                 }
             };
-            let mut h = [0u8; TAGGED_HEADER_LEN];
+            let mut h = [0u8; 32];
             header(off, last)
                 .emit(&mut h[..hlen], 1)
                 .expect("header fits");
