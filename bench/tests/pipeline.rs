@@ -18,6 +18,8 @@ fn tiny(op: Op, markers: bool, aligned: bool, loss: f64, reorder: f64) -> Pipeli
         reorder,
         bytes: 2 << 20,
         seed: 7,
+        digest: true,
+        verify_checksums: true,
     }
 }
 
@@ -48,4 +50,21 @@ fn unaligned_reordered_sends_and_counting_flows_check_out() {
     let r = pipeline(&o).expect("counting checks out");
     assert_eq!((r.last.completions, r.last.compared), (0, 0));
     assert!(r.last.fpdus >= 512);
+}
+
+#[test]
+fn a_round_that_misses_or_mangles_a_segment_fails_its_checks() {
+    use mpa_bench::pipeline::{gen, round};
+    let o = tiny(Op::Write, true, true, 0.0, 0.0);
+    let mut p = gen::prepare(&o).unwrap();
+    round::run_round(&o, &p).expect("intact");
+    let lost = p.frames.remove(p.frames.len() / 2);
+    let e = round::run_round(&o, &p).expect_err("a segment never arrives");
+    assert!(e.to_string().contains("octets received"), "{e:#}");
+    // A flipped payload octet: the TCP checksum no longer matches.
+    let mut bad = lost.bytes.clone();
+    *bad.last_mut().unwrap() ^= 1;
+    p.frames.push(gen::Frame { bytes: bad, ..lost });
+    let e = round::run_round(&o, &p).expect_err("a mangled segment");
+    assert!(e.to_string().contains("malformed"), "{e:#}");
 }

@@ -47,7 +47,7 @@ struct Shared {
     tx: VecDeque<Vec<u8>>,
     /// Frames offered by the wire side while the RX ring was full.
     rx_dropped: u64,
-    /// Spent RX buffers handed back by the worker's side, reused by [`MemWire::inject_copy`]
+    /// Spent RX buffers handed back by the worker's side, reused by [`MemWire::inject_copies`]
     /// (no allocation or free per frame on either side once warm).
     free: Vec<Vec<u8>>,
 }
@@ -204,21 +204,28 @@ impl MemWire {
         true
     }
 
-    /// Offers a copy of `frame`, in a buffer the worker's side gave back when there is one
-    /// (as a NIC fills a free UMEM frame); `false` (counted) when the RX ring is full.
-    pub fn inject_copy(&self, frame: &[u8]) -> bool {
+    /// Offers copies of `frames` in order, in buffers the worker's side gave back when there
+    /// are some (as a NIC fills free UMEM frames), under one lock and with one wake-up.
+    /// Returns how many were taken; the rest (counted) found the RX ring full.
+    pub fn inject_copies<'a>(&self, frames: impl IntoIterator<Item = &'a [u8]>) -> usize {
         let mut s = self.inner.lock();
-        if s.rx.len() >= MEM_RING_SIZE {
-            s.rx_dropped += 1;
-            return false;
+        let mut n = 0;
+        for frame in frames {
+            if s.rx.len() >= MEM_RING_SIZE {
+                s.rx_dropped += 1;
+                continue;
+            }
+            let mut b = s.free.pop().unwrap_or_default();
+            b.clear();
+            b.extend_from_slice(frame);
+            s.rx.push_back(b);
+            n += 1;
         }
-        let mut b = s.free.pop().unwrap_or_default();
-        b.clear();
-        b.extend_from_slice(frame);
-        s.rx.push_back(b);
         drop(s);
-        self.inner.rx_ready.notify_one();
-        true
+        if n > 0 {
+            self.inner.rx_ready.notify_one();
+        }
+        n
     }
 
     /// Takes every frame the worker sent so far.

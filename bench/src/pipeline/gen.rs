@@ -22,7 +22,7 @@ pub struct Rng(pub u64);
 
 impl Rng {
     /// Next value.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -32,12 +32,12 @@ impl Rng {
 
     /// True with probability `p`.
     pub fn chance(&mut self, p: f64) -> bool {
-        p > 0.0 && (self.next() >> 11) as f64 / (1u64 << 53) as f64 * 100.0 < p
+        p > 0.0 && (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * 100.0 < p
     }
 
     /// Uniform in `lo..hi`.
     pub fn range(&mut self, lo: usize, hi: usize) -> usize {
-        lo + (self.next() % (hi - lo) as u64) as usize
+        lo + (self.next_u64() % (hi - lo) as u64) as usize
     }
 }
 
@@ -182,7 +182,10 @@ fn frame(remote: SocketAddrV4, seq: u32, payload: &[u8]) -> Vec<u8> {
 fn build_flow(o: &PipelineOpts, f: usize, table: &[u8]) -> Result<(FlowPlan, Vec<Frame>)> {
     let hlen = header_len(o.op);
     if o.size <= hlen {
-        bail!("--size {} leaves no payload after the {hlen}-octet DDP header", o.size);
+        bail!(
+            "--size {} leaves no payload after the {hlen}-octet DDP header",
+            o.size
+        );
     }
     let payload_len = o.size - hlen;
     let total = (o.bytes / o.size as u64).max(1);
@@ -276,7 +279,7 @@ fn build_flow(o: &PipelineOpts, f: usize, table: &[u8]) -> Result<(FlowPlan, Vec
 /// later) and reordering (a frame moved 1–8 frames later), from `o.seed`.
 pub fn prepare(o: &PipelineOpts) -> Result<Prepared> {
     let mut rng = Rng(o.seed);
-    let table: Vec<u8> = (0..o.size + 4096).map(|_| rng.next() as u8).collect();
+    let table: Vec<u8> = (0..o.size + 4096).map(|_| rng.next_u64() as u8).collect();
     let mut flows = Vec::with_capacity(o.flows);
     let mut per_flow = Vec::with_capacity(o.flows);
     for f in 0..o.flows {

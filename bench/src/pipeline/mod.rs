@@ -10,8 +10,8 @@
 //! octets, completions (count, order, place), the flows' counters and digests.
 
 pub mod gen;
-pub mod round;
 mod profile;
+pub mod round;
 
 use crate::options::{Align, Op};
 use anyhow::{bail, Result};
@@ -70,6 +70,14 @@ pub struct PipelineArgs {
     /// Segments moved 1–8 segments later, percent.
     #[arg(long, default_value_t = 0.0)]
     pub reorder: f64,
+    /// Keep the flows' ULPDU digest (CRC32c over every ULPDU octet, checked after each round)
+    /// when placing too; `--op count` always keeps it. `mpa-datapath` keeps none by default.
+    #[arg(long)]
+    pub digest: bool,
+    /// Skip software TCP checksum verification (`mpa-datapath --no-verify-checksums`: where
+    /// the NIC verified it).
+    #[arg(long)]
+    pub no_verify_checksums: bool,
     /// Octets of messages per round.
     #[arg(long, default_value_t = 256 << 20)]
     pub bytes: u64,
@@ -104,6 +112,10 @@ pub struct PipelineOpts {
     pub reorder: f64,
     pub bytes: u64,
     pub seed: u64,
+    /// Keep (and check) the flows' ULPDU digests.
+    pub digest: bool,
+    /// Verify TCP checksums in software.
+    pub verify_checksums: bool,
 }
 
 impl PipelineArgs {
@@ -126,6 +138,8 @@ impl PipelineArgs {
             reorder: self.reorder,
             bytes: self.bytes,
             seed: self.seed,
+            digest: self.digest || self.op == Op::Count,
+            verify_checksums: !self.no_verify_checksums,
         }
     }
 }
@@ -145,10 +159,20 @@ impl PipelineOpts {
             Op::Count => "count",
         };
         let mut s = format!("{op}, {framing}, {} flow(s)", self.flows);
+        if self.digest {
+            s += ", digest";
+        }
+        if !self.verify_checksums {
+            s += ", no TCP checksum check";
+        }
         if self.loss > 0.0 || self.reorder > 0.0 {
             s += &format!(", loss {} % reorder {} %", self.loss, self.reorder);
         }
-        s += if self.aligned { ", aligned" } else { ", unaligned" };
+        s += if self.aligned {
+            ", aligned"
+        } else {
+            ", unaligned"
+        };
         s
     }
 }
@@ -244,7 +268,7 @@ impl PipelineReport {
             "label": o.label(), "flows": o.flows, "size": o.size, "mss": o.mss,
             "markers": o.markers, "crc": o.crc, "op": format!("{:?}", o.op).to_lowercase(),
             "aligned": o.aligned, "loss": o.loss, "reorder": o.reorder, "bytes": o.bytes,
-            "rounds": o.rounds, "segments": self.segments, "dropped": self.dropped,
+            "rounds": o.rounds, "digest": o.digest, "verify_checksums": o.verify_checksums, "segments": self.segments, "dropped": self.dropped,
             "reordered": self.reordered,
             "ns_per_segment": self.ns_per_segment.json(), "gbits": self.gbits.json(),
             "segments_per_s": self.segments_per_s.json(),
@@ -266,7 +290,12 @@ pub fn pipeline(o: &PipelineOpts) -> Result<PipelineReport> {
     for i in 0..o.rounds {
         match round::run_round(o, &p) {
             Ok(r) => rounds.push(r),
-            Err(e) => bail!("{}: round {} of {} FAILED: {e:#}", o.label(), i + 1, o.rounds),
+            Err(e) => bail!(
+                "{}: round {} of {} FAILED: {e:#}",
+                o.label(),
+                i + 1,
+                o.rounds
+            ),
         }
     }
     let per = |f: &dyn Fn(&RoundResult) -> f64| Spread::of(rounds.iter().map(f).collect());
@@ -296,21 +325,33 @@ pub fn variants(base: &PipelineOpts) -> Vec<PipelineOpts> {
         o.op = Op::Write;
         o.markers = true;
         o.crc = true;
+        o.digest = false;
         f(&mut o);
         o
     };
+    let count = |o: &mut PipelineOpts| {
+        o.op = Op::Count;
+        o.digest = true;
+    };
     vec![
-        v(&|o| o.op = Op::Count),
+        v(&count),
+        v(&|o| {
+            count(o);
+            o.digest = false
+        }),
         v(&|_| {}),
+        v(&|o| o.verify_checksums = false),
         v(&|o| o.markers = false),
         v(&|o| {
             o.markers = false;
             o.crc = false
         }),
         v(&|o| {
+            count(o);
+            o.digest = false;
             o.markers = false;
             o.crc = false;
-            o.op = Op::Count
+            o.verify_checksums = false;
         }),
         v(&|o| o.aligned = true),
         v(&|o| o.flows = 16),
