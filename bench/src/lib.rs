@@ -28,5 +28,5 @@ pub use datapath::{
 pub use demo::demo;
 pub use options::{Align, Op, Run, Scale};
 pub use peer::sibling;
-pub use pipeline::{pipeline, PipelineArgs, PipelineOpts, PipelineReport};
+pub use pipeline::{pipeline, pipeline_many, PipelineArgs, PipelineOpts, PipelineReport};
 pub use scale::scale;

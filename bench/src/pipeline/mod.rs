@@ -216,6 +216,8 @@ pub struct PipelineReport {
     pub reordered: u64,
     /// Poll time per segment, ns.
     pub ns_per_segment: Spread,
+    /// The thread's CPU time in polls per segment, ns (not inflated by preemption).
+    pub cpu_ns_per_segment: Spread,
     /// ULPDU payload Gbit/s on one core (payload octets over poll time).
     pub gbits: Spread,
     /// Segments per second (poll time).
@@ -233,7 +235,7 @@ impl PipelineReport {
     pub fn line(&self) -> String {
         let r = &self.last;
         format!(
-            "{}: {:.0} ns/segment ({:.0}–{:.0}), {:.2} Gbit/s payload/core ({:.2}–{:.2}), \
+            "{}: {:.0} ns/segment ({:.0}–{:.0}; CPU {:.0}), {:.2} Gbit/s payload/core ({:.2}–{:.2}), \
              {:.2} M segments/s, CPU/wall {:.2}, poll/loop {:.2}; {} segments ({} lost+resent, \
              {} reordered), {} ACKs, FPDUs {} (direct {}, in order {}, from store {}), \
              {} completions, {} region octets checked",
@@ -241,6 +243,7 @@ impl PipelineReport {
             self.ns_per_segment.median,
             self.ns_per_segment.min,
             self.ns_per_segment.max,
+            self.cpu_ns_per_segment.median,
             self.gbits.median,
             self.gbits.min,
             self.gbits.max,
@@ -270,7 +273,8 @@ impl PipelineReport {
             "aligned": o.aligned, "loss": o.loss, "reorder": o.reorder, "bytes": o.bytes,
             "rounds": o.rounds, "digest": o.digest, "verify_checksums": o.verify_checksums, "segments": self.segments, "dropped": self.dropped,
             "reordered": self.reordered,
-            "ns_per_segment": self.ns_per_segment.json(), "gbits": self.gbits.json(),
+            "ns_per_segment": self.ns_per_segment.json(),
+            "cpu_ns_per_segment": self.cpu_ns_per_segment.json(), "gbits": self.gbits.json(),
             "segments_per_s": self.segments_per_s.json(),
             "cpu_over_wall": self.cpu_over_wall.json(), "poll_share": self.poll_share.json(),
             "acks": r.acks, "fpdus": r.fpdus, "placed_direct": r.placed_direct,
@@ -285,33 +289,51 @@ impl PipelineReport {
 /// Prepares the frames once, then runs `o.rounds` checked rounds. `Err` names the first
 /// round whose check failed.
 pub fn pipeline(o: &PipelineOpts) -> Result<PipelineReport> {
-    let p = gen::prepare(o)?;
-    let mut rounds = Vec::with_capacity(o.rounds);
-    for i in 0..o.rounds {
-        match round::run_round(o, &p) {
-            Ok(r) => rounds.push(r),
-            Err(e) => bail!(
-                "{}: round {} of {} FAILED: {e:#}",
-                o.label(),
-                i + 1,
-                o.rounds
-            ),
+    Ok(pipeline_many(std::slice::from_ref(o))?.remove(0))
+}
+
+/// Several configurations side by side: all frames prepared first, then round `i` of every
+/// configuration before round `i + 1` of any, so that load from elsewhere on the machine falls
+/// on all of them alike. The rounds of the first configuration decide their number.
+pub fn pipeline_many(configs: &[PipelineOpts]) -> Result<Vec<PipelineReport>> {
+    let prepared = configs
+        .iter()
+        .map(gen::prepare)
+        .collect::<Result<Vec<_>>>()?;
+    let n = configs.first().map_or(1, |o| o.rounds.max(1));
+    let mut rounds: Vec<Vec<RoundResult>> = vec![Vec::with_capacity(n); configs.len()];
+    for i in 0..n {
+        for ((o, p), out) in configs.iter().zip(&prepared).zip(rounds.iter_mut()) {
+            match round::run_round(o, p) {
+                Ok(r) => out.push(r),
+                Err(e) => bail!("{}: round {} of {n} FAILED: {e:#}", o.label(), i + 1),
+            }
         }
     }
+    Ok(configs
+        .iter()
+        .zip(prepared)
+        .zip(rounds)
+        .map(|((o, p), rounds)| report(o, &p, rounds))
+        .collect())
+}
+
+fn report(o: &PipelineOpts, p: &gen::Prepared, mut rounds: Vec<RoundResult>) -> PipelineReport {
     let per = |f: &dyn Fn(&RoundResult) -> f64| Spread::of(rounds.iter().map(f).collect());
     let secs = |r: &RoundResult| r.poll.as_secs_f64().max(1e-9);
-    Ok(PipelineReport {
+    PipelineReport {
         opts: o.clone(),
         segments: p.segments,
         dropped: p.dropped,
         reordered: p.reordered,
         ns_per_segment: per(&|r| secs(r) * 1e9 / r.frames.max(1) as f64),
+        cpu_ns_per_segment: per(&|r| r.poll_cpu.as_secs_f64() * 1e9 / r.frames.max(1) as f64),
         gbits: per(&|r| r.payload_octets as f64 * 8.0 / secs(r) / 1e9),
         segments_per_s: per(&|r| r.frames as f64 / secs(r)),
         cpu_over_wall: per(&|r| r.cpu / r.wall.as_secs_f64().max(1e-9)),
         poll_share: per(&|r| secs(r) / r.wall.as_secs_f64().max(1e-9)),
         last: rounds.pop().expect("at least one round"),
-    })
+    }
 }
 
 /// The per-stage variants of `base`, in the order of the table.
@@ -367,17 +389,22 @@ pub fn variants(base: &PipelineOpts) -> Vec<PipelineOpts> {
 /// The table of `reports`, side by side (markdown).
 pub fn table(reports: &[PipelineReport]) -> String {
     let mut s = String::from(
-        "| configuration | ns/segment median (min–max) | Gbit/s payload/core median (min–max) \
-         | M segments/s | CPU/wall | ACKs/segment | placed direct / from store |\n\
-         |---|---|---|---|---|---|---|\n",
+        "| configuration | ns/segment median (min–max) | CPU ns/segment median (min–max) \
+         | Gbit/s payload/core median (min–max) | M segments/s | CPU/wall | ACKs/segment \
+         | placed direct / from store |\n\
+         |---|---|---|---|---|---|---|---|\n",
     );
     for r in reports {
         s += &format!(
-            "| {} | {:.0} ({:.0}–{:.0}) | {:.2} ({:.2}–{:.2}) | {:.2} | {:.2} | {:.3} | {} / {} |\n",
+            "| {} | {:.0} ({:.0}–{:.0}) | {:.0} ({:.0}–{:.0}) | {:.2} ({:.2}–{:.2}) | {:.2} | {:.2} \
+             | {:.3} | {} / {} |\n",
             r.opts.label(),
             r.ns_per_segment.median,
             r.ns_per_segment.min,
             r.ns_per_segment.max,
+            r.cpu_ns_per_segment.median,
+            r.cpu_ns_per_segment.min,
+            r.cpu_ns_per_segment.max,
             r.gbits.median,
             r.gbits.min,
             r.gbits.max,
@@ -405,14 +432,11 @@ pub fn run_cli(a: &PipelineArgs) -> Result<()> {
     let main = pipeline(&base)?;
     emit(&main);
     if a.variants {
-        let mut all = Vec::new();
-        for v in variants(&base) {
-            let r = pipeline(&v)?;
-            emit(&r);
-            all.push(r);
-        }
+        let all = pipeline_many(&variants(&base))?;
+        all.iter().for_each(emit);
         println!(
-            "\nper stage ({} rounds of {} MiB each; poll time only):\n",
+            "\nper stage ({} rounds of {} MiB each, interleaved across the configurations; \
+             poll time only, Gbit/s from wall poll time):\n",
             base.rounds,
             base.bytes >> 20
         );

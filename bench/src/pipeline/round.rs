@@ -18,6 +18,7 @@ use mpa_datapath::ring::{MemRing, MemWire, MEM_RING_SIZE};
 use mpa_datapath::tcp::TcpConfig;
 use mpa_datapath::worker::{Command, Notification, Worker, WorkerConfig};
 use nix::sys::resource::UsageWho;
+use nix::time::{clock_gettime, ClockId};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,6 +31,9 @@ const RCV_BUF: usize = 4 << 20;
 pub struct RoundResult {
     /// Time inside `poll_once` (frame parsing to ACK frames and completions).
     pub poll: Duration,
+    /// This thread's CPU time inside `poll_once` (CLOCK_THREAD_CPUTIME_ID): what preemption
+    /// by other load on the machine does not inflate.
+    pub poll_cpu: Duration,
     /// Wall time of the whole loop (also injecting, posting, taking ACKs and completions).
     pub wall: Duration,
     /// This thread's CPU time (user + system, RUSAGE_THREAD) over the whole loop.
@@ -162,6 +166,13 @@ fn setup(o: &PipelineOpts, p: &Prepared) -> Result<Setup> {
     })
 }
 
+/// This thread's CPU time so far.
+fn thread_cpu() -> Duration {
+    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(Duration::from)
+        .unwrap_or_default()
+}
+
 fn take_completions(notes: &Receiver<Notification>, into: &mut [Vec<Completion>]) {
     for n in notes.try_iter() {
         if let Notification::Completions { items, .. } = n {
@@ -222,12 +233,14 @@ pub fn run_round_with(
         }
         r.injections += 1;
         timing(true);
+        let c = thread_cpu();
         let t = Instant::now();
         let mut got = 0;
         while got < burst.len() {
             got += s.worker.poll_once()?;
         }
         r.poll += t.elapsed();
+        r.poll_cpu += thread_cpu().saturating_sub(c);
         timing(false);
         r.acks += s.wire.take_sent().len() as u64;
         take_completions(&s.notes, &mut completions);
