@@ -5,7 +5,6 @@
 use super::gen::{header_len, payload, Prepared};
 use super::{local, PipelineOpts, OUR_MAC, PEER_MAC, RCV_NXT, SND_NXT};
 use crate::options::{Op, PD};
-use crate::peer::cpu_seconds;
 use anyhow::{anyhow, bail, Result};
 use crossbeam_channel::{unbounded, Receiver};
 use mpa_ctl_proto::{
@@ -17,7 +16,6 @@ use mpa_datapath::region::RegionMemory;
 use mpa_datapath::ring::{MemRing, MemWire, MEM_RING_SIZE};
 use mpa_datapath::tcp::TcpConfig;
 use mpa_datapath::worker::{Command, Notification, Worker, WorkerConfig};
-use nix::sys::resource::UsageWho;
 use nix::time::{clock_gettime, ClockId};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,7 +34,9 @@ pub struct RoundResult {
     pub poll_cpu: Duration,
     /// Wall time of the whole loop (also injecting, posting, taking ACKs and completions).
     pub wall: Duration,
-    /// This thread's CPU time (user + system, RUSAGE_THREAD) over the whole loop.
+    /// This thread's CPU time over the whole loop (CLOCK_THREAD_CPUTIME_ID: the exact form of
+    /// getrusage(RUSAGE_THREAD), which is tick-granular on this kernel and read above 1.0 of
+    /// wall time on short rounds).
     pub cpu: f64,
     /// Frames the worker received.
     pub frames: u64,
@@ -201,7 +201,7 @@ pub fn run_round_with(
     let mut completions: Vec<Vec<Completion>> = vec![Vec::new(); nflows];
     let mut posted = vec![0u64; nflows];
     let mut r = RoundResult::default();
-    let cpu0 = cpu_seconds(UsageWho::RUSAGE_THREAD);
+    let cpu0 = thread_cpu();
     let wall0 = Instant::now();
     for burst in p.frames.chunks(MEM_RING_SIZE) {
         if o.op == Op::Send {
@@ -246,7 +246,7 @@ pub fn run_round_with(
         take_completions(&s.notes, &mut completions);
     }
     r.wall = wall0.elapsed();
-    r.cpu = cpu_seconds(UsageWho::RUSAGE_THREAD) - cpu0;
+    r.cpu = thread_cpu().saturating_sub(cpu0).as_secs_f64();
     // Completions leave the worker in batches, the last when it goes quiet.
     let want: u64 = p.flows.iter().map(|f| f.messages).sum();
     let deadline = Instant::now() + Duration::from_secs(1);
