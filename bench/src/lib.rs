@@ -7,6 +7,8 @@
 //! * [`compare`]: the same sender against the datapath and against the blocking kernel-TCP
 //!   Responder (`mpa-peer listen`), same bed, same run.
 //! * [`scale`]: many connections at once through `mpa-control serve`.
+//! * [`pipeline`]: the datapath's receive pipeline (`Worker<MemRing>`) on frames prepared in
+//!   memory: ns per segment, no kernel sender, no namespace, no root.
 #![forbid(unsafe_code)]
 
 pub mod compare;
@@ -14,6 +16,7 @@ pub mod datapath;
 pub mod demo;
 pub mod options;
 pub mod peer;
+pub mod pipeline;
 pub mod placement;
 pub mod scale;
 
@@ -25,4 +28,5 @@ pub use datapath::{
 pub use demo::demo;
 pub use options::{Align, Op, Run, Scale};
 pub use peer::sibling;
+pub use pipeline::{pipeline, pipeline_many, PipelineArgs, PipelineOpts, PipelineReport};
 pub use scale::scale;

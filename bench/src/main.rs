@@ -6,10 +6,11 @@
 //!   `demo: FAILED …`.
 //! * `compare`: the same sender against the datapath and against the blocking kernel-TCP
 //!   Responder (`mpa-peer listen`), same bed, same run.
+//! * `pipeline`: the receive pipeline alone (`Worker<MemRing>`, frames prepared in memory).
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand};
-use mpa_bench::{compare, demo, scale, Run, Scale};
+use mpa_bench::{compare, demo, pipeline, scale, PipelineArgs, Run, Scale};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -31,6 +32,9 @@ enum Cmd {
     Compare(Run),
     /// Many connections at once through `mpa-control serve`: hand-over rate, all carry data.
     Scale(Scale),
+    /// The receive pipeline alone: a Worker on an in-memory ring fed prepared frames; ns per
+    /// segment, checked every round (no namespace, no root).
+    Pipeline(PipelineArgs),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +64,13 @@ fn main() -> ExitCode {
             }
             Err(e) => {
                 println!("scale: FAILED {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Cmd::Pipeline(a) => match pipeline::run_cli(&a) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                println!("pipeline: FAILED {e:#}");
                 ExitCode::FAILURE
             }
         },

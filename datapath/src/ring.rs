@@ -47,6 +47,9 @@ struct Shared {
     tx: VecDeque<Vec<u8>>,
     /// Frames offered by the wire side while the RX ring was full.
     rx_dropped: u64,
+    /// Spent RX buffers handed back by the worker's side, reused by [`MemWire::inject_copies`]
+    /// (no allocation or free per frame on either side once warm).
+    free: Vec<Vec<u8>>,
 }
 
 #[derive(Debug, Default)]
@@ -73,6 +76,8 @@ pub struct MemRing {
     tx_pending: Vec<Vec<u8>>,
     /// Spent buffers, reused for TX copies.
     spare: Vec<Vec<u8>>,
+    /// Spent RX buffers beyond `spare`, handed back to the wire side at the next burst.
+    spent: Vec<Vec<u8>>,
     stats: RingStats,
 }
 
@@ -98,6 +103,7 @@ impl MemRing {
                 burst: Vec::with_capacity(BURST),
                 tx_pending: Vec::new(),
                 spare: Vec::new(),
+                spent: Vec::new(),
                 stats: RingStats::default(),
             },
             MemWire { inner },
@@ -130,6 +136,10 @@ impl FrameRing for MemRing {
             }
             let n = s.rx.len().min(BURST);
             self.burst.extend(s.rx.drain(..n));
+            let room = MEM_RING_SIZE.saturating_sub(s.free.len());
+            let back = self.spent.len().min(room);
+            s.free.extend(self.spent.drain(..back));
+            self.spent.clear();
         }
         let n = self.burst.len();
         for frame in self.burst.drain(..) {
@@ -138,6 +148,8 @@ impl FrameRing for MemRing {
             f(&frame);
             if self.spare.len() < BURST {
                 self.spare.push(frame);
+            } else {
+                self.spent.push(frame);
             }
         }
         Ok(n)
@@ -190,6 +202,30 @@ impl MemWire {
         drop(s);
         self.inner.rx_ready.notify_one();
         true
+    }
+
+    /// Offers copies of `frames` in order, in buffers the worker's side gave back when there
+    /// are some (as a NIC fills free UMEM frames), under one lock and with one wake-up.
+    /// Returns how many were taken; the rest (counted) found the RX ring full.
+    pub fn inject_copies<'a>(&self, frames: impl IntoIterator<Item = &'a [u8]>) -> usize {
+        let mut s = self.inner.lock();
+        let mut n = 0;
+        for frame in frames {
+            if s.rx.len() >= MEM_RING_SIZE {
+                s.rx_dropped += 1;
+                continue;
+            }
+            let mut b = s.free.pop().unwrap_or_default();
+            b.clear();
+            b.extend_from_slice(frame);
+            s.rx.push_back(b);
+            n += 1;
+        }
+        drop(s);
+        if n > 0 {
+            self.inner.rx_ready.notify_one();
+        }
+        n
     }
 
     /// Takes every frame the worker sent so far.

@@ -1,0 +1,325 @@
+//! The pre-recorded sender of `pipeline`: per flow an FPDU stream of RDMA Writes or Sends (markers
+//! on or off, cut at the MSS or aligned by exact fill), cut into TCP segments, built into
+//! Ethernet frames once, interleaved round-robin across flows, then dropped (retransmitted
+//! later) and reordered deterministically. What a correct receiver must end up with is kept
+//! beside the frames: per-message completions, the ULPDU digest, the region pattern.
+
+use super::{PipelineOpts, OUR_MAC, PEER_MAC, RCV_NXT, SND_NXT};
+use anyhow::{bail, Result};
+use etherparse::PacketBuilder;
+use mpa::crc::crc32c_append;
+use mpa::encoder::{exact_fill, FpduEncoder};
+use mpa::wire::ddp::{queue, DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
+use std::net::SocketAddrV4;
+
+use crate::options::Op;
+
+/// Largest ULPDU of one DDP segment when unaligned (RFC 5044 MULPDU bound, minus slack).
+const MAX_UNALIGNED_ULPDU: usize = 16 * 1024;
+
+/// Deterministic generator (splitmix64).
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// Next value.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// True with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * 100.0 < p
+    }
+
+    /// Uniform in `lo..hi`.
+    pub fn range(&mut self, lo: usize, hi: usize) -> usize {
+        lo + (self.next_u64() % (hi - lo) as u64) as usize
+    }
+}
+
+/// One flow of the pre-recorded sender and what the receiver must make of it.
+pub struct FlowPlan {
+    /// The datapath's id of the flow.
+    pub flow_id: u64,
+    /// The peer's address (our side is [`super::local`]).
+    pub remote: SocketAddrV4,
+    /// The region it writes into / its posted buffers are in (none for `count`).
+    pub stag: u32,
+    /// Region octets.
+    pub region_len: u64,
+    /// Message slots in the region (writes and receive buffers wrap around).
+    pub slots: u64,
+    /// Messages sent.
+    pub messages: u64,
+    /// Payload octets of each message.
+    pub payload_len: usize,
+    /// CRC32c over every ULPDU octet in order.
+    pub digest: u32,
+    /// FPDUs in the stream.
+    pub fpdus: u64,
+    /// TCP payload octets in the stream.
+    pub wire_octets: u64,
+}
+
+/// One prepared frame: its octets, its flow and the messages begun by its end (for posting
+/// receive buffers ahead of a burst).
+pub struct Frame {
+    pub bytes: Vec<u8>,
+    pub flow: usize,
+    pub msgs_upto: u64,
+}
+
+/// Everything the sender sends in one round, in sending order, and the flows' plans.
+pub struct Prepared {
+    pub flows: Vec<FlowPlan>,
+    pub frames: Vec<Frame>,
+    /// Frames sent twice (the first copy dropped) and frames moved later.
+    pub dropped: u64,
+    pub reordered: u64,
+    /// Segments per flow before loss (the frames of the stream).
+    pub segments: u64,
+    /// The payload table messages are cut from (see [`payload`]).
+    pub table: Vec<u8>,
+}
+
+/// Payload of message `m` of flow `f`: a window of the random table, shifted per message so
+/// that a misplaced message shows.
+pub fn payload(table: &[u8], len: usize, f: usize, m: u64) -> &[u8] {
+    let off = ((f as u64 * 7919 + m * 131) % 4096) as usize;
+    &table[off..off + len]
+}
+
+/// The header length of the op's DDP segments.
+pub fn header_len(op: Op) -> usize {
+    match op {
+        Op::Send => UNTAGGED_HEADER_LEN,
+        _ => TAGGED_HEADER_LEN,
+    }
+}
+
+/// Region slots (messages) per flow: about 16 MiB in all, at least 256 per flow (more than any
+/// reordering distance), at most the messages.
+fn slots(o: &PipelineOpts, payload_len: usize, messages: u64) -> u64 {
+    let per_flow = (16u64 << 20) / o.flows as u64 / payload_len as u64;
+    per_flow.max(256).min(messages).max(1)
+}
+
+struct Builder {
+    enc: FpduEncoder,
+    aligned: Option<usize>,
+    wire: Vec<u8>,
+    /// Aligned: where each TCP segment ends.
+    ends: Vec<usize>,
+    seg_used: usize,
+    digest: u32,
+    fpdus: u64,
+    /// (wire offset where message m begins) per message.
+    starts: Vec<usize>,
+}
+
+impl Builder {
+    fn fpdu(&mut self, header: &[u8], payload: &[u8], end_segment: bool) {
+        self.digest = crc32c_append(crc32c_append(self.digest, header), payload);
+        let r = self
+            .enc
+            .encode_parts(&[header, payload], &mut self.wire)
+            .expect("ULPDU within MULPDU");
+        self.fpdus += 1;
+        if let Some(emss) = self.aligned {
+            self.seg_used += r.len();
+            if end_segment || self.seg_used >= emss {
+                self.ends.push(self.wire.len());
+                self.seg_used = 0;
+            }
+        }
+    }
+
+    fn message(&mut self, hlen: usize, data: &[u8], header: impl Fn(usize, bool) -> DdpRepr) {
+        self.starts.push(self.wire.len());
+        let mut off = 0;
+        loop {
+            let left = data.len() - off;
+            let (take, last, end) = match self.aligned {
+                Some(emss) => {
+                    let c = exact_fill(&self.enc, emss, self.seg_used, hlen, left);
+                    (c.take, c.last, c.end_segment)
+                }
+                None => {
+                    let take = left.min(MAX_UNALIGNED_ULPDU - hlen);
+                    (take, take == left, false)
+                }
+            };
+            let mut h = [0u8; 32];
+            header(off, last)
+                .emit(&mut h[..hlen], 1)
+                .expect("header fits");
+            self.fpdu(&h[..hlen], &data[off..off + take], end);
+            off += take;
+            if last {
+                break;
+            }
+        }
+    }
+}
+
+/// A segment from the peer `remote` to us.
+fn frame(remote: SocketAddrV4, seq: u32, payload: &[u8]) -> Vec<u8> {
+    let local = super::local();
+    let b = PacketBuilder::ethernet2(PEER_MAC, OUR_MAC)
+        .ipv4(remote.ip().octets(), local.ip().octets(), 64)
+        .tcp(remote.port(), local.port(), seq, 512)
+        .ack(SND_NXT);
+    let mut v = Vec::with_capacity(b.size(payload.len()));
+    b.write(&mut v, payload).expect("frame fits");
+    v
+}
+
+/// Builds one flow's stream and cuts it into frames: (plan, frames with their messages begun).
+fn build_flow(o: &PipelineOpts, f: usize, table: &[u8]) -> Result<(FlowPlan, Vec<Frame>)> {
+    let hlen = header_len(o.op);
+    if o.size <= hlen {
+        bail!(
+            "--size {} leaves no payload after the {hlen}-octet DDP header",
+            o.size
+        );
+    }
+    let payload_len = o.size - hlen;
+    let total = (o.bytes / o.size as u64).max(1);
+    let messages = total.div_ceil(o.flows as u64).max(1);
+    let slots = slots(o, payload_len, messages);
+    let stag = 0x100 + f as u32;
+    let mut b = Builder {
+        enc: FpduEncoder::new(o.markers),
+        aligned: o.aligned.then_some(o.mss),
+        wire: Vec::with_capacity((messages as usize) * (o.size + 32)),
+        ends: Vec::new(),
+        seg_used: 0,
+        digest: 0,
+        fpdus: 0,
+        starts: Vec::with_capacity(messages as usize),
+    };
+    for m in 0..messages {
+        let data = payload(table, payload_len, f, m);
+        let slot = m % slots;
+        match o.op {
+            Op::Send => {
+                let msn = (m + 1) as u32;
+                b.message(hlen, data, |off, last| DdpRepr::Untagged {
+                    last,
+                    opcode: RdmapOpcode::Send,
+                    inv_stag: 0,
+                    qn: queue::SEND,
+                    msn,
+                    mo: off as u32,
+                })
+            }
+            _ => {
+                let to = slot * payload_len as u64;
+                b.message(hlen, data, |off, last| DdpRepr::Tagged {
+                    last,
+                    opcode: RdmapOpcode::RdmaWrite,
+                    stag,
+                    to: to + off as u64,
+                })
+            }
+        }
+    }
+    let wire = std::mem::take(&mut b.wire);
+    let ends: Vec<usize> = match o.aligned {
+        true => {
+            let mut e = std::mem::take(&mut b.ends);
+            if e.last() != Some(&wire.len()) {
+                e.push(wire.len());
+            }
+            // A segment longer than the MSS would be a sender bug; cut it anyway.
+            e
+        }
+        false => (1..=wire.len().div_ceil(o.mss))
+            .map(|i| (i * o.mss).min(wire.len()))
+            .collect(),
+    };
+    let remote = SocketAddrV4::new([10, 99, 0, 1].into(), 7000 + f as u16);
+    let mut frames = Vec::with_capacity(ends.len());
+    let (mut start, mut msg) = (0usize, 0usize);
+    for &end in &ends {
+        if end - start > o.mss {
+            bail!("aligned segment of {} octets exceeds the MSS", end - start);
+        }
+        while msg < b.starts.len() && b.starts[msg] < end {
+            msg += 1;
+        }
+        let seq = RCV_NXT.wrapping_add(start as u32);
+        frames.push(Frame {
+            bytes: frame(remote, seq, &wire[start..end]),
+            flow: f,
+            msgs_upto: msg as u64,
+        });
+        start = end;
+    }
+    let plan = FlowPlan {
+        flow_id: f as u64 + 1,
+        remote,
+        stag,
+        region_len: slots * payload_len as u64,
+        slots,
+        messages,
+        payload_len,
+        digest: b.digest,
+        fpdus: b.fpdus,
+        wire_octets: wire.len() as u64,
+    };
+    Ok((plan, frames))
+}
+
+/// Every flow's frames, round-robin, then loss (each lost frame is sent again 32–287 frames
+/// later) and reordering (a frame moved 1–8 frames later), from `o.seed`.
+pub fn prepare(o: &PipelineOpts) -> Result<Prepared> {
+    let mut rng = Rng(o.seed);
+    let table: Vec<u8> = (0..o.size + 4096).map(|_| rng.next_u64() as u8).collect();
+    let mut flows = Vec::with_capacity(o.flows);
+    let mut per_flow = Vec::with_capacity(o.flows);
+    for f in 0..o.flows {
+        let (plan, frames) = build_flow(o, f, &table)?;
+        flows.push(plan);
+        per_flow.push(frames.into_iter());
+    }
+    let mut interleaved = Vec::new();
+    loop {
+        let before = interleaved.len();
+        for it in per_flow.iter_mut() {
+            interleaved.extend(it.next());
+        }
+        if interleaved.len() == before {
+            break;
+        }
+    }
+    let segments = interleaved.len() as u64;
+    // Sort keys: position × 4 (+1 moved, +2 retransmitted), stable for equal keys.
+    let (mut dropped, mut reordered) = (0, 0);
+    let mut keyed: Vec<(u64, Frame)> = Vec::with_capacity(interleaved.len() + 1024);
+    for (i, fr) in interleaved.into_iter().enumerate() {
+        let i = i as u64;
+        if rng.chance(o.loss) {
+            dropped += 1;
+            keyed.push(((i + rng.range(32, 288) as u64) * 4 + 2, fr));
+        } else if rng.chance(o.reorder) {
+            reordered += 1;
+            keyed.push(((i + rng.range(1, 9) as u64) * 4 + 1, fr));
+        } else {
+            keyed.push((i * 4, fr));
+        }
+    }
+    keyed.sort_by_key(|(k, _)| *k);
+    Ok(Prepared {
+        flows,
+        frames: keyed.into_iter().map(|(_, f)| f).collect(),
+        dropped,
+        reordered,
+        segments,
+        table,
+    })
+}
