@@ -154,7 +154,16 @@ mod tests {
                 assert_eq!(fold(sum(0, &d)), naive(&d), "len {len} octet {b:#x}");
             }
         }
-        for v in [0, 1, 0xffff, 0x1_0000, 0xffff_ffff, 0x1_0000_0000, u64::MAX, u64::MAX - 1] {
+        for v in [
+            0,
+            1,
+            0xffff,
+            0x1_0000,
+            0xffff_ffff,
+            0x1_0000_0000,
+            u64::MAX,
+            u64::MAX - 1,
+        ] {
             assert_eq!(u64::from(fold(v)) % 0xffff, v % 0xffff, "{v:#x}");
             assert_eq!(fold(v) == 0, v == 0);
         }

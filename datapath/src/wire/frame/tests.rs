@@ -539,7 +539,10 @@ proptest! {
 #[test]
 fn known_good_tcp_checksums() {
     let p = TcpPacket::new_checked(&FRAME_V4[34..]).unwrap();
-    let (s4, d4) = (Ipv4Addr::new(192, 168, 122, 1), Ipv4Addr::new(192, 168, 122, 57));
+    let (s4, d4) = (
+        Ipv4Addr::new(192, 168, 122, 1),
+        Ipv4Addr::new(192, 168, 122, 57),
+    );
     assert_eq!(p.checksum(), 0x9ca4);
     assert_eq!(p.compute_checksum_v4(s4, d4), 0x9ca4);
     let p = TcpPacket::new_checked(&FRAME_MIN[34..54]).unwrap();
