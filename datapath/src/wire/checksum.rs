@@ -13,25 +13,55 @@ pub const PROTO_TCP: u8 = 6;
 /// big-endian 16-bit words; an odd trailing octet is padded with zero (RFC 1071 §4.1). Only
 /// the last piece of a sum may have odd length.
 #[inline]
-pub fn sum(mut acc: u64, data: &[u8]) -> u64 {
-    // 32-bit words into a 64-bit accumulator: carries cannot overflow for any buffer below
-    // 2^32 words, and the loop vectorises.
-    let mut words = data.chunks_exact(4);
-    for w in &mut words {
-        acc += u64::from(u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
+pub fn sum(acc: u64, data: &[u8]) -> u64 {
+    // The ones' complement sum is independent of byte order (RFC 1071 §2(B)): `data` is
+    // summed in native order and the folded result read back as big-endian.
+    let native = fold(sum_native(data)).to_ne_bytes();
+    acc + u64::from(u16::from_be_bytes(native))
+}
+
+/// `a + b` with the carry out of bit 63 added back in (end-around carry). Cannot overflow
+/// twice: on a carry the wrapped sum is at most 2^64 - 2.
+#[inline(always)]
+fn add_carry(a: u64, b: u64) -> u64 {
+    let (s, c) = a.overflowing_add(b);
+    s + u64::from(c)
+}
+
+/// The unfolded ones' complement sum of `data` read as native-endian 16-bit words (a
+/// trailing odd octet padded with zero). 32 octets per step into four independent
+/// accumulators, so the carry chains overlap; unaligned reads through `from_ne_bytes`.
+#[inline]
+fn sum_native(data: &[u8]) -> u64 {
+    let mut a = [0u64; 4];
+    let mut blocks = data.chunks_exact(32);
+    for b in &mut blocks {
+        for (i, acc) in a.iter_mut().enumerate() {
+            let w = u64::from_ne_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
+            *acc = add_carry(*acc, w);
+        }
     }
+    let mut acc = add_carry(add_carry(a[0], a[1]), add_carry(a[2], a[3]));
+    let mut words = blocks.remainder().chunks_exact(8);
+    for w in &mut words {
+        acc = add_carry(acc, u64::from_ne_bytes(w.try_into().unwrap()));
+    }
+    // The rest (0..=7 octets) starts at an even offset, so zero padding keeps each octet in
+    // its 16-bit word's place.
     let rest = words.remainder();
-    let mut tail = [0u8; 4];
+    let mut tail = [0u8; 8];
     tail[..rest.len()].copy_from_slice(rest);
-    acc + u64::from(u32::from_be_bytes(tail))
+    add_carry(acc, u64::from_ne_bytes(tail))
 }
 
 /// Folds an unfolded sum to 16 bits (without the final complement).
 #[inline]
-pub fn fold(mut acc: u64) -> u16 {
-    while acc >> 16 != 0 {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
+pub fn fold(acc: u64) -> u16 {
+    // 64 -> 33 -> 32 bits, then 32 -> 17 -> 16, each step keeping the end-around carry.
+    let acc = (acc & 0xffff_ffff) + (acc >> 32);
+    let acc = (acc & 0xffff_ffff) + (acc >> 32);
+    let acc = (acc & 0xffff) + (acc >> 16);
+    let acc = (acc & 0xffff) + (acc >> 16);
     acc as u16
 }
 
@@ -81,6 +111,93 @@ mod tests {
     fn rfc1071_example() {
         let d = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
         assert_eq!(fold(sum(0, &d)), 0xddf2);
+    }
+
+    /// The sum the old implementation took: 16-bit big-endian words straight into the
+    /// accumulator, pseudo-header pieces added as words.
+    fn reference_sum(acc: u64, data: &[u8]) -> u64 {
+        data.chunks(2).fold(acc, |a, p| {
+            a + u64::from(u16::from_be_bytes([p[0], *p.get(1).unwrap_or(&0)]))
+        })
+    }
+
+    /// Every length 0..2000, at every start offset modulo 8 (unaligned reads), over
+    /// pseudo-random octets, both folded alone and after a pseudo-header.
+    #[test]
+    fn every_length_matches_reference() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let data: Vec<u8> = (0..2008)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let src = Ipv4Addr::new(192, 168, 122, 1);
+        let dst = Ipv4Addr::new(192, 168, 122, 57);
+        for off in 0..8 {
+            for len in 0..2000 {
+                let d = &data[off..off + len];
+                assert_eq!(fold(sum(0, d)), naive(d), "len {len} off {off}");
+                let p = pseudo_header_v4(src, dst, len as u32);
+                assert_eq!(fold(sum(p, d)), fold(reference_sum(p, d)), "len {len}");
+            }
+        }
+    }
+
+    #[test]
+    fn extremes_match_reference() {
+        for len in 0..200 {
+            for b in [0x00, 0x01, 0x80, 0xfe, 0xff] {
+                let d = vec![b; len];
+                assert_eq!(fold(sum(0, &d)), naive(&d), "len {len} octet {b:#x}");
+            }
+        }
+        for v in [
+            0,
+            1,
+            0xffff,
+            0x1_0000,
+            0xffff_ffff,
+            0x1_0000_0000,
+            u64::MAX,
+            u64::MAX - 1,
+        ] {
+            assert_eq!(u64::from(fold(v)) % 0xffff, v % 0xffff, "{v:#x}");
+            assert_eq!(fold(v) == 0, v == 0);
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// Random buffers of random length below 2000 and random IPv4 / IPv6 pseudo-headers:
+        /// the fast sum folds to the same value as the byte-pair reference.
+        #[test]
+        fn matches_reference_with_pseudo_headers(
+            data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..2000),
+            off in 0usize..8,
+            s4 in proptest::prelude::any::<[u8; 4]>(),
+            d4 in proptest::prelude::any::<[u8; 4]>(),
+            s6 in proptest::prelude::any::<[u8; 16]>(),
+            d6 in proptest::prelude::any::<[u8; 16]>(),
+            len_field in proptest::prelude::any::<u16>(),
+        ) {
+            let d = &data[off.min(data.len())..];
+            proptest::prop_assert_eq!(fold(sum(0, d)), naive(d));
+            let p4 = pseudo_header_v4(s4.into(), d4.into(), u32::from(len_field));
+            let r4 = reference_sum(0, &[&s4[..], &d4, &[0, PROTO_TCP], &len_field.to_be_bytes()].concat());
+            proptest::prop_assert_eq!(fold(p4), fold(r4));
+            proptest::prop_assert_eq!(fold(sum(p4, d)), fold(reference_sum(r4, d)));
+            let p6 = pseudo_header_v6(s6.into(), d6.into(), u32::from(len_field));
+            let r6 = reference_sum(
+                0,
+                &[&s6[..], &d6, &u32::from(len_field).to_be_bytes(), &[0, 0, 0, PROTO_TCP]].concat(),
+            );
+            proptest::prop_assert_eq!(fold(p6), fold(r6));
+            proptest::prop_assert_eq!(fold(sum(p6, d)), fold(reference_sum(r6, d)));
+        }
     }
 
     #[test]
