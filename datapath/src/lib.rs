@@ -21,6 +21,7 @@
 
 pub mod capture;
 pub mod flow;
+pub mod fuzz;
 pub mod receiver;
 pub mod region;
 pub mod registry;
