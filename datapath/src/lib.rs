@@ -27,6 +27,7 @@ pub mod region;
 pub mod registry;
 pub mod ring;
 pub mod server;
+pub mod sim;
 pub mod strays;
 pub mod tcp;
 pub mod wire;

@@ -9,14 +9,13 @@ use mpa::encoder::FpduEncoder;
 use mpa::endpoint::rtr_ulpdu;
 use mpa::startup::RtrType;
 use mpa::wire::ddp::{DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN};
-use mpa_ctl_proto::{
-    CaptureDirection, CompletionKind, HandOver, MpaParams, RegionInfo, Role, TcpSnapshot,
-};
+use mpa_ctl_proto::{CaptureDirection, CompletionKind, HandOver, RegionInfo, Role};
 use mpa_datapath::capture::startup_frames;
 use mpa_datapath::flow::{Flow, FlowError};
 use mpa_datapath::receiver::Region;
 use mpa_datapath::region::RegionMemory;
 use mpa_datapath::ring::{MemRing, MemWire};
+use mpa_datapath::sim::SimHandover;
 use mpa_datapath::strays::{STRAY_ASK_EVERY, STRAY_BYTES, STRAY_FLOWS, STRAY_TTL};
 use mpa_datapath::tcp::TcpConfig;
 use mpa_datapath::wire::frame::parse_tcp_frame;
@@ -40,42 +39,20 @@ fn remote() -> SocketAddrV4 {
 
 /// A hand-over of an established connection as mpa-control sends it.
 fn handover(rtr: &[RtrType], markers_rx: bool, markers_tx: bool, pd: Option<u32>) -> HandOver {
-    HandOver {
+    SimHandover {
         flow_id: 3,
-        tcp: TcpSnapshot {
-            local: local().into(),
-            remote: remote().into(),
-            snd_nxt: SND_NXT,
-            rcv_nxt: RCV_NXT,
-            snd_wl1: RCV_NXT - 1,
-            snd_wnd: 65535,
-            max_window: 65535,
-            rcv_wnd: 65535,
-            rcv_wup: RCV_NXT,
-            mss: 1460,
-            rcv_wscale: Some(7),
-            snd_wscale: Some(7),
-            sack_permitted: true,
-            timestamps: None,
-            send_queue: vec![],
-            recv_queue: vec![],
-        },
-        mpa: MpaParams {
-            role: Role::Initiator,
-            rev: 2,
-            markers_rx,
-            markers_tx,
-            crc: true,
-            ddp_rdmap_version: 1,
-            reply_frame: vec![],
-            rtr: rtr.to_vec(),
-            pd,
-            aligned_sender: false,
-            request_frame: vec![],
-            received_reply_frame: vec![],
-        },
+        local: local().into(),
+        remote: remote().into(),
+        rcv_nxt: RCV_NXT,
+        snd_nxt: SND_NXT,
+        markers_rx,
+        markers_tx,
+        pd,
+        rtr: rtr.to_vec(),
         next_hop_mac: PEER_MAC,
+        ..SimHandover::default()
     }
+    .build()
 }
 
 /// Every TCP payload the flow sends at creation.

@@ -7,39 +7,14 @@
 use super::{PipelineOpts, OUR_MAC, PEER_MAC, RCV_NXT, SND_NXT};
 use anyhow::{bail, Result};
 use etherparse::PacketBuilder;
-use mpa::crc::crc32c_append;
-use mpa::encoder::{exact_fill, FpduEncoder};
 use mpa::wire::ddp::{queue, DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
+use mpa_datapath::sim::{FpduStream, SplitMix64};
 use std::net::SocketAddrV4;
 
 use crate::options::Op;
 
 /// Largest ULPDU of one DDP segment when unaligned (RFC 5044 MULPDU bound, minus slack).
 const MAX_UNALIGNED_ULPDU: usize = 16 * 1024;
-
-/// Deterministic generator (splitmix64).
-pub struct Rng(pub u64);
-
-impl Rng {
-    /// Next value.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// True with probability `p`.
-    pub fn chance(&mut self, p: f64) -> bool {
-        p > 0.0 && (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * 100.0 < p
-    }
-
-    /// Uniform in `lo..hi`.
-    pub fn range(&mut self, lo: usize, hi: usize) -> usize {
-        lo + (self.next_u64() % (hi - lo) as u64) as usize
-    }
-}
 
 /// One flow of the pre-recorded sender and what the receiver must make of it.
 pub struct FlowPlan {
@@ -108,64 +83,6 @@ fn slots(o: &PipelineOpts, payload_len: usize, messages: u64) -> u64 {
     per_flow.max(256).min(messages).max(1)
 }
 
-struct Builder {
-    enc: FpduEncoder,
-    aligned: Option<usize>,
-    wire: Vec<u8>,
-    /// Aligned: where each TCP segment ends.
-    ends: Vec<usize>,
-    seg_used: usize,
-    digest: u32,
-    fpdus: u64,
-    /// (wire offset where message m begins) per message.
-    starts: Vec<usize>,
-}
-
-impl Builder {
-    fn fpdu(&mut self, header: &[u8], payload: &[u8], end_segment: bool) {
-        self.digest = crc32c_append(crc32c_append(self.digest, header), payload);
-        let r = self
-            .enc
-            .encode_parts(&[header, payload], &mut self.wire)
-            .expect("ULPDU within MULPDU");
-        self.fpdus += 1;
-        if let Some(emss) = self.aligned {
-            self.seg_used += r.len();
-            if end_segment || self.seg_used >= emss {
-                self.ends.push(self.wire.len());
-                self.seg_used = 0;
-            }
-        }
-    }
-
-    fn message(&mut self, hlen: usize, data: &[u8], header: impl Fn(usize, bool) -> DdpRepr) {
-        self.starts.push(self.wire.len());
-        let mut off = 0;
-        loop {
-            let left = data.len() - off;
-            let (take, last, end) = match self.aligned {
-                Some(emss) => {
-                    let c = exact_fill(&self.enc, emss, self.seg_used, hlen, left);
-                    (c.take, c.last, c.end_segment)
-                }
-                None => {
-                    let take = left.min(MAX_UNALIGNED_ULPDU - hlen);
-                    (take, take == left, false)
-                }
-            };
-            let mut h = [0u8; 32];
-            header(off, last)
-                .emit(&mut h[..hlen], 1)
-                .expect("header fits");
-            self.fpdu(&h[..hlen], &data[off..off + take], end);
-            off += take;
-            if last {
-                break;
-            }
-        }
-    }
-}
-
 /// A segment from the peer `remote` to us.
 fn frame(remote: SocketAddrV4, seq: u32, payload: &[u8]) -> Vec<u8> {
     let local = super::local();
@@ -192,52 +109,42 @@ fn build_flow(o: &PipelineOpts, f: usize, table: &[u8]) -> Result<(FlowPlan, Vec
     let messages = total.div_ceil(o.flows as u64).max(1);
     let slots = slots(o, payload_len, messages);
     let stag = 0x100 + f as u32;
-    let mut b = Builder {
-        enc: FpduEncoder::new(o.markers),
-        aligned: o.aligned.then_some(o.mss),
-        wire: Vec::with_capacity((messages as usize) * (o.size + 32)),
-        ends: Vec::new(),
-        seg_used: 0,
-        digest: 0,
-        fpdus: 0,
-        starts: Vec::with_capacity(messages as usize),
-    };
+    let mut b = FpduStream::new(o.markers, o.aligned.then_some(o.mss));
+    b.wire.reserve((messages as usize) * (o.size + 32));
+    // Unaligned: DDP segments as large as MULPDU allows; TCP cuts the stream at the MSS.
+    let take = |left: usize| left.min(MAX_UNALIGNED_ULPDU - hlen);
     for m in 0..messages {
         let data = payload(table, payload_len, f, m);
         let slot = m % slots;
         match o.op {
             Op::Send => {
                 let msn = (m + 1) as u32;
-                b.message(hlen, data, |off, last| DdpRepr::Untagged {
+                let header = |off: usize, last| DdpRepr::Untagged {
                     last,
                     opcode: RdmapOpcode::Send,
                     inv_stag: 0,
                     qn: queue::SEND,
                     msn,
                     mo: off as u32,
-                })
+                };
+                b.message(data, hlen, header, take)
             }
             _ => {
                 let to = slot * payload_len as u64;
-                b.message(hlen, data, |off, last| DdpRepr::Tagged {
+                let header = |off: usize, last| DdpRepr::Tagged {
                     last,
                     opcode: RdmapOpcode::RdmaWrite,
                     stag,
                     to: to + off as u64,
-                })
+                };
+                b.message(data, hlen, header, take)
             }
         }
     }
+    b.finish();
     let wire = std::mem::take(&mut b.wire);
     let ends: Vec<usize> = match o.aligned {
-        true => {
-            let mut e = std::mem::take(&mut b.ends);
-            if e.last() != Some(&wire.len()) {
-                e.push(wire.len());
-            }
-            // A segment longer than the MSS would be a sender bug; cut it anyway.
-            e
-        }
+        true => std::mem::take(&mut b.segment_ends),
         false => (1..=wire.len().div_ceil(o.mss))
             .map(|i| (i * o.mss).min(wire.len()))
             .collect(),
@@ -249,7 +156,7 @@ fn build_flow(o: &PipelineOpts, f: usize, table: &[u8]) -> Result<(FlowPlan, Vec
         if end - start > o.mss {
             bail!("aligned segment of {} octets exceeds the MSS", end - start);
         }
-        while msg < b.starts.len() && b.starts[msg] < end {
+        while msg < b.message_starts.len() && b.message_starts[msg] < end {
             msg += 1;
         }
         let seq = RCV_NXT.wrapping_add(start as u32);
@@ -278,7 +185,7 @@ fn build_flow(o: &PipelineOpts, f: usize, table: &[u8]) -> Result<(FlowPlan, Vec
 /// Every flow's frames, round-robin, then loss (each lost frame is sent again 32–287 frames
 /// later) and reordering (a frame moved 1–8 frames later), from `o.seed`.
 pub fn prepare(o: &PipelineOpts) -> Result<Prepared> {
-    let mut rng = Rng(o.seed);
+    let mut rng = SplitMix64(o.seed);
     let table: Vec<u8> = (0..o.size + 4096).map(|_| rng.next_u64() as u8).collect();
     let mut flows = Vec::with_capacity(o.flows);
     let mut per_flow = Vec::with_capacity(o.flows);
@@ -303,12 +210,12 @@ pub fn prepare(o: &PipelineOpts) -> Result<Prepared> {
     let mut keyed: Vec<(u64, Frame)> = Vec::with_capacity(interleaved.len() + 1024);
     for (i, fr) in interleaved.into_iter().enumerate() {
         let i = i as u64;
-        if rng.chance(o.loss) {
+        if rng.chance(o.loss / 100.0) {
             dropped += 1;
-            keyed.push(((i + rng.range(32, 288) as u64) * 4 + 2, fr));
-        } else if rng.chance(o.reorder) {
+            keyed.push(((i + 32 + rng.below(256)) * 4 + 2, fr));
+        } else if rng.chance(o.reorder / 100.0) {
             reordered += 1;
-            keyed.push(((i + rng.range(1, 9) as u64) * 4 + 1, fr));
+            keyed.push(((i + 1 + rng.below(8)) * 4 + 1, fr));
         } else {
             keyed.push((i * 4, fr));
         }

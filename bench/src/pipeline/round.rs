@@ -7,13 +7,11 @@ use super::{local, PipelineOpts, OUR_MAC, PEER_MAC, RCV_NXT, SND_NXT};
 use crate::options::{Op, PD};
 use anyhow::{anyhow, bail, Result};
 use crossbeam_channel::{unbounded, Receiver};
-use mpa_ctl_proto::{
-    stats::FlowReport, Completion, CompletionKind, HandOver, MpaParams, RegionInfo, Role,
-    TcpSnapshot,
-};
+use mpa_ctl_proto::{stats::FlowReport, Completion, CompletionKind, HandOver, RegionInfo};
 use mpa_datapath::receiver::{PostedBuf, Region};
 use mpa_datapath::region::RegionMemory;
 use mpa_datapath::ring::{MemRing, MemWire, MEM_RING_SIZE};
+use mpa_datapath::sim::SimHandover;
 use mpa_datapath::tcp::TcpConfig;
 use mpa_datapath::worker::{Command, Notification, Worker, WorkerConfig};
 use nix::time::{clock_gettime, ClockId};
@@ -69,42 +67,22 @@ struct Setup {
 }
 
 fn handover(o: &PipelineOpts, flow_id: u64, remote: std::net::SocketAddrV4) -> HandOver {
-    HandOver {
+    SimHandover {
         flow_id,
-        tcp: TcpSnapshot {
-            local: local().into(),
-            remote: remote.into(),
-            snd_nxt: SND_NXT,
-            rcv_nxt: RCV_NXT,
-            snd_wl1: RCV_NXT.wrapping_sub(1),
-            snd_wnd: 65535,
-            max_window: 65535,
-            rcv_wnd: RCV_BUF as u32,
-            rcv_wup: RCV_NXT,
-            mss: o.mss as u16,
-            rcv_wscale: Some(7),
-            snd_wscale: Some(7),
-            sack_permitted: true,
-            timestamps: None,
-            send_queue: vec![],
-            recv_queue: vec![],
-        },
-        mpa: MpaParams {
-            role: Role::Initiator,
-            rev: 2,
-            markers_rx: o.markers,
-            markers_tx: false,
-            crc: o.crc,
-            ddp_rdmap_version: 1,
-            reply_frame: vec![],
-            rtr: vec![],
-            pd: (o.op != Op::Count).then_some(PD),
-            aligned_sender: o.aligned && !o.markers && o.crc,
-            request_frame: vec![],
-            received_reply_frame: vec![],
-        },
+        local: local().into(),
+        remote: remote.into(),
+        rcv_nxt: RCV_NXT,
+        snd_nxt: SND_NXT,
+        mss: o.mss as u16,
+        rcv_wnd: RCV_BUF as u32,
+        markers_rx: o.markers,
+        crc: o.crc,
+        pd: (o.op != Op::Count).then_some(PD),
+        aligned_sender: o.aligned && !o.markers && o.crc,
         next_hop_mac: PEER_MAC,
+        ..SimHandover::default()
     }
+    .build()
 }
 
 fn setup(o: &PipelineOpts, p: &Prepared) -> Result<Setup> {

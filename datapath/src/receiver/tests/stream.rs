@@ -3,9 +3,7 @@
 //! fill every TCP segment exactly, as an aligned sender does), with what a correct receiver
 //! must end up with: region contents, completions in order, the ULPDU digest.
 
-use crate::tcp::tests::pair::Rng;
-use mpa::crc::crc32c_append;
-use mpa::encoder::{exact_fill, FpduEncoder};
+use crate::sim::{FpduStream, SplitMix64 as Rng};
 use mpa::wire::ddp::{queue, DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use mpa_ctl_proto::{Completion, CompletionKind, RegionInfo};
 
@@ -49,87 +47,34 @@ pub struct Stream {
     pub fpdus: u64,
 }
 
-struct Builder {
-    enc: FpduEncoder,
-    seg: Segmentation,
-    wire: Vec<u8>,
-    ends: Vec<usize>,
-    seg_used: usize,
-    digest: u32,
-    fpdus: u64,
+/// Cuts of one message's DDP segments when unaligned: random, up to `max` payload octets.
+fn random_take(rng: &mut Rng, seg: Segmentation) -> impl FnMut(usize) -> usize + '_ {
+    move |left| match seg {
+        Segmentation::Unaligned(max) => (1 + rng.below(max as u64) as usize).min(left),
+        Segmentation::Aligned(_) => left,
+    }
 }
 
-impl Builder {
-    fn fpdu(&mut self, header: &[u8], payload: &[u8], end_segment: bool) {
-        self.digest = crc32c_append(crc32c_append(self.digest, header), payload);
-        let r = self
-            .enc
-            .encode_parts(&[header, payload], &mut self.wire)
-            .expect("ULPDU within MULPDU");
-        self.fpdus += 1;
-        if let Segmentation::Aligned(emss) = self.seg {
-            self.seg_used += r.len();
-            if end_segment || self.seg_used >= emss {
-                self.ends.push(self.wire.len());
-                self.seg_used = 0;
-            }
-        }
-    }
+fn write(b: &mut FpduStream, rng: &mut Rng, seg: Segmentation, to: u64, data: &[u8]) {
+    let header = |off: usize, last| DdpRepr::Tagged {
+        last,
+        opcode: RdmapOpcode::RdmaWrite,
+        stag: WRITE_STAG,
+        to: to + off as u64,
+    };
+    b.message(data, TAGGED_HEADER_LEN, header, random_take(rng, seg));
+}
 
-    /// The next DDP segment of a message with `left` payload octets to go: (payload octets,
-    /// last of the message, the TCP segment ends after it).
-    fn cut(&self, rng: &mut Rng, header_len: usize, left: usize) -> (usize, bool, bool) {
-        match self.seg {
-            Segmentation::Unaligned(max) => {
-                let take = (1 + rng.below(max as u64) as usize).min(left);
-                (take, take == left, false)
-            }
-            Segmentation::Aligned(emss) => {
-                let c = exact_fill(&self.enc, emss, self.seg_used, header_len, left);
-                (c.take, c.last, c.end_segment)
-            }
-        }
-    }
-
-    /// One message: DDP segments cut by [`Self::cut`], each header from `header(offset, last)`.
-    fn message<const H: usize>(
-        &mut self,
-        rng: &mut Rng,
-        data: &[u8],
-        header: impl Fn(usize, bool) -> DdpRepr,
-    ) {
-        let mut off = 0;
-        loop {
-            let (take, last, end) = self.cut(rng, H, data.len() - off);
-            let mut h = [0u8; H];
-            header(off, last).emit(&mut h, 1).expect("header fits");
-            self.fpdu(&h, &data[off..off + take], end);
-            off += take;
-            if last {
-                break;
-            }
-        }
-    }
-
-    fn write(&mut self, rng: &mut Rng, to: u64, data: &[u8]) {
-        self.message::<TAGGED_HEADER_LEN>(rng, data, |off, last| DdpRepr::Tagged {
-            last,
-            opcode: RdmapOpcode::RdmaWrite,
-            stag: WRITE_STAG,
-            to: to + off as u64,
-        });
-    }
-
-    fn send(&mut self, rng: &mut Rng, msn: u32, data: &[u8]) {
-        self.message::<UNTAGGED_HEADER_LEN>(rng, data, |off, last| DdpRepr::Untagged {
-            last,
-            opcode: RdmapOpcode::Send,
-            inv_stag: 0,
-            qn: queue::SEND,
-            msn,
-            mo: off as u32,
-        });
-    }
+fn send(b: &mut FpduStream, rng: &mut Rng, seg: Segmentation, msn: u32, data: &[u8]) {
+    let header = |off: usize, last| DdpRepr::Untagged {
+        last,
+        opcode: RdmapOpcode::Send,
+        inv_stag: 0,
+        qn: queue::SEND,
+        msn,
+        mo: off as u32,
+    };
+    b.message(data, UNTAGGED_HEADER_LEN, header, random_take(rng, seg));
 }
 
 fn region(stag: u32, len: u64) -> RegionInfo {
@@ -152,25 +97,21 @@ pub fn build(seed: u64, octets: usize, markers: bool, seg: Segmentation) -> Stre
     regions.insert(region(WRITE_STAG, write_len));
     regions.insert(region(SEND_STAG, octets as u64 / 2 + 4096));
     let mut expect_regions = regions.clone();
-    let mut b = Builder {
-        enc: FpduEncoder::new(markers),
-        seg,
-        wire: Vec::new(),
-        ends: Vec::new(),
-        seg_used: 0,
-        digest: 0,
-        fpdus: 0,
+    let aligned = match seg {
+        Segmentation::Aligned(emss) => Some(emss),
+        Segmentation::Unaligned(_) => None,
     };
+    let mut b = FpduStream::new(markers, aligned);
     let (mut to, mut send_off, mut msn) = (0u64, 0u64, 1u32);
     let mut posted = Vec::new();
     let mut completions = Vec::new();
     let mut total = 0;
     while total < octets {
         let len = 1 + rng.below(12_000) as usize;
-        let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        let data: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
         let is_send = rng.chance(0.3) && send_off + len as u64 <= octets as u64 / 2 + 4096;
         if is_send {
-            b.send(&mut rng, msn, &data);
+            send(&mut b, &mut rng, seg, msn, &data);
             assert!(expect_regions.write(SEND_STAG, send_off, &data));
             posted.push(PostedBuf {
                 stag: SEND_STAG,
@@ -192,7 +133,7 @@ pub fn build(seed: u64, octets: usize, markers: bool, seg: Segmentation) -> Stre
             if to + len as u64 > write_len {
                 break;
             }
-            b.write(&mut rng, to, &data);
+            write(&mut b, &mut rng, seg, to, &data);
             assert!(expect_regions.write(WRITE_STAG, to, &data));
             completions.push(Completion {
                 flow_id: FLOW,
@@ -207,11 +148,9 @@ pub fn build(seed: u64, octets: usize, markers: bool, seg: Segmentation) -> Stre
         }
         total += len;
     }
-    if matches!(seg, Segmentation::Aligned(_)) && b.ends.last() != Some(&b.wire.len()) {
-        b.ends.push(b.wire.len());
-    }
+    b.finish();
     Stream {
-        segment_ends: matches!(seg, Segmentation::Aligned(_)).then_some(b.ends),
+        segment_ends: aligned.map(|_| b.segment_ends),
         wire: b.wire,
         regions,
         posted,

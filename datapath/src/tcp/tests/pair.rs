@@ -15,24 +15,7 @@ use super::harness::*;
 use crate::tcp::{Connection, Event, HandoverState, State, TcpConfig, TsHandover};
 use crate::wire::tcp::{TcpPacket, TcpRepr};
 
-/// splitmix64: small, seedable, good enough for a link model.
-pub(crate) struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    pub fn chance(&mut self, p: f64) -> bool {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p && p > 0.0
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+pub(crate) use crate::sim::SplitMix64 as Rng;
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LinkCfg {
@@ -216,7 +199,7 @@ impl Pair {
         b_cfg: &TcpConfig,
     ) -> Pair {
         let mut rng = Rng(seed);
-        let data = (0..n).map(|_| rng.next() as u8).collect();
+        let data = (0..n).map(|_| rng.next_u64() as u8).collect();
         Pair::with_sink(t0, link, rng, data, ts, sack, b_cfg, ByteSink::default())
     }
 }
