@@ -7,7 +7,7 @@
 use mpa::crc::crc32c_append;
 use mpa::encoder::{exact_fill, FpduEncoder};
 use mpa::startup::RtrType;
-use mpa::wire::ddp::DdpRepr;
+use mpa::wire::ddp::{queue, DdpRepr, RdmapOpcode};
 use mpa_ctl_proto::{HandOver, MpaParams, Role, TcpSnapshot};
 use std::net::SocketAddr;
 
@@ -129,6 +129,28 @@ impl FpduStream {
         if self.aligned.is_some() && self.segment_ends.last() != Some(&self.wire.len()) {
             self.segment_ends.push(self.wire.len());
         }
+    }
+}
+
+/// The DDP header of one segment of an RDMA Write to (`stag`, `to`).
+pub fn write_segment(stag: u32, to: u64, last: bool) -> DdpRepr {
+    DdpRepr::Tagged {
+        last,
+        opcode: RdmapOpcode::RdmaWrite,
+        stag,
+        to,
+    }
+}
+
+/// The DDP header of one segment of Send `msn` at message offset `mo` (queue 0).
+pub fn send_segment(msn: u32, mo: u32, last: bool) -> DdpRepr {
+    DdpRepr::Untagged {
+        last,
+        opcode: RdmapOpcode::Send,
+        inv_stag: 0,
+        qn: queue::SEND,
+        msn,
+        mo,
     }
 }
 

@@ -7,8 +7,8 @@
 use super::{PipelineOpts, OUR_MAC, PEER_MAC, RCV_NXT, SND_NXT};
 use anyhow::{bail, Result};
 use etherparse::PacketBuilder;
-use mpa::wire::ddp::{queue, DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
-use mpa_datapath::sim::{FpduStream, SplitMix64};
+use mpa::wire::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
+use mpa_datapath::sim::{send_segment, write_segment, FpduStream, SplitMix64};
 use std::net::SocketAddrV4;
 
 use crate::options::Op;
@@ -119,24 +119,12 @@ fn build_flow(o: &PipelineOpts, f: usize, table: &[u8]) -> Result<(FlowPlan, Vec
         match o.op {
             Op::Send => {
                 let msn = (m + 1) as u32;
-                let header = |off: usize, last| DdpRepr::Untagged {
-                    last,
-                    opcode: RdmapOpcode::Send,
-                    inv_stag: 0,
-                    qn: queue::SEND,
-                    msn,
-                    mo: off as u32,
-                };
+                let header = |off: usize, last| send_segment(msn, off as u32, last);
                 b.message(data, hlen, header, take)
             }
             _ => {
                 let to = slot * payload_len as u64;
-                let header = |off: usize, last| DdpRepr::Tagged {
-                    last,
-                    opcode: RdmapOpcode::RdmaWrite,
-                    stag,
-                    to: to + off as u64,
-                };
+                let header = |off: usize, last| write_segment(stag, to + off as u64, last);
                 b.message(data, hlen, header, take)
             }
         }

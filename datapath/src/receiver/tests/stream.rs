@@ -3,8 +3,8 @@
 //! fill every TCP segment exactly, as an aligned sender does), with what a correct receiver
 //! must end up with: region contents, completions in order, the ULPDU digest.
 
-use crate::sim::{FpduStream, SplitMix64 as Rng};
-use mpa::wire::ddp::{queue, DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
+use crate::sim::{send_segment, write_segment, FpduStream, SplitMix64 as Rng};
+use mpa::wire::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use mpa_ctl_proto::{Completion, CompletionKind, RegionInfo};
 
 use crate::receiver::{MemRegions, PostedBuf, Regions};
@@ -56,24 +56,12 @@ fn random_take(rng: &mut Rng, seg: Segmentation) -> impl FnMut(usize) -> usize +
 }
 
 fn write(b: &mut FpduStream, rng: &mut Rng, seg: Segmentation, to: u64, data: &[u8]) {
-    let header = |off: usize, last| DdpRepr::Tagged {
-        last,
-        opcode: RdmapOpcode::RdmaWrite,
-        stag: WRITE_STAG,
-        to: to + off as u64,
-    };
+    let header = |off: usize, last| write_segment(WRITE_STAG, to + off as u64, last);
     b.message(data, TAGGED_HEADER_LEN, header, random_take(rng, seg));
 }
 
 fn send(b: &mut FpduStream, rng: &mut Rng, seg: Segmentation, msn: u32, data: &[u8]) {
-    let header = |off: usize, last| DdpRepr::Untagged {
-        last,
-        opcode: RdmapOpcode::Send,
-        inv_stag: 0,
-        qn: queue::SEND,
-        msn,
-        mo: off as u32,
-    };
+    let header = |off: usize, last| send_segment(msn, off as u32, last);
     b.message(data, UNTAGGED_HEADER_LEN, header, random_take(rng, seg));
 }
 
