@@ -660,9 +660,9 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
         }
         let paced = Instant::now();
         for n in 0..a.count {
-            if rate > 0 {
-                // An absolute schedule: late messages catch up rather than drift.
-                let due = paced + Duration::from_nanos(n.saturating_mul(1_000_000_000) / rate);
+            // An absolute schedule (rate 0: none): late messages catch up rather than drift.
+            if let Some(at) = n.saturating_mul(1_000_000_000).checked_div(rate) {
+                let due = paced + Duration::from_nanos(at);
                 let now = Instant::now();
                 if due > now {
                     std::thread::sleep(due - now);
