@@ -267,7 +267,8 @@ pub fn hgrm(h: &Histogram<u64>) -> String {
         s,
         "#[Buckets = {:12}, SubBuckets     = {:12}]",
         h.buckets(),
-        h.distinct_values()
+        // Not exposed by the crate: 2 * 10^sigfig rounded up to a power of two.
+        (2 * 10u64.pow(u32::from(h.sigfig()))).next_power_of_two()
     );
     s
 }
@@ -644,5 +645,6 @@ mod tests {
         assert_eq!(&last[1..], ["1.000000000000", "1000"]);
         assert!(text.contains("#[Max     ="));
         assert!(text.contains("Total count    =         1000]"));
+        assert!(text.contains("SubBuckets     =         2048]"), "{text}");
     }
 }
