@@ -6,6 +6,8 @@
 //!   goodput, FPDU counts, errors and the digest check.
 //! * [`compare`]: the same sender against the datapath and against the blocking kernel-TCP
 //!   Responder (`mpa-peer listen`), same bed, same run.
+//! * [`lat`]: one-way latency per message (hdrhistogram), datapath vs the kernel-TCP
+//!   Responder, same bed and sender.
 //! * [`scale`]: many connections at once through `mpa-control serve`.
 //! * [`pipeline`]: the datapath's receive pipeline (`Worker<MemRing>`) on frames prepared in
 //!   memory: ns per segment, no kernel sender, no namespace, no root.
@@ -14,6 +16,7 @@
 pub mod compare;
 pub mod datapath;
 pub mod demo;
+pub mod lat;
 pub mod options;
 pub mod peer;
 pub mod pipeline;
@@ -26,6 +29,7 @@ pub use datapath::{
     Responder,
 };
 pub use demo::demo;
+pub use lat::{lat, LatArgs};
 pub use options::{Align, Op, Run, Scale};
 pub use peer::sibling;
 pub use pipeline::{pipeline, pipeline_many, PipelineArgs, PipelineOpts, PipelineReport};

@@ -6,11 +6,13 @@
 //!   `demo: FAILED …`.
 //! * `compare`: the same sender against the datapath and against the blocking kernel-TCP
 //!   Responder (`mpa-peer listen`), same bed, same run.
+//! * `lat`: one-way latency per message (stamped by the sender), datapath vs kernel TCP,
+//!   percentiles per size and `.hgrm` files.
 //! * `pipeline`: the receive pipeline alone (`Worker<MemRing>`, frames prepared in memory).
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand};
-use mpa_bench::{compare, demo, pipeline, scale, PipelineArgs, Run, Scale};
+use mpa_bench::{compare, demo, lat, pipeline, scale, LatArgs, PipelineArgs, Run, Scale};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -30,6 +32,9 @@ enum Cmd {
     Demo(Run),
     /// Goodput and CPU: datapath vs the blocking kernel-TCP Responder, same bed and sender.
     Compare(Run),
+    /// One-way latency per message: datapath vs the blocking kernel-TCP Responder, same bed
+    /// and paced sender; percentiles per size, `.hgrm` files.
+    Lat(LatArgs),
     /// Many connections at once through `mpa-control serve`: hand-over rate, all carry data.
     Scale(Scale),
     /// The receive pipeline alone: a Worker on an in-memory ring fed prepared frames; ns per
@@ -71,6 +76,13 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 println!("pipeline: FAILED {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Cmd::Lat(a) => match lat(&a) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("mpa-bench: {e:#}");
                 ExitCode::FAILURE
             }
         },

@@ -40,6 +40,11 @@ pub fn cpu_seconds(who: nix::sys::resource::UsageWho) -> f64 {
 
 /// Runs `mpa-peer connect` in ns a; returns its JSON report.
 pub fn sender(bed: &TestBed, r: &Run) -> Result<Value> {
+    sender_with(bed, r, &[])
+}
+
+/// [`sender`] with `extra` arguments for `mpa-peer connect` (e.g. `--timestamps`).
+pub fn sender_with(bed: &TestBed, r: &Run, extra: &[String]) -> Result<Value> {
     let peer = sibling("mpa-peer")?;
     let count = (r.bytes / r.size as u64).max(1).to_string();
     let to = SocketAddr::new(bed.addr_b(false), PORT).to_string();
@@ -58,6 +63,7 @@ pub fn sender(bed: &TestBed, r: &Run) -> Result<Value> {
     if r.markers() {
         args.push("--markers");
     }
+    args.extend(extra.iter().map(String::as_str));
     let out = bed
         .command(&bed.ns_a, &peer.to_string_lossy())
         .args(&args)

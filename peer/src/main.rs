@@ -133,8 +133,40 @@ struct ConnectArgs {
     /// Private data for the Request.
     #[arg(long)]
     private_data: Option<String>,
+    /// Latency runs: each message's payload starts with the CLOCK_MONOTONIC time in
+    /// nanoseconds (u64 little-endian) taken right before the message is encoded and written
+    /// (every message is flushed on its own). The rest of the payload is the usual pattern, so
+    /// a receiver's region no longer equals the pattern; the digest covers the stamps.
+    #[arg(long)]
+    timestamps: bool,
+    /// Pacing in messages per second (0: unpaced). Default: 10000 with --timestamps (so no
+    /// queue builds up), unpaced otherwise.
+    #[arg(long, value_name = "MSG_PER_S")]
+    rate: Option<u64>,
     #[command(flatten)]
     common: Common,
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (shared by all network namespaces of a host).
+fn monotonic_ns() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is always available");
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
+
+/// Octets of the send timestamp at the start of a `--timestamps` payload.
+const STAMP_LEN: usize = 8;
+
+/// Writes the send timestamp `ns` at the start of `payload` (u64 LE); `false` when the
+/// payload is too short for it.
+fn stamp(payload: &mut [u8], ns: u64) -> bool {
+    match payload.get_mut(..STAMP_LEN) {
+        Some(p) => {
+            p.copy_from_slice(&ns.to_le_bytes());
+            true
+        }
+        None => false,
+    }
 }
 
 /// A TCP stream that can end a record: `send(MSG_EOR)` stops Linux from appending later
@@ -565,6 +597,7 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
             a.size
         );
     }
+    let rate = a.rate.unwrap_or(if a.timestamps { 10_000 } else { 0 });
     let t0 = Instant::now();
     let sock = TcpStream::connect_timeout(&a.to, Duration::from_secs(a.common.timeout))
         .with_context(|| format!("connect {}", a.to))?;
@@ -612,7 +645,29 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
         let version = neg.ddp_rdmap_version;
         let mut ulpdu = vec![0u8; a.size];
         let table = PatternTable::new(a.size);
+        if a.timestamps {
+            let payload = match plan {
+                Plan::Opaque => a.size,
+                Plan::Write { payload, .. } | Plan::Send { payload, .. } => payload,
+            };
+            if payload < STAMP_LEN {
+                return Err(ConnectError::Refused(format!(
+                    "--timestamps needs a payload of at least {STAMP_LEN} octets; --size {} \
+                     leaves {payload}",
+                    a.size
+                )));
+            }
+        }
+        let paced = Instant::now();
         for n in 0..a.count {
+            // An absolute schedule (rate 0: none): late messages catch up rather than drift.
+            if let Some(at) = n.saturating_mul(1_000_000_000).checked_div(rate) {
+                let due = paced + Duration::from_nanos(at);
+                let now = Instant::now();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+            }
             let (h, payload) = match plan {
                 Plan::Opaque => (None, a.size),
                 Plan::Write {
@@ -647,8 +702,11 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
                         let seg = ddp_segment(h, at, last);
                         let off = seg.emit(&mut ulpdu, version).unwrap_or(0);
                         ulpdu[off..off + take].copy_from_slice(&data[at..at + take]);
-                        digest = crc32c_append(digest, &ulpdu[..off + take]);
+                        if a.timestamps && at == 0 {
+                            stamp(&mut ulpdu[off..off + take], monotonic_ns());
+                        }
                         s.send(&ulpdu[..off + take])?;
+                        digest = crc32c_append(digest, &ulpdu[..off + take]);
                         at += take;
                         if last {
                             break;
@@ -658,9 +716,16 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
                 _ => {
                     let off = h.and_then(|h| h.emit(&mut ulpdu, version)).unwrap_or(0);
                     ulpdu[off..].copy_from_slice(data);
-                    digest = crc32c_append(digest, &ulpdu);
+                    if a.timestamps {
+                        stamp(&mut ulpdu[off..], monotonic_ns());
+                    }
                     s.send(&ulpdu)?;
+                    digest = crc32c_append(digest, &ulpdu);
                 }
+            }
+            if a.timestamps {
+                // One message per write: nothing waits in the stream's batch.
+                s.flush()?;
             }
         }
         s.flush()?;
@@ -723,5 +788,16 @@ mod tests {
             .unwrap_err()
             .contains("too large"));
         assert!(parse_advertise("x:1").is_err());
+    }
+
+    #[test]
+    fn timestamp_stamp() {
+        let mut p = [0xaau8; 12];
+        assert!(stamp(&mut p, 0x0102_0304_0506_0708));
+        assert_eq!(&p[..8], &[8, 7, 6, 5, 4, 3, 2, 1]);
+        assert_eq!(&p[8..], &[0xaa; 4]);
+        assert!(!stamp(&mut [0u8; 7], 1));
+        let (a, b) = (monotonic_ns(), monotonic_ns());
+        assert!(a > 0 && b >= a);
     }
 }
