@@ -8,6 +8,8 @@ use mpa_control::datapath_client::DatapathClient;
 use mpa_control::freeze::FrozenSocket;
 use mpa_control::responder::{respond_and_hand_over, Outcome};
 use mpa_control::Placement;
+use mpa_ctl_proto::stats::DatapathStats;
+use mpa_ctl_proto::Message;
 use mpa_datapath::server::{Datapath, DatapathConfig, DEFAULT_MAX_REGION_BYTES};
 use mpa_datapath::tcp::TcpConfig;
 use mpa_datapath::xsk::{BindMode, XskConfig};
@@ -167,5 +169,13 @@ pub fn accept_and_hand_over(
             negotiated,
         }),
         Outcome::Rejected { reason } => bail!("rejected: {}", String::from_utf8_lossy(&reason)),
+    }
+}
+
+/// The datapath's statistics document, asked for on `dpc`.
+pub fn stats(dpc: &mut DatapathClient) -> Result<DatapathStats> {
+    match dpc.request(|id| Message::GetStats { id })? {
+        Message::Stats { stats, .. } => Ok(*stats),
+        m => bail!("no stats: {m:?}"),
     }
 }

@@ -2,13 +2,12 @@
 //! region compared with what the peer wrote).
 
 use crate::datapath::{
-    accept_and_hand_over, start_datapath, temp_path, DatapathOptions, HandedOver, Responder,
+    accept_and_hand_over, start_datapath, stats, temp_path, DatapathOptions, HandedOver, Responder,
 };
 use crate::options::{bed, Op, Run, PD, PORT};
 use crate::peer::{cpu_seconds, sender};
 use crate::placement::Placement;
 use anyhow::{anyhow, bail, Result};
-use mpa_ctl_proto::Message;
 use mpa_testbed::{run_in_netns, TestBed};
 use serde_json::Value;
 use std::net::{SocketAddr, TcpListener};
@@ -77,13 +76,9 @@ pub fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
         print_thread_cpu();
     }
     drop(frozen);
-    let Message::Stats { stats, .. } = dpc.request(|id| Message::GetStats { id })? else {
-        bail!("no stats")
-    };
+    let stats = stats(&mut dpc)?;
     let report = stats
-        .ended_flows
-        .iter()
-        .find(|f| f.flow_id == flow_id)
+        .ended_flow(flow_id)
         .cloned()
         .ok_or_else(|| anyhow!("flow {flow_id} missing from stats ({gone:?})"))?;
     // The workers' own CPU (one queue: the flow's worker), apart from the control thread and

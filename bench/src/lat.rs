@@ -16,7 +16,7 @@
 //! stamps), not the region against the pattern (the stamps overwrite its first 8 octets).
 
 use crate::datapath::{
-    accept_and_hand_over, start_datapath, temp_path, DatapathOptions, HandedOver, Responder,
+    accept_and_hand_over, start_datapath, stats, temp_path, DatapathOptions, HandedOver, Responder,
 };
 use crate::options::{bed, messages, Align, Op, Run, PD, PORT};
 use crate::peer::sender_with;
@@ -29,7 +29,7 @@ use mpa::wire::ddp::TAGGED_HEADER_LEN;
 use mpa::wire::fpdu::MAX_ULPDU;
 use mpa_ctl_proto::consumer::Consumer;
 use mpa_ctl_proto::region_ad::RegionAd;
-use mpa_ctl_proto::{CompletionKind, Message};
+use mpa_ctl_proto::CompletionKind;
 use mpa_testbed::{run_in_netns, TestBed};
 use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpListener};
@@ -514,13 +514,9 @@ fn datapath_lat(bed: &TestBed, r: &Run, extra: &[String]) -> Result<Samples> {
         .map_err(|_| anyhow!("setup thread panicked"))??;
     let gone = dpc.next_notification()?;
     drop(frozen);
-    let Message::Stats { stats, .. } = dpc.request(|id| Message::GetStats { id })? else {
-        bail!("no stats")
-    };
+    let stats = stats(&mut dpc)?;
     let report = stats
-        .ended_flows
-        .iter()
-        .find(|f| f.flow_id == flow_id)
+        .ended_flow(flow_id)
         .cloned()
         .ok_or_else(|| anyhow!("flow {flow_id} missing from stats ({gone:?})"))?;
     stop.store(true, Ordering::Relaxed);

@@ -1,14 +1,13 @@
 //! `scale`: many connections at once through `mpa-control serve`, handed over to one
 //! datapath, each carrying an FPDU, then all closed.
 
-use crate::datapath::{start_datapath, temp_path, DatapathOptions};
+use crate::datapath::{start_datapath, stats, temp_path, DatapathOptions};
 use crate::options::{Scale, PORT};
 use crate::peer::sibling;
 use anyhow::{anyhow, bail, Context, Result};
 use mpa::wire::ddp::{DdpRepr, RdmapOpcode};
 use mpa_control::datapath_client::DatapathClient;
 use mpa_ctl_proto::stats::FlowReport;
-use mpa_ctl_proto::Message;
 use mpa_testbed::{run_in_netns, BedConfig, TestBed};
 use std::net::SocketAddr;
 use std::process::Stdio;
@@ -137,10 +136,7 @@ fn scale_run(
     let pct = |p: f64| lat[((lat.len() - 1) as f64 * p) as usize] * 1e3;
     let mut dpc = DatapathClient::connect(socket, Duration::from_secs(60))?;
     let flows_of = |dpc: &mut DatapathClient| -> Result<Vec<FlowReport>> {
-        let Message::Stats { stats, .. } = dpc.request(|id| Message::GetStats { id })? else {
-            bail!("no stats")
-        };
-        Ok(stats.live_flows().map(|(_, f)| f.clone()).collect())
+        Ok(stats(dpc)?.live_flows().map(|(_, f)| f.clone()).collect())
     };
     let live = flows_of(&mut dpc)?.len();
     if live != n {

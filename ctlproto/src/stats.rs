@@ -199,11 +199,8 @@ impl DatapathStats {
             .flat_map(|q| q.flows.iter().map(move |f| (q.queue, f)))
     }
 
-    /// The report of flow `id`, live or ended.
-    pub fn flow(&self, id: u64) -> Option<&FlowReport> {
-        self.live_flows()
-            .map(|(_, f)| f)
-            .chain(&self.ended_flows)
-            .find(|f| f.flow_id == id)
+    /// The final report of flow `id`, once it has ended (among the most recent ones kept).
+    pub fn ended_flow(&self, id: u64) -> Option<&FlowReport> {
+        self.ended_flows.iter().find(|f| f.flow_id == id)
     }
 }

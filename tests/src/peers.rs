@@ -6,7 +6,6 @@ use mpa_bench::{accept_and_hand_over, start_datapath, temp_path, DatapathOptions
 use mpa_control::datapath_client::DatapathClient;
 use mpa_control::freeze::FrozenSocket;
 use mpa_ctl_proto::stats::{DatapathStats, FlowReport};
-use mpa_ctl_proto::Message;
 use mpa_datapath::server::Datapath;
 use mpa_testbed::{run_in_netns, TestBed};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -86,18 +85,13 @@ pub fn responder_in_a<T: Send + 'static>(
 
 /// The datapath's statistics, asked for on `dpc`.
 pub fn stats(dpc: &mut DatapathClient) -> DatapathStats {
-    match dpc.request(|id| Message::GetStats { id }).unwrap() {
-        Message::Stats { stats, .. } => *stats,
-        m => panic!("no stats: {m:?}"),
-    }
+    mpa_bench::datapath::stats(dpc).expect("statistics from the datapath")
 }
 
 /// The final counters the datapath kept for the ended flow `flow_id`.
 pub fn ended_flow(dpc: &mut DatapathClient, flow_id: u64) -> FlowReport {
     let s = stats(dpc);
-    s.ended_flows
-        .iter()
-        .find(|f| f.flow_id == flow_id)
+    s.ended_flow(flow_id)
         .unwrap_or_else(|| panic!("flow {flow_id} not among the ended flows: {s:?}"))
         .clone()
 }
