@@ -1,4 +1,4 @@
-//! What an experiment is asked to do: the options of `mpa-bench demo|compare|scale`, and the
+//! What an experiment is asked to do: the options of `mpa-bench demo` and of `bw` runs, and the
 //! bed they run on.
 
 use anyhow::Result;
@@ -85,17 +85,6 @@ pub const PD: u32 = 1;
 
 /// The port the hand-over listener (or the kernel Responder) listens on in ns b.
 pub const PORT: u16 = 7777;
-
-/// `scale`: connections set up through `mpa-control serve` and kept open at once.
-#[derive(Args, Clone, Debug)]
-pub struct Scale {
-    /// Connections to hand over and keep open.
-    #[arg(long, default_value_t = 10_000)]
-    pub connections: usize,
-    /// Initiator threads connecting in parallel (in ns a).
-    #[arg(long, default_value_t = 32)]
-    pub parallel: usize,
-}
 
 /// The bed a run asks for: the direct veth pair, or the bridge with loss.
 pub fn bed(r: &Run) -> Result<TestBed> {
