@@ -11,7 +11,7 @@
 
 use crate::cpu::CpuUse;
 use crate::demo::{datapath_run, gbit};
-use crate::options::{bed, messages, Align, Op, Run};
+use crate::options::{bed_for, messages, Align, NicArgs, Op, Run};
 use crate::peer::kernel_run;
 use crate::progress::Progress;
 use crate::report::{Document, Scenario, Spread};
@@ -60,6 +60,8 @@ pub struct BwArgs {
     /// Print the one JSON document on stdout (the table goes to stderr).
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub nic: NicArgs,
 }
 
 impl BwArgs {
@@ -94,6 +96,7 @@ impl BwArgs {
             "loss_percent": self.loss, "queues": self.queues, "framing": self.framing(),
             "op": format!("{:?}", self.op).to_lowercase(),
             "aligned": self.run(self.sizes.first().copied().unwrap_or(4096)).aligned(),
+            "iface": self.nic.iface, "peer": self.nic.peer,
         })
     }
 }
@@ -233,7 +236,7 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
     if a.sizes.is_empty() || a.rounds == 0 {
         bail!("--sizes and --rounds must not be empty / 0");
     }
-    let bed = bed(&a.run(a.sizes[0]))?;
+    let bed = bed_for(&a.run(a.sizes[0]), &a.nic)?;
     let mut rows: Vec<BwRow> = Vec::new();
     for &size in &a.sizes {
         for receiver in ["kernel", "datapath"] {
@@ -320,7 +323,11 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
 pub fn run_cli(a: &BwArgs) -> Result<()> {
     let (doc, rows) = bw(a)?;
     let head = format!(
-        "bed: mtu {} loss {}% queues {}; {} MiB per run, {}; {}; sender {}",
+        "{}: mtu {} loss {}% queues {}; {} MiB per run, {}; {}; sender {}",
+        match (&a.nic.iface, a.nic.peer) {
+            (Some(i), Some(p)) => format!("interface {i}, peer {p}"),
+            _ => "bed".to_string(),
+        },
         a.mtu,
         a.loss,
         a.queues,

@@ -18,7 +18,7 @@
 use crate::datapath::{
     accept_and_hand_over, start_datapath, stats, temp_path, DatapathOptions, HandedOver, Responder,
 };
-use crate::options::{bed, messages, Align, Op, Run, PD, PORT};
+use crate::options::{bed_for, messages, Align, NicArgs, Op, Run, PD, PORT};
 use crate::peer::sender_with;
 use crate::progress::Progress;
 use crate::report::{Document, Scenario};
@@ -70,6 +70,11 @@ pub struct LatArgs {
     /// Print the one JSON document on stdout (the table goes to stderr).
     #[arg(long)]
     pub json: bool,
+    /// On real NICs: one-way latency needs one clock on both ends (CLOCK_MONOTONIC is per
+    /// host), so the peer must be this host (e.g. another namespace or a NIC looped back);
+    /// stamps from the future are counted as bad.
+    #[command(flatten)]
+    pub nic: NicArgs,
 }
 
 impl LatArgs {
@@ -323,7 +328,7 @@ pub fn lat(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
             );
         }
     }
-    let bed = bed(&a.run(a.sizes[0]))?;
+    let bed = bed_for(&a.run(a.sizes[0]), &a.nic)?;
     let extra = a.sender_args();
     let mut rows: Vec<Row> = Vec::new();
     for &size in &a.sizes {

@@ -121,7 +121,7 @@ pub fn goodput_by_size(path: &Path, title: &str, series: &[BwSeries]) -> Result<
         (l.min(p.0), h.max(p.0))
     });
     let top = pts().map(|p| p.3).fold(0.0, f64::max);
-    if !(top > 0.0) {
+    if top.is_nan() || top <= 0.0 {
         bail!("{title}: no goodput to plot");
     }
     let root = BitMapBackend::new(path, SIZE).into_drawing_area();

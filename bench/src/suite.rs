@@ -37,7 +37,10 @@ pub struct Plan {
     pub pipeline: PipelineArgs,
     pub lat: LatArgs,
     pub bw: BwArgs,
-    pub bw_loss: BwArgs,
+    /// One `bw` per loss rate (the lossy bridge), 4 KiB ULPDUs, aligned sender.
+    pub bw_loss: Vec<BwArgs>,
+    /// Unpaced latency (queues build up): what batching does under load.
+    pub lat_unpaced: LatArgs,
     pub setup: SetupArgs,
 }
 
@@ -60,7 +63,7 @@ impl SuiteArgs {
                 reorder: 0.0,
                 digest: false,
                 no_verify_checksums: false,
-                bytes: if q { 16 << 20 } else { 128 << 20 },
+                bytes: if q { 16 << 20 } else { 256 << 20 },
                 seed: 1,
                 variants: false,
                 perf: false,
@@ -73,7 +76,7 @@ impl SuiteArgs {
                 } else {
                     vec![64, 1024, 4096, 16384, 65536 - 1024]
                 },
-                messages: if q { 1000 } else { 5000 },
+                messages: if q { 1000 } else { 10_000 },
                 rate: 10_000,
                 rounds: if q { 1 } else { 3 },
                 mtu: 1500,
@@ -81,6 +84,7 @@ impl SuiteArgs {
                 no_markers: false,
                 out: self.out.clone(),
                 json: false,
+                nic: Default::default(),
             },
             bw: BwArgs {
                 sizes: if q {
@@ -88,7 +92,7 @@ impl SuiteArgs {
                 } else {
                     vec![1024, 4096, 16384, 65536 - 1024]
                 },
-                bytes: if q { 32 << 20 } else { 128 << 20 },
+                bytes: if q { 32 << 20 } else { 256 << 20 },
                 rounds: if q { 1 } else { 3 },
                 mtu: 1500,
                 loss: 0,
@@ -99,12 +103,28 @@ impl SuiteArgs {
                 region_bytes: 16 << 20,
                 align: Align::Auto,
                 json: false,
+                nic: Default::default(),
             },
-            bw_loss: BwArgs {
-                sizes: vec![4096],
-                bytes: if q { 8 << 20 } else { 32 << 20 },
-                loss: 5,
-                ..self.bw_base(q)
+            bw_loss: (if q { vec![5] } else { vec![1, 5, 10, 20] })
+                .into_iter()
+                .map(|loss| BwArgs {
+                    sizes: vec![4096],
+                    bytes: if q { 8 << 20 } else { 64 << 20 },
+                    loss,
+                    ..self.bw_base(q)
+                })
+                .collect(),
+            lat_unpaced: LatArgs {
+                sizes: vec![64, 4096],
+                messages: if q { 1000 } else { 20_000 },
+                rate: 0,
+                rounds: 1,
+                mtu: 1500,
+                plain: false,
+                no_markers: false,
+                out: self.out.clone(),
+                json: false,
+                nic: Default::default(),
             },
             setup: SetupArgs {
                 connections: if q { 100 } else { 1000 },
@@ -128,6 +148,7 @@ impl SuiteArgs {
             region_bytes: 16 << 20,
             align: Align::Auto,
             json: false,
+            nic: Default::default(),
         }
     }
 }
@@ -255,14 +276,34 @@ pub fn suite(a: &SuiteArgs) -> Result<String> {
         &bw_series(&rows),
     )?;
     docs.push(doc);
-    let (doc, rows) = bw::bw(&plan.bw_loss)?;
+    let mut loss_rows = Vec::new();
+    for b in &plan.bw_loss {
+        eprintln!("suite: bw at {} % loss", b.loss);
+        let (doc, rows) = bw::bw(b)?;
+        loss_rows.push((b.loss, rows));
+        docs.push(doc);
+    }
     let _ = write!(
         md,
-        "### At {} % loss (`mpa-bench bw --loss {} --sizes 4096 --bytes {}`)\n\n```\n{}```\n\n",
-        plan.bw_loss.loss,
-        plan.bw_loss.loss,
-        plan.bw_loss.bytes,
-        bw::table(&rows)
+        "### Under loss (`mpa-bench bw --loss L --sizes 4096 --bytes {} --rounds {}`)\n\n\
+         The lossy bridge (nftables drops L % of the sender's data frames), aligned sender, \
+         markers + CRC. Gbit/s median (min–max) of {} rounds.\n\n{}\n",
+        plan.bw_loss.first().map_or(0, |b| b.bytes),
+        plan.bw_loss.first().map_or(0, |b| b.rounds),
+        plan.bw_loss.first().map_or(0, |b| b.rounds),
+        loss_table(&loss_rows)
+    );
+
+    eprintln!("suite: lat, unpaced");
+    let (doc, rows) = lat::lat(&plan.lat_unpaced)?;
+    let _ = write!(
+        md,
+        "## One-way latency, unpaced (`mpa-bench lat --rate 0 --sizes {} --messages {}`)\n\n\
+         The sender writes as fast as it can: queues build up, so this shows batching under \
+         load rather than the floor.\n\n```\n{}```\n\n",
+        join(&plan.lat_unpaced.sizes),
+        plan.lat_unpaced.messages,
+        lat::table(&rows)
     );
     docs.push(doc);
 
@@ -297,6 +338,40 @@ pub fn suite(a: &SuiteArgs) -> Result<String> {
     )?;
     write(&a.out.join("summary.md"), &md)?;
     Ok(md)
+}
+
+/// The loss table (markdown): per loss rate, both receivers' goodput and the ratio.
+pub fn loss_table(rows: &[(u8, Vec<BwRow>)]) -> String {
+    let mut s = String::from(
+        "| loss | kernel-TCP receiver Gbit/s | datapath Gbit/s | datapath / kernel | \
+         out-of-order FPDUs placed directly |\n|---|---|---|---|---|\n",
+    );
+    for (loss, rows) in rows {
+        let get = |who: &str| rows.iter().find(|r| r.receiver == who).map(BwRow::json);
+        let (Some(k), Some(d)) = (get("kernel"), get("datapath")) else {
+            continue;
+        };
+        let f = |v: &serde_json::Value, key: &str| v[key].as_f64().unwrap_or(f64::NAN);
+        let cell = |v: &serde_json::Value| {
+            format!(
+                "{:.2} ({:.2}–{:.2})",
+                f(v, "gbit_s"),
+                f(v, "gbit_s_min"),
+                f(v, "gbit_s_max")
+            )
+        };
+        let direct = d["placed_direct_percent"]
+            .as_f64()
+            .map_or("n/a".to_string(), |p| format!("{p:.1} %"));
+        let _ = writeln!(
+            s,
+            "| {loss} % | {} | {} | {:.2}× | {direct} |",
+            cell(&k),
+            cell(&d),
+            f(&d, "gbit_s") / f(&k, "gbit_s")
+        );
+    }
+    s
 }
 
 fn write(path: &Path, text: &str) -> Result<()> {
