@@ -6,8 +6,8 @@
 //! a registered region / posted buffers and the region is compared octet for octet with what
 //! the sender wrote; the kernel Responder reads every FPDU, checks it (CRC, markers) and
 //! digests the ULPDUs. Every run checks the ULPDU digest end to end; a run that fails a check
-//! fails the experiment. Goodput is ULPDU octets over the sender's (datapath) or the
-//! Responder's (kernel) transfer time. CPU: [`crate::cpu`].
+//! fails the experiment. Goodput is ULPDU octets over the same sender's transfer time on both
+//! sides ([`transfer_seconds`]). CPU: [`crate::cpu`].
 
 use crate::cpu::CpuUse;
 use crate::demo::{datapath_run, gbit};
@@ -159,6 +159,16 @@ impl BwRow {
     }
 }
 
+/// The transfer time both sides are measured by: the sender's, from its first ULPDU until the
+/// receiver closed after the last (`mpa-peer connect`'s `transfer_seconds`), so that a SYN or
+/// MPA Request lost under loss (a retransmission timeout before any data) counts on neither.
+pub fn transfer_seconds(sender: &Value) -> f64 {
+    sender["transfer_seconds"]
+        .as_f64()
+        .or_else(|| sender["seconds"].as_f64())
+        .unwrap_or(f64::NAN)
+}
+
 fn mean(v: impl Iterator<Item = f64>) -> f64 {
     let (n, sum) = v.fold((0u32, 0.0), |(n, s), x| (n + 1, s + x));
     if n == 0 {
@@ -268,7 +278,7 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
             let ks = BwSample {
                 octets: k.got["ulpdu_bytes"].as_f64().unwrap_or(0.0),
                 messages: messages(&r) as f64,
-                seconds: k.got["seconds"].as_f64().unwrap_or(f64::NAN),
+                seconds: transfer_seconds(&k.sent),
                 cpu: k.cpu,
             };
             progress.done(format!("kernel {size} B: {:.2} Gbit/s", ks.gbit_s()));
@@ -290,7 +300,7 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
             let ds = BwSample {
                 octets: n("ulpdu_octets"),
                 messages: messages(&r) as f64,
-                seconds: d.peer["seconds"].as_f64().unwrap_or(f64::NAN),
+                seconds: transfer_seconds(&d.peer),
                 cpu: CpuUse {
                     system: d.system_cpu,
                     receiver: d.cpu,

@@ -151,7 +151,7 @@ pub fn demo(r: &Run) -> Result<String> {
     let bed = bed(r)?;
     let t0 = Instant::now();
     let d = datapath_run(&bed, r)?;
-    let secs = d.peer["seconds"]
+    let secs = d.peer["transfer_seconds"]
         .as_f64()
         .unwrap_or(t0.elapsed().as_secs_f64());
     let octets = d.flow["ulpdu_octets"].as_f64().unwrap_or(0.0);

@@ -234,6 +234,11 @@ struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     region: Option<RegionReport>,
     seconds: f64,
+    /// connect: from the first ULPDU written until the peer closed (after the last one was
+    /// read): the transfer alone, without the TCP handshake and MPA startup, whose lost and
+    /// retransmitted SYN or Request under loss would otherwise add a timeout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    transfer_seconds: Option<f64>,
 }
 
 #[derive(Serialize, Clone, Copy)]
@@ -615,6 +620,7 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
         ..Report::default()
     };
     let mut digest = 0u32;
+    let mut transfer_start: Option<Instant> = None;
     let r = (|| -> Result<(), ConnectError> {
         let mut s = MpaStream::connect(EorStream(sock), &cfg)?;
         report.negotiated(s.negotiated());
@@ -659,6 +665,7 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
             }
         }
         let paced = Instant::now();
+        transfer_start = Some(paced);
         for n in 0..a.count {
             // An absolute schedule (rate 0: none): late messages catch up rather than drift.
             if let Some(at) = n.saturating_mul(1_000_000_000).checked_div(rate) {
@@ -756,6 +763,7 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
     }
     report.ulpdu_digest = format!("{digest:08x}");
     report.seconds = t0.elapsed().as_secs_f64();
+    report.transfer_seconds = transfer_start.map(|t| t.elapsed().as_secs_f64());
     let ok = report.error.is_none();
     emit(&report);
     Ok(ok)
