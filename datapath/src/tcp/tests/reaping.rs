@@ -28,7 +28,7 @@ fn fire_exactly(c: &mut Connection, at: Instant) -> Vec<Seg> {
     while let Some(t) = c.poll_timeout().filter(|&t| t < at) {
         c.handle_timeout(t);
         for s in drain_tx(c, t) {
-            assert!(s.repr.flags.rst() == false, "RST at {:?}", t);
+            assert!(!s.repr.flags.rst(), "RST at {t:?}");
             assert_ne!(
                 s.repr.seq_number,
                 SeqNumber(SND0) + u32::MAX,
