@@ -59,7 +59,8 @@ struct Args {
     /// never [default: 7200000, RFC 1122's 2 h].
     #[arg(long)]
     keepalive_idle_ms: Option<u64>,
-    /// Keepalive: between unanswered probes, ms [default: 75000].
+    /// Keepalive: between unanswered probes, ms; at least 500 (Linux peers answer such
+    /// probes at most every 0.5 s) [default: 75000].
     #[arg(long)]
     keepalive_interval_ms: Option<u64>,
     /// Keepalive: unanswered probes that end the flow [default: 9].

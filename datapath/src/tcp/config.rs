@@ -112,7 +112,9 @@ pub struct TcpConfig {
     /// vanished peer (the frozen kernel socket and the `max_connections` slot live as long as
     /// the flow), so it is on, with RFC 1122's 2 h.
     pub keepalive_idle: Option<Duration>,
-    /// Between unanswered keepalive probes (Linux `tcp_keepalive_intvl`: 75 s).
+    /// Between unanswered keepalive probes (Linux `tcp_keepalive_intvl`: 75 s). Keep it at
+    /// 0.5 s or more: Linux answers an out-of-window segment, which a probe is, at most once
+    /// per `tcp_invalid_ratelimit` (0.5 s), and a suppressed answer counts as silence.
     pub keepalive_interval: Duration,
     /// Unanswered keepalive probes after which the connection fails with a RST
     /// ([`TcpError::KeepaliveTimeout`]) (Linux `tcp_keepalive_probes`: 9): idle + probes ×
