@@ -3,12 +3,12 @@
 use std::ops::{Add, AddAssign};
 
 /// Octets in `struct xdp_counters`.
-pub(crate) const COUNTERS_SIZE: usize = 5 * 8;
+pub(crate) const COUNTERS_SIZE: usize = 8 * 8;
 
 /// What the XDP program did, frame by frame.
 ///
-/// `seen == redirected + steered_no_xsk + passed` (for one CPU, up to frames in flight while
-/// the counters are read); `malformed` counts a subset of `passed`.
+/// `seen == redirected + steered_no_xsk + passed + dropped()` (for one CPU, up to frames in
+/// flight while the counters are read); `malformed` counts a subset of `passed`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct XdpCounters {
     /// Every frame the program ran on.
@@ -22,6 +22,15 @@ pub struct XdpCounters {
     pub malformed: u64,
     /// Steered frames dropped because no AF_XDP socket was bound for their RX queue.
     pub steered_no_xsk: u64,
+    /// IPv4 or IPv6 fragments that may carry TCP between a steered host pair: dropped, as
+    /// the kernel would give them to a frozen socket (docs/architecture.md, "XDP steering").
+    pub dropped_fragment: u64,
+    /// IPv6 frames with TCP (or a chain not followed) behind extension headers between a
+    /// steered host pair: dropped.
+    pub dropped_ipv6_ext: u64,
+    /// Frames with two or more VLAN tags whose inner frame is TCP between a steered host
+    /// pair: dropped.
+    pub dropped_vlan_stack: u64,
 }
 
 impl XdpCounters {
@@ -38,6 +47,9 @@ impl XdpCounters {
             passed: word(2),
             malformed: word(3),
             steered_no_xsk: word(4),
+            dropped_fragment: word(5),
+            dropped_ipv6_ext: word(6),
+            dropped_vlan_stack: word(7),
         }
     }
 
@@ -50,7 +62,22 @@ impl XdpCounters {
             passed: self.passed.saturating_sub(earlier.passed),
             malformed: self.malformed.saturating_sub(earlier.malformed),
             steered_no_xsk: self.steered_no_xsk.saturating_sub(earlier.steered_no_xsk),
+            dropped_fragment: self
+                .dropped_fragment
+                .saturating_sub(earlier.dropped_fragment),
+            dropped_ipv6_ext: self
+                .dropped_ipv6_ext
+                .saturating_sub(earlier.dropped_ipv6_ext),
+            dropped_vlan_stack: self
+                .dropped_vlan_stack
+                .saturating_sub(earlier.dropped_vlan_stack),
         }
+    }
+
+    /// Frames dropped because they could not be parsed down to the ports but may belong to
+    /// a steered flow (the three `dropped_*` counters).
+    pub fn dropped(&self) -> u64 {
+        self.dropped_fragment + self.dropped_ipv6_ext + self.dropped_vlan_stack
     }
 }
 
@@ -61,6 +88,9 @@ impl AddAssign for XdpCounters {
         self.passed += o.passed;
         self.malformed += o.malformed;
         self.steered_no_xsk += o.steered_no_xsk;
+        self.dropped_fragment += o.dropped_fragment;
+        self.dropped_ipv6_ext += o.dropped_ipv6_ext;
+        self.dropped_vlan_stack += o.dropped_vlan_stack;
     }
 }
 
@@ -97,11 +127,15 @@ mod tests {
                 redirected: 2,
                 passed: 3,
                 malformed: 4,
-                steered_no_xsk: 5
+                steered_no_xsk: 5,
+                dropped_fragment: 6,
+                dropped_ipv6_ext: 7,
+                dropped_vlan_stack: 8,
             }
         );
         let total: XdpCounters = [c, c].into_iter().sum();
         assert_eq!(total.steered_no_xsk, 10);
+        assert_eq!(total.dropped(), 42);
         assert_eq!(total.since(&c), c);
         assert_eq!(c.since(&total).seen, 0);
         assert_eq!(XdpCounters::from_bytes(&b[..8]).seen, 1);

@@ -43,6 +43,8 @@ pub enum MapName {
     Xsks,
     /// `counters`: per-CPU counters.
     Counters,
+    /// `hosts`: (local, remote) address pair → flows steered between them.
+    Hosts,
 }
 
 impl MapName {
@@ -52,6 +54,7 @@ impl MapName {
             Self::Flows => "flows",
             Self::Xsks => "xsks",
             Self::Counters => "counters",
+            Self::Hosts => "hosts",
         }
     }
 }

@@ -7,6 +7,8 @@ use crate::error::{BpfError, Result};
 
 /// Octets in `struct flow_key`.
 pub(crate) const FLOW_KEY_SIZE: usize = 40;
+/// Octets in `struct host_key` (family, padding, two addresses).
+pub(crate) const HOST_KEY_SIZE: usize = 36;
 /// Octets in `struct flow_value`.
 pub(crate) const FLOW_VALUE_SIZE: usize = 8;
 
@@ -89,6 +91,15 @@ impl FlowKey {
     }
 
     /// Decodes a `struct flow_key` read back from the map.
+    /// The `struct host_key` octets: family and both addresses, without the ports.
+    pub(crate) fn host_bytes(self) -> [u8; HOST_KEY_SIZE] {
+        let b = self.to_bytes();
+        let mut h = [0u8; HOST_KEY_SIZE];
+        h[..4].copy_from_slice(&b[..4]);
+        h[4..].copy_from_slice(&b[field::LOCAL_ADDR.start..]);
+        h
+    }
+
     pub(crate) fn from_bytes(b: &[u8; FLOW_KEY_SIZE]) -> Result<Self> {
         let port = |r: std::ops::Range<usize>| u16::from_be_bytes([b[r.start], b[r.start + 1]]);
         let (lp, rp) = (port(field::LOCAL_PORT), port(field::REMOTE_PORT));

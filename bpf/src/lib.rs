@@ -1,12 +1,14 @@
 //! The XDP steering program of the MPA data path, and a small safe API over it.
 //!
 //! The program (`src/bpf/steer.bpf.c`, compiled by build.rs with libbpf-cargo and embedded)
-//! parses Ethernet (with at most one 802.1Q/802.1ad tag), IPv4 (any IHL; non-first fragments
-//! are not steered) or IPv6 (fixed header; a TCP header behind extension headers is not
-//! steered), and TCP. A segment whose 4-tuple is in the `flows` map goes to the AF_XDP socket
-//! registered for the receiving RX queue, or is **dropped** when there is none: a steered
-//! flow's frames never reach the kernel, whose frozen (TCP_REPAIR) socket for it must not see
-//! them. Everything else — SYNs of unknown flows, ARP, ND, other protocols, frames that do
+//! parses Ethernet (up to eight 802.1Q/802.1ad tags), IPv4 (any IHL) or IPv6 (with its
+//! extension-header chain), and TCP. An unfragmented segment, untagged or behind one tag,
+//! whose 4-tuple is in the `flows` map goes to the AF_XDP socket registered for the receiving
+//! RX queue, or is **dropped** when there is none: a steered flow's frames never reach the
+//! kernel, whose frozen (TCP_REPAIR) socket for it must not see them. For the same reason
+//! fragments, IPv6 extension-header chains and VLAN stacks that may carry TCP between the two
+//! hosts of a steered flow are dropped and counted (docs/architecture.md, "XDP steering").
+//! Everything else — SYNs of unknown flows, ARP, ND, ICMP, other protocols, frames that do
 //! not parse — goes to the kernel.
 //!
 //! ```no_run

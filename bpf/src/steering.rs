@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
-use std::sync::Once;
+use std::sync::{Mutex, Once};
 
 use libbpf_rs::{
     ErrorKind, MapCore, MapFlags, MapHandle, Object, ObjectBuilder, PrintLevel, Program,
@@ -12,7 +12,7 @@ use tracing::{debug, info, trace, warn};
 
 use crate::counters::{XdpCounters, COUNTERS_SIZE};
 use crate::error::{BpfError, Iface, MapName, Result};
-use crate::flow::{FlowKey, FlowValue, FLOW_KEY_SIZE, FLOW_VALUE_SIZE};
+use crate::flow::{FlowKey, FlowValue, FLOW_KEY_SIZE, FLOW_VALUE_SIZE, HOST_KEY_SIZE};
 use crate::netns::NetNs;
 use crate::{MAX_FLOWS, MAX_QUEUES};
 
@@ -112,6 +112,12 @@ pub struct XdpSteering {
     flows: MapHandle,
     xsks: MapHandle,
     counters: MapHandle,
+    /// (local, remote) address pair → flows in `flows` between them: the program drops
+    /// frames it cannot parse to the ports (fragments, IPv6 extension headers, VLAN stacks)
+    /// that may be TCP between such a pair.
+    hosts: MapHandle,
+    /// Serializes flow insertions and removals, so that `hosts` counts stay exact.
+    hosts_lock: Mutex<()>,
     prog_id: u32,
     attachment: Option<Attachment>,
 }
@@ -144,6 +150,7 @@ impl XdpSteering {
         )?;
         let xsks = map_handle(&obj, MapName::Xsks, 4, 4, MAX_QUEUES)?;
         let counters = map_handle(&obj, MapName::Counters, 4, COUNTERS_SIZE, 1)?;
+        let hosts = map_handle(&obj, MapName::Hosts, HOST_KEY_SIZE, 4, MAX_FLOWS)?;
         let prog_id = {
             let prog = find_program(&obj)?;
             Program::id_from_fd(prog.as_fd()).map_err(BpfError::Load)?
@@ -154,6 +161,8 @@ impl XdpSteering {
             flows,
             xsks,
             counters,
+            hosts,
+            hosts_lock: Mutex::new(()),
             prog_id,
             attachment: None,
         })
@@ -273,16 +282,31 @@ impl XdpSteering {
         self.prog_id
     }
 
-    /// Steers the flow: from now on its frames go to the XSK of their RX queue or are dropped.
-    /// Replaces the value if the flow is already present.
+    /// Steers the flow: from now on its frames go to the XSK of their RX queue or are dropped,
+    /// and frames between its two hosts that the program cannot parse to the ports are
+    /// dropped. Replaces the value if the flow is already present.
     pub fn insert_flow(&self, key: &FlowKey, value: FlowValue) -> Result<()> {
-        match self
+        let _serial = self.hosts_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let fresh = self.flow(key)?.is_none();
+        if fresh {
+            // Each host pair has a flow, so a full `hosts` means a full `flows`.
+            if let Err(e) = self.add_host(key, 1) {
+                if self.flow_count().is_ok_and(|n| n >= MAX_FLOWS as usize) {
+                    return Err(BpfError::FlowTableFull {
+                        capacity: MAX_FLOWS,
+                        target: self.target(),
+                    });
+                }
+                return Err(e);
+            }
+        }
+        let r = match self
             .flows
             .update(&key.to_bytes(), &value.to_bytes(), MapFlags::ANY)
         {
             Ok(()) => {
                 debug!(local = %key.local(), remote = %key.remote(), flow_id = value.flow_id, "flow steered");
-                Ok(())
+                return Ok(());
             }
             // A full preallocated hash map answers E2BIG, which libbpf-rs does not classify.
             Err(_) if self.flow_count().is_ok_and(|n| n >= MAX_FLOWS as usize) => {
@@ -292,20 +316,55 @@ impl XdpSteering {
                 })
             }
             Err(source) => Err(self.map_error(MapName::Flows, "update", source)),
+        };
+        if fresh {
+            if let Err(e) = self.add_host(key, -1) {
+                warn!(error = %ErrorChain(&e), "hosts count not taken back after a failed insert");
+            }
         }
+        r
     }
 
     /// Stops steering the flow: its frames go to the kernel again. `Ok(false)` if it was not
     /// steered.
     pub fn remove_flow(&self, key: &FlowKey) -> Result<bool> {
+        let _serial = self.hosts_lock.lock().unwrap_or_else(|p| p.into_inner());
         match self.flows.delete(&key.to_bytes()) {
             Ok(()) => {
                 debug!(local = %key.local(), remote = %key.remote(), "flow unsteered");
+                self.add_host(key, -1)?;
                 Ok(true)
             }
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
             Err(source) => Err(self.map_error(MapName::Flows, "delete", source)),
         }
+    }
+
+    /// Flows steered between the two hosts of `key` (its ports do not matter).
+    pub fn host_flows(&self, key: &FlowKey) -> Result<u32> {
+        let v = self
+            .hosts
+            .lookup(&key.host_bytes(), MapFlags::ANY)
+            .map_err(|source| self.map_error(MapName::Hosts, "lookup", source))?;
+        Ok(v.and_then(|v| <[u8; 4]>::try_from(v.as_slice()).ok())
+            .map_or(0, u32::from_ne_bytes))
+    }
+
+    /// Adds `delta` to the flows between `key`'s hosts; the entry goes at zero.
+    fn add_host(&self, key: &FlowKey, delta: i64) -> Result<()> {
+        let n = i64::from(self.host_flows(key)?) + delta;
+        let h = key.host_bytes();
+        if n <= 0 {
+            return match self.hosts.delete(&h) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+                Err(source) => Err(self.map_error(MapName::Hosts, "delete", source)),
+            };
+        }
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        self.hosts
+            .update(&h, &n.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|source| self.map_error(MapName::Hosts, "update", source))
     }
 
     /// The flow's value, if it is steered.

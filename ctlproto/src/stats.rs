@@ -100,6 +100,12 @@ pub struct FlowReport {
     pub dropped_reassembly_full: u64,
     /// Segments dropped: outside the window.
     pub dropped_out_of_window: u64,
+    /// Keepalive probes sent (the peer was idle).
+    #[serde(default)]
+    pub keepalive_probes: u64,
+    /// Zero-window probes sent.
+    #[serde(default)]
+    pub window_probes: u64,
     /// MPA receive counters.
     #[serde(flatten)]
     pub rx: RxStats,

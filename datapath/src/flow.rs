@@ -440,6 +440,8 @@ impl Flow {
             store_high_water: t.store_high_water,
             dropped_reassembly_full: t.dropped.reassembly_full,
             dropped_out_of_window: t.dropped.out_of_window,
+            keepalive_probes: t.keepalive_probes,
+            window_probes: t.window_probes,
             rx: *self.rx.stats(),
             ended: self.ended.as_ref().map(|e| EndReport {
                 mpa_error: e.mpa_error.map(MpaErrorCode::code),

@@ -55,6 +55,42 @@ struct Args {
     /// Busy-poll budget (packets per round) with --busy-poll-us.
     #[arg(long, default_value_t = 64)]
     busy_poll_budget: u32,
+    /// Keepalive: probe a flow whose peer sent nothing for this long, in milliseconds; 0 =
+    /// never [default: 7200000, RFC 1122's 2 h].
+    #[arg(long)]
+    keepalive_idle_ms: Option<u64>,
+    /// Keepalive: between unanswered probes, ms; at least 500 (Linux peers answer such
+    /// probes at most every 0.5 s) [default: 75000].
+    #[arg(long)]
+    keepalive_interval_ms: Option<u64>,
+    /// Keepalive: unanswered probes that end the flow [default: 9].
+    #[arg(long)]
+    keepalive_probes: Option<u32>,
+    /// The longest FIN-WAIT-2 lasts, ms [default: 60000, as Linux tcp_fin_timeout].
+    #[arg(long)]
+    fin_wait2_timeout_ms: Option<u64>,
+    /// Zero-window probes, while the peer's window stays closed, that end the flow
+    /// [default: 15, as Linux tcp_retries2].
+    #[arg(long)]
+    persist_max_probes: Option<u32>,
+}
+
+/// The TCP settings: the defaults (`TcpConfig::default`), with what the command line names.
+fn tcp_config(a: &Args) -> TcpConfig {
+    let d = TcpConfig::default();
+    let ms = Duration::from_millis;
+    TcpConfig {
+        keepalive_idle: match a.keepalive_idle_ms {
+            Some(0) => None,
+            Some(n) => Some(ms(n)),
+            None => d.keepalive_idle,
+        },
+        keepalive_interval: a.keepalive_interval_ms.map_or(d.keepalive_interval, ms),
+        keepalive_probes: a.keepalive_probes.unwrap_or(d.keepalive_probes),
+        fin_wait2_timeout: a.fin_wait2_timeout_ms.map_or(d.fin_wait2_timeout, ms),
+        persist_max_probes: a.persist_max_probes.unwrap_or(d.persist_max_probes),
+        ..d
+    }
 }
 
 fn main() -> ExitCode {
@@ -79,6 +115,7 @@ fn main() -> ExitCode {
         eprintln!("mpa-datapath: --queues {} out of 1..=64", a.queues);
         return ExitCode::from(2);
     }
+    let tcp = tcp_config(&a);
     let cfg = DatapathConfig {
         iface: a.iface,
         queues: a.queues,
@@ -94,7 +131,7 @@ fn main() -> ExitCode {
         },
         socket: a.socket,
         digest: a.digest,
-        tcp: TcpConfig::default(),
+        tcp,
         verify_checksums: !a.no_verify_checksums,
         pin_cpus: a.pin_cpus,
         max_region_bytes: a.max_region_bytes,

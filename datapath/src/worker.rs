@@ -16,7 +16,7 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use mpa_ctl_proto::stats::{FlowReport, QueueReport, QueueStats};
 use mpa_ctl_proto::{CaptureDirection, HandOver};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -223,9 +223,14 @@ pub struct Worker<R: FrameRing> {
     /// Polls in a row that found nothing: past [`SPIN_POLLS`] the worker sleeps in poll().
     empty_polls: u32,
     /// Flow timers: (deadline, flow id), earliest first. A flow has at most one live entry,
-    /// the one equal to `armed[id]`; others are stale and skipped when popped.
+    /// the one equal to `armed[id]`; others are stale and skipped when popped. Checked once
+    /// per poll, never per frame: only flows whose deadline passed are visited.
     timers: BinaryHeap<Reverse<(Instant, u64)>>,
     armed: HashMap<u64, Instant, FlowHasher>,
+    /// Every entry in `timers`, so that a deadline already queued is never queued again:
+    /// long timers (keepalive, FIN-WAIT-2) would otherwise gain a copy at every visit that a
+    /// shorter one (delayed ACK) causes, and keep them for hours.
+    queued: HashSet<(Instant, u64), FlowHasher>,
     /// Flows to visit this round (touched by a segment or a command, or a timer fired).
     due: Vec<(SocketAddr, SocketAddr)>,
     touched: Vec<(SocketAddr, SocketAddr)>,
@@ -259,6 +264,7 @@ impl<R: FrameRing> Worker<R> {
             empty_polls: 0,
             timers: BinaryHeap::new(),
             armed: HashMap::default(),
+            queued: HashSet::default(),
             due: Vec::with_capacity(256),
             touched: Vec::with_capacity(256),
             strays: Strays::default(),
@@ -508,6 +514,7 @@ impl<R: FrameRing> Worker<R> {
                 break;
             }
             self.timers.pop();
+            self.queued.remove(&(t, id));
             if self.armed.get(&id) == Some(&t) {
                 self.armed.remove(&id);
                 if let Some(k) = self.ids.get(&id) {
@@ -525,6 +532,7 @@ impl<R: FrameRing> Worker<R> {
             due,
             timers,
             armed,
+            queued,
             tap,
             completions,
             ..
@@ -557,10 +565,13 @@ impl<R: FrameRing> Worker<R> {
                 // (an early visit is harmless: on_timer checks the flow's own deadline).
                 if armed.get(&f.id).is_none_or(|&a| t < a) {
                     armed.insert(f.id, t);
-                    timers.push(Reverse((t, f.id)));
+                    if queued.insert((t, f.id)) {
+                        timers.push(Reverse((t, f.id)));
+                    }
                 }
             }
         }
+        self.compact_timers();
         self.xsk.flush()?;
         if self.tap.is_some() {
             self.flush_capture(Some(now));
@@ -593,6 +604,27 @@ impl<R: FrameRing> Worker<R> {
             }
         }
         Ok(n)
+    }
+
+    /// Entries of flows that ended or moved, and deadlines that moved earlier, stay in the
+    /// heap until due (hours for a keepalive): when they outnumber the live ones, the heap is
+    /// rebuilt from `armed`, so its size stays proportional to the flows (amortized O(1) per
+    /// push).
+    fn compact_timers(&mut self) {
+        if self.timers.len() <= 2 * self.armed.len() + 1024 {
+            return;
+        }
+        self.timers = self
+            .armed
+            .iter()
+            .map(|(&id, &t)| Reverse((t, id)))
+            .collect();
+        self.queued = self.armed.iter().map(|(&id, &t)| (t, id)).collect();
+    }
+
+    /// Entries in the timer heap (live and stale).
+    pub fn timer_entries(&self) -> usize {
+        self.timers.len()
     }
 
     /// Stray 4-tuples held and the octets of their frames.

@@ -168,6 +168,10 @@ const STAG: u32 = 0x10;
 const REGION_LEN: u64 = 64 * 1024;
 
 fn worker_with_flow(markers: bool) -> Bench {
+    worker_with(markers, TcpConfig::default())
+}
+
+fn worker_with(markers: bool, tcp: TcpConfig) -> Bench {
     let (ring, wire) = MemRing::new(0);
     let (_cmd_tx, cmd_rx) = unbounded();
     let (note_tx, notes) = unbounded();
@@ -175,7 +179,7 @@ fn worker_with_flow(markers: bool) -> Bench {
         ring,
         WorkerConfig {
             our_mac: OUR_MAC,
-            tcp: TcpConfig::default(),
+            tcp,
             digest: true,
             verify_checksums: true,
         },
@@ -550,4 +554,80 @@ fn frames_with_another_vlan_tag_are_not_the_flows() {
     assert_eq!((q.stats.wrong_vlan, q.flows[0].rx.fpdus), (1, 1));
     assert!(b.mem.read(0, &mut got));
     assert_eq!(got, data);
+}
+
+/// Issue 11: a flow whose peer stops answering is probed by keepalive on the worker's timer
+/// heap (virtual time), reset, and reported gone with the reason; its timers leave the heap.
+#[test]
+fn a_silent_peer_is_reaped_by_keepalive_and_reported_gone() {
+    let mut b = worker_with(
+        false,
+        TcpConfig {
+            keepalive_idle: Some(Duration::from_secs(10)),
+            keepalive_interval: Duration::from_secs(2),
+            keepalive_probes: 2,
+            ..TcpConfig::default()
+        },
+    );
+    let t0 = Instant::now();
+    let (stream, _) = writes(false, 1, 100);
+    assert!(b.wire.inject(segment(RCV_NXT, &stream)));
+    b.worker.poll_once_at(t0).unwrap();
+    b.wire.take_sent();
+    // Poll every 100 ms of virtual time; the peer never answers.
+    let mut probes = Vec::new();
+    let mut rst_at = None;
+    let mut gone = None;
+    for step in 1..=200u64 {
+        let now = t0 + Duration::from_millis(100 * step);
+        b.worker.poll_once_at(now).unwrap();
+        for f in b.wire.take_sent() {
+            let p = SlicedPacket::from_ethernet(&f).unwrap();
+            let Some(TransportSlice::Tcp(t)) = p.transport else {
+                panic!("TCP")
+            };
+            if t.rst() {
+                rst_at = Some(step);
+            } else {
+                assert!(t.payload().is_empty());
+                assert_eq!(t.sequence_number(), SND_NXT - 1, "a keepalive probe");
+                probes.push(step);
+            }
+        }
+        if let Some(n) = b
+            .notes
+            .try_iter()
+            .find(|n| matches!(n, Notification::FlowGone { .. }))
+        {
+            gone = Some((step, n));
+            break;
+        }
+    }
+    assert_eq!(probes, [100, 120], "at idle, then one interval later");
+    assert_eq!(rst_at, Some(140));
+    let Some((
+        140,
+        Notification::FlowGone {
+            flow_id,
+            end,
+            stats,
+            ..
+        },
+    )) = gone
+    else {
+        panic!("no FlowGone at 14 s: {gone:?}")
+    };
+    assert_eq!(flow_id, 3);
+    assert_eq!(end.mpa_error, Some(mpa::MpaErrorCode::TcpClosed));
+    assert_eq!(
+        end.reason,
+        "TCP: peer silent: no answer to 2 keepalive probes"
+    );
+    assert_eq!(stats.keepalive_probes, 2);
+    assert!(b.worker.report().flows.is_empty());
+    assert!(
+        b.worker.timer_entries() <= 2,
+        "{}",
+        b.worker.timer_entries()
+    );
 }

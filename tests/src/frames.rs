@@ -9,9 +9,67 @@ pub const ETH_P_ARP: u16 = 0x0806;
 pub const ETH_P_IPV6: u16 = 0x86dd;
 pub const ETH_P_8021Q: u16 = 0x8100;
 pub const ETH_P_8021AD: u16 = 0x88a8;
+pub const IPPROTO_ICMP: u8 = 1;
 pub const IPPROTO_TCP: u8 = 6;
 pub const IPPROTO_UDP: u8 = 17;
+pub const IPPROTO_ICMPV6: u8 = 58;
 pub const IPV6_HOPOPTS: u8 = 0;
+pub const IPV6_ROUTING: u8 = 43;
+pub const IPV6_FRAGMENT: u8 = 44;
+pub const IPV6_ESP: u8 = 50;
+pub const IPV6_AH: u8 = 51;
+pub const IPV6_NONXT: u8 = 59;
+pub const IPV6_DSTOPTS: u8 = 60;
+
+/// One IPv6 extension header, emitted between the fixed header and the TCP header (each
+/// names the next one; the last names the frame's `next`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ext {
+    /// Hop-by-hop, routing or destination options (`kind`): `len8` 8-octet units beyond
+    /// the first, padded with PadN-like octets.
+    Opts { kind: u8, len8: u8 },
+    /// Fragment header: offset in 8-octet units, more-fragments flag.
+    Fragment { offset: u16, more: bool },
+    /// Authentication header with a 4-octet ICV (16 octets).
+    Ah,
+}
+
+impl Ext {
+    fn kind(self) -> u8 {
+        match self {
+            Ext::Opts { kind, .. } => kind,
+            Ext::Fragment { .. } => IPV6_FRAGMENT,
+            Ext::Ah => IPV6_AH,
+        }
+    }
+
+    fn emit(self, next: u8, b: &mut Vec<u8>) {
+        match self {
+            Ext::Opts { len8, .. } => {
+                b.extend_from_slice(&[next, len8]);
+                b.resize(b.len() + 6 + 8 * usize::from(len8), 1);
+            }
+            Ext::Fragment { offset, more } => {
+                b.extend_from_slice(&[next, 0]);
+                b.extend_from_slice(&((offset << 3) | u16::from(more)).to_be_bytes());
+                b.extend_from_slice(&0x1234_5678u32.to_be_bytes());
+            }
+            Ext::Ah => {
+                // Payload Len = length in 4-octet units minus 2: 16 octets -> 2.
+                b.extend_from_slice(&[next, 2, 0, 0]);
+                b.extend_from_slice(&[0, 0, 0, 9, 0, 0, 0, 1, 0xaa, 0xbb, 0xcc, 0xdd]);
+            }
+        }
+    }
+
+    fn len(self) -> usize {
+        match self {
+            Ext::Opts { len8, .. } => 8 + 8 * usize::from(len8),
+            Ext::Fragment { .. } => 8,
+            Ext::Ah => 16,
+        }
+    }
+}
 
 pub const DST_MAC: [u8; 6] = [0xff; 6];
 pub const SRC_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
@@ -31,7 +89,10 @@ pub enum Ip {
         src: Ipv6Addr,
         dst: Ipv6Addr,
         version: u8,
+        /// The upper layer's protocol (after any extension headers).
         next: u8,
+        /// Extension headers, in order.
+        ext: Vec<Ext>,
     },
 }
 
@@ -66,6 +127,7 @@ impl Frame {
                 dst: d,
                 version: 6,
                 next: IPPROTO_TCP,
+                ext: Vec::new(),
             },
             _ => panic!("mixed families"),
         };
@@ -110,10 +172,20 @@ impl Frame {
         self
     }
 
-    /// Bends IPv6 header fields; panics on an IPv4 frame.
+    /// Bends IPv6 header fields (version, and the next header of the fixed header or, with
+    /// extension headers, of the last one); panics on an IPv4 frame.
     pub fn v6(mut self, f: impl FnOnce(&mut u8, &mut u8)) -> Self {
         match &mut self.ip {
             Ip::V6 { version, next, .. } => f(version, next),
+            Ip::V4 { .. } => panic!("not an IPv6 frame"),
+        }
+        self
+    }
+
+    /// IPv6 extension headers between the fixed header and the upper layer; panics on IPv4.
+    pub fn v6_ext(mut self, headers: &[Ext]) -> Self {
+        match &mut self.ip {
+            Ip::V6 { ext, .. } => *ext = headers.to_vec(),
             Ip::V4 { .. } => panic!("not an IPv6 frame"),
         }
         self
@@ -157,14 +229,21 @@ impl Frame {
                 dst,
                 version,
                 next,
+                ext,
             } => {
+                let ext_len: usize = ext.iter().map(|e| e.len()).sum();
+                let first = ext.first().map_or(*next, |e| e.kind());
                 b.extend_from_slice(&ETH_P_IPV6.to_be_bytes());
                 b.extend_from_slice(&[version << 4, 0, 0, 0]);
-                b.extend_from_slice(&((tcp_len + self.payload) as u16).to_be_bytes());
-                b.push(*next);
+                b.extend_from_slice(&((ext_len + tcp_len + self.payload) as u16).to_be_bytes());
+                b.push(first);
                 b.push(64);
                 b.extend_from_slice(&src.octets());
                 b.extend_from_slice(&dst.octets());
+                for (i, e) in ext.iter().enumerate() {
+                    let after = ext.get(i + 1).map_or(*next, |n| n.kind());
+                    e.emit(after, &mut b);
+                }
             }
         }
         b.extend_from_slice(&self.sport.to_be_bytes());

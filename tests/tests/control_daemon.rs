@@ -615,3 +615,144 @@ fn a_silent_initiator_is_dropped_at_the_startup_timeout() {
     dp.stop();
     let _ = std::fs::remove_file(&config);
 }
+
+/// Issue 11 (reaping): with short keepalive settings, an idle peer that answers the probes
+/// keeps its flow; once its namespace drops everything from us (nftables), the datapath
+/// probes, gives up, reports the flow gone with the reason, the daemon closes the frozen
+/// socket and frees the `max_connections` slot, and the next connection is accepted.
+#[test]
+fn silent_peer_is_reaped_and_its_slot_freed() {
+    if !require_privileged("silent_peer_is_reaped_and_its_slot_freed") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let socket = temp_path("dp.sock");
+    // Probes 0.7 s apart: Linux answers an out-of-window segment at most every 0.5 s
+    // (tcp_invalid_ratelimit), and a keepalive probe is one.
+    let opts = DatapathOptions {
+        tcp: mpa_datapath::tcp::TcpConfig {
+            keepalive_idle: Some(Duration::from_millis(1000)),
+            keepalive_interval: Duration::from_millis(700),
+            keepalive_probes: 2,
+            ..Default::default()
+        },
+        ..DatapathOptions::default()
+    };
+    let _dp = mpa_tests::start_datapath(&bed, &socket, &opts).unwrap_or_else(|e| panic!("{e:#}"));
+    let addr = SocketAddr::new(bed.addr_b(false), 7401);
+    let config = write_config(&format!(
+        r#"
+        datapath_socket = "{}"
+        startup_timeout_ms = 5000
+        max_connections = 1
+
+        [[listener]]
+        bind = "{addr}"
+        markers_required = true
+        "#,
+        socket.display()
+    ));
+    let daemon = Daemon::start(&bed, &config);
+    daemon.wait_for("the listener", Duration::from_secs(5), |l| {
+        l.iter().any(|l| l.contains("listening for MPA"))
+    });
+
+    // One peer: a few ULPDUs, then idle with its socket open until told to go.
+    let (tx, rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let held = initiator(&bed, addr, b"", move |local, s| {
+        let mut s = s.expect("startup through mpa-control");
+        send_ulpdus(&mut s, 1, 3, 100);
+        tx.send(local).unwrap();
+        let _ = go_rx.recv_timeout(Duration::from_secs(30));
+        drop(s);
+    });
+    let local = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let flow = daemon.flow_of(local);
+    let sock = socket.to_string_lossy().into_owned();
+    let listed = |flow: u64| -> Option<Value> {
+        let out = cli(&["flows", "--json", "--socket", &sock]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["flow_id"] == flow)
+            .cloned()
+    };
+    // Answered probes keep it: more probes than the limit, still established.
+    let t0 = Instant::now();
+    loop {
+        let f = listed(flow).expect("the live peer's flow stays");
+        assert_eq!(f["state"], "Established", "{f}");
+        if f["keepalive_probes"].as_u64().unwrap() > 3 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(15), "no probes: {f}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The one slot is taken.
+    let refused = initiator(&bed, addr, b"", |_, s| s.is_err());
+    assert!(refused.join().unwrap(), "a second connection got through");
+    daemon.wait_for("the refusal", Duration::from_secs(5), |l| {
+        l.iter().any(|l| l.contains("max_connections reached"))
+    });
+
+    // The peer goes silent: its namespace drops everything from our port.
+    let nft = |args: &[&str]| {
+        let out = bed.command(&bed.ns_a, "nft").args(args).output().unwrap();
+        assert!(out.status.success(), "nft {args:?}: {}", text(&out.stderr));
+    };
+    nft(&["add", "table", "inet", "mpa_reap"]);
+    nft(&[
+        "add",
+        "chain",
+        "inet",
+        "mpa_reap",
+        "in",
+        "{ type filter hook input priority 0 ; policy accept ; }",
+    ]);
+    nft(&[
+        "add", "rule", "inet", "mpa_reap", "in", "tcp", "sport", "7401", "drop",
+    ]);
+
+    daemon.wait_for("the reaped flow", Duration::from_secs(15), |l| {
+        l.iter().any(|l| {
+            l.contains("flow gone: frozen socket closed")
+                && l.contains(&format!("flow_id={flow} "))
+                && l.contains("no answer to 2 keepalive probes")
+        })
+    });
+    wait_no_sockets(&bed, addr.port());
+    assert!(listed(flow).is_none());
+    let stats = stats_json(&socket);
+    let ended = stats["ended_flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["flow_id"] == flow)
+        .unwrap_or_else(|| panic!("flow {flow} not ended: {stats}"))
+        .clone();
+    assert_eq!(ended["ended"]["mpa_error"], 1, "{ended}");
+    assert_eq!(
+        ended["ended"]["reason"], "TCP: peer silent: no answer to 2 keepalive probes",
+        "{ended}"
+    );
+    assert_eq!(ended["fpdus"], 3, "{ended}");
+    assert_eq!(ended["state"], "Closed", "{ended}");
+
+    // The slot is free again: a new peer is handed over.
+    nft(&["delete", "table", "inet", "mpa_reap"]);
+    let (tx, rx) = mpsc::channel();
+    let next = initiator(&bed, addr, b"", move |local, s| {
+        let mut s = s.expect("a new connection after the reap");
+        send_ulpdus(&mut s, 2, 1, 100);
+        tx.send(local).unwrap();
+    });
+    let local2 = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let flow2 = daemon.flow_of(local2);
+    assert_ne!(flow2, flow);
+    next.join().unwrap();
+    let _ = go_tx.send(());
+    held.join().unwrap();
+}

@@ -37,6 +37,12 @@ enum Expect {
     Passed,
     /// XDP_PASS, malformed + 1.
     Malformed,
+    /// Not parsed to the ports, maybe TCP of a steered host pair: XDP_DROP, dropped_fragment + 1.
+    Fragment,
+    /// Likewise, dropped_ipv6_ext + 1.
+    Ipv6Ext,
+    /// Likewise, dropped_vlan_stack + 1.
+    VlanStack,
 }
 
 fn run_one(s: &XdpSteering, name: &str, frame: &[u8], want: Expect) {
@@ -71,6 +77,30 @@ fn run_one(s: &XdpSteering, name: &str, frame: &[u8], want: Expect) {
                 ..Default::default()
             },
         ),
+        Expect::Fragment => (
+            XdpAction::Drop,
+            XdpCounters {
+                seen: 1,
+                dropped_fragment: 1,
+                ..Default::default()
+            },
+        ),
+        Expect::Ipv6Ext => (
+            XdpAction::Drop,
+            XdpCounters {
+                seen: 1,
+                dropped_ipv6_ext: 1,
+                ..Default::default()
+            },
+        ),
+        Expect::VlanStack => (
+            XdpAction::Drop,
+            XdpCounters {
+                seen: 1,
+                dropped_vlan_stack: 1,
+                ..Default::default()
+            },
+        ),
     };
     assert_eq!(action, want_action, "{name}: verdict");
     assert_eq!(d, want_delta, "{name}: counters");
@@ -94,8 +124,38 @@ fn parser_verdicts() {
 
     let v4 = Frame::tcp(sa(REMOTE4), sa(LOCAL4));
     let v6 = Frame::tcp(sa(REMOTE6), sa(LOCAL6));
-    use frames::{ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, IPPROTO_UDP, IPV6_HOPOPTS};
+    use frames::{
+        Ext, ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6,
+        IPPROTO_UDP, IPV6_DSTOPTS, IPV6_ESP, IPV6_HOPOPTS, IPV6_NONXT, IPV6_ROUTING,
+    };
     use Expect::*;
+    let hbh = Ext::Opts {
+        kind: IPV6_HOPOPTS,
+        len8: 0,
+    };
+    let dst = |len8| Ext::Opts {
+        kind: IPV6_DSTOPTS,
+        len8,
+    };
+    let rt = Ext::Opts {
+        kind: IPV6_ROUTING,
+        len8: 2,
+    };
+    let frag = |offset, more| Ext::Fragment { offset, more };
+    let qinq = [ETH_P_8021AD, ETH_P_8021Q];
+    // Same hosts as the steered flows, other ports: not steered, but the same host pair.
+    let v4_other_ports = Frame::tcp(sa("10.1.0.1:40001"), sa("10.1.0.2:80"));
+    let v4_other_host = Frame::tcp(sa("10.1.0.9:40000"), sa(LOCAL4));
+    let v6_other_host = Frame::tcp(sa("[fd00:1::9]:40000"), sa(LOCAL6));
+    let f4 = |f: &Frame, off: u16, p: u8| {
+        f.clone()
+            .v4(|_, _, fo, pr| {
+                *fo = off;
+                *pr = p;
+            })
+            .bytes()
+    };
+    const TCP: u8 = 6;
 
     // One row per frame: name, frame, expected verdict and counter change.
     #[rustfmt::skip]
@@ -108,12 +168,29 @@ fn parser_verdicts() {
         ("v4 other remote addr", Frame::tcp(sa("10.1.0.9:40000"), sa(LOCAL4)).bytes(), Passed),
         ("v4 802.1Q", v4.clone().tagged(&[ETH_P_8021Q]).bytes(), Steered),
         ("v4 802.1ad", v4.clone().tagged(&[ETH_P_8021AD]).bytes(), Steered),
-        ("v4 two tags (not parsed)", v4.clone().tagged(&[ETH_P_8021AD, ETH_P_8021Q]).bytes(), Passed),
+        ("v4 two tags (QinQ)", v4.clone().tagged(&qinq).bytes(), VlanStack),
+        ("v4 two 802.1Q tags", v4.clone().tagged(&[ETH_P_8021Q, ETH_P_8021Q]).bytes(), VlanStack),
+        ("v4 eight tags", v4.clone().tagged(&[ETH_P_8021Q; 8]).bytes(), VlanStack),
+        ("v4 nine tags (inner unseen)", v4.clone().tagged(&[ETH_P_8021Q; 9]).bytes(), Passed),
+        ("v4 QinQ, same hosts, other ports", v4_other_ports.clone().tagged(&qinq).bytes(), VlanStack),
+        ("v4 QinQ, udp", v4.clone().tagged(&qinq).v4(|_, _, _, p| *p = IPPROTO_UDP).bytes(), Passed),
+        ("v4 QinQ, icmp", v4.clone().tagged(&qinq).v4(|_, _, _, p| *p = IPPROTO_ICMP).bytes(), Passed),
+        ("v4 QinQ, other host", v4_other_host.clone().tagged(&qinq).bytes(), Passed),
+        ("v4 QinQ, reverse direction", Frame::tcp(sa(LOCAL4), sa(REMOTE4)).tagged(&qinq).bytes(), Passed),
+        ("v4 QinQ, ip header cut", v4.clone().tagged(&qinq).truncated(14 + 8 + 10).bytes(), Malformed),
         ("v4 options ihl 6", v4.clone().v4(|ihl, _, _, _| *ihl = 6).bytes(), Steered),
         ("v4 options ihl 15", v4.clone().v4(|ihl, _, _, _| *ihl = 15).bytes(), Steered),
-        ("v4 first fragment", v4.clone().v4(|_, _, f, _| *f = 0x2000).bytes(), Steered),
-        ("v4 later fragment", v4.clone().v4(|_, _, f, _| *f = 0x2010).bytes(), Passed),
-        ("v4 last fragment", v4.clone().v4(|_, _, f, _| *f = 0x0001).bytes(), Passed),
+        ("v4 first fragment", f4(&v4, 0x2000, TCP), Fragment),
+        ("v4 later fragment", f4(&v4, 0x2010, TCP), Fragment),
+        ("v4 last fragment", f4(&v4, 0x0001, TCP), Fragment),
+        ("v4 fragment, same hosts, other ports", f4(&v4_other_ports, 0x2000, TCP), Fragment),
+        ("v4 802.1Q fragment", v4.clone().tagged(&[ETH_P_8021Q]).v4(|_, _, f, _| *f = 0x0010).bytes(), Fragment),
+        ("v4 fragment, icmp", f4(&v4, 0x2000, IPPROTO_ICMP), Passed),
+        ("v4 later fragment, udp", f4(&v4, 0x0010, IPPROTO_UDP), Passed),
+        ("v4 fragment, other host", f4(&v4_other_host, 0x2000, TCP), Passed),
+        ("v4 fragment, reverse direction", f4(&Frame::tcp(sa(LOCAL4), sa(REMOTE4)), 0x0010, TCP), Passed),
+        ("v4 fragment, other local addr", f4(&Frame::tcp(sa(REMOTE4), sa("10.1.0.3:7777")), 0x0010, TCP), Passed),
+        ("v4 icmp, steered hosts", v4.clone().v4(|_, _, _, p| *p = IPPROTO_ICMP).bytes(), Passed),
         ("v4 udp same ports", v4.clone().v4(|_, _, _, p| *p = IPPROTO_UDP).bytes(), Passed),
         ("v4 tcp doff 8", v4.clone().with_doff(8).bytes(), Steered),
         ("v4 tcp doff 15", v4.clone().with_doff(15).bytes(), Steered),
@@ -139,7 +216,28 @@ fn parser_verdicts() {
         ("v6 reverse direction", Frame::tcp(sa(LOCAL6), sa(REMOTE6)).bytes(), Passed),
         ("v6 other remote port", Frame::tcp(sa("[fd00:1::1]:40001"), sa(LOCAL6)).bytes(), Passed),
         ("v6 802.1Q", v6.clone().tagged(&[ETH_P_8021Q]).bytes(), Steered),
-        ("v6 behind hop-by-hop (not parsed)", v6.clone().v6(|_, n| *n = IPV6_HOPOPTS).bytes(), Passed),
+        ("v6 tcp behind hop-by-hop", v6.clone().v6_ext(&[hbh]).bytes(), Ipv6Ext),
+        ("v6 tcp behind dst, routing, dst", v6.clone().v6_ext(&[dst(1), rt, dst(0)]).bytes(), Ipv6Ext),
+        ("v6 tcp behind AH", v6.clone().v6_ext(&[Ext::Ah]).bytes(), Ipv6Ext),
+        ("v6 tcp behind 8 headers", v6.clone().v6_ext(&[dst(0); 8]).bytes(), Ipv6Ext),
+        ("v6 9 headers (chain not followed)", v6.clone().v6_ext(&[dst(0); 9]).v6(|_, n| *n = IPPROTO_ICMPV6).bytes(), Ipv6Ext),
+        ("v6 same hosts, other ports, hop-by-hop", Frame::tcp(sa("[fd00:1::1]:1"), sa("[fd00:1::2]:2")).v6_ext(&[hbh]).bytes(), Ipv6Ext),
+        ("v6 icmpv6 behind hop-by-hop", v6.clone().v6_ext(&[hbh]).v6(|_, n| *n = IPPROTO_ICMPV6).bytes(), Passed),
+        ("v6 udp behind dst opts", v6.clone().v6_ext(&[dst(2)]).v6(|_, n| *n = IPPROTO_UDP).bytes(), Passed),
+        ("v6 no next header behind hop-by-hop", v6.clone().v6_ext(&[hbh]).v6(|_, n| *n = IPV6_NONXT).bytes(), Passed),
+        ("v6 esp", v6.clone().v6(|_, n| *n = IPV6_ESP).bytes(), Passed),
+        ("v6 hop-by-hop, other host", v6_other_host.clone().v6_ext(&[hbh]).bytes(), Passed),
+        ("v6 hop-by-hop cut short", v6.clone().v6_ext(&[dst(4)]).truncated(14 + 40 + 20).bytes(), Malformed),
+        ("v6 first fragment, tcp", v6.clone().v6_ext(&[frag(0, true)]).bytes(), Fragment),
+        ("v6 later fragment, tcp", v6.clone().v6_ext(&[frag(100, true)]).bytes(), Fragment),
+        ("v6 last fragment behind hop-by-hop", v6.clone().v6_ext(&[hbh, frag(100, false)]).bytes(), Fragment),
+        ("v6 later fragment, dst opts first", v6.clone().v6_ext(&[frag(100, false), dst(0)]).bytes(), Fragment),
+        ("v6 first fragment, icmpv6", v6.clone().v6_ext(&[frag(0, true)]).v6(|_, n| *n = IPPROTO_ICMPV6).bytes(), Passed),
+        ("v6 later fragment, icmpv6", v6.clone().v6_ext(&[frag(100, false)]).v6(|_, n| *n = IPPROTO_ICMPV6).bytes(), Passed),
+        ("v6 fragment, other host", v6_other_host.clone().v6_ext(&[frag(100, true)]).bytes(), Passed),
+        ("v6 QinQ", v6.clone().tagged(&qinq).bytes(), VlanStack),
+        ("v6 QinQ, fragment", v6.clone().tagged(&qinq).v6_ext(&[frag(100, true)]).bytes(), VlanStack),
+        ("v6 QinQ, icmpv6", v6.clone().tagged(&qinq).v6(|_, n| *n = IPPROTO_ICMPV6).bytes(), Passed),
         ("v6 udp", v6.clone().v6(|_, n| *n = IPPROTO_UDP).bytes(), Passed),
         ("v6 tcp doff 10", v6.clone().with_doff(10).bytes(), Steered),
         // IPv6, malformed
@@ -159,12 +257,68 @@ fn parser_verdicts() {
 
     let c = s.counters().unwrap();
     assert_eq!(c.seen, cases.len() as u64);
-    assert_eq!(c.seen, c.redirected + c.steered_no_xsk + c.passed, "{c:?}");
+    assert_eq!(
+        c.seen,
+        c.redirected + c.steered_no_xsk + c.passed + c.dropped(),
+        "{c:?}"
+    );
     assert_eq!(c.redirected, 0);
     // Per-CPU read is consistent with the sum.
     let per_cpu = s.counters_per_cpu().unwrap();
     assert!(!per_cpu.is_empty());
     assert_eq!(per_cpu.into_iter().sum::<XdpCounters>(), c);
+}
+
+/// The host pairs behind the unparsed-frame drops follow the flows: counted per pair,
+/// kept while any flow of the pair is steered, gone with the last; a replaced flow counts once.
+#[test]
+fn host_pairs_follow_the_flows() {
+    let Some(s) = load("host_pairs_follow_the_flows") else {
+        return;
+    };
+    let a = FlowKey::new(sa(LOCAL4), sa(REMOTE4)).unwrap();
+    let b = FlowKey::new(sa("10.1.0.2:7778"), sa("10.1.0.1:40001")).unwrap();
+    let other = FlowKey::new(sa(LOCAL4), sa("10.1.0.9:1")).unwrap();
+    let fragment = Frame::tcp(sa("10.1.0.1:5"), sa("10.1.0.2:6"))
+        .v4(|_, _, f, _| *f = 0x0010)
+        .bytes();
+    let qinq = Frame::tcp(sa("10.1.0.1:5"), sa("10.1.0.2:6"))
+        .tagged(&[frames::ETH_P_8021AD, frames::ETH_P_8021Q])
+        .bytes();
+    let v6_ext = Frame::tcp(sa(REMOTE6), sa(LOCAL6))
+        .v6_ext(&[frames::Ext::Opts {
+            kind: frames::IPV6_HOPOPTS,
+            len8: 0,
+        }])
+        .bytes();
+
+    assert_eq!(s.host_flows(&a).unwrap(), 0);
+    assert_eq!(s.test_run(&fragment).unwrap(), XdpAction::Pass);
+    assert_eq!(s.test_run(&qinq).unwrap(), XdpAction::Pass);
+    s.insert_flow(&a, FlowValue::new(1)).unwrap();
+    s.insert_flow(&a, FlowValue::new(2)).unwrap(); // replaced: still one flow
+    s.insert_flow(&b, FlowValue::new(3)).unwrap();
+    s.insert_flow(&other, FlowValue::new(4)).unwrap();
+    assert_eq!(s.host_flows(&a).unwrap(), 2);
+    assert_eq!(s.host_flows(&b).unwrap(), 2);
+    assert_eq!(s.host_flows(&other).unwrap(), 1);
+    assert_eq!(s.test_run(&fragment).unwrap(), XdpAction::Drop);
+    assert_eq!(s.test_run(&qinq).unwrap(), XdpAction::Drop);
+    // IPv6 pairs are their own.
+    assert_eq!(s.test_run(&v6_ext).unwrap(), XdpAction::Pass);
+
+    assert!(s.remove_flow(&a).unwrap());
+    assert!(!s.remove_flow(&a).unwrap()); // not counted twice
+    assert_eq!(s.host_flows(&b).unwrap(), 1);
+    assert_eq!(s.test_run(&fragment).unwrap(), XdpAction::Drop);
+    assert!(s.remove_flow(&b).unwrap());
+    assert_eq!(s.host_flows(&b).unwrap(), 0);
+    assert_eq!(s.test_run(&fragment).unwrap(), XdpAction::Pass);
+    assert_eq!(s.test_run(&qinq).unwrap(), XdpAction::Pass);
+    assert_eq!(s.host_flows(&other).unwrap(), 1);
+
+    let d = s.counters().unwrap();
+    assert_eq!((d.dropped_fragment, d.dropped_vlan_stack), (2, 1), "{d:?}");
 }
 
 #[test]
@@ -240,6 +394,24 @@ fn xsk_registered_means_redirect() {
     );
     // Unsteered traffic is unaffected by the XSK.
     assert_eq!(s.test_run(&frames::arp_request()).unwrap(), XdpAction::Pass);
+    // What the data path cannot take is dropped, XSK or not.
+    let fragment = Frame::tcp(sa(REMOTE6), sa(LOCAL6))
+        .v6_ext(&[frames::Ext::Fragment {
+            offset: 0,
+            more: true,
+        }])
+        .bytes();
+    assert_eq!(s.test_run(&fragment).unwrap(), XdpAction::Drop);
+    assert_eq!(
+        s.test_run(
+            &Frame::tcp(sa(REMOTE6), sa(LOCAL6))
+                .tagged(&[frames::ETH_P_8021AD, frames::ETH_P_8021Q])
+                .bytes()
+        )
+        .unwrap(),
+        XdpAction::Drop
+    );
+    assert_eq!(s.test_run(&frame).unwrap(), XdpAction::Redirect);
 
     // An XSK on another queue does not catch queue 0's frames.
     s.clear_xsk(0).unwrap();

@@ -5,7 +5,7 @@
 //! Needs root; skips loudly otherwise, fails instead when MPA_REQUIRE_PRIVILEGED=1.
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::IpAddr;
+use std::net::{IpAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use mpa_bpf::{AttachMode, BpfError, FlowValue, XdpCounters, XdpSteering};
@@ -277,4 +277,76 @@ fn attach_modes_and_detach() {
     assert!(link_b(&tb).contains("prog/xdp id"));
     drop(generic);
     assert!(!link_b(&tb).contains("xdp"));
+}
+
+/// Frames the program cannot parse to the ports, between the hosts of a steered flow, sent
+/// raw from namespace a: each class is dropped and counted, while fragmented UDP between the
+/// same hosts (3000-octet datagrams, both families) still reaches the kernel.
+#[test]
+fn unparsed_frames_of_steered_hosts_are_dropped() {
+    let Some(tb) = bed("unparsed_frames_of_steered_hosts_are_dropped") else {
+        return;
+    };
+    let s = attach_b(&tb, AttachMode::Driver).expect("attach in driver mode");
+    let l4 = tb.listen_b(B_V4.into(), 7301);
+    let l6 = tb.listen_b(B_V6.into(), 7302);
+    let (c4, c6) = (tb.connect(&l4), tb.connect(&l6));
+    s.insert_flow(&flow_key(&c4), FlowValue::new(1)).unwrap();
+    s.insert_flow(&flow_key(&c6), FlowValue::new(2)).unwrap();
+    let before = counters(&s);
+
+    let v4 = Frame::tcp((A_V4, 40000).into(), (B_V4, 7301).into());
+    let v6 = Frame::tcp((A_V6, 40000).into(), (B_V6, 7302).into());
+    let hbh = frames::Ext::Opts {
+        kind: frames::IPV6_HOPOPTS,
+        len8: 0,
+    };
+    let fragment = frames::Ext::Fragment {
+        offset: 185,
+        more: false,
+    };
+    let qinq = [frames::ETH_P_8021AD, frames::ETH_P_8021Q];
+    let sent = [
+        v4.clone().v4(|_, _, f, _| *f = 0x2000).bytes(),
+        v4.clone().v4(|_, _, f, _| *f = 0x00b9).bytes(),
+        v6.clone().v6_ext(&[fragment]).bytes(),
+        v6.clone().v6_ext(&[hbh]).bytes(),
+        v4.clone().tagged(&qinq).bytes(),
+        v6.clone().tagged(&qinq).bytes(),
+    ];
+    inject_from_a(&tb, &sent);
+    assert!(
+        wait_for(Duration::from_secs(2), || counters(&s)
+            .since(&before)
+            .dropped()
+            >= 6),
+        "not dropped: {:?}",
+        counters(&s).since(&before)
+    );
+
+    for (from, to) in [
+        (IpAddr::V4(A_V4), IpAddr::V4(B_V4)),
+        (A_V6.into(), B_V6.into()),
+    ] {
+        let rx = run_in_netns(&tb.ns_b, || UdpSocket::bind((to, 7303)))
+            .unwrap()
+            .expect("bind in b");
+        rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let tx = run_in_netns(&tb.ns_a, || UdpSocket::bind((from, 0)))
+            .unwrap()
+            .expect("bind in a");
+        let big = vec![0x5a; 3000];
+        tx.send_to(&big, (to, 7303)).expect("send 3000 octets");
+        let mut buf = [0u8; 4096];
+        let (n, _) = rx.recv_from(&mut buf).expect("fragmented UDP delivered");
+        assert_eq!(&buf[..n], &big[..]);
+    }
+    let d = counters(&s).since(&before);
+    assert_eq!(
+        (d.dropped_fragment, d.dropped_ipv6_ext, d.dropped_vlan_stack),
+        (3, 1, 2),
+        "{d:?}"
+    );
+    assert_eq!(d.redirected + d.steered_no_xsk, 0, "{d:?}");
+    assert!(d.passed >= 6, "the datagrams' fragments: {d:?}");
 }

@@ -9,6 +9,15 @@
  * Everything else (handshakes of unknown flows, ARP, ND, other protocols, frames that do not
  * parse) is passed to the kernel unchanged.
  *
+ * Frames this program cannot take apart down to the TCP ports -- IPv4 and IPv6 fragments,
+ * IPv6 with extension headers, and more than one VLAN tag -- could still belong to a steered
+ * flow, and the kernel would hand them to its frozen socket. Such a frame is dropped (and
+ * counted by class) when it may carry TCP (IPv4 protocol 6; IPv6 next header TCP at the end
+ * of the extension-header chain, or a chain this program cannot follow) between a "steered
+ * host pair": a (local address, remote address) pair that at least one flow in `flows` has
+ * (the `hosts` map, kept by the loader). ARP, ICMP/ICMPv6 (fragmented or not), UDP and any
+ * traffic with other hosts are never touched (docs/architecture.md, "XDP steering").
+ *
  * Built with plain UAPI headers and libbpf's bpf_helpers.h; clang 14 or later.
  *
  * The map layouts below are mirrored in Rust (bpf/src/flow.rs, bpf/src/counters.rs); the
@@ -56,13 +65,30 @@ struct flow_value {
 	__u32 flags;   /* reserved, 0 */
 };
 
-/* Invariant: seen == redirected + steered_no_xsk + passed; malformed counts a subset of passed. */
+/*
+ * Invariant: seen == redirected + steered_no_xsk + passed + dropped_fragment + dropped_ipv6_ext
+ * + dropped_vlan_stack; malformed counts a subset of passed.
+ */
 struct xdp_counters {
 	__u64 seen;
-	__u64 redirected;     /* flow hit, bpf_redirect_map returned XDP_REDIRECT */
-	__u64 passed;         /* XDP_PASS */
-	__u64 malformed;      /* truncated or invalid Ethernet/VLAN/IP/TCP header (passed) */
-	__u64 steered_no_xsk; /* flow hit, no XSK for the queue: dropped */
+	__u64 redirected;         /* flow hit, bpf_redirect_map returned XDP_REDIRECT */
+	__u64 passed;             /* XDP_PASS */
+	__u64 malformed;          /* truncated or invalid Ethernet/VLAN/IP/TCP header (passed) */
+	__u64 steered_no_xsk;     /* flow hit, no XSK for the queue: dropped */
+	__u64 dropped_fragment;   /* IPv4/IPv6 fragment, maybe TCP, steered host pair */
+	__u64 dropped_ipv6_ext;   /* IPv6 extension headers before TCP, steered host pair */
+	__u64 dropped_vlan_stack; /* two or more VLAN tags, inner TCP for a steered host pair */
+};
+
+/*
+ * The hosts of the steered flows: the address half of struct flow_key (family, local and
+ * remote address), with the number of flows in `flows` that have it. 36 octets.
+ */
+struct host_key {
+	__u8 family; /* 4 or 6 */
+	__u8 pad[3];
+	__be32 local_addr[4];
+	__be32 remote_addr[4];
 };
 
 struct {
@@ -71,6 +97,13 @@ struct {
 	__type(key, struct flow_key);
 	__type(value, struct flow_value);
 } flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_FLOWS);
+	__type(key, struct host_key);
+	__type(value, __u32);
+} hosts SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_XSKMAP);
@@ -90,7 +123,35 @@ enum parse_result {
 	PARSE_TCP,       /* key filled in */
 	PARSE_OTHER,     /* well formed, not a steerable TCP segment */
 	PARSE_MALFORMED, /* truncated or invalid header */
+	/* Maybe TCP, but not taken apart down to the ports: family and addresses of the key are
+	 * filled in, *why says which class. */
+	PARSE_UNPARSED,
 };
+
+enum unparsed {
+	UNPARSED_FRAGMENT,
+	UNPARSED_IPV6_EXT,
+	UNPARSED_VLAN_STACK,
+};
+
+/* VLAN tags looked through; a frame with more is passed (no inner header to judge by). */
+#define MAX_VLAN_TAGS 8
+/* IPv6 extension headers followed; a longer chain counts as "cannot follow". */
+#define MAX_IPV6_EXT 8
+
+/* IPv6 next-header values of extension headers (RFC 8200 §4, RFC 7045). */
+#define NEXTHDR_HOP 0
+#define NEXTHDR_ROUTING 43
+#define NEXTHDR_FRAGMENT 44
+#define NEXTHDR_AUTH 51
+#define NEXTHDR_DEST 60
+#define NEXTHDR_MOBILITY 135
+#define NEXTHDR_HIP 139
+#define NEXTHDR_SHIM6 140
+#define NEXTHDR_EXP1 253
+#define NEXTHDR_EXP2 254
+
+#define IPV6_FRAG_OFFSET 0xfff8
 
 #define COUNT(c, field)                                                                            \
 	do {                                                                                       \
@@ -117,12 +178,13 @@ static __always_inline enum parse_result parse_tcp(void *l4, void *data_end, str
 }
 
 /*
- * IPv4 with options (any IHL >= 5). Non-first fragments carry no TCP header: they are
- * passed (a steered flow should not fragment; DF is the norm for TCP). tot_len is not
- * checked against the frame: with generic XDP a GRO/BIG TCP skb may carry tot_len 0 or a
- * length beyond the linear data, and such a frame of a steered flow must still be steered.
+ * IPv4 with options (any IHL >= 5). A fragment (MF set or offset non-zero) is never steered:
+ * the data path takes whole segments. tot_len is not checked against the frame: with generic
+ * XDP a GRO/BIG TCP skb may carry tot_len 0 or a length beyond the linear data, and such a
+ * frame of a steered flow must still be steered. `stacked`: behind two or more VLAN tags.
  */
-static __always_inline enum parse_result parse_ipv4(void *l3, void *data_end, struct flow_key *key)
+static __always_inline enum parse_result parse_ipv4(void *l3, void *data_end, struct flow_key *key,
+						    int stacked, enum unparsed *why)
 {
 	struct iphdr *ip = l3;
 	__u32 hdr_len;
@@ -136,59 +198,157 @@ static __always_inline enum parse_result parse_ipv4(void *l3, void *data_end, st
 		return PARSE_MALFORMED;
 	if (l3 + hdr_len > data_end)
 		return PARSE_MALFORMED;
-	if (ip->frag_off & bpf_htons(IP_OFFSET))
-		return PARSE_OTHER;
 	if (ip->protocol != IPPROTO_TCP)
 		return PARSE_OTHER;
 
 	key->family = 4;
 	key->local_addr[0] = ip->daddr;
 	key->remote_addr[0] = ip->saddr;
+	if (stacked) {
+		*why = UNPARSED_VLAN_STACK;
+		return PARSE_UNPARSED;
+	}
+	if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET)) {
+		*why = UNPARSED_FRAGMENT;
+		return PARSE_UNPARSED;
+	}
 	return parse_tcp(l3 + hdr_len, data_end, key);
 }
 
-/* IPv6 fixed header only: a segment behind extension headers is not steered (passed). */
-static __always_inline enum parse_result parse_ipv6(void *l3, void *data_end, struct flow_key *key)
+static __always_inline int ipv6_ext(__u8 nh)
+{
+	switch (nh) {
+	case NEXTHDR_HOP:
+	case NEXTHDR_ROUTING:
+	case NEXTHDR_FRAGMENT:
+	case NEXTHDR_AUTH:
+	case NEXTHDR_DEST:
+	case NEXTHDR_MOBILITY:
+	case NEXTHDR_HIP:
+	case NEXTHDR_SHIM6:
+	case NEXTHDR_EXP1:
+	case NEXTHDR_EXP2:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+/*
+ * IPv6. TCP right after the fixed header is steered. Otherwise the extension-header chain is
+ * followed (at most MAX_IPV6_EXT headers) to the upper-layer protocol: TCP behind it, a
+ * non-first fragment whose fragmentable part starts with TCP or another extension header, or
+ * a chain too long to follow is PARSE_UNPARSED; any other upper layer (ICMPv6, UDP, ESP, No
+ * Next Header) is PARSE_OTHER. An extension header cut short is PARSE_MALFORMED.
+ */
+static __always_inline enum parse_result parse_ipv6(void *l3, void *data_end, struct flow_key *key,
+						    int stacked, enum unparsed *why)
 {
 	struct ipv6hdr *ip6 = l3;
+	void *p = ip6 + 1;
+	int fragment = 0;
+	__u8 nh;
 
 	if ((void *)(ip6 + 1) > data_end)
 		return PARSE_MALFORMED;
 	if (ip6->version != 6)
 		return PARSE_MALFORMED;
-	if (ip6->nexthdr != IPPROTO_TCP)
-		return PARSE_OTHER;
 
 	key->family = 6;
 	__builtin_memcpy(key->local_addr, &ip6->daddr, sizeof(key->local_addr));
 	__builtin_memcpy(key->remote_addr, &ip6->saddr, sizeof(key->remote_addr));
-	return parse_tcp(ip6 + 1, data_end, key);
+	nh = ip6->nexthdr;
+	if (nh == IPPROTO_TCP && !stacked)
+		return parse_tcp(p, data_end, key);
+
+#pragma unroll
+	for (int i = 0; i < MAX_IPV6_EXT; i++) {
+		__u8 *h = p;
+
+		if (!ipv6_ext(nh))
+			break;
+		if ((void *)(h + 8) > data_end)
+			return PARSE_MALFORMED;
+		if (nh == NEXTHDR_FRAGMENT) {
+			__be16 off = *(__be16 *)(h + 2);
+
+			fragment = 1;
+			nh = h[0];
+			if (off & bpf_htons(IPV6_FRAG_OFFSET)) {
+				/* A later fragment: what follows is not a header. Judge by the type
+				 * of the fragmentable part's first header. */
+				if (nh != IPPROTO_TCP && !ipv6_ext(nh))
+					return PARSE_OTHER;
+				goto unparsed;
+			}
+			p = h + 8;
+		} else if (nh == NEXTHDR_AUTH) {
+			nh = h[0];
+			p = h + ((__u32)h[1] + 2) * 4;
+		} else {
+			nh = h[0];
+			p = h + ((__u32)h[1] + 1) * 8;
+		}
+		if (p > data_end)
+			return PARSE_MALFORMED;
+	}
+	/* A chain longer than we follow may hide TCP. */
+	if (nh != IPPROTO_TCP && !ipv6_ext(nh))
+		return PARSE_OTHER;
+unparsed:
+	if (stacked)
+		*why = UNPARSED_VLAN_STACK;
+	else if (fragment)
+		*why = UNPARSED_FRAGMENT;
+	else
+		*why = UNPARSED_IPV6_EXT;
+	return PARSE_UNPARSED;
 }
 
-/* Ethernet, at most one 802.1Q or 802.1ad tag, then IPv4 or IPv6. */
-static __always_inline enum parse_result parse_frame(void *data, void *data_end, struct flow_key *key)
+/*
+ * Ethernet, up to MAX_VLAN_TAGS 802.1Q / 802.1ad tags, then IPv4 or IPv6. One tag is steered
+ * like none (the worker then checks the tag against the flow's); two or more are not steered.
+ */
+static __always_inline enum parse_result parse_frame(void *data, void *data_end, struct flow_key *key,
+						     enum unparsed *why)
 {
 	struct ethhdr *eth = data;
 	void *l3 = eth + 1;
+	int tags = 0;
 	__be16 proto;
 
 	if (l3 > data_end)
 		return PARSE_MALFORMED;
 	proto = eth->h_proto;
-	if (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD)) {
+#pragma unroll
+	for (int i = 0; i < MAX_VLAN_TAGS; i++) {
 		struct vlan_tag *tag = l3;
 
+		if (proto != bpf_htons(ETH_P_8021Q) && proto != bpf_htons(ETH_P_8021AD))
+			break;
 		if ((void *)(tag + 1) > data_end)
 			return PARSE_MALFORMED;
 		proto = tag->encap_proto;
 		l3 = tag + 1;
+		tags++;
 	}
 
 	if (proto == bpf_htons(ETH_P_IP))
-		return parse_ipv4(l3, data_end, key);
+		return parse_ipv4(l3, data_end, key, tags > 1, why);
 	if (proto == bpf_htons(ETH_P_IPV6))
-		return parse_ipv6(l3, data_end, key);
+		return parse_ipv6(l3, data_end, key, tags > 1, why);
 	return PARSE_OTHER;
+}
+
+/* Whether the frame's host pair (family and addresses of `key`) has a steered flow. */
+static __always_inline int steered_hosts(const struct flow_key *key)
+{
+	struct host_key h = {};
+
+	h.family = key->family;
+	__builtin_memcpy(h.local_addr, key->local_addr, sizeof(h.local_addr));
+	__builtin_memcpy(h.remote_addr, key->remote_addr, sizeof(h.remote_addr));
+	return bpf_map_lookup_elem(&hosts, &h) != 0;
 }
 
 SEC("xdp")
@@ -199,14 +359,27 @@ int mpa_steer(struct xdp_md *ctx)
 	struct flow_key key = {};
 	struct xdp_counters *c;
 	__u32 zero = 0;
+	enum unparsed why = UNPARSED_FRAGMENT;
 	int action;
 
 	c = bpf_map_lookup_elem(&counters, &zero);
 	COUNT(c, seen);
 
-	switch (parse_frame(data, data_end, &key)) {
+	switch (parse_frame(data, data_end, &key, &why)) {
 	case PARSE_TCP:
 		break;
+	case PARSE_UNPARSED:
+		if (!steered_hosts(&key))
+			goto pass;
+		/* Possibly a steered flow's, and not something the data path can take: keep it
+		 * from the frozen socket. */
+		if (why == UNPARSED_FRAGMENT)
+			COUNT(c, dropped_fragment);
+		else if (why == UNPARSED_IPV6_EXT)
+			COUNT(c, dropped_ipv6_ext);
+		else
+			COUNT(c, dropped_vlan_stack);
+		return XDP_DROP;
 	case PARSE_MALFORMED:
 		COUNT(c, malformed);
 		goto pass;

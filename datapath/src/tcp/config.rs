@@ -105,6 +105,35 @@ pub struct TcpConfig {
     /// its FIN should our last ACK be lost (Linux: 0.2, 0.6, 1.4, 3.0 s ...), or the peer
     /// meets a RST instead of a clean close.
     pub time_wait: Duration,
+    /// Keepalive (RFC 1122 §4.2.3.6, RFC 9293 §3.8.4): after this long without an acceptable
+    /// segment from the peer, while nothing of ours is in flight or queued, probe it (an ACK
+    /// one below SND.UNA, which a live peer answers); `None`: never. RFC 1122 wants it off
+    /// by default for kernel sockets, but here the datapath is the only one that can tell a
+    /// vanished peer (the frozen kernel socket and the `max_connections` slot live as long as
+    /// the flow), so it is on, with RFC 1122's 2 h.
+    pub keepalive_idle: Option<Duration>,
+    /// Between unanswered keepalive probes (Linux `tcp_keepalive_intvl`: 75 s). Keep it at
+    /// 0.5 s or more: Linux answers an out-of-window segment, which a probe is, at most once
+    /// per `tcp_invalid_ratelimit` (0.5 s), and a suppressed answer counts as silence.
+    pub keepalive_interval: Duration,
+    /// Unanswered keepalive probes after which the connection fails with a RST
+    /// ([`TcpError::KeepaliveTimeout`]) (Linux `tcp_keepalive_probes`: 9): idle + probes ×
+    /// interval after the peer's last segment.
+    ///
+    /// [`TcpError::KeepaliveTimeout`]: crate::tcp::TcpError::KeepaliveTimeout
+    pub keepalive_probes: u32,
+    /// The longest FIN-WAIT-2 lasts: our FIN was acknowledged and the peer's never comes
+    /// (Linux `tcp_fin_timeout`: 60 s). Then a RST, [`TcpError::FinWait2Timeout`].
+    ///
+    /// [`TcpError::FinWait2Timeout`]: crate::tcp::TcpError::FinWait2Timeout
+    pub fin_wait2_timeout: Duration,
+    /// Zero-window probes sent while the peer's window stays closed, after which the
+    /// connection fails with a RST ([`TcpError::PersistLimit`]); the Linux equivalent is
+    /// `tcp_retries2` (15). Unlike Linux, an answered probe does not restart the count: only an
+    /// opening window does, so a live peer that never reads cannot hold the flow for ever.
+    ///
+    /// [`TcpError::PersistLimit`]: crate::tcp::TcpError::PersistLimit
+    pub persist_max_probes: u32,
     /// Challenge ACKs per second at most (RFC 5961 §7).
     pub challenge_ack_limit: u32,
     /// Drop non-RST segments without timestamps once timestamps are on (RFC 7323 §3.2 SHOULD).
@@ -136,6 +165,11 @@ impl Default for TcpConfig {
             rto_max: Duration::from_secs(60),
             max_retransmissions: 15,
             time_wait: Duration::from_secs(5),
+            keepalive_idle: Some(Duration::from_secs(2 * 3600)),
+            keepalive_interval: Duration::from_secs(75),
+            keepalive_probes: 9,
+            fin_wait2_timeout: Duration::from_secs(60),
+            persist_max_probes: 15,
             challenge_ack_limit: 100,
             require_timestamps: true,
             max_snd_mss: 1460,

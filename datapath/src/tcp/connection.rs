@@ -246,7 +246,14 @@ pub struct Connection {
     rtt_probe: Option<(SeqNumber, Instant)>,
     rto_count: u32,
     persist_backoff: u32,
+    /// Zero-window probes sent since the peer's window closed (`TcpConfig::persist_max_probes`).
+    persist_probes: u32,
     probe_pending: bool,
+    /// When the latest acceptable segment arrived: the keepalive's idle time counts from it.
+    last_rx: Instant,
+    /// Keepalive probes sent since then.
+    keepalive_probes_out: u32,
+    keepalive_pending: bool,
     /// A RST to send: (seq, ack).
     rst_pending: Option<(SeqNumber, Option<SeqNumber>)>,
 
@@ -318,7 +325,7 @@ impl Connection {
             0 => cfg.reassembly_limit.min(cfg.rcv_buf).div_ceil(rcv_mss) + 1,
             n => n,
         };
-        let c = Connection {
+        let mut c = Connection {
             cfg: cfg.clone(),
             state: State::Established,
             local_port: h.local_port,
@@ -372,7 +379,11 @@ impl Connection {
             rtt_probe: None,
             rto_count: 0,
             persist_backoff: 0,
+            persist_probes: 0,
             probe_pending: false,
+            last_rx: now,
+            keepalive_probes_out: 0,
+            keepalive_pending: false,
             rst_pending: None,
             timers: Timers::default(),
             challenge_window: (now, 0),
@@ -380,6 +391,9 @@ impl Connection {
             error: None,
             stats: TcpStats::default(),
         };
+        if let Some(idle) = cfg.keepalive_idle {
+            c.timers.set(Timer::Keepalive, now + idle);
+        }
         debug!(
             local = c.local_port,
             remote = c.remote_port,
@@ -500,19 +514,103 @@ impl Connection {
             match t {
                 Timer::DelayedAck => self.ack_now = true,
                 Timer::Retransmit => self.on_rto(now),
-                Timer::Persist => {
-                    if self.snd_wnd == 0 && self.sndbuf.len() > 0 {
-                        self.probe_pending = true;
-                        self.persist_backoff = self.persist_backoff.saturating_add(1);
-                        self.arm_persist();
+                Timer::Persist => self.on_persist(),
+                Timer::TimeWait => self.enter_closed(None),
+                Timer::Keepalive => self.on_keepalive(now),
+                Timer::FinWait2 => {
+                    if self.state == State::FinWait2 {
+                        warn!(
+                            local = self.local_port,
+                            timeout_ms = self.cfg.fin_wait2_timeout.as_millis() as u64,
+                            "tcp: no FIN from the peer in FIN-WAIT-2"
+                        );
+                        self.fail_with_rst(TcpError::FinWait2Timeout {
+                            timeout: self.cfg.fin_wait2_timeout,
+                        });
                     }
                 }
-                Timer::TimeWait => self.enter_closed(None),
             }
             if self.state == State::Closed {
                 return;
             }
         }
+    }
+
+    /// RFC 9293 §3.8.6.1: probe a closed window, backing off; give up (RST) after
+    /// `persist_max_probes` probes while it stays closed.
+    fn on_persist(&mut self) {
+        if self.snd_wnd != 0 || self.sndbuf.len() == 0 {
+            return;
+        }
+        if self.persist_probes >= self.cfg.persist_max_probes {
+            warn!(
+                local = self.local_port,
+                probes = self.persist_probes,
+                "tcp: the peer's window stayed closed"
+            );
+            self.fail_with_rst(TcpError::PersistLimit {
+                probes: self.persist_probes,
+            });
+            return;
+        }
+        self.probe_pending = true;
+        self.persist_probes += 1;
+        self.persist_backoff = self.persist_backoff.saturating_add(1);
+        self.arm_persist();
+    }
+
+    /// RFC 1122 §4.2.3.6 keepalive, as Linux times it: the first probe `keepalive_idle` after
+    /// the peer's last acceptable segment, then one every `keepalive_interval`; the
+    /// connection fails when the timer finds `keepalive_probes` probes unanswered. Segments
+    /// only record their arrival (`last_rx`), so the timer moves here, at most once per idle
+    /// period, never per segment.
+    fn on_keepalive(&mut self, now: Instant) {
+        let Some(idle) = self.cfg.keepalive_idle else {
+            return;
+        };
+        // Closing states have their own bounds (FIN retransmissions, FIN-WAIT-2, TIME-WAIT).
+        if !matches!(self.state, State::Established | State::CloseWait) {
+            return;
+        }
+        // Octets in flight or queued: the retransmission or persist limits watch the peer.
+        if self.snd_una != self.snd_max || self.sndbuf.len() > 0 {
+            self.timers.set(Timer::Keepalive, now + idle);
+            return;
+        }
+        let since = now.saturating_duration_since(self.last_rx);
+        if self.keepalive_probes_out == 0 && since < idle {
+            self.timers.set(Timer::Keepalive, self.last_rx + idle);
+            return;
+        }
+        if self.keepalive_probes_out >= self.cfg.keepalive_probes {
+            warn!(
+                local = self.local_port,
+                probes = self.keepalive_probes_out,
+                silent_ms = since.as_millis() as u64,
+                "tcp: keepalive: the peer is gone"
+            );
+            self.fail_with_rst(TcpError::KeepaliveTimeout {
+                probes: self.keepalive_probes_out,
+            });
+            return;
+        }
+        self.keepalive_pending = true;
+        self.keepalive_probes_out += 1;
+        self.timers
+            .set(Timer::Keepalive, now + self.cfg.keepalive_interval);
+    }
+
+    /// A segment passed every acceptability check: the peer is alive.
+    pub(super) fn peer_heard(&mut self, now: Instant) {
+        self.last_rx = now;
+        self.keepalive_probes_out = 0;
+    }
+
+    /// Gives up on the peer: one RST goes out (a live peer learns the connection is gone),
+    /// and the connection fails with `e`.
+    fn fail_with_rst(&mut self, e: TcpError) {
+        self.rst_pending = Some((self.snd_nxt, None));
+        self.enter_closed(Some(e));
     }
 
     /// RFC 6298 §5.4-5.7 and RFC 5681 §3.1 on a retransmission timeout.
@@ -570,6 +668,8 @@ impl Connection {
         self.ack_now = false;
         self.ack_each = false;
         self.ack_queue.clear();
+        self.probe_pending = false;
+        self.keepalive_pending = false;
         match error {
             Some(TcpError::Reset) => {
                 self.error = Some(TcpError::Reset);

@@ -15,6 +15,25 @@ pub enum TcpError {
         /// Consecutive timeouts.
         retransmissions: u32,
     },
+    /// The peer stayed silent through every keepalive probe (RFC 1122 §4.2.3.6).
+    #[error("peer silent: no answer to {probes} keepalive probes")]
+    KeepaliveTimeout {
+        /// Probes sent without an answer.
+        probes: u32,
+    },
+    /// The peer's FIN did not come within the FIN-WAIT-2 bound after ours was acknowledged.
+    #[error("no FIN from the peer within {timeout:?} of FIN-WAIT-2")]
+    FinWait2Timeout {
+        /// The bound.
+        timeout: std::time::Duration,
+    },
+    /// The peer's window stayed closed through every zero-window probe (RFC 9293 §3.8.6.1
+    /// lets a sender give up; Linux does after `tcp_retries2`).
+    #[error("the peer's window stayed closed through {probes} zero-window probes")]
+    PersistLimit {
+        /// Probes sent while it stayed closed.
+        probes: u32,
+    },
     /// The hand-over state or the configuration cannot describe a connection.
     #[error("invalid hand-over state or configuration: {0}")]
     InvalidHandover(&'static str),
@@ -24,7 +43,11 @@ impl TcpError {
     /// Who is at fault.
     pub fn fault(&self) -> Fault {
         match self {
-            TcpError::Reset | TcpError::RetransmissionLimit { .. } => Fault::Transport,
+            TcpError::Reset
+            | TcpError::RetransmissionLimit { .. }
+            | TcpError::KeepaliveTimeout { .. }
+            | TcpError::FinWait2Timeout { .. }
+            | TcpError::PersistLimit { .. } => Fault::Transport,
             TcpError::InvalidHandover(_) => Fault::LocalMisuse,
         }
     }

@@ -111,6 +111,8 @@ pub struct TcpStats {
     pub lost_retransmits: u64,
     /// Zero-window probes sent.
     pub window_probes: u64,
+    /// Keepalive probes sent (RFC 1122 §4.2.3.6).
+    pub keepalive_probes: u64,
     /// Duplicate ACKs received (RFC 5681 §2 definition).
     pub dup_acks_in: u64,
     /// RTT samples taken.

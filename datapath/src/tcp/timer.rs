@@ -12,20 +12,27 @@ pub(crate) enum Timer {
     Persist = 2,
     /// TIME-WAIT.
     TimeWait = 3,
+    /// Keepalive (RFC 1122 §4.2.3.6): idle time, then the interval between probes. Moved
+    /// lazily: a segment only records its arrival; when this fires early it re-arms.
+    Keepalive = 4,
+    /// The bound on FIN-WAIT-2 (Linux `tcp_fin_timeout`).
+    FinWait2 = 5,
 }
 
 impl Timer {
-    pub(crate) const ALL: [Timer; 4] = [
+    pub(crate) const ALL: [Timer; 6] = [
         Timer::DelayedAck,
         Timer::Retransmit,
         Timer::Persist,
         Timer::TimeWait,
+        Timer::Keepalive,
+        Timer::FinWait2,
     ];
 }
 
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Timers {
-    at: [Option<Instant>; 4],
+    at: [Option<Instant>; 6],
 }
 
 impl Timers {
@@ -39,7 +46,7 @@ impl Timers {
         self.at[t as usize].is_some()
     }
     pub(crate) fn clear_all(&mut self) {
-        self.at = [None; 4];
+        self.at = [None; 6];
     }
     /// The earliest deadline.
     pub(crate) fn next(&self) -> Option<Instant> {

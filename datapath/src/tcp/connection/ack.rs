@@ -89,9 +89,12 @@ impl Connection {
             self.snd_wl1 = seq;
             self.snd_wl2 = ack;
             self.max_snd_wnd = self.max_snd_wnd.max(new_wnd);
-            if new_wnd > 0 && self.timers.is_set(Timer::Persist) {
-                self.timers.clear(Timer::Persist);
-                self.persist_backoff = 0;
+            if new_wnd > 0 {
+                self.persist_probes = 0;
+                if self.timers.is_set(Timer::Persist) {
+                    self.timers.clear(Timer::Persist);
+                    self.persist_backoff = 0;
+                }
             }
         }
     }
@@ -172,7 +175,12 @@ impl Connection {
             if ack > fin {
                 match self.state {
                     // RFC 9293 §3.10.7.4 fifth, FIN-WAIT-1: FIN acknowledged -> FIN-WAIT-2.
-                    State::FinWait1 => self.state = State::FinWait2,
+                    State::FinWait1 => {
+                        self.state = State::FinWait2;
+                        // Bounded: a peer that never sends its FIN must not hold the flow.
+                        self.timers
+                            .set(Timer::FinWait2, now + self.cfg.fin_wait2_timeout);
+                    }
                     // CLOSING: -> TIME-WAIT.
                     State::Closing => self.enter_time_wait(now),
                     // LAST-ACK: -> CLOSED.

@@ -166,6 +166,10 @@ impl Connection {
             return self.drop(DropReason::BadAck);
         }
 
+        // Acceptable in every respect: the peer is alive (keepalive; Linux stamps
+        // `rcv_tstamp` at the same point, in tcp_ack).
+        self.peer_heard(now);
+
         // RFC 7323 §4.3 / §5.3 R3: TS.Recent <- SEG.TSval if SEG.TSval >= TS.Recent and
         // SEG.SEQ <= Last.ACK.sent.
         if let (Some(t), Some(_)) = (ts_opt, self.ts) {

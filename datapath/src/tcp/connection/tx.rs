@@ -248,11 +248,17 @@ impl Connection {
         if let Some(p) = plan {
             return self.transmit(now, buf, opts, p.seq, p.len, p.fin, Some(p));
         }
-        if self.probe_pending {
-            // A zero-window probe: an old sequence number elicits an ACK with the window
-            // (as Linux does), without committing data beyond the window.
+        if self.probe_pending || self.keepalive_pending {
+            // A zero-window or keepalive probe: an old sequence number (SND.UNA - 1)
+            // elicits an ACK with the window (as Linux does), without committing data beyond
+            // the window (RFC 1122 §4.2.3.6 allows a probe without data).
+            if self.probe_pending {
+                self.stats.window_probes += 1;
+            } else {
+                self.stats.keepalive_probes += 1;
+            }
             self.probe_pending = false;
-            self.stats.window_probes += 1;
+            self.keepalive_pending = false;
             let seq = self.snd_una + u32::MAX;
             return self.transmit(now, buf, opts, seq, 0, false, None);
         }

@@ -13,8 +13,13 @@ use crate::tcp::{
 };
 use crate::wire::tcp::{SackBlock, TcpFlags, TcpTimestamps};
 
+/// The defaults without keepalive, whose timer would stand in every `poll_timeout` below
+/// (tests/reaping.rs has it).
 fn cfg() -> TcpConfig {
-    TcpConfig::default()
+    TcpConfig {
+        keepalive_idle: None,
+        ..TcpConfig::default()
+    }
 }
 
 #[test]
@@ -595,7 +600,11 @@ fn active_close_through_fin_wait_and_time_wait() {
     p.ack = SeqNumber(SND0) + 6u32;
     c.handle_segment(t0 + ms(1), &p.pure_ack(0), &[]);
     assert_eq!(c.state(), State::FinWait2);
-    assert_eq!(c.poll_timeout(), None, "nothing outstanding");
+    assert_eq!(
+        c.poll_timeout(),
+        Some(t0 + ms(1) + cfg.fin_wait2_timeout),
+        "nothing outstanding: only the FIN-WAIT-2 bound"
+    );
     // Data still arrives in FIN-WAIT-2, then the peer's FIN: TIME-WAIT.
     let (_, got) = feed(&mut c, t0 + ms(2), &p.data(0, 10).0, &p.data(0, 10).1);
     assert_eq!(got.len(), 10);

@@ -5,3 +5,4 @@ mod conn;
 mod hardening;
 pub(crate) mod harness;
 pub(crate) mod pair;
+mod reaping;
