@@ -10,7 +10,7 @@
 //! sides ([`transfer_seconds`]). CPU: [`crate::cpu`].
 
 use crate::cpu::CpuUse;
-use crate::demo::{datapath_run, gbit};
+use crate::demo::{datapath_run, digests_match, gbit};
 use crate::options::{bed_for, messages, Align, NicArgs, Op, Run};
 use crate::peer::kernel_run;
 use crate::progress::Progress;
@@ -60,6 +60,9 @@ pub struct BwArgs {
     /// Print the one JSON document on stdout (the table goes to stderr).
     #[arg(long)]
     pub json: bool,
+    /// Connections at once, each with its own sender carrying `--bytes`; goodput is their sum.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub connections: u32,
     #[command(flatten)]
     pub nic: NicArgs,
 }
@@ -79,6 +82,7 @@ impl BwArgs {
             region_bytes: self.region_bytes,
             align: self.align,
             json: false,
+            connections: self.connections,
         }
     }
 
@@ -94,6 +98,7 @@ impl BwArgs {
         json!({
             "sizes": self.sizes, "bytes": self.bytes, "rounds": self.rounds, "mtu": self.mtu,
             "loss_percent": self.loss, "queues": self.queues, "framing": self.framing(),
+            "connections": self.connections,
             "op": format!("{:?}", self.op).to_lowercase(),
             "aligned": self.run(self.sizes.first().copied().unwrap_or(4096)).aligned(),
             "iface": self.nic.iface, "peer": self.nic.peer,
@@ -268,7 +273,7 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
                 a.rounds
             ));
             let k = kernel_run(&bed, &r).with_context(|| format!("kernel, {size} B"))?;
-            if k.sent["ulpdu_digest"] != k.got["ulpdu_digest"] {
+            if !digests_match(&k.senders, &k.receivers) {
                 bail!(
                     "kernel, {size} B: digests differ: sent {} received {}",
                     k.sent["ulpdu_digest"],
@@ -277,7 +282,7 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
             }
             let ks = BwSample {
                 octets: k.got["ulpdu_bytes"].as_f64().unwrap_or(0.0),
-                messages: messages(&r) as f64,
+                messages: (messages(&r) * u64::from(r.connections)) as f64,
                 seconds: transfer_seconds(&k.sent),
                 cpu: k.cpu,
             };
@@ -289,7 +294,7 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
                 a.rounds
             ));
             let d = datapath_run(&bed, &r).with_context(|| format!("datapath, {size} B"))?;
-            if d.flow["ulpdu_digest"] != d.peer["ulpdu_digest"] {
+            if !digests_match(&d.peers, &d.flows) {
                 bail!(
                     "datapath, {size} B: digests differ: sent {} received {}",
                     d.peer["ulpdu_digest"],
@@ -299,7 +304,7 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
             let n = |k: &str| d.flow[k].as_f64().unwrap_or(0.0);
             let ds = BwSample {
                 octets: n("ulpdu_octets"),
-                messages: messages(&r) as f64,
+                messages: (messages(&r) * u64::from(r.connections)) as f64,
                 seconds: transfer_seconds(&d.peer),
                 cpu: CpuUse {
                     system: d.system_cpu,

@@ -16,24 +16,86 @@ use std::time::{Duration, Instant};
 
 /// What one datapath run measured.
 pub struct DpResult {
-    /// The sender's report.
+    /// The sender's report (with several connections: the first sender's, with the summed
+    /// octets and the longest `transfer_seconds` of all).
     pub peer: Value,
-    /// The flow's final counters in the datapath.
+    /// Every sender's report.
+    pub peers: Vec<Value>,
+    /// The flow's final counters in the datapath (with several connections: numeric counters
+    /// summed over the flows, the rest from the first).
     pub flow: Value,
+    /// Every flow's final counters.
+    pub flows: Vec<Value>,
     /// CPU seconds of this process (datapath, listener, consumer) during the transfer.
     pub cpu: f64,
     /// Whole-system busy CPU seconds during the transfer (`/proc/stat`).
     pub system_cpu: f64,
-    /// CPU seconds of the sender process (`mpa-peer connect`).
+    /// CPU seconds of the sender processes (`mpa-peer connect`).
     pub sender_cpu: f64,
     /// The XDP program's counters.
     pub xdp: Value,
-    /// Placement check: (messages completed, region octets compared), when placing.
+    /// Placement check: (messages completed, region octets compared) summed over the
+    /// connections, when placing.
     pub placement: Option<(u64, u64)>,
 }
 
+/// Runs `r.connections` senders (`mpa-peer connect`) at once in ns a; their reports in order.
+pub fn senders(bed: &TestBed, r: &Run) -> Result<Vec<Value>> {
+    if r.connections <= 1 {
+        return Ok(vec![sender(bed, r)?]);
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..r.connections)
+            .map(|_| s.spawn(|| sender(bed, r)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().map_err(|_| anyhow!("sender thread panicked"))?)
+            .collect()
+    })
+}
+
+/// Whether the receivers' ULPDU digests are the senders' (as multisets: with several
+/// connections any sender may have met any receiver).
+pub fn digests_match(senders: &[Value], receivers: &[Value]) -> bool {
+    let mut a: Vec<String> = senders
+        .iter()
+        .map(|v| v["ulpdu_digest"].to_string())
+        .collect();
+    let mut b: Vec<String> = receivers
+        .iter()
+        .map(|v| v["ulpdu_digest"].to_string())
+        .collect();
+    a.sort();
+    b.sort();
+    !a.is_empty() && a == b
+}
+
+/// Numeric fields summed over `reports` (the rest from the first), `transfer_seconds` and
+/// `seconds` the longest: what several connections carried together.
+pub fn aggregate(reports: &[Value]) -> Value {
+    let mut sum = reports.first().cloned().unwrap_or(Value::Null);
+    let Some(obj) = sum.as_object_mut() else {
+        return sum;
+    };
+    for r in reports.iter().skip(1) {
+        for (k, v) in obj.iter_mut() {
+            let longest = k == "transfer_seconds" || k == "seconds";
+            match (v.as_f64(), r[k.as_str()].as_f64()) {
+                (Some(a), Some(b)) if longest => *v = serde_json::json!(a.max(b)),
+                (Some(a), Some(b)) if v.is_u64() && r[k.as_str()].is_u64() => {
+                    *v = serde_json::json!(a as u64 + b as u64)
+                }
+                (Some(a), Some(b)) => *v = serde_json::json!(a + b),
+                _ => {}
+            }
+        }
+    }
+    sum
+}
+
 /// One transfer through the datapath on `bed`: the datapath and the hand-over listener in ns
-/// b, `mpa-peer connect` in ns a.
+/// b, `r.connections` × `mpa-peer connect` in ns a.
 pub fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
     let socket = temp_path("bench.sock");
     let opts = DatapathOptions {
@@ -41,78 +103,104 @@ pub fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
         ..DatapathOptions::default()
     };
     let dp = start_datapath(bed, &socket, &opts)?;
-    let placement = match r.op {
-        Op::Count => None,
-        _ => Some(Placement::prepare(&socket, r)?),
+    let n = r.connections.max(1);
+    // One region, consumer and protection domain per connection, so that each consumer's
+    // completions are its connection's.
+    let placements = match r.op {
+        Op::Count => Vec::new(),
+        _ => (0..n)
+            .map(|i| Placement::prepare_in(&socket, r, PD + i))
+            .collect::<Result<Vec<_>>>()?,
     };
     let markers = r.markers();
     let crc = !r.plain;
-    let responder = Responder {
-        reply_private_data: placement
-            .as_ref()
-            .map(|p| p.ad.emit().to_vec())
-            .unwrap_or_default(),
-        placement: mpa_control::Placement {
-            pd: placement.as_ref().map(|_| PD),
-            aligned_sender: r.aligned() && !markers && crc,
-        },
-        wait: Duration::from_secs(120),
-        ..Responder::framing(markers, crc)
-    };
+    let responders: Vec<Responder> = (0..n)
+        .map(|i| {
+            let p = placements.get(i as usize);
+            Responder {
+                reply_private_data: p.map(|p| p.ad.emit().to_vec()).unwrap_or_default(),
+                placement: mpa_control::Placement {
+                    pd: p.map(|_| PD + i),
+                    aligned_sender: r.aligned() && !markers && crc,
+                },
+                wait: Duration::from_secs(120),
+                ..Responder::framing(markers, crc)
+            }
+        })
+        .collect();
     let addr = SocketAddr::new(bed.addr_b(false), PORT);
     let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr))??;
     let (ns_b, sock_path) = (bed.ns_b.clone(), socket.clone());
-    // The hand-over listener: one connection (not scoped: a failed sender must not wait for it).
-    let setup =
-        std::thread::spawn(move || accept_and_hand_over(&ns_b, &sock_path, &listener, &responder));
+    // The hand-over listener: the connections one after the other (not scoped: a failed
+    // sender must not wait for it).
+    let setup = std::thread::spawn(move || {
+        responders
+            .iter()
+            .map(|resp| accept_and_hand_over(&ns_b, &sock_path, &listener, resp))
+            .collect::<Result<Vec<HandedOver>>>()
+    });
     let system = SystemCpu::start()?;
     let cpu0 = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_SELF);
     let children0 = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_CHILDREN);
-    let peer = sender(bed, r)?;
+    let peers = senders(bed, r)?;
     let sender_cpu = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_CHILDREN) - children0;
-    let HandedOver {
-        flow_id,
-        mut dpc,
-        frozen,
-        ..
-    } = setup
+    let mut handed = setup
         .join()
         .map_err(|_| anyhow!("setup thread panicked"))??;
-    let gone = dpc.next_notification()?;
+    let mut gone = Vec::new();
+    for h in handed.iter_mut() {
+        gone.push(h.dpc.next_notification()?);
+    }
     let cpu = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_SELF) - cpu0;
     let system_cpu = system.seconds()?;
     if std::env::var_os("MPA_BENCH_THREADS").is_some() {
         print_thread_cpu();
     }
-    drop(frozen);
-    let stats = stats(&mut dpc)?;
-    let report = stats
-        .ended_flow(flow_id)
-        .cloned()
-        .ok_or_else(|| anyhow!("flow {flow_id} missing from stats ({gone:?})"))?;
-    // The workers' own CPU (one queue: the flow's worker), apart from the control thread and
-    // the consumer that run in this process too.
+    let stats = stats(&mut handed[0].dpc)?;
+    let mut reports = Vec::new();
+    for (h, g) in handed.iter().zip(&gone) {
+        let report = stats
+            .ended_flow(h.flow_id)
+            .cloned()
+            .ok_or_else(|| anyhow!("flow {} missing from stats ({g:?})", h.flow_id))?;
+        reports.push(report);
+    }
+    drop(handed);
+    // The workers' own CPU (one queue: the flows' worker), apart from the control thread and
+    // the consumers that run in this process too.
     let worker_cpu: f64 = stats.queues.iter().map(|q| q.cpu_seconds).sum();
-    let clean = report
-        .ended
-        .as_ref()
-        .is_none_or(|e| e.terminate.is_none() && e.mpa_error.is_none());
-    let placement = match placement {
-        Some(p) if clean => Some(p.verify(r)?),
-        Some(_) => bail!("the flow ended with an error: {:?}", report.ended),
-        None => None,
-    };
-    let mut flow = serde_json::to_value(&report)?;
+    if let Some(bad) = reports.iter().find_map(|f| {
+        f.ended
+            .as_ref()
+            .filter(|e| e.terminate.is_some() || e.mpa_error.is_some())
+    }) {
+        if !placements.is_empty() {
+            bail!("a flow ended with an error: {bad:?}");
+        }
+    }
+    let mut placed: Option<(u64, u64)> = None;
+    for p in placements {
+        let (m, o) = p.verify(r)?;
+        let t = placed.get_or_insert((0, 0));
+        *t = (t.0 + m, t.1 + o);
+    }
+    let flows = reports
+        .iter()
+        .map(serde_json::to_value)
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut flow = aggregate(&flows);
     flow["worker_cpu_seconds"] = serde_json::json!(worker_cpu);
     dp.stop();
     Ok(DpResult {
-        peer,
+        peer: aggregate(&peers),
+        peers,
         flow,
+        flows,
         cpu,
         system_cpu,
         sender_cpu,
         xdp: serde_json::json!(stats.xdp),
-        placement,
+        placement: placed,
     })
 }
 
@@ -155,7 +243,7 @@ pub fn demo(r: &Run) -> Result<String> {
         .as_f64()
         .unwrap_or(t0.elapsed().as_secs_f64());
     let octets = d.flow["ulpdu_octets"].as_f64().unwrap_or(0.0);
-    let digest_ok = d.flow["ulpdu_digest"] == d.peer["ulpdu_digest"];
+    let digest_ok = digests_match(&d.peers, &d.flows);
     println!("sender      : {}", d.peer);
     println!("datapath    : {}", d.flow);
     println!("xdp         : {}", d.xdp);

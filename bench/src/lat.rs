@@ -92,6 +92,7 @@ impl LatArgs {
             region_bytes: 16 << 20,
             align: Align::Off,
             json: false,
+            connections: 1,
         }
     }
 

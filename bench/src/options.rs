@@ -46,6 +46,10 @@ pub struct Run {
     /// Print one JSON line with every measured value (`result: {...}`).
     #[arg(long)]
     pub json: bool,
+    /// Connections at once, each with its own sender carrying `--bytes` (and, when placing,
+    /// its own region in its own protection domain).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub connections: u32,
 }
 
 /// `--align`: whether the sender aligns FPDUs with TCP segments.
@@ -80,7 +84,8 @@ pub enum Op {
     Count,
 }
 
-/// Protection domain of the bench's connection and region.
+/// Protection domain of the bench's (first) connection and region; connection `i` of a run
+/// with several uses `PD + i`.
 pub const PD: u32 = 1;
 
 /// The port the hand-over listener (or the kernel Responder) listens on in ns b.

@@ -81,10 +81,13 @@ pub fn sender_with(bed: &TestBed, r: &Run, extra: &[String]) -> Result<Value> {
 
 /// What one kernel-TCP Responder run measured.
 pub struct KernelResult {
-    /// The sender's report.
+    /// The sender's report (several: summed, the longest transfer; see `demo::aggregate`).
     pub sent: Value,
-    /// The Responder's report.
+    /// The Responder's report (several connections: summed).
     pub got: Value,
+    /// Every sender's and every connection's report.
+    pub senders: Vec<Value>,
+    pub receivers: Vec<Value>,
     /// CPU seconds: whole system during the transfer, the Responder process, the sender.
     pub cpu: CpuUse,
 }
@@ -93,12 +96,13 @@ pub struct KernelResult {
 pub fn kernel_run(bed: &TestBed, r: &Run) -> Result<KernelResult> {
     let peer_bin = sibling("mpa-peer")?;
     let bind = SocketAddr::new(bed.addr_b(false), PORT).to_string();
+    let connections = r.connections.max(1).to_string();
     let mut args = vec![
         "listen",
         "--bind",
         &bind,
         "--connections",
-        "1",
+        &connections,
         "--timeout",
         "60",
     ];
@@ -118,20 +122,35 @@ pub fn kernel_run(bed: &TestBed, r: &Run) -> Result<KernelResult> {
     wait_listening(&mut child)?;
     let system = SystemCpu::start()?;
     let sender0 = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_CHILDREN);
-    let sent = sender(bed, r)?;
+    let senders = crate::demo::senders(bed, r)?;
     let sender_cpu = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_CHILDREN) - sender0;
     let out = child.wait_with_output()?;
     let system = system.seconds()?;
     let both = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_CHILDREN) - cpu0;
-    let got: Value = serde_json::from_slice(&out.stdout).with_context(|| {
-        format!(
-            "mpa-peer listen output {:?}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    })?;
+    // One JSON line per connection.
+    let receivers = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(serde_json::from_str::<Value>)
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| {
+            format!(
+                "mpa-peer listen output {:?}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })?;
+    if receivers.len() != senders.len() {
+        bail!(
+            "mpa-peer listen reported {} connections for {} senders",
+            receivers.len(),
+            senders.len()
+        );
+    }
     Ok(KernelResult {
-        sent,
-        got,
+        sent: crate::demo::aggregate(&senders),
+        got: crate::demo::aggregate(&receivers),
+        senders,
+        receivers,
         cpu: CpuUse {
             system,
             receiver: (both - sender_cpu).max(0.0),

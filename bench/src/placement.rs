@@ -23,8 +23,14 @@ pub struct Placement {
 }
 
 impl Placement {
-    /// Creates the region (and posts receive buffers for Sends) before the connection.
+    /// Creates the region (and posts receive buffers for Sends) before the connection, in
+    /// protection domain [`PD`].
     pub fn prepare(socket: &std::path::Path, r: &Run) -> Result<Placement> {
+        Placement::prepare_in(socket, r, PD)
+    }
+
+    /// [`Placement::prepare`] in protection domain `pd`.
+    pub fn prepare_in(socket: &std::path::Path, r: &Run, pd: u32) -> Result<Placement> {
         let mut consumer = Consumer::connect(socket, Duration::from_secs(20))?;
         let count = messages(r);
         let (len, recv) = match r.op {
@@ -38,12 +44,12 @@ impl Placement {
             }
             Op::Count => bail!("no placement with --op count"),
         };
-        let region = consumer.create_region(len, PD, true, false)?;
+        let region = consumer.create_region(len, pd, true, false)?;
         let stag = region.info().stag;
         if r.op == Op::Send {
-            consumer.post_recv(PostTarget::Pd(PD), stag, 0, recv, count as u32)?;
+            consumer.post_recv(PostTarget::Pd(pd), stag, 0, recv, count as u32)?;
         }
-        consumer.subscribe(PD)?;
+        consumer.subscribe(pd)?;
         let ad = RegionAd {
             writes: true,
             sends: recv > 0,

@@ -103,6 +103,7 @@ impl SuiteArgs {
                 region_bytes: 16 << 20,
                 align: Align::Auto,
                 json: false,
+                connections: 1,
                 nic: Default::default(),
             },
             bw_loss: (if q { vec![5] } else { vec![1, 5, 10, 20] })
@@ -148,6 +149,7 @@ impl SuiteArgs {
             region_bytes: 16 << 20,
             align: Align::Auto,
             json: false,
+            connections: 1,
             nic: Default::default(),
         }
     }
