@@ -57,6 +57,10 @@ struct Args {
     busy_poll_budget: u32,
 }
 
+/// Exit status when a worker failed (EX_SOFTWARE of sysexits.h): its flows were reported gone
+/// and the datapath stopped (datapath/src/server/faults.rs says why it does not carry on).
+const EXIT_WORKER_FAILED: u8 = 70;
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -115,9 +119,17 @@ fn main() -> ExitCode {
     };
     // Tests and scripts wait for this line.
     eprintln!("mpa-datapath: ready");
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.load(Ordering::Relaxed) && dp.failure().is_none() {
         std::thread::sleep(Duration::from_millis(50));
     }
+    let failure = dp.failure();
     dp.stop();
-    ExitCode::SUCCESS
+    match failure {
+        None => ExitCode::SUCCESS,
+        Some(why) => {
+            // A supervisor restarts us; the XDP link went with the stop.
+            eprintln!("mpa-datapath: stopped: {why}");
+            ExitCode::from(EXIT_WORKER_FAILED)
+        }
+    }
 }

@@ -292,6 +292,7 @@ impl Server {
             registry: self.registry.stats(),
             ended_flows: self.finished.iter().cloned().collect(),
             capture,
+            xdp_detached: self.faults.xdp_detached,
         });
         self.reply(client, Message::Stats { id, stats });
     }
