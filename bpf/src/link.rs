@@ -102,9 +102,8 @@ pub(crate) fn detach_netlink_expected(
     };
     // SAFETY: `opts` is a properly sized, initialised options struct that lives across the
     // call; libbpf reads it and keeps no pointer to it.
-    let r = unsafe {
-        libbpf_sys::bpf_xdp_detach(ifindex, (flags | XdpFlags::REPLACE).bits(), &opts)
-    };
+    let r =
+        unsafe { libbpf_sys::bpf_xdp_detach(ifindex, (flags | XdpFlags::REPLACE).bits(), &opts) };
     if r < 0 {
         return Err(io::Error::from_raw_os_error(-r));
     }

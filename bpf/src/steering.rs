@@ -232,7 +232,9 @@ impl XdpSteering {
             Ok(Some(_)) => info!(iface = %att.iface, mode = %att.mode, "XDP steering detached"),
             Ok(None) => warn!(iface = %att.iface, mode = %att.mode, prog_id = self.prog_id,
                 "our XDP program was detached by someone else; nothing left to detach"),
-            Err(e) => warn!(iface = %att.iface, error = %e, "XDP link query failed; closing it anyway"),
+            Err(e) => {
+                warn!(iface = %att.iface, error = %e, "XDP link query failed; closing it anyway")
+            }
         }
         drop(att.link);
         Ok(())

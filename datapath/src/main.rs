@@ -113,7 +113,14 @@ fn main() -> ExitCode {
     let dp = match Datapath::start(cfg) {
         Ok(dp) => dp,
         Err(e) => {
-            eprintln!("mpa-datapath: {e}");
+            // The whole chain: "attach ... in driver mode: Device or resource busy".
+            let mut msg = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                msg.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            eprintln!("mpa-datapath: {msg}");
             return ExitCode::FAILURE;
         }
     };

@@ -328,10 +328,7 @@ impl Server {
             select! {
                 recv(in_rx) -> m => match m {
                     Ok(Incoming::Msg(c, m)) => self.handle(c, m),
-                    Ok(Incoming::Gone(c)) => {
-                        self.clients.remove(&c);
-                        self.registry.client_gone(c);
-                    }
+                    Ok(Incoming::Gone(c)) => self.client_gone(c),
                     Err(_) => break,
                 },
                 recv(self.notify) -> n => if let Ok(n) = n { self.notified(n) },
@@ -359,6 +356,38 @@ impl Server {
         }
         self.close_clients(Instant::now() + CLIENT_FLUSH);
         // `steering` drops here: XDP detaches.
+    }
+
+    /// A control client went away (closed, or died): what it held goes. Its regions and
+    /// subscriptions end (workers stop placing into those regions: a flow that still writes
+    /// there gets a Terminate), and so do the flows it adopted but never handed over (their
+    /// 4-tuples would stay steered, dropped, forever). Flows it handed over keep running: a
+    /// restarted mpa-control must not cost the connections it set up.
+    fn client_gone(&mut self, client: u64) {
+        self.clients.remove(&client);
+        let stags = self.registry.client_gone(client);
+        for &stag in &stags {
+            for w in &self.workers {
+                let _ = w.send(Command::RemoveRegion(stag));
+            }
+        }
+        let pending: Vec<u64> = self
+            .adopted
+            .iter()
+            .filter(|(_, a)| a.client == client && a.worker.is_none())
+            .map(|(&id, _)| id)
+            .collect();
+        for &flow_id in &pending {
+            self.forget(flow_id);
+        }
+        if !stags.is_empty() || !pending.is_empty() {
+            tracing::info!(
+                client,
+                regions = stags.len(),
+                adoptions = pending.len(),
+                "control client gone: its regions and unfinished adoptions released"
+            );
+        }
     }
 
     /// Removes an adopted flow and its 4-tuple from the XDP flow map.

@@ -308,7 +308,10 @@ impl Server {
         remote_write: bool,
         remote_read: bool,
     ) {
-        match self.registry.create(len, pd, remote_write, remote_read) {
+        match self
+            .registry
+            .create(len, pd, remote_write, remote_read, client)
+        {
             Ok(r) => {
                 for w in &self.workers {
                     let _ = w.send(Command::AddRegion(r.clone()));
