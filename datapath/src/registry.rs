@@ -277,7 +277,7 @@ mod tests {
         g.destroy(a.info.stag).unwrap();
         assert!(g.take_waiting(1).is_empty());
         assert!(g.destroy(a.info.stag).is_err());
-        let c = g.create(6_000, 1, true, false, 7).unwrap();
+        let c = g.create(5_000, 1, true, false, 7).unwrap();
         let d = g.create(1_000, 1, true, false, 8).unwrap();
         g.subscribe(1, 7);
         assert_eq!(g.subscriber(1), Some(7));

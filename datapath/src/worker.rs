@@ -242,11 +242,10 @@ pub struct Worker<R: FrameRing> {
     panic_at_handover: Option<usize>,
 }
 
-/// Debug builds only (the system tests' binaries; release builds have none of this): a
-/// worker panics when a hand-over reaches it while it owns this many flows, so that tests can
-/// check what a worker failure does to its flows. Read once when the worker is made; acted on
-/// in the hand-over command, never per packet.
-#[cfg(debug_assertions)]
+/// Debug builds only (the system tests' binaries; release builds ignore it): a worker panics
+/// when a hand-over reaches it while it owns this many flows, so that tests can check what a
+/// worker failure does to its flows. Read once when the worker is made; acted on in the
+/// hand-over command, never per packet.
 pub const PANIC_AT_HANDOVER_ENV: &str = "MPA_DATAPATH_TEST_PANIC_AT_HANDOVER";
 
 impl<R: FrameRing> Worker<R> {
