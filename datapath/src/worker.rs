@@ -37,6 +37,8 @@ pub enum Command {
     PostRecv(u64, Vec<PostedBuf>, Sender<Result<(), WorkerError>>),
     /// Abort a flow (RST to the peer).
     Close(u64),
+    /// Abort every flow (RST to each peer), each reported gone with this reason.
+    AbortAll(&'static str),
     /// Give a flow up (it belongs to another queue's worker): answer with its state.
     Release(u64, Sender<Option<Box<Flow>>>),
     /// Take over a flow released by another worker.
@@ -385,6 +387,12 @@ impl<R: FrameRing> Worker<R> {
                     if let Some(k) = self.ids.get(&id) {
                         self.touched.push(*k);
                     }
+                }
+            }
+            Command::AbortAll(reason) => {
+                for (key, f) in self.flows.iter_mut() {
+                    f.abort_because(reason);
+                    self.touched.push(*key);
                 }
             }
             Command::Stats(answer) => {

@@ -8,7 +8,8 @@
 //!   behind) is removed at start; a running datapath's program is never displaced.
 //! * A worker panic ends that queue's flows with `FlowGone` and the reason, unsteers them and
 //!   makes the process exit with status 70.
-//! * The program detached by someone else is reported (log and `xdp_detached`).
+//! * The program detached by someone else is reported (log and `xdp_detached`) and its flows
+//!   end with that reason; netlink cannot detach it.
 //! * A dead control client loses its regions, subscriptions and unfinished adoptions; other
 //!   flows keep placing.
 
@@ -357,7 +358,7 @@ fn attached_prog_id(bed: &TestBed) -> u64 {
 }
 
 #[test]
-fn xdp_detach_by_someone_else_is_reported() {
+fn xdp_detach_by_someone_else_is_reported_and_ends_the_flows() {
     if !require_privileged("XDP detached by someone else") {
         return;
     }
@@ -371,7 +372,12 @@ fn xdp_detach_by_someone_else_is_reported() {
     }
     let bed = TestBed::up(BedConfig::default()).unwrap();
     let mut dp = start(&bed, &[]);
-    let mut dpc = DatapathClient::connect(&dp.socket, Duration::from_secs(10)).unwrap();
+    let addr = SocketAddr::new(bed.addr_b(false), 7641);
+    let listener = listen_in(&bed.ns_b, addr);
+    let held = held_initiator(&bed, addr);
+    let (flow_id, mut dpc, frozen) = hand_over(&bed, &dp.socket, &listener, false, true, None);
+    held.sent.recv_timeout(Duration::from_secs(20)).unwrap();
+    wait_fpdus(&mut dpc, flow_id, 10);
     assert!(!stats(&mut dpc).xdp_detached);
 
     // Netlink cannot take a link-attached program away.
@@ -380,7 +386,10 @@ fn xdp_detach_by_someone_else_is_reported() {
         &["ip", "link", "set", "dev", &bed.if_b, "xdp", "off"],
     )
     .expect_err("ip link set xdp off removed a bpf_link program");
-    assert!(e.to_string().contains("BPF XDP link"), "{e}");
+    assert!(
+        e.to_string().contains("Can't replace active BPF XDP link"),
+        "{e}"
+    );
     assert!(xdp_on_b(&bed));
 
     // BPF_LINK_DETACH can: find our link by its program and detach it.
@@ -403,12 +412,27 @@ fn xdp_detach_by_someone_else_is_reported() {
         .unwrap();
     assert!(st.success());
     assert!(!xdp_on_b(&bed));
-    // Reported within the check interval (1 s), in the statistics and the log.
-    wait_until(
-        "xdp_detached in the statistics",
-        Duration::from_secs(5),
-        || stats(&mut dpc).xdp_detached,
+
+    // Reported within the check interval (1 s): the flow ends with the reason (the peer gets
+    // the datapath's RST), the statistics say so, one line in the log.
+    let Message::FlowGone {
+        flow_id: gone,
+        mpa_error,
+        reason,
+        ..
+    } = dpc.next_notification().unwrap()
+    else {
+        panic!("not FlowGone")
+    };
+    assert_eq!((gone, mpa_error), (flow_id, None));
+    assert_eq!(
+        reason,
+        "the XDP steering program was detached from the interface"
     );
+    drop(frozen);
+    held.go.send(()).unwrap();
+    assert_eq!(held.peer.join().unwrap(), Some(ErrorKind::ConnectionReset));
+    assert!(stats(&mut dpc).xdp_detached);
     let log = dp.log();
     assert_eq!(
         log.iter()
@@ -416,6 +440,18 @@ fn xdp_detach_by_someone_else_is_reported() {
             .count(),
         1,
         "{log:?}"
+    );
+    // New flows are refused: their segments could not reach the datapath.
+    let r = dpc.request(|id| Message::AdoptFlow {
+        id,
+        local: SocketAddr::new(bed.addr_b(false), 7642),
+        remote: SocketAddr::new(bed.addr_a(false), 40000),
+    });
+    let e = r.expect_err("adoption without XDP");
+    assert!(
+        e.to_string()
+            .contains("the XDP steering program was detached from the interface"),
+        "{e}"
     );
     drop(dpc);
     assert!(dp.terminate().success());

@@ -10,8 +10,14 @@
 //! drops (steered without XSK) — a datapath that silently black-holes a share of its future
 //! connections is worse than one that stops and lets its supervisor restart it. With the
 //! program attached through a BPF link the exit leaves the interface as it was.
+//!
+//! **A detached program ends the flows, not the datapath.** Once a second the control thread
+//! asks the link whether it still holds the program on the interface. When it does not, the
+//! flows are aborted (RST to each peer, `FlowGone` with [`XDP_DETACHED`]) and new adoptions
+//! refused; the datapath keeps answering statistics, which show `xdp_detached`. Whoever
+//! detached it did so on purpose: re-attaching behind their back would fight them.
 
-use super::Server;
+use super::{Command, Server};
 use mpa_ctl_proto::Message;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,6 +25,10 @@ use std::time::{Duration, Instant};
 /// How often the XDP attachment is checked: a detach is reported within this (plus one turn
 /// of the control loop).
 pub(super) const XDP_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The reason of the flows ended because the XDP program was detached, and of refused
+/// adoptions afterwards.
+pub(super) const XDP_DETACHED: &str = "the XDP steering program was detached from the interface";
 
 /// Why the datapath stopped on its own, shared with [`super::Datapath`].
 pub(super) type Failure = Arc<Mutex<Option<String>>>;
@@ -120,9 +130,16 @@ impl Server {
                 self.faults.xdp_detached = true;
                 tracing::error!(
                     iface = ?self.steering.iface(),
+                    flows = self.adopted.len(),
                     "the XDP steering program was detached by someone else: steered flows \
-                     no longer reach the datapath (their segments go to the kernel)"
+                     no longer reach the datapath; aborting them, refusing new ones"
                 );
+                // Their segments now go to the kernel, to frozen sockets that still process
+                // input: end them cleanly (RST to each peer, FlowGone so that mpa-control
+                // closes the frozen sockets) rather than leave them to hang.
+                for w in &self.workers {
+                    let _ = w.send(Command::AbortAll(XDP_DETACHED));
+                }
             }
             Err(e) => tracing::warn!(%e, "XDP attachment check failed"),
         }

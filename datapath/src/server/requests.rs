@@ -119,6 +119,17 @@ impl Server {
                 )
             }
         };
+        if self.faults.xdp_detached {
+            // Its segments could never reach us.
+            return self.reply(
+                client,
+                Message::Error {
+                    id,
+                    code: ErrorCode::Internal,
+                    message: super::faults::XDP_DETACHED.into(),
+                },
+            );
+        }
         if self.adopted.values().any(|a| a.key == key) {
             return self.reply(
                 client,
