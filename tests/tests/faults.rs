@@ -281,7 +281,14 @@ fn worker_panic_reports_its_flows_gone_and_exits_non_zero() {
     }
     let bed = TestBed::up(BedConfig::default()).unwrap();
     // The worker panics at a hand-over that finds it owning one flow already.
-    let mut dp = start(&bed, &[(PANIC_AT_HANDOVER_ENV, "1")]);
+    // mpa_bpf's debug lines show each flow unsteered.
+    let mut dp = start(
+        &bed,
+        &[
+            (PANIC_AT_HANDOVER_ENV, "1"),
+            ("RUST_LOG", "info,mpa_bpf=debug"),
+        ],
+    );
 
     let addr = SocketAddr::new(bed.addr_b(false), 7621);
     let listener = listen_in(&bed.ns_b, addr);
@@ -331,6 +338,16 @@ fn worker_panic_reports_its_flows_gone_and_exits_non_zero() {
     assert!(
         log.iter()
             .any(|l| l.starts_with("mpa-datapath: stopped: worker of queue 0 panicked")),
+        "{log:?}"
+    );
+    // Its 4-tuple left the XDP flow map before the stop.
+    let local = addr.to_string();
+    let unsteered = log
+        .iter()
+        .position(|l| l.contains("flow unsteered") && l.contains(&format!("local={local} ")));
+    let failed = log.iter().position(|l| l.contains("worker failed"));
+    assert!(
+        matches!((failed, unsteered), (Some(f), Some(u)) if f < u),
         "{log:?}"
     );
     assert!(!xdp_on_b(&bed), "{}", bed.link_b().unwrap());
