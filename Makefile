@@ -5,11 +5,12 @@ FUZZ_SECONDS ?= 30
 FUZZ_TARGETS := startup decoder locator ddp flow
 
 # Debian packages: to build (clang, llvm, libelf-dev, zlib1g-dev, m4, pkg-config) and to run
-# the namespace tests and tools (iproute2, ethtool, nftables, bpftool, tcpdump, tshark).
+# the namespace tests and tools (iproute2, ethtool, nftables, bpftool, tcpdump, tshark), and the
+# font the bench's plots are drawn with (fonts-dejavu-core).
 DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev m4 pkg-config iproute2 ethtool nftables \
-	bpftool tcpdump tshark
+	bpftool tcpdump tshark fonts-dejavu-core
 
-.PHONY: all deps build test demo compare fuzz bench clean
+.PHONY: all deps build test demo compare fuzz bench bench-quick microbench clean
 
 all: build
 
@@ -36,8 +37,8 @@ demo: deps build
 
 # Goodput and CPU per octet, datapath vs the blocking kernel-TCP Responder, same bed, same run.
 compare: deps build
-	./target/release/mpa-bench compare --mtu 1500
-	./target/release/mpa-bench compare --mtu 3506
+	./target/release/mpa-bench bw --mtu 1500
+	./target/release/mpa-bench bw --mtu 3506
 
 # fmt check, clippy with warnings as errors, then every test. MPA_REQUIRE_PRIVILEGED=1 makes
 # tests that need root and namespaces fail instead of skipping.
@@ -57,7 +58,19 @@ fuzz:
 		$(CARGO) $$tc fuzz run $$san $$t -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 || exit 1; \
 	done
 
-bench:
+# The standard benchmark set (mpa-bench suite, a few minutes): pipeline, latency, goodput with
+# and without loss, connection setup, datapath vs kernel TCP side by side. Writes
+# $(BENCH_OUT)/{summary.md,results.json,*.png,*.hgrm}.
+BENCH_OUT ?= bench/results/latest
+bench: deps build
+	./target/release/mpa-bench suite --out $(BENCH_OUT)
+
+# The same set, small: checks the harness end to end in a minute, numbers not to quote.
+bench-quick: deps build
+	./target/release/mpa-bench suite --quick --out $(BENCH_OUT)
+
+# Criterion micro-benchmarks (CRC kernels, wire views, locator).
+microbench:
 	$(CARGO) bench -p mpa
 	$(CARGO) bench -p mpa-datapath
 

@@ -1,6 +1,7 @@
 //! `demo`: one transfer through the datapath, checked byte for byte (and, when placing, the
 //! region compared with what the peer wrote).
 
+use crate::cpu::SystemCpu;
 use crate::datapath::{
     accept_and_hand_over, start_datapath, stats, temp_path, DatapathOptions, HandedOver, Responder,
 };
@@ -21,6 +22,10 @@ pub struct DpResult {
     pub flow: Value,
     /// CPU seconds of this process (datapath, listener, consumer) during the transfer.
     pub cpu: f64,
+    /// Whole-system busy CPU seconds during the transfer (`/proc/stat`).
+    pub system_cpu: f64,
+    /// CPU seconds of the sender process (`mpa-peer connect`).
+    pub sender_cpu: f64,
     /// The XDP program's counters.
     pub xdp: Value,
     /// Placement check: (messages completed, region octets compared), when placing.
@@ -60,8 +65,11 @@ pub fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
     // The hand-over listener: one connection (not scoped: a failed sender must not wait for it).
     let setup =
         std::thread::spawn(move || accept_and_hand_over(&ns_b, &sock_path, &listener, &responder));
+    let system = SystemCpu::start()?;
     let cpu0 = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_SELF);
+    let children0 = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_CHILDREN);
     let peer = sender(bed, r)?;
+    let sender_cpu = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_CHILDREN) - children0;
     let HandedOver {
         flow_id,
         mut dpc,
@@ -72,6 +80,7 @@ pub fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
         .map_err(|_| anyhow!("setup thread panicked"))??;
     let gone = dpc.next_notification()?;
     let cpu = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_SELF) - cpu0;
+    let system_cpu = system.seconds()?;
     if std::env::var_os("MPA_BENCH_THREADS").is_some() {
         print_thread_cpu();
     }
@@ -100,6 +109,8 @@ pub fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
         peer,
         flow,
         cpu,
+        system_cpu,
+        sender_cpu,
         xdp: serde_json::json!(stats.xdp),
         placement,
     })

@@ -18,8 +18,10 @@
 use crate::datapath::{
     accept_and_hand_over, start_datapath, stats, temp_path, DatapathOptions, HandedOver, Responder,
 };
-use crate::options::{bed, messages, Align, Op, Run, PD, PORT};
+use crate::options::{bed_for, messages, Align, NicArgs, Op, Run, PD, PORT};
 use crate::peer::sender_with;
+use crate::progress::Progress;
+use crate::report::{Document, Scenario};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use hdrhistogram::Histogram;
@@ -65,9 +67,14 @@ pub struct LatArgs {
     /// Where the `.hgrm` percentile distributions go (one per side and size).
     #[arg(long, default_value = "bench/results/latest")]
     pub out: PathBuf,
-    /// Also print one JSON line with every row (`result: {...}`).
+    /// Print the one JSON document on stdout (the table goes to stderr).
     #[arg(long)]
     pub json: bool,
+    /// On real NICs: one-way latency needs one clock on both ends (CLOCK_MONOTONIC is per
+    /// host), so the peer must be this host (e.g. another namespace or a NIC looped back);
+    /// stamps from the future are counted as bad.
+    #[command(flatten)]
+    pub nic: NicArgs,
 }
 
 impl LatArgs {
@@ -273,11 +280,13 @@ pub fn hgrm(h: &Histogram<u64>) -> String {
     s
 }
 
-fn row_json(r: &Row) -> serde_json::Value {
+/// The JSON result of a row (README, "JSON").
+pub fn row_json(r: &Row, rounds: u32) -> serde_json::Value {
     let h = &r.samples.hist;
     let mut v = serde_json::json!({
-        "side": r.side.key(),
-        "bytes": r.bytes,
+        "receiver": r.side.key(),
+        "size": r.bytes,
+        "rounds": rounds,
         "samples": h.len(),
         "bad_stamps": r.samples.bad,
         "min_us": us(h.min()),
@@ -285,15 +294,31 @@ fn row_json(r: &Row) -> serde_json::Value {
         "mean_us": h.mean() / 1000.0,
     });
     for (name, q) in QUANTILES {
-        v[format!("{name}_us")] = serde_json::json!(us(h.value_at_quantile(q)));
+        let key = format!("{}_us", name.replace('.', ""));
+        v[key] = serde_json::json!(us(h.value_at_quantile(q)));
     }
     v
 }
 
-/// Runs `lat`: prints the table, writes the `.hgrm` files.
-pub fn lat(a: &LatArgs) -> Result<()> {
-    if a.sizes.is_empty() {
-        bail!("--sizes is empty");
+impl LatArgs {
+    fn params(&self) -> serde_json::Value {
+        serde_json::json!({
+            "sizes": self.sizes, "messages": self.messages, "rate": self.rate,
+            "rounds": self.rounds, "mtu": self.mtu,
+            "framing": match (self.plain, self.no_markers) {
+                (true, _) => "plain",
+                (false, true) => "crc",
+                (false, false) => "markers+crc",
+            },
+        })
+    }
+}
+
+/// Runs `lat`: every size on both sides, `rounds` times; writes the `.hgrm` files; returns
+/// the document and the rows.
+pub fn lat(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
+    if a.sizes.is_empty() || a.rounds == 0 {
+        bail!("--sizes and --rounds must not be empty / 0");
     }
     for &size in &a.sizes {
         if !(TAGGED_HEADER_LEN + STAMP_LEN..=MAX_ULPDU).contains(&size) {
@@ -303,7 +328,7 @@ pub fn lat(a: &LatArgs) -> Result<()> {
             );
         }
     }
-    let bed = bed(&a.run(a.sizes[0]))?;
+    let bed = bed_for(&a.run(a.sizes[0]), &a.nic)?;
     let extra = a.sender_args();
     let mut rows: Vec<Row> = Vec::new();
     for &size in &a.sizes {
@@ -315,23 +340,57 @@ pub fn lat(a: &LatArgs) -> Result<()> {
             });
         }
     }
+    let progress = Progress::new("lat", u64::from(a.rounds) * a.sizes.len() as u64 * 2);
     for round in 0..a.rounds {
         for (i, &size) in a.sizes.iter().enumerate() {
             let r = a.run(size);
+            let at = format!("round {} of {}", round + 1, a.rounds);
+            progress.running(format!("{at}: kernel, {size} B"));
             let k = kernel_lat(&bed, &r, &extra).with_context(|| format!("kernel, {size} B"))?;
+            progress.done(format!(
+                "kernel {size} B: p50 {:.1} µs",
+                us(k.hist.value_at_quantile(0.5))
+            ));
             rows[2 * i].samples.add(&k);
+            progress.running(format!("{at}: datapath, {size} B"));
             let d =
                 datapath_lat(&bed, &r, &extra).with_context(|| format!("datapath, {size} B"))?;
+            progress.done(format!(
+                "datapath {size} B: p50 {:.1} µs",
+                us(d.hist.value_at_quantile(0.5))
+            ));
             rows[2 * i + 1].samples.add(&d);
-            eprintln!(
-                "round {round}, {size} B: p50 kernel {:.1} µs, datapath {:.1} µs",
+            progress.println(format!(
+                "round {}, {size} B: p50 kernel {:.1} µs, datapath {:.1} µs",
+                round + 1,
                 us(k.hist.value_at_quantile(0.5)),
                 us(d.hist.value_at_quantile(0.5))
-            );
+            ));
         }
     }
-    println!(
-        "bed: mtu {}; {}; {} messages per size, side and round, {} rounds, sender paced at {}; RDMA Writes into a 16 MiB region (datapath) / digested (kernel)",
+    drop(progress);
+    std::fs::create_dir_all(&a.out).with_context(|| format!("create {}", a.out.display()))?;
+    for r in &rows {
+        let path = a.out.join(hgrm_name(r.side, r.bytes, a.rate));
+        std::fs::write(&path, hgrm(&r.samples.hist))
+            .with_context(|| format!("write {}", path.display()))?;
+    }
+    let mut doc = Document::new(Scenario::Lat, a.params());
+    doc.results = rows.iter().map(|r| row_json(r, a.rounds)).collect();
+    Ok((doc, rows))
+}
+
+/// The `.hgrm` file of a side and size (`-unpaced` when the sender was not paced).
+pub fn hgrm_name(side: Side, bytes: usize, rate: u64) -> String {
+    let pace = if rate == 0 { "-unpaced" } else { "" };
+    format!("lat-{}-{bytes}{pace}.hgrm", side.key())
+}
+
+/// `mpa-bench lat`: the table (stdout, or stderr with `--json`) and the document with `--json`.
+pub fn run_cli(a: &LatArgs) -> Result<()> {
+    let (doc, rows) = lat(a)?;
+    let mut text = format!(
+        "bed: mtu {}; {}; {} messages per size, side and round, {} rounds, sender paced at {}; RDMA Writes into a 16 MiB region (datapath) / digested (kernel)\n",
         a.mtu,
         match (a.plain, a.no_markers) {
             (true, _) => "no markers, no CRC",
@@ -346,23 +405,17 @@ pub fn lat(a: &LatArgs) -> Result<()> {
             format!("{} msg/s", a.rate)
         }
     );
-    print!("{}", table(&rows));
-    std::fs::create_dir_all(&a.out).with_context(|| format!("create {}", a.out.display()))?;
-    for r in &rows {
-        let path = a.out.join(format!("lat-{}-{}.hgrm", r.side.key(), r.bytes));
-        std::fs::write(&path, hgrm(&r.samples.hist))
-            .with_context(|| format!("write {}", path.display()))?;
-    }
-    println!(
-        "hgrm files: {}/lat-{{kernel,datapath}}-<bytes>.hgrm",
-        a.out.display()
+    text += &table(&rows);
+    text += &format!(
+        "hgrm files: {}/lat-{{kernel,datapath}}-<bytes>{}.hgrm\n",
+        a.out.display(),
+        if a.rate == 0 { "-unpaced" } else { "" }
     );
     if a.json {
-        let v = serde_json::json!({
-            "mtu": a.mtu, "messages": a.messages, "rounds": a.rounds, "rate": a.rate,
-            "rows": rows.iter().map(row_json).collect::<Vec<_>>(),
-        });
-        println!("result: {v}");
+        eprint!("{text}");
+        crate::report::print(&doc);
+    } else {
+        print!("{text}");
     }
     Ok(())
 }
@@ -642,5 +695,27 @@ mod tests {
         assert!(text.contains("#[Max     ="));
         assert!(text.contains("Total count    =         1000]"));
         assert!(text.contains("SubBuckets     =         2048]"), "{text}");
+    }
+
+    #[test]
+    fn rows_make_a_documented_lat_document() {
+        let r = rows();
+        let mut doc = Document::new(Scenario::Lat, serde_json::json!({"sizes": [64]}));
+        doc.results = r.iter().map(|r| row_json(r, 3)).collect();
+        let v = doc.to_value();
+        crate::report::check_shape(&v).unwrap();
+        assert_eq!(v["results"][0]["receiver"], "kernel");
+        assert_eq!(v["results"][1]["receiver"], "datapath");
+        assert_eq!(v["results"][1]["samples"], 1000);
+        assert_eq!(v["results"][1]["p50_us"], 500.223);
+        assert!(v["results"][1]["p999_us"].as_f64().unwrap() > 998.0);
+        assert_eq!(
+            hgrm_name(Side::Datapath, 64, 0),
+            "lat-datapath-64-unpaced.hgrm"
+        );
+        assert_eq!(
+            hgrm_name(Side::Kernel, 4096, 10_000),
+            "lat-kernel-4096.hgrm"
+        );
     }
 }

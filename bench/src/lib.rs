@@ -4,16 +4,20 @@
 //! * [`datapath`]: THE `start_datapath` and the hand-over of an accepted connection to it.
 //! * [`demo`]: the datapath and the hand-over listener in ns b, `mpa-peer connect` in ns a;
 //!   goodput, FPDU counts, errors and the digest check.
-//! * [`compare`]: the same sender against the datapath and against the blocking kernel-TCP
-//!   Responder (`mpa-peer listen`), same bed, same run.
+//! * [`bw`]: goodput and CPU per octet, the datapath against the blocking kernel-TCP
+//!   Responder (`mpa-peer listen`), same bed, same sender, same run, rounds alternating.
 //! * [`lat`]: one-way latency per message (hdrhistogram), datapath vs the kernel-TCP
 //!   Responder, same bed and sender.
-//! * [`scale`]: many connections at once through `mpa-control serve`.
+//! * [`setup`]: many connections at once through `mpa-control serve`: hand-overs per second
+//!   and hand-over latency percentiles.
+//! * [`suite`]: `make bench`'s bounded standard set, its summary, JSON and plots ([`plot`]).
+//! * [`report`], [`cpu`], [`progress`]: the JSON document, CPU accounting, the progress line.
 //! * [`pipeline`]: the datapath's receive pipeline (`Worker<MemRing>`) on frames prepared in
 //!   memory: ns per segment, no kernel sender, no namespace, no root.
 #![forbid(unsafe_code)]
 
-pub mod compare;
+pub mod bw;
+pub mod cpu;
 pub mod datapath;
 pub mod demo;
 pub mod lat;
@@ -21,16 +25,20 @@ pub mod options;
 pub mod peer;
 pub mod pipeline;
 pub mod placement;
-pub mod scale;
+pub mod plot;
+pub mod progress;
+pub mod report;
+pub mod setup;
+pub mod suite;
 
-pub use compare::compare;
+pub use bw::BwArgs;
 pub use datapath::{
     accept_and_hand_over, respond_in, start_datapath, temp_path, DatapathOptions, HandedOver,
     Responder,
 };
 pub use demo::demo;
 pub use lat::{lat, LatArgs};
-pub use options::{Align, Op, Run, Scale};
+pub use options::{Align, Op, Run};
 pub use peer::sibling;
 pub use pipeline::{pipeline, pipeline_many, PipelineArgs, PipelineOpts, PipelineReport};
-pub use scale::scale;
+pub use setup::{setup, SetupArgs};

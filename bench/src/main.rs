@@ -1,18 +1,23 @@
 //! `mpa-bench`: whole experiments on a private namespace test bed (the building blocks are in
-//! the library).
+//! the library). Every experiment with a kernel counterpart runs the AF_XDP datapath and the
+//! blocking kernel-TCP Responder on the same bed with the same sender, rounds alternating.
 //!
-//! * `demo`: the datapath and the hand-over listener in ns b, `mpa-peer connect` in ns a;
-//!   prints goodput, FPDU counts, errors and the digest check, last line `demo: OK …` or
-//!   `demo: FAILED …`.
-//! * `compare`: the same sender against the datapath and against the blocking kernel-TCP
-//!   Responder (`mpa-peer listen`), same bed, same run.
-//! * `lat`: one-way latency per message (stamped by the sender), datapath vs kernel TCP,
-//!   percentiles per size and `.hgrm` files.
+//! * `demo`: one transfer through the datapath, checked byte for byte; last line `demo: OK …`
+//!   or `demo: FAILED …`.
+//! * `bw` (alias `compare`): goodput, spread and whole-system CPU per octet.
+//! * `lat`: one-way latency per message, percentiles per size and `.hgrm` files.
 //! * `pipeline`: the receive pipeline alone (`Worker<MemRing>`, frames prepared in memory).
+//! * `setup` (alias `scale`): hand-overs per second and hand-over latency, N connections.
+//! * `suite`: `make bench`'s standard set: summary, JSON, plots, `.hgrm` files.
+//!
+//! `--json` prints the one document `{"scenario", "params", "results"}` on stdout (README,
+//! "JSON"); the human tables then go to stderr.
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand};
-use mpa_bench::{compare, demo, lat, pipeline, scale, LatArgs, PipelineArgs, Run, Scale};
+use mpa_bench::bw::BwArgs;
+use mpa_bench::suite::SuiteArgs;
+use mpa_bench::{bw, demo, lat, pipeline, setup, LatArgs, PipelineArgs, Run, SetupArgs};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -30,16 +35,23 @@ struct Cli {
 enum Cmd {
     /// One transfer through the datapath, checked byte for byte.
     Demo(Run),
-    /// Goodput and CPU: datapath vs the blocking kernel-TCP Responder, same bed and sender.
-    Compare(Run),
+    /// Goodput and CPU per octet: datapath vs the blocking kernel-TCP Responder, same bed and
+    /// sender, rounds alternating; median and min–max.
+    #[command(alias = "compare")]
+    Bw(BwArgs),
     /// One-way latency per message: datapath vs the blocking kernel-TCP Responder, same bed
     /// and paced sender; percentiles per size, `.hgrm` files.
     Lat(LatArgs),
-    /// Many connections at once through `mpa-control serve`: hand-over rate, all carry data.
-    Scale(Scale),
-    /// The receive pipeline alone: a Worker on an in-memory ring fed prepared frames; ns per
-    /// segment, checked every round (no namespace, no root).
+    /// Many connections at once through `mpa-control serve`: hand-overs per second and
+    /// hand-over latency percentiles; all carry data.
+    #[command(alias = "scale")]
+    Setup(SetupArgs),
+    /// The receive pipeline alone: a Worker on an in-memory ring fed prepared frames; Gbit/s
+    /// per core, ns per packet, memcpy and CRC alone over the same octets (no namespace, no
+    /// root).
     Pipeline(PipelineArgs),
+    /// The standard set (`make bench`): summary.md, results.json, PNG plots, `.hgrm` files.
+    Suite(SuiteArgs),
 }
 
 fn main() -> ExitCode {
@@ -51,47 +63,35 @@ fn main() -> ExitCode {
         )
         .init();
     let cli = Cli::parse();
-    match cli.cmd {
+    let (name, result) = match cli.cmd {
         Cmd::Demo(r) => match demo(&r) {
             Ok(line) => {
                 println!("demo: OK {line}");
-                ExitCode::SUCCESS
+                return ExitCode::SUCCESS;
             }
             Err(e) => {
                 println!("demo: FAILED {e:#}");
-                ExitCode::FAILURE
+                return ExitCode::FAILURE;
             }
         },
-        Cmd::Scale(sc) => match scale(&sc) {
-            Ok(line) => {
-                println!("scale: OK {line}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                println!("scale: FAILED {e:#}");
-                ExitCode::FAILURE
-            }
-        },
-        Cmd::Pipeline(a) => match pipeline::run_cli(&a) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                println!("pipeline: FAILED {e:#}");
-                ExitCode::FAILURE
-            }
-        },
-        Cmd::Lat(a) => match lat(&a) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("mpa-bench: {e:#}");
-                ExitCode::FAILURE
-            }
-        },
-        Cmd::Compare(r) => match compare(&r) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("mpa-bench: {e:#}");
-                ExitCode::FAILURE
-            }
-        },
+        Cmd::Setup(s) => ("setup", setup::run_cli(&s)),
+        Cmd::Pipeline(a) => ("pipeline", pipeline::run_cli(&a)),
+        Cmd::Lat(a) => ("lat", lat::run_cli(&a)),
+        Cmd::Bw(a) => ("bw", bw::run_cli(&a)),
+        Cmd::Suite(a) => (
+            "suite",
+            mpa_bench::suite::suite(&a).map(|md| {
+                print!("{md}");
+                println!("suite: OK, written to {}", a.out.display());
+            }),
+        ),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // The last line says what failed, on stdout like the results.
+            println!("{name}: FAILED {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }

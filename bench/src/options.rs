@@ -1,4 +1,4 @@
-//! What an experiment is asked to do: the options of `mpa-bench demo|compare|scale`, and the
+//! What an experiment is asked to do: the options of `mpa-bench demo` and of `bw` runs, and the
 //! bed they run on.
 
 use anyhow::Result;
@@ -86,15 +86,59 @@ pub const PD: u32 = 1;
 /// The port the hand-over listener (or the kernel Responder) listens on in ns b.
 pub const PORT: u16 = 7777;
 
-/// `scale`: connections set up through `mpa-control serve` and kept open at once.
-#[derive(Args, Clone, Debug)]
-pub struct Scale {
-    /// Connections to hand over and keep open.
-    #[arg(long, default_value_t = 10_000)]
-    pub connections: usize,
-    /// Initiator threads connecting in parallel (in ns a).
-    #[arg(long, default_value_t = 32)]
-    pub parallel: usize,
+/// `bw` and `lat` on real NICs instead of the private bed: XDP on this host's `--iface`, the
+/// sender (`mpa-peer connect`) on the peer host, started through `--peer-exec`.
+#[derive(Args, Clone, Debug, Default)]
+pub struct NicArgs {
+    /// Run on this interface of this host instead of the private namespace bed (the datapath
+    /// attaches XDP here; the kernel Responder listens on its address).
+    #[arg(long, requires = "peer")]
+    pub iface: Option<String>,
+    /// The sender host's address.
+    #[arg(long, requires = "iface")]
+    pub peer: Option<std::net::IpAddr>,
+    /// This host's address on --iface (default: the interface's first IPv4 address).
+    #[arg(long, requires = "iface")]
+    pub local: Option<std::net::IpAddr>,
+    /// The command prefix that runs the sender on the peer host (default: `ssh root@PEER`).
+    #[arg(long, requires = "iface")]
+    pub peer_exec: Option<String>,
+    /// The directory of `mpa-peer` on the peer host (default: the same path as here).
+    #[arg(long, requires = "iface")]
+    pub peer_bin_dir: Option<String>,
+}
+
+impl NicArgs {
+    /// The external bed these options name, if any.
+    pub fn external(&self) -> Option<mpa_testbed::ExternalPeer> {
+        let (iface, peer) = (self.iface.clone()?, self.peer?);
+        let exec = match &self.peer_exec {
+            Some(p) => p.split_whitespace().map(String::from).collect(),
+            None => vec!["ssh".into(), format!("root@{peer}")],
+        };
+        Some(mpa_testbed::ExternalPeer {
+            iface,
+            local: self
+                .local
+                .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)),
+            peer,
+            exec,
+            bin_dir: self.peer_bin_dir.clone(),
+        })
+    }
+}
+
+/// The bed a run asks for: the peer host through real NICs when `nic` names one, else the
+/// private namespace bed.
+pub fn bed_for(r: &Run, nic: &NicArgs) -> Result<TestBed> {
+    match nic.external() {
+        Some(_) if r.loss > 0 => anyhow::bail!(
+            "--loss needs the private bed's bridge; on real interfaces impose loss on the path \
+             yourself"
+        ),
+        Some(peer) => Ok(TestBed::external(peer, r.mtu)?),
+        None => bed(r),
+    }
 }
 
 /// The bed a run asks for: the direct veth pair, or the bridge with loss.

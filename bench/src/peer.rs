@@ -1,6 +1,7 @@
 //! The other processes of an experiment: `mpa-peer connect` (the sender, ns a) and
 //! `mpa-peer listen` (the blocking kernel-TCP Responder, ns b), and the CPU they use.
 
+use crate::cpu::{CpuUse, SystemCpu};
 use crate::options::{Op, Run, PORT};
 use anyhow::{anyhow, bail, Context, Result};
 use mpa_testbed::TestBed;
@@ -78,8 +79,18 @@ pub fn sender_with(bed: &TestBed, r: &Run, extra: &[String]) -> Result<Value> {
     Ok(v)
 }
 
+/// What one kernel-TCP Responder run measured.
+pub struct KernelResult {
+    /// The sender's report.
+    pub sent: Value,
+    /// The Responder's report.
+    pub got: Value,
+    /// CPU seconds: whole system during the transfer, the Responder process, the sender.
+    pub cpu: CpuUse,
+}
+
 /// The blocking kernel-TCP Responder in ns b, same sender.
-pub fn kernel_run(bed: &TestBed, r: &Run) -> Result<(Value, Value, f64)> {
+pub fn kernel_run(bed: &TestBed, r: &Run) -> Result<KernelResult> {
     let peer_bin = sibling("mpa-peer")?;
     let bind = SocketAddr::new(bed.addr_b(false), PORT).to_string();
     let mut args = vec![
@@ -105,11 +116,28 @@ pub fn kernel_run(bed: &TestBed, r: &Run) -> Result<(Value, Value, f64)> {
         .stderr(Stdio::piped())
         .spawn()?;
     wait_listening(&mut child)?;
+    let system = SystemCpu::start()?;
+    let sender0 = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_CHILDREN);
     let sent = sender(bed, r)?;
+    let sender_cpu = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_CHILDREN) - sender0;
     let out = child.wait_with_output()?;
-    let cpu = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_CHILDREN) - cpu0;
-    let got: Value = serde_json::from_slice(&out.stdout)?;
-    Ok((sent, got, cpu))
+    let system = system.seconds()?;
+    let both = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_CHILDREN) - cpu0;
+    let got: Value = serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "mpa-peer listen output {:?}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })?;
+    Ok(KernelResult {
+        sent,
+        got,
+        cpu: CpuUse {
+            system,
+            receiver: (both - sender_cpu).max(0.0),
+            sender: sender_cpu,
+        },
+    })
 }
 
 fn wait_listening(child: &mut std::process::Child) -> Result<()> {

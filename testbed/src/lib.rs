@@ -98,6 +98,25 @@ pub struct TestBed {
     pub if_b: String,
     /// The configuration it was built with.
     pub config: BedConfig,
+    /// Set when the bed is this host's real interface and a peer host ([`TestBed::external`]).
+    pub external: Option<ExternalPeer>,
+}
+
+/// A bed made of this host's own interface and a separate peer host (real NICs): `ns_b` is a
+/// name given to the caller's own network namespace (`ip netns attach`), and commands for
+/// `ns_a` run through `exec` (e.g. `ssh root@peer`).
+#[derive(Debug, Clone)]
+pub struct ExternalPeer {
+    /// This host's interface, where XDP attaches.
+    pub iface: String,
+    /// This host's address on `iface`.
+    pub local: IpAddr,
+    /// The peer host's address.
+    pub peer: IpAddr,
+    /// The command prefix that runs a program on the peer host.
+    pub exec: Vec<String>,
+    /// The path of programs on the peer host: a directory, or `None` for the same path as here.
+    pub bin_dir: Option<String>,
 }
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -194,6 +213,7 @@ impl TestBed {
             if_a: "veth-a".into(),
             if_b: "veth-b".into(),
             config,
+            external: None,
         };
         // From here on Drop cleans up whatever was made.
         bed.build()?;
@@ -292,8 +312,53 @@ impl TestBed {
         Ok(())
     }
 
-    /// Every namespace of the bed.
+    /// A bed on this host's interface `peer.iface`, with the peer on another host: no
+    /// namespace is created; the caller's own network namespace gets a name (so that
+    /// [`run_in_netns`] and `ip netns exec` work on it as on `ns_b`), removed on drop. `local`
+    /// is `peer.iface`'s first IPv4 address when `None`. No loss, no bridge.
+    pub fn external(mut peer: ExternalPeer, mtu: u32) -> Result<TestBed, BedError> {
+        privileged()?;
+        reap_stale();
+        if peer.exec.is_empty() {
+            return Err(BedError::Config(
+                "the peer needs a command prefix to run the sender (e.g. `ssh root@HOST`)".into(),
+            ));
+        }
+        if peer.local.is_unspecified() {
+            peer.local = first_ipv4(&peer.iface)?.into();
+        }
+        let id = format!(
+            "{PREFIX}{}x{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let ns_b = format!("{id}-host");
+        run(&[
+            "ip",
+            "netns",
+            "attach",
+            &ns_b,
+            &std::process::id().to_string(),
+        ])?;
+        Ok(TestBed {
+            ns_a: String::new(),
+            ns_r: None,
+            ns_b,
+            if_a: String::new(),
+            if_b: peer.iface.clone(),
+            config: BedConfig {
+                mtu,
+                ..BedConfig::default()
+            },
+            external: Some(peer),
+        })
+    }
+
+    /// Every namespace of the bed (for an external bed: only the name of this host's).
     pub fn namespaces(&self) -> Vec<&str> {
+        if self.external.is_some() {
+            return vec![self.ns_b.as_str()];
+        }
         let mut v = vec![self.ns_a.as_str()];
         v.extend(self.ns_r.as_deref());
         v.push(self.ns_b.as_str());
@@ -302,6 +367,11 @@ impl TestBed {
 
     /// Sets (replaces) the loss on frames a → b to TCP port `loss_port` in the bridge.
     pub fn set_loss(&self, percent: u8) -> Result<(), BedError> {
+        if self.external.is_some() {
+            return Err(BedError::Config(
+                "no loss on real interfaces (the bed's loss lives in its bridge namespace)".into(),
+            ));
+        }
         let r = self
             .ns_r
             .as_deref()
@@ -342,6 +412,9 @@ impl TestBed {
 
     /// The address of `b` (the host under test) in the family asked for.
     pub fn addr_b(&self, v6: bool) -> IpAddr {
+        if let Some(e) = &self.external {
+            return e.local;
+        }
         if v6 {
             IpAddr::V6(B6)
         } else {
@@ -351,6 +424,9 @@ impl TestBed {
 
     /// The address of `a` (the peer).
     pub fn addr_a(&self, v6: bool) -> IpAddr {
+        if let Some(e) = &self.external {
+            return e.peer;
+        }
         if v6 {
             IpAddr::V6(A6)
         } else {
@@ -358,8 +434,23 @@ impl TestBed {
         }
     }
 
-    /// A command to run inside namespace `ns` (e.g. `bed.command(&bed.ns_a, "mpa-peer")`).
+    /// A command to run inside namespace `ns` (e.g. `bed.command(&bed.ns_a, "mpa-peer")`); on
+    /// an external bed, `ns_a`'s commands run on the peer host through its command prefix.
     pub fn command(&self, ns: &str, program: &str) -> Command {
+        if let Some(e) = self.external.as_ref().filter(|_| ns == self.ns_a) {
+            let program = match &e.bin_dir {
+                Some(dir) => {
+                    let name = std::path::Path::new(program)
+                        .file_name()
+                        .map_or(program.into(), |n| n.to_string_lossy().into_owned());
+                    format!("{}/{name}", dir.trim_end_matches('/'))
+                }
+                None => program.to_string(),
+            };
+            let mut c = Command::new(&e.exec[0]);
+            c.args(&e.exec[1..]).arg(program);
+            return c;
+        }
         let mut c = Command::new("ip");
         c.args(["netns", "exec", ns, program]);
         c
@@ -396,6 +487,21 @@ impl TestBed {
     }
 }
 
+/// The first IPv4 address of interface `iface` in this namespace.
+pub fn first_ipv4(iface: &str) -> Result<Ipv4Addr, BedError> {
+    let out = run(&["ip", "-4", "-o", "addr", "show", "dev", iface])?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    parse_first_inet(&text)
+        .ok_or_else(|| BedError::Config(format!("{iface} has no IPv4 address (give --local)")))
+}
+
+/// The first `inet A.B.C.D/N` address of `ip -o addr` output.
+fn parse_first_inet(text: &str) -> Option<Ipv4Addr> {
+    let mut words = text.split_whitespace();
+    words.find(|w| *w == "inet")?;
+    words.next()?.split('/').next()?.parse().ok()
+}
+
 impl Drop for TestBed {
     fn drop(&mut self) {
         for ns in self.namespaces() {
@@ -403,5 +509,48 @@ impl Drop for TestBed {
                 tracing::warn!(%e, "test bed cleanup");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_inet_of_ip_addr_output() {
+        let out = "3: eth0    inet 192.0.2.7/24 brd 192.0.2.255 scope global eth0\\       valid_lft forever\n\
+                   3: eth0    inet 198.51.100.1/24 scope global secondary eth0\n";
+        assert_eq!(parse_first_inet(out), Some(Ipv4Addr::new(192, 0, 2, 7)));
+        assert_eq!(parse_first_inet(""), None);
+        assert_eq!(parse_first_inet("3: eth0 inet nonsense/24"), None);
+    }
+
+    #[test]
+    fn peer_commands_go_through_the_prefix() {
+        let bed = std::mem::ManuallyDrop::new(TestBed {
+            ns_a: String::new(),
+            ns_r: None,
+            ns_b: "x-host".into(),
+            if_a: String::new(),
+            if_b: "eth0".into(),
+            config: BedConfig::default(),
+            external: Some(ExternalPeer {
+                iface: "eth0".into(),
+                local: Ipv4Addr::new(192, 0, 2, 1).into(),
+                peer: Ipv4Addr::new(192, 0, 2, 2).into(),
+                exec: vec!["ssh".into(), "root@peer".into()],
+                bin_dir: Some("/opt/mpa/".into()),
+            }),
+        });
+        let c = bed.command("", "/home/me/target/release/mpa-peer");
+        assert_eq!(c.get_program(), "ssh");
+        let args: Vec<_> = c.get_args().collect();
+        assert_eq!(args, ["root@peer", "/opt/mpa/mpa-peer"]);
+        let c = bed.command("x-host", "mpa-peer");
+        assert_eq!(c.get_program(), "ip");
+        assert_eq!(bed.addr_b(false), IpAddr::from([192, 0, 2, 1]));
+        assert_eq!(bed.addr_a(true), IpAddr::from([192, 0, 2, 2]));
+        assert_eq!(bed.namespaces(), ["x-host"]);
+        assert!(bed.set_loss(1).is_err());
     }
 }

@@ -22,7 +22,7 @@ fn ten_thousand_connections_in_one_datapath() {
         "descriptor hard limit {hard} is too low for a scale test"
     );
     let out = Command::new(mpa_tests::bin("mpa-bench"))
-        .args(["scale", "--connections", &n.to_string()])
+        .args(["setup", "--connections", &n.to_string()])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -30,7 +30,7 @@ fn ten_thousand_connections_in_one_datapath() {
         out.status.success()
             && stdout
                 .lines()
-                .any(|l| l.starts_with(&format!("scale: OK {n} concurrent connections"))),
+                .any(|l| l.starts_with(&format!("setup: OK {n} concurrent connections"))),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );

@@ -9,11 +9,15 @@
 //! The thread's CPU time and wall time cover the whole loop. Every round is checked: region
 //! octets, completions (count, order, place), the flows' counters and digests.
 
+mod baseline;
 pub mod gen;
 mod profile;
 pub mod round;
+pub mod stages;
 
 use crate::options::{Align, Op};
+pub use crate::report::Spread;
+use crate::report::{Document, Scenario};
 use anyhow::{bail, Result};
 use clap::Args;
 use round::RoundResult;
@@ -39,12 +43,12 @@ pub struct PipelineArgs {
     /// Flows; segments are interleaved round-robin across them.
     #[arg(long, default_value_t = 1)]
     pub flows: usize,
-    /// ULPDU (message) size, DDP header included.
-    #[arg(long, default_value_t = 4096)]
-    pub size: usize,
-    /// TCP payload octets per segment.
-    #[arg(long, default_value_t = 1448)]
-    pub mss: usize,
+    /// ULPDU (message) sizes, DDP header included; every size runs at every MSS.
+    #[arg(long, alias = "size", value_delimiter = ',', default_values_t = [4096usize])]
+    pub sizes: Vec<usize>,
+    /// TCP payload octets per segment (MSS 1448: MTU 1500; 3454: MTU 3506; 8948: MTU 9000).
+    #[arg(long, value_delimiter = ',', default_values_t = [1448usize, 8948])]
+    pub mss: Vec<usize>,
     /// Markers (the default).
     #[arg(long, overrides_with = "no_markers")]
     pub markers: bool,
@@ -92,7 +96,11 @@ pub struct PipelineArgs {
     /// is not usable).
     #[arg(long)]
     pub perf: bool,
-    /// Print one JSON line per configuration (`result: {...}`).
+    /// Also run the stage ladder at the first MSS and size (see [`stages`]) and print the
+    /// per-stage breakdown.
+    #[arg(long)]
+    pub stages: bool,
+    /// Print the one JSON document on stdout (the tables go to stderr).
     #[arg(long)]
     pub json: bool,
 }
@@ -119,13 +127,21 @@ pub struct PipelineOpts {
 }
 
 impl PipelineArgs {
-    /// The configuration the options name.
-    pub fn opts(&self) -> PipelineOpts {
+    /// The configurations the options name: every size at every MSS.
+    pub fn configs(&self) -> Vec<PipelineOpts> {
+        self.mss
+            .iter()
+            .flat_map(|&mss| self.sizes.iter().map(move |&size| self.opts(mss, size)))
+            .collect()
+    }
+
+    /// The configuration of one MSS and size.
+    pub fn opts(&self, mss: usize, size: usize) -> PipelineOpts {
         PipelineOpts {
             rounds: self.rounds.max(1),
             flows: self.flows.max(1),
-            size: self.size,
-            mss: self.mss,
+            size,
+            mss,
             markers: !self.no_markers,
             crc: !self.no_crc,
             op: self.op,
@@ -177,35 +193,6 @@ impl PipelineOpts {
     }
 }
 
-/// Median, min and max.
-#[derive(Debug, Clone, Copy)]
-pub struct Spread {
-    pub median: f64,
-    pub min: f64,
-    pub max: f64,
-}
-
-impl Spread {
-    fn of(mut v: Vec<f64>) -> Spread {
-        v.sort_by(|a, b| a.total_cmp(b));
-        let n = v.len();
-        let median = if n % 2 == 1 {
-            v[n / 2]
-        } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2.0
-        };
-        Spread {
-            median,
-            min: v[0],
-            max: v[n - 1],
-        }
-    }
-
-    fn json(&self) -> Value {
-        json!({"median": self.median, "min": self.min, "max": self.max})
-    }
-}
-
 /// What a configuration measured over its rounds (every round checked).
 #[derive(Debug, Clone)]
 pub struct PipelineReport {
@@ -226,6 +213,11 @@ pub struct PipelineReport {
     pub cpu_over_wall: Spread,
     /// Poll time over the whole loop's wall time.
     pub poll_share: Spread,
+    /// Copying every segment's TCP payload alone (memcpy), and CRC32c alone over the same
+    /// octets, each expressed as the round's ULPDU payload over that time: what the pipeline
+    /// would run at if it cost only that octet pass.
+    pub memcpy_gbits: Spread,
+    pub crc_gbits: Spread,
     /// The last round.
     pub last: RoundResult,
 }
@@ -267,7 +259,7 @@ impl PipelineReport {
     pub fn json(&self) -> Value {
         let o = &self.opts;
         let r = &self.last;
-        json!({
+        let mut v = json!({
             "label": o.label(), "flows": o.flows, "size": o.size, "mss": o.mss,
             "markers": o.markers, "crc": o.crc, "op": format!("{:?}", o.op).to_lowercase(),
             "aligned": o.aligned, "loss": o.loss, "reorder": o.reorder, "bytes": o.bytes,
@@ -282,7 +274,19 @@ impl PipelineReport {
             "out_of_order_segments": r.out_of_order_segments,
             "store_high_water": r.store_high_water, "completions": r.completions,
             "region_octets_checked": r.compared, "payload_octets": r.payload_octets,
-        })
+        });
+        let headline = json!({
+            "gbit_s_per_core": self.gbits.median, "gbit_s_per_core_min": self.gbits.min,
+            "gbit_s_per_core_max": self.gbits.max, "ns_per_packet": self.ns_per_segment.median,
+            "mpps": self.segments_per_s.median / 1e6,
+            "memcpy_gbit_s": self.memcpy_gbits.median, "crc_gbit_s": self.crc_gbits.median,
+            "share_of_memcpy": self.gbits.median / self.memcpy_gbits.median,
+            "share_of_crc": self.gbits.median / self.crc_gbits.median,
+        });
+        if let (Some(v), Some(h)) = (v.as_object_mut(), headline.as_object()) {
+            v.extend(h.clone());
+        }
+        v
     }
 }
 
@@ -302,24 +306,49 @@ pub fn pipeline_many(configs: &[PipelineOpts]) -> Result<Vec<PipelineReport>> {
         .collect::<Result<Vec<_>>>()?;
     let n = configs.first().map_or(1, |o| o.rounds.max(1));
     let mut rounds: Vec<Vec<RoundResult>> = vec![Vec::with_capacity(n); configs.len()];
+    let mut passes: Vec<Vec<baseline::OctetPasses>> = vec![Vec::with_capacity(n); configs.len()];
+    let mut spans: Vec<baseline::Payloads> = prepared.iter().map(baseline::Payloads::of).collect();
     for i in 0..n {
-        for ((o, p), out) in configs.iter().zip(&prepared).zip(rounds.iter_mut()) {
+        for (((o, p), out), (pass, span)) in configs
+            .iter()
+            .zip(&prepared)
+            .zip(rounds.iter_mut())
+            .zip(passes.iter_mut().zip(spans.iter_mut()))
+        {
             match round::run_round(o, p) {
                 Ok(r) => out.push(r),
                 Err(e) => bail!("{}: round {} of {n} FAILED: {e:#}", o.label(), i + 1),
             }
+            pass.push(span.time(p));
         }
     }
     Ok(configs
         .iter()
         .zip(prepared)
-        .zip(rounds)
-        .map(|((o, p), rounds)| report(o, &p, rounds))
+        .zip(rounds.into_iter().zip(passes))
+        .map(|((o, p), (rounds, passes))| report(o, &p, rounds, &passes))
         .collect())
 }
 
-fn report(o: &PipelineOpts, p: &gen::Prepared, mut rounds: Vec<RoundResult>) -> PipelineReport {
-    let per = |f: &dyn Fn(&RoundResult) -> f64| Spread::of(rounds.iter().map(f).collect());
+fn report(
+    o: &PipelineOpts,
+    p: &gen::Prepared,
+    mut rounds: Vec<RoundResult>,
+    passes: &[baseline::OctetPasses],
+) -> PipelineReport {
+    let payload = rounds.first().map_or(0, |r| r.payload_octets) as f64;
+    let octet_pass = |f: &dyn Fn(&baseline::OctetPasses) -> std::time::Duration| {
+        Spread::of(
+            passes
+                .iter()
+                .map(|x| payload * 8.0 / f(x).as_secs_f64().max(1e-9) / 1e9)
+                .collect(),
+        )
+        .expect("one pass per round")
+    };
+    let per = |f: &dyn Fn(&RoundResult) -> f64| {
+        Spread::of(rounds.iter().map(f).collect()).expect("at least one round")
+    };
     let secs = |r: &RoundResult| r.poll.as_secs_f64().max(1e-9);
     PipelineReport {
         opts: o.clone(),
@@ -332,6 +361,8 @@ fn report(o: &PipelineOpts, p: &gen::Prepared, mut rounds: Vec<RoundResult>) -> 
         segments_per_s: per(&|r| r.frames as f64 / secs(r)),
         cpu_over_wall: per(&|r| r.cpu / r.wall.as_secs_f64().max(1e-9)),
         poll_share: per(&|r| secs(r) / r.wall.as_secs_f64().max(1e-9)),
+        memcpy_gbits: octet_pass(&|x| x.memcpy),
+        crc_gbits: octet_pass(&|x| x.crc),
         last: rounds.pop().expect("at least one round"),
     }
 }
@@ -418,32 +449,118 @@ pub fn table(reports: &[PipelineReport]) -> String {
     s
 }
 
-/// `mpa-bench pipeline`: the configuration, then (with `--variants`) the table, then (with
+impl PipelineArgs {
+    fn params(&self) -> Value {
+        let o = self.opts(0, 0);
+        json!({
+            "mss": self.mss, "sizes": self.sizes, "rounds": o.rounds, "flows": o.flows,
+            "markers": o.markers, "crc": o.crc, "op": format!("{:?}", o.op).to_lowercase(),
+            "aligned": o.aligned, "loss": o.loss, "reorder": o.reorder, "bytes": o.bytes,
+            "verify_checksums": o.verify_checksums, "digest": o.digest, "seed": o.seed,
+        })
+    }
+}
+
+/// The pipeline's results: every configuration, then (with `stages`) the ladder.
+pub struct PipelineRun {
+    pub reports: Vec<PipelineReport>,
+    pub stages: Option<stages::StageTable>,
+    pub variants: Vec<PipelineReport>,
+}
+
+/// Runs what `a` asks for and builds the document.
+pub fn pipeline_run(a: &PipelineArgs) -> Result<(Document, PipelineRun)> {
+    let configs = a.configs();
+    if configs.is_empty() {
+        bail!("--mss and --sizes must each name at least one value");
+    }
+    let reports = pipeline_many(&configs)?;
+    let stages = if a.stages {
+        Some(stages::run(&configs[0])?)
+    } else {
+        None
+    };
+    let variants = if a.variants {
+        pipeline_many(&variants(&configs[0]))?
+    } else {
+        Vec::new()
+    };
+    let mut doc = Document::new(Scenario::Pipeline, a.params());
+    doc.results = reports.iter().map(PipelineReport::json).collect();
+    if let Some(st) = &stages {
+        doc.results.extend(st.json());
+    }
+    doc.results.extend(variants.iter().map(|r| {
+        let mut v = r.json();
+        v["variant"] = json!(true);
+        v
+    }));
+    Ok((
+        doc,
+        PipelineRun {
+            reports,
+            stages,
+            variants,
+        },
+    ))
+}
+
+/// The per-configuration summary table (markdown): Gbit/s per core against memcpy and CRC.
+pub fn summary_table(reports: &[PipelineReport]) -> String {
+    let mut s = String::from(
+        "| MSS | ULPDU | Gbit/s payload/core median (min–max) | ns/packet | Mpps \
+         | memcpy alone Gbit/s | CRC32c alone Gbit/s | pipeline / memcpy | pipeline / CRC |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in reports {
+        s += &format!(
+            "| {} | {} | {:.2} ({:.2}–{:.2}) | {:.0} | {:.2} | {:.1} | {:.1} | {:.2} | {:.2} |\n",
+            r.opts.mss,
+            r.opts.size,
+            r.gbits.median,
+            r.gbits.min,
+            r.gbits.max,
+            r.ns_per_segment.median,
+            r.segments_per_s.median / 1e6,
+            r.memcpy_gbits.median,
+            r.crc_gbits.median,
+            r.gbits.median / r.memcpy_gbits.median,
+            r.gbits.median / r.crc_gbits.median,
+        );
+    }
+    s
+}
+
+/// `mpa-bench pipeline`: the configurations, the ladder and variants when asked, then (with
 /// `--perf`) a profile. `Err` when any round failed its checks.
 pub fn run_cli(a: &PipelineArgs) -> Result<()> {
-    let base = a.opts();
-    let emit = |r: &PipelineReport| {
-        if a.json {
-            println!("result: {}", r.json());
-        } else {
-            println!("pipeline: OK {}", r.line());
-        }
-    };
-    let main = pipeline(&base)?;
-    emit(&main);
-    if a.variants {
-        let all = pipeline_many(&variants(&base))?;
-        all.iter().for_each(emit);
-        println!(
-            "\nper stage ({} rounds of {} MiB each, interleaved across the configurations; \
-             poll time only, Gbit/s from wall poll time):\n",
-            base.rounds,
-            base.bytes >> 20
-        );
-        print!("{}", table(&all));
+    let (doc, run) = pipeline_run(a)?;
+    let mut text = String::new();
+    for r in &run.reports {
+        text += &format!("pipeline: OK {}\n", r.line());
+    }
+    text += &format!(
+        "\n{} rounds of {} MiB per configuration, interleaved; {}:\n\n",
+        a.rounds,
+        a.bytes >> 20,
+        run.reports[0].opts.label()
+    );
+    text += &summary_table(&run.reports);
+    if let Some(st) = &run.stages {
+        text += &format!("\n{}", st.table());
+    }
+    if !run.variants.is_empty() {
+        text += "\nvariants (poll time only, Gbit/s from wall poll time):\n\n";
+        text += &table(&run.variants);
+    }
+    if a.json {
+        eprint!("{text}");
+        crate::report::print(&doc);
+    } else {
+        print!("{text}");
     }
     if a.perf {
-        profile::profile(&base)?;
+        profile::profile(&a.configs()[0])?;
     }
     Ok(())
 }

@@ -1,22 +1,120 @@
-//! `scale`: many connections at once through `mpa-control serve`, handed over to one
-//! datapath, each carrying an FPDU, then all closed.
+//! `setup` (formerly `scale`): many connections at once through `mpa-control serve`, handed
+//! over to one datapath, each carrying an FPDU, then all closed. Measures hand-overs per
+//! second and the hand-over latency of each connection: from the Initiator's `connect()` to
+//! its receipt of the MPA Reply, which the datapath sends once the connection is handed over
+//! (TCP handshake, MPA Request, freeze, hand-over, Reply).
 
 use crate::datapath::{start_datapath, stats, temp_path, DatapathOptions};
-use crate::options::{Scale, PORT};
+use crate::options::PORT;
 use crate::peer::sibling;
+use crate::report::{Document, Scenario};
 use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use hdrhistogram::Histogram;
 use mpa::wire::ddp::{DdpRepr, RdmapOpcode};
 use mpa_control::datapath_client::DatapathClient;
 use mpa_ctl_proto::stats::FlowReport;
 use mpa_testbed::{run_in_netns, BedConfig, TestBed};
+use serde_json::json;
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-/// Runs `scale`: the datapath in ns b (in this process), `mpa-control serve` (child, ns b),
+/// `setup`'s options.
+#[derive(Args, Clone, Debug)]
+pub struct SetupArgs {
+    /// Connections to hand over and keep open.
+    #[arg(long, default_value_t = 10_000)]
+    pub connections: usize,
+    /// Initiator threads connecting in parallel (in ns a).
+    #[arg(long, default_value_t = 32)]
+    pub parallel: usize,
+    /// Print the one JSON document on stdout (the summary goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `setup` measured.
+pub struct SetupResult {
+    pub connections: usize,
+    pub parallel: usize,
+    pub seconds: f64,
+    /// Hand-over latency, µs.
+    pub latency: Histogram<u64>,
+    pub rss_mib: f64,
+    pub close_seconds: f64,
+}
+
+impl SetupResult {
+    pub fn handovers_per_s(&self) -> f64 {
+        self.connections as f64 / self.seconds.max(1e-9)
+    }
+
+    /// The document (README, "JSON").
+    pub fn document(&self) -> Document {
+        let ms = |q: f64| self.latency.value_at_quantile(q) as f64 / 1000.0;
+        let mut d = Document::new(
+            Scenario::Setup,
+            json!({"connections": self.connections, "parallel": self.parallel}),
+        );
+        d.results.push(json!({
+            "connections": self.connections,
+            "parallel": self.parallel,
+            "seconds": self.seconds,
+            "handovers_per_s": self.handovers_per_s(),
+            "min_ms": self.latency.min() as f64 / 1000.0,
+            "p50_ms": ms(0.5), "p90_ms": ms(0.9), "p99_ms": ms(0.99), "p999_ms": ms(0.999),
+            "max_ms": self.latency.max() as f64 / 1000.0,
+            "rss_mib": self.rss_mib,
+            "close_seconds": self.close_seconds,
+        }));
+        d
+    }
+
+    /// One line of text.
+    pub fn line(&self) -> String {
+        let ms = |q: f64| self.latency.value_at_quantile(q) as f64 / 1000.0;
+        format!(
+            "{} connections handed over in {:.2} s by {} initiator threads ({:.0} hand-overs/s); \
+             hand-over latency p50 {:.2} ms p90 {:.2} ms p99 {:.2} ms max {:.2} ms; process RSS \
+             with all open {:.0} MiB; all closed cleanly in {:.1} s",
+            self.connections,
+            self.seconds,
+            self.parallel,
+            self.handovers_per_s(),
+            ms(0.5),
+            ms(0.9),
+            ms(0.99),
+            self.latency.max() as f64 / 1000.0,
+            self.rss_mib,
+            self.close_seconds
+        )
+    }
+}
+
+/// `mpa-bench setup` (alias `scale`): prints `setup: OK …` (stderr with `--json`, the
+/// document on stdout).
+pub fn run_cli(s: &SetupArgs) -> Result<()> {
+    let r = setup(s)?;
+    let line = format!(
+        "setup: OK {} concurrent connections, {:.0} hand-overs/s\n{}",
+        r.connections,
+        r.handovers_per_s(),
+        r.line()
+    );
+    if s.json {
+        eprintln!("{line}");
+        crate::report::print(&r.document());
+    } else {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// Runs `setup`: the datapath in ns b (in this process), `mpa-control serve` (child, ns b),
 /// `connections` MPA Initiators in ns a (threads). Measures the hand-over rate, checks that
 /// every connection carries an FPDU through the datapath, then closes them all.
-pub fn scale(s: &Scale) -> Result<String> {
+pub fn setup(s: &SetupArgs) -> Result<SetupResult> {
     let n = s.connections;
     if n == 0 || s.parallel == 0 {
         bail!("--connections and --parallel must be at least 1");
@@ -61,7 +159,7 @@ pub fn scale(s: &Scale) -> Result<String> {
         .stdout(Stdio::null())
         .spawn()
         .context("start mpa-control serve")?;
-    let result = scale_run(&bed, s, addr, &socket);
+    let result = setup_run(&bed, s, addr, &socket);
     let _ = daemon.kill();
     let _ = daemon.wait();
     let _ = std::fs::remove_file(&config);
@@ -69,12 +167,12 @@ pub fn scale(s: &Scale) -> Result<String> {
     result
 }
 
-fn scale_run(
+fn setup_run(
     bed: &TestBed,
-    s: &Scale,
+    s: &SetupArgs,
     addr: SocketAddr,
     socket: &std::path::Path,
-) -> Result<String> {
+) -> Result<SetupResult> {
     use mpa::endpoint::{EndpointConfig, MpaStream};
     use std::net::TcpStream;
     let n = s.connections;
@@ -132,8 +230,11 @@ fn scale_run(
         lat.extend(l);
     }
     let setup_secs = t0.elapsed().as_secs_f64();
-    lat.sort_by(f64::total_cmp);
-    let pct = |p: f64| lat[((lat.len() - 1) as f64 * p) as usize] * 1e3;
+    // 1 µs .. 10 min, 3 significant digits.
+    let mut latency = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3)?;
+    for l in &lat {
+        latency.saturating_record(((l * 1e6) as u64).max(1));
+    }
     let mut dpc = DatapathClient::connect(socket, Duration::from_secs(60))?;
     let flows_of = |dpc: &mut DatapathClient| -> Result<Vec<FlowReport>> {
         Ok(stats(dpc)?.live_flows().map(|(_, f)| f.clone()).collect())
@@ -194,16 +295,41 @@ fn scale_run(
     if left != 0 {
         bail!("{left} flows still open 60 s after their peers closed");
     }
-    println!(
-        "scale: {n} connections handed over in {setup_secs:.2} s by {} initiator threads; latency p50 {:.2} ms p99 {:.2} ms max {:.2} ms; process RSS with all open {rss_mib:.0} MiB; all closed cleanly in {:.1} s",
-        s.parallel,
-        pct(0.5),
-        pct(0.99),
-        pct(1.0),
-        t_close.elapsed().as_secs_f64()
-    );
-    Ok(format!(
-        "{n} concurrent connections, {:.0} hand-overs/s",
-        n as f64 / setup_secs
-    ))
+    Ok(SetupResult {
+        connections: n,
+        parallel: s.parallel,
+        seconds: setup_secs,
+        latency,
+        rss_mib,
+        close_seconds: t_close.elapsed().as_secs_f64(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn document_has_rate_and_percentiles() {
+        let mut latency = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).unwrap();
+        for us in 1..=100u64 {
+            latency.record(us * 1000).unwrap(); // 1 .. 100 ms
+        }
+        let r = SetupResult {
+            connections: 100,
+            parallel: 4,
+            seconds: 0.5,
+            latency,
+            rss_mib: 10.0,
+            close_seconds: 1.0,
+        };
+        let v = r.document().to_value();
+        crate::report::check_shape(&v).unwrap();
+        let x = &v["results"][0];
+        assert_eq!(x["handovers_per_s"], 200.0);
+        assert!((x["p50_ms"].as_f64().unwrap() - 50.0).abs() < 0.1, "{x}");
+        assert!((x["p99_ms"].as_f64().unwrap() - 99.0).abs() < 0.1, "{x}");
+        assert!((x["max_ms"].as_f64().unwrap() - 100.0).abs() < 0.1, "{x}");
+        assert!(r.line().contains("(200 hand-overs/s)"));
+    }
 }

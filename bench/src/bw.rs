@@ -1,0 +1,436 @@
+//! `bw`: goodput and CPU per octet, the AF_XDP datapath against the blocking kernel-TCP
+//! Responder (`mpa-peer listen`), same bed, same sender (`mpa-peer connect` in ns a), same
+//! invocation; rounds alternate the two sides so that machine noise falls on both.
+//!
+//! Both sides do the same work: with `--op write|send` the datapath places every message into
+//! a registered region / posted buffers and the region is compared octet for octet with what
+//! the sender wrote; the kernel Responder reads every FPDU, checks it (CRC, markers) and
+//! digests the ULPDUs. Every run checks the ULPDU digest end to end; a run that fails a check
+//! fails the experiment. Goodput is ULPDU octets over the sender's (datapath) or the
+//! Responder's (kernel) transfer time. CPU: [`crate::cpu`].
+
+use crate::cpu::CpuUse;
+use crate::demo::{datapath_run, gbit};
+use crate::options::{bed_for, messages, Align, NicArgs, Op, Run};
+use crate::peer::kernel_run;
+use crate::progress::Progress;
+use crate::report::{Document, Scenario, Spread};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde_json::{json, Value};
+use std::fmt::Write as _;
+
+/// `mpa-bench bw`'s options.
+#[derive(Args, Clone, Debug)]
+pub struct BwArgs {
+    /// ULPDU sizes (DDP header included).
+    #[arg(long, value_delimiter = ',', default_values_t = [4096usize, 65536])]
+    pub sizes: Vec<usize>,
+    /// Octets sent per run.
+    #[arg(long, default_value_t = 256 << 20)]
+    pub bytes: u64,
+    /// Rounds; each runs every size on the kernel side, then on the datapath.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u32,
+    /// MTU of the bed (≤ 3506 with XDP on veth).
+    #[arg(long, default_value_t = 1500)]
+    pub mtu: u32,
+    /// Loss in the bridge namespace, percent (0: direct veth pair).
+    #[arg(long, default_value_t = 0)]
+    pub loss: u8,
+    /// RX queues of the datapath.
+    #[arg(long, default_value_t = 1)]
+    pub queues: u32,
+    /// No markers, no CRC (default: markers + CRC both ways).
+    #[arg(long)]
+    pub plain: bool,
+    /// CRC but no markers.
+    #[arg(long, conflicts_with = "plain")]
+    pub no_markers: bool,
+    /// RDMA Writes placed into a region, Sends into posted buffers, or `count` (digested,
+    /// not placed).
+    #[arg(long, value_enum, default_value = "write")]
+    pub op: Op,
+    /// Region size for `--op write`.
+    #[arg(long, default_value_t = 16 << 20)]
+    pub region_bytes: u64,
+    /// Whether the sender aligns FPDUs with TCP segments; `auto`: when there is loss.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub align: Align,
+    /// Print the one JSON document on stdout (the table goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub nic: NicArgs,
+}
+
+impl BwArgs {
+    /// The transfer of one size.
+    pub fn run(&self, size: usize) -> Run {
+        Run {
+            bytes: self.bytes,
+            size,
+            mtu: self.mtu,
+            loss: self.loss,
+            queues: self.queues,
+            plain: self.plain,
+            no_markers: self.no_markers,
+            op: self.op,
+            region_bytes: self.region_bytes,
+            align: self.align,
+            json: false,
+        }
+    }
+
+    fn framing(&self) -> &'static str {
+        match (self.plain, self.no_markers) {
+            (true, _) => "plain",
+            (false, true) => "crc",
+            (false, false) => "markers+crc",
+        }
+    }
+
+    fn params(&self) -> Value {
+        json!({
+            "sizes": self.sizes, "bytes": self.bytes, "rounds": self.rounds, "mtu": self.mtu,
+            "loss_percent": self.loss, "queues": self.queues, "framing": self.framing(),
+            "op": format!("{:?}", self.op).to_lowercase(),
+            "aligned": self.run(self.sizes.first().copied().unwrap_or(4096)).aligned(),
+            "iface": self.nic.iface, "peer": self.nic.peer,
+        })
+    }
+}
+
+/// One side's run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BwSample {
+    pub octets: f64,
+    pub messages: f64,
+    pub seconds: f64,
+    pub cpu: CpuUse,
+}
+
+impl BwSample {
+    pub fn gbit_s(&self) -> f64 {
+        gbit(self.octets, self.seconds.max(1e-9))
+    }
+}
+
+/// One row: a receiver and a size over all rounds.
+#[derive(Clone, Debug)]
+pub struct BwRow {
+    pub receiver: &'static str,
+    pub size: usize,
+    pub samples: Vec<BwSample>,
+    /// Share of the out-of-order FPDUs placed directly (datapath under loss), per round.
+    pub placed_direct_percent: Vec<f64>,
+}
+
+impl BwRow {
+    fn spread(&self, f: impl Fn(&BwSample) -> f64) -> Option<Spread> {
+        Spread::of(self.samples.iter().map(f).collect())
+    }
+
+    /// The JSON result (README, "JSON").
+    pub fn json(&self) -> Value {
+        let nan = f64::NAN;
+        let g = self.spread(BwSample::gbit_s);
+        let per = |f: &dyn Fn(&BwSample) -> f64| {
+            self.spread(|s| CpuUse::ns_per_octet(f(s), s.octets))
+                .map_or(nan, |s| s.median)
+        };
+        json!({
+            "receiver": self.receiver,
+            "size": self.size,
+            "rounds": self.samples.len(),
+            "gbit_s": g.map_or(nan, |s| s.median),
+            "gbit_s_min": g.map_or(nan, |s| s.min),
+            "gbit_s_max": g.map_or(nan, |s| s.max),
+            "gbit_s_mean": mean(self.samples.iter().map(BwSample::gbit_s)),
+            "msg_per_s": self.spread(|s| s.messages / s.seconds.max(1e-9)).map_or(nan, |s| s.median),
+            "messages": self.samples.first().map_or(0.0, |s| s.messages),
+            "octets": self.samples.first().map_or(0.0, |s| s.octets),
+            "system_cpu_ns_per_octet": per(&|s| s.cpu.system),
+            "process_cpu_ns_per_octet": per(&|s| s.cpu.receiver),
+            "sender_cpu_ns_per_octet": per(&|s| s.cpu.sender),
+            "placed_direct_percent": Spread::of(self.placed_direct_percent.clone()).map(|s| s.median),
+            "round_gbit_s": self.samples.iter().map(BwSample::gbit_s).collect::<Vec<_>>(),
+        })
+    }
+}
+
+fn mean(v: impl Iterator<Item = f64>) -> f64 {
+    let (n, sum) = v.fold((0u32, 0.0), |(n, s), x| (n + 1, s + x));
+    if n == 0 {
+        f64::NAN
+    } else {
+        sum / f64::from(n)
+    }
+}
+
+/// The perftest-style table of `rows`, then the ratio per size.
+pub fn table(rows: &[BwRow]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:9} {:>6} {:>10} {:>6} {:>9} {:>9} {:>17} {:>10} {:>10} {:>10}",
+        "receiver",
+        "bytes",
+        "iterations",
+        "rounds",
+        "peak",
+        "average",
+        "median (min–max)",
+        "Mmsg/s",
+        "sys ns/B",
+        "proc ns/B"
+    );
+    for r in rows {
+        let v = r.json();
+        let f = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+        let _ = writeln!(
+            s,
+            "{:9} {:>6} {:>10} {:>6} {:>9.2} {:>9.2} {:>6.2} ({:.2}–{:.2}) {:>10.3} {:>10.3} {:>10.3}",
+            r.receiver,
+            r.size,
+            f("messages") as u64,
+            r.samples.len(),
+            f("gbit_s_max"),
+            f("gbit_s_mean"),
+            f("gbit_s"),
+            f("gbit_s_min"),
+            f("gbit_s_max"),
+            f("msg_per_s") / 1e6,
+            f("system_cpu_ns_per_octet"),
+            f("process_cpu_ns_per_octet"),
+        );
+    }
+    let _ = writeln!(
+        s,
+        "(goodput in Gbit/s of ULPDU octets; sys: whole-system CPU per octet incl. softirq and the \
+         sender; proc: the receiver process)"
+    );
+    for d in rows.iter().filter(|r| r.receiver == "datapath") {
+        let Some(k) = rows
+            .iter()
+            .find(|k| k.receiver == "kernel" && k.size == d.size)
+        else {
+            continue;
+        };
+        let (dv, kv) = (d.json(), k.json());
+        let r =
+            |key: &str| dv[key].as_f64().unwrap_or(f64::NAN) / kv[key].as_f64().unwrap_or(f64::NAN);
+        let _ = writeln!(
+            s,
+            "datapath / kernel at {:>6} B: goodput {:.2}x, whole-system CPU per octet {:.2}x",
+            d.size,
+            r("gbit_s"),
+            r("system_cpu_ns_per_octet")
+        );
+    }
+    s
+}
+
+/// Runs the experiment and returns its document (the caller prints it).
+pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
+    if a.sizes.is_empty() || a.rounds == 0 {
+        bail!("--sizes and --rounds must not be empty / 0");
+    }
+    let bed = bed_for(&a.run(a.sizes[0]), &a.nic)?;
+    let mut rows: Vec<BwRow> = Vec::new();
+    for &size in &a.sizes {
+        for receiver in ["kernel", "datapath"] {
+            rows.push(BwRow {
+                receiver,
+                size,
+                samples: Vec::new(),
+                placed_direct_percent: Vec::new(),
+            });
+        }
+    }
+    let progress = Progress::new("bw", u64::from(a.rounds) * a.sizes.len() as u64 * 2);
+    for round in 0..a.rounds {
+        for (i, &size) in a.sizes.iter().enumerate() {
+            let r = a.run(size);
+            progress.running(format!(
+                "round {} of {}: kernel, {size} B",
+                round + 1,
+                a.rounds
+            ));
+            let k = kernel_run(&bed, &r).with_context(|| format!("kernel, {size} B"))?;
+            if k.sent["ulpdu_digest"] != k.got["ulpdu_digest"] {
+                bail!(
+                    "kernel, {size} B: digests differ: sent {} received {}",
+                    k.sent["ulpdu_digest"],
+                    k.got["ulpdu_digest"]
+                );
+            }
+            let ks = BwSample {
+                octets: k.got["ulpdu_bytes"].as_f64().unwrap_or(0.0),
+                messages: messages(&r) as f64,
+                seconds: k.got["seconds"].as_f64().unwrap_or(f64::NAN),
+                cpu: k.cpu,
+            };
+            progress.done(format!("kernel {size} B: {:.2} Gbit/s", ks.gbit_s()));
+            rows[2 * i].samples.push(ks);
+            progress.running(format!(
+                "round {} of {}: datapath, {size} B",
+                round + 1,
+                a.rounds
+            ));
+            let d = datapath_run(&bed, &r).with_context(|| format!("datapath, {size} B"))?;
+            if d.flow["ulpdu_digest"] != d.peer["ulpdu_digest"] {
+                bail!(
+                    "datapath, {size} B: digests differ: sent {} received {}",
+                    d.peer["ulpdu_digest"],
+                    d.flow["ulpdu_digest"]
+                );
+            }
+            let n = |k: &str| d.flow[k].as_f64().unwrap_or(0.0);
+            let ds = BwSample {
+                octets: n("ulpdu_octets"),
+                messages: messages(&r) as f64,
+                seconds: d.peer["seconds"].as_f64().unwrap_or(f64::NAN),
+                cpu: CpuUse {
+                    system: d.system_cpu,
+                    receiver: d.cpu,
+                    sender: d.sender_cpu,
+                },
+            };
+            let (direct, store) = (n("placed_direct"), n("placed_from_store"));
+            if direct + store > 0.0 {
+                rows[2 * i + 1]
+                    .placed_direct_percent
+                    .push(100.0 * direct / (direct + store));
+            }
+            progress.done(format!("datapath {size} B: {:.2} Gbit/s", ds.gbit_s()));
+            progress.println(format!(
+                "round {}, {size} B: kernel {:.2} Gbit/s, datapath {:.2} Gbit/s",
+                round + 1,
+                ks.gbit_s(),
+                ds.gbit_s()
+            ));
+            rows[2 * i + 1].samples.push(ds);
+        }
+    }
+    drop(progress);
+    let mut doc = Document::new(Scenario::Bw, a.params());
+    doc.results = rows.iter().map(BwRow::json).collect();
+    Ok((doc, rows))
+}
+
+/// `mpa-bench bw`: the table (stdout, or stderr with `--json`), the document with `--json`.
+pub fn run_cli(a: &BwArgs) -> Result<()> {
+    let (doc, rows) = bw(a)?;
+    let head = format!(
+        "{}: mtu {} loss {}% queues {}; {} MiB per run, {}; {}; sender {}",
+        match (&a.nic.iface, a.nic.peer) {
+            (Some(i), Some(p)) => format!("interface {i}, peer {p}"),
+            _ => "bed".to_string(),
+        },
+        a.mtu,
+        a.loss,
+        a.queues,
+        a.bytes >> 20,
+        a.framing(),
+        match a.op {
+            Op::Write => "RDMA Writes placed into a region (datapath, checked) / digested (kernel)",
+            Op::Send => "Sends placed into posted buffers (datapath, checked) / digested (kernel)",
+            Op::Count => "payloads counted and digested, not placed",
+        },
+        if a.run(a.sizes[0]).aligned() {
+            "aligned (exact fill)"
+        } else {
+            "unaligned"
+        },
+    );
+    let text = format!("{head}\n{}", table(&rows));
+    if a.json {
+        eprint!("{text}");
+        crate::report::print(&doc);
+    } else {
+        print!("{text}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(gbit: f64, sys: f64, proc_: f64) -> BwSample {
+        // 1 GB in `8 / gbit` seconds.
+        BwSample {
+            octets: 1e9,
+            messages: 1e9 / 4096.0,
+            seconds: 8.0 / gbit,
+            cpu: CpuUse {
+                system: sys,
+                receiver: proc_,
+                sender: 0.5,
+            },
+        }
+    }
+
+    #[test]
+    fn row_json_has_median_spread_and_cpu_per_octet() {
+        let row = BwRow {
+            receiver: "datapath",
+            size: 4096,
+            samples: vec![
+                sample(2.0, 3.0, 1.0),
+                sample(4.0, 1.0, 2.0),
+                sample(3.0, 2.0, 3.0),
+            ],
+            placed_direct_percent: vec![99.0, 98.0, 97.0],
+        };
+        let v = row.json();
+        let f = |k: &str| v[k].as_f64().unwrap();
+        assert!((f("gbit_s") - 3.0).abs() < 1e-9);
+        assert!((f("gbit_s_min") - 2.0).abs() < 1e-9);
+        assert!((f("gbit_s_max") - 4.0).abs() < 1e-9);
+        assert!((f("gbit_s_mean") - 3.0).abs() < 1e-9);
+        // Median of 3, 1, 2 s per 1e9 octets: 2 ns per octet.
+        assert!((f("system_cpu_ns_per_octet") - 2.0).abs() < 1e-9);
+        assert!((f("process_cpu_ns_per_octet") - 2.0).abs() < 1e-9);
+        assert!((f("sender_cpu_ns_per_octet") - 0.5).abs() < 1e-9);
+        assert_eq!(f("placed_direct_percent"), 98.0);
+        assert_eq!(v["rounds"], 3);
+        let mut doc = Document::new(Scenario::Bw, json!({}));
+        doc.results.push(v);
+        crate::report::check_shape(&doc.to_value()).unwrap();
+    }
+
+    #[test]
+    fn table_has_both_sides_and_the_ratio() {
+        let rows = vec![
+            BwRow {
+                receiver: "kernel",
+                size: 4096,
+                samples: vec![sample(2.0, 4.0, 1.0)],
+                placed_direct_percent: vec![],
+            },
+            BwRow {
+                receiver: "datapath",
+                size: 4096,
+                samples: vec![sample(3.0, 2.0, 1.0)],
+                placed_direct_percent: vec![],
+            },
+        ];
+        let t = table(&rows);
+        assert!(
+            t.contains("goodput 1.50x, whole-system CPU per octet 0.50x"),
+            "{t}"
+        );
+        let row = |who: &str| t.lines().find(|l| l.starts_with(who)).unwrap().to_string();
+        let k: Vec<String> = row("kernel").split_whitespace().map(String::from).collect();
+        // receiver, bytes, iterations, rounds, peak, average, median (min–max), Mmsg/s, ns/B.
+        assert_eq!(
+            &k[..6],
+            ["kernel", "4096", "244140", "1", "2.00", "2.00"],
+            "{t}"
+        );
+        assert_eq!(&k[9..], ["4.000", "1.000"], "{t}");
+        assert!(row("datapath").contains(" 3.00 (3.00–3.00) "), "{t}");
+    }
+}

@@ -1,0 +1,409 @@
+//! `mpa-bench suite` (what `make bench` runs): a bounded standard set of the experiments
+//! (about 8 minutes on the 2-core development VM), each side by side with kernel TCP where it
+//! has a counterpart, written to one directory:
+//!
+//! * `summary.md`: the tables, the parameters, the machine and the commit;
+//! * `results.json`: `{"machine", "commit", "documents": [<one document per experiment>]}`;
+//! * `lat-cdf-<size>.png`, `bw-by-size.png`, `pipeline-stages.png`: the plots;
+//! * `lat-{kernel,datapath}-<size>.hgrm`: the latency distributions.
+
+use crate::bw::{self, BwArgs, BwRow};
+use crate::lat::{self, LatArgs, Row, Side};
+use crate::options::{Align, Op};
+use crate::pipeline::{self, PipelineArgs};
+use crate::plot;
+use crate::report::{check_shape, Document};
+use crate::setup::{self, SetupArgs};
+use anyhow::{Context, Result};
+use clap::Args;
+use serde_json::json;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// `mpa-bench suite`'s options.
+#[derive(Args, Clone, Debug)]
+pub struct SuiteArgs {
+    /// Where the summary, JSON, plots and `.hgrm` files go.
+    #[arg(long, default_value = "bench/results/latest")]
+    pub out: PathBuf,
+    /// A much smaller set (a minute or two): to check the harness, not to quote.
+    #[arg(long)]
+    pub quick: bool,
+}
+
+/// The standard set's experiments.
+pub struct Plan {
+    pub pipeline: PipelineArgs,
+    pub lat: LatArgs,
+    pub bw: BwArgs,
+    /// One `bw` per loss rate (the lossy bridge), 4 KiB ULPDUs, aligned sender.
+    pub bw_loss: Vec<BwArgs>,
+    /// Unpaced latency (queues build up): what batching does under load.
+    pub lat_unpaced: LatArgs,
+    pub setup: SetupArgs,
+}
+
+impl SuiteArgs {
+    pub fn plan(&self) -> Plan {
+        let q = self.quick;
+        Plan {
+            pipeline: PipelineArgs {
+                rounds: if q { 2 } else { 5 },
+                flows: 1,
+                sizes: vec![4096, 65536 - 1024],
+                mss: vec![1448, 8948],
+                markers: true,
+                no_markers: false,
+                crc: true,
+                no_crc: false,
+                op: Op::Write,
+                aligned: Align::Auto,
+                loss: 0.0,
+                reorder: 0.0,
+                digest: false,
+                no_verify_checksums: false,
+                bytes: if q { 16 << 20 } else { 256 << 20 },
+                seed: 1,
+                variants: false,
+                perf: false,
+                stages: true,
+                json: false,
+            },
+            lat: LatArgs {
+                sizes: if q {
+                    vec![64, 4096]
+                } else {
+                    vec![64, 1024, 4096, 16384, 65536 - 1024]
+                },
+                messages: if q { 1000 } else { 10_000 },
+                rate: 10_000,
+                rounds: if q { 1 } else { 3 },
+                mtu: 1500,
+                plain: false,
+                no_markers: false,
+                out: self.out.clone(),
+                json: false,
+                nic: Default::default(),
+            },
+            bw: BwArgs {
+                sizes: if q {
+                    vec![4096]
+                } else {
+                    vec![1024, 4096, 16384, 65536 - 1024]
+                },
+                bytes: if q { 32 << 20 } else { 256 << 20 },
+                rounds: if q { 1 } else { 3 },
+                mtu: 1500,
+                loss: 0,
+                queues: 1,
+                plain: false,
+                no_markers: false,
+                op: Op::Write,
+                region_bytes: 16 << 20,
+                align: Align::Auto,
+                json: false,
+                nic: Default::default(),
+            },
+            bw_loss: (if q { vec![5] } else { vec![1, 5, 10, 20] })
+                .into_iter()
+                .map(|loss| BwArgs {
+                    sizes: vec![4096],
+                    bytes: if q { 8 << 20 } else { 64 << 20 },
+                    loss,
+                    ..self.bw_base(q)
+                })
+                .collect(),
+            lat_unpaced: LatArgs {
+                sizes: vec![64, 4096],
+                messages: if q { 1000 } else { 20_000 },
+                rate: 0,
+                rounds: 1,
+                mtu: 1500,
+                plain: false,
+                no_markers: false,
+                out: self.out.clone(),
+                json: false,
+                nic: Default::default(),
+            },
+            setup: SetupArgs {
+                connections: if q { 100 } else { 1000 },
+                parallel: 16,
+                json: false,
+            },
+        }
+    }
+
+    fn bw_base(&self, q: bool) -> BwArgs {
+        BwArgs {
+            sizes: vec![4096],
+            bytes: 32 << 20,
+            rounds: if q { 1 } else { 3 },
+            mtu: 1500,
+            loss: 0,
+            queues: 1,
+            plain: false,
+            no_markers: false,
+            op: Op::Write,
+            region_bytes: 16 << 20,
+            align: Align::Auto,
+            json: false,
+            nic: Default::default(),
+        }
+    }
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    format!("{cpu}, {cores} cores, Linux {kernel}")
+}
+
+fn commit() -> String {
+    std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Runs the set, writes the directory; returns the summary text.
+pub fn suite(a: &SuiteArgs) -> Result<String> {
+    let plan = a.plan();
+    std::fs::create_dir_all(&a.out).with_context(|| format!("create {}", a.out.display()))?;
+    let t0 = Instant::now();
+    let mut docs: Vec<Document> = Vec::new();
+    let mut md = format!(
+        "# mpa-bench standard set\n\nMachine: {}; commit {}; made by `make bench` \
+         (`mpa-bench suite{}`). Every figure below is from this one run.\n\n",
+        machine(),
+        commit(),
+        if a.quick { " --quick" } else { "" }
+    );
+
+    eprintln!("suite: pipeline");
+    let (doc, run) = pipeline::pipeline_run(&plan.pipeline)?;
+    let _ = write!(
+        md,
+        "## Receive pipeline alone (`mpa-bench pipeline --mss 1448,8948 --sizes 4096,64512 --stages`)\n\n\
+         One core, in-memory frame ring, no kernel: RDMA Writes with markers + CRC placed into a \
+         region, every round checked. {} rounds of {} MiB per configuration.\n\n{}\n",
+        plan.pipeline.rounds,
+        plan.pipeline.bytes >> 20,
+        pipeline::summary_table(&run.reports)
+    );
+    if let Some(st) = &run.stages {
+        let _ = write!(
+            md,
+            "{}\n![pipeline stages](pipeline-stages.png)\n\n",
+            st.table()
+        );
+        plot::stages(
+            &a.out.join("pipeline-stages.png"),
+            &format!(
+                "pipeline ns/packet by stage (MSS {}, {} B ULPDUs)",
+                plan.pipeline.mss[0], plan.pipeline.sizes[0]
+            ),
+            &st.stage_ns(),
+        )?;
+    }
+    docs.push(doc);
+
+    eprintln!("suite: lat");
+    let (doc, rows) = lat::lat(&plan.lat)?;
+    let _ = write!(
+        md,
+        "## One-way latency (`mpa-bench lat --sizes {} --messages {} --rate {} --rounds {}`)\n\n\
+         Sender write to the receiver's consumer seeing the whole message, µs.\n\n```\n{}```\n\n",
+        join(&plan.lat.sizes),
+        plan.lat.messages,
+        plan.lat.rate,
+        plan.lat.rounds,
+        lat::table(&rows)
+    );
+    for &size in &plan.lat.sizes {
+        let name = format!("lat-cdf-{size}.png");
+        let series: Vec<plot::CdfSeries> = rows
+            .iter()
+            .filter(|r| r.bytes == size)
+            .map(|r: &Row| plot::CdfSeries {
+                receiver: r.side.key(),
+                points: plot::cdf_points(&r.samples.hist),
+            })
+            .collect();
+        plot::latency_cdf(
+            &a.out.join(&name),
+            &format!(
+                "one-way latency, {size} B messages, {} msg/s",
+                plan.lat.rate
+            ),
+            &series,
+        )?;
+        let _ = writeln!(md, "![latency CDF {size} B]({name})");
+    }
+    md.push('\n');
+    docs.push(doc);
+
+    eprintln!("suite: bw");
+    let (doc, rows) = bw::bw(&plan.bw)?;
+    let _ = write!(
+        md,
+        "## Goodput and CPU (`mpa-bench bw --sizes {} --bytes {} --rounds {}`)\n\n\
+         Same sender (kernel TCP, markers + CRC), MTU 1500, no loss; the datapath places RDMA \
+         Writes into a region (checked octet for octet), the kernel Responder reads and digests.\n\n\
+         ```\n{}```\n\n![goodput by size](bw-by-size.png)\n\n",
+        join(&plan.bw.sizes),
+        plan.bw.bytes,
+        plan.bw.rounds,
+        bw::table(&rows)
+    );
+    plot::goodput_by_size(
+        &a.out.join("bw-by-size.png"),
+        "goodput by ULPDU size, MTU 1500, no loss",
+        &bw_series(&rows),
+    )?;
+    docs.push(doc);
+    let mut loss_rows = Vec::new();
+    for b in &plan.bw_loss {
+        eprintln!("suite: bw at {} % loss", b.loss);
+        let (doc, rows) = bw::bw(b)?;
+        loss_rows.push((b.loss, rows));
+        docs.push(doc);
+    }
+    let _ = write!(
+        md,
+        "### Under loss (`mpa-bench bw --loss L --sizes 4096 --bytes {} --rounds {}`)\n\n\
+         The lossy bridge (nftables drops L % of the sender's data frames), aligned sender, \
+         markers + CRC. Gbit/s median (min–max) of {} rounds.\n\n{}\n",
+        plan.bw_loss.first().map_or(0, |b| b.bytes),
+        plan.bw_loss.first().map_or(0, |b| b.rounds),
+        plan.bw_loss.first().map_or(0, |b| b.rounds),
+        loss_table(&loss_rows)
+    );
+
+    eprintln!("suite: lat, unpaced");
+    let (doc, rows) = lat::lat(&plan.lat_unpaced)?;
+    let _ = write!(
+        md,
+        "## One-way latency, unpaced (`mpa-bench lat --rate 0 --sizes {} --messages {}`)\n\n\
+         The sender writes as fast as it can: queues build up, so this shows batching under \
+         load rather than the floor.\n\n```\n{}```\n\n",
+        join(&plan.lat_unpaced.sizes),
+        plan.lat_unpaced.messages,
+        lat::table(&rows)
+    );
+    docs.push(doc);
+
+    eprintln!("suite: setup");
+    let r = setup::setup(&plan.setup)?;
+    let _ = write!(
+        md,
+        "## Connection setup (`mpa-bench setup --connections {} --parallel {}`)\n\n{}\n\n",
+        plan.setup.connections,
+        plan.setup.parallel,
+        r.line()
+    );
+    docs.push(r.document());
+
+    let _ = writeln!(
+        md,
+        "Whole set: {:.0} s. Latency distributions: `lat-{{kernel,datapath}}-<size>.hgrm`.",
+        t0.elapsed().as_secs_f64()
+    );
+    let all = json!({
+        "machine": machine(),
+        "commit": commit(),
+        "seconds": t0.elapsed().as_secs_f64(),
+        "documents": docs.iter().map(Document::to_value).collect::<Vec<_>>(),
+    });
+    for d in all["documents"].as_array().into_iter().flatten() {
+        check_shape(d)?;
+    }
+    write(
+        &a.out.join("results.json"),
+        &serde_json::to_string_pretty(&all)?,
+    )?;
+    write(&a.out.join("summary.md"), &md)?;
+    Ok(md)
+}
+
+/// The loss table (markdown): per loss rate, both receivers' goodput and the ratio.
+pub fn loss_table(rows: &[(u8, Vec<BwRow>)]) -> String {
+    let mut s = String::from(
+        "| loss | kernel-TCP receiver Gbit/s | datapath Gbit/s | datapath / kernel | \
+         out-of-order FPDUs placed directly |\n|---|---|---|---|---|\n",
+    );
+    for (loss, rows) in rows {
+        let get = |who: &str| rows.iter().find(|r| r.receiver == who).map(BwRow::json);
+        let (Some(k), Some(d)) = (get("kernel"), get("datapath")) else {
+            continue;
+        };
+        let f = |v: &serde_json::Value, key: &str| v[key].as_f64().unwrap_or(f64::NAN);
+        let cell = |v: &serde_json::Value| {
+            format!(
+                "{:.2} ({:.2}–{:.2})",
+                f(v, "gbit_s"),
+                f(v, "gbit_s_min"),
+                f(v, "gbit_s_max")
+            )
+        };
+        let direct = d["placed_direct_percent"]
+            .as_f64()
+            .map_or("n/a".to_string(), |p| format!("{p:.1} %"));
+        let _ = writeln!(
+            s,
+            "| {loss} % | {} | {} | {:.2}× | {direct} |",
+            cell(&k),
+            cell(&d),
+            f(&d, "gbit_s") / f(&k, "gbit_s")
+        );
+    }
+    s
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).with_context(|| format!("write {}", path.display()))
+}
+
+fn join(v: &[usize]) -> String {
+    v.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The goodput plot's series from `bw` rows.
+pub fn bw_series(rows: &[BwRow]) -> Vec<plot::BwSeries> {
+    [Side::Kernel, Side::Datapath]
+        .into_iter()
+        .map(|side| plot::BwSeries {
+            receiver: side.key(),
+            points: rows
+                .iter()
+                .filter(|r| r.receiver == side.key())
+                .filter_map(|r| {
+                    let v = r.json();
+                    Some((
+                        r.size as f64,
+                        v["gbit_s"].as_f64()?,
+                        v["gbit_s_min"].as_f64()?,
+                        v["gbit_s_max"].as_f64()?,
+                    ))
+                })
+                .collect(),
+        })
+        .collect()
+}

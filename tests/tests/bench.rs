@@ -1,0 +1,188 @@
+//! The bench harness end to end: `mpa-bench suite --quick` leaves the summary, the JSON
+//! documents (each of the documented shape, both receivers where there is a kernel
+//! counterpart), PNG plots and `.hgrm` files; `bw` runs on "real" interfaces (`--iface`,
+//! `--peer`, `--peer-exec`: here the bed's veth and its peer namespace); bad options are
+//! refused with a clear message. Values are not asserted (they are measurements), only that
+//! they exist and are positive.
+
+use mpa_bench::report::check_shape;
+use mpa_tests::{require_privileged, BedConfig, TestBed};
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+fn receivers(doc: &Value) -> Vec<(String, u64)> {
+    doc["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["receiver"].as_str().unwrap_or("").to_string(),
+                r["size"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+fn is_png(p: &Path) -> bool {
+    std::fs::read(p).is_ok_and(|b| b.starts_with(b"\x89PNG\r\n\x1a\n"))
+}
+
+#[test]
+fn suite_quick_writes_summary_documents_plots_and_hgrm_files() {
+    if !require_privileged("bench suite") {
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("mpa-bench-suite-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let run = Command::new(mpa_tests::bin("mpa-bench"))
+        .args(["suite", "--quick", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success() && stdout.lines().any(|l| l.starts_with("suite: OK")),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let all: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let docs = all["documents"].as_array().unwrap();
+    let scenarios: Vec<&str> = docs
+        .iter()
+        .map(|d| d["scenario"].as_str().unwrap())
+        .collect();
+    assert_eq!(scenarios, ["pipeline", "lat", "bw", "bw", "lat", "setup"]);
+    for d in docs {
+        check_shape(d).unwrap_or_else(|e| panic!("{e:#}: {d}"));
+    }
+    // Both receivers for every size, in lat and bw.
+    for d in docs
+        .iter()
+        .filter(|d| matches!(d["scenario"].as_str(), Some("lat" | "bw")))
+    {
+        let r = receivers(d);
+        for size in d["params"]["sizes"].as_array().unwrap() {
+            let size = size.as_u64().unwrap();
+            for side in ["kernel", "datapath"] {
+                assert!(r.contains(&(side.to_string(), size)), "{side} {size}: {d}");
+            }
+        }
+        for x in d["results"].as_array().unwrap() {
+            let key = if d["scenario"] == "lat" {
+                "p50_us"
+            } else {
+                "gbit_s"
+            };
+            assert!(x[key].as_f64().unwrap() > 0.0, "{x}");
+        }
+    }
+    // The pipeline at MSS 1448 and 8948, and the stage ladder.
+    let p = &docs[0]["results"];
+    for mss in [1448, 8948] {
+        assert!(
+            p.as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["mss"] == mss && r["size"] == 4096 && r.get("stage").is_none()),
+            "{p}"
+        );
+    }
+    assert_eq!(
+        p.as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r.get("stage").is_some())
+            .count(),
+        5
+    );
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    for png in ["pipeline-stages.png", "bw-by-size.png", "lat-cdf-64.png"] {
+        assert!(is_png(&out.join(png)), "{png}");
+        assert!(summary.contains(&format!("({png})")), "{summary}");
+    }
+    for hgrm in [
+        "lat-kernel-64.hgrm",
+        "lat-datapath-4096.hgrm",
+        "lat-datapath-64-unpaced.hgrm",
+    ] {
+        let text = std::fs::read_to_string(out.join(hgrm)).unwrap();
+        assert!(text.contains("#[Max     ="), "{hgrm}: {text}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn bw_runs_on_an_interface_with_a_peer_host() {
+    if !require_privileged("bench on an interface") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    // The bench runs in ns b as if b were a host with a NIC; the "peer host" is ns a.
+    let run = bed
+        .command(&bed.ns_b, &mpa_tests::bin("mpa-bench").to_string_lossy())
+        .args(["bw", "--iface", &bed.if_b, "--peer"])
+        .arg(bed.addr_a(false).to_string())
+        .args(["--peer-exec", &format!("ip netns exec {}", bed.ns_a)])
+        .args([
+            "--sizes", "4096", "--bytes", "8388608", "--rounds", "1", "--json",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let doc: Value = serde_json::from_str(stdout.trim()).unwrap();
+    check_shape(&doc).unwrap();
+    assert_eq!(doc["params"]["iface"], bed.if_b.as_str());
+    assert_eq!(
+        receivers(&doc),
+        [("kernel".to_string(), 4096), ("datapath".to_string(), 4096)]
+    );
+    // The name the bench gave ns b is gone.
+    let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let list = String::from_utf8_lossy(&list.stdout);
+    assert!(!list.contains("-host"), "{list}");
+}
+
+#[test]
+fn bad_options_are_refused_with_a_reason() {
+    let bench = mpa_tests::bin("mpa-bench");
+    let run = |args: &[&str]| {
+        let o = Command::new(&bench).args(args).output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr),
+        )
+    };
+    // --iface without --peer: a usage error.
+    let (code, text) = run(&["bw", "--iface", "eth0"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("--peer"), "{text}");
+    // Loss on real interfaces.
+    let (code, text) = run(&[
+        "bw",
+        "--iface",
+        "eth0",
+        "--peer",
+        "192.0.2.1",
+        "--loss",
+        "5",
+    ]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("bw: FAILED --loss needs the private bed"),
+        "{text}"
+    );
+    // Sizes a latency stamp does not fit in.
+    let (code, text) = run(&["lat", "--sizes", "16"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("lat: FAILED --sizes 16"), "{text}");
+    let (code, text) = run(&["pipeline", "--mss", ""]);
+    assert_ne!(code, Some(0), "{text}");
+}
