@@ -28,12 +28,14 @@
 //!
 //! Needs `CAP_BPF` and `CAP_NET_ADMIN` (root).
 
-#![forbid(unsafe_code)]
+// `unsafe` only in `link` (BPF link creation and queries libbpf-rs does not offer).
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod counters;
 mod error;
 mod flow;
+mod link;
 pub mod netns;
 mod steering;
 

@@ -1,9 +1,11 @@
 //! [`XdpSteering`]: the loaded steering program, its maps, and its attachment to one interface.
 
 use std::fmt;
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::{Mutex, Once};
 
+use libbpf_rs::query::{LinkInfoIter, ProgInfoIter};
 use libbpf_rs::{
     ErrorKind, MapCore, MapFlags, MapHandle, Object, ObjectBuilder, PrintLevel, Program,
     ProgramInput, Xdp, XdpFlags,
@@ -13,6 +15,7 @@ use tracing::{debug, info, trace, warn};
 use crate::counters::{XdpCounters, COUNTERS_SIZE};
 use crate::error::{BpfError, Iface, MapName, Result};
 use crate::flow::{FlowKey, FlowValue, FLOW_KEY_SIZE, FLOW_VALUE_SIZE, HOST_KEY_SIZE};
+use crate::link::{detach_netlink_expected, XdpLink};
 use crate::netns::NetNs;
 use crate::{MAX_FLOWS, MAX_QUEUES};
 
@@ -91,20 +94,20 @@ struct Attachment {
     iface: Iface,
     /// [`AttachMode::Driver`] or [`AttachMode::Generic`]: the mode actually in use.
     mode: AttachMode,
-    /// The namespace the ifindex belongs to; detach happens there.
-    netns: NetNs,
+    /// Holds the program on the interface; closing it (drop, or the process dying) detaches.
+    link: XdpLink,
 }
 
 /// The steering program, loaded into the kernel, and (usually) attached to one interface.
 ///
 /// Frames of flows in the `flows` map go to the AF_XDP socket registered for their RX queue
 /// ([`set_xsk`](Self::set_xsk)), or are dropped when there is none; everything else goes to
-/// the kernel. Dropping the value detaches the program (only if it is still the program
-/// attached there) and unloads it.
+/// the kernel. The program is attached through a BPF link: dropping the value, or the process
+/// dying (even by `kill -9`), detaches it and unloads it; the interface is left as it was.
 ///
-/// Attach and detach act on the interface index in the network namespace of the thread that
-/// attached; detach enters that namespace itself, so the value may be moved to and dropped on
-/// any thread. Map operations work from any namespace.
+/// Attach acts on the interface index in the network namespace of the calling thread; the
+/// value may then be moved to and dropped on any thread. Map operations work from any
+/// namespace.
 #[derive(Debug)]
 pub struct XdpSteering {
     /// Owns the program and the maps.
@@ -171,7 +174,10 @@ impl XdpSteering {
     /// Attaches the loaded program to `ifindex` in the calling thread's network namespace and
     /// returns the mode in use ([`AttachMode::Driver`] or [`AttachMode::Generic`]).
     ///
-    /// Uses `XDP_FLAGS_UPDATE_IF_NOEXIST`: never replaces another program.
+    /// Never replaces another program, with one exception: a steering program of ours
+    /// (`mpa_steer`) attached through netlink, which only a datapath from before bpf_link
+    /// attachment can have left behind (a netlink attachment outlives its process), is stale:
+    /// it is detached first, with a warning naming it.
     pub fn attach_to(&mut self, ifindex: u32, mode: AttachMode) -> Result<AttachMode> {
         if let Some(a) = &self.attachment {
             return Err(BpfError::AlreadyAttached {
@@ -180,91 +186,109 @@ impl XdpSteering {
         }
         let idx = i32::try_from(ifindex).map_err(|_| BpfError::InvalidIfindex(ifindex))?;
         let iface = Iface::resolve(ifindex);
-        let netns = NetNs::current().map_err(BpfError::CurrentNetns)?;
-
-        let used = {
+        {
             let prog = find_program(&self.obj)?;
-            let xdp = Xdp::new(prog.as_fd());
-            let try_attach =
-                |m: AttachMode| xdp.attach(idx, m.flags() | XdpFlags::UPDATE_IF_NOEXIST);
+            remove_stale(prog.as_fd(), idx, &iface);
+        }
+
+        let (used, link) = {
+            let prog = find_program(&self.obj)?;
+            let try_attach = |m: AttachMode| {
+                XdpLink::attach(prog.as_fd(), idx, m.flags()).map_err(libbpf_rs::Error::from)
+            };
             match mode {
                 AttachMode::Driver | AttachMode::Generic => {
-                    try_attach(mode).map_err(|source| BpfError::Attach {
+                    let link = try_attach(mode).map_err(|source| BpfError::Attach {
                         iface: iface.clone(),
                         mode,
                         source,
                     })?;
-                    mode
+                    (mode, link)
                 }
                 AttachMode::DriverOrGeneric => match try_attach(AttachMode::Driver) {
-                    Ok(()) => AttachMode::Driver,
+                    Ok(link) => (AttachMode::Driver, link),
                     Err(driver) => {
                         warn!(%iface, error = %driver, "driver-mode XDP attach failed; trying generic mode");
-                        try_attach(AttachMode::Generic).map_err(|generic| {
+                        let link = try_attach(AttachMode::Generic).map_err(|generic| {
                             BpfError::AttachFallback {
                                 iface: iface.clone(),
                                 driver,
                                 generic,
                             }
                         })?;
-                        AttachMode::Generic
+                        (AttachMode::Generic, link)
                     }
                 },
             }
         };
-        info!(%iface, mode = %used, prog_id = self.prog_id, "XDP steering attached");
+        info!(%iface, mode = %used, prog_id = self.prog_id, link_id = link.id(), "XDP steering attached (bpf_link)");
         self.attachment = Some(Attachment {
             iface,
             mode: used,
-            netns,
+            link,
         });
         Ok(used)
     }
 
-    /// Detaches the program from its interface, if attached, provided it is still the program
-    /// attached there (else it leaves the interface alone and logs a warning). Afterwards the
-    /// value counts as detached even if this returned an error; it may be attached again.
+    /// Detaches the program from its interface, if attached: closes the link. If the program
+    /// was detached already by someone else (`bpftool link detach`, the interface deleted),
+    /// that changes nothing on the interface and a warning says so. Afterwards the value counts
+    /// as detached; it may be attached again.
     pub fn detach(&mut self) -> Result<()> {
         let Some(att) = self.attachment.take() else {
             return Ok(());
         };
-        let prog = find_program(&self.obj)?;
-        let prog_fd = prog.as_fd();
-        let ours = self.prog_id;
-        // attach_to checked that the index fits.
-        let idx = i32::try_from(att.iface.index).unwrap_or(i32::MAX);
-        let mode = att.mode;
-        let outcome = att
-            .netns
-            .run(|| -> libbpf_rs::Result<bool> {
-                let xdp = Xdp::new(prog_fd);
-                let current = xdp.query_id(idx, mode.flags())?;
-                if current != ours {
-                    return Ok(false);
-                }
-                xdp.detach(idx, mode.flags()).map(|()| true)
-            })
-            .map_err(|source| BpfError::Netns {
+        match att.link.ifindex() {
+            Ok(Some(_)) => info!(iface = %att.iface, mode = %att.mode, "XDP steering detached"),
+            Ok(None) => warn!(iface = %att.iface, mode = %att.mode, prog_id = self.prog_id,
+                "our XDP program was detached by someone else; nothing left to detach"),
+            Err(e) => {
+                warn!(iface = %att.iface, error = %e, "XDP link query failed; closing it anyway")
+            }
+        }
+        drop(att.link);
+        Ok(())
+    }
+
+    /// Whether the program is still attached where [`attach_to`](Self::attach_to) put it:
+    /// `Ok(false)` once someone detached its link (`bpftool link detach`) or the interface
+    /// went away. One system call, any thread, any namespace: cheap enough for a timer tick,
+    /// too dear for a packet. `Ok(false)` too if it was never attached.
+    pub fn is_attached(&self) -> Result<bool> {
+        let Some(att) = &self.attachment else {
+            return Ok(false);
+        };
+        att.link
+            .ifindex()
+            .map(|i| i.is_some())
+            .map_err(|e| BpfError::Detach {
                 iface: att.iface.clone(),
+                mode: att.mode,
+                source: e.into(),
+            })
+    }
+
+    /// The kernel's id of the BPF link holding the program on its interface (`bpftool link
+    /// show`), while attached.
+    pub fn link_id(&self) -> Option<u32> {
+        self.attachment.as_ref().map(|a| a.link.id())
+    }
+
+    /// Attaches the program through netlink and forgets it, as datapaths did before bpf_link
+    /// attachment: the program stays on the interface after this value and the process are
+    /// gone. Only for tests of the clean-up of such leftovers; returns the program's id.
+    #[doc(hidden)]
+    pub fn attach_legacy_and_leak(self, ifindex: u32, mode: AttachMode) -> Result<u32> {
+        let idx = i32::try_from(ifindex).map_err(|_| BpfError::InvalidIfindex(ifindex))?;
+        let prog = find_program(&self.obj)?;
+        Xdp::new(prog.as_fd())
+            .attach(idx, mode.flags() | XdpFlags::UPDATE_IF_NOEXIST)
+            .map_err(|source| BpfError::Attach {
+                iface: Iface::resolve(ifindex),
+                mode,
                 source,
             })?;
-        match outcome {
-            Ok(true) => {
-                info!(iface = %att.iface, mode = %att.mode, "XDP steering detached");
-                Ok(())
-            }
-            Ok(false) => {
-                warn!(iface = %att.iface, mode = %att.mode, prog_id = ours,
-                    "our XDP program is no longer attached there (removed or replaced); \
-                     leaving the interface alone");
-                Ok(())
-            }
-            Err(source) => Err(BpfError::Detach {
-                iface: att.iface,
-                mode: att.mode,
-                source,
-            }),
-        }
+        Ok(self.prog_id)
     }
 
     /// The interface the program is attached to.
@@ -486,6 +510,51 @@ impl Drop for XdpSteering {
     fn drop(&mut self) {
         if let Err(e) = self.detach() {
             warn!(error = %ErrorChain(&e), "XDP steering: detach on drop failed");
+        }
+    }
+}
+
+/// Detaches a stale steering program of ours from `idx`: one named [`PROG_NAME`] and attached
+/// through netlink. No BPF link holds it, so no living process owns the attachment: only a
+/// datapath from before bpf_link attachment leaves one behind (a netlink attachment outlives
+/// its process). Anything else attached there — another tool's program, or ours held by a
+/// running datapath's link — is left alone; the attach then fails and says so.
+fn remove_stale(prog: BorrowedFd<'_>, idx: i32, iface: &Iface) {
+    let attached = match Xdp::new(prog).query(idx, XdpFlags::NONE) {
+        Ok(o) => o,
+        Err(e) => {
+            debug!(%iface, error = %e, "XDP query before attach failed");
+            return;
+        }
+    };
+    for (id, mode) in [
+        (attached.drv_prog_id, AttachMode::Driver),
+        (attached.skb_prog_id, AttachMode::Generic),
+    ] {
+        if id == 0 {
+            continue;
+        }
+        let name = ProgInfoIter::default()
+            .find(|p| p.id == id)
+            .map(|p| p.name.to_string_lossy().into_owned());
+        if name.as_deref() != Some(PROG_NAME) {
+            debug!(%iface, prog_id = id, ?name, %mode, "another XDP program is attached; not ours to remove");
+            continue;
+        }
+        if let Some(l) = LinkInfoIter::default().find(|l| l.prog_id == id) {
+            debug!(%iface, prog_id = id, link_id = l.id, %mode,
+                "our XDP program is held by a link: a running datapath owns it");
+            continue;
+        }
+        let removed = Program::fd_from_id(id)
+            .map_err(|e| io::Error::other(e.to_string()))
+            .and_then(|fd| detach_netlink_expected(idx, mode.flags(), fd.as_fd()));
+        match removed {
+            Ok(()) => warn!(%iface, prog_id = id, %mode,
+                "removed a stale XDP steering program (mpa_steer, attached through netlink) \
+                 that an earlier mpa-datapath left behind"),
+            Err(e) => warn!(%iface, prog_id = id, %mode, error = %e,
+                "could not remove a stale XDP steering program"),
         }
     }
 }

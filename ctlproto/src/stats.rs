@@ -195,6 +195,11 @@ pub struct DatapathStats {
     pub ended_flows: Vec<FlowReport>,
     /// The capture running, if any.
     pub capture: Option<CaptureStats>,
+    /// The XDP steering program was found detached from the interface by someone else
+    /// (`bpftool link detach`, the interface deleted): steered flows no longer reach the
+    /// datapath. Checked once a second.
+    #[serde(default)]
+    pub xdp_detached: bool,
 }
 
 impl DatapathStats {

@@ -160,6 +160,7 @@ fn round_trip_every_message() {
                 registry: Default::default(),
                 ended_flows: vec![],
                 capture: None,
+                xdp_detached: true,
             }),
         },
         Message::Ok { id: 5 },

@@ -414,8 +414,13 @@ impl Flow {
 
     /// Forgets the connection at once (operator close): RST to the peer.
     pub fn abort(&mut self) {
+        self.abort_because("closed by the operator");
+    }
+
+    /// [`abort`](Self::abort), ending the flow with `reason`.
+    pub fn abort_because(&mut self, reason: &str) {
         self.tcp.abort();
-        self.finish(None, "closed by the operator".into());
+        self.finish(None, reason.into());
     }
 
     /// Counters and state.

@@ -93,6 +93,10 @@ fn tcp_config(a: &Args) -> TcpConfig {
     }
 }
 
+/// Exit status when a worker failed (EX_SOFTWARE of sysexits.h): its flows were reported gone
+/// and the datapath stopped (datapath/src/server/faults.rs says why it does not carry on).
+const EXIT_WORKER_FAILED: u8 = 70;
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -146,15 +150,30 @@ fn main() -> ExitCode {
     let dp = match Datapath::start(cfg) {
         Ok(dp) => dp,
         Err(e) => {
-            eprintln!("mpa-datapath: {e}");
+            // The whole chain: "attach ... in driver mode: Device or resource busy".
+            let mut msg = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                msg.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            eprintln!("mpa-datapath: {msg}");
             return ExitCode::FAILURE;
         }
     };
     // Tests and scripts wait for this line.
     eprintln!("mpa-datapath: ready");
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.load(Ordering::Relaxed) && dp.failure().is_none() {
         std::thread::sleep(Duration::from_millis(50));
     }
+    let failure = dp.failure();
     dp.stop();
-    ExitCode::SUCCESS
+    match failure {
+        None => ExitCode::SUCCESS,
+        Some(why) => {
+            // A supervisor restarts us; the XDP link went with the stop.
+            eprintln!("mpa-datapath: stopped: {why}");
+            ExitCode::from(EXIT_WORKER_FAILED)
+        }
+    }
 }

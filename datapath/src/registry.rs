@@ -36,6 +36,8 @@ pub struct Registry {
     waiting: HashMap<u32, Vec<PostedBuf>>,
     /// Subscriber (control client id) of each domain's completions.
     subscribers: HashMap<u32, u64>,
+    /// The control client that created each region (by STag): the region goes with it.
+    owners: HashMap<u32, u64>,
     /// Completions that found no subscriber.
     pub unclaimed_completions: u64,
 }
@@ -51,11 +53,12 @@ impl Registry {
             keys: RandomState::new(),
             waiting: HashMap::new(),
             subscribers: HashMap::new(),
+            owners: HashMap::new(),
             unclaimed_completions: 0,
         }
     }
 
-    /// Creates a region. STags are a 24-bit index and an 8-bit random key (RFC 5040 §2.1
+    /// Creates a region for control client `owner`. STags are a 24-bit index and an 8-bit random key (RFC 5040 §2.1
     /// "STag"), so that a stale or guessed STag of another region is unlikely to be valid.
     pub fn create(
         &mut self,
@@ -63,6 +66,7 @@ impl Registry {
         pd: u32,
         remote_write: bool,
         remote_read: bool,
+        owner: u64,
     ) -> Result<Region, Refusal> {
         if len == 0 {
             return Err(bad("a region needs at least one octet".into()));
@@ -104,6 +108,7 @@ impl Registry {
         };
         self.bytes += len;
         self.regions.insert(stag, r.clone());
+        self.owners.insert(stag, owner);
         Ok(r)
     }
 
@@ -114,6 +119,7 @@ impl Registry {
             .remove(&stag)
             .ok_or_else(|| bad(format!("no region with STag {stag:#x}")))?;
         self.bytes -= r.info.len;
+        self.owners.remove(&stag);
         for bufs in self.waiting.values_mut() {
             bufs.retain(|b| b.stag != stag);
         }
@@ -207,9 +213,23 @@ impl Registry {
         self.subscribers.get(&pd).copied()
     }
 
-    /// A client went away: its subscriptions end.
-    pub fn client_gone(&mut self, client: u64) {
+    /// A client went away (closed its connection, or died): its subscriptions end and the
+    /// regions it created are destroyed, with the buffers waiting in them, so that nothing is
+    /// placed any more into memory nobody maps and its octets leave the budget. Returns the
+    /// STags destroyed (the workers must forget them too).
+    pub fn client_gone(&mut self, client: u64) -> Vec<u32> {
         self.subscribers.retain(|_, c| *c != client);
+        let mut stags: Vec<u32> = self
+            .owners
+            .iter()
+            .filter(|(_, &c)| c == client)
+            .map(|(&stag, _)| stag)
+            .collect();
+        stags.sort_unstable();
+        for &stag in &stags {
+            let _ = self.destroy(stag);
+        }
+        stags
     }
 
     /// Counters for the statistics document.
@@ -233,15 +253,15 @@ mod tests {
     fn regions_are_bounded_and_checked() {
         let mut g = Registry::new(10_000);
         assert_eq!(
-            g.create(0, 1, true, false).unwrap_err().0,
+            g.create(0, 1, true, false, 7).unwrap_err().0,
             ErrorCode::BadRequest
         );
-        let a = g.create(6_000, 1, true, false).unwrap();
+        let a = g.create(6_000, 1, true, false, 7).unwrap();
         assert_eq!(
-            g.create(5_000, 1, true, false).unwrap_err().0,
+            g.create(5_000, 1, true, false, 7).unwrap_err().0,
             ErrorCode::Limit
         );
-        let b = g.create(4_000, 2, false, true).unwrap();
+        let b = g.create(4_000, 2, false, true, 7).unwrap();
         assert_ne!(a.info.stag, b.info.stag);
         assert_eq!(a.info.stag >> 8, 1);
         assert_eq!(g.list(Some(2)), vec![b.info.clone()]);
@@ -257,10 +277,18 @@ mod tests {
         g.destroy(a.info.stag).unwrap();
         assert!(g.take_waiting(1).is_empty());
         assert!(g.destroy(a.info.stag).is_err());
-        g.create(6_000, 1, true, false).unwrap();
+        let c = g.create(5_000, 1, true, false, 7).unwrap();
+        let d = g.create(1_000, 1, true, false, 8).unwrap();
         g.subscribe(1, 7);
         assert_eq!(g.subscriber(1), Some(7));
-        g.client_gone(7);
+        let bufs = g.buffers(1, d.info.stag, 0, 100, 2).unwrap();
+        g.wait(1, bufs).unwrap();
+        // Client 7 goes: its subscription and its regions (only those) with it.
+        assert_eq!(g.client_gone(7), vec![b.info.stag, c.info.stag]);
         assert_eq!(g.subscriber(1), None);
+        assert_eq!(g.list(None), vec![d.info.clone()]);
+        assert_eq!(g.stats().region_octets, 1_000);
+        assert_eq!(g.take_waiting(1).len(), 2);
+        assert!(g.client_gone(7).is_empty());
     }
 }

@@ -37,6 +37,8 @@ pub enum Command {
     PostRecv(u64, Vec<PostedBuf>, Sender<Result<(), WorkerError>>),
     /// Abort a flow (RST to the peer).
     Close(u64),
+    /// Abort every flow (RST to each peer), each reported gone with this reason.
+    AbortAll(&'static str),
     /// Give a flow up (it belongs to another queue's worker): answer with its state.
     Release(u64, Sender<Option<Box<Flow>>>),
     /// Take over a flow released by another worker.
@@ -242,7 +244,16 @@ pub struct Worker<R: FrameRing> {
     /// The packet capture, while one runs: `None` costs one branch per frame.
     tap: Option<CaptureTap>,
     completions: CompletionBatches,
+    /// Test-only fault injection, in debug builds only ([`PANIC_AT_HANDOVER_ENV`]).
+    #[cfg(debug_assertions)]
+    panic_at_handover: Option<usize>,
 }
+
+/// Debug builds only (the system tests' binaries; release builds ignore it): a worker panics
+/// when a hand-over reaches it while it owns this many flows, so that tests can check what a
+/// worker failure does to its flows. Read once when the worker is made; acted on in the
+/// hand-over command, never per packet.
+pub const PANIC_AT_HANDOVER_ENV: &str = "MPA_DATAPATH_TEST_PANIC_AT_HANDOVER";
 
 impl<R: FrameRing> Worker<R> {
     /// A worker for the frame ring `xsk`.
@@ -271,6 +282,10 @@ impl<R: FrameRing> Worker<R> {
             scratch: vec![0u8; 16 * 1024],
             completions: CompletionBatches::default(),
             tap: None,
+            #[cfg(debug_assertions)]
+            panic_at_handover: std::env::var(PANIC_AT_HANDOVER_ENV)
+                .ok()
+                .and_then(|v| v.parse().ok()),
         }
     }
 
@@ -334,6 +349,13 @@ impl<R: FrameRing> Worker<R> {
                 let _ = answer.send(r);
             }
             Command::HandOver(h, bufs, answer) => {
+                #[cfg(debug_assertions)]
+                if self.panic_at_handover == Some(self.flows.len()) {
+                    panic!(
+                        "fault injected by {PANIC_AT_HANDOVER_ENV} (hand-over with {} flows)",
+                        self.flows.len()
+                    );
+                }
                 let key = flow_key(h.tcp.local, h.tcp.remote);
                 let r = if self.flows.contains_key(&key) {
                     Err(WorkerError::DuplicateFlow)
@@ -371,6 +393,12 @@ impl<R: FrameRing> Worker<R> {
                     if let Some(k) = self.ids.get(&id) {
                         self.touched.push(*k);
                     }
+                }
+            }
+            Command::AbortAll(reason) => {
+                for (key, f) in self.flows.iter_mut() {
+                    f.abort_because(reason);
+                    self.touched.push(*key);
                 }
             }
             Command::Stats(answer) => {

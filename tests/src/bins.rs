@@ -1,14 +1,14 @@
-//! The workspace's binaries (`mpa-peer`, `mpa-control`, `mpa-bench`) for the tests that run
-//! them as processes. `cargo test --workspace` builds them before any test runs; under
-//! `cargo test -p mpa-tests` the first test that needs one builds them (with the profile the
-//! tests were built with: a no-op when they are fresh).
+//! The workspace's binaries (`mpa-peer`, `mpa-control`, `mpa-bench`, `mpa-datapath`) for the
+//! tests that run them as processes. `cargo test --workspace` builds them before any test
+//! runs; under `cargo test -p mpa-tests` the first test that needs one builds them (with the
+//! profile the tests were built with: a no-op when they are fresh).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
 /// The packages whose binaries the tests run.
-const PACKAGES: [&str; 3] = ["mpa-peer", "mpa-control", "mpa-bench"];
+const PACKAGES: [&str; 4] = ["mpa-peer", "mpa-control", "mpa-bench", "mpa-datapath"];
 
 /// The path of workspace binary `name`, built if needed.
 pub fn bin(name: &str) -> PathBuf {

@@ -7,11 +7,13 @@
 //!   experiments run the datapath the same way): [`datapath`] and [`hand_over`] wrap them.
 //! * [`bins`]: the workspace's binaries, built on demand; [`frames`]: crafted frames;
 //!   [`raw`]: AF_PACKET and AF_XDP sockets; [`xdp`]: the XDP program on the bed;
-//!   [`peers`]: MPA peers in ns a and the datapath's counters.
+//!   [`peers`]: MPA peers in ns a and the datapath's counters; [`procs`]: `mpa-datapath` as
+//!   a process (to kill it, or watch it fail).
 
 pub mod bins;
 pub mod frames;
 pub mod peers;
+pub mod procs;
 pub mod raw;
 pub mod xdp;
 
@@ -23,3 +25,4 @@ pub use mpa_testbed::{
 pub use peers::{
     datapath, ended_flow, hand_over, initiator_in_a, listen_in, responder_in_a, stats,
 };
+pub use procs::DatapathProcess;

@@ -507,6 +507,123 @@ fn datapath_going_away_refuses_then_serves_again() {
     let _ = std::fs::remove_file(&config);
 }
 
+/// An Initiator that sends 100 ULPDUs, reports its address, waits for `go`, sends 100 more,
+/// closes and waits for the datapath's close.
+fn transfer_in_two_halves(
+    bed: &TestBed,
+    addr: SocketAddr,
+    seed: usize,
+) -> (
+    JoinHandle<Sent>,
+    mpsc::Receiver<SocketAddr>,
+    mpsc::Sender<()>,
+) {
+    const HALF: usize = 100;
+    const SIZE: usize = 1000;
+    let (up_tx, up) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let h = initiator(bed, addr, b"", move |local, s| {
+        let mut s = s.expect("startup through mpa-control");
+        let mut digest = 0u32;
+        let mut send_half = |s: &mut MpaStream<TcpStream>, from: usize| {
+            for i in from..from + HALF {
+                let u: Vec<u8> = (0..SIZE)
+                    .map(|j| (seed * 31 + i * 131 + j * 7 + 3) as u8)
+                    .collect();
+                digest = crc32c_append(digest, &u);
+                s.send(&u).unwrap();
+            }
+            s.flush().unwrap();
+        };
+        send_half(&mut s, 0);
+        up_tx.send(local).unwrap();
+        go_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        send_half(&mut s, HALF);
+        s.get_ref().shutdown(std::net::Shutdown::Write).unwrap();
+        while s
+            .recv_with(Some(Duration::from_secs(10)), |_| {
+                panic!("datapath sent an FPDU")
+            })
+            .unwrap()
+            .is_some()
+        {}
+        Sent {
+            local,
+            digest,
+            octets: 2 * HALF * SIZE,
+            count: 2 * HALF,
+        }
+    });
+    (h, up, go)
+}
+
+/// Issue 11, item 4: `mpa-control` killed (SIGKILL) while connections exist. The flows it
+/// handed over keep running in the datapath to their clean end, octet for octet (its frozen
+/// sockets close silently with it, in repair mode), and a new daemon serves again.
+#[test]
+fn killed_daemon_leaves_its_flows_running_and_a_new_one_serves() {
+    if !require_privileged("mpa-control killed") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let socket = temp_path("dp.sock");
+    let addr = SocketAddr::new(bed.addr_b(false), 7251);
+    let config = write_config(&format!(
+        "datapath_socket = \"{}\"\nstartup_timeout_ms = 5000\n[[listener]]\nbind = \"{addr}\"\nmarkers_required = true\n",
+        socket.display()
+    ));
+    // The daemon before the datapath (see datapath_going_away_refuses_then_serves_again).
+    let daemon = Daemon::start(&bed, &config);
+    daemon.wait_for("the listener", Duration::from_secs(5), |l| {
+        l.iter().any(|l| l.contains("listening for MPA"))
+    });
+    let dp = start_datapath(&bed, &socket);
+    daemon.wait_for("the connection", Duration::from_secs(5), |l| {
+        l.iter().any(|l| l.contains("datapath connected"))
+    });
+    let (held, up, go) = transfer_in_two_halves(&bed, addr, 5);
+    let local = up.recv_timeout(Duration::from_secs(10)).unwrap();
+    let flow = daemon.flow_of(local);
+
+    // kill -9 (Daemon's drop) mid-transfer; the second half goes to the datapath alone.
+    drop(daemon);
+    go.send(()).unwrap();
+    let sent = held.join().unwrap();
+    assert_eq!(sent.local, local);
+    let t0 = Instant::now();
+    let stats = loop {
+        let s = stats_json(&socket);
+        if s["ended_flows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["flow_id"] == flow)
+        {
+            break s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "flow {flow} never ended: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_delivered(&stats, flow, &sent);
+    wait_no_sockets(&bed, addr.port());
+
+    // A new daemon serves again on the same datapath.
+    let daemon = Daemon::start(&bed, &config);
+    daemon.wait_for("the connection", Duration::from_secs(5), |l| {
+        l.iter().any(|l| l.contains("datapath connected"))
+    });
+    let sent = transfer(&bed, addr, 6).join().unwrap();
+    let flow = daemon.flow_of(sent.local);
+    daemon.wait_gone(flow);
+    assert_delivered(&stats_json(&socket), flow, &sent);
+    drop(daemon);
+    dp.stop();
+    let _ = std::fs::remove_file(&config);
+}
+
 #[test]
 fn bad_configs_and_missing_datapath_fail_clearly() {
     // (e) No privileges needed: serve stops at the configuration.

@@ -14,6 +14,8 @@ pub(super) struct Client {
     /// client.
     out: Sender<Outgoing>,
     pub(super) hello: bool,
+    /// The writer thread: it ends once `out` is dropped and the queue is written.
+    writer: std::thread::JoinHandle<()>,
 }
 
 /// A message for a client, with the region whose descriptor goes along (SCM_RIGHTS).
@@ -81,7 +83,7 @@ impl Server {
                 }
             });
             let (out, out_rx) = crossbeam_channel::bounded::<Outgoing>(CLIENT_QUEUE);
-            std::thread::spawn(move || {
+            let writer = std::thread::spawn(move || {
                 for Outgoing(m, region) in out_rx {
                     let r = match &region {
                         Some(mem) => write_message_with_fd(&w, &m, mem.fd()),
@@ -93,7 +95,25 @@ impl Server {
                     }
                 }
             });
-            self.clients.insert(id, Client { out, hello: false });
+            self.clients.insert(
+                id,
+                Client {
+                    out,
+                    hello: false,
+                    writer,
+                },
+            );
+        }
+    }
+
+    /// Closes every client's queue and waits, until `deadline` at most, for their writers to
+    /// send what is queued: a stopping datapath's last words reach its clients.
+    pub(super) fn close_clients(&mut self, deadline: std::time::Instant) {
+        let writers: Vec<_> = self.clients.drain().map(|(_, c)| c.writer).collect();
+        for w in writers {
+            while !w.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
         }
     }
 

@@ -5,13 +5,15 @@
 //! This module starts and stops the datapath and runs the control thread's loop; the rest of
 //! the control thread is split by concern: `clients` (accepting and writing to control
 //! clients), `requests` (one function per control request), `notifications` (what workers
-//! report), `capture` (packet capture for a client) and `migration` (moving a flow to the
-//! worker of the queue its segments arrive on).
+//! report), `capture` (packet capture for a client), `migration` (moving a flow to the
+//! worker of the queue its segments arrive on) and `faults` (a worker that died, the XDP
+//! program detached by someone else).
 
 #![forbid(unsafe_code)]
 
 mod capture;
 mod clients;
+mod faults;
 mod migration;
 mod notifications;
 mod requests;
@@ -35,7 +37,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Everything the datapath needs to start.
 #[derive(Debug, Clone)]
@@ -88,6 +90,7 @@ pub struct Datapath {
     stop: Arc<AtomicBool>,
     control: Option<JoinHandle<()>>,
     socket: PathBuf,
+    failure: faults::Failure,
 }
 
 impl Datapath {
@@ -137,10 +140,11 @@ impl Datapath {
             .set_nonblocking(true)
             .map_err(|e| StartError::Socket(cfg.socket.clone(), e))?;
         let stop = Arc::new(AtomicBool::new(false));
+        let failure = faults::Failure::default();
         let server = Server {
             steering,
             workers,
-            worker_handles: handles,
+            worker_handles: handles.into_iter().map(Some).collect(),
             notify: notify_rx,
             listener,
             clients: HashMap::new(),
@@ -152,6 +156,7 @@ impl Datapath {
             stop: stop.clone(),
             capture: None,
             next_capture: 1,
+            faults: faults::Faults::new(failure.clone()),
         };
         let control = std::thread::Builder::new()
             .name("mpa-control-server".into())
@@ -162,7 +167,15 @@ impl Datapath {
             stop,
             control: Some(control),
             socket: cfg.socket,
+            failure,
         })
+    }
+
+    /// Why the datapath stopped on its own (a worker failed; its flows were reported gone),
+    /// or `None` while it runs. The caller should then [`stop`](Self::stop) it and exit
+    /// non-zero.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().ok().and_then(|f| f.clone())
     }
 
     /// Stops workers and the server, detaches XDP, removes the socket.
@@ -277,7 +290,8 @@ struct Adopted {
 struct Server {
     steering: XdpSteering,
     workers: Vec<WorkerHandle>,
-    worker_handles: Vec<JoinHandle<()>>,
+    /// `None` once joined (a failed worker).
+    worker_handles: Vec<Option<JoinHandle<()>>>,
     notify: Receiver<Notification>,
     listener: UnixListener,
     clients: HashMap<u64, Client>,
@@ -291,7 +305,12 @@ struct Server {
     /// The packet capture running, if any (one at a time).
     capture: Option<Capture>,
     next_capture: u64,
+    faults: faults::Faults,
 }
+
+/// How long a stopping datapath waits for its clients' writers to send what is queued (the
+/// last FlowGone notifications), so that a client that does not read cannot hold it up.
+const CLIENT_FLUSH: Duration = Duration::from_secs(1);
 
 /// Ended flows whose final counters stay readable over the control socket.
 const FINISHED_KEPT: usize = 256;
@@ -309,16 +328,14 @@ impl Server {
             select! {
                 recv(in_rx) -> m => match m {
                     Ok(Incoming::Msg(c, m)) => self.handle(c, m),
-                    Ok(Incoming::Gone(c)) => {
-                        self.clients.remove(&c);
-                        self.registry.client_gone(c);
-                    }
+                    Ok(Incoming::Gone(c)) => self.client_gone(c),
                     Err(_) => break,
                 },
                 recv(self.notify) -> n => if let Ok(n) = n { self.notified(n) },
                 default(Duration::from_millis(20)) => {}
             }
             self.capture_tick();
+            self.check_faults(std::time::Instant::now());
         }
         if self.capture.is_some() {
             self.finish_capture("datapath stopping");
@@ -326,10 +343,51 @@ impl Server {
         for w in &self.workers {
             let _ = w.send(Command::Shutdown);
         }
-        for h in self.worker_handles.drain(..) {
+        for h in self.worker_handles.drain(..).flatten() {
             let _ = h.join();
         }
+        if let Some(why) = self.faults.failed() {
+            // The other workers stopped without reporting their flows: say why they end.
+            let reason = format!("datapath stopping: {why}");
+            let ids: Vec<u64> = self.adopted.keys().copied().collect();
+            for flow_id in ids {
+                self.end_flow(flow_id, &reason);
+            }
+        }
+        self.close_clients(Instant::now() + CLIENT_FLUSH);
         // `steering` drops here: XDP detaches.
+    }
+
+    /// A control client went away (closed, or died): what it held goes. Its regions and
+    /// subscriptions end (workers stop placing into those regions: a flow that still writes
+    /// there gets a Terminate), and so do the flows it adopted but never handed over (their
+    /// 4-tuples would stay steered, dropped, forever). Flows it handed over keep running: a
+    /// restarted mpa-control must not cost the connections it set up.
+    fn client_gone(&mut self, client: u64) {
+        self.clients.remove(&client);
+        let stags = self.registry.client_gone(client);
+        for &stag in &stags {
+            for w in &self.workers {
+                let _ = w.send(Command::RemoveRegion(stag));
+            }
+        }
+        let pending: Vec<u64> = self
+            .adopted
+            .iter()
+            .filter(|(_, a)| a.client == client && a.worker.is_none())
+            .map(|(&id, _)| id)
+            .collect();
+        for &flow_id in &pending {
+            self.forget(flow_id);
+        }
+        if !stags.is_empty() || !pending.is_empty() {
+            tracing::info!(
+                client,
+                regions = stags.len(),
+                adoptions = pending.len(),
+                "control client gone: its regions and unfinished adoptions released"
+            );
+        }
     }
 
     /// Removes an adopted flow and its 4-tuple from the XDP flow map.

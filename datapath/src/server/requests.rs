@@ -119,6 +119,17 @@ impl Server {
                 )
             }
         };
+        if self.faults.xdp_detached {
+            // Its segments could never reach us.
+            return self.reply(
+                client,
+                Message::Error {
+                    id,
+                    code: ErrorCode::Internal,
+                    message: super::faults::XDP_DETACHED.into(),
+                },
+            );
+        }
         if self.adopted.values().any(|a| a.key == key) {
             return self.reply(
                 client,
@@ -292,6 +303,7 @@ impl Server {
             registry: self.registry.stats(),
             ended_flows: self.finished.iter().cloned().collect(),
             capture,
+            xdp_detached: self.faults.xdp_detached,
         });
         self.reply(client, Message::Stats { id, stats });
     }
@@ -307,7 +319,10 @@ impl Server {
         remote_write: bool,
         remote_read: bool,
     ) {
-        match self.registry.create(len, pd, remote_write, remote_read) {
+        match self
+            .registry
+            .create(len, pd, remote_write, remote_read, client)
+        {
             Ok(r) => {
                 for w in &self.workers {
                     let _ = w.send(Command::AddRegion(r.clone()));

@@ -1,0 +1,156 @@
+//! Faults the control thread watches for, at most once per turn of its loop and never per
+//! packet: a worker thread that died (a panic), and the XDP program detached from the
+//! interface by someone else.
+//!
+//! **A dead worker stops the datapath.** Its flows are reported gone at once (`FlowGone`,
+//! the reason naming the queue and the panic) and unsteered, then the whole datapath stops
+//! and the process exits non-zero ([`Datapath::failure`](super::Datapath::failure)). Carrying
+//! on with the other queues was rejected: the dead queue's AF_XDP socket is gone, and RSS
+//! keeps hashing new connections to that queue, whose steered segments the XDP program then
+//! drops (steered without XSK) — a datapath that silently black-holes a share of its future
+//! connections is worse than one that stops and lets its supervisor restart it. With the
+//! program attached through a BPF link the exit leaves the interface as it was.
+//!
+//! **A detached program ends the flows, not the datapath.** Once a second the control thread
+//! asks the link whether it still holds the program on the interface. When it does not, the
+//! flows are aborted (RST to each peer, `FlowGone` with [`XDP_DETACHED`]) and new adoptions
+//! refused; the datapath keeps answering statistics, which show `xdp_detached`. Whoever
+//! detached it did so on purpose: re-attaching behind their back would fight them.
+
+use super::{Command, Server};
+use mpa_ctl_proto::Message;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often the XDP attachment is checked: a detach is reported within this (plus one turn
+/// of the control loop).
+pub(super) const XDP_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The reason of the flows ended because the XDP program was detached, and of refused
+/// adoptions afterwards.
+pub(super) const XDP_DETACHED: &str = "the XDP steering program was detached from the interface";
+
+/// Why the datapath stopped on its own, shared with [`super::Datapath`].
+pub(super) type Failure = Arc<Mutex<Option<String>>>;
+
+/// What the control thread knows of faults.
+pub(super) struct Faults {
+    /// The XDP program was found detached (reported once, then in every statistics).
+    pub(super) xdp_detached: bool,
+    next_xdp_check: Instant,
+    /// Set when a worker died: the datapath stops and the process exits non-zero.
+    pub(super) failure: Failure,
+}
+
+impl Faults {
+    pub(super) fn new(failure: Failure) -> Self {
+        Faults {
+            xdp_detached: false,
+            next_xdp_check: Instant::now() + XDP_CHECK_INTERVAL,
+            failure,
+        }
+    }
+
+    /// The failure that stopped the datapath, if one did.
+    pub(super) fn failed(&self) -> Option<String> {
+        self.failure.lock().ok().and_then(|f| f.clone())
+    }
+}
+
+impl Server {
+    /// One look at the workers (a flag each) and, once a second, at the XDP attachment.
+    pub(super) fn check_faults(&mut self, now: Instant) {
+        self.check_workers();
+        if now >= self.faults.next_xdp_check {
+            self.faults.next_xdp_check = now + XDP_CHECK_INTERVAL;
+            self.check_xdp();
+        }
+    }
+
+    /// A worker thread that ended while the datapath runs has failed (workers end only on
+    /// Shutdown): its flows are reported gone and unsteered, and the datapath stops.
+    fn check_workers(&mut self) {
+        for q in 0..self.worker_handles.len() {
+            if !self.worker_handles[q]
+                .as_ref()
+                .is_some_and(|h| h.is_finished())
+            {
+                continue;
+            }
+            let Some(h) = self.worker_handles[q].take() else {
+                continue;
+            };
+            let why = match h.join() {
+                Err(payload) => format!("panicked: {}", panic_message(payload.as_ref())),
+                Ok(()) => "stopped unexpectedly".to_string(),
+            };
+            let reason = format!("worker of queue {q} {why}");
+            let flows: Vec<u64> = self
+                .adopted
+                .iter()
+                .filter(|(_, a)| a.worker == Some(q))
+                .map(|(&id, _)| id)
+                .collect();
+            tracing::error!(queue = q, flows = flows.len(), %reason,
+                "worker failed: its flows are reported gone and the datapath stops");
+            for flow_id in flows {
+                self.end_flow(flow_id, &reason);
+            }
+            if let Ok(mut f) = self.faults.failure.lock() {
+                f.get_or_insert(reason);
+            }
+            self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Reports a flow whose worker cannot report it (failed, or stopping because another
+    /// failed) gone to its client, with `reason`, and unsteers it.
+    pub(super) fn end_flow(&mut self, flow_id: u64, reason: &str) {
+        let client = self.adopted.get(&flow_id).map(|a| a.client);
+        self.forget(flow_id);
+        if let Some(c) = client {
+            let m = Message::FlowGone {
+                flow_id,
+                mpa_error: None,
+                terminate: None,
+                reason: reason.to_string(),
+            };
+            self.reply(c, m);
+        }
+    }
+
+    /// Whether our program still sits on the interface (one bpf syscall on the link).
+    fn check_xdp(&mut self) {
+        if self.faults.xdp_detached {
+            return;
+        }
+        match self.steering.is_attached() {
+            Ok(true) => {}
+            Ok(false) => {
+                self.faults.xdp_detached = true;
+                tracing::error!(
+                    iface = ?self.steering.iface(),
+                    flows = self.adopted.len(),
+                    "the XDP steering program was detached by someone else: steered flows \
+                     no longer reach the datapath; aborting them, refusing new ones"
+                );
+                // Their segments now go to the kernel, to frozen sockets that still process
+                // input: end them cleanly (RST to each peer, FlowGone so that mpa-control
+                // closes the frozen sockets) rather than leave them to hang.
+                for w in &self.workers {
+                    let _ = w.send(Command::AbortAll(XDP_DETACHED));
+                }
+            }
+            Err(e) => tracing::warn!(%e, "XDP attachment check failed"),
+        }
+    }
+}
+
+/// The text a panic carried (`panic!("...")` gives a `&str` or a `String`).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
+}

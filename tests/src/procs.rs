@@ -1,0 +1,182 @@
+//! `mpa-datapath` as a process in ns b, for the tests that kill it, make it fail, or watch it
+//! exit (an in-process datapath, [`crate::datapath`], cannot be killed without the test).
+
+use crate::bins::bin;
+use mpa_testbed::TestBed;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The line `mpa-datapath` prints once it serves.
+const READY: &str = "mpa-datapath: ready";
+
+/// A running `mpa-datapath` (driver-mode XDP, copy-mode AF_XDP, ULPDU digests on) on the
+/// bed's interface in ns b, its stderr collected. Dropping it kills it (SIGKILL).
+pub struct DatapathProcess {
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+    reader: Option<JoinHandle<()>>,
+    /// Its control socket.
+    pub socket: PathBuf,
+}
+
+impl DatapathProcess {
+    /// Starts it with the environment `envs` and waits (bounded) for its ready line. Retried
+    /// for a moment when it exits first: right after another datapath stopped, the kernel may
+    /// still hold the queue (EBUSY on the AF_XDP bind). `Err` with its log when it never
+    /// became ready.
+    pub fn start(bed: &TestBed, envs: &[(&str, &str)]) -> Result<Self, String> {
+        let t0 = Instant::now();
+        loop {
+            let mut p = Self::spawn(bed, envs);
+            match p.wait_ready(Duration::from_secs(20)) {
+                Ok(()) => return Ok(p),
+                Err(log) if t0.elapsed() < Duration::from_secs(3) => {
+                    drop(p);
+                    eprintln!("datapath start failed; retrying:\n{log}");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(log) => return Err(log),
+            }
+        }
+    }
+
+    /// Starts it once, without retrying: for a start that is expected to fail.
+    pub fn start_once(bed: &TestBed, envs: &[(&str, &str)]) -> Result<Self, String> {
+        let mut p = Self::spawn(bed, envs);
+        p.wait_ready(Duration::from_secs(20)).map(|()| p)
+    }
+
+    fn spawn(bed: &TestBed, envs: &[(&str, &str)]) -> Self {
+        let socket = mpa_bench::temp_path("dp-proc.sock");
+        let mut cmd = bed.command(&bed.ns_b, &bin("mpa-datapath").to_string_lossy());
+        cmd.args(["--iface", &bed.if_b, "--socket", &socket.to_string_lossy()])
+            .args(["--xdp-mode", "driver", "--bind-mode", "copy", "--digest"])
+            .args(["--frames", "4096"])
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn mpa-datapath");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let l = log.clone();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { return };
+                l.lock().unwrap().push(line);
+            }
+        });
+        DatapathProcess {
+            child,
+            log,
+            reader: Some(reader),
+            socket,
+        }
+    }
+
+    /// Waits for the ready line; `Err(log)` if the process exits or 20 s pass first.
+    fn wait_ready(&mut self, timeout: Duration) -> Result<(), String> {
+        let t0 = Instant::now();
+        loop {
+            if self.log().iter().any(|l| l.contains(READY)) {
+                return Ok(());
+            }
+            if let Ok(Some(st)) = self.child.try_wait() {
+                // Let the reader take the last lines.
+                if let Some(r) = self.reader.take() {
+                    let _ = r.join();
+                }
+                return Err(format!("exited ({st}):\n{}", self.log().join("\n")));
+            }
+            if t0.elapsed() > timeout {
+                return Err(format!(
+                    "not ready in {timeout:?}:\n{}",
+                    self.log().join("\n")
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Its process id (`ip netns exec` execs the program: the same process).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// What it logged so far, line by line.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Waits (bounded) until its log satisfies `pred`; panics with the log otherwise.
+    pub fn wait_log(&self, what: &str, timeout: Duration, pred: impl Fn(&[String]) -> bool) {
+        let t0 = Instant::now();
+        while !pred(&self.log()) {
+            assert!(
+                t0.elapsed() < timeout,
+                "the datapath never logged {what}:\n{}",
+                self.log().join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `kill -9`, and its exit status.
+    pub fn kill9(&mut self) -> ExitStatus {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("wait")
+    }
+
+    /// SIGTERM (a clean stop), and its exit status (bounded wait).
+    pub fn terminate(&mut self) -> ExitStatus {
+        signal(self.pid(), "-TERM");
+        self.wait_exit(Duration::from_secs(10))
+    }
+
+    /// Waits (bounded) for it to exit on its own; panics with the log otherwise.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let t0 = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().expect("wait") {
+                if let Some(r) = self.reader.take() {
+                    let _ = r.join();
+                }
+                return st;
+            }
+            assert!(
+                t0.elapsed() < timeout,
+                "the datapath did not exit in {timeout:?}:\n{}",
+                self.log().join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// `kill SIG PID`.
+fn signal(pid: u32, sig: &str) {
+    let st = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("kill(1)");
+    assert!(st.success(), "kill {sig} {pid}");
+}
+
+impl Drop for DatapathProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
