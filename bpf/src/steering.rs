@@ -16,7 +16,6 @@ use crate::counters::{XdpCounters, COUNTERS_SIZE};
 use crate::error::{BpfError, Iface, MapName, Result};
 use crate::flow::{FlowKey, FlowValue, FLOW_KEY_SIZE, FLOW_VALUE_SIZE, HOST_KEY_SIZE};
 use crate::link::{detach_netlink_expected, XdpLink};
-use crate::netns::NetNs;
 use crate::{MAX_FLOWS, MAX_QUEUES};
 
 /// The program's function name in `steer.bpf.c`.
