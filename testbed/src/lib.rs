@@ -4,7 +4,9 @@
 //!   ns a (peer)                    [ns r: bridge br0, nftables loss]              ns b (this host)
 //!   veth a  ──────────────────────── ra ── br0 ── rb ─────────────────────────── veth b (XDP here)
 //! ```
-//! Without the bridge, `a` and `b` are the two ends of one veth pair. Names are unique per run
+//! Without the bridge, `a` and `b` are the two ends of one veth pair. With an [`Impairment`]
+//! the bridge is not br0 but a forwarder thread that drops, reorders, duplicates, delays and
+//! corrupts frames both ways ([`impair`]). Names are unique per run
 //! (`mpat<pid>x<n>-a`), every namespace is removed when the [`TestBed`] drops (also when a test
 //! panics), and namespaces left behind by a killed run (whose pid is gone) are removed by the
 //! next [`TestBed::up`]. The sender's transmit checksum offload is off (docs/environment.md:
@@ -13,7 +15,8 @@
 //! Also the one privilege gate of the whole-system tests ([`require_privileged`], which
 //! `MPA_REQUIRE_PRIVILEGED=1` turns from a skip into a failure), the one way to run code in a
 //! namespace ([`run_in_netns`]) and kernel TCP connections across the bed ([`Conn`]).
-#![forbid(unsafe_code)]
+// The one exception is impair::packet (packet sockets), which allows it for itself.
+#![deny(unsafe_code)]
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::{Command, Output};
@@ -21,9 +24,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 mod conn;
 mod gate;
+pub mod impair;
 mod netns;
 pub use conn::{Conn, STEP};
 pub use gate::{privileged, require_privileged, skip_or_fail};
+pub use impair::{DirStats, ImpairStats, Impairment};
 pub use netns::{run_in_netns, NetnsError};
 
 /// Name prefix of every namespace a test bed creates.
@@ -69,6 +74,9 @@ pub struct BedConfig {
     pub mtu: u32,
     /// RX and TX queues of every veth.
     pub queues: u32,
+    /// Replace the bridge by the impairment forwarder (needs `bridge`; excludes
+    /// `loss_percent`, whose equivalent is `drop=`).
+    pub impair: Option<Impairment>,
 }
 
 impl Default for BedConfig {
@@ -79,6 +87,7 @@ impl Default for BedConfig {
             loss_port: 7777,
             mtu: 1500,
             queues: 1,
+            impair: None,
         }
     }
 }
@@ -100,6 +109,8 @@ pub struct TestBed {
     pub config: BedConfig,
     /// Set when the bed is this host's real interface and a peer host ([`TestBed::external`]).
     pub external: Option<ExternalPeer>,
+    /// The impairment forwarder, when the config asks for one.
+    forwarder: Option<impair::Forwarder>,
 }
 
 /// A bed made of this host's own interface and a separate peer host (real NICs): `ns_b` is a
@@ -192,6 +203,16 @@ impl TestBed {
         if config.loss_percent > 0 && !config.bridge {
             return Err(BedError::Config("loss needs the bridge namespace".into()));
         }
+        if config.impair.is_some() && !config.bridge {
+            return Err(BedError::Config(
+                "the impairment forwarder needs the bridge namespace".into(),
+            ));
+        }
+        if config.impair.is_some() && config.loss_percent > 0 {
+            return Err(BedError::Config(
+                "nftables loss and the impairment forwarder exclude each other (use drop=)".into(),
+            ));
+        }
         if !(68..=65535).contains(&config.mtu) || config.queues == 0 || config.queues > 64 {
             return Err(BedError::Config(format!(
                 "mtu {} / queues {}",
@@ -214,6 +235,7 @@ impl TestBed {
             if_b: "veth-b".into(),
             config,
             external: None,
+            forwarder: None,
         };
         // From here on Drop cleans up whatever was made.
         bed.build()?;
@@ -269,17 +291,45 @@ impl TestBed {
                 veth(&trb, &tb)?;
                 self.move_rename(&ta, &a, &self.if_a.clone())?;
                 self.move_rename(&tb, &b, &self.if_b.clone())?;
+                if self.config.impair.is_some() {
+                    // r's own stack stays silent (no IPv6 autoconfiguration on ra/rb).
+                    run_in(
+                        &r,
+                        &["sysctl", "-q", "-w", "net.ipv6.conf.default.disable_ipv6=1"],
+                    )?;
+                }
                 self.move_rename(&tra, &r, "ra")?;
                 self.move_rename(&trb, &r, "rb")?;
-                run_in(&r, &["ip", "link", "add", "br0", "type", "bridge"])?;
-                for i in ["ra", "rb"] {
-                    run_in(&r, &["ip", "link", "set", i, "mtu", &mtu])?;
-                    run_in(&r, &["ip", "link", "set", i, "master", "br0"])?;
-                    run_in(&r, &["ip", "link", "set", i, "up"])?;
-                }
-                run_in(&r, &["ip", "link", "set", "br0", "up"])?;
-                if self.config.loss_percent > 0 {
-                    self.set_loss(self.config.loss_percent)?;
+                match self.config.impair.clone() {
+                    None => {
+                        run_in(&r, &["ip", "link", "add", "br0", "type", "bridge"])?;
+                        for i in ["ra", "rb"] {
+                            run_in(&r, &["ip", "link", "set", i, "mtu", &mtu])?;
+                            run_in(&r, &["ip", "link", "set", i, "master", "br0"])?;
+                            run_in(&r, &["ip", "link", "set", i, "up"])?;
+                        }
+                        run_in(&r, &["ip", "link", "set", "br0", "up"])?;
+                        if self.config.loss_percent > 0 {
+                            self.set_loss(self.config.loss_percent)?;
+                        }
+                    }
+                    Some(imp) => {
+                        for i in ["ra", "rb"] {
+                            run_in(&r, &["ip", "link", "set", i, "mtu", &mtu])?;
+                            run_in(&r, &["ip", "link", "set", i, "promisc", "on"])?;
+                            run_in(&r, &["ip", "link", "set", i, "up"])?;
+                            // Frames as they came, no aggregates above the MTU.
+                            let _ = run_in(&r, &["ethtool", "-K", i, "gro", "off"]);
+                        }
+                        self.forwarder = Some(impair::Forwarder::start(
+                            &r,
+                            "ra",
+                            "rb",
+                            &imp,
+                            self.config.mtu,
+                            self.config.loss_port,
+                        )?);
+                    }
                 }
             }
         }
@@ -303,6 +353,11 @@ impl TestBed {
         }
         // docs/environment.md: the sender's checksum offload must be off.
         run_in(&a, &["ethtool", "-K", &self.if_a, "tx", "off"])?;
+        if self.forwarder.is_some() {
+            // A packet socket reads and writes bare octets: a frame from b with only the
+            // pseudo-header sum (checksum offload) would reach a with a bad checksum.
+            run_in(&b, &["ethtool", "-K", &self.if_b, "tx", "off"])?;
+        }
         Ok(())
     }
 
@@ -351,6 +406,7 @@ impl TestBed {
                 ..BedConfig::default()
             },
             external: Some(peer),
+            forwarder: None,
         })
     }
 
@@ -376,6 +432,11 @@ impl TestBed {
             .ns_r
             .as_deref()
             .ok_or_else(|| BedError::Config("no bridge".into()))?;
+        if self.forwarder.is_some() {
+            return Err(BedError::Config(
+                "the impairment forwarder replaces the bridge; its drops are set by drop=".into(),
+            ));
+        }
         if percent > 100 {
             return Err(BedError::Config(format!("loss {percent}% > 100%")));
         }
@@ -395,8 +456,12 @@ impl TestBed {
         res.map(|_| ())
     }
 
-    /// Frames dropped so far by the loss rule.
+    /// Frames dropped so far by the loss rule (with the impairment forwarder: by it, both
+    /// directions).
     pub fn dropped(&self) -> Result<u64, BedError> {
+        if let Some(s) = self.impair_stats() {
+            return Ok(s.a_to_b.dropped + s.b_to_a.dropped);
+        }
         let Some(r) = self.ns_r.as_deref() else {
             return Ok(0);
         };
@@ -408,6 +473,11 @@ impl TestBed {
             .nth(1)
             .and_then(|n| n.parse().ok())
             .unwrap_or(0))
+    }
+
+    /// What the impairment forwarder did so far, if the bed has one.
+    pub fn impair_stats(&self) -> Option<ImpairStats> {
+        self.forwarder.as_ref().map(impair::Forwarder::stats)
     }
 
     /// The address of `b` (the host under test) in the family asked for.
@@ -504,6 +574,10 @@ fn parse_first_inet(text: &str) -> Option<Ipv4Addr> {
 
 impl Drop for TestBed {
     fn drop(&mut self) {
+        // The forwarder's thread sits in ns r: stop and join it first.
+        if let Some(mut f) = self.forwarder.take() {
+            f.stop();
+        }
         for ns in self.namespaces() {
             if let Err(e) = run(&["ip", "netns", "del", ns]) {
                 tracing::warn!(%e, "test bed cleanup");
@@ -541,6 +615,7 @@ mod tests {
                 exec: vec!["ssh".into(), "root@peer".into()],
                 bin_dir: Some("/opt/mpa/".into()),
             }),
+            forwarder: None,
         });
         let c = bed.command("", "/home/me/target/release/mpa-peer");
         assert_eq!(c.get_program(), "ssh");
