@@ -41,6 +41,9 @@ pub struct BwArgs {
     /// RX queues of the datapath.
     #[arg(long, default_value_t = 1)]
     pub queues: u32,
+    /// The impairment bridge (see `demo --help`), e.g. `drop=20,reorder=5,dup=2,seed=7,both`.
+    #[arg(long, value_name = "SPEC", conflicts_with = "loss")]
+    pub impair: Option<mpa_testbed::Impairment>,
     /// No markers, no CRC (default: markers + CRC both ways).
     #[arg(long)]
     pub plain: bool,
@@ -76,6 +79,7 @@ impl BwArgs {
             mtu: self.mtu,
             loss: self.loss,
             queues: self.queues,
+            impair: self.impair.clone(),
             plain: self.plain,
             no_markers: self.no_markers,
             op: self.op,
@@ -98,6 +102,7 @@ impl BwArgs {
         json!({
             "sizes": self.sizes, "bytes": self.bytes, "rounds": self.rounds, "mtu": self.mtu,
             "loss_percent": self.loss, "queues": self.queues, "framing": self.framing(),
+            "impair": self.impair.as_ref().map(|i| format!("{i:?}")),
             "connections": self.connections,
             "op": format!("{:?}", self.op).to_lowercase(),
             "aligned": self.run(self.sizes.first().copied().unwrap_or(4096)).aligned(),
@@ -327,6 +332,9 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
             ));
             rows[2 * i + 1].samples.push(ds);
         }
+    }
+    if let Some(s) = bed.impair_stats() {
+        progress.println(format!("impairment: {s}"));
     }
     drop(progress);
     let mut doc = Document::new(Scenario::Bw, a.params());

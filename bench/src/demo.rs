@@ -266,6 +266,10 @@ pub fn demo(r: &Run) -> Result<String> {
     if r.loss > 0 {
         println!("bridge dropped {dropped} frames");
     }
+    let impairment = bed.impair_stats();
+    if let Some(s) = impairment {
+        println!("impairment  : {s}");
+    }
     println!(
         "datapath CPU: {:.2} s for {:.0} MiB (workers {:.2} s)",
         d.cpu,
@@ -298,6 +302,7 @@ pub fn demo(r: &Run) -> Result<String> {
             "op": format!("{:?}", r.op).to_lowercase(),
             "loss_percent": r.loss,
             "bridge_dropped": dropped,
+            "impairment": impairment.map(|s| s.to_string()),
             "placed_direct": direct,
             "placed_from_store": store,
             "placed_direct_percent": direct_pct,

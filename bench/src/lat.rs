@@ -86,6 +86,7 @@ impl LatArgs {
             mtu: self.mtu,
             loss: 0,
             queues: 1,
+            impair: None,
             plain: self.plain,
             no_markers: self.no_markers,
             op: Op::Write,

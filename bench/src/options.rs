@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use clap::Args;
-use mpa_testbed::{BedConfig, TestBed};
+use mpa_testbed::{BedConfig, Impairment, TestBed};
 
 /// `demo` and `compare`: one transfer's options.
 #[derive(Args, Clone, Debug)]
@@ -23,6 +23,11 @@ pub struct Run {
     /// RX queues.
     #[arg(long, default_value_t = 1)]
     pub queues: u32,
+    /// The impairment bridge instead of the Linux bridge, both directions possible, seeded:
+    /// e.g. `drop=20,reorder=5,dup=2,corrupt=0.1,delay-us=100,seed=7,both` (rates in percent
+    /// of TCP frames to/from the port; testbed/src/impair.rs `Impairment::SYNTAX`).
+    #[arg(long, value_name = "SPEC", conflicts_with = "loss")]
+    pub impair: Option<Impairment>,
     /// Markers and CRC both ways (the default); --plain turns both off.
     #[arg(long)]
     pub plain: bool,
@@ -69,7 +74,7 @@ impl Run {
     /// Whether the sender aligns FPDUs with TCP segments.
     pub fn aligned(&self) -> bool {
         match self.align {
-            Align::Auto => self.loss > 0,
+            Align::Auto => self.loss > 0 || self.impair.is_some(),
             Align::On => true,
             Align::Off => false,
         }
@@ -137,9 +142,9 @@ impl NicArgs {
 /// private namespace bed.
 pub fn bed_for(r: &Run, nic: &NicArgs) -> Result<TestBed> {
     match nic.external() {
-        Some(_) if r.loss > 0 => anyhow::bail!(
-            "--loss needs the private bed's bridge; on real interfaces impose loss on the path \
-             yourself"
+        Some(_) if r.loss > 0 || r.impair.is_some() => anyhow::bail!(
+            "--loss and --impair need the private bed's bridge; on real interfaces impose loss \
+             on the path yourself"
         ),
         Some(peer) => Ok(TestBed::external(peer, r.mtu)?),
         None => bed(r),
@@ -149,11 +154,12 @@ pub fn bed_for(r: &Run, nic: &NicArgs) -> Result<TestBed> {
 /// The bed a run asks for: the direct veth pair, or the bridge with loss.
 pub fn bed(r: &Run) -> Result<TestBed> {
     Ok(TestBed::up(BedConfig {
-        bridge: r.loss > 0,
+        bridge: r.loss > 0 || r.impair.is_some(),
         loss_percent: r.loss,
         loss_port: PORT,
         mtu: r.mtu,
         queues: r.queues,
+        impair: r.impair.clone(),
     })?)
 }
 

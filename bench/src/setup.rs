@@ -134,6 +134,7 @@ pub fn setup(s: &SetupArgs) -> Result<SetupResult> {
         loss_port: PORT,
         mtu: 1500,
         queues: 1,
+        impair: None,
     })?;
     let socket = temp_path("scale.sock");
     let opts = DatapathOptions {

@@ -97,6 +97,7 @@ impl SuiteArgs {
                 mtu: 1500,
                 loss: 0,
                 queues: 1,
+                impair: None,
                 plain: false,
                 no_markers: false,
                 op: Op::Write,
@@ -137,6 +138,7 @@ impl SuiteArgs {
 
     fn bw_base(&self, q: bool) -> BwArgs {
         BwArgs {
+            impair: None,
             sizes: vec![4096],
             bytes: 32 << 20,
             rounds: if q { 1 } else { 3 },

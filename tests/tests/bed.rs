@@ -1,4 +1,5 @@
-//! The test bed itself: connectivity over IPv4 and IPv6, real loss in the bridge, cleanup.
+//! The test bed itself: connectivity over IPv4 and IPv6, real loss in the bridge, the
+//! impairment bridge, cleanup.
 //! (Configurations it refuses, which needs no privilege: testbed/tests/config.rs.)
 
 use mpa_testbed::{require_privileged, run, run_in_netns, BedConfig, TestBed};
@@ -98,5 +99,89 @@ fn cleanup_on_panic() {
     let left = namespaces();
     for n in names.iter() {
         assert!(!left.contains(n.as_str()), "{n} left behind");
+    }
+}
+
+/// Sends `n` octets of a pattern from a to b on `port`; true when b got exactly them.
+fn transfer_exact(bed: &TestBed, v6: bool, port: u16, n: usize) -> bool {
+    let pattern = |i: usize| (i.wrapping_mul(31) ^ (i >> 9)) as u8;
+    let addr = SocketAddr::new(bed.addr_b(v6), port);
+    let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr).unwrap()).unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut buf = vec![0u8; 65536];
+        let (mut got, mut same) = (0, true);
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => break got == n && same,
+                Ok(k) => {
+                    same &= buf[..k].iter().enumerate().all(|(j, b)| *b == pattern(got + j));
+                    got += k;
+                }
+                Err(e) => panic!("server read: {e}"),
+            }
+        }
+    });
+    run_in_netns(&bed.ns_a, move || {
+        let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).unwrap();
+        c.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
+        let data: Vec<u8> = (0..n).map(pattern).collect();
+        c.write_all(&data).unwrap();
+    })
+    .unwrap();
+    server.join().unwrap()
+}
+
+/// Threads of this process whose name starts with `prefix`.
+fn threads_named(prefix: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|c| c.starts_with(prefix))
+        .count()
+}
+
+#[test]
+fn impairment_bridge_impairs_both_ways_forwards_the_rest_and_stops() {
+    if !require_privileged("impairment_bridge") {
+        return;
+    }
+    let imp = "drop=10,reorder=5,dup=5,corrupt=1,delay-us=50,jitter-us=50,seed=7,both"
+        .parse()
+        .unwrap();
+    let bed = TestBed::up(BedConfig {
+        bridge: true,
+        loss_port: 7004,
+        impair: Some(imp),
+        ..BedConfig::default()
+    })
+    .unwrap();
+    let names: Vec<String> = bed.namespaces().iter().map(|s| s.to_string()).collect();
+    assert_eq!(threads_named("impair-"), 1);
+    assert!(transfer_exact(&bed, false, 7004, 4 << 20));
+    let s = bed.impair_stats().unwrap();
+    for (dir, d) in [("a→b", s.a_to_b), ("b→a", s.b_to_a)] {
+        // Every kind happened, in both directions (corruption: only a→b carries payload).
+        assert!(d.eligible > 100, "{dir}: {s}");
+        assert!(d.dropped > 0 && d.duplicated > 0 && d.reordered > 0, "{dir}: {s}");
+        assert_eq!(d.delayed, d.eligible - d.dropped, "{dir}: {s}");
+        assert_eq!(d.send_errors + d.socket_drops + d.truncated, 0, "{dir}: {s}");
+    }
+    assert!(s.a_to_b.corrupted > 0, "{s}");
+    assert_eq!(bed.dropped().unwrap(), s.a_to_b.dropped + s.b_to_a.dropped);
+    // Another port (and IPv6 neighbour discovery) passes untouched.
+    assert!(transfer_exact(&bed, true, 7005, 1 << 20));
+    let t = bed.impair_stats().unwrap();
+    // (A late frame of the first connection's close may still count as eligible.)
+    assert!(t.a_to_b.eligible - s.a_to_b.eligible < 5, "{s}\n{t}");
+    assert!(t.a_to_b.frames > s.a_to_b.frames + 500, "{s}\n{t}");
+    // The nftables loss does not mix with the forwarder.
+    assert!(bed.set_loss(5).is_err());
+    drop(bed);
+    assert_eq!(threads_named("impair-"), 0, "forwarder thread left running");
+    let left = namespaces();
+    for n in names {
+        assert!(!left.contains(&n), "{n} left behind");
     }
 }

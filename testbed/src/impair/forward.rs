@@ -30,7 +30,8 @@ const POOL: usize = 4 * MAX_BATCH;
 pub struct Forwarder {
     stop: Arc<AtomicBool>,
     stats: Arc<Mutex<ImpairStats>>,
-    done: mpsc::Receiver<()>,
+    /// In a mutex only so that the bed is `Sync` (only `stop`, with `&mut`, uses it).
+    done: Mutex<mpsc::Receiver<()>>,
     handle: Option<JoinHandle<()>>,
 }
 
@@ -100,7 +101,7 @@ impl Forwarder {
         let mut fwd = Forwarder {
             stop,
             stats,
-            done,
+            done: Mutex::new(done),
             handle: Some(handle),
         };
         let started = match ready_rx.recv_timeout(START_TIMEOUT) {
@@ -128,7 +129,8 @@ impl Forwarder {
         let Some(h) = self.handle.take() else {
             return;
         };
-        match self.done.recv_timeout(STOP_TIMEOUT) {
+        let done = self.done.get_mut().unwrap_or_else(|p| p.into_inner());
+        match done.recv_timeout(STOP_TIMEOUT) {
             Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => {
                 if h.join().is_err() {
                     tracing::warn!("impairment forwarder panicked");
