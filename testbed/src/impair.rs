@@ -252,15 +252,7 @@ impl FromStr for Impairment {
             }
         }
         for (d, k, v) in own {
-            set_rate(
-                if d {
-                    &mut imp.a_to_b
-                } else {
-                    &mut imp.b_to_a
-                },
-                k,
-                v,
-            )?;
+            set_rate(if d { &mut imp.a_to_b } else { &mut imp.b_to_a }, k, v)?;
         }
         Ok(imp)
     }
@@ -551,9 +543,7 @@ impl Shaper {
             return None;
         }
         let t = tcp_of(f)?;
-        let port_ok = self
-            .port
-            .is_none_or(|p| t.src_port == p || t.dst_port == p);
+        let port_ok = self.port.is_none_or(|p| t.src_port == p || t.dst_port == p);
         (port_ok && (self.syn || !t.syn)).then_some(t)
     }
 

@@ -293,10 +293,10 @@ impl TestBed {
                 self.move_rename(&tb, &b, &self.if_b.clone())?;
                 if self.config.impair.is_some() {
                     // r's own stack stays silent (no IPv6 autoconfiguration on ra/rb).
-                    run_in(
-                        &r,
-                        &["sysctl", "-q", "-w", "net.ipv6.conf.default.disable_ipv6=1"],
-                    )?;
+                    // (Sysctls under /proc/sys/net are those of the opening thread's namespace.)
+                    let _ = run_in_netns(&r, || {
+                        std::fs::write("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1")
+                    });
                 }
                 self.move_rename(&tra, &r, "ra")?;
                 self.move_rename(&trb, &r, "rb")?;

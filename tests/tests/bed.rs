@@ -116,7 +116,10 @@ fn transfer_exact(bed: &TestBed, v6: bool, port: u16, n: usize) -> bool {
             match s.read(&mut buf) {
                 Ok(0) => break got == n && same,
                 Ok(k) => {
-                    same &= buf[..k].iter().enumerate().all(|(j, b)| *b == pattern(got + j));
+                    same &= buf[..k]
+                        .iter()
+                        .enumerate()
+                        .all(|(j, b)| *b == pattern(got + j));
                     got += k;
                 }
                 Err(e) => panic!("server read: {e}"),
@@ -164,9 +167,16 @@ fn impairment_bridge_impairs_both_ways_forwards_the_rest_and_stops() {
     for (dir, d) in [("a→b", s.a_to_b), ("b→a", s.b_to_a)] {
         // Every kind happened, in both directions (corruption: only a→b carries payload).
         assert!(d.eligible > 100, "{dir}: {s}");
-        assert!(d.dropped > 0 && d.duplicated > 0 && d.reordered > 0, "{dir}: {s}");
+        assert!(
+            d.dropped > 0 && d.duplicated > 0 && d.reordered > 0,
+            "{dir}: {s}"
+        );
         assert_eq!(d.delayed, d.eligible - d.dropped, "{dir}: {s}");
-        assert_eq!(d.send_errors + d.socket_drops + d.truncated, 0, "{dir}: {s}");
+        assert_eq!(
+            d.send_errors + d.socket_drops + d.truncated,
+            0,
+            "{dir}: {s}"
+        );
     }
     assert!(s.a_to_b.corrupted > 0, "{s}");
     assert_eq!(bed.dropped().unwrap(), s.a_to_b.dropped + s.b_to_a.dropped);

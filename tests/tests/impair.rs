@@ -94,5 +94,8 @@ fn impair_syntax_errors_name_the_key() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("`dorp`") && err.contains("unknown key"), "{err}");
+    assert!(
+        err.contains("`dorp`") && err.contains("unknown key"),
+        "{err}"
+    );
 }

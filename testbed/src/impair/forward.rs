@@ -65,7 +65,10 @@ impl Forwarder {
         let stats = Arc::new(Mutex::new(ImpairStats::default()));
         let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<(), String>>(1);
         let (done_tx, done) = mpsc::sync_channel(1);
-        let shapers = [Shaper::new(imp, true, loss_port), Shaper::new(imp, false, loss_port)];
+        let shapers = [
+            Shaper::new(imp, true, loss_port),
+            Shaper::new(imp, false, loss_port),
+        ];
         // Ethernet header, one VLAN tag, and room for what a veth may deliver above the MTU.
         let slot = mtu as usize + 14 + 4 + 64;
         let (ns_name, names) = (ns.to_string(), [if_a.to_string(), if_b.to_string()]);
@@ -111,7 +114,9 @@ impl Forwarder {
         };
         if let Err(e) = started {
             fwd.stop();
-            return Err(BedError::Config(format!("impairment forwarder in {ns}: {e}")));
+            return Err(BedError::Config(format!(
+                "impairment forwarder in {ns}: {e}"
+            )));
         }
         tracing::debug!(ns, a_to_b = %imp.a_to_b, b_to_a = %imp.b_to_a, seed = imp.seed, "impairment forwarder up");
         Ok(fwd)

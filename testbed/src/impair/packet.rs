@@ -41,9 +41,8 @@ impl PacketSocket {
             )
         })?;
         // SAFETY: `fd` was just returned by socket(2); nothing else owns it.
-        let sock = PacketSocket {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        };
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let sock = PacketSocket { fd };
         sock.setsockopt(libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)?;
         let buf = libc::c_int::try_from(buffer).unwrap_or(libc::c_int::MAX);
         sock.setsockopt(libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, buf)?;
@@ -207,7 +206,11 @@ pub fn wait_writable(sock: &PacketSocket, timeout_us: u64) -> io::Result<bool> {
     Ok(wait([sock, sock], libc::POLLOUT, timeout_us)?[0])
 }
 
-fn wait(socks: [&PacketSocket; 2], events: libc::c_short, timeout_us: u64) -> io::Result<[bool; 2]> {
+fn wait(
+    socks: [&PacketSocket; 2],
+    events: libc::c_short,
+    timeout_us: u64,
+) -> io::Result<[bool; 2]> {
     let mut fds = socks.map(|s| libc::pollfd {
         fd: s.fd.as_raw_fd(),
         events,
@@ -232,7 +235,8 @@ fn wait(socks: [&PacketSocket; 2], events: libc::c_short, timeout_us: u64) -> io
 
 /// The index of interface `name` in the calling thread's namespace.
 pub fn ifindex(name: &str) -> io::Result<u32> {
-    let c = std::ffi::CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let c =
+        std::ffi::CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     // SAFETY: `c` is a live NUL-terminated string.
     let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
     if i == 0 {

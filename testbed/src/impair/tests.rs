@@ -130,7 +130,14 @@ fn a_seed_gives_exact_counts_and_the_same_fates_every_time() {
     let out = run(&mut s, 10_000, 100);
     let st = *s.stats();
     assert_eq!(
-        (st.frames, st.eligible, st.dropped, st.corrupted, st.duplicated, st.reordered),
+        (
+            st.frames,
+            st.eligible,
+            st.dropped,
+            st.corrupted,
+            st.duplicated,
+            st.reordered
+        ),
         (10_000, 10_000, 2_001, 10, 176, 401),
         "{st}"
     );
@@ -143,7 +150,11 @@ fn a_seed_gives_exact_counts_and_the_same_fates_every_time() {
     assert_ne!(out_ba, out);
     assert_eq!(ba.stats().dropped, 1_918, "{}", ba.stats());
     // Another seed differs too.
-    let other = run(&mut shaper("drop=20,reorder=5,dup=2,corrupt=0.1,seed=8"), 10_000, 100);
+    let other = run(
+        &mut shaper("drop=20,reorder=5,dup=2,corrupt=0.1,seed=8"),
+        10_000,
+        100,
+    );
     assert_ne!(other, out);
 }
 
@@ -232,7 +243,10 @@ fn corruption_flips_one_payload_bit_and_the_checksum_catches_it_unless_fixed() {
     for v6 in [false, true] {
         for len in [1, 2, 101, 1400] {
             for (fix, seed) in [(false, 1), (true, 2), (false, 3), (true, 4)] {
-                let spec = format!("corrupt=100,seed={seed}{}", if fix { ",fix-csum" } else { "" });
+                let spec = format!(
+                    "corrupt=100,seed={seed}{}",
+                    if fix { ",fix-csum" } else { "" }
+                );
                 let mut s = shaper(&spec);
                 let f = tcp(5, len, v6, false);
                 assert!(checksum_ok(&f));
