@@ -86,6 +86,37 @@ fn bw_kernel_and_datapath_finish_octet_exact_through_the_impairment() {
 }
 
 #[test]
+fn corruption_with_a_valid_tcp_checksum_ends_in_an_mpa_crc_terminate() {
+    if !require_privileged("impaired demo, CRC") {
+        return;
+    }
+    // 1 % of a → b data frames get a bit flipped and their TCP checksum fixed: the kernel and
+    // the datapath's TCP accept them, the FPDU CRC must not (RFC 5044 §8: MPA error 2, CRC
+    // mismatch, reported in a Terminate of layer 2 = LLP). Seed 3 corrupts data FPDUs first
+    // (not the MPA Request, which a flipped bit would make a different error).
+    let out = Command::new(mpa_tests::bin("mpa-bench"))
+        .args([
+            "demo",
+            "--bytes",
+            "8388608",
+            "--impair",
+            "corrupt=1,fix-csum,seed=3",
+        ])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("peer terminated: layer 2, type 0, code 2"),
+        "{text}"
+    );
+}
+
+#[test]
 fn impair_syntax_errors_name_the_key() {
     // Parsed before any bed is built: no privilege needed.
     let out = Command::new(mpa_tests::bin("mpa-bench"))
