@@ -142,9 +142,13 @@ impl NicArgs {
 /// private namespace bed.
 pub fn bed_for(r: &Run, nic: &NicArgs) -> Result<TestBed> {
     match nic.external() {
-        Some(_) if r.loss > 0 || r.impair.is_some() => anyhow::bail!(
-            "--loss and --impair need the private bed's bridge; on real interfaces impose loss \
-             on the path yourself"
+        Some(_) if r.loss > 0 => anyhow::bail!(
+            "--loss needs the private bed's bridge; on real interfaces impose loss on the path \
+             yourself"
+        ),
+        Some(_) if r.impair.is_some() => anyhow::bail!(
+            "--impair needs the private bed's bridge namespace; on real interfaces impair the \
+             path yourself"
         ),
         Some(peer) => Ok(TestBed::external(peer, r.mtu)?),
         None => bed(r),
