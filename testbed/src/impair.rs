@@ -32,6 +32,9 @@ pub(crate) use forward::Forwarder;
 const PPM_PER_PERCENT: f64 = 10_000.0;
 /// Most frames held back for reordering at once per direction (more are not reordered).
 const MAX_HELD: usize = 256;
+/// Most frames waiting out their delay per direction (~128 MiB at MTU 1500 with both
+/// directions full); more are dropped and counted as `overflow`, so memory stays bounded.
+const MAX_QUEUED: usize = 1 << 16;
 
 /// What the bridge does to frames of one direction. Rates are in parts per million of the
 /// eligible frames; they are drawn independently for each frame.
@@ -301,6 +304,8 @@ pub struct DirStats {
     pub socket_drops: u64,
     /// Frames larger than the receive buffer: dropped.
     pub truncated: u64,
+    /// Eligible frames dropped because too many were already waiting out their delay.
+    pub overflow: u64,
 }
 
 impl fmt::Display for DirStats {
@@ -308,7 +313,7 @@ impl fmt::Display for DirStats {
         write!(
             f,
             "frames={} eligible={} dropped={} corrupted={} duplicated={} reordered={} delayed={} \
-             forwarded={} send_errors={} socket_drops={} truncated={}",
+             forwarded={} send_errors={} socket_drops={} truncated={} overflow={}",
             self.frames,
             self.eligible,
             self.dropped,
@@ -319,7 +324,8 @@ impl fmt::Display for DirStats {
             self.forwarded,
             self.send_errors,
             self.socket_drops,
-            self.truncated
+            self.truncated,
+            self.overflow
         )
     }
 }
@@ -565,6 +571,10 @@ impl Shaper {
         let delay = u64::from(r.delay_us) + u64::from(self.rng.upto(r.jitter_us));
         if drop {
             self.stats.dropped += 1;
+            return Some(frame);
+        }
+        if self.queue.len() + self.held.len() >= MAX_QUEUED {
+            self.stats.overflow += 1;
             return Some(frame);
         }
         if flip && corrupt(&mut frame, &t, pick, self.fix_checksum) {

@@ -173,7 +173,7 @@ fn impairment_bridge_impairs_both_ways_forwards_the_rest_and_stops() {
         );
         assert_eq!(d.delayed, d.eligible - d.dropped, "{dir}: {s}");
         assert_eq!(
-            d.send_errors + d.socket_drops + d.truncated,
+            d.send_errors + d.socket_drops + d.truncated + d.overflow,
             0,
             "{dir}: {s}"
         );

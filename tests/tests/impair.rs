@@ -53,7 +53,7 @@ fn check_impaired_both_ways(out: &str) {
             assert!(counter(line, dir, key) > 0, "{dir} {key}: {line}");
         }
         // Nothing lost that the impairment did not decide.
-        for key in ["send_errors", "socket_drops", "truncated"] {
+        for key in ["send_errors", "socket_drops", "truncated", "overflow"] {
             assert_eq!(counter(line, dir, key), 0, "{dir} {key}: {line}");
         }
     }

@@ -295,3 +295,19 @@ fn delay_and_jitter_keep_order() {
     assert!((290..=340).contains(&last), "{last}");
     assert_eq!(s.next_due(), None);
 }
+
+#[test]
+fn the_delay_queue_is_bounded() {
+    let mut s = shaper("delay-us=1000000");
+    let f = tcp(1, 10, false, false);
+    for _ in 0..MAX_QUEUED {
+        assert_eq!(s.push(0, f.clone()), None);
+    }
+    assert_eq!(s.push(0, f.clone()), Some(f));
+    assert_eq!(
+        (s.stats().overflow, s.stats().delayed),
+        (1, MAX_QUEUED as u64)
+    );
+    assert_eq!(s.pop(999_999), None);
+    assert!(s.pop(1_000_000).is_some());
+}
