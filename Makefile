@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 FUZZ_SECONDS ?= 30
-FUZZ_TARGETS := startup decoder locator ddp flow
+FUZZ_TARGETS := startup decoder locator ddp flow control
 
 # Debian packages: to build (clang, llvm, libelf-dev, zlib1g-dev, m4, pkg-config) and to run
 # the namespace tests and tools (iproute2, ethtool, nftables, bpftool, tcpdump, tshark), and the
@@ -10,7 +10,7 @@ FUZZ_TARGETS := startup decoder locator ddp flow
 DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev m4 pkg-config iproute2 ethtool nftables \
 	bpftool tcpdump tshark fonts-dejavu-core
 
-.PHONY: all deps build test demo compare fuzz bench bench-quick microbench clean
+.PHONY: all deps build test demo compare fuzz bench bench-quick microbench soak clean
 
 all: build
 
@@ -68,6 +68,12 @@ bench: deps build
 # The same set, small: checks the harness end to end in a minute, numbers not to quote.
 bench-quick: deps build
 	./target/release/mpa-bench suite --quick --out $(BENCH_OUT)
+
+# One datapath for SOAK_MINUTES under waves of connections (5 % loss), every octet checked,
+# memory and descriptors bounded after the warm-up.
+SOAK_MINUTES ?= 10
+soak: deps build
+	./target/release/mpa-bench soak --minutes $(SOAK_MINUTES) --loss 5
 
 # Criterion micro-benchmarks (CRC kernels, wire views, locator).
 microbench:

@@ -10,7 +10,9 @@ use mpa_control::responder::{respond_and_hand_over, Outcome};
 use mpa_control::Placement;
 use mpa_ctl_proto::stats::DatapathStats;
 use mpa_ctl_proto::Message;
-use mpa_datapath::server::{Datapath, DatapathConfig, DEFAULT_MAX_REGION_BYTES};
+use mpa_datapath::server::{
+    Datapath, DatapathConfig, DEFAULT_MAX_CONTROL_CLIENTS, DEFAULT_MAX_REGION_BYTES,
+};
 use mpa_datapath::tcp::TcpConfig;
 use mpa_datapath::xsk::{BindMode, XskConfig};
 use mpa_testbed::{run_in_netns, TestBed};
@@ -40,6 +42,8 @@ pub struct DatapathOptions {
     pub tcp: TcpConfig,
     /// The AF_XDP sockets (copy mode: veth has no zero-copy, docs/environment.md).
     pub xsk: XskConfig,
+    /// Control clients at once at most.
+    pub max_control_clients: usize,
 }
 
 impl Default for DatapathOptions {
@@ -52,6 +56,7 @@ impl Default for DatapathOptions {
                 bind_mode: BindMode::Copy,
                 ..XskConfig::default()
             },
+            max_control_clients: DEFAULT_MAX_CONTROL_CLIENTS,
         }
     }
 }
@@ -73,6 +78,7 @@ pub fn start_datapath(bed: &TestBed, socket: &Path, opts: &DatapathOptions) -> R
             verify_checksums: true,
             pin_cpus: false,
             max_region_bytes: DEFAULT_MAX_REGION_BYTES,
+            max_control_clients: opts.max_control_clients,
         };
         match run_in_netns(&bed.ns_b, move || Datapath::start(cfg))? {
             Ok(dp) => return Ok(dp),

@@ -103,13 +103,21 @@ pub fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
         ..DatapathOptions::default()
     };
     let dp = start_datapath(bed, &socket, &opts)?;
+    let result = transfer(bed, &socket, r);
+    dp.stop();
+    result
+}
+
+/// One transfer of `r.connections` connections through the datapath already running on `bed`
+/// with its control socket at `socket` (what [`datapath_run`] and `soak` do each time).
+pub fn transfer(bed: &TestBed, socket: &std::path::Path, r: &Run) -> Result<DpResult> {
     let n = r.connections.max(1);
     // One region, consumer and protection domain per connection, so that each consumer's
     // completions are its connection's.
     let placements = match r.op {
         Op::Count => Vec::new(),
         _ => (0..n)
-            .map(|i| Placement::prepare_in(&socket, r, PD + i))
+            .map(|i| Placement::prepare_in(socket, r, PD + i))
             .collect::<Result<Vec<_>>>()?,
     };
     let markers = r.markers();
@@ -130,7 +138,7 @@ pub fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
         .collect();
     let addr = SocketAddr::new(bed.addr_b(false), PORT);
     let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr))??;
-    let (ns_b, sock_path) = (bed.ns_b.clone(), socket.clone());
+    let (ns_b, sock_path) = (bed.ns_b.clone(), socket.to_path_buf());
     // The hand-over listener: the connections one after the other (not scoped: a failed
     // sender must not wait for it).
     let setup = std::thread::spawn(move || {
@@ -190,7 +198,6 @@ pub fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
         .collect::<Result<Vec<_>, _>>()?;
     let mut flow = aggregate(&flows);
     flow["worker_cpu_seconds"] = serde_json::json!(worker_cpu);
-    dp.stop();
     Ok(DpResult {
         peer: aggregate(&peers),
         peers,

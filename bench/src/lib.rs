@@ -29,6 +29,7 @@ pub mod plot;
 pub mod progress;
 pub mod report;
 pub mod setup;
+pub mod soak;
 pub mod suite;
 
 pub use bw::BwArgs;

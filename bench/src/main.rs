@@ -9,6 +9,7 @@
 //! * `pipeline`: the receive pipeline alone (`Worker<MemRing>`, frames prepared in memory).
 //! * `setup` (alias `scale`): hand-overs per second and hand-over latency, N connections.
 //! * `suite`: `make bench`'s standard set: summary, JSON, plots, `.hgrm` files.
+//! * `soak`: one datapath for minutes under waves of connections; memory and descriptors.
 //!
 //! `--json` prints the one document `{"scenario", "params", "results"}` on stdout (README,
 //! "JSON"); the human tables then go to stderr.
@@ -52,6 +53,9 @@ enum Cmd {
     Pipeline(PipelineArgs),
     /// The standard set (`make bench`): summary.md, results.json, PNG plots, `.hgrm` files.
     Suite(SuiteArgs),
+    /// One datapath for `--minutes` while waves of connections open, transfer (checked octet
+    /// for octet) and close; memory and descriptors sampled and bounded.
+    Soak(mpa_bench::soak::SoakArgs),
 }
 
 fn main() -> ExitCode {
@@ -78,6 +82,10 @@ fn main() -> ExitCode {
         Cmd::Pipeline(a) => ("pipeline", pipeline::run_cli(&a)),
         Cmd::Lat(a) => ("lat", lat::run_cli(&a)),
         Cmd::Bw(a) => ("bw", bw::run_cli(&a)),
+        Cmd::Soak(a) => (
+            "soak",
+            mpa_bench::soak::soak(&a).map(|line| println!("soak: OK {line}")),
+        ),
         Cmd::Suite(a) => (
             "suite",
             mpa_bench::suite::suite(&a).map(|md| {

@@ -27,8 +27,9 @@ pub enum ProtoError {
     },
 }
 
-/// Writes one framed message.
-pub fn write_message(w: &mut impl Write, msg: &Message) -> Result<(), ProtoError> {
+/// One message framed (length prefix and body), ready to write: what a sender can count in
+/// octets before it queues the message.
+pub fn encode_message(msg: &Message) -> Result<Vec<u8>, ProtoError> {
     let body = serde_json::to_vec(msg)?;
     if body.len() > MAX_MESSAGE {
         return Err(ProtoError::TooLarge(body.len()));
@@ -36,13 +37,28 @@ pub fn write_message(w: &mut impl Write, msg: &Message) -> Result<(), ProtoError
     let mut frame = Vec::with_capacity(4 + body.len());
     frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
     frame.extend_from_slice(&body);
-    w.write_all(&frame)?;
+    Ok(frame)
+}
+
+/// Writes one framed message.
+pub fn write_message(w: &mut impl Write, msg: &Message) -> Result<(), ProtoError> {
+    write_frame(w, &encode_message(msg)?)
+}
+
+/// Writes a frame made by [`encode_message`].
+pub fn write_frame(w: &mut impl Write, frame: &[u8]) -> Result<(), ProtoError> {
+    w.write_all(frame)?;
     w.flush()?;
     Ok(())
 }
 
 /// Reads one framed message; [`ProtoError::Closed`] at a clean end of stream.
 pub fn read_message(r: &mut impl Read) -> Result<Message, ProtoError> {
+    Ok(read_message_counted(r)?.0)
+}
+
+/// [`read_message`], with the octets the message took on the wire (prefix included).
+pub fn read_message_counted(r: &mut impl Read) -> Result<(Message, usize), ProtoError> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len) {
         Ok(()) => {}
@@ -55,7 +71,7 @@ pub fn read_message(r: &mut impl Read) -> Result<Message, ProtoError> {
     }
     let mut body = vec![0u8; n];
     r.read_exact(&mut body)?;
-    Ok(serde_json::from_slice(&body)?)
+    Ok((serde_json::from_slice(&body)?, 4 + n))
 }
 
 /// Writes one framed message with a file descriptor attached to its first octet
@@ -65,21 +81,23 @@ pub fn write_message_with_fd(
     msg: &Message,
     fd: std::os::fd::BorrowedFd<'_>,
 ) -> Result<(), ProtoError> {
+    write_frame_with_fd(s, &encode_message(msg)?, fd)
+}
+
+/// [`write_message_with_fd`] of a frame made by [`encode_message`].
+pub fn write_frame_with_fd(
+    s: &std::os::unix::net::UnixStream,
+    frame: &[u8],
+    fd: std::os::fd::BorrowedFd<'_>,
+) -> Result<(), ProtoError> {
     use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
     use std::os::fd::AsRawFd;
-    let body = serde_json::to_vec(msg)?;
-    if body.len() > MAX_MESSAGE {
-        return Err(ProtoError::TooLarge(body.len()));
-    }
-    let mut frame = Vec::with_capacity(4 + body.len());
-    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    frame.extend_from_slice(&body);
     let fds = [fd.as_raw_fd()];
     let cmsg = [ControlMessage::ScmRights(&fds)];
     let first = loop {
         match sendmsg::<()>(
             s.as_raw_fd(),
-            &[io::IoSlice::new(&frame)],
+            &[io::IoSlice::new(frame)],
             &cmsg,
             MsgFlags::MSG_NOSIGNAL,
             None,

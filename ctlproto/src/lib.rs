@@ -21,6 +21,7 @@
 pub mod capture;
 pub mod client;
 pub mod consumer;
+pub mod fuzz;
 pub mod pattern;
 pub mod region_ad;
 pub mod stats;
@@ -36,7 +37,8 @@ mod tests;
 pub use capture::{CaptureDirection, CapturedFrame};
 pub use completion::{Completion, CompletionKind};
 pub use framing::{
-    handshake, read_message, read_message_with_fd, write_message, write_message_with_fd, ProtoError,
+    encode_message, handshake, read_message, read_message_counted, read_message_with_fd,
+    write_frame, write_frame_with_fd, write_message, write_message_with_fd, ProtoError,
 };
 pub use handover::{HandOver, MpaParams, Role, TcpSnapshot, TsSnapshot};
 pub use message::{ErrorCode, Message, TerminateInfo};

@@ -200,6 +200,25 @@ pub struct DatapathStats {
     /// datapath. Checked once a second.
     #[serde(default)]
     pub xdp_detached: bool,
+    /// The control socket's clients and what their bounds did.
+    #[serde(default)]
+    pub control: ControlStats,
+}
+
+/// The control socket: clients and the bounds on what is queued for and from them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControlStats {
+    /// Clients connected now.
+    pub clients: usize,
+    /// Clients allowed at once (more are refused with an `Error` of code `Limit`).
+    pub max_clients: usize,
+    /// Clients refused so far because of `max_clients`.
+    pub clients_refused: u64,
+    /// Messages for clients dropped because the client's queue held its octet bound (it does
+    /// not read fast enough); completions among them are lost to that client.
+    pub messages_dropped: u64,
+    /// Octets queued for all clients now.
+    pub queued_octets: u64,
 }
 
 impl DatapathStats {

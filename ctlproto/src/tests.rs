@@ -161,6 +161,13 @@ fn round_trip_every_message() {
                 ended_flows: vec![],
                 capture: None,
                 xdp_detached: true,
+                control: crate::stats::ControlStats {
+                    clients: 2,
+                    max_clients: 256,
+                    clients_refused: 1,
+                    messages_dropped: 3,
+                    queued_octets: 4096,
+                },
             }),
         },
         Message::Ok { id: 5 },

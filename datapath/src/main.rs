@@ -46,6 +46,9 @@ struct Args {
     /// Pin worker q to CPU q.
     #[arg(long)]
     pin_cpus: bool,
+    /// Control-socket clients connected at once at most (more are refused).
+    #[arg(long, default_value_t = mpa_datapath::server::DEFAULT_MAX_CONTROL_CLIENTS)]
+    max_control_clients: usize,
     /// Octets of registered memory regions allowed in all.
     #[arg(long, default_value_t = mpa_datapath::server::DEFAULT_MAX_REGION_BYTES)]
     max_region_bytes: u64,
@@ -139,6 +142,7 @@ fn main() -> ExitCode {
         verify_checksums: !a.no_verify_checksums,
         pin_cpus: a.pin_cpus,
         max_region_bytes: a.max_region_bytes,
+        max_control_clients: a.max_control_clients,
     };
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {

@@ -186,3 +186,36 @@ fn bad_options_are_refused_with_a_reason() {
     let (code, text) = run(&["pipeline", "--mss", ""]);
     assert_ne!(code, Some(0), "{text}");
 }
+
+#[test]
+fn a_short_soak_accounts_for_every_flow_and_octet() {
+    if !require_privileged("soak") {
+        return;
+    }
+    let run = Command::new(mpa_tests::bin("mpa-bench"))
+        .args([
+            "soak",
+            "--minutes",
+            "0.15",
+            "--connections",
+            "3",
+            "--bytes",
+            "2097152",
+            "--loss",
+            "5",
+            "--warmup-waves",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success() && stdout.lines().any(|l| l.starts_with("soak: OK ")),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(
+        stdout.contains("every flow ended, every region released"),
+        "{stdout}"
+    );
+}

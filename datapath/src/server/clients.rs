@@ -4,10 +4,15 @@
 
 use super::{Incoming, Server};
 use crossbeam_channel::Sender;
-use mpa_ctl_proto::{read_message, write_message, write_message_with_fd, ErrorCode, Message};
+use mpa_ctl_proto::{
+    encode_message, read_message_counted, write_frame, write_frame_with_fd, write_message,
+    ErrorCode, Message,
+};
 use std::io;
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 pub(super) struct Client {
     /// To the client's writer thread (bounded): the control thread never blocks on a slow
@@ -16,14 +21,81 @@ pub(super) struct Client {
     pub(super) hello: bool,
     /// The writer thread: it ends once `out` is dropped and the queue is written.
     writer: std::thread::JoinHandle<()>,
+    /// Octets queued for the writer and not yet written.
+    out_octets: Arc<AtomicUsize>,
+    /// Octets the reader passed on that the control thread has not handled yet.
+    in_octets: Arc<AtomicUsize>,
+    /// Set when the client is dropped: its reader stops waiting for budget.
+    closed: Arc<AtomicBool>,
 }
 
-/// A message for a client, with the region whose descriptor goes along (SCM_RIGHTS).
-struct Outgoing(Message, Option<Arc<crate::region::RegionMemory>>);
+/// A framed message for a client, with the region whose descriptor goes along (SCM_RIGHTS).
+struct Outgoing(Vec<u8>, Option<Arc<crate::region::RegionMemory>>);
 
-/// Messages queued for one client before further completions for it are dropped (and
-/// counted).
+/// Messages queued for one client at most (a second bound beside the octets).
 const CLIENT_QUEUE: usize = 65_536;
+
+/// Octets queued for one client before further messages for it are dropped (and counted):
+/// a client that does not read costs at most this much memory (plus one message, which is
+/// always let through into an empty queue).
+pub(super) const CLIENT_QUEUE_OCTETS: usize = 32 << 20;
+
+/// Octets of one client's requests read but not yet handled before its reader stops reading:
+/// the socket's buffer then fills and the client blocks, so a flooding client costs at most
+/// this (plus one message) and no other client waits for it.
+const CLIENT_IN_OCTETS: usize = 1 << 20;
+
+impl Client {
+    /// The control thread handled `octets` of this client's requests.
+    pub(super) fn handled(&self, octets: usize) {
+        self.in_octets.fetch_sub(octets, Ordering::AcqRel);
+    }
+
+    /// The client is dropped: its reader must not wait any more.
+    pub(super) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    /// Octets queued for it now.
+    pub(super) fn queued(&self) -> usize {
+        self.out_octets.load(Ordering::Acquire)
+    }
+}
+
+/// The client's reader: passes each request on, waiting while more than [`CLIENT_IN_OCTETS`]
+/// of its earlier ones are unhandled.
+fn read_requests(
+    id: u64,
+    mut r: std::os::unix::net::UnixStream,
+    tx: Sender<Incoming>,
+    in_octets: Arc<AtomicUsize>,
+    closed: Arc<AtomicBool>,
+) {
+    loop {
+        match read_message_counted(&mut r) {
+            Ok((m, n)) => {
+                // Wait for budget (an empty budget takes any one message).
+                while in_octets.load(Ordering::Acquire) > 0
+                    && in_octets.load(Ordering::Acquire) + n > CLIENT_IN_OCTETS
+                {
+                    if closed.load(Ordering::Acquire) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                in_octets.fetch_add(n, Ordering::AcqRel);
+                if tx.send(Incoming::Msg(id, m, n)).is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::debug!(client = id, %e, "control client gone");
+                let _ = tx.send(Incoming::Gone(id));
+                return;
+            }
+        }
+    }
+}
 
 impl Server {
     pub(super) fn accept(&mut self, in_tx: &Sender<Incoming>) {
@@ -44,6 +116,8 @@ impl Server {
                 }
             };
             let _ = stream.set_nonblocking(false);
+            // A client that never reads must not hold the control thread in this write.
+            let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
             // Only our own user (or root) may drive the datapath.
             let allowed =
                 nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
@@ -64,31 +138,44 @@ impl Server {
                 );
                 continue;
             }
+            if self.clients.len() >= self.control.max_clients {
+                self.control.clients_refused += 1;
+                tracing::warn!(
+                    clients = self.clients.len(),
+                    "control client refused: too many clients"
+                );
+                let _ = write_message(
+                    &mut w,
+                    &Message::Error {
+                        id: 0,
+                        code: ErrorCode::Limit,
+                        message: format!(
+                            "too many control clients: {} at most",
+                            self.control.max_clients
+                        ),
+                    },
+                );
+                continue;
+            }
+            let _ = w.set_write_timeout(None);
             let id = self.next_client;
             self.next_client += 1;
-            let tx = in_tx.clone();
-            let mut r = stream;
-            std::thread::spawn(move || loop {
-                match read_message(&mut r) {
-                    Ok(m) => {
-                        if tx.send(Incoming::Msg(id, m)).is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::debug!(client = id, %e, "control client gone");
-                        let _ = tx.send(Incoming::Gone(id));
-                        return;
-                    }
-                }
-            });
+            let in_octets = Arc::new(AtomicUsize::new(0));
+            let closed = Arc::new(AtomicBool::new(false));
+            {
+                let (tx, in_octets, closed) = (in_tx.clone(), in_octets.clone(), closed.clone());
+                std::thread::spawn(move || read_requests(id, stream, tx, in_octets, closed));
+            }
+            let out_octets = Arc::new(AtomicUsize::new(0));
             let (out, out_rx) = crossbeam_channel::bounded::<Outgoing>(CLIENT_QUEUE);
+            let queued = out_octets.clone();
             let writer = std::thread::spawn(move || {
-                for Outgoing(m, region) in out_rx {
+                for Outgoing(frame, region) in out_rx {
                     let r = match &region {
-                        Some(mem) => write_message_with_fd(&w, &m, mem.fd()),
-                        None => write_message(&mut w, &m),
+                        Some(mem) => write_frame_with_fd(&w, &frame, mem.fd()),
+                        None => write_frame(&mut w, &frame),
                     };
+                    queued.fetch_sub(frame.len(), Ordering::AcqRel);
                     if let Err(e) = r {
                         tracing::debug!(client = id, %e, "control client write");
                         return;
@@ -101,15 +188,34 @@ impl Server {
                     out,
                     hello: false,
                     writer,
+                    out_octets,
+                    in_octets,
+                    closed,
                 },
             );
+        }
+    }
+
+    /// The control socket's counters now.
+    pub(super) fn control_stats(&self) -> mpa_ctl_proto::stats::ControlStats {
+        mpa_ctl_proto::stats::ControlStats {
+            clients: self.clients.len(),
+            queued_octets: self.clients.values().map(|c| c.queued() as u64).sum(),
+            ..self.control.clone()
         }
     }
 
     /// Closes every client's queue and waits, until `deadline` at most, for their writers to
     /// send what is queued: a stopping datapath's last words reach its clients.
     pub(super) fn close_clients(&mut self, deadline: std::time::Instant) {
-        let writers: Vec<_> = self.clients.drain().map(|(_, c)| c.writer).collect();
+        let writers: Vec<_> = self
+            .clients
+            .drain()
+            .map(|(_, c)| {
+                c.close();
+                c.writer
+            })
+            .collect();
         for w in writers {
             while !w.is_finished() && std::time::Instant::now() < deadline {
                 std::thread::sleep(std::time::Duration::from_millis(5));
@@ -121,7 +227,9 @@ impl Server {
         self.send_to(client, m, None);
     }
 
-    /// Queues a message for a client; `false` when its queue is full (or it is gone).
+    /// Queues a message for a client; `false` when its queue holds its bound (the message is
+    /// dropped and counted) or the client is gone. The message is framed here, so that what
+    /// is queued is counted in octets.
     pub(super) fn send_to(
         &mut self,
         client: u64,
@@ -131,13 +239,39 @@ impl Server {
         let Some(c) = self.clients.get(&client) else {
             return false;
         };
-        match c.out.try_send(Outgoing(m, region)) {
-            Ok(()) => true,
-            Err(crossbeam_channel::TrySendError::Full(_)) => {
-                tracing::warn!(client, "control client does not keep up: message dropped");
-                false
+        let frame = match encode_message(&m) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::error!(client, %e, "control message not sent");
+                return false;
             }
-            Err(crossbeam_channel::TrySendError::Disconnected(_)) => false,
+        };
+        let len = frame.len();
+        let queued = c.out_octets.load(Ordering::Acquire);
+        let fits = queued == 0 || queued + len <= CLIENT_QUEUE_OCTETS;
+        if fits {
+            c.out_octets.fetch_add(len, Ordering::AcqRel);
+            match c.out.try_send(Outgoing(frame, region)) {
+                Ok(()) => return true,
+                Err(crossbeam_channel::TrySendError::Full(_)) => {
+                    c.out_octets.fetch_sub(len, Ordering::AcqRel);
+                }
+                Err(crossbeam_channel::TrySendError::Disconnected(_)) => {
+                    c.out_octets.fetch_sub(len, Ordering::AcqRel);
+                    return false;
+                }
+            }
         }
+        self.control.messages_dropped += 1;
+        // Logged at powers of two: a client that stopped reading must not flood the log.
+        if self.control.messages_dropped.is_power_of_two() {
+            tracing::warn!(
+                client,
+                queued,
+                dropped = self.control.messages_dropped,
+                "control client does not keep up: message dropped"
+            );
+        }
+        false
     }
 }

@@ -63,7 +63,14 @@ pub struct DatapathConfig {
     pub pin_cpus: bool,
     /// Octets of registered regions allowed in all.
     pub max_region_bytes: u64,
+    /// Control clients connected at once at most; more are refused with an `Error` of code
+    /// `Limit` ([`DEFAULT_MAX_CONTROL_CLIENTS`]).
+    pub max_control_clients: usize,
 }
+
+/// Default of [`DatapathConfig::max_control_clients`]: far more than `mpa-control` and the
+/// consumers of one host need, few enough that their threads and queues stay bounded.
+pub const DEFAULT_MAX_CONTROL_CLIENTS: usize = 256;
 
 /// Default of [`DatapathConfig::max_region_bytes`]: 4 GiB.
 pub const DEFAULT_MAX_REGION_BYTES: u64 = 4 << 30;
@@ -149,6 +156,10 @@ impl Datapath {
             listener,
             clients: HashMap::new(),
             next_client: 1,
+            control: mpa_ctl_proto::stats::ControlStats {
+                max_clients: cfg.max_control_clients.max(1),
+                ..Default::default()
+            },
             next_flow: 1,
             adopted: HashMap::new(),
             finished: std::collections::VecDeque::new(),
@@ -296,6 +307,8 @@ struct Server {
     listener: UnixListener,
     clients: HashMap<u64, Client>,
     next_client: u64,
+    /// The control socket's counters (`clients` and `queued_octets` filled in when asked).
+    control: mpa_ctl_proto::stats::ControlStats,
     next_flow: u64,
     adopted: HashMap<u64, Adopted>,
     /// Final counters of the most recent ended flows (bounded).
@@ -316,7 +329,9 @@ const CLIENT_FLUSH: Duration = Duration::from_secs(1);
 const FINISHED_KEPT: usize = 256;
 
 enum Incoming {
-    Msg(u64, Message),
+    /// A client's message and the octets it took (its reader waits for them to be handled
+    /// when its budget is spent).
+    Msg(u64, Message, usize),
     Gone(u64),
 }
 
@@ -327,7 +342,12 @@ impl Server {
             self.accept(&in_tx);
             select! {
                 recv(in_rx) -> m => match m {
-                    Ok(Incoming::Msg(c, m)) => self.handle(c, m),
+                    Ok(Incoming::Msg(c, m, octets)) => {
+                        if let Some(client) = self.clients.get(&c) {
+                            client.handled(octets);
+                        }
+                        self.handle(c, m)
+                    }
                     Ok(Incoming::Gone(c)) => self.client_gone(c),
                     Err(_) => break,
                 },
@@ -364,7 +384,9 @@ impl Server {
     /// 4-tuples would stay steered, dropped, forever). Flows it handed over keep running: a
     /// restarted mpa-control must not cost the connections it set up.
     fn client_gone(&mut self, client: u64) {
-        self.clients.remove(&client);
+        if let Some(c) = self.clients.remove(&client) {
+            c.close();
+        }
         let stags = self.registry.client_gone(client);
         for &stag in &stags {
             for w in &self.workers {

@@ -304,6 +304,7 @@ impl Server {
             ended_flows: self.finished.iter().cloned().collect(),
             capture,
             xdp_detached: self.faults.xdp_detached,
+            control: self.control_stats(),
         });
         self.reply(client, Message::Stats { id, stats });
     }

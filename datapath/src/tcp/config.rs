@@ -136,6 +136,11 @@ pub struct TcpConfig {
     pub persist_max_probes: u32,
     /// Challenge ACKs per second at most (RFC 5961 §7).
     pub challenge_ack_limit: u32,
+    /// At most one ACK per this interval answers segments without data that fail the
+    /// sequence check or PAWS (Linux's `tcp_invalid_ratelimit`, 500 ms): two stacks that
+    /// disagree on the sequence space, or a forger, must not get an ACK loop or a reflector.
+    /// Segments carrying data keep their ACK (the peer's recovery needs it).
+    pub invalid_ack_interval: Duration,
     /// Drop non-RST segments without timestamps once timestamps are on (RFC 7323 §3.2 SHOULD).
     pub require_timestamps: bool,
     /// The largest segment we send, in TCP payload octets with options (an MSS for IPv4
@@ -171,6 +176,7 @@ impl Default for TcpConfig {
             fin_wait2_timeout: Duration::from_secs(60),
             persist_max_probes: 15,
             challenge_ack_limit: 100,
+            invalid_ack_interval: Duration::from_millis(500),
             require_timestamps: true,
             max_snd_mss: 1460,
         }

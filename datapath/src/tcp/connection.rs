@@ -259,6 +259,8 @@ pub struct Connection {
 
     timers: Timers,
     challenge_window: (Instant, u32),
+    /// When an ACK last answered an invalid segment without data.
+    last_invalid_ack: Option<Instant>,
     events: VecDeque<Event>,
     error: Option<TcpError>,
     stats: TcpStats,
@@ -387,6 +389,7 @@ impl Connection {
             rst_pending: None,
             timers: Timers::default(),
             challenge_window: (now, 0),
+            last_invalid_ack: None,
             events: VecDeque::with_capacity(4),
             error: None,
             stats: TcpStats::default(),

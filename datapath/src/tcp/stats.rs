@@ -99,6 +99,9 @@ pub struct TcpStats {
     pub challenge_acks: u64,
     /// Challenge ACKs suppressed by the rate limit.
     pub challenge_acks_suppressed: u64,
+    /// ACKs not sent for out-of-window or PAWS-failing segments without data
+    /// (`TcpConfig::invalid_ack_interval`).
+    pub invalid_acks_suppressed: u64,
     /// Window updates sent because space opened.
     pub window_updates: u64,
     /// Segments (data or FIN) sent again.

@@ -77,8 +77,9 @@ impl Connection {
                     return self.drop(DropReason::MissingTimestamp);
                 }
                 Some(t) if self.paws_rejects(t.tsval, now) => {
-                    // R1: not acceptable: send an ACK (RFC 9293 §3.10.7.4) and drop.
-                    self.ack_now = true;
+                    // R1: not acceptable: send an ACK (RFC 9293 §3.10.7.4), rate-limited
+                    // when the segment has no data, and drop.
+                    self.invalid_ack(now, payload.is_empty() && !flags.fin());
                     trace!(
                         tsval = t.tsval,
                         ts_recent = self.ts_recent,
@@ -104,8 +105,9 @@ impl Connection {
                 self.challenge_ack(now);
                 return self.drop(DropReason::Syn);
             }
-            // RFC 9293 §3.10.7.4: <SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK>, drop.
-            self.ack_now = true;
+            // RFC 9293 §3.10.7.4: <SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK>, drop; rate-limited
+            // for segments without data or FIN.
+            self.invalid_ack(now, seg_len == 0);
             if seq == self.rcv_nxt && self.rcv_wnd() == 0 {
                 // Zero window, segment at RCV.NXT: its text is refused, but "special
                 // allowance should be made to accept valid ACKs" (same section), so its
@@ -236,6 +238,21 @@ impl Connection {
             (_, 0) => seg_len == 1 && flags.fin() && no_data && seq == nxt,
             (len, _) => in_wnd(seq) || in_wnd(seq + (len - 1)),
         }
+    }
+
+    /// The ACK owed to a segment that failed the sequence check or PAWS: always for one that
+    /// carries data (`limited` false), at most once per `invalid_ack_interval` otherwise.
+    pub(super) fn invalid_ack(&mut self, now: Instant, limited: bool) {
+        if limited {
+            if let Some(t) = self.last_invalid_ack {
+                if now.saturating_duration_since(t) < self.cfg.invalid_ack_interval {
+                    self.stats.invalid_acks_suppressed += 1;
+                    return;
+                }
+            }
+            self.last_invalid_ack = Some(now);
+        }
+        self.ack_now = true;
     }
 
     pub(super) fn challenge_ack(&mut self, now: Instant) {

@@ -70,3 +70,41 @@ fn handover_with_mss(t0: Instant, mss: u16) -> crate::tcp::HandoverState {
         ..handover(t0, true)
     }
 }
+
+/// Linux's `tcp_invalid_ratelimit`: segments without data that fail the sequence check or
+/// PAWS get at most one ACK per `invalid_ack_interval` (no ACK loop, no reflector), while
+/// segments with data keep theirs.
+#[test]
+fn acks_to_invalid_segments_without_data_are_rate_limited() {
+    let t0 = Instant::now();
+    let cfg = TcpConfig::default();
+    let mut c = conn(t0, true, &cfg);
+    let mut p = Peer::new(true);
+    let far = p.base + (1u32 << 30);
+    let mut acks = 0;
+    for i in 0..40u64 {
+        let now = t0 + std::time::Duration::from_millis(i * 10);
+        let o = c.handle_segment(now, &p.repr(far, TcpFlags::empty()), &[]);
+        assert_eq!(o.dropped, Some(DropReason::OutOfWindow));
+        acks += drain_tx(&mut c, now).len();
+    }
+    // 0..390 ms: one; nothing again before 500 ms.
+    assert_eq!(acks, 1);
+    assert_eq!(c.stats().invalid_acks_suppressed, 39);
+    let later = t0 + std::time::Duration::from_millis(500);
+    c.handle_segment(later, &p.repr(far, TcpFlags::empty()), &[]);
+    assert_eq!(drain_tx(&mut c, later).len(), 1);
+    // PAWS-failing pure ACKs share the limit.
+    p.tsval = super::harness::PEER_TS0 - 1;
+    c.handle_segment(later, &p.pure_ack(0), &[]);
+    assert!(drain_tx(&mut c, later).is_empty());
+    assert_eq!(c.stats().invalid_acks_suppressed, 40);
+    // Out-of-window data is answered every time.
+    p.tsval = super::harness::PEER_TS0 + 1;
+    for _ in 0..5 {
+        let o = c.handle_segment(later, &p.repr(far, TcpFlags::PSH), &[7u8; 100]);
+        assert_eq!(o.dropped, Some(DropReason::OutOfWindow));
+        assert_eq!(drain_tx(&mut c, later).len(), 1);
+    }
+    assert_eq!(c.stats().invalid_acks_suppressed, 40);
+}

@@ -1,0 +1,262 @@
+//! `soak`: one datapath kept running for `--minutes` while waves of connections open,
+//! transfer (RDMA Writes placed into a fresh region per connection and checked octet for
+//! octet, digests end to end) and close, optionally through the lossy bridge. After every
+//! wave: no flow, adoption or region left behind in the datapath, and this process's resident
+//! memory and open descriptors sampled. It fails on any lost or misplaced octet, any flow not
+//! accounted for, or growth after the warm-up beyond the stated bounds.
+
+use crate::datapath::{start_datapath, stats, temp_path, DatapathOptions};
+use crate::demo::{digests_match, transfer};
+use crate::options::{bed, Align, Op, Run};
+use crate::progress::Progress;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use mpa_control::datapath_client::DatapathClient;
+use std::time::{Duration, Instant};
+
+/// `mpa-bench soak`'s options.
+#[derive(Args, Clone, Debug)]
+pub struct SoakArgs {
+    /// How long to run.
+    #[arg(long, default_value_t = 10.0)]
+    pub minutes: f64,
+    /// Connections per wave, at once.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub connections: u32,
+    /// Octets each connection carries.
+    #[arg(long, default_value_t = 8 << 20)]
+    pub bytes: u64,
+    /// ULPDU size.
+    #[arg(long, default_value_t = 4096)]
+    pub size: usize,
+    /// Loss in the bridge namespace, percent (the sender then aligns FPDUs).
+    #[arg(long, default_value_t = 0)]
+    pub loss: u8,
+    /// Waves before the memory and descriptor baseline is taken.
+    #[arg(long, default_value_t = 5)]
+    pub warmup_waves: u32,
+    /// Resident memory growth allowed after the warm-up, MiB.
+    #[arg(long, default_value_t = 64.0)]
+    pub max_rss_growth_mib: f64,
+}
+
+/// One sample after a wave.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sample {
+    pub rss_mib: f64,
+    pub fds: usize,
+}
+
+/// This process's resident memory (MiB) and open descriptors.
+pub fn sample() -> Result<Sample> {
+    let status = std::fs::read_to_string("/proc/self/status").context("read /proc/self/status")?;
+    Ok(Sample {
+        rss_mib: vm_rss_mib(&status).context("no VmRSS in /proc/self/status")?,
+        fds: std::fs::read_dir("/proc/self/fd")
+            .context("read /proc/self/fd")?
+            .count(),
+    })
+}
+
+/// `VmRSS` of a `/proc/<pid>/status` text, MiB.
+pub fn vm_rss_mib(status: &str) -> Option<f64> {
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .map(|kib| kib / 1024.0)
+}
+
+/// What the samples after the warm-up say: `Err` naming the growth when it exceeds the bounds
+/// (memory by more than `max_rss_growth_mib`, descriptors at all beyond a small slack for
+/// threads' transient ones).
+pub fn check_growth(baseline: Sample, later: &[Sample], max_rss_growth_mib: f64) -> Result<()> {
+    const FD_SLACK: usize = 8;
+    for (i, s) in later.iter().enumerate() {
+        if s.rss_mib > baseline.rss_mib + max_rss_growth_mib {
+            bail!(
+                "resident memory grew from {:.1} MiB to {:.1} MiB by wave {} after the warm-up",
+                baseline.rss_mib,
+                s.rss_mib,
+                i + 1
+            );
+        }
+        if s.fds > baseline.fds + FD_SLACK {
+            bail!(
+                "open descriptors grew from {} to {} by wave {} after the warm-up",
+                baseline.fds,
+                s.fds,
+                i + 1
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Runs the soak; returns the summary line.
+pub fn soak(a: &SoakArgs) -> Result<String> {
+    let r = Run {
+        bytes: a.bytes,
+        size: a.size,
+        mtu: 1500,
+        loss: a.loss,
+        queues: 1,
+        plain: false,
+        no_markers: false,
+        op: Op::Write,
+        region_bytes: 4 << 20,
+        align: Align::Auto,
+        json: false,
+        connections: a.connections,
+    };
+    let bed = bed(&r)?;
+    let socket = temp_path("soak.sock");
+    let dp = start_datapath(&bed, &socket, &DatapathOptions::default())?;
+    let result = waves(a, &r, &bed, &socket);
+    dp.stop();
+    result
+}
+
+fn waves(
+    a: &SoakArgs,
+    r: &Run,
+    bed: &mpa_testbed::TestBed,
+    socket: &std::path::Path,
+) -> Result<String> {
+    let deadline = Instant::now() + Duration::from_secs_f64(a.minutes.max(0.0) * 60.0);
+    let mut dpc = DatapathClient::connect(socket, Duration::from_secs(10))?;
+    let progress = Progress::new("soak", 0);
+    let (mut wave, mut octets, mut flows) = (0u32, 0f64, 0u64);
+    let mut baseline: Option<Sample> = None;
+    let mut later: Vec<Sample> = Vec::new();
+    let mut peak = Sample {
+        rss_mib: 0.0,
+        fds: 0,
+    };
+    let t0 = Instant::now();
+    while wave == 0 || Instant::now() < deadline {
+        wave += 1;
+        progress.running(format!("wave {wave}"));
+        let d = transfer(bed, socket, r).with_context(|| format!("wave {wave}"))?;
+        if !digests_match(&d.peers, &d.flows) {
+            bail!("wave {wave}: digests differ");
+        }
+        let Some((messages, _)) = d.placement else {
+            bail!("wave {wave}: nothing placed");
+        };
+        let want = crate::options::messages(r) * u64::from(r.connections);
+        if messages != want {
+            bail!("wave {wave}: {messages} messages completed, {want} sent");
+        }
+        octets += d.flow["ulpdu_octets"].as_f64().unwrap_or(0.0);
+        flows += d.flows.len() as u64;
+        // Everything of the wave is gone from the datapath: flows, adoptions and (the
+        // consumers having closed) regions; allow the control thread a moment.
+        let t = Instant::now();
+        loop {
+            let s = stats(&mut dpc)?;
+            let live = s.live_flows().count();
+            if live == 0 && s.adopted_flows == 0 && s.registry.regions == 0 {
+                break;
+            }
+            if t.elapsed() > Duration::from_secs(10) {
+                bail!(
+                    "wave {wave}: {live} flows, {} adoptions and {} regions left behind",
+                    s.adopted_flows,
+                    s.registry.regions
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let s = sample()?;
+        peak.rss_mib = peak.rss_mib.max(s.rss_mib);
+        peak.fds = peak.fds.max(s.fds);
+        match baseline {
+            None if wave >= a.warmup_waves => baseline = Some(s),
+            Some(_) => later.push(s),
+            None => {}
+        }
+        progress.done(format!(
+            "wave {wave}: {:.0} MiB so far, RSS {:.0} MiB, {} fds",
+            octets / (1 << 20) as f64,
+            s.rss_mib,
+            s.fds
+        ));
+    }
+    drop(progress);
+    let base = baseline.unwrap_or(peak);
+    check_growth(base, &later, a.max_rss_growth_mib)?;
+    let last = later.last().copied().unwrap_or(base);
+    Ok(format!(
+        "{wave} waves, {flows} connections, {:.0} MiB placed and checked in {:.0} s, \
+         {} % loss; after the warm-up ({} waves) RSS {:.1} → {:.1} MiB (peak {:.1}), \
+         descriptors {} → {} (peak {}); every flow ended, every region released",
+        octets / (1 << 20) as f64,
+        t0.elapsed().as_secs_f64(),
+        a.loss,
+        a.warmup_waves,
+        base.rss_mib,
+        last.rss_mib,
+        peak.rss_mib,
+        base.fds,
+        last.fds,
+        peak.fds
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rss_from_status() {
+        let s = "Name:\tx\nVmPeak:\t  9999 kB\nVmRSS:\t   2048 kB\nThreads:\t3\n";
+        assert_eq!(vm_rss_mib(s), Some(2.0));
+        assert_eq!(vm_rss_mib("Name: x\n"), None);
+        assert!(sample().unwrap().fds > 0);
+    }
+
+    #[test]
+    fn growth_beyond_the_bounds_fails_with_the_wave() {
+        let b = Sample {
+            rss_mib: 100.0,
+            fds: 40,
+        };
+        let ok = [
+            Sample {
+                rss_mib: 150.0,
+                fds: 48,
+            },
+            Sample {
+                rss_mib: 90.0,
+                fds: 30,
+            },
+        ];
+        check_growth(b, &ok, 64.0).unwrap();
+        let e = check_growth(
+            b,
+            &[
+                ok[0],
+                Sample {
+                    rss_mib: 170.0,
+                    fds: 40,
+                },
+            ],
+            64.0,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("100.0 MiB to 170.0 MiB by wave 2"), "{e}");
+        let e = check_growth(
+            b,
+            &[Sample {
+                rss_mib: 100.0,
+                fds: 49,
+            }],
+            64.0,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("from 40 to 49 by wave 1"), "{e}");
+    }
+}
