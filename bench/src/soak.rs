@@ -101,6 +101,7 @@ pub fn soak(a: &SoakArgs) -> Result<String> {
         mtu: 1500,
         loss: a.loss,
         queues: 1,
+        impair: None,
         plain: false,
         no_markers: false,
         op: Op::Write,
