@@ -32,6 +32,10 @@ pub struct SoakArgs {
     /// Loss in the bridge namespace, percent (the sender then aligns FPDUs).
     #[arg(long, default_value_t = 0)]
     pub loss: u8,
+    /// The impairment bridge (both directions possible): e.g.
+    /// `drop=20,reorder=5,dup=2,both` (see `mpa-bench demo --help`).
+    #[arg(long, value_name = "SPEC", conflicts_with = "loss")]
+    pub impair: Option<mpa_testbed::Impairment>,
     /// Waves before the memory and descriptor baseline is taken.
     #[arg(long, default_value_t = 5)]
     pub warmup_waves: u32,
@@ -101,7 +105,7 @@ pub fn soak(a: &SoakArgs) -> Result<String> {
         mtu: 1500,
         loss: a.loss,
         queues: 1,
-        impair: None,
+        impair: a.impair.clone(),
         plain: false,
         no_markers: false,
         op: Op::Write,
@@ -190,11 +194,14 @@ fn waves(
     let last = later.last().copied().unwrap_or(base);
     Ok(format!(
         "{wave} waves, {flows} connections, {:.0} MiB placed and checked in {:.0} s, \
-         {} % loss; after the warm-up ({} waves) RSS {:.1} → {:.1} MiB (peak {:.1}), \
+         {}; after the warm-up ({} waves) RSS {:.1} → {:.1} MiB (peak {:.1}), \
          descriptors {} → {} (peak {}); every flow ended, every region released",
         octets / (1 << 20) as f64,
         t0.elapsed().as_secs_f64(),
-        a.loss,
+        match &a.impair {
+            Some(_) => "through the impairment bridge".to_string(),
+            None => format!("{} % loss", a.loss),
+        },
         a.warmup_waves,
         base.rss_mib,
         last.rss_mib,
