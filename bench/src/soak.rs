@@ -181,6 +181,14 @@ fn waves(
             Some(_) => later.push(s),
             None => {}
         }
+        if wave % 10 == 0 {
+            progress.println(format!(
+                "soak: wave {wave}: {:.0} MiB placed, RSS {:.1} MiB, {} descriptors",
+                octets / (1 << 20) as f64,
+                s.rss_mib,
+                s.fds
+            ));
+        }
         progress.done(format!(
             "wave {wave}: {:.0} MiB so far, RSS {:.0} MiB, {} fds",
             octets / (1 << 20) as f64,
