@@ -349,6 +349,46 @@ pub static CLASSES: &[Class] = &[
         },
         after: write_not_placed,
     },
+    class("zero-window-forever", E::Terminate(2, 0, 2), |c| {
+        // We close our window and refuse even its probes while the datapath has a Terminate
+        // to send: it must probe (RFC 9293 §3.8.6.1), never send beyond the window, and send
+        // the Terminate once the window opens.
+        let open = c.p.window;
+        c.p.window = 0;
+        c.p.accept = false;
+        let s = c.p.seg(&[]);
+        c.p.send_seg(&s)?;
+        let f = fpdu_bytes(&write_ulpdu(c.env.stag(), c.slot, &c.pattern(4)), false);
+        c.p.send_data(&f)?;
+        c.p.poll(Duration::from_secs(3))?;
+        if let Some(big) = c.p.inbox.iter().find(|r| r.payload.len() > 1) {
+            bail!(
+                "at most 1-octet probes into a zero window, got {} octets",
+                big.payload.len()
+            );
+        }
+        let probes = c.flow_report()?.window_probes;
+        if probes == 0 {
+            bail!("window probes into the zero window, got none in 3 s");
+        }
+        c.note = format!("{probes} window probe(s) while closed; ");
+        c.p.inbox.clear();
+        c.p.window = open;
+        c.p.accept = true;
+        let s = c.p.seg(&[]);
+        c.p.send_seg(&s)
+    }),
+    class("syn-flood-challenge-ack-limit", E::Lives, |c| {
+        flood_limited(c, |c, i| {
+            let mut s = c.p.seg(&[]);
+            s.flags.syn = true;
+            s.seq = s.seq.wrapping_add(0x4000_0000 + i);
+            s
+        })
+    }),
+    class("rst-flood-challenge-ack-limit", E::Lives, |c| {
+        flood_limited(c, |c, i| rst(c, c.p.snd_nxt.wrapping_add(1 + i)))
+    }),
     // ---- load ----
     class("out-of-order-flood", E::Placed, |c| {
         // Every other 64-octet piece of the whole window ahead of RCV.NXT (a hole before
@@ -404,6 +444,30 @@ const fn posted(name: &'static str, t: (u8, u8, u8), script: fn(&mut Ctx) -> Res
         script,
         after: write_not_placed,
     }
+}
+
+/// RFC 5961 §7: 250 segments that each draw a challenge ACK, sent at once, draw at most the
+/// limit (100 per second; the 250 may straddle one second boundary: 200), the rest counted
+/// as suppressed.
+fn flood_limited(c: &mut Ctx, seg: fn(&Ctx, u32) -> Seg) -> Result<()> {
+    const N: u64 = 250;
+    let before = c.flow_report()?.tcp_drops;
+    for i in 0..N {
+        let s = seg(c, i as u32);
+        c.p.send_seg(&s)?;
+    }
+    c.p.poll(Duration::from_millis(300))?;
+    let after = c.flow_report()?.tcp_drops;
+    let sent = after.challenge_acks - before.challenge_acks;
+    let suppressed = after.challenge_acks_suppressed - before.challenge_acks_suppressed;
+    let on_wire = c.p.inbox.iter().filter(|r| r.is_pure_ack()).count() as u64;
+    if sent + suppressed != N || sent > 200 || on_wire > sent {
+        bail!(
+            "{N} challenge ACKs owed, at most 200 sent and the rest suppressed, got {sent}              sent ({on_wire} seen) and {suppressed} suppressed"
+        );
+    }
+    c.note = format!("{sent} challenge ACKs ({on_wire} seen), {suppressed} suppressed; ");
+    Ok(())
 }
 
 /// A RST at `seq` (no ACK bit).

@@ -177,6 +177,9 @@ pub enum Expect {
     Closed,
     /// Our Terminate ends the flow (the datapath reports the peer's Terminate).
     PeerTerminate,
+    /// The connection lives (a valid RDMA Write afterwards is acknowledged and placed); the
+    /// script checked the rest itself (its error names what it expected).
+    Lives,
 }
 
 impl std::fmt::Display for Expect {
@@ -190,6 +193,7 @@ impl std::fmt::Display for Expect {
             }
             Expect::Closed => write!(f, "flow ends with MPA error 1 (TCP closed)"),
             Expect::PeerTerminate => write!(f, "flow ends by our Terminate"),
+            Expect::Lives => write!(f, "the script's checks hold, connection lives"),
         }
     }
 }
@@ -305,6 +309,10 @@ pub struct Ctx<'a> {
     pub slot: u64,
     /// Writes the script expects placed: (region offset, octets).
     pub placed: Vec<(u64, Vec<u8>)>,
+    /// The datapath's flow id of this connection.
+    pub flow_id: u64,
+    /// What the script saw, for the class's line (ends with "; ").
+    pub note: String,
 }
 
 impl Ctx<'_> {
@@ -342,6 +350,15 @@ impl Ctx<'_> {
             bail!("no ACK of {want} within 3 s");
         }
         Ok(())
+    }
+
+    /// The flow's live counters (over a control connection of its own).
+    pub fn flow_report(&self) -> Result<FlowReport> {
+        let mut dpc = mpa_control::datapath_client::DatapathClient::connect(
+            &self.env.socket,
+            Duration::from_secs(5),
+        )?;
+        Ok(live_counters(&mut dpc, self.flow_id)?.flow)
     }
 
     /// Fails unless the slot at `off` still holds zeros (nothing placed there).
@@ -433,6 +450,8 @@ fn run_class(
         env,
         slot: index as u64 * SLOT,
         placed: Vec::new(),
+        flow_id: h.flow_id,
+        note: String::new(),
     };
     let res = check_class(&mut ctx, &mut h, class);
     // Whatever happened: end the flow (an exact RST), wait until it is gone.
@@ -539,8 +558,8 @@ fn check_class(
             verify_placed(ctx)?;
             Ok((
                 format!(
-                    "Terminate layer {l} type {t} code {c:#04x}, flow ended: {}",
-                    e.reason
+                    "{}Terminate layer {l} type {t} code {c:#04x}, flow ended: {}",
+                    ctx.note, e.reason
                 ),
                 Some(end),
             ))
@@ -558,6 +577,11 @@ fn check_class(
                 );
             }
             Ok((format!("flow ended: {}", e.reason), Some(end)))
+        }
+        Expect::Lives => {
+            ctx.p.inbox.clear();
+            alive(ctx)?;
+            Ok((format!("{}connection lives", ctx.note), None))
         }
         Expect::PeerTerminate => {
             (class.after)(ctx)?;

@@ -128,6 +128,9 @@ pub struct HostilePeer {
     pub mss: u16,
     /// What arrived from the datapath and was not yet taken by a script.
     pub inbox: Vec<Rx>,
+    /// Whether in-order data from the datapath is taken (RCV.NXT advances); false: a zero
+    /// window that refuses even probes (every segment answered with the old RCV.NXT).
+    pub accept: bool,
     _frozen: FrozenSocket,
     ns_a: String,
     nft_table: String,
@@ -231,6 +234,7 @@ impl HostilePeer {
             ts_recent: 0,
             mss: snap.mss,
             inbox: Vec::new(),
+            accept: true,
             _frozen: frozen,
             ns_a: bed.ns_a.clone(),
             nft_table,
@@ -400,7 +404,7 @@ impl HostilePeer {
         self.peer_window = u32::from(rx.window) << self.peer_wscale;
         let len = rx.payload.len() as u32 + u32::from(rx.fin) + u32::from(rx.syn);
         if len > 0 && !rx.rst {
-            if rx.seq == self.rcv_nxt {
+            if rx.seq == self.rcv_nxt && self.accept {
                 self.rcv_nxt = self.rcv_nxt.wrapping_add(len);
             }
             // Acknowledge it (in order: the new RCV.NXT; else a duplicate ACK).
