@@ -85,7 +85,7 @@ fn hostile_peer_drives_a_frozen_connection_with_exact_sequence_numbers() {
         .unwrap();
     assert!(ack.is_some(), "no ACK of SND.NXT {want}: {:?}", p.inbox);
     // The middle again, other octets: a duplicate, nothing placed.
-    let mut other = p.seg(&vec![0xee; 200]);
+    let mut other = p.seg(&[0xee; 200]);
     other.seq = start.wrapping_add(100);
     p.send_seg(&other).unwrap();
     // A second message in order, so that the first is known processed before reading.

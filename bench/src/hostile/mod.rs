@@ -390,7 +390,7 @@ fn live_counters(
         if let Some(f) = q.flows.iter().find(|f| f.flow_id == flow) {
             return Ok(Snapshot {
                 flow: f.clone(),
-                queue: q.stats.clone(),
+                queue: q.stats,
                 xdp: s.xdp.clone().unwrap_or_default(),
             });
         }
