@@ -10,7 +10,7 @@ FUZZ_TARGETS := startup decoder locator ddp flow control
 DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev m4 pkg-config iproute2 ethtool nftables \
 	bpftool tcpdump tshark fonts-dejavu-core
 
-.PHONY: all deps build test demo compare fuzz bench bench-quick microbench soak clean
+.PHONY: all deps build test demo compare hostile fuzz bench bench-quick microbench soak clean
 
 all: build
 
@@ -39,6 +39,14 @@ demo: deps build
 compare: deps build
 	./target/release/mpa-bench bw --mtu 1500
 	./target/release/mpa-bench bw --mtu 3506
+
+# Hostile-input classes against the live datapath, each with its expected outcome (dropped and
+# counted, challenge ACK, Terminate with the exact RFC code, connection closed), beside a
+# bystander connection that must finish octet-exact. Last line:
+# `hostile: N/N classes as specified; bystander octet-exact`. ONLY=name runs a subset.
+ONLY ?=
+hostile: deps build
+	./target/release/mpa-bench hostile $(if $(ONLY),--only $(ONLY))
 
 # fmt check, clippy with warnings as errors, then every test. MPA_REQUIRE_PRIVILEGED=1 makes
 # tests that need root and namespaces fail instead of skipping.

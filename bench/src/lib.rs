@@ -12,6 +12,8 @@
 //!   and hand-over latency percentiles.
 //! * [`suite`]: `make bench`'s bounded standard set, its summary, JSON and plots ([`plot`]).
 //! * [`report`], [`cpu`], [`progress`]: the JSON document, CPU accounting, the progress line.
+//! * [`hostile`]: hostile-input classes against the live datapath (a scriptable hostile peer
+//!   on a frozen kernel socket, frames over AF_PACKET) beside an octet-exact bystander.
 //! * [`pipeline`]: the datapath's receive pipeline (`Worker<MemRing>`) on frames prepared in
 //!   memory: ns per segment, no kernel sender, no namespace, no root.
 #![forbid(unsafe_code)]
@@ -20,6 +22,7 @@ pub mod bw;
 pub mod cpu;
 pub mod datapath;
 pub mod demo;
+pub mod hostile;
 pub mod lat;
 pub mod options;
 pub mod peer;

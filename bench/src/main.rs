@@ -8,6 +8,8 @@
 //! * `lat`: one-way latency per message, percentiles per size and `.hgrm` files.
 //! * `pipeline`: the receive pipeline alone (`Worker<MemRing>`, frames prepared in memory).
 //! * `setup` (alias `scale`): hand-overs per second and hand-over latency, N connections.
+//! * `hostile`: hostile-input classes against the live datapath beside a bystander; last line
+//!   `hostile: N/N classes as specified; bystander octet-exact`.
 //! * `suite`: `make bench`'s standard set: summary, JSON, plots, `.hgrm` files.
 //! * `soak`: one datapath for minutes under waves of connections; memory and descriptors.
 //!
@@ -51,6 +53,9 @@ enum Cmd {
     /// per core, ns per packet, memcpy and CRC alone over the same octets (no namespace, no
     /// root).
     Pipeline(PipelineArgs),
+    /// Hostile-input classes against the live datapath, each with its expected outcome,
+    /// beside a bystander connection that must finish octet-exact (`make hostile`).
+    Hostile(mpa_bench::hostile::HostileArgs),
     /// The standard set (`make bench`): summary.md, results.json, PNG plots, `.hgrm` files.
     Suite(SuiteArgs),
     /// One datapath for `--minutes` while waves of connections open, transfer (checked octet
@@ -75,6 +80,14 @@ fn main() -> ExitCode {
             }
             Err(e) => {
                 println!("demo: FAILED {e:#}");
+                return ExitCode::FAILURE;
+            }
+        },
+        Cmd::Hostile(a) => match mpa_bench::hostile::hostile(&a) {
+            Ok(true) => return ExitCode::SUCCESS,
+            Ok(false) => return ExitCode::FAILURE,
+            Err(e) => {
+                println!("hostile: FAILED {e:#}");
                 return ExitCode::FAILURE;
             }
         },

@@ -106,11 +106,39 @@ pub struct FlowReport {
     /// Zero-window probes sent.
     #[serde(default)]
     pub window_probes: u64,
+    /// Segments dropped by the TCP's checks, by reason (PAWS, missing timestamp, ACK not
+    /// acceptable, RST not at RCV.NXT, SYN, after close), and the challenge ACKs sent.
+    #[serde(default)]
+    pub tcp_drops: TcpDrops,
     /// MPA receive counters.
     #[serde(flatten)]
     pub rx: RxStats,
     /// How it ended, once it has.
     pub ended: Option<EndReport>,
+}
+
+/// Segments a flow's TCP dropped, by reason (RFC 7323, RFC 5961, RFC 9293), and its
+/// challenge ACKs (RFC 5961 §7).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcpDrops {
+    /// TSval older than TS.Recent (PAWS).
+    pub paws: u64,
+    /// No timestamps option although negotiated.
+    pub missing_timestamp: u64,
+    /// ACK bit off or ACK not acceptable.
+    pub bad_ack: u64,
+    /// RST not exactly at RCV.NXT.
+    pub bad_rst: u64,
+    /// SYN on the synchronized connection.
+    pub syn: u64,
+    /// Segments after the connection closed.
+    pub after_close: u64,
+    /// Full duplicates (every octet received before).
+    pub duplicate: u64,
+    /// Challenge ACKs sent.
+    pub challenge_acks: u64,
+    /// Challenge ACKs suppressed by the rate limit.
+    pub challenge_acks_suppressed: u64,
 }
 
 /// Counters and flows of one queue, as the worker reports them.

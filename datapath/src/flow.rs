@@ -447,6 +447,17 @@ impl Flow {
             dropped_out_of_window: t.dropped.out_of_window,
             keepalive_probes: t.keepalive_probes,
             window_probes: t.window_probes,
+            tcp_drops: mpa_ctl_proto::stats::TcpDrops {
+                paws: t.dropped.paws,
+                missing_timestamp: t.dropped.missing_timestamp,
+                bad_ack: t.dropped.bad_ack,
+                bad_rst: t.dropped.bad_rst,
+                syn: t.dropped.syn,
+                after_close: t.dropped.after_close,
+                duplicate: t.dup_full,
+                challenge_acks: t.challenge_acks,
+                challenge_acks_suppressed: t.challenge_acks_suppressed,
+            },
             rx: *self.rx.stats(),
             ended: self.ended.as_ref().map(|e| EndReport {
                 mpa_error: e.mpa_error.map(MpaErrorCode::code),

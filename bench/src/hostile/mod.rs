@@ -1,0 +1,826 @@
+//! `mpa-bench hostile`: hostile-input classes against the live datapath, each with its
+//! expected outcome, while a bystander connection on the same worker places RDMA Writes and
+//! must finish octet-exact.
+//!
+//! Every class is one entry of [`classes::CLASSES`]: a name, what must happen ([`Expect`])
+//! and a script that drives a [`HostilePeer`] (a real MPA connection, our kernel socket in ns a
+//! frozen, every frame crafted). The runner here opens a fresh hostile connection per class,
+//! runs the script, checks the outcome on the wire and in the datapath's counters, and closes
+//! the connection.
+
+pub mod classes;
+pub mod peer;
+
+pub use peer::{HostileConfig, HostilePeer, Rx, Seg};
+
+use crate::datapath::{accept_and_hand_over, start_datapath, stats, temp_path, HandedOver};
+use crate::datapath::{DatapathOptions, Responder};
+use crate::options::{Align, Op, Run, PORT};
+use crate::placement::Placement;
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use mpa_ctl_proto::consumer::{Consumer, MappedRegion};
+use mpa_ctl_proto::stats::{DatapathStats, FlowReport, QueueStats};
+use mpa_ctl_proto::{Message, PostTarget};
+use mpa_testbed::{run_in_netns, BedConfig, TestBed};
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The port the hostile connections' hand-over listener uses in ns b (the bystander's is
+/// [`PORT`]).
+pub const HOSTILE_PORT: u16 = 7778;
+/// Protection domain of the hostile connections' region and posted buffers.
+pub const PD_HOSTILE: u32 = 20;
+/// A protection domain with a region but no posted buffers.
+pub const PD_NO_BUFFERS: u32 = 21;
+/// A protection domain whose region no hostile connection may use.
+pub const PD_OTHER: u32 = 22;
+/// Octets of the hostile region; each class owns [`SLOT`] octets of it.
+pub const REGION: u64 = 1 << 20;
+/// Octets of the region each class owns.
+pub const SLOT: u64 = 4096;
+/// Octets of each posted receive buffer (Sends).
+pub const RECV_BUF: u32 = 256;
+/// Receive buffers posted to [`PD_HOSTILE`].
+pub const RECV_BUFS: u32 = 4;
+
+/// `mpa-bench hostile`'s options.
+#[derive(Args, Clone, Debug)]
+pub struct HostileArgs {
+    /// Run only the classes whose name contains this.
+    #[arg(long)]
+    pub only: Option<String>,
+    /// Leave out the classes whose name contains this (e.g. the one class that measures CPU
+    /// time, `locator-amplification`, in a debug build).
+    #[arg(long)]
+    pub skip: Vec<String>,
+    /// Print the classes and their expected outcomes, run nothing.
+    #[arg(long)]
+    pub list: bool,
+    /// The bystander's pace, RDMA Writes of 4 KiB per second.
+    #[arg(long, default_value_t = 1000)]
+    pub bystander_rate: u64,
+    /// The bystander's length in seconds (it should outlast the classes; default: 0.5 s per
+    /// class and 10 s more).
+    #[arg(long)]
+    pub bystander_seconds: Option<u64>,
+}
+
+/// A counter the datapath keeps, by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counter {
+    /// Queue: frames that did not parse (checksum, truncation, options).
+    Malformed,
+    /// Queue: steered frames of no flow.
+    UnknownFlow,
+    /// Flow: TSval older than TS.Recent.
+    Paws,
+    /// Flow: no timestamps option.
+    MissingTimestamp,
+    /// Flow: ACK bit off or ACK not acceptable.
+    BadAck,
+    /// Flow: RST not at RCV.NXT.
+    BadRst,
+    /// Flow: SYN.
+    Syn,
+    /// Flow: outside the receive window.
+    OutOfWindow,
+    /// Flow: every octet received before.
+    Duplicate,
+    /// Queue: a VLAN tag other than the flow's.
+    WrongVlan,
+    /// XDP: truncated or invalid headers (given to ns b's kernel, which drops them).
+    XdpMalformed,
+    /// XDP: IP fragments between a steered host pair, dropped.
+    XdpFragment,
+    /// XDP: stacked VLAN tags around steered TCP, dropped.
+    XdpVlanStack,
+}
+
+/// The counters of one moment: the flow's, its queue's, the XDP program's.
+pub struct Snapshot {
+    flow: FlowReport,
+    queue: QueueStats,
+    xdp: String,
+}
+
+/// A field of the XDP counters' text (`XdpCounters { seen: 1, … }`).
+fn xdp_field(text: &str, name: &str) -> u64 {
+    let key = format!("{name}: ");
+    text.find(&key)
+        .map(|i| &text[i + key.len()..])
+        .and_then(|t| {
+            t.split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|d| d.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+impl Counter {
+    fn read(self, s: &Snapshot) -> u64 {
+        let (f, q) = (&s.flow, &s.queue);
+        match self {
+            Counter::WrongVlan => q.wrong_vlan,
+            Counter::XdpMalformed => xdp_field(&s.xdp, "malformed"),
+            Counter::XdpFragment => xdp_field(&s.xdp, "dropped_fragment"),
+            Counter::XdpVlanStack => xdp_field(&s.xdp, "dropped_vlan_stack"),
+            Counter::Malformed => q.malformed,
+            Counter::UnknownFlow => q.unknown_flow,
+            Counter::Paws => f.tcp_drops.paws,
+            Counter::MissingTimestamp => f.tcp_drops.missing_timestamp,
+            Counter::BadAck => f.tcp_drops.bad_ack,
+            Counter::BadRst => f.tcp_drops.bad_rst,
+            Counter::Syn => f.tcp_drops.syn,
+            Counter::OutOfWindow => f.dropped_out_of_window,
+            Counter::Duplicate => f.tcp_drops.duplicate,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Counter::Malformed => "queue.malformed",
+            Counter::UnknownFlow => "queue.unknown_flow",
+            Counter::Paws => "tcp_drops.paws",
+            Counter::MissingTimestamp => "tcp_drops.missing_timestamp",
+            Counter::BadAck => "tcp_drops.bad_ack",
+            Counter::BadRst => "tcp_drops.bad_rst",
+            Counter::Syn => "tcp_drops.syn",
+            Counter::OutOfWindow => "dropped_out_of_window",
+            Counter::Duplicate => "tcp_drops.duplicate",
+            Counter::WrongVlan => "queue.wrong_vlan",
+            Counter::XdpMalformed => "xdp.malformed (passed to the kernel)",
+            Counter::XdpFragment => "xdp.dropped_fragment",
+            Counter::XdpVlanStack => "xdp.dropped_vlan_stack",
+        }
+    }
+}
+
+/// What must happen after a class's script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// Dropped without any answer, `counter` up by exactly 1; the connection lives on (a
+    /// valid RDMA Write afterwards is acknowledged and placed).
+    Silent(Counter),
+    /// Answered by an ACK of our SND.NXT (challenge or duplicate ACK), `counter` up by
+    /// exactly 1, nothing placed; the connection lives on.
+    Acked(Counter),
+    /// Accepted: what the script wrote is acknowledged and placed octet for octet; the
+    /// connection lives on.
+    Placed,
+    /// A Terminate with exactly (layer, error type, error code) comes back, and the flow ends
+    /// with it (RFC 5040 §4.8, RFC 5041 §7, RFC 5044 §8).
+    Terminate(u8, u8, u8),
+    /// The flow ends with MPA error 1 (TCP connection closed, reset or lost).
+    Closed,
+    /// Our Terminate ends the flow (the datapath reports the peer's Terminate).
+    PeerTerminate,
+    /// The connection lives (a valid RDMA Write afterwards is acknowledged and placed); the
+    /// script checked the rest itself (its error names what it expected).
+    Lives,
+}
+
+impl std::fmt::Display for Expect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Expect::Silent(c) => write!(f, "dropped silently, {} +1, connection lives", c.name()),
+            Expect::Acked(c) => write!(f, "ACK of SND.NXT, {} +1, connection lives", c.name()),
+            Expect::Placed => write!(f, "placed octet-exact, connection lives"),
+            Expect::Terminate(l, t, c) => {
+                write!(f, "Terminate layer {l} type {t} code {c:#04x}, flow ends")
+            }
+            Expect::Closed => write!(f, "flow ends with MPA error 1 (TCP closed)"),
+            Expect::PeerTerminate => write!(f, "flow ends by our Terminate"),
+            Expect::Lives => write!(f, "the script's checks hold, connection lives"),
+        }
+    }
+}
+
+/// Which responder the class's connection meets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setup {
+    /// Protection domain [`PD_HOSTILE`]: the region and posted buffers.
+    Normal,
+    /// Protection domain [`PD_NO_BUFFERS`]: a region, no posted buffers.
+    NoBuffers,
+    /// As `Normal`, the Responder trusting an aligned sender (the locator runs on
+    /// out-of-order segments).
+    Aligned,
+    /// As `Normal`, with [`RECV_BUFS`] receive buffers posted for this connection (a
+    /// domain's waiting buffers go to its next connection).
+    Posted,
+}
+
+/// One hostile-input class.
+pub struct Class {
+    /// Short name (`class <name>: …`).
+    pub name: &'static str,
+    /// What must happen.
+    pub expect: Expect,
+    /// Which responder.
+    pub setup: Setup,
+    /// Drives the peer; an error is a failure of the class (with its own words).
+    pub script: fn(&mut Ctx) -> Result<()>,
+    /// Runs once the expected end (Terminate) was seen, before the flow is closed: e.g.
+    /// FPDUs after a Terminate, which must not be placed.
+    pub after: fn(&mut Ctx) -> Result<()>,
+}
+
+/// An `after` that does nothing.
+pub fn nothing(_: &mut Ctx) -> Result<()> {
+    Ok(())
+}
+
+/// What the hostile connections share: the regions and their STags.
+pub struct Env {
+    /// The region in [`PD_HOSTILE`] (remote write).
+    pub region: MappedRegion,
+    /// A region in [`PD_HOSTILE`] without remote write access.
+    pub stag_read_only: u32,
+    /// A region in [`PD_OTHER`].
+    pub stag_other_pd: u32,
+    /// The region in [`PD_NO_BUFFERS`].
+    pub stag_no_buffers: u32,
+    /// A second region in [`PD_HOSTILE`] (remote write).
+    pub stag_second: u32,
+    /// The datapath's control socket.
+    pub socket: std::path::PathBuf,
+    consumer: std::sync::Mutex<Consumer>,
+}
+
+impl Env {
+    fn prepare(socket: &Path) -> Result<Env> {
+        let mut c = Consumer::connect(socket, Duration::from_secs(20))?;
+        let region = c.create_region(REGION, PD_HOSTILE, true, false)?;
+        let ro = c.create_region(SLOT, PD_HOSTILE, false, false)?;
+        let other = c.create_region(SLOT, PD_OTHER, true, false)?;
+        let nob = c.create_region(SLOT, PD_NO_BUFFERS, true, false)?;
+        let second = c.create_region(SLOT, PD_HOSTILE, true, false)?;
+        Ok(Env {
+            stag_second: second.info().stag,
+            stag_read_only: ro.info().stag,
+            stag_other_pd: other.info().stag,
+            stag_no_buffers: nob.info().stag,
+            region,
+            socket: socket.to_path_buf(),
+            consumer: std::sync::Mutex::new(c),
+        })
+    }
+
+    /// The region's STag.
+    pub fn stag(&self) -> u32 {
+        self.region.info().stag
+    }
+
+    /// Posts [`RECV_BUFS`] receive buffers to [`PD_HOSTILE`] (for its next connection), in
+    /// the region's second half, clear of the slots.
+    fn post_buffers(&self) -> Result<()> {
+        let mut c = self
+            .consumer
+            .lock()
+            .map_err(|_| anyhow!("consumer lock poisoned"))?;
+        c.post_recv(
+            PostTarget::Pd(PD_HOSTILE),
+            self.stag(),
+            REGION / 2,
+            RECV_BUF,
+            RECV_BUFS,
+        )?;
+        Ok(())
+    }
+
+    /// `len` octets of the region at `off`.
+    pub fn read(&self, off: u64, len: usize) -> Vec<u8> {
+        let mut v = vec![0u8; len];
+        self.region.read(off, &mut v);
+        v
+    }
+}
+
+/// A class's script's world: the peer, the shared regions, and its own slot of the region.
+pub struct Ctx<'a> {
+    /// The hostile connection.
+    pub p: HostilePeer,
+    /// The regions.
+    pub env: &'a Env,
+    /// Start of this class's [`SLOT`] octets of the region.
+    pub slot: u64,
+    /// Writes the script expects placed: (region offset, octets).
+    pub placed: Vec<(u64, Vec<u8>)>,
+    /// The datapath's flow id of this connection.
+    pub flow_id: u64,
+    /// What the script saw, for the class's line (ends with "; ").
+    pub note: String,
+}
+
+impl Ctx<'_> {
+    /// 64 octets unique to this class and `tag`.
+    pub fn pattern(&self, tag: u8) -> Vec<u8> {
+        (0..64u64)
+            .map(|i| (self.slot / SLOT) as u8 ^ tag ^ (i as u8).wrapping_mul(31))
+            .collect()
+    }
+
+    /// The FPDU of a valid RDMA Write of `data` at `off` in this class's slot.
+    pub fn write_fpdu(&self, off: u64, data: &[u8]) -> Vec<u8> {
+        peer::fpdu_bytes(
+            &peer::write_ulpdu(self.env.stag(), self.slot + off, data),
+            true,
+        )
+    }
+
+    /// Sends a valid RDMA Write at `off` in the slot (one segment) and records it as
+    /// expected to be placed.
+    pub fn write(&mut self, off: u64, data: &[u8]) -> Result<()> {
+        let f = self.write_fpdu(off, data);
+        self.p.send_data(&f)?;
+        self.placed.push((self.slot + off, data.to_vec()));
+        Ok(())
+    }
+
+    /// Waits until the datapath acknowledged everything we sent.
+    pub fn wait_acked(&mut self) -> Result<()> {
+        let want = self.p.snd_nxt;
+        let got = self
+            .p
+            .wait_for(Duration::from_secs(3), |r| r.ack == Some(want))?;
+        if got.is_none() {
+            bail!("no ACK of {want} within 3 s");
+        }
+        Ok(())
+    }
+
+    /// The flow's live counters (over a control connection of its own).
+    pub fn flow_report(&self) -> Result<FlowReport> {
+        let mut dpc = mpa_control::datapath_client::DatapathClient::connect(
+            &self.env.socket,
+            Duration::from_secs(5),
+        )?;
+        Ok(live_counters(&mut dpc, self.flow_id)?.flow)
+    }
+
+    /// Fails unless the slot at `off` still holds zeros (nothing placed there).
+    pub fn untouched(&self, off: u64, len: usize) -> Result<()> {
+        let got = self.env.read(self.slot + off, len);
+        if let Some(i) = got.iter().position(|&b| b != 0) {
+            bail!(
+                "octets placed at slot offset {} although they must not be",
+                off + i as u64
+            );
+        }
+        Ok(())
+    }
+}
+
+/// One class's result line.
+pub struct Outcome {
+    pub name: &'static str,
+    pub ok: bool,
+    pub text: String,
+}
+
+fn live_counters(
+    dpc: &mut mpa_control::datapath_client::DatapathClient,
+    flow: u64,
+) -> Result<Snapshot> {
+    let s: DatapathStats = stats(dpc)?;
+    for q in &s.queues {
+        if let Some(f) = q.flows.iter().find(|f| f.flow_id == flow) {
+            return Ok(Snapshot {
+                flow: f.clone(),
+                queue: q.stats,
+                xdp: s.xdp.clone().unwrap_or_default(),
+            });
+        }
+    }
+    bail!("flow {flow} is not live")
+}
+
+fn flow_gone(h: &mut HandedOver) -> Result<FlowReport> {
+    loop {
+        match h.dpc.next_notification()? {
+            Message::FlowGone { flow_id, .. } if flow_id == h.flow_id => break,
+            _ => {}
+        }
+    }
+    let s = stats(&mut h.dpc)?;
+    s.ended_flow(h.flow_id)
+        .cloned()
+        .ok_or_else(|| anyhow!("flow {} not among the ended flows", h.flow_id))
+}
+
+/// Runs one class on a fresh connection; `index` picks its slot.
+fn run_class(
+    bed: &TestBed,
+    socket: &Path,
+    listener: &TcpListener,
+    env: &Env,
+    index: usize,
+    class: &Class,
+) -> Result<String> {
+    let pd = match class.setup {
+        Setup::NoBuffers => PD_NO_BUFFERS,
+        _ => PD_HOSTILE,
+    };
+    let resp = Responder {
+        placement: mpa_control::Placement {
+            pd: Some(pd),
+            aligned_sender: class.setup == Setup::Aligned,
+        },
+        wait: Duration::from_secs(10),
+        ..Responder::framing(false, true)
+    };
+    if class.setup == Setup::Posted {
+        env.post_buffers()?;
+    }
+    let to = SocketAddr::new(bed.addr_b(false), HOSTILE_PORT);
+    let (h, p) = std::thread::scope(|s| {
+        let ns_b = bed.ns_b.clone();
+        let t = s.spawn(move || accept_and_hand_over(&ns_b, socket, listener, &resp));
+        let p = HostilePeer::connect(bed, to, &HostileConfig::default());
+        let h = t.join().map_err(|_| anyhow!("hand-over thread panicked"));
+        (h, p)
+    });
+    let mut h = h??;
+    let p = p?;
+    let mut ctx = Ctx {
+        p,
+        env,
+        slot: index as u64 * SLOT,
+        placed: Vec::new(),
+        flow_id: h.flow_id,
+        note: String::new(),
+    };
+    let res = check_class(&mut ctx, &mut h, class);
+    // Whatever happened: end the flow (an exact RST), wait until it is gone.
+    let gone = if res.as_ref().is_ok_and(|r| r.1.is_some()) {
+        Ok(())
+    } else {
+        let mut rst = ctx.p.seg(&[]);
+        rst.flags.rst = true;
+        rst.flags.ack = None;
+        ctx.p.send_seg(&rst)?;
+        flow_gone(&mut h).map(|_| ())
+    };
+    let (text, _) = res?;
+    gone.context("flow end after the class")?;
+    Ok(text)
+}
+
+/// Checks a class; returns what happened and, when the flow already ended, its report.
+fn check_class(
+    ctx: &mut Ctx,
+    h: &mut HandedOver,
+    class: &Class,
+) -> Result<(String, Option<FlowReport>)> {
+    let before = live_counters(&mut h.dpc, h.flow_id)?;
+    let nxt0 = ctx.p.snd_nxt;
+    (class.script)(ctx)?;
+    match class.expect {
+        Expect::Silent(c) | Expect::Acked(c) => {
+            ctx.p.poll(Duration::from_millis(150))?;
+            let after = live_counters(&mut h.dpc, h.flow_id)?;
+            let d = c.read(&after) - c.read(&before);
+            let answers = std::mem::take(&mut ctx.p.inbox);
+            let acks = answers
+                .iter()
+                .filter(|r| r.is_pure_ack() && r.ack == Some(ctx.p.snd_nxt))
+                .count();
+            match class.expect {
+                Expect::Silent(_) if !answers.is_empty() => {
+                    bail!(
+                        "no answer, got {} segments: {:?}",
+                        answers.len(),
+                        answers[0]
+                    )
+                }
+                Expect::Acked(_) if acks == 0 => {
+                    bail!("an ACK of {}, got {answers:?}", ctx.p.snd_nxt)
+                }
+                _ => {}
+            }
+            if d != 1 {
+                bail!("{} +1, got +{d}", c.name());
+            }
+            let what = if acks > 0 {
+                format!("{acks} ACK(s) of SND.NXT")
+            } else {
+                "no answer".into()
+            };
+            alive(ctx)?;
+            Ok((format!("{what}, {} +1, connection lives", c.name()), None))
+        }
+        Expect::Placed => {
+            if ctx.p.snd_nxt == nxt0 {
+                bail!("the script sent nothing");
+            }
+            ctx.wait_acked()?;
+            verify_placed(ctx)?;
+            let n: usize = ctx.placed.iter().map(|(_, d)| d.len()).sum();
+            alive(ctx)?;
+            Ok((
+                format!("{n} octets placed octet-exact, connection lives"),
+                None,
+            ))
+        }
+        Expect::Terminate(l, t, c) => {
+            let got = ctx
+                .p
+                .wait_for(Duration::from_secs(3), |r| r.terminate().is_some())?
+                .and_then(|r| r.terminate());
+            let Some(term) = got else {
+                bail!("a Terminate, got none within 3 s");
+            };
+            if (term.layer, term.error_type, term.error_code) != (l, t, c) {
+                bail!(
+                    "Terminate layer {l} type {t} code {c:#04x}, got layer {} type {} code {:#04x}",
+                    term.layer,
+                    term.error_type,
+                    term.error_code
+                );
+            }
+            (class.after)(ctx)?;
+            let mut rst = ctx.p.seg(&[]);
+            rst.flags.rst = true;
+            rst.flags.ack = None;
+            ctx.p.send_seg(&rst)?;
+            let end = flow_gone(h)?;
+            let e = end.ended.clone().unwrap_or_default_end();
+            match e.terminate {
+                Some(ti) if ti.sent && (ti.layer, ti.error_type, ti.error_code) == (l, t, c) => {}
+                other => bail!(
+                    "the flow to end with the Terminate it sent, got {other:?} ({})",
+                    e.reason
+                ),
+            }
+            verify_placed(ctx)?;
+            Ok((
+                format!(
+                    "{}Terminate layer {l} type {t} code {c:#04x}, flow ended: {}",
+                    ctx.note, e.reason
+                ),
+                Some(end),
+            ))
+        }
+        Expect::Closed => {
+            // Acknowledge what the datapath sends while it closes (its FIN).
+            ctx.p.poll(Duration::from_millis(300))?;
+            let end = flow_gone(h)?;
+            let e = end.ended.clone().unwrap_or_default_end();
+            if e.mpa_error != Some(1) {
+                bail!(
+                    "flow ended with MPA error 1, got {:?} ({})",
+                    e.mpa_error,
+                    e.reason
+                );
+            }
+            Ok((format!("flow ended: {}", e.reason), Some(end)))
+        }
+        Expect::Lives => {
+            ctx.p.inbox.clear();
+            alive(ctx)?;
+            Ok((format!("{}connection lives", ctx.note), None))
+        }
+        Expect::PeerTerminate => {
+            (class.after)(ctx)?;
+            let mut rst = ctx.p.seg(&[]);
+            rst.flags.rst = true;
+            rst.flags.ack = None;
+            ctx.p.send_seg(&rst)?;
+            let end = flow_gone(h)?;
+            let e = end.ended.clone().unwrap_or_default_end();
+            match e.terminate {
+                Some(ti) if !ti.sent => {}
+                other => bail!(
+                    "the flow to end with our Terminate, got {other:?} ({})",
+                    e.reason
+                ),
+            }
+            verify_placed(ctx)?;
+            Ok((format!("flow ended: {}", e.reason), Some(end)))
+        }
+    }
+}
+
+trait DefaultEnd {
+    fn unwrap_or_default_end(self) -> mpa_ctl_proto::stats::EndReport;
+}
+
+impl DefaultEnd for Option<mpa_ctl_proto::stats::EndReport> {
+    fn unwrap_or_default_end(self) -> mpa_ctl_proto::stats::EndReport {
+        self.unwrap_or(mpa_ctl_proto::stats::EndReport {
+            mpa_error: None,
+            reason: "no end report".into(),
+            terminate: None,
+        })
+    }
+}
+
+fn verify_placed(ctx: &Ctx) -> Result<()> {
+    for (off, want) in &ctx.placed {
+        let got = ctx.env.read(*off, want.len());
+        if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
+            bail!(
+                "region offset {} to hold {:#04x}, got {:#04x}",
+                off + i as u64,
+                want[i],
+                got[i]
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The connection lives: a valid RDMA Write at the end of the slot is acknowledged and
+/// placed.
+fn alive(ctx: &mut Ctx) -> Result<()> {
+    let data = ctx.pattern(0xa5);
+    ctx.write(SLOT - 64, &data)?;
+    ctx.wait_acked().context("the connection to live on")?;
+    verify_placed(ctx)
+}
+
+/// The bystander: `mpa-peer connect` writing into its region at a steady pace.
+struct Bystander {
+    run: Run,
+    placement: Placement,
+    sender: std::thread::JoinHandle<Result<serde_json::Value>>,
+    handed: HandedOver,
+}
+
+impl Bystander {
+    fn start(
+        bed: &Arc<TestBed>,
+        socket: &Path,
+        a: &HostileArgs,
+        seconds: u64,
+    ) -> Result<Bystander> {
+        let size = 4096usize;
+        let count = (a.bystander_rate * seconds).max(1);
+        let run = Run {
+            bytes: count * size as u64,
+            size,
+            mtu: 1500,
+            loss: 0,
+            queues: 1,
+            plain: false,
+            no_markers: false,
+            op: Op::Write,
+            region_bytes: 4 << 20,
+            align: Align::Off,
+            json: false,
+            connections: 1,
+        };
+        let placement = Placement::prepare_in(socket, &run, crate::options::PD)?;
+        let resp = Responder {
+            reply_private_data: placement.ad.emit().to_vec(),
+            placement: mpa_control::Placement {
+                pd: Some(crate::options::PD),
+                aligned_sender: false,
+            },
+            wait: Duration::from_secs(seconds + 120),
+            ..Responder::framing(run.markers(), true)
+        };
+        let addr = SocketAddr::new(bed.addr_b(false), PORT);
+        let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr))??;
+        let (ns_b, sock) = (bed.ns_b.clone(), socket.to_path_buf());
+        let setup =
+            std::thread::spawn(move || accept_and_hand_over(&ns_b, &sock, &listener, &resp));
+        let (bed2, run2, rate) = (bed.clone(), run.clone(), a.bystander_rate);
+        let sender = std::thread::spawn(move || {
+            crate::peer::sender_with(&bed2, &run2, &["--rate".into(), rate.to_string()])
+        });
+        let handed = setup
+            .join()
+            .map_err(|_| anyhow!("bystander hand-over panicked"))??;
+        Ok(Bystander {
+            run,
+            placement,
+            sender,
+            handed,
+        })
+    }
+
+    /// Whether the sender is still sending.
+    fn running(&self) -> bool {
+        !self.sender.is_finished()
+    }
+
+    /// Waits for the end; the region must hold exactly what the sender wrote.
+    fn finish(mut self) -> Result<String> {
+        let sent = self
+            .sender
+            .join()
+            .map_err(|_| anyhow!("bystander sender panicked"))??;
+        let end = flow_gone(&mut self.handed)?;
+        if let Some(e) = end
+            .ended
+            .as_ref()
+            .filter(|e| e.mpa_error.is_some() || e.terminate.is_some())
+        {
+            bail!("bystander ended with an error: {} ", e.reason);
+        }
+        if sent["ulpdu_digest"] != serde_json::json!(end.ulpdu_digest) {
+            bail!(
+                "bystander digests differ: sent {} received {:?}",
+                sent["ulpdu_digest"],
+                end.ulpdu_digest
+            );
+        }
+        let (m, o) = self.placement.verify(&self.run)?;
+        Ok(format!(
+            "{m} writes in {:.1} s, region of {o} octets octet-exact",
+            sent["transfer_seconds"].as_f64().unwrap_or(0.0)
+        ))
+    }
+}
+
+/// Runs the classes on a fresh bed; prints one line per class and the summary line. Ok(true)
+/// when every class behaved as specified and the bystander finished octet-exact.
+pub fn hostile(a: &HostileArgs) -> Result<bool> {
+    let classes: Vec<&Class> = classes::CLASSES
+        .iter()
+        .filter(|c| a.only.as_ref().is_none_or(|o| c.name.contains(o.as_str())))
+        .filter(|c| !a.skip.iter().any(|s| c.name.contains(s.as_str())))
+        .collect();
+    if a.list {
+        for c in &classes {
+            println!("class {}: expect {}", c.name, c.expect);
+        }
+        return Ok(true);
+    }
+    let bed = Arc::new(TestBed::up(BedConfig {
+        bridge: false,
+        loss_percent: 0,
+        loss_port: PORT,
+        mtu: 1500,
+        queues: 1,
+    })?);
+    let socket = temp_path("hostile.sock");
+    let dp = start_datapath(&bed, &socket, &DatapathOptions::default())?;
+    let env = Env::prepare(&socket)?;
+    let seconds = a.bystander_seconds.unwrap_or(10 + classes.len() as u64 / 3);
+    let bystander = Bystander::start(&bed, &socket, a, seconds)?;
+    let addr = SocketAddr::new(bed.addr_b(false), HOSTILE_PORT);
+    let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr))??;
+    let t0 = Instant::now();
+    let mut outcomes = Vec::new();
+    let mut overlapped = 0;
+    for (i, c) in classes.iter().enumerate() {
+        let tc = Instant::now();
+        let r = run_class(&bed, &socket, &listener, &env, i + 1, c);
+        tracing::info!(
+            class = c.name,
+            seconds = tc.elapsed().as_secs_f64(),
+            "class done"
+        );
+        if bystander.running() {
+            overlapped += 1;
+        }
+        let o = match r {
+            Ok(text) => Outcome {
+                name: c.name,
+                ok: true,
+                text,
+            },
+            Err(e) => Outcome {
+                name: c.name,
+                ok: false,
+                text: format!("expected {}: {e:#}", c.expect),
+            },
+        };
+        if o.ok {
+            println!("class {}: OK {}", o.name, o.text);
+        } else {
+            println!("class {}: FAILED {}", o.name, o.text);
+        }
+        outcomes.push(o);
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let by = bystander.finish();
+    dp.stop();
+    let ok = outcomes.iter().filter(|o| o.ok).count();
+    let n = outcomes.len();
+    let by_text = match &by {
+        Ok(t) => {
+            println!("bystander: OK {t}; sending during {overlapped}/{n} classes; classes took {secs:.1} s");
+            "bystander octet-exact".to_string()
+        }
+        Err(e) => {
+            println!("bystander: FAILED {e:#}");
+            format!("bystander FAILED: {e:#}")
+        }
+    };
+    if ok == n {
+        println!("hostile: {ok}/{n} classes as specified; {by_text}");
+    } else {
+        let failed: Vec<&str> = outcomes.iter().filter(|o| !o.ok).map(|o| o.name).collect();
+        println!(
+            "hostile: {ok}/{n} classes as specified (failed: {}); {by_text}",
+            failed.join(", ")
+        );
+    }
+    Ok(ok == n && by.is_ok())
+}
