@@ -672,6 +672,7 @@ impl Bystander {
             align: Align::Off,
             json: false,
             connections: 1,
+            impair: None,
         };
         let placement = Placement::prepare_in(socket, &run, crate::options::PD)?;
         let resp = Responder {
@@ -757,6 +758,7 @@ pub fn hostile(a: &HostileArgs) -> Result<bool> {
         loss_port: PORT,
         mtu: 1500,
         queues: 1,
+        impair: None,
     })?);
     let socket = temp_path("hostile.sock");
     let dp = start_datapath(&bed, &socket, &DatapathOptions::default())?;
