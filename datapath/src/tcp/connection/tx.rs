@@ -368,6 +368,8 @@ impl Connection {
         }
         self.dsack = None;
         self.ack_each = false;
+        self.ooo_shared = 0;
+        self.changed_len = 0;
         self.ack_now = false;
         self.window_update = false;
         self.segs_unacked = 0;
