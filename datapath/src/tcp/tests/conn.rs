@@ -591,6 +591,43 @@ fn advertised_edge_never_retracts() {
     assert!(off > 256 * 1024, "data kept flowing ({off})");
 }
 
+/// An ACK frozen for an earlier segment carries an older acknowledgment number; its window
+/// is rounded up to the scale so that its edge does not fall short of the one advertised.
+/// That rounded-up edge is advertised too: later ACKs must not fall back behind it (by less
+/// than one scale unit, but a sender sees a retracted edge all the same).
+#[test]
+fn frozen_acks_do_not_retract_the_edge() {
+    let t0 = Instant::now();
+    let strict = TcpConfig {
+        ooo_ack_every: 1,
+        rcv_buf: 64 * 1024,
+        reassembly_limit: 64 * 1024,
+        ..cfg()
+    };
+    let h = handover(t0, true);
+    let mut c = Connection::new(&h, &strict, t0).unwrap();
+    let p = Peer::new(true);
+    let s = SEG as u64;
+    let mut last = SeqNumber(RCV0);
+    let mut frozen_older = 0;
+    for k in 0..100u64 {
+        // Segment 2k + 1 ahead of its hole, then segment 2k, which fills it: two ACKs, the
+        // first frozen with the older number.
+        let (ahead, fill) = ((2 * k + 1) * s, 2 * k * s);
+        feed(&mut c, t0, &p.data(ahead, SEG).0, &p.data(ahead, SEG).1);
+        feed(&mut c, t0, &p.data(fill, SEG).0, &p.data(fill, SEG).1);
+        c.end_of_burst(t0);
+        let tx = drain_tx(&mut c, t0);
+        frozen_older += usize::from(tx.len() > 1 && tx[0].ack() < tx[tx.len() - 1].ack());
+        for a in tx {
+            let edge = a.ack() + (u32::from(a.repr.window_len) << 7);
+            assert!(edge >= last, "round {k}: edge retracted: {edge} < {last}");
+            last = edge;
+        }
+    }
+    assert_eq!(frozen_older, 100, "frozen ACKs with older numbers");
+}
+
 #[test]
 fn passive_close_after_out_of_order_fin() {
     let t0 = Instant::now();
