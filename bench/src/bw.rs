@@ -66,6 +66,12 @@ pub struct BwArgs {
     /// Connections at once, each with its own sender carrying `--bytes`; goodput is their sum.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub connections: u32,
+    /// The datapath TCP's receive buffer and reassembly limit, octets (default: TcpConfig's).
+    #[arg(long)]
+    pub rcv_buf: Option<usize>,
+    /// The datapath TCP's `ooo_ack_every` (default: TcpConfig's).
+    #[arg(long)]
+    pub ooo_ack_every: Option<u32>,
     #[command(flatten)]
     pub nic: NicArgs,
 }
@@ -87,6 +93,8 @@ impl BwArgs {
             align: self.align,
             json: false,
             connections: self.connections,
+            rcv_buf: self.rcv_buf,
+            ooo_ack_every: self.ooo_ack_every,
         }
     }
 

@@ -98,10 +98,17 @@ pub fn aggregate(reports: &[Value]) -> Value {
 /// b, `r.connections` × `mpa-peer connect` in ns a.
 pub fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
     let socket = temp_path("bench.sock");
-    let opts = DatapathOptions {
+    let mut opts = DatapathOptions {
         queues: r.queues,
         ..DatapathOptions::default()
     };
+    if let Some(b) = r.rcv_buf {
+        opts.tcp.rcv_buf = b;
+        opts.tcp.reassembly_limit = b;
+    }
+    if let Some(n) = r.ooo_ack_every {
+        opts.tcp.ooo_ack_every = n;
+    }
     let dp = start_datapath(bed, &socket, &opts)?;
     let result = transfer(bed, &socket, r);
     dp.stop();

@@ -94,6 +94,8 @@ impl LatArgs {
             align: Align::Off,
             json: false,
             connections: 1,
+            rcv_buf: None,
+            ooo_ack_every: None,
         }
     }
 

@@ -55,6 +55,12 @@ pub struct Run {
     /// its own region in its own protection domain).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub connections: u32,
+    /// The datapath TCP's receive buffer and reassembly limit, octets (default: TcpConfig's).
+    #[arg(long)]
+    pub rcv_buf: Option<usize>,
+    /// The datapath TCP's `ooo_ack_every` (default: TcpConfig's).
+    #[arg(long)]
+    pub ooo_ack_every: Option<u32>,
 }
 
 /// `--align`: whether the sender aligns FPDUs with TCP segments.

@@ -113,6 +113,8 @@ pub fn soak(a: &SoakArgs) -> Result<String> {
         align: Align::Auto,
         json: false,
         connections: a.connections,
+        rcv_buf: None,
+        ooo_ack_every: None,
     };
     let bed = bed(&r)?;
     let socket = temp_path("soak.sock");

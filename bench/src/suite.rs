@@ -105,6 +105,8 @@ impl SuiteArgs {
                 align: Align::Auto,
                 json: false,
                 connections: 1,
+                rcv_buf: None,
+                ooo_ack_every: None,
                 nic: Default::default(),
             },
             bw_loss: (if q { vec![5] } else { vec![1, 5, 10, 20] })
@@ -152,6 +154,8 @@ impl SuiteArgs {
             align: Align::Auto,
             json: false,
             connections: 1,
+            rcv_buf: None,
+            ooo_ack_every: None,
             nic: Default::default(),
         }
     }

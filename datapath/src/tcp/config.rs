@@ -71,11 +71,14 @@ pub struct TcpConfig {
     /// for the next `poll_transmit` (RFC 5681 §4.2: each gets its own ACK with the SACK
     /// information of its moment). Past this many the newest are merged into one.
     pub ack_queue: usize,
-    /// Out-of-order segments that only extend the newest SACK block (each starts where the
-    /// previous one ended) share one ACK per this many (1: an ACK each, as RFC 5681 §4.2
-    /// asks). A new block, a filled hole and a duplicate always get their own ACK. Fewer ACKs
-    /// carry the same SACK information; each costs the sender's SACK processing (on veth, in
-    /// the worker's own TX syscall).
+    /// Segments owed their own ACK (out of order, filling a hole) share one ACK per this many
+    /// (1: an ACK each, as RFC 5681 §4.2 asks): with SACK, as long as that ACK's blocks can
+    /// report every range changed since the previous ACK (the next segment that would not
+    /// fit gets a new one); without SACK, only segments that extend the previous one's range.
+    /// A duplicate always gets its own D-SACK. The ACKs owed within one RX burst all leave
+    /// after it, so sharing delays nothing and loses no SACK information; it saves ACKs, and
+    /// each costs the sender's SACK processing and, on veth, the worker's own TX syscall
+    /// (like Linux's SACK compression, `tcp_comp_sack_nr`, which bounds it at 44).
     pub ooo_ack_every: u32,
     /// SACK blocks per ACK: at most 4, and 3 when timestamps are on (40 option octets).
     pub max_sack_blocks: usize,

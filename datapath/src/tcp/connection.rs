@@ -23,11 +23,14 @@
 //! every second in-order segment, at `end_of_burst`, or when the delayed-ACK timer fires;
 //! "due" is a flag, so a caller that polls `poll_transmit` once per burst sends one
 //! (stretch) ACK per flow per burst (docs/architecture.md, "Receive path"). Under loss every out-of-order segment,
-//! every segment that fills (part of) a hole and every duplicate gets its own ACK: when the
+//! every segment that fills (part of) a hole and every duplicate is owed its own ACK: when the
 //! next segment comes in, the ACK the previous one is owed is frozen (acknowledgment number
 //! and SACK blocks of that moment: the block holding the newest segment first, D-SACK first
 //! for a duplicate) into a bounded queue that `poll_transmit` empties before anything else,
-//! so a burst of reordered segments still yields one ACK each. No allocation per ACK.
+//! so a burst of reordered segments still yields its ACKs. Up to `ooo_ack_every` segments of
+//! a burst share one ACK while its SACK blocks can report every range they changed (the ACKs
+//! of a burst leave together, so sharing only saves ACKs); a duplicate's D-SACK goes alone.
+//! No allocation per ACK.
 //!
 //! Receive window: the reassembly ring has `rcv_buf` octets indexed by sequence offset from
 //! RCV.NXT, so out-of-order octets sit inside the window at their own place and do not
@@ -194,8 +197,13 @@ pub struct Connection {
     /// The owed ACK is for an out-of-order segment ending here (may be shared with the next
     /// segment if that one continues it: `TcpConfig::ooo_ack_every`).
     ooo_owed_end: Option<SeqNumber>,
-    /// Contiguous out-of-order segments sharing the owed ACK so far.
+    /// Segments sharing the owed ACK so far.
     ooo_shared: u32,
+    /// One octet of each out-of-order range changed since the last ACK was frozen or sent
+    /// (`changed_len` of them): a segment shares the owed ACK only while one ACK's SACK
+    /// blocks can still report every one of them.
+    changed: [SeqNumber; MAX_SACK_BLOCKS],
+    changed_len: usize,
     /// The segment being handled shares the previous one's ACK.
     sharing_ack: bool,
     /// A duplicate to report first in the next ACK (RFC 2883).
@@ -346,6 +354,8 @@ impl Connection {
             ack_each: false,
             ooo_owed_end: None,
             ooo_shared: 0,
+            changed: [SeqNumber(0); MAX_SACK_BLOCKS],
+            changed_len: 0,
             sharing_ack: false,
             dsack: None,
             ack_queue: VecDeque::with_capacity(cfg.ack_queue),

@@ -423,6 +423,49 @@ impl Reassembly {
         self.mru_len = n;
     }
 
+    /// Whether the range holding `seq` also holds one of `hints`.
+    pub(crate) fn same_range(
+        &self,
+        rcv_nxt: SeqNumber,
+        seq: SeqNumber,
+        hints: &[SeqNumber],
+    ) -> bool {
+        let Some(k) = self.find(rcv_nxt, seq) else {
+            return false;
+        };
+        hints.iter().any(|&h| self.find(rcv_nxt, h) == Some(k))
+    }
+
+    /// How many SACK blocks an ACK needs to report every range changed by the segments
+    /// since the last ACK (`hints`: an octet of each) and by `[seq, seq + len)` too (above
+    /// `rcv_nxt`, not yet stored): the distinct ranges holding a hint, plus one if the segment
+    /// starts a new range or changes one no hint lies in. At most one more than the truth
+    /// (a segment that bridges two hinted ranges merges them). No allocation.
+    pub(crate) fn blocks_for_changes(
+        &self,
+        rcv_nxt: SeqNumber,
+        hints: &[SeqNumber],
+        seq: SeqNumber,
+        len: usize,
+    ) -> usize {
+        let mut idx = [usize::MAX; MAX_SACK_BLOCKS + 1];
+        let mut n = 0;
+        for &h in hints {
+            if let Some(k) = self.find(rcv_nxt, h) {
+                if !idx[..n].contains(&k) && n < idx.len() {
+                    idx[n] = k;
+                    n += 1;
+                }
+            }
+        }
+        let rel = |x: SeqNumber| x.distance_from(rcv_nxt);
+        let (i, j) = touching(&self.ranges, rcv_nxt, rel(seq), rel(seq + len));
+        if i == j || (i..j).any(|k| !idx[..n].contains(&k)) {
+            n += 1;
+        }
+        n
+    }
+
     /// The index of the range holding `seq`, comparing offsets from `base` (at or below the
     /// lowest range).
     fn find(&self, base: SeqNumber, seq: SeqNumber) -> Option<usize> {

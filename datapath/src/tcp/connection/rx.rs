@@ -35,11 +35,26 @@ impl Connection {
     ) -> SegmentOutcome {
         self.now = now;
         // The previous segment's own ACK, if it is owed one, is frozen before this one
-        // changes the state — unless both are out of order and this one only continues the
-        // previous one's SACK block (then one ACK reports both: `ooo_ack_every`).
-        let continues = self.ooo_owed_end == Some(repr.seq_number)
-            && !payload.is_empty()
-            && self.ooo_shared + 1 < self.cfg.ooo_ack_every;
+        // changes the state — unless one ACK can report both (`ooo_ack_every`): this one
+        // continues the previous one's SACK block, or (with SACK, no D-SACK owed) it brings
+        // new octets and every range changed since the last ACK, its own included, still
+        // fits in one ACK's SACK blocks. Every ACK owed within one RX burst leaves at the same
+        // moment (after the burst), so sharing loses no timing, only ACKs — and each ACK costs
+        // the sender's SACK processing and, on veth, the worker's TX syscall.
+        let seq0 = repr.seq_number;
+        let continues = !payload.is_empty()
+            && self.ooo_shared + 1 < self.cfg.ooo_ack_every
+            && (self.ooo_owed_end == Some(seq0)
+                || (self.ack_each
+                    && self.sack_ok
+                    && self.dsack.is_none()
+                    && seq0 >= self.rcv_nxt
+                    && self.store.blocks_for_changes(
+                        self.rcv_nxt,
+                        &self.changed[..self.changed_len],
+                        seq0,
+                        payload.len(),
+                    ) <= self.max_sack_blocks));
         if continues {
             self.ooo_shared += 1;
             self.stats.acks_shared += 1;
@@ -392,6 +407,17 @@ impl Connection {
             {
                 Insert::Stored { new, dup } => {
                     self.stats.ooo_segs += 1;
+                    // One hint per distinct range (sharing stops before more ranges
+                    // changed than one ACK reports, so they fit).
+                    if !self.store.same_range(
+                        self.rcv_nxt,
+                        start,
+                        &self.changed[..self.changed_len],
+                    ) && self.changed_len < self.changed.len()
+                    {
+                        self.changed[self.changed_len] = start;
+                        self.changed_len += 1;
+                    }
                     self.stats.store_high_water =
                         self.stats.store_high_water.max(self.store.stored() as u64);
                     self.stats.ooo_ranges_high_water = self
@@ -554,6 +580,8 @@ impl Connection {
         self.stats.acks_queued += 1;
         // That ACK acknowledges everything so far.
         self.ack_each = false;
+        self.ooo_shared = 0;
+        self.changed_len = 0;
         self.ack_now = false;
         self.dsack = None;
         self.segs_unacked = 0;

@@ -288,6 +288,12 @@ impl Connection {
             0
         };
         let window_len = wnd.div_ceil(1 << ws).min(65535) as u16;
+        // Rounded up, this ACK's edge may lie past the one advertised (by less than one
+        // scale unit): it is advertised now, so later ACKs must not fall back behind it.
+        let edge = snap.ack + (u32::from(window_len) << ws);
+        if edge > self.adv_edge {
+            self.adv_edge = edge;
+        }
         let repr = TcpRepr {
             src_port: self.local_port,
             dst_port: self.remote_port,
@@ -368,6 +374,8 @@ impl Connection {
         }
         self.dsack = None;
         self.ack_each = false;
+        self.ooo_shared = 0;
+        self.changed_len = 0;
         self.ack_now = false;
         self.window_update = false;
         self.segs_unacked = 0;

@@ -181,7 +181,12 @@ fn out_of_order_sack_and_reassembly() {
 fn sack_block_count_fits_the_option_space() {
     for ts in [true, false] {
         let t0 = Instant::now();
-        let mut c = conn(t0, ts, &cfg());
+        // An ACK per segment, so that each ACK shows the blocks of its moment.
+        let strict = TcpConfig {
+            ooo_ack_every: 1,
+            ..cfg()
+        };
+        let mut c = conn(t0, ts, &strict);
         let p = Peer::new(ts);
         for k in 0..6u64 {
             let off = (2 * k + 1) * 100;
@@ -205,6 +210,61 @@ fn sack_block_count_fits_the_option_space() {
             "then the most recently reported"
         );
         assert!(last.repr.header_len() <= 60);
+    }
+}
+
+/// The default shares ACKs within a burst (`ooo_ack_every`): out-of-order segments that
+/// start new SACK blocks share one ACK as long as its blocks can report every range changed
+/// since the previous ACK; the next one that would not fit freezes it. So every block is
+/// reported by some ACK of the burst (a sender's RACK would otherwise take an unreported
+/// range for lost), with a third of the ACKs.
+#[test]
+fn shared_acks_report_every_changed_range() {
+    for ts in [true, false] {
+        let t0 = Instant::now();
+        let mut c = conn(t0, ts, &cfg());
+        let p = Peer::new(ts);
+        let blocks = if ts { 3 } else { 4 };
+        // Seven new blocks in one burst: 100..150, 300..350, ... (the holes between lost).
+        let off = |k: u32| (2 * k + 1) * 100;
+        for k in 0..7u32 {
+            let o = u64::from(off(k));
+            feed(&mut c, t0, &p.data(o, 50).0, &p.data(o, 50).1);
+        }
+        c.end_of_burst(t0);
+        let tx = drain_tx(&mut c, t0);
+        assert_eq!(tx.len(), 7usize.div_ceil(blocks), "ts {ts}");
+        assert_eq!(c.stats().acks_shared, 7 - tx.len() as u64);
+        for k in 0..7u32 {
+            let (l, r) = (p.base + off(k), p.base + off(k) + 50u32);
+            assert!(
+                tx.iter()
+                    .any(|a| a.sack().iter().any(|b| b.left == l && b.right == r)),
+                "ts {ts}: block {k} reported"
+            );
+        }
+        for a in &tx {
+            assert_eq!(a.ack(), p.base, "nothing in order");
+            assert_eq!(a.sack().len(), blocks.min(a.sack().len()));
+        }
+        // The newest first in the last ACK (RFC 2018 §4).
+        assert_eq!(tx.last().unwrap().sack()[0].left, p.base + off(6));
+
+        // A segment that extends a block already reported and one that starts a new block
+        // share an ACK; a duplicate still gets its own D-SACK.
+        let o = u64::from(off(6) + 50);
+        feed(&mut c, t0, &p.data(o, 50).0, &p.data(o, 50).1);
+        feed(&mut c, t0, &p.data(2000, 50).0, &p.data(2000, 50).1);
+        feed(&mut c, t0, &p.data(2000, 50).0, &p.data(2000, 50).1);
+        c.end_of_burst(t0);
+        let tx = drain_tx(&mut c, t0);
+        assert_eq!(tx.len(), 2, "ts {ts}: shared ACK, then the D-SACK");
+        assert_eq!(tx[0].sack()[0].left, p.base + 2000u32);
+        assert_eq!(tx[0].sack()[1].left, p.base + off(6));
+        assert_eq!(tx[0].sack()[1].right, p.base + off(6) + 100u32);
+        assert_eq!(tx[1].sack()[0].left, p.base + 2000u32);
+        assert_eq!(tx[1].sack()[0].right, p.base + 2050u32);
+        assert_eq!(c.stats().dsacks_sent, 1);
     }
 }
 
@@ -531,6 +591,43 @@ fn advertised_edge_never_retracts() {
     assert!(off > 256 * 1024, "data kept flowing ({off})");
 }
 
+/// An ACK frozen for an earlier segment carries an older acknowledgment number; its window
+/// is rounded up to the scale so that its edge does not fall short of the one advertised.
+/// That rounded-up edge is advertised too: later ACKs must not fall back behind it (by less
+/// than one scale unit, but a sender sees a retracted edge all the same).
+#[test]
+fn frozen_acks_do_not_retract_the_edge() {
+    let t0 = Instant::now();
+    let strict = TcpConfig {
+        ooo_ack_every: 1,
+        rcv_buf: 64 * 1024,
+        reassembly_limit: 64 * 1024,
+        ..cfg()
+    };
+    let h = handover(t0, true);
+    let mut c = Connection::new(&h, &strict, t0).unwrap();
+    let p = Peer::new(true);
+    let s = SEG as u64;
+    let mut last = SeqNumber(RCV0);
+    let mut frozen_older = 0;
+    for k in 0..100u64 {
+        // Segment 2k + 1 ahead of its hole, then segment 2k, which fills it: two ACKs, the
+        // first frozen with the older number.
+        let (ahead, fill) = ((2 * k + 1) * s, 2 * k * s);
+        feed(&mut c, t0, &p.data(ahead, SEG).0, &p.data(ahead, SEG).1);
+        feed(&mut c, t0, &p.data(fill, SEG).0, &p.data(fill, SEG).1);
+        c.end_of_burst(t0);
+        let tx = drain_tx(&mut c, t0);
+        frozen_older += usize::from(tx.len() > 1 && tx[0].ack() < tx[tx.len() - 1].ack());
+        for a in tx {
+            let edge = a.ack() + (u32::from(a.repr.window_len) << 7);
+            assert!(edge >= last, "round {k}: edge retracted: {edge} < {last}");
+            last = edge;
+        }
+    }
+    assert_eq!(frozen_older, 100, "frozen ACKs with older numbers");
+}
+
 #[test]
 fn passive_close_after_out_of_order_fin() {
     let t0 = Instant::now();
@@ -550,11 +647,11 @@ fn passive_close_after_out_of_order_fin() {
     assert_eq!(c.state(), State::CloseWait);
     let fin_ack = p.base + (3 * s + 1) as u32;
     let tx = drain_tx(&mut c, t0);
-    // The out-of-order segment's own ACK (SACKing it), then the current one.
-    assert_eq!(tx.len(), 2);
-    assert_eq!(tx[0].ack(), p.base + s as u32);
-    assert_eq!(tx[0].sack()[0].left, p.base + 2 * s as u32);
-    assert_eq!(tx[1].ack(), fin_ack);
+    // The out-of-order segment and the one that filled the hole came in one burst: one ACK
+    // reports both (it acknowledges the FIN too; nothing is left to SACK).
+    assert_eq!(tx.len(), 1);
+    assert_eq!(tx[0].ack(), fin_ack);
+    assert!(tx[0].sack().is_empty());
     // We may still send; then close: LAST-ACK, FIN on the data.
     assert_eq!(c.send(b"bye"), 3);
     c.close();
