@@ -52,6 +52,7 @@ fn hostile_peer_drives_a_frozen_connection_with_exact_sequence_numbers() {
         loss_port: 0,
         mtu: 1500,
         queues: 1,
+        impair: None,
     })
     .unwrap();
     let (dp, socket) = datapath(&bed, &DatapathOptions::default());

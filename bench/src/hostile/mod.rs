@@ -673,6 +673,8 @@ impl Bystander {
             json: false,
             connections: 1,
             impair: None,
+            rcv_buf: None,
+            ooo_ack_every: None,
         };
         let placement = Placement::prepare_in(socket, &run, crate::options::PD)?;
         let resp = Responder {
