@@ -3,12 +3,13 @@
 use std::ops::{Add, AddAssign};
 
 /// Octets in `struct xdp_counters`.
-pub(crate) const COUNTERS_SIZE: usize = 8 * 8;
+pub(crate) const COUNTERS_SIZE: usize = 9 * 8;
 
 /// What the XDP program did, frame by frame.
 ///
 /// `seen == redirected + steered_no_xsk + passed + dropped()` (for one CPU, up to frames in
-/// flight while the counters are read); `malformed` counts a subset of `passed`.
+/// flight while the counters are read); `malformed` counts a subset of `passed +
+/// dropped_malformed`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct XdpCounters {
     /// Every frame the program ran on.
@@ -18,7 +19,8 @@ pub struct XdpCounters {
     pub redirected: u64,
     /// Frames given to the kernel (`XDP_PASS`).
     pub passed: u64,
-    /// Frames with a truncated or invalid Ethernet, VLAN, IP or TCP header (passed).
+    /// Frames with a truncated or invalid Ethernet, VLAN, IP or TCP header (passed, or
+    /// dropped when they are between a steered host pair: `dropped_malformed`).
     pub malformed: u64,
     /// Steered frames dropped because no AF_XDP socket was bound for their RX queue.
     pub steered_no_xsk: u64,
@@ -31,6 +33,9 @@ pub struct XdpCounters {
     /// Frames with two or more VLAN tags whose inner frame is TCP between a steered host
     /// pair: dropped.
     pub dropped_vlan_stack: u64,
+    /// Malformed frames (cut inside the TCP header or an IPv6 extension chain) whose
+    /// addresses are a steered host pair: dropped, so the frozen socket never sees them.
+    pub dropped_malformed: u64,
 }
 
 impl XdpCounters {
@@ -50,6 +55,7 @@ impl XdpCounters {
             dropped_fragment: word(5),
             dropped_ipv6_ext: word(6),
             dropped_vlan_stack: word(7),
+            dropped_malformed: word(8),
         }
     }
 
@@ -71,13 +77,19 @@ impl XdpCounters {
             dropped_vlan_stack: self
                 .dropped_vlan_stack
                 .saturating_sub(earlier.dropped_vlan_stack),
+            dropped_malformed: self
+                .dropped_malformed
+                .saturating_sub(earlier.dropped_malformed),
         }
     }
 
     /// Frames dropped because they could not be parsed down to the ports but may belong to
-    /// a steered flow (the three `dropped_*` counters).
+    /// a steered flow (the four `dropped_*` counters).
     pub fn dropped(&self) -> u64 {
-        self.dropped_fragment + self.dropped_ipv6_ext + self.dropped_vlan_stack
+        self.dropped_fragment
+            + self.dropped_ipv6_ext
+            + self.dropped_vlan_stack
+            + self.dropped_malformed
     }
 }
 
@@ -91,6 +103,7 @@ impl AddAssign for XdpCounters {
         self.dropped_fragment += o.dropped_fragment;
         self.dropped_ipv6_ext += o.dropped_ipv6_ext;
         self.dropped_vlan_stack += o.dropped_vlan_stack;
+        self.dropped_malformed += o.dropped_malformed;
     }
 }
 
@@ -131,11 +144,12 @@ mod tests {
                 dropped_fragment: 6,
                 dropped_ipv6_ext: 7,
                 dropped_vlan_stack: 8,
+                dropped_malformed: 9,
             }
         );
         let total: XdpCounters = [c, c].into_iter().sum();
         assert_eq!(total.steered_no_xsk, 10);
-        assert_eq!(total.dropped(), 42);
+        assert_eq!(total.dropped(), 60);
         assert_eq!(total.since(&c), c);
         assert_eq!(c.since(&total).seen, 0);
         assert_eq!(XdpCounters::from_bytes(&b[..8]).seen, 1);

@@ -43,6 +43,9 @@ enum Expect {
     Ipv6Ext,
     /// Likewise, dropped_vlan_stack + 1.
     VlanStack,
+    /// Malformed behind the addresses of a steered host pair: XDP_DROP, malformed + 1,
+    /// dropped_malformed + 1.
+    MalformedDropped,
 }
 
 fn run_one(s: &XdpSteering, name: &str, frame: &[u8], want: Expect) {
@@ -98,6 +101,15 @@ fn run_one(s: &XdpSteering, name: &str, frame: &[u8], want: Expect) {
             XdpCounters {
                 seen: 1,
                 dropped_vlan_stack: 1,
+                ..Default::default()
+            },
+        ),
+        Expect::MalformedDropped => (
+            XdpAction::Drop,
+            XdpCounters {
+                seen: 1,
+                malformed: 1,
+                dropped_malformed: 1,
                 ..Default::default()
             },
         ),
@@ -202,11 +214,11 @@ fn parser_verdicts() {
         ("v4 header cut at 19", v4.clone().truncated(14 + 19).bytes(), Malformed),
         ("v4 ethertype, no header", frames::raw(ETH_P_IP, &[]), Malformed),
         ("v4 ihl 15 beyond frame", v4.clone().v4(|ihl, _, _, _| *ihl = 15).truncated(14 + 50).bytes(), Malformed),
-        ("v4 tcp cut at 10", v4.clone().truncated(14 + 20 + 10).bytes(), Malformed),
-        ("v4 tcp cut at 19", v4.clone().truncated(14 + 20 + 19).bytes(), Malformed),
-        ("v4 tcp doff 4", v4.clone().with_doff(4).bytes(), Malformed),
-        ("v4 tcp doff 0", v4.clone().with_doff(0).bytes(), Malformed),
-        ("v4 tcp doff 15 beyond frame", Frame { payload: 0, ..v4.clone() }.with_doff(15).truncated(14 + 20 + 40).bytes(), Malformed),
+        ("v4 tcp cut at 10", v4.clone().truncated(14 + 20 + 10).bytes(), MalformedDropped),
+        ("v4 tcp cut at 19", v4.clone().truncated(14 + 20 + 19).bytes(), MalformedDropped),
+        ("v4 tcp doff 4", v4.clone().with_doff(4).bytes(), MalformedDropped),
+        ("v4 tcp doff 0", v4.clone().with_doff(0).bytes(), MalformedDropped),
+        ("v4 tcp doff 15 beyond frame", Frame { payload: 0, ..v4.clone() }.with_doff(15).truncated(14 + 20 + 40).bytes(), MalformedDropped),
         ("v4 vlan tag cut", v4.clone().tagged(&[ETH_P_8021Q]).truncated(14 + 2).bytes(), Malformed),
         ("vlan tag, no room", frames::raw(ETH_P_8021Q, &[]), Malformed),
         // A malformed frame of a 4-tuple that is not steered is malformed all the same.
@@ -227,7 +239,7 @@ fn parser_verdicts() {
         ("v6 no next header behind hop-by-hop", v6.clone().v6_ext(&[hbh]).v6(|_, n| *n = IPV6_NONXT).bytes(), Passed),
         ("v6 esp", v6.clone().v6(|_, n| *n = IPV6_ESP).bytes(), Passed),
         ("v6 hop-by-hop, other host", v6_other_host.clone().v6_ext(&[hbh]).bytes(), Passed),
-        ("v6 hop-by-hop cut short", v6.clone().v6_ext(&[dst(4)]).truncated(14 + 40 + 20).bytes(), Malformed),
+        ("v6 hop-by-hop cut short", v6.clone().v6_ext(&[dst(4)]).truncated(14 + 40 + 20).bytes(), MalformedDropped),
         ("v6 first fragment, tcp", v6.clone().v6_ext(&[frag(0, true)]).bytes(), Fragment),
         ("v6 later fragment, tcp", v6.clone().v6_ext(&[frag(100, true)]).bytes(), Fragment),
         ("v6 last fragment behind hop-by-hop", v6.clone().v6_ext(&[hbh, frag(100, false)]).bytes(), Fragment),
@@ -244,8 +256,8 @@ fn parser_verdicts() {
         ("v6 version 4", v6.clone().v6(|v, _| *v = 4).bytes(), Malformed),
         ("v6 header cut at 39", v6.clone().truncated(14 + 39).bytes(), Malformed),
         ("v6 ethertype, no header", frames::raw(ETH_P_IPV6, &[0x60]), Malformed),
-        ("v6 tcp cut at 12", v6.clone().truncated(14 + 40 + 12).bytes(), Malformed),
-        ("v6 tcp doff 2", v6.clone().with_doff(2).bytes(), Malformed),
+        ("v6 tcp cut at 12", v6.clone().truncated(14 + 40 + 12).bytes(), MalformedDropped),
+        ("v6 tcp doff 2", v6.clone().with_doff(2).bytes(), MalformedDropped),
         // Not IP
         ("arp", frames::arp_request(), Passed),
         ("unknown ethertype", frames::raw(0x88b5, &[0; 46]), Passed),

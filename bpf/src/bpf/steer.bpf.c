@@ -67,7 +67,8 @@ struct flow_value {
 
 /*
  * Invariant: seen == redirected + steered_no_xsk + passed + dropped_fragment + dropped_ipv6_ext
- * + dropped_vlan_stack; malformed counts a subset of passed.
+ * + dropped_vlan_stack + dropped_malformed; malformed counts a subset of passed +
+ * dropped_malformed.
  */
 struct xdp_counters {
 	__u64 seen;
@@ -78,6 +79,7 @@ struct xdp_counters {
 	__u64 dropped_fragment;   /* IPv4/IPv6 fragment, maybe TCP, steered host pair */
 	__u64 dropped_ipv6_ext;   /* IPv6 extension headers before TCP, steered host pair */
 	__u64 dropped_vlan_stack; /* two or more VLAN tags, inner TCP for a steered host pair */
+	__u64 dropped_malformed;  /* malformed behind addresses of a steered host pair */
 };
 
 /*
@@ -382,6 +384,13 @@ int mpa_steer(struct xdp_md *ctx)
 		return XDP_DROP;
 	case PARSE_MALFORMED:
 		COUNT(c, malformed);
+		/* Cut inside the TCP header (or an IPv6 extension chain) after the addresses were
+		 * read: if they are a steered host pair it may be a steered flow's, and the frozen
+		 * socket must not see it. */
+		if (key.family && steered_hosts(&key)) {
+			COUNT(c, dropped_malformed);
+			return XDP_DROP;
+		}
 		goto pass;
 	default:
 		goto pass;
