@@ -437,6 +437,11 @@ pub static CLASSES: &[Class] = &[
     ),
     class("control-flood-unread", E::Lives, super::ctl::flood_unread),
     class("region-budget", E::Lives, super::ctl::region_budget),
+    class(
+        "consumer-never-reads",
+        E::Placed,
+        super::ctl::consumer_never_reads,
+    ),
     // ---- load ----
     class("out-of-order-flood", E::Placed, |c| {
         // Every other 64-octet piece of the whole window ahead of RCV.NXT (a hole before

@@ -47,12 +47,20 @@ fn witnessed(c: &mut Ctx, hostile: impl FnOnce(&Path) -> Result<String>) -> Resu
     let mut w = DatapathClient::connect(&c.env.socket, WAIT)?;
     let before = stats(&mut w)?.control.clients;
     let what = hostile(&c.env.socket)?;
-    let after = stats(&mut w).context("the witness client to be answered")?;
-    if after.control.clients != before {
-        bail!(
-            "{before} control clients after the hostile one, got {}",
-            after.control.clients
-        );
+    // A client the hostile one closed goes asynchronously (its reader sees the end).
+    let t0 = std::time::Instant::now();
+    loop {
+        let after = stats(&mut w).context("the witness client to be answered")?;
+        if after.control.clients == before {
+            break;
+        }
+        if t0.elapsed() > WAIT {
+            bail!(
+                "{before} control clients after the hostile one, got {}",
+                after.control.clients
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
     c.note = format!("{what}; witness answered, {before} clients before and after; ");
     Ok(())
@@ -284,4 +292,42 @@ pub fn flood_unread(c: &mut Ctx) -> Result<()> {
             "{sent} requests unread: {dropped} answers dropped, at most {peak} octets queued (bound {BOUND}), witness answered {answers} times during the flood"
         ))
     })
+}
+
+/// A consumer that subscribes to the hostile domain's completions and never reads them while
+/// 20,000 RDMA Writes arrive: every write is placed (the last of each offset checked by the
+/// runner), the completions wait in its queue (or are dropped at the bound), and the worker
+/// never waits for it.
+pub fn consumer_never_reads(c: &mut Ctx) -> Result<()> {
+    const N: u32 = 20_000;
+    let mut con = Consumer::connect(&c.env.socket, WAIT)?;
+    con.subscribe(super::PD_HOSTILE)?;
+    let mut w = DatapathClient::connect(&c.env.socket, WAIT)?;
+    let dropped0 = stats(&mut w)?.control.messages_dropped;
+    let mut burst = Vec::new();
+    for k in 0..N {
+        let off = u64::from(k % 128) * 16;
+        let d: Vec<u8> = (0..16u32).map(|j| (k * 7 + j) as u8).collect();
+        burst.extend_from_slice(&c.write_fpdu(off, &d));
+        if k >= N - 128 {
+            c.placed.push((c.slot + off, d));
+        }
+        if burst.len() >= 8 << 10 || k == N - 1 {
+            c.p.send_stream(&burst, 1400)?;
+            burst.clear();
+            // The last ACK is the runner's to see.
+            if k != N - 1 {
+                c.wait_acked()
+                    .with_context(|| format!("write {k} of {N}"))?;
+            }
+        }
+    }
+    let st = stats(&mut w)?;
+    c.note = format!(
+        "{N} writes sent while the subscriber read nothing ({} octets queued to clients, {} messages dropped); ",
+        st.control.queued_octets,
+        st.control.messages_dropped - dropped0
+    );
+    drop(con);
+    Ok(())
 }

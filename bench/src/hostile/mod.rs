@@ -551,7 +551,10 @@ fn check_class(
             let n: usize = ctx.placed.iter().map(|(_, d)| d.len()).sum();
             alive(ctx)?;
             Ok((
-                format!("{n} octets placed octet-exact, connection lives"),
+                format!(
+                    "{}{n} octets placed octet-exact, connection lives",
+                    ctx.note
+                ),
                 None,
             ))
         }
