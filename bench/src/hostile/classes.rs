@@ -225,6 +225,35 @@ pub static CLASSES: &[Class] = &[
         let u = write_ulpdu(c.env.stag(), c.slot, &[1; 8]);
         c.p.send_data(&fpdu_bytes(&u[..10], true))
     }),
+    // ---- MPA markers (RFC 5044 §4.3, §8 error 3), the Responder requiring them ----
+    marked("markers-valid", E::Placed, |c| {
+        // Three FPDUs across several marker positions, in 100-octet segments.
+        for k in 0..3u64 {
+            let d = marker_data(k as u8);
+            let f = c.marked(&write_ulpdu(c.env.stag(), c.slot + k * 1024, &d))?;
+            c.p.send_stream(&f, 100)?;
+            c.placed.push((c.slot + k * 1024, d));
+        }
+        Ok(())
+    }),
+    marked("marker-reserved-not-zero", E::Placed, |c| {
+        // RESERVED is ignored on receive (covered by the CRC only).
+        bent_marker(c, |m| m[..2].copy_from_slice(&[0xde, 0xad]), true)
+    }),
+    marked("marker-fpduptr-low-bits", E::Placed, |c| {
+        // FPDUPTR's two low bits: receivers MUST treat them as zero.
+        bent_marker(c, |m| m[3] |= 3, true)
+    }),
+    Class {
+        name: "marker-fpduptr-wrong",
+        expect: E::Terminate(2, 0, 3),
+        setup: Setup::Markers,
+        script: |c| bent_marker(c, |m| m[2] ^= 0x01, false),
+        after: |c| {
+            c.untouched(0, 700)?;
+            write_not_placed(c)
+        },
+    },
     // ---- DDP tagged (RFC 5041 §7, type 1) ----
     term("invalid-stag", (1, 1, 0), |c| {
         let f = fpdu_bytes(&write_ulpdu(0xdead_beef, 0, &c.pattern(5)), true);
@@ -389,6 +418,30 @@ pub static CLASSES: &[Class] = &[
     class("rst-flood-challenge-ack-limit", E::Lives, |c| {
         flood_limited(c, |c, i| rst(c, c.p.snd_nxt.wrapping_add(1 + i)))
     }),
+    // ---- the control socket and budgets (the connection lives beside them) ----
+    class(
+        "control-length-over-max",
+        E::Lives,
+        super::ctl::length_over_max,
+    ),
+    class(
+        "control-malformed-json",
+        E::Lives,
+        super::ctl::malformed_json,
+    ),
+    class("control-other-uid", E::Lives, super::ctl::other_uid),
+    class(
+        "control-stray-descriptors",
+        E::Lives,
+        super::ctl::stray_descriptors,
+    ),
+    class("control-flood-unread", E::Lives, super::ctl::flood_unread),
+    class("region-budget", E::Lives, super::ctl::region_budget),
+    class(
+        "consumer-never-reads",
+        E::Placed,
+        super::ctl::consumer_never_reads,
+    ),
     // ---- load ----
     class("out-of-order-flood", E::Placed, |c| {
         // Every other 64-octet piece of the whole window ahead of RCV.NXT (a hole before
@@ -444,6 +497,45 @@ const fn posted(name: &'static str, t: (u8, u8, u8), script: fn(&mut Ctx) -> Res
         script,
         after: write_not_placed,
     }
+}
+
+const fn marked(name: &'static str, expect: E, script: fn(&mut Ctx) -> Result<()>) -> Class {
+    Class {
+        name,
+        expect,
+        setup: Setup::Markers,
+        script,
+        after: nothing,
+    }
+}
+
+/// 700 octets (an FPDU of them spans a marker position past its leading one).
+fn marker_data(tag: u8) -> Vec<u8> {
+    (0..700u32).map(|i| (i * 13) as u8 ^ tag).collect()
+}
+
+/// A marked RDMA Write of 700 octets at the slot's start whose marker at stream position 512
+/// is bent by `bend` (the CRC recomputed over the bent octets, so only the marker is wrong);
+/// `placed`: whether the write is expected to land.
+fn bent_marker(c: &mut Ctx, bend: fn(&mut [u8]), placed: bool) -> Result<()> {
+    if c.p.snd_nxt != c.markers_from.unwrap_or(0) {
+        bail!("the script expects to start at stream position 0");
+    }
+    let d = marker_data(1);
+    let mut f = c.marked(&write_ulpdu(c.env.stag(), c.slot, &d))?;
+    // Markers at wire offsets 0 (leading, FPDUPTR 0) and 512 (FPDUPTR 508).
+    if f.len() < 600 || f[514..516] != [0x01, 0xfc] {
+        bail!("no marker with FPDUPTR 508 at wire offset 512");
+    }
+    bend(&mut f[512..516]);
+    let n = f.len();
+    let crc = mpa::crc::crc32c(&f[..n - 4]);
+    f[n - 4..].copy_from_slice(&crc.to_le_bytes());
+    c.p.send_data(&f)?;
+    if placed {
+        c.placed.push((c.slot, d));
+    }
+    Ok(())
 }
 
 /// RFC 5961 §7: 250 segments that each draw a challenge ACK, sent at once, draw at most the

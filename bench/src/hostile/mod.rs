@@ -9,6 +9,7 @@
 //! the connection.
 
 pub mod classes;
+pub mod ctl;
 pub mod peer;
 
 pub use peer::{HostileConfig, HostilePeer, Rx, Seg};
@@ -66,6 +67,10 @@ pub struct HostileArgs {
     /// class and 10 s more).
     #[arg(long)]
     pub bystander_seconds: Option<u64>,
+    /// (Internal: the `control-other-uid` class runs this as another user.) Connect to this
+    /// control socket, print what happened in one line, run nothing else.
+    #[arg(long, hide = true)]
+    pub probe_socket: Option<std::path::PathBuf>,
 }
 
 /// A counter the datapath keeps, by name.
@@ -211,6 +216,9 @@ pub enum Setup {
     /// As `Normal`, with [`RECV_BUFS`] receive buffers posted for this connection (a
     /// domain's waiting buffers go to its next connection).
     Posted,
+    /// As `Normal`, the Responder requiring markers (RFC 5044 §7.1.1 M=1 in its Reply): our
+    /// FPDUs carry them ([`Ctx::write`] adds them), the datapath's toward us do not.
+    Markers,
 }
 
 /// One hostile-input class.
@@ -313,6 +321,8 @@ pub struct Ctx<'a> {
     pub flow_id: u64,
     /// What the script saw, for the class's line (ends with "; ").
     pub note: String,
+    /// SeqStart (our first FPDU octet) when markers go toward the datapath.
+    pub markers_from: Option<u32>,
 }
 
 impl Ctx<'_> {
@@ -334,10 +344,26 @@ impl Ctx<'_> {
     /// Sends a valid RDMA Write at `off` in the slot (one segment) and records it as
     /// expected to be placed.
     pub fn write(&mut self, off: u64, data: &[u8]) -> Result<()> {
-        let f = self.write_fpdu(off, data);
+        let f = match self.markers_from {
+            Some(_) => self.marked(&peer::write_ulpdu(self.env.stag(), self.slot + off, data))?,
+            None => self.write_fpdu(off, data),
+        };
         self.p.send_data(&f)?;
         self.placed.push((self.slot + off, data.to_vec()));
         Ok(())
+    }
+
+    /// The FPDU of `ulpdu` at SND.NXT with markers where the stream position puts them
+    /// (RFC 5044 §4.3; positions counted from SeqStart).
+    pub fn marked(&self, ulpdu: &[u8]) -> Result<Vec<u8>> {
+        let s0 = self
+            .markers_from
+            .ok_or_else(|| anyhow!("markers were not negotiated"))?;
+        let mut enc = mpa::encoder::FpduEncoder::at_position(self.p.snd_nxt.wrapping_sub(s0), true);
+        let mut out = Vec::new();
+        enc.encode(ulpdu, &mut out)
+            .map_err(|e| anyhow!("encoding an FPDU: {e}"))?;
+        Ok(out)
     }
 
     /// Waits until the datapath acknowledged everything we sent.
@@ -430,7 +456,7 @@ fn run_class(
             aligned_sender: class.setup == Setup::Aligned,
         },
         wait: Duration::from_secs(10),
-        ..Responder::framing(false, true)
+        ..Responder::framing(class.setup == Setup::Markers, true)
     };
     if class.setup == Setup::Posted {
         env.post_buffers()?;
@@ -452,7 +478,11 @@ fn run_class(
         placed: Vec::new(),
         flow_id: h.flow_id,
         note: String::new(),
+        markers_from: None,
     };
+    if h.negotiated.markers_rx {
+        ctx.markers_from = Some(ctx.p.snd_nxt);
+    }
     let res = check_class(&mut ctx, &mut h, class);
     // Whatever happened: end the flow (an exact RST), wait until it is gone.
     let gone = if res.as_ref().is_ok_and(|r| r.1.is_some()) {
@@ -521,7 +551,10 @@ fn check_class(
             let n: usize = ctx.placed.iter().map(|(_, d)| d.len()).sum();
             alive(ctx)?;
             Ok((
-                format!("{n} octets placed octet-exact, connection lives"),
+                format!(
+                    "{}{n} octets placed octet-exact, connection lives",
+                    ctx.note
+                ),
                 None,
             ))
         }
@@ -743,6 +776,10 @@ impl Bystander {
 /// Runs the classes on a fresh bed; prints one line per class and the summary line. Ok(true)
 /// when every class behaved as specified and the bystander finished octet-exact.
 pub fn hostile(a: &HostileArgs) -> Result<bool> {
+    if let Some(p) = &a.probe_socket {
+        println!("{}", ctl::probe(p));
+        return Ok(true);
+    }
     let classes: Vec<&Class> = classes::CLASSES
         .iter()
         .filter(|c| a.only.as_ref().is_none_or(|o| c.name.contains(o.as_str())))

@@ -1,0 +1,333 @@
+//! Hostile clients of the datapath's control socket (`length u32 BE | JSON`, `mpa_ctl_proto`)
+//! and exhaustion of its budgets: each a script of a class in [`super::classes::CLASSES`]
+//! (the class's hostile connection only has to live on beside them). A witness client
+//! connected before the hostile one must stay answered, and the datapath's client count must
+//! come back to what it was.
+
+use super::{Ctx, PD_OTHER};
+use crate::datapath::{stats, temp_path};
+use anyhow::{anyhow, bail, Context, Result};
+use mpa_control::datapath_client::DatapathClient;
+use mpa_ctl_proto::client::ClientError;
+use mpa_ctl_proto::consumer::{Consumer, ConsumerError};
+use mpa_ctl_proto::{encode_message, handshake, read_message, ErrorCode, Message, MAX_MESSAGE};
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(5);
+
+/// A client past the Hello exchange.
+fn hello(socket: &Path) -> Result<UnixStream> {
+    let mut s = UnixStream::connect(socket).context("control connect")?;
+    s.set_read_timeout(Some(WAIT))?;
+    s.set_write_timeout(Some(WAIT))?;
+    handshake(&mut s, "mpa-bench hostile").context("control Hello")?;
+    Ok(s)
+}
+
+/// Waits until the datapath closes `s` without a word; which way it closed.
+fn expect_closed(mut s: UnixStream) -> Result<&'static str> {
+    let mut buf = [0u8; 4096];
+    match s.read(&mut buf) {
+        Ok(0) => Ok("closed (end of stream)"),
+        Ok(n) => bail!("the client closed without an answer, got {n} octets"),
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => Ok("closed (reset)"),
+        Err(e) => bail!("the client closed within {WAIT:?}, got {e}"),
+    }
+}
+
+/// Runs `hostile` beside a witness client; the witness must be answered after it and the
+/// client count must be back where it was. Notes what `hostile` returned.
+fn witnessed(c: &mut Ctx, hostile: impl FnOnce(&Path) -> Result<String>) -> Result<()> {
+    let mut w = DatapathClient::connect(&c.env.socket, WAIT)?;
+    let before = stats(&mut w)?.control.clients;
+    let what = hostile(&c.env.socket)?;
+    // A client the hostile one closed goes asynchronously (its reader sees the end).
+    let t0 = std::time::Instant::now();
+    loop {
+        let after = stats(&mut w).context("the witness client to be answered")?;
+        if after.control.clients == before {
+            break;
+        }
+        if t0.elapsed() > WAIT {
+            bail!(
+                "{before} control clients after the hostile one, got {}",
+                after.control.clients
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    c.note = format!("{what}; witness answered, {before} clients before and after; ");
+    Ok(())
+}
+
+/// A length prefix one octet over MAX_MESSAGE: the datapath closes that client unread.
+pub fn length_over_max(c: &mut Ctx) -> Result<()> {
+    witnessed(c, |p| {
+        let mut s = hello(p)?;
+        // The prefix alone (octets after it could meet a closed socket: EPIPE).
+        s.write_all(&(MAX_MESSAGE as u32 + 1).to_be_bytes())?;
+        expect_closed(s).map(str::to_string)
+    })
+}
+
+/// A well-framed message that is not JSON: the datapath closes that client (no answer: the
+/// request id is unknown).
+pub fn malformed_json(c: &mut Ctx) -> Result<()> {
+    witnessed(c, |p| {
+        let mut s = hello(p)?;
+        let body = br#"{"GetStats": {"id": 1"#;
+        s.write_all(&(body.len() as u32).to_be_bytes())?;
+        s.write_all(body)?;
+        expect_closed(s).map(str::to_string)
+    })
+}
+
+/// Another user (uid/gid 65534) connecting: refused by the socket file's mode 0600
+/// (EACCES); with the mode opened to 0666, refused by the datapath's own check (SO_PEERCRED:
+/// Error Forbidden, then closed). The probe runs as a child process (`--probe-socket`).
+pub fn other_uid(c: &mut Ctx) -> Result<()> {
+    witnessed(c, |p| {
+        let mode = std::fs::metadata(p)?.permissions().mode() & 0o777;
+        if mode != 0o600 {
+            bail!("the control socket's mode 0600, got {mode:o}");
+        }
+        let first = probe_as_nobody(p)?;
+        if first != "refused 13" {
+            bail!("connect refused with EACCES (13), got `{first}`");
+        }
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o666))?;
+        let second = probe_as_nobody(p);
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600))?;
+        let second = second?;
+        if second != "answered Forbidden, closed" {
+            bail!("through mode 0666: Error Forbidden then closed, got `{second}`");
+        }
+        Ok(format!("mode 0600: {first}; mode 0666: {second}"))
+    })
+}
+
+/// Runs this binary's `hostile --probe-socket` as uid/gid 65534; its one line.
+fn probe_as_nobody(p: &Path) -> Result<String> {
+    let out = std::process::Command::new(std::env::current_exe()?)
+        .args(["hostile", "--probe-socket"])
+        .arg(p)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .context("the probe as uid 65534")?;
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if line.is_empty() {
+        bail!(
+            "the probe said nothing: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(line)
+}
+
+/// The probe (run as another user): connects, reads what the datapath says, prints one line.
+pub fn probe(p: &Path) -> String {
+    let mut s = match UnixStream::connect(p) {
+        Ok(s) => s,
+        Err(e) => return format!("refused {}", e.raw_os_error().unwrap_or(-1)),
+    };
+    let _ = s.set_read_timeout(Some(WAIT));
+    let first = match read_message(&mut s) {
+        Ok(Message::Error { code, .. }) => format!("answered {code:?}"),
+        Ok(m) => return format!("answered {m:?}"),
+        Err(e) => return format!("no answer: {e}"),
+    };
+    match expect_closed(s) {
+        Ok(_) => format!("{first}, closed"),
+        Err(e) => format!("{first}, {e}"),
+    }
+}
+
+/// Eight descriptors (SCM_RIGHTS) attached to a GetStats request: answered, and none of them
+/// stays open in the datapath (it runs in this process: /proc/self/fd).
+pub fn stray_descriptors(c: &mut Ctx) -> Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    witnessed(c, |p| {
+        let path = temp_path("hostile-scm");
+        let file = std::fs::File::create(&path)?;
+        let _ = std::fs::remove_file(&path);
+        let s = hello(p)?;
+        let frame = encode_message(&Message::GetStats { id: 1 })?;
+        let fds = [file.as_raw_fd(); 8];
+        sendmsg::<()>(
+            s.as_raw_fd(),
+            &[std::io::IoSlice::new(&frame)],
+            &[ControlMessage::ScmRights(&fds)],
+            MsgFlags::empty(),
+            None,
+        )
+        .context("sendmsg with SCM_RIGHTS")?;
+        match read_message(&mut &s)? {
+            Message::Stats { id: 1, .. } => {}
+            m => bail!("Stats for the request, got {m:?}"),
+        }
+        let open = open_to(&path)?;
+        drop(file);
+        let left = open_to(&path)?;
+        if open != 1 || left != 0 {
+            bail!(
+                "only our own descriptor open (1, then 0 after closing it), got {open} then {left}"
+            );
+        }
+        // Our end closed for writing: the datapath's reader ends, the client goes.
+        s.shutdown(std::net::Shutdown::Write)?;
+        expect_closed(s)?;
+        Ok("8 descriptors with GetStats: answered, none kept".into())
+    })
+}
+
+/// Descriptors of this process open to `path` (deleted).
+fn open_to(path: &Path) -> Result<usize> {
+    let want = path.to_string_lossy().to_string();
+    let mut n = 0;
+    for e in std::fs::read_dir("/proc/self/fd")? {
+        if let Ok(t) = std::fs::read_link(e?.path()) {
+            if t.to_string_lossy().starts_with(&want) {
+                n += 1;
+            }
+        }
+    }
+    Ok(n)
+}
+
+/// A region one octet beyond the datapath's region budget: Error Limit; a small one still
+/// fits afterwards.
+pub fn region_budget(c: &mut Ctx) -> Result<()> {
+    witnessed(c, |p| {
+        let mut con = Consumer::connect(p, WAIT)?;
+        let used: u64 = con.regions(None)?.iter().map(|r| r.len).sum();
+        let max = mpa_datapath::server::DEFAULT_MAX_REGION_BYTES;
+        let over = max - used + 1;
+        match con.create_region(over, PD_OTHER, true, false) {
+            Err(ConsumerError::Client(ClientError::Refused {
+                code: ErrorCode::Limit,
+                ..
+            })) => {}
+            Err(e) => bail!("Error Limit for {over} octets, got {e}"),
+            Ok(r) => bail!(
+                "Error Limit for {over} octets, got region {:#x}",
+                r.info().stag
+            ),
+        }
+        let small = con
+            .create_region(4096, PD_OTHER, true, false)
+            .map_err(|e| anyhow!("a 4096-octet region after the refusal: {e}"))?;
+        con.destroy_region(small.info().stag)?;
+        Ok(format!(
+            "{over} octets ({used} in use of {max}): Error Limit; 4096 octets: created"
+        ))
+    })
+}
+
+/// A client that sends GetStats requests and never reads: its queue of answers stays within
+/// the datapath's bound (32 MiB, then answers are dropped and counted in
+/// `control.messages_dropped`), and the witness is answered all along.
+pub fn flood_unread(c: &mut Ctx) -> Result<()> {
+    const BOUND: u64 = 32 << 20;
+    witnessed(c, |p| {
+        let mut w = DatapathClient::connect(p, WAIT)?;
+        let dropped0 = stats(&mut w)?.control.messages_dropped;
+        let s = hello(p)?;
+        // Blocking writes (a timeout could cut a frame); shutdown() ends them.
+        let flood = {
+            let mut s = s.try_clone()?;
+            s.set_write_timeout(None)?;
+            std::thread::spawn(move || -> u64 {
+                let mut sent = 0u64;
+                while let Ok(f) = encode_message(&Message::GetStats { id: sent + 1 }) {
+                    if s.write_all(&f).is_err() {
+                        break;
+                    }
+                    sent += 1;
+                }
+                sent
+            })
+        };
+        let t0 = std::time::Instant::now();
+        let (mut peak, mut answers, mut dropped) = (0u64, 0u64, 0u64);
+        while t0.elapsed() < Duration::from_secs(20) {
+            let st = stats(&mut w).context("the witness answered during the flood")?;
+            answers += 1;
+            peak = peak.max(st.control.queued_octets);
+            dropped = st.control.messages_dropped - dropped0;
+            if dropped > 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = s.shutdown(std::net::Shutdown::Both);
+        let sent = flood.join().map_err(|_| anyhow!("flood thread panicked"))?;
+        drop(s);
+        if dropped == 0 {
+            bail!("answers dropped once the queue holds its bound, none in 20 s ({sent} requests)");
+        }
+        // The bound admits one message past it only into an empty queue.
+        if peak > BOUND {
+            bail!("at most {BOUND} octets queued, got {peak}");
+        }
+        // The flooder's answers go when it does: wait until its client is gone.
+        let t1 = std::time::Instant::now();
+        loop {
+            let q = stats(&mut w)?.control.queued_octets;
+            if q < 1 << 20 {
+                break;
+            }
+            if t1.elapsed() > WAIT {
+                bail!("the flooder's queue freed after it closed, {q} octets still queued");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(format!(
+            "{sent} requests unread: {dropped} answers dropped, at most {peak} octets queued (bound {BOUND}), witness answered {answers} times during the flood"
+        ))
+    })
+}
+
+/// A consumer that subscribes to the hostile domain's completions and never reads them while
+/// 20,000 RDMA Writes arrive: every write is placed (the last of each offset checked by the
+/// runner), the completions wait in its queue (or are dropped at the bound), and the worker
+/// never waits for it.
+pub fn consumer_never_reads(c: &mut Ctx) -> Result<()> {
+    const N: u32 = 20_000;
+    let mut con = Consumer::connect(&c.env.socket, WAIT)?;
+    con.subscribe(super::PD_HOSTILE)?;
+    let mut w = DatapathClient::connect(&c.env.socket, WAIT)?;
+    let dropped0 = stats(&mut w)?.control.messages_dropped;
+    let mut burst = Vec::new();
+    for k in 0..N {
+        let off = u64::from(k % 128) * 16;
+        let d: Vec<u8> = (0..16u32).map(|j| (k * 7 + j) as u8).collect();
+        burst.extend_from_slice(&c.write_fpdu(off, &d));
+        if k >= N - 128 {
+            c.placed.push((c.slot + off, d));
+        }
+        if burst.len() >= 8 << 10 || k == N - 1 {
+            c.p.send_stream(&burst, 1400)?;
+            burst.clear();
+            // The last ACK is the runner's to see.
+            if k != N - 1 {
+                c.wait_acked()
+                    .with_context(|| format!("write {k} of {N}"))?;
+            }
+        }
+    }
+    let st = stats(&mut w)?;
+    c.note = format!(
+        "{N} writes sent while the subscriber read nothing ({} octets queued to clients, {} messages dropped); ",
+        st.control.queued_octets,
+        st.control.messages_dropped - dropped0
+    );
+    drop(con);
+    Ok(())
+}
