@@ -96,7 +96,7 @@ pub enum Counter {
     Duplicate,
     /// Queue: a VLAN tag other than the flow's.
     WrongVlan,
-    /// XDP: truncated or invalid headers (given to ns b's kernel, which drops them).
+    /// XDP: a frame cut inside the TCP header between a steered host pair, dropped.
     XdpMalformed,
     /// XDP: IP fragments between a steered host pair, dropped.
     XdpFragment,
@@ -129,7 +129,7 @@ impl Counter {
         let (f, q) = (&s.flow, &s.queue);
         match self {
             Counter::WrongVlan => q.wrong_vlan,
-            Counter::XdpMalformed => xdp_field(&s.xdp, "malformed"),
+            Counter::XdpMalformed => xdp_field(&s.xdp, "dropped_malformed"),
             Counter::XdpFragment => xdp_field(&s.xdp, "dropped_fragment"),
             Counter::XdpVlanStack => xdp_field(&s.xdp, "dropped_vlan_stack"),
             Counter::Malformed => q.malformed,
@@ -156,7 +156,7 @@ impl Counter {
             Counter::OutOfWindow => "dropped_out_of_window",
             Counter::Duplicate => "tcp_drops.duplicate",
             Counter::WrongVlan => "queue.wrong_vlan",
-            Counter::XdpMalformed => "xdp.malformed (passed to the kernel)",
+            Counter::XdpMalformed => "xdp.dropped_malformed",
             Counter::XdpFragment => "xdp.dropped_fragment",
             Counter::XdpVlanStack => "xdp.dropped_vlan_stack",
         }
