@@ -3,8 +3,10 @@
 //! while a bystander on the same worker places RDMA Writes octet-exact; and the hostile peer
 //! itself, as a fixture: exact sequence state on a frozen socket.
 //!
-//! `locator-amplification` is left out here: its bound is on worker CPU time, a measurement
-//! (`make hostile` runs it on the release build).
+//! Left out here, run by `make hostile` on the release build: `locator-amplification` (its
+//! bound is on worker CPU time, a measurement) and `control-flood-unread` (the debug build's
+//! control thread answers the flood too slowly for the class's socket timeouts; the same
+//! bounds are asserted without timing by `tests/tests/control_limits.rs`).
 
 use mpa::wire::ddp::RdmapOpcode;
 use mpa_bench::hostile::peer::{fpdu_bytes, tagged_ulpdu, write_ulpdu};
@@ -22,7 +24,13 @@ fn every_hostile_class_as_specified_and_the_bystander_octet_exact() {
         return;
     }
     let out = Command::new(mpa_tests::bin("mpa-bench"))
-        .args(["hostile", "--skip", "locator-amplification"])
+        .args([
+            "hostile",
+            "--skip",
+            "locator-amplification",
+            "--skip",
+            "control-flood-unread",
+        ])
         .output()
         .expect("run mpa-bench hostile");
     let text = String::from_utf8_lossy(&out.stdout);
