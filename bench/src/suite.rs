@@ -93,21 +93,7 @@ impl SuiteArgs {
                     vec![1024, 4096, 16384, 65536 - 1024]
                 },
                 bytes: if q { 32 << 20 } else { 256 << 20 },
-                rounds: if q { 1 } else { 3 },
-                mtu: 1500,
-                loss: 0,
-                queues: 1,
-                impair: None,
-                plain: false,
-                no_markers: false,
-                op: Op::Write,
-                region_bytes: 16 << 20,
-                align: Align::Auto,
-                json: false,
-                connections: 1,
-                rcv_buf: None,
-                ooo_ack_every: None,
-                nic: Default::default(),
+                ..self.bw_base(q)
             },
             bw_loss: (if q { vec![5] } else { vec![1, 5, 10, 20] })
                 .into_iter()
