@@ -3,7 +3,7 @@
 //! connection-setup process) and by [`crate::consumer`]. Every read takes the descriptor a
 //! message may carry (SCM_RIGHTS), so none is ever lost.
 
-use crate::{handshake, read_message_with_fd, write_message, ErrorCode, Message, ProtoError};
+use crate::{handshake, read_message_with_fds, write_message, ErrorCode, Message, ProtoError};
 use nix::sys::socket::{recv, MsgFlags};
 use std::collections::VecDeque;
 use std::io::{self, ErrorKind};
@@ -102,11 +102,20 @@ impl ControlClient {
         &mut self,
         build: impl FnOnce(u64) -> Message,
     ) -> Result<(Message, Option<OwnedFd>), ClientError> {
+        self.request_with_fds(build)
+            .map(|(m, fds)| (m, fds.into_iter().next()))
+    }
+
+    /// As [`ControlClient::request`], with every descriptor the answer carries, in order.
+    pub fn request_with_fds(
+        &mut self,
+        build: impl FnOnce(u64) -> Message,
+    ) -> Result<(Message, Vec<OwnedFd>), ClientError> {
         let id = self.next_id;
         self.next_id += 1;
         write_message(&mut self.stream, &build(id))?;
         loop {
-            let (m, fd) = read_message_with_fd(&self.stream)?;
+            let (m, fds) = read_message_with_fds(&self.stream)?;
             match answer_id(&m) {
                 None => self.notifications.push_back(m),
                 Some(got) if got == id => {
@@ -114,7 +123,7 @@ impl ControlClient {
                         Message::Error { code, message, .. } => {
                             Err(ClientError::Refused { code, message })
                         }
-                        m => Ok((m, fd)),
+                        m => Ok((m, fds)),
                     };
                 }
                 Some(_) => return Err(ClientError::Unexpected(Box::new(m))),
@@ -127,11 +136,18 @@ impl ControlClient {
         if let Some(m) = self.notifications.pop_front() {
             return Ok(m);
         }
-        let (m, _) = read_message_with_fd(&self.stream)?;
+        let (m, _) = read_message_with_fds(&self.stream)?;
         match answer_id(&m) {
             None => Ok(m),
             Some(_) => Err(ClientError::Unexpected(Box::new(m))),
         }
+    }
+}
+
+impl std::os::fd::AsFd for ControlClient {
+    /// The socket, for polling beside other descriptors.
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.stream.as_fd()
     }
 }
 
@@ -186,6 +202,7 @@ fn answer_id(m: &Message) -> Option<u64> {
         | Message::Stats { id, .. }
         | Message::Regions { id, .. }
         | Message::RegionCreated { id, .. }
+        | Message::Subscribed { id, .. }
         | Message::Ok { id }
         | Message::Error { id, .. } => Some(*id),
         _ => None,

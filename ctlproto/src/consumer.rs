@@ -3,6 +3,21 @@
 //! with SCM_RIGHTS), posts receive buffers for Sends, and reads completions, in order per
 //! connection.
 //!
+//! Completions come through shared memory: at [`Consumer::subscribe`] the datapath passes a
+//! sealed memfd of completion rings (one per worker, [`crate::ring`]) and an eventfd; the
+//! consumer maps the rings and reads them without any system call while records are there.
+//! When none are, [`Consumer::next_completions`] sleeps on the eventfd (after setting each
+//! ring's `waiting` flag, which is the only time a worker makes the system call that wakes
+//! it), or, with [`Consumer::set_busy_poll`], spins on the rings until its deadline (lowest
+//! latency, a core's worth of CPU).
+//!
+//! A consumer that falls behind never stalls a worker: records that do not fit its ring are
+//! lost and counted (in the ring and in the datapath's `completions_overflow` per queue), and
+//! [`Consumer::next_completions`] reports them as [`ConsumerError::Overflow`] at the place in
+//! the stream where they were lost — after returning every record that came before them —
+//! once; the next call goes on with the records after the loss. Every record delivered is in
+//! order per connection.
+//!
 //! ```no_run
 //! use mpa_ctl_proto::consumer::Consumer;
 //! use std::time::{Duration, Instant};
@@ -19,7 +34,11 @@
 //! ```
 
 use crate::client::{ClientError, ControlClient};
+use crate::ring::{drain_eventfd, RingError, RingFile, RingSet};
 use crate::{Completion, Message, PostTarget, RegionInfo};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use std::os::fd::AsFd;
+use std::sync::Arc;
 use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 use std::num::NonZeroUsize;
 use std::os::fd::OwnedFd;
@@ -36,6 +55,27 @@ pub enum ConsumerError {
     /// An answer without the region's descriptor.
     #[error("RegionCreated for {0:#x} without a descriptor")]
     NoDescriptor(u32),
+    /// Completions of domain `pd` did not fit the consumer's ring (it read too slowly) and
+    /// were dropped by the datapath: `lost` records, at this place in the stream. The
+    /// subscription goes on; the next call returns what came after them.
+    #[error("{lost} completions of domain {pd} lost: the consumer fell behind its ring")]
+    Overflow {
+        /// Domain.
+        pd: u32,
+        /// Records lost here.
+        lost: u64,
+    },
+    /// The subscription's rings could not be used.
+    #[error("completion rings of domain {pd}: {err}")]
+    Ring {
+        /// Domain.
+        pd: u32,
+        /// Why.
+        err: RingError,
+    },
+    /// A `Subscribed` answer without its two descriptors.
+    #[error("Subscribed for domain {0} without the ring and eventfd descriptors")]
+    NoRing(u32),
     /// The region could not be mapped.
     #[error("mapping region {stag:#x}: {err}")]
     Map {
@@ -49,7 +89,22 @@ pub enum ConsumerError {
 /// A connection to the datapath as a consumer.
 pub struct Consumer {
     client: ControlClient,
+    subs: Vec<Subscription>,
+    /// A loss found while records before it were returned: reported at the next call.
+    pending_loss: Option<(u32, u64)>,
+    busy_poll: bool,
+    next_sub: usize,
 }
+
+/// One subscribed domain: its rings and eventfd.
+struct Subscription {
+    pd: u32,
+    rings: RingSet,
+    wake: std::os::fd::OwnedFd,
+}
+
+/// Completions returned by one [`Consumer::next_completions`] at most.
+const BATCH: usize = 4096;
 
 impl Consumer {
     /// Connects; `timeout` bounds every wait for an answer.
@@ -57,6 +112,10 @@ impl Consumer {
         let agent = concat!("mpa consumer ", env!("CARGO_PKG_VERSION"));
         Ok(Consumer {
             client: ControlClient::connect_as(path, timeout, agent)?,
+            subs: Vec::new(),
+            pending_loss: None,
+            busy_poll: false,
+            next_sub: 0,
         })
     }
 
@@ -118,9 +177,36 @@ impl Consumer {
         })
     }
 
-    /// Receive the completions of domain `pd`'s connections on this consumer.
+    /// Receive the completions of domain `pd`'s connections on this consumer: maps the
+    /// rings the datapath made for it. Subscribing to a domain again replaces its rings.
     pub fn subscribe(&mut self, pd: u32) -> Result<(), ConsumerError> {
-        self.expect_ok(|id| Message::Subscribe { id, pd })
+        let (m, mut fds) = self.client.request_with_fds(|id| Message::Subscribe { id, pd })?;
+        let Message::Subscribed {
+            rings, capacity, ..
+        } = m
+        else {
+            return Err(Self::unexpected(m));
+        };
+        if fds.len() != 2 {
+            return Err(ConsumerError::NoRing(pd));
+        }
+        let wake = fds.pop().ok_or(ConsumerError::NoRing(pd))?;
+        let file = fds.pop().ok_or(ConsumerError::NoRing(pd))?;
+        let file = RingFile::open(file, rings, capacity)
+            .map_err(|err| ConsumerError::Ring { pd, err })?;
+        self.subs.retain(|s| s.pd != pd);
+        self.subs.push(Subscription {
+            pd,
+            rings: RingSet::new(Arc::new(file)),
+            wake,
+        });
+        Ok(())
+    }
+
+    /// Busy polling: [`Consumer::next_completions`] spins on the rings until its deadline
+    /// instead of sleeping on the eventfd (lowest latency; costs a core while it waits).
+    pub fn set_busy_poll(&mut self, on: bool) {
+        self.busy_poll = on;
     }
 
     fn expect_ok(&mut self, build: impl FnOnce(u64) -> Message) -> Result<(), ConsumerError> {
@@ -130,18 +216,119 @@ impl Consumer {
         }
     }
 
-    /// The next batch of completions, or `None` when none arrives before `deadline`.
+    /// The next batch of completions (in order per connection), or `None` when none arrives
+    /// before `deadline`; [`ConsumerError::Overflow`] where records were lost (see the
+    /// module). Sleeps on the subscriptions' eventfds, or spins with
+    /// [`Consumer::set_busy_poll`]. A datapath that went away ends it with an error.
     pub fn next_completions(
         &mut self,
         deadline: Instant,
     ) -> Result<Option<Vec<Completion>>, ConsumerError> {
+        if let Some((pd, lost)) = self.pending_loss.take() {
+            return Err(ConsumerError::Overflow { pd, lost });
+        }
+        let mut out = Vec::new();
+        let mut spins = 0u32;
         loop {
-            match self.client.wait_notification(Some(deadline))? {
-                Some(Message::Completions { items, .. }) => return Ok(Some(items)),
-                // Other notifications are not for consumers.
-                Some(_) => continue,
-                None => return Ok(None),
+            if let Some(v) = self.poll_rings(&mut out)? {
+                return Ok(Some(v));
             }
+            let now = Instant::now();
+            if self.busy_poll {
+                spins = spins.wrapping_add(1);
+                // Now and then (and at the end), whether the datapath is still there.
+                if now >= deadline || spins.is_multiple_of(1 << 16) {
+                    self.check_socket()?;
+                }
+                if now >= deadline {
+                    return Ok(None);
+                }
+                std::hint::spin_loop();
+                continue;
+            }
+            let Some(left) = deadline.checked_duration_since(now).filter(|d| !d.is_zero())
+            else {
+                self.check_socket()?;
+                return Ok(None);
+            };
+            if !self.subs.iter_mut().all(|s| s.rings.prepare_sleep()) {
+                for s in &self.subs {
+                    s.rings.finish_sleep();
+                }
+                continue;
+            }
+            let timeout = PollTimeout::try_from(left.as_millis().clamp(1, 60_000) as i32)
+                .unwrap_or(PollTimeout::MAX);
+            let mut fds: Vec<PollFd<'_>> = self
+                .subs
+                .iter()
+                .map(|s| PollFd::new(s.wake.as_fd(), PollFlags::POLLIN))
+                .collect();
+            fds.push(PollFd::new(self.client.as_fd(), PollFlags::POLLIN));
+            let r = poll(&mut fds, timeout);
+            let socket_ready = fds
+                .last()
+                .and_then(|f| f.revents())
+                .is_some_and(|e| !e.is_empty());
+            drop(fds);
+            for s in &self.subs {
+                drain_eventfd(s.wake.as_fd());
+                s.rings.finish_sleep();
+            }
+            match r {
+                Ok(_) | Err(nix::Error::EINTR) => {}
+                Err(e) => {
+                    return Err(ClientError::Proto(crate::ProtoError::Io(e.into())).into())
+                }
+            }
+            if socket_ready {
+                self.check_socket()?;
+            }
+        }
+    }
+
+    /// Reads the rings, each subscription in turn: `Some` batch when there were records;
+    /// an overflow error when a loss comes first (one found after records is kept for the
+    /// next call).
+    fn poll_rings(
+        &mut self,
+        out: &mut Vec<Completion>,
+    ) -> Result<Option<Vec<Completion>>, ConsumerError> {
+        let n = self.subs.len();
+        for k in 0..n {
+            let i = (self.next_sub + k) % n;
+            let s = &mut self.subs[i];
+            let pd = s.pd;
+            let lost = s
+                .rings
+                .poll(out, BATCH)
+                .map_err(|err| ConsumerError::Ring { pd, err })?;
+            if lost > 0 {
+                self.next_sub = i;
+                if out.is_empty() {
+                    return Err(ConsumerError::Overflow { pd, lost });
+                }
+                self.pending_loss = Some((pd, lost));
+                return Ok(Some(std::mem::take(out)));
+            }
+            if !out.is_empty() {
+                self.next_sub = (i + 1) % n;
+                return Ok(Some(std::mem::take(out)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The control socket without waiting: notifications are not for consumers (dropped);
+    /// a closed socket (the datapath went away) is an error.
+    fn check_socket(&mut self) -> Result<(), ConsumerError> {
+        loop {
+            let mut f = [PollFd::new(self.client.as_fd(), PollFlags::POLLIN)];
+            if !matches!(poll(&mut f, PollTimeout::ZERO), Ok(n) if n > 0) {
+                return Ok(());
+            }
+            // Readable: a message (read and dropped) or the end of the stream (an error).
+            self.client.wait_notification(None)?;
         }
     }
 }

@@ -90,15 +90,25 @@ pub fn write_frame_with_fd(
     frame: &[u8],
     fd: std::os::fd::BorrowedFd<'_>,
 ) -> Result<(), ProtoError> {
+    write_frame_with_fds(s, frame, &[fd])
+}
+
+/// A frame made by [`encode_message`] with descriptors attached to its first octet
+/// (SCM_RIGHTS, in this order). The reader must use [`read_message_with_fds`].
+pub fn write_frame_with_fds(
+    s: &std::os::unix::net::UnixStream,
+    frame: &[u8],
+    fds: &[std::os::fd::BorrowedFd<'_>],
+) -> Result<(), ProtoError> {
     use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
     use std::os::fd::AsRawFd;
-    let fds = [fd.as_raw_fd()];
-    let cmsg = [ControlMessage::ScmRights(&fds)];
+    let raw: Vec<_> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    let cmsg = [ControlMessage::ScmRights(&raw)];
     let first = loop {
         match sendmsg::<()>(
             s.as_raw_fd(),
             &[io::IoSlice::new(frame)],
-            &cmsg,
+            if raw.is_empty() { &[] } else { &cmsg },
             MsgFlags::MSG_NOSIGNAL,
             None,
         ) {
@@ -118,11 +128,19 @@ pub fn write_frame_with_fd(
 pub fn read_message_with_fd(
     s: &std::os::unix::net::UnixStream,
 ) -> Result<(Message, Option<std::os::fd::OwnedFd>), ProtoError> {
+    read_message_with_fds(s).map(|(m, fds)| (m, fds.into_iter().next()))
+}
+
+/// Reads one framed message and every descriptor attached to it (at most 4; see
+/// [`write_frame_with_fds`]), in order.
+pub fn read_message_with_fds(
+    s: &std::os::unix::net::UnixStream,
+) -> Result<(Message, Vec<std::os::fd::OwnedFd>), ProtoError> {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     let mut len = [0u8; 4];
     let mut got = 0usize;
-    let mut fd: Option<OwnedFd> = None;
+    let mut taken: Vec<OwnedFd> = Vec::new();
     while got < 4 {
         let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 4]);
         let mut iov = [io::IoSliceMut::new(&mut len[got..])];
@@ -144,10 +162,7 @@ pub fn read_message_with_fd(
                     // SAFETY: the kernel just installed `raw` in our table for us (SCM_RIGHTS);
                     // nothing else knows it, so this is its only owner.
                     #[allow(unsafe_code)]
-                    let owned = unsafe { OwnedFd::from_raw_fd(raw) };
-                    if fd.is_none() {
-                        fd = Some(owned);
-                    }
+                    taken.push(unsafe { OwnedFd::from_raw_fd(raw) });
                 }
             }
         }
@@ -167,7 +182,7 @@ pub fn read_message_with_fd(
     let mut body = vec![0u8; n];
     let mut r = s;
     r.read_exact(&mut body)?;
-    Ok((serde_json::from_slice(&body)?, fd))
+    Ok((serde_json::from_slice(&body)?, taken))
 }
 
 /// Sends our Hello and checks the peer's.

@@ -9,7 +9,8 @@
 //!
 //! Modules: `message` (every [`Message`]), `framing` (length prefix, descriptors, handshake),
 //! `handover` (the frozen TCP and MPA state of one connection), `region` and `completion`
-//! (registered memory and what is reported about it), [`capture`], [`client`], [`consumer`].
+//! (registered memory and what is reported about it), [`ring`] (completions through shared
+//! memory), [`capture`], [`client`], [`consumer`].
 //!
 //! Two mpa-xdp conventions that are not MPA live here too, because every program taking part
 //! in a demo or benchmark (connection setup, reference peer, bench) shares this crate:
@@ -24,6 +25,7 @@ pub mod consumer;
 pub mod fuzz;
 pub mod pattern;
 pub mod region_ad;
+pub mod ring;
 pub mod stats;
 
 mod completion;
@@ -38,14 +40,15 @@ pub use capture::{CaptureDirection, CapturedFrame};
 pub use completion::{Completion, CompletionKind};
 pub use framing::{
     encode_message, handshake, read_message, read_message_counted, read_message_with_fd,
-    write_frame, write_frame_with_fd, write_message, write_message_with_fd, ProtoError,
+    read_message_with_fds, write_frame, write_frame_with_fd, write_frame_with_fds, write_message,
+    write_message_with_fd, ProtoError,
 };
 pub use handover::{HandOver, MpaParams, Role, TcpSnapshot, TsSnapshot};
 pub use message::{ErrorCode, Message, TerminateInfo};
 pub use region::{PostTarget, RegionInfo};
 
 /// Protocol version. Bump on any incompatible change.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Largest JSON body accepted: statistics of ~10,000 flows (≈330 octets each) fit; the peer
 /// is a local process of the same user, the bound only stops runaway lengths.
 pub const MAX_MESSAGE: usize = 8 * 1024 * 1024;

@@ -1,6 +1,6 @@
 //! Every message of the protocol, and the error codes and Terminate details they carry.
 
-use crate::{CapturedFrame, Completion, HandOver, PostTarget, RegionInfo};
+use crate::{CapturedFrame, HandOver, PostTarget, RegionInfo};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 
@@ -160,22 +160,29 @@ pub enum Message {
         count: u32,
     },
     /// consumer → datapath: send this client the completions of the domain's connections
-    /// (one subscriber per domain; a new one replaces the old).
+    /// (one subscriber per domain; a new one replaces the old). Answered by
+    /// [`Message::Subscribed`].
     Subscribe {
         /// Request id.
         id: u64,
         /// Domain.
         pd: u32,
     },
-    /// datapath → subscriber (id 0): completions, in order per connection. On the wire the
-    /// items are one base64 string of packed records ([`crate::completion::codec`]): thousands of
-    /// small JSON objects cost more to write and read than the data path spends placing.
-    Completions {
+    /// datapath → subscriber: the completions come through shared memory, not this socket.
+    /// Two descriptors travel with it (SCM_RIGHTS, see [`crate::read_message_with_fds`]):
+    /// the sealed memfd of `rings` completion rings of `capacity` records each (one per
+    /// worker; layout in [`crate::ring`]), then the eventfd the workers write when the
+    /// consumer sleeps. The subscription ends when this client's connection closes, or a
+    /// later subscriber of the domain replaces it.
+    Subscribed {
+        /// Request id.
+        id: u64,
         /// Domain.
         pd: u32,
-        /// Completions.
-        #[serde(with = "crate::completion::codec")]
-        items: Vec<Completion>,
+        /// Rings in the file (the datapath's workers).
+        rings: u32,
+        /// Records per ring (a power of two).
+        capacity: u32,
     },
     /// Ask for statistics.
     GetStats {

@@ -1,0 +1,788 @@
+//! Completions through shared memory: one lock-free single-producer/single-consumer ring per
+//! (worker, subscription), all rings of a subscription in one sealed memfd that the datapath
+//! creates and passes to the consumer with SCM_RIGHTS at `Subscribe` (with an eventfd to wake
+//! a sleeping consumer).
+//!
+//! Layout of the file: `rings` rings back to back, each [`ring_bytes`]`(capacity)` octets
+//! (a whole number of pages). A ring is a header of three 128-octet lines — static fields,
+//! then the producer's, then the consumer's, so that neither side's writes pull the other's
+//! line (128: the adjacent-line prefetcher pairs 64-octet lines) — and `capacity` records of
+//! [`RECORD_LEN`] octets:
+//!
+//! | offset | field | written by |
+//! |---|---|---|
+//! | 0 | magic `"MPAC"` u32, layout version u32, capacity u32, ring index u32, rings u32 | creator, once |
+//! | 128 | head u64: records published (producer index) | producer (release) |
+//! | 136 | lost u64: records that did not fit, in all | producer (release) |
+//! | 256 | tail u64: records consumed (consumer index) | consumer (release) |
+//! | 264 | waiting u32: 1 while the consumer sleeps or is about to | consumer (set), producer (clear) |
+//!
+//! Indices are free-running u64 (slot = index & (capacity − 1)); all their arithmetic wraps.
+//! A record (little endian): `flow_id u64 | offset u64 | len u64 | lost u64 | stag u32 |
+//! msn u32 | invalidate_stag u32 | kind u8 | flags u8 (1: msn, 2: invalidate_stag) | 2 × 0`,
+//! where `lost` is the ring's lost count when the record was written: a reader that sees it
+//! rise knows exactly how many records were lost right before this one. Kind 0/1/2 are the
+//! [`CompletionKind`]s; kind 0x80 is a [`Record::Moved`] marker (a flow came from another
+//! worker: its earlier completions are in ring `stag` before position `offset`).
+//!
+//! The producer (a worker) never waits: a record that does not fit is counted in `lost` and
+//! dropped. It publishes `head` (then `lost`) once per burst, then — after a full fence —
+//! looks at `waiting` and, only when it is set, clears it and writes the eventfd. The
+//! consumer sets `waiting`, fences, and checks the rings again before it sleeps, so one of
+//! the two always sees the other (no lost wake-up).
+//!
+//! This module is the ring memory boundary of the crate: the only `unsafe` outside the
+//! region mapping, each block with its `// SAFETY:` line. Shared memory is never reached
+//! through a Rust reference except the header's atomics, which both sides only ever access
+//! atomically.
+#![allow(unsafe_code)]
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
+use crate::{Completion, CompletionKind};
+use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
+use std::num::NonZeroUsize;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Octets of one record.
+pub const RECORD_LEN: usize = 48;
+/// Octets of a ring's header (three 128-octet lines).
+pub const HEADER_LEN: usize = 384;
+/// `"MPAC"`.
+pub const MAGIC: u32 = u32::from_le_bytes(*b"MPAC");
+/// Version of this layout.
+pub const LAYOUT_VERSION: u32 = 1;
+/// Smallest capacity (records).
+pub const MIN_CAPACITY: u32 = 2;
+/// Largest capacity (records): 48 MiB per ring.
+pub const MAX_CAPACITY: u32 = 1 << 20;
+/// Most rings in one file (workers).
+pub const MAX_RINGS: u32 = 1024;
+
+const PAGE: usize = 4096;
+const OFF_MAGIC: usize = 0;
+const OFF_VERSION: usize = 4;
+const OFF_CAPACITY: usize = 8;
+const OFF_INDEX: usize = 12;
+const OFF_RINGS: usize = 16;
+const OFF_HEAD: usize = 128;
+const OFF_LOST: usize = 136;
+const OFF_TAIL: usize = 256;
+const OFF_WAITING: usize = 264;
+const KIND_MOVED: u8 = 0x80;
+
+/// Octets one ring of `capacity` records takes in the file.
+pub fn ring_bytes(capacity: u32) -> usize {
+    (HEADER_LEN + capacity as usize * RECORD_LEN).next_multiple_of(PAGE)
+}
+
+/// Why a ring file could not be made, mapped or read.
+#[derive(Debug, thiserror::Error)]
+pub enum RingError {
+    /// Capacity not a power of two in range, or a ring count out of range.
+    #[error("completion rings: {rings} rings of {capacity} records (capacity a power of two in {MIN_CAPACITY} ..= {MAX_CAPACITY}, 1 ..= {MAX_RINGS} rings)")]
+    Shape {
+        /// Rings asked for.
+        rings: u32,
+        /// Records per ring asked for.
+        capacity: u32,
+    },
+    /// The kernel refused.
+    #[error("completion rings: {what}: {err}")]
+    Sys {
+        /// The call.
+        what: &'static str,
+        /// The error.
+        err: nix::Error,
+    },
+    /// The file is not what the datapath announced (size, seals, header).
+    #[error("completion rings: {0}")]
+    Layout(&'static str),
+    /// A ring's indices or a record make no sense: the shared memory was written by someone
+    /// else than its producer.
+    #[error("completion ring {ring}: {what}")]
+    Corrupt {
+        /// The ring.
+        ring: u32,
+        /// What was wrong.
+        what: &'static str,
+    },
+}
+
+fn sys(what: &'static str) -> impl FnOnce(nix::Error) -> RingError {
+    move |err| RingError::Sys { what, err }
+}
+
+/// What one slot holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Record {
+    /// A completion.
+    Completion(Completion),
+    /// Flow `flow_id` moved to this ring's worker: its earlier completions are in ring
+    /// `from_ring` before index `position`, and must be read first. Never shown to users.
+    Moved {
+        /// The flow.
+        flow_id: u64,
+        /// The ring it came from.
+        from_ring: u32,
+        /// The producer index of `from_ring` after the flow's last record there.
+        position: u64,
+    },
+}
+
+/// The octets of `r` in a slot, with the ring's lost count `lost` (see the module).
+pub fn encode_record(r: &Record, lost: u64) -> [u8; RECORD_LEN] {
+    let mut b = [0u8; RECORD_LEN];
+    let (flow_id, offset, len, stag, msn, inv, kind, flags) = match *r {
+        Record::Completion(c) => (
+            c.flow_id,
+            c.offset,
+            c.len,
+            c.stag,
+            c.msn.unwrap_or(0),
+            c.invalidate_stag.unwrap_or(0),
+            match c.kind {
+                CompletionKind::WritePlaced => 0,
+                CompletionKind::ReadResponsePlaced => 1,
+                CompletionKind::SendArrived => 2,
+            },
+            u8::from(c.msn.is_some()) | (u8::from(c.invalidate_stag.is_some()) << 1),
+        ),
+        Record::Moved {
+            flow_id,
+            from_ring,
+            position,
+        } => (flow_id, position, 0, from_ring, 0, 0, KIND_MOVED, 0),
+    };
+    b[0..8].copy_from_slice(&flow_id.to_le_bytes());
+    b[8..16].copy_from_slice(&offset.to_le_bytes());
+    b[16..24].copy_from_slice(&len.to_le_bytes());
+    b[24..32].copy_from_slice(&lost.to_le_bytes());
+    b[32..36].copy_from_slice(&stag.to_le_bytes());
+    b[36..40].copy_from_slice(&msn.to_le_bytes());
+    b[40..44].copy_from_slice(&inv.to_le_bytes());
+    b[44] = kind;
+    b[45] = flags;
+    b
+}
+
+/// A slot's record and lost count; `None` for an unknown kind or flags, or non-zero padding.
+pub fn decode_record(b: &[u8; RECORD_LEN]) -> Option<(Record, u64)> {
+    let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
+    let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or([0; 4]));
+    let (kind, flags) = (b[44], b[45]);
+    if flags & !3 != 0 || b[46..48] != [0, 0] {
+        return None;
+    }
+    let lost = u64_at(24);
+    let kind = match kind {
+        0 => CompletionKind::WritePlaced,
+        1 => CompletionKind::ReadResponsePlaced,
+        2 => CompletionKind::SendArrived,
+        KIND_MOVED if flags == 0 => {
+            return Some((
+                Record::Moved {
+                    flow_id: u64_at(0),
+                    from_ring: u32_at(32),
+                    position: u64_at(8),
+                },
+                lost,
+            ))
+        }
+        _ => return None,
+    };
+    let c = Completion {
+        flow_id: u64_at(0),
+        kind,
+        stag: u32_at(32),
+        offset: u64_at(8),
+        len: u64_at(16),
+        msn: (flags & 1 != 0).then(|| u32_at(36)),
+        invalidate_stag: (flags & 2 != 0).then(|| u32_at(40)),
+    };
+    Some((Record::Completion(c), lost))
+}
+
+/// The shared mapping of a subscription's ring file.
+pub struct RingFile {
+    ptr: NonNull<u8>,
+    len: usize,
+    rings: u32,
+    capacity: u32,
+    fd: OwnedFd,
+}
+
+// SAFETY: the mapping is owned by this value until drop; it is reached only through atomics
+// (header indices) and raw copies of slots, never through references, so several threads
+// using it are no different from the other process doing so.
+unsafe impl Send for RingFile {}
+// SAFETY: as above: `&RingFile` allows only atomic header accesses and raw slot copies.
+unsafe impl Sync for RingFile {}
+
+impl std::fmt::Debug for RingFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RingFile")
+            .field("rings", &self.rings)
+            .field("capacity", &self.capacity)
+            .finish()
+    }
+}
+
+fn check_shape(rings: u32, capacity: u32) -> Result<usize, RingError> {
+    let ok = capacity.is_power_of_two()
+        && (MIN_CAPACITY..=MAX_CAPACITY).contains(&capacity)
+        && (1..=MAX_RINGS).contains(&rings);
+    if !ok {
+        return Err(RingError::Shape { rings, capacity });
+    }
+    Ok(rings as usize * ring_bytes(capacity))
+}
+
+impl RingFile {
+    /// Creates a sealed memfd named `name` holding `rings` empty rings of `capacity` records
+    /// (the datapath's side).
+    pub fn create(name: &str, rings: u32, capacity: u32) -> Result<RingFile, RingError> {
+        Self::create_at(name, rings, capacity, 0)
+    }
+
+    /// [`RingFile::create`] with every ring's indices starting at `start` (tests of index
+    /// wrap-around).
+    pub fn create_at(
+        name: &str,
+        rings: u32,
+        capacity: u32,
+        start: u64,
+    ) -> Result<RingFile, RingError> {
+        use nix::sys::memfd::{memfd_create, MFdFlags};
+        let len = check_shape(rings, capacity)?;
+        let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING)
+            .map_err(sys("memfd_create"))?;
+        nix::unistd::ftruncate(&fd, len as i64).map_err(sys("ftruncate"))?;
+        // As regions: the length is fixed for every holder of the descriptor, so a consumer
+        // that truncates it cannot turn the worker's next record into a SIGBUS.
+        fcntl(
+            &fd,
+            FcntlArg::F_ADD_SEALS(
+                SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL,
+            ),
+        )
+        .map_err(sys("seal"))?;
+        let f = Self::map(fd, len, rings, capacity)?;
+        for r in 0..rings {
+            f.u32_at(r, OFF_MAGIC).store(MAGIC, Ordering::Relaxed);
+            f.u32_at(r, OFF_VERSION)
+                .store(LAYOUT_VERSION, Ordering::Relaxed);
+            f.u32_at(r, OFF_CAPACITY).store(capacity, Ordering::Relaxed);
+            f.u32_at(r, OFF_INDEX).store(r, Ordering::Relaxed);
+            f.u32_at(r, OFF_RINGS).store(rings, Ordering::Relaxed);
+            f.u64_at(r, OFF_HEAD).store(start, Ordering::Relaxed);
+            f.u64_at(r, OFF_TAIL).store(start, Ordering::Relaxed);
+        }
+        fence(Ordering::Release);
+        Ok(f)
+    }
+
+    /// Maps a ring file received from the datapath, checking that it is sealed, of the size
+    /// `rings` × `capacity` make, and that every header says so (the consumer's side).
+    pub fn open(fd: OwnedFd, rings: u32, capacity: u32) -> Result<RingFile, RingError> {
+        let len = check_shape(rings, capacity)?;
+        let st = nix::sys::stat::fstat(&fd).map_err(sys("fstat"))?;
+        if st.st_size != len as i64 {
+            return Err(RingError::Layout("file size differs from the announced rings"));
+        }
+        let seals = fcntl(&fd, FcntlArg::F_GET_SEALS).map_err(sys("F_GET_SEALS"))?;
+        let want = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW;
+        if !SealFlag::from_bits_truncate(seals).contains(want) {
+            return Err(RingError::Layout("file not sealed against resizing"));
+        }
+        let f = Self::map(fd, len, rings, capacity)?;
+        fence(Ordering::Acquire);
+        for r in 0..rings {
+            let got = [OFF_MAGIC, OFF_VERSION, OFF_CAPACITY, OFF_INDEX, OFF_RINGS]
+                .map(|o| f.u32_at(r, o).load(Ordering::Relaxed));
+            if got != [MAGIC, LAYOUT_VERSION, capacity, r, rings] {
+                return Err(RingError::Layout("ring header differs from the announced rings"));
+            }
+        }
+        Ok(f)
+    }
+
+    fn map(fd: OwnedFd, len: usize, rings: u32, capacity: u32) -> Result<RingFile, RingError> {
+        let size = NonZeroUsize::new(len).ok_or(RingError::Shape { rings, capacity })?;
+        // SAFETY: a fresh shared mapping of `len` octets of a memfd whose size is `len` and
+        // sealed against shrinking (created so, or checked by `open`); no reference into it
+        // is formed except to the header atomics.
+        let ptr = unsafe {
+            mmap(
+                None,
+                size,
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_SHARED,
+                &fd,
+                0,
+            )
+        }
+        .map_err(sys("mmap"))?;
+        Ok(RingFile {
+            ptr: ptr.cast(),
+            len,
+            rings,
+            capacity,
+            fd,
+        })
+    }
+
+    /// The descriptor to pass to the consumer.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Rings in the file.
+    pub fn rings(&self) -> u32 {
+        self.rings
+    }
+
+    /// Records per ring.
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    /// Octets mapped.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn field(&self, ring: u32, off: usize) -> *mut u8 {
+        assert!(ring < self.rings && off + 8 <= HEADER_LEN);
+        let at = ring as usize * ring_bytes(self.capacity) + off;
+        // SAFETY: ring < rings and off + 8 <= HEADER_LEN, so `at + 8 <= len`: inside the
+        // mapping.
+        unsafe { self.ptr.as_ptr().add(at) }
+    }
+
+    fn u64_at(&self, ring: u32, off: usize) -> &AtomicU64 {
+        // SAFETY: `field` is inside the mapping, 8-aligned (page-aligned ring start, offsets
+        // 128/136/256), lives as long as `self`, and both processes access these octets only
+        // atomically.
+        unsafe { AtomicU64::from_ptr(self.field(ring, off).cast()) }
+    }
+
+    fn u32_at(&self, ring: u32, off: usize) -> &AtomicU32 {
+        // SAFETY: as `u64_at`; 4-aligned offsets.
+        unsafe { AtomicU32::from_ptr(self.field(ring, off).cast()) }
+    }
+
+    fn slot(&self, ring: u32, index: u64) -> *mut u8 {
+        assert!(ring < self.rings);
+        let i = (index & u64::from(self.capacity - 1)) as usize;
+        let at = ring as usize * ring_bytes(self.capacity) + HEADER_LEN + i * RECORD_LEN;
+        // SAFETY: i < capacity, so `at + RECORD_LEN <= (ring + 1) × ring_bytes <= len`.
+        unsafe { self.ptr.as_ptr().add(at) }
+    }
+}
+
+impl Drop for RingFile {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping `map` made, once; the header atomics borrowed
+        // from it cannot outlive `self`.
+        let _ = unsafe { munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// The producer's end of one ring (a worker's). Owns its indices: what is in the shared
+/// header is only ever written by it, never trusted back.
+#[derive(Debug)]
+pub struct Producer {
+    file: Arc<RingFile>,
+    ring: u32,
+    cap: u64,
+    head: u64,
+    /// The consumer's tail last read (read again only when the ring looks full).
+    tail_seen: u64,
+    lost: u64,
+    published_head: u64,
+    published_lost: u64,
+}
+
+impl Producer {
+    /// The producer of ring `ring` of `file` (`None` when there is no such ring).
+    pub fn new(file: Arc<RingFile>, ring: u32) -> Option<Producer> {
+        if ring >= file.rings {
+            return None;
+        }
+        let head = file.u64_at(ring, OFF_HEAD).load(Ordering::Acquire);
+        let lost = file.u64_at(ring, OFF_LOST).load(Ordering::Acquire);
+        Some(Producer {
+            cap: u64::from(file.capacity),
+            ring,
+            head,
+            tail_seen: head,
+            lost,
+            published_head: head,
+            published_lost: lost,
+            file,
+        })
+    }
+
+    /// Writes `r` into the next slot (not yet visible: see [`Producer::publish`]); `false`
+    /// when the ring is full, in which case it is counted as lost.
+    #[inline]
+    pub fn push(&mut self, r: &Record) -> bool {
+        if self.head.wrapping_sub(self.tail_seen) >= self.cap {
+            let t = self.file.u64_at(self.ring, OFF_TAIL).load(Ordering::Acquire);
+            // A tail beyond the head or more than a ring behind is not the consumer's: treat
+            // the ring as full rather than overwrite records on its word.
+            self.tail_seen = if self.head.wrapping_sub(t) <= self.cap {
+                t
+            } else {
+                self.head.wrapping_sub(self.cap)
+            };
+            if self.head.wrapping_sub(self.tail_seen) >= self.cap {
+                self.lost += 1;
+                return false;
+            }
+        }
+        let b = encode_record(r, self.lost);
+        // SAFETY: the slot of `head` is inside the mapping (`slot`); the consumer has
+        // released it (head − tail < capacity, tail read with acquire) and reads it only
+        // after the release store of a head beyond it; `b` is our own stack memory.
+        unsafe {
+            std::ptr::copy_nonoverlapping(b.as_ptr(), self.file.slot(self.ring, self.head), RECORD_LEN)
+        };
+        self.head = self.head.wrapping_add(1);
+        true
+    }
+
+    /// Free slots as far as this producer knows (at least; the consumer may have freed more).
+    pub fn room(&self) -> u64 {
+        self.cap - self.head.wrapping_sub(self.tail_seen).min(self.cap)
+    }
+
+    /// Makes every record pushed so far (and the lost count) visible to the consumer;
+    /// `true` when the consumer sleeps and must be woken (its `waiting` flag was set, and is
+    /// now cleared). Once per burst.
+    #[must_use]
+    pub fn publish(&mut self) -> bool {
+        if self.head == self.published_head && self.lost == self.published_lost {
+            return false;
+        }
+        // Head before lost: a consumer that sees a lost count also sees every record
+        // written before those losses (see `Reader::poll`).
+        self.file
+            .u64_at(self.ring, OFF_HEAD)
+            .store(self.head, Ordering::Release);
+        self.file
+            .u64_at(self.ring, OFF_LOST)
+            .store(self.lost, Ordering::Release);
+        self.published_head = self.head;
+        self.published_lost = self.lost;
+        // Pairs with the consumer's fence between setting `waiting` and checking the ring.
+        fence(Ordering::SeqCst);
+        let waiting = self.file.u32_at(self.ring, OFF_WAITING);
+        waiting.load(Ordering::Relaxed) != 0 && waiting.swap(0, Ordering::AcqRel) != 0
+    }
+
+    /// The producer index: records pushed (lost ones not counted).
+    pub fn head(&self) -> u64 {
+        self.head
+    }
+
+    /// Records lost so far.
+    pub fn lost(&self) -> u64 {
+        self.lost
+    }
+
+    /// This ring's index in the file.
+    pub fn ring(&self) -> u32 {
+        self.ring
+    }
+}
+
+/// The consumer's end of one ring.
+#[derive(Debug)]
+pub struct Reader {
+    file: Arc<RingFile>,
+    ring: u32,
+    cap: u64,
+    tail: u64,
+    committed: u64,
+    /// Lost records reported so far.
+    accounted: u64,
+}
+
+/// What [`Reader::next`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing unread.
+    Empty,
+    /// This many records were lost here (between what was read and what comes next);
+    /// reported once.
+    Lost(u64),
+    /// A record (consumed).
+    Record(Record),
+}
+
+impl Reader {
+    /// The consumer of ring `ring` of `file` (`None` when there is no such ring).
+    pub fn new(file: Arc<RingFile>, ring: u32) -> Option<Reader> {
+        if ring >= file.rings {
+            return None;
+        }
+        let tail = file.u64_at(ring, OFF_TAIL).load(Ordering::Acquire);
+        // Losses before the consumer mapped the file are reported too: a ring starts with
+        // none.
+        let accounted = 0;
+        Some(Reader {
+            cap: u64::from(file.capacity),
+            ring,
+            tail,
+            committed: tail,
+            accounted,
+            file,
+        })
+    }
+
+    fn corrupt(&self, what: &'static str) -> RingError {
+        RingError::Corrupt {
+            ring: self.ring,
+            what,
+        }
+    }
+
+    /// The next record without consuming it, or a loss before it (reported, then the record
+    /// follows at the next call), or `Empty` (after reporting any loss after the last record).
+    pub fn peek(&mut self) -> Result<Next, RingError> {
+        // Lost before head: the producer stores head before lost, so a lost count read here
+        // comes with every record written before those losses (a trailing loss is reported
+        // only once they are all read).
+        let lost = self.file.u64_at(self.ring, OFF_LOST).load(Ordering::Acquire);
+        let head = self.file.u64_at(self.ring, OFF_HEAD).load(Ordering::Acquire);
+        let unread = head.wrapping_sub(self.tail);
+        if unread == 0 {
+            if lost.wrapping_sub(self.accounted) as i64 > 0 {
+                let n = lost.wrapping_sub(self.accounted);
+                self.accounted = lost;
+                return Ok(Next::Lost(n));
+            }
+            return Ok(Next::Empty);
+        }
+        if unread > self.cap {
+            return Err(self.corrupt("head more than a ring ahead of the tail"));
+        }
+        let mut b = [0u8; RECORD_LEN];
+        // SAFETY: the slot of `tail` is inside the mapping; the producer wrote it before its
+        // release store of a head beyond it, which we read with acquire, and does not write
+        // it again before our tail passes it; `b` is our own stack memory.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.file.slot(self.ring, self.tail), b.as_mut_ptr(), RECORD_LEN)
+        };
+        let (r, l) = decode_record(&b).ok_or_else(|| self.corrupt("unknown record"))?;
+        if l.wrapping_sub(self.accounted) as i64 > 0 {
+            let n = l.wrapping_sub(self.accounted);
+            self.accounted = l;
+            return Ok(Next::Lost(n));
+        }
+        Ok(Next::Record(r))
+    }
+
+    /// Consumes the record [`Reader::peek`] returned (visible to the producer at
+    /// [`Reader::commit`]).
+    pub fn advance(&mut self) {
+        self.tail = self.tail.wrapping_add(1);
+    }
+
+    /// The next record, consumed, or a loss, or `Empty`.
+    pub fn next(&mut self) -> Result<Next, RingError> {
+        let n = self.peek()?;
+        if let Next::Record(_) = n {
+            self.advance();
+        }
+        Ok(n)
+    }
+
+    /// Gives the slots consumed back to the producer.
+    pub fn commit(&mut self) {
+        if self.tail != self.committed {
+            self.file
+                .u64_at(self.ring, OFF_TAIL)
+                .store(self.tail, Ordering::Release);
+            self.committed = self.tail;
+        }
+    }
+
+    /// Something unread, or a loss not yet reported.
+    pub fn has_news(&self) -> bool {
+        let lost = self.file.u64_at(self.ring, OFF_LOST).load(Ordering::Acquire);
+        let head = self.file.u64_at(self.ring, OFF_HEAD).load(Ordering::Acquire);
+        head != self.tail || lost != self.accounted
+    }
+
+    /// The consumer index: records consumed.
+    pub fn tail(&self) -> u64 {
+        self.tail
+    }
+
+    /// This ring's index in the file.
+    pub fn ring(&self) -> u32 {
+        self.ring
+    }
+
+    /// Sets or clears the `waiting` flag. Setting it is followed by a full fence: check the
+    /// ring again after it, before sleeping.
+    pub fn set_waiting(&self, on: bool) {
+        self.file
+            .u32_at(self.ring, OFF_WAITING)
+            .store(u32::from(on), Ordering::SeqCst);
+        if on {
+            fence(Ordering::SeqCst);
+        }
+    }
+}
+
+/// The consumer's view of one subscription: every worker's ring, read in turn, with
+/// [`Record::Moved`] markers honoured so that a flow's completions stay in order when it
+/// moves between workers.
+#[derive(Debug)]
+pub struct RingSet {
+    readers: Vec<Reader>,
+    next: usize,
+}
+
+impl RingSet {
+    /// Every ring of `file`.
+    pub fn new(file: Arc<RingFile>) -> RingSet {
+        RingSet {
+            readers: (0..file.rings)
+                .filter_map(|r| Reader::new(file.clone(), r))
+                .collect(),
+            next: 0,
+        }
+    }
+
+    /// Moves up to `max` completions into `out`, in order per connection. Stops at a loss
+    /// and returns how many records were lost there (`out` then holds what came before it;
+    /// what follows comes at the next call); 0 when nothing was lost.
+    pub fn poll(&mut self, out: &mut Vec<Completion>, max: usize) -> Result<u64, RingError> {
+        let n = self.readers.len();
+        let start = self.next;
+        self.next = (self.next + 1) % n.max(1);
+        let r = self.poll_from(start, out, max);
+        for rd in &mut self.readers {
+            rd.commit();
+        }
+        r
+    }
+
+    fn poll_from(
+        &mut self,
+        start: usize,
+        out: &mut Vec<Completion>,
+        max: usize,
+    ) -> Result<u64, RingError> {
+        let n = self.readers.len();
+        // Passes until one makes no progress: a ring held by a Moved marker may be free once
+        // the ring it waits for was read further in the same pass.
+        loop {
+            let mut progress = false;
+            for k in 0..n {
+                let i = (start + k) % n;
+                while out.len() < max {
+                    match self.readers[i].peek()? {
+                        Next::Empty => break,
+                        Next::Lost(l) => return Ok(l),
+                        Next::Record(Record::Completion(c)) => {
+                            out.push(c);
+                            self.readers[i].advance();
+                            progress = true;
+                        }
+                        Next::Record(Record::Moved {
+                            from_ring,
+                            position,
+                            ..
+                        }) => {
+                            let done = self
+                                .readers
+                                .get(from_ring as usize)
+                                .is_none_or(|r| position.wrapping_sub(r.tail()) as i64 <= 0);
+                            if !done {
+                                break;
+                            }
+                            self.readers[i].advance();
+                            progress = true;
+                        }
+                    }
+                }
+            }
+            if !progress || out.len() >= max {
+                return Ok(0);
+            }
+        }
+    }
+
+    /// Before sleeping: sets every ring's `waiting` flag, then looks again; `false` (flags
+    /// cleared) when something arrived meanwhile and the caller must not sleep.
+    pub fn prepare_sleep(&mut self) -> bool {
+        for r in &self.readers {
+            r.set_waiting(true);
+        }
+        let quiet = self.readers.iter().all(|r| !r.has_news());
+        if !quiet {
+            self.finish_sleep();
+        }
+        quiet
+    }
+
+    /// After sleeping: clears the `waiting` flags the producers did not clear.
+    pub fn finish_sleep(&self) {
+        for r in &self.readers {
+            r.set_waiting(false);
+        }
+    }
+
+    /// Records consumed from each ring.
+    pub fn tails(&self) -> Vec<u64> {
+        self.readers.iter().map(Reader::tail).collect()
+    }
+}
+
+/// The eventfd of a subscription as its producers hold it.
+#[derive(Debug, Clone)]
+pub struct Waker(Arc<OwnedFd>);
+
+impl Waker {
+    /// A fresh eventfd (close-on-exec, non-blocking) and the waker writing it.
+    pub fn create() -> Result<Waker, RingError> {
+        use nix::sys::eventfd::{EfdFlags, EventFd};
+        let e = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
+            .map_err(sys("eventfd"))?;
+        Ok(Waker(Arc::new(e.into())))
+    }
+
+    /// Wakes the consumer (one system call: only when its `waiting` flag was set).
+    pub fn wake(&self) {
+        // A full counter (EAGAIN) already wakes the consumer.
+        let _ = nix::unistd::write(&*self.0, &1u64.to_ne_bytes());
+    }
+
+    /// The descriptor to pass to the consumer.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+/// Reads and resets an eventfd without blocking (the consumer after a wake-up).
+pub fn drain_eventfd(fd: BorrowedFd<'_>) {
+    let mut b = [0u8; 8];
+    let _ = nix::unistd::read(fd, &mut b);
+}
+
+#[cfg(test)]
+mod tests;
