@@ -402,11 +402,11 @@ fn id_mut(m: &mut Message) -> Option<&mut u64> {
         | Message::Regions { id, .. }
         | Message::PostRecv { id, .. }
         | Message::Subscribe { id, .. }
+        | Message::Subscribed { id, .. }
         | Message::StartCapture { id, .. }
         | Message::StopCapture { id } => Some(id),
         Message::Hello { .. }
         | Message::FlowGone { .. }
-        | Message::Completions { .. }
         | Message::Captured { .. }
         | Message::CaptureDone { .. } => None,
     }

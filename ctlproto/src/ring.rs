@@ -436,6 +436,17 @@ impl Producer {
     /// when the ring is full, in which case it is counted as lost.
     #[inline]
     pub fn push(&mut self, r: &Record) -> bool {
+        if !self.try_push(r) {
+            self.lost += 1;
+            return false;
+        }
+        true
+    }
+
+    /// [`Producer::push`] that does not count a record that does not fit (a marker the
+    /// producer will write later).
+    #[inline]
+    pub fn try_push(&mut self, r: &Record) -> bool {
         if self.head.wrapping_sub(self.tail_seen) >= self.cap {
             let t = self.file.u64_at(self.ring, OFF_TAIL).load(Ordering::Acquire);
             // A tail beyond the head or more than a ring behind is not the consumer's: treat
@@ -446,7 +457,6 @@ impl Producer {
                 self.head.wrapping_sub(self.cap)
             };
             if self.head.wrapping_sub(self.tail_seen) >= self.cap {
-                self.lost += 1;
                 return false;
             }
         }
@@ -455,10 +465,20 @@ impl Producer {
         // released it (head − tail < capacity, tail read with acquire) and reads it only
         // after the release store of a head beyond it; `b` is our own stack memory.
         unsafe {
-            std::ptr::copy_nonoverlapping(b.as_ptr(), self.file.slot(self.ring, self.head), RECORD_LEN)
+            std::ptr::copy_nonoverlapping(
+                b.as_ptr(),
+                self.file.slot(self.ring, self.head),
+                RECORD_LEN,
+            )
         };
         self.head = self.head.wrapping_add(1);
         true
+    }
+
+    /// Counts a record as lost without trying to write it (it may not overtake a marker
+    /// that is still waiting for room).
+    pub fn lose(&mut self) {
+        self.lost += 1;
     }
 
     /// Free slots as far as this producer knows (at least; the consumer may have freed more).

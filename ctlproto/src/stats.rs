@@ -170,6 +170,13 @@ pub struct QueueStats {
     pub wrong_vlan: u64,
     /// RX bursts.
     pub bursts: u64,
+    /// Completions lost because the subscriber's ring was full (it read too slowly); its
+    /// consumer sees them as an overflow.
+    #[serde(default)]
+    pub completions_overflow: u64,
+    /// Completions of domains nobody subscribed to.
+    #[serde(default)]
+    pub completions_unclaimed: u64,
 }
 
 /// What the registry holds.
@@ -185,7 +192,7 @@ pub struct RegistryStats {
     pub buffers_waiting: usize,
     /// Completion subscribers.
     pub subscribers: usize,
-    /// Completions no subscriber took.
+    /// Completions no subscriber took (the workers' `completions_unclaimed`, summed).
     pub unclaimed_completions: u64,
 }
 

@@ -304,10 +304,11 @@ impl Flow {
         self.rx.pd()
     }
 
-    /// Moves the completions produced since the last call (in order) to the end of `out`.
-    pub fn drain_completions_into(&mut self, out: &mut Vec<mpa_ctl_proto::Completion>) {
+    /// Hands the completions produced since the last call to `f`, in order.
+    #[inline]
+    pub fn drain_completions(&mut self, mut f: impl FnMut(&mpa_ctl_proto::Completion)) {
         while let Some(c) = self.rx.poll_completion() {
-            out.push(c);
+            f(&c);
         }
     }
 

@@ -4,7 +4,8 @@
 //! Modules, in the order a received frame meets them:
 //! * [`xsk`]: one AF_XDP socket per RX queue with its UMEM and rings; [`ring`]: the
 //!   [`ring::FrameRing`] trait a worker runs on, and an in-memory ring ([`ring::MemRing`]).
-//! * [`worker`]: one polling thread per queue: frames → flows, timers, TX, completions out.
+//! * [`worker`]: one polling thread per queue: frames → flows, timers, TX, completions out
+//!   ([`completions`]: into the subscribers' shared-memory rings).
 //! * [`wire`]: byte views (smoltcp style) of Ethernet, IP and TCP headers; frame templates.
 //! * [`flow`]: one connection: [`tcp::Connection`] + [`receiver::MpaReceiver`].
 //! * [`tcp`]: a sans-I/O TCP for established, handed-over connections.
@@ -20,6 +21,7 @@
 #![warn(missing_docs)]
 
 pub mod capture;
+pub mod completions;
 pub mod flow;
 pub mod fuzz;
 pub mod receiver;

@@ -49,6 +49,11 @@ struct Args {
     /// Control-socket clients connected at once at most (more are refused).
     #[arg(long, default_value_t = mpa_datapath::server::DEFAULT_MAX_CONTROL_CLIENTS)]
     max_control_clients: usize,
+    /// Records per completion ring (one ring per worker and subscribing consumer, in shared
+    /// memory): a power of two; a consumer that falls this far behind loses completions
+    /// (counted, and reported to it as an overflow).
+    #[arg(long, default_value_t = mpa_datapath::server::DEFAULT_COMPLETION_RING)]
+    completion_ring: u32,
     /// Octets of registered memory regions allowed in all.
     #[arg(long, default_value_t = mpa_datapath::server::DEFAULT_MAX_REGION_BYTES)]
     max_region_bytes: u64,
@@ -122,6 +127,12 @@ fn main() -> ExitCode {
         eprintln!("mpa-datapath: --queues {} out of 1..=64", a.queues);
         return ExitCode::from(2);
     }
+    let ring = a.completion_ring;
+    let (lo, hi) = (mpa_ctl_proto::ring::MIN_CAPACITY, mpa_ctl_proto::ring::MAX_CAPACITY);
+    if !ring.is_power_of_two() || !(lo..=hi).contains(&ring) {
+        eprintln!("mpa-datapath: --completion-ring {ring}: a power of two in {lo}..={hi}");
+        return ExitCode::from(2);
+    }
     let tcp = tcp_config(&a);
     let cfg = DatapathConfig {
         iface: a.iface,
@@ -143,6 +154,7 @@ fn main() -> ExitCode {
         pin_cpus: a.pin_cpus,
         max_region_bytes: a.max_region_bytes,
         max_control_clients: a.max_control_clients,
+        completion_ring: ring,
     };
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {

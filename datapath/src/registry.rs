@@ -34,12 +34,10 @@ pub struct Registry {
     keys: RandomState,
     /// Receive buffers posted to a domain, taken by its next connection.
     waiting: HashMap<u32, Vec<PostedBuf>>,
-    /// Subscriber (control client id) of each domain's completions.
-    subscribers: HashMap<u32, u64>,
+    /// Subscriber (control client id) of each domain's completions, and the subscription.
+    subscribers: HashMap<u32, (u64, u64)>,
     /// The control client that created each region (by STag): the region goes with it.
     owners: HashMap<u32, u64>,
-    /// Completions that found no subscriber.
-    pub unclaimed_completions: u64,
 }
 
 impl Registry {
@@ -54,7 +52,6 @@ impl Registry {
             waiting: HashMap::new(),
             subscribers: HashMap::new(),
             owners: HashMap::new(),
-            unclaimed_completions: 0,
         }
     }
 
@@ -203,14 +200,26 @@ impl Registry {
         self.waiting.remove(&pd).unwrap_or_default()
     }
 
-    /// Makes `client` the subscriber of `pd`'s completions.
-    pub fn subscribe(&mut self, pd: u32, client: u64) {
-        self.subscribers.insert(pd, client);
+    /// Makes `client` the subscriber of `pd`'s completions through subscription `sub`.
+    pub fn subscribe(&mut self, pd: u32, client: u64, sub: u64) {
+        self.subscribers.insert(pd, (client, sub));
     }
 
     /// The subscriber of `pd`.
     pub fn subscriber(&self, pd: u32) -> Option<u64> {
-        self.subscribers.get(&pd).copied()
+        self.subscribers.get(&pd).map(|&(c, _)| c)
+    }
+
+    /// The subscriptions `client` holds: (domain, subscription).
+    pub fn subscriptions_of(&self, client: u64) -> Vec<(u32, u64)> {
+        let mut v: Vec<_> = self
+            .subscribers
+            .iter()
+            .filter(|(_, &(c, _))| c == client)
+            .map(|(&pd, &(_, sub))| (pd, sub))
+            .collect();
+        v.sort_unstable();
+        v
     }
 
     /// A client went away (closed its connection, or died): its subscriptions end and the
@@ -218,7 +227,7 @@ impl Registry {
     /// placed any more into memory nobody maps and its octets leave the budget. Returns the
     /// STags destroyed (the workers must forget them too).
     pub fn client_gone(&mut self, client: u64) -> Vec<u32> {
-        self.subscribers.retain(|_, c| *c != client);
+        self.subscribers.retain(|_, (c, _)| *c != client);
         let mut stags: Vec<u32> = self
             .owners
             .iter()
@@ -240,7 +249,7 @@ impl Registry {
             region_budget: self.max_bytes,
             buffers_waiting: self.waiting.values().map(Vec::len).sum::<usize>(),
             subscribers: self.subscribers.len(),
-            unclaimed_completions: self.unclaimed_completions,
+            unclaimed_completions: 0,
         }
     }
 }
@@ -279,8 +288,9 @@ mod tests {
         assert!(g.destroy(a.info.stag).is_err());
         let c = g.create(5_000, 1, true, false, 7).unwrap();
         let d = g.create(1_000, 1, true, false, 8).unwrap();
-        g.subscribe(1, 7);
+        g.subscribe(1, 7, 1);
         assert_eq!(g.subscriber(1), Some(7));
+        assert_eq!(g.subscriptions_of(7), vec![(1, 1)]);
         let bufs = g.buffers(1, d.info.stag, 0, 100, 2).unwrap();
         g.wait(1, bufs).unwrap();
         // Client 7 goes: its subscription and its regions (only those) with it.

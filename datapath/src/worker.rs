@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 use crate::capture::{CaptureBatch, CaptureSpec, CaptureTap};
+use crate::completions::{Outbox, RingMark, RingSubscription};
 use crate::flow::{Flow, FlowEnd, FlowError};
 use crate::receiver::{PostRecvError, PostedBuf, Region, RegionTable};
 use crate::ring::FrameRing;
@@ -39,10 +40,20 @@ pub enum Command {
     Close(u64),
     /// Abort every flow (RST to each peer), each reported gone with this reason.
     AbortAll(&'static str),
-    /// Give a flow up (it belongs to another queue's worker): answer with its state.
-    Release(u64, Sender<Option<Box<Flow>>>),
+    /// Give a flow up (it belongs to another queue's worker): answer with its state and
+    /// where its completions end in this worker's ring.
+    Release(u64, Sender<Option<(Box<Flow>, Option<RingMark>)>>),
     /// Take over a flow released by another worker.
-    Adopt(Box<Flow>, (SocketAddr, SocketAddr)),
+    Adopt(Box<Flow>, (SocketAddr, SocketAddr), Option<RingMark>),
+    /// Deliver a domain's completions into this ring (replacing the domain's earlier one).
+    Subscribe(Box<RingSubscription>),
+    /// A subscription ended (its consumer is gone): unmap its ring.
+    Unsubscribe {
+        /// The domain.
+        pd: u32,
+        /// The subscription.
+        id: u64,
+    },
     /// Report counters.
     Stats(Sender<QueueReport>),
     /// Start capturing (replacing any capture running).
@@ -69,13 +80,6 @@ pub enum Notification {
         end: FlowEnd,
         /// Final counters.
         stats: Box<FlowReport>,
-    },
-    /// Completions of one flow, in order.
-    Completions {
-        /// The flow's domain.
-        pd: u32,
-        /// Completions.
-        items: Vec<mpa_ctl_proto::Completion>,
     },
     /// Captured frames (a full batch, or what one poll captured); the control thread sends
     /// them to the capturing client and gives the emptied batch back.
@@ -123,60 +127,6 @@ pub enum WorkerError {
 
 /// Empty polls before an idle worker blocks in poll() instead of spinning.
 const SPIN_POLLS: u32 = 256;
-
-/// Completions waiting to leave the worker, per protection domain (each domain's list in
-/// order per connection). One notification per batch instead of one per flow and burst: the
-/// control thread and the consumer pay per message.
-#[derive(Default)]
-struct CompletionBatches {
-    by_pd: Vec<(u32, Vec<mpa_ctl_proto::Completion>)>,
-    count: usize,
-    since: Option<Instant>,
-}
-
-/// Completions held before a batch leaves at once.
-const COMPLETION_BATCH: usize = 4096;
-/// The longest a completion waits in the worker.
-const COMPLETION_DELAY: Duration = Duration::from_millis(1);
-
-impl CompletionBatches {
-    fn add(&mut self, pd: u32, f: &mut Flow, now: Instant) {
-        let i = match self.by_pd.iter().position(|(p, _)| *p == pd) {
-            Some(i) => i,
-            None => {
-                self.by_pd.push((pd, Vec::new()));
-                self.by_pd.len() - 1
-            }
-        };
-        let v = &mut self.by_pd[i].1;
-        let before = v.len();
-        f.drain_completions_into(v);
-        self.count += v.len() - before;
-        self.since.get_or_insert(now);
-    }
-
-    fn due(&self, now: Instant, quiet: bool) -> bool {
-        self.count > 0
-            && (quiet
-                || self.count >= COMPLETION_BATCH
-                || self
-                    .since
-                    .is_some_and(|t| now.duration_since(t) >= COMPLETION_DELAY))
-    }
-
-    fn flush(&mut self, notify: &Sender<Notification>) {
-        for (pd, items) in self.by_pd.iter_mut() {
-            if !items.is_empty() {
-                let _ = notify.send(Notification::Completions {
-                    pd: *pd,
-                    items: std::mem::take(items),
-                });
-            }
-        }
-        self.count = 0;
-        self.since = None;
-    }
-}
 
 /// CPU time (user + system) of the calling thread: the worker's own cost, apart from the
 /// rest of the process.
@@ -243,7 +193,8 @@ pub struct Worker<R: FrameRing> {
     scratch: Vec<u8>,
     /// The packet capture, while one runs: `None` costs one branch per frame.
     tap: Option<CaptureTap>,
-    completions: CompletionBatches,
+    /// The completion rings of subscribed domains.
+    completions: Outbox,
     /// Test-only fault injection, in debug builds only ([`PANIC_AT_HANDOVER_ENV`]).
     #[cfg(debug_assertions)]
     panic_at_handover: Option<usize>,
@@ -280,7 +231,7 @@ impl<R: FrameRing> Worker<R> {
             touched: Vec::with_capacity(256),
             strays: Strays::default(),
             scratch: vec![0u8; 16 * 1024],
-            completions: CompletionBatches::default(),
+            completions: Outbox::default(),
             tap: None,
             #[cfg(debug_assertions)]
             panic_at_handover: std::env::var(PANIC_AT_HANDOVER_ENV)
@@ -418,25 +369,31 @@ impl<R: FrameRing> Worker<R> {
                 let _ = answer.send(dropped);
             }
             Command::Release(id, answer) => {
-                // Completions this worker holds leave first: the flow's next ones come from
-                // its new worker and must not overtake them.
-                self.completions.flush(&self.notify);
+                // Its completions so far are published here first, and the mark says where
+                // they end: the new worker's records of it wait behind a marker until the
+                // consumer has read this ring that far.
                 self.armed.remove(&id);
                 let flow = self
                     .ids
                     .remove(&id)
                     .and_then(|k| self.flows.remove(&k))
-                    .map(Box::new);
+                    .map(|f| {
+                        let mark = self.completions.leave(f.id, f.pd());
+                        (Box::new(f), mark)
+                    });
                 let _ = answer.send(flow);
             }
-            Command::Adopt(flow, key) => {
+            Command::Adopt(flow, key, mark) => {
                 let key = flow_key(key.0, key.1);
                 self.ids.insert(flow.id, key);
+                self.completions.arrive(flow.id, mark);
                 let mut flow = *flow;
                 self.replay_strays(&mut flow, key, Instant::now());
                 self.flows.insert(key, flow);
                 self.touched.push(key);
             }
+            Command::Subscribe(sub) => self.completions.subscribe(*sub),
+            Command::Unsubscribe { pd, id } => self.completions.unsubscribe(pd, id),
             Command::Shutdown => return false,
         }
         true
@@ -570,9 +527,7 @@ impl<R: FrameRing> Worker<R> {
                 continue;
             };
             if f.has_completions() {
-                if let Some(pd) = f.pd() {
-                    completions.add(pd, f, now);
-                }
+                completions.deliver(f);
             }
             f.on_timer(now);
             let mut tx_tap = tap.as_mut().filter(|t| t.wants(f.id));
@@ -604,16 +559,13 @@ impl<R: FrameRing> Worker<R> {
         if self.tap.is_some() {
             self.flush_capture(Some(now));
         }
-        // Completions leave in batches: when many wait, after a millisecond, before the
-        // worker goes to sleep (traffic stopped), and before a flow is reported gone. Not on
-        // every empty poll: a busy-polling worker sees many between bursts.
-        let quiet = self.empty_polls + 1 >= SPIN_POLLS || !gone.is_empty();
-        if self.completions.due(now, quiet) {
-            self.completions.flush(&self.notify);
-        }
+        // Each ring written in this burst is published once (and its consumer woken if it
+        // sleeps), before any flow is reported gone.
+        self.completions.publish();
         for key in gone {
             if let Some(f) = self.flows.remove(&key) {
                 self.strays.take(&key);
+                self.completions.gone(f.id);
                 self.ids.remove(&f.id);
                 self.armed.remove(&f.id);
                 let end = f.ended().cloned().unwrap_or(FlowEnd {
@@ -680,7 +632,11 @@ impl<R: FrameRing> Worker<R> {
         QueueReport {
             queue: self.xsk.queue(),
             ring: self.xsk.stats(),
-            stats: self.stats,
+            stats: QueueStats {
+                completions_overflow: self.completions.overflow,
+                completions_unclaimed: self.completions.unclaimed,
+                ..self.stats
+            },
             cpu_seconds: thread_cpu_seconds(),
             flows: self.flows.values().map(Flow::report).collect(),
         }

@@ -10,7 +10,9 @@ use mpa::endpoint::rtr_ulpdu;
 use mpa::startup::RtrType;
 use mpa::wire::ddp::{DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN};
 use mpa_ctl_proto::{CaptureDirection, CompletionKind, HandOver, RegionInfo, Role};
+use mpa_ctl_proto::ring::{Producer, RingFile, RingSet, Waker};
 use mpa_datapath::capture::startup_frames;
+use mpa_datapath::completions::RingSubscription;
 use mpa_datapath::flow::{Flow, FlowError};
 use mpa_datapath::receiver::Region;
 use mpa_datapath::region::RegionMemory;
@@ -162,6 +164,21 @@ struct Bench {
     wire: MemWire,
     notes: Receiver<Notification>,
     mem: Arc<RegionMemory>,
+    /// The consumer's end of domain 1's completion ring.
+    rings: RingSet,
+}
+
+/// A subscription of domain `pd` with one ring of `capacity` records: the worker's command
+/// and the consumer's end.
+fn subscription(pd: u32, capacity: u32) -> (Command, RingSet) {
+    let file = Arc::new(RingFile::create("in-memory-completions", 1, capacity).unwrap());
+    let sub = RingSubscription {
+        pd,
+        id: 1,
+        producer: Producer::new(file.clone(), 0).unwrap(),
+        waker: Waker::create().unwrap(),
+    };
+    (Command::Subscribe(Box::new(sub)), RingSet::new(file))
 }
 
 const STAG: u32 = 0x10;
@@ -202,11 +219,14 @@ fn worker_with(markers: bool, tcp: TcpConfig) -> Bench {
     let h = handover(&[], markers, false, Some(1));
     assert!(worker.apply(Command::HandOver(Box::new(h), vec![], answer)));
     result.recv().unwrap().expect("hand-over accepted");
+    let (sub, rings) = subscription(1, 1024);
+    assert!(worker.apply(sub));
     Bench {
         worker,
         wire,
         notes,
         mem,
+        rings,
     }
 }
 
@@ -268,20 +288,10 @@ fn a_worker_on_an_in_memory_ring_places_out_of_order_segments_and_acks() {
     assert_eq!(f.rx.fpdus, n as u64);
     assert_eq!(f.rx.completions, n as u64);
     assert_eq!(q.ring.rx_frames, segs.len() as u64 + 1);
-    // Completions leave in order once the worker goes quiet.
+    // Completions are in the domain's ring, in order, published at the end of each burst.
     let mut completions = Vec::new();
-    for _ in 0..1000 {
-        b.worker.poll_once().unwrap();
-        while let Ok(n) = b.notes.try_recv() {
-            if let Notification::Completions { pd, items } = n {
-                assert_eq!(pd, 1);
-                completions.extend(items);
-            }
-        }
-        if completions.len() == n {
-            break;
-        }
-    }
+    assert_eq!(b.rings.poll(&mut completions, 1000).unwrap(), 0);
+    assert_eq!(q.stats.completions_overflow, 0);
     let offsets: Vec<u64> = completions.iter().map(|c| c.offset).collect();
     assert_eq!(
         offsets,
@@ -290,6 +300,36 @@ fn a_worker_on_an_in_memory_ring_places_out_of_order_segments_and_acks() {
     assert!(completions
         .iter()
         .all(|c| c.kind == CompletionKind::WritePlaced && c.len == len as u64 && c.flow_id == 3));
+}
+
+#[test]
+fn a_full_completion_ring_loses_counted_records_and_placement_goes_on() {
+    let mut b = worker_with_flow(false);
+    // A consumer with a ring of 4 records that reads nothing while 24 Writes arrive.
+    let (sub, mut rings) = subscription(1, 4);
+    assert!(b.worker.apply(sub));
+    let (n, len) = (24, 500);
+    let (stream, data) = writes(false, n, len);
+    for (i, c) in stream.chunks(1448).enumerate() {
+        assert!(b.wire.inject(segment(RCV_NXT.wrapping_add((i * 1448) as u32), c)));
+        b.worker.poll_once().unwrap();
+    }
+    let mut got = vec![0u8; data.len()];
+    assert!(b.mem.read(0, &mut got));
+    assert!(got == data, "placement is not held back by the consumer");
+    let q = b.worker.report();
+    assert_eq!(q.flows[0].rx.completions, n as u64);
+    assert_eq!(q.stats.completions_overflow, n as u64 - 4);
+    // The consumer gets the first four and then the loss, exactly.
+    let mut out = Vec::new();
+    assert_eq!(rings.poll(&mut out, 100).unwrap(), n as u64 - 4);
+    assert_eq!(
+        out.iter().map(|c| c.offset).collect::<Vec<_>>(),
+        vec![0, 500, 1000, 1500]
+    );
+    out.clear();
+    assert_eq!(rings.poll(&mut out, 100).unwrap(), 0);
+    assert!(out.is_empty());
 }
 
 #[test]
@@ -630,4 +670,71 @@ fn a_silent_peer_is_reaped_by_keepalive_and_reported_gone() {
         "{}",
         b.worker.timer_entries()
     );
+}
+
+#[test]
+fn a_flow_that_moves_to_another_worker_keeps_its_completions_in_order() {
+    // Worker 0 owns the flow first; both workers write into one subscription's two rings.
+    let mut a = worker_with_flow(false);
+    let (ring_b, wire_b) = MemRing::new(1);
+    let (_cmd_tx, cmd_rx) = unbounded();
+    let (note_tx, _notes_b) = unbounded();
+    let mut b = Worker::new(
+        ring_b,
+        WorkerConfig {
+            our_mac: OUR_MAC,
+            tcp: TcpConfig::default(),
+            digest: true,
+            verify_checksums: true,
+        },
+        cmd_rx,
+        note_tx,
+    );
+    b.apply(Command::AddRegion(Region {
+        info: RegionInfo {
+            stag: STAG,
+            len: REGION_LEN,
+            pd: 1,
+            remote_write: true,
+            remote_read: false,
+            huge_pages: false,
+        },
+        mem: a.mem.clone(),
+    }));
+    let file = Arc::new(RingFile::create("moving", 2, 64).unwrap());
+    let waker = Waker::create().unwrap();
+    for (i, w) in [&mut a.worker, &mut b].into_iter().enumerate() {
+        assert!(w.apply(Command::Subscribe(Box::new(RingSubscription {
+            pd: 1,
+            id: 9,
+            producer: Producer::new(file.clone(), i as u32).unwrap(),
+            waker: waker.clone(),
+        }))));
+    }
+    let mut rings = RingSet::new(file);
+    let (n, len) = (8, 500);
+    let (stream, _) = writes(false, n, len);
+    let half = 4 * (len + TAGGED_HEADER_LEN + 2 + 4);
+    // The first four Writes on worker 0, then the flow moves, the last four on worker 1.
+    assert!(a.wire.inject(segment(RCV_NXT, &stream[..half])));
+    a.worker.poll_once().unwrap();
+    let (tx, rx) = unbounded();
+    assert!(a.worker.apply(Command::Release(3, tx)));
+    let (flow, mark) = rx.recv().unwrap().expect("released");
+    assert_eq!(mark.map(|m| (m.ring, m.position)), Some((0, 4)));
+    assert!(b.apply(Command::Adopt(flow, (local().into(), remote().into()), mark)));
+    assert!(wire_b.inject(segment(
+        RCV_NXT.wrapping_add(half as u32),
+        &stream[half..]
+    )));
+    b.poll_once().unwrap();
+    // Whichever ring the consumer looks at first, worker 0's four come first.
+    let mut out = Vec::new();
+    assert_eq!(rings.poll(&mut out, 0).unwrap(), 0);
+    assert_eq!(rings.poll(&mut out, 100).unwrap(), 0);
+    assert_eq!(
+        out.iter().map(|c| c.offset).collect::<Vec<_>>(),
+        (0..n as u64).map(|i| i * len as u64).collect::<Vec<_>>()
+    );
+    assert_eq!(rings.tails(), vec![4, 5], "ring 1: the marker and four records");
 }

@@ -5,8 +5,8 @@
 use super::{Incoming, Server};
 use crossbeam_channel::Sender;
 use mpa_ctl_proto::{
-    encode_message, read_message_counted, write_frame, write_frame_with_fd, write_message,
-    ErrorCode, Message,
+    encode_message, read_message_counted, write_frame, write_frame_with_fd, write_frame_with_fds,
+    write_message, ErrorCode, Message,
 };
 use std::io;
 use std::os::fd::AsFd;
@@ -29,8 +29,13 @@ pub(super) struct Client {
     closed: Arc<AtomicBool>,
 }
 
-/// A framed message for a client, with the region whose descriptor goes along (SCM_RIGHTS).
-struct Outgoing(Vec<u8>, Option<Arc<crate::region::RegionMemory>>);
+/// A framed message for a client, with the region whose descriptor goes along (SCM_RIGHTS),
+/// or other descriptors (a subscription's rings and eventfd).
+struct Outgoing(
+    Vec<u8>,
+    Option<Arc<crate::region::RegionMemory>>,
+    Vec<std::os::fd::OwnedFd>,
+);
 
 /// Messages queued for one client at most (a second bound beside the octets).
 const CLIENT_QUEUE: usize = 65_536;
@@ -170,9 +175,13 @@ impl Server {
             let (out, out_rx) = crossbeam_channel::bounded::<Outgoing>(CLIENT_QUEUE);
             let queued = out_octets.clone();
             let writer = std::thread::spawn(move || {
-                for Outgoing(frame, region) in out_rx {
+                for Outgoing(frame, region, fds) in out_rx {
                     let r = match &region {
                         Some(mem) => write_frame_with_fd(&w, &frame, mem.fd()),
+                        None if !fds.is_empty() => {
+                            let b: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+                            write_frame_with_fds(&w, &frame, &b)
+                        }
                         None => write_frame(&mut w, &frame),
                     };
                     queued.fetch_sub(frame.len(), Ordering::AcqRel);
@@ -236,6 +245,26 @@ impl Server {
         m: Message,
         region: Option<Arc<crate::region::RegionMemory>>,
     ) -> bool {
+        self.send_outgoing(client, m, region, Vec::new())
+    }
+
+    /// [`Server::send_to`] with descriptors attached (SCM_RIGHTS, in order).
+    pub(super) fn send_with_fds(
+        &mut self,
+        client: u64,
+        m: Message,
+        fds: Vec<std::os::fd::OwnedFd>,
+    ) -> bool {
+        self.send_outgoing(client, m, None, fds)
+    }
+
+    fn send_outgoing(
+        &mut self,
+        client: u64,
+        m: Message,
+        region: Option<Arc<crate::region::RegionMemory>>,
+        fds: Vec<std::os::fd::OwnedFd>,
+    ) -> bool {
         let Some(c) = self.clients.get(&client) else {
             return false;
         };
@@ -251,7 +280,7 @@ impl Server {
         let fits = queued == 0 || queued + len <= CLIENT_QUEUE_OCTETS;
         if fits {
             c.out_octets.fetch_add(len, Ordering::AcqRel);
-            match c.out.try_send(Outgoing(frame, region)) {
+            match c.out.try_send(Outgoing(frame, region, fds)) {
                 Ok(()) => return true,
                 Err(crossbeam_channel::TrySendError::Full(_)) => {
                     c.out_octets.fetch_sub(len, Ordering::AcqRel);

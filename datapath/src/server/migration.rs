@@ -30,9 +30,9 @@ impl Server {
         {
             return;
         }
-        if let Ok(Some(flow)) = rx.recv_timeout(Duration::from_secs(1)) {
+        if let Ok(Some((flow, mark))) = rx.recv_timeout(Duration::from_secs(1)) {
             a.worker = Some(q);
-            let _ = self.workers[q].send(Command::Adopt(flow, (local, remote)));
+            let _ = self.workers[q].send(Command::Adopt(flow, (local, remote), mark));
             tracing::debug!(flow_id, from = owner, to = q, "flow moved to its RSS queue");
         }
     }

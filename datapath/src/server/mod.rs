@@ -6,8 +6,9 @@
 //! the control thread is split by concern: `clients` (accepting and writing to control
 //! clients), `requests` (one function per control request), `notifications` (what workers
 //! report), `capture` (packet capture for a client), `migration` (moving a flow to the
-//! worker of the queue its segments arrive on) and `faults` (a worker that died, the XDP
-//! program detached by someone else).
+//! worker of the queue its segments arrive on), `subscriptions` (completion rings in shared
+//! memory for consumers) and `faults` (a worker that died, the XDP program detached by
+//! someone else).
 
 #![forbid(unsafe_code)]
 
@@ -17,6 +18,7 @@ mod faults;
 mod migration;
 mod notifications;
 mod requests;
+mod subscriptions;
 
 use crate::registry::Registry;
 use crate::tcp::TcpConfig;
@@ -66,7 +68,14 @@ pub struct DatapathConfig {
     /// Control clients connected at once at most; more are refused with an `Error` of code
     /// `Limit` ([`DEFAULT_MAX_CONTROL_CLIENTS`]).
     pub max_control_clients: usize,
+    /// Records per completion ring (one ring per worker and subscription; a power of two,
+    /// [`DEFAULT_COMPLETION_RING`]).
+    pub completion_ring: u32,
 }
+
+/// Default of [`DatapathConfig::completion_ring`]: 32,768 records (1.5 MiB per ring), a
+/// third of a second of 4 KiB messages at 4 Gbit/s for a consumer that is not scheduled.
+pub const DEFAULT_COMPLETION_RING: u32 = 1 << 15;
 
 /// Default of [`DatapathConfig::max_control_clients`]: far more than `mpa-control` and the
 /// consumers of one host need, few enough that their threads and queues stay bounded.
@@ -168,6 +177,8 @@ impl Datapath {
             capture: None,
             next_capture: 1,
             faults: faults::Faults::new(failure.clone()),
+            completion_ring: cfg.completion_ring,
+            next_subscription: 1,
         };
         let control = std::thread::Builder::new()
             .name("mpa-control-server".into())
@@ -319,6 +330,9 @@ struct Server {
     capture: Option<Capture>,
     next_capture: u64,
     faults: faults::Faults,
+    /// Records per completion ring.
+    completion_ring: u32,
+    next_subscription: u64,
 }
 
 /// How long a stopping datapath waits for its clients' writers to send what is queued (the
@@ -387,6 +401,7 @@ impl Server {
         if let Some(c) = self.clients.remove(&client) {
             c.close();
         }
+        self.close_subscriptions(client);
         let stags = self.registry.client_gone(client);
         for &stag in &stags {
             for w in &self.workers {

@@ -1,5 +1,6 @@
 //! What the workers report to the control thread: captured frames, flows seen on the wrong
-//! queue, completions for subscribers, and flows that ended.
+//! queue, and flows that ended (completions go to their consumers through shared memory,
+//! not through here).
 
 use super::{Server, FINISHED_KEPT};
 use crate::worker::Notification;
@@ -18,16 +19,6 @@ impl Server {
                 local,
                 remote,
             } => self.move_stray_flow(queue, local, remote),
-            Notification::Completions { pd, items } => {
-                let n = items.len() as u64;
-                let sent = match self.registry.subscriber(pd) {
-                    Some(c) => self.send_to(c, Message::Completions { pd, items }, None),
-                    None => false,
-                };
-                if !sent {
-                    self.registry.unclaimed_completions += n;
-                }
-            }
             Notification::FlowGone {
                 flow_id,
                 end,

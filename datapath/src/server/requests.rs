@@ -283,6 +283,7 @@ impl Server {
                 }
             }
         }
+        let unclaimed_completions = queues.iter().map(|q| q.stats.completions_unclaimed).sum();
         let xdp = self.steering.counters().ok().map(|c| format!("{c:?}"));
         let capture = self.capture.as_ref().map(|c| CaptureStats {
             client: c.client,
@@ -300,7 +301,10 @@ impl Server {
             queues,
             xdp,
             adopted_flows: self.adopted.len(),
-            registry: self.registry.stats(),
+            registry: mpa_ctl_proto::stats::RegistryStats {
+                unclaimed_completions,
+                ..self.registry.stats()
+            },
             ended_flows: self.finished.iter().cloned().collect(),
             capture,
             xdp_detached: self.faults.xdp_detached,
@@ -364,10 +368,10 @@ impl Server {
         self.reply(client, Message::Regions { id, regions });
     }
 
-    /// Subscribe: `client` receives the completions of protection domain `pd`.
+    /// Subscribe: `client` receives the completions of protection domain `pd` (through
+    /// completion rings in shared memory, `subscriptions.rs`).
     fn subscribe(&mut self, client: u64, id: u64, pd: u32) {
-        self.registry.subscribe(pd, client);
-        self.reply(client, Message::Ok { id });
+        self.open_subscription(client, id, pd);
     }
 
     /// StopCapture: only the client that started the capture may stop it; it ends at the

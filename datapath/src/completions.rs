@@ -1,0 +1,169 @@
+//! The worker's side of completion delivery: the rings of the subscriptions to its flows'
+//! domains (shared memory, [`mpa_ctl_proto::ring`]). Completions go straight from a flow into
+//! its domain's ring on the per-packet path — no allocation, no lock, no system call — and
+//! each ring written in a burst is published once at its end (the eventfd is written only
+//! when the consumer said it sleeps). A full ring never stalls the worker: the record is
+//! counted as lost, in the ring (the consumer sees where) and in the queue's statistics.
+//!
+//! A flow that moves to another worker leaves a [`RingMark`] (where its completions ended in
+//! the old ring); the new worker writes a [`Record::Moved`] marker before the flow's next
+//! record, and the consumer reads the old ring up to the mark before it goes past the
+//! marker, so the flow's completions stay in order across the move.
+
+#![forbid(unsafe_code)]
+
+use crate::flow::Flow;
+use mpa_ctl_proto::ring::{Producer, Record, Waker};
+
+/// One subscription as a worker holds it: the ring of this worker and the subscription's
+/// eventfd.
+#[derive(Debug)]
+pub struct RingSubscription {
+    /// The domain.
+    pub pd: u32,
+    /// The subscription (unique per datapath): a later one for the domain replaces it.
+    pub id: u64,
+    /// This worker's ring.
+    pub producer: Producer,
+    /// Wakes the consumer.
+    pub waker: Waker,
+}
+
+/// Where a flow's completions ended in the ring of the worker it left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingMark {
+    /// The subscription the ring belongs to.
+    pub sub: u64,
+    /// The ring (the old worker's index).
+    pub ring: u32,
+    /// The old ring's producer index after the flow's last record there.
+    pub position: u64,
+}
+
+struct Sub {
+    s: RingSubscription,
+    dirty: bool,
+}
+
+/// The subscriptions of a worker, and its completion counters.
+#[derive(Default)]
+pub struct Outbox {
+    subs: Vec<Sub>,
+    /// Flows that arrived from another worker and whose marker is not written yet.
+    moved: Vec<(u64, RingMark)>,
+    /// Completions lost because a consumer's ring was full.
+    pub overflow: u64,
+    /// Completions of domains nobody subscribes to.
+    pub unclaimed: u64,
+}
+
+impl Outbox {
+    /// Starts delivering a domain's completions into `s` (replacing its earlier
+    /// subscription, whose ring this worker then unmaps).
+    pub fn subscribe(&mut self, s: RingSubscription) {
+        self.subs.retain(|x| x.s.pd != s.pd);
+        self.subs.push(Sub { s, dirty: false });
+    }
+
+    /// Ends subscription `id` of `pd` (its consumer is gone), if it is still the domain's.
+    pub fn unsubscribe(&mut self, pd: u32, id: u64) {
+        self.subs.retain(|x| (x.s.pd, x.s.id) != (pd, id));
+    }
+
+    /// Subscriptions held.
+    pub fn len(&self) -> usize {
+        self.subs.len()
+    }
+
+    /// No subscription held.
+    pub fn is_empty(&self) -> bool {
+        self.subs.is_empty()
+    }
+
+    /// Moves `flow`'s new completions into its domain's ring (unpublished).
+    #[inline]
+    pub fn deliver(&mut self, flow: &mut Flow) {
+        let Some(pd) = flow.pd() else {
+            return;
+        };
+        let Some(sub) = self.subs.iter_mut().find(|x| x.s.pd == pd) else {
+            let unclaimed = &mut self.unclaimed;
+            flow.drain_completions(|_| *unclaimed += 1);
+            return;
+        };
+        sub.dirty = true;
+        let p = &mut sub.s.producer;
+        let mut blocked = false;
+        if !self.moved.is_empty() {
+            if let Some(i) = self.moved.iter().position(|(id, _)| *id == flow.id) {
+                let mark = self.moved[i].1;
+                let marker = Record::Moved {
+                    flow_id: flow.id,
+                    from_ring: mark.ring,
+                    position: mark.position,
+                };
+                // A mark of another subscription (replaced meanwhile) points at a ring the
+                // consumer no longer reads: nothing to wait for.
+                if mark.sub != sub.s.id || mark.ring == p.ring() || p.try_push(&marker) {
+                    self.moved.swap_remove(i);
+                } else {
+                    blocked = true;
+                }
+            }
+        }
+        let overflow = &mut self.overflow;
+        flow.drain_completions(|c| {
+            // Behind a marker that found no room, records may not overtake it: lost too.
+            if blocked {
+                p.lose();
+                *overflow += 1;
+            } else if !p.push(&Record::Completion(*c)) {
+                *overflow += 1;
+            }
+        });
+    }
+
+    /// Publishes every ring written since the last call and wakes the consumers that sleep:
+    /// once per burst.
+    pub fn publish(&mut self) {
+        for x in self.subs.iter_mut().filter(|x| x.dirty) {
+            x.dirty = false;
+            if x.s.producer.publish() {
+                x.s.waker.wake();
+            }
+        }
+    }
+
+    /// Flow `flow_id` of domain `pd` leaves this worker: everything is published, and the
+    /// mark says where its completions end here.
+    pub fn leave(&mut self, flow_id: u64, pd: Option<u32>) -> Option<RingMark> {
+        self.publish();
+        // It arrived here and never wrote its marker: its completions still end where the
+        // earlier mark says (nothing of it was written here).
+        if let Some(i) = self.moved.iter().position(|(id, _)| *id == flow_id) {
+            return Some(self.moved.swap_remove(i).1);
+        }
+        let pd = pd?;
+        let sub = self.subs.iter().find(|x| x.s.pd == pd)?;
+        Some(RingMark {
+            sub: sub.s.id,
+            ring: sub.s.producer.ring(),
+            position: sub.s.producer.head(),
+        })
+    }
+
+    /// Flow `flow_id` arrived from another worker, its completions there ending at `mark`.
+    pub fn arrive(&mut self, flow_id: u64, mark: Option<RingMark>) {
+        if let Some(m) = mark {
+            self.moved.retain(|(id, _)| *id != flow_id);
+            self.moved.push((flow_id, m));
+        }
+    }
+
+    /// A flow ended: a marker it never wrote is not needed any more.
+    pub fn gone(&mut self, flow_id: u64) {
+        if !self.moved.is_empty() {
+            self.moved.retain(|(id, _)| *id != flow_id);
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! Completion subscriptions: for each, a sealed memfd of completion rings (one per worker)
+//! and an eventfd, made here; each worker gets the producer end of its ring, the consumer
+//! gets both descriptors with the `Subscribed` answer (SCM_RIGHTS) and maps the rings. The
+//! control thread keeps neither: when the consumer goes (or a new subscriber of the domain
+//! replaces it) the workers drop their ends and the memory is released.
+
+use super::{Command, Server};
+use crate::completions::RingSubscription;
+use mpa_ctl_proto::ring::{Producer, RingFile, Waker};
+use mpa_ctl_proto::{ErrorCode, Message};
+use std::sync::Arc;
+
+impl Server {
+    /// Creates `client`'s subscription to domain `pd` and answers request `id` with its
+    /// rings.
+    pub(super) fn open_subscription(&mut self, client: u64, id: u64, pd: u32) {
+        let sub = self.next_subscription;
+        self.next_subscription += 1;
+        let rings = self.workers.len() as u32;
+        let made = RingFile::create(
+            &format!("mpa-completions-{pd}-{sub}"),
+            rings,
+            self.completion_ring,
+        )
+        .and_then(|f| Ok((Arc::new(f), Waker::create()?)));
+        let (file, waker) = match made {
+            Ok(x) => x,
+            Err(e) => {
+                return self.reply(
+                    client,
+                    Message::Error {
+                        id,
+                        code: ErrorCode::Internal,
+                        message: e.to_string(),
+                    },
+                )
+            }
+        };
+        let fds = match (
+            file.fd().try_clone_to_owned(),
+            waker.fd().try_clone_to_owned(),
+        ) {
+            (Ok(a), Ok(b)) => vec![a, b],
+            (Err(e), _) | (_, Err(e)) => {
+                return self.reply(
+                    client,
+                    Message::Error {
+                        id,
+                        code: ErrorCode::Internal,
+                        message: format!("descriptors of the completion rings: {e}"),
+                    },
+                )
+            }
+        };
+        for (i, w) in self.workers.iter().enumerate() {
+            if let Some(producer) = Producer::new(file.clone(), i as u32) {
+                let _ = w.send(Command::Subscribe(Box::new(RingSubscription {
+                    pd,
+                    id: sub,
+                    producer,
+                    waker: waker.clone(),
+                })));
+            }
+        }
+        self.registry.subscribe(pd, client, sub);
+        tracing::info!(
+            client,
+            pd,
+            subscription = sub,
+            rings,
+            capacity = self.completion_ring,
+            "completion rings created"
+        );
+        let capacity = self.completion_ring;
+        self.send_with_fds(
+            client,
+            Message::Subscribed {
+                id,
+                pd,
+                rings,
+                capacity,
+            },
+            fds,
+        );
+    }
+
+    /// `client` is gone: the workers drop the rings of its subscriptions.
+    pub(super) fn close_subscriptions(&mut self, client: u64) {
+        for (pd, id) in self.registry.subscriptions_of(client) {
+            for w in &self.workers {
+                let _ = w.send(Command::Unsubscribe { pd, id });
+            }
+        }
+    }
+}
