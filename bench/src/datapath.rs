@@ -11,7 +11,8 @@ use mpa_control::Placement;
 use mpa_ctl_proto::stats::DatapathStats;
 use mpa_ctl_proto::Message;
 use mpa_datapath::server::{
-    Datapath, DatapathConfig, DEFAULT_MAX_CONTROL_CLIENTS, DEFAULT_MAX_REGION_BYTES,
+    Datapath, DatapathConfig, DEFAULT_COMPLETION_RING, DEFAULT_MAX_CONTROL_CLIENTS,
+    DEFAULT_MAX_REGION_BYTES,
 };
 use mpa_datapath::tcp::TcpConfig;
 use mpa_datapath::xsk::{BindMode, XskConfig};
@@ -44,6 +45,8 @@ pub struct DatapathOptions {
     pub xsk: XskConfig,
     /// Control clients at once at most.
     pub max_control_clients: usize,
+    /// Records per completion ring.
+    pub completion_ring: u32,
 }
 
 impl Default for DatapathOptions {
@@ -57,6 +60,7 @@ impl Default for DatapathOptions {
                 ..XskConfig::default()
             },
             max_control_clients: DEFAULT_MAX_CONTROL_CLIENTS,
+            completion_ring: DEFAULT_COMPLETION_RING,
         }
     }
 }
@@ -79,6 +83,7 @@ pub fn start_datapath(bed: &TestBed, socket: &Path, opts: &DatapathOptions) -> R
             pin_cpus: false,
             max_region_bytes: DEFAULT_MAX_REGION_BYTES,
             max_control_clients: opts.max_control_clients,
+            completion_ring: opts.completion_ring,
         };
         match run_in_netns(&bed.ns_b, move || Datapath::start(cfg))? {
             Ok(dp) => return Ok(dp),

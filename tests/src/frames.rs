@@ -2,6 +2,7 @@
 //! XDP program parses (checksums left zero: the program does not check them); well-formed
 //! frames with checksums come from `etherparse`'s builder ([`udp_v4`]).
 
+use mpa::wire::ddp::{DdpRepr, RdmapOpcode};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
 
 pub const ETH_P_IP: u16 = 0x0800;
@@ -308,4 +309,21 @@ pub fn udp_v4(
 pub fn v4_ports(frame: &[u8]) -> (u16, u16) {
     let p = |at: usize| u16::from_be_bytes([frame[at], frame[at + 1]]);
     (p(34), p(36))
+}
+
+/// A DDP tagged RDMA Write ULPDU (last, MSN 1) of `n` octets `i % 251` for STag `stag` at
+/// tagged offset `to`.
+pub fn rdma_write(stag: u32, to: u64, n: usize) -> Vec<u8> {
+    let h = DdpRepr::Tagged {
+        last: true,
+        opcode: RdmapOpcode::RdmaWrite,
+        stag,
+        to,
+    };
+    let mut v = vec![0u8; h.header_len() + n];
+    h.emit(&mut v, 1).unwrap();
+    for (i, b) in v[h.header_len()..].iter_mut().enumerate() {
+        *b = (i % 251) as u8;
+    }
+    v
 }

@@ -15,13 +15,13 @@
 
 use mpa::crc::crc32c_append;
 use mpa::endpoint::{EndpointConfig, EndpointError, MpaStream};
-use mpa::wire::ddp::{DdpRepr, RdmapOpcode};
 use mpa_bench::{accept_and_hand_over, Responder};
 use mpa_bpf::{AttachMode, XdpSteering};
 use mpa_control::datapath_client::DatapathClient;
 use mpa_ctl_proto::consumer::Consumer;
 use mpa_ctl_proto::Message;
 use mpa_datapath::worker::PANIC_AT_HANDOVER_ENV;
+use mpa_tests::frames::rdma_write;
 use mpa_tests::xdp::ifindex_b;
 use mpa_tests::{
     ended_flow, hand_over, initiator_in_a, listen_in, require_privileged, run_in, run_in_netns,
@@ -474,19 +474,25 @@ fn xdp_detach_by_someone_else_is_reported_and_ends_the_flows() {
     assert!(dp.terminate().success());
 }
 
-fn write(stag: u32, to: u64, n: usize) -> Vec<u8> {
-    let h = DdpRepr::Tagged {
-        last: true,
-        opcode: RdmapOpcode::RdmaWrite,
-        stag,
-        to,
+/// The datapath process's completion-ring memfds of domains 1 and 2: (mappings of 1,
+/// descriptors of 1, mappings of 2, descriptors of 2). The memfds are named
+/// `mpa-completions-PD-SUBSCRIPTION`.
+fn completion_rings(pid: u32) -> (usize, usize, usize, usize) {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    let of = |pd: u32| {
+        let name = format!("memfd:mpa-completions-{pd}-");
+        (
+            maps.lines().filter(|l| l.contains(&name)).count(),
+            fds.iter().filter(|l| l.contains(&name)).count(),
+        )
     };
-    let mut v = vec![0u8; h.header_len() + n];
-    h.emit(&mut v, 1).unwrap();
-    for (i, b) in v[h.header_len()..].iter_mut().enumerate() {
-        *b = (i % 251) as u8;
-    }
-    v
+    let ((m1, f1), (m2, f2)) = (of(1), of(2));
+    (m1, f1, m2, f2)
 }
 
 #[test]
@@ -518,13 +524,13 @@ fn dead_client_loses_its_regions_and_adoptions_and_other_flows_keep_placing() {
         let h = initiator_in_a(&bed, addr, initiator_cfg(), move |_, s| {
             let mut s = s.expect("startup with the datapath");
             for i in 0..100u64 {
-                s.send(&write(stag, i * 500, 500)).unwrap();
+                s.send(&rdma_write(stag, i * 500, 500)).unwrap();
             }
             s.flush().unwrap();
             half_tx.send(()).unwrap();
             go_rx.recv_timeout(Duration::from_secs(60)).unwrap();
             for i in 100..200u64 {
-                if s.send(&write(stag, i * 500, 500)).is_err() {
+                if s.send(&rdma_write(stag, i * 500, 500)).is_err() {
                     break;
                 }
             }
@@ -573,6 +579,14 @@ fn dead_client_loses_its_regions_and_adoptions_and_other_flows_keep_placing() {
     assert!(matches!(r, Message::FlowAdopted { .. }), "{r:?}");
     assert_eq!(stats(&mut dpc).adopted_flows, adopted_before + 1);
 
+    // Each consumer's completion rings: one memfd mapped (and held) by the datapath.
+    let pid = dp.pid();
+    wait_until(
+        "the rings of domains 1 and 2 held by the datapath",
+        Duration::from_secs(5),
+        || completion_rings(pid) == (1, 1, 1, 1),
+    );
+
     // Consumer A and the adopter die (their connections close as a killed process's do).
     drop(region_a);
     drop(a);
@@ -589,6 +603,12 @@ fn dead_client_loses_its_regions_and_adoptions_and_other_flows_keep_placing() {
                 s.adopted_flows,
             ) == (1, 1, 1 << 20, adopted_before)
         },
+    );
+    // Its completion rings are released: the workers unmapped them and closed the memfd.
+    wait_until(
+        "the dead consumer's completion rings unmapped and closed",
+        Duration::from_secs(5),
+        || completion_rings(pid) == (0, 0, 1, 1),
     );
 
     // Flow A's next write names a region that no longer exists: Terminate "invalid STag"

@@ -8,6 +8,8 @@ use crate::options::{Op, PD};
 use anyhow::{anyhow, bail, Result};
 use crossbeam_channel::{unbounded, Receiver};
 use mpa_ctl_proto::{stats::FlowReport, Completion, CompletionKind, HandOver, RegionInfo};
+use mpa_ctl_proto::ring::{Producer, RingFile, RingSet, Waker};
+use mpa_datapath::completions::RingSubscription;
 use mpa_datapath::receiver::{PostedBuf, Region};
 use mpa_datapath::region::RegionMemory;
 use mpa_datapath::ring::{MemRing, MemWire, MEM_RING_SIZE};
@@ -60,7 +62,9 @@ pub struct RoundResult {
 struct Setup {
     worker: Worker<MemRing>,
     wire: MemWire,
-    notes: Receiver<Notification>,
+    /// The consumer's end of the domain's completion ring (what a subscriber maps).
+    rings: RingSet,
+    _notes: Receiver<Notification>,
     mems: Vec<Arc<RegionMemory>>,
     /// Kept so the worker's command channel stays open.
     _cmd: crossbeam_channel::Sender<Command>,
@@ -105,6 +109,16 @@ fn setup(o: &PipelineOpts, p: &Prepared) -> Result<Setup> {
         cmd_rx,
         note_tx,
     );
+    // The completion ring a subscriber would map: one burst's completions fit many times
+    // over, and the round reads it after every burst.
+    let file = Arc::new(RingFile::create("pipeline-completions", 1, COMPLETION_RING)?);
+    worker.apply(Command::Subscribe(Box::new(RingSubscription {
+        pd: PD,
+        id: 1,
+        producer: Producer::new(file.clone(), 0).ok_or_else(|| anyhow!("no ring 0"))?,
+        waker: Waker::create()?,
+    })));
+    let rings = RingSet::new(file);
     let mut mems = Vec::new();
     for (i, f) in p.flows.iter().enumerate() {
         if o.op != Op::Count {
@@ -138,7 +152,8 @@ fn setup(o: &PipelineOpts, p: &Prepared) -> Result<Setup> {
     Ok(Setup {
         worker,
         wire,
-        notes,
+        rings,
+        _notes: notes,
         mems,
         _cmd: cmd,
     })
@@ -151,14 +166,26 @@ fn thread_cpu() -> Duration {
         .unwrap_or_default()
 }
 
-fn take_completions(notes: &Receiver<Notification>, into: &mut [Vec<Completion>]) {
-    for n in notes.try_iter() {
-        if let Notification::Completions { items, .. } = n {
-            for c in items {
-                if let Some(v) = into.get_mut(c.flow_id as usize - 1) {
-                    v.push(c);
-                }
+/// Records of the round's completion ring.
+const COMPLETION_RING: u32 = 1 << 16;
+
+/// Reads the completion ring (outside the timed part: the consumer's work, in its own
+/// thread in a real run); a loss fails the round.
+fn take_completions(rings: &mut RingSet, into: &mut [Vec<Completion>]) -> Result<()> {
+    let mut got = Vec::new();
+    loop {
+        got.clear();
+        let lost = rings.poll(&mut got, 4096)?;
+        for c in &got {
+            if let Some(v) = into.get_mut(c.flow_id as usize - 1) {
+                v.push(*c);
             }
+        }
+        if lost > 0 {
+            bail!("{lost} completions lost: the ring of {COMPLETION_RING} records overflowed");
+        }
+        if got.is_empty() {
+            return Ok(());
         }
     }
 }
@@ -221,11 +248,11 @@ pub fn run_round_with(
         r.poll_cpu += thread_cpu().saturating_sub(c);
         timing(false);
         r.acks += s.wire.take_sent().len() as u64;
-        take_completions(&s.notes, &mut completions);
+        take_completions(&mut s.rings, &mut completions)?;
     }
     r.wall = wall0.elapsed();
     r.cpu = thread_cpu().saturating_sub(cpu0).as_secs_f64();
-    // Completions leave the worker in batches, the last when it goes quiet.
+    // Every completion was published at the end of the burst that made it.
     let want: u64 = p.flows.iter().map(|f| f.messages).sum();
     let deadline = Instant::now() + Duration::from_secs(1);
     while o.op != Op::Count
@@ -234,7 +261,7 @@ pub fn run_round_with(
     {
         s.worker.poll_once()?;
         r.acks += s.wire.take_sent().len() as u64;
-        take_completions(&s.notes, &mut completions);
+        take_completions(&mut s.rings, &mut completions)?;
     }
     let q = s.worker.report();
     r.frames = q.ring.rx_frames;
