@@ -85,6 +85,7 @@ impl SuiteArgs {
                 out: self.out.clone(),
                 json: false,
                 nic: Default::default(),
+                consumer_busy_poll: false,
             },
             bw: BwArgs {
                 sizes: if q {
@@ -115,6 +116,7 @@ impl SuiteArgs {
                 out: self.out.clone(),
                 json: false,
                 nic: Default::default(),
+                consumer_busy_poll: false,
             },
             setup: SetupArgs {
                 connections: if q { 100 } else { 1000 },

@@ -37,13 +37,13 @@ use crate::client::{ClientError, ControlClient};
 use crate::ring::{drain_eventfd, RingError, RingFile, RingSet};
 use crate::{Completion, Message, PostTarget, RegionInfo};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use std::os::fd::AsFd;
-use std::sync::Arc;
 use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 use std::num::NonZeroUsize;
+use std::os::fd::AsFd;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::ptr::NonNull;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Why a consumer request failed.
@@ -180,7 +180,9 @@ impl Consumer {
     /// Receive the completions of domain `pd`'s connections on this consumer: maps the
     /// rings the datapath made for it. Subscribing to a domain again replaces its rings.
     pub fn subscribe(&mut self, pd: u32) -> Result<(), ConsumerError> {
-        let (m, mut fds) = self.client.request_with_fds(|id| Message::Subscribe { id, pd })?;
+        let (m, mut fds) = self
+            .client
+            .request_with_fds(|id| Message::Subscribe { id, pd })?;
         let Message::Subscribed {
             rings, capacity, ..
         } = m
@@ -192,8 +194,8 @@ impl Consumer {
         }
         let wake = fds.pop().ok_or(ConsumerError::NoRing(pd))?;
         let file = fds.pop().ok_or(ConsumerError::NoRing(pd))?;
-        let file = RingFile::open(file, rings, capacity)
-            .map_err(|err| ConsumerError::Ring { pd, err })?;
+        let file =
+            RingFile::open(file, rings, capacity).map_err(|err| ConsumerError::Ring { pd, err })?;
         self.subs.retain(|s| s.pd != pd);
         self.subs.push(Subscription {
             pd,
@@ -246,7 +248,9 @@ impl Consumer {
                 std::hint::spin_loop();
                 continue;
             }
-            let Some(left) = deadline.checked_duration_since(now).filter(|d| !d.is_zero())
+            let Some(left) = deadline
+                .checked_duration_since(now)
+                .filter(|d| !d.is_zero())
             else {
                 self.check_socket()?;
                 return Ok(None);
@@ -277,9 +281,7 @@ impl Consumer {
             }
             match r {
                 Ok(_) | Err(nix::Error::EINTR) => {}
-                Err(e) => {
-                    return Err(ClientError::Proto(crate::ProtoError::Io(e.into())).into())
-                }
+                Err(e) => return Err(ClientError::Proto(crate::ProtoError::Io(e.into())).into()),
             }
             if socket_ready {
                 self.check_socket()?;

@@ -3,8 +3,8 @@
 //! decoding never panics, never allocates beyond one message's bound, and what decodes
 //! re-encodes to an equal message.
 
-use crate::ring::{decode_record, encode_record, RECORD_LEN};
 use crate::region_ad::RegionAd;
+use crate::ring::{decode_record, encode_record, RECORD_LEN};
 use crate::{encode_message, read_message_counted, Message, MAX_MESSAGE};
 
 /// Runs every decoder of the control protocol on `data`.

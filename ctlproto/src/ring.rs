@@ -291,7 +291,9 @@ impl RingFile {
         let len = check_shape(rings, capacity)?;
         let st = nix::sys::stat::fstat(&fd).map_err(sys("fstat"))?;
         if st.st_size != len as i64 {
-            return Err(RingError::Layout("file size differs from the announced rings"));
+            return Err(RingError::Layout(
+                "file size differs from the announced rings",
+            ));
         }
         let seals = fcntl(&fd, FcntlArg::F_GET_SEALS).map_err(sys("F_GET_SEALS"))?;
         let want = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW;
@@ -304,7 +306,9 @@ impl RingFile {
             let got = [OFF_MAGIC, OFF_VERSION, OFF_CAPACITY, OFF_INDEX, OFF_RINGS]
                 .map(|o| f.u32_at(r, o).load(Ordering::Relaxed));
             if got != [MAGIC, LAYOUT_VERSION, capacity, r, rings] {
-                return Err(RingError::Layout("ring header differs from the announced rings"));
+                return Err(RingError::Layout(
+                    "ring header differs from the announced rings",
+                ));
             }
         }
         Ok(f)
@@ -448,7 +452,10 @@ impl Producer {
     #[inline]
     pub fn try_push(&mut self, r: &Record) -> bool {
         if self.head.wrapping_sub(self.tail_seen) >= self.cap {
-            let t = self.file.u64_at(self.ring, OFF_TAIL).load(Ordering::Acquire);
+            let t = self
+                .file
+                .u64_at(self.ring, OFF_TAIL)
+                .load(Ordering::Acquire);
             // A tail beyond the head or more than a ring behind is not the consumer's: treat
             // the ring as full rather than overwrite records on its word.
             self.tail_seen = if self.head.wrapping_sub(t) <= self.cap {
@@ -538,7 +545,7 @@ pub struct Reader {
     accounted: u64,
 }
 
-/// What [`Reader::next`] found.
+/// What [`Reader::take`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Next {
     /// Nothing unread.
@@ -583,8 +590,14 @@ impl Reader {
         // Lost before head: the producer stores head before lost, so a lost count read here
         // comes with every record written before those losses (a trailing loss is reported
         // only once they are all read).
-        let lost = self.file.u64_at(self.ring, OFF_LOST).load(Ordering::Acquire);
-        let head = self.file.u64_at(self.ring, OFF_HEAD).load(Ordering::Acquire);
+        let lost = self
+            .file
+            .u64_at(self.ring, OFF_LOST)
+            .load(Ordering::Acquire);
+        let head = self
+            .file
+            .u64_at(self.ring, OFF_HEAD)
+            .load(Ordering::Acquire);
         let unread = head.wrapping_sub(self.tail);
         if unread == 0 {
             if lost.wrapping_sub(self.accounted) as i64 > 0 {
@@ -602,7 +615,11 @@ impl Reader {
         // release store of a head beyond it, which we read with acquire, and does not write
         // it again before our tail passes it; `b` is our own stack memory.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.file.slot(self.ring, self.tail), b.as_mut_ptr(), RECORD_LEN)
+            std::ptr::copy_nonoverlapping(
+                self.file.slot(self.ring, self.tail),
+                b.as_mut_ptr(),
+                RECORD_LEN,
+            )
         };
         let (r, l) = decode_record(&b).ok_or_else(|| self.corrupt("unknown record"))?;
         if l.wrapping_sub(self.accounted) as i64 > 0 {
@@ -620,7 +637,7 @@ impl Reader {
     }
 
     /// The next record, consumed, or a loss, or `Empty`.
-    pub fn next(&mut self) -> Result<Next, RingError> {
+    pub fn take(&mut self) -> Result<Next, RingError> {
         let n = self.peek()?;
         if let Next::Record(_) = n {
             self.advance();
@@ -640,8 +657,14 @@ impl Reader {
 
     /// Something unread, or a loss not yet reported.
     pub fn has_news(&self) -> bool {
-        let lost = self.file.u64_at(self.ring, OFF_LOST).load(Ordering::Acquire);
-        let head = self.file.u64_at(self.ring, OFF_HEAD).load(Ordering::Acquire);
+        let lost = self
+            .file
+            .u64_at(self.ring, OFF_LOST)
+            .load(Ordering::Acquire);
+        let head = self
+            .file
+            .u64_at(self.ring, OFF_HEAD)
+            .load(Ordering::Acquire);
         head != self.tail || lost != self.accounted
     }
 

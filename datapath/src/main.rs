@@ -128,7 +128,10 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let ring = a.completion_ring;
-    let (lo, hi) = (mpa_ctl_proto::ring::MIN_CAPACITY, mpa_ctl_proto::ring::MAX_CAPACITY);
+    let (lo, hi) = (
+        mpa_ctl_proto::ring::MIN_CAPACITY,
+        mpa_ctl_proto::ring::MAX_CAPACITY,
+    );
     if !ring.is_power_of_two() || !(lo..=hi).contains(&ring) {
         eprintln!("mpa-datapath: --completion-ring {ring}: a power of two in {lo}..={hi}");
         return ExitCode::from(2);

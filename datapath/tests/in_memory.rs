@@ -9,8 +9,8 @@ use mpa::encoder::FpduEncoder;
 use mpa::endpoint::rtr_ulpdu;
 use mpa::startup::RtrType;
 use mpa::wire::ddp::{DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN};
-use mpa_ctl_proto::{CaptureDirection, CompletionKind, HandOver, RegionInfo, Role};
 use mpa_ctl_proto::ring::{Producer, RingFile, RingSet, Waker};
+use mpa_ctl_proto::{CaptureDirection, CompletionKind, HandOver, RegionInfo, Role};
 use mpa_datapath::capture::startup_frames;
 use mpa_datapath::completions::RingSubscription;
 use mpa_datapath::flow::{Flow, FlowError};
@@ -311,7 +311,9 @@ fn a_full_completion_ring_loses_counted_records_and_placement_goes_on() {
     let (n, len) = (24, 500);
     let (stream, data) = writes(false, n, len);
     for (i, c) in stream.chunks(1448).enumerate() {
-        assert!(b.wire.inject(segment(RCV_NXT.wrapping_add((i * 1448) as u32), c)));
+        assert!(b
+            .wire
+            .inject(segment(RCV_NXT.wrapping_add((i * 1448) as u32), c)));
         b.worker.poll_once().unwrap();
     }
     let mut got = vec![0u8; data.len()];
@@ -722,11 +724,12 @@ fn a_flow_that_moves_to_another_worker_keeps_its_completions_in_order() {
     assert!(a.worker.apply(Command::Release(3, tx)));
     let (flow, mark) = rx.recv().unwrap().expect("released");
     assert_eq!(mark.map(|m| (m.ring, m.position)), Some((0, 4)));
-    assert!(b.apply(Command::Adopt(flow, (local().into(), remote().into()), mark)));
-    assert!(wire_b.inject(segment(
-        RCV_NXT.wrapping_add(half as u32),
-        &stream[half..]
+    assert!(b.apply(Command::Adopt(
+        flow,
+        (local().into(), remote().into()),
+        mark
     )));
+    assert!(wire_b.inject(segment(RCV_NXT.wrapping_add(half as u32), &stream[half..])));
     b.poll_once().unwrap();
     // Whichever ring the consumer looks at first, worker 0's four come first.
     let mut out = Vec::new();
@@ -736,5 +739,9 @@ fn a_flow_that_moves_to_another_worker_keeps_its_completions_in_order() {
         out.iter().map(|c| c.offset).collect::<Vec<_>>(),
         (0..n as u64).map(|i| i * len as u64).collect::<Vec<_>>()
     );
-    assert_eq!(rings.tails(), vec![4, 5], "ring 1: the marker and four records");
+    assert_eq!(
+        rings.tails(),
+        vec![4, 5],
+        "ring 1: the marker and four records"
+    );
 }

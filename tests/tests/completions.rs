@@ -4,6 +4,7 @@
 //! get are in order. (A dead consumer's rings are released: `faults.rs`,
 //! `dead_client_loses_its_regions_and_adoptions_and_other_flows_keep_placing`.)
 
+use mpa::endpoint::EndpointConfig;
 use mpa_ctl_proto::consumer::{Consumer, ConsumerError};
 use mpa_ctl_proto::{CompletionKind, Message};
 use mpa_tests::frames::rdma_write;
@@ -11,7 +12,6 @@ use mpa_tests::{
     datapath, ended_flow, hand_over, initiator_in_a, listen_in, require_privileged, stats,
     BedConfig, DatapathOptions, TestBed,
 };
-use mpa::endpoint::EndpointConfig;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -82,12 +82,21 @@ fn a_slow_consumer_sees_counted_overflow_while_the_flow_places_every_octet() {
     // The consumer: the first RING completions in order, then the loss, exactly, then
     // nothing.
     let deadline = || Instant::now() + Duration::from_secs(2);
-    let first = consumer.next_completions(deadline()).unwrap().expect("the ring's records");
+    let first = consumer
+        .next_completions(deadline())
+        .unwrap()
+        .expect("the ring's records");
     assert_eq!(first.len(), RING as usize);
     for (i, c) in first.iter().enumerate() {
         assert_eq!(
             (c.flow_id, c.kind, c.stag, c.offset, c.len),
-            (flow, CompletionKind::WritePlaced, stag, (i * LEN) as u64, LEN as u64)
+            (
+                flow,
+                CompletionKind::WritePlaced,
+                stag,
+                (i * LEN) as u64,
+                LEN as u64
+            )
         );
     }
     match consumer.next_completions(deadline()) {

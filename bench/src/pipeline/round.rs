@@ -7,8 +7,8 @@ use super::{local, PipelineOpts, OUR_MAC, PEER_MAC, RCV_NXT, SND_NXT};
 use crate::options::{Op, PD};
 use anyhow::{anyhow, bail, Result};
 use crossbeam_channel::{unbounded, Receiver};
-use mpa_ctl_proto::{stats::FlowReport, Completion, CompletionKind, HandOver, RegionInfo};
 use mpa_ctl_proto::ring::{Producer, RingFile, RingSet, Waker};
+use mpa_ctl_proto::{stats::FlowReport, Completion, CompletionKind, HandOver, RegionInfo};
 use mpa_datapath::completions::RingSubscription;
 use mpa_datapath::receiver::{PostedBuf, Region};
 use mpa_datapath::region::RegionMemory;
@@ -111,7 +111,11 @@ fn setup(o: &PipelineOpts, p: &Prepared) -> Result<Setup> {
     );
     // The completion ring a subscriber would map: one burst's completions fit many times
     // over, and the round reads it after every burst.
-    let file = Arc::new(RingFile::create("pipeline-completions", 1, COMPLETION_RING)?);
+    let file = Arc::new(RingFile::create(
+        "pipeline-completions",
+        1,
+        COMPLETION_RING,
+    )?);
     worker.apply(Command::Subscribe(Box::new(RingSubscription {
         pd: PD,
         id: 1,

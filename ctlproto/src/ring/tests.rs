@@ -59,7 +59,7 @@ fn stress(capacity: u32, n: u64, start: u64, sleep_consumer: bool) {
                 waker.wake();
                 wakes += 1;
             }
-            if next(&mut s) % 16 == 0 {
+            if next(&mut s).is_multiple_of(16) {
                 std::thread::yield_now();
             }
         }
@@ -76,7 +76,11 @@ fn stress(capacity: u32, n: u64, start: u64, sleep_consumer: bool) {
         let lost = set.poll(&mut out, max).unwrap();
         for c in &out {
             let got = seq_of(Record::Completion(*c));
-            assert_eq!(got - expect, lost_since, "gap before {got} not reported exactly");
+            assert_eq!(
+                got - expect,
+                lost_since,
+                "gap before {got} not reported exactly"
+            );
             expect = got + 1;
             lost_since = 0;
             delivered += 1;
@@ -96,7 +100,7 @@ fn stress(capacity: u32, n: u64, start: u64, sleep_consumer: bool) {
                     drain_eventfd(wake_fd.as_fd());
                     set.finish_sleep();
                 }
-            } else if next(&mut s) % 4 == 0 {
+            } else if next(&mut s).is_multiple_of(4) {
                 std::thread::sleep(std::time::Duration::from_micros(50));
             }
         }
@@ -187,22 +191,22 @@ fn a_full_ring_counts_losses_and_reports_them_in_place() {
     assert!(!p.push(&rec(2)) && !p.push(&rec(3)));
     assert_eq!((p.lost(), p.room()), (2, 0));
     let _ = p.publish();
-    assert_eq!(r.next().unwrap(), Next::Record(rec(0)));
+    assert_eq!(r.take().unwrap(), Next::Record(rec(0)));
     r.commit();
     assert!(p.push(&rec(4)), "a slot was freed");
     let _ = p.publish();
-    assert_eq!(r.next().unwrap(), Next::Record(rec(1)));
-    assert_eq!(r.next().unwrap(), Next::Lost(2));
-    assert_eq!(r.next().unwrap(), Next::Record(rec(4)));
-    assert_eq!(r.next().unwrap(), Next::Empty);
+    assert_eq!(r.take().unwrap(), Next::Record(rec(1)));
+    assert_eq!(r.take().unwrap(), Next::Lost(2));
+    assert_eq!(r.take().unwrap(), Next::Record(rec(4)));
+    assert_eq!(r.take().unwrap(), Next::Empty);
     r.commit();
     // A loss after the last record: reported once the ring is empty.
     assert!(p.push(&rec(5)) && p.push(&rec(6)) && !p.push(&rec(7)));
     let _ = p.publish();
-    assert_eq!(r.next().unwrap(), Next::Record(rec(5)));
-    assert_eq!(r.next().unwrap(), Next::Record(rec(6)));
-    assert_eq!(r.next().unwrap(), Next::Lost(1));
-    assert_eq!(r.next().unwrap(), Next::Empty);
+    assert_eq!(r.take().unwrap(), Next::Record(rec(5)));
+    assert_eq!(r.take().unwrap(), Next::Record(rec(6)));
+    assert_eq!(r.take().unwrap(), Next::Lost(1));
+    assert_eq!(r.take().unwrap(), Next::Empty);
 }
 
 #[test]
@@ -219,10 +223,7 @@ fn the_consumer_checks_what_it_maps() {
         Err(RingError::Shape { .. })
     ));
     // Sealed: the consumer cannot resize what the worker writes.
-    assert_eq!(
-        nix::unistd::ftruncate(fd(), 0),
-        Err(nix::Error::EPERM)
-    );
+    assert_eq!(nix::unistd::ftruncate(fd(), 0), Err(nix::Error::EPERM));
     // An unsealed file of the right size is refused.
     let raw = nix::sys::memfd::memfd_create("x", nix::sys::memfd::MFdFlags::empty()).unwrap();
     nix::unistd::ftruncate(&raw, f.len() as i64).unwrap();
@@ -240,11 +241,12 @@ fn a_corrupt_head_is_an_error_not_a_read_out_of_bounds() {
     let file = Arc::new(RingFile::create("c", 1, 4).unwrap());
     let mut r = Reader::new(file.clone(), 0).unwrap();
     file.u64_at(0, OFF_HEAD).store(100, Ordering::Release);
-    assert!(matches!(r.next(), Err(RingError::Corrupt { .. })));
+    assert!(matches!(r.take(), Err(RingError::Corrupt { .. })));
     // A consumer that writes a wild tail only loses records: the producer stays in bounds.
     file.u64_at(0, OFF_HEAD).store(0, Ordering::Release);
     let mut p = Producer::new(file.clone(), 0).unwrap();
-    file.u64_at(0, OFF_TAIL).store(u64::MAX / 2, Ordering::Release);
+    file.u64_at(0, OFF_TAIL)
+        .store(u64::MAX / 2, Ordering::Release);
     for i in 0..10 {
         p.push(&rec(i));
     }
@@ -281,7 +283,7 @@ proptest! {
                 }
                 1 => { let _ = p.publish(); visible.extend(pending.drain(..)); lost_published = lost; }
                 2 => {
-                    let got = r.next().unwrap();
+                    let got = r.take().unwrap();
                     match visible.front() {
                         Some(&(_, l)) if l > reported => {
                             prop_assert_eq!(got, Next::Lost(l - reported));
