@@ -402,6 +402,9 @@ fn id_mut(m: &mut Message) -> Option<&mut u64> {
         | Message::Regions { id, .. }
         | Message::PostRecv { id, .. }
         | Message::Subscribe { id, .. }
+        | Message::Unsubscribe { id, .. }
+        | Message::WatchPort { id, .. }
+        | Message::UnwatchPort { id, .. }
         | Message::StartCapture { id, .. }
         | Message::StopCapture { id } => Some(id),
         Message::Hello { .. }

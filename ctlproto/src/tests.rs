@@ -168,6 +168,11 @@ fn round_trip_every_message() {
                     messages_dropped: 3,
                     queued_octets: 4096,
                 },
+                handover: crate::stats::HandoverStats {
+                    ts_recent_inherited: 1,
+                    ts_recent_unknown: 2,
+                    watched_ports: vec![7777],
+                },
             }),
         },
         Message::Ok { id: 5 },

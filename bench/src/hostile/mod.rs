@@ -277,6 +277,14 @@ impl Env {
         })
     }
 
+    /// The consumer that created the hostile regions: it owns their protection domains, so
+    /// only it may subscribe to their completions.
+    pub fn owner(&self) -> Result<std::sync::MutexGuard<'_, Consumer>> {
+        self.consumer
+            .lock()
+            .map_err(|_| anyhow!("consumer lock poisoned"))
+    }
+
     /// The region's STag.
     pub fn stag(&self) -> u32 {
         self.region.info().stag
