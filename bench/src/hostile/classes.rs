@@ -467,6 +467,36 @@ pub static CLASSES: &[Class] = &[
         script: locator_amplification,
         after: nothing,
     },
+    // docs/environment.md, "Why TS.Recent must be inherited": the hand-over gave the flow
+    // our Request's TSval (the port is watched), so a forged pure ACK at RCV.NXT with a
+    // TSval half the space away fails PAWS instead of becoming the baseline that every real
+    // segment then fails; a Write after it is placed.
+    class("forged-ack-far-tsval-after-handover", E::Placed, |c| {
+        let Some(real) = c.p.startup_tsval else {
+            bail!("no TSval of our Request was seen");
+        };
+        let before = c.flow_report()?;
+        if before.ts_recent_inherited != Some(real) {
+            bail!(
+                "TS.Recent inherited {:?}, our Request's TSval {real}",
+                before.ts_recent_inherited
+            );
+        }
+        // Half the space from our clock now (the datapath's TS.Recent has moved from `real`
+        // to our later ACKs' TSvals since the hand-over).
+        let mut s = c.p.seg(&[]);
+        s.ts = Some((c.p.tsval().wrapping_add(1 << 31), c.p.ts_recent));
+        c.p.send_seg(&s)?;
+        c.p.poll(Duration::from_millis(50))?;
+        let paws = c.flow_report()?.tcp_drops.paws - before.tcp_drops.paws;
+        if paws != 1 {
+            bail!("the forged ACK: tcp_drops.paws +1 expected, got +{paws}");
+        }
+        c.p.inbox.clear();
+        c.note = format!("TS.Recent {real} inherited, forged ACK dropped by PAWS; ");
+        let d = c.pattern(7);
+        c.write(0, &d)
+    }),
 ];
 
 const fn class(name: &'static str, expect: E, script: fn(&mut Ctx) -> Result<()>) -> Class {
