@@ -107,6 +107,9 @@ fn round_trip_every_message() {
             count: 16,
         },
         Message::Subscribe { id: 11, pd: 3 },
+        Message::Unsubscribe { id: 12, pd: 3 },
+        Message::WatchPort { id: 13, port: 7777 },
+        Message::UnwatchPort { id: 14, port: 7777 },
         Message::Completions {
             pd: 3,
             items: vec![Completion {
