@@ -123,6 +123,11 @@ impl Consumer {
         self.expect_ok(|id| Message::Subscribe { id, pd })
     }
 
+    /// Stop receiving domain `pd`'s completions.
+    pub fn unsubscribe(&mut self, pd: u32) -> Result<(), ConsumerError> {
+        self.expect_ok(|id| Message::Unsubscribe { id, pd })
+    }
+
     fn expect_ok(&mut self, build: impl FnOnce(u64) -> Message) -> Result<(), ConsumerError> {
         match self.client.request(build)? {
             Message::Ok { .. } => Ok(()),

@@ -107,6 +107,9 @@ fn round_trip_every_message() {
             count: 16,
         },
         Message::Subscribe { id: 11, pd: 3 },
+        Message::Unsubscribe { id: 12, pd: 3 },
+        Message::WatchPort { id: 13, port: 7777 },
+        Message::UnwatchPort { id: 14, port: 7777 },
         Message::Completions {
             pd: 3,
             items: vec![Completion {
@@ -167,6 +170,11 @@ fn round_trip_every_message() {
                     clients_refused: 1,
                     messages_dropped: 3,
                     queued_octets: 4096,
+                },
+                handover: crate::stats::HandoverStats {
+                    ts_recent_inherited: 1,
+                    ts_recent_unknown: 2,
+                    watched_ports: vec![7777],
                 },
             }),
         },

@@ -38,6 +38,10 @@ pub struct Registry {
     subscribers: HashMap<u32, u64>,
     /// The control client that created each region (by STag): the region goes with it.
     owners: HashMap<u32, u64>,
+    /// The control client that owns each protection domain: the first to create a region in
+    /// it or subscribe to it. Other clients' requests naming it are refused; it is released
+    /// when its owner has neither a region in it nor its subscription (or is gone).
+    domains: HashMap<u32, u64>,
     /// Completions that found no subscriber.
     pub unclaimed_completions: u64,
 }
@@ -54,6 +58,7 @@ impl Registry {
             waiting: HashMap::new(),
             subscribers: HashMap::new(),
             owners: HashMap::new(),
+            domains: HashMap::new(),
             unclaimed_completions: 0,
         }
     }
@@ -68,6 +73,7 @@ impl Registry {
         remote_read: bool,
         owner: u64,
     ) -> Result<Region, Refusal> {
+        self.check_domain(pd, owner)?;
         if len == 0 {
             return Err(bad("a region needs at least one octet".into()));
         }
@@ -109,7 +115,46 @@ impl Registry {
         self.bytes += len;
         self.regions.insert(stag, r.clone());
         self.owners.insert(stag, owner);
+        self.domains.insert(pd, owner);
         Ok(r)
+    }
+
+    /// Refuses `client` a request naming domain `pd` when another client owns it.
+    pub fn check_domain(&self, pd: u32, client: u64) -> Result<(), Refusal> {
+        match self.domains.get(&pd) {
+            Some(&owner) if owner != client => Err((
+                ErrorCode::Forbidden,
+                format!("protection domain {pd} belongs to another control client"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The control client owning domain `pd`, if any.
+    pub fn domain_owner(&self, pd: u32) -> Option<u64> {
+        self.domains.get(&pd).copied()
+    }
+
+    /// Releases domain `pd` once nothing of its owner's is left in it: no region, no
+    /// subscription.
+    fn release_if_idle(&mut self, pd: u32) {
+        let used =
+            self.subscribers.contains_key(&pd) || self.regions.values().any(|r| r.info.pd == pd);
+        if !used {
+            self.domains.remove(&pd);
+        }
+    }
+
+    /// Destroys region `stag` at the request of `client`, which must own its domain.
+    pub fn destroy_for(&mut self, stag: u32, client: u64) -> Result<(), Refusal> {
+        let pd = self
+            .regions
+            .get(&stag)
+            .ok_or_else(|| bad(format!("no region with STag {stag:#x}")))?
+            .info
+            .pd;
+        self.check_domain(pd, client)?;
+        self.destroy(stag)
     }
 
     /// Forgets a region (memory stays mapped wherever it is mapped).
@@ -123,6 +168,7 @@ impl Registry {
         for bufs in self.waiting.values_mut() {
             bufs.retain(|b| b.stag != stag);
         }
+        self.release_if_idle(r.info.pd);
         Ok(())
     }
 
@@ -203,9 +249,25 @@ impl Registry {
         self.waiting.remove(&pd).unwrap_or_default()
     }
 
-    /// Makes `client` the subscriber of `pd`'s completions.
-    pub fn subscribe(&mut self, pd: u32, client: u64) {
+    /// Makes `client` the subscriber of `pd`'s completions, unless another client owns the
+    /// domain (then its subscription stays).
+    pub fn subscribe(&mut self, pd: u32, client: u64) -> Result<(), Refusal> {
+        self.check_domain(pd, client)?;
+        self.domains.insert(pd, client);
         self.subscribers.insert(pd, client);
+        Ok(())
+    }
+
+    /// Ends `client`'s subscription to `pd` (refused unless it is the subscriber); the domain
+    /// is released when none of its regions is left.
+    pub fn unsubscribe(&mut self, pd: u32, client: u64) -> Result<(), Refusal> {
+        self.check_domain(pd, client)?;
+        if self.subscribers.get(&pd) != Some(&client) {
+            return Err(bad(format!("this client is not subscribed to domain {pd}")));
+        }
+        self.subscribers.remove(&pd);
+        self.release_if_idle(pd);
+        Ok(())
     }
 
     /// The subscriber of `pd`.
@@ -229,6 +291,7 @@ impl Registry {
         for &stag in &stags {
             let _ = self.destroy(stag);
         }
+        self.domains.retain(|_, c| *c != client);
         stags
     }
 
@@ -278,17 +341,59 @@ mod tests {
         assert!(g.take_waiting(1).is_empty());
         assert!(g.destroy(a.info.stag).is_err());
         let c = g.create(5_000, 1, true, false, 7).unwrap();
-        let d = g.create(1_000, 1, true, false, 8).unwrap();
-        g.subscribe(1, 7);
+        let d = g.create(1_000, 3, true, false, 8).unwrap();
+        g.subscribe(1, 7).unwrap();
         assert_eq!(g.subscriber(1), Some(7));
-        let bufs = g.buffers(1, d.info.stag, 0, 100, 2).unwrap();
-        g.wait(1, bufs).unwrap();
+        let bufs = g.buffers(3, d.info.stag, 0, 100, 2).unwrap();
+        g.wait(3, bufs).unwrap();
         // Client 7 goes: its subscription and its regions (only those) with it.
         assert_eq!(g.client_gone(7), vec![b.info.stag, c.info.stag]);
         assert_eq!(g.subscriber(1), None);
         assert_eq!(g.list(None), vec![d.info.clone()]);
         assert_eq!(g.stats().region_octets, 1_000);
-        assert_eq!(g.take_waiting(1).len(), 2);
+        assert_eq!(g.take_waiting(3).len(), 2);
         assert!(g.client_gone(7).is_empty());
+    }
+
+    /// A domain belongs to the first client that creates a region in it or subscribes to
+    /// it; the others are refused (Forbidden) until it is released.
+    #[test]
+    fn domains_belong_to_one_client() {
+        let mut g = Registry::new(1 << 20);
+        let forbidden = |r: Result<(), Refusal>| r.unwrap_err().0 == ErrorCode::Forbidden;
+        let a = g.create(100, 5, true, false, 1).unwrap();
+        assert_eq!(g.domain_owner(5), Some(1));
+        assert_eq!(
+            g.create(100, 5, true, false, 2).unwrap_err().0,
+            ErrorCode::Forbidden
+        );
+        assert!(forbidden(g.subscribe(5, 2)));
+        assert!(forbidden(g.destroy_for(a.info.stag, 2)));
+        assert!(forbidden(g.check_domain(5, 2)));
+        g.subscribe(5, 1).unwrap();
+        assert_eq!(g.subscriber(5), Some(1));
+        // Its last region gone, the owner still holds the domain by its subscription, and
+        // releases it by unsubscribing.
+        g.destroy_for(a.info.stag, 1).unwrap();
+        assert_eq!(g.domain_owner(5), Some(1));
+        assert!(forbidden(g.subscribe(5, 2)));
+        assert!(forbidden(g.unsubscribe(5, 2)));
+        g.unsubscribe(5, 1).unwrap();
+        assert_eq!(g.domain_owner(5), None);
+        assert!(g.unsubscribe(5, 1).is_err());
+        g.subscribe(5, 1).unwrap();
+        // Subscribing alone claims a domain; the owner leaving releases it.
+        g.subscribe(6, 1).unwrap();
+        assert!(g.create(100, 6, true, false, 2).is_err());
+        g.client_gone(1);
+        assert_eq!(g.domain_owner(5), None);
+        assert_eq!(g.domain_owner(6), None);
+        g.subscribe(5, 2).unwrap();
+        assert_eq!(g.subscriber(5), Some(2));
+        // A region destroyed with no subscription releases its domain.
+        let b = g.create(100, 7, true, false, 3).unwrap();
+        g.destroy_for(b.info.stag, 3).unwrap();
+        assert_eq!(g.domain_owner(7), None);
+        g.create(100, 7, true, false, 4).unwrap();
     }
 }

@@ -507,3 +507,112 @@ fn attach_errors_name_the_interface() {
     assert!(s.attached_mode().is_none());
     s.detach().unwrap(); // not attached: no-op
 }
+
+/// A frame from `src` to `dst` with `payload` octets at `seq`, `flags` (TCP flag octet) and
+/// the option octets `opts` (a multiple of 4).
+fn ts_frame(src: &str, dst: &str, seq: u32, flags: u8, opts: &[u8], payload: usize) -> Vec<u8> {
+    let mut f = Frame::tcp(sa(src), sa(dst));
+    f.doff = 5 + (opts.len() / 4) as u8;
+    f.payload = payload;
+    let mut b = f.bytes();
+    let tcp = if sa(src).is_ipv4() { 14 + 20 } else { 14 + 40 };
+    b[tcp + 4..tcp + 8].copy_from_slice(&seq.to_be_bytes());
+    b[tcp + 13] = flags;
+    b[tcp + 20..tcp + 20 + opts.len()].copy_from_slice(opts);
+    b
+}
+
+fn ts_opts(tsval: u32) -> Vec<u8> {
+    let mut o = vec![1, 1, 8, 10];
+    o.extend_from_slice(&tsval.to_be_bytes());
+    o.extend_from_slice(&7u32.to_be_bytes());
+    o
+}
+
+/// The records behind the inherited TS.Recent (docs/environment.md, "Why TS.Recent must be
+/// inherited"): kept only for watched ports, only for segments the kernel gets (not steered
+/// ones), with SYN, FIN and payload in the sequence range, the Timestamps option found
+/// wherever it sits, at most the newest four, taken once.
+#[test]
+fn timestamped_segments_of_watched_ports_are_recorded_until_steered() {
+    let Some(s) = load("ts records") else { return };
+    let key = FlowKey::new(sa(LOCAL4), sa(REMOTE4)).unwrap();
+    // Not watched: nothing recorded.
+    let f = ts_frame(REMOTE4, LOCAL4, 1000, 0x18, &ts_opts(5), 16);
+    assert_eq!(s.test_run(&f).unwrap(), XdpAction::Pass);
+    assert!(s.take_ts_segments(&key).unwrap().is_empty());
+
+    s.watch_port(7777).unwrap();
+    assert!(s.is_watched(7777).unwrap());
+    // A SYN in Linux's option layout (MSS, SACK permitted, Timestamps, NOP, window scale).
+    let mut syn_opts = vec![2, 4, 5, 0xb4, 4, 2, 8, 10];
+    syn_opts.extend_from_slice(&100u32.to_be_bytes());
+    syn_opts.extend_from_slice(&0u32.to_be_bytes());
+    syn_opts.extend_from_slice(&[1, 3, 3, 7]);
+    let syn = ts_frame(REMOTE4, LOCAL4, 999, 0x02, &syn_opts, 0);
+    assert_eq!(s.test_run(&syn).unwrap(), XdpAction::Pass);
+    // Data, then a pure ACK, a segment without timestamps and a RST (neither recorded).
+    for f in [
+        ts_frame(REMOTE4, LOCAL4, 1000, 0x18, &ts_opts(101), 120),
+        ts_frame(REMOTE4, LOCAL4, 1120, 0x10, &ts_opts(102), 0),
+        ts_frame(REMOTE4, LOCAL4, 1120, 0x10, &[], 0),
+        ts_frame(REMOTE4, LOCAL4, 1120, 0x04, &ts_opts(103), 0),
+    ] {
+        assert_eq!(s.test_run(&f).unwrap(), XdpAction::Pass);
+    }
+    let segs = s.take_ts_segments(&key).unwrap();
+    let got: Vec<(u32, u32, u32)> = segs.iter().map(|t| (t.seq, t.end, t.tsval)).collect();
+    assert_eq!(
+        got,
+        [(999, 1000, 100), (1000, 1120, 101), (1120, 1120, 102)]
+    );
+    assert_eq!(mpa_bpf::choose_ts_recent(&segs, 1120), Some(102));
+    // Taken once.
+    assert!(s.take_ts_segments(&key).unwrap().is_empty());
+
+    // Six segments: the newest four are kept; a FIN counts one.
+    for i in 0..6u32 {
+        let f = ts_frame(REMOTE4, LOCAL4, 2000 + i, 0x11, &ts_opts(200 + i), 0);
+        s.test_run(&f).unwrap();
+    }
+    let segs = s.take_ts_segments(&key).unwrap();
+    let got: Vec<(u32, u32, u32)> = segs.iter().map(|t| (t.seq, t.end, t.tsval)).collect();
+    assert_eq!(
+        got,
+        [
+            (2002, 2003, 202),
+            (2003, 2004, 203),
+            (2004, 2005, 204),
+            (2005, 2006, 205)
+        ]
+    );
+
+    // IPv6 too.
+    let key6 = FlowKey::new(sa(LOCAL6), sa(REMOTE6)).unwrap();
+    s.test_run(&ts_frame(REMOTE6, LOCAL6, 7, 0x18, &ts_opts(9), 10))
+        .unwrap();
+    let segs = s.take_ts_segments(&key6).unwrap();
+    assert_eq!(segs.len(), 1);
+    assert_eq!((segs[0].seq, segs[0].end, segs[0].tsval), (7, 17, 9));
+
+    // Steered: the kernel no longer gets its segments, nothing is recorded.
+    s.insert_flow(&key, FlowValue::new(1)).unwrap();
+    assert_eq!(
+        s.test_run(&ts_frame(REMOTE4, LOCAL4, 3000, 0x18, &ts_opts(300), 16))
+            .unwrap(),
+        XdpAction::Drop
+    );
+    assert!(s.take_ts_segments(&key).unwrap().is_empty());
+    s.remove_flow(&key).unwrap();
+
+    // Unwatching forgets the port's records.
+    s.test_run(&ts_frame(REMOTE4, LOCAL4, 4000, 0x18, &ts_opts(400), 16))
+        .unwrap();
+    assert_eq!(s.ts_record_count(), 1);
+    assert!(s.unwatch_port(7777).unwrap());
+    assert!(!s.unwatch_port(7777).unwrap());
+    assert_eq!(s.ts_record_count(), 0);
+    s.test_run(&ts_frame(REMOTE4, LOCAL4, 5000, 0x18, &ts_opts(500), 16))
+        .unwrap();
+    assert!(s.take_ts_segments(&key).unwrap().is_empty());
+}

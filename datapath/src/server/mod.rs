@@ -17,6 +17,7 @@ mod faults;
 mod migration;
 mod notifications;
 mod requests;
+mod watch;
 
 use crate::registry::Registry;
 use crate::tcp::TcpConfig;
@@ -168,6 +169,7 @@ impl Datapath {
             capture: None,
             next_capture: 1,
             faults: faults::Faults::new(failure.clone()),
+            watch: watch::Watches::default(),
         };
         let control = std::thread::Builder::new()
             .name("mpa-control-server".into())
@@ -319,6 +321,8 @@ struct Server {
     capture: Option<Capture>,
     next_capture: u64,
     faults: faults::Faults,
+    /// Ports watched for TS.Recent, by client, and what hand-overs inherited.
+    watch: watch::Watches,
 }
 
 /// How long a stopping datapath waits for its clients' writers to send what is queued (the
@@ -388,6 +392,7 @@ impl Server {
             c.close();
         }
         let stags = self.registry.client_gone(client);
+        self.unwatch_all(client);
         for &stag in &stags {
             for w in &self.workers {
                 let _ = w.send(Command::RemoveRegion(stag));
@@ -417,6 +422,10 @@ impl Server {
         if let Some(a) = self.adopted.remove(&flow_id) {
             if let Err(e) = self.steering.remove_flow(&a.key) {
                 tracing::warn!(flow_id, %e, "remove flow from XDP map");
+            }
+            // A setup that failed before its hand-over leaves no TS records behind.
+            if a.worker.is_none() {
+                let _ = self.steering.take_ts_segments(&a.key);
             }
         }
     }
