@@ -22,7 +22,8 @@ pub trait FrameRing {
     fn queue(&self) -> u32;
 
     /// Receives up to one burst, waiting at most `timeout_ms` when none is there (0: never
-    /// wait), hands each frame to `f`, then gives the buffers back. Returns the frame count.
+    /// wait), hands each frame to `f`, then gives the buffers back. Returns the descriptors
+    /// taken (a multi-buffer frame counts each of its descriptors; 0: nothing came).
     fn rx_burst(&mut self, timeout_ms: i32, f: impl FnMut(&[u8])) -> Result<usize, Self::Error>;
 
     /// Copies `pkt` into a free TX buffer and queues it; `false` when none is free (the
