@@ -359,7 +359,10 @@ mod tests {
         assert_eq!(st.rx_multi_buffer, 40);
         assert_eq!(st.rx_chain_dropped, 0);
         assert_eq!(st.rx_largest, 9014);
-        assert_eq!(st.rx_octets, sent.iter().map(|f| f.len() as u64).sum::<u64>());
+        assert_eq!(
+            st.rx_octets,
+            sent.iter().map(|f| f.len() as u64).sum::<u64>()
+        );
         // Frame accounting: every descriptor's buffer came back once (none lost, none twice).
         assert_eq!(buffers(&r), 160);
     }
@@ -374,7 +377,11 @@ mod tests {
         let mut descs: Vec<(&[u8], bool)> = vec![(&a[..100], true); 3];
         descs.push((&a[..100], false));
         descs.extend([(&a[..], true), (&a[..], true), (&a[..], false)]);
-        descs.extend([(&ok[..300], true), (&ok[300..600], true), (&ok[600..], false)]);
+        descs.extend([
+            (&ok[..300], true),
+            (&ok[300..600], true),
+            (&ok[600..], false),
+        ]);
         // Cut short: the ring ends inside a chain.
         descs.extend([(&a[..], true), (&a[..], true)]);
         let n = descs.len();

@@ -249,7 +249,12 @@ impl XskQueue {
         // keep their own reference to the UMEM (xsk-rs's `Umem` is reference-counted), so the
         // memory stays mapped for as long as any ring exists.
         let (tx, rx, fq_cq) = match unsafe {
-            Socket::new(sock_cfg(base | BindFlags::XDP_USE_SG), &umem, &ifname, queue)
+            Socket::new(
+                sock_cfg(base | BindFlags::XDP_USE_SG),
+                &umem,
+                &ifname,
+                queue,
+            )
         } {
             Ok(s) => s,
             Err(e) => {
@@ -365,7 +370,9 @@ impl XskQueue {
     /// with its link header when larger), gathered from as many descriptors as that takes.
     pub fn set_max_rx_frame(&mut self, octets: usize) {
         let octets = octets.max(chain::MAX_FRAME);
-        let descs = octets.div_ceil(self.frame_data.max(1)).max(chain::MAX_DESCS);
+        let descs = octets
+            .div_ceil(self.frame_data.max(1))
+            .max(chain::MAX_DESCS);
         if octets != self.chain.max_frame() || descs != self.chain.max_descs() {
             self.chain = Chain::new(octets, descs);
         }

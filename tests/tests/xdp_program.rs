@@ -212,7 +212,9 @@ fn parser_verdicts_multi_buffer() {
         let frame = f.bytes();
         assert_eq!(frame.len(), 9014);
         run_one(&s, name, &frame, Expect::Steered);
-        let copied = run_with(&s, name, Expect::Steered, || s.test_run_linear(&frame, 3000));
+        let copied = run_with(&s, name, Expect::Steered, || {
+            s.test_run_linear(&frame, 3000)
+        });
         assert_eq!(copied, 0, "{name}: headers in the linear part");
     }
 }

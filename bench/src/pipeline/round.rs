@@ -187,7 +187,12 @@ pub fn run_round_with(
         0 => 1,
         c => len.div_ceil(c).max(1),
     };
-    let per_frame = p.frames.iter().map(|f| descs(f.bytes.len())).max().unwrap_or(1);
+    let per_frame = p
+        .frames
+        .iter()
+        .map(|f| descs(f.bytes.len()))
+        .max()
+        .unwrap_or(1);
     for burst in p.frames.chunks(MEM_RING_SIZE / per_frame) {
         if o.op == Op::Send {
             // Receive buffers for every message this burst begins, posted ahead (outside the
