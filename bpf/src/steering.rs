@@ -567,6 +567,32 @@ impl XdpSteering {
         Ok(XdpAction::from(out.return_value))
     }
 
+    /// Like [`test_run`](Self::test_run), but the program sees only the first `linear`
+    /// octets of `frame` in its linear part and the rest as fragments, as a multi-buffer
+    /// (jumbo) frame from a driver. The kernel takes the linear size from the context's
+    /// `data_end` (Linux 6.18; older kernels refuse a `data_end` short of the frame).
+    pub fn test_run_linear(&self, frame: &[u8], linear: u32) -> Result<XdpAction> {
+        let prog =
+            self.obj
+                .progs_mut()
+                .find(|p| p.name() == PROG_NAME)
+                .ok_or(BpfError::Missing {
+                    kind: "program",
+                    name: PROG_NAME,
+                })?;
+        // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index,
+        // egress_ifindex (six u32).
+        let mut ctx = [0u8; 24];
+        ctx[4..8].copy_from_slice(&linear.to_ne_bytes());
+        let input = ProgramInput {
+            data_in: Some(frame),
+            context_in: Some(&mut ctx),
+            ..Default::default()
+        };
+        let out = prog.test_run(input).map_err(BpfError::TestRun)?;
+        Ok(XdpAction::from(out.return_value))
+    }
+
     fn target(&self) -> String {
         match &self.attachment {
             Some(a) => format!("on {} ({} mode)", a.iface, a.mode),

@@ -20,6 +20,16 @@ pub struct RingStats {
     pub tx_no_frame: u64,
     /// Wakeups issued (the one syscall of the fast path).
     pub wakeups: u64,
+    /// Frames that arrived in several descriptors (AF_XDP multi-buffer, jumbo frames) and
+    /// were gathered whole (datapath/src/chain.rs).
+    #[serde(default)]
+    pub rx_multi_buffer: u64,
+    /// Descriptor chains dropped whole: cut short by the ring or longer than a frame may be.
+    #[serde(default)]
+    pub rx_chain_dropped: u64,
+    /// Largest frame received, octets.
+    #[serde(default)]
+    pub rx_largest: u64,
 }
 
 /// Counters of one receiver.

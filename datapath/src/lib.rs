@@ -20,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod capture;
+pub mod chain;
 pub mod flow;
 pub mod fuzz;
 pub mod receiver;

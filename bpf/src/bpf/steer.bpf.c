@@ -85,6 +85,7 @@ struct xdp_counters {
 	__u64 dropped_ipv6_ext;   /* IPv6 extension headers before TCP, steered host pair */
 	__u64 dropped_vlan_stack; /* two or more VLAN tags, inner TCP for a steered host pair */
 	__u64 dropped_malformed;  /* malformed behind addresses of a steered host pair */
+	__u64 headers_copied;     /* multi-buffer frame whose headers passed the linear part */
 };
 
 /*
@@ -163,6 +164,24 @@ struct {
 	__type(key, __u32);
 	__type(value, struct xdp_counters);
 } counters SEC(".maps");
+
+/*
+ * The headers of a multi-buffer frame whose linear part ends inside them, copied out with
+ * bpf_xdp_load_bytes and parsed here instead. Sized for the deepest read parse_frame can
+ * make whatever the frame says (8 tags, IPv6, 7 extension headers of 2048 octets and the
+ * eighth's first 8), so that the verifier can bound every access by the buffer alone.
+ */
+#define HDR_COPY 14464
+struct hdr_copy {
+	__u8 octets[HDR_COPY];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hdr_copy);
+} hdr_copy SEC(".maps");
 
 enum parse_result {
 	PARSE_TCP,       /* key filled in */
@@ -514,7 +533,15 @@ __attribute__((noinline)) int record_ts(struct xdp_md *ctx, const struct flow_ke
 	return 1;
 }
 
-SEC("xdp")
+/*
+ * Multi-buffer (jumbo) frames: the program is loaded frags-aware (BPF_F_XDP_HAS_FRAGS, from
+ * the section name), so ctx->data..data_end is only the frame's linear part. Drivers and veth
+ * put at least the first page there, so the headers are read in place; only when that parse
+ * ran off the end of a linear part that is not the whole frame are the frame's first octets
+ * copied out (hdr_copy) and parsed again, so that headers straddling a fragment boundary are
+ * judged as a whole and a frame truncated for real stays malformed.
+ */
+SEC("xdp.frags")
 int mpa_steer(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
@@ -524,12 +551,31 @@ int mpa_steer(struct xdp_md *ctx)
 	__u32 zero = 0;
 	enum unparsed why = UNPARSED_FRAGMENT;
 	struct tcp_seg seg = {};
+	enum parse_result res;
 	int action;
 
 	c = bpf_map_lookup_elem(&counters, &zero);
 	COUNT(c, seen);
 
-	switch (parse_frame(data, data_end, &key, &why, &seg)) {
+	res = parse_frame(data, data_end, &key, &why, &seg);
+	if (res == PARSE_MALFORMED && bpf_xdp_get_buff_len(ctx) > (__u64)(data_end - data)) {
+		struct hdr_copy *h = bpf_map_lookup_elem(&hdr_copy, &zero);
+		__u64 len = bpf_xdp_get_buff_len(ctx);
+
+		if (len > HDR_COPY)
+			len = HDR_COPY;
+		if (h && len > 0 && !bpf_xdp_load_bytes(ctx, 0, h->octets, len)) {
+			COUNT(c, headers_copied);
+			data = h->octets;
+			data_end = h->octets + len;
+			__builtin_memset(&key, 0, sizeof(key));
+			__builtin_memset(&seg, 0, sizeof(seg));
+			why = UNPARSED_FRAGMENT;
+			res = parse_frame(data, data_end, &key, &why, &seg);
+		}
+	}
+
+	switch (res) {
 	case PARSE_TCP:
 		break;
 	case PARSE_UNPARSED:

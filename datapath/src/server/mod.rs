@@ -108,13 +108,25 @@ impl Datapath {
             .map_err(|e| StartError::Iface(cfg.iface.clone(), e.to_string()))?;
         let our_mac = interface_mac(&cfg.iface)?;
         let steering = XdpSteering::attach(ifindex, cfg.xdp_mode)?;
+        let mtu = interface_mtu(&cfg.iface);
         let mut tcp = cfg.tcp.clone();
-        tcp.max_snd_mss = link_mss(interface_mtu(&cfg.iface), cfg.xsk.frame_size);
+        // We send (ACKs, the Reply, Terminates) single-buffer: one UMEM frame per segment,
+        // whatever the MTU. We receive what the MTU allows: larger frames arrive as AF_XDP
+        // multi-buffer chains (docs/architecture.md, "Jumbo frames").
+        tcp.max_snd_mss = link_mss(mtu, cfg.xsk.frame_size);
         let (notify_tx, notify_rx) = unbounded();
         let mut workers = Vec::new();
         let mut handles = Vec::new();
         for q in 0..cfg.queues {
-            let xsk = XskQueue::open(&cfg.iface, q, &cfg.xsk)?;
+            let mut xsk = XskQueue::open(&cfg.iface, q, &cfg.xsk)?;
+            let rx_frame = rx_frame_for_mtu(mtu);
+            xsk.set_max_rx_frame(rx_frame);
+            if rx_frame > xsk.max_rx_frame() {
+                // Bound without multi-buffer (a zero-copy driver without it): the peer may
+                // send segments as large as the MTU, which the socket would drop.
+                tracing::warn!(iface = %cfg.iface, queue = q, mtu = ?mtu, max = xsk.max_rx_frame(),
+                    "the interface's MTU allows frames larger than the AF_XDP socket receives; lower the MTU");
+            }
             steering.set_xsk(q, xsk.as_fd())?;
             let (tx, rx) = unbounded();
             let waker = xsk.waker();
@@ -254,6 +266,12 @@ fn link_mss(mtu: Option<u32>, frame_size: u32) -> u16 {
     let by_mtu = mtu.unwrap_or(1500).saturating_sub(IPV4_TCP);
     let by_frame = frame_size.saturating_sub(HEADROOM + ETHERNET + IPV4_TCP);
     by_mtu.min(by_frame).clamp(64, u32::from(u16::MAX)) as u16
+}
+
+/// The largest frame a peer may send us at `mtu`: the MTU plus Ethernet and one VLAN tag
+/// (1500 when the MTU is unknown).
+fn rx_frame_for_mtu(mtu: Option<u32>) -> usize {
+    mtu.unwrap_or(1500) as usize + 14 + 4
 }
 
 fn interface_mac(iface: &str) -> Result<[u8; 6], StartError> {
