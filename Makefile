@@ -29,7 +29,7 @@ build:
 
 # The demo: builds, makes a namespace bed, runs the datapath and the hand-over listener in b
 # and `mpa-peer connect` in a (256 MiB as 4 KiB ULPDUs, markers and CRC), checks the digest.
-# LOSS=5 puts a lossy bridge between them; MTU=3506 uses jumbo frames.
+# LOSS=5 puts a lossy bridge between them; MTU=9000 uses jumbo frames (AF_XDP multi-buffer).
 LOSS ?= 0
 MTU ?= 1500
 demo: deps build

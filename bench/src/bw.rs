@@ -32,7 +32,7 @@ pub struct BwArgs {
     /// Rounds; each runs every size on the kernel side, then on the datapath.
     #[arg(long, default_value_t = 3)]
     pub rounds: u32,
-    /// MTU of the bed (≤ 3506 with XDP on veth).
+    /// MTU of the bed (jumbo frames up to 9000 and beyond: the XDP program is frags-aware).
     #[arg(long, default_value_t = 1500)]
     pub mtu: u32,
     /// Loss in the bridge namespace, percent (0: direct veth pair).

@@ -34,6 +34,8 @@ pub struct DpResult {
     pub sender_cpu: f64,
     /// The XDP program's counters.
     pub xdp: Value,
+    /// Each queue's ring counters (frames, multi-buffer frames, dropped chains, largest).
+    pub rings: Value,
     /// Placement check: (messages completed, region octets compared) summed over the
     /// connections, when placing.
     pub placement: Option<(u64, u64)>,
@@ -214,6 +216,7 @@ pub fn transfer(bed: &TestBed, socket: &std::path::Path, r: &Run) -> Result<DpRe
         system_cpu,
         sender_cpu,
         xdp: serde_json::json!(stats.xdp),
+        rings: serde_json::json!(stats.queues.iter().map(|q| q.ring).collect::<Vec<_>>()),
         placement: placed,
     })
 }
@@ -261,6 +264,7 @@ pub fn demo(r: &Run) -> Result<String> {
     println!("sender      : {}", d.peer);
     println!("datapath    : {}", d.flow);
     println!("xdp         : {}", d.xdp);
+    println!("rings       : {}", d.rings);
     println!(
         "fpdus={} ulpdu_octets={} crc_errors={} marker_errors={} out_of_order={} sack_blocks={} digest_match={}",
         d.flow["fpdus"], d.flow["ulpdu_octets"], d.flow["crc_errors"], d.flow["marker_errors"],

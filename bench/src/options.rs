@@ -14,7 +14,7 @@ pub struct Run {
     /// ULPDU size.
     #[arg(long, default_value_t = 4096)]
     pub size: usize,
-    /// MTU of the bed (≤ 3506 with XDP on veth).
+    /// MTU of the bed (jumbo frames up to 9000 and beyond: the XDP program is frags-aware).
     #[arg(long, default_value_t = 1500)]
     pub mtu: u32,
     /// Loss in the bridge namespace, percent (0: direct veth pair).

@@ -63,6 +63,7 @@ impl SuiteArgs {
                 reorder: 0.0,
                 digest: false,
                 no_verify_checksums: false,
+                umem_chunk: 3840,
                 bytes: if q { 16 << 20 } else { 256 << 20 },
                 seed: 1,
                 variants: false,

@@ -3,7 +3,7 @@
 use std::ops::{Add, AddAssign};
 
 /// Octets in `struct xdp_counters`.
-pub(crate) const COUNTERS_SIZE: usize = 9 * 8;
+pub(crate) const COUNTERS_SIZE: usize = 10 * 8;
 
 /// What the XDP program did, frame by frame.
 ///
@@ -36,6 +36,10 @@ pub struct XdpCounters {
     /// Malformed frames (cut inside the TCP header or an IPv6 extension chain) whose
     /// addresses are a steered host pair: dropped, so the frozen socket never sees them.
     pub dropped_malformed: u64,
+    /// Multi-buffer (jumbo) frames whose linear part ended inside their headers: the
+    /// headers were copied out and parsed whole (any verdict; docs/architecture.md, "Jumbo
+    /// frames").
+    pub headers_copied: u64,
 }
 
 impl XdpCounters {
@@ -56,6 +60,7 @@ impl XdpCounters {
             dropped_ipv6_ext: word(6),
             dropped_vlan_stack: word(7),
             dropped_malformed: word(8),
+            headers_copied: word(9),
         }
     }
 
@@ -80,6 +85,7 @@ impl XdpCounters {
             dropped_malformed: self
                 .dropped_malformed
                 .saturating_sub(earlier.dropped_malformed),
+            headers_copied: self.headers_copied.saturating_sub(earlier.headers_copied),
         }
     }
 
@@ -104,6 +110,7 @@ impl AddAssign for XdpCounters {
         self.dropped_ipv6_ext += o.dropped_ipv6_ext;
         self.dropped_vlan_stack += o.dropped_vlan_stack;
         self.dropped_malformed += o.dropped_malformed;
+        self.headers_copied += o.headers_copied;
     }
 }
 
@@ -145,6 +152,7 @@ mod tests {
                 dropped_ipv6_ext: 7,
                 dropped_vlan_stack: 8,
                 dropped_malformed: 9,
+                headers_copied: 10,
             }
         );
         let total: XdpCounters = [c, c].into_iter().sum();

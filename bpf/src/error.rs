@@ -45,6 +45,10 @@ pub enum MapName {
     Counters,
     /// `hosts`: (local, remote) address pair → flows steered between them.
     Hosts,
+    /// `watch_ports`: local ports whose connections' timestamps are recorded.
+    WatchPorts,
+    /// `ts_records`: the peer's last timestamped segments per watched connection.
+    TsRecords,
 }
 
 impl MapName {
@@ -55,6 +59,8 @@ impl MapName {
             Self::Xsks => "xsks",
             Self::Counters => "counters",
             Self::Hosts => "hosts",
+            Self::WatchPorts => "watch_ports",
+            Self::TsRecords => "ts_records",
         }
     }
 }

@@ -38,11 +38,13 @@ mod flow;
 mod link;
 pub mod netns;
 mod steering;
+mod ts;
 
 pub use counters::XdpCounters;
 pub use error::{BpfError, Iface, MapName, Result};
 pub use flow::{FlowKey, FlowValue};
 pub use steering::{AttachMode, XdpAction, XdpSteering};
+pub use ts::{choose_ts_recent, TsSegment, TS_SEGMENTS};
 
 /// RX queues the XSK map can hold (`xsks` max_entries). Steered frames arriving on a higher
 /// queue are dropped.
@@ -50,6 +52,13 @@ pub const MAX_QUEUES: u32 = 64;
 
 /// Flows the `flows` map can hold (max_entries).
 pub const MAX_FLOWS: u32 = 16384;
+
+/// Local ports the `watch_ports` map can hold.
+pub const MAX_WATCHED_PORTS: u32 = 256;
+
+/// Connections whose timestamped segments `ts_records` holds at once (an LRU map: the least
+/// recently updated go first).
+pub const MAX_TS_RECORDS: u32 = 4096;
 
 /// The index of interface `name` in the calling thread's network namespace
 /// (`if_nametoindex(3)`; from a thread that entered another namespace with

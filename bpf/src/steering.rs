@@ -16,7 +16,8 @@ use crate::counters::{XdpCounters, COUNTERS_SIZE};
 use crate::error::{BpfError, Iface, MapName, Result};
 use crate::flow::{FlowKey, FlowValue, FLOW_KEY_SIZE, FLOW_VALUE_SIZE, HOST_KEY_SIZE};
 use crate::link::{detach_netlink_expected, XdpLink};
-use crate::{MAX_FLOWS, MAX_QUEUES};
+use crate::ts::{decode, TsSegment, TS_RECORD_SIZE};
+use crate::{MAX_FLOWS, MAX_QUEUES, MAX_TS_RECORDS, MAX_WATCHED_PORTS};
 
 /// The program's function name in `steer.bpf.c`.
 const PROG_NAME: &str = "mpa_steer";
@@ -118,6 +119,10 @@ pub struct XdpSteering {
     /// frames it cannot parse to the ports (fragments, IPv6 extension headers, VLAN stacks)
     /// that may be TCP between such a pair.
     hosts: MapHandle,
+    /// Local ports whose connections' timestamped segments are recorded until steered.
+    watch_ports: MapHandle,
+    /// The peer's last timestamped segments of each watched connection.
+    ts_records: MapHandle,
     /// Serializes flow insertions and removals, so that `hosts` counts stay exact.
     hosts_lock: Mutex<()>,
     prog_id: u32,
@@ -153,6 +158,14 @@ impl XdpSteering {
         let xsks = map_handle(&obj, MapName::Xsks, 4, 4, MAX_QUEUES)?;
         let counters = map_handle(&obj, MapName::Counters, 4, COUNTERS_SIZE, 1)?;
         let hosts = map_handle(&obj, MapName::Hosts, HOST_KEY_SIZE, 4, MAX_FLOWS)?;
+        let watch_ports = map_handle(&obj, MapName::WatchPorts, 4, 4, MAX_WATCHED_PORTS)?;
+        let ts_records = map_handle(
+            &obj,
+            MapName::TsRecords,
+            FLOW_KEY_SIZE,
+            TS_RECORD_SIZE,
+            MAX_TS_RECORDS,
+        )?;
         let prog_id = {
             let prog = find_program(&obj)?;
             Program::id_from_fd(prog.as_fd()).map_err(BpfError::Load)?
@@ -164,6 +177,8 @@ impl XdpSteering {
             xsks,
             counters,
             hosts,
+            watch_ports,
+            ts_records,
             hosts_lock: Mutex::new(()),
             prog_id,
             attachment: None,
@@ -424,6 +439,70 @@ impl XdpSteering {
         Ok(out)
     }
 
+    /// Watches local TCP port `port`: from now on the program records, for each connection
+    /// to it that is not steered, the peer's last timestamped segments (sequence range and
+    /// TSval), so that [`take_ts_segments`](Self::take_ts_segments) can give its hand-over the
+    /// TS.Recent the kernel had. Idempotent. Fails when [`MAX_WATCHED_PORTS`] are watched.
+    pub fn watch_port(&self, port: u16) -> Result<()> {
+        self.watch_ports
+            .update(&port_key(port), &1u32.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|source| self.map_error(MapName::WatchPorts, "update", source))?;
+        debug!(port, "port watched");
+        Ok(())
+    }
+
+    /// Stops watching `port` and forgets the records of its connections. `Ok(false)` if it
+    /// was not watched.
+    pub fn unwatch_port(&self, port: u16) -> Result<bool> {
+        match self.watch_ports.delete(&port_key(port)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(false),
+            Err(source) => return Err(self.map_error(MapName::WatchPorts, "delete", source)),
+        }
+        // A walk of the map (at most MAX_TS_RECORDS keys): control path, rare.
+        let stale: Vec<Vec<u8>> = self
+            .ts_records
+            .keys()
+            .filter(|k| k.get(4..6) == Some(&port.to_be_bytes()[..]))
+            .collect();
+        for k in stale {
+            let _ = self.ts_records.delete(&k);
+        }
+        debug!(port, "port unwatched");
+        Ok(true)
+    }
+
+    /// Whether `port` is watched.
+    pub fn is_watched(&self, port: u16) -> Result<bool> {
+        Ok(self
+            .watch_ports
+            .lookup(&port_key(port), MapFlags::ANY)
+            .map_err(|source| self.map_error(MapName::WatchPorts, "lookup", source))?
+            .is_some())
+    }
+
+    /// The peer's recorded timestamped segments of connection `key`, oldest first, and
+    /// forgets them (a connection's records are taken once, at its hand-over, or dropped
+    /// when its setup fails). Empty when none were recorded.
+    pub fn take_ts_segments(&self, key: &FlowKey) -> Result<Vec<TsSegment>> {
+        let k = key.to_bytes();
+        let v = self
+            .ts_records
+            .lookup(&k, MapFlags::ANY)
+            .map_err(|source| self.map_error(MapName::TsRecords, "lookup", source))?;
+        match self.ts_records.delete(&k) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(source) => return Err(self.map_error(MapName::TsRecords, "delete", source)),
+        }
+        Ok(v.map(|v| decode(&v)).unwrap_or_default())
+    }
+
+    /// Connections with recorded segments now (a walk of the map).
+    pub fn ts_record_count(&self) -> usize {
+        self.ts_records.keys().count()
+    }
+
     /// Registers the AF_XDP socket bound to RX `queue`: steered frames arriving on that queue
     /// go to it. The map refers to the socket, not the descriptor: closing the socket removes
     /// it from the map; the descriptor may be closed once the socket is owned elsewhere.
@@ -482,6 +561,32 @@ impl XdpSteering {
                 })?;
         let input = ProgramInput {
             data_in: Some(frame),
+            ..Default::default()
+        };
+        let out = prog.test_run(input).map_err(BpfError::TestRun)?;
+        Ok(XdpAction::from(out.return_value))
+    }
+
+    /// Like [`test_run`](Self::test_run), but the program sees only the first `linear`
+    /// octets of `frame` in its linear part and the rest as fragments, as a multi-buffer
+    /// (jumbo) frame from a driver. The kernel takes the linear size from the context's
+    /// `data_end` (Linux 6.18; older kernels refuse a `data_end` short of the frame).
+    pub fn test_run_linear(&self, frame: &[u8], linear: u32) -> Result<XdpAction> {
+        let prog =
+            self.obj
+                .progs_mut()
+                .find(|p| p.name() == PROG_NAME)
+                .ok_or(BpfError::Missing {
+                    kind: "program",
+                    name: PROG_NAME,
+                })?;
+        // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index,
+        // egress_ifindex (six u32).
+        let mut ctx = [0u8; 24];
+        ctx[4..8].copy_from_slice(&linear.to_ne_bytes());
+        let input = ProgramInput {
+            data_in: Some(frame),
+            context_in: Some(&mut ctx),
             ..Default::default()
         };
         let out = prog.test_run(input).map_err(BpfError::TestRun)?;
@@ -578,6 +683,13 @@ fn find_program(obj: &Object) -> Result<Program<'_>> {
 }
 
 /// An owned handle to map `name`, after checking its layout against the Rust mirror.
+/// The `watch_ports` key: the port in network byte order in the low two octets of a `__u32`
+/// as the program reads it from the TCP header.
+fn port_key(port: u16) -> [u8; 4] {
+    let b = port.to_be_bytes();
+    [b[0], b[1], 0, 0]
+}
+
 fn map_handle(
     obj: &Object,
     name: MapName,

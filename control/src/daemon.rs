@@ -159,6 +159,11 @@ impl Daemon {
         });
         let (link_tx, link_rx) = unbounded();
         let mut link = Link::new(cfg.datapath_socket.clone(), shared.clone());
+        // The listeners' ports are watched for TS.Recent from before the first accept.
+        link.watch = listeners
+            .iter()
+            .filter_map(|(sock, _)| sock.local_addr().ok().map(|a| a.port()))
+            .collect();
         // First attempt before accepting, so that a running datapath is used from the start.
         link.tick();
         let mut threads = vec![std::thread::Builder::new()
@@ -403,6 +408,9 @@ fn id_mut(m: &mut Message) -> Option<&mut u64> {
         | Message::PostRecv { id, .. }
         | Message::Subscribe { id, .. }
         | Message::Subscribed { id, .. }
+        | Message::Unsubscribe { id, .. }
+        | Message::WatchPort { id, .. }
+        | Message::UnwatchPort { id, .. }
         | Message::StartCapture { id, .. }
         | Message::StopCapture { id } => Some(id),
         Message::Hello { .. }
@@ -440,6 +448,10 @@ struct Link {
     last_sent: Instant,
     /// The outage line was logged (once per outage).
     outage_logged: bool,
+    /// The listeners' ports: watched on every connection to the datapath, so that the peer's
+    /// last TSval before each hand-over is recorded (docs/environment.md, "Why TS.Recent
+    /// must be inherited").
+    watch: Vec<u16>,
 }
 
 impl Link {
@@ -459,7 +471,29 @@ impl Link {
             last_attempt: None,
             last_sent: Instant::now(),
             outage_logged: false,
+            watch: Vec::new(),
         }
+    }
+
+    /// Asks the fresh connection `s` (before its reader starts) to watch the listeners'
+    /// ports. A refusal (a datapath without the request, or its table full) only costs the
+    /// inherited TS.Recent: logged, not fatal.
+    fn watch_ports(&mut self, s: &mut UnixStream) -> Result<(), String> {
+        for &port in &self.watch {
+            let id = self.next_id;
+            self.next_id += 1;
+            write_message(s, &Message::WatchPort { id, port }).map_err(|e| e.to_string())?;
+            match read_message(s).map_err(|e| e.to_string())? {
+                Message::Ok { id: got } if got == id => {
+                    tracing::debug!(port, "listener port watched for TS.Recent")
+                }
+                Message::Error { message, .. } => {
+                    tracing::warn!(port, %message, "listener port not watched: hand-overs start with TS.Recent unknown")
+                }
+                m => return Err(format!("unexpected answer to WatchPort: {m:?}")),
+            }
+        }
+        Ok(())
     }
 
     fn run(mut self, rx: Receiver<LinkMsg>) {
@@ -535,6 +569,7 @@ impl Link {
             .and_then(|()| s.set_write_timeout(Some(ANSWER_TIMEOUT)))
             .map_err(|e| e.to_string())?;
         let agent = handshake(&mut s, AGENT).map_err(|e| e.to_string())?;
+        self.watch_ports(&mut s)?;
         // The reader waits for notifications as long as it takes; liveness is the probe's job.
         s.set_read_timeout(None).map_err(|e| e.to_string())?;
         let mut reader = s.try_clone().map_err(|e| e.to_string())?;

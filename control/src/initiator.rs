@@ -8,7 +8,7 @@ use crate::handover::{hand_over, read_frame_step, FrameRead, Placement, StartupW
 use crate::setup_error::SetupError;
 use mpa::startup::{InitiatorStartup, Negotiated, StartupError, StartupEvent, StartupPolicy};
 use mpa::wire::startup::MAX_FRAME_LEN;
-use mpa_ctl_proto::Role;
+use mpa_ctl_proto::{Message, Role};
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::time::Instant;
@@ -47,8 +47,33 @@ pub fn connect_and_hand_over(
     dp: &mut DatapathClient,
 ) -> Result<InitiatorOutcome, SetupError> {
     let timeout = policy.startup_timeout;
-    let mut sm = InitiatorStartup::new(policy, private_data, Instant::now())?;
-    let mut sock = TcpStream::connect_timeout(&to, timeout)?;
+    let sm = InitiatorStartup::new(policy, private_data, Instant::now())?;
+    let sock = TcpStream::connect_timeout(&to, timeout)?;
+    // The Reply is the peer's last segment to the kernel before the hand-over: watch our
+    // port before the Request goes out, so that its TSval is recorded (docs/environment.md,
+    // "Why TS.Recent must be inherited"); a refusal only costs that.
+    let port = sock.local_addr()?.port();
+    let watched = match dp.request(|id| Message::WatchPort { id, port }) {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(port, %e, "local port not watched: the hand-over starts with TS.Recent unknown");
+            false
+        }
+    };
+    let r = start_and_hand_over(sock, sm, placement.into(), dp);
+    if watched {
+        let _ = dp.request(|id| Message::UnwatchPort { id, port });
+    }
+    r
+}
+
+/// The startup on the connected `sock`, then the hand-over.
+fn start_and_hand_over(
+    mut sock: TcpStream,
+    mut sm: InitiatorStartup,
+    placement: Placement,
+    dp: &mut DatapathClient,
+) -> Result<InitiatorOutcome, SetupError> {
     // The Request in one segment: no reason to wait for more.
     sock.set_nodelay(true)?;
     let mut sent = Vec::new();
@@ -95,15 +120,8 @@ pub fn connect_and_hand_over(
         // `frame` holds exactly the Reply (see frame_want).
         reply_received: frame,
     };
-    let (flow_id, frozen) = hand_over(
-        sock,
-        dp,
-        Role::Initiator,
-        &negotiated,
-        wire,
-        rtr,
-        placement.into(),
-    )?;
+    let (flow_id, frozen) =
+        hand_over(sock, dp, Role::Initiator, &negotiated, wire, rtr, placement)?;
     Ok(InitiatorOutcome::HandedOver {
         flow_id,
         frozen,

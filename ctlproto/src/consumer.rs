@@ -211,6 +211,13 @@ impl Consumer {
         self.busy_poll = on;
     }
 
+    /// Stop receiving domain `pd`'s completions. What the workers wrote into its rings before
+    /// stays readable with [`Consumer::next_completions`] (the rings stay mapped until the
+    /// domain is subscribed again or the consumer is dropped).
+    pub fn unsubscribe(&mut self, pd: u32) -> Result<(), ConsumerError> {
+        self.expect_ok(|id| Message::Unsubscribe { id, pd })
+    }
+
     fn expect_ok(&mut self, build: impl FnOnce(u64) -> Message) -> Result<(), ConsumerError> {
         match self.client.request(build)? {
             Message::Ok { .. } => Ok(()),

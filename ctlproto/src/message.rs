@@ -160,20 +160,54 @@ pub enum Message {
         count: u32,
     },
     /// consumer → datapath: send this client the completions of the domain's connections
-    /// (one subscriber per domain; a new one replaces the old). Answered by
-    /// [`Message::Subscribed`].
+    /// (one subscriber per domain), answered by [`Message::Subscribed`]. A protection domain
+    /// belongs to the client that first creates a region in it or subscribes to it, until that
+    /// client is gone or has neither a region in it nor the subscription: Subscribe,
+    /// CreateRegion, DestroyRegion and PostRecv of another client naming it are refused with
+    /// [`ErrorCode::Forbidden`]. (A hand-over naming the domain is not a consumer's request and
+    /// is not checked.)
     Subscribe {
         /// Request id.
         id: u64,
         /// Domain.
         pd: u32,
     },
+    /// consumer → datapath: end this client's subscription to the domain's completions
+    /// (refused unless it is the subscriber); a domain with none of its regions left is
+    /// released with it.
+    Unsubscribe {
+        /// Request id.
+        id: u64,
+        /// Domain.
+        pd: u32,
+    },
+    /// control → datapath: until [`Message::UnwatchPort`] (or this client is gone), record
+    /// the peer's last timestamped segments of every connection to local TCP port `port`
+    /// that is not steered yet, so that a hand-over of such a connection starts the
+    /// datapath's TCP with the TS.Recent the kernel had (docs/environment.md, "Why TS.Recent
+    /// must be inherited"). Ask before the peer's last segment to the kernel can arrive: a
+    /// Responder's listening port before it accepts, an Initiator's local port before it
+    /// sends the Request. Several clients may watch one port.
+    WatchPort {
+        /// Request id.
+        id: u64,
+        /// Local TCP port.
+        port: u16,
+    },
+    /// control → datapath: this client no longer watches `port`.
+    UnwatchPort {
+        /// Request id.
+        id: u64,
+        /// Local TCP port.
+        port: u16,
+    },
     /// datapath → subscriber: the completions come through shared memory, not this socket.
     /// Two descriptors travel with it (SCM_RIGHTS, see [`crate::read_message_with_fds`]):
     /// the sealed memfd of `rings` completion rings of `capacity` records each (one per
     /// worker; layout in [`crate::ring`]), then the eventfd the workers write when the
-    /// consumer sleeps. The subscription ends when this client's connection closes, or a
-    /// later subscriber of the domain replaces it.
+    /// consumer sleeps. The subscription (and the workers' hold on the rings) ends with
+    /// [`Message::Unsubscribe`], when this client's connection closes, or when it subscribes
+    /// to the domain again (new rings).
     Subscribed {
         /// Request id.
         id: u64,

@@ -20,6 +20,16 @@ pub struct RingStats {
     pub tx_no_frame: u64,
     /// Wakeups issued (the one syscall of the fast path).
     pub wakeups: u64,
+    /// Frames that arrived in several descriptors (AF_XDP multi-buffer, jumbo frames) and
+    /// were gathered whole (datapath/src/chain.rs).
+    #[serde(default)]
+    pub rx_multi_buffer: u64,
+    /// Descriptor chains dropped whole: cut short by the ring or longer than a frame may be.
+    #[serde(default)]
+    pub rx_chain_dropped: u64,
+    /// Largest frame received, octets.
+    #[serde(default)]
+    pub rx_largest: u64,
 }
 
 /// Counters of one receiver.
@@ -110,6 +120,11 @@ pub struct FlowReport {
     /// acceptable, RST not at RCV.NXT, SYN, after close), and the challenge ACKs sent.
     #[serde(default)]
     pub tcp_drops: TcpDrops,
+    /// The TS.Recent its TCP started with, inherited at the hand-over (the peer's TSval
+    /// the kernel had); `None` when it was unknown (or timestamps are off), and the first
+    /// acceptable timestamped segment set it.
+    #[serde(default)]
+    pub ts_recent_inherited: Option<u32>,
     /// MPA receive counters.
     #[serde(flatten)]
     pub rx: RxStats,
@@ -139,6 +154,10 @@ pub struct TcpDrops {
     pub challenge_acks: u64,
     /// Challenge ACKs suppressed by the rate limit.
     pub challenge_acks_suppressed: u64,
+    /// Challenges answered by a challenge ACK already owed (sent + suppressed + merged is
+    /// every segment that drew a challenge).
+    #[serde(default)]
+    pub challenge_acks_merged: u64,
 }
 
 /// Counters and flows of one queue, as the worker reports them.
@@ -238,6 +257,23 @@ pub struct DatapathStats {
     /// The control socket's clients and what their bounds did.
     #[serde(default)]
     pub control: ControlStats,
+    /// Hand-overs: how TS.Recent was inherited, and the ports watched for it.
+    #[serde(default)]
+    pub handover: HandoverStats,
+}
+
+/// Hand-overs and the TS.Recent they inherit (docs/environment.md, "Why TS.Recent must be
+/// inherited").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandoverStats {
+    /// Hand-overs with timestamps whose TS.Recent came from a recorded segment of the peer
+    /// (or from mpa-control).
+    pub ts_recent_inherited: u64,
+    /// Hand-overs with timestamps whose TS.Recent stayed unknown (0): no recorded segment
+    /// ended at RCV.NXT (its port not watched, or the records evicted).
+    pub ts_recent_unknown: u64,
+    /// Local ports watched now.
+    pub watched_ports: Vec<u16>,
 }
 
 /// The control socket: clients and the bounds on what is queued for and from them.

@@ -113,6 +113,9 @@ fn round_trip_every_message() {
             rings: 2,
             capacity: 4096,
         },
+        Message::Unsubscribe { id: 12, pd: 3 },
+        Message::WatchPort { id: 13, port: 7777 },
+        Message::UnwatchPort { id: 14, port: 7777 },
         Message::StartCapture {
             id: 12,
             flow: Some(9),
@@ -161,6 +164,11 @@ fn round_trip_every_message() {
                     clients_refused: 1,
                     messages_dropped: 3,
                     queued_octets: 4096,
+                },
+                handover: crate::stats::HandoverStats {
+                    ts_recent_inherited: 1,
+                    ts_recent_unknown: 2,
+                    watched_ports: vec![7777],
                 },
             }),
         },

@@ -67,6 +67,8 @@ pub struct Flow {
     ended: Option<FlowEnd>,
     /// When the flow started, for reports.
     pub started: Instant,
+    /// The TS.Recent inherited at the hand-over, if known.
+    ts_recent_inherited: Option<u32>,
 }
 
 /// Converts a CLOCK_MONOTONIC reading into an `Instant` (both use the same clock on Linux).
@@ -208,6 +210,7 @@ impl Flow {
             ending: None,
             ended: None,
             started: now,
+            ts_recent_inherited: t.timestamps.map(|t| t.ts_recent).filter(|&v| v != 0),
         })
     }
 
@@ -458,7 +461,9 @@ impl Flow {
                 duplicate: t.dup_full,
                 challenge_acks: t.challenge_acks,
                 challenge_acks_suppressed: t.challenge_acks_suppressed,
+                challenge_acks_merged: t.challenge_acks_merged,
             },
+            ts_recent_inherited: self.ts_recent_inherited,
             rx: *self.rx.stats(),
             ended: self.ended.as_ref().map(|e| EndReport {
                 mpa_error: e.mpa_error.map(MpaErrorCode::code),

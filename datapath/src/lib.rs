@@ -21,6 +21,7 @@
 #![warn(missing_docs)]
 
 pub mod capture;
+pub mod chain;
 pub mod completions;
 pub mod flow;
 pub mod fuzz;

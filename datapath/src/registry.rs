@@ -38,6 +38,10 @@ pub struct Registry {
     subscribers: HashMap<u32, (u64, u64)>,
     /// The control client that created each region (by STag): the region goes with it.
     owners: HashMap<u32, u64>,
+    /// The control client that owns each protection domain: the first to create a region in
+    /// it or subscribe to it. Other clients' requests naming it are refused; it is released
+    /// when its owner has neither a region in it nor its subscription (or is gone).
+    domains: HashMap<u32, u64>,
 }
 
 impl Registry {
@@ -52,6 +56,7 @@ impl Registry {
             waiting: HashMap::new(),
             subscribers: HashMap::new(),
             owners: HashMap::new(),
+            domains: HashMap::new(),
         }
     }
 
@@ -65,6 +70,7 @@ impl Registry {
         remote_read: bool,
         owner: u64,
     ) -> Result<Region, Refusal> {
+        self.check_domain(pd, owner)?;
         if len == 0 {
             return Err(bad("a region needs at least one octet".into()));
         }
@@ -106,7 +112,46 @@ impl Registry {
         self.bytes += len;
         self.regions.insert(stag, r.clone());
         self.owners.insert(stag, owner);
+        self.domains.insert(pd, owner);
         Ok(r)
+    }
+
+    /// Refuses `client` a request naming domain `pd` when another client owns it.
+    pub fn check_domain(&self, pd: u32, client: u64) -> Result<(), Refusal> {
+        match self.domains.get(&pd) {
+            Some(&owner) if owner != client => Err((
+                ErrorCode::Forbidden,
+                format!("protection domain {pd} belongs to another control client"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The control client owning domain `pd`, if any.
+    pub fn domain_owner(&self, pd: u32) -> Option<u64> {
+        self.domains.get(&pd).copied()
+    }
+
+    /// Releases domain `pd` once nothing of its owner's is left in it: no region, no
+    /// subscription.
+    fn release_if_idle(&mut self, pd: u32) {
+        let used =
+            self.subscribers.contains_key(&pd) || self.regions.values().any(|r| r.info.pd == pd);
+        if !used {
+            self.domains.remove(&pd);
+        }
+    }
+
+    /// Destroys region `stag` at the request of `client`, which must own its domain.
+    pub fn destroy_for(&mut self, stag: u32, client: u64) -> Result<(), Refusal> {
+        let pd = self
+            .regions
+            .get(&stag)
+            .ok_or_else(|| bad(format!("no region with STag {stag:#x}")))?
+            .info
+            .pd;
+        self.check_domain(pd, client)?;
+        self.destroy(stag)
     }
 
     /// Forgets a region (memory stays mapped wherever it is mapped).
@@ -120,6 +165,7 @@ impl Registry {
         for bufs in self.waiting.values_mut() {
             bufs.retain(|b| b.stag != stag);
         }
+        self.release_if_idle(r.info.pd);
         Ok(())
     }
 
@@ -200,9 +246,28 @@ impl Registry {
         self.waiting.remove(&pd).unwrap_or_default()
     }
 
-    /// Makes `client` the subscriber of `pd`'s completions through subscription `sub`.
-    pub fn subscribe(&mut self, pd: u32, client: u64, sub: u64) {
-        self.subscribers.insert(pd, (client, sub));
+    /// Makes `client` the subscriber of `pd`'s completions through subscription `sub`,
+    /// unless another client owns the domain (then its subscription stays); returns the
+    /// subscription it replaces (this client's earlier one), whose rings the workers drop.
+    pub fn subscribe(&mut self, pd: u32, client: u64, sub: u64) -> Result<Option<u64>, Refusal> {
+        self.check_domain(pd, client)?;
+        self.domains.insert(pd, client);
+        Ok(self
+            .subscribers
+            .insert(pd, (client, sub))
+            .map(|(_, old)| old))
+    }
+
+    /// Ends `client`'s subscription to `pd` (refused unless it is the subscriber); the domain
+    /// is released when none of its regions is left. Returns the subscription ended.
+    pub fn unsubscribe(&mut self, pd: u32, client: u64) -> Result<u64, Refusal> {
+        self.check_domain(pd, client)?;
+        let Some(&(_, sub)) = self.subscribers.get(&pd).filter(|(c, _)| *c == client) else {
+            return Err(bad(format!("this client is not subscribed to domain {pd}")));
+        };
+        self.subscribers.remove(&pd);
+        self.release_if_idle(pd);
+        Ok(sub)
     }
 
     /// The subscriber of `pd`.
@@ -238,6 +303,7 @@ impl Registry {
         for &stag in &stags {
             let _ = self.destroy(stag);
         }
+        self.domains.retain(|_, c| *c != client);
         stags
     }
 
@@ -287,18 +353,65 @@ mod tests {
         assert!(g.take_waiting(1).is_empty());
         assert!(g.destroy(a.info.stag).is_err());
         let c = g.create(5_000, 1, true, false, 7).unwrap();
-        let d = g.create(1_000, 1, true, false, 8).unwrap();
-        g.subscribe(1, 7, 1);
+        let d = g.create(1_000, 3, true, false, 8).unwrap();
+        assert_eq!(g.subscribe(1, 7, 1).unwrap(), None);
         assert_eq!(g.subscriber(1), Some(7));
         assert_eq!(g.subscriptions_of(7), vec![(1, 1)]);
-        let bufs = g.buffers(1, d.info.stag, 0, 100, 2).unwrap();
-        g.wait(1, bufs).unwrap();
+        let bufs = g.buffers(3, d.info.stag, 0, 100, 2).unwrap();
+        g.wait(3, bufs).unwrap();
         // Client 7 goes: its subscription and its regions (only those) with it.
         assert_eq!(g.client_gone(7), vec![b.info.stag, c.info.stag]);
         assert_eq!(g.subscriber(1), None);
         assert_eq!(g.list(None), vec![d.info.clone()]);
         assert_eq!(g.stats().region_octets, 1_000);
-        assert_eq!(g.take_waiting(1).len(), 2);
+        assert_eq!(g.take_waiting(3).len(), 2);
         assert!(g.client_gone(7).is_empty());
+    }
+
+    /// A domain belongs to the first client that creates a region in it or subscribes to
+    /// it; the others are refused (Forbidden) until it is released.
+    #[test]
+    fn domains_belong_to_one_client() {
+        let mut g = Registry::new(1 << 20);
+        let forbidden = |r: Result<(), Refusal>| r.unwrap_err().0 == ErrorCode::Forbidden;
+        let a = g.create(100, 5, true, false, 1).unwrap();
+        assert_eq!(g.domain_owner(5), Some(1));
+        assert_eq!(
+            g.create(100, 5, true, false, 2).unwrap_err().0,
+            ErrorCode::Forbidden
+        );
+        assert!(forbidden(g.subscribe(5, 2, 9).map(|_| ())));
+        assert!(forbidden(g.destroy_for(a.info.stag, 2)));
+        assert!(forbidden(g.check_domain(5, 2)));
+        assert_eq!(g.subscribe(5, 1, 10).unwrap(), None);
+        assert_eq!(g.subscriber(5), Some(1));
+        // Its last region gone, the owner still holds the domain by its subscription, and
+        // releases it by unsubscribing.
+        g.destroy_for(a.info.stag, 1).unwrap();
+        assert_eq!(g.domain_owner(5), Some(1));
+        assert!(forbidden(g.subscribe(5, 2, 9).map(|_| ())));
+        assert!(forbidden(g.unsubscribe(5, 2).map(|_| ())));
+        assert_eq!(g.unsubscribe(5, 1).unwrap(), 10);
+        assert_eq!(g.domain_owner(5), None);
+        assert!(g.unsubscribe(5, 1).is_err());
+        g.subscribe(5, 1, 11).unwrap();
+        assert_eq!(
+            g.subscribe(5, 1, 12).unwrap(),
+            Some(11),
+            "a new subscription replaces"
+        );
+        // Subscribing alone claims a domain; the owner leaving releases it.
+        g.subscribe(6, 1, 13).unwrap();
+        assert!(g.create(100, 6, true, false, 2).is_err());
+        g.client_gone(1);
+        assert_eq!(g.domain_owner(5), None);
+        assert_eq!(g.domain_owner(6), None);
+        g.subscribe(5, 2, 14).unwrap();
+        assert_eq!(g.subscriber(5), Some(2));
+        // A region destroyed with no subscription releases its domain.
+        let b = g.create(100, 7, true, false, 3).unwrap();
+        g.destroy_for(b.info.stag, 3).unwrap();
+        assert_eq!(g.domain_owner(7), None);
+        g.create(100, 7, true, false, 4).unwrap();
     }
 }

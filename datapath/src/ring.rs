@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+use crate::chain::{self, Chain};
 pub use mpa_ctl_proto::stats::RingStats;
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -21,7 +22,8 @@ pub trait FrameRing {
     fn queue(&self) -> u32;
 
     /// Receives up to one burst, waiting at most `timeout_ms` when none is there (0: never
-    /// wait), hands each frame to `f`, then gives the buffers back. Returns the frame count.
+    /// wait), hands each frame to `f`, then gives the buffers back. Returns the descriptors
+    /// taken (a multi-buffer frame counts each of its descriptors; 0: nothing came).
     fn rx_burst(&mut self, timeout_ms: i32, f: impl FnMut(&[u8])) -> Result<usize, Self::Error>;
 
     /// Copies `pkt` into a free TX buffer and queues it; `false` when none is free (the
@@ -43,7 +45,11 @@ const BURST: usize = 64;
 
 #[derive(Debug, Default)]
 struct Shared {
-    rx: VecDeque<Vec<u8>>,
+    /// Descriptors: a buffer and whether more of its frame follow (XDP_PKT_CONTD).
+    rx: VecDeque<(Vec<u8>, bool)>,
+    /// Multi-buffer: frames above this many octets are cut into descriptors of it, as the
+    /// kernel does into UMEM frames (`MemWire::set_chunk`).
+    chunk: Option<usize>,
     tx: VecDeque<Vec<u8>>,
     /// Frames offered by the wire side while the RX ring was full.
     rx_dropped: u64,
@@ -70,8 +76,10 @@ impl Inner {
 pub struct MemRing {
     queue: u32,
     inner: Arc<Inner>,
-    /// Frames taken from the shared queue for the current burst (kept to reuse buffers).
-    burst: Vec<Vec<u8>>,
+    /// Descriptors taken from the shared queue for the current burst (kept to reuse buffers).
+    burst: Vec<(Vec<u8>, bool)>,
+    /// Gathers frames that came in several descriptors.
+    chain: Chain,
     /// TX frames queued by `send`, handed over by `flush`.
     tx_pending: Vec<Vec<u8>>,
     /// Spent buffers, reused for TX copies.
@@ -101,6 +109,7 @@ impl MemRing {
                 queue,
                 inner: inner.clone(),
                 burst: Vec::with_capacity(BURST),
+                chain: Chain::default(),
                 tx_pending: Vec::new(),
                 spare: Vec::new(),
                 spent: Vec::new(),
@@ -142,10 +151,16 @@ impl FrameRing for MemRing {
             self.spent.clear();
         }
         let n = self.burst.len();
-        for frame in self.burst.drain(..) {
-            self.stats.rx_frames += 1;
-            self.stats.rx_octets += frame.len() as u64;
-            f(&frame);
+        chain::deliver(
+            &mut self.chain,
+            &self.burst,
+            BURST,
+            |(b, more)| (b.as_slice(), *more),
+            &mut f,
+            &mut self.stats,
+        );
+        // Every buffer back exactly once, as the AF_XDP ring gives every descriptor back.
+        for (frame, _) in self.burst.drain(..) {
             if self.spare.len() < BURST {
                 self.spare.push(frame);
             } else {
@@ -190,18 +205,88 @@ impl FrameRing for MemRing {
     }
 }
 
+impl Shared {
+    /// Descriptors `frame` takes.
+    fn descs_for(&self, len: usize) -> usize {
+        match self.chunk {
+            Some(c) if len > c => len.div_ceil(c),
+            _ => 1,
+        }
+    }
+
+    /// Queues `frame` as one descriptor or, above the chunk, a chain; all or nothing, as the
+    /// kernel checks room for every descriptor of a packet first. Returns whether it fitted.
+    fn push_frame(&mut self, frame: &[u8]) -> bool {
+        let n = self.descs_for(frame.len());
+        if self.rx.len() + n > MEM_RING_SIZE {
+            self.rx_dropped += 1;
+            return false;
+        }
+        let chunk = self.chunk.unwrap_or(frame.len());
+        let mut rest = frame;
+        for i in 0..n {
+            let take = if i + 1 == n { rest.len() } else { chunk };
+            let (part, tail) = rest.split_at(take);
+            rest = tail;
+            let mut b = self.free.pop().unwrap_or_default();
+            b.clear();
+            b.extend_from_slice(part);
+            self.rx.push_back((b, i + 1 < n));
+        }
+        true
+    }
+}
+
 impl MemWire {
     /// Offers a frame to the worker; `false` (counted) when its RX ring is full.
     pub fn inject(&self, frame: Vec<u8>) -> bool {
         let mut s = self.inner.lock();
-        if s.rx.len() >= MEM_RING_SIZE {
-            s.rx_dropped += 1;
-            return false;
-        }
-        s.rx.push_back(frame);
+        let ok = if s.descs_for(frame.len()) == 1 {
+            if s.rx.len() >= MEM_RING_SIZE {
+                s.rx_dropped += 1;
+                false
+            } else {
+                s.rx.push_back((frame, false));
+                true
+            }
+        } else {
+            s.push_frame(&frame)
+        };
         drop(s);
-        self.inner.rx_ready.notify_one();
-        true
+        if ok {
+            self.inner.rx_ready.notify_one();
+        }
+        ok
+    }
+
+    /// Multi-buffer, as AF_XDP with XDP_USE_SG: frames longer than `chunk` octets reach the
+    /// worker as chains of `chunk`-octet descriptors (the kernel's copy mode cuts at the UMEM
+    /// frame's data size, 3840 for 4096-octet frames). `None`: every frame in one.
+    pub fn set_chunk(&self, chunk: Option<usize>) {
+        self.inner.lock().chunk = chunk.filter(|&c| c > 0);
+    }
+
+    /// Offers raw descriptors (octets, XDP_PKT_CONTD) as they are, for chains the kernel
+    /// would never make (cut short, overlong). Returns how many were taken.
+    pub fn inject_descs<'a>(&self, descs: impl IntoIterator<Item = (&'a [u8], bool)>) -> usize {
+        let mut s = self.inner.lock();
+        let mut n = 0;
+        for (octets, more) in descs {
+            if s.rx.len() >= MEM_RING_SIZE {
+                s.rx_dropped += 1;
+                continue;
+            }
+            let mut b = s.free.pop().unwrap_or_default();
+            b.clear();
+            b.extend_from_slice(octets);
+            s.rx.push_back((b, more));
+            n += 1;
+        }
+        drop(s);
+        if n > 0 {
+            self.inner.rx_ready.notify_one();
+        }
+        n
     }
 
     /// Offers copies of `frames` in order, in buffers the worker's side gave back when there
@@ -211,15 +296,9 @@ impl MemWire {
         let mut s = self.inner.lock();
         let mut n = 0;
         for frame in frames {
-            if s.rx.len() >= MEM_RING_SIZE {
-                s.rx_dropped += 1;
-                continue;
+            if s.push_frame(frame) {
+                n += 1;
             }
-            let mut b = s.free.pop().unwrap_or_default();
-            b.clear();
-            b.extend_from_slice(frame);
-            s.rx.push_back(b);
-            n += 1;
         }
         drop(s);
         if n > 0 {
@@ -233,7 +312,7 @@ impl MemWire {
         self.inner.lock().tx.drain(..).collect()
     }
 
-    /// Frames waiting in the worker's RX ring.
+    /// Descriptors (frames, or parts of multi-buffer frames) waiting in the worker's RX ring.
     pub fn rx_waiting(&self) -> usize {
         self.inner.lock().rx.len()
     }
@@ -241,5 +320,81 @@ impl MemWire {
     /// Frames refused because the RX ring was full.
     pub fn rx_dropped(&self) -> u64 {
         self.inner.lock().rx_dropped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(id: u8, len: usize) -> Vec<u8> {
+        (0..len).map(|i| id ^ (i as u8).wrapping_mul(7)).collect()
+    }
+
+    /// Buffers anywhere: RX ring, free list, the worker's spares and spent ones.
+    fn buffers(r: &MemRing) -> usize {
+        let s = r.inner.lock();
+        s.rx.len() + s.free.len() + r.spare.len() + r.spent.len() + r.burst.len()
+    }
+
+    fn drain(r: &mut MemRing) -> Vec<Vec<u8>> {
+        let mut got = Vec::new();
+        while r.rx_burst(0, |f| got.push(f.to_vec())).unwrap() > 0 {}
+        got
+    }
+
+    #[test]
+    fn multi_buffer_frames_reach_the_worker_whole() {
+        let (mut r, w) = MemRing::new(0);
+        w.set_chunk(Some(3840));
+        let sent: Vec<Vec<u8>> = (0..100u8)
+            .map(|i| frame(i, [9014, 66, 3840, 3841, 1514][usize::from(i) % 5]))
+            .collect();
+        assert_eq!(w.inject_copies(sent.iter().map(Vec::as_slice)), 100);
+        // 9014: 3 descriptors, 3841: 2, others 1.
+        assert_eq!(w.rx_waiting(), 20 * 3 + 20 * 2 + 60);
+        assert_eq!(drain(&mut r), sent);
+        let st = r.stats();
+        assert_eq!(st.rx_frames, 100);
+        assert_eq!(st.rx_multi_buffer, 40);
+        assert_eq!(st.rx_chain_dropped, 0);
+        assert_eq!(st.rx_largest, 9014);
+        assert_eq!(
+            st.rx_octets,
+            sent.iter().map(|f| f.len() as u64).sum::<u64>()
+        );
+        // Frame accounting: every descriptor's buffer came back once (none lost, none twice).
+        assert_eq!(buffers(&r), 160);
+    }
+
+    #[test]
+    fn cut_and_overlong_chains_are_dropped_and_counted() {
+        let (mut r, w) = MemRing::new(0);
+        r.chain = Chain::new(1000, 3);
+        let a = frame(1, 400);
+        let ok = frame(2, 900);
+        // Overlong by descriptors (4 > 3), then by octets (1200 > 1000), then a good chain.
+        let mut descs: Vec<(&[u8], bool)> = vec![(&a[..100], true); 3];
+        descs.push((&a[..100], false));
+        descs.extend([(&a[..], true), (&a[..], true), (&a[..], false)]);
+        descs.extend([
+            (&ok[..300], true),
+            (&ok[300..600], true),
+            (&ok[600..], false),
+        ]);
+        // Cut short: the ring ends inside a chain.
+        descs.extend([(&a[..], true), (&a[..], true)]);
+        let n = descs.len();
+        assert_eq!(w.inject_descs(descs), n);
+        assert_eq!(drain(&mut r), vec![ok.clone()]);
+        let st = r.stats();
+        assert_eq!(st.rx_chain_dropped, 3);
+        assert_eq!(st.rx_frames, 1);
+        assert_eq!(st.rx_multi_buffer, 1);
+        assert_eq!(buffers(&r), n);
+        // What follows the cut chain stands alone.
+        w.inject(frame(3, 60));
+        assert_eq!(drain(&mut r), vec![frame(3, 60)]);
+        assert_eq!(r.stats().rx_chain_dropped, 3);
     }
 }

@@ -399,7 +399,8 @@ impl<R: FrameRing> Worker<R> {
         true
     }
 
-    /// One RX burst, timers, TX. Returns the frames received. [`Worker::run`] calls it in a
+    /// One RX burst, timers, TX. Returns the RX descriptors taken (frames, or parts of
+    /// multi-buffer frames). [`Worker::run`] calls it in a
     /// loop; in-memory tests and benchmarks call it directly.
     pub fn poll_once(&mut self) -> Result<usize, R::Error> {
         self.poll_once_at(Instant::now())

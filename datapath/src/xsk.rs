@@ -4,6 +4,7 @@
 //! descriptors of the same UMEM, which the ownership here guarantees. One of the crate's two
 //! `unsafe` boundaries (the other is `region`, the registered memory).
 
+use crate::chain::{self, Chain, XDP_PKT_CONTD};
 use crate::ring::{FrameRing, RingStats};
 use std::io::Write;
 use std::num::NonZeroU32;
@@ -152,6 +153,12 @@ pub struct XskQueue {
     fill_pending: Vec<FrameDesc>,
     rx_descs: Vec<FrameDesc>,
     comp_descs: Vec<FrameDesc>,
+    /// Gathers frames that arrive in several descriptors (multi-buffer, jumbo frames).
+    chain: Chain,
+    /// Bound with XDP_USE_SG: frames larger than a UMEM frame arrive as descriptor chains.
+    multi_buffer: bool,
+    /// Octets of packet data a UMEM frame holds (frame size less the XDP headroom).
+    frame_data: usize,
     stats: XskStats,
     /// Wakes the worker out of its idle poll() when a command arrives.
     wake: Arc<nix::sys::eventfd::EventFd>,
@@ -178,6 +185,9 @@ impl std::fmt::Debug for XskQueue {
 }
 
 const BURST: usize = 64;
+
+/// XDP_PACKET_HEADROOM (linux/bpf.h): the part of each UMEM frame before the packet data.
+const XDP_PACKET_HEADROOM: u32 = 256;
 
 impl AsFd for XskQueue {
     fn as_fd(&self) -> BorrowedFd<'_> {
@@ -214,12 +224,14 @@ impl XskQueue {
             BindMode::Copy => BindFlags::XDP_COPY,
             BindMode::ZeroCopy => BindFlags::XDP_ZEROCOPY,
         };
-        let sock_cfg = SocketConfig::builder()
-            .rx_queue_size(ring)
-            .tx_queue_size(ring)
-            .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
-            .bind_flags(mode | BindFlags::XDP_USE_NEED_WAKEUP)
-            .build();
+        let sock_cfg = |flags: BindFlags| {
+            SocketConfig::builder()
+                .rx_queue_size(ring)
+                .tx_queue_size(ring)
+                .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
+                .bind_flags(flags)
+                .build()
+        };
         let sock_err = |detail: String| XskError::Socket {
             iface: iface.to_string(),
             queue,
@@ -227,11 +239,33 @@ impl XskQueue {
             detail,
         };
         let ifname: Interface = iface.parse().map_err(|e| sock_err(format!("{e:?}")))?;
+        // Multi-buffer (XDP_USE_SG, Linux 6.6) so that frames larger than a UMEM frame (jumbo
+        // MTUs) arrive as descriptor chains instead of being dropped. Copy mode always has it;
+        // a zero-copy driver without it refuses the bind (EOPNOTSUPP), and the socket is then
+        // bound without: frames up to a UMEM frame only.
+        let base = mode | BindFlags::XDP_USE_NEED_WAKEUP;
+        let mut multi_buffer = true;
         // SAFETY: the UMEM outlives the socket: the returned XskQueue owns both, and the rings
         // keep their own reference to the UMEM (xsk-rs's `Umem` is reference-counted), so the
         // memory stays mapped for as long as any ring exists.
-        let (tx, rx, fq_cq) = unsafe { Socket::new(sock_cfg, &umem, &ifname, queue) }
-            .map_err(|e| sock_err(format!("{e:?}")))?;
+        let (tx, rx, fq_cq) = match unsafe {
+            Socket::new(
+                sock_cfg(base | BindFlags::XDP_USE_SG),
+                &umem,
+                &ifname,
+                queue,
+            )
+        } {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(iface, queue, error = ?e,
+                    "AF_XDP bind with XDP_USE_SG failed; binding without: no frames above a UMEM frame");
+                multi_buffer = false;
+                // SAFETY: as above.
+                unsafe { Socket::new(sock_cfg(base), &umem, &ifname, queue) }
+                    .map_err(|e| sock_err(format!("{e:?}")))?
+            }
+        };
         let (mut fill, comp) =
             fq_cq.ok_or_else(|| sock_err("no fill/completion ring (UMEM already bound)".into()))?;
         let tx_free = descs.split_off(descs.len() / 2);
@@ -255,6 +289,9 @@ impl XskQueue {
             fill_pending: Vec::with_capacity(BURST),
             rx_descs: vec![FrameDesc::default(); BURST],
             comp_descs: vec![FrameDesc::default(); BURST],
+            chain: Chain::default(),
+            multi_buffer,
+            frame_data: cfg.frame_size.saturating_sub(XDP_PACKET_HEADROOM) as usize,
             stats: XskStats::default(),
             wake: Arc::new(
                 nix::sys::eventfd::EventFd::from_flags(
@@ -309,6 +346,38 @@ impl XskQueue {
         self.queue
     }
 
+    /// Whether the socket is bound with XDP_USE_SG (frames above a UMEM frame arrive).
+    pub fn multi_buffer(&self) -> bool {
+        self.multi_buffer
+    }
+
+    /// The largest frame (octets) this socket receives: the gather limit with multi-buffer,
+    /// else a UMEM frame less the XDP headroom.
+    pub fn max_rx_frame(&self) -> usize {
+        if self.multi_buffer {
+            self.chain.max_frame()
+        } else {
+            self.frame_data
+        }
+    }
+
+    /// The largest frame (octets) this socket sends: TX stays single-buffer, one UMEM frame.
+    pub fn max_tx_frame(&self) -> usize {
+        self.frame_data
+    }
+
+    /// Receives frames of up to `octets` (at least [`chain::MAX_FRAME`]; the interface's MTU
+    /// with its link header when larger), gathered from as many descriptors as that takes.
+    pub fn set_max_rx_frame(&mut self, octets: usize) {
+        let octets = octets.max(chain::MAX_FRAME);
+        let descs = octets
+            .div_ceil(self.frame_data.max(1))
+            .max(chain::MAX_DESCS);
+        if octets != self.chain.max_frame() || descs != self.chain.max_descs() {
+            self.chain = Chain::new(octets, descs);
+        }
+    }
+
     /// A handle that interrupts this queue's idle waits.
     pub fn waker(&self) -> Waker {
         Waker(self.wake.clone())
@@ -355,16 +424,24 @@ impl XskQueue {
             // SAFETY: as above.
             n = unsafe { self.rx.consume(&mut self.rx_descs) };
         }
-        for d in &self.rx_descs[..n] {
-            // SAFETY: the descriptor was just consumed from this socket's RX ring, so the
-            // frame belongs to this UMEM and the kernel no longer writes to it until we give
-            // it back to the fill ring below.
-            let data = unsafe { self.umem.data(d) };
-            let frame = data.contents();
-            self.stats.rx_frames += 1;
-            self.stats.rx_octets += frame.len() as u64;
-            f(frame);
-        }
+        let umem = &self.umem;
+        chain::deliver(
+            &mut self.chain,
+            &self.rx_descs[..n],
+            self.rx_descs.len(),
+            |d| {
+                // SAFETY: the descriptor was just consumed from this socket's RX ring, so the
+                // frame belongs to this UMEM and the kernel no longer writes to it until we
+                // give it back to the fill ring below.
+                let data = unsafe { umem.data(d) };
+                (data.contents(), d.options() & XDP_PKT_CONTD != 0)
+            },
+            &mut f,
+            &mut self.stats,
+        );
+        // Every descriptor of the burst goes back exactly once, whatever became of its
+        // frame (delivered in place, gathered, or part of a dropped chain): `deliver` keeps
+        // none, an open chain's octets are already in its scratch buffer.
         if n > 0 || !self.fill_pending.is_empty() {
             self.fill_pending.extend_from_slice(&self.rx_descs[..n]);
             // SAFETY: these frames came from this UMEM's RX ring (now or in an earlier burst

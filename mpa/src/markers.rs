@@ -237,7 +237,7 @@ mod tests {
     #[test]
     fn rfc_example_pointers() {
         // The first FPDU starts at SeqStart behind the first marker; if it continues past 512
-        // the marker there has FPDUPTR 508 (SPEC.md §4).
+        // the marker there has FPDUPTR 508 (docs/protocol.md, "Markers").
         let pieces: Vec<_> = WireLayout::new(0, 1000, true).collect();
         assert_eq!(
             pieces[0],

@@ -70,7 +70,7 @@ pub struct BedConfig {
     pub loss_percent: u8,
     /// The TCP destination port the loss applies to.
     pub loss_port: u16,
-    /// MTU of every veth (≤ 3506 where XDP is attached: docs/environment.md).
+    /// MTU of every veth (above 3506 only with a frags-aware XDP program: docs/environment.md).
     pub mtu: u32,
     /// RX and TX queues of every veth.
     pub queues: u32,

@@ -344,6 +344,12 @@ fn serve_hands_over_rejects_lists_and_closes() {
     for (f, s) in flows.iter().zip(&sent) {
         assert_delivered(&stats, *f, s);
     }
+    // Each hand-over inherited the peer's TSval as TS.Recent: the daemon watches its
+    // listeners' ports (docs/environment.md, "Why TS.Recent must be inherited").
+    let h = &stats["handover"];
+    assert_eq!(h["ts_recent_inherited"], 3, "{h}");
+    assert_eq!(h["ts_recent_unknown"], 0, "{h}");
+    assert_eq!(h["watched_ports"], serde_json::json!([7101, 7102]), "{h}");
     let human = cli(&["stats", "--socket", &socket.to_string_lossy()]);
     assert!(human.status.success(), "{}", text(&human.stderr));
     assert!(

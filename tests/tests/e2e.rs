@@ -175,6 +175,49 @@ fn jumbo_mtu_and_every_size_up_to_mulpdu() {
     dp.stop();
 }
 
+/// MTU 9000 (docs/architecture.md, "Jumbo frames"): the XDP program is frags-aware and the
+/// AF_XDP socket multi-buffer, so 9014-octet frames arrive as chains of three descriptors
+/// (3840-octet UMEM frame data) and are gathered whole: every ULPDU size up to MULPDU and
+/// 8 KiB ULPDUs, v4 and v6, octet-exact, with frames larger than 4 KiB counted.
+#[test]
+fn jumbo_mtu_9000_through_multi_buffer() {
+    if !require_privileged("datapath e2e mtu 9000") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig {
+        mtu: 9000,
+        ..BedConfig::default()
+    })
+    .unwrap();
+    let (dp, path) = dp_on(&bed, 1);
+    let mut port = 7550;
+    for v6 in [false, true] {
+        for size in [0, 8192] {
+            let case = Case {
+                v6,
+                size,
+                initiator_markers: false,
+                responder_markers: true,
+                crc: true,
+                count: 400,
+            };
+            run_case(&bed, &path, port, &case);
+            port += 1;
+        }
+    }
+    let mut dpc = DatapathClient::connect(&path, Duration::from_secs(5)).unwrap();
+    let st = stats(&mut dpc);
+    let ring = st.queues[0].ring;
+    assert!(
+        ring.rx_multi_buffer > 0,
+        "no frame above a UMEM frame: {ring:?}"
+    );
+    // Full-sized segments: MTU 9000 plus the Ethernet header.
+    assert_eq!(ring.rx_largest, 9014, "{ring:?}");
+    assert_eq!(ring.rx_chain_dropped, 0, "{ring:?}");
+    dp.stop();
+}
+
 #[test]
 fn loss_in_the_bridge_is_repaired_with_sack() {
     if !require_privileged("datapath e2e loss") {

@@ -252,7 +252,22 @@ fn mpa_control_connect_to_mpa_peer_listen() {
             port += 1;
         }
     }
-    assert_eq!(stats_at(&path).adopted_flows, 0);
+    let s = stats_at(&path);
+    assert_eq!(s.adopted_flows, 0);
+    // Every hand-over started with the peer's TSval as TS.Recent: the Initiator watched its
+    // port from before its Request until the hand-over (docs/environment.md, "Why
+    // TS.Recent must be inherited"), and nothing stays watched.
+    assert_eq!(
+        (s.handover.ts_recent_inherited, s.handover.ts_recent_unknown),
+        (25, 0),
+        "{:?}",
+        s.handover
+    );
+    assert!(s.handover.watched_ports.is_empty(), "{:?}", s.handover);
+    assert!(s
+        .ended_flows
+        .iter()
+        .all(|f| f.ts_recent_inherited.is_some()));
     dp.stop();
 }
 

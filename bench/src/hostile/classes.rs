@@ -467,6 +467,36 @@ pub static CLASSES: &[Class] = &[
         script: locator_amplification,
         after: nothing,
     },
+    // docs/environment.md, "Why TS.Recent must be inherited": the hand-over gave the flow
+    // our Request's TSval (the port is watched), so a forged pure ACK at RCV.NXT with a
+    // TSval half the space away fails PAWS instead of becoming the baseline that every real
+    // segment then fails; a Write after it is placed.
+    class("forged-ack-far-tsval-after-handover", E::Placed, |c| {
+        let Some(real) = c.p.startup_tsval else {
+            bail!("no TSval of our Request was seen");
+        };
+        let before = c.flow_report()?;
+        if before.ts_recent_inherited != Some(real) {
+            bail!(
+                "TS.Recent inherited {:?}, our Request's TSval {real}",
+                before.ts_recent_inherited
+            );
+        }
+        // Half the space from our clock now (the datapath's TS.Recent has moved from `real`
+        // to our later ACKs' TSvals since the hand-over).
+        let mut s = c.p.seg(&[]);
+        s.ts = Some((c.p.tsval().wrapping_add(1 << 31), c.p.ts_recent));
+        c.p.send_seg(&s)?;
+        c.p.poll(Duration::from_millis(50))?;
+        let paws = c.flow_report()?.tcp_drops.paws - before.tcp_drops.paws;
+        if paws != 1 {
+            bail!("the forged ACK: tcp_drops.paws +1 expected, got +{paws}");
+        }
+        c.p.inbox.clear();
+        c.note = format!("TS.Recent {real} inherited, forged ACK dropped by PAWS; ");
+        let d = c.pattern(7);
+        c.write(0, &d)
+    }),
 ];
 
 const fn class(name: &'static str, expect: E, script: fn(&mut Ctx) -> Result<()>) -> Class {
@@ -540,10 +570,12 @@ fn bent_marker(c: &mut Ctx, bend: fn(&mut [u8]), placed: bool) -> Result<()> {
 
 /// RFC 5961 §7: 250 segments that each draw a challenge ACK, sent at once, draw at most the
 /// limit (100 per second; the 250 may straddle one second boundary: 200), the rest counted
-/// as suppressed.
+/// as suppressed or as merged (answered by an ACK already owed in the same burst); every
+/// ACK counted as sent is seen by the peer.
 fn flood_limited(c: &mut Ctx, seg: fn(&Ctx, u32) -> Seg) -> Result<()> {
     const N: u64 = 250;
     let before = c.flow_report()?.tcp_drops;
+    let seen_before = c.p.inbox.iter().filter(|r| r.is_pure_ack()).count() as u64;
     for i in 0..N {
         let s = seg(c, i as u32);
         c.p.send_seg(&s)?;
@@ -552,13 +584,17 @@ fn flood_limited(c: &mut Ctx, seg: fn(&Ctx, u32) -> Seg) -> Result<()> {
     let after = c.flow_report()?.tcp_drops;
     let sent = after.challenge_acks - before.challenge_acks;
     let suppressed = after.challenge_acks_suppressed - before.challenge_acks_suppressed;
-    let on_wire = c.p.inbox.iter().filter(|r| r.is_pure_ack()).count() as u64;
-    if sent + suppressed != N || sent > 200 || on_wire > sent {
+    let merged = after.challenge_acks_merged - before.challenge_acks_merged;
+    let on_wire = c.p.inbox.iter().filter(|r| r.is_pure_ack()).count() as u64 - seen_before;
+    if sent + suppressed + merged != N || sent == 0 || sent > 200 || sent > on_wire {
         bail!(
-            "{N} challenge ACKs owed, at most 200 sent and the rest suppressed, got {sent}              sent ({on_wire} seen) and {suppressed} suppressed"
+            "{N} challenges: at most 200 ACKs sent, each seen, the rest suppressed or merged; \
+             got {sent} sent ({on_wire} seen), {suppressed} suppressed, {merged} merged"
         );
     }
-    c.note = format!("{sent} challenge ACKs ({on_wire} seen), {suppressed} suppressed; ");
+    c.note = format!(
+        "{sent} challenge ACKs ({on_wire} seen), {suppressed} suppressed, {merged} merged; "
+    );
     Ok(())
 }
 

@@ -201,6 +201,10 @@ fn open_to(path: &Path) -> Result<usize> {
     Ok(n)
 }
 
+/// A protection domain of the region-budget class's own client (the others belong to the
+/// runner's consumer, which alone may create regions in them).
+const PD_BUDGET: u32 = PD_OTHER + 100;
+
 /// A region one octet beyond the datapath's region budget: Error Limit; a small one still
 /// fits afterwards.
 pub fn region_budget(c: &mut Ctx) -> Result<()> {
@@ -209,7 +213,7 @@ pub fn region_budget(c: &mut Ctx) -> Result<()> {
         let used: u64 = con.regions(None)?.iter().map(|r| r.len).sum();
         let max = mpa_datapath::server::DEFAULT_MAX_REGION_BYTES;
         let over = max - used + 1;
-        match con.create_region(over, PD_OTHER, true, false) {
+        match con.create_region(over, PD_BUDGET, true, false) {
             Err(ConsumerError::Client(ClientError::Refused {
                 code: ErrorCode::Limit,
                 ..
@@ -221,7 +225,7 @@ pub fn region_budget(c: &mut Ctx) -> Result<()> {
             ),
         }
         let small = con
-            .create_region(4096, PD_OTHER, true, false)
+            .create_region(4096, PD_BUDGET, true, false)
             .map_err(|e| anyhow!("a 4096-octet region after the refusal: {e}"))?;
         con.destroy_region(small.info().stag)?;
         Ok(format!(
@@ -297,10 +301,12 @@ pub fn flood_unread(c: &mut Ctx) -> Result<()> {
 /// A consumer that subscribes to the hostile domain's completions and never reads them while
 /// 20,000 RDMA Writes arrive: every write is placed (the last of each offset checked by the
 /// runner), the completions wait in its shared-memory ring (or are lost and counted when it
-/// is full), and the worker never waits for it.
+/// is full), and the worker never waits for it. The consumer is the domain's owner (only it
+/// may subscribe); it unsubscribes and reads its backlog afterwards.
 pub fn consumer_never_reads(c: &mut Ctx) -> Result<()> {
     const N: u32 = 20_000;
-    let mut con = Consumer::connect(&c.env.socket, WAIT)?;
+    let env = c.env;
+    let mut con = env.owner()?;
     con.subscribe(super::PD_HOSTILE)?;
     let mut w = DatapathClient::connect(&c.env.socket, WAIT)?;
     let overflow = |s: &mpa_ctl_proto::stats::DatapathStats| -> u64 {
@@ -331,6 +337,8 @@ pub fn consumer_never_reads(c: &mut Ctx) -> Result<()> {
         overflow(&st) - lost0,
         st.control.queued_octets,
     );
-    drop(con);
+    // The answer comes after every completion queued before it; then read them all.
+    con.unsubscribe(super::PD_HOSTILE)?;
+    while con.next_completions(std::time::Instant::now())?.is_some() {}
     Ok(())
 }

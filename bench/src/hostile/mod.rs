@@ -277,6 +277,14 @@ impl Env {
         })
     }
 
+    /// The consumer that created the hostile regions: it owns their protection domains, so
+    /// only it may subscribe to their completions.
+    pub fn owner(&self) -> Result<std::sync::MutexGuard<'_, Consumer>> {
+        self.consumer
+            .lock()
+            .map_err(|_| anyhow!("consumer lock poisoned"))
+    }
+
     /// The region's STag.
     pub fn stag(&self) -> u32 {
         self.region.info().stag
@@ -708,6 +716,14 @@ pub fn hostile(a: &HostileArgs) -> Result<bool> {
     let bystander = bystander::Bystander::start(&bed, &socket, a, seconds)?;
     let addr = SocketAddr::new(bed.addr_b(false), HOSTILE_PORT);
     let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr))??;
+    // The hostile connections inherit TS.Recent at their hand-over (as mpa-control's
+    // listeners do): the port is watched for the whole run.
+    let mut _watcher =
+        mpa_control::datapath_client::DatapathClient::connect(&socket, Duration::from_secs(10))?;
+    _watcher.request(|id| Message::WatchPort {
+        id,
+        port: HOSTILE_PORT,
+    })?;
     let t0 = Instant::now();
     let mut outcomes = Vec::new();
     let mut overlapped = 0;

@@ -131,6 +131,9 @@ pub struct HostilePeer {
     /// Whether in-order data from the datapath is taken (RCV.NXT advances); false: a zero
     /// window that refuses even probes (every segment answered with the old RCV.NXT).
     pub accept: bool,
+    /// TSval of the last segment with data our kernel sent before the freeze (the Request):
+    /// the TS.Recent the datapath's kernel socket had at its freeze.
+    pub startup_tsval: Option<u32>,
     _frozen: FrozenSocket,
     ns_a: String,
     nft_table: String,
@@ -235,6 +238,7 @@ impl HostilePeer {
             mss: snap.mss,
             inbox: Vec::new(),
             accept: true,
+            startup_tsval: None,
             _frozen: frozen,
             ns_a: bed.ns_a.clone(),
             nft_table,
@@ -376,6 +380,10 @@ impl HostilePeer {
                         self.link = Some(from);
                     }
                     if from.pkttype() == PACKET_OUTGOING {
+                        // Only our kernel's (this socket does not see its own frames).
+                        if let Some(ts) = self.sent_tsval(&buf[..n]) {
+                            self.startup_tsval = Some(ts);
+                        }
                         continue;
                     }
                     if let Some(rx) = self.parse(&buf[..n]) {
@@ -428,6 +436,26 @@ impl HostilePeer {
             }
             self.poll(left.min(Duration::from_millis(20)))?;
         }
+    }
+
+    /// The TSval of a segment with data of our flow toward the datapath.
+    fn sent_tsval(&self, frame: &[u8]) -> Option<u32> {
+        let p = SlicedPacket::from_ethernet(frame).ok()?;
+        let (Some(NetSlice::Ipv4(ip)), Some(TransportSlice::Tcp(t))) = (p.net, p.transport) else {
+            return None;
+        };
+        if ip.header().source_addr() != *self.local.ip()
+            || ip.header().destination_addr() != *self.remote.ip()
+            || t.source_port() != self.local.port()
+            || t.destination_port() != self.remote.port()
+            || t.payload().is_empty()
+        {
+            return None;
+        }
+        t.options_iterator().find_map(|o| match o {
+            Ok(TcpOptionElement::Timestamp(v, _)) => Some(v),
+            _ => None,
+        })
     }
 
     fn parse(&self, frame: &[u8]) -> Option<Rx> {

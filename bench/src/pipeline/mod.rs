@@ -82,6 +82,11 @@ pub struct PipelineArgs {
     /// the NIC verified it).
     #[arg(long)]
     pub no_verify_checksums: bool,
+    /// Octets of packet data per UMEM frame: larger frames reach the worker as multi-buffer
+    /// descriptor chains and are gathered, as over AF_XDP with 4096-octet frames (3840); 0:
+    /// every frame in one descriptor (what a UMEM chunk holding a whole jumbo frame would give).
+    #[arg(long, default_value_t = 3840)]
+    pub umem_chunk: usize,
     /// Octets of messages per round.
     #[arg(long, default_value_t = 256 << 20)]
     pub bytes: u64,
@@ -124,6 +129,8 @@ pub struct PipelineOpts {
     pub digest: bool,
     /// Verify TCP checksums in software.
     pub verify_checksums: bool,
+    /// Multi-buffer descriptor size (0: whole frames), `PipelineArgs::umem_chunk`.
+    pub umem_chunk: usize,
 }
 
 impl PipelineArgs {
@@ -156,6 +163,7 @@ impl PipelineArgs {
             seed: self.seed,
             digest: self.digest || self.op == Op::Count,
             verify_checksums: !self.no_verify_checksums,
+            umem_chunk: self.umem_chunk,
         }
     }
 }

@@ -91,6 +91,7 @@ fn handover(o: &PipelineOpts, flow_id: u64, remote: std::net::SocketAddrV4) -> H
 
 fn setup(o: &PipelineOpts, p: &Prepared) -> Result<Setup> {
     let (ring, wire) = MemRing::new(0);
+    wire.set_chunk((o.umem_chunk > 0).then_some(o.umem_chunk));
     let (cmd, cmd_rx) = unbounded();
     let (note_tx, notes) = unbounded();
     let tcp = TcpConfig {
@@ -212,7 +213,18 @@ pub fn run_round_with(
     let mut r = RoundResult::default();
     let cpu0 = thread_cpu();
     let wall0 = Instant::now();
-    for burst in p.frames.chunks(MEM_RING_SIZE) {
+    // Descriptors a frame takes in the ring (several for a multi-buffer frame).
+    let descs = |len: usize| match o.umem_chunk {
+        0 => 1,
+        c => len.div_ceil(c).max(1),
+    };
+    let per_frame = p
+        .frames
+        .iter()
+        .map(|f| descs(f.bytes.len()))
+        .max()
+        .unwrap_or(1);
+    for burst in p.frames.chunks(MEM_RING_SIZE / per_frame) {
         if o.op == Op::Send {
             // Receive buffers for every message this burst begins, posted ahead (outside the
             // poll time; a consumer posts them in its own thread).
@@ -245,7 +257,8 @@ pub fn run_round_with(
         let c = thread_cpu();
         let t = Instant::now();
         let mut got = 0;
-        while got < burst.len() {
+        let want: usize = burst.iter().map(|f| descs(f.bytes.len())).sum();
+        while got < want {
             got += s.worker.poll_once()?;
         }
         r.poll += t.elapsed();

@@ -136,6 +136,7 @@ mod tests {
             seed: 1,
             digest: true,
             verify_checksums: false,
+            umem_chunk: 3840,
         };
         let l = ladder(&base);
         let key = |o: &PipelineOpts| (o.op, o.verify_checksums, o.crc, o.markers);

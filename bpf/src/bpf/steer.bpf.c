@@ -32,9 +32,14 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
-/* Capacities; keep in sync with MAX_QUEUES / MAX_FLOWS in bpf/src/lib.rs. */
+/* Capacities; keep in sync with MAX_QUEUES / MAX_FLOWS / MAX_WATCHED_PORTS / MAX_TS_RECORDS in
+ * bpf/src/lib.rs. */
 #define MAX_QUEUES 64
 #define MAX_FLOWS 16384
+#define MAX_WATCHED_PORTS 256
+#define MAX_TS_RECORDS 4096
+/* Timestamped segments remembered per watched connection. */
+#define TS_RECORDS 4
 
 /* IPv4 frag_off bits (include/net/ip.h is not UAPI). */
 #define IP_MF 0x2000
@@ -80,6 +85,7 @@ struct xdp_counters {
 	__u64 dropped_ipv6_ext;   /* IPv6 extension headers before TCP, steered host pair */
 	__u64 dropped_vlan_stack; /* two or more VLAN tags, inner TCP for a steered host pair */
 	__u64 dropped_malformed;  /* malformed behind addresses of a steered host pair */
+	__u64 headers_copied;     /* multi-buffer frame whose headers passed the linear part */
 };
 
 /*
@@ -99,6 +105,44 @@ struct {
 	__type(key, struct flow_key);
 	__type(value, struct flow_value);
 } flows SEC(".maps");
+
+/*
+ * Local TCP ports whose connections are "watched" until their hand-over: the key is the port
+ * in network byte order in the low two octets of a __u32 (the rest zero); the value is the
+ * number of registrations (kept by the data path, not interpreted here).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_WATCHED_PORTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} watch_ports SEC(".maps");
+
+/*
+ * The peer's last TS_RECORDS timestamped segments of each watched, not yet steered connection
+ * (docs/environment.md, "Why TS.Recent must be inherited"): SEG.SEQ, SEG.SEQ + length (SYN
+ * and FIN count one each) and TSval, host byte order; `next` is the slot the next one takes.
+ * An LRU map: connections that never reach their hand-over (refused, a SYN flood on a
+ * watched port) cost no more than its size. 56 octets.
+ */
+struct ts_seg {
+	__u32 seq;
+	__u32 end;
+	__u32 tsval;
+};
+
+struct ts_record {
+	__u32 next;
+	__u32 count;
+	struct ts_seg seg[TS_RECORDS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_TS_RECORDS);
+	__type(key, struct flow_key);
+	__type(value, struct ts_record);
+} ts_records SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -120,6 +164,24 @@ struct {
 	__type(key, __u32);
 	__type(value, struct xdp_counters);
 } counters SEC(".maps");
+
+/*
+ * The headers of a multi-buffer frame whose linear part ends inside them, copied out with
+ * bpf_xdp_load_bytes and parsed here instead. Sized for the deepest read parse_frame can
+ * make whatever the frame says (8 tags, IPv6, 7 extension headers of 2048 octets and the
+ * eighth's first 8), so that the verifier can bound every access by the buffer alone.
+ */
+#define HDR_COPY 14464
+struct hdr_copy {
+	__u8 octets[HDR_COPY];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hdr_copy);
+} hdr_copy SEC(".maps");
 
 enum parse_result {
 	PARSE_TCP,       /* key filled in */
@@ -161,8 +223,16 @@ enum unparsed {
 			(c)->field++;                                                              \
 	} while (0)
 
+/* Where the TCP header of a parsed segment is, and how long the segment is (the IP payload
+ * length the IP header claims: 0 with GRO/BIG TCP, see parse_ipv4). */
+struct tcp_seg {
+	struct tcphdr *tcp;
+	__u32 l4_len;
+};
+
 /* TCP header at l4: ports into the key, data offset sane and inside the frame. */
-static __always_inline enum parse_result parse_tcp(void *l4, void *data_end, struct flow_key *key)
+static __always_inline enum parse_result parse_tcp(void *l4, void *data_end, struct flow_key *key,
+						   struct tcp_seg *seg)
 {
 	struct tcphdr *tcp = l4;
 	__u32 hdr_len;
@@ -176,6 +246,7 @@ static __always_inline enum parse_result parse_tcp(void *l4, void *data_end, str
 		return PARSE_MALFORMED;
 	key->local_port = tcp->dest;
 	key->remote_port = tcp->source;
+	seg->tcp = tcp;
 	return PARSE_TCP;
 }
 
@@ -186,7 +257,7 @@ static __always_inline enum parse_result parse_tcp(void *l4, void *data_end, str
  * frame of a steered flow must still be steered. `stacked`: behind two or more VLAN tags.
  */
 static __always_inline enum parse_result parse_ipv4(void *l3, void *data_end, struct flow_key *key,
-						    int stacked, enum unparsed *why)
+						    int stacked, enum unparsed *why, struct tcp_seg *seg)
 {
 	struct iphdr *ip = l3;
 	__u32 hdr_len;
@@ -214,7 +285,8 @@ static __always_inline enum parse_result parse_ipv4(void *l3, void *data_end, st
 		*why = UNPARSED_FRAGMENT;
 		return PARSE_UNPARSED;
 	}
-	return parse_tcp(l3 + hdr_len, data_end, key);
+	seg->l4_len = bpf_ntohs(ip->tot_len) > hdr_len ? bpf_ntohs(ip->tot_len) - hdr_len : 0;
+	return parse_tcp(l3 + hdr_len, data_end, key, seg);
 }
 
 static __always_inline int ipv6_ext(__u8 nh)
@@ -244,7 +316,7 @@ static __always_inline int ipv6_ext(__u8 nh)
  * Next Header) is PARSE_OTHER. An extension header cut short is PARSE_MALFORMED.
  */
 static __always_inline enum parse_result parse_ipv6(void *l3, void *data_end, struct flow_key *key,
-						    int stacked, enum unparsed *why)
+						    int stacked, enum unparsed *why, struct tcp_seg *seg)
 {
 	struct ipv6hdr *ip6 = l3;
 	void *p = ip6 + 1;
@@ -260,8 +332,10 @@ static __always_inline enum parse_result parse_ipv6(void *l3, void *data_end, st
 	__builtin_memcpy(key->local_addr, &ip6->daddr, sizeof(key->local_addr));
 	__builtin_memcpy(key->remote_addr, &ip6->saddr, sizeof(key->remote_addr));
 	nh = ip6->nexthdr;
-	if (nh == IPPROTO_TCP && !stacked)
-		return parse_tcp(p, data_end, key);
+	if (nh == IPPROTO_TCP && !stacked) {
+		seg->l4_len = bpf_ntohs(ip6->payload_len);
+		return parse_tcp(p, data_end, key, seg);
+	}
 
 #pragma unroll
 	for (int i = 0; i < MAX_IPV6_EXT; i++) {
@@ -312,7 +386,7 @@ unparsed:
  * like none (the worker then checks the tag against the flow's); two or more are not steered.
  */
 static __always_inline enum parse_result parse_frame(void *data, void *data_end, struct flow_key *key,
-						     enum unparsed *why)
+						     enum unparsed *why, struct tcp_seg *seg)
 {
 	struct ethhdr *eth = data;
 	void *l3 = eth + 1;
@@ -336,9 +410,9 @@ static __always_inline enum parse_result parse_frame(void *data, void *data_end,
 	}
 
 	if (proto == bpf_htons(ETH_P_IP))
-		return parse_ipv4(l3, data_end, key, tags > 1, why);
+		return parse_ipv4(l3, data_end, key, tags > 1, why, seg);
 	if (proto == bpf_htons(ETH_P_IPV6))
-		return parse_ipv6(l3, data_end, key, tags > 1, why);
+		return parse_ipv6(l3, data_end, key, tags > 1, why, seg);
 	return PARSE_OTHER;
 }
 
@@ -353,7 +427,121 @@ static __always_inline int steered_hosts(const struct flow_key *key)
 	return bpf_map_lookup_elem(&hosts, &h) != 0;
 }
 
-SEC("xdp")
+/* TCP option kinds (RFC 9293, RFC 7323). */
+#define TCPOPT_EOL 0
+#define TCPOPT_NOP 1
+#define TCPOPT_TIMESTAMP 8
+#define TCPOLEN_TIMESTAMP 10
+/* Option octets at most (data offset 15). */
+#define TCP_MAX_OPTIONS 40
+/* Options (a NOP counts as one) looked through for the Timestamps option. Real stacks put at
+ * most five before it (FreeBSD's SYN: MSS, NOP, window scale, SACK permitted); each step
+ * doubles the paths the verifier walks (an offset used for packet access is tracked
+ * precisely, so the paths do not merge), and 40 single steps went past its limit. */
+#define TCP_OPT_STEPS 10
+
+/* The TSval of the segment's Timestamps option; 0 when it has none within TCP_OPT_STEPS
+ * options (or its options do not parse), which is then simply not recorded. */
+static __always_inline int tcp_tsval(struct tcphdr *tcp, void *data_end, __u32 *tsval)
+{
+	__u8 *opt = (__u8 *)(tcp + 1);
+	__u32 len = tcp->doff * 4 - sizeof(*tcp);
+	__u32 off = 0;
+
+	for (int i = 0; i < TCP_OPT_STEPS; i++) {
+		__u8 *p;
+		__u8 kind, olen;
+
+		if (off >= len || off >= TCP_MAX_OPTIONS)
+			return 0;
+		p = opt + (off & 0x3f);
+		if ((void *)(p + 1) > data_end)
+			return 0;
+		kind = p[0];
+		if (kind == TCPOPT_EOL)
+			return 0;
+		if (kind == TCPOPT_NOP) {
+			off++;
+			continue;
+		}
+		if ((void *)(p + 2) > data_end)
+			return 0;
+		olen = p[1];
+		if (olen < 2)
+			return 0;
+		if (kind == TCPOPT_TIMESTAMP) {
+			if (olen != TCPOLEN_TIMESTAMP || off + TCPOLEN_TIMESTAMP > len)
+				return 0;
+			if ((void *)(p + TCPOLEN_TIMESTAMP) > data_end)
+				return 0;
+			*tsval = ((__u32)p[2] << 24) | ((__u32)p[3] << 16) | ((__u32)p[4] << 8) | p[5];
+			return 1;
+		}
+		off += olen;
+	}
+	return 0;
+}
+
+/*
+ * A segment the kernel will get, of a connection whose local port is watched: remember its
+ * sequence range and TSval, so that its hand-over can give the data path the TS.Recent the
+ * kernel had (the kernel offers no way to read it). Segments without timestamps and RSTs
+ * (which never set TS.Recent) are left out. `tcp_off`: where the TCP header starts in the
+ * frame; `l4_len`: the IP payload length.
+ *
+ * A global (not inlined) function: the verifier checks it once, on its own, instead of once
+ * per way through the parser above (which took it past its instruction limit).
+ */
+__attribute__((noinline)) int record_ts(struct xdp_md *ctx, const struct flow_key *key,
+					__u32 tcp_off, __u32 l4_len)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ts_record fresh = {};
+	struct ts_record *r;
+	struct tcphdr *tcp;
+	__u32 port, tsval, hdr_len, len, slot;
+
+	if (!key)
+		return 0;
+	port = key->local_port;
+	if (!bpf_map_lookup_elem(&watch_ports, &port))
+		return 0;
+	/* Behind at most eight tags and any IPv4 options or IPv6 header (parse_frame). */
+	tcp = data + (tcp_off & 0xff);
+	if ((void *)(tcp + 1) > data_end)
+		return 0;
+	if (tcp->rst || !tcp_tsval(tcp, data_end, &tsval))
+		return 0;
+	hdr_len = tcp->doff * 4;
+	len = l4_len > hdr_len ? l4_len - hdr_len : 0;
+	len += tcp->syn + tcp->fin;
+	r = bpf_map_lookup_elem(&ts_records, key);
+	if (!r) {
+		bpf_map_update_elem(&ts_records, key, &fresh, BPF_NOEXIST);
+		r = bpf_map_lookup_elem(&ts_records, key);
+		if (!r)
+			return 0;
+	}
+	slot = r->next % TS_RECORDS;
+	r->seg[slot].seq = bpf_ntohl(tcp->seq);
+	r->seg[slot].end = bpf_ntohl(tcp->seq) + len;
+	r->seg[slot].tsval = tsval;
+	r->next = (slot + 1) % TS_RECORDS;
+	if (r->count < TS_RECORDS)
+		r->count++;
+	return 1;
+}
+
+/*
+ * Multi-buffer (jumbo) frames: the program is loaded frags-aware (BPF_F_XDP_HAS_FRAGS, from
+ * the section name), so ctx->data..data_end is only the frame's linear part. Drivers and veth
+ * put at least the first page there, so the headers are read in place; only when that parse
+ * ran off the end of a linear part that is not the whole frame are the frame's first octets
+ * copied out (hdr_copy) and parsed again, so that headers straddling a fragment boundary are
+ * judged as a whole and a frame truncated for real stays malformed.
+ */
+SEC("xdp.frags")
 int mpa_steer(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
@@ -362,12 +550,32 @@ int mpa_steer(struct xdp_md *ctx)
 	struct xdp_counters *c;
 	__u32 zero = 0;
 	enum unparsed why = UNPARSED_FRAGMENT;
+	struct tcp_seg seg = {};
+	enum parse_result res;
 	int action;
 
 	c = bpf_map_lookup_elem(&counters, &zero);
 	COUNT(c, seen);
 
-	switch (parse_frame(data, data_end, &key, &why)) {
+	res = parse_frame(data, data_end, &key, &why, &seg);
+	if (res == PARSE_MALFORMED && bpf_xdp_get_buff_len(ctx) > (__u64)(data_end - data)) {
+		struct hdr_copy *h = bpf_map_lookup_elem(&hdr_copy, &zero);
+		__u64 len = bpf_xdp_get_buff_len(ctx);
+
+		if (len > HDR_COPY)
+			len = HDR_COPY;
+		if (h && len > 0 && !bpf_xdp_load_bytes(ctx, 0, h->octets, len)) {
+			COUNT(c, headers_copied);
+			data = h->octets;
+			data_end = h->octets + len;
+			__builtin_memset(&key, 0, sizeof(key));
+			__builtin_memset(&seg, 0, sizeof(seg));
+			why = UNPARSED_FRAGMENT;
+			res = parse_frame(data, data_end, &key, &why, &seg);
+		}
+	}
+
+	switch (res) {
 	case PARSE_TCP:
 		break;
 	case PARSE_UNPARSED:
@@ -396,8 +604,13 @@ int mpa_steer(struct xdp_md *ctx)
 		goto pass;
 	}
 
-	if (!bpf_map_lookup_elem(&flows, &key))
+	if (!bpf_map_lookup_elem(&flows, &key)) {
+		/* Only segments the kernel gets set its TS.Recent: record before the flow is
+		 * steered, never after. */
+		if (seg.tcp)
+			record_ts(ctx, &key, (__u32)((void *)seg.tcp - data), seg.l4_len);
 		goto pass;
+	}
 
 	/*
 	 * A steered flow never reaches the kernel: without an XSK on this queue (or a queue index

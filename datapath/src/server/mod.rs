@@ -19,6 +19,7 @@ mod migration;
 mod notifications;
 mod requests;
 mod subscriptions;
+mod watch;
 
 use crate::registry::Registry;
 use crate::tcp::TcpConfig;
@@ -116,13 +117,25 @@ impl Datapath {
             .map_err(|e| StartError::Iface(cfg.iface.clone(), e.to_string()))?;
         let our_mac = interface_mac(&cfg.iface)?;
         let steering = XdpSteering::attach(ifindex, cfg.xdp_mode)?;
+        let mtu = interface_mtu(&cfg.iface);
         let mut tcp = cfg.tcp.clone();
-        tcp.max_snd_mss = link_mss(interface_mtu(&cfg.iface), cfg.xsk.frame_size);
+        // We send (ACKs, the Reply, Terminates) single-buffer: one UMEM frame per segment,
+        // whatever the MTU. We receive what the MTU allows: larger frames arrive as AF_XDP
+        // multi-buffer chains (docs/architecture.md, "Jumbo frames").
+        tcp.max_snd_mss = link_mss(mtu, cfg.xsk.frame_size);
         let (notify_tx, notify_rx) = unbounded();
         let mut workers = Vec::new();
         let mut handles = Vec::new();
         for q in 0..cfg.queues {
-            let xsk = XskQueue::open(&cfg.iface, q, &cfg.xsk)?;
+            let mut xsk = XskQueue::open(&cfg.iface, q, &cfg.xsk)?;
+            let rx_frame = rx_frame_for_mtu(mtu);
+            xsk.set_max_rx_frame(rx_frame);
+            if rx_frame > xsk.max_rx_frame() {
+                // Bound without multi-buffer (a zero-copy driver without it): the peer may
+                // send segments as large as the MTU, which the socket would drop.
+                tracing::warn!(iface = %cfg.iface, queue = q, mtu = ?mtu, max = xsk.max_rx_frame(),
+                    "the interface's MTU allows frames larger than the AF_XDP socket receives; lower the MTU");
+            }
             steering.set_xsk(q, xsk.as_fd())?;
             let (tx, rx) = unbounded();
             let waker = xsk.waker();
@@ -179,6 +192,7 @@ impl Datapath {
             faults: faults::Faults::new(failure.clone()),
             completion_ring: cfg.completion_ring,
             next_subscription: 1,
+            watch: watch::Watches::default(),
         };
         let control = std::thread::Builder::new()
             .name("mpa-control-server".into())
@@ -265,6 +279,12 @@ fn link_mss(mtu: Option<u32>, frame_size: u32) -> u16 {
     by_mtu.min(by_frame).clamp(64, u32::from(u16::MAX)) as u16
 }
 
+/// The largest frame a peer may send us at `mtu`: the MTU plus Ethernet and one VLAN tag
+/// (1500 when the MTU is unknown).
+fn rx_frame_for_mtu(mtu: Option<u32>) -> usize {
+    mtu.unwrap_or(1500) as usize + 14 + 4
+}
+
 fn interface_mac(iface: &str) -> Result<[u8; 6], StartError> {
     let err = |m: String| StartError::Iface(iface.to_string(), m);
     let addrs = nix::ifaddrs::getifaddrs().map_err(|e| err(e.to_string()))?;
@@ -333,6 +353,8 @@ struct Server {
     /// Records per completion ring.
     completion_ring: u32,
     next_subscription: u64,
+    /// Ports watched for TS.Recent, by client, and what hand-overs inherited.
+    watch: watch::Watches,
 }
 
 /// How long a stopping datapath waits for its clients' writers to send what is queued (the
@@ -403,6 +425,7 @@ impl Server {
         }
         self.close_subscriptions(client);
         let stags = self.registry.client_gone(client);
+        self.unwatch_all(client);
         for &stag in &stags {
             for w in &self.workers {
                 let _ = w.send(Command::RemoveRegion(stag));
@@ -432,6 +455,10 @@ impl Server {
         if let Some(a) = self.adopted.remove(&flow_id) {
             if let Err(e) = self.steering.remove_flow(&a.key) {
                 tracing::warn!(flow_id, %e, "remove flow from XDP map");
+            }
+            // A setup that failed before its hand-over leaves no TS records behind.
+            if a.worker.is_none() {
+                let _ = self.steering.take_ts_segments(&a.key);
             }
         }
     }

@@ -38,10 +38,16 @@ impl Server {
                 len,
                 count,
             } => {
-                let r = self.post_recv(target, stag, offset, len, count);
+                let r = self.post_recv(client, target, stag, offset, len, count);
                 self.answer(client, id, r);
             }
             Message::Subscribe { id, pd } => self.subscribe(client, id, pd),
+            Message::Unsubscribe { id, pd } => {
+                let r = self.close_subscription(client, pd);
+                self.answer(client, id, r);
+            }
+            Message::WatchPort { id, port } => self.watch_port(client, id, port),
+            Message::UnwatchPort { id, port } => self.unwatch_port(client, id, port),
             Message::StartCapture {
                 id,
                 flow,
@@ -198,12 +204,15 @@ impl Server {
                 },
             );
         }
+        let key = a.key;
         // Queue choice: RSS decides where the peer's segments arrive, which nothing
         // tells us yet. Spread hand-overs; the first segment on another queue makes
         // that queue's worker ask for the flow (Notification::Stray) and it moves.
         let w = (flow_id as usize) % self.workers.len();
         a.worker = Some(w);
         a.pd = handover.mpa.pd;
+        let mut handover = handover;
+        self.inherit_ts_recent(&key, &mut handover);
         let bufs = handover
             .mpa
             .pd
@@ -309,6 +318,7 @@ impl Server {
             capture,
             xdp_detached: self.faults.xdp_detached,
             control: self.control_stats(),
+            handover: self.handover_stats(),
         });
         self.reply(client, Message::Stats { id, stats });
     }
@@ -351,7 +361,7 @@ impl Server {
 
     /// DestroyRegion: gone from the registry and from every worker.
     fn destroy_region(&mut self, client: u64, id: u64, stag: u32) {
-        match self.registry.destroy(stag) {
+        match self.registry.destroy_for(stag, client) {
             Ok(()) => {
                 for w in &self.workers {
                     let _ = w.send(Command::RemoveRegion(stag));
@@ -369,7 +379,8 @@ impl Server {
     }
 
     /// Subscribe: `client` receives the completions of protection domain `pd` (through
-    /// completion rings in shared memory, `subscriptions.rs`).
+    /// completion rings in shared memory, `subscriptions.rs`), unless the domain belongs to
+    /// another client.
     fn subscribe(&mut self, client: u64, id: u64, pd: u32) {
         self.open_subscription(client, id, pd);
     }
@@ -410,6 +421,7 @@ impl Server {
     /// for its next flow) or to one flow (through its worker).
     fn post_recv(
         &mut self,
+        client: u64,
         target: PostTarget,
         stag: u32,
         offset: u64,
@@ -418,6 +430,7 @@ impl Server {
     ) -> Result<(), crate::registry::Refusal> {
         match target {
             PostTarget::Pd(pd) => {
+                self.registry.check_domain(pd, client)?;
                 let bufs = self.registry.buffers(pd, stag, offset, len, count)?;
                 self.registry.wait(pd, bufs)
             }
@@ -432,6 +445,7 @@ impl Server {
                         format!("flow {flow_id} has no protection domain (or no hand-over yet)"),
                     ));
                 };
+                self.registry.check_domain(pd, client)?;
                 let bufs = self.registry.buffers(pd, stag, offset, len, count)?;
                 let (tx, rx) = crossbeam_channel::bounded(1);
                 self.workers[w]

@@ -14,6 +14,9 @@ impl Server {
     /// Creates `client`'s subscription to domain `pd` and answers request `id` with its
     /// rings.
     pub(super) fn open_subscription(&mut self, client: u64, id: u64, pd: u32) {
+        if let Err((code, message)) = self.registry.check_domain(pd, client) {
+            return self.reply(client, Message::Error { id, code, message });
+        }
         let sub = self.next_subscription;
         self.next_subscription += 1;
         let rings = self.workers.len() as u32;
@@ -62,7 +65,10 @@ impl Server {
                 })));
             }
         }
-        self.registry.subscribe(pd, client, sub);
+        // Checked above; the workers replace an earlier subscription of the domain.
+        if let Err((code, message)) = self.registry.subscribe(pd, client, sub) {
+            return self.reply(client, Message::Error { id, code, message });
+        }
         tracing::info!(
             client,
             pd,
@@ -82,6 +88,20 @@ impl Server {
             },
             fds,
         );
+    }
+
+    /// Unsubscribe: the subscription ends (refused unless `client` is the subscriber) and
+    /// the workers drop its rings.
+    pub(super) fn close_subscription(
+        &mut self,
+        client: u64,
+        pd: u32,
+    ) -> Result<(), crate::registry::Refusal> {
+        let id = self.registry.unsubscribe(pd, client)?;
+        for w in &self.workers {
+            let _ = w.send(Command::Unsubscribe { pd, id });
+        }
+        Ok(())
     }
 
     /// `client` is gone: the workers drop the rings of its subscriptions.

@@ -267,6 +267,9 @@ pub struct Connection {
 
     timers: Timers,
     challenge_window: (Instant, u32),
+    /// A challenge ACK is owed and not yet sent: counted as sent when the next ACK leaves,
+    /// and further challenges until then share it.
+    challenge_owed: bool,
     /// When an ACK last answered an invalid segment without data.
     last_invalid_ack: Option<Instant>,
     events: VecDeque<Event>,
@@ -399,6 +402,7 @@ impl Connection {
             rst_pending: None,
             timers: Timers::default(),
             challenge_window: (now, 0),
+            challenge_owed: false,
             last_invalid_ack: None,
             events: VecDeque::with_capacity(4),
             error: None,

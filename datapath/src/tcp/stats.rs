@@ -95,10 +95,13 @@ pub struct TcpStats {
     pub acks_merged: u64,
     /// Out-of-order segments whose ACK was shared with the next one (`ooo_ack_every`).
     pub acks_shared: u64,
-    /// Challenge ACKs sent (RFC 5961).
+    /// Challenge ACKs sent (RFC 5961): ACKs that left while one was owed.
     pub challenge_acks: u64,
-    /// Challenge ACKs suppressed by the rate limit.
+    /// Challenge ACKs suppressed by the rate limit (RFC 5961 §7).
     pub challenge_acks_suppressed: u64,
+    /// Challenges answered by a challenge ACK already owed (one ACK per burst answers them
+    /// all): sent + suppressed + merged is every segment that drew a challenge.
+    pub challenge_acks_merged: u64,
     /// ACKs not sent for out-of-window or PAWS-failing segments without data
     /// (`TcpConfig::invalid_ack_interval`).
     pub invalid_acks_suppressed: u64,

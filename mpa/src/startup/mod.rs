@@ -84,7 +84,7 @@ pub struct StartupPolicy {
     /// We require markers in the FPDUs we receive (M=1 in our frame).
     pub markers_required: bool,
     /// We add markers toward a peer that requires them. When false, a Request with M=1 is
-    /// rejected (R=1) and a Reply with M=1 fails the Initiator (SPEC.md §2: a peer that does
+    /// rejected (R=1) and a Reply with M=1 fails the Initiator (docs/protocol.md: a peer that does
     /// not allow the policy is rejected or closed). RFC 5044 §7.1.1 says every sender MUST be
     /// able to, so clear this only for a datapath that cannot.
     pub markers_tx_allowed: bool,

@@ -505,7 +505,7 @@ mod tests {
 
     /// RFC 5044 Figure 5: untagged Send with L set, QN 0, MSN 1, MO 0.
     const SEND_HDR: [u8; 18] = [0x41, 0x43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0];
-    /// SPEC.md §6: zero-length tagged RDMA Write, STag 1, TO 0.
+    /// docs/protocol.md worked example: zero-length tagged RDMA Write, STag 1, TO 0.
     const WRITE_HDR: [u8; 14] = [0xc1, 0x40, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0];
 
     #[test]

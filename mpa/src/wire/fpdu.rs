@@ -138,7 +138,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Fpdu<T> {
 mod tests {
     use super::*;
 
-    /// SPEC.md §6 worked example: zero-length tagged RDMA Write, STag 1, TO 0.
+    /// docs/protocol.md worked example: zero-length tagged RDMA Write, STag 1, TO 0.
     const WRITE_RTR: [u8; 20] = [
         0x00, 0x0e, 0xc1, 0x40, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0xeb, 0xd3, 0x4c, 0x5f,
     ];
@@ -152,6 +152,15 @@ mod tests {
         assert_eq!(f.ulpdu()[0], 0xc1);
         assert_eq!(f.crc_field(), 0x5F4C_D3EB);
         assert_eq!(f.compute_crc(), f.crc_field());
+    }
+
+    #[test]
+    fn crc_with_leading_marker_covered() {
+        // The same FPDU behind a marker with FPDUPTR 0: the marker is covered by the CRC
+        // (RFC 5044 §4.4 rule 2), docs/protocol.md's second worked value.
+        let mut covered = vec![0u8; 4];
+        covered.extend_from_slice(&WRITE_RTR[..16]);
+        assert_eq!(crc::crc32c(&covered), 0xA1F9_1F3F);
     }
 
     #[test]

@@ -271,6 +271,13 @@ impl Connection {
     }
 
     pub(super) fn challenge_ack(&mut self, now: Instant) {
+        // One ACK per burst answers every challenge owed in it: those after the first share
+        // it and neither use the rate limit nor count as sent (the counter counts ACKs that
+        // leave, in the transmit paths).
+        if self.challenge_owed {
+            self.stats.challenge_acks_merged += 1;
+            return;
+        }
         // RFC 5961 §7: rate-limit challenge ACKs.
         let (start, count) = &mut self.challenge_window;
         if now.saturating_duration_since(*start) >= Duration::from_secs(1) {
@@ -280,9 +287,18 @@ impl Connection {
         if *count < self.cfg.challenge_ack_limit {
             *count += 1;
             self.ack_now = true;
-            self.stats.challenge_acks += 1;
+            self.challenge_owed = true;
         } else {
             self.stats.challenge_acks_suppressed += 1;
+        }
+    }
+
+    /// Bookkeeping of every segment that carries our current ACK: an owed challenge ACK
+    /// has now been sent.
+    pub(super) fn challenge_answered(&mut self) {
+        if self.challenge_owed {
+            self.challenge_owed = false;
+            self.stats.challenge_acks += 1;
         }
     }
 

@@ -318,6 +318,7 @@ impl Connection {
         self.stats.acks_sent += 1;
         self.stats.sack_blocks_sent += repr.options.sack.len() as u64;
         self.stats.dsacks_sent += u64::from(snap.dsack);
+        self.challenge_answered();
         trace!(ack = %snap.ack, wnd = window_len, sack = ?repr.options.sack, "tcp: tx frozen ack");
         Some(Transmit {
             repr,
@@ -383,6 +384,7 @@ impl Connection {
         self.last_ack_sent = self.rcv_nxt;
         self.stats.segs_out += 1;
         self.stats.octets_out += len as u64;
+        self.challenge_answered();
         self.stats.sack_blocks_sent += repr.options.sack.len() as u64;
         if let Some(p) = plan {
             let end = seq + p.len + u32::from(p.fin);

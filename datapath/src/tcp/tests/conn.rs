@@ -351,13 +351,29 @@ fn challenge_acks_are_rate_limited() {
     cfg.challenge_ack_limit = 2;
     let mut c = conn(t0, true, &cfg);
     let p = Peer::new(true);
+    let rst = p.repr(p.base + 5u32, TcpFlags::RST);
+    // Five challenges in one burst: one ACK answers them all, and only it is counted sent.
     for _ in 0..5 {
-        c.handle_segment(t0, &p.repr(p.base + 5u32, TcpFlags::RST), &[]);
+        c.handle_segment(t0, &rst, &[]);
     }
+    assert_eq!(c.stats().challenge_acks, 0, "owed, not sent yet");
+    assert_eq!(drain_tx(&mut c, t0).len(), 1);
+    assert_eq!(c.stats().challenge_acks, 1);
+    assert_eq!(c.stats().challenge_acks_merged, 4);
+    assert_eq!(c.stats().challenge_acks_suppressed, 0);
+    // Each in its own burst: the limit (2 a second) allows one more.
+    let mut acks = 0;
+    for _ in 0..3 {
+        c.handle_segment(t0, &rst, &[]);
+        acks += drain_tx(&mut c, t0).len();
+    }
+    assert_eq!(acks, 1);
     assert_eq!(c.stats().challenge_acks, 2);
-    assert_eq!(c.stats().challenge_acks_suppressed, 3);
-    c.handle_segment(t0 + ms(1001), &p.repr(p.base + 5u32, TcpFlags::RST), &[]);
+    assert_eq!(c.stats().challenge_acks_suppressed, 2);
+    c.handle_segment(t0 + ms(1001), &rst, &[]);
+    assert_eq!(drain_tx(&mut c, t0 + ms(1001)).len(), 1);
     assert_eq!(c.stats().challenge_acks, 3);
+    assert_eq!(c.stats().challenge_acks_merged, 4);
 }
 
 #[test]

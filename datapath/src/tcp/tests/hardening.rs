@@ -108,3 +108,33 @@ fn acks_to_invalid_segments_without_data_are_rate_limited() {
     }
     assert_eq!(c.stats().invalid_acks_suppressed, 40);
 }
+
+/// docs/environment.md, "Why TS.Recent must be inherited": a forged pure ACK at RCV.NXT
+/// whose TSval is half the space from the peer's wedges a flow that starts with TS.Recent
+/// unknown (it becomes the baseline and every real segment then fails PAWS), and is dropped
+/// by PAWS in one that inherited the peer's TSval at its hand-over.
+#[test]
+fn inherited_ts_recent_keeps_a_forged_far_ack_from_wedging_the_flow() {
+    let t0 = Instant::now();
+    for inherited in [false, true] {
+        let mut h = handover(t0, true);
+        if !inherited {
+            h.timestamps.as_mut().unwrap().ts_recent = 0;
+        }
+        let mut c = Connection::new(&h, &TcpConfig::default(), t0).unwrap();
+        let mut p = Peer::new(true);
+        p.tsval = PEER_TS0.wrapping_add(1 << 31);
+        let forged = c.handle_segment(t0, &p.pure_ack(0), &[]);
+        p.tsval = PEER_TS0.wrapping_add(5);
+        let (o, got) = feed(&mut c, t0, &p.data(0, 100).0, &p.data(0, 100).1);
+        if inherited {
+            assert_eq!(forged.dropped, Some(DropReason::Paws));
+            assert_eq!(o.dropped, None);
+            assert_eq!(got, stream(0, 100));
+        } else {
+            assert_eq!(forged.dropped, None);
+            assert_eq!(o.dropped, Some(DropReason::Paws), "wedged");
+            assert!(got.is_empty());
+        }
+    }
+}

@@ -1,0 +1,424 @@
+//! AF_XDP multi-buffer receive (`XDP_USE_SG`): a frame larger than one UMEM frame arrives as
+//! a chain of RX descriptors, every one but the last flagged `XDP_PKT_CONTD`. The receive
+//! pipeline takes one contiguous frame, so [`Chain`] hands a single-descriptor frame over in
+//! place (no copy: every frame up to the UMEM frame size, i.e. all of MTU 1500) and gathers a
+//! chain into a per-worker scratch buffer (one extra copy, for jumbo frames only).
+//!
+//! Why gather and not a UMEM frame that holds a whole jumbo frame: in aligned mode the kernel
+//! takes UMEM chunks of at most a page (4096) unless the UMEM is backed by huge pages, which
+//! these machines do not have (docs/environment.md, "AF_XDP on veth"), and 16 KiB chunks for
+//! every frame would quadruple the UMEM for MTU 1500 traffic. The copy of 9000 octets runs at
+//! memcpy speed (~0.3 µs here) against the ~4.8 µs the pipeline spends on such a segment;
+//! `mpa-bench pipeline --mss 8948 --umem-chunk 3840|0` measured about 2 %, within the noise
+//! (README, "Jumbo frames").
+//!
+//! Frames are never held across the chain: each descriptor's octets are copied (or handed
+//! over) while its frame is in hand, and the caller gives every descriptor of a burst back to
+//! the fill ring exactly once after the burst, whatever happened to its packet
+//! ([`deliver`]). A chain that cannot be a real packet is dropped whole and counted, never
+//! passed on in part:
+//! * **overlong**: more than [`Chain::max_descs`] descriptors or [`Chain::max_frame`] octets;
+//! * **cut short**: the RX ring ran dry with the chain still open. The kernel publishes a
+//!   packet's descriptors at once (it checks for room for all of them first), so a burst that
+//!   took fewer descriptors than it asked for ends at a packet boundary; only a full burst
+//!   may end inside a packet, whose rest then comes first in the next burst.
+
+#![forbid(unsafe_code)]
+
+use mpa_ctl_proto::stats::RingStats;
+
+/// `XDP_PKT_CONTD` (linux/if_xdp.h): more descriptors of this packet follow.
+pub const XDP_PKT_CONTD: u32 = 1;
+
+/// Largest frame gathered by default: a 9216-octet MTU (the common NIC jumbo limit) with
+/// Ethernet and two VLAN tags, rounded up.
+pub const MAX_FRAME: usize = 9216 + 32;
+
+/// Most descriptors of one frame by default (the kernel's MAX_SKB_FRAGS + 1 is 18).
+pub const MAX_DESCS: usize = 18;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Between packets.
+    Idle,
+    /// Gathering a chain of `descs` descriptors so far into the scratch buffer.
+    Gathering { descs: usize },
+    /// The chain was dropped (counted once); skipping its remaining descriptors.
+    Discarding,
+}
+
+/// What became of one descriptor.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Step<'a> {
+    /// A whole frame: in place (one descriptor) or gathered.
+    Frame(&'a [u8]),
+    /// Part of a chain still open.
+    Pending,
+    /// Part of a chain that was dropped.
+    Dropped,
+}
+
+/// Gathers multi-descriptor frames; one per RX ring (its scratch buffer is the worker's).
+#[derive(Debug)]
+pub struct Chain {
+    scratch: Vec<u8>,
+    max_frame: usize,
+    max_descs: usize,
+    state: State,
+}
+
+impl Default for Chain {
+    fn default() -> Self {
+        Chain::new(MAX_FRAME, MAX_DESCS)
+    }
+}
+
+impl Chain {
+    /// An assembler for frames of at most `max_frame` octets in at most `max_descs`
+    /// descriptors (both at least 1). The scratch buffer is allocated here, once.
+    pub fn new(max_frame: usize, max_descs: usize) -> Self {
+        Chain {
+            scratch: Vec::with_capacity(max_frame.max(1)),
+            max_frame: max_frame.max(1),
+            max_descs: max_descs.max(1),
+            state: State::Idle,
+        }
+    }
+
+    /// Largest frame gathered, octets.
+    pub fn max_frame(&self) -> usize {
+        self.max_frame
+    }
+
+    /// Most descriptors of one frame.
+    pub fn max_descs(&self) -> usize {
+        self.max_descs
+    }
+
+    /// Whether a chain is open (its next descriptor still to come).
+    pub fn is_open(&self) -> bool {
+        self.state != State::Idle
+    }
+
+    /// Takes one descriptor's octets; `more` is its `XDP_PKT_CONTD` flag. Counts frames,
+    /// octets, gathered frames and dropped chains in `stats`.
+    pub fn push<'a>(&'a mut self, data: &'a [u8], more: bool, stats: &mut RingStats) -> Step<'a> {
+        match (self.state, more) {
+            (State::Idle, false) => {
+                if data.len() > self.max_frame {
+                    // One descriptor larger than we would gather (a UMEM frame above
+                    // max_frame): the same bound holds either way.
+                    stats.rx_chain_dropped += 1;
+                    return Step::Dropped;
+                }
+                deliver_stats(stats, data.len(), false);
+                Step::Frame(data)
+            }
+            (State::Idle, true) => {
+                self.scratch.clear();
+                self.state = State::Gathering { descs: 0 };
+                self.gather(data, more, stats)
+            }
+            (State::Gathering { .. }, _) => self.gather(data, more, stats),
+            (State::Discarding, _) => {
+                if !more {
+                    self.state = State::Idle;
+                }
+                Step::Dropped
+            }
+        }
+    }
+
+    fn gather<'a>(&'a mut self, data: &[u8], more: bool, stats: &mut RingStats) -> Step<'a> {
+        let State::Gathering { descs } = self.state else {
+            return Step::Dropped;
+        };
+        let descs = descs + 1;
+        if descs > self.max_descs || self.scratch.len() + data.len() > self.max_frame {
+            stats.rx_chain_dropped += 1;
+            self.scratch.clear();
+            self.state = if more { State::Discarding } else { State::Idle };
+            return Step::Dropped;
+        }
+        self.scratch.extend_from_slice(data);
+        if more {
+            self.state = State::Gathering { descs };
+            return Step::Pending;
+        }
+        self.state = State::Idle;
+        deliver_stats(stats, self.scratch.len(), true);
+        Step::Frame(&self.scratch)
+    }
+
+    /// The RX ring ran dry with a chain open: its rest will never come. Drops it (counted
+    /// unless already dropped as overlong).
+    pub fn cut(&mut self, stats: &mut RingStats) {
+        if let State::Gathering { .. } = self.state {
+            stats.rx_chain_dropped += 1;
+        }
+        self.scratch.clear();
+        self.state = State::Idle;
+    }
+}
+
+fn deliver_stats(stats: &mut RingStats, len: usize, gathered: bool) {
+    stats.rx_frames += 1;
+    stats.rx_octets += len as u64;
+    if gathered {
+        stats.rx_multi_buffer += 1;
+    }
+    stats.rx_largest = stats.rx_largest.max(len as u64);
+}
+
+/// Hands the frames of one burst of RX descriptors to `f`: `octets(d)` gives a descriptor's
+/// data and whether `XDP_PKT_CONTD` is set; `asked` is how many descriptors the burst asked
+/// the ring for (fewer taken: the ring ran dry, so an open chain is cut). The caller gives
+/// every descriptor of `descs` back to the fill ring afterwards, exactly once: nothing here
+/// keeps one.
+pub fn deliver<'u, D>(
+    chain: &mut Chain,
+    descs: &'u [D],
+    asked: usize,
+    mut octets: impl FnMut(&'u D) -> (&'u [u8], bool),
+    mut f: impl FnMut(&[u8]),
+    stats: &mut RingStats,
+) {
+    for d in descs {
+        let (data, more) = octets(d);
+        if let Step::Frame(frame) = chain.push(data, more, stats) {
+            f(frame);
+        }
+    }
+    if descs.len() < asked && chain.is_open() {
+        chain.cut(stats);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+
+    /// Distinct octets per frame and position, so a mis-assembly shows.
+    fn frame(id: u8, len: usize) -> Vec<u8> {
+        (0..len).map(|i| id ^ (i as u8).wrapping_mul(31)).collect()
+    }
+
+    /// A UMEM as the kernel's copy mode fills it: frames of `chunk` octets from a fill ring,
+    /// one descriptor per chunk of a packet, XDP_PKT_CONTD on all but the last.
+    struct FakeUmem {
+        frames: Vec<Vec<u8>>,
+        chunk: usize,
+        fill: VecDeque<usize>,
+        /// (frame index, length, options)
+        rx: VecDeque<(usize, usize, u32)>,
+        rx_dropped: u64,
+    }
+
+    impl FakeUmem {
+        fn new(n: usize, chunk: usize) -> Self {
+            FakeUmem {
+                frames: vec![vec![0; chunk]; n],
+                chunk,
+                fill: (0..n).collect(),
+                rx: VecDeque::new(),
+                rx_dropped: 0,
+            }
+        }
+
+        /// The kernel's __xsk_rcv: all descriptors or none.
+        fn receive(&mut self, pkt: &[u8]) {
+            let n = pkt.len().div_ceil(self.chunk).max(1);
+            if self.fill.len() < n {
+                self.rx_dropped += 1;
+                return;
+            }
+            for (i, part) in pkt.chunks(self.chunk).enumerate() {
+                let idx = self.fill.pop_front().unwrap();
+                self.frames[idx][..part.len()].copy_from_slice(part);
+                let opt = if i + 1 < n { XDP_PKT_CONTD } else { 0 };
+                self.rx.push_back((idx, part.len(), opt));
+            }
+        }
+
+        /// Raw descriptors, for chains the kernel never makes.
+        fn push_raw(&mut self, parts: &[(&[u8], bool)]) {
+            for (part, more) in parts {
+                let idx = self.fill.pop_front().unwrap();
+                self.frames[idx][..part.len()].copy_from_slice(part);
+                self.rx.push_back((idx, part.len(), u32::from(*more)));
+            }
+        }
+
+        /// One burst of at most `burst` descriptors through `deliver`, then every one back to
+        /// the fill ring, as XskQueue::rx_burst does.
+        fn burst(
+            &mut self,
+            chain: &mut Chain,
+            burst: usize,
+            stats: &mut RingStats,
+            out: &mut Vec<Vec<u8>>,
+        ) -> usize {
+            let n = self.rx.len().min(burst);
+            let descs: Vec<(usize, usize, u32)> = self.rx.drain(..n).collect();
+            let frames = &self.frames;
+            deliver(
+                chain,
+                &descs,
+                burst,
+                |&(idx, len, opt)| (&frames[idx][..len], opt & XDP_PKT_CONTD != 0),
+                |f| out.push(f.to_vec()),
+                stats,
+            );
+            for &(idx, _, _) in &descs {
+                self.fill.push_back(idx);
+            }
+            n
+        }
+
+        /// Every frame is in exactly one place: the fill ring or the RX ring.
+        fn check_accounting(&self) {
+            let mut seen = vec![0u32; self.frames.len()];
+            for &i in &self.fill {
+                seen[i] += 1;
+            }
+            for &(i, _, _) in &self.rx {
+                seen[i] += 1;
+            }
+            assert!(seen.iter().all(|&c| c == 1), "frame accounting {seen:?}");
+        }
+    }
+
+    #[test]
+    fn single_descriptor_frames_pass_in_place() {
+        let mut c = Chain::default();
+        let mut st = RingStats::default();
+        let f = frame(1, 1514);
+        match c.push(&f, false, &mut st) {
+            Step::Frame(out) => assert!(std::ptr::eq(out, f.as_slice()), "copied"),
+            s => panic!("{s:?}"),
+        }
+        assert_eq!(st.rx_frames, 1);
+        assert_eq!(st.rx_multi_buffer, 0);
+        assert_eq!(st.rx_largest, 1514);
+    }
+
+    #[test]
+    fn jumbo_frames_are_gathered_whole_across_bursts() {
+        let mut u = FakeUmem::new(64, 3840);
+        let mut c = Chain::default();
+        let mut st = RingStats::default();
+        let sent: Vec<Vec<u8>> = (0..40u8)
+            .map(|i| frame(i, [9014, 60, 3840, 3841, 7680, 1514][usize::from(i) % 6]))
+            .collect();
+        let mut got = Vec::new();
+        let mut next = 0;
+        // Bursts of 5 descriptors: most end inside a 3-descriptor frame, whose rest comes
+        // first in the next burst.
+        while next < sent.len() || !u.rx.is_empty() {
+            while next < sent.len() && u.fill.len() >= 3 {
+                u.receive(&sent[next]);
+                next += 1;
+            }
+            u.burst(&mut c, 5, &mut st, &mut got);
+            u.check_accounting();
+        }
+        assert_eq!(u.rx_dropped, 0);
+        assert_eq!(got, sent, "frames octet-exact and in order");
+        assert_eq!(st.rx_chain_dropped, 0);
+        assert_eq!(st.rx_frames, 40);
+        // 9014, 3841 and 7680 octets (i % 6 = 0, 3, 4) take several 3840-octet frames.
+        assert_eq!(st.rx_multi_buffer, 7 + 7 + 6);
+        assert_eq!(st.rx_largest, 9014);
+        assert!(!c.is_open());
+    }
+
+    #[test]
+    fn a_chain_cut_short_by_a_dry_ring_is_dropped_not_joined_to_the_next() {
+        let mut u = FakeUmem::new(16, 64);
+        let mut c = Chain::new(1024, 8);
+        let mut st = RingStats::default();
+        let mut got = Vec::new();
+        let a = frame(1, 64);
+        let b = frame(2, 100);
+        // The first 64 octets of a packet, then the ring is dry.
+        u.push_raw(&[(&a, true)]);
+        assert_eq!(u.burst(&mut c, 8, &mut st, &mut got), 1);
+        u.check_accounting();
+        assert!(got.is_empty());
+        assert_eq!(st.rx_chain_dropped, 1);
+        // The next packet is whole, not glued onto the cut one.
+        u.receive(&b);
+        u.burst(&mut c, 8, &mut st, &mut got);
+        u.check_accounting();
+        assert_eq!(got, vec![b]);
+        assert_eq!(st.rx_chain_dropped, 1);
+        assert_eq!(st.rx_frames, 1);
+    }
+
+    #[test]
+    fn a_full_burst_ending_inside_a_chain_keeps_it_open() {
+        let mut u = FakeUmem::new(16, 64);
+        let mut c = Chain::new(1024, 8);
+        let mut st = RingStats::default();
+        let mut got = Vec::new();
+        let p = frame(3, 200); // 4 descriptors
+        u.receive(&p);
+        assert_eq!(u.burst(&mut c, 2, &mut st, &mut got), 2);
+        assert!(c.is_open());
+        assert_eq!(u.burst(&mut c, 2, &mut st, &mut got), 2);
+        assert_eq!(got, vec![p]);
+        u.check_accounting();
+        assert_eq!(st.rx_chain_dropped, 0);
+    }
+
+    #[test]
+    fn overlong_chains_are_dropped_whole_and_counted_once() {
+        let mut u = FakeUmem::new(64, 64);
+        let mut c = Chain::new(256, 3);
+        let mut st = RingStats::default();
+        let mut got = Vec::new();
+        let ok = frame(4, 192); // 3 descriptors, 192 octets: at both limits
+        let too_many = frame(5, 200); // 4 descriptors
+        let too_long = frame(6, 64);
+        u.receive(&ok);
+        u.receive(&too_many);
+        u.receive(&ok);
+        u.burst(&mut c, 64, &mut st, &mut got);
+        u.check_accounting();
+        assert_eq!(got, vec![ok.clone(), ok.clone()]);
+        assert_eq!(st.rx_chain_dropped, 1);
+
+        // Octet limit: 3 descriptors but more octets than max_frame.
+        let mut c = Chain::new(150, 3);
+        let mut st = RingStats::default();
+        got.clear();
+        u.push_raw(&[(&too_long, true), (&too_long, true), (&too_long, false)]);
+        u.receive(&frame(7, 100));
+        u.burst(&mut c, 64, &mut st, &mut got);
+        u.check_accounting();
+        assert_eq!(got, vec![frame(7, 100)]);
+        assert_eq!(st.rx_chain_dropped, 1);
+        assert_eq!(st.rx_frames, 1);
+
+        // An overlong chain cut by a dry ring is counted once, not twice.
+        let mut c = Chain::new(1024, 2);
+        let mut st = RingStats::default();
+        got.clear();
+        u.push_raw(&[(&too_long, true), (&too_long, true), (&too_long, true)]);
+        u.burst(&mut c, 64, &mut st, &mut got);
+        u.check_accounting();
+        assert!(got.is_empty());
+        assert_eq!(st.rx_chain_dropped, 1);
+        assert!(!c.is_open());
+    }
+
+    #[test]
+    fn a_single_descriptor_above_max_frame_is_dropped() {
+        let mut c = Chain::new(100, 4);
+        let mut st = RingStats::default();
+        assert_eq!(c.push(&[0; 101], false, &mut st), Step::Dropped);
+        assert_eq!(st.rx_chain_dropped, 1);
+        assert_eq!(st.rx_frames, 0);
+    }
+}
