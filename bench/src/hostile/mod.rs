@@ -11,7 +11,12 @@
 mod bystander;
 pub mod classes;
 pub mod ctl;
+pub mod ended;
+pub mod frames;
+pub mod ipv6;
+pub mod markers_ooo;
 pub mod peer;
+pub mod window;
 
 pub use peer::{HostileConfig, HostilePeer, Rx, Seg};
 
@@ -46,6 +51,22 @@ pub const SLOT: u64 = 4096;
 pub const RECV_BUF: u32 = 256;
 /// Receive buffers posted to [`PD_HOSTILE`].
 pub const RECV_BUFS: u32 = 4;
+/// The datapath's zero-window probe limit here (`TcpConfig::persist_max_probes`, default
+/// 15): with 200 ms RTOs backing off, 15 probes would take minutes; 4 end the flow after
+/// about 6 s (`window::persist_limit`). Lower would cut into `zero-window-forever`, which
+/// keeps the window closed for 3 s and expects the flow to live.
+pub const PERSIST_PROBES: u32 = 4;
+
+/// Every class: the first table, then the later topics' tables.
+pub fn all_classes() -> impl Iterator<Item = &'static Class> {
+    classes::CLASSES
+        .iter()
+        .chain(frames::CLASSES)
+        .chain(window::CLASSES)
+        .chain(markers_ooo::CLASSES)
+        .chain(ended::CLASSES)
+        .chain(ipv6::CLASSES)
+}
 
 /// `mpa-bench hostile`'s options.
 #[derive(Args, Clone, Debug)]
@@ -102,6 +123,8 @@ pub enum Counter {
     XdpFragment,
     /// XDP: stacked VLAN tags around steered TCP, dropped.
     XdpVlanStack,
+    /// XDP: IPv6 extension headers before steered TCP, dropped.
+    XdpIpv6Ext,
 }
 
 /// The counters of one moment: the flow's, its queue's, the XDP program's.
@@ -112,7 +135,7 @@ pub struct Snapshot {
 }
 
 /// A field of the XDP counters' text (`XdpCounters { seen: 1, … }`).
-fn xdp_field(text: &str, name: &str) -> u64 {
+pub(crate) fn xdp_field(text: &str, name: &str) -> u64 {
     let key = format!("{name}: ");
     text.find(&key)
         .map(|i| &text[i + key.len()..])
@@ -132,6 +155,7 @@ impl Counter {
             Counter::XdpMalformed => xdp_field(&s.xdp, "dropped_malformed"),
             Counter::XdpFragment => xdp_field(&s.xdp, "dropped_fragment"),
             Counter::XdpVlanStack => xdp_field(&s.xdp, "dropped_vlan_stack"),
+            Counter::XdpIpv6Ext => xdp_field(&s.xdp, "dropped_ipv6_ext"),
             Counter::Malformed => q.malformed,
             Counter::UnknownFlow => q.unknown_flow,
             Counter::Paws => f.tcp_drops.paws,
@@ -159,6 +183,7 @@ impl Counter {
             Counter::XdpMalformed => "xdp.dropped_malformed",
             Counter::XdpFragment => "xdp.dropped_fragment",
             Counter::XdpVlanStack => "xdp.dropped_vlan_stack",
+            Counter::XdpIpv6Ext => "xdp.dropped_ipv6_ext",
         }
     }
 }
@@ -185,6 +210,10 @@ pub enum Expect {
     /// The connection lives (a valid RDMA Write afterwards is acknowledged and placed); the
     /// script checked the rest itself (its error names what it expected).
     Lives,
+    /// The script ends the flow; once it is gone the runner closes ns b's frozen socket as
+    /// mpa-control does (silently: nothing may arrive), then the class's `after` sends frames
+    /// on the ended 4-tuple ([`ended`]).
+    Gone,
 }
 
 impl std::fmt::Display for Expect {
@@ -199,6 +228,10 @@ impl std::fmt::Display for Expect {
             Expect::Closed => write!(f, "flow ends with MPA error 1 (TCP closed)"),
             Expect::PeerTerminate => write!(f, "flow ends by our Terminate"),
             Expect::Lives => write!(f, "the script's checks hold, connection lives"),
+            Expect::Gone => write!(
+                f,
+                "flow gone, frozen socket closed silently; the ended tuple's frames go to ns b's kernel: RST, nothing placed, no datapath counter"
+            ),
         }
     }
 }
@@ -219,6 +252,8 @@ pub enum Setup {
     /// As `Normal`, the Responder requiring markers (RFC 5044 §7.1.1 M=1 in its Reply): our
     /// FPDUs carry them ([`Ctx::write`] adds them), the datapath's toward us do not.
     Markers,
+    /// As `Normal`, over IPv6 (the bed's fd99::1 → fd99::2).
+    Ipv6,
 }
 
 /// One hostile-input class.
@@ -424,7 +459,7 @@ fn live_counters(
     bail!("flow {flow} is not live")
 }
 
-fn flow_gone(h: &mut HandedOver) -> Result<FlowReport> {
+pub(crate) fn flow_gone(h: &mut HandedOver) -> Result<FlowReport> {
     loop {
         match h.dpc.next_notification()? {
             Message::FlowGone { flow_id, .. } if flow_id == h.flow_id => break,
@@ -437,11 +472,17 @@ fn flow_gone(h: &mut HandedOver) -> Result<FlowReport> {
         .ok_or_else(|| anyhow!("flow {} not among the ended flows", h.flow_id))
 }
 
+/// The hand-over listeners in ns b on [`HOSTILE_PORT`].
+struct Listeners {
+    v4: TcpListener,
+    v6: TcpListener,
+}
+
 /// Runs one class on a fresh connection; `index` picks its slot.
 fn run_class(
     bed: &TestBed,
     socket: &Path,
-    listener: &TcpListener,
+    listeners: &Listeners,
     env: &Env,
     index: usize,
     class: &Class,
@@ -461,7 +502,9 @@ fn run_class(
     if class.setup == Setup::Posted {
         env.post_buffers()?;
     }
-    let to = SocketAddr::new(bed.addr_b(false), HOSTILE_PORT);
+    let v6 = class.setup == Setup::Ipv6;
+    let listener = if v6 { &listeners.v6 } else { &listeners.v4 };
+    let to = SocketAddr::new(bed.addr_b(v6), HOSTILE_PORT);
     let (h, p) = std::thread::scope(|s| {
         let ns_b = bed.ns_b.clone();
         let t = s.spawn(move || accept_and_hand_over(&ns_b, socket, listener, &resp));
@@ -482,6 +525,9 @@ fn run_class(
     };
     if h.negotiated.markers_rx {
         ctx.markers_from = Some(ctx.p.snd_nxt);
+    }
+    if class.expect == Expect::Gone {
+        return ended::check_gone(&mut ctx, h, class);
     }
     let res = check_class(&mut ctx, &mut h, class);
     // Whatever happened: end the flow (an exact RST), wait until it is gone.
@@ -616,6 +662,7 @@ fn check_class(
             alive(ctx)?;
             Ok((format!("{}connection lives", ctx.note), None))
         }
+        Expect::Gone => bail!("ended classes run through ended::check_gone"),
         Expect::PeerTerminate => {
             (class.after)(ctx)?;
             let mut rst = ctx.p.seg(&[]);
@@ -651,7 +698,7 @@ impl DefaultEnd for Option<mpa_ctl_proto::stats::EndReport> {
     }
 }
 
-fn verify_placed(ctx: &Ctx) -> Result<()> {
+pub(crate) fn verify_placed(ctx: &Ctx) -> Result<()> {
     for (off, want) in &ctx.placed {
         let got = ctx.env.read(*off, want.len());
         if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
@@ -682,8 +729,7 @@ pub fn hostile(a: &HostileArgs) -> Result<bool> {
         println!("{}", ctl::probe(p));
         return Ok(true);
     }
-    let classes: Vec<&Class> = classes::CLASSES
-        .iter()
+    let classes: Vec<&Class> = all_classes()
         .filter(|c| a.only.as_ref().is_none_or(|o| c.name.contains(o.as_str())))
         .filter(|c| !a.skip.iter().any(|s| c.name.contains(s.as_str())))
         .collect();
@@ -702,18 +748,24 @@ pub fn hostile(a: &HostileArgs) -> Result<bool> {
         impair: None,
     })?);
     let socket = temp_path("hostile.sock");
-    let dp = start_datapath(&bed, &socket, &DatapathOptions::default())?;
+    let mut opts = DatapathOptions::default();
+    opts.tcp.persist_max_probes = PERSIST_PROBES;
+    let dp = start_datapath(&bed, &socket, &opts)?;
     let env = Env::prepare(&socket)?;
     let seconds = a.bystander_seconds.unwrap_or(10 + classes.len() as u64 / 3);
     let bystander = bystander::Bystander::start(&bed, &socket, a, seconds)?;
     let addr = SocketAddr::new(bed.addr_b(false), HOSTILE_PORT);
-    let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr))??;
+    let addr6 = SocketAddr::new(bed.addr_b(true), HOSTILE_PORT);
+    let listeners = Listeners {
+        v4: run_in_netns(&bed.ns_b, move || TcpListener::bind(addr))??,
+        v6: run_in_netns(&bed.ns_b, move || TcpListener::bind(addr6))??,
+    };
     let t0 = Instant::now();
     let mut outcomes = Vec::new();
     let mut overlapped = 0;
     for (i, c) in classes.iter().enumerate() {
         let tc = Instant::now();
-        let r = run_class(&bed, &socket, &listener, &env, i + 1, c);
+        let r = run_class(&bed, &socket, &listeners, &env, i + 1, c);
         tracing::info!(
             class = c.name,
             seconds = tc.elapsed().as_secs_f64(),
