@@ -6,7 +6,7 @@
 //! a wrong marker ends the flow with Terminate 2/0/3 and the FPDU it sits in is not placed.
 
 use super::classes::{marked, marker_data, write_not_placed};
-use super::peer::{fpdu_bytes, write_ulpdu};
+use super::peer::write_ulpdu;
 use super::{Class, Ctx, Expect as E, Setup};
 use anyhow::{anyhow, bail, Result};
 use mpa::encoder::FpduEncoder;
@@ -53,24 +53,23 @@ const fn wrong(name: &'static str, script: fn(&mut Ctx) -> Result<()>) -> Class 
 }
 
 /// Slot offset the forged FPDU writes to.
-const FORGED_AT: u64 = 2048;
+const FORGED_AT: u64 = 3072;
 
-/// After the forged-FPDU class's Terminate: the real FPDU is not placed; where the forged
-/// one wrote is noted (it was verified by its own CRC before the in-order stream showed the
-/// marker lied).
+/// After the forged-FPDU class's Terminate: the real FPDU is not placed, and the forged one
+/// was: the locator verified it by its own CRC (its marker, its length, its CRC all agree)
+/// and placed it ahead before the in-order stream showed that the marker lied. Inherent in
+/// placing ahead of the stream (RFC 5041 §5.1 lets tagged data be placed out of order; on an
+/// error the tagged buffer's contents are undefined to the ULP): the octets land only where
+/// the same peer could write anyway (its STag, rights and bounds checked as for any write),
+/// and no completion reports them, since an FPDU placed ahead completes only when the
+/// in-order stream reaches it, which the Terminate forestalls.
 fn forged_after(c: &mut Ctx) -> Result<()> {
     c.untouched(0, 700)?;
-    let forged = c.env.read(c.slot + FORGED_AT, 64);
-    let placed = forged == forged_data(c);
-    let untouched = forged.iter().all(|&b| b == 0);
-    if !placed && !untouched {
-        bail!("the forged FPDU's target holds neither its octets nor zeros");
+    if c.env.read(c.slot + FORGED_AT, 64) != forged_data(c) {
+        bail!("the forged FPDU's 64 octets placed ahead at slot+{FORGED_AT}, got other octets");
     }
     let note = std::mem::take(&mut c.note);
-    c.note = format!(
-        "{note}the forged FPDU's 64 octets {} at slot+{FORGED_AT}; ",
-        if placed { "placed" } else { "not placed" }
-    );
+    c.note = format!("{note}the forged FPDU placed ahead (64 octets at slot+{FORGED_AT}), never completed; ");
     write_not_placed(c)
 }
 
@@ -88,6 +87,22 @@ fn position(c: &Ctx) -> Result<u32> {
         .markers_from
         .ok_or_else(|| anyhow!("markers were not negotiated"))?;
     Ok(c.p.snd_nxt.wrapping_sub(s0))
+}
+
+/// The datapath locates FPDUs ahead only once it has seen the first FPDU in order: a
+/// 488-octet write at slot+3200 whose FPDU (after the marker at position 0) ends exactly at
+/// stream position 512, so that what follows starts at a marker position as at 0.
+fn open_to_512(c: &mut Ctx) -> Result<()> {
+    if position(c)? != 0 {
+        bail!("the script expects to start at stream position 0");
+    }
+    let d = marker_data(9)[..488].to_vec();
+    c.write(3200, &d)?;
+    c.wait_acked()?;
+    if position(c)? != 512 {
+        bail!("the opening write to end at stream position 512, got {}", position(c)?);
+    }
+    Ok(())
 }
 
 /// Sends `wire` (to start at SND.NXT) as two segments, the one from `split` on first (ahead
@@ -109,11 +124,9 @@ fn send_split(c: &mut Ctx, wire: &[u8], split: usize) -> Result<()> {
 /// segment ahead of RCV.NXT, then the first fills the hole. Both must be placed; with
 /// `direct`, exactly that many FPDUs straight from the segment ahead.
 fn two_fpdus_out_of_order(c: &mut Ctx, bend: fn(&mut [u8]), direct: Option<u64>) -> Result<()> {
-    if position(c)? != 0 {
-        bail!("the script expects to start at stream position 0");
-    }
+    open_to_512(c)?;
     let (d1, d2) = (marker_data(3)[..200].to_vec(), marker_data(4));
-    let mut enc = FpduEncoder::at_position(0, true);
+    let mut enc = FpduEncoder::at_position(512, true);
     let mut wire = Vec::new();
     enc.encode(&write_ulpdu(c.env.stag(), c.slot, &d1), &mut wire)
         .map_err(|e| anyhow!("encoding: {e}"))?;
@@ -135,7 +148,16 @@ fn two_fpdus_out_of_order(c: &mut Ctx, bend: fn(&mut [u8]), direct: Option<u64>)
     send_split(c, &wire, split)?;
     c.placed.push((c.slot, d1));
     c.placed.push((c.slot + 1024, d2));
-    c.wait_acked()?;
+    // The ACK stays in the inbox for the runner's own wait.
+    let want = c.p.snd_nxt;
+    let Some(ack) = c
+        .p
+        .wait_for(std::time::Duration::from_secs(3), |r| r.ack == Some(want))?
+    else {
+        let t = c.p.inbox.iter().find_map(|r| r.terminate());
+        bail!("no ACK of {want} within 3 s (Terminate seen: {t:?})");
+    };
+    c.p.inbox.push(ack);
     let after = rx_stats(c)?;
     let placed_direct = after.placed_direct - before.placed_direct;
     let rejected = after.located_rejected - before.located_rejected;
@@ -154,19 +176,26 @@ fn two_fpdus_out_of_order(c: &mut Ctx, bend: fn(&mut [u8]), direct: Option<u64>)
 /// behind the marker at 512) hold a complete FPDU with a valid CRC writing 64 octets to
 /// slot+[`FORGED_AT`]: what a marker with FPDUPTR 0 would point at.
 fn one_fpdu_split(c: &mut Ctx, bend: fn(&mut [u8]), forged: bool) -> Result<()> {
-    if position(c)? != 0 {
-        bail!("the script expects to start at stream position 0");
-    }
+    open_to_512(c)?;
     let mut d = marker_data(1);
     if forged {
-        let f = fpdu_bytes(
-            &write_ulpdu(c.env.stag(), c.slot + FORGED_AT, &forged_data(c)),
-            true,
-        );
-        d[492..492 + f.len()].copy_from_slice(&f);
+        // Its wire image as a sender would lay it at stream position 1024 (a marker
+        // position): the leading marker (FPDUPTR 0) is covered by its CRC. The marker the
+        // bend writes at 1024 is that leading marker; the rest follows it.
+        let mut f = Vec::new();
+        FpduEncoder::at_position(1024, true)
+            .encode(
+                &write_ulpdu(c.env.stag(), c.slot + FORGED_AT, &forged_data(c)),
+                &mut f,
+            )
+            .map_err(|e| anyhow!("encoding: {e}"))?;
+        if f[..4] != [0, 0, 0, 0] {
+            bail!("a leading marker 0000 on the forged FPDU");
+        }
+        d[492..492 + f.len() - 4].copy_from_slice(&f[4..]);
     }
     let mut wire = Vec::new();
-    FpduEncoder::at_position(0, true)
+    FpduEncoder::at_position(512, true)
         .encode(&write_ulpdu(c.env.stag(), c.slot, &d), &mut wire)
         .map_err(|e| anyhow!("encoding: {e}"))?;
     if wire.len() < 600 || wire[514..516] != [0x01, 0xfc] {

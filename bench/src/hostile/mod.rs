@@ -214,6 +214,9 @@ pub enum Expect {
     /// mpa-control does (silently: nothing may arrive), then the class's `after` sends frames
     /// on the ended 4-tuple ([`ended`]).
     Gone,
+    /// The datapath resets the connection (the script saw the RST and checked what came
+    /// before it); the flow ends, its report keeping the first error (RFC 5044 §8 error).
+    Reset(u8),
 }
 
 impl std::fmt::Display for Expect {
@@ -228,6 +231,7 @@ impl std::fmt::Display for Expect {
             Expect::Closed => write!(f, "flow ends with MPA error 1 (TCP closed)"),
             Expect::PeerTerminate => write!(f, "flow ends by our Terminate"),
             Expect::Lives => write!(f, "the script's checks hold, connection lives"),
+            Expect::Reset(e) => write!(f, "RST from the datapath, flow ends with MPA error {e}"),
             Expect::Gone => write!(
                 f,
                 "flow gone, frozen socket closed silently; the ended tuple's frames go to ns b's kernel: RST, nothing placed, no datapath counter"
@@ -663,6 +667,18 @@ fn check_class(
             Ok((format!("{}connection lives", ctx.note), None))
         }
         Expect::Gone => bail!("ended classes run through ended::check_gone"),
+        Expect::Reset(want) => {
+            let end = flow_gone(h)?;
+            let e = end.ended.clone().unwrap_or_default_end();
+            if e.mpa_error != Some(want) {
+                bail!(
+                    "flow ended with MPA error {want}, got {:?} ({})",
+                    e.mpa_error,
+                    e.reason
+                );
+            }
+            Ok((format!("{}flow ended: {}", ctx.note, e.reason), Some(end)))
+        }
         Expect::PeerTerminate => {
             (class.after)(ctx)?;
             let mut rst = ctx.p.seg(&[]);

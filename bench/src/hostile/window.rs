@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 /// The window classes.
 pub static CLASSES: &[Class] = &[
-    class("zero-window-persist-limit", E::Closed, persist_limit),
+    // The flow's report keeps the error the Terminate was for (MPA error 2), although the
+    // Terminate never left: the persist limit's RST ended the connection first.
+    class("zero-window-persist-limit", E::Reset(2), persist_limit),
     class("window-shrink-to-zero-in-flight", E::Terminate(2, 0, 2), shrink),
 ];
 
@@ -30,7 +32,7 @@ fn is_probe(c: &Ctx, r: &Rx) -> bool {
 
 /// We close our window for good (every probe answered, window 0, nothing taken) while the
 /// datapath has a Terminate to send: it probes [`PERSIST_PROBES`] times, sends nothing
-/// beyond the window, then gives up with a RST, and the flow ends with MPA error 1.
+/// beyond the window, then gives up with a RST.
 fn persist_limit(c: &mut Ctx) -> Result<()> {
     c.p.window = 0;
     c.p.accept = false;
