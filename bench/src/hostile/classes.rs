@@ -469,7 +469,11 @@ pub static CLASSES: &[Class] = &[
     },
 ];
 
-pub(super) const fn class(name: &'static str, expect: E, script: fn(&mut Ctx) -> Result<()>) -> Class {
+pub(super) const fn class(
+    name: &'static str,
+    expect: E,
+    script: fn(&mut Ctx) -> Result<()>,
+) -> Class {
     Class {
         name,
         expect,
@@ -479,7 +483,11 @@ pub(super) const fn class(name: &'static str, expect: E, script: fn(&mut Ctx) ->
     }
 }
 
-pub(super) const fn term(name: &'static str, t: (u8, u8, u8), script: fn(&mut Ctx) -> Result<()>) -> Class {
+pub(super) const fn term(
+    name: &'static str,
+    t: (u8, u8, u8),
+    script: fn(&mut Ctx) -> Result<()>,
+) -> Class {
     Class {
         name,
         expect: E::Terminate(t.0, t.1, t.2),
@@ -499,7 +507,11 @@ const fn posted(name: &'static str, t: (u8, u8, u8), script: fn(&mut Ctx) -> Res
     }
 }
 
-pub(super) const fn marked(name: &'static str, expect: E, script: fn(&mut Ctx) -> Result<()>) -> Class {
+pub(super) const fn marked(
+    name: &'static str,
+    expect: E,
+    script: fn(&mut Ctx) -> Result<()>,
+) -> Class {
     Class {
         name,
         expect,

@@ -47,11 +47,10 @@ pub static CLASSES: &[Class] = &[
                 false,
             );
             c.p.send_data(&f)?;
-            let t = c
-                .p
-                .wait_for(Duration::from_secs(3), |r| r.terminate().is_some())?
-                .and_then(|r| r.terminate())
-                .ok_or_else(|| anyhow!("a Terminate (bad CRC), got none within 3 s"))?;
+            let t =
+                c.p.wait_for(Duration::from_secs(3), |r| r.terminate().is_some())?
+                    .and_then(|r| r.terminate())
+                    .ok_or_else(|| anyhow!("a Terminate (bad CRC), got none within 3 s"))?;
             if (t.layer, t.error_type, t.error_code) != (2, 0, 2) {
                 bail!("Terminate 2/0/0x02, got {t:?}");
             }

@@ -13,13 +13,17 @@ pub static CLASSES: &[Class] = &[
         f[24] ^= 0x5a;
         c.p.send_raw(&f)
     }),
-    class("ipv4-total-length-beyond-frame", E::Silent(C::Malformed), |c| {
-        let mut f = v4_frame(c)?;
-        let total = u16::from_be_bytes([f[16], f[17]]) + 40;
-        f[16..18].copy_from_slice(&total.to_be_bytes());
-        ipv4_checksum(&mut f);
-        c.p.send_raw(&f)
-    }),
+    class(
+        "ipv4-total-length-beyond-frame",
+        E::Silent(C::Malformed),
+        |c| {
+            let mut f = v4_frame(c)?;
+            let total = u16::from_be_bytes([f[16], f[17]]) + 40;
+            f[16..18].copy_from_slice(&total.to_be_bytes());
+            ipv4_checksum(&mut f);
+            c.p.send_raw(&f)
+        },
+    ),
     class("ipv4-header-options", E::Placed, |c| {
         // Four octets of options (NOP, NOP, NOP, EOL): IHL 6, the segment otherwise valid.
         let d = c.pattern(0x51);

@@ -53,11 +53,15 @@ pub static CLASSES: &[Class] = &[
         // Hop-by-hop options (RFC 8200 §4.3): one PadN option filling its 8 octets.
         with_extension(c, 0, [6, 0, 1, 4, 0, 0, 0, 0])
     }),
-    v6("ipv6-truncated-in-tcp-header", E::Silent(C::XdpMalformed), |c| {
-        let mut s = hostile_write(c);
-        s.truncate = Some(14 + 40 + 10);
-        c.p.send_seg(&s)
-    }),
+    v6(
+        "ipv6-truncated-in-tcp-header",
+        E::Silent(C::XdpMalformed),
+        |c| {
+            let mut s = hostile_write(c);
+            s.truncate = Some(14 + 40 + 10);
+            c.p.send_seg(&s)
+        },
+    ),
 ];
 
 const fn v6(name: &'static str, expect: E, script: fn(&mut Ctx) -> Result<()>) -> Class {

@@ -69,7 +69,9 @@ fn forged_after(c: &mut Ctx) -> Result<()> {
         bail!("the forged FPDU's 64 octets placed ahead at slot+{FORGED_AT}, got other octets");
     }
     let note = std::mem::take(&mut c.note);
-    c.note = format!("{note}the forged FPDU placed ahead (64 octets at slot+{FORGED_AT}), never completed; ");
+    c.note = format!(
+        "{note}the forged FPDU placed ahead (64 octets at slot+{FORGED_AT}), never completed; "
+    );
     write_not_placed(c)
 }
 
@@ -100,7 +102,10 @@ fn open_to_512(c: &mut Ctx) -> Result<()> {
     c.write(3200, &d)?;
     c.wait_acked()?;
     if position(c)? != 512 {
-        bail!("the opening write to end at stream position 512, got {}", position(c)?);
+        bail!(
+            "the opening write to end at stream position 512, got {}",
+            position(c)?
+        );
     }
     Ok(())
 }
@@ -150,9 +155,8 @@ fn two_fpdus_out_of_order(c: &mut Ctx, bend: fn(&mut [u8]), direct: Option<u64>)
     c.placed.push((c.slot + 1024, d2));
     // The ACK stays in the inbox for the runner's own wait.
     let want = c.p.snd_nxt;
-    let Some(ack) = c
-        .p
-        .wait_for(std::time::Duration::from_secs(3), |r| r.ack == Some(want))?
+    let Some(ack) =
+        c.p.wait_for(std::time::Duration::from_secs(3), |r| r.ack == Some(want))?
     else {
         let t = c.p.inbox.iter().find_map(|r| r.terminate());
         bail!("no ACK of {want} within 3 s (Terminate seen: {t:?})");

@@ -15,7 +15,11 @@ pub static CLASSES: &[Class] = &[
     // The flow's report keeps the error the Terminate was for (MPA error 2), although the
     // Terminate never left: the persist limit's RST ended the connection first.
     class("zero-window-persist-limit", E::Reset(2), persist_limit),
-    class("window-shrink-to-zero-in-flight", E::Terminate(2, 0, 2), shrink),
+    class(
+        "window-shrink-to-zero-in-flight",
+        E::Terminate(2, 0, 2),
+        shrink,
+    ),
 ];
 
 /// A segment that commits no octet beyond the window: a probe (no data, or at most one
@@ -77,7 +81,10 @@ fn persist_limit(c: &mut Ctx) -> Result<()> {
     if probes != PERSIST_PROBES {
         bail!("{PERSIST_PROBES} probes before the RST, got {probes}");
     }
-    c.note = format!("{probes} probes answered with window 0, then RST seq {}; ", rst.seq);
+    c.note = format!(
+        "{probes} probes answered with window 0, then RST seq {}; ",
+        rst.seq
+    );
     Ok(())
 }
 
@@ -90,9 +97,8 @@ fn shrink(c: &mut Ctx) -> Result<()> {
     c.p.accept = false;
     let f = fpdu_bytes(&write_ulpdu(c.env.stag(), c.slot, &c.pattern(4)), false);
     c.p.send_data(&f)?;
-    let Some(first) = c
-        .p
-        .wait_for(Duration::from_secs(3), |r| r.terminate().is_some())?
+    let Some(first) =
+        c.p.wait_for(Duration::from_secs(3), |r| r.terminate().is_some())?
     else {
         bail!("the Terminate into the open window, got none within 3 s");
     };
@@ -119,9 +125,8 @@ fn shrink(c: &mut Ctx) -> Result<()> {
     c.p.accept = true;
     let s = c.p.seg(&[]);
     c.p.send_seg(&s)?;
-    let Some(again) = c
-        .p
-        .wait_for(Duration::from_secs(10), |r| r.terminate().is_some())?
+    let Some(again) =
+        c.p.wait_for(Duration::from_secs(10), |r| r.terminate().is_some())?
     else {
         bail!("the Terminate again once the window opened, got none within 10 s");
     };

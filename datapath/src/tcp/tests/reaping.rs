@@ -331,7 +331,9 @@ fn a_window_shrunk_to_zero_with_octets_in_flight_is_probed() {
     assert!(drain_tx(&mut c, t0 + ms(1)).is_empty());
     let mut now = t0 + ms(1);
     for n in 1..=3u64 {
-        now = c.poll_timeout().expect("a timer while octets are in flight");
+        now = c
+            .poll_timeout()
+            .expect("a timer while octets are in flight");
         c.handle_timeout(now);
         let tx = drain_tx(&mut c, now);
         assert_eq!(tx.len(), 1, "timeout {n}: {tx:?}");
