@@ -1,18 +1,27 @@
-//! Frames for a 4-tuple whose flow has ended ([`Expect::Gone`]): the flow ends (exact RST,
+//! Frames for a steered 4-tuple of no flow, and for a 4-tuple whose flow has ended ([`Expect::Gone`]): the flow ends (exact RST,
 //! FIN at an FPDU boundary, or our RST after its Terminate), `FlowGone` comes, and ns b's
 //! frozen socket is closed as mpa-control closes it (in repair mode: silently). From then
 //! on the tuple must be unsteered: a valid RDMA Write on it goes to ns b's kernel, which has
 //! no socket for it and answers with a RST (RFC 9293 §3.10.7.1: SEQ = SEG.ACK, no ACK bit,
 //! from the listener's port), the datapath counts nothing and places nothing.
 
-use super::classes::{class, rst};
-use super::{flow_gone, verify_placed, xdp_field, Class, Ctx, Expect as E};
+use super::classes::{class, hostile_write, rst};
+use super::peer::ip_header_len;
+use super::{flow_gone, verify_placed, xdp_field, Class, Counter as C, Ctx, Expect as E};
 use crate::datapath::HandedOver;
 use anyhow::{anyhow, bail, Context, Result};
+use mpa_control::datapath_client::DatapathClient;
+use mpa_ctl_proto::Message;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 /// The ended-tuple classes.
 pub static CLASSES: &[Class] = &[
+    class(
+        "steered-tuple-of-no-flow",
+        E::Silent(C::UnknownFlow),
+        steered_without_flow,
+    ),
     Class {
         after: tuple_goes_to_the_kernel,
         ..class("frames-after-flow-ended-by-rst", E::Gone, |c| {
@@ -62,6 +71,43 @@ pub static CLASSES: &[Class] = &[
         })
     },
 ];
+
+/// A 4-tuple steered to the datapath (adopted, never handed over: what a frame meets
+/// between AdoptFlow and HandOver) is no flow: its frame is counted and dropped (redirected
+/// by XDP, so ns b's kernel never sees it), and the adoption ends with its client.
+fn steered_without_flow(c: &mut Ctx) -> Result<()> {
+    let mut dpc = DatapathClient::connect(&c.env.socket, Duration::from_secs(5))?;
+    let port = c.p.local.port() ^ 0x4000;
+    let remote = SocketAddr::new(c.p.local.ip(), port);
+    match dpc.request(|id| Message::AdoptFlow {
+        id,
+        local: c.p.remote,
+        remote,
+    })? {
+        Message::FlowAdopted { .. } => {}
+        other => bail!("FlowAdopted for {remote}, got {other:?}"),
+    }
+    let mut f = c.p.frame(&hostile_write(c))?;
+    set_source_port(&mut f, ip_header_len(&c.p.local), port);
+    c.p.send_raw(&f)?;
+    // Counted before the adoption goes with its client.
+    c.p.poll(Duration::from_millis(100))?;
+    drop(dpc);
+    c.note = format!("adopted {remote} → {}, never handed over; ", c.p.remote);
+    Ok(())
+}
+
+/// Rewrites the TCP source port of an untagged frame, its checksum updated (RFC 1624).
+fn set_source_port(f: &mut [u8], ip_len: usize, port: u16) {
+    let t = 14 + ip_len;
+    let old = u16::from_be_bytes([f[t], f[t + 1]]);
+    f[t..t + 2].copy_from_slice(&port.to_be_bytes());
+    let hc = u16::from_be_bytes([f[t + 16], f[t + 17]]);
+    let mut sum = u32::from(!hc) + u32::from(!old) + u32::from(port);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    f[t + 16..t + 18].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+}
 
 /// Runs an [`Expect::Gone`] class: its script, FlowGone, the silent close, its `after`.
 pub(super) fn check_gone(ctx: &mut Ctx, mut h: HandedOver, class: &Class) -> Result<String> {
