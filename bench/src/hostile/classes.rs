@@ -499,7 +499,11 @@ pub static CLASSES: &[Class] = &[
     }),
 ];
 
-const fn class(name: &'static str, expect: E, script: fn(&mut Ctx) -> Result<()>) -> Class {
+pub(super) const fn class(
+    name: &'static str,
+    expect: E,
+    script: fn(&mut Ctx) -> Result<()>,
+) -> Class {
     Class {
         name,
         expect,
@@ -509,7 +513,11 @@ const fn class(name: &'static str, expect: E, script: fn(&mut Ctx) -> Result<()>
     }
 }
 
-const fn term(name: &'static str, t: (u8, u8, u8), script: fn(&mut Ctx) -> Result<()>) -> Class {
+pub(super) const fn term(
+    name: &'static str,
+    t: (u8, u8, u8),
+    script: fn(&mut Ctx) -> Result<()>,
+) -> Class {
     Class {
         name,
         expect: E::Terminate(t.0, t.1, t.2),
@@ -529,7 +537,11 @@ const fn posted(name: &'static str, t: (u8, u8, u8), script: fn(&mut Ctx) -> Res
     }
 }
 
-const fn marked(name: &'static str, expect: E, script: fn(&mut Ctx) -> Result<()>) -> Class {
+pub(super) const fn marked(
+    name: &'static str,
+    expect: E,
+    script: fn(&mut Ctx) -> Result<()>,
+) -> Class {
     Class {
         name,
         expect,
@@ -540,7 +552,7 @@ const fn marked(name: &'static str, expect: E, script: fn(&mut Ctx) -> Result<()
 }
 
 /// 700 octets (an FPDU of them spans a marker position past its leading one).
-fn marker_data(tag: u8) -> Vec<u8> {
+pub(super) fn marker_data(tag: u8) -> Vec<u8> {
     (0..700u32).map(|i| (i * 13) as u8 ^ tag).collect()
 }
 
@@ -599,7 +611,7 @@ fn flood_limited(c: &mut Ctx, seg: fn(&Ctx, u32) -> Seg) -> Result<()> {
 }
 
 /// A RST at `seq` (no ACK bit).
-fn rst(c: &Ctx, seq: u32) -> Seg {
+pub(super) fn rst(c: &Ctx, seq: u32) -> Seg {
     let mut s = c.p.seg(&[]);
     s.seq = seq;
     s.flags.rst = true;
@@ -610,7 +622,7 @@ fn rst(c: &Ctx, seq: u32) -> Seg {
 /// A valid RDMA Write at SND.NXT (SND.NXT not advanced): the segment a hostile variant
 /// bends; it must never be placed (the write targets the slot's start, which the runner's
 /// liveness write does not touch).
-fn hostile_write(c: &Ctx) -> Seg {
+pub(super) fn hostile_write(c: &Ctx) -> Seg {
     c.p.seg(&c.write_fpdu(0, &c.pattern(9)))
 }
 
@@ -654,7 +666,7 @@ fn with_ts(c: &Ctx, more: &[u8]) -> Vec<u8> {
 }
 
 /// After the flow's Terminate: a valid RDMA Write (acknowledged by TCP) must not be placed.
-fn write_not_placed(c: &mut Ctx) -> Result<()> {
+pub(super) fn write_not_placed(c: &mut Ctx) -> Result<()> {
     let d = c.pattern(7);
     let f = c.write_fpdu(SLOT / 2, &d);
     c.p.send_data(&f)?;

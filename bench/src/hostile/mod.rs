@@ -10,9 +10,17 @@
 
 mod bystander;
 pub mod classes;
+mod counters;
 pub mod ctl;
+pub mod ended;
+pub mod frames;
+pub mod ipv6;
+pub mod markers_ooo;
 pub mod peer;
+pub mod window;
 
+pub(crate) use counters::xdp_field;
+pub use counters::{Counter, Snapshot};
 pub use peer::{HostileConfig, HostilePeer, Rx, Seg};
 
 use crate::datapath::{accept_and_hand_over, start_datapath, stats, temp_path, HandedOver};
@@ -21,7 +29,7 @@ use crate::options::PORT;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use mpa_ctl_proto::consumer::{Consumer, MappedRegion};
-use mpa_ctl_proto::stats::{DatapathStats, FlowReport, QueueStats};
+use mpa_ctl_proto::stats::{DatapathStats, FlowReport};
 use mpa_ctl_proto::{Message, PostTarget};
 use mpa_testbed::{run_in_netns, BedConfig, TestBed};
 use std::net::{SocketAddr, TcpListener};
@@ -46,6 +54,22 @@ pub const SLOT: u64 = 4096;
 pub const RECV_BUF: u32 = 256;
 /// Receive buffers posted to [`PD_HOSTILE`].
 pub const RECV_BUFS: u32 = 4;
+/// The datapath's zero-window probe limit here (`TcpConfig::persist_max_probes`, default
+/// 15): with 200 ms RTOs backing off, 15 probes would take minutes; 4 end the flow after
+/// about 6 s (`window::persist_limit`). Lower would cut into `zero-window-forever`, which
+/// keeps the window closed for 3 s and expects the flow to live.
+pub const PERSIST_PROBES: u32 = 4;
+
+/// Every class: the first table, then the later topics' tables.
+pub fn all_classes() -> impl Iterator<Item = &'static Class> {
+    classes::CLASSES
+        .iter()
+        .chain(frames::CLASSES)
+        .chain(window::CLASSES)
+        .chain(markers_ooo::CLASSES)
+        .chain(ended::CLASSES)
+        .chain(ipv6::CLASSES)
+}
 
 /// `mpa-bench hostile`'s options.
 #[derive(Args, Clone, Debug)]
@@ -73,96 +97,6 @@ pub struct HostileArgs {
     pub probe_socket: Option<std::path::PathBuf>,
 }
 
-/// A counter the datapath keeps, by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Counter {
-    /// Queue: frames that did not parse (checksum, truncation, options).
-    Malformed,
-    /// Queue: steered frames of no flow.
-    UnknownFlow,
-    /// Flow: TSval older than TS.Recent.
-    Paws,
-    /// Flow: no timestamps option.
-    MissingTimestamp,
-    /// Flow: ACK bit off or ACK not acceptable.
-    BadAck,
-    /// Flow: RST not at RCV.NXT.
-    BadRst,
-    /// Flow: SYN.
-    Syn,
-    /// Flow: outside the receive window.
-    OutOfWindow,
-    /// Flow: every octet received before.
-    Duplicate,
-    /// Queue: a VLAN tag other than the flow's.
-    WrongVlan,
-    /// XDP: a frame cut inside the TCP header between a steered host pair, dropped.
-    XdpMalformed,
-    /// XDP: IP fragments between a steered host pair, dropped.
-    XdpFragment,
-    /// XDP: stacked VLAN tags around steered TCP, dropped.
-    XdpVlanStack,
-}
-
-/// The counters of one moment: the flow's, its queue's, the XDP program's.
-pub struct Snapshot {
-    flow: FlowReport,
-    queue: QueueStats,
-    xdp: String,
-}
-
-/// A field of the XDP counters' text (`XdpCounters { seen: 1, … }`).
-fn xdp_field(text: &str, name: &str) -> u64 {
-    let key = format!("{name}: ");
-    text.find(&key)
-        .map(|i| &text[i + key.len()..])
-        .and_then(|t| {
-            t.split(|c: char| !c.is_ascii_digit())
-                .next()
-                .and_then(|d| d.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-impl Counter {
-    fn read(self, s: &Snapshot) -> u64 {
-        let (f, q) = (&s.flow, &s.queue);
-        match self {
-            Counter::WrongVlan => q.wrong_vlan,
-            Counter::XdpMalformed => xdp_field(&s.xdp, "dropped_malformed"),
-            Counter::XdpFragment => xdp_field(&s.xdp, "dropped_fragment"),
-            Counter::XdpVlanStack => xdp_field(&s.xdp, "dropped_vlan_stack"),
-            Counter::Malformed => q.malformed,
-            Counter::UnknownFlow => q.unknown_flow,
-            Counter::Paws => f.tcp_drops.paws,
-            Counter::MissingTimestamp => f.tcp_drops.missing_timestamp,
-            Counter::BadAck => f.tcp_drops.bad_ack,
-            Counter::BadRst => f.tcp_drops.bad_rst,
-            Counter::Syn => f.tcp_drops.syn,
-            Counter::OutOfWindow => f.dropped_out_of_window,
-            Counter::Duplicate => f.tcp_drops.duplicate,
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Counter::Malformed => "queue.malformed",
-            Counter::UnknownFlow => "queue.unknown_flow",
-            Counter::Paws => "tcp_drops.paws",
-            Counter::MissingTimestamp => "tcp_drops.missing_timestamp",
-            Counter::BadAck => "tcp_drops.bad_ack",
-            Counter::BadRst => "tcp_drops.bad_rst",
-            Counter::Syn => "tcp_drops.syn",
-            Counter::OutOfWindow => "dropped_out_of_window",
-            Counter::Duplicate => "tcp_drops.duplicate",
-            Counter::WrongVlan => "queue.wrong_vlan",
-            Counter::XdpMalformed => "xdp.dropped_malformed",
-            Counter::XdpFragment => "xdp.dropped_fragment",
-            Counter::XdpVlanStack => "xdp.dropped_vlan_stack",
-        }
-    }
-}
-
 /// What must happen after a class's script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expect {
@@ -185,6 +119,13 @@ pub enum Expect {
     /// The connection lives (a valid RDMA Write afterwards is acknowledged and placed); the
     /// script checked the rest itself (its error names what it expected).
     Lives,
+    /// The script ends the flow; once it is gone the runner closes ns b's frozen socket as
+    /// mpa-control does (silently: nothing may arrive), then the class's `after` sends frames
+    /// on the ended 4-tuple ([`ended`]).
+    Gone,
+    /// The datapath resets the connection (the script saw the RST and checked what came
+    /// before it); the flow ends, its report keeping the first error (RFC 5044 §8 error).
+    Reset(u8),
 }
 
 impl std::fmt::Display for Expect {
@@ -199,6 +140,11 @@ impl std::fmt::Display for Expect {
             Expect::Closed => write!(f, "flow ends with MPA error 1 (TCP closed)"),
             Expect::PeerTerminate => write!(f, "flow ends by our Terminate"),
             Expect::Lives => write!(f, "the script's checks hold, connection lives"),
+            Expect::Reset(e) => write!(f, "RST from the datapath, flow ends with MPA error {e}"),
+            Expect::Gone => write!(
+                f,
+                "flow gone, frozen socket closed silently; the ended tuple's frames go to ns b's kernel: RST, nothing placed, no datapath counter"
+            ),
         }
     }
 }
@@ -219,6 +165,8 @@ pub enum Setup {
     /// As `Normal`, the Responder requiring markers (RFC 5044 §7.1.1 M=1 in its Reply): our
     /// FPDUs carry them ([`Ctx::write`] adds them), the datapath's toward us do not.
     Markers,
+    /// As `Normal`, over IPv6 (the bed's fd99::1 → fd99::2).
+    Ipv6,
 }
 
 /// One hostile-input class.
@@ -432,7 +380,7 @@ fn live_counters(
     bail!("flow {flow} is not live")
 }
 
-fn flow_gone(h: &mut HandedOver) -> Result<FlowReport> {
+pub(crate) fn flow_gone(h: &mut HandedOver) -> Result<FlowReport> {
     loop {
         match h.dpc.next_notification()? {
             Message::FlowGone { flow_id, .. } if flow_id == h.flow_id => break,
@@ -445,11 +393,17 @@ fn flow_gone(h: &mut HandedOver) -> Result<FlowReport> {
         .ok_or_else(|| anyhow!("flow {} not among the ended flows", h.flow_id))
 }
 
+/// The hand-over listeners in ns b on [`HOSTILE_PORT`].
+struct Listeners {
+    v4: TcpListener,
+    v6: TcpListener,
+}
+
 /// Runs one class on a fresh connection; `index` picks its slot.
 fn run_class(
     bed: &TestBed,
     socket: &Path,
-    listener: &TcpListener,
+    listeners: &Listeners,
     env: &Env,
     index: usize,
     class: &Class,
@@ -469,7 +423,9 @@ fn run_class(
     if class.setup == Setup::Posted {
         env.post_buffers()?;
     }
-    let to = SocketAddr::new(bed.addr_b(false), HOSTILE_PORT);
+    let v6 = class.setup == Setup::Ipv6;
+    let listener = if v6 { &listeners.v6 } else { &listeners.v4 };
+    let to = SocketAddr::new(bed.addr_b(v6), HOSTILE_PORT);
     let (h, p) = std::thread::scope(|s| {
         let ns_b = bed.ns_b.clone();
         let t = s.spawn(move || accept_and_hand_over(&ns_b, socket, listener, &resp));
@@ -490,6 +446,9 @@ fn run_class(
     };
     if h.negotiated.markers_rx {
         ctx.markers_from = Some(ctx.p.snd_nxt);
+    }
+    if class.expect == Expect::Gone {
+        return ended::check_gone(&mut ctx, h, class);
     }
     let res = check_class(&mut ctx, &mut h, class);
     // Whatever happened: end the flow (an exact RST), wait until it is gone.
@@ -624,6 +583,19 @@ fn check_class(
             alive(ctx)?;
             Ok((format!("{}connection lives", ctx.note), None))
         }
+        Expect::Gone => bail!("ended classes run through ended::check_gone"),
+        Expect::Reset(want) => {
+            let end = flow_gone(h)?;
+            let e = end.ended.clone().unwrap_or_default_end();
+            if e.mpa_error != Some(want) {
+                bail!(
+                    "flow ended with MPA error {want}, got {:?} ({})",
+                    e.mpa_error,
+                    e.reason
+                );
+            }
+            Ok((format!("{}flow ended: {}", ctx.note, e.reason), Some(end)))
+        }
         Expect::PeerTerminate => {
             (class.after)(ctx)?;
             let mut rst = ctx.p.seg(&[]);
@@ -659,7 +631,7 @@ impl DefaultEnd for Option<mpa_ctl_proto::stats::EndReport> {
     }
 }
 
-fn verify_placed(ctx: &Ctx) -> Result<()> {
+pub(crate) fn verify_placed(ctx: &Ctx) -> Result<()> {
     for (off, want) in &ctx.placed {
         let got = ctx.env.read(*off, want.len());
         if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
@@ -690,8 +662,7 @@ pub fn hostile(a: &HostileArgs) -> Result<bool> {
         println!("{}", ctl::probe(p));
         return Ok(true);
     }
-    let classes: Vec<&Class> = classes::CLASSES
-        .iter()
+    let classes: Vec<&Class> = all_classes()
         .filter(|c| a.only.as_ref().is_none_or(|o| c.name.contains(o.as_str())))
         .filter(|c| !a.skip.iter().any(|s| c.name.contains(s.as_str())))
         .collect();
@@ -710,12 +681,18 @@ pub fn hostile(a: &HostileArgs) -> Result<bool> {
         impair: None,
     })?);
     let socket = temp_path("hostile.sock");
-    let dp = start_datapath(&bed, &socket, &DatapathOptions::default())?;
+    let mut opts = DatapathOptions::default();
+    opts.tcp.persist_max_probes = PERSIST_PROBES;
+    let dp = start_datapath(&bed, &socket, &opts)?;
     let env = Env::prepare(&socket)?;
     let seconds = a.bystander_seconds.unwrap_or(10 + classes.len() as u64 / 3);
     let bystander = bystander::Bystander::start(&bed, &socket, a, seconds)?;
     let addr = SocketAddr::new(bed.addr_b(false), HOSTILE_PORT);
-    let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr))??;
+    let addr6 = SocketAddr::new(bed.addr_b(true), HOSTILE_PORT);
+    let listeners = Listeners {
+        v4: run_in_netns(&bed.ns_b, move || TcpListener::bind(addr))??,
+        v6: run_in_netns(&bed.ns_b, move || TcpListener::bind(addr6))??,
+    };
     // The hostile connections inherit TS.Recent at their hand-over (as mpa-control's
     // listeners do): the port is watched for the whole run.
     let mut _watcher =
@@ -729,7 +706,7 @@ pub fn hostile(a: &HostileArgs) -> Result<bool> {
     let mut overlapped = 0;
     for (i, c) in classes.iter().enumerate() {
         let tc = Instant::now();
-        let r = run_class(&bed, &socket, &listener, &env, i + 1, c);
+        let r = run_class(&bed, &socket, &listeners, &env, i + 1, c);
         tracing::info!(
             class = c.name,
             seconds = tc.elapsed().as_secs_f64(),

@@ -20,7 +20,7 @@ use nix::sys::socket::{
     recvfrom, sendto, setsockopt, socket, sockopt, AddressFamily, LinkAddr, MsgFlags, SockFlag,
     SockProtocol, SockType,
 };
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
@@ -107,9 +107,9 @@ pub struct HostilePeer {
     ifindex: u32,
     mac_a: [u8; 6],
     mac_b: [u8; 6],
-    /// Our address (ns a) and the datapath's (ns b).
-    pub local: SocketAddrV4,
-    pub remote: SocketAddrV4,
+    /// Our address (ns a) and the datapath's (ns b): both IPv4 or both IPv6.
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
     /// Our next sequence number (SND.NXT).
     pub snd_nxt: u32,
     /// The datapath's next sequence number as far as we received in order (RCV.NXT).
@@ -148,10 +148,22 @@ impl Drop for HostilePeer {
     }
 }
 
-fn v4(a: SocketAddr) -> Result<SocketAddrV4> {
-    match a {
-        SocketAddr::V4(a) => Ok(a),
-        SocketAddr::V6(_) => bail!("the hostile peer speaks IPv4 only"),
+/// The nftables match of `a`'s address (`ip` or `ip6`).
+fn nft_family(a: &SocketAddr) -> &'static str {
+    if a.is_ipv4() {
+        "ip"
+    } else {
+        "ip6"
+    }
+}
+
+/// Octets of the IP header of `a`'s family as the peer builds it (no options, no extension
+/// headers).
+pub fn ip_header_len(a: &SocketAddr) -> usize {
+    if a.is_ipv4() {
+        20
+    } else {
+        40
     }
 }
 
@@ -159,7 +171,7 @@ impl HostilePeer {
     /// Connects from ns a to `to` (the hand-over listener in ns b), runs the MPA startup as
     /// Initiator (CRC on; markers as `cfg` says), then freezes our socket and takes over.
     pub fn connect(bed: &TestBed, to: SocketAddr, cfg: &HostileConfig) -> Result<HostilePeer> {
-        let remote = v4(to)?;
+        let remote = to;
         let ifindex = run_in_netns(&bed.ns_a, || nix::net::if_::if_nametoindex(&*bed.if_a))??;
         // The raw socket first: it sees the whole startup, which gives the link address to
         // send to and the datapath's last TSval.
@@ -188,11 +200,12 @@ impl HostilePeer {
             let m = MpaStream::connect(s, &ecfg).context("MPA startup")?;
             Ok(m.into_inner()?)
         })??;
-        let local = v4(stream.local_addr()?)?;
+        let local = stream.local_addr()?;
         // Steer the 4-tuple away from ns a's kernel, then freeze (mpa-control's order).
         let nft_table = format!("hostile{}", local.port());
+        let fam = nft_family(&remote);
         let rules = format!(
-            "table inet {nft_table} {{\n chain pre {{ type filter hook prerouting priority -300; ip saddr {} tcp sport {} tcp dport {} drop; }}\n chain out {{ type filter hook output priority -300; ip daddr {} tcp sport {} tcp dport {} drop; }}\n}}\n",
+            "table inet {nft_table} {{\n chain pre {{ type filter hook prerouting priority -300; {fam} saddr {} tcp sport {} tcp dport {} drop; }}\n chain out {{ type filter hook output priority -300; {fam} daddr {} tcp sport {} tcp dport {} drop; }}\n}}\n",
             remote.ip(),
             remote.port(),
             local.port(),
@@ -299,9 +312,13 @@ impl HostilePeer {
                 }
             }
         }
-        let mut b = PacketBuilder::ethernet2(self.mac_a, self.mac_b)
-            .ipv4(self.local.ip().octets(), self.remote.ip().octets(), 64)
-            .tcp(self.local.port(), self.remote.port(), s.seq, s.window);
+        let eth = PacketBuilder::ethernet2(self.mac_a, self.mac_b);
+        let ip = match (self.local.ip(), self.remote.ip()) {
+            (IpAddr::V4(l), IpAddr::V4(r)) => eth.ipv4(l.octets(), r.octets(), 64),
+            (IpAddr::V6(l), IpAddr::V6(r)) => eth.ipv6(l.octets(), r.octets(), 64),
+            _ => bail!("mixed address families {} and {}", self.local, self.remote),
+        };
+        let mut b = ip.tcp(self.local.port(), self.remote.port(), s.seq, s.window);
         if s.flags.syn {
             b = b.syn();
         }
@@ -323,8 +340,8 @@ impl HostilePeer {
         let mut f = Vec::with_capacity(b.size(s.payload.len()));
         b.write(&mut f, &s.payload)?;
         if s.bad_checksum {
-            // Ethernet 14 + IPv4 20, checksum at TCP offset 16.
-            f[14 + 20 + 16] ^= 0xff;
+            // Ethernet 14 + the IP header, checksum at TCP offset 16.
+            f[14 + ip_header_len(&self.local) + 16] ^= 0xff;
         }
         if let Some(n) = s.truncate {
             f.truncate(n);
@@ -441,11 +458,12 @@ impl HostilePeer {
     /// The TSval of a segment with data of our flow toward the datapath.
     fn sent_tsval(&self, frame: &[u8]) -> Option<u32> {
         let p = SlicedPacket::from_ethernet(frame).ok()?;
-        let (Some(NetSlice::Ipv4(ip)), Some(TransportSlice::Tcp(t))) = (p.net, p.transport) else {
+        let (src, dst) = ip_pair(&p.net)?;
+        let Some(TransportSlice::Tcp(t)) = p.transport else {
             return None;
         };
-        if ip.header().source_addr() != *self.local.ip()
-            || ip.header().destination_addr() != *self.remote.ip()
+        if src != self.local.ip()
+            || dst != self.remote.ip()
             || t.source_port() != self.local.port()
             || t.destination_port() != self.remote.port()
             || t.payload().is_empty()
@@ -460,14 +478,12 @@ impl HostilePeer {
 
     fn parse(&self, frame: &[u8]) -> Option<Rx> {
         let p = SlicedPacket::from_ethernet(frame).ok()?;
-        let Some(NetSlice::Ipv4(ip)) = p.net else {
-            return None;
-        };
+        let (src, dst) = ip_pair(&p.net)?;
         let Some(TransportSlice::Tcp(t)) = p.transport else {
             return None;
         };
-        if ip.header().source_addr() != *self.remote.ip()
-            || ip.header().destination_addr() != *self.local.ip()
+        if src != self.remote.ip()
+            || dst != self.local.ip()
             || t.source_port() != self.remote.port()
             || t.destination_port() != self.local.port()
         {
@@ -562,5 +578,20 @@ pub fn ipv4(a: IpAddr) -> Option<Ipv4Addr> {
     match a {
         IpAddr::V4(a) => Some(a),
         IpAddr::V6(_) => None,
+    }
+}
+
+/// Source and destination of an IPv4 or IPv6 packet.
+fn ip_pair(net: &Option<NetSlice>) -> Option<(IpAddr, IpAddr)> {
+    match net {
+        Some(NetSlice::Ipv4(ip)) => Some((
+            ip.header().source_addr().into(),
+            ip.header().destination_addr().into(),
+        )),
+        Some(NetSlice::Ipv6(ip)) => Some((
+            ip.header().source_addr().into(),
+            ip.header().destination_addr().into(),
+        )),
+        _ => None,
     }
 }

@@ -662,6 +662,13 @@ impl Connection {
         // Go back: resend from SND.UNA (skipping SACKed ranges).
         self.snd_nxt = self.snd_una;
         self.rtt_probe = None;
+        // RFC 1122 §4.2.2.17: the peer shrank its window to zero under octets in flight.
+        // Nothing can be resent into it and the persist timer only runs with nothing in
+        // flight, so this timeout probes instead (its answer carries the window; a lost
+        // window update would otherwise leave us silent until the retransmission limit).
+        if self.snd_wnd == 0 && self.snd_una < self.data_end() {
+            self.probe_pending = true;
+        }
         // RFC 6298 §5.5, §5.6: back off and restart.
         self.rtt.back_off();
         self.timers.set(Timer::Retransmit, now + self.rtt.rto());

@@ -307,3 +307,47 @@ fn an_opening_window_restarts_the_probe_count() {
     assert_eq!(probes, 3);
     assert_eq!(c.stats().window_probes, 6);
 }
+
+/// RFC 1122 §4.2.2.17: the peer shrinks its window to zero while our octets are in flight
+/// beyond the new right edge. Nothing may go beyond the edge, and the zero window MUST be
+/// probed: each retransmission timeout sends a probe (SND.UNA - 1, no data) whose answer
+/// carries the peer's window, so that a lost window update cannot leave the flow waiting for
+/// the retransmission limit; once the window opens the octets go again.
+#[test]
+fn a_window_shrunk_to_zero_with_octets_in_flight_is_probed() {
+    let t0 = Instant::now();
+    let mut c = conn(t0, true, &cfg());
+    let mut p = Peer::new(true);
+    c.handle_segment(t0, &p.pure_ack(0), &[]);
+    assert_eq!(c.send(b"a Terminate"), 11);
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 1);
+    assert_eq!(tx[0].payload, b"a Terminate");
+    // The peer acknowledges nothing and closes its window: the right edge moves left of
+    // the octets in flight.
+    p.wnd = 0;
+    p.tsval += 1;
+    c.handle_segment(t0 + ms(1), &p.pure_ack(0), &[]);
+    assert!(drain_tx(&mut c, t0 + ms(1)).is_empty());
+    let mut now = t0 + ms(1);
+    for n in 1..=3u64 {
+        now = c
+            .poll_timeout()
+            .expect("a timer while octets are in flight");
+        c.handle_timeout(now);
+        let tx = drain_tx(&mut c, now);
+        assert_eq!(tx.len(), 1, "timeout {n}: {tx:?}");
+        assert!(tx[0].payload.is_empty(), "nothing beyond the right edge");
+        assert_eq!(tx[0].repr.seq_number, SeqNumber(SND0) + u32::MAX);
+        assert_eq!(c.stats().window_probes, n);
+        assert_eq!(c.state(), State::Established);
+    }
+    // The probe's answer opens the window: the octets go again at once.
+    p.wnd = 512;
+    p.tsval += 1;
+    c.handle_segment(now + ms(1), &p.pure_ack(0), &[]);
+    let tx = drain_tx(&mut c, now + ms(1));
+    assert_eq!(tx.len(), 1, "{tx:?}");
+    assert_eq!(tx[0].repr.seq_number, SeqNumber(SND0));
+    assert_eq!(tx[0].payload, b"a Terminate");
+}
