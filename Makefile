@@ -38,7 +38,7 @@ demo: deps build
 # Goodput and CPU per octet, datapath vs the blocking kernel-TCP Responder, same bed, same run.
 compare: deps build
 	./target/release/mpa-bench bw --mtu 1500
-	./target/release/mpa-bench bw --mtu 3506
+	./target/release/mpa-bench bw --mtu 9000
 
 # Hostile-input classes against the live datapath, each with its expected outcome (dropped and
 # counted, challenge ACK, Terminate with the exact RFC code, connection closed), beside a
