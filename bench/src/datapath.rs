@@ -47,6 +47,8 @@ pub struct DatapathOptions {
     pub max_control_clients: usize,
     /// Records per completion ring.
     pub completion_ring: u32,
+    /// How long a worker keeps polling after its last frame (`DatapathConfig::spin`).
+    pub spin: Duration,
 }
 
 impl Default for DatapathOptions {
@@ -60,6 +62,7 @@ impl Default for DatapathOptions {
                 ..XskConfig::default()
             },
             max_control_clients: DEFAULT_MAX_CONTROL_CLIENTS,
+            spin: Duration::ZERO,
             completion_ring: DEFAULT_COMPLETION_RING,
         }
     }
@@ -84,6 +87,7 @@ pub fn start_datapath(bed: &TestBed, socket: &Path, opts: &DatapathOptions) -> R
             max_region_bytes: DEFAULT_MAX_REGION_BYTES,
             max_control_clients: opts.max_control_clients,
             completion_ring: opts.completion_ring,
+            spin: opts.spin,
         };
         match run_in_netns(&bed.ns_b, move || Datapath::start(cfg))? {
             Ok(dp) => return Ok(dp),

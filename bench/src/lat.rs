@@ -82,6 +82,10 @@ pub struct LatArgs {
     /// veth work does not have (p50 at 64 B 525 µs busy vs 18 µs sleeping, README).
     #[arg(long)]
     pub consumer_busy_poll: bool,
+    /// The datapath's workers keep polling this many µs after their last frame before they
+    /// may sleep (`mpa-datapath --spin-us`; 0: sleep after 256 empty polls).
+    #[arg(long, default_value_t = 0)]
+    pub spin_us: u64,
 }
 
 impl LatArgs {
@@ -316,6 +320,7 @@ impl LatArgs {
         serde_json::json!({
             "sizes": self.sizes, "messages": self.messages, "rate": self.rate,
             "rounds": self.rounds, "mtu": self.mtu,
+            "consumer_busy_poll": self.consumer_busy_poll, "spin_us": self.spin_us,
             "framing": match (self.plain, self.no_markers) {
                 (true, _) => "plain",
                 (false, true) => "crc",
@@ -364,7 +369,7 @@ pub fn lat(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
             ));
             rows[2 * i].samples.add(&k);
             progress.running(format!("{at}: datapath, {size} B"));
-            let d = datapath_lat(&bed, &r, &extra, a.consumer_busy_poll)
+            let d = datapath_lat(&bed, &r, &extra, a.consumer_busy_poll, a.spin_us)
                 .with_context(|| format!("datapath, {size} B"))?;
             progress.done(format!(
                 "datapath {size} B: p50 {:.1} µs",
@@ -505,9 +510,19 @@ fn kernel_lat(bed: &TestBed, r: &Run, extra: &[String]) -> Result<Samples> {
 
 /// The datapath side: the datapath and hand-over listener in ns b, the consumer reading the
 /// stamps from the region at each completion's offset.
-fn datapath_lat(bed: &TestBed, r: &Run, extra: &[String], busy_poll: bool) -> Result<Samples> {
+fn datapath_lat(
+    bed: &TestBed,
+    r: &Run,
+    extra: &[String],
+    busy_poll: bool,
+    spin_us: u64,
+) -> Result<Samples> {
     let socket = temp_path("lat.sock");
-    let dp = start_datapath(bed, &socket, &DatapathOptions::default())?;
+    let opts = DatapathOptions {
+        spin: Duration::from_micros(spin_us),
+        ..DatapathOptions::default()
+    };
+    let dp = start_datapath(bed, &socket, &opts)?;
     let mut consumer = Consumer::connect(&socket, Duration::from_secs(20))?;
     let region = consumer.create_region(r.region_bytes, PD, true, false)?;
     consumer.subscribe(PD)?;

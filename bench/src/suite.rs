@@ -87,6 +87,7 @@ impl SuiteArgs {
                 json: false,
                 nic: Default::default(),
                 consumer_busy_poll: false,
+                spin_us: 0,
             },
             bw: BwArgs {
                 sizes: if q {
@@ -118,6 +119,7 @@ impl SuiteArgs {
                 json: false,
                 nic: Default::default(),
                 consumer_busy_poll: false,
+                spin_us: 0,
             },
             setup: SetupArgs {
                 connections: if q { 100 } else { 1000 },

@@ -106,6 +106,7 @@ fn setup(o: &PipelineOpts, p: &Prepared) -> Result<Setup> {
             tcp,
             digest: o.digest,
             verify_checksums: o.verify_checksums,
+            spin: std::time::Duration::ZERO,
         },
         cmd_rx,
         note_tx,

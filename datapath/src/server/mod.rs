@@ -72,6 +72,9 @@ pub struct DatapathConfig {
     /// Records per completion ring (one ring per worker and subscription; a power of two,
     /// [`DEFAULT_COMPLETION_RING`]).
     pub completion_ring: u32,
+    /// Each worker keeps polling this long after its last frame before it may sleep
+    /// ([`WorkerConfig::spin`]; zero by default).
+    pub spin: Duration,
 }
 
 /// Default of [`DatapathConfig::completion_ring`]: 32,768 records (1.5 MiB per ring), a
@@ -144,6 +147,7 @@ impl Datapath {
                 tcp: tcp.clone(),
                 digest: cfg.digest,
                 verify_checksums: cfg.verify_checksums,
+                spin: cfg.spin,
             };
             let w = Worker::new(xsk, wcfg, rx, notify_tx.clone());
             let pin = cfg.pin_cpus;
