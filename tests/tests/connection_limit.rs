@@ -56,19 +56,22 @@ fn held_peer(
     (local, go_tx, h)
 }
 
-/// A plain TCP peer in ns a that connects and sends nothing: its local address, and (on
-/// its thread) how its read of at most 10 s ended.
+/// A plain TCP peer in ns a that connects and sends nothing: its local address (`None` when
+/// the connection was already reset: getsockname fails then), and (on its thread) how its
+/// connect and read of at most 10 s ended.
 fn silent_peer(
     bed: &TestBed,
     addr: SocketAddr,
-) -> (SocketAddr, JoinHandle<std::io::Result<usize>>) {
+) -> (Option<SocketAddr>, JoinHandle<std::io::Result<usize>>) {
     let (tx, rx) = mpsc::channel();
     let ns = bed.ns_a.clone();
     let h = std::thread::spawn(move || {
         run_in_netns(&ns, move || {
-            let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-            tx.send(s.local_addr().unwrap()).unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            // A reset can already be there when connect_timeout checks SO_ERROR.
+            let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5));
+            let _ = tx.send(s.as_ref().ok().and_then(|s| s.local_addr().ok()));
+            let mut s = s?;
+            s.set_read_timeout(Some(Duration::from_secs(10)))?;
             s.read(&mut [0u8; 64])
         })
         .unwrap()
@@ -79,8 +82,9 @@ fn silent_peer(
     (local, h)
 }
 
-/// A connection beyond the limit: it is reset (ECONNRESET on its first read, nothing
-/// else), and the daemon logs the refusal once more.
+/// A connection beyond the limit: it is reset (ECONNRESET, seen by the connect when the
+/// reset is already there, else by the first read; never data, never an end of stream), and
+/// the daemon logs the refusal once more.
 fn assert_refused(bed: &TestBed, daemon: &ControlDaemon, addr: SocketAddr, refusals: usize) {
     let (_, h) = silent_peer(bed, addr);
     match h.join().unwrap() {
@@ -136,6 +140,7 @@ fn max_connections_refuses_with_a_reset_and_every_ending_gives_the_slot_back() {
     let (a, a_go, a_done) = held_peer(&bed, open, b"");
     let flow_a = daemon.flow_of(a);
     let (silent, silent_read) = silent_peer(&bed, strict);
+    let silent = silent.expect("the silent peer's address");
     daemon.wait_line(&[
         "accepted: setup started",
         &format!("peer={silent} "),
