@@ -4,7 +4,8 @@
 //!
 //! Threads:
 //! * one **listener** thread per `[[listener]]`: accepts, refuses at once when the datapath is
-//!   unavailable or `max_connections` is reached, otherwise starts a setup;
+//!   unavailable or `max_connections` is reached (with a reset: [`refuse`]), otherwise starts
+//!   a setup;
 //! * one short-lived **setup** thread per connection in its startup phase, running
 //!   [`respond_and_hand_over`] with a [`DatapathClient`] whose other end is a **relay** thread
 //!   (an in-process socket pair) — both end when the setup does;
@@ -207,14 +208,15 @@ fn accept_loop(
         };
         if !shared.up.load(Ordering::Acquire) {
             tracing::info!(%peer, bind = %lc.bind, "refused: {UNAVAILABLE}");
-            drop(sock);
+            refuse(sock);
             continue;
         }
         let Some(slot) = Slot::take(&shared) else {
             tracing::warn!(%peer, bind = %lc.bind, max = shared.max, "refused: max_connections reached");
-            drop(sock);
+            refuse(sock);
             continue;
         };
+        tracing::debug!(%peer, bind = %lc.bind, active = shared.active.load(Ordering::Acquire), "accepted: setup started");
         let (lc, link) = (lc.clone(), link.clone());
         let spawned = std::thread::Builder::new()
             .name("mpa-setup".into())
@@ -222,6 +224,21 @@ fn accept_loop(
         if let Err(e) = spawned {
             tracing::warn!(%peer, %e, "refused: cannot start a setup thread");
         }
+    }
+}
+
+/// Refuses an accepted connection with a reset (SO_LINGER 0). A plain close would end with a
+/// FIN or a RST depending on whether the peer's MPA Request had arrived yet (a close with
+/// unread data resets); the reset is the same either way, tells the Initiator at once, and
+/// leaves no TIME-WAIT socket behind per refusal (a flood of refused connections costs
+/// nothing).
+fn refuse(sock: TcpStream) {
+    let reset = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    if let Err(e) = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::Linger, &reset) {
+        tracing::debug!(%e, "SO_LINGER on a refused connection: closed with a FIN instead");
     }
 }
 

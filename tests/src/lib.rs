@@ -8,10 +8,12 @@
 //! * [`bins`]: the workspace's binaries, built on demand; [`frames`]: crafted frames;
 //!   [`raw`]: AF_PACKET and AF_XDP sockets; [`xdp`]: the XDP program on the bed;
 //!   [`peers`]: MPA peers in ns a and the datapath's counters; [`procs`]: `mpa-datapath` as
-//!   a process (to kill it, or watch it fail); [`HostilePeer`]: `mpa-bench`'s scriptable
+//!   a process (to kill it, or watch it fail); [`ControlDaemon`]: `mpa-control serve` with
+//!   its log; [`HostilePeer`]: `mpa-bench`'s scriptable
 //!   hostile peer (our socket in ns a frozen, every frame crafted over AF_PACKET).
 
 pub mod bins;
+pub mod daemon;
 pub mod frames;
 pub mod peers;
 pub mod procs;
@@ -19,6 +21,7 @@ pub mod raw;
 pub mod xdp;
 
 pub use bins::bin;
+pub use daemon::ControlDaemon;
 pub use mpa_bench::hostile::{HostileConfig, HostilePeer};
 pub use mpa_bench::{accept_and_hand_over, start_datapath, DatapathOptions, HandedOver, Responder};
 pub use mpa_testbed::{

@@ -8,6 +8,7 @@ use mpa_ctl_proto::{
     encode_message, read_message_counted, write_frame, write_frame_with_fd, write_frame_with_fds,
     write_message, ErrorCode, Message,
 };
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -61,9 +62,60 @@ impl Client {
         self.closed.store(true, Ordering::Release);
     }
 
+    /// Its writer ended (the client stopped reading, or went): nothing reaches it any more.
+    pub(super) fn unreachable(&self) -> bool {
+        self.writer.is_finished()
+    }
+
+    /// Its queue holds its bound: any further message for it is dropped (and counted).
+    pub(super) fn full(&self) -> bool {
+        self.queued() >= CLIENT_QUEUE_OCTETS
+    }
+
     /// Octets queued for it now.
     pub(super) fn queued(&self) -> usize {
         self.out_octets.load(Ordering::Acquire)
+    }
+}
+
+/// What the clients' readers passed on, queued per client and taken in turn (one message of
+/// each client with something waiting, round robin): a client that floods requests delays
+/// another's by at most one of its own, not by its whole [`CLIENT_IN_OCTETS`] backlog. Each
+/// client's messages keep their order, its end ([`Incoming::Gone`]) after its last request.
+#[derive(Default)]
+pub(super) struct Turns {
+    queues: HashMap<u64, VecDeque<Incoming>>,
+    /// Clients with something queued, in the order they are served.
+    order: VecDeque<u64>,
+}
+
+impl Turns {
+    pub(super) fn push(&mut self, m: Incoming) {
+        let id = match &m {
+            Incoming::Msg(id, ..) | Incoming::Gone(id) => *id,
+        };
+        let q = self.queues.entry(id).or_default();
+        if q.is_empty() {
+            self.order.push_back(id);
+        }
+        q.push_back(m);
+    }
+
+    /// The next client's next message.
+    pub(super) fn next(&mut self) -> Option<Incoming> {
+        let id = self.order.pop_front()?;
+        let q = self.queues.get_mut(&id)?;
+        let m = q.pop_front();
+        if q.is_empty() {
+            self.queues.remove(&id);
+        } else {
+            self.order.push_back(id);
+        }
+        m
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.order.is_empty()
     }
 }
 
@@ -291,6 +343,12 @@ impl Server {
                 }
             }
         }
+        self.dropped(client, queued);
+        false
+    }
+
+    /// A message for `client` dropped (its queue holds `queued` octets): counted.
+    pub(super) fn dropped(&mut self, client: u64, queued: usize) {
         self.control.messages_dropped += 1;
         // Logged at powers of two: a client that stopped reading must not flood the log.
         if self.control.messages_dropped.is_power_of_two() {
@@ -301,6 +359,54 @@ impl Server {
                 "control client does not keep up: message dropped"
             );
         }
-        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mpa_ctl_proto::Message;
+
+    fn msg(client: u64, id: u64) -> Incoming {
+        Incoming::Msg(client, Message::GetStats { id }, 30)
+    }
+
+    /// What `turns` gives, as (client, request id) with id 0 for the client's end.
+    fn drain(turns: &mut Turns) -> Vec<(u64, u64)> {
+        std::iter::from_fn(|| turns.next())
+            .map(|m| match m {
+                Incoming::Msg(c, Message::GetStats { id }, _) => (c, id),
+                Incoming::Msg(c, m, _) => panic!("client {c}: unexpected {m:?}"),
+                Incoming::Gone(c) => (c, 0),
+            })
+            .collect()
+    }
+
+    /// A flooding client's backlog does not hold up another client's one request: clients
+    /// take turns, each one's messages in order, its end after its last request.
+    #[test]
+    fn clients_take_turns_in_order() {
+        let mut t = Turns::default();
+        for id in 1..=1000 {
+            t.push(msg(1, id));
+        }
+        t.push(Incoming::Gone(1));
+        t.push(msg(2, 1));
+        t.push(msg(2, 2));
+        t.push(msg(3, 7));
+        let got = drain(&mut t);
+        assert_eq!(&got[..6], &[(1, 1), (2, 1), (3, 7), (1, 2), (2, 2), (1, 3)]);
+        let flooder: Vec<u64> = got.iter().filter(|m| m.0 == 1).map(|m| m.1).collect();
+        let mut want: Vec<u64> = (1..=1000).collect();
+        want.push(0);
+        assert_eq!(flooder, want);
+        assert_eq!(got.len(), 1004);
+        assert!(t.is_empty());
+        assert!(t.next().is_none());
+        // A client served again after its queue emptied goes to the back of the turns.
+        t.push(msg(4, 1));
+        t.push(msg(5, 1));
+        t.push(msg(4, 2));
+        assert_eq!(drain(&mut t), [(4, 1), (5, 1), (4, 2)]);
     }
 }

@@ -378,21 +378,35 @@ enum Incoming {
 impl Server {
     fn run(mut self) {
         let (in_tx, in_rx) = unbounded::<Incoming>();
+        let mut turns = clients::Turns::default();
         while !self.stop.load(Ordering::Relaxed) {
             self.accept(&in_tx);
-            select! {
-                recv(in_rx) -> m => match m {
-                    Ok(Incoming::Msg(c, m, octets)) => {
-                        if let Some(client) = self.clients.get(&c) {
-                            client.handled(octets);
-                        }
-                        self.handle(c, m)
+            // Cheap: each reader passes on at most CLIENT_IN_OCTETS unhandled.
+            while let Ok(m) = in_rx.try_recv() {
+                turns.push(m);
+            }
+            if turns.is_empty() {
+                select! {
+                    recv(in_rx) -> m => match m {
+                        Ok(m) => turns.push(m),
+                        Err(_) => break,
+                    },
+                    recv(self.notify) -> n => if let Ok(n) = n { self.notified(n) },
+                    default(Duration::from_millis(20)) => {}
+                }
+            } else if let Ok(n) = self.notify.try_recv() {
+                // Workers' notifications take turns with the clients.
+                self.notified(n);
+            }
+            match turns.next() {
+                Some(Incoming::Msg(c, m, octets)) => {
+                    if let Some(client) = self.clients.get(&c) {
+                        client.handled(octets);
                     }
-                    Ok(Incoming::Gone(c)) => self.client_gone(c),
-                    Err(_) => break,
-                },
-                recv(self.notify) -> n => if let Ok(n) = n { self.notified(n) },
-                default(Duration::from_millis(20)) => {}
+                    self.handle(c, m)
+                }
+                Some(Incoming::Gone(c)) => self.client_gone(c),
+                None => {}
             }
             self.capture_tick();
             self.check_faults(std::time::Instant::now());

@@ -16,6 +16,21 @@ impl Server {
         if !hello {
             return self.hello(client, m);
         }
+        // An answer without side effects that would be dropped is not computed: a client
+        // that floods GetStats and never reads costs no worker round trips once its queue is
+        // full, nor after it stopped reading.
+        // (Counted as `send_to` would: dropped when the queue is full, not when the client's
+        // writer has ended.)
+        if matches!(m, Message::GetStats { .. } | Message::ListRegions { .. }) {
+            match self.clients.get(&client) {
+                Some(c) if c.unreachable() => return,
+                Some(c) if c.full() => {
+                    let queued = c.queued();
+                    return self.dropped(client, queued);
+                }
+                _ => {}
+            }
+        }
         match m {
             Message::AdoptFlow { id, local, remote } => self.adopt_flow(client, id, local, remote),
             Message::HandOver { id, handover } => self.hand_over(client, id, handover),
