@@ -96,6 +96,47 @@ impl ControlDaemon {
     }
 }
 
+impl ControlDaemon {
+    /// Waits until the daemon closed the frozen socket of `flow_id`.
+    pub fn wait_gone(&self, flow_id: u64) {
+        let id = format!("flow_id={flow_id} ");
+        self.wait_for(
+            &format!("flow {flow_id} gone"),
+            Duration::from_secs(5),
+            |l| {
+                l.iter()
+                    .any(|l| l.contains("flow gone: frozen socket closed") && l.contains(&id))
+            },
+        );
+    }
+
+    /// SIGTERM: asserts the daemon exits cleanly (status 0) at once and logs `exiting` once.
+    pub fn terminate(mut self) {
+        let pid = self.child.id().to_string();
+        let st = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("run kill");
+        assert!(st.success(), "kill -TERM {pid}: {st}");
+        let t0 = Instant::now();
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("wait for mpa-control") {
+                break s;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(3),
+                "no exit after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "exit after SIGTERM: {status}");
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        assert_eq!(self.count(&["exiting"]), 1, "{:?}", self.log());
+    }
+}
+
 impl Drop for ControlDaemon {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -59,9 +59,18 @@ pub fn initiator_in_a<T: Send + 'static>(
     let ns_a = bed.ns_a.clone();
     std::thread::spawn(move || {
         run_in_netns(&ns_a, move || {
-            let sock = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-            sock.set_nodelay(true).unwrap();
-            let local = sock.local_addr().unwrap();
+            // A listener that refuses with a reset (mpa-control beyond max_connections or
+            // without a datapath) can make connect, setsockopt or getsockname fail already:
+            // that is the startup's outcome, given to `f` (local address unspecified then).
+            let unknown = SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), 0);
+            let sock = match TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+                .and_then(|s| s.set_nodelay(true).map(|()| s))
+                .and_then(|s| s.local_addr().map(|l| (s, l)))
+            {
+                Ok(s) => s,
+                Err(e) => return f(unknown, Err(e.into())),
+            };
+            let (sock, local) = sock;
             f(local, MpaStream::connect(sock, &cfg))
         })
         .unwrap()

@@ -5,15 +5,15 @@
 use mpa::crc::crc32c_append;
 use mpa::endpoint::{EndpointConfig, EndpointError, MpaStream};
 use mpa_datapath::server::Datapath;
+use mpa_tests::daemon::ControlDaemon as Daemon;
 use mpa_tests::{
     bin, initiator_in_a, require_privileged, run_in_netns, BedConfig, DatapathOptions, TestBed,
 };
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
+use std::process::{Command, Output};
+use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -44,139 +44,6 @@ fn cli(args: &[&str]) -> Output {
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-/// `mpa-control serve` in ns b; killed when dropped.
-struct Daemon {
-    child: Child,
-    log: Arc<Mutex<Vec<String>>>,
-    reader: Option<JoinHandle<()>>,
-}
-
-impl Daemon {
-    fn start(bed: &TestBed, config: &Path) -> Daemon {
-        let mut child = bed
-            .command(&bed.ns_b, &control_binary().to_string_lossy())
-            .args(["serve", "--config", &config.to_string_lossy()])
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let l = log.clone();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { return };
-                l.lock().unwrap().push(line);
-            }
-        });
-        Daemon {
-            child,
-            log,
-            reader: Some(reader),
-        }
-    }
-
-    fn log(&self) -> Vec<String> {
-        self.log.lock().unwrap().clone()
-    }
-
-    /// Waits (bounded) until the log satisfies `pred`.
-    fn wait_for(&self, what: &str, timeout: Duration, pred: impl Fn(&[String]) -> bool) {
-        let t0 = Instant::now();
-        loop {
-            if pred(&self.log()) {
-                return;
-            }
-            if t0.elapsed() > timeout {
-                panic!("daemon never logged {what}:\n{}", self.log().join("\n"));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Lines containing every one of `words`.
-    fn count(&self, words: &[&str]) -> usize {
-        self.log()
-            .iter()
-            .filter(|l| words.iter().all(|w| l.contains(w)))
-            .count()
-    }
-
-    /// The flow the daemon handed over for the Initiator at `peer`.
-    fn flow_of(&self, peer: SocketAddr) -> u64 {
-        let needle = format!("peer={peer} ");
-        self.wait_for(
-            &format!("the hand-over of {peer}"),
-            Duration::from_secs(5),
-            |l| {
-                l.iter()
-                    .any(|l| l.contains("handed over") && l.contains(&needle))
-            },
-        );
-        let log = self.log();
-        let line = log
-            .iter()
-            .find(|l| l.contains("handed over") && l.contains(&needle))
-            .unwrap();
-        let rest = &line[line.find("flow_id=").unwrap() + "flow_id=".len()..];
-        rest.split(|c: char| !c.is_ascii_digit())
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap()
-    }
-
-    /// Waits until the daemon closed the frozen socket of `flow_id`.
-    fn wait_gone(&self, flow_id: u64) {
-        let id = format!("flow_id={flow_id} ");
-        self.wait_for(
-            &format!("flow {flow_id} gone"),
-            Duration::from_secs(5),
-            |l| {
-                l.iter()
-                    .any(|l| l.contains("flow gone: frozen socket closed") && l.contains(&id))
-            },
-        );
-    }
-}
-
-impl Daemon {
-    /// SIGTERM: the daemon exits cleanly (status 0) at once.
-    fn terminate(mut self) {
-        let pid = self.child.id().to_string();
-        let st = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        assert!(st.success());
-        let t0 = Instant::now();
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(3),
-                "no exit after SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        assert!(status.success(), "exit after SIGTERM: {status}");
-        if let Some(r) = self.reader.take() {
-            let _ = r.join();
-        }
-        assert_eq!(self.count(&["exiting"]), 1, "{:?}", self.log());
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if let Some(r) = self.reader.take() {
-            let _ = r.join();
-        }
-    }
 }
 
 fn write_config(text: &str) -> PathBuf {
@@ -325,7 +192,7 @@ fn serve_hands_over_rejects_lists_and_closes() {
         "#,
         socket.display()
     ));
-    let daemon = Daemon::start(&bed, &config);
+    let daemon = Daemon::start(&bed, &config, "info");
     daemon.wait_for("both listeners", Duration::from_secs(5), |l| {
         l.iter().filter(|l| l.contains("listening for MPA")).count() == 2
     });
@@ -446,7 +313,7 @@ fn datapath_going_away_refuses_then_serves_again() {
     // The daemon first, without a datapath: it waits for one. (Started the other way round,
     // the daemon inherits the datapath's AF_XDP socket — created without CLOEXEC — and a
     // restarted datapath finds the queue busy.)
-    let daemon = Daemon::start(&bed, &config);
+    let daemon = Daemon::start(&bed, &config, "info");
     daemon.wait_for("the listener", Duration::from_secs(5), |l| {
         l.iter().any(|l| l.contains("listening for MPA"))
     });
@@ -579,7 +446,7 @@ fn killed_daemon_leaves_its_flows_running_and_a_new_one_serves() {
         socket.display()
     ));
     // The daemon before the datapath (see datapath_going_away_refuses_then_serves_again).
-    let daemon = Daemon::start(&bed, &config);
+    let daemon = Daemon::start(&bed, &config, "info");
     daemon.wait_for("the listener", Duration::from_secs(5), |l| {
         l.iter().any(|l| l.contains("listening for MPA"))
     });
@@ -617,7 +484,7 @@ fn killed_daemon_leaves_its_flows_running_and_a_new_one_serves() {
     wait_no_sockets(&bed, addr.port());
 
     // A new daemon serves again on the same datapath.
-    let daemon = Daemon::start(&bed, &config);
+    let daemon = Daemon::start(&bed, &config, "info");
     daemon.wait_for("the connection", Duration::from_secs(5), |l| {
         l.iter().any(|l| l.contains("datapath connected"))
     });
@@ -701,7 +568,7 @@ fn a_silent_initiator_is_dropped_at_the_startup_timeout() {
         "datapath_socket = \"{}\"\nstartup_timeout_ms = 600\n[[listener]]\nbind = \"{addr}\"\n",
         socket.display()
     ));
-    let daemon = Daemon::start(&bed, &config);
+    let daemon = Daemon::start(&bed, &config, "info");
     daemon.wait_for("the listener", Duration::from_secs(5), |l| {
         l.iter().any(|l| l.contains("listening for MPA"))
     });
@@ -775,7 +642,7 @@ fn silent_peer_is_reaped_and_its_slot_freed() {
         "#,
         socket.display()
     ));
-    let daemon = Daemon::start(&bed, &config);
+    let daemon = Daemon::start(&bed, &config, "info");
     daemon.wait_for("the listener", Duration::from_secs(5), |l| {
         l.iter().any(|l| l.contains("listening for MPA"))
     });
