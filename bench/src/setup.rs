@@ -129,12 +129,8 @@ pub fn setup(s: &SetupArgs) -> Result<SetupResult> {
     }
     setrlimit(Resource::RLIMIT_NOFILE, want, hard).context("raise RLIMIT_NOFILE")?;
     let bed = TestBed::up(BedConfig {
-        bridge: false,
-        loss_percent: 0,
         loss_port: PORT,
-        mtu: 1500,
-        queues: 1,
-        impair: None,
+        ..BedConfig::default()
     })?;
     let socket = temp_path("scale.sock");
     let opts = DatapathOptions {

@@ -1,8 +1,8 @@
 //! `mpa-control serve` as a process in ns b, its stderr log collected line by line.
 
 use crate::bin;
+use crate::procs::collect_stderr;
 use mpa_testbed::TestBed;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Stdio};
@@ -29,15 +29,7 @@ impl ControlDaemon {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start mpa-control serve");
-        let stderr = child.stderr.take().expect("piped stderr");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let l = log.clone();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { return };
-                l.lock().unwrap().push(line);
-            }
-        });
+        let (log, reader) = collect_stderr(&mut child);
         ControlDaemon {
             child,
             log,

@@ -65,15 +65,7 @@ impl DatapathProcess {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().expect("spawn mpa-datapath");
-        let stderr = child.stderr.take().expect("piped stderr");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let l = log.clone();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { return };
-                l.lock().unwrap().push(line);
-            }
-        });
+        let (log, reader) = collect_stderr(&mut child);
         DatapathProcess {
             child,
             log,
@@ -179,4 +171,19 @@ impl Drop for DatapathProcess {
         }
         let _ = std::fs::remove_file(&self.socket);
     }
+}
+
+/// Collects `child`'s piped stderr line by line on a thread: the shared log and the thread
+/// (it ends when the child's stderr closes).
+pub fn collect_stderr(child: &mut Child) -> (Arc<Mutex<Vec<String>>>, JoinHandle<()>) {
+    let stderr = child.stderr.take().expect("piped stderr");
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let l = log.clone();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            l.lock().unwrap().push(line);
+        }
+    });
+    (log, reader)
 }

@@ -33,15 +33,7 @@ fn another_client_cannot_touch_a_domain_and_the_owner_keeps_its_completions() {
     if !require_privileged("protection domain ownership") {
         return;
     }
-    let bed = TestBed::up(BedConfig {
-        bridge: false,
-        loss_percent: 0,
-        loss_port: 0,
-        mtu: 1500,
-        queues: 1,
-        impair: None,
-    })
-    .unwrap();
+    let bed = TestBed::up(BedConfig::default()).unwrap();
     let (dp, socket) = datapath(&bed, &DatapathOptions::default());
     let wait = Duration::from_secs(5);
     let mut a = Consumer::connect(&socket, wait).unwrap();

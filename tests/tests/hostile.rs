@@ -54,15 +54,7 @@ fn hostile_peer_drives_a_frozen_connection_with_exact_sequence_numbers() {
     if !require_privileged("hostile peer") {
         return;
     }
-    let bed = TestBed::up(BedConfig {
-        bridge: false,
-        loss_percent: 0,
-        loss_port: 0,
-        mtu: 1500,
-        queues: 1,
-        impair: None,
-    })
-    .unwrap();
+    let bed = TestBed::up(BedConfig::default()).unwrap();
     let (dp, socket) = datapath(&bed, &DatapathOptions::default());
     let mut consumer = Consumer::connect(&socket, Duration::from_secs(5)).unwrap();
     let region = consumer.create_region(4096, 7, true, false).unwrap();

@@ -51,15 +51,7 @@ fn ts_recent_is_inherited_and_a_forged_far_ack_no_longer_wedges_the_flow() {
     if !require_privileged("TS.Recent at hand-over") {
         return;
     }
-    let bed = TestBed::up(BedConfig {
-        bridge: false,
-        loss_percent: 0,
-        loss_port: 0,
-        mtu: 1500,
-        queues: 1,
-        impair: None,
-    })
-    .unwrap();
+    let bed = TestBed::up(BedConfig::default()).unwrap();
     let (dp, socket) = datapath(&bed, &DatapathOptions::default());
     let mut consumer = Consumer::connect(&socket, Duration::from_secs(5)).unwrap();
     let region = consumer.create_region(4096, PD, true, false).unwrap();

@@ -673,12 +673,8 @@ pub fn hostile(a: &HostileArgs) -> Result<bool> {
         return Ok(true);
     }
     let bed = Arc::new(TestBed::up(BedConfig {
-        bridge: false,
-        loss_percent: 0,
         loss_port: PORT,
-        mtu: 1500,
-        queues: 1,
-        impair: None,
+        ..BedConfig::default()
     })?);
     let socket = temp_path("hostile.sock");
     let mut opts = DatapathOptions::default();
