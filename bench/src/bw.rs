@@ -23,8 +23,8 @@ use std::fmt::Write as _;
 /// `mpa-bench bw`'s options.
 #[derive(Args, Clone, Debug)]
 pub struct BwArgs {
-    /// ULPDU sizes (DDP header included).
-    #[arg(long, value_delimiter = ',', default_values_t = [4096usize, 65536])]
+    /// ULPDU sizes (DDP header included), each at most 64768 (RFC 5044's largest ULPDU).
+    #[arg(long, value_delimiter = ',', default_values_t = [4096usize, 64512])]
     pub sizes: Vec<usize>,
     /// Octets sent per run.
     #[arg(long, default_value_t = 256 << 20)]
@@ -263,6 +263,12 @@ pub fn table(rows: &[BwRow]) -> String {
 pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
     if a.sizes.is_empty() || a.rounds == 0 {
         bail!("--sizes and --rounds must not be empty / 0");
+    }
+    if let Some(s) = a.sizes.iter().find(|&&s| s > mpa::wire::fpdu::MAX_ULPDU) {
+        bail!(
+            "--sizes {s}: a ULPDU is at most {} octets (RFC 5044 §3)",
+            mpa::wire::fpdu::MAX_ULPDU
+        );
     }
     let bed = bed_for(&a.run(a.sizes[0]), &a.nic)?;
     let mut rows: Vec<BwRow> = Vec::new();

@@ -122,7 +122,15 @@ pub fn kernel_run(bed: &TestBed, r: &Run) -> Result<KernelResult> {
     wait_listening(&mut child)?;
     let system = SystemCpu::start()?;
     let sender0 = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_CHILDREN);
-    let senders = crate::demo::senders(bed, r)?;
+    let senders = match crate::demo::senders(bed, r) {
+        Ok(s) => s,
+        Err(e) => {
+            // The Responder would wait in accept() for a sender that never comes.
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e);
+        }
+    };
     let sender_cpu = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_CHILDREN) - sender0;
     let out = child.wait_with_output()?;
     let system = system.seconds()?;
