@@ -24,6 +24,7 @@ pub mod capture;
 pub mod chain;
 pub mod completions;
 pub mod flow;
+pub mod flow_table;
 pub mod fuzz;
 pub mod receiver;
 pub mod region;

@@ -7,6 +7,7 @@
 use crate::capture::{CaptureBatch, CaptureSpec, CaptureTap};
 use crate::completions::{Outbox, RingMark, RingSubscription};
 use crate::flow::{Flow, FlowEnd, FlowError};
+use crate::flow_table::{FlowHasher, FlowTable};
 use crate::receiver::{PostRecvError, PostedBuf, Region, RegionTable};
 use crate::ring::FrameRing;
 use crate::strays::Strays;
@@ -157,21 +158,11 @@ pub struct WorkerConfig {
     pub spin: Duration,
 }
 
-/// The hasher of the worker's maps, looked up once per received frame. SipHash (std's
-/// default) was a tenth of the receive pipeline's samples; foldhash is several times cheaper
-/// on a 4-tuple. Keys come from the network, so the hash must not be predictable: foldhash's
-/// `RandomState` draws a per-process global seed plus a per-map seed, so a peer cannot
-/// precompute colliding 4-tuples offline, and can choose only its own ports and addresses
-/// (a few of the tuple's bits) anyway. foldhash is not cryptographic ("minimally
-/// DoS-resistant"): recovering the seed would take studying lookup timings of a long-running
-/// worker, and the worker holds only the flows handed to it, not one per peer SYN.
-type FlowHasher = foldhash::fast::RandomState;
-
 /// A worker bound to one queue.
 pub struct Worker<R: FrameRing> {
     xsk: R,
     regions: RegionTable,
-    flows: HashMap<(SocketAddr, SocketAddr), Flow, FlowHasher>,
+    flows: FlowTable<Flow>,
     ids: HashMap<u64, (SocketAddr, SocketAddr), FlowHasher>,
     cfg: WorkerConfig,
     commands: Receiver<Command>,
@@ -224,7 +215,7 @@ impl<R: FrameRing> Worker<R> {
         Worker {
             xsk,
             regions: RegionTable::default(),
-            flows: HashMap::default(),
+            flows: FlowTable::default(),
             ids: HashMap::default(),
             cfg,
             commands,

@@ -33,7 +33,9 @@ pub struct Region {
 /// The regions a worker knows (its own copy, updated by the control thread's commands).
 #[derive(Debug, Default)]
 pub struct RegionTable {
-    map: HashMap<u32, Region>,
+    /// Looked up at least once per placed FPDU: foldhash, not SipHash (see
+    /// [`crate::flow_table::FlowHasher`]).
+    map: HashMap<u32, Region, crate::flow_table::FlowHasher>,
 }
 
 impl RegionTable {
