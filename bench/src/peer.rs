@@ -105,6 +105,9 @@ pub fn kernel_run(bed: &TestBed, r: &Run) -> Result<KernelResult> {
         &connections,
         "--timeout",
         "60",
+        // A sender that never connects must not leave the Responder behind its bed.
+        "--accept-timeout",
+        "120",
     ];
     if r.plain {
         args.push("--no-crc");

@@ -73,6 +73,10 @@ struct ListenArgs {
     /// Connections to serve before exiting (0 = forever).
     #[arg(long, default_value_t = 1)]
     connections: u64,
+    /// Seconds to wait for each connection to arrive (0 = no limit): past it the listener
+    /// exits with an error instead of waiting in accept() for a sender that failed.
+    #[arg(long, default_value_t = 0)]
+    accept_timeout: u64,
     /// Private data for the accepting Reply (after the advertisement with --advertise).
     #[arg(long)]
     private_data: Option<String>,
@@ -377,7 +381,7 @@ fn listen(a: ListenArgs) -> anyhow::Result<bool> {
     let mut started = 0u64;
     let timeout = Duration::from_secs(a.common.timeout);
     while a.connections == 0 || started < a.connections {
-        let (sock, peer) = listener.accept().context("accept")?;
+        let (sock, peer) = accept_within(&listener, a.accept_timeout)?;
         started += 1;
         let cfg = cfg.clone();
         let tx = tx.clone();
@@ -395,6 +399,30 @@ fn listen(a: ListenArgs) -> anyhow::Result<bool> {
     drop(tx);
     // Wait for every connection thread, not just the first failure.
     Ok(rx.iter().filter(|ok| !ok).count() == 0)
+}
+
+/// The next connection, waiting at most `secs` seconds (0: no limit).
+fn accept_within(listener: &TcpListener, secs: u64) -> anyhow::Result<(TcpStream, SocketAddr)> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    if secs > 0 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                anyhow::bail!("no connection within --accept-timeout {secs} s");
+            }
+            let ms = PollTimeout::try_from(left.as_millis().max(1).min(60_000) as u64)
+                .unwrap_or(PollTimeout::MAX);
+            let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, ms) {
+                Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+                Ok(_) => break,
+                Err(e) => return Err(e).context("poll on the listener"),
+            }
+        }
+    }
+    listener.accept().context("accept")
 }
 
 fn serve(sock: TcpStream, peer: SocketAddr, cfg: &EndpointConfig, timeout: Duration) -> Report {
