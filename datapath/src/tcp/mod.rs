@@ -27,6 +27,7 @@
 //! SACKs), `timer`, [`stats`], [`error`].
 #![forbid(unsafe_code)]
 
+pub mod cc;
 pub mod config;
 mod connection;
 pub mod error;
@@ -40,6 +41,7 @@ mod timer;
 #[cfg(test)]
 pub(crate) mod tests;
 
+pub use cc::CongestionControl;
 pub use config::{HandoverState, TcpConfig, TsHandover};
 pub use connection::{Connection, Event, SegmentOutcome, State, Transmit};
 pub use error::TcpError;

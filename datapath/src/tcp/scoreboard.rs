@@ -5,7 +5,9 @@
 
 use mpa::seq::SeqNumber;
 
-const MAX_RANGES: usize = 8;
+/// Enough for a window of a few hundred segments at 20 % loss; each lookup is a scan, done
+/// per ACK and per transmitted segment only.
+const MAX_RANGES: usize = 32;
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Range {
@@ -51,6 +53,22 @@ impl Scoreboard {
             .iter()
             .find(|r| r.start <= seq && seq < r.end)
             .map(|r| r.end)
+    }
+
+    /// RFC 6675 §4 IsLost as a boundary: the start of the highest range such that at
+    /// least `ranges` SACKed ranges, or more than `octets` SACKed octets, lie at or above
+    /// it. Every un-SACKed octet below it is lost; `None` when no octet is.
+    pub(crate) fn lost_boundary(&self, ranges: usize, octets: usize) -> Option<SeqNumber> {
+        let mut count = 0;
+        let mut above = 0;
+        for r in self.slice().iter().rev() {
+            count += 1;
+            above += r.end.distance_from(r.start) as usize;
+            if count >= ranges || above > octets {
+                return Some(r.start);
+            }
+        }
+        None
     }
 
     /// The start of the first SACKed range above `seq`.
@@ -151,10 +169,11 @@ mod tests {
         assert_eq!(b.sacked_between(s(35), s(15)), 0);
         b.prune(s(25));
         assert_eq!(b.sacked(), 15);
-        for i in 0..20u32 {
+        for i in 0..40u32 {
             b.add(s(100 + i * 10), s(105 + i * 10));
         }
         assert_eq!(b.len, MAX_RANGES);
+        assert_eq!(b.lost_boundary(3, 1000), Some(s(100 + (MAX_RANGES as u32 - 4) * 10)));
         assert_eq!(b.next_start_after(s(41)), Some(s(100)));
         // A low range still gets in, pushing out the highest.
         assert!(b.add(s(50), s(60)));

@@ -476,9 +476,10 @@ impl<S: Sink> Pair<S> {
             }
             assert!(
                 self.now - t0 < Duration::from_secs(3600),
-                "virtual time ran away: received {} of {}\na: {:?}\nb: {:?}",
+                "virtual time ran away: received {} of {}\na: {:?} {:?}\nb: {:?}",
                 self.sink.delivered(),
                 self.data.len(),
+                self.a.send_debug(),
                 self.a.stats(),
                 self.b.stats()
             );
@@ -758,4 +759,13 @@ fn loss_sweep(ooo_ack_every: u32) {
             assert!(secs < 3000.0, "loss {loss}: {secs} s");
         }
     }
+}
+
+#[test]
+fn dbg_seed24() {
+    let cfg = TcpConfig {
+        ooo_ack_every: 1,
+        ..TcpConfig::default()
+    };
+    transfer(0.20, 24, N, true, true, cfg);
 }
