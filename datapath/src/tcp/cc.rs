@@ -166,7 +166,9 @@ impl Controller {
                 }
             }
             Algo::Cubic(c) => {
-                self.cwnd = c.on_ack(now, acked as f64 / mss as f64, srtt, self.cwnd, mss);
+                // Never below where it was (float rounding): only a loss reduces it.
+                let w = c.on_ack(now, acked as f64 / mss as f64, srtt, self.cwnd, mss);
+                self.cwnd = self.cwnd.max(w);
             }
         }
     }
@@ -286,8 +288,9 @@ impl Cubic {
         };
         self.w_est += alpha * segs / self.cwnd;
         if w_cubic(t, k, self.w_max) < self.w_est {
-            // §4.3: Reno-friendly region: at least as fast as Reno would be.
-            self.cwnd = self.w_est;
+            // §4.3: Reno-friendly region: at least as fast as Reno would be (never below
+            // where the cubic branch already took it: the window only shrinks on loss).
+            self.cwnd = self.cwnd.max(self.w_est);
         } else {
             // §4.4 concave / §4.5 convex: move towards W_cubic one RTT ahead, at most 1.5×.
             let target = w_cubic(t + rtt, k, self.w_max).clamp(self.cwnd, 1.5 * self.cwnd);

@@ -403,7 +403,8 @@ impl Connection {
             pace_next: now,
             pace_wait: false,
             limited_transmit: 0,
-            scoreboard: Scoreboard::default(),
+            // Every other full segment of a full send buffer a separate range.
+            scoreboard: Scoreboard::with_capacity((cfg.snd_buf.div_ceil(2 * snd_mss) + 1).min(4096)),
             rtt: RttEstimator::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max),
             rtt_probe: None,
             rto_count: 0,

@@ -157,9 +157,10 @@ impl Connection {
         // ACKs in recovery.
         match self.recovery {
             Some(recover) if ack < recover => {
-                if self.scoreboard.is_empty() {
-                    // RFC 6582 §3.2 step 5: without SACK information the partial ACK says
-                    // the segment at SND.UNA is lost: retransmit it at once.
+                if !self.sack_ok {
+                    // RFC 6582 §3.2 step 5: without SACK the partial ACK says the segment at
+                    // SND.UNA is lost: retransmit it at once. (With SACK, RFC 6675 does not:
+                    // what lies above may simply be in flight, after a reordering.)
                     self.rtx_una_now = true;
                 } else if self.snd_una < self.rtx_next {
                     // The hole now at SND.UNA was retransmitted: if data sent from now on is
@@ -262,7 +263,7 @@ impl Connection {
                 let lost = unsacked_below(self.lost_end());
                 let rtx = unsacked_below(self.rtx_next);
                 let mut pipe = (flight - board.sacked_between(una, max)).saturating_sub(lost) + rtx;
-                if board.is_empty() {
+                if !self.sack_ok {
                     pipe = pipe.saturating_sub(self.dupacks as usize * self.snd_mss);
                 }
                 pipe

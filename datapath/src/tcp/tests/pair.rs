@@ -760,12 +760,3 @@ fn loss_sweep(ooo_ack_every: u32) {
         }
     }
 }
-
-#[test]
-fn dbg_seed24() {
-    let cfg = TcpConfig {
-        ooo_ack_every: 1,
-        ..TcpConfig::default()
-    };
-    transfer(0.20, 24, N, true, true, cfg);
-}
