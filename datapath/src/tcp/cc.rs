@@ -199,7 +199,10 @@ impl Controller {
     /// stays at ssthresh (RFC 6582 §3.2 step 3, option 1) and congestion avoidance resumes;
     /// CUBIC starts a new epoch at the next ACK.
     pub(crate) fn on_recovery_end(&mut self) {
-        self.cwnd = self.cwnd.min(self.ssthresh.max(2 * self.mss)).max(2 * self.mss);
+        self.cwnd = self
+            .cwnd
+            .min(self.ssthresh.max(2 * self.mss))
+            .max(2 * self.mss);
         if let Algo::Cubic(c) = &mut self.algo {
             c.epoch = None;
             c.cwnd = self.cwnd as f64 / self.mss as f64;
@@ -403,7 +406,11 @@ mod tests {
             unreachable!()
         };
         let target = w_cubic(k + 0.1, k, 100.0).min(1.5 * before);
-        assert!(close(s.cwnd, before + (target - before) / before), "{}", s.cwnd);
+        assert!(
+            close(s.cwnd, before + (target - before) / before),
+            "{}",
+            s.cwnd
+        );
         // Application-limited: no growth, and the epoch restarts.
         let w = c.cwnd();
         c.on_ack(at + rtt, MSS, Some(rtt), false);

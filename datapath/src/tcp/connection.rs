@@ -404,7 +404,9 @@ impl Connection {
             pace_wait: false,
             limited_transmit: 0,
             // Every other full segment of a full send buffer a separate range.
-            scoreboard: Scoreboard::with_capacity((cfg.snd_buf.div_ceil(2 * snd_mss) + 1).min(4096)),
+            scoreboard: Scoreboard::with_capacity(
+                (cfg.snd_buf.div_ceil(2 * snd_mss) + 1).min(4096),
+            ),
             rtt: RttEstimator::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max),
             rtt_probe: None,
             rto_count: 0,

@@ -72,10 +72,7 @@ impl Scoreboard {
     /// If `seq` is SACKed, the end of its range.
     pub(crate) fn sacked_end(&self, seq: SeqNumber) -> Option<SeqNumber> {
         let i = self.ranges.partition_point(|r| r.end <= seq);
-        self.ranges
-            .get(i)
-            .filter(|r| r.start <= seq)
-            .map(|r| r.end)
+        self.ranges.get(i).filter(|r| r.start <= seq).map(|r| r.end)
     }
 
     /// RFC 6675 §4 IsLost as a boundary: the start of the highest range such that at
@@ -201,7 +198,10 @@ mod tests {
             b.add(s(100 + i * 10), s(105 + i * 10));
         }
         assert_eq!(b.ranges.len(), DEFAULT_RANGES);
-        assert_eq!(b.lost_boundary(3, 1000), Some(s(100 + (DEFAULT_RANGES as u32 - 4) * 10)));
+        assert_eq!(
+            b.lost_boundary(3, 1000),
+            Some(s(100 + (DEFAULT_RANGES as u32 - 4) * 10))
+        );
         assert_eq!(b.next_start_after(s(41)), Some(s(100)));
         // A low range still gets in, pushing out the highest.
         assert!(b.add(s(50), s(60)));

@@ -184,8 +184,7 @@ impl Connection {
                 } else {
                     flight_before + 3 * self.snd_mss >= cwnd
                 };
-                self.cc
-                    .on_ack(now, acked, self.rtt.srtt(), cwnd_limited);
+                self.cc.on_ack(now, acked, self.rtt.srtt(), cwnd_limited);
             }
         }
 
@@ -262,7 +261,7 @@ impl Connection {
                 };
                 let lost = unsacked_below(self.lost_end());
                 let rtx = unsacked_below(self.rtx_next);
-                let mut pipe = (flight - board.sacked_between(una, max)).saturating_sub(lost) + rtx;
+                let mut pipe = (flight - board.sacked().min(flight)).saturating_sub(lost) + rtx;
                 if !self.sack_ok {
                     pipe = pipe.saturating_sub(self.dupacks as usize * self.snd_mss);
                 }

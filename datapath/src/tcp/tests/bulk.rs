@@ -574,7 +574,10 @@ fn share(cc: CongestionControl, seed: u64) -> (f64, f64) {
     let (x, y) = (got[0] * 8.0 / secs / 1e6, got[1] * 8.0 / secs / 1e6);
     eprintln!(
         "{cc:?} share: {x:.1} + {y:.1} Mbit/s over the second half; episodes {} / {}, rtos {} / {}",
-        r[0].a.recovery_episodes, r[1].a.recovery_episodes, r[0].a.rto_expiries, r[1].a.rto_expiries
+        r[0].a.recovery_episodes,
+        r[1].a.recovery_episodes,
+        r[0].a.rto_expiries,
+        r[1].a.rto_expiries
     );
     (x, y)
 }
@@ -618,7 +621,11 @@ fn pacing_bounds_what_leaves_at_each_instant() {
     let cwnd = c.cwnd();
     assert_eq!(cwnd, 100 * 1460);
     let rate = c.pacing_rate().unwrap();
-    assert_eq!(rate, (2.0 * cwnd as f64 / 0.010) as u64, "slow start: gain 2");
+    assert_eq!(
+        rate,
+        (2.0 * cwnd as f64 / 0.010) as u64,
+        "slow start: gain 2"
+    );
     // A segment is 32 header octets (timestamps) + 1448: 50.68 µs at that rate. Credit
     // saved while idle: 200 µs, so 1 + 200 / 50.68 = 4.9: four or five leave at once.
     assert_eq!(c.send(&stream(3, 512 * 1024)), 512 * 1024);
