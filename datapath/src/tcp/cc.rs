@@ -13,6 +13,8 @@
 
 use std::time::{Duration, Instant};
 
+use mpa::seq::SeqNumber;
+
 /// Which congestion controller a connection runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum CongestionControl {
@@ -80,10 +82,83 @@ enum Algo {
     Cubic(Cubic),
 }
 
+/// RFC 9406 §4.3 constants.
+const HYSTART_MIN_RTT_THRESH: Duration = Duration::from_millis(4);
+const HYSTART_MAX_RTT_THRESH: Duration = Duration::from_millis(16);
+const HYSTART_MIN_RTT_DIVISOR: u32 = 8;
+const HYSTART_N_RTT_SAMPLE: u32 = 8;
+const HYSTART_CSS_GROWTH_DIVISOR: usize = 4;
+const HYSTART_CSS_ROUNDS: u32 = 5;
+
+/// HyStart++ (RFC 9406): leaves slow start when the RTT of a round rises above the previous
+/// round's minimum by a threshold (the queue is building), through a few rounds of
+/// conservative slow start (a quarter of the growth), instead of doubling until a whole
+/// window's worth of the queue overflows. Per ACK it keeps a minimum and a count; at
+/// round ends (one per RTT) it compares.
+#[derive(Debug, Clone, Default)]
+struct HyStart {
+    /// The round ends when this is acknowledged (SND.MAX when it began).
+    window_end: Option<SeqNumber>,
+    last_round_min: Option<Duration>,
+    round_min: Option<Duration>,
+    samples: u32,
+    /// Conservative slow start: (cssBaselineMinRtt, rounds in it so far).
+    css: Option<(Duration, u32)>,
+}
+
+impl HyStart {
+    /// RFC 9406 §4.2 for one ACK in slow start. Returns `true` when conservative slow
+    /// start has lasted `CSS_ROUNDS`: slow start ends.
+    fn on_ack(&mut self, ack: SeqNumber, snd_max: SeqNumber, sample: Option<Duration>) -> bool {
+        if self.window_end.is_none_or(|w| ack >= w) {
+            // A new round.
+            self.window_end = Some(snd_max);
+            self.last_round_min = self.round_min.take();
+            self.samples = 0;
+            if let Some((_, rounds)) = &mut self.css {
+                *rounds += 1;
+                if *rounds >= HYSTART_CSS_ROUNDS {
+                    *self = HyStart::default();
+                    return true;
+                }
+            }
+        }
+        if let Some(r) = sample {
+            self.round_min = Some(self.round_min.map_or(r, |m| m.min(r)));
+            self.samples += 1;
+        }
+        if self.samples < HYSTART_N_RTT_SAMPLE {
+            return false;
+        }
+        let Some(cur) = self.round_min else {
+            return false;
+        };
+        match self.css {
+            None => {
+                if let Some(last) = self.last_round_min {
+                    let thresh = (last / HYSTART_MIN_RTT_DIVISOR)
+                        .clamp(HYSTART_MIN_RTT_THRESH, HYSTART_MAX_RTT_THRESH);
+                    if cur >= last + thresh {
+                        self.css = Some((cur, 0));
+                    }
+                }
+            }
+            Some((baseline, _)) => {
+                // The RTT fell back below the baseline: the rise was spurious.
+                if cur < baseline {
+                    self.css = None;
+                }
+            }
+        }
+        false
+    }
+}
+
 /// A connection's congestion window and slow-start threshold, and the algorithm moving them.
 #[derive(Debug, Clone)]
 pub(crate) struct Controller {
     algo: Algo,
+    hystart: HyStart,
     /// cwnd in octets.
     cwnd: usize,
     /// ssthresh in octets (`usize::MAX` until the first congestion event).
@@ -108,6 +183,7 @@ impl Controller {
         };
         Controller {
             algo,
+            hystart: HyStart::default(),
             cwnd,
             ssthresh: usize::MAX,
             mss,
@@ -126,6 +202,20 @@ impl Controller {
 
     pub(crate) fn in_slow_start(&self) -> bool {
         self.cwnd < self.ssthresh
+    }
+
+    /// HyStart++ bookkeeping for an ACK of new data up to `ack` in slow start, with the RTT
+    /// sample it gave; call before [`Controller::on_ack`]. Ends slow start (ssthresh =
+    /// cwnd, RFC 9406 §4.2) after the conservative rounds.
+    pub(crate) fn on_slow_start_ack(
+        &mut self,
+        ack: SeqNumber,
+        snd_max: SeqNumber,
+        sample: Option<Duration>,
+    ) {
+        if self.in_slow_start() && self.hystart.on_ack(ack, snd_max, sample) {
+            self.ssthresh = self.cwnd;
+        }
     }
 
     /// `acked` new octets were acknowledged outside recovery. `cwnd_limited`: the window,
@@ -149,8 +239,14 @@ impl Controller {
             return;
         }
         if self.cwnd < self.ssthresh {
-            // RFC 5681 §3.1 slow start, RFC 3465 byte counting with L = 2 SMSS.
-            self.cwnd += acked.min(ABC_LIMIT_SEGMENTS * mss);
+            // RFC 5681 §3.1 slow start, RFC 3465 byte counting with L = 2 SMSS; a quarter
+            // of that in HyStart++'s conservative slow start (RFC 9406 §4.2).
+            let div = if self.hystart.css.is_some() {
+                HYSTART_CSS_GROWTH_DIVISOR
+            } else {
+                1
+            };
+            self.cwnd += acked.min(ABC_LIMIT_SEGMENTS * mss) / div;
             if let Algo::Cubic(c) = &mut self.algo {
                 c.cwnd = self.cwnd as f64 / mss as f64;
             }
@@ -177,6 +273,8 @@ impl Controller {
     /// window reduction of the episode. `flight` is FlightSize in octets.
     pub(crate) fn on_congestion(&mut self, flight: usize) {
         let mss = self.mss;
+        // RFC 9406 §4.2: a loss ends slow start and HyStart++'s rounds.
+        self.hystart = HyStart::default();
         match &mut self.algo {
             Algo::NewReno { acked } => {
                 // RFC 5681 §3.2 (4): ssthresh = max(FlightSize / 2, 2*SMSS).
@@ -215,6 +313,7 @@ impl Controller {
     /// after eq. 4: it must not halve once per backoff).
     pub(crate) fn on_rto(&mut self, flight: usize, first: bool) {
         let mss = self.mss;
+        self.hystart = HyStart::default();
         if first {
             match &mut self.algo {
                 Algo::NewReno { acked } => {
@@ -419,6 +518,52 @@ mod tests {
             unreachable!()
         };
         assert!(s.epoch.is_none());
+    }
+
+    #[test]
+    fn hystart_leaves_slow_start_when_the_rtt_rises() {
+        let mut c = Controller::new(CongestionControl::Cubic, MSS, 10);
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut seq = SeqNumber(u32::MAX - 5000); // rounds across the wrap
+        let mut max = seq + 10_000u32;
+        // Feeds one round: `acks` ACKs of one segment each with RTT `rtt`, then a new round.
+        let mut round = |c: &mut Controller, rtt: Duration, acks: u32| {
+            for _ in 0..acks {
+                seq = seq + MSS as u32;
+                c.on_slow_start_ack(seq, max, Some(rtt));
+                c.on_ack(t0, MSS, Some(rtt), true);
+            }
+            // The round's last ACK covers all it sent; the next round sends a window more.
+            seq = max;
+            max = seq + c.cwnd() as u32;
+            c.on_slow_start_ack(seq, max, None);
+        };
+        // Round 1 ends at once; round 2: RTT 40 ms.
+        round(&mut c, ms(40), 0);
+        round(&mut c, ms(40), 10);
+        assert!(c.hystart.css.is_none());
+        // Round 3: 44 ms, below 40 + max(40/8, 4) = 45: still slow start, full growth.
+        let w = c.cwnd();
+        round(&mut c, ms(44), 10);
+        assert!(c.hystart.css.is_none());
+        assert_eq!(c.cwnd(), w + 10 * MSS);
+        // Round 4: 50 ms, at least 44 + max(44/8, 4) = 49.5 once 8 samples are in:
+        // conservative slow start from the eighth ACK on, a quarter of the growth.
+        let w = c.cwnd();
+        round(&mut c, ms(50), 10);
+        assert_eq!(c.hystart.css.map(|(b, _)| b), Some(ms(50)));
+        assert_eq!(c.cwnd(), w + 7 * MSS + 3 * (MSS / 4));
+        assert!(c.in_slow_start());
+        // Four more rounds in CSS (five counted from the round it began in): slow start
+        // ends with ssthresh = cwnd.
+        for _ in 0..3 {
+            round(&mut c, ms(50), 10);
+            assert!(c.in_slow_start());
+        }
+        round(&mut c, ms(50), 10);
+        assert!(!c.in_slow_start());
+        assert_eq!(c.ssthresh(), c.cwnd());
     }
 
     #[test]

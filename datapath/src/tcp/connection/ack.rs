@@ -178,6 +178,7 @@ impl Connection {
                 if self.rto_recover.is_some_and(|r| ack >= r) {
                     self.rto_recover = None;
                 }
+                self.cc.on_slow_start_ack(ack, self.snd_max, sample);
                 let cwnd = self.cc.cwnd();
                 let cwnd_limited = if self.cc.in_slow_start() {
                     2 * flight_before >= cwnd
