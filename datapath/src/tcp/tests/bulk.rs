@@ -686,5 +686,10 @@ fn cubic_outruns_newreno_on_a_long_fat_path() {
         );
         got.push(mbps);
     }
-    assert!(got[0] > 1.3 * got[1], "CUBIC {:.1} vs NewReno {:.1}", got[0], got[1]);
+    assert!(
+        got[0] > 1.3 * got[1],
+        "CUBIC {:.1} vs NewReno {:.1}",
+        got[0],
+        got[1]
+    );
 }
