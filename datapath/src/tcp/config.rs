@@ -4,6 +4,8 @@ use std::time::{Duration, Instant};
 
 use mpa::seq::SeqNumber;
 
+use super::cc::CongestionControl;
+
 /// The largest window scale shift (RFC 7323 §2.3).
 pub const MAX_WINDOW_SCALE: u8 = 14;
 
@@ -95,6 +97,15 @@ pub struct TcpConfig {
     pub snd_buf: usize,
     /// Initial congestion window in segments (RFC 6928).
     pub initial_cwnd_segments: u32,
+    /// The congestion controller (default CUBIC, RFC 9438).
+    pub congestion_control: CongestionControl,
+    /// Pace data segments at gain × cwnd / SRTT (2 in slow start, 1.2 after) instead of
+    /// sending each window as one burst: `poll_transmit` holds data back until
+    /// [`Connection::next_send_at`], so a burst cannot overflow a shallow queue on the path.
+    /// Off while no RTT sample exists, or SRTT rounds to zero (timestamps count in ms).
+    ///
+    /// [`Connection::next_send_at`]: crate::tcp::Connection::next_send_at
+    pub pacing: bool,
     /// RTO before any RTT sample (RFC 6298 §2.1 says 1 s).
     pub rto_initial: Duration,
     /// Lower bound on the RTO (RFC 6298 §2.4 says 1 s; Linux uses 200 ms).
@@ -168,6 +179,8 @@ impl Default for TcpConfig {
             manual_release: false,
             snd_buf: 256 * 1024,
             initial_cwnd_segments: 10,
+            congestion_control: CongestionControl::default(),
+            pacing: true,
             rto_initial: Duration::from_secs(1),
             rto_min: Duration::from_millis(200),
             rto_max: Duration::from_secs(60),

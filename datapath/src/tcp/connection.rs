@@ -47,6 +47,7 @@ use std::time::{Duration, Instant};
 use mpa::seq::SeqNumber;
 use tracing::{debug, warn};
 
+use super::cc::Controller;
 use super::config::{HandoverState, TcpConfig, MAX_WINDOW_SCALE};
 use super::error::TcpError;
 use super::reassembly::{Insert, Reassembly};
@@ -235,17 +236,28 @@ pub struct Connection {
     sndbuf: SendBuffer,
     /// Our FIN's sequence number once `close` was called.
     our_fin: Option<SeqNumber>,
-    cwnd: usize,
-    ssthresh: usize,
+    /// The congestion window and slow-start threshold (`cc.rs`).
+    cc: Controller,
     dupacks: u32,
-    /// RFC 6582 "recover": SND.MAX when fast recovery began.
+    /// RFC 6675 RecoveryPoint (RFC 6582 "recover"): SND.MAX when fast recovery began.
     recovery: Option<SeqNumber>,
-    rtx_pending: bool,
-    /// Holes below this were retransmitted in the current recovery.
+    /// RFC 6675 §5 (4.2), RFC 6582 partial ACK: the segment at SND.UNA goes next,
+    /// whatever the pipe says (it starts recovery, or it was found lost again).
+    rtx_una_now: bool,
+    /// RFC 6675 HighRxt (exclusive): holes below this were retransmitted in the current
+    /// recovery.
     rtx_next: SeqNumber,
     /// The retransmission of the octet at SND.UNA in this recovery, and SND.MAX when it
     /// left: a SACK above that SND.MAX means it was lost too (data sent after it arrived).
     rtx_una: Option<(SeqNumber, SeqNumber)>,
+    /// RFC 6582 §4.1 after a timeout: SND.MAX when it fired. Until SND.UNA passes it the
+    /// go-back resends, and duplicate ACKs or SACKs do not start a recovery episode (that
+    /// would reduce the window a second time for the same losses).
+    rto_recover: Option<SeqNumber>,
+    /// Pacing: the earliest time the next data segment may leave.
+    pace_next: Instant,
+    /// `poll_transmit` held data back for pacing: `poll_timeout` includes `pace_next`.
+    pace_wait: bool,
     /// RFC 3042 limited transmit: new segments allowed beyond cwnd on early dup ACKs.
     limited_transmit: u32,
     scoreboard: Scoreboard,
@@ -381,15 +393,20 @@ impl Connection {
             snd_mss,
             sndbuf: SendBuffer::new(cfg.snd_buf),
             our_fin: None,
-            cwnd: snd_mss * cfg.initial_cwnd_segments.max(1) as usize,
-            ssthresh: usize::MAX,
+            cc: Controller::new(cfg.congestion_control, snd_mss, cfg.initial_cwnd_segments),
             dupacks: 0,
             recovery: None,
-            rtx_pending: false,
+            rtx_una_now: false,
             rtx_next: h.snd_nxt,
             rtx_una: None,
+            rto_recover: None,
+            pace_next: now,
+            pace_wait: false,
             limited_transmit: 0,
-            scoreboard: Scoreboard::default(),
+            // Every other full segment of a full send buffer a separate range.
+            scoreboard: Scoreboard::with_capacity(
+                (cfg.snd_buf.div_ceil(2 * snd_mss) + 1).min(4096),
+            ),
             rtt: RttEstimator::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max),
             rtt_probe: None,
             rto_count: 0,
@@ -486,6 +503,22 @@ impl Connection {
             0
         }
     }
+    /// The congestion window in octets.
+    pub fn cwnd(&self) -> usize {
+        self.cc.cwnd()
+    }
+    /// The slow-start threshold in octets (`usize::MAX` before the first congestion event).
+    pub fn ssthresh(&self) -> usize {
+        self.cc.ssthresh()
+    }
+    /// Whether a fast-recovery episode (RFC 6675) is in progress.
+    pub fn in_recovery(&self) -> bool {
+        self.recovery.is_some()
+    }
+    /// The smoothed RTT, once sampled.
+    pub fn srtt(&self) -> Option<Duration> {
+        self.rtt.srtt()
+    }
     /// The retransmission timeout now in force (backoff included).
     pub fn rto(&self) -> Duration {
         self.rtt.rto()
@@ -504,6 +537,35 @@ impl Connection {
         self.ts_recent_valid.then_some(self.ts_recent)
     }
 
+    /// The send side's state, for test failure messages.
+    #[cfg(test)]
+    pub(crate) fn send_debug(&self) -> String {
+        format!(
+            "state {:?} una {} nxt {} max {} data_end {} fin {:?} wnd {} cwnd {} ssthresh {} \
+             recovery {:?} rtx_next {} rtx_una {:?} now {} rto_recover {:?} pipe {} sacked {:?} \
+             timers {:?} rto {:?} pace_wait {}",
+            self.state,
+            self.snd_una,
+            self.snd_nxt,
+            self.snd_max,
+            self.data_end(),
+            self.our_fin,
+            self.snd_wnd,
+            self.cc.cwnd(),
+            self.cc.ssthresh(),
+            self.recovery,
+            self.rtx_next,
+            self.rtx_una,
+            self.rtx_una_now,
+            self.rto_recover,
+            self.pipe(),
+            self.scoreboard,
+            self.timers,
+            self.rtt.rto(),
+            self.pace_wait,
+        )
+    }
+
     fn can_send(&self) -> bool {
         matches!(self.state, State::Established | State::CloseWait) && self.our_fin.is_none()
     }
@@ -515,7 +577,11 @@ impl Connection {
         if self.state == State::Closed {
             return None;
         }
-        self.timers.next()
+        let pace = self.pace_wait.then_some(self.pace_next);
+        match (self.timers.next(), pace) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Runs every timer that expired at `now`.
@@ -650,12 +716,16 @@ impl Connection {
             return;
         }
         let flight = self.snd_max.distance_from(self.snd_una) as usize;
-        // RFC 5681 §3.1 (4): ssthresh = max(FlightSize / 2, 2*SMSS), cwnd = 1 segment.
-        self.ssthresh = (flight / 2).max(2 * self.snd_mss);
-        self.cwnd = self.snd_mss;
+        // RFC 5681 §3.1 (4), RFC 9438 §4.8: ssthresh from the flight (only at the first
+        // timeout of a backoff series), cwnd = one segment.
+        self.cc.on_rto(flight, self.rto_count == 1);
+        self.stats.cwnd_reductions += u64::from(self.rto_count == 1);
+        // RFC 6675 §5.1: a timeout ends fast recovery; HighRxt restarts at SND.UNA.
         self.recovery = None;
-        self.rtx_pending = false;
+        self.rtx_una_now = false;
         self.rtx_una = None;
+        self.rtx_next = self.snd_una;
+        self.rto_recover = Some(self.snd_max);
         self.dupacks = 0;
         // The SACK information is kept (RFC 6675 §5.1 lets recovery after a timeout use it);
         // reneging is detected on ACKs instead (see `ack_new_data`).

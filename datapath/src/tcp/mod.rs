@@ -13,20 +13,28 @@
 //!   segment, frozen with the SACK blocks of its moment and queued (RFC 5681 §4.2);
 //!   timestamps that continue the kernel's clock;
 //! * window: what the buffers can really take, scaled, never retracted;
-//! * send: reliable delivery of the few octets the data path itself sends (RFC 6298 RTO with
-//!   backoff, RFC 5681 fast retransmit and congestion window, SACK-aware hole filling),
-//!   zero-window probes, FIN in both directions with every closing state.
+//! * send: a bulk sender from the send buffer: congestion control in [`cc`] (CUBIC,
+//!   RFC 9438, by default, or NewReno; HyStart++, RFC 9406, in slow start), SACK loss
+//!   recovery per RFC 6675 (pipe, NextSeg, IsLost with DupThresh, one window reduction per
+//!   episode; RFC 6582 partial ACKs without SACK; a lost retransmission at SND.UNA found
+//!   from later SACKs), RFC 6298 RTO with backoff and the window collapse, RFC 5827 early
+//!   retransmit and RFC 3042 limited transmit, the peer's window, pacing at gain × cwnd /
+//!   SRTT ([`Connection::next_send_at`]), zero-window probes, FIN in both directions with
+//!   every closing state.
 //!
-//! What it does not: the handshake (the kernel did it), urgent data, ECN; as a sender it
-//! ignores D-SACKs it receives.
+//! What it does not: the handshake (the kernel did it), urgent data, ECN, RACK-TLP
+//! (RFC 8985: reordering deeper than DupThresh costs a spurious retransmission and a
+//! window reduction); D-SACKs it receives are counted, not acted on (no RFC 3708 undo).
 //!
 //! Files: [`config`] (hand-over snapshot, policy), `connection` (the state machine: types,
 //! construction, timers and events; `connection/rx.rs` receive, `ack.rs` ACK processing,
 //! `tx.rs` send),
 //! `reassembly` (out-of-order store), `send_buf`, `rtt` (RFC 6298), `scoreboard` (peer's
-//! SACKs), `timer`, [`stats`], [`error`].
+//! SACKs), [`cc`] (congestion control), `timer`, [`stats`], [`error`]. Tests: `tests/`
+//! (`pair.rs` one sender over a lossy link, `bulk.rs` senders through a shared bottleneck).
 #![forbid(unsafe_code)]
 
+pub mod cc;
 pub mod config;
 mod connection;
 pub mod error;
@@ -40,6 +48,7 @@ mod timer;
 #[cfg(test)]
 pub(crate) mod tests;
 
+pub use cc::CongestionControl;
 pub use config::{HandoverState, TcpConfig, TsHandover};
 pub use connection::{Connection, Event, SegmentOutcome, State, Transmit};
 pub use error::TcpError;

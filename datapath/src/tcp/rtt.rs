@@ -67,7 +67,6 @@ impl RttEstimator {
         self.backoff = 0;
     }
 
-    #[cfg(test)]
     pub(crate) fn srtt(&self) -> Option<Duration> {
         self.srtt
     }

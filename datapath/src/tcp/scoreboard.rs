@@ -1,11 +1,16 @@
-//! What the peer has SACKed above SND.UNA (RFC 2018 §5), as a small sorted range table.
+//! What the peer has SACKed above SND.UNA (RFC 2018 §5), as a sorted table of disjoint
+//! ranges.
 //!
-//! Bounded: when full, the highest range is forgotten (holes near SND.UNA matter most; a
-//! forgotten range only costs a needless retransmission).
+//! Bounded, allocated once: sized by the connection for the send buffer (every other
+//! segment of a full buffer lost, as a drop-tail queue does to slow start's overshoot);
+//! when full, the highest range is forgotten (holes near SND.UNA matter most; a forgotten
+//! range only costs a needless retransmission).
 
 use mpa::seq::SeqNumber;
 
-const MAX_RANGES: usize = 8;
+/// The capacity of [`Scoreboard::default`].
+#[cfg(test)]
+const DEFAULT_RANGES: usize = 32;
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Range {
@@ -13,31 +18,50 @@ struct Range {
     end: SeqNumber,
 }
 
-#[derive(Debug, Clone, Default)]
+impl Range {
+    fn len(&self) -> usize {
+        self.end.distance_from(self.start) as usize
+    }
+}
+
+#[derive(Debug, Clone)]
 pub(crate) struct Scoreboard {
-    ranges: [Range; MAX_RANGES],
-    len: usize,
+    ranges: Vec<Range>,
+    cap: usize,
+    /// Octets SACKed: the sum of the ranges' lengths.
+    total: usize,
+}
+
+#[cfg(test)]
+impl Default for Scoreboard {
+    fn default() -> Self {
+        Scoreboard::with_capacity(DEFAULT_RANGES)
+    }
 }
 
 impl Scoreboard {
+    /// A table of at most `cap` ranges (at least 4), allocated now.
+    pub(crate) fn with_capacity(cap: usize) -> Scoreboard {
+        let cap = cap.max(4);
+        Scoreboard {
+            ranges: Vec::with_capacity(cap),
+            cap,
+            total: 0,
+        }
+    }
+
     fn slice(&self) -> &[Range] {
-        &self.ranges[..self.len]
+        &self.ranges
     }
 
     pub(crate) fn clear(&mut self) {
-        self.len = 0;
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len == 0
+        self.ranges.clear();
+        self.total = 0;
     }
 
     /// Octets SACKed.
     pub(crate) fn sacked(&self) -> usize {
-        self.slice()
-            .iter()
-            .map(|r| r.end.distance_from(r.start) as usize)
-            .sum()
+        self.total
     }
 
     /// The end of the highest SACKed range.
@@ -47,15 +71,30 @@ impl Scoreboard {
 
     /// If `seq` is SACKed, the end of its range.
     pub(crate) fn sacked_end(&self, seq: SeqNumber) -> Option<SeqNumber> {
-        self.slice()
-            .iter()
-            .find(|r| r.start <= seq && seq < r.end)
-            .map(|r| r.end)
+        let i = self.ranges.partition_point(|r| r.end <= seq);
+        self.ranges.get(i).filter(|r| r.start <= seq).map(|r| r.end)
+    }
+
+    /// RFC 6675 §4 IsLost as a boundary: the start of the highest range such that at
+    /// least `ranges` SACKed ranges, or more than `octets` SACKed octets, lie at or above
+    /// it. Every un-SACKed octet below it is lost; `None` when no octet is.
+    pub(crate) fn lost_boundary(&self, ranges: usize, octets: usize) -> Option<SeqNumber> {
+        let mut count = 0;
+        let mut above = 0;
+        for r in self.slice().iter().rev() {
+            count += 1;
+            above += r.len();
+            if count >= ranges || above > octets {
+                return Some(r.start);
+            }
+        }
+        None
     }
 
     /// The start of the first SACKed range above `seq`.
     pub(crate) fn next_start_after(&self, seq: SeqNumber) -> Option<SeqNumber> {
-        self.slice().iter().find(|r| r.start > seq).map(|r| r.start)
+        let i = self.ranges.partition_point(|r| r.start <= seq);
+        self.ranges.get(i).map(|r| r.start)
     }
 
     /// Octets SACKed inside `[from, to)`.
@@ -63,7 +102,10 @@ impl Scoreboard {
         if to <= from {
             return 0;
         }
-        self.slice()
+        // Only the ranges that end above `from` and start below `to`.
+        let lo = self.ranges.partition_point(|r| r.end <= from);
+        let hi = self.ranges.partition_point(|r| r.start < to);
+        self.ranges[lo..hi.max(lo)]
             .iter()
             .map(|r| {
                 let lo = if r.start > from { r.start } else { from };
@@ -80,54 +122,55 @@ impl Scoreboard {
     /// Adds a block the caller validated (SND.UNA < start < end <= SND.MAX); returns whether
     /// anything new was learnt.
     pub(crate) fn add(&mut self, start: SeqNumber, end: SeqNumber) -> bool {
-        let before = self.sacked();
-        // Merge every range that touches [start, end).
+        // The ranges [i, j) touch [start, end): they merge with it.
+        let i = self.ranges.partition_point(|r| r.end < start);
+        let j = self.ranges.partition_point(|r| r.start <= end);
         let (mut s, mut e) = (start, end);
-        let mut kept = [Range::default(); MAX_RANGES];
-        let mut n = 0;
-        for r in self.slice() {
-            if r.end < s || r.start > e {
-                kept[n] = *r;
-                n += 1;
-            } else {
-                if r.start < s {
-                    s = r.start;
+        let mut merged = 0;
+        if i < j {
+            if self.ranges[i].start < s {
+                s = self.ranges[i].start;
+            }
+            if self.ranges[j - 1].end > e {
+                e = self.ranges[j - 1].end;
+            }
+            merged = self.ranges[i..j].iter().map(Range::len).sum();
+        }
+        let new = e.distance_from(s) as usize - merged;
+        if new == 0 {
+            return false;
+        }
+        let r = Range { start: s, end: e };
+        if i < j {
+            self.ranges[i] = r;
+            self.ranges.drain(i + 1..j);
+        } else {
+            if self.ranges.len() == self.cap {
+                if i == self.ranges.len() {
+                    // Higher than everything and no room: forget it.
+                    return false;
                 }
-                if r.end > e {
-                    e = r.end;
+                // Forget the highest.
+                if let Some(h) = self.ranges.pop() {
+                    self.total -= h.len();
                 }
             }
+            self.ranges.insert(i, r);
         }
-        let pos = kept[..n].iter().position(|r| r.start > s).unwrap_or(n);
-        if n == MAX_RANGES {
-            if pos == n {
-                // Higher than everything and no room: forget it.
-                return false;
-            }
-            n -= 1; // forget the highest
-        }
-        kept.copy_within(pos..n, pos + 1);
-        kept[pos] = Range { start: s, end: e };
-        self.ranges = kept;
-        self.len = n + 1;
-        self.sacked() != before
+        self.total += new;
+        true
     }
 
     /// Forgets everything at or below `una`.
     pub(crate) fn prune(&mut self, una: SeqNumber) {
-        let mut n = 0;
-        for i in 0..self.len {
-            let mut r = self.ranges[i];
-            if r.end <= una {
-                continue;
-            }
+        let k = self.ranges.partition_point(|r| r.end <= una);
+        self.ranges.drain(..k);
+        if let Some(r) = self.ranges.first_mut() {
             if r.start < una {
                 r.start = una;
             }
-            self.ranges[n] = r;
-            n += 1;
         }
-        self.len = n;
+        self.total = self.ranges.iter().map(Range::len).sum();
     }
 }
 
@@ -151,10 +194,14 @@ mod tests {
         assert_eq!(b.sacked_between(s(35), s(15)), 0);
         b.prune(s(25));
         assert_eq!(b.sacked(), 15);
-        for i in 0..20u32 {
+        for i in 0..40u32 {
             b.add(s(100 + i * 10), s(105 + i * 10));
         }
-        assert_eq!(b.len, MAX_RANGES);
+        assert_eq!(b.ranges.len(), DEFAULT_RANGES);
+        assert_eq!(
+            b.lost_boundary(3, 1000),
+            Some(s(100 + (DEFAULT_RANGES as u32 - 4) * 10))
+        );
         assert_eq!(b.next_start_after(s(41)), Some(s(100)));
         // A low range still gets in, pushing out the highest.
         assert!(b.add(s(50), s(60)));

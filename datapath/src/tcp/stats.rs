@@ -107,12 +107,29 @@ pub struct TcpStats {
     pub invalid_acks_suppressed: u64,
     /// Window updates sent because space opened.
     pub window_updates: u64,
-    /// Segments (data or FIN) sent again.
+    /// Segments (data or FIN) sent again: recovery, timeouts and lost retransmissions.
     pub retransmissions: u64,
-    /// Fast retransmits entered (RFC 5681 §3.2).
+    /// Payload octets in those segments.
+    pub octets_retransmitted: u64,
+    /// Fast retransmits: the segment at SND.UNA sent at the start of each recovery episode
+    /// (RFC 5681 §3.2, RFC 6675 §5 step 4.2); equal to `recovery_episodes`.
     pub fast_retransmits: u64,
-    /// Retransmission timeouts.
+    /// Fast-recovery episodes entered (RFC 6675 §5): three duplicate ACKs, or SACKs above
+    /// SND.UNA enough for IsLost. Each reduces the congestion window exactly once; losses
+    /// inside an episode do not reduce it again.
+    pub recovery_episodes: u64,
+    /// Congestion-window reductions: one per recovery episode plus one per first timeout of
+    /// a backoff series (a retransmission that times out again keeps ssthresh).
+    pub cwnd_reductions: u64,
+    /// Retransmission timeouts (RFC 6298), backed-off ones included.
     pub rto_expiries: u64,
+    /// D-SACKs received (RFC 2883): the peer got a segment twice. Each is a spurious
+    /// retransmission of ours or a copy the network made; we cannot tell which, and the
+    /// window is not restored (no RFC 3708 undo).
+    pub dsacks_received: u64,
+    /// Times `poll_transmit` held data back because the pacing rate did not allow it yet
+    /// (see `TcpConfig::pacing`).
+    pub pacing_waits: u64,
     /// Retransmissions found lost by SACKs of later data, and sent again without a timeout.
     pub lost_retransmits: u64,
     /// Zero-window probes sent.

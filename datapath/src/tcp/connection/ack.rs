@@ -29,7 +29,18 @@ impl Connection {
             } else {
                 self.snd_una
             };
-            for b in repr.options.sack.as_slice() {
+            let blocks = repr.options.sack.as_slice();
+            // RFC 2883 §4: a first block below the cumulative ACK, or inside the second
+            // block, reports a duplicate (counted only; see `TcpStats::dsacks_received`).
+            if let Some(d) = blocks.first() {
+                let inside_next = blocks
+                    .get(1)
+                    .is_some_and(|n| n.left <= d.left && d.right <= n.right);
+                if d.left < d.right && (d.right <= ack || inside_next) {
+                    self.stats.dsacks_received += 1;
+                }
+            }
+            for b in blocks {
                 if b.left > floor && b.left < b.right && b.right <= self.snd_max {
                     sack_news |= self.scoreboard.add(b.left, b.right);
                 }
@@ -47,9 +58,9 @@ impl Connection {
             // RFC 5681 §2: a duplicate ACK.
             self.stats.dup_acks_in += 1;
             self.dupacks += 1;
-            if self.recovery.is_some() {
-                // One retransmission per duplicate ACK while recovering.
-                self.rtx_pending = true;
+            if self.recovery.is_some() || self.rto_recover.is_some() {
+                // In recovery the pipe accounts for what the duplicate reports (`pipe`);
+                // after a timeout the go-back resends (RFC 6582 §4.1).
             } else if self.dupacks >= self.dupthresh() {
                 // RFC 5681 §3.2: fast retransmit on the third duplicate ACK (fewer with a
                 // small flight, RFC 5827 early retransmit).
@@ -67,18 +78,19 @@ impl Connection {
         {
             if self.snd_una == hole && sacked > high {
                 self.rtx_una = None;
-                self.rtx_next = self.snd_una;
-                self.rtx_pending = true;
+                self.rtx_una_now = true;
                 self.stats.lost_retransmits += 1;
             }
         }
-        if sack_news && self.recovery.is_none() {
-            // RFC 6675 §4 IsLost: more than (DupThresh - 1) * SMSS SACKed above the hole.
-            if self.scoreboard.sacked() > (self.dupthresh() as usize - 1) * self.snd_mss {
-                self.enter_recovery();
-            }
-        } else if sack_news && self.recovery.is_some() {
-            self.rtx_pending = true;
+        // RFC 6675 §5 step 4: IsLost(HighACK + 1) also starts recovery, before three
+        // duplicate ACKs when SACKs show enough above the hole.
+        if sack_news
+            && self.recovery.is_none()
+            && self.rto_recover.is_none()
+            && self.snd_una != self.snd_max
+            && self.lost_end() > self.snd_una
+        {
+            self.enter_recovery();
         }
 
         // RFC 9293 §3.10.7.4: update the send window if SND.WL1 < SEG.SEQ, or SND.WL1 =
@@ -101,6 +113,7 @@ impl Connection {
 
     pub(super) fn ack_new_data(&mut self, now: Instant, repr: &TcpRepr, ack: SeqNumber) {
         let acked = ack.distance_from(self.snd_una) as usize;
+        let flight_before = self.snd_max.distance_from(self.snd_una) as usize;
         // RTT: from the echoed timestamp when on (RFC 7323 §4.1, only for ACKs of new data,
         // §4.2), else Karn's rule: one timed segment, never a retransmitted one (RFC 6298 §3).
         let mut sample = None;
@@ -140,26 +153,39 @@ impl Connection {
         self.dupacks = 0;
         self.limited_transmit = 0;
 
-        // RFC 5681 §3.1 congestion window growth; RFC 6582 partial / full ACKs in recovery.
+        // Window growth outside recovery (`cc.rs`); RFC 6582 / RFC 6675 partial and full
+        // ACKs in recovery.
         match self.recovery {
             Some(recover) if ack < recover => {
-                // Partial ACK: retransmit the next hole at once.
-                self.rtx_pending = true;
-                if self.scoreboard.is_empty() {
-                    self.rtx_next = ack;
+                if !self.sack_ok {
+                    // RFC 6582 §3.2 step 5: without SACK the partial ACK says the segment at
+                    // SND.UNA is lost: retransmit it at once. (With SACK, RFC 6675 does not:
+                    // what lies above may simply be in flight, after a reordering.)
+                    self.rtx_una_now = true;
+                } else if self.snd_una < self.rtx_next {
+                    // The hole now at SND.UNA was retransmitted: if data sent from now on is
+                    // SACKed while it stays, that retransmission was lost too.
+                    self.rtx_una = Some((self.snd_una, self.snd_max));
                 }
             }
             Some(_) => {
+                // RFC 6675 §5 step (A): the cumulative ACK reached RecoveryPoint.
                 self.recovery = None;
-                self.cwnd = self.ssthresh;
+                self.rtx_una_now = false;
+                self.cc.on_recovery_end();
             }
             None => {
-                let mss = self.snd_mss;
-                if self.cwnd < self.ssthresh {
-                    self.cwnd += acked.min(mss);
-                } else {
-                    self.cwnd += (mss * mss / self.cwnd).max(1);
+                if self.rto_recover.is_some_and(|r| ack >= r) {
+                    self.rto_recover = None;
                 }
+                self.cc.on_slow_start_ack(ack, self.snd_max, sample);
+                let cwnd = self.cc.cwnd();
+                let cwnd_limited = if self.cc.in_slow_start() {
+                    2 * flight_before >= cwnd
+                } else {
+                    flight_before + 3 * self.snd_mss >= cwnd
+                };
+                self.cc.on_ack(now, acked, self.rtt.srtt(), cwnd_limited);
             }
         }
 
@@ -203,29 +229,46 @@ impl Connection {
         }
     }
 
-    /// Octets believed in the network (RFC 6675 §4 "pipe", simplified): sent, neither
-    /// acknowledged nor SACKed, and not deemed lost. In recovery every un-SACKed hole below
-    /// the highest SACK is lost until retransmitted; after a timeout everything from SND.NXT
-    /// (pulled back to SND.UNA) on is.
+    /// RFC 6675 §4 IsLost as a boundary: every un-SACKed octet below the returned
+    /// sequence number is lost (DupThresh discontiguous SACKed ranges, or more than
+    /// (DupThresh − 1) × SMSS SACKed octets, lie above it); none above. SND.UNA when
+    /// nothing is.
+    pub(super) fn lost_end(&self) -> SeqNumber {
+        let thresh = self.dupthresh() as usize;
+        self.scoreboard
+            .lost_boundary(thresh, (thresh - 1) * self.snd_mss)
+            .filter(|&b| b > self.snd_una)
+            .unwrap_or(self.snd_una)
+    }
+
+    /// Octets believed in the network. In recovery RFC 6675 §4's pipe: over
+    /// [SND.UNA, SND.MAX), every octet neither SACKed nor lost counts once, and every
+    /// retransmitted one (below HighRxt) once more; without SACK each duplicate ACK
+    /// counts as one segment that left (RFC 5681 §3.2's inflation). Otherwise, after a
+    /// timeout, everything from SND.NXT (pulled back to SND.UNA) on is lost.
     pub(super) fn pipe(&self) -> usize {
-        match (self.recovery, self.scoreboard.highest()) {
-            (Some(_), Some(high)) => {
-                let flight = self.snd_max.distance_from(self.snd_una) as usize;
-                let from = if self.rtx_next > self.snd_una {
-                    self.rtx_next
-                } else {
-                    self.snd_una
+        match self.recovery {
+            Some(_) => {
+                let (una, max) = (self.snd_una, self.snd_max);
+                let flight = max.distance_from(una) as usize;
+                let board = &self.scoreboard;
+                let unsacked_below = |x: SeqNumber| {
+                    let x = if x > max { max } else { x };
+                    if x > una {
+                        x.distance_from(una) as usize - board.sacked_between(una, x)
+                    } else {
+                        0
+                    }
                 };
-                let lost = if high > from {
-                    high.distance_from(from) as usize - self.scoreboard.sacked_between(from, high)
-                } else {
-                    0
-                };
-                flight
-                    .saturating_sub(self.scoreboard.sacked())
-                    .saturating_sub(lost)
+                let lost = unsacked_below(self.lost_end());
+                let rtx = unsacked_below(self.rtx_next);
+                let mut pipe = (flight - board.sacked().min(flight)).saturating_sub(lost) + rtx;
+                if !self.sack_ok {
+                    pipe = pipe.saturating_sub(self.dupacks as usize * self.snd_mss);
+                }
+                pipe
             }
-            _ => {
+            None => {
                 let sent = self.snd_nxt.distance_from(self.snd_una) as usize;
                 sent - self
                     .scoreboard
@@ -235,17 +278,20 @@ impl Connection {
         }
     }
 
+    /// RFC 6675 §5 step 4: RecoveryPoint = HighData, the episode's one window reduction
+    /// (`cc.rs`), HighRxt from SND.UNA, and the segment at SND.UNA retransmitted first.
     pub(super) fn enter_recovery(&mut self) {
         self.limited_transmit = 0;
         let flight = self.snd_max.distance_from(self.snd_una) as usize;
-        // RFC 5681 §3.2 (2): ssthresh = max(FlightSize / 2, 2*SMSS).
-        self.ssthresh = (flight / 2).max(2 * self.snd_mss);
-        self.cwnd = self.ssthresh;
+        self.cc.on_congestion(flight);
         self.recovery = Some(self.snd_max);
         self.rtx_next = self.snd_una;
-        self.rtx_pending = true;
+        self.rtx_una_now = true;
+        self.rtx_una = None;
         self.rtt_probe = None;
         self.stats.fast_retransmits += 1;
+        self.stats.recovery_episodes += 1;
+        self.stats.cwnd_reductions += 1;
         debug!(una = %self.snd_una, max = %self.snd_max, "tcp: fast retransmit");
     }
 }

@@ -1,12 +1,15 @@
 //! Send side: queueing, close and abort, choosing the next segment (recovery holes, new data,
 //! FIN, zero-window probes, ACKs) and writing it.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mpa::seq::SeqNumber;
 use tracing::{debug, trace, warn};
 
 use super::*;
+
+/// The most sending time a paced connection saves up while it does not send (see `pace`).
+const PACING_CREDIT: Duration = Duration::from_micros(200);
 
 impl Connection {
     /// Queues octets to send (bounded by the send buffer); returns how many were taken. Takes
@@ -51,8 +54,9 @@ impl Connection {
         by_mss.min(by_buf)
     }
 
-    /// The next hole to retransmit during recovery (RFC 6675 NextSeg, simplified).
-    pub(super) fn plan_recovery(&mut self, room: usize) -> Option<Plan> {
+    /// RFC 6675 §4 NextSeg rules 1 (`lost_only`) and 3: the first un-SACKed octet at or
+    /// above HighRxt, below the highest SACKed octet, and lost (rule 1) or not (rule 3).
+    pub(super) fn plan_recovery(&mut self, room: usize, lost_only: bool) -> Option<Plan> {
         let mut s = if self.rtx_next > self.snd_una {
             self.rtx_next
         } else {
@@ -61,13 +65,20 @@ impl Connection {
         while let Some(end) = self.scoreboard.sacked_end(s) {
             s = end;
         }
-        // Without SACK information only the first unacknowledged segment is known lost.
-        let limit = match self.scoreboard.highest() {
-            Some(h) => h,
-            None if s == self.snd_una => self.snd_max,
-            None => return None,
+        let limit = if lost_only {
+            self.lost_end()
+        } else {
+            self.scoreboard.highest()?
         };
-        if s >= limit || s >= self.snd_max {
+        if s >= limit {
+            return None;
+        }
+        self.plan_hole(s, room)
+    }
+
+    /// The retransmission of the octets from `s` (un-SACKed) up to the next SACKed range.
+    pub(super) fn plan_hole(&mut self, s: SeqNumber, room: usize) -> Option<Plan> {
+        if s >= self.snd_max {
             return None;
         }
         let data_end = self.data_end();
@@ -115,7 +126,7 @@ impl Connection {
         // The peer's window is absolute; the congestion window limits what is in flight.
         let by_rwnd =
             (self.snd_wnd as usize).saturating_sub(s.distance_from(self.snd_una) as usize);
-        let mut by_cwnd = self.cwnd.saturating_sub(self.pipe());
+        let mut by_cwnd = self.cc.cwnd().saturating_sub(self.pipe());
         let limited = by_cwnd < room.min(queued) && self.limited_transmit > 0 && s >= self.snd_max;
         if limited {
             by_cwnd = room;
@@ -159,6 +170,48 @@ impl Connection {
             fin,
             retransmission,
         })
+    }
+
+    /// The pacing rate in octets per second: gain × cwnd / SRTT, the gain 2 in slow start
+    /// and 1.2 after (Linux's `tcp_pacing_ss_ratio` / `ca_ratio`), so that pacing never
+    /// holds the window back while still spreading it over the RTT. `None` when pacing is
+    /// off, before any RTT sample, or with an SRTT that rounds to zero (timestamps count in
+    /// milliseconds; a sub-millisecond path is not paced).
+    pub fn pacing_rate(&self) -> Option<u64> {
+        if !self.cfg.pacing {
+            return None;
+        }
+        let srtt = self.rtt.srtt().filter(|d| !d.is_zero())?;
+        let gain = if self.cc.in_slow_start() { 2.0 } else { 1.2 };
+        Some(((self.cc.cwnd() as f64 * gain / srtt.as_secs_f64()) as u64).max(1))
+    }
+
+    /// The earliest time the next data segment may leave: until then `poll_transmit`
+    /// holds data back (ACKs, probes and RSTs are never paced). `None` when pacing holds
+    /// nothing back at the latest time passed in. [`Connection::poll_timeout`] includes it
+    /// whenever data was held back.
+    pub fn next_send_at(&self) -> Option<Instant> {
+        (self.pace_next > self.now && self.pacing_rate().is_some()).then_some(self.pace_next)
+    }
+
+    /// Pacing: a data segment of `octets` (header included) left at `now`. The next may
+    /// leave `octets / rate` later. Unused time is kept as credit for up to
+    /// [`PACING_CREDIT`] (at least two segments' time), so a worker that polls every few
+    /// tens of microseconds still reaches the rate, and a sender that was idle cannot
+    /// burst more than that.
+    fn pace(&mut self, now: Instant, octets: usize) {
+        let Some(rate) = self.pacing_rate() else {
+            return;
+        };
+        let interval = Duration::from_secs_f64(octets as f64 / rate as f64);
+        let credit = PACING_CREDIT.max(interval * 2);
+        let floor = now.checked_sub(credit).unwrap_or(now);
+        let base = if self.pace_next > floor {
+            self.pace_next
+        } else {
+            floor
+        };
+        self.pace_next = base + interval;
     }
 
     pub(super) fn arm_persist(&mut self) {
@@ -229,20 +282,42 @@ impl Connection {
         let room = self.payload_room(opts.emitted_len(), buf.len());
 
         let mut plan = None;
-        if self.recovery.is_some() {
-            // RFC 6675 §5 (simplified): one retransmission per ACK that brought news, more
-            // while the pipe is below cwnd; holes first, then new data.
-            let allowed = self.rtx_pending || self.pipe() < self.cwnd;
-            self.rtx_pending = false;
-            if allowed {
-                plan = self.plan_recovery(room);
+        // Pacing holds data (new or retransmitted) back; ACKs and probes never wait.
+        let paced = self.pace_next > now && self.pacing_rate().is_some();
+        self.pace_wait = false;
+        if self.state == State::TimeWait {
+        } else if paced {
+            let fin_unsent = self.our_fin.is_some_and(|f| self.snd_max <= f);
+            if self.rtx_una_now
+                || self.recovery.is_some()
+                || self.snd_nxt < self.data_end()
+                || fin_unsent
+            {
+                self.pace_wait = true;
+                self.stats.pacing_waits += 1;
+            }
+        } else if self.recovery.is_some() {
+            // RFC 6675 §5 step 4.2 (and a lost retransmission or RFC 6582 partial ACK): the
+            // segment at SND.UNA first, then step (C): while cwnd − pipe ≥ 1 SMSS, NextSeg
+            // rule 1 (lost holes), rule 2 (new data), rule 3 (other holes below the
+            // highest SACK).
+            if std::mem::take(&mut self.rtx_una_now) {
+                let mut s = self.snd_una;
+                while let Some(end) = self.scoreboard.sacked_end(s) {
+                    s = end;
+                }
+                plan = self.plan_hole(s, room);
+            }
+            if plan.is_none() && self.pipe() + self.snd_mss <= self.cc.cwnd() {
+                plan = self.plan_recovery(room, true);
+                if plan.is_none() {
+                    plan = self.plan_send(room);
+                }
+                if plan.is_none() {
+                    plan = self.plan_recovery(room, false);
+                }
             }
         } else {
-            self.rtx_pending = false;
-        }
-        if self.state == State::TimeWait {
-            plan = None;
-        } else if plan.is_none() {
             plan = self.plan_send(room);
         }
         if let Some(p) = plan {
@@ -388,8 +463,10 @@ impl Connection {
         self.stats.sack_blocks_sent += repr.options.sack.len() as u64;
         if let Some(p) = plan {
             let end = seq + p.len + u32::from(p.fin);
+            self.pace(now, header_len + p.len);
             if p.retransmission {
                 self.stats.retransmissions += 1;
+                self.stats.octets_retransmitted += p.len as u64;
                 if self.recovery.is_some() && seq == self.snd_una {
                     self.rtx_una = Some((seq, self.snd_max));
                 }

@@ -476,9 +476,10 @@ impl<S: Sink> Pair<S> {
             }
             assert!(
                 self.now - t0 < Duration::from_secs(3600),
-                "virtual time ran away: received {} of {}\na: {:?}\nb: {:?}",
+                "virtual time ran away: received {} of {}\na: {:?} {:?}\nb: {:?}",
                 self.sink.delivered(),
                 self.data.len(),
+                self.a.send_debug(),
                 self.a.stats(),
                 self.b.stats()
             );
