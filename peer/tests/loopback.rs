@@ -330,3 +330,35 @@ fn send_smaller_than_the_untagged_header_is_refused() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("STAG:LEN"));
 }
+
+/// `listen --accept-timeout 1` with no sender: the listener gives up (non-zero exit, the
+/// reason on stderr) instead of waiting in accept() for ever. The wait for its exit is
+/// bounded too (30 s, far above the 1 s asked for).
+#[test]
+fn listen_gives_up_after_accept_timeout() {
+    let mut child = Command::new(BIN)
+        .args(["listen", "--bind", "127.0.0.1:0", "--accept-timeout", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn listener");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("listener still waiting 30 s after --accept-timeout 1");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "exit status {status}");
+    assert!(
+        err.contains("no connection within --accept-timeout 1 s"),
+        "stderr: {err}"
+    );
+}
