@@ -35,14 +35,12 @@
 
 use crate::client::{ClientError, ControlClient};
 use crate::ring::{drain_eventfd, RingError, RingFile, RingSet};
+use crate::shm::{Access, SharedMemory, ShmError};
 use crate::{Completion, Message, PostTarget, RegionInfo};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
-use std::num::NonZeroUsize;
 use std::os::fd::AsFd;
 use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -76,13 +74,14 @@ pub enum ConsumerError {
     /// A `Subscribed` answer without its two descriptors.
     #[error("Subscribed for domain {0} without the ring and eventfd descriptors")]
     NoRing(u32),
-    /// The region could not be mapped.
+    /// The region could not be mapped (or its descriptor is not the sealed memfd of the
+    /// announced length).
     #[error("mapping region {stag:#x}: {err}")]
     Map {
         /// Region.
         stag: u32,
         /// Why.
-        err: nix::Error,
+        err: ShmError,
     },
 }
 
@@ -344,47 +343,18 @@ impl Consumer {
 
 /// A region's memory mapped read-only into the consumer. The datapath writes it at any
 /// time, so it is only read by copying ([`MappedRegion::read`]), never through a reference.
+#[derive(Debug)]
 pub struct MappedRegion {
     info: RegionInfo,
-    ptr: NonNull<u8>,
-    len: usize,
-    _fd: OwnedFd,
+    mem: SharedMemory,
 }
-
-// SAFETY: the mapping is owned by this value and only read by bounds-checked raw copies.
-#[allow(unsafe_code)]
-unsafe impl Send for MappedRegion {}
 
 impl MappedRegion {
     fn map(info: RegionInfo, fd: OwnedFd) -> Result<MappedRegion, ConsumerError> {
         let stag = info.stag;
-        let size = usize::try_from(info.len)
-            .ok()
-            .and_then(NonZeroUsize::new)
-            .ok_or(ConsumerError::Map {
-                stag,
-                err: nix::Error::EINVAL,
-            })?;
-        // SAFETY: a fresh read-only shared mapping of the region's descriptor, `info.len`
-        // octets (the datapath sized the memfd so); no reference into it is ever formed.
-        #[allow(unsafe_code)]
-        let ptr = unsafe {
-            mmap(
-                None,
-                size,
-                ProtFlags::PROT_READ,
-                MapFlags::MAP_SHARED,
-                &fd,
-                0,
-            )
-        }
-        .map_err(|err| ConsumerError::Map { stag, err })?;
-        Ok(MappedRegion {
-            info,
-            ptr: ptr.cast(),
-            len: size.get(),
-            _fd: fd,
-        })
+        let mem = SharedMemory::open(fd, info.len, Access::ReadOnly)
+            .map_err(|err| ConsumerError::Map { stag, err })?;
+        Ok(MappedRegion { info, mem })
     }
 
     /// The region.
@@ -394,33 +364,13 @@ impl MappedRegion {
 
     /// Copies the octets at `off` into `dst`; `false` when out of bounds.
     pub fn read(&self, off: u64, dst: &mut [u8]) -> bool {
-        let Some(off) = usize::try_from(off)
-            .ok()
-            .filter(|o| o.checked_add(dst.len()).is_some_and(|e| e <= self.len))
-        else {
-            return false;
-        };
-        // SAFETY: off + dst.len() <= len (checked), inside our live mapping; `dst` is not
-        // part of it.
-        #[allow(unsafe_code)]
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len())
-        };
-        true
+        self.mem.read(off, dst)
     }
 
     /// The whole region, copied.
     pub fn to_vec(&self) -> Vec<u8> {
-        let mut v = vec![0u8; self.len];
-        self.read(0, &mut v);
+        let mut v = vec![0u8; self.mem.len()];
+        self.mem.read(0, &mut v);
         v
-    }
-}
-
-impl Drop for MappedRegion {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping `map` created, once.
-        #[allow(unsafe_code)]
-        let _ = unsafe { munmap(self.ptr.cast(), self.len) };
     }
 }

@@ -26,6 +26,7 @@ pub mod fuzz;
 pub mod pattern;
 pub mod region_ad;
 pub mod ring;
+pub mod shm;
 pub mod stats;
 
 mod completion;

@@ -14,9 +14,10 @@
 //! * [`region`], [`registry`]: registered memory (memfd regions, STags, posted buffers).
 //! * [`server`]: the datapath process: control socket, workers, XDP steering; [`capture`].
 //!
-//! `unsafe` is allowed crate-wide only for the two boundaries that need it: [`xsk`] (the
-//! AF_XDP rings and UMEM) and [`region`] (the shared mapping of registered memory). Every
-//! other module carries `#![forbid(unsafe_code)]`.
+//! `unsafe` is allowed crate-wide only for the boundary that needs it: [`xsk`] (the AF_XDP
+//! rings and UMEM, and the prefetch of received frames). Registered memory is mapped and
+//! copied into by `mpa_ctl_proto::shm` (shared with the completion rings and the consumer).
+//! Every other module carries `#![forbid(unsafe_code)]`.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 

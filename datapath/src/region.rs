@@ -2,20 +2,16 @@
 //! the consumer maps the same descriptor (passed with SCM_RIGHTS) and sees every octet the
 //! workers place.
 //!
-//! This is the second memory boundary of the crate, like the UMEM: the memory is shared with
-//! another process that may read or write it at any time, so no Rust reference to it is ever
-//! formed; the workers copy into it through raw pointers after a bounds check.
-//!
-//! The memfd is sealed against shrinking and growing before it is mapped (and against new
-//! seals): a consumer that `ftruncate`s its descriptor gets EPERM instead of turning the
-//! workers' next copy into a SIGBUS.
+//! The mapping itself is [`mpa_ctl_proto::shm::SharedMemory`] (shared with the completion
+//! rings and the consumer's side): memory another process may read or write at any time, so
+//! no Rust reference to it is ever formed; the workers copy into it through bounds-checked
+//! raw copies. The memfd is sealed against shrinking and growing before it is mapped (and
+//! against new seals): a consumer that `ftruncate`s its descriptor gets EPERM instead of
+//! turning the workers' next copy into a SIGBUS.
+#![forbid(unsafe_code)]
 
-use nix::fcntl::{fcntl, FcntlArg, SealFlag};
-use nix::sys::memfd::{memfd_create, MFdFlags};
-use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
-use std::num::NonZeroUsize;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::ptr::NonNull;
+use mpa_ctl_proto::shm::{SharedMemory, ShmError};
+use std::os::fd::BorrowedFd;
 
 /// Huge page size tried for regions whose length is a multiple of it.
 const HUGE_PAGE: u64 = 2 << 20;
@@ -37,148 +33,63 @@ pub enum RegionError {
 }
 
 /// The memory of one region.
+#[derive(Debug)]
 pub struct RegionMemory {
-    ptr: NonNull<u8>,
-    len: usize,
-    fd: OwnedFd,
-    huge: bool,
-}
-
-// SAFETY: the mapping is plain shared memory owned by this value until drop; every access
-// goes through bounds-checked raw copies (no references), so using it from several threads
-// at once is no different from another process writing it.
-unsafe impl Send for RegionMemory {}
-// SAFETY: as above; `&RegionMemory` only allows bounds-checked raw copies.
-unsafe impl Sync for RegionMemory {}
-
-impl std::fmt::Debug for RegionMemory {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RegionMemory")
-            .field("len", &self.len)
-            .field("huge", &self.huge)
-            .finish()
-    }
+    mem: SharedMemory,
 }
 
 impl RegionMemory {
     /// Creates `len` octets of zeroed shared memory named `name` (visible in
     /// /proc/PID/fd). Huge pages are tried first when `len` is a multiple of 2 MiB.
     pub fn create(name: &str, len: u64) -> Result<RegionMemory, RegionError> {
-        let size = usize::try_from(len)
-            .ok()
-            .filter(|&l| l > 0 && l <= isize::MAX as usize)
-            .and_then(NonZeroUsize::new)
-            .ok_or(RegionError::Length(len))?;
-        let sys = |what| move |err| RegionError::Sys { what, err };
-        if len.is_multiple_of(HUGE_PAGE) {
-            if let Ok(m) = Self::map(name, size, MFdFlags::MFD_HUGETLB) {
-                return Ok(m);
+        if len.is_multiple_of(HUGE_PAGE) && len > 0 {
+            if let Ok(mem) = SharedMemory::create(name, len, true) {
+                return Ok(RegionMemory { mem });
             }
         }
-        Self::map(name, size, MFdFlags::empty()).map_err(sys("memfd region"))
-    }
-
-    fn map(name: &str, size: NonZeroUsize, extra: MFdFlags) -> nix::Result<RegionMemory> {
-        let fd = memfd_create(
-            name,
-            MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING | extra,
-        )?;
-        nix::unistd::ftruncate(&fd, size.get() as i64)?;
-        // The length is fixed from here on, for us and for every holder of the descriptor.
-        fcntl(
-            &fd,
-            FcntlArg::F_ADD_SEALS(
-                SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL,
-            ),
-        )?;
-        // SAFETY: a fresh shared mapping of our own memfd, `size` octets that the ftruncate
-        // above made exist; nothing else in this process aliases it. With huge pages the
-        // length is a multiple of the page size (checked by the caller).
-        let ptr = unsafe {
-            mmap(
-                None,
-                size,
-                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
-                MapFlags::MAP_SHARED,
-                &fd,
-                0,
-            )?
-        };
-        Ok(RegionMemory {
-            ptr: ptr.cast(),
-            len: size.get(),
-            fd,
-            huge: extra.contains(MFdFlags::MFD_HUGETLB),
-        })
+        match SharedMemory::create(name, len, false) {
+            Ok(mem) => Ok(RegionMemory { mem }),
+            Err(ShmError::Sys { what, err }) => Err(RegionError::Sys { what, err }),
+            Err(ShmError::Length(_) | ShmError::Layout(_)) => Err(RegionError::Length(len)),
+        }
     }
 
     /// Octets.
     pub fn len(&self) -> u64 {
-        self.len as u64
+        self.mem.len() as u64
     }
 
     /// Never true: regions have at least one octet.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.mem.is_empty()
     }
 
     /// Backed by huge pages.
     pub fn huge_pages(&self) -> bool {
-        self.huge
+        self.mem.huge_pages()
     }
 
     /// The descriptor to pass to the consumer.
     pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-
-    fn span(&self, off: u64, n: usize) -> Option<usize> {
-        let off = usize::try_from(off).ok()?;
-        (off.checked_add(n)? <= self.len).then_some(off)
+        self.mem.fd()
     }
 
     /// Copies `src` to offset `off`; `false` (nothing written) when it does not fit.
+    #[inline]
     pub fn write(&self, off: u64, src: &[u8]) -> bool {
-        let Some(off) = self.span(off, src.len()) else {
-            return false;
-        };
-        // SAFETY: off + src.len() <= len (checked above), so the destination lies inside our
-        // live mapping; `src` is ordinary memory of this process and cannot overlap it
-        // (no reference into the mapping is ever handed out).
-        // An ordinary copy: non-temporal (streaming) stores, which skip the read-for-ownership
-        // of each destination line, took 300 ns per 1400-octet copy into a 16 MiB region
-        // against 140 for this on the 2-vCPU VM of docs/environment.md (a fence per copy or
-        // not), and would leave the octets out of cache for a consumer that reads at once.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len())
-        };
-        true
+        self.mem.write(off, src)
     }
 
     /// Copies octets at `off` into `dst`; `false` when out of bounds.
     pub fn read(&self, off: u64, dst: &mut [u8]) -> bool {
-        let Some(off) = self.span(off, dst.len()) else {
-            return false;
-        };
-        // SAFETY: bounds checked above; `dst` is our own memory, not part of the mapping.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len())
-        };
-        true
-    }
-}
-
-impl Drop for RegionMemory {
-    fn drop(&mut self) {
-        // SAFETY: the mapping was created by `map` with this address and length and is
-        // unmapped once, here; no reference into it exists.
-        let _ = unsafe { munmap(self.ptr.cast(), self.len) };
+        self.mem.read(off, dst)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nix::fcntl::{fcntl, FcntlArg, SealFlag};
     use std::io::{Read, Seek, SeekFrom, Write};
 
     #[test]

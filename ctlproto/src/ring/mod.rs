@@ -38,12 +38,9 @@
 #![allow(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+use crate::shm::{Access, SharedMemory, ShmError};
 use crate::{Completion, CompletionKind};
-use nix::fcntl::{fcntl, FcntlArg, SealFlag};
-use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
-use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -208,19 +205,10 @@ pub fn decode_record(b: &[u8; RECORD_LEN]) -> Option<(Record, u64)> {
 
 /// The shared mapping of a subscription's ring file.
 pub struct RingFile {
-    ptr: NonNull<u8>,
-    len: usize,
+    mem: SharedMemory,
     rings: u32,
     capacity: u32,
-    fd: OwnedFd,
 }
-
-// SAFETY: the mapping is owned by this value until drop; it is reached only through atomics
-// (header indices) and raw copies of slots, never through references, so several threads
-// using it are no different from the other process doing so.
-unsafe impl Send for RingFile {}
-// SAFETY: as above: `&RingFile` allows only atomic header accesses and raw slot copies.
-unsafe impl Sync for RingFile {}
 
 impl std::fmt::Debug for RingFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -228,6 +216,16 @@ impl std::fmt::Debug for RingFile {
             .field("rings", &self.rings)
             .field("capacity", &self.capacity)
             .finish()
+    }
+}
+
+impl From<ShmError> for RingError {
+    fn from(e: ShmError) -> RingError {
+        match e {
+            ShmError::Sys { what, err } => RingError::Sys { what, err },
+            ShmError::Layout(what) => RingError::Layout(what),
+            ShmError::Length(_) => RingError::Layout("ring file length not usable"),
+        }
     }
 }
 
@@ -256,21 +254,14 @@ impl RingFile {
         capacity: u32,
         start: u64,
     ) -> Result<RingFile, RingError> {
-        use nix::sys::memfd::{memfd_create, MFdFlags};
         let len = check_shape(rings, capacity)?;
-        let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING)
-            .map_err(sys("memfd_create"))?;
-        nix::unistd::ftruncate(&fd, len as i64).map_err(sys("ftruncate"))?;
-        // As regions: the length is fixed for every holder of the descriptor, so a consumer
-        // that truncates it cannot turn the worker's next record into a SIGBUS.
-        fcntl(
-            &fd,
-            FcntlArg::F_ADD_SEALS(
-                SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL,
-            ),
-        )
-        .map_err(sys("seal"))?;
-        let f = Self::map(fd, len, rings, capacity)?;
+        // Sealed like regions: a consumer that truncates its descriptor cannot turn the
+        // worker's next record into a SIGBUS.
+        let f = RingFile {
+            mem: SharedMemory::create(name, len as u64, false)?,
+            rings,
+            capacity,
+        };
         for r in 0..rings {
             f.u32_at(r, OFF_MAGIC).store(MAGIC, Ordering::Relaxed);
             f.u32_at(r, OFF_VERSION)
@@ -289,18 +280,11 @@ impl RingFile {
     /// `rings` × `capacity` make, and that every header says so (the consumer's side).
     pub fn open(fd: OwnedFd, rings: u32, capacity: u32) -> Result<RingFile, RingError> {
         let len = check_shape(rings, capacity)?;
-        let st = nix::sys::stat::fstat(&fd).map_err(sys("fstat"))?;
-        if st.st_size != len as i64 {
-            return Err(RingError::Layout(
-                "file size differs from the announced rings",
-            ));
-        }
-        let seals = fcntl(&fd, FcntlArg::F_GET_SEALS).map_err(sys("F_GET_SEALS"))?;
-        let want = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW;
-        if !SealFlag::from_bits_truncate(seals).contains(want) {
-            return Err(RingError::Layout("file not sealed against resizing"));
-        }
-        let f = Self::map(fd, len, rings, capacity)?;
+        let f = RingFile {
+            mem: SharedMemory::open(fd, len as u64, Access::ReadWrite)?,
+            rings,
+            capacity,
+        };
         fence(Ordering::Acquire);
         for r in 0..rings {
             let got = [OFF_MAGIC, OFF_VERSION, OFF_CAPACITY, OFF_INDEX, OFF_RINGS]
@@ -314,34 +298,9 @@ impl RingFile {
         Ok(f)
     }
 
-    fn map(fd: OwnedFd, len: usize, rings: u32, capacity: u32) -> Result<RingFile, RingError> {
-        let size = NonZeroUsize::new(len).ok_or(RingError::Shape { rings, capacity })?;
-        // SAFETY: a fresh shared mapping of `len` octets of a memfd whose size is `len` and
-        // sealed against shrinking (created so, or checked by `open`); no reference into it
-        // is formed except to the header atomics.
-        let ptr = unsafe {
-            mmap(
-                None,
-                size,
-                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
-                MapFlags::MAP_SHARED,
-                &fd,
-                0,
-            )
-        }
-        .map_err(sys("mmap"))?;
-        Ok(RingFile {
-            ptr: ptr.cast(),
-            len,
-            rings,
-            capacity,
-            fd,
-        })
-    }
-
     /// The descriptor to pass to the consumer.
     pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+        self.mem.fd()
     }
 
     /// Rings in the file.
@@ -356,20 +315,21 @@ impl RingFile {
 
     /// Octets mapped.
     pub fn len(&self) -> usize {
-        self.len
+        self.mem.len()
     }
 
     /// Never true.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.mem.is_empty()
     }
 
     fn field(&self, ring: u32, off: usize) -> *mut u8 {
         assert!(ring < self.rings && off + 8 <= HEADER_LEN);
         let at = ring as usize * ring_bytes(self.capacity) + off;
-        // SAFETY: ring < rings and off + 8 <= HEADER_LEN, so `at + 8 <= len`: inside the
-        // mapping.
-        unsafe { self.ptr.as_ptr().add(at) }
+        // ring < rings and off + 8 <= HEADER_LEN, so `at + 8 <= len`: never `None`.
+        self.mem
+            .ptr_at(at, 8)
+            .expect("ring header field inside the mapping")
     }
 
     fn u64_at(&self, ring: u32, off: usize) -> &AtomicU64 {
@@ -388,16 +348,10 @@ impl RingFile {
         assert!(ring < self.rings);
         let i = (index & u64::from(self.capacity - 1)) as usize;
         let at = ring as usize * ring_bytes(self.capacity) + HEADER_LEN + i * RECORD_LEN;
-        // SAFETY: i < capacity, so `at + RECORD_LEN <= (ring + 1) × ring_bytes <= len`.
-        unsafe { self.ptr.as_ptr().add(at) }
-    }
-}
-
-impl Drop for RingFile {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping `map` made, once; the header atomics borrowed
-        // from it cannot outlive `self`.
-        let _ = unsafe { munmap(self.ptr.cast(), self.len) };
+        // i < capacity, so `at + RECORD_LEN <= (ring + 1) × ring_bytes <= len`: never `None`.
+        self.mem
+            .ptr_at(at, RECORD_LEN)
+            .expect("ring slot inside the mapping")
     }
 }
 
