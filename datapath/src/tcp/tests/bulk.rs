@@ -168,17 +168,7 @@ impl Net {
 
     /// Puts a segment on the link; returns whether it was held back (reordered).
     fn push(&mut self, at: Instant, flow: usize, dir: Dir, bytes: Vec<u8>) -> bool {
-        let l = self.link;
-        let mut at = at + l.delay;
-        let reordered = self.rng.chance(l.reorder);
-        if reordered {
-            // Held back by up to two delays: overtaken by later segments.
-            at += Duration::from_nanos(self.rng.below(2 * l.delay.as_nanos() as u64));
-        }
-        let since = (at - self.t0).as_nanos() as u64;
-        let poll = l.poll.as_nanos() as u64;
-        at = self.t0 + Duration::from_nanos(since.div_ceil(poll) * poll);
-        let copies = if self.rng.chance(l.duplicate) { 2 } else { 1 };
+        let (at, reordered, copies) = self.link.arrival(&mut self.rng, self.t0, at);
         for _ in 0..copies {
             self.counter += 1;
             self.heap

@@ -32,6 +32,23 @@ pub(crate) struct LinkCfg {
 }
 
 impl LinkCfg {
+    /// When a segment that left the wire at `left` reaches the receiver (one-way delay, held
+    /// back by up to two delays when reordered, rounded up to the receiver's next poll after
+    /// `t0`), whether it was held back, and in how many copies (2 when duplicated).
+    pub fn arrival(&self, rng: &mut Rng, t0: Instant, left: Instant) -> (Instant, bool, usize) {
+        let mut at = left + self.delay;
+        let reordered = rng.chance(self.reorder);
+        if reordered {
+            // Held back by up to two delays: overtaken by later segments.
+            at += Duration::from_nanos(rng.below(2 * self.delay.as_nanos() as u64));
+        }
+        let since = (at - t0).as_nanos() as u64;
+        let poll = self.poll.as_nanos() as u64;
+        let at = t0 + Duration::from_nanos(since.div_ceil(poll) * poll);
+        let copies = if rng.chance(self.duplicate) { 2 } else { 1 };
+        (at, reordered, copies)
+    }
+
     pub fn lossy(loss: f64) -> LinkCfg {
         LinkCfg {
             loss,
@@ -291,16 +308,7 @@ impl<S: Sink> Pair<S> {
         if self.rng.chance(l.loss) {
             return;
         }
-        let mut at = start + tx + l.delay;
-        if self.rng.chance(l.reorder) {
-            // Held back by up to two delays: overtaken by later segments.
-            at += Duration::from_nanos(self.rng.below(2 * l.delay.as_nanos() as u64));
-        }
-        // Round up to the receiver's next poll.
-        let since = (at - self.t0).as_nanos() as u64;
-        let poll = l.poll.as_nanos() as u64;
-        at = self.t0 + Duration::from_nanos(since.div_ceil(poll) * poll);
-        let copies = if self.rng.chance(l.duplicate) { 2 } else { 1 };
+        let (at, _, copies) = l.arrival(&mut self.rng, self.t0, start + tx);
         for _ in 0..copies {
             self.counter += 1;
             self.in_flight
