@@ -121,7 +121,10 @@ fn two_workers_side_by_side_each_check_out_with_their_own_flows() {
         assert_eq!(r.completions, 512, "worker {w}");
         assert_eq!(r.payload_octets, 512 * (4096 - 14), "worker {w}");
         let region: u64 = p.flows.iter().map(|f| f.region_len).sum();
-        assert_eq!(r.compared, region, "worker {w}: every region octet compared");
+        assert_eq!(
+            r.compared, region,
+            "worker {w}: every region octet compared"
+        );
         assert!(r.began.is_some() && r.ended.is_some());
     }
 }
@@ -151,11 +154,36 @@ fn the_workers_report_has_each_worker_the_aggregate_and_the_reference() {
     assert!(r.aggregate_gbits.max >= slowest, "{}", r.line());
     assert!(r.scaling.median > 0.0, "{}", r.line());
     let v = r.json();
-    for k in ["mss", "size", "gbit_s_per_core", "ns_per_packet", "memcpy_gbit_s", "crc_gbit_s"] {
+    for k in [
+        "mss",
+        "size",
+        "gbit_s_per_core",
+        "ns_per_packet",
+        "memcpy_gbit_s",
+        "crc_gbit_s",
+    ] {
         assert!(v[k].is_number(), "{k}: {v}");
     }
     assert_eq!(v["workers"], 2);
     assert_eq!(v["per_worker"].as_array().map(|a| a.len()), Some(2));
     assert_eq!(v["per_worker"][1]["completions"], 512);
     assert!(workers::table(&[r]).contains("aggregate"));
+}
+
+#[test]
+fn more_workers_than_cpus_run_unpinned_and_check_out() {
+    use mpa_bench::pipeline::{gen, workers};
+    let n = workers::allowed_cpus().len() + 1;
+    assert_eq!(workers::placement(n), None, "no pinning with {n} workers");
+    assert_eq!(workers::placement(1).map(|c| c.len()), Some(1));
+    let mut o = tiny(Op::Send, false, false, 0.0, 2.0);
+    o.bytes = 512 << 10;
+    let prepared: Vec<gen::Prepared> = (0..n)
+        .map(|w| gen::prepare_worker(&o, w).unwrap())
+        .collect();
+    let rs = workers::run_workers_round(&o, &prepared, None).expect("rounds check out");
+    for (w, (r, p)) in rs.iter().zip(&prepared).enumerate() {
+        assert_eq!(r.frames, p.segments, "worker {w}");
+        assert_eq!(r.completions, 128, "worker {w}");
+    }
 }

@@ -512,7 +512,8 @@ pub fn pipeline_run(a: &PipelineArgs) -> Result<(Document, PipelineRun)> {
     };
     let mut doc = Document::new(Scenario::Pipeline, a.params());
     doc.results = reports.iter().map(PipelineReport::json).collect();
-    doc.results.extend(multi.iter().map(workers::WorkersReport::json));
+    doc.results
+        .extend(multi.iter().map(workers::WorkersReport::json));
     if let Some(st) = &stages {
         doc.results.extend(st.json());
     }
