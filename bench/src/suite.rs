@@ -70,6 +70,7 @@ impl SuiteArgs {
                 perf: false,
                 stages: true,
                 json: false,
+                workers: 1,
             },
             lat: LatArgs {
                 sizes: if q {

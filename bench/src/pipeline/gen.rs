@@ -5,7 +5,7 @@
 //! beside the frames: per-message completions, the ULPDU digest, the region pattern.
 
 use super::{PipelineOpts, OUR_MAC, PEER_MAC, RCV_NXT, SND_NXT};
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 use etherparse::PacketBuilder;
 use mpa::wire::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use mpa_datapath::sim::{send_segment, write_segment, FpduStream, SplitMix64};
@@ -59,6 +59,9 @@ pub struct Prepared {
     pub segments: u64,
     /// The payload table messages are cut from (see [`payload`]).
     pub table: Vec<u8>,
+    /// The global index of `flows[0]`: with several workers (`pipeline --workers`) each
+    /// worker's flows have their own 4-tuples, STags, flow ids and payloads; 0 with one.
+    pub first_flow: usize,
 }
 
 /// Payload of message `m` of flow `f`: a window of the random table, shifted per message so
@@ -96,7 +99,14 @@ fn frame(remote: SocketAddrV4, seq: u32, payload: &[u8]) -> Vec<u8> {
 }
 
 /// Builds one flow's stream and cuts it into frames: (plan, frames with their messages begun).
-fn build_flow(o: &PipelineOpts, f: usize, table: &[u8]) -> Result<(FlowPlan, Vec<Frame>)> {
+/// `f` is the flow's index in its worker (the frames' `flow`), `g` its global index (its
+/// 4-tuple, STag, flow id and payloads).
+fn build_flow(
+    o: &PipelineOpts,
+    f: usize,
+    g: usize,
+    table: &[u8],
+) -> Result<(FlowPlan, Vec<Frame>)> {
     let hlen = header_len(o.op);
     if o.size <= hlen {
         bail!(
@@ -108,13 +118,13 @@ fn build_flow(o: &PipelineOpts, f: usize, table: &[u8]) -> Result<(FlowPlan, Vec
     let total = (o.bytes / o.size as u64).max(1);
     let messages = total.div_ceil(o.flows as u64).max(1);
     let slots = slots(o, payload_len, messages);
-    let stag = 0x100 + f as u32;
+    let stag = 0x100 + g as u32;
     let mut b = FpduStream::new(o.markers, o.aligned.then_some(o.mss));
     b.wire.reserve((messages as usize) * (o.size + 32));
     // Unaligned: DDP segments as large as MULPDU allows; TCP cuts the stream at the MSS.
     let take = |left: usize| left.min(MAX_UNALIGNED_ULPDU - hlen);
     for m in 0..messages {
-        let data = payload(table, payload_len, f, m);
+        let data = payload(table, payload_len, g, m);
         let slot = m % slots;
         match o.op {
             Op::Send => {
@@ -137,7 +147,8 @@ fn build_flow(o: &PipelineOpts, f: usize, table: &[u8]) -> Result<(FlowPlan, Vec
             .map(|i| (i * o.mss).min(wire.len()))
             .collect(),
     };
-    let remote = SocketAddrV4::new([10, 99, 0, 1].into(), 7000 + f as u16);
+    let port = u16::try_from(7000 + g).map_err(|_| anyhow!("too many flows: {}", g + 1))?;
+    let remote = SocketAddrV4::new([10, 99, 0, 1].into(), port);
     let mut frames = Vec::with_capacity(ends.len());
     let (mut start, mut msg) = (0usize, 0usize);
     for &end in &ends {
@@ -156,7 +167,7 @@ fn build_flow(o: &PipelineOpts, f: usize, table: &[u8]) -> Result<(FlowPlan, Vec
         start = end;
     }
     let plan = FlowPlan {
-        flow_id: f as u64 + 1,
+        flow_id: g as u64 + 1,
         remote,
         stag,
         region_len: slots * payload_len as u64,
@@ -173,12 +184,20 @@ fn build_flow(o: &PipelineOpts, f: usize, table: &[u8]) -> Result<(FlowPlan, Vec
 /// Every flow's frames, round-robin, then loss (each lost frame is sent again 32–287 frames
 /// later) and reordering (a frame moved 1–8 frames later), from `o.seed`.
 pub fn prepare(o: &PipelineOpts) -> Result<Prepared> {
+    prepare_worker(o, 0)
+}
+
+/// [`prepare`] for worker `w` of `pipeline --workers`: its `o.flows` flows are global flows
+/// `w × o.flows ..`, so that no two workers share a 4-tuple, STag, flow id or payload; the
+/// volume, loss and reordering are each worker's own, as if it ran alone.
+pub fn prepare_worker(o: &PipelineOpts, w: usize) -> Result<Prepared> {
+    let first_flow = w * o.flows;
     let mut rng = SplitMix64(o.seed);
     let table: Vec<u8> = (0..o.size + 4096).map(|_| rng.next_u64() as u8).collect();
     let mut flows = Vec::with_capacity(o.flows);
     let mut per_flow = Vec::with_capacity(o.flows);
     for f in 0..o.flows {
-        let (plan, frames) = build_flow(o, f, &table)?;
+        let (plan, frames) = build_flow(o, f, first_flow + f, &table)?;
         flows.push(plan);
         per_flow.push(frames.into_iter());
     }
@@ -216,5 +235,6 @@ pub fn prepare(o: &PipelineOpts) -> Result<Prepared> {
         reordered,
         segments,
         table,
+        first_flow,
     })
 }

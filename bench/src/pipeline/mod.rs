@@ -14,6 +14,7 @@ pub mod gen;
 mod profile;
 pub mod round;
 pub mod stages;
+pub mod workers;
 
 use crate::options::{Align, Op};
 pub use crate::report::Spread;
@@ -108,6 +109,12 @@ pub struct PipelineArgs {
     /// Print the one JSON document on stdout (the tables go to stderr).
     #[arg(long)]
     pub json: bool,
+    /// Workers side by side (each its own worker, ring, flows and regions, pinned to its own
+    /// CPU when there are enough), all started together; `--bytes` and `--flows` are per
+    /// worker. Above 1, every round also runs 1 worker alone, and the report shows each
+    /// worker, the aggregate and the scaling instead of the single-worker table.
+    #[arg(long, default_value_t = 1)]
+    pub workers: usize,
 }
 
 /// One configuration of the pipeline (what the library runs).
@@ -460,12 +467,17 @@ pub fn table(reports: &[PipelineReport]) -> String {
 impl PipelineArgs {
     fn params(&self) -> Value {
         let o = self.opts(0, 0);
-        json!({
+        let mut v = json!({
             "mss": self.mss, "sizes": self.sizes, "rounds": o.rounds, "flows": o.flows,
             "markers": o.markers, "crc": o.crc, "op": format!("{:?}", o.op).to_lowercase(),
             "aligned": o.aligned, "loss": o.loss, "reorder": o.reorder, "bytes": o.bytes,
             "verify_checksums": o.verify_checksums, "digest": o.digest, "seed": o.seed,
-        })
+        });
+        // Only with several: one worker's document keeps its shape.
+        if self.workers > 1 {
+            v["workers"] = json!(self.workers);
+        }
+        v
     }
 }
 
@@ -474,6 +486,8 @@ pub struct PipelineRun {
     pub reports: Vec<PipelineReport>,
     pub stages: Option<stages::StageTable>,
     pub variants: Vec<PipelineReport>,
+    /// `--workers` above 1: one report per configuration (then `reports` is empty).
+    pub workers: Vec<workers::WorkersReport>,
 }
 
 /// Runs what `a` asks for and builds the document.
@@ -482,7 +496,10 @@ pub fn pipeline_run(a: &PipelineArgs) -> Result<(Document, PipelineRun)> {
     if configs.is_empty() {
         bail!("--mss and --sizes must each name at least one value");
     }
-    let reports = pipeline_many(&configs)?;
+    let (reports, multi) = match a.workers {
+        0 | 1 => (pipeline_many(&configs)?, Vec::new()),
+        n => (Vec::new(), workers::run_many(&configs, n)?),
+    };
     let stages = if a.stages {
         Some(stages::run(&configs[0])?)
     } else {
@@ -495,6 +512,8 @@ pub fn pipeline_run(a: &PipelineArgs) -> Result<(Document, PipelineRun)> {
     };
     let mut doc = Document::new(Scenario::Pipeline, a.params());
     doc.results = reports.iter().map(PipelineReport::json).collect();
+    doc.results
+        .extend(multi.iter().map(workers::WorkersReport::json));
     if let Some(st) = &stages {
         doc.results.extend(st.json());
     }
@@ -509,6 +528,7 @@ pub fn pipeline_run(a: &PipelineArgs) -> Result<(Document, PipelineRun)> {
             reports,
             stages,
             variants,
+            workers: multi,
         },
     ))
 }
@@ -547,13 +567,28 @@ pub fn run_cli(a: &PipelineArgs) -> Result<()> {
     for r in &run.reports {
         text += &format!("pipeline: OK {}\n", r.line());
     }
-    text += &format!(
-        "\n{} rounds of {} MiB per configuration, interleaved; {}:\n\n",
-        a.rounds,
-        a.bytes >> 20,
-        run.reports[0].opts.label()
-    );
-    text += &summary_table(&run.reports);
+    for r in &run.workers {
+        text += &format!("pipeline: OK {}\n", r.line());
+    }
+    if let Some(first) = run.reports.first() {
+        text += &format!(
+            "\n{} rounds of {} MiB per configuration, interleaved; {}:\n\n",
+            a.rounds,
+            a.bytes >> 20,
+            first.opts.label()
+        );
+        text += &summary_table(&run.reports);
+    }
+    if let Some(first) = run.workers.first() {
+        text += &format!(
+            "\n{} rounds of {} MiB per worker; each round 1 worker alone, then {} together; {}:\n",
+            a.rounds,
+            a.bytes >> 20,
+            first.workers,
+            first.opts.label()
+        );
+        text += &workers::table(&run.workers);
+    }
     if let Some(st) = &run.stages {
         text += &format!("\n{}", st.table());
     }

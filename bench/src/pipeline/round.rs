@@ -57,6 +57,10 @@ pub struct RoundResult {
     pub compared: u64,
     /// Completions checked.
     pub completions: u64,
+    /// When the loop began and ended (`wall` apart): with several workers, the span from the
+    /// first start to the last end is the aggregate's loop time.
+    pub began: Option<Instant>,
+    pub ended: Option<Instant>,
 }
 
 struct Setup {
@@ -129,7 +133,7 @@ fn setup(o: &PipelineOpts, p: &Prepared) -> Result<Setup> {
     for (i, f) in p.flows.iter().enumerate() {
         if o.op != Op::Count {
             let mem = Arc::new(RegionMemory::create(
-                &format!("pipeline-{i}"),
+                &format!("pipeline-{}", p.first_flow + i),
                 f.region_len,
             )?);
             // Touched once before timing, as a registered region in use is: page faults of a
@@ -177,13 +181,18 @@ const COMPLETION_RING: u32 = 1 << 16;
 
 /// Reads the completion ring (outside the timed part: the consumer's work, in its own
 /// thread in a real run); a loss fails the round.
-fn take_completions(rings: &mut RingSet, into: &mut [Vec<Completion>]) -> Result<()> {
+fn take_completions(
+    rings: &mut RingSet,
+    first_flow: usize,
+    into: &mut [Vec<Completion>],
+) -> Result<()> {
     let mut got = Vec::new();
     loop {
         got.clear();
         let lost = rings.poll(&mut got, 4096)?;
         for c in &got {
-            if let Some(v) = into.get_mut(c.flow_id as usize - 1) {
+            let local = (c.flow_id as usize).checked_sub(first_flow + 1);
+            if let Some(v) = local.and_then(|i| into.get_mut(i)) {
                 v.push(*c);
             }
         }
@@ -207,7 +216,26 @@ pub fn run_round_with(
     p: &Prepared,
     timing: &mut dyn FnMut(bool),
 ) -> Result<RoundResult> {
-    let mut s = setup(o, p)?;
+    run_round_on(o, p, timing, None)
+}
+
+/// [`run_round_with`] as one of several workers: the worker, its ring, regions and flows
+/// are set up on the calling thread (so that their memory comes from this thread's
+/// allocator arena, as a worker thread's own would), then every worker waits at `start`
+/// before its loop begins. A failed setup still meets the others at `start` (none of them
+/// waits forever) and then returns its error.
+pub fn run_round_on(
+    o: &PipelineOpts,
+    p: &Prepared,
+    timing: &mut dyn FnMut(bool),
+    start: Option<&std::sync::Barrier>,
+) -> Result<RoundResult> {
+    let s = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| setup(o, p)))
+        .unwrap_or_else(|_| Err(anyhow!("the round's setup panicked")));
+    if let Some(b) = start {
+        b.wait();
+    }
+    let mut s = s?;
     let nflows = p.flows.len();
     let mut completions: Vec<Vec<Completion>> = vec![Vec::new(); nflows];
     let mut posted = vec![0u64; nflows];
@@ -266,10 +294,12 @@ pub fn run_round_with(
         r.poll_cpu += thread_cpu().saturating_sub(c);
         timing(false);
         r.acks += s.wire.take_sent().len() as u64;
-        take_completions(&mut s.rings, &mut completions)?;
+        take_completions(&mut s.rings, p.first_flow, &mut completions)?;
     }
     r.wall = wall0.elapsed();
     r.cpu = thread_cpu().saturating_sub(cpu0).as_secs_f64();
+    r.began = Some(wall0);
+    r.ended = Some(wall0 + r.wall);
     // Every completion was published at the end of the burst that made it.
     let want: u64 = p.flows.iter().map(|f| f.messages).sum();
     let deadline = Instant::now() + Duration::from_secs(1);
@@ -279,7 +309,7 @@ pub fn run_round_with(
     {
         s.worker.poll_once()?;
         r.acks += s.wire.take_sent().len() as u64;
-        take_completions(&mut s.rings, &mut completions)?;
+        take_completions(&mut s.rings, p.first_flow, &mut completions)?;
     }
     let q = s.worker.report();
     r.frames = q.ring.rx_frames;
@@ -396,7 +426,7 @@ fn check_region(o: &PipelineOpts, p: &Prepared, f: usize, mem: &RegionMemory) ->
     for slot in 0..plan.slots {
         // The last message that went to this slot.
         let m = slot + (plan.messages - 1 - slot) / plan.slots * plan.slots;
-        let want = payload(&p.table, len, f, m);
+        let want = payload(&p.table, len, p.first_flow + f, m);
         let at = (slot as usize) * len;
         if let Some(i) = got[at..at + len].iter().zip(want).position(|(a, b)| a != b) {
             bail!(
