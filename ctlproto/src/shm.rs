@@ -52,6 +52,11 @@ pub enum Access {
 }
 
 /// One shared mapping of a memfd, unmapped on drop.
+///
+/// Aligned to 128 octets (two cache lines, the adjacent-line prefetcher's pair): every worker
+/// reads `ptr` and `len` at each copy, and the value sits in an `Arc` made on the control
+/// thread, whose other allocations (and the `Arc`'s own counts) must not share its line.
+#[repr(align(128))]
 pub struct SharedMemory {
     ptr: NonNull<u8>,
     len: usize,

@@ -149,7 +149,7 @@ impl Datapath {
                 verify_checksums: cfg.verify_checksums,
                 spin: cfg.spin,
             };
-            let w = Worker::new(xsk, wcfg, rx, notify_tx.clone());
+            let notify = notify_tx.clone();
             let pin = cfg.pin_cpus;
             handles.push(
                 std::thread::Builder::new()
@@ -158,7 +158,10 @@ impl Datapath {
                         if pin {
                             pin_to_cpu(q);
                         }
-                        w.run()
+                        // Made on its own thread, so that the state it writes every burst
+                        // comes from this thread's allocator arena: built on the main thread,
+                        // one queue's vectors could share a cache line with the next's.
+                        Worker::new(xsk, wcfg, rx, notify).run()
                     })
                     .map_err(|e| StartError::Iface(cfg.iface.clone(), e.to_string()))?,
             );
