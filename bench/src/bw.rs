@@ -72,6 +72,11 @@ pub struct BwArgs {
     /// The datapath TCP's `ooo_ack_every` (default: TcpConfig's).
     #[arg(long)]
     pub ooo_ack_every: Option<u32>,
+    /// The bed as two hosts on two CPUs: the sender and its veth's RX (the ACKs, by RPS) on
+    /// CPU 0, the receiver (the kernel Responder process, or the datapath's workers) on CPU 1
+    /// (bench/src/split.rs). Both receivers alike; not with --iface.
+    #[arg(long)]
+    pub split_cpus: bool,
     #[command(flatten)]
     pub nic: NicArgs,
 }
@@ -95,6 +100,7 @@ impl BwArgs {
             connections: self.connections,
             rcv_buf: self.rcv_buf,
             ooo_ack_every: self.ooo_ack_every,
+            split_cpus: self.split_cpus,
         }
     }
 

@@ -112,6 +112,9 @@ pub fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
         opts.tcp.ooo_ack_every = n;
     }
     let dp = start_datapath(bed, &socket, &opts)?;
+    if crate::split::applies(bed, r.split_cpus) && crate::split::pin_workers()? == 0 {
+        bail!("--split-cpus: no datapath worker thread to pin");
+    }
     let result = transfer(bed, &socket, r);
     dp.stop();
     result

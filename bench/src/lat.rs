@@ -107,6 +107,7 @@ impl LatArgs {
             connections: 1,
             rcv_buf: None,
             ooo_ack_every: None,
+            split_cpus: false,
         }
     }
 

@@ -33,6 +33,7 @@ pub mod progress;
 pub mod report;
 pub mod setup;
 pub mod soak;
+pub mod split;
 pub mod suite;
 
 pub use bw::BwArgs;

@@ -61,6 +61,11 @@ pub struct Run {
     /// The datapath TCP's `ooo_ack_every` (default: TcpConfig's).
     #[arg(long)]
     pub ooo_ack_every: Option<u32>,
+    /// The bed as two hosts on two CPUs: the sender and its veth's RX (the ACKs, by RPS) on
+    /// CPU 0, the receiver (the kernel Responder process, or the datapath's workers) on CPU 1
+    /// (bench/src/split.rs). Both receivers alike; not with --iface.
+    #[arg(long)]
+    pub split_cpus: bool,
 }
 
 /// `--align`: whether the sender aligns FPDUs with TCP segments.
@@ -163,14 +168,21 @@ pub fn bed_for(r: &Run, nic: &NicArgs) -> Result<TestBed> {
 
 /// The bed a run asks for: the direct veth pair, or the bridge with loss.
 pub fn bed(r: &Run) -> Result<TestBed> {
-    Ok(TestBed::up(BedConfig {
+    if r.split_cpus {
+        crate::split::check_cpus()?;
+    }
+    let bed = TestBed::up(BedConfig {
         bridge: r.loss > 0 || r.impair.is_some(),
         loss_percent: r.loss,
         loss_port: PORT,
         mtu: r.mtu,
         queues: r.queues,
         impair: r.impair.clone(),
-    })?)
+    })?;
+    if crate::split::applies(&bed, r.split_cpus) {
+        crate::split::steer_sender_rx(&bed)?;
+    }
+    Ok(bed)
 }
 
 /// The messages a run sends.

@@ -65,8 +65,8 @@ pub fn sender_with(bed: &TestBed, r: &Run, extra: &[String]) -> Result<Value> {
         args.push("--markers");
     }
     args.extend(extra.iter().map(String::as_str));
-    let out = bed
-        .command(&bed.ns_a, &peer.to_string_lossy())
+    let pin = crate::split::applies(bed, r.split_cpus).then_some(crate::split::SENDER_CPU);
+    let out = crate::split::command(bed, &bed.ns_a, &peer.to_string_lossy(), pin)
         .args(&args)
         .stderr(Stdio::inherit())
         .output()
@@ -116,8 +116,8 @@ pub fn kernel_run(bed: &TestBed, r: &Run) -> Result<KernelResult> {
         args.push("--markers");
     }
     let cpu0 = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_CHILDREN);
-    let mut child = bed
-        .command(&bed.ns_b, &peer_bin.to_string_lossy())
+    let pin = crate::split::applies(bed, r.split_cpus).then_some(crate::split::RECEIVER_CPU);
+    let mut child = crate::split::command(bed, &bed.ns_b, &peer_bin.to_string_lossy(), pin)
         .args(&args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

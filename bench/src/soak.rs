@@ -115,6 +115,7 @@ pub fn soak(a: &SoakArgs) -> Result<String> {
         connections: a.connections,
         rcv_buf: None,
         ooo_ack_every: None,
+        split_cpus: false,
     };
     let bed = bed(&r)?;
     let socket = temp_path("soak.sock");

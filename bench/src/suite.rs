@@ -148,6 +148,7 @@ impl SuiteArgs {
             connections: 1,
             rcv_buf: None,
             ooo_ack_every: None,
+            split_cpus: false,
             nic: Default::default(),
         }
     }

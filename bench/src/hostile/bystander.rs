@@ -44,6 +44,7 @@ impl Bystander {
             impair: None,
             rcv_buf: None,
             ooo_ack_every: None,
+            split_cpus: false,
         };
         let placement = Placement::prepare_in(socket, &run, crate::options::PD)?;
         let resp = Responder {

@@ -1,0 +1,90 @@
+//! `--split-cpus`: the namespace bed as two hosts on this machine's two CPUs.
+//!
+//! On one host the ACK clock makes the receiver pay for the sender: an ACK the receiver sends
+//! is processed by the sender's TCP on the receiver's CPU (veth delivers it there), and the
+//! transmissions that ACK releases — GSO segmentation, veth, XDP, the copy into UMEM — run
+//! there too. With `--split-cpus` the sender (`mpa-peer connect`) runs on CPU 0, the ACKs it
+//! receives are steered to CPU 0 with RPS on its veth, and the receiver — the kernel-TCP
+//! Responder process, or the datapath's worker threads — runs on CPU 1. Both receivers get the
+//! same treatment in the same run; the consumer and the bench's own threads stay unpinned.
+//! Not on a real-NIC bed (`--iface`), where the sender is another host anyway.
+
+use anyhow::{bail, Context, Result};
+use mpa_testbed::TestBed;
+use nix::sched::{sched_setaffinity, CpuSet};
+use nix::unistd::Pid;
+use std::process::Command;
+
+/// The sender's CPU (and its veth's RX processing).
+pub const SENDER_CPU: usize = 0;
+/// The receiver's CPU.
+pub const RECEIVER_CPU: usize = 1;
+
+/// Whether the bed can be split: a namespace bed on a machine with at least two CPUs.
+pub fn applies(bed: &TestBed, split: bool) -> bool {
+    split && bed.external.is_none()
+}
+
+/// `program` in `ns`, pinned to `cpu` (through `taskset`) when `pin`.
+pub fn command(bed: &TestBed, ns: &str, program: &str, pin: Option<usize>) -> Command {
+    match pin {
+        Some(cpu) => {
+            let mut c = bed.command(ns, "taskset");
+            c.args(["-c", &cpu.to_string(), program]);
+            c
+        }
+        None => bed.command(ns, program),
+    }
+}
+
+/// Steers the RX processing of the sender's interface (the ACKs it receives) to
+/// [`SENDER_CPU`] with RPS.
+pub fn steer_sender_rx(bed: &TestBed) -> Result<()> {
+    let mask = format!("{:x}", 1u64 << SENDER_CPU);
+    let script = format!(
+        "for q in /sys/class/net/{}/queues/rx-*/rps_cpus; do echo {mask} > $q || exit 1; done",
+        bed.if_a
+    );
+    let st = bed
+        .command(&bed.ns_a, "sh")
+        .args(["-c", &script])
+        .status()
+        .context("set rps_cpus in the sender's namespace")?;
+    if !st.success() {
+        bail!("could not set rps_cpus on {} in {}", bed.if_a, bed.ns_a);
+    }
+    Ok(())
+}
+
+/// Pins this process's datapath worker threads (`mpa-worker-*`) to [`RECEIVER_CPU`];
+/// returns how many.
+pub fn pin_workers() -> Result<usize> {
+    let mut set = CpuSet::new();
+    set.set(RECEIVER_CPU).context("cpu set")?;
+    let mut n = 0;
+    for task in std::fs::read_dir("/proc/self/task").context("/proc/self/task")? {
+        let task = task?;
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with("mpa-worker-") {
+            continue;
+        }
+        let tid: i32 = task
+            .file_name()
+            .to_string_lossy()
+            .parse()
+            .context("task id")?;
+        sched_setaffinity(Pid::from_raw(tid), &set)
+            .with_context(|| format!("pin {} to CPU {RECEIVER_CPU}", comm.trim()))?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Fails unless the machine has the two CPUs the split needs.
+pub fn check_cpus() -> Result<()> {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if n < 2 {
+        bail!("--split-cpus needs 2 CPUs, this machine has {n}");
+    }
+    Ok(())
+}
