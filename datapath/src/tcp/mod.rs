@@ -29,7 +29,7 @@
 //! Files: [`config`] (hand-over snapshot, policy), `connection` (the state machine: types,
 //! construction, timers and events; `connection/rx.rs` receive, `ack.rs` ACK processing,
 //! `tx.rs` send),
-//! `reassembly` (out-of-order store), `send_buf`, `rtt` (RFC 6298), `scoreboard` (peer's
+//! `reassembly` (out-of-order store), `source` (what is sent: [`SendSource`]), `send_buf`, `rtt` (RFC 6298), `scoreboard` (peer's
 //! SACKs), [`cc`] (congestion control), `timer`, [`stats`], [`error`]. Tests: `tests/`
 //! (`pair.rs` one sender over a lossy link, `bulk.rs` senders through a shared bottleneck).
 #![forbid(unsafe_code)]
@@ -42,6 +42,7 @@ mod reassembly;
 mod rtt;
 mod scoreboard;
 mod send_buf;
+mod source;
 pub mod stats;
 mod timer;
 
@@ -52,6 +53,8 @@ pub use cc::CongestionControl;
 pub use config::{HandoverState, TcpConfig, TsHandover};
 pub use connection::{Connection, Event, SegmentOutcome, State, Transmit};
 pub use error::TcpError;
+pub use send_buf::SendBuffer;
+pub use source::{SendSource, SourceError};
 pub use stats::{DropCounters, DropReason, TcpStats};
 
 /// Parts of an out-of-order segment the caller consumed itself (offsets into the octets it
