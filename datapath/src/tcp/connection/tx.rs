@@ -23,7 +23,6 @@ impl Connection<SendBuffer> {
 }
 
 impl<S: SendSource> Connection<S> {
-
     /// Closes our direction: a FIN follows the queued octets, and is retransmitted until
     /// acknowledged (RFC 9293 §3.10.4).
     pub fn close(&mut self) {
@@ -72,13 +71,20 @@ impl<S: SendSource> Connection<S> {
         n
     }
 
-    /// A retransmission from `off` up to the next SACKed range (`limit`). When that range
-    /// begins inside the first unit (the peer SACKed octets we never sent as a segment
-    /// edge), the whole unit is resent within `room`: resending SACKed octets is harmless,
-    /// a segment that does not start with an FPDU is not.
-    pub(super) fn sack_clamped_len(&mut self, off: usize, limit: usize, room: usize) -> usize {
-        match self.cut_len(off, limit, room) {
-            0 if limit < room => self.cut_len(off, room, room),
+    /// A retransmission from `off` within `limit` (windows and `room`) and up to the next
+    /// SACKed range (`sacked`). When that range begins inside the first unit (the peer
+    /// SACKed octets we never sent as a segment edge), the whole unit is resent within
+    /// `limit`: resending SACKed octets is harmless, a segment that does not start with an
+    /// FPDU is not.
+    pub(super) fn sack_clamped_len(
+        &mut self,
+        off: usize,
+        sacked: usize,
+        limit: usize,
+        room: usize,
+    ) -> usize {
+        match self.cut_len(off, sacked.min(limit), room) {
+            0 if sacked < limit => self.cut_len(off, limit, room),
             n => n,
         }
     }
@@ -111,13 +117,13 @@ impl<S: SendSource> Connection<S> {
             return None;
         }
         let data_end = self.data_end();
-        let mut limit = room;
-        if let Some(next) = self.scoreboard.next_start_after(s) {
-            limit = limit.min(next.distance_from(s) as usize);
-        }
+        let sacked = self
+            .scoreboard
+            .next_start_after(s)
+            .map_or(usize::MAX, |next| next.distance_from(s) as usize);
         let len = if s < data_end {
             let off = s.distance_from(self.snd_una) as usize;
-            self.sack_clamped_len(off, limit, room)
+            self.sack_clamped_len(off, sacked, room, room)
         } else {
             0
         };
@@ -163,13 +169,12 @@ impl<S: SendSource> Connection<S> {
         }
         let usable = by_rwnd.min(by_cwnd);
         let off = s.distance_from(self.snd_una) as usize;
-        let mut limit = usable.min(room);
+        let limit = usable.min(room);
         let retransmission = s < self.snd_max;
-        if retransmission {
-            if let Some(next) = self.scoreboard.next_start_after(s) {
-                limit = limit.min(next.distance_from(s) as usize);
-            }
-        }
+        let sacked = match self.scoreboard.next_start_after(s) {
+            Some(next) if retransmission => next.distance_from(s) as usize,
+            _ => usize::MAX,
+        };
         // The source cuts: whole FPDUs for an aligned one, so a window or cwnd that ends
         // inside the next FPDU sends nothing yet (RFC 5044 §5.1 lists exactly those
         // windows among the ways alignment is lost). `full` is what a whole segment takes.
@@ -177,7 +182,7 @@ impl<S: SendSource> Connection<S> {
         let mut len = if queued == 0 {
             0
         } else if retransmission {
-            self.sack_clamped_len(off, limit, usable.min(room))
+            self.sack_clamped_len(off, sacked, limit, room)
         } else {
             self.cut_len(off, limit, room)
         };
