@@ -692,3 +692,146 @@ proptest! {
         check_against_encoder(seed, emss, markers, position & !3, n);
     }
 }
+
+// ------------------------------------------------------------------ against a scripted peer
+
+mod scripted {
+    use super::*;
+    use crate::tcp::tests::harness::{handover, Peer, SEG};
+
+    type Sender = Connection<FpduSource<MemRegions>>;
+
+    /// Our connection sending one 20 000-octet Write, the peer's window `wnd` octets.
+    fn sender(t0: Instant, wnd: u32, markers: bool) -> (Sender, SeqNumber) {
+        let mut rng = Rng(5);
+        let mut h = handover(t0, true);
+        h.snd_wnd = wnd;
+        let cfg = TcpConfig::default();
+        let src = FpduSource::new(
+            SenderConfig::new(SEG, markers),
+            source_regions(&mut rng, 20_000),
+        )
+        .unwrap();
+        let mut c = Connection::with_source(&h, &cfg, t0, src).unwrap();
+        c.source_mut()
+            .post_write(SRC_STAG, 0, 20_000, WRITE_STAG, 0)
+            .unwrap();
+        (c, h.snd_nxt)
+    }
+
+    fn drain(c: &mut Sender, now: Instant) -> Vec<(TcpRepr, Vec<u8>)> {
+        let mut buf = [0u8; 2048];
+        let mut v = Vec::new();
+        while let Some(t) = c.poll_transmit(now, &mut buf) {
+            let p = TcpPacket::new_unchecked(&buf[..t.len()]);
+            v.push((t.repr, p.payload().to_vec()));
+            assert!(v.len() < 1000);
+        }
+        v
+    }
+
+    /// A zero window: the probes carry no data (SND.UNA − 1, as Linux), so they never
+    /// break alignment; the window's answer lets the aligned segments go.
+    #[test]
+    fn zero_window_probe_carries_no_octet() {
+        let t0 = Instant::now();
+        let (mut c, start) = sender(t0, 0, true);
+        assert!(drain(&mut c, t0).iter().all(|(_, p)| p.is_empty()));
+        let at = c.poll_timeout().expect("persist timer");
+        c.handle_timeout(at);
+        let probes = drain(&mut c, at);
+        assert_eq!(probes.len(), 1);
+        assert!(probes[0].1.is_empty());
+        assert_eq!(probes[0].0.seq_number, start + u32::MAX);
+        assert_eq!(c.stats().window_probes, 1);
+        // The window opens: full aligned segments.
+        let mut peer = Peer::new(true);
+        peer.ack = start;
+        c.handle_segment(at, &peer.pure_ack(0), &[]);
+        let segs = drain(&mut c, at);
+        assert!(!segs.is_empty());
+        for (r, p) in &segs {
+            check_segment(true, start, r, p);
+        }
+        assert_eq!(c.stats().unaligned_segments, 0);
+    }
+
+    /// A window open but below one FPDU, nothing in flight: nothing goes until the persist
+    /// timer, then one segment fills the window inside the FPDU (RFC 5044 Appendix A.1);
+    /// the next ends that FPDU, and those after start with FPDUs again.
+    #[test]
+    fn window_below_one_fpdu_breaks_alignment_once_after_a_persist_interval() {
+        let t0 = Instant::now();
+        let (mut c, start) = sender(t0, 1024, true);
+        assert!(
+            drain(&mut c, t0).is_empty(),
+            "nothing fits a 1024-octet window"
+        );
+        let at = c.poll_timeout().expect("persist timer");
+        c.handle_timeout(at);
+        let segs = drain(&mut c, at);
+        assert_eq!(segs.len(), 1);
+        assert_eq!(segs[0].1.len(), 1024);
+        assert_eq!(c.stats().unaligned_segments, 1);
+        let mut head = segs[0].1.clone();
+        let mut peer = Peer::new(true);
+        peer.ack = start + 1024u32;
+        c.handle_segment(at, &peer.pure_ack(0), &[]);
+        let segs = drain(&mut c, at);
+        assert!(segs.len() >= 2);
+        // The rest of the cut FPDU ends the first segment (both together are one whole
+        // FPDU); then whole FPDUs from a boundary.
+        head.extend_from_slice(&segs[0].1);
+        let mut dec = FpduDecoder::new(true, true);
+        let mut chunk = dec.feed(&head);
+        assert!(matches!(chunk.next_ulpdu(), Some(Ok(_))));
+        assert!(chunk.next_ulpdu().is_none());
+        drop(chunk);
+        assert_eq!(dec.buffered(), 0);
+        for (r, p) in &segs[1..] {
+            check_segment(true, start, r, p);
+        }
+        assert_eq!(c.stats().unaligned_segments, 1);
+    }
+
+    /// Data from the peer out of order: the owed ACK with its SACK block goes alone, the
+    /// aligned data segments stay full-sized (SACK blocks that do not fit are left off).
+    #[test]
+    fn sack_blocks_do_not_shrink_aligned_segments() {
+        let t0 = Instant::now();
+        let (mut c, start) = sender(t0, 64 * 1024, false);
+        let mut peer = Peer::new(true);
+        peer.ack = start;
+        let (r, p) = peer.data(1000, 500);
+        c.handle_segment(t0, &r, &p);
+        let segs = drain(&mut c, t0);
+        assert!(segs[0].1.is_empty(), "the owed ACK first");
+        assert_eq!(segs[0].0.options.sack.len(), 1);
+        let data: Vec<_> = segs.iter().filter(|(_, p)| !p.is_empty()).collect();
+        assert!(data.len() >= 2);
+        assert_eq!(data[0].1.len(), SEG, "one full FPDU per segment");
+        for (r, p) in data {
+            check_segment(false, start, r, p);
+            assert!(r.options.sack.is_empty());
+        }
+        assert!(c.stats().sack_blocks_trimmed > 0);
+    }
+
+    /// A region removed under a message in flight fails the connection with a RST and a
+    /// typed error.
+    #[test]
+    fn region_gone_fails_the_connection() {
+        let t0 = Instant::now();
+        let (mut c, _) = sender(t0, 64 * 1024, true);
+        c.source_mut().regions_mut().remove(SRC_STAG);
+        let segs = drain(&mut c, t0);
+        assert_eq!(segs.len(), 1);
+        assert!(segs[0].0.flags.rst());
+        assert!(matches!(
+            c.poll_event(),
+            Some(Event::Failed(crate::tcp::TcpError::Source(
+                SourceError::RegionUnreadable { stag: SRC_STAG, .. }
+            )))
+        ));
+    }
+}

@@ -344,6 +344,12 @@ impl<S: SendSource> Connection<S> {
             0
         };
         let room = self.payload_room(opts.emitted_len() - sack_len, buf.len());
+        if sack_len > 0 && (self.ack_each || self.dsack.is_some()) {
+            // The ACK an out-of-order or duplicate segment is owed would lose SACK blocks
+            // beside a full aligned segment (RFC 2018 §4: report the most recent): it goes
+            // alone, first; the data follows in the next call.
+            return self.transmit(now, buf, opts, self.snd_nxt, 0, false, None);
+        }
 
         let mut plan = None;
         // Pacing holds data (new or retransmitted) back; ACKs and probes never wait.
