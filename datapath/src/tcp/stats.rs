@@ -136,7 +136,7 @@ pub struct TcpStats {
     pub window_probes: u64,
     /// Keepalive probes sent (RFC 1122 §4.2.3.6).
     pub keepalive_probes: u64,
-    /// Data segments an aligned source would not have cut there (RFC 5044 Appendix A.1:
+    /// Data segments of an aligned source that end inside an FPDU (RFC 5044 Appendix A.1:
     /// a receive window or segment smaller than the next FPDU).
     pub unaligned_segments: u64,
     /// SACK blocks left off data segments of an aligned source for want of room.

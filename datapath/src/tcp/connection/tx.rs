@@ -61,14 +61,12 @@ impl<S: SendSource> Connection<S> {
     /// (an FPDU) fits a whole segment — a buffer or MSS too small for it — the segment is
     /// cut anyway (RFC 5044 Appendix A.1: an MPA-aware TCP may break alignment when the
     /// EMSS shrinks), else the stream would stall.
-    pub(super) fn cut_len(&mut self, off: usize, limit: usize, room: usize) -> usize {
+    pub(super) fn cut_len(&self, off: usize, limit: usize, room: usize) -> usize {
         let n = self.src.segment_len(off, limit);
         if n > 0 || limit == 0 || self.src.segment_len(off, room) > 0 {
             return n;
         }
-        let n = self.src.queued().saturating_sub(off).min(limit);
-        self.stats.unaligned_segments += u64::from(n > 0);
-        n
+        self.src.queued().saturating_sub(off).min(limit)
     }
 
     /// A retransmission from `off` within `limit` (windows and `room`) and up to the next
@@ -77,7 +75,7 @@ impl<S: SendSource> Connection<S> {
     /// `limit`: resending SACKed octets is harmless, a segment that does not start with an
     /// FPDU is not.
     pub(super) fn sack_clamped_len(
-        &mut self,
+        &self,
         off: usize,
         sacked: usize,
         limit: usize,
@@ -179,6 +177,8 @@ impl<S: SendSource> Connection<S> {
         // inside the next FPDU sends nothing yet (RFC 5044 §5.1 lists exactly those
         // windows among the ways alignment is lost). `full` is what a whole segment takes.
         let full = self.cut_len(off, room, room);
+        // Only the plan right after the persist timer found the window too small may cut.
+        let force_cut = std::mem::take(&mut self.force_cut);
         let mut len = if queued == 0 {
             0
         } else if retransmission {
@@ -186,17 +186,16 @@ impl<S: SendSource> Connection<S> {
         } else {
             self.cut_len(off, limit, room)
         };
-        if len == 0 && queued > 0 && limit > 0 && std::mem::take(&mut self.force_cut) {
+        let nothing_in_flight = self.snd_una == self.snd_max;
+        if len == 0 && limit > 0 && force_cut && nothing_in_flight && by_rwnd < full {
             // The peer's window stayed below the next FPDU through a persist interval with
             // nothing in flight: RFC 5044 Appendix A.1 lets a too small receive window break
             // alignment rather than stall (the rest of the FPDU follows, and segments after
             // it start with FPDUs again).
             len = queued.min(limit);
-            self.stats.unaligned_segments += 1;
         }
         // RFC 9293 §3.8.6.2.1 sender SWS avoidance (Nagle off: a short segment that empties
         // the queue goes at once).
-        let nothing_in_flight = self.snd_una == self.snd_max;
         let worthwhile = len == full
             || len >= (self.max_snd_wnd as usize) / 2
             || nothing_in_flight
@@ -528,6 +527,9 @@ impl<S: SendSource> Connection<S> {
         };
         if len > 0 {
             let off = seq.distance_from(self.snd_una) as usize;
+            if S::ALIGNED && self.src.segment_len(off, len) != len {
+                self.stats.unaligned_segments += 1;
+            }
             if let Err(e) = self.src.fill(off, &mut buf[header_len..header_len + len]) {
                 warn!(local = self.local_port, error = %e, "tcp: send source failed");
                 self.fail_with_rst(TcpError::Source(e));
