@@ -835,3 +835,41 @@ mod scripted {
         ));
     }
 }
+
+/// What one core fills per second: 64 KiB Writes cut into 1448-octet segments (markers on
+/// and off), each segment written from the region with its CRC. Measurement, not a check:
+/// `cargo test --release -p mpa-datapath --lib sender::tests::fill_rate -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn fill_rate() {
+    for markers in [false, true] {
+        let mut rng = Rng(6);
+        let mut src = FpduSource::new(
+            SenderConfig::new(1448, markers),
+            source_regions(&mut rng, 1 << 20),
+        )
+        .unwrap();
+        let mut out = vec![0u8; 1448];
+        let t = std::time::Instant::now();
+        let mut octets = 0u64;
+        while t.elapsed() < Duration::from_secs(3) {
+            for i in 0..16 {
+                src.post_write(SRC_STAG, i * 65_536, 65_536, WRITE_STAG, 0)
+                    .unwrap();
+            }
+            while src.queued() > 0 {
+                let n = src.segment_len(0, 1448);
+                src.fill(0, &mut out[..n]).unwrap();
+                src.acked(n);
+                octets += n as u64;
+            }
+            while src.poll_completion().is_some() {}
+        }
+        let s = t.elapsed().as_secs_f64();
+        eprintln!(
+            "markers {markers}: {:.2} Gbit/s of FPDUs, {:.0} ns per segment",
+            octets as f64 * 8.0 / s / 1e9,
+            s * 1e9 / (octets as f64 / 1448.0)
+        );
+    }
+}

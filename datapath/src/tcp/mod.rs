@@ -13,7 +13,8 @@
 //!   segment, frozen with the SACK blocks of its moment and queued (RFC 5681 §4.2);
 //!   timestamps that continue the kernel's clock;
 //! * window: what the buffers can really take, scaled, never retracted;
-//! * send: a bulk sender from the send buffer: congestion control in [`cc`] (CUBIC,
+//! * send: a bulk sender from a [`SendSource`] (the byte ring behind [`Connection::send`], or
+//!   an FPDU source whose segments, retransmissions included, carry whole FPDUs only): congestion control in [`cc`] (CUBIC,
 //!   RFC 9438, by default, or NewReno; HyStart++, RFC 9406, in slow start), SACK loss
 //!   recovery per RFC 6675 (pipe, NextSeg, IsLost with DupThresh, one window reduction per
 //!   episode; RFC 6582 partial ACKs without SACK; a lost retransmission at SND.UNA found
