@@ -31,6 +31,7 @@ pub mod receiver;
 pub mod region;
 pub mod registry;
 pub mod ring;
+pub mod sender;
 pub mod server;
 pub mod sim;
 pub mod strays;

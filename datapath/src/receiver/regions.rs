@@ -19,6 +19,10 @@ pub trait Regions {
     /// Copies `src` to `offset` of region `stag`; `false` (nothing written) when the region
     /// is gone or the range is outside it.
     fn write(&mut self, stag: u32, offset: u64, src: &[u8]) -> bool;
+    /// Copies `dst.len()` octets from `offset` of region `stag` into `dst`; `false` (`dst`
+    /// unspecified) when the region is gone or the range is outside it. The sender reads
+    /// what it sends through this.
+    fn read(&self, stag: u32, offset: u64, dst: &mut [u8]) -> bool;
 }
 
 /// One registered region as a worker sees it.
@@ -65,6 +69,10 @@ impl Regions for RegionTable {
             .get(&stag)
             .is_some_and(|r| r.mem.write(offset, src))
     }
+
+    fn read(&self, stag: u32, offset: u64, dst: &mut [u8]) -> bool {
+        self.map.get(&stag).is_some_and(|r| r.mem.read(offset, dst))
+    }
 }
 
 /// Regions in ordinary memory: for tests, fuzzing and the in-memory pipeline.
@@ -108,6 +116,25 @@ impl Regions for MemRegions {
             .and_then(|end| mem.get_mut(start..end))
         {
             Some(dst) => {
+                dst.copy_from_slice(src);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn read(&self, stag: u32, offset: u64, dst: &mut [u8]) -> bool {
+        let Some((_, mem)) = self.map.get(&stag) else {
+            return false;
+        };
+        let Ok(start) = usize::try_from(offset) else {
+            return false;
+        };
+        match start
+            .checked_add(dst.len())
+            .and_then(|end| mem.get(start..end))
+        {
+            Some(src) => {
                 dst.copy_from_slice(src);
                 true
             }

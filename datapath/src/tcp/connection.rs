@@ -54,6 +54,7 @@ use super::reassembly::{Insert, Reassembly};
 use super::rtt::RttEstimator;
 use super::scoreboard::Scoreboard;
 use super::send_buf::SendBuffer;
+use super::source::SendSource;
 use super::stats::{DropReason, TcpStats};
 use super::timer::{Timer, Timers};
 use super::PlacedSpans;
@@ -168,9 +169,11 @@ struct AckSnap {
 }
 
 /// A TCP connection in a synchronized state, handed over from the kernel. See the module
-/// documentation for the caller's loop.
+/// documentation for the caller's loop. What it sends comes from `S`: a byte ring
+/// ([`SendBuffer`], filled by [`Connection::send`]) unless built with
+/// [`Connection::with_source`].
 #[derive(Debug)]
-pub struct Connection {
+pub struct Connection<S: SendSource = SendBuffer> {
     cfg: TcpConfig,
     state: State,
     local_port: u16,
@@ -233,7 +236,8 @@ pub struct Connection {
     max_snd_wnd: u32,
     snd_wscale: u8,
     snd_mss: usize,
-    sndbuf: SendBuffer,
+    /// The octets from SND.UNA on.
+    src: S,
     /// Our FIN's sequence number once `close` was called.
     our_fin: Option<SeqNumber>,
     /// The congestion window and slow-start threshold (`cc.rs`).
@@ -269,6 +273,8 @@ pub struct Connection {
     /// Zero-window probes sent since the peer's window closed (`TcpConfig::persist_max_probes`).
     persist_probes: u32,
     probe_pending: bool,
+    /// The next new segment may end inside one of the source's units (see `on_persist`).
+    force_cut: bool,
     /// When the latest acceptable segment arrived: the keepalive's idle time counts from it.
     last_rx: Instant,
     /// Keepalive probes sent since then.
@@ -289,11 +295,39 @@ pub struct Connection {
     stats: TcpStats,
 }
 
-impl Connection {
-    /// Creates the connection in ESTABLISHED from a hand-over snapshot. `now` is the current
-    /// time; the caller should `poll_transmit` at once (the data path's first segment, e.g.
-    /// the MPA Reply, carries the current ACK and window).
+impl Connection<SendBuffer> {
+    /// Creates the connection in ESTABLISHED from a hand-over snapshot, sending from a byte
+    /// ring of `cfg.snd_buf` octets. `now` is the current time; the caller should
+    /// `poll_transmit` at once (the data path's first segment, e.g. the MPA Reply, carries
+    /// the current ACK and window).
     pub fn new(h: &HandoverState, cfg: &TcpConfig, now: Instant) -> Result<Connection, TcpError> {
+        Connection::with_source(h, cfg, now, SendBuffer::new(cfg.snd_buf))
+    }
+
+    /// Octets queued to send and not yet acknowledged.
+    pub fn send_queued(&self) -> usize {
+        self.src.len()
+    }
+    /// Room in the send buffer.
+    pub fn send_capacity(&self) -> usize {
+        if self.can_send() {
+            self.src.free()
+        } else {
+            0
+        }
+    }
+}
+
+impl<S: SendSource> Connection<S> {
+    /// As [`Connection::new`], sending what `src` holds (e.g. an FPDU source reading
+    /// registered memory). `cfg.snd_buf` still sizes the SACK scoreboard: set it to the
+    /// most the source will have in flight.
+    pub fn with_source(
+        h: &HandoverState,
+        cfg: &TcpConfig,
+        now: Instant,
+        src: S,
+    ) -> Result<Connection<S>, TcpError> {
         if cfg.rcv_buf == 0 || cfg.rcv_buf > MAX_BUF {
             return Err(TcpError::InvalidHandover("rcv_buf must be in 1..=2^30"));
         }
@@ -391,7 +425,7 @@ impl Connection {
             max_snd_wnd: h.snd_wnd,
             snd_wscale,
             snd_mss,
-            sndbuf: SendBuffer::new(cfg.snd_buf),
+            src,
             our_fin: None,
             cc: Controller::new(cfg.congestion_control, snd_mss, cfg.initial_cwnd_segments),
             dupacks: 0,
@@ -413,6 +447,7 @@ impl Connection {
             persist_backoff: 0,
             persist_probes: 0,
             probe_pending: false,
+            force_cut: false,
             last_rx: now,
             keepalive_probes_out: 0,
             keepalive_pending: false,
@@ -491,17 +526,31 @@ impl Connection {
     pub fn reassembled_len(&self) -> usize {
         self.store.readable(self.rcv_nxt)
     }
-    /// Octets queued to send and not yet acknowledged.
-    pub fn send_queued(&self) -> usize {
-        self.sndbuf.len()
+    /// Octets the source holds from SND.UNA on (sent or not).
+    pub fn source_queued(&self) -> usize {
+        self.src.queued()
     }
-    /// Room in the send buffer.
-    pub fn send_capacity(&self) -> usize {
-        if self.can_send() {
-            self.sndbuf.free()
+    /// The send source.
+    pub fn source(&self) -> &S {
+        &self.src
+    }
+    /// The send source, to queue more (queue only at its end: what was sent stays as it was).
+    pub fn source_mut(&mut self) -> &mut S {
+        &mut self.src
+    }
+    /// RFC 5044's EMSS: the MSS less the options every segment carries (timestamps). An
+    /// aligned source sizes its FPDUs to it.
+    pub fn emss(&self) -> usize {
+        let ts = if self.ts.is_some() {
+            TIMESTAMPS_OPTION_LEN
         } else {
             0
-        }
+        };
+        self.snd_mss.saturating_sub(ts).max(1)
+    }
+    /// Whether more may be queued: the connection is open and our FIN not yet queued.
+    pub fn can_queue(&self) -> bool {
+        self.can_send()
     }
     /// The congestion window in octets.
     pub fn cwnd(&self) -> usize {
@@ -622,7 +671,18 @@ impl Connection {
     /// RFC 9293 §3.8.6.1: probe a closed window, backing off; give up (RST) after
     /// `persist_max_probes` probes while it stays closed.
     fn on_persist(&mut self) {
-        if self.snd_wnd != 0 || self.sndbuf.len() == 0 {
+        if self.src.queued() == 0 {
+            return;
+        }
+        if self.snd_wnd != 0 {
+            // Open, yet too small for the next FPDU of an aligned source (`plan_send` armed
+            // the timer), with nothing in flight: waiting longer may never end (a peer whose
+            // whole buffer is below one FPDU), so one segment may now end inside an FPDU.
+            // Zero-window probes themselves carry no data (SND.UNA − 1, see
+            // `poll_transmit`): they never break alignment.
+            if self.snd_una == self.snd_max {
+                self.force_cut = true;
+            }
             return;
         }
         if self.persist_probes >= self.cfg.persist_max_probes {
@@ -656,7 +716,7 @@ impl Connection {
             return;
         }
         // Octets in flight or queued: the retransmission or persist limits watch the peer.
-        if self.snd_una != self.snd_max || self.sndbuf.len() > 0 {
+        if self.snd_una != self.snd_max || self.src.queued() > 0 {
             self.timers.set(Timer::Keepalive, now + idle);
             return;
         }

@@ -34,6 +34,9 @@ pub enum TcpError {
         /// Probes sent while it stayed closed.
         probes: u32,
     },
+    /// The send source could not produce octets already committed to the stream.
+    #[error("send source failed: {0}")]
+    Source(#[from] super::source::SourceError),
     /// The hand-over state or the configuration cannot describe a connection.
     #[error("invalid hand-over state or configuration: {0}")]
     InvalidHandover(&'static str),
@@ -48,7 +51,7 @@ impl TcpError {
             | TcpError::KeepaliveTimeout { .. }
             | TcpError::FinWait2Timeout { .. }
             | TcpError::PersistLimit { .. } => Fault::Transport,
-            TcpError::InvalidHandover(_) => Fault::LocalMisuse,
+            TcpError::InvalidHandover(_) | TcpError::Source(_) => Fault::LocalMisuse,
         }
     }
 }

@@ -13,7 +13,8 @@
 //!   segment, frozen with the SACK blocks of its moment and queued (RFC 5681 §4.2);
 //!   timestamps that continue the kernel's clock;
 //! * window: what the buffers can really take, scaled, never retracted;
-//! * send: a bulk sender from the send buffer: congestion control in [`cc`] (CUBIC,
+//! * send: a bulk sender from a [`SendSource`] (the byte ring behind [`Connection::send`], or
+//!   an FPDU source whose segments, retransmissions included, carry whole FPDUs only): congestion control in [`cc`] (CUBIC,
 //!   RFC 9438, by default, or NewReno; HyStart++, RFC 9406, in slow start), SACK loss
 //!   recovery per RFC 6675 (pipe, NextSeg, IsLost with DupThresh, one window reduction per
 //!   episode; RFC 6582 partial ACKs without SACK; a lost retransmission at SND.UNA found
@@ -29,7 +30,7 @@
 //! Files: [`config`] (hand-over snapshot, policy), `connection` (the state machine: types,
 //! construction, timers and events; `connection/rx.rs` receive, `ack.rs` ACK processing,
 //! `tx.rs` send),
-//! `reassembly` (out-of-order store), `send_buf`, `rtt` (RFC 6298), `scoreboard` (peer's
+//! `reassembly` (out-of-order store), `source` (what is sent: [`SendSource`]), `send_buf`, `rtt` (RFC 6298), `scoreboard` (peer's
 //! SACKs), [`cc`] (congestion control), `timer`, [`stats`], [`error`]. Tests: `tests/`
 //! (`pair.rs` one sender over a lossy link, `bulk.rs` senders through a shared bottleneck).
 #![forbid(unsafe_code)]
@@ -42,6 +43,7 @@ mod reassembly;
 mod rtt;
 mod scoreboard;
 mod send_buf;
+mod source;
 pub mod stats;
 mod timer;
 
@@ -52,6 +54,8 @@ pub use cc::CongestionControl;
 pub use config::{HandoverState, TcpConfig, TsHandover};
 pub use connection::{Connection, Event, SegmentOutcome, State, Transmit};
 pub use error::TcpError;
+pub use send_buf::SendBuffer;
+pub use source::{SendSource, SourceError};
 pub use stats::{DropCounters, DropReason, TcpStats};
 
 /// Parts of an out-of-order segment the caller consumed itself (offsets into the octets it

@@ -1,6 +1,7 @@
 //! The send buffer: a ring of octets from SND.UNA on, allocated once.
 
-pub(crate) struct SendBuffer {
+/// The byte ring [`crate::tcp::Connection::send`] fills.
+pub struct SendBuffer {
     ring: Box<[u8]>,
     /// Ring index of the octet at SND.UNA.
     head: usize,
@@ -18,7 +19,8 @@ impl std::fmt::Debug for SendBuffer {
 }
 
 impl SendBuffer {
-    pub(crate) fn new(capacity: usize) -> SendBuffer {
+    /// An empty ring of `capacity` octets (at least one).
+    pub fn new(capacity: usize) -> SendBuffer {
         SendBuffer {
             ring: vec![0u8; capacity.max(1)].into_boxed_slice(),
             head: 0,
@@ -27,17 +29,22 @@ impl SendBuffer {
     }
 
     /// Octets queued (sent or not) and not yet acknowledged.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Room for more octets.
-    pub(crate) fn free(&self) -> usize {
+    pub fn free(&self) -> usize {
         self.ring.len() - self.len
     }
 
     /// Queues as much of `data` as fits; returns how much.
-    pub(crate) fn push(&mut self, data: &[u8]) -> usize {
+    pub fn push(&mut self, data: &[u8]) -> usize {
         let n = data.len().min(self.free());
         let cap = self.ring.len();
         let tail = (self.head + self.len) % cap;
@@ -50,7 +57,7 @@ impl SendBuffer {
 
     /// Copies `out.len()` octets starting `off` octets after SND.UNA. The caller keeps
     /// `off + out.len() <= len()`; octets past the end are left untouched.
-    pub(crate) fn copy_out(&self, off: usize, out: &mut [u8]) {
+    pub fn copy_out(&self, off: usize, out: &mut [u8]) {
         let n = out.len().min(self.len.saturating_sub(off));
         let cap = self.ring.len();
         let pos = (self.head + off) % cap;
@@ -60,7 +67,7 @@ impl SendBuffer {
     }
 
     /// Frees `n` acknowledged octets from the front.
-    pub(crate) fn consume(&mut self, n: usize) {
+    pub fn consume(&mut self, n: usize) {
         let n = n.min(self.len);
         self.head = (self.head + n) % self.ring.len();
         self.len -= n;

@@ -136,6 +136,11 @@ pub struct TcpStats {
     pub window_probes: u64,
     /// Keepalive probes sent (RFC 1122 §4.2.3.6).
     pub keepalive_probes: u64,
+    /// Data segments of an aligned source that end inside an FPDU (RFC 5044 Appendix A.1:
+    /// a receive window or segment smaller than the next FPDU).
+    pub unaligned_segments: u64,
+    /// SACK blocks left off data segments of an aligned source for want of room.
+    pub sack_blocks_trimmed: u64,
     /// Duplicate ACKs received (RFC 5681 §2 definition).
     pub dup_acks_in: u64,
     /// RTT samples taken.

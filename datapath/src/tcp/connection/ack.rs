@@ -8,7 +8,7 @@ use tracing::debug;
 
 use super::*;
 
-impl Connection {
+impl<S: SendSource> Connection<S> {
     pub(super) fn process_ack(
         &mut self,
         now: Instant,
@@ -133,7 +133,7 @@ impl Connection {
             self.stats.rtt_samples += 1;
         }
 
-        self.sndbuf.consume(acked.min(self.sndbuf.len()));
+        self.src.acked(acked.min(self.src.queued()));
         self.rtx_una = None;
         self.snd_una = ack;
         if self.snd_nxt < ack {

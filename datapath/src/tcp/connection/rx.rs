@@ -8,7 +8,7 @@ use tracing::{debug, trace};
 
 use super::*;
 
-impl Connection {
+impl<S: SendSource> Connection<S> {
     /// Processes one segment of this connection (the caller matched the 4-tuple and verified
     /// the checksum). Never panics, whatever the segment.
     pub fn handle_segment(

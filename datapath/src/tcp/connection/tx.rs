@@ -11,16 +11,18 @@ use super::*;
 /// The most sending time a paced connection saves up while it does not send (see `pace`).
 const PACING_CREDIT: Duration = Duration::from_micros(200);
 
-impl Connection {
+impl Connection<SendBuffer> {
     /// Queues octets to send (bounded by the send buffer); returns how many were taken. Takes
     /// nothing after [`Connection::close`] or once the connection is closing or closed.
     pub fn send(&mut self, data: &[u8]) -> usize {
         if !self.can_send() {
             return 0;
         }
-        self.sndbuf.push(data)
+        self.src.push(data)
     }
+}
 
+impl<S: SendSource> Connection<S> {
     /// Closes our direction: a FIN follows the queued octets, and is retransmitted until
     /// acknowledged (RFC 9293 §3.10.4).
     pub fn close(&mut self) {
@@ -29,7 +31,7 @@ impl Connection {
             State::CloseWait => self.state = State::LastAck,
             _ => return,
         }
-        self.our_fin = Some(self.snd_una + self.sndbuf.len());
+        self.our_fin = Some(self.snd_una + self.src.queued());
         debug!(local = self.local_port, state = ?self.state, "tcp: close");
     }
 
@@ -44,7 +46,7 @@ impl Connection {
     }
 
     pub(super) fn data_end(&self) -> SeqNumber {
-        self.snd_una + self.sndbuf.len()
+        self.snd_una + self.src.queued()
     }
 
     pub(super) fn payload_room(&self, opts_len: usize, buf_len: usize) -> usize {
@@ -52,6 +54,37 @@ impl Connection {
         let by_mss = self.snd_mss.saturating_sub(opts_len).max(1);
         let by_buf = buf_len.saturating_sub(HEADER_LEN + opts_len);
         by_mss.min(by_buf)
+    }
+
+    /// The length of a segment from `off` within `limit` (at most `room`, what a whole
+    /// segment may carry), as the source cuts it. When not even one of the source's units
+    /// (an FPDU) fits a whole segment — a buffer or MSS too small for it — the segment is
+    /// cut anyway (RFC 5044 Appendix A.1: an MPA-aware TCP may break alignment when the
+    /// EMSS shrinks), else the stream would stall.
+    pub(super) fn cut_len(&self, off: usize, limit: usize, room: usize) -> usize {
+        let n = self.src.segment_len(off, limit);
+        if n > 0 || limit == 0 || self.src.segment_len(off, room) > 0 {
+            return n;
+        }
+        self.src.queued().saturating_sub(off).min(limit)
+    }
+
+    /// A retransmission from `off` within `limit` (windows and `room`) and up to the next
+    /// SACKed range (`sacked`). When that range begins inside the first unit (the peer
+    /// SACKed octets we never sent as a segment edge), the whole unit is resent within
+    /// `limit`: resending SACKed octets is harmless, a segment that does not start with an
+    /// FPDU is not.
+    pub(super) fn sack_clamped_len(
+        &self,
+        off: usize,
+        sacked: usize,
+        limit: usize,
+        room: usize,
+    ) -> usize {
+        match self.cut_len(off, sacked.min(limit), room) {
+            0 if sacked < limit => self.cut_len(off, limit, room),
+            n => n,
+        }
     }
 
     /// RFC 6675 §4 NextSeg rules 1 (`lost_only`) and 3: the first un-SACKed octet at or
@@ -82,15 +115,16 @@ impl Connection {
             return None;
         }
         let data_end = self.data_end();
-        let mut len = if s < data_end {
-            data_end.distance_from(s) as usize
+        let sacked = self
+            .scoreboard
+            .next_start_after(s)
+            .map_or(usize::MAX, |next| next.distance_from(s) as usize);
+        let len = if s < data_end {
+            let off = s.distance_from(self.snd_una) as usize;
+            self.sack_clamped_len(off, sacked, room, room)
         } else {
             0
         };
-        if let Some(next) = self.scoreboard.next_start_after(s) {
-            len = len.min(next.distance_from(s) as usize);
-        }
-        len = len.min(room);
         let fin = self
             .our_fin
             .is_some_and(|f| s + len == f && f < self.snd_max);
@@ -132,18 +166,37 @@ impl Connection {
             by_cwnd = room;
         }
         let usable = by_rwnd.min(by_cwnd);
-        let mut len = queued.min(usable).min(room);
+        let off = s.distance_from(self.snd_una) as usize;
+        let limit = usable.min(room);
         let retransmission = s < self.snd_max;
-        if retransmission {
-            if let Some(next) = self.scoreboard.next_start_after(s) {
-                len = len.min(next.distance_from(s) as usize);
-            }
+        let sacked = match self.scoreboard.next_start_after(s) {
+            Some(next) if retransmission => next.distance_from(s) as usize,
+            _ => usize::MAX,
+        };
+        // The source cuts: whole FPDUs for an aligned one, so a window or cwnd that ends
+        // inside the next FPDU sends nothing yet (RFC 5044 §5.1 lists exactly those
+        // windows among the ways alignment is lost). `full` is what a whole segment takes.
+        let full = self.cut_len(off, room, room);
+        // Only the plan right after the persist timer found the window too small may cut.
+        let force_cut = std::mem::take(&mut self.force_cut);
+        let mut len = if queued == 0 {
+            0
+        } else if retransmission {
+            self.sack_clamped_len(off, sacked, limit, room)
+        } else {
+            self.cut_len(off, limit, room)
+        };
+        let nothing_in_flight = self.snd_una == self.snd_max;
+        if len == 0 && limit > 0 && force_cut && nothing_in_flight && by_rwnd < full {
+            // The peer's window stayed below the next FPDU through a persist interval with
+            // nothing in flight: RFC 5044 Appendix A.1 lets a too small receive window break
+            // alignment rather than stall (the rest of the FPDU follows, and segments after
+            // it start with FPDUs again).
+            len = queued.min(limit);
         }
         // RFC 9293 §3.8.6.2.1 sender SWS avoidance (Nagle off: a short segment that empties
         // the queue goes at once).
-        let nothing_in_flight = self.snd_una == self.snd_max;
-        let worthwhile = len == room
-            || len == queued
+        let worthwhile = len == full
             || len >= (self.max_snd_wnd as usize) / 2
             || nothing_in_flight
             || retransmission;
@@ -153,8 +206,10 @@ impl Connection {
         // Our FIN rides on the last data segment, or goes alone; it does not need window.
         let fin = self.our_fin.is_some_and(|f| s + len == f);
         if len == 0 && !fin {
-            if queued > 0 && self.snd_wnd == 0 && nothing_in_flight {
-                // RFC 9293 §3.8.6.1: probe a zero window.
+            let window_blocks = self.snd_wnd == 0 || (full > 0 && by_rwnd < full);
+            if queued > 0 && window_blocks && nothing_in_flight {
+                // RFC 9293 §3.8.6.1: probe a zero window (or, for an aligned source, one
+                // too small for the next FPDU: see `on_persist`).
                 if !self.timers.is_set(Timer::Persist) {
                     self.arm_persist();
                 }
@@ -278,8 +333,22 @@ impl Connection {
             opts.sack = snap.sack;
             return self.transmit_frozen(buf, opts, snap);
         }
-        let opts = self.options(now);
-        let room = self.payload_room(opts.emitted_len(), buf.len());
+        let mut opts = self.options(now);
+        // An aligned source's segments are sized from the options every segment carries
+        // (RFC 5044's EMSS); SACK blocks that do not fit beside the data are left to the
+        // pure ACKs (below).
+        let sack_len = if S::ALIGNED && !opts.sack.is_empty() {
+            4 + 8 * opts.sack.len()
+        } else {
+            0
+        };
+        let room = self.payload_room(opts.emitted_len() - sack_len, buf.len());
+        if sack_len > 0 && (self.ack_each || self.dsack.is_some()) {
+            // The ACK an out-of-order or duplicate segment is owed would lose SACK blocks
+            // beside a full aligned segment (RFC 2018 §4: report the most recent): it goes
+            // alone, first; the data follows in the next call.
+            return self.transmit(now, buf, opts, self.snd_nxt, 0, false, None);
+        }
 
         let mut plan = None;
         // Pacing holds data (new or retransmitted) back; ACKs and probes never wait.
@@ -321,6 +390,24 @@ impl Connection {
             plan = self.plan_send(room);
         }
         if let Some(p) = plan {
+            if S::ALIGNED {
+                // Keep the SACK blocks (most recent first) that fit beside the payload.
+                let keep = opts.sack.len();
+                let without = opts.emitted_len() - if keep > 0 { 4 + 8 * keep } else { 0 };
+                let with = |k: usize| without + if k > 0 { 4 + 8 * k } else { 0 };
+                let mut k = keep;
+                while k > 0 && self.payload_room(with(k), buf.len()) < p.len {
+                    k -= 1;
+                }
+                if k < keep {
+                    let blocks = opts.sack;
+                    opts.sack.clear();
+                    for b in &blocks.as_slice()[..k] {
+                        opts.sack.push(*b);
+                    }
+                    self.stats.sack_blocks_trimmed += (keep - k) as u64;
+                }
+            }
             return self.transmit(now, buf, opts, p.seq, p.len, p.fin, Some(p));
         }
         if self.probe_pending || self.keepalive_pending {
@@ -440,8 +527,15 @@ impl Connection {
         };
         if len > 0 {
             let off = seq.distance_from(self.snd_una) as usize;
-            self.sndbuf
-                .copy_out(off, &mut buf[header_len..header_len + len]);
+            if S::ALIGNED && self.src.segment_len(off, len) != len {
+                self.stats.unaligned_segments += 1;
+            }
+            if let Err(e) = self.src.fill(off, &mut buf[header_len..header_len + len]) {
+                warn!(local = self.local_port, error = %e, "tcp: send source failed");
+                self.fail_with_rst(TcpError::Source(e));
+                // The RST goes out in this buffer instead.
+                return self.poll_transmit(now, buf);
+            }
         }
 
         // Bookkeeping: this segment carries the current ACK and window.
