@@ -154,14 +154,7 @@ fn the_workers_report_has_each_worker_the_aggregate_and_the_reference() {
     assert!(r.aggregate_gbits.max >= slowest, "{}", r.line());
     assert!(r.scaling.median > 0.0, "{}", r.line());
     let v = r.json();
-    for k in [
-        "mss",
-        "size",
-        "gbit_s_per_core",
-        "ns_per_packet",
-        "memcpy_gbit_s",
-        "crc_gbit_s",
-    ] {
+    for k in mpa_bench::report::Scenario::Pipeline.result_keys() {
         assert!(v[k].is_number(), "{k}: {v}");
     }
     assert_eq!(v["workers"], 2);

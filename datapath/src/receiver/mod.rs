@@ -17,7 +17,7 @@ mod ahead;
 pub mod placement;
 pub mod regions;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use crate::tcp::PlacedSpans;
 use ahead::{AheadList, PlacedAhead};

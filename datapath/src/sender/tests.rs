@@ -29,14 +29,7 @@ const PD: u32 = 1;
 const FLOW: u64 = 9;
 
 fn region(stag: u32, len: u64) -> RegionInfo {
-    RegionInfo {
-        stag,
-        len,
-        pd: PD,
-        remote_write: true,
-        remote_read: false,
-        huge_pages: false,
-    }
+    crate::receiver::tests::writable_region(stag, len, PD)
 }
 
 /// A's regions: one region of `len` random octets.

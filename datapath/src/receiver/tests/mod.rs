@@ -5,3 +5,17 @@
 mod pair;
 mod stream;
 mod unit;
+
+use mpa_ctl_proto::RegionInfo;
+
+/// A region of `len` octets in domain `pd` that peers may write (not read).
+pub(crate) fn writable_region(stag: u32, len: u64, pd: u32) -> RegionInfo {
+    RegionInfo {
+        stag,
+        len,
+        pd,
+        remote_write: true,
+        remote_read: false,
+        huge_pages: false,
+    }
+}

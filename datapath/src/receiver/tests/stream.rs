@@ -66,14 +66,7 @@ fn send(b: &mut FpduStream, rng: &mut Rng, seg: Segmentation, msn: u32, data: &[
 }
 
 fn region(stag: u32, len: u64) -> RegionInfo {
-    RegionInfo {
-        stag,
-        len,
-        pd: PD,
-        remote_write: true,
-        remote_read: false,
-        huge_pages: false,
-    }
+    crate::receiver::tests::writable_region(stag, len, PD)
 }
 
 /// About `octets` of payload in Writes (disjoint ranges of one region) and Sends (one posted
