@@ -28,10 +28,9 @@
 //! window reduction); D-SACKs it receives are counted, not acted on (no RFC 3708 undo).
 //!
 //! Files: [`config`] (hand-over snapshot, policy), `connection` (the state machine: types,
-//! construction, timers and events; `connection/rx.rs` receive, `ack.rs` ACK processing,
-//! `tx.rs` send),
-//! `reassembly` (out-of-order store), `source` (what is sent: [`SendSource`]), `send_buf`, `rtt` (RFC 6298), `scoreboard` (peer's
-//! SACKs), [`cc`] (congestion control), `timer`, [`stats`], [`error`]. Tests: `tests/`
+//! construction and events; `connection/rx.rs` receive, `ack.rs` ACK processing, `tx.rs`
+//! send, `timers.rs` timers), `reassembly` (out-of-order store), `source` (what is sent:
+//! [`SendSource`]), `send_buf`, `rtt` (RFC 6298), `scoreboard` (peer's SACKs), [`cc`] (congestion control), `timer`, [`stats`], [`error`]. Tests: `tests/`
 //! (`pair.rs` one sender over a lossy link, `bulk.rs` senders through a shared bottleneck).
 #![forbid(unsafe_code)]
 
