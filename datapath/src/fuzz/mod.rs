@@ -12,6 +12,9 @@
 
 #![forbid(unsafe_code)]
 
+mod sender;
+pub use sender::fuzz_sender;
+
 use crate::flow::receive_segment;
 use crate::receiver::{MemRegions, MpaReceiver, PostedBuf, ReceiverConfig};
 use crate::tcp::{Connection, Event, HandoverState, TcpConfig};
