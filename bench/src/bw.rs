@@ -77,6 +77,10 @@ pub struct BwArgs {
     /// (bench/src/split.rs). Both receivers alike; not with --iface.
     #[arg(long)]
     pub split_cpus: bool,
+    /// The sender's TCP congestion control (`mpa-peer connect --congestion`: cubic, bbr, …;
+    /// default: the sender namespace's, which follows the host's). Both receivers alike.
+    #[arg(long, value_name = "NAME")]
+    pub sender_cc: Option<String>,
     #[command(flatten)]
     pub nic: NicArgs,
 }
@@ -101,6 +105,7 @@ impl BwArgs {
             rcv_buf: self.rcv_buf,
             ooo_ack_every: self.ooo_ack_every,
             split_cpus: self.split_cpus,
+            sender_cc: self.sender_cc.clone(),
         }
     }
 
@@ -121,6 +126,7 @@ impl BwArgs {
             "op": format!("{:?}", self.op).to_lowercase(),
             "aligned": self.run(self.sizes.first().copied().unwrap_or(4096)).aligned(),
             "iface": self.nic.iface, "peer": self.nic.peer,
+            "split_cpus": self.split_cpus, "sender_cc": self.sender_cc,
         })
     }
 }
@@ -366,7 +372,7 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
 pub fn run_cli(a: &BwArgs) -> Result<()> {
     let (doc, rows) = bw(a)?;
     let head = format!(
-        "{}: mtu {} loss {}% queues {}; {} MiB per run, {}; {}; sender {}",
+        "{}: mtu {} loss {}% queues {}; {} MiB per run, {}; {}; sender {}{}{}",
         match (&a.nic.iface, a.nic.peer) {
             (Some(i), Some(p)) => format!("interface {i}, peer {p}"),
             _ => "bed".to_string(),
@@ -385,6 +391,14 @@ pub fn run_cli(a: &BwArgs) -> Result<()> {
             "aligned (exact fill)"
         } else {
             "unaligned"
+        },
+        a.sender_cc
+            .as_ref()
+            .map_or(String::new(), |c| format!(", TCP congestion control {c}")),
+        if a.split_cpus {
+            "; split CPUs (sender on 0, receiver on 1)"
+        } else {
+            ""
         },
     );
     let text = format!("{head}\n{}", table(&rows));

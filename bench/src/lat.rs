@@ -108,6 +108,7 @@ impl LatArgs {
             rcv_buf: None,
             ooo_ack_every: None,
             split_cpus: false,
+            sender_cc: None,
         }
     }
 

@@ -66,6 +66,10 @@ pub struct Run {
     /// (bench/src/split.rs). Both receivers alike; not with --iface.
     #[arg(long)]
     pub split_cpus: bool,
+    /// The sender's TCP congestion control (`mpa-peer connect --congestion`: cubic, bbr, …;
+    /// default: the sender namespace's, which follows the host's). Both receivers alike.
+    #[arg(long, value_name = "NAME")]
+    pub sender_cc: Option<String>,
 }
 
 /// `--align`: whether the sender aligns FPDUs with TCP segments.

@@ -64,6 +64,9 @@ pub fn sender_with(bed: &TestBed, r: &Run, extra: &[String]) -> Result<Value> {
     if r.markers() {
         args.push("--markers");
     }
+    if let Some(cc) = &r.sender_cc {
+        args.extend(["--congestion", cc]);
+    }
     args.extend(extra.iter().map(String::as_str));
     let pin = crate::split::applies(bed, r.split_cpus).then_some(crate::split::SENDER_CPU);
     let out = crate::split::command(bed, &bed.ns_a, &peer.to_string_lossy(), pin)

@@ -149,6 +149,7 @@ impl SuiteArgs {
             rcv_buf: None,
             ooo_ack_every: None,
             split_cpus: false,
+            sender_cc: None,
             nic: Default::default(),
         }
     }

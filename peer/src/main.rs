@@ -149,6 +149,10 @@ struct ConnectArgs {
     /// queue builds up), unpaced otherwise.
     #[arg(long, value_name = "MSG_PER_S")]
     rate: Option<u64>,
+    /// The connection's TCP congestion control (TCP_CONGESTION: `cubic`, `bbr`, `reno`, …;
+    /// default: the system's `net.ipv4.tcp_congestion_control`). The report names the one used.
+    #[arg(long, value_name = "NAME")]
+    congestion: Option<String>,
     #[command(flatten)]
     common: Common,
 }
@@ -245,6 +249,9 @@ struct Report {
     /// retransmitted SYN or Request under loss would otherwise add a timeout.
     #[serde(skip_serializing_if = "Option::is_none")]
     transfer_seconds: Option<f64>,
+    /// connect: the TCP congestion control of the connection (TCP_CONGESTION).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    congestion: Option<String>,
 }
 
 #[derive(Serialize, Clone, Copy)]
@@ -514,6 +521,17 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
     let sock = TcpStream::connect_timeout(&a.to, Duration::from_secs(a.common.timeout))
         .with_context(|| format!("connect {}", a.to))?;
     sock.set_nodelay(true)?;
+    if let Some(name) = &a.congestion {
+        nix::sys::socket::setsockopt(
+            &sock,
+            nix::sys::socket::sockopt::TcpCongestion,
+            &std::ffi::OsString::from(name),
+        )
+        .with_context(|| format!("--congestion {name} (TCP_CONGESTION)"))?;
+    }
+    let congestion = nix::sys::socket::getsockopt(&sock, nix::sys::socket::sockopt::TcpCongestion)
+        .ok()
+        .map(|n| n.to_string_lossy().trim_end_matches('\0').to_string());
     // EMSS is the connection's MSS (what Linux cuts segments at): MULPDU and aligned sending
     // follow it.
     if let Ok(mss) = nix::sys::socket::getsockopt(&sock, nix::sys::socket::sockopt::TcpMaxSeg) {
@@ -524,6 +542,7 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
     let mut report = Report {
         peer: a.to.to_string(),
         op: Some(a.op.name()),
+        congestion,
         ..Report::default()
     };
     let mut digest = 0u32;
