@@ -362,3 +362,38 @@ fn listen_gives_up_after_accept_timeout() {
         "stderr: {err}"
     );
 }
+
+/// `connect --congestion reno` sets the connection's congestion control and the report says
+/// so (reno is built into every Linux kernel); an unknown name fails before any data.
+#[test]
+fn connect_sets_and_reports_the_congestion_control() {
+    let l = listen(&[]);
+    let (c, ok, err) = connect(
+        &l.addr,
+        &["--count", "10", "--size", "100", "--congestion", "reno"],
+    );
+    let (s, s_ok) = finish(l);
+    assert!(ok && s_ok, "client {c} server {s} stderr {err}");
+    assert_eq!(c["congestion"], "reno", "{c}");
+    assert_eq!(s["ulpdus"], 10, "{s}");
+    let l = listen(&[]);
+    let out = Command::new(BIN)
+        .args([
+            "connect",
+            "--to",
+            &l.addr,
+            "--timeout",
+            "20",
+            "--count",
+            "1",
+        ])
+        .args(["--size", "100", "--congestion", "no-such-algorithm"])
+        .output()
+        .expect("run connect");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--congestion no-such-algorithm"),
+        "stderr: {err}"
+    );
+}
