@@ -337,16 +337,27 @@ pub static CLASSES: &[Class] = &[
         let f = fpdu_bytes(&write_ulpdu(c.env.stag_read_only, 0, &c.pattern(5)), true);
         c.p.send_data(&f)
     }),
+    // RDMA Read Requests: the Data Source's checks (RFC 5040 §5.2.1, RDMAP Remote Protection
+    // Errors), then a valid one refused (no send path yet).
     term("rdma-read-request-refused", (0, 2, 0xff), |c| {
-        let mut body = Vec::new();
-        body.extend_from_slice(&c.env.stag().to_be_bytes()); // sink STag
-        body.extend_from_slice(&0u64.to_be_bytes()); // sink TO
-        body.extend_from_slice(&64u32.to_be_bytes()); // size
-        body.extend_from_slice(&c.env.stag().to_be_bytes()); // source STag
-        body.extend_from_slice(&0u64.to_be_bytes()); // source TO
-        debug_assert_eq!(body.len(), READ_REQUEST_HEADER_LEN);
-        let u = untagged_ulpdu(Op::RdmaReadRequest, 1, 1, 0, &body);
-        c.p.send_data(&fpdu_bytes(&u, true))
+        let stag = c.env.stag_read_only;
+        read_request(c, stag, 0, 64)
+    }),
+    term("read-request-unknown-source-stag", (0, 1, 0), |c| {
+        let stag = c.env.stag() ^ 0xff;
+        read_request(c, stag, 0, 64)
+    }),
+    term("read-request-beyond-the-source", (0, 1, 1), |c| {
+        let stag = c.env.stag_read_only;
+        read_request(c, stag, super::SLOT - 10, 64)
+    }),
+    term("read-request-without-remote-read", (0, 1, 2), |c| {
+        let stag = c.env.stag();
+        read_request(c, stag, 0, 64)
+    }),
+    term("read-request-source-of-another-domain", (0, 1, 3), |c| {
+        let stag = c.env.stag_other_pd;
+        read_request(c, stag, 0, 64)
     }),
     term("send-opcode-in-tagged-segment", (0, 2, 6), |c| {
         let u = tagged_ulpdu(true, Op::Send, c.env.stag(), c.slot, &c.pattern(5));
@@ -715,4 +726,18 @@ fn worker_cpu(c: &Ctx) -> Result<f64> {
     )?;
     let s = crate::datapath::stats(&mut dpc)?;
     Ok(s.queues.iter().map(|q| q.cpu_seconds).sum())
+}
+
+/// Sends an RDMA Read Request (QN 1, MSN 1) for `size` octets of (`src`, `src_to`) into the
+/// hostile region.
+fn read_request(c: &mut Ctx, src: u32, src_to: u64, size: u32) -> Result<()> {
+    let mut body = Vec::new();
+    body.extend_from_slice(&c.env.stag().to_be_bytes()); // sink STag
+    body.extend_from_slice(&0u64.to_be_bytes()); // sink TO
+    body.extend_from_slice(&size.to_be_bytes());
+    body.extend_from_slice(&src.to_be_bytes()); // source STag
+    body.extend_from_slice(&src_to.to_be_bytes()); // source TO
+    debug_assert_eq!(body.len(), READ_REQUEST_HEADER_LEN);
+    let u = untagged_ulpdu(Op::RdmaReadRequest, 1, 1, 0, &body);
+    c.p.send_data(&fpdu_bytes(&u, true))
 }

@@ -193,7 +193,7 @@ pub fn nothing(_: &mut Ctx) -> Result<()> {
 pub struct Env {
     /// The region in [`PD_HOSTILE`] (remote write).
     pub region: MappedRegion,
-    /// A region in [`PD_HOSTILE`] without remote write access.
+    /// A region in [`PD_HOSTILE`] without remote write access, with remote read access.
     pub stag_read_only: u32,
     /// A region in [`PD_OTHER`].
     pub stag_other_pd: u32,
@@ -210,7 +210,7 @@ impl Env {
     fn prepare(socket: &Path) -> Result<Env> {
         let mut c = Consumer::connect(socket, Duration::from_secs(20))?;
         let region = c.create_region(REGION, PD_HOSTILE, true, false)?;
-        let ro = c.create_region(SLOT, PD_HOSTILE, false, false)?;
+        let ro = c.create_region(SLOT, PD_HOSTILE, false, true)?;
         let other = c.create_region(SLOT, PD_OTHER, true, false)?;
         let nob = c.create_region(SLOT, PD_NO_BUFFERS, true, false)?;
         let second = c.create_region(SLOT, PD_HOSTILE, true, false)?;

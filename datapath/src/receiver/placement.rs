@@ -124,9 +124,53 @@ pub enum PlacementError {
         /// Queue the opcode belongs on.
         expected: u32,
     },
-    /// This datapath does not serve RDMA Read Requests (yet).
+    /// A valid RDMA Read Request: this datapath cannot answer it yet (no send path).
     #[error("RDMA Read Requests are not served by this datapath")]
     ReadRequestUnsupported,
+    /// An RDMA Read Request whose Data Source STag names no region (RFC 5040 §5.2.1).
+    #[error("Read Request source STag {stag:#x} is not valid")]
+    ReadInvalidStag {
+        /// The Data Source STag.
+        stag: u32,
+    },
+    /// An RDMA Read Request for a region of another protection domain.
+    #[error("Read Request source STag {stag:#x} belongs to domain {region_pd}, the stream to {stream_pd}")]
+    ReadStagNotAssociated {
+        /// The Data Source STag.
+        stag: u32,
+        /// The region's domain.
+        region_pd: u32,
+        /// The stream's domain.
+        stream_pd: u32,
+    },
+    /// Source TO + RDMA Read Message Size wraps 2^64.
+    #[error("Read Request source TO {to} + {len} octets wraps")]
+    ReadToWrap {
+        /// The Data Source Tagged Offset.
+        to: u64,
+        /// The RDMA Read Message Size.
+        len: u32,
+    },
+    /// The octets asked for lie (partly) outside the source region.
+    #[error(
+        "Read Request source TO {to} + {len} octets is beyond STag {stag:#x}'s {region_len} octets"
+    )]
+    ReadBounds {
+        /// The Data Source STag.
+        stag: u32,
+        /// The Data Source Tagged Offset.
+        to: u64,
+        /// The RDMA Read Message Size.
+        len: u32,
+        /// The region's octets.
+        region_len: u64,
+    },
+    /// An RDMA Read Request for a region without remote read access.
+    #[error("STag {stag:#x} does not allow remote reads")]
+    NoRemoteRead {
+        /// The Data Source STag.
+        stag: u32,
+    },
     /// The MSN is not the one expected (in order) or not within the posted range.
     #[error("MSN {msn} where {expected} is expected")]
     MsnRange {
@@ -235,7 +279,23 @@ impl PlacementError {
                 },
             ),
             E::Bounds { .. } => (ddp_err::LAYER, ddp_err::TAGGED, ddp_err::BOUNDS),
-            E::NoRemoteWrite { .. } => (rdmap_err::LAYER, rdmap_err::PROTECTION, rdmap_err::ACCESS),
+            E::NoRemoteWrite { .. } | E::NoRemoteRead { .. } => {
+                (rdmap_err::LAYER, rdmap_err::PROTECTION, rdmap_err::ACCESS)
+            }
+            // RFC 5040 §7 (Figure 9): the Data Source's checks of an RDMA Read Request are
+            // RDMAP Remote Protection Errors.
+            E::ReadInvalidStag { .. } => (
+                rdmap_err::LAYER,
+                rdmap_err::PROTECTION,
+                rdmap_err::INVALID_STAG,
+            ),
+            E::ReadBounds { .. } => (rdmap_err::LAYER, rdmap_err::PROTECTION, rdmap_err::BOUNDS),
+            E::ReadStagNotAssociated { .. } => (
+                rdmap_err::LAYER,
+                rdmap_err::PROTECTION,
+                rdmap_err::STAG_NOT_ASSOCIATED,
+            ),
+            E::ReadToWrap { .. } => (rdmap_err::LAYER, rdmap_err::PROTECTION, rdmap_err::TO_WRAP),
             E::InvalidQn { .. } => (ddp_err::LAYER, ddp_err::UNTAGGED, ddp_err::INVALID_QN),
             E::MsnRange { .. } => (ddp_err::LAYER, ddp_err::UNTAGGED, ddp_err::MSN_RANGE),
             E::NoBuffer { .. } | E::BufferRegionGone { .. } => {
@@ -285,7 +345,11 @@ mod rdmap_err {
     pub const LAYER: u8 = 0;
     pub const PROTECTION: u8 = 1;
     pub const OPERATION: u8 = 2;
+    pub const INVALID_STAG: u8 = 0;
+    pub const BOUNDS: u8 = 1;
     pub const ACCESS: u8 = 2;
+    pub const STAG_NOT_ASSOCIATED: u8 = 3;
+    pub const TO_WRAP: u8 = 4;
     pub const VERSION: u8 = 5;
     pub const UNEXPECTED_OPCODE: u8 = 6;
     pub const UNSPECIFIED: u8 = 0xff;
@@ -522,7 +586,11 @@ impl Placer {
                         return Ok(plan(SegmentKind::PeerTerminate(t), None));
                     }
                     RdmapOpcode::RdmaReadRequest => {
-                        return Err(PlacementError::ReadRequestUnsupported)
+                        return Err(self.check_read_request(
+                            head.get(header_len..header_len + READ_REQUEST_HEADER_LEN),
+                            ulpdu_len,
+                            regions,
+                        ))
                     }
                     _ => {}
                 }
@@ -623,6 +691,51 @@ impl Placer {
             }
             _ => Ok(()),
         }
+    }
+
+    /// The Data Source's checks of an RDMA Read Request (RFC 5040 §4.4, §5.2.1): its header
+    /// present, then the source STag valid, of this stream's domain, TO + size not wrapping,
+    /// inside the region, and readable by the peer. A request that passes is still refused
+    /// ([`PlacementError::ReadRequestUnsupported`]): answering needs the send path.
+    fn check_read_request<R: Regions + ?Sized>(
+        &self,
+        header: Option<&[u8]>,
+        ulpdu_len: usize,
+        regions: &R,
+    ) -> PlacementError {
+        let Some(h) = header.filter(|h| h.len() == READ_REQUEST_HEADER_LEN) else {
+            return PlacementError::Truncated { ulpdu_len };
+        };
+        // Sink STag (4) | Sink TO (8) | RDMA Read Message Size (4) | Source STag (4) | Source TO (8).
+        let be32 = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+        let size = be32(12);
+        let stag = be32(16);
+        let to = (u64::from(be32(20)) << 32) | u64::from(be32(24));
+        let Some(r) = regions.info(stag) else {
+            return PlacementError::ReadInvalidStag { stag };
+        };
+        if r.pd != self.pd {
+            return PlacementError::ReadStagNotAssociated {
+                stag,
+                region_pd: r.pd,
+                stream_pd: self.pd,
+            };
+        }
+        let Some(end) = to.checked_add(u64::from(size)) else {
+            return PlacementError::ReadToWrap { to, len: size };
+        };
+        if end > r.len {
+            return PlacementError::ReadBounds {
+                stag,
+                to,
+                len: size,
+                region_len: r.len,
+            };
+        }
+        if !r.remote_read {
+            return PlacementError::NoRemoteRead { stag };
+        }
+        PlacementError::ReadRequestUnsupported
     }
 
     /// Advances the in-order state past a placed segment; returns the completion of the

@@ -445,7 +445,10 @@ pub const HDRCT_R: u8 = 0x20;
 /// Builds a Terminate ULPDU (untagged, QN 2, L set) that reports an error found in an
 /// incoming DDP segment: HdrCt M and D set, the segment's length (its ULPDU length, clamped
 /// to 16 bits) and its DDP header (14 or 18 octets, `ddp_header`'s first octets) follow the
-/// control field (RFC 5040 §4.8, Figure 10: DDP errors and RDMAP errors include them).
+/// control field (RFC 5040 §4.8, Figure 10: DDP errors and RDMAP errors include them). When
+/// the segment is an RDMA Read Request (untagged, QN 1) and `ddp_header` holds its RDMA Read
+/// Request Header too, that header follows as the Terminated RDMA Header and R is set
+/// ("It MUST be present if the R bit is set"; sent back only for Read Requests).
 pub fn terminate_ulpdu_for_segment(
     t: TerminateRepr,
     msn: u32,
@@ -468,6 +471,15 @@ pub fn terminate_ulpdu_for_segment(
     let seg = u16::try_from(segment_len).unwrap_or(u16::MAX);
     let mut rest = seg.to_be_bytes().to_vec();
     rest.extend_from_slice(&ddp_header[..hdr_len]);
+    let read_request = hdr_len == UNTAGGED_HEADER_LEN
+        && ddp_header[field::QN] == queue::READ_REQUEST.to_be_bytes();
+    if let Some(rh) = ddp_header
+        .get(hdr_len..hdr_len + READ_REQUEST_HEADER_LEN)
+        .filter(|_| read_request)
+    {
+        ctl[2] |= HDRCT_R;
+        rest.extend_from_slice(rh);
+    }
     terminate_with(ctl, msn, version, &rest)
 }
 

@@ -347,3 +347,123 @@ fn a_discontinuous_tagged_segment_placed_ahead_is_a_terminate_in_order() {
     assert_eq!(t, (1, 1, 0));
     assert!(ulpdu.ends_with(&second[..TAGGED_HEADER_LEN]));
 }
+
+/// An RDMA Read Request ULPDU (QN 1, MSN 1) for `size` octets at (`src_stag`, `src_to`).
+fn read_request(src_stag: u32, src_to: u64, size: u32) -> Vec<u8> {
+    let mut v = vec![0u8; mpa::wire::ddp::UNTAGGED_HEADER_LEN];
+    DdpRepr::Untagged {
+        last: true,
+        opcode: RdmapOpcode::RdmaReadRequest,
+        inv_stag: 0,
+        qn: queue::READ_REQUEST,
+        msn: 1,
+        mo: 0,
+    }
+    .emit(&mut v, 1)
+    .unwrap();
+    // Sink STag | Sink TO | RDMA Read Message Size | Source STag | Source TO (RFC 5040 §4.4).
+    v.extend_from_slice(&0x77u32.to_be_bytes());
+    v.extend_from_slice(&0u64.to_be_bytes());
+    v.extend_from_slice(&size.to_be_bytes());
+    v.extend_from_slice(&src_stag.to_be_bytes());
+    v.extend_from_slice(&src_to.to_be_bytes());
+    v
+}
+
+/// The Data Source's checks of a Read Request give RFC 5040's RDMAP Remote Protection
+/// Errors, each with its code; one that passes is still refused (no send path yet) with the
+/// RDMAP operation error "unspecified"; a request without its header is that too.
+#[test]
+fn read_requests_are_checked_then_refused() {
+    let mut base = regions();
+    base.insert(RegionInfo {
+        stag: 0x30,
+        len: 4096,
+        pd: 1,
+        remote_write: false,
+        remote_read: true,
+        huge_pages: false,
+    });
+    base.insert(RegionInfo {
+        stag: 0x40,
+        len: 4096,
+        pd: 2,
+        remote_write: false,
+        remote_read: true,
+        huge_pages: false,
+    });
+    let short = {
+        let mut v = read_request(0x30, 0, 16);
+        v.truncate(mpa::wire::ddp::UNTAGGED_HEADER_LEN + 20);
+        v
+    };
+    type Case = (Vec<u8>, PlacementError, (u8, u8, u8));
+    let cases: [Case; 7] = [
+        (
+            read_request(0x99, 0, 16),
+            PlacementError::ReadInvalidStag { stag: 0x99 },
+            (0, 1, 0x00),
+        ),
+        (
+            read_request(0x30, 4090, 16),
+            PlacementError::ReadBounds {
+                stag: 0x30,
+                to: 4090,
+                len: 16,
+                region_len: 4096,
+            },
+            (0, 1, 0x01),
+        ),
+        (
+            read_request(0x10, 0, 16),
+            PlacementError::NoRemoteRead { stag: 0x10 },
+            (0, 1, 0x02),
+        ),
+        (
+            read_request(0x40, 0, 16),
+            PlacementError::ReadStagNotAssociated {
+                stag: 0x40,
+                region_pd: 2,
+                stream_pd: 1,
+            },
+            (0, 1, 0x03),
+        ),
+        (
+            read_request(0x30, u64::MAX - 3, 16),
+            PlacementError::ReadToWrap {
+                to: u64::MAX - 3,
+                len: 16,
+            },
+            (0, 1, 0x04),
+        ),
+        (
+            read_request(0x30, 0, 4096),
+            PlacementError::ReadRequestUnsupported,
+            (0, 2, 0xff),
+        ),
+        (
+            short.clone(),
+            PlacementError::Truncated {
+                ulpdu_len: short.len(),
+            },
+            (0, 2, 0xff),
+        ),
+    ];
+    for (ulpdu, want, codes) in cases {
+        let mut rx = MpaReceiver::new(&cfg(false, None));
+        let mut r = base.clone();
+        let wire = frame(&mut FpduEncoder::new(false), std::slice::from_ref(&ulpdu));
+        feed(&mut rx, &mut r, &wire);
+        let (error, got, term) = local_terminate(&mut rx);
+        assert_eq!(error, RxError::Placement(want), "{want:?}");
+        assert_eq!(got, codes, "{want:?}");
+        // RFC 5040 Figure 10: the Terminate carries the offending DDP header and, for a Read
+        // Request whose header arrived, that RDMA Read Request Header with HdrCt R set.
+        let h = mpa::wire::ddp::UNTAGGED_HEADER_LEN;
+        let whole = ulpdu.len() >= h + mpa::wire::ddp::READ_REQUEST_HEADER_LEN;
+        let carried = if whole { &ulpdu[..] } else { &ulpdu[..h] };
+        assert!(term.ends_with(carried), "{want:?}");
+        let hdrct = term[h + 2];
+        assert_eq!(hdrct & mpa::wire::ddp::HDRCT_R != 0, whole, "{want:?}");
+    }
+}
