@@ -17,7 +17,7 @@ pub use sender::fuzz_sender;
 
 use crate::flow::receive_segment;
 use crate::receiver::{MemRegions, MpaReceiver, PostedBuf, ReceiverConfig};
-use crate::tcp::{Connection, Event, HandoverState, TcpConfig};
+use crate::tcp::{Connection, Event, HandoverState, TcpConfig, TsHandover};
 use crate::wire::tcp::{TcpFlags, TcpOptions, TcpRepr};
 use mpa::encoder::FpduEncoder;
 use mpa::seq::SeqNumber;
@@ -31,6 +31,25 @@ const SND0: u32 = 7000;
 const REGION: u32 = 0x11;
 const REGION_LEN: u64 = 1 << 16;
 
+/// A connection at (SND.NXT, RCV.NXT) = (`snd`, `rcv`) on ports 7777 ← 40000, windows of
+/// 64 KiB scaled by 7, SACK on: what the fuzz harnesses start from.
+fn handover(snd: u32, rcv: u32, mss: u16, timestamps: Option<TsHandover>) -> HandoverState {
+    HandoverState {
+        local_port: 7777,
+        remote_port: 40000,
+        snd_nxt: SeqNumber(snd),
+        rcv_nxt: SeqNumber(rcv),
+        snd_wnd: 1 << 16,
+        rcv_wnd: 1 << 16,
+        rcv_wup: SeqNumber(rcv),
+        snd_wscale: 7,
+        rcv_wscale: 7,
+        mss,
+        sack_permitted: true,
+        timestamps,
+    }
+}
+
 /// Runs one input; panics only on a broken invariant (which is the finding).
 pub fn fuzz_flow(data: &[u8]) {
     fuzz_flow_counting(data);
@@ -43,20 +62,7 @@ fn fuzz_flow_counting(data: &[u8]) -> u64 {
     };
     let markers = cfg & 1 != 0;
     let t0 = Instant::now();
-    let state = HandoverState {
-        local_port: 7777,
-        remote_port: 40000,
-        snd_nxt: SeqNumber(SND0),
-        rcv_nxt: SeqNumber(RCV0),
-        snd_wnd: 1 << 16,
-        rcv_wnd: 1 << 16,
-        rcv_wup: SeqNumber(RCV0),
-        snd_wscale: 7,
-        rcv_wscale: 7,
-        mss: 1460,
-        sack_permitted: true,
-        timestamps: None,
-    };
+    let state = handover(SND0, RCV0, 1460, None);
     let tcp_cfg = TcpConfig {
         rcv_buf: 1 << 18,
         reassembly_limit: 1 << 17,

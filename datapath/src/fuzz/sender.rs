@@ -15,9 +15,8 @@
 
 use crate::receiver::{MemRegions, Regions};
 use crate::sender::{FpduSource, SenderConfig};
-use crate::tcp::{CongestionControl, Connection, Event, HandoverState, TcpConfig};
+use crate::tcp::{CongestionControl, Connection, Event, TcpConfig, TsHandover};
 use crate::wire::tcp::{SackBlock, TcpFlags, TcpOptions, TcpRepr, TcpTimestamps};
-use mpa::seq::SeqNumber;
 use mpa_ctl_proto::RegionInfo;
 use std::time::{Duration, Instant};
 
@@ -40,24 +39,13 @@ pub(crate) fn fuzz_sender_counting(data: &[u8]) -> u64 {
     let markers = cfg & 1 != 0;
     let timestamps = cfg & 2 != 0;
     let t0 = Instant::now();
-    let state = HandoverState {
-        local_port: 7777,
-        remote_port: 40000,
-        snd_nxt: SeqNumber(SND0),
-        rcv_nxt: SeqNumber(RCV0),
-        snd_wnd: 1 << 16,
-        rcv_wnd: 1 << 16,
-        rcv_wup: SeqNumber(RCV0),
-        snd_wscale: 7,
-        rcv_wscale: 7,
-        mss: if cfg & 8 != 0 { 536 } else { 1460 },
-        sack_permitted: true,
-        timestamps: timestamps.then_some(crate::tcp::TsHandover {
-            tsval_at_freeze: 50_000,
-            freeze_instant: t0,
-            ts_recent: 100,
-        }),
-    };
+    let mss = if cfg & 8 != 0 { 536 } else { 1460 };
+    let ts = timestamps.then_some(TsHandover {
+        tsval_at_freeze: 50_000,
+        freeze_instant: t0,
+        ts_recent: 100,
+    });
+    let state = super::handover(SND0, RCV0, mss, ts);
     let tcp_cfg = TcpConfig {
         snd_buf: 1 << 18,
         congestion_control: if cfg & 4 != 0 {

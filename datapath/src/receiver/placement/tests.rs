@@ -3,6 +3,7 @@
 use super::*;
 use crate::receiver::regions::{Region, RegionTable};
 use crate::region::RegionMemory;
+use error::rdmap_err;
 use mpa::encoder::FpduEncoder;
 use mpa::wire::ddp::TAGGED_HEADER_LEN;
 use mpa_ctl_proto::RegionInfo;
