@@ -58,17 +58,7 @@ impl Reader {
     /// The next record without consuming it, or a loss before it (reported, then the record
     /// follows at the next call), or `Empty` (after reporting any loss after the last record).
     pub fn peek(&mut self) -> Result<Next, RingError> {
-        // Lost before head: the producer stores head before lost, so a lost count read here
-        // comes with every record written before those losses (a trailing loss is reported
-        // only once they are all read).
-        let lost = self
-            .file
-            .u64_at(self.ring, OFF_LOST)
-            .load(Ordering::Acquire);
-        let head = self
-            .file
-            .u64_at(self.ring, OFF_HEAD)
-            .load(Ordering::Acquire);
+        let (lost, head) = self.lost_and_head();
         let unread = head.wrapping_sub(self.tail);
         if unread == 0 {
             if lost.wrapping_sub(self.accounted) as i64 > 0 {
@@ -128,6 +118,14 @@ impl Reader {
 
     /// Something unread, or a loss not yet reported.
     pub fn has_news(&self) -> bool {
+        let (lost, head) = self.lost_and_head();
+        head != self.tail || lost != self.accounted
+    }
+
+    /// The producer's lost count and head, in that order. Lost before head: the producer
+    /// stores head before lost, so a lost count read here comes with every record written
+    /// before those losses (a trailing loss is reported only once they are all read).
+    fn lost_and_head(&self) -> (u64, u64) {
         let lost = self
             .file
             .u64_at(self.ring, OFF_LOST)
@@ -136,7 +134,7 @@ impl Reader {
             .file
             .u64_at(self.ring, OFF_HEAD)
             .load(Ordering::Acquire);
-        head != self.tail || lost != self.accounted
+        (lost, head)
     }
 
     /// The consumer index: records consumed.

@@ -378,14 +378,16 @@ impl Placer {
     /// The Data Source's checks of an RDMA Read Request (RFC 5040 §4.4, §5.2.1): its header
     /// present, then the source STag valid, of this stream's domain, TO + size not wrapping,
     /// inside the region, and readable by the peer. A request that passes is still refused
-    /// ([`PlacementError::ReadRequestUnsupported`]): answering needs the send path.
+    /// ([`PlacementError::ReadRequestUnsupported`]): answering needs the send path. `header`:
+    /// the [`READ_REQUEST_HEADER_LEN`] octets after the DDP header, `None` when the ULPDU is
+    /// shorter.
     fn check_read_request<R: Regions + ?Sized>(
         &self,
         header: Option<&[u8]>,
         ulpdu_len: usize,
         regions: &R,
     ) -> PlacementError {
-        let Some(h) = header.filter(|h| h.len() == READ_REQUEST_HEADER_LEN) else {
+        let Some(h) = header else {
             return PlacementError::Truncated { ulpdu_len };
         };
         // Sink STag (4) | Sink TO (8) | RDMA Read Message Size (4) | Source STag (4) | Source TO (8).
