@@ -423,6 +423,9 @@ fn id_mut(m: &mut Message) -> Option<&mut u64> {
         | Message::ListRegions { id, .. }
         | Message::Regions { id, .. }
         | Message::PostRecv { id, .. }
+        | Message::PostWrite { id, .. }
+        | Message::PostSend { id, .. }
+        | Message::Posted { id, .. }
         | Message::Subscribe { id, .. }
         | Message::Subscribed { id, .. }
         | Message::Unsubscribe { id, .. }

@@ -14,6 +14,11 @@ pub enum CompletionKind {
     ReadResponsePlaced,
     /// A Send (any variant) arrived completely in a posted buffer.
     SendArrived,
+    /// An RDMA Write the consumer posted was sent and the peer acknowledged its every
+    /// octet (`stag`/`offset`/`len`: the local region it was read from).
+    WriteSent,
+    /// A Send the consumer posted was sent and acknowledged (`msn`: its MSN).
+    SendSent,
 }
 
 /// One completed message, delivered in order per connection (RFC 5041 §4.1: after all its

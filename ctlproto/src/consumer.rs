@@ -176,6 +176,62 @@ impl Consumer {
         })
     }
 
+    /// Posts `count` RDMA Writes of `len` octets on connection `flow_id`, write `i` from
+    /// `offset + i·len` of region `stag` to the peer's `sink_stag` at `sink_to + i·len`
+    /// (see [`Message::PostWrite`]); each completes as [`crate::CompletionKind::WriteSent`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn post_write(
+        &mut self,
+        flow_id: u64,
+        stag: u32,
+        offset: u64,
+        len: u64,
+        count: u32,
+        sink_stag: u32,
+        sink_to: u64,
+    ) -> Result<(), ConsumerError> {
+        match self.client.request(|id| Message::PostWrite {
+            id,
+            flow_id,
+            stag,
+            offset,
+            len,
+            count,
+            sink_stag,
+            sink_to,
+        })? {
+            Message::Posted { .. } => Ok(()),
+            m => Err(Self::unexpected(m)),
+        }
+    }
+
+    /// Posts `count` Sends of `len` octets on connection `flow_id` from `offset + i·len` of
+    /// region `stag`; returns the first one's MSN. Each completes as
+    /// [`crate::CompletionKind::SendSent`].
+    pub fn post_send(
+        &mut self,
+        flow_id: u64,
+        stag: u32,
+        offset: u64,
+        len: u64,
+        count: u32,
+    ) -> Result<u32, ConsumerError> {
+        match self.client.request(|id| Message::PostSend {
+            id,
+            flow_id,
+            stag,
+            offset,
+            len,
+            count,
+        })? {
+            Message::Posted {
+                first_msn: Some(msn),
+                ..
+            } => Ok(msn),
+            m => Err(Self::unexpected(m)),
+        }
+    }
+
     /// Receive the completions of domain `pd`'s connections on this consumer: maps the
     /// rings the datapath made for it. Subscribing to a domain again replaces its rings.
     pub fn subscribe(&mut self, pd: u32) -> Result<(), ConsumerError> {
@@ -341,8 +397,9 @@ impl Consumer {
     }
 }
 
-/// A region's memory mapped read-only into the consumer. The datapath writes it at any
-/// time, so it is only read by copying ([`MappedRegion::read`]), never through a reference.
+/// A region's memory mapped into the consumer. The datapath writes it (placement) and reads
+/// it (messages the consumer posts) at any time, so it is only read and written by copying
+/// ([`MappedRegion::read`], [`MappedRegion::write`]), never through a reference.
 #[derive(Debug)]
 pub struct MappedRegion {
     info: RegionInfo,
@@ -352,7 +409,9 @@ pub struct MappedRegion {
 impl MappedRegion {
     fn map(info: RegionInfo, fd: OwnedFd) -> Result<MappedRegion, ConsumerError> {
         let stag = info.stag;
-        let mem = SharedMemory::open(fd, info.len, Access::ReadOnly)
+        // Read-write: it is the consumer's own memory, and what it posts to send is written
+        // there first.
+        let mem = SharedMemory::open(fd, info.len, Access::ReadWrite)
             .map_err(|err| ConsumerError::Map { stag, err })?;
         Ok(MappedRegion { info, mem })
     }
@@ -365,6 +424,13 @@ impl MappedRegion {
     /// Copies the octets at `off` into `dst`; `false` when out of bounds.
     pub fn read(&self, off: u64, dst: &mut [u8]) -> bool {
         self.mem.read(off, dst)
+    }
+
+    /// Copies `src` to `off` (e.g. what a posted Write or Send will send); `false` when out
+    /// of bounds. Octets of a message in flight must not change until its completion: a
+    /// retransmission reads them again.
+    pub fn write(&self, off: u64, src: &[u8]) -> bool {
+        self.mem.write(off, src)
     }
 
     /// The whole region, copied.

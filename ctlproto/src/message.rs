@@ -159,6 +159,55 @@ pub enum Message {
         /// Buffers.
         count: u32,
     },
+    /// consumer → datapath: post `count` RDMA Writes of `len` octets each on connection
+    /// `flow_id`: write `i` reads region `stag` from `offset + i·len` and writes the peer's
+    /// `sink_stag` at tagged offset `sink_to + i·len`. Answered by [`Message::Posted`] once
+    /// all are queued, or by an error with none queued. Each completes
+    /// ([`crate::CompletionKind::WriteSent`]) when the peer has acknowledged its every octet.
+    PostWrite {
+        /// Request id.
+        id: u64,
+        /// The connection.
+        flow_id: u64,
+        /// Local region to read (its domain must be the connection's).
+        stag: u32,
+        /// Offset of the first write's octets in it.
+        offset: u64,
+        /// Octets per write.
+        len: u64,
+        /// Writes.
+        count: u32,
+        /// The peer's STag.
+        sink_stag: u32,
+        /// The peer's tagged offset of the first write.
+        sink_to: u64,
+    },
+    /// consumer → datapath: post `count` Sends (queue 0, consecutive MSNs) of `len` octets
+    /// each from region `stag` at `offset + i·len`. Answered by [`Message::Posted`];
+    /// each completes ([`crate::CompletionKind::SendSent`]) when acknowledged.
+    PostSend {
+        /// Request id.
+        id: u64,
+        /// The connection.
+        flow_id: u64,
+        /// Local region to read.
+        stag: u32,
+        /// Offset of the first Send's octets.
+        offset: u64,
+        /// Octets per Send.
+        len: u64,
+        /// Sends.
+        count: u32,
+    },
+    /// datapath → consumer: the messages of a PostWrite or PostSend are queued.
+    Posted {
+        /// Request id.
+        id: u64,
+        /// Messages queued.
+        count: u32,
+        /// The MSN of the first Send (PostSend only).
+        first_msn: Option<u32>,
+    },
     /// consumer → datapath: send this client the completions of the domain's connections
     /// (one subscriber per domain), answered by [`Message::Subscribed`]. A protection domain
     /// belongs to the client that first creates a region in it or subscribes to it, until that

@@ -128,8 +128,33 @@ pub struct FlowReport {
     /// MPA receive counters.
     #[serde(flatten)]
     pub rx: RxStats,
+    /// What the consumer sent on it (RDMA Writes and Sends from registered memory).
+    #[serde(default)]
+    pub tx: TxStats,
     /// How it ended, once it has.
     pub ended: Option<EndReport>,
+}
+
+/// The send side of one flow: messages the consumer posted and their FPDUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxStats {
+    /// Messages posted (RDMA Writes and Sends).
+    pub messages_posted: u64,
+    /// Messages completed: every octet acknowledged by the peer.
+    pub messages_completed: u64,
+    /// Messages posted and not yet completed.
+    pub messages_queued: u64,
+    /// FPDUs written into segments, retransmissions included.
+    pub fpdus_sent: u64,
+    /// Payload octets read from regions, retransmissions included.
+    pub octets_read: u64,
+    /// Segments that did not start with an FPDU or ended inside one (0 when the peer's
+    /// window never forced a cut inside an FPDU).
+    pub partial_fpdus: u64,
+    /// Congestion window at the time of the report (octets).
+    pub cwnd: u64,
+    /// Smoothed RTT (µs), once measured.
+    pub srtt_us: Option<u64>,
 }
 
 /// Segments a flow's TCP dropped, by reason (RFC 7323, RFC 5961, RFC 9293), and its

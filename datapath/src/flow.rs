@@ -5,18 +5,21 @@
 #![forbid(unsafe_code)]
 
 use crate::receiver::{
-    InOrderSource, MpaReceiver, PostRecvError, PostedBuf, ReceiverConfig, Regions, RxEnd, RxError,
+    InOrderSource, MpaReceiver, PostRecvError, PostedBuf, ReceiverConfig, Region, RegionTable,
+    Regions, RxEnd, RxError,
 };
-use crate::tcp::{Connection, Event, HandoverState, SegmentOutcome, TcpConfig, TsHandover};
+use crate::sender::{FpduSource, MessageKind, PostError, Preamble, SenderConfig, MIN_EMSS};
+use crate::tcp::{
+    Connection, Event, HandoverState, SegmentOutcome, SendSource, TcpConfig, TsHandover,
+};
 use crate::wire::frame::FrameTemplate;
-use crate::wire::tcp::TcpRepr;
-use mpa::encoder::FpduEncoder;
+use crate::wire::tcp::{TcpRepr, TIMESTAMPS_OPTION_LEN};
 use mpa::endpoint::rtr_ulpdu;
 use mpa::seq::SeqNumber;
 use mpa::startup::{RtrSet, RtrType};
 use mpa::MpaErrorCode;
-use mpa_ctl_proto::stats::{EndReport, FlowReport};
-use mpa_ctl_proto::{HandOver, Role, TerminateInfo};
+use mpa_ctl_proto::stats::{EndReport, FlowReport, TxStats};
+use mpa_ctl_proto::{Completion, CompletionKind, HandOver, Role, TerminateInfo};
 use std::time::{Duration, Instant};
 
 /// Why a hand-over could not become a flow.
@@ -40,6 +43,58 @@ pub enum FlowError {
     /// An Initiator names more than one RTR to send.
     #[error("an Initiator sends one RTR indication, not {0:?}")]
     SeveralRtrs(Vec<RtrType>),
+    /// The peer's MSS (or the TX frame) leaves no room for an FPDU.
+    #[error("segments of at most {emss} octets cannot carry FPDUs (at least {MIN_EMSS})")]
+    EmssTooSmall {
+        /// The EMSS the TCP and the TX frames allow.
+        emss: usize,
+    },
+}
+
+/// What a flow sends: the Responder's Reply, then an FPDU stream of the consumer's Writes and
+/// Sends (read from registered memory) and the flow's own ULPDUs (Terminate, RTR, the
+/// zero-length Read Response to an RTR).
+pub type FlowSource = Preamble<FpduSource<RegionTable>>;
+
+/// A consumer's post of `count` messages of `len` octets each, back to back in one region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendPost {
+    /// Write or Send.
+    pub op: SendOp,
+    /// Local region to read.
+    pub stag: u32,
+    /// Offset of the first message's octets.
+    pub offset: u64,
+    /// Octets per message.
+    pub len: u64,
+    /// Messages.
+    pub count: u32,
+}
+
+/// What a [`SendPost`] sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendOp {
+    /// RDMA Writes to the peer's `sink_stag`, the first at `sink_to`.
+    Write {
+        /// The peer's STag.
+        sink_stag: u32,
+        /// Tagged offset of the first write.
+        sink_to: u64,
+    },
+    /// Sends on queue 0.
+    Send,
+}
+
+/// Where a TX frame is built: the UMEM frame itself in the worker (one copy from the region),
+/// a buffer in tests.
+pub trait FrameSink {
+    /// Frames that can be queued now.
+    fn room(&mut self) -> usize;
+    /// Longest frame a buffer holds.
+    fn frame_capacity(&self) -> usize;
+    /// Builds one frame in a free buffer: `build` writes it and returns its length (0:
+    /// nothing, the buffer stays free). `false` when no buffer was free.
+    fn send_with(&mut self, build: impl FnOnce(&mut [u8]) -> usize) -> bool;
 }
 
 /// How a flow ended.
@@ -53,13 +108,40 @@ pub struct FlowEnd {
     pub terminate: Option<TerminateInfo>,
 }
 
+/// A [`FrameSink`] that keeps every frame (tests, in-memory harnesses).
+#[derive(Debug, Clone, Default)]
+pub struct FrameVec {
+    /// The frames built, in order.
+    pub frames: Vec<Vec<u8>>,
+}
+
+impl FrameSink for FrameVec {
+    fn room(&mut self) -> usize {
+        usize::MAX
+    }
+
+    fn frame_capacity(&self) -> usize {
+        crate::ring::MEM_FRAME_CAPACITY
+    }
+
+    fn send_with(&mut self, build: impl FnOnce(&mut [u8]) -> usize) -> bool {
+        let mut b = vec![0u8; crate::ring::MEM_FRAME_CAPACITY];
+        let n = build(&mut b);
+        if n == 0 {
+            return false;
+        }
+        b.truncate(n);
+        self.frames.push(b);
+        true
+    }
+}
+
 /// One connection.
 pub struct Flow {
     /// The datapath's id.
     pub id: u64,
-    tcp: Connection,
+    tcp: Connection<FlowSource>,
     template: FrameTemplate,
-    encoder: FpduEncoder,
     rx: MpaReceiver,
     packets: u64,
     frames_sent: u64,
@@ -84,8 +166,8 @@ fn instant_of_monotonic(ns: u64, now: Instant) -> Instant {
 /// to [`MpaReceiver::handle_segment_ahead`] (when it can locate FPDUs), in-order octets and
 /// those that became in order to [`MpaReceiver::handle_in_order`]. The one composition of the
 /// two, used by [`Flow`] and by the in-memory harnesses.
-pub fn receive_segment<R: Regions + ?Sized>(
-    tcp: &mut Connection,
+pub fn receive_segment<S: SendSource, R: Regions + ?Sized>(
+    tcp: &mut Connection<S>,
     rx: &mut MpaReceiver,
     now: Instant,
     repr: &TcpRepr,
@@ -121,15 +203,17 @@ fn clamp_mss(cfg: &TcpConfig, template: &FrameTemplate) -> TcpConfig {
 }
 
 impl Flow {
-    /// Builds the flow from a hand-over; `our_mac` is the interface's address. A Responder's
-    /// accepting Reply is queued at once (TCP retransmits it until acknowledged); so is a
-    /// peer-to-peer Initiator's RTR indication, its first FPDU.
+    /// Builds the flow from a hand-over; `our_mac` is the interface's address, `max_frame`
+    /// the longest frame it may send (its TX buffers'). A Responder's accepting Reply is
+    /// queued at once (TCP retransmits it until acknowledged); so is a peer-to-peer
+    /// Initiator's RTR indication, its first FPDU.
     pub fn new(
         h: &HandOver,
         our_mac: [u8; 6],
         cfg: &TcpConfig,
         digest: bool,
         now: Instant,
+        max_frame: usize,
     ) -> Result<Flow, FlowError> {
         let t = &h.tcp;
         let ts = t.timestamps.map(|ts| TsHandover {
@@ -152,19 +236,34 @@ impl Flow {
             timestamps: ts,
         };
         let template = FrameTemplate::new(our_mac, h.next_hop_mac, t.local, t.remote)?;
-        let mut tcp = Connection::new(&state, &clamp_mss(cfg, &template), now)?;
+        let cfg = clamp_mss(cfg, &template);
         let m = &h.mpa;
-        let mut encoder = FpduEncoder::new(m.markers_tx);
-        let rtrs = m.rtr.iter().fold(RtrSet::EMPTY, |set, t| set.with(*t));
+        // The TCP's EMSS is known once it exists: a stand-in source first.
+        let stand_in = FpduSource::new(SenderConfig::new(MIN_EMSS, false), RegionTable::default())
+            .map_err(|_| FlowError::EmssTooSmall { emss: MIN_EMSS })?;
+        let mut tcp = Connection::with_source(&state, &cfg, now, Preamble::new(Vec::new(), stand_in))?;
+        // An FPDU must fit one segment, and a segment one TX frame: headers and the options
+        // every segment carries come off the frame.
+        let options = if ts.is_some() { TIMESTAMPS_OPTION_LEN } else { 0 };
+        let by_frame = max_frame
+            .saturating_sub(template.l2l3_len() + crate::wire::tcp::HEADER_LEN + options);
+        let emss = tcp.emss().min(by_frame);
+        let sender = FpduSource::new(
+            SenderConfig {
+                pd: m.pd,
+                ddp_rdmap_version: m.ddp_rdmap_version,
+                ..SenderConfig::new(emss, m.markers_tx)
+            },
+            RegionTable::default(),
+        )
+        .map_err(|_| FlowError::EmssTooSmall { emss })?;
         let expect_rtr = match m.role {
             Role::Responder => {
                 if m.reply_frame.is_empty() {
                     return Err(FlowError::ResponderWithoutReply);
                 }
-                if tcp.send(&m.reply_frame) != m.reply_frame.len() {
-                    return Err(FlowError::SendBuffer("Reply"));
-                }
-                Some(rtrs)
+                *tcp.source_mut() = Preamble::new(m.reply_frame.clone(), sender);
+                Some(m.rtr.iter().fold(RtrSet::EMPTY, |set, t| set.with(*t)))
             }
             Role::Initiator => {
                 if !m.reply_frame.is_empty() {
@@ -173,17 +272,15 @@ impl Flow {
                 if m.rtr.len() > 1 {
                     return Err(FlowError::SeveralRtrs(m.rtr.clone()));
                 }
+                *tcp.source_mut() = Preamble::new(Vec::new(), sender);
                 // Not peer-to-peer: the ULP's first FPDU comes later. Peer-to-peer (RFC 6581
                 // §9.2): the negotiated RTR is the very first FPDU, framed as agreed (markers
                 // toward the peer if it asked for them).
                 if let Some(&rtr) = m.rtr.first() {
-                    let mut wire = Vec::new();
-                    encoder
-                        .encode(&rtr_ulpdu(rtr, m.ddp_rdmap_version), &mut wire)
+                    tcp.source_mut()
+                        .inner_mut()
+                        .post_ulpdu(&rtr_ulpdu(rtr, m.ddp_rdmap_version))
                         .map_err(|_| FlowError::SendBuffer("RTR"))?;
-                    if tcp.send(&wire) != wire.len() {
-                        return Err(FlowError::SendBuffer("RTR"));
-                    }
                 }
                 None
             }
@@ -203,7 +300,6 @@ impl Flow {
             id: h.flow_id,
             tcp,
             template,
-            encoder,
             rx,
             packets: 0,
             frames_sent: 0,
@@ -226,10 +322,7 @@ impl Flow {
         receive_segment(&mut self.tcp, &mut self.rx, now, repr, payload, regions);
         if let Some(h) = self.rx.poll_reply() {
             // Our first FPDU, allowed now that one arrived (RFC 5044 §7.1.2).
-            let mut wire = Vec::new();
-            if self.encoder.encode(&h, &mut wire).is_ok() {
-                self.tcp.send(&wire);
-            }
+            self.send_ulpdu(&h);
         }
         let Some(end) = self.rx.poll_terminate().cloned() else {
             return;
@@ -244,10 +337,7 @@ impl Flow {
                 ulpdu,
             } => {
                 // RFC 5044 §8: the ULP — us — sends the Terminate, then closes.
-                let mut wire = Vec::new();
-                if self.encoder.encode(&ulpdu, &mut wire).is_ok() {
-                    self.tcp.send(&wire);
-                }
+                self.send_ulpdu(&ulpdu);
                 self.tcp.close();
                 let reason = error.to_string();
                 tracing::info!(flow = self.id, layer = t.layer, error_type = t.error_type, code = t.error_code, %reason, "Terminate sent");
@@ -284,6 +374,75 @@ impl Flow {
         }
     }
 
+    /// Queues one of the flow's own ULPDUs (Terminate, RTR, Read Response to an RTR) as an
+    /// FPDU after what is queued. Such ULPDUs are small; one that cannot be queued (an EMSS
+    /// below it) is logged and dropped, and the flow's close still follows.
+    fn send_ulpdu(&mut self, ulpdu: &[u8]) {
+        if !self.tcp.can_queue() {
+            return;
+        }
+        if let Err(e) = self.tcp.source_mut().inner_mut().post_ulpdu(ulpdu) {
+            tracing::warn!(flow = self.id, %e, "cannot queue the flow's own FPDU");
+        }
+    }
+
+    /// Queues a consumer's Writes or Sends reading `region` (the worker's entry for
+    /// `post.stag`); all or none. Returns the first Send's MSN (for Sends).
+    pub fn post(&mut self, region: &Region, post: &SendPost) -> Result<Option<u32>, PostError> {
+        if !self.tcp.can_queue() || self.ending.is_some() || self.ended.is_some() {
+            return Err(PostError::Closed);
+        }
+        let src = self.tcp.source_mut().inner_mut();
+        let count = u64::from(post.count);
+        // All or none: the whole run is checked before the first is queued.
+        let total = post.len.checked_mul(count).ok_or(PostError::TooLong { len: u64::MAX })?;
+        let end = post.offset.checked_add(total);
+        if end.is_none_or(|e| e > region.info.len) {
+            return Err(PostError::OutOfBounds {
+                stag: post.stag,
+                offset: post.offset,
+                len: total,
+                region_len: region.info.len,
+            });
+        }
+        if let SendOp::Write { sink_to, .. } = post.op {
+            if sink_to.checked_add(total).is_none() {
+                return Err(PostError::TooLong { len: total });
+            }
+        }
+        let room = src.max_messages().saturating_sub(src.queued_messages());
+        if post.count as usize > room {
+            return Err(PostError::QueueFull(src.max_messages()));
+        }
+        src.regions_mut().insert(region.clone());
+        let mut first_msn = None;
+        for i in 0..count {
+            let offset = post.offset + i * post.len;
+            match post.op {
+                SendOp::Write { sink_stag, sink_to } => {
+                    src.post_write(post.stag, offset, post.len, sink_stag, sink_to + i * post.len)?;
+                }
+                SendOp::Send => {
+                    let (_, msn) = src.post_send(post.stag, offset, post.len)?;
+                    first_msn.get_or_insert(msn);
+                }
+            }
+        }
+        Ok(first_msn)
+    }
+
+    /// A region was destroyed: a message still reading it fails the flow when its octets are
+    /// next needed (never wrong octets).
+    pub fn forget_region(&mut self, stag: u32) {
+        self.tcp.source_mut().inner_mut().regions_mut().remove(stag);
+    }
+
+    /// Whether the flow has octets it could send now if TX frames allowed.
+    pub fn wants_to_send(&self) -> bool {
+        let sent = self.tcp.snd_nxt().distance_from(self.tcp.snd_una()) as usize;
+        sent < self.tcp.source().queued()
+    }
+
     /// Posts receive buffers for the peer's Sends.
     pub fn post_recv(&mut self, bufs: &[PostedBuf]) -> Result<(), PostRecvError> {
         self.rx.post_recv(bufs)
@@ -309,15 +468,31 @@ impl Flow {
 
     /// Hands the completions produced since the last call to `f`, in order.
     #[inline]
-    pub fn drain_completions(&mut self, mut f: impl FnMut(&mpa_ctl_proto::Completion)) {
+    pub fn drain_completions(&mut self, mut f: impl FnMut(&Completion)) {
         while let Some(c) = self.rx.poll_completion() {
             f(&c);
+        }
+        while let Some(c) = self.tcp.source_mut().inner_mut().poll_completion() {
+            let (kind, msn) = match c.kind {
+                MessageKind::Write { .. } => (CompletionKind::WriteSent, None),
+                MessageKind::Send { msn } => (CompletionKind::SendSent, Some(msn)),
+                MessageKind::Control => continue,
+            };
+            f(&Completion {
+                flow_id: self.id,
+                kind,
+                stag: c.src_stag,
+                offset: c.src_offset,
+                len: c.len,
+                msn,
+                invalidate_stag: None,
+            });
         }
     }
 
     /// Whether completions are waiting.
     pub fn has_completions(&self) -> bool {
-        self.rx.has_completions()
+        self.rx.has_completions() || self.tcp.source().inner().has_completions()
     }
 
     /// Called at the end of each RX burst that touched this flow.
@@ -337,23 +512,40 @@ impl Flow {
         self.tcp.poll_timeout()
     }
 
-    /// Builds every frame due now into `scratch` and hands each to `send`.
-    pub fn poll_frames(&mut self, now: Instant, scratch: &mut [u8], mut send: impl FnMut(&[u8])) {
+    /// Builds every frame due now, each straight into a buffer of `sink` (the payload read
+    /// from the region once, into the TX frame). Stops when `sink` has no free buffer: the
+    /// rest waits for the next call ([`Flow::wants_to_send`]).
+    pub fn poll_frames(&mut self, now: Instant, sink: &mut impl FrameSink) {
         let l = self.template.l2l3_len();
-        while let Some(tx) = scratch
-            .get_mut(l..)
-            .and_then(|b| self.tcp.poll_transmit(now, b))
-        {
-            match self
-                .template
-                .finish(scratch, tx.header_len + tx.payload_len)
-            {
-                Ok(n) => {
-                    self.frames_sent += 1;
-                    send(&scratch[..n]);
+        let cap = sink.frame_capacity();
+        let mut room = sink.room();
+        while room > 0 {
+            room -= 1;
+            let (tcp, template) = (&mut self.tcp, &self.template);
+            let mut built = false;
+            let mut error = None;
+            sink.send_with(|frame| {
+                let n = cap.min(frame.len());
+                let frame = &mut frame[..n];
+                let Some(tx) = frame.get_mut(l..).and_then(|b| tcp.poll_transmit(now, b)) else {
+                    return 0;
+                };
+                built = true;
+                match template.finish(frame, tx.header_len + tx.payload_len) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        error = Some(e);
+                        0
+                    }
                 }
-                Err(e) => tracing::error!(flow = self.id, %e, "cannot build frame"),
+            });
+            if let Some(e) = error {
+                tracing::error!(flow = self.id, %e, "cannot build frame");
             }
+            if !built {
+                break;
+            }
+            self.frames_sent += 1;
         }
         self.poll_events();
     }
@@ -465,6 +657,20 @@ impl Flow {
             },
             ts_recent_inherited: self.ts_recent_inherited,
             rx: *self.rx.stats(),
+            tx: {
+                let src = self.tcp.source().inner();
+                let st = src.stats();
+                TxStats {
+                    messages_posted: st.posted,
+                    messages_completed: st.completed,
+                    messages_queued: src.queued_messages() as u64,
+                    fpdus_sent: st.fpdus_filled,
+                    octets_read: st.octets_read,
+                    partial_fpdus: st.partial_fills,
+                    cwnd: self.tcp.cwnd() as u64,
+                    srtt_us: self.tcp.srtt().map(|d| d.as_micros() as u64),
+                }
+            },
             ended: self.ended.as_ref().map(|e| EndReport {
                 mpa_error: e.mpa_error.map(MpaErrorCode::code),
                 reason: e.reason.clone(),

@@ -28,7 +28,26 @@ pub trait FrameRing {
 
     /// Copies `pkt` into a free TX buffer and queues it; `false` when none is free (the
     /// caller's retransmission logic covers the loss).
-    fn send(&mut self, pkt: &[u8]) -> bool;
+    fn send(&mut self, pkt: &[u8]) -> bool {
+        self.send_with(|buf| match buf.get_mut(..pkt.len()) {
+            Some(b) => {
+                b.copy_from_slice(pkt);
+                pkt.len()
+            }
+            None => 0,
+        })
+    }
+
+    /// Builds a frame in place in a free TX buffer (of [`FrameRing::tx_frame_capacity`]
+    /// octets): `build` writes it and returns its length, 0 to leave the buffer free. `false`
+    /// when no buffer was free or nothing was built.
+    fn send_with(&mut self, build: impl FnOnce(&mut [u8]) -> usize) -> bool;
+
+    /// TX buffers free now (frames that can be queued before [`FrameRing::flush`]).
+    fn tx_room(&mut self) -> usize;
+
+    /// Octets of one TX buffer: the longest frame it sends.
+    fn tx_frame_capacity(&self) -> usize;
 
     /// Hands every queued TX frame to the device and takes back those it finished.
     fn flush(&mut self) -> Result<(), Self::Error>;
@@ -39,6 +58,9 @@ pub trait FrameRing {
 
 /// Frames a [`MemRing`] holds in each direction at most (as a real ring of this size).
 pub const MEM_RING_SIZE: usize = 4096;
+
+/// Octets of a [`MemRing`] TX buffer: a jumbo frame (MTU 9000) with room to spare.
+pub const MEM_FRAME_CAPACITY: usize = 9216;
 
 /// Frames received per [`FrameRing::rx_burst`].
 const BURST: usize = 64;
@@ -170,18 +192,31 @@ impl FrameRing for MemRing {
         Ok(n)
     }
 
-    fn send(&mut self, pkt: &[u8]) -> bool {
+    fn send_with(&mut self, build: impl FnOnce(&mut [u8]) -> usize) -> bool {
         if self.tx_pending.len() >= MEM_RING_SIZE {
             self.stats.tx_no_frame += 1;
             return false;
         }
         let mut b = self.spare.pop().unwrap_or_default();
-        b.clear();
-        b.extend_from_slice(pkt);
+        b.resize(MEM_FRAME_CAPACITY, 0);
+        let n = build(&mut b).min(MEM_FRAME_CAPACITY);
+        if n == 0 {
+            self.spare.push(b);
+            return false;
+        }
+        b.truncate(n);
         self.stats.tx_frames += 1;
-        self.stats.tx_octets += pkt.len() as u64;
+        self.stats.tx_octets += n as u64;
         self.tx_pending.push(b);
         true
+    }
+
+    fn tx_room(&mut self) -> usize {
+        MEM_RING_SIZE - self.tx_pending.len()
+    }
+
+    fn tx_frame_capacity(&self) -> usize {
+        MEM_FRAME_CAPACITY
     }
 
     fn flush(&mut self) -> Result<(), MemRingError> {

@@ -6,7 +6,8 @@
 
 use crate::capture::{CaptureBatch, CaptureSpec, CaptureTap};
 use crate::completions::{Outbox, RingMark, RingSubscription};
-use crate::flow::{Flow, FlowEnd, FlowError};
+use crate::flow::{Flow, FlowEnd, FlowError, FrameSink, SendPost};
+use crate::sender::PostError;
 use crate::flow_table::{FlowHasher, FlowTable};
 use crate::receiver::{PostRecvError, PostedBuf, Region, RegionTable};
 use crate::ring::FrameRing;
@@ -21,6 +22,36 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
+
+/// A flow's frames go straight into the ring's TX buffers, and to the capture when one
+/// wants them.
+struct TxSink<'a, R: FrameRing> {
+    ring: &'a mut R,
+    tap: Option<&'a mut CaptureTap>,
+}
+
+impl<R: FrameRing> FrameSink for TxSink<'_, R> {
+    fn room(&mut self) -> usize {
+        self.ring.tx_room()
+    }
+
+    fn frame_capacity(&self) -> usize {
+        self.ring.tx_frame_capacity()
+    }
+
+    fn send_with(&mut self, build: impl FnOnce(&mut [u8]) -> usize) -> bool {
+        let tap = &mut self.tap;
+        self.ring.send_with(|buf| {
+            let n = build(buf);
+            if n > 0 {
+                if let Some(t) = tap.as_mut() {
+                    t.push(CaptureDirection::Tx, &buf[..n], false);
+                }
+            }
+            n
+        })
+    }
+}
 
 /// What the control thread asks of a worker.
 pub enum Command {
@@ -37,6 +68,8 @@ pub enum Command {
     RemoveRegion(u32),
     /// Post receive buffers to a flow.
     PostRecv(u64, Vec<PostedBuf>, Sender<Result<(), WorkerError>>),
+    /// Post Writes or Sends on a flow; the answer carries the first Send's MSN.
+    PostSend(u64, SendPost, Sender<Result<Option<u32>, WorkerError>>),
     /// Abort a flow (RST to the peer).
     Close(u64),
     /// Abort every flow (RST to each peer), each reported gone with this reason.
@@ -116,6 +149,14 @@ pub enum WorkerError {
     /// The hand-over could not become a flow.
     #[error(transparent)]
     HandOver(#[from] FlowError),
+    /// Messages to send were refused (none was queued).
+    #[error("flow {flow}: {error}")]
+    Post {
+        /// The flow.
+        flow: u64,
+        /// Why.
+        error: PostError,
+    },
     /// Receive buffers were refused.
     #[error("flow {flow}: {error}")]
     PostRecv {
@@ -188,7 +229,9 @@ pub struct Worker<R: FrameRing> {
     /// here (bounded in number, octets and time): they are replayed on hand-over or adoption
     /// instead of being lost, which would cost the peer a retransmission timeout.
     strays: Strays,
-    scratch: Vec<u8>,
+    /// Flows that ran out of TX frames with data to send, or had messages posted: visited at
+    /// the next poll.
+    tx_waiting: Vec<(SocketAddr, SocketAddr)>,
     /// The packet capture, while one runs: `None` costs one branch per frame.
     tap: Option<CaptureTap>,
     /// The completion rings of subscribed domains.
@@ -229,7 +272,7 @@ impl<R: FrameRing> Worker<R> {
             due: Vec::with_capacity(256),
             touched: Vec::with_capacity(256),
             strays: Strays::default(),
-            scratch: vec![0u8; 16 * 1024],
+            tx_waiting: Vec::new(),
             completions: Outbox::default(),
             tap: None,
             #[cfg(debug_assertions)]
@@ -288,7 +331,32 @@ impl<R: FrameRing> Worker<R> {
     fn command(&mut self, c: Command) -> bool {
         match c {
             Command::AddRegion(r) => self.regions.insert(r),
-            Command::RemoveRegion(stag) => self.regions.remove(stag),
+            Command::RemoveRegion(stag) => {
+                self.regions.remove(stag);
+                for (_, f) in self.flows.iter_mut() {
+                    f.forget_region(stag);
+                }
+            }
+            Command::PostSend(id, post, answer) => {
+                let r = match self.ids.get(&id).copied() {
+                    Some(key) => match (self.flows.get_mut(&key), self.regions.get(post.stag)) {
+                        (Some(f), Some(region)) => {
+                            let r = f.post(region, &post);
+                            if r.is_ok() {
+                                self.tx_waiting.push(key);
+                            }
+                            r.map_err(|error| WorkerError::Post { flow: id, error })
+                        }
+                        (Some(_), None) => Err(WorkerError::Post {
+                            flow: id,
+                            error: PostError::UnknownRegion { stag: post.stag },
+                        }),
+                        (None, _) => Err(WorkerError::NoFlow(id)),
+                    },
+                    None => Err(WorkerError::NoFlow(id)),
+                };
+                let _ = answer.send(r);
+            }
             Command::PostRecv(id, bufs, answer) => {
                 let r = match self.ids.get(&id).and_then(|k| self.flows.get_mut(k)) {
                     Some(f) => f
@@ -316,6 +384,7 @@ impl<R: FrameRing> Worker<R> {
                         &self.cfg.tcp,
                         self.cfg.digest,
                         Instant::now(),
+                        self.xsk.tx_frame_capacity(),
                     ) {
                         Ok(mut f) => {
                             if let Some(t) = self.tap.as_mut().filter(|t| t.wants(f.id)) {
@@ -510,13 +579,14 @@ impl<R: FrameRing> Worker<R> {
                 }
             }
         }
+        self.due.append(&mut self.tx_waiting);
         self.due.sort_unstable();
         self.due.dedup();
         let mut gone = Vec::new();
         let Worker {
             xsk,
             flows,
-            scratch,
+            tx_waiting,
             due,
             timers,
             armed,
@@ -533,16 +603,18 @@ impl<R: FrameRing> Worker<R> {
                 completions.deliver(f);
             }
             f.on_timer(now);
-            let mut tx_tap = tap.as_mut().filter(|t| t.wants(f.id));
+            let mut sink = TxSink {
+                ring: &mut *xsk,
+                tap: tap.as_mut().filter(|t| t.wants(f.id)),
+            };
             // Twice: events seen at the end of the first pass (the peer's FIN, an error) queue
             // our FIN or a Terminate, which must leave now, not at the flow's next visit.
             for _ in 0..2 {
-                f.poll_frames(now, scratch, |frame| {
-                    if let Some(t) = tx_tap.as_mut() {
-                        t.push(CaptureDirection::Tx, frame, false);
-                    }
-                    xsk.send(frame);
-                });
+                f.poll_frames(now, &mut sink);
+            }
+            if f.wants_to_send() && sink.ring.tx_room() == 0 {
+                // Out of TX frames with data the window allows: back at the next poll.
+                tx_waiting.push(*key);
             }
             if f.ended().is_some() {
                 gone.push(*key);

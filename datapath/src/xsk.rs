@@ -6,7 +6,6 @@
 
 use crate::chain::{self, Chain, XDP_PKT_CONTD};
 use crate::ring::{FrameRing, RingStats};
-use std::io::Write;
 use std::num::NonZeroU32;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::Arc;
@@ -463,9 +462,10 @@ impl XskQueue {
         Ok(n)
     }
 
-    /// Copies `pkt` into a free TX frame and queues it; `false` when no frame is free (the
-    /// caller's retransmission logic covers the loss).
-    pub fn send(&mut self, pkt: &[u8]) -> bool {
+    /// Builds a frame in place in a free TX frame (`build` writes it and returns its length,
+    /// 0 to leave the frame free) and queues it; `false` when no frame is free (the caller's
+    /// retransmission logic covers the loss) or nothing was built.
+    pub fn send_with(&mut self, build: impl FnOnce(&mut [u8]) -> usize) -> bool {
         self.reclaim();
         if self.tx_free.is_empty() && !self.tx_pending.is_empty() {
             // Out of frames in a long pass (thousands of flows each sending): hand what is
@@ -479,18 +479,30 @@ impl XskQueue {
         };
         // SAFETY: `d` came from this UMEM's free list: the kernel is not using the frame.
         let mut data = unsafe { self.umem.data_mut(&mut d) };
-        let mut cur = data.cursor();
-        cur.set_pos(0);
-        if cur.write_all(pkt).is_err() {
-            // Larger than a frame: a local bug; drop it, keep the frame.
+        // The whole frame as the buffer (the cursor sets the descriptor's length), then its
+        // length as built.
+        let cap = {
+            let mut cur = data.cursor();
+            let cap = cur.buf_len();
+            cur.set_pos(cap);
+            cap
+        };
+        let n = build(data.contents_mut()).min(cap);
+        data.cursor().set_pos(n);
+        if n == 0 {
             self.tx_free.push(d);
-            self.stats.tx_no_frame += 1;
             return false;
         }
         self.stats.tx_frames += 1;
-        self.stats.tx_octets += pkt.len() as u64;
+        self.stats.tx_octets += n as u64;
         self.tx_pending.push(d);
         true
+    }
+
+    /// TX frames free now (after taking back those the kernel finished).
+    pub fn tx_room(&mut self) -> usize {
+        self.reclaim();
+        self.tx_free.len()
     }
 
     /// Hands every queued TX frame to the kernel and kicks it when it asks for a wakeup.
@@ -542,8 +554,16 @@ impl FrameRing for XskQueue {
         XskQueue::rx_burst(self, timeout_ms, f)
     }
 
-    fn send(&mut self, pkt: &[u8]) -> bool {
-        XskQueue::send(self, pkt)
+    fn send_with(&mut self, build: impl FnOnce(&mut [u8]) -> usize) -> bool {
+        XskQueue::send_with(self, build)
+    }
+
+    fn tx_room(&mut self) -> usize {
+        XskQueue::tx_room(self)
+    }
+
+    fn tx_frame_capacity(&self) -> usize {
+        self.frame_data
     }
 
     fn flush(&mut self) -> Result<(), XskError> {

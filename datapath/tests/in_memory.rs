@@ -13,7 +13,7 @@ use mpa_ctl_proto::ring::{Producer, RingFile, RingSet, Waker};
 use mpa_ctl_proto::{CaptureDirection, CompletionKind, HandOver, RegionInfo, Role};
 use mpa_datapath::capture::startup_frames;
 use mpa_datapath::completions::RingSubscription;
-use mpa_datapath::flow::{Flow, FlowError};
+use mpa_datapath::flow::{Flow, FlowError, FrameVec};
 use mpa_datapath::receiver::Region;
 use mpa_datapath::region::RegionMemory;
 use mpa_datapath::ring::{MemRing, MemWire};
@@ -60,16 +60,15 @@ fn handover(rtr: &[RtrType], markers_rx: bool, markers_tx: bool, pd: Option<u32>
 /// Every TCP payload the flow sends at creation.
 fn sent_at_creation(h: &HandOver) -> Result<Vec<Vec<u8>>, FlowError> {
     let now = Instant::now();
-    let mut f = Flow::new(h, OUR_MAC, &TcpConfig::default(), false, now)?;
-    let mut scratch = vec![0u8; 2048];
-    let mut payloads = Vec::new();
-    f.poll_frames(now, &mut scratch, |b| {
-        let p = tcp_of(b).payload;
-        if !p.is_empty() {
-            payloads.push(p);
-        }
-    });
-    Ok(payloads)
+    let mut f = Flow::new(h, OUR_MAC, &TcpConfig::default(), false, now, 2048)?;
+    let mut sink = FrameVec::default();
+    f.poll_frames(now, &mut sink);
+    Ok(sink
+        .frames
+        .iter()
+        .map(|b| tcp_of(b).payload)
+        .filter(|p| !p.is_empty())
+        .collect())
 }
 
 #[test]

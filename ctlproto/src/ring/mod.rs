@@ -145,6 +145,8 @@ pub fn encode_record(r: &Record, lost: u64) -> [u8; RECORD_LEN] {
                 CompletionKind::WritePlaced => 0,
                 CompletionKind::ReadResponsePlaced => 1,
                 CompletionKind::SendArrived => 2,
+                CompletionKind::WriteSent => 3,
+                CompletionKind::SendSent => 4,
             },
             u8::from(c.msn.is_some()) | (u8::from(c.invalidate_stag.is_some()) << 1),
         ),
@@ -179,6 +181,8 @@ pub fn decode_record(b: &[u8; RECORD_LEN]) -> Option<(Record, u64)> {
         0 => CompletionKind::WritePlaced,
         1 => CompletionKind::ReadResponsePlaced,
         2 => CompletionKind::SendArrived,
+        3 => CompletionKind::WriteSent,
+        4 => CompletionKind::SendSent,
         KIND_MOVED if flags == 0 => {
             return Some((
                 Record::Moved {

@@ -30,6 +30,9 @@
 
 #[cfg(test)]
 mod tests;
+mod preamble;
+
+pub use preamble::Preamble;
 
 use std::collections::VecDeque;
 
@@ -159,6 +162,10 @@ pub enum MessageKind {
         /// Its message sequence number (1 for the first, RFC 5041 §5.1).
         msn: u32,
     },
+    /// A ULPDU the connection itself sends (a Terminate, an RTR, the zero-length Read
+    /// Response that answers an RTR), carried whole in one FPDU from the source's own
+    /// copy ([`FpduSource::post_ulpdu`]); it completes silently.
+    Control,
 }
 
 /// A message whose every octet the peer acknowledged.
@@ -253,6 +260,8 @@ pub struct FpduSource<R: Regions> {
     wire_tail: u64,
     next_id: u64,
     next_msn: u32,
+    /// The octets of queued [`MessageKind::Control`] messages, oldest first, by id.
+    controls: VecDeque<(u64, Box<[u8]>)>,
     completions: VecDeque<SendCompletion>,
     /// An FPDU written in part is built here first.
     scratch: Vec<u8>,
@@ -289,6 +298,7 @@ impl<R: Regions> FpduSource<R> {
             wire_tail: 0,
             next_id: 1,
             next_msn: 1,
+            controls: VecDeque::new(),
             completions: VecDeque::new(),
             scratch: Vec::new(),
             stats: SenderStats::default(),
@@ -324,6 +334,16 @@ impl<R: Regions> FpduSource<R> {
     /// The MSN the next Send gets.
     pub fn next_msn(&self) -> u32 {
         self.next_msn
+    }
+
+    /// The most messages queued at once.
+    pub fn max_messages(&self) -> usize {
+        self.cfg.max_messages
+    }
+
+    /// Whether completions wait for [`FpduSource::poll_completion`].
+    pub fn has_completions(&self) -> bool {
+        !self.completions.is_empty()
     }
 
     /// The next completion, oldest first.
@@ -368,6 +388,21 @@ impl<R: Regions> FpduSource<R> {
         Ok((id, msn))
     }
 
+    /// Queues `ulpdu` (a DDP segment the connection built itself: a Terminate, an RTR)
+    /// as one FPDU after everything queued; returns its id. It must fit one FPDU
+    /// ([`FpduSource::mulpdu`]); the queue bound does not apply (a Terminate must go out
+    /// whatever the consumer posted).
+    pub fn post_ulpdu(&mut self, ulpdu: &[u8]) -> Result<u64, PostError> {
+        if ulpdu.len() > self.mulpdu {
+            return Err(PostError::TooLong {
+                len: ulpdu.len() as u64,
+            });
+        }
+        let id = self.push(MessageKind::Control, ulpdu.len(), 0, 0, 0);
+        self.controls.push_back((id, ulpdu.into()));
+        Ok(id)
+    }
+
     fn post(
         &mut self,
         kind: MessageKind,
@@ -400,8 +435,14 @@ impl<R: Regions> FpduSource<R> {
                 region_len: info.len,
             });
         }
+        Ok(self.push(kind, hdr, src_stag, src_offset, len))
+    }
+
+    /// Appends a checked message to the stream.
+    fn push(&mut self, kind: MessageKind, hdr: usize, src_stag: u32, src_offset: u64, len: u64) -> u64 {
+        // A control message is all header (its ULPDU), so its chunk may be 0: one FPDU.
         let chunk = (self.mulpdu - hdr) as u64;
-        let fpdus = len.div_ceil(chunk).max(1);
+        let fpdus = if len == 0 { 1 } else { len.div_ceil(chunk) };
         let last = len - (fpdus - 1) * chunk;
         let full = fpdu::fpdu_len(hdr + chunk as usize) as u64;
         let content_len = (fpdus - 1) * full + fpdu::fpdu_len(hdr + last as usize) as u64;
@@ -427,7 +468,7 @@ impl<R: Regions> FpduSource<R> {
         self.wire_tail = wire_end;
         self.stats.posted += 1;
         trace!(id, ?kind, len, fpdus, wire_end, "sender: posted");
-        Ok(id)
+        id
     }
 
     // ---------------------------------------------------------------- stream arithmetic
@@ -494,14 +535,20 @@ impl<R: Regions> FpduSource<R> {
         let m = self.msgs[i];
         let (_, off, take) = m.fpdu(k);
         let last = k + 1 == m.fpdus;
+        let ulpdu_len = m.hdr + take;
+        // ULPDU_Length and the DDP header (for a control message: its whole ULPDU), the
+        // content's first octets.
+        let mut fixed = [0u8; HEADER_LEN + UNTAGGED_HEADER_LEN];
+        let mut control = Vec::new();
+        fixed[..HEADER_LEN].copy_from_slice(&(ulpdu_len as u16).to_be_bytes());
         let ddp = match m.kind {
-            MessageKind::Write { sink_stag, sink_to } => DdpRepr::Tagged {
+            MessageKind::Write { sink_stag, sink_to } => Some(DdpRepr::Tagged {
                 last,
                 opcode: RdmapOpcode::RdmaWrite,
                 stag: sink_stag,
                 to: sink_to + off,
-            },
-            MessageKind::Send { msn } => DdpRepr::Untagged {
+            }),
+            MessageKind::Send { msn } => Some(DdpRepr::Untagged {
                 last,
                 opcode: RdmapOpcode::Send,
                 inv_stag: 0,
@@ -509,14 +556,26 @@ impl<R: Regions> FpduSource<R> {
                 msn,
                 // Checked at post time: a Send's offsets fit 32 bits.
                 mo: off as u32,
-            },
+            }),
+            MessageKind::Control => {
+                let octets = self
+                    .controls
+                    .iter()
+                    .find(|(id, _)| *id == m.id)
+                    .map(|(_, b)| &b[..])
+                    .unwrap_or(&[]);
+                control.extend_from_slice(&fixed[..HEADER_LEN]);
+                control.extend_from_slice(octets);
+                None
+            }
         };
-        // ULPDU_Length and the DDP header: the content's first octets.
-        let mut head = [0u8; HEADER_LEN + UNTAGGED_HEADER_LEN];
-        let ulpdu_len = m.hdr + take;
-        head[..HEADER_LEN].copy_from_slice(&(ulpdu_len as u16).to_be_bytes());
-        let _ = ddp.emit(&mut head[HEADER_LEN..], self.cfg.ddp_rdmap_version);
-        let head = &head[..HEADER_LEN + m.hdr];
+        let head: &[u8] = match ddp {
+            Some(ddp) => {
+                let _ = ddp.emit(&mut fixed[HEADER_LEN..], self.cfg.ddp_rdmap_version);
+                &fixed[..HEADER_LEN + m.hdr]
+            }
+            None => &control,
+        };
         let payload_end = HEADER_LEN + ulpdu_len;
         let content_len = fpdu::fpdu_len(ulpdu_len);
         let pos = self.cfg.position.wrapping_add(ws as u32);
@@ -633,6 +692,12 @@ impl<R: Regions> SendSource for FpduSource<R> {
             }
             let m = *m;
             self.msgs.pop_front();
+            if m.kind == MessageKind::Control {
+                if self.controls.front().is_some_and(|(id, _)| *id == m.id) {
+                    self.controls.pop_front();
+                }
+                continue;
+            }
             self.stats.completed += 1;
             trace!(id = m.id, len = m.len, "sender: completed");
             self.completions.push_back(SendCompletion {

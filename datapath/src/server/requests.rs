@@ -2,6 +2,7 @@
 //! client must say Hello (with our protocol version) before anything else.
 
 use super::{Adopted, Command, Server};
+use crate::flow::{SendOp, SendPost};
 use crate::registry::Refusal;
 use mpa_bpf::{FlowKey, FlowValue};
 use mpa_ctl_proto::stats::{CaptureStats, DatapathStats};
@@ -55,6 +56,37 @@ impl Server {
             } => {
                 let r = self.post_recv(client, target, stag, offset, len, count);
                 self.answer(client, id, r);
+            }
+            Message::PostWrite {
+                id,
+                flow_id,
+                stag,
+                offset,
+                len,
+                count,
+                sink_stag,
+                sink_to,
+            } => {
+                let op = SendOp::Write { sink_stag, sink_to };
+                let post = SendPost { op, stag, offset, len, count };
+                self.post_send(client, id, flow_id, post);
+            }
+            Message::PostSend {
+                id,
+                flow_id,
+                stag,
+                offset,
+                len,
+                count,
+            } => {
+                let post = SendPost {
+                    op: SendOp::Send,
+                    stag,
+                    offset,
+                    len,
+                    count,
+                };
+                self.post_send(client, id, flow_id, post);
             }
             Message::Subscribe { id, pd } => self.subscribe(client, id, pd),
             Message::Unsubscribe { id, pd } => {
@@ -430,6 +462,47 @@ impl Server {
                 message,
             },
         );
+    }
+
+    /// PostWrite / PostSend: messages to send on one flow, from a region of its domain,
+    /// through its worker; answered with Posted or the reason none was queued.
+    fn post_send(&mut self, client: u64, id: u64, flow_id: u64, post: SendPost) {
+        let r = (|| -> Result<Option<u32>, Refusal> {
+            let a = self
+                .adopted
+                .get(&flow_id)
+                .ok_or((ErrorCode::UnknownFlow, format!("no flow {flow_id}")))?;
+            let (Some(w), Some(pd)) = (a.worker, a.pd) else {
+                return Err((
+                    ErrorCode::BadRequest,
+                    format!("flow {flow_id} has no protection domain (or no hand-over yet)"),
+                ));
+            };
+            self.registry.check_domain(pd, client)?;
+            if post.count == 0 {
+                return Err((ErrorCode::BadRequest, "count must be at least 1".to_string()));
+            }
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            self.workers[w]
+                .send(Command::PostSend(flow_id, post, tx))
+                .map_err(|_| (ErrorCode::Internal, "worker gone".to_string()))?;
+            match rx.recv_timeout(Duration::from_secs(2)) {
+                Ok(Ok(first_msn)) => Ok(first_msn),
+                Ok(Err(e)) => Err((ErrorCode::BadRequest, e.to_string())),
+                Err(_) => Err((ErrorCode::Internal, "worker did not answer".into())),
+            }
+        })();
+        match r {
+            Ok(first_msn) => self.reply(
+                client,
+                Message::Posted {
+                    id,
+                    count: post.count,
+                    first_msn,
+                },
+            ),
+            Err(e) => self.answer(client, id, Err(e)),
+        }
     }
 
     /// PostRecv: receive buffers for Sends, posted to a protection domain (they wait there
