@@ -241,12 +241,17 @@ impl Flow {
         // The TCP's EMSS is known once it exists: a stand-in source first.
         let stand_in = FpduSource::new(SenderConfig::new(MIN_EMSS, false), RegionTable::default())
             .map_err(|_| FlowError::EmssTooSmall { emss: MIN_EMSS })?;
-        let mut tcp = Connection::with_source(&state, &cfg, now, Preamble::new(Vec::new(), stand_in))?;
+        let mut tcp =
+            Connection::with_source(&state, &cfg, now, Preamble::new(Vec::new(), stand_in))?;
         // An FPDU must fit one segment, and a segment one TX frame: headers and the options
         // every segment carries come off the frame.
-        let options = if ts.is_some() { TIMESTAMPS_OPTION_LEN } else { 0 };
-        let by_frame = max_frame
-            .saturating_sub(template.l2l3_len() + crate::wire::tcp::HEADER_LEN + options);
+        let options = if ts.is_some() {
+            TIMESTAMPS_OPTION_LEN
+        } else {
+            0
+        };
+        let by_frame =
+            max_frame.saturating_sub(template.l2l3_len() + crate::wire::tcp::HEADER_LEN + options);
         let emss = tcp.emss().min(by_frame);
         let sender = FpduSource::new(
             SenderConfig {
@@ -395,7 +400,10 @@ impl Flow {
         let src = self.tcp.source_mut().inner_mut();
         let count = u64::from(post.count);
         // All or none: the whole run is checked before the first is queued.
-        let total = post.len.checked_mul(count).ok_or(PostError::TooLong { len: u64::MAX })?;
+        let total = post
+            .len
+            .checked_mul(count)
+            .ok_or(PostError::TooLong { len: u64::MAX })?;
         let end = post.offset.checked_add(total);
         if end.is_none_or(|e| e > region.info.len) {
             return Err(PostError::OutOfBounds {
@@ -420,7 +428,13 @@ impl Flow {
             let offset = post.offset + i * post.len;
             match post.op {
                 SendOp::Write { sink_stag, sink_to } => {
-                    src.post_write(post.stag, offset, post.len, sink_stag, sink_to + i * post.len)?;
+                    src.post_write(
+                        post.stag,
+                        offset,
+                        post.len,
+                        sink_stag,
+                        sink_to + i * post.len,
+                    )?;
                 }
                 SendOp::Send => {
                     let (_, msn) = src.post_send(post.stag, offset, post.len)?;

@@ -7,10 +7,10 @@
 use crate::capture::{CaptureBatch, CaptureSpec, CaptureTap};
 use crate::completions::{Outbox, RingMark, RingSubscription};
 use crate::flow::{Flow, FlowEnd, FlowError, FrameSink, SendPost};
-use crate::sender::PostError;
 use crate::flow_table::{FlowHasher, FlowTable};
 use crate::receiver::{PostRecvError, PostedBuf, Region, RegionTable};
 use crate::ring::FrameRing;
+use crate::sender::PostError;
 use crate::strays::Strays;
 use crate::tcp::TcpConfig;
 use crate::wire::frame::parse_tcp_frame;

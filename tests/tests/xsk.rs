@@ -3,8 +3,8 @@
 //! reaches the peer namespace.
 
 use mpa_bpf::{AttachMode, FlowKey, FlowValue, XdpSteering};
-use mpa_datapath::xsk::{BindMode, XskConfig, XskQueue};
 use mpa_datapath::ring::FrameRing;
+use mpa_datapath::xsk::{BindMode, XskConfig, XskQueue};
 use mpa_testbed::{A4, B4};
 use mpa_tests::frames::udp_v4;
 use mpa_tests::{listen_in, require_privileged, run_in_netns, BedConfig, TestBed};

@@ -28,9 +28,9 @@
 
 #![forbid(unsafe_code)]
 
+mod preamble;
 #[cfg(test)]
 mod tests;
-mod preamble;
 
 pub use preamble::Preamble;
 
@@ -439,7 +439,14 @@ impl<R: Regions> FpduSource<R> {
     }
 
     /// Appends a checked message to the stream.
-    fn push(&mut self, kind: MessageKind, hdr: usize, src_stag: u32, src_offset: u64, len: u64) -> u64 {
+    fn push(
+        &mut self,
+        kind: MessageKind,
+        hdr: usize,
+        src_stag: u32,
+        src_offset: u64,
+        len: u64,
+    ) -> u64 {
         // A control message is all header (its ULPDU), so its chunk may be 0: one FPDU.
         let chunk = (self.mulpdu - hdr) as u64;
         let fpdus = if len == 0 { 1 } else { len.div_ceil(chunk) };

@@ -68,7 +68,13 @@ impl Server {
                 sink_to,
             } => {
                 let op = SendOp::Write { sink_stag, sink_to };
-                let post = SendPost { op, stag, offset, len, count };
+                let post = SendPost {
+                    op,
+                    stag,
+                    offset,
+                    len,
+                    count,
+                };
                 self.post_send(client, id, flow_id, post);
             }
             Message::PostSend {
@@ -480,7 +486,10 @@ impl Server {
             };
             self.registry.check_domain(pd, client)?;
             if post.count == 0 {
-                return Err((ErrorCode::BadRequest, "count must be at least 1".to_string()));
+                return Err((
+                    ErrorCode::BadRequest,
+                    "count must be at least 1".to_string(),
+                ));
             }
             let (tx, rx) = crossbeam_channel::bounded(1);
             self.workers[w]

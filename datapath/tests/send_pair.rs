@@ -1,0 +1,411 @@
+//! Two whole workers on in-memory rings, back to back: worker A owns one end of a connection
+//! and sends RDMA Writes and Sends a consumer posted (`Command::PostSend`) from a registered
+//! region; worker B owns the other end and places them. Frames cross a lossy, reordering link
+//! in between. Checks what a consumer would: the sink region holds the source's octets
+//! exactly, each side's completions arrive once, in order, with the right offsets, and the
+//! segments A sent each start with an FPDU (RFC 5044 §5.1).
+
+use crossbeam_channel::unbounded;
+use mpa::wire::fpdu;
+use mpa_ctl_proto::ring::{Producer, RingFile, RingSet, Waker};
+use mpa_ctl_proto::{Completion, CompletionKind, RegionInfo, Role};
+use mpa_datapath::completions::RingSubscription;
+use mpa_datapath::flow::{SendOp, SendPost};
+use mpa_datapath::receiver::Region;
+use mpa_datapath::region::RegionMemory;
+use mpa_datapath::ring::{MemRing, MemWire};
+use mpa_datapath::sim::{SimHandover, SplitMix64};
+use mpa_datapath::tcp::TcpConfig;
+use mpa_datapath::wire::frame::parse_tcp_frame;
+use mpa_datapath::worker::{Command, Worker, WorkerConfig, WorkerError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const A_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
+const B_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+const A_ISN: u32 = u32::MAX - 20_000; // A's stream wraps early
+const B_ISN: u32 = 7_000;
+const SRC: u32 = 0x10;
+const SINK: u32 = 0x20;
+const BUFS: u32 = 0x30;
+
+struct End {
+    worker: Worker<MemRing>,
+    wire: MemWire,
+    mem: Arc<RegionMemory>,
+    /// B's region of receive buffers for Sends.
+    bufs: Option<Arc<RegionMemory>>,
+    rings: RingSet,
+    completions: Vec<Completion>,
+}
+
+fn region(stag: u32, len: u64, name: &str) -> (Region, Arc<RegionMemory>) {
+    let mem = Arc::new(RegionMemory::create(name, len).unwrap());
+    let r = Region {
+        info: RegionInfo {
+            stag,
+            len,
+            pd: 1,
+            remote_write: true,
+            remote_read: false,
+            huge_pages: false,
+        },
+        mem: mem.clone(),
+    };
+    (r, mem)
+}
+
+/// A worker owning one end: `a` is the sending end (flow 1), else the receiving end (flow 2).
+fn end(a: bool, markers: bool, len: u64) -> End {
+    let (ring, wire) = MemRing::new(0);
+    let (_cmd_tx, cmd_rx) = unbounded();
+    let (note_tx, _notes) = unbounded();
+    let mut worker = Worker::new(
+        ring,
+        WorkerConfig {
+            our_mac: if a { A_MAC } else { B_MAC },
+            tcp: TcpConfig::default(),
+            digest: true,
+            verify_checksums: true,
+            spin: Duration::ZERO,
+        },
+        cmd_rx,
+        note_tx,
+    );
+    let (r, mem) = region(if a { SRC } else { SINK }, len, "send-pair");
+    worker.apply(Command::AddRegion(r));
+    let bufs = (!a).then(|| {
+        let (r, mem) = region(BUFS, 1 << 20, "send-pair-bufs");
+        worker.apply(Command::AddRegion(r));
+        mem
+    });
+    let (ours, theirs) = ("10.99.0.2:40000", "10.99.0.1:7777");
+    let h = SimHandover {
+        flow_id: if a { 1 } else { 2 },
+        local: if a { ours } else { theirs }.parse().unwrap(),
+        remote: if a { theirs } else { ours }.parse().unwrap(),
+        rcv_nxt: if a { B_ISN } else { A_ISN },
+        snd_nxt: if a { A_ISN } else { B_ISN },
+        role: Role::Initiator,
+        markers_rx: markers,
+        markers_tx: markers,
+        pd: Some(1),
+        next_hop_mac: if a { B_MAC } else { A_MAC },
+        ..SimHandover::default()
+    }
+    .build();
+    let (answer, result) = unbounded();
+    assert!(worker.apply(Command::HandOver(Box::new(h), vec![], answer)));
+    result.recv().unwrap().expect("hand-over accepted");
+    let file = Arc::new(RingFile::create("send-pair-completions", 1, 1 << 14).unwrap());
+    assert!(worker.apply(Command::Subscribe(Box::new(RingSubscription {
+        pd: 1,
+        id: 1,
+        producer: Producer::new(file.clone(), 0).unwrap(),
+        waker: Waker::create().unwrap(),
+    }))));
+    End {
+        worker,
+        wire,
+        mem,
+        bufs,
+        rings: RingSet::new(file),
+        completions: Vec::new(),
+    }
+}
+
+fn post(w: &mut Worker<MemRing>, flow: u64, p: SendPost) -> Result<Option<u32>, WorkerError> {
+    let (answer, result) = unbounded();
+    assert!(w.apply(Command::PostSend(flow, p, answer)));
+    result.recv().unwrap()
+}
+
+/// Carries frames one way: each lost with probability `loss`, and one in `reorder` held
+/// back behind the next (0: none).
+fn carry(
+    from: &MemWire,
+    to: &MemWire,
+    rng: &mut SplitMix64,
+    loss: f64,
+    held: &mut Vec<Vec<u8>>,
+) -> usize {
+    let frames = from.take_sent();
+    let n = frames.len();
+    for f in frames {
+        if rng.chance(loss) {
+            continue;
+        }
+        if rng.chance(0.02) {
+            held.push(f);
+            continue;
+        }
+        assert!(to.inject(f));
+        for h in held.drain(..) {
+            assert!(to.inject(h));
+        }
+    }
+    n
+}
+
+struct Run {
+    a: End,
+    b: End,
+    /// TCP payloads A sent (each one segment).
+    segments: Vec<Vec<u8>>,
+}
+
+/// Runs both workers until A has `want_a` completions and B `want_b`, in virtual time.
+fn run(mut a: End, mut b: End, loss: f64, seed: u64, want_a: usize, want_b: usize) -> Run {
+    let mut rng = SplitMix64(seed);
+    let mut now = Instant::now();
+    let (mut held_ab, mut held_ba) = (Vec::new(), Vec::new());
+    let mut segments = Vec::new();
+    for round in 0..200_000 {
+        a.worker.poll_once_at(now).unwrap();
+        // What A sent, recorded before the link may drop it.
+        let sent = a.wire.take_sent();
+        for f in &sent {
+            let p = parse_tcp_frame(f, true).expect("A's frames are valid");
+            if !p.tcp.payload().is_empty() {
+                segments.push(p.tcp.payload().to_vec());
+            }
+        }
+        let mut busy = sent.len();
+        for f in sent {
+            if rng.chance(loss) {
+                continue;
+            }
+            if rng.chance(0.02) {
+                held_ab.push(f);
+                continue;
+            }
+            assert!(b.wire.inject(f));
+            for h in held_ab.drain(..) {
+                assert!(b.wire.inject(h));
+            }
+        }
+        b.worker.poll_once_at(now).unwrap();
+        busy += carry(&b.wire, &a.wire, &mut rng, loss, &mut held_ba);
+        for e in [&mut a, &mut b] {
+            e.rings.poll(&mut e.completions, 1 << 14).unwrap();
+        }
+        if a.completions.len() >= want_a && b.completions.len() >= want_b {
+            return Run { a, b, segments };
+        }
+        // Busy: a link of a few µs; idle: on to the next timer (an RTO after a tail loss).
+        now += if busy > 0 {
+            Duration::from_micros(20)
+        } else {
+            Duration::from_millis(20)
+        };
+        assert!(
+            round < 199_999,
+            "stuck: A {} / {want_a}, B {} / {want_b} completions",
+            a.completions.len(),
+            b.completions.len()
+        );
+    }
+    unreachable!()
+}
+
+fn fill_pattern(mem: &RegionMemory, len: u64, seed: u64) {
+    let mut rng = SplitMix64(seed);
+    let v: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
+    assert!(mem.write(0, &v));
+}
+
+fn contents(mem: &RegionMemory) -> Vec<u8> {
+    let mut v = vec![0u8; mem.len() as usize];
+    assert!(mem.read(0, &mut v));
+    v
+}
+
+fn writes_arrive_exactly(markers: bool, loss: f64, seed: u64) {
+    const LEN: u64 = 1 << 20;
+    const MSG: u64 = 4096;
+    let count = (LEN / MSG) as u32;
+    let mut a = end(true, markers, LEN);
+    let b = end(false, markers, LEN);
+    fill_pattern(&a.mem, LEN, seed);
+    let op = SendOp::Write {
+        sink_stag: SINK,
+        sink_to: 0,
+    };
+    let first = post(
+        &mut a.worker,
+        1,
+        SendPost {
+            op,
+            stag: SRC,
+            offset: 0,
+            len: MSG,
+            count,
+        },
+    );
+    assert_eq!(first.unwrap(), None);
+    let r = run(a, b, loss, seed, count as usize, count as usize);
+    assert!(
+        contents(&r.a.mem) == contents(&r.b.mem),
+        "sink differs from source"
+    );
+    for (i, c) in r.a.completions.iter().enumerate() {
+        assert_eq!(
+            (c.flow_id, c.kind, c.stag),
+            (1, CompletionKind::WriteSent, SRC)
+        );
+        assert_eq!((c.offset, c.len, c.msn), (i as u64 * MSG, MSG, None));
+    }
+    for (i, c) in r.b.completions.iter().enumerate() {
+        assert_eq!(
+            (c.flow_id, c.kind, c.stag),
+            (2, CompletionKind::WritePlaced, SINK)
+        );
+        assert_eq!((c.offset, c.len), (i as u64 * MSG, MSG));
+    }
+    assert_eq!(r.a.completions.len(), count as usize);
+    assert_eq!(r.b.completions.len(), count as usize);
+    let fa = &r.a.worker.report().flows[0];
+    assert_eq!(fa.tx.messages_posted, u64::from(count));
+    assert_eq!(fa.tx.messages_completed, u64::from(count));
+    assert_eq!(fa.tx.messages_queued, 0);
+    assert_eq!(fa.tx.partial_fpdus, 0, "every segment whole FPDUs");
+    if loss > 0.0 {
+        assert!(fa.retransmissions > 0, "{loss}: nothing lost?");
+    }
+    let fb = &r.b.worker.report().flows[0];
+    assert_eq!((fb.rx.crc_errors, fb.rx.marker_errors), (0, 0));
+    assert_eq!(fb.rx.placed_octets, LEN);
+    if !markers {
+        // Every segment A sent is whole FPDUs: from its first octet, ULPDU_Lengths chain
+        // to its very end (RFC 5044 §5.1).
+        for seg in &r.segments {
+            let mut at = 0;
+            while at + 2 <= seg.len() {
+                let ulpdu = u16::from_be_bytes([seg[at], seg[at + 1]]);
+                at += fpdu::fpdu_len(usize::from(ulpdu));
+            }
+            assert_eq!(
+                at,
+                seg.len(),
+                "a segment of {} octets not cut after an FPDU",
+                seg.len()
+            );
+        }
+    }
+    assert!(r.segments.len() as u64 >= u64::from(count));
+}
+
+#[test]
+fn writes_arrive_octet_exact_without_loss() {
+    writes_arrive_exactly(false, 0.0, 1);
+    writes_arrive_exactly(true, 0.0, 2);
+}
+
+#[test]
+fn writes_arrive_octet_exact_at_1_and_5_percent_loss() {
+    for (markers, loss, seed) in [
+        (false, 0.01, 3),
+        (true, 0.01, 4),
+        (false, 0.05, 5),
+        (true, 0.05, 6),
+    ] {
+        writes_arrive_exactly(markers, loss, seed);
+    }
+}
+
+#[test]
+fn sends_land_in_posted_buffers_in_msn_order() {
+    const MSG: u64 = 3000;
+    let count = 40u32;
+    let mut a = end(true, true, 1 << 20);
+    let mut b = end(false, true, 1 << 20);
+    fill_pattern(&a.mem, 1 << 20, 9);
+    // B posts 40 buffers of 4 KiB in its buffer region.
+    let bufs = (0..count)
+        .map(|i| mpa_datapath::receiver::PostedBuf {
+            stag: BUFS,
+            offset: u64::from(i) * 4096,
+            len: 4096,
+        })
+        .collect();
+    let (answer, result) = unbounded();
+    assert!(b.worker.apply(Command::PostRecv(2, bufs, answer)));
+    result.recv().unwrap().unwrap();
+    let first = post(
+        &mut a.worker,
+        1,
+        SendPost {
+            op: SendOp::Send,
+            stag: SRC,
+            offset: 100,
+            len: MSG,
+            count,
+        },
+    );
+    assert_eq!(first.unwrap(), Some(1));
+    let r = run(a, b, 0.02, 11, count as usize, count as usize);
+    for (i, c) in r.a.completions.iter().enumerate() {
+        assert_eq!(c.kind, CompletionKind::SendSent);
+        assert_eq!(
+            (c.offset, c.len, c.msn),
+            (100 + i as u64 * MSG, MSG, Some(i as u32 + 1))
+        );
+    }
+    let region_b = r.b.worker.report();
+    assert_eq!(region_b.flows[0].tx.messages_posted, 0);
+    for (i, c) in r.b.completions.iter().enumerate() {
+        assert_eq!(c.kind, CompletionKind::SendArrived);
+        assert_eq!(
+            (c.stag, c.offset, c.len, c.msn),
+            (BUFS, i as u64 * 4096, MSG, Some(i as u32 + 1))
+        );
+    }
+    // The Sends' octets in B's buffers.
+    let mut got = vec![0u8; MSG as usize];
+    let src = contents(&r.a.mem);
+    for i in 0..count as u64 {
+        assert!(r.b.bufs.as_ref().unwrap().read(i * 4096, &mut got));
+        let from = (100 + i * MSG) as usize;
+        assert!(
+            got[..] == src[from..from + MSG as usize],
+            "Send {i} differs"
+        );
+    }
+}
+
+#[test]
+fn posts_are_checked_and_refused_whole() {
+    let mut a = end(true, false, 1 << 16);
+    let p = |stag, offset, len, count| SendPost {
+        op: SendOp::Write {
+            sink_stag: SINK,
+            sink_to: 0,
+        },
+        stag,
+        offset,
+        len,
+        count,
+    };
+    let err = |r: Result<Option<u32>, WorkerError>| r.unwrap_err().to_string();
+    assert_eq!(
+        err(post(&mut a.worker, 1, p(0x99, 0, 10, 1))),
+        "flow 1: no registered region 0x00000099"
+    );
+    assert_eq!(
+        err(post(&mut a.worker, 1, p(SRC, 0, 4096, 17))),
+        "flow 1: 69632 octets at 0 lie outside region 0x00000010 of 65536 octets"
+    );
+    assert_eq!(
+        err(post(&mut a.worker, 7, p(SRC, 0, 1, 1))),
+        "no flow 7 on this worker"
+    );
+    assert_eq!(
+        err(post(&mut a.worker, 1, p(SRC, 0, 1, 5000))),
+        "flow 1: send queue full (4096 messages)"
+    );
+    let r = a.worker.report();
+    assert_eq!(
+        r.flows[0].tx.messages_posted, 0,
+        "refused posts queue nothing"
+    );
+}
