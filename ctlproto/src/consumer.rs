@@ -205,6 +205,12 @@ impl Consumer {
         }
     }
 
+    /// Closes connection `flow_id` gracefully: what is posted goes out, then a FIN
+    /// ([`Message::FinishFlow`]).
+    pub fn finish_flow(&mut self, flow_id: u64) -> Result<(), ConsumerError> {
+        self.expect_ok(|id| Message::FinishFlow { id, flow_id })
+    }
+
     /// Posts `count` Sends of `len` octets on connection `flow_id` from `offset + i·len` of
     /// region `stag`; returns the first one's MSN. Each completes as
     /// [`crate::CompletionKind::SendSent`].

@@ -79,6 +79,15 @@ pub enum Message {
         flow_id: u64,
     },
     /// control → datapath: forget a flow (hand-over failed, or an operator closes it).
+    /// mpa-control or consumer → datapath: close the flow gracefully — what is queued to
+    /// send (posted Writes and Sends) goes out first, then a FIN (RFC 9293 §3.10.4); the flow
+    /// ends (FlowGone) when both directions are closed. Answered with Ok.
+    FinishFlow {
+        /// Request id.
+        id: u64,
+        /// The flow.
+        flow_id: u64,
+    },
     CloseFlow {
         /// Request id.
         id: u64,

@@ -63,6 +63,7 @@ fn round_trip_every_message() {
         },
         Message::HandedOver { id: 2, flow_id: 9 },
         Message::CloseFlow { id: 3, flow_id: 9 },
+        Message::FinishFlow { id: 3, flow_id: 9 },
         Message::FlowGone {
             flow_id: 9,
             mpa_error: Some(2),

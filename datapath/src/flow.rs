@@ -622,6 +622,11 @@ impl Flow {
         self.ended.as_ref()
     }
 
+    /// Closes our direction after everything queued: a FIN follows the last FPDU.
+    pub fn close_gracefully(&mut self) {
+        self.tcp.close();
+    }
+
     /// Forgets the connection at once (operator close): RST to the peer.
     pub fn abort(&mut self) {
         self.abort_because("closed by the operator");

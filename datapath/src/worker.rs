@@ -72,6 +72,8 @@ pub enum Command {
     PostSend(u64, SendPost, Sender<Result<Option<u32>, WorkerError>>),
     /// Abort a flow (RST to the peer).
     Close(u64),
+    /// Close a flow gracefully: a FIN after what is queued.
+    Finish(u64),
     /// Abort every flow (RST to each peer), each reported gone with this reason.
     AbortAll(&'static str),
     /// Give a flow up (it belongs to another queue's worker): answer with its state and
@@ -405,6 +407,14 @@ impl<R: FrameRing> Worker<R> {
                     }
                 };
                 let _ = answer.send(r);
+            }
+            Command::Finish(id) => {
+                if let Some(&key) = self.ids.get(&id) {
+                    if let Some(f) = self.flows.get_mut(&key) {
+                        f.close_gracefully();
+                        self.tx_waiting.push(key);
+                    }
+                }
             }
             Command::Close(id) => {
                 if let Some(f) = self.ids.get(&id).and_then(|k| self.flows.get_mut(k)) {

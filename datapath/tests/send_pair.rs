@@ -293,6 +293,29 @@ fn writes_arrive_exactly(markers: bool, loss: f64, seed: u64) {
         }
     }
     assert!(r.segments.len() as u64 >= u64::from(count));
+    // A graceful close: A's FIN after its last FPDU, B answers with its own; both flows end
+    // cleanly.
+    let (mut a, mut b) = (r.a, r.b);
+    assert!(a.worker.apply(Command::Finish(1)));
+    let mut now = Instant::now() + Duration::from_secs(1000);
+    let mut rng = SplitMix64(seed);
+    let (mut h1, mut h2) = (Vec::new(), Vec::new());
+    for _ in 0..2_000 {
+        a.worker.poll_once_at(now).unwrap();
+        let mut busy = carry(&a.wire, &b.wire, &mut rng, loss, &mut h1);
+        b.worker.poll_once_at(now).unwrap();
+        busy += carry(&b.wire, &a.wire, &mut rng, loss, &mut h2);
+        if a.worker.report().flows.is_empty() && b.worker.report().flows.is_empty() {
+            return;
+        }
+        // Idle: on to the next timer (a FIN's retransmission, TIME-WAIT's end).
+        now += Duration::from_millis(if busy > 0 { 1 } else { 100 });
+    }
+    panic!(
+        "no clean close: A {:?}, B {:?}",
+        a.worker.report().flows,
+        b.worker.report().flows
+    );
 }
 
 #[test]

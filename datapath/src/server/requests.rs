@@ -36,6 +36,7 @@ impl Server {
             Message::AdoptFlow { id, local, remote } => self.adopt_flow(client, id, local, remote),
             Message::HandOver { id, handover } => self.hand_over(client, id, handover),
             Message::CloseFlow { id, flow_id } => self.close_flow(client, id, flow_id),
+            Message::FinishFlow { id, flow_id } => self.finish_flow(client, id, flow_id),
             Message::GetStats { id } => self.get_stats(client, id),
             Message::CreateRegion {
                 id,
@@ -331,6 +332,22 @@ impl Server {
                 self.reply(client, Message::Ok { id });
             }
         }
+    }
+
+    /// FinishFlow: its worker closes our direction after what is queued (a FIN).
+    fn finish_flow(&mut self, client: u64, id: u64, flow_id: u64) {
+        let w = self.adopted.get(&flow_id).map(|a| a.worker);
+        let r = match w {
+            None => Err((ErrorCode::UnknownFlow, format!("no flow {flow_id}"))),
+            Some(None) => Err((
+                ErrorCode::BadRequest,
+                format!("flow {flow_id} not handed over yet"),
+            )),
+            Some(Some(w)) => self.workers[w]
+                .send(Command::Finish(flow_id))
+                .map_err(|_| (ErrorCode::Internal, "worker gone".to_string())),
+        };
+        self.answer(client, id, r);
     }
 
     /// GetStats: every worker's counters, the XDP program's, the registry's, the ended flows
