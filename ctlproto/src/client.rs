@@ -203,8 +203,31 @@ fn answer_id(m: &Message) -> Option<u64> {
         | Message::Regions { id, .. }
         | Message::RegionCreated { id, .. }
         | Message::Subscribed { id, .. }
+        | Message::Posted { id, .. }
         | Message::Ok { id }
         | Message::Error { id, .. } => Some(*id),
-        _ => None,
+        // Requests and notifications: no wildcard, so that a new answer cannot be missed
+        // (one was: its request then timed out).
+        Message::Hello { .. }
+        | Message::AdoptFlow { .. }
+        | Message::HandOver { .. }
+        | Message::FinishFlow { .. }
+        | Message::CloseFlow { .. }
+        | Message::FlowGone { .. }
+        | Message::CreateRegion { .. }
+        | Message::DestroyRegion { .. }
+        | Message::ListRegions { .. }
+        | Message::PostRecv { .. }
+        | Message::PostWrite { .. }
+        | Message::PostSend { .. }
+        | Message::Subscribe { .. }
+        | Message::Unsubscribe { .. }
+        | Message::WatchPort { .. }
+        | Message::UnwatchPort { .. }
+        | Message::GetStats { .. }
+        | Message::StartCapture { .. }
+        | Message::StopCapture { .. }
+        | Message::Captured { .. }
+        | Message::CaptureDone { .. } => None,
     }
 }

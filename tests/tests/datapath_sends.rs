@@ -1,0 +1,255 @@
+//! The datapath as a sender over real AF_XDP: a consumer posts RDMA Writes from its
+//! registered region on a flow the datapath made as Initiator (`connect_and_hand_over` in
+//! ns b) toward the kernel-TCP `mpa-peer listen` in ns a, which places them into the region
+//! it advertised. The listener's region must end up octet for octet the consumer's, every
+//! Write must complete on the consumer's ring once the peer acknowledged it, and the flow
+//! must close gracefully (FinishFlow: FIN after the last FPDU) — markers on and off, with
+//! and without loss and reordering of the datapath's segments (the impairment bridge).
+
+use mpa::crc::crc32c;
+use mpa::startup::StartupPolicy;
+use mpa_control::datapath_client::DatapathClient;
+use mpa_control::initiator::{connect_and_hand_over, InitiatorOutcome};
+use mpa_ctl_proto::consumer::Consumer;
+use mpa_ctl_proto::region_ad::RegionAd;
+use mpa_ctl_proto::CompletionKind;
+use mpa_datapath::sim::SplitMix64;
+use mpa_tests::{
+    bin, datapath, require_privileged, run_in_netns, BedConfig, DatapathOptions, TestBed,
+};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+const PD: u32 = 5;
+const PEER_STAG: u32 = 0x7700;
+
+/// `mpa-peer listen` in ns a for one connection; killed when dropped.
+struct Listener {
+    child: Child,
+}
+
+impl Listener {
+    fn start(bed: &TestBed, bind: SocketAddr, args: &[&str]) -> Listener {
+        let mut child = bed
+            .command(&bed.ns_a, &bin("mpa-peer").to_string_lossy())
+            .args(["listen", "--bind", &bind.to_string(), "--connections", "1"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        err.read_line(&mut line).unwrap();
+        assert!(line.contains("listening on"), "mpa-peer: {line}");
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = err.read_to_string(&mut rest);
+            if !rest.is_empty() {
+                eprint!("mpa-peer stderr: {rest}");
+            }
+        });
+        Listener { child }
+    }
+
+    /// Waits (bounded) for the exit; returns the connection's JSON report.
+    fn report(mut self, within: Duration) -> Value {
+        let t0 = Instant::now();
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(t0.elapsed() < within, "mpa-peer listen did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut out = String::new();
+        self.child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        let line = out.lines().next().expect("no report line from mpa-peer");
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"))
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Case {
+    /// The listener asks for markers (the datapath sends them).
+    markers: bool,
+    len: u64,
+    msg: u64,
+}
+
+fn writes_reach_the_kernel_peer(bed: &TestBed, port: u16, c: &Case) {
+    let (dp, path) = datapath(bed, &DatapathOptions::default());
+    let what = format!("markers {} len {} msg {}", c.markers, c.len, c.msg);
+    let mut consumer = Consumer::connect(&path, Duration::from_secs(10)).unwrap();
+    let region = consumer.create_region(c.len, PD, false, false).unwrap();
+    consumer.subscribe(PD).unwrap();
+    let mut rng = SplitMix64(port.into());
+    let src: Vec<u8> = (0..c.len).map(|_| rng.next_u64() as u8).collect();
+    assert!(region.write(0, &src));
+    let bind = SocketAddr::new(bed.addr_a(false), port);
+    let advertise = format!("{PEER_STAG:#x}:{}", c.len);
+    let mut args = vec!["--timeout", "20", "--advertise", &advertise];
+    if c.markers {
+        args.push("--markers");
+    }
+    let listener = Listener::start(bed, bind, &args);
+    let mut dpc = DatapathClient::connect(&path, Duration::from_secs(10)).unwrap();
+    let outcome = run_in_netns(&bed.ns_b, || {
+        connect_and_hand_over(
+            bind,
+            StartupPolicy::default(),
+            Vec::new(),
+            mpa_control::Placement {
+                pd: Some(PD),
+                aligned_sender: false,
+            },
+            &mut dpc,
+        )
+    })
+    .unwrap()
+    .unwrap();
+    let InitiatorOutcome::HandedOver {
+        flow_id,
+        negotiated,
+        frozen,
+    } = outcome
+    else {
+        panic!("{what}: rejected")
+    };
+    assert_eq!(negotiated.markers_tx, c.markers, "{what}");
+    let ad: RegionAd = RegionAd::parse(&negotiated.peer_private_data)
+        .expect("a valid advertisement")
+        .expect("the listener's advertisement");
+    assert_eq!((ad.stag, ad.len), (PEER_STAG, c.len), "{what}");
+    let count = (c.len / c.msg) as u32;
+    consumer
+        .post_write(
+            flow_id,
+            region.info().stag,
+            0,
+            c.msg,
+            count,
+            ad.stag,
+            ad.base_to,
+        )
+        .unwrap();
+    // Every Write completes, in order, once the peer acknowledged it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut done = 0u32;
+    while done < count {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {done} of {count} Writes completed"
+        );
+        let got = consumer.next_completions(Instant::now() + Duration::from_millis(200));
+        if got.is_err() {
+            let mut dpc = DatapathClient::connect(&path, Duration::from_secs(5)).unwrap();
+            let s = mpa_tests::stats(&mut dpc);
+            panic!(
+                "{what}: {got:?} after {done}: {}",
+                serde_json::to_string(&s).unwrap()
+            );
+        }
+        let Some(batch) = got.unwrap() else {
+            continue;
+        };
+        for comp in batch {
+            assert_eq!(comp.flow_id, flow_id, "{what}");
+            assert_eq!(comp.kind, CompletionKind::WriteSent, "{what}: {comp:?}");
+            assert_eq!(
+                (comp.stag, comp.offset, comp.len),
+                (region.info().stag, u64::from(done) * c.msg, c.msg),
+                "{what}"
+            );
+            done += 1;
+        }
+    }
+    consumer.finish_flow(flow_id).unwrap();
+    let report = listener.report(Duration::from_secs(30));
+    drop(frozen);
+    assert_eq!(report["error"], Value::Null, "{what}: {report}");
+    assert_eq!(report["writes"], u64::from(count), "{what}: {report}");
+    assert_eq!(report["write_octets"], c.len, "{what}: {report}");
+    assert_eq!(
+        report["region_digest"],
+        format!("{:08x}", crc32c(&src)),
+        "{what}: the listener's region is not the consumer's: {report}"
+    );
+    // The flow ends cleanly once both FINs are through.
+    let t0 = Instant::now();
+    let f = loop {
+        let mut dpc = DatapathClient::connect(&path, Duration::from_secs(5)).unwrap();
+        let s = mpa_tests::stats(&mut dpc);
+        if let Some(f) = s.ended_flow(flow_id) {
+            break f.clone();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "{what}: flow {flow_id} did not end"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        f.ended.as_ref().and_then(|e| e.mpa_error),
+        None,
+        "{what}: {f:?}"
+    );
+    assert_eq!(f.tx.messages_completed, u64::from(count), "{what}: {f:?}");
+    assert_eq!(f.tx.partial_fpdus, 0, "{what}: {f:?}");
+    dp.stop();
+}
+
+#[test]
+fn datapath_writes_reach_mpa_peer_listen_octet_exact() {
+    if !require_privileged("datapath sender") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let mut port = 7800;
+    for markers in [false, true] {
+        for (len, msg) in [(1u64 << 20, 4096u64), (4 << 20, 65536)] {
+            writes_reach_the_kernel_peer(&bed, port, &Case { markers, len, msg });
+            port += 1;
+        }
+    }
+}
+
+#[test]
+fn datapath_writes_survive_loss_and_reordering() {
+    if !require_privileged("datapath sender under loss") {
+        return;
+    }
+    for (drop, port) in [(1u8, 7810u16), (5, 7811)] {
+        let spec = format!("ba.drop={drop},ba.reorder=2,seed={port}");
+        let bed = TestBed::up(BedConfig {
+            bridge: true,
+            loss_port: port,
+            impair: Some(spec.parse().unwrap()),
+            ..BedConfig::default()
+        })
+        .unwrap();
+        for markers in [false, true] {
+            writes_reach_the_kernel_peer(
+                &bed,
+                port,
+                &Case {
+                    markers,
+                    len: 2 << 20,
+                    msg: 4096,
+                },
+            );
+        }
+    }
+}
