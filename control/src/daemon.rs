@@ -426,6 +426,7 @@ fn id_mut(m: &mut Message) -> Option<&mut u64> {
         | Message::PostRecv { id, .. }
         | Message::PostWrite { id, .. }
         | Message::PostSend { id, .. }
+        | Message::PostRead { id, .. }
         | Message::Posted { id, .. }
         | Message::Subscribe { id, .. }
         | Message::Subscribed { id, .. }

@@ -220,6 +220,7 @@ fn answer_id(m: &Message) -> Option<u64> {
         | Message::PostRecv { .. }
         | Message::PostWrite { .. }
         | Message::PostSend { .. }
+        | Message::PostRead { .. }
         | Message::Subscribe { .. }
         | Message::Unsubscribe { .. }
         | Message::WatchPort { .. }

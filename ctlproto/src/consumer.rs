@@ -211,6 +211,35 @@ impl Consumer {
         self.expect_ok(|id| Message::FinishFlow { id, flow_id })
     }
 
+    /// Posts `count` RDMA Reads of `len` octets on connection `flow_id`: read `i` fetches the
+    /// peer's `src_stag` at `src_to + i·len` into region `stag` at `offset + i·len` (see
+    /// [`Message::PostRead`]); each completes as [`crate::CompletionKind::ReadResponsePlaced`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn post_read(
+        &mut self,
+        flow_id: u64,
+        stag: u32,
+        offset: u64,
+        len: u64,
+        count: u32,
+        src_stag: u32,
+        src_to: u64,
+    ) -> Result<(), ConsumerError> {
+        match self.client.request(|id| Message::PostRead {
+            id,
+            flow_id,
+            stag,
+            offset,
+            len,
+            count,
+            src_stag,
+            src_to,
+        })? {
+            Message::Posted { .. } => Ok(()),
+            m => Err(Self::unexpected(m)),
+        }
+    }
+
     /// Posts `count` Sends of `len` octets on connection `flow_id` from `offset + i·len` of
     /// region `stag`; returns the first one's MSN. Each completes as
     /// [`crate::CompletionKind::SendSent`].

@@ -208,7 +208,30 @@ pub enum Message {
         /// Sends.
         count: u32,
     },
-    /// datapath → consumer: the messages of a PostWrite or PostSend are queued.
+    /// consumer → datapath: post `count` RDMA Reads of `len` octets each on connection
+    /// `flow_id`: read `i` fetches the peer's `src_stag` at `src_to + i·len` into our region
+    /// `stag` at `offset + i·len`. A bounded number are outstanding at once (the rest are sent
+    /// as answers arrive); each completes as [`crate::CompletionKind::ReadResponsePlaced`]
+    /// when its Read Response is placed. Answered by [`Message::Posted`].
+    PostRead {
+        /// Request id.
+        id: u64,
+        /// The connection.
+        flow_id: u64,
+        /// Our region the octets land in.
+        stag: u32,
+        /// Offset of the first read's octets in it.
+        offset: u64,
+        /// Octets per read (1 ..= 2^32 − 1).
+        len: u64,
+        /// Reads.
+        count: u32,
+        /// The peer's STag.
+        src_stag: u32,
+        /// The peer's tagged offset of the first read.
+        src_to: u64,
+    },
+    /// datapath → consumer: the messages of a PostWrite, PostSend or PostRead are queued.
     Posted {
         /// Request id.
         id: u64,

@@ -155,6 +155,9 @@ pub struct TxStats {
     pub cwnd: u64,
     /// Smoothed RTT (µs), once measured.
     pub srtt_us: Option<u64>,
+    /// Read Responses queued for the peer's RDMA Read Requests.
+    #[serde(default)]
+    pub read_responses: u64,
 }
 
 /// Segments a flow's TCP dropped, by reason (RFC 7323, RFC 5961, RFC 9293), and its

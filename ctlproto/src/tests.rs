@@ -125,6 +125,16 @@ fn round_trip_every_message() {
             len: 100,
             count: 2,
         },
+        Message::PostRead {
+            id: 14,
+            flow_id: 4,
+            stag: 0x100,
+            offset: 0,
+            len: 4096,
+            count: 3,
+            src_stag: 0x77,
+            src_to: 1 << 33,
+        },
         Message::Posted {
             id: 13,
             count: 2,

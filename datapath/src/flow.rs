@@ -5,8 +5,8 @@
 #![forbid(unsafe_code)]
 
 use crate::receiver::{
-    InOrderSource, MpaReceiver, PostRecvError, PostedBuf, ReceiverConfig, Region, RegionTable,
-    Regions, RxEnd, RxError,
+    InOrderSource, MpaReceiver, PostRecvError, PostedBuf, ReadRequest, ReceiverConfig, Region,
+    RegionTable, Regions, RxEnd, RxError,
 };
 use crate::sender::{FpduSource, MessageKind, PostError, Preamble, SenderConfig, MIN_EMSS};
 use crate::tcp::{
@@ -83,6 +83,33 @@ pub enum SendOp {
     },
     /// Sends on queue 0.
     Send,
+    /// RDMA Read Requests of the peer's `src_stag` from `src_to` (read `i` at
+    /// `src_to + i·len`) into the post's region (its `stag`, `offset + i·len`). At most
+    /// [`MAX_OUTBOUND_READS`] are outstanding; the rest wait in order.
+    Read {
+        /// The peer's STag (advertised to us).
+        src_stag: u32,
+        /// Its tagged offset of the first read.
+        src_to: u64,
+    },
+}
+
+/// Outbound RDMA Read Requests outstanding at most (our ORD, RFC 5040 §6.1): no IRD is
+/// negotiated at startup here, so at or below what common iWARP peers accept (and
+/// `mpa-peer listen`'s bound).
+pub const MAX_OUTBOUND_READS: usize = 16;
+
+/// Reads posted and not yet sent, per flow, at most.
+pub const MAX_WAITING_READS: usize = 4096;
+
+/// One RDMA Read a consumer posted, not yet sent for want of ORD.
+#[derive(Debug, Clone, Copy)]
+struct WaitingRead {
+    sink_stag: u32,
+    sink_to: u64,
+    size: u32,
+    src_stag: u32,
+    src_to: u64,
 }
 
 /// Where a TX frame is built: the UMEM frame itself in the worker (one copy from the region),
@@ -151,6 +178,12 @@ pub struct Flow {
     pub started: Instant,
     /// The TS.Recent inherited at the hand-over, if known.
     ts_recent_inherited: Option<u32>,
+    /// Read Responses queued for the peer's Read Requests.
+    reads_served: u64,
+    /// Our Read Requests sent and not yet answered (their Read Response not yet placed).
+    reads_in_flight: usize,
+    /// Our Read Requests waiting for ORD room.
+    reads_waiting: std::collections::VecDeque<WaitingRead>,
 }
 
 /// Converts a CLOCK_MONOTONIC reading into an `Instant` (both use the same clock on Linux).
@@ -312,19 +345,25 @@ impl Flow {
             ended: None,
             started: now,
             ts_recent_inherited: t.timestamps.map(|t| t.ts_recent).filter(|&v| v != 0),
+            reads_served: 0,
+            reads_in_flight: 0,
+            reads_waiting: Default::default(),
         })
     }
 
     /// Handles one TCP segment of this flow; `regions` is the worker's region table.
-    pub fn on_segment<R: Regions + ?Sized>(
+    pub fn on_segment(
         &mut self,
         now: Instant,
         repr: &TcpRepr,
         payload: &[u8],
-        regions: &mut R,
+        regions: &mut RegionTable,
     ) {
         self.packets += 1;
         receive_segment(&mut self.tcp, &mut self.rx, now, repr, payload, regions);
+        while let Some(r) = self.rx.poll_read_request() {
+            self.serve_read(&r, regions);
+        }
         if let Some(h) = self.rx.poll_reply() {
             // Our first FPDU, allowed now that one arrived (RFC 5044 §7.1.2).
             self.send_ulpdu(&h);
@@ -418,6 +457,27 @@ impl Flow {
                 return Err(PostError::TooLong { len: total });
             }
         }
+        if let SendOp::Read { src_to, .. } = post.op {
+            if post.len == 0 || post.len > u64::from(u32::MAX) {
+                return Err(PostError::ReadSize { len: post.len });
+            }
+            if src_to.checked_add(total).is_none() {
+                return Err(PostError::TooLong { len: total });
+            }
+            if let Some(pd) = self.rx.pd() {
+                if region.info.pd != pd {
+                    return Err(PostError::WrongDomain {
+                        stag: post.stag,
+                        region_pd: region.info.pd,
+                        pd,
+                    });
+                }
+            }
+            if self.reads_waiting.len() + post.count as usize > MAX_WAITING_READS {
+                return Err(PostError::QueueFull(MAX_WAITING_READS));
+            }
+            return Ok(self.queue_reads(post));
+        }
         let room = src.max_messages().saturating_sub(src.queued_messages());
         if post.count as usize > room {
             return Err(PostError::QueueFull(src.max_messages()));
@@ -440,9 +500,70 @@ impl Flow {
                     let (_, msn) = src.post_send(post.stag, offset, post.len)?;
                     first_msn.get_or_insert(msn);
                 }
+                SendOp::Read { .. } => {}
             }
         }
         Ok(first_msn)
+    }
+
+    /// Queues checked reads and sends what ORD allows; `None` (reads have no Send MSN).
+    fn queue_reads(&mut self, post: &SendPost) -> Option<u32> {
+        let SendOp::Read { src_stag, src_to } = post.op else {
+            return None;
+        };
+        for i in 0..u64::from(post.count) {
+            self.reads_waiting.push_back(WaitingRead {
+                sink_stag: post.stag,
+                sink_to: post.offset + i * post.len,
+                size: post.len as u32,
+                src_stag,
+                src_to: src_to + i * post.len,
+            });
+        }
+        self.release_reads();
+        None
+    }
+
+    /// Sends waiting Read Requests while fewer than [`MAX_OUTBOUND_READS`] are outstanding.
+    fn release_reads(&mut self) {
+        while self.reads_in_flight < MAX_OUTBOUND_READS && self.tcp.can_queue() {
+            let Some(r) = self.reads_waiting.pop_front() else {
+                break;
+            };
+            let src = self.tcp.source_mut().inner_mut();
+            match src.post_read_request(r.sink_stag, r.sink_to, r.size, r.src_stag, r.src_to) {
+                Ok(_) => self.reads_in_flight += 1,
+                Err(e) => {
+                    tracing::warn!(flow = self.id, %e, "Read Request not queued");
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Queues the Read Response to a Read Request the receiver accepted (its checks passed
+    /// against `regions` a moment ago: the region is there). The response reads the region
+    /// when its segments are written, like a Write.
+    fn serve_read(&mut self, r: &ReadRequest, regions: &RegionTable) {
+        if !self.tcp.can_queue() {
+            return;
+        }
+        let Some(region) = regions.get(r.src_stag) else {
+            return;
+        };
+        let src = self.tcp.source_mut().inner_mut();
+        src.regions_mut().insert(region.clone());
+        let posted = src.post_read_response(
+            r.src_stag,
+            r.src_to,
+            u64::from(r.size),
+            r.sink_stag,
+            r.sink_to,
+        );
+        match posted {
+            Ok(_) => self.reads_served += 1,
+            Err(e) => tracing::warn!(flow = self.id, %e, "Read Response not queued"),
+        }
     }
 
     /// A region was destroyed: a message still reading it fails the flow when its octets are
@@ -483,14 +604,26 @@ impl Flow {
     /// Hands the completions produced since the last call to `f`, in order.
     #[inline]
     pub fn drain_completions(&mut self, mut f: impl FnMut(&Completion)) {
+        let mut answered = 0;
         while let Some(c) = self.rx.poll_completion() {
+            if c.kind == CompletionKind::ReadResponsePlaced {
+                answered += 1;
+            }
             f(&c);
+        }
+        if answered > 0 {
+            self.reads_in_flight = self.reads_in_flight.saturating_sub(answered);
+            self.release_reads();
         }
         while let Some(c) = self.tcp.source_mut().inner_mut().poll_completion() {
             let (kind, msn) = match c.kind {
                 MessageKind::Write { .. } => (CompletionKind::WriteSent, None),
                 MessageKind::Send { msn } => (CompletionKind::SendSent, Some(msn)),
                 MessageKind::Control => continue,
+                MessageKind::ReadResponse { .. } => {
+                    self.rx.read_served();
+                    continue;
+                }
             };
             f(&Completion {
                 flow_id: self.id,
@@ -688,6 +821,7 @@ impl Flow {
                     partial_fpdus: st.partial_fills,
                     cwnd: self.tcp.cwnd() as u64,
                     srtt_us: self.tcp.srtt().map(|d| d.as_micros() as u64),
+                    read_responses: self.reads_served,
                 }
             },
             ended: self.ended.as_ref().map(|e| EndReport {

@@ -28,6 +28,8 @@ const B_ISN: u32 = 7_000;
 const SRC: u32 = 0x10;
 const SINK: u32 = 0x20;
 const BUFS: u32 = 0x30;
+/// B's region the peer may read.
+const READABLE: u32 = 0x40;
 
 struct End {
     worker: Worker<MemRing>,
@@ -35,6 +37,8 @@ struct End {
     mem: Arc<RegionMemory>,
     /// B's region of receive buffers for Sends.
     bufs: Option<Arc<RegionMemory>>,
+    /// B's region with remote read.
+    readable: Option<Arc<RegionMemory>>,
     rings: RingSet,
     completions: Vec<Completion>,
 }
@@ -46,8 +50,8 @@ fn region(stag: u32, len: u64, name: &str) -> (Region, Arc<RegionMemory>) {
             stag,
             len,
             pd: 1,
-            remote_write: true,
-            remote_read: false,
+            remote_write: stag != READABLE,
+            remote_read: stag == READABLE,
             huge_pages: false,
         },
         mem: mem.clone(),
@@ -76,6 +80,11 @@ fn end(a: bool, markers: bool, len: u64) -> End {
     worker.apply(Command::AddRegion(r));
     let bufs = (!a).then(|| {
         let (r, mem) = region(BUFS, 1 << 20, "send-pair-bufs");
+        worker.apply(Command::AddRegion(r));
+        mem
+    });
+    let readable = (!a).then(|| {
+        let (r, mem) = region(READABLE, len, "send-pair-readable");
         worker.apply(Command::AddRegion(r));
         mem
     });
@@ -109,6 +118,7 @@ fn end(a: bool, markers: bool, len: u64) -> End {
         wire,
         mem,
         bufs,
+        readable,
         rings: RingSet::new(file),
         completions: Vec::new(),
     }
@@ -430,5 +440,77 @@ fn posts_are_checked_and_refused_whole() {
     assert_eq!(
         r.flows[0].tx.messages_posted, 0,
         "refused posts queue nothing"
+    );
+}
+
+#[test]
+fn reads_fetch_the_peers_region_octet_exact() {
+    // 64 reads of 16 KiB (each answered by a multi-FPDU Read Response), more than the ORD
+    // bound at once, at 2 % loss with reordering; markers on.
+    const LEN: u64 = 1 << 20;
+    const READ: u64 = 16384;
+    let count = (LEN / READ) as u32;
+    let mut a = end(true, true, LEN);
+    let b = end(false, true, LEN);
+    fill_pattern(b.readable.as_ref().unwrap(), LEN, 21);
+    let op = SendOp::Read {
+        src_stag: READABLE,
+        src_to: 0,
+    };
+    let p = SendPost {
+        op,
+        stag: SRC,
+        offset: 0,
+        len: READ,
+        count,
+    };
+    assert_eq!(post(&mut a.worker, 1, p).unwrap(), None);
+    let r = run(a, b, 0.02, 21, count as usize, 0);
+    assert!(
+        contents(&r.a.mem) == contents(r.b.readable.as_ref().unwrap()),
+        "what A read differs from B's region"
+    );
+    for (i, c) in r.a.completions.iter().enumerate() {
+        assert_eq!(
+            (c.flow_id, c.kind, c.stag),
+            (1, CompletionKind::ReadResponsePlaced, SRC)
+        );
+        assert_eq!((c.offset, c.len), (i as u64 * READ, READ));
+    }
+    assert_eq!(r.a.completions.len(), count as usize);
+    assert!(
+        r.b.completions.is_empty(),
+        "the Data Source reports nothing to its consumer"
+    );
+    let fb = &r.b.worker.report().flows[0];
+    assert_eq!(fb.tx.read_responses, u64::from(count));
+    assert!(fb.ended.is_none(), "{fb:?}");
+}
+
+#[test]
+fn reads_are_checked_where_they_land() {
+    let mut a = end(true, false, 1 << 16);
+    let read = |stag, offset, len, count| SendPost {
+        op: SendOp::Read {
+            src_stag: READABLE,
+            src_to: 0,
+        },
+        stag,
+        offset,
+        len,
+        count,
+    };
+    let err = |r: Result<Option<u32>, WorkerError>| r.unwrap_err().to_string();
+    assert_eq!(
+        err(post(&mut a.worker, 1, read(SRC, 0, 0, 1))),
+        "flow 1: an RDMA Read of 0 octets: reads here are 1 ..= 4294967295 octets"
+    );
+    assert_eq!(
+        err(post(&mut a.worker, 1, read(SRC, 1 << 15, 1 << 15, 2))),
+        "flow 1: 65536 octets at 32768 lie outside region 0x00000010 of 65536 octets"
+    );
+    assert_eq!(
+        err(post(&mut a.worker, 1, read(0x77, 0, 1, 1))),
+        "flow 1: no registered region 0x00000077"
     );
 }

@@ -337,11 +337,11 @@ pub static CLASSES: &[Class] = &[
         let f = fpdu_bytes(&write_ulpdu(c.env.stag_read_only, 0, &c.pattern(5)), true);
         c.p.send_data(&f)
     }),
-    // RDMA Read Requests: the Data Source's checks (RFC 5040 §5.2.1, RDMAP Remote Protection
-    // Errors), then a valid one refused (no send path yet).
-    term("rdma-read-request-refused", (0, 2, 0xff), |c| {
+    // RDMA Read Requests: queue 1's MSN first (DDP, RFC 5041 §5.1), then the Data Source's
+    // checks (RFC 5040 §5.2.1, RDMAP Remote Protection Errors). A valid one is answered.
+    term("read-request-msn-out-of-order", (1, 2, 3), |c| {
         let stag = c.env.stag_read_only;
-        read_request(c, stag, 0, 64)
+        read_request_msn(c, 2, stag, 0, 64)
     }),
     term("read-request-unknown-source-stag", (0, 1, 0), |c| {
         let stag = c.env.stag() ^ 0xff;
@@ -731,6 +731,11 @@ fn worker_cpu(c: &Ctx) -> Result<f64> {
 /// Sends an RDMA Read Request (QN 1, MSN 1) for `size` octets of (`src`, `src_to`) into the
 /// hostile region.
 fn read_request(c: &mut Ctx, src: u32, src_to: u64, size: u32) -> Result<()> {
+    read_request_msn(c, 1, src, src_to, size)
+}
+
+/// [`read_request`] with MSN `msn`.
+fn read_request_msn(c: &mut Ctx, msn: u32, src: u32, src_to: u64, size: u32) -> Result<()> {
     let mut body = Vec::new();
     body.extend_from_slice(&c.env.stag().to_be_bytes()); // sink STag
     body.extend_from_slice(&0u64.to_be_bytes()); // sink TO
@@ -738,6 +743,6 @@ fn read_request(c: &mut Ctx, src: u32, src_to: u64, size: u32) -> Result<()> {
     body.extend_from_slice(&src.to_be_bytes()); // source STag
     body.extend_from_slice(&src_to.to_be_bytes()); // source TO
     debug_assert_eq!(body.len(), READ_REQUEST_HEADER_LEN);
-    let u = untagged_ulpdu(Op::RdmaReadRequest, 1, 1, 0, &body);
+    let u = untagged_ulpdu(Op::RdmaReadRequest, 1, msn, 0, &body);
     c.p.send_data(&fpdu_bytes(&u, true))
 }

@@ -35,7 +35,8 @@ use mpa::MpaErrorCode;
 pub use mpa_ctl_proto::stats::RxStats;
 use mpa_ctl_proto::Completion;
 pub use placement::{
-    PlacementError, Placer, PostError, PostedBuf, SegmentKind, SegmentPlan, MAX_POSTED, PLAN_PREFIX,
+    PlacementError, Placer, PostError, PostedBuf, ReadRequest, SegmentKind, SegmentPlan,
+    MAX_POSTED, PLAN_PREFIX,
 };
 pub use regions::{MemRegions, Region, RegionTable, Regions};
 use std::collections::VecDeque;
@@ -47,6 +48,12 @@ pub const MAX_PLACED_AHEAD: usize = 4096;
 /// stops placing (the worker collects after every burst, so this is a bound, not a limit met
 /// in practice).
 const MAX_HELD_COMPLETIONS: usize = 1 << 16;
+
+/// Inbound RDMA Read Requests outstanding at most (RFC 5040 §6.1's IRD: the startup
+/// exchange carries no IRD here, so a fixed bound, as large as common iWARP adapters
+/// offer). One beyond it is the DDP untagged error "no buffer available" on queue 1 (as
+/// siw answers an IRD overrun).
+pub const MAX_INBOUND_READS: usize = 32;
 
 /// What was negotiated for the receive direction of one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,6 +150,10 @@ pub struct MpaReceiver {
     located: Vec<LocatedFpdu>,
     /// The sink (STag, TO) of a zero-length Read Request RTR, to answer.
     read_rtr: Option<(u32, u64)>,
+    /// Valid RDMA Read Requests accepted in order, not yet handed to the sender.
+    reads: VecDeque<ReadRequest>,
+    /// Read Requests accepted whose Read Response is not yet acknowledged (the IRD count).
+    reads_outstanding: usize,
     /// Sticky end: set once, never cleared.
     end: Option<RxEnd>,
     end_reported: bool,
@@ -168,6 +179,8 @@ impl MpaReceiver {
             completions: VecDeque::new(),
             located: Vec::new(),
             read_rtr: None,
+            reads: VecDeque::new(),
+            reads_outstanding: 0,
             end: None,
             end_reported: false,
         }
@@ -242,6 +255,17 @@ impl MpaReceiver {
         }
         self.end_reported = self.end.is_some();
         self.end.as_ref()
+    }
+
+    /// The oldest valid RDMA Read Request accepted and not yet taken: the flow answers it with
+    /// a Read Response (RFC 5040 §5.2.1), in the order the requests arrived (§5.5 rule 20).
+    pub fn poll_read_request(&mut self) -> Option<ReadRequest> {
+        self.reads.pop_front()
+    }
+
+    /// The Read Response of an accepted Read Request was acknowledged: one fewer outstanding.
+    pub fn read_served(&mut self) {
+        self.reads_outstanding = self.reads_outstanding.saturating_sub(1);
     }
 
     /// A ULPDU the receiver asks to send: the zero-length Read Response that answers a
@@ -347,7 +371,15 @@ impl MpaReceiver {
             let mut head = [0u8; PLAN_PREFIX];
             let n = u.copy_prefix(&mut head);
             let plan = match placer.plan(regions, &head[..n], u.len(), false) {
-                Ok(p) if !matches!(p.kind, SegmentKind::PeerTerminate(_)) => p,
+                // A Terminate or a Read Request waits for the stream (in order).
+                Ok(p)
+                    if !matches!(
+                        p.kind,
+                        SegmentKind::PeerTerminate(_) | SegmentKind::ReadRequest(_)
+                    ) =>
+                {
+                    p
+                }
                 _ => {
                     self.stats.ahead_refused += 1;
                     continue;
@@ -446,6 +478,28 @@ impl MpaReceiver {
                 if let SegmentKind::PeerTerminate(t) = plan.kind {
                     self.end = Some(RxEnd::Peer(t));
                     break;
+                }
+                if let SegmentKind::ReadRequest(req) = plan.kind {
+                    if self.reads_outstanding >= MAX_INBOUND_READS {
+                        let e = RxError::Placement(PlacementError::NoBuffer {
+                            msn: req.msn,
+                            posted: MAX_INBOUND_READS,
+                            front: req.msn,
+                        });
+                        self.end = Some(local_end(e, self.version, &head[..n], u.len()));
+                        break;
+                    }
+                    self.reads_outstanding += 1;
+                    self.reads.push_back(req);
+                    if let Some(p) = self.placer.as_mut() {
+                        p.read_accepted();
+                    }
+                    self.stats.fpdus += 1;
+                    self.stats.ulpdu_octets += u.len() as u64;
+                    if let Some(d) = self.digest.as_mut() {
+                        *d = u.pieces().fold(*d, crc32c_append);
+                    }
+                    continue;
                 }
                 if let Err(error) = placer.continues(&plan) {
                     let e = RxError::Placement(error);

@@ -66,6 +66,26 @@ pub enum SegmentKind {
     },
     /// The peer's Terminate: the connection ends.
     PeerTerminate(TerminateRepr),
+    /// An RDMA Read Request that passed the Data Source's checks: to be answered.
+    ReadRequest(ReadRequest),
+}
+
+/// A valid RDMA Read Request (RFC 5040 §4.4): read `size` octets of local region `src_stag`
+/// at `src_to` and send them as a Read Response to the peer's `sink_stag` at `sink_to`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadRequest {
+    /// Its MSN on queue 1.
+    pub msn: u32,
+    /// The peer's buffer.
+    pub sink_stag: u32,
+    /// Tagged offset in it.
+    pub sink_to: u64,
+    /// RDMA Read Message Size.
+    pub size: u32,
+    /// Our region.
+    pub src_stag: u32,
+    /// Tagged offset in it (the region offset: our regions start at TO 0).
+    pub src_to: u64,
 }
 
 /// A validated segment: what it is, its payload length, and where the payload goes.
@@ -91,6 +111,8 @@ pub struct Placer {
     front_msn: u32,
     /// The tagged message being completed in order: (STag, TO of its first octet, octets).
     tagged: Option<(u32, u64, u64)>,
+    /// The MSN the next Read Request (queue 1) must carry.
+    read_msn: u32,
 }
 
 impl Placer {
@@ -103,7 +125,13 @@ impl Placer {
             // RFC 5041 §5.1: the first MSN of each queue is 1.
             front_msn: 1,
             tagged: None,
+            read_msn: 1,
         }
+    }
+
+    /// A Read Request was accepted in order: the next must carry the following MSN.
+    pub fn read_accepted(&mut self) {
+        self.read_msn = self.read_msn.wrapping_add(1);
     }
 
     /// The protection domain.
@@ -268,11 +296,22 @@ impl Placer {
                         return Ok(plan(SegmentKind::PeerTerminate(t), None));
                     }
                     RdmapOpcode::RdmaReadRequest => {
-                        return Err(self.check_read_request(
+                        // RFC 5041 §5.1: queue 1 has its own MSNs, from 1, in order.
+                        if msn != self.read_msn {
+                            return Err(PlacementError::MsnRange {
+                                msn,
+                                expected: self.read_msn,
+                            });
+                        }
+                        let r = self.check_read_request(
                             head.get(header_len..header_len + READ_REQUEST_HEADER_LEN),
                             ulpdu_len,
                             regions,
-                        ))
+                        )?;
+                        return Ok(plan(
+                            SegmentKind::ReadRequest(ReadRequest { msn, ..r }),
+                            None,
+                        ));
                     }
                     _ => {}
                 }
@@ -377,18 +416,16 @@ impl Placer {
 
     /// The Data Source's checks of an RDMA Read Request (RFC 5040 §4.4, §5.2.1): its header
     /// present, then the source STag valid, of this stream's domain, TO + size not wrapping,
-    /// inside the region, and readable by the peer. A request that passes is still refused
-    /// ([`PlacementError::ReadRequestUnsupported`]): answering needs the send path. `header`:
-    /// the [`READ_REQUEST_HEADER_LEN`] octets after the DDP header, `None` when the ULPDU is
-    /// shorter.
+    /// inside the region, and readable by the peer. `header`: the [`READ_REQUEST_HEADER_LEN`]
+    /// octets after the DDP header, `None` when the ULPDU is shorter. The MSN is the caller's.
     fn check_read_request<R: Regions + ?Sized>(
         &self,
         header: Option<&[u8]>,
         ulpdu_len: usize,
         regions: &R,
-    ) -> PlacementError {
+    ) -> Result<ReadRequest, PlacementError> {
         let Some(h) = header else {
-            return PlacementError::Truncated { ulpdu_len };
+            return Err(PlacementError::Truncated { ulpdu_len });
         };
         // Sink STag (4) | Sink TO (8) | RDMA Read Message Size (4) | Source STag (4) | Source TO (8).
         let be32 = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
@@ -396,30 +433,38 @@ impl Placer {
         let stag = be32(16);
         let to = (u64::from(be32(20)) << 32) | u64::from(be32(24));
         let Some(r) = regions.info(stag) else {
-            return PlacementError::ReadInvalidStag { stag };
+            return Err(PlacementError::ReadInvalidStag { stag });
         };
         if r.pd != self.pd {
-            return PlacementError::ReadStagNotAssociated {
+            return Err(PlacementError::ReadStagNotAssociated {
                 stag,
                 region_pd: r.pd,
                 stream_pd: self.pd,
-            };
+            });
         }
         let Some(end) = to.checked_add(u64::from(size)) else {
-            return PlacementError::ReadToWrap { to, len: size };
+            return Err(PlacementError::ReadToWrap { to, len: size });
         };
         if end > r.len {
-            return PlacementError::ReadBounds {
+            return Err(PlacementError::ReadBounds {
                 stag,
                 to,
                 len: size,
                 region_len: r.len,
-            };
+            });
         }
         if !r.remote_read {
-            return PlacementError::NoRemoteRead { stag };
+            return Err(PlacementError::NoRemoteRead { stag });
         }
-        PlacementError::ReadRequestUnsupported
+        let sink_to = (u64::from(be32(4)) << 32) | u64::from(be32(8));
+        Ok(ReadRequest {
+            msn: 0,
+            sink_stag: be32(0),
+            sink_to,
+            size,
+            src_stag: stag,
+            src_to: to,
+        })
     }
 
     /// Advances the in-order state past a placed segment; returns the completion of the
@@ -493,7 +538,7 @@ impl Placer {
                     .then_some(inv_stag),
                 })
             }
-            SegmentKind::PeerTerminate(_) => None,
+            SegmentKind::PeerTerminate(_) | SegmentKind::ReadRequest(_) => None,
         }
     }
 }

@@ -38,7 +38,9 @@ use std::collections::VecDeque;
 
 use mpa::crc;
 use mpa::markers::{self, Piece, WireLayout};
-use mpa::wire::ddp::{DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
+use mpa::wire::ddp::{
+    DdpRepr, RdmapOpcode, READ_REQUEST_HEADER_LEN, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
+};
 use mpa::wire::fpdu::{self, CRC_LEN, HEADER_LEN};
 use mpa::wire::marker::{marker_bytes, MARKER_LEN};
 use tracing::trace;
@@ -139,6 +141,12 @@ pub enum PostError {
         /// Length asked for.
         len: u64,
     },
+    /// An RDMA Read of no octets or of more than its 32-bit RDMA Read Message Size carries.
+    #[error("an RDMA Read of {len} octets: reads here are 1 ..= 4294967295 octets")]
+    ReadSize {
+        /// Length asked for.
+        len: u64,
+    },
     /// The queue holds `max_messages` already.
     #[error("send queue full ({0} messages)")]
     QueueFull(usize),
@@ -161,6 +169,15 @@ pub enum MessageKind {
     Send {
         /// Its message sequence number (1 for the first, RFC 5041 §5.1).
         msn: u32,
+    },
+    /// An RDMA Read Response (RFC 5040 §4.5) answering the peer's Read Request: read from a
+    /// local region like a Write, to the peer's sink buffer; it completes silently (the
+    /// receiver's IRD count goes down).
+    ReadResponse {
+        /// The peer's sink STag.
+        sink_stag: u32,
+        /// Tagged offset in the sink of the first octet.
+        sink_to: u64,
     },
     /// A ULPDU the connection itself sends (a Terminate, an RTR, the zero-length Read
     /// Response that answers an RTR), carried whole in one FPDU from the source's own
@@ -260,6 +277,8 @@ pub struct FpduSource<R: Regions> {
     wire_tail: u64,
     next_id: u64,
     next_msn: u32,
+    /// MSN of our next Read Request (queue 1).
+    next_read_msn: u32,
     /// The octets of queued [`MessageKind::Control`] messages, oldest first, by id.
     controls: VecDeque<(u64, Box<[u8]>)>,
     completions: VecDeque<SendCompletion>,
@@ -298,6 +317,7 @@ impl<R: Regions> FpduSource<R> {
             wire_tail: 0,
             next_id: 1,
             next_msn: 1,
+            next_read_msn: 1,
             controls: VecDeque::new(),
             completions: VecDeque::new(),
             scratch: Vec::new(),
@@ -368,6 +388,59 @@ impl<R: Regions> FpduSource<R> {
         self.post(kind, TAGGED_HEADER_LEN, src_stag, src_offset, len)
     }
 
+    /// Queues the Read Response to a Read Request of the peer: `len` octets at `src_offset`
+    /// of `src_stag` to the peer's `sink_stag` at `sink_to`; returns its id. Not bounded by
+    /// the consumer's queue (the receiver's IRD bounds these).
+    pub fn post_read_response(
+        &mut self,
+        src_stag: u32,
+        src_offset: u64,
+        len: u64,
+        sink_stag: u32,
+        sink_to: u64,
+    ) -> Result<u64, PostError> {
+        if sink_to.checked_add(len).is_none() {
+            return Err(PostError::TooLong { len });
+        }
+        let kind = MessageKind::ReadResponse { sink_stag, sink_to };
+        self.check(src_stag, src_offset, len)?;
+        Ok(self.push(kind, TAGGED_HEADER_LEN, src_stag, src_offset, len))
+    }
+
+    /// Queues an RDMA Read Request (RFC 5040 §4.4; queue 1, the next MSN of that queue) for
+    /// `size` octets of the peer's `src_stag` at `src_to`, to land in our `sink_stag` at
+    /// `sink_to`; returns its id and MSN. The caller bounds how many are outstanding (the
+    /// peer's IRD).
+    pub fn post_read_request(
+        &mut self,
+        sink_stag: u32,
+        sink_to: u64,
+        size: u32,
+        src_stag: u32,
+        src_to: u64,
+    ) -> Result<(u64, u32), PostError> {
+        let msn = self.next_read_msn;
+        let mut u = [0u8; UNTAGGED_HEADER_LEN + READ_REQUEST_HEADER_LEN];
+        let ddp = DdpRepr::Untagged {
+            last: true,
+            opcode: RdmapOpcode::RdmaReadRequest,
+            inv_stag: 0,
+            qn: mpa::wire::ddp::queue::READ_REQUEST,
+            msn,
+            mo: 0,
+        };
+        let _ = ddp.emit(&mut u, self.cfg.ddp_rdmap_version);
+        let h = &mut u[UNTAGGED_HEADER_LEN..];
+        h[0..4].copy_from_slice(&sink_stag.to_be_bytes());
+        h[4..12].copy_from_slice(&sink_to.to_be_bytes());
+        h[12..16].copy_from_slice(&size.to_be_bytes());
+        h[16..20].copy_from_slice(&src_stag.to_be_bytes());
+        h[20..28].copy_from_slice(&src_to.to_be_bytes());
+        let id = self.post_ulpdu(&u)?;
+        self.next_read_msn = msn.wrapping_add(1);
+        Ok((id, msn))
+    }
+
     /// Queues a Send (QN 0, the next MSN) of `len` octets at `src_offset` of local region
     /// `src_stag`; returns its id and MSN.
     pub fn post_send(
@@ -414,6 +487,12 @@ impl<R: Regions> FpduSource<R> {
         if self.msgs.len() >= self.cfg.max_messages {
             return Err(PostError::QueueFull(self.cfg.max_messages));
         }
+        self.check(src_stag, src_offset, len)?;
+        Ok(self.push(kind, hdr, src_stag, src_offset, len))
+    }
+
+    /// The region exists, is of the connection's domain, and holds the range.
+    fn check(&self, src_stag: u32, src_offset: u64, len: u64) -> Result<(), PostError> {
         let info = self
             .regions
             .info(src_stag)
@@ -435,7 +514,7 @@ impl<R: Regions> FpduSource<R> {
                 region_len: info.len,
             });
         }
-        Ok(self.push(kind, hdr, src_stag, src_offset, len))
+        Ok(())
     }
 
     /// Appends a checked message to the stream.
@@ -552,6 +631,12 @@ impl<R: Regions> FpduSource<R> {
             MessageKind::Write { sink_stag, sink_to } => Some(DdpRepr::Tagged {
                 last,
                 opcode: RdmapOpcode::RdmaWrite,
+                stag: sink_stag,
+                to: sink_to + off,
+            }),
+            MessageKind::ReadResponse { sink_stag, sink_to } => Some(DdpRepr::Tagged {
+                last,
+                opcode: RdmapOpcode::RdmaReadResponse,
                 stag: sink_stag,
                 to: sink_to + off,
             }),

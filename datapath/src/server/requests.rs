@@ -95,6 +95,26 @@ impl Server {
                 };
                 self.post_send(client, id, flow_id, post);
             }
+            Message::PostRead {
+                id,
+                flow_id,
+                stag,
+                offset,
+                len,
+                count,
+                src_stag,
+                src_to,
+            } => {
+                let op = SendOp::Read { src_stag, src_to };
+                let post = SendPost {
+                    op,
+                    stag,
+                    offset,
+                    len,
+                    count,
+                };
+                self.post_send(client, id, flow_id, post);
+            }
             Message::Subscribe { id, pd } => self.subscribe(client, id, pd),
             Message::Unsubscribe { id, pd } => {
                 let r = self.close_subscription(client, pd);

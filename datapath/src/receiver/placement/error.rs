@@ -94,9 +94,6 @@ pub enum PlacementError {
         /// Queue the opcode belongs on.
         expected: u32,
     },
-    /// A valid RDMA Read Request: this datapath cannot answer it yet (no send path).
-    #[error("RDMA Read Requests are not served by this datapath")]
-    ReadRequestUnsupported,
     /// An RDMA Read Request whose Data Source STag names no region (RFC 5040 §5.2.1).
     #[error("Read Request source STag {stag:#x} is not valid")]
     ReadInvalidStag {
@@ -213,7 +210,7 @@ impl PlacementError {
                 (ddp_err::LAYER, ddp_err::UNTAGGED, ddp_err::UNTAGGED_VERSION)
             }
             E::RdmapVersion { .. } => (rdmap_err::LAYER, rdmap_err::OPERATION, rdmap_err::VERSION),
-            E::Truncated { .. } | E::ReadRequestUnsupported => (
+            E::Truncated { .. } => (
                 rdmap_err::LAYER,
                 rdmap_err::OPERATION,
                 rdmap_err::UNSPECIFIED,

@@ -350,13 +350,104 @@ fn a_discontinuous_tagged_segment_placed_ahead_is_a_terminate_in_order() {
 
 /// An RDMA Read Request ULPDU (QN 1, MSN 1) for `size` octets at (`src_stag`, `src_to`).
 fn read_request(src_stag: u32, src_to: u64, size: u32) -> Vec<u8> {
+    read_request_msn(1, src_stag, src_to, size)
+}
+
+/// Valid Read Requests are handed on in order, each once; the queue-1 MSN must be the next
+/// (DDP "MSN range", RFC 5041 §7.2); more than [`MAX_INBOUND_READS`] unanswered is DDP's
+/// "no buffer available" on that queue (as siw answers an IRD overrun).
+#[test]
+fn valid_read_requests_are_handed_on_in_order_within_ird() {
+    let mut base = regions();
+    base.insert(RegionInfo {
+        stag: 0x30,
+        len: 4096,
+        pd: 1,
+        remote_write: false,
+        remote_read: true,
+        huge_pages: false,
+    });
+    let mut rx = MpaReceiver::new(&cfg(false, None));
+    let mut r = base.clone();
+    let reqs: Vec<Vec<u8>> = (1..=3)
+        .map(|m| read_request_msn(m, 0x30, 64 * u64::from(m), 100))
+        .collect();
+    feed(&mut rx, &mut r, &frame(&mut FpduEncoder::new(false), &reqs));
+    for m in 1..=3u32 {
+        let got = rx.poll_read_request().expect("handed on");
+        assert_eq!(
+            got,
+            crate::receiver::ReadRequest {
+                msn: m,
+                sink_stag: 0x77,
+                sink_to: 0,
+                size: 100,
+                src_stag: 0x30,
+                src_to: 64 * u64::from(m),
+            }
+        );
+    }
+    assert!(rx.poll_read_request().is_none());
+    assert!(rx.poll_terminate().is_none());
+    // Out of MSN order.
+    let mut rx = MpaReceiver::new(&cfg(false, None));
+    let wire = frame(
+        &mut FpduEncoder::new(false),
+        &[read_request_msn(2, 0x30, 0, 1)],
+    );
+    feed(&mut rx, &mut base.clone(), &wire);
+    let (error, codes, _) = local_terminate(&mut rx);
+    assert_eq!(
+        error,
+        RxError::Placement(PlacementError::MsnRange {
+            msn: 2,
+            expected: 1
+        })
+    );
+    assert_eq!(codes, (1, 2, 3));
+    // IRD: one more than the bound while none is answered; then answered ones make room.
+    let mut rx = MpaReceiver::new(&cfg(false, None));
+    let ird = crate::receiver::MAX_INBOUND_READS as u32;
+    let reqs: Vec<Vec<u8>> = (1..=ird).map(|m| read_request_msn(m, 0x30, 0, 1)).collect();
+    feed(
+        &mut rx,
+        &mut base.clone(),
+        &frame(&mut FpduEncoder::new(false), &reqs),
+    );
+    while rx.poll_read_request().is_some() {}
+    rx.read_served();
+    // (No markers: FPDUs do not depend on their stream position.)
+    let more = [
+        read_request_msn(ird + 1, 0x30, 0, 1),
+        read_request_msn(ird + 2, 0x30, 0, 1),
+    ];
+    feed(
+        &mut rx,
+        &mut base.clone(),
+        &frame(&mut FpduEncoder::new(false), &more),
+    );
+    assert_eq!(rx.poll_read_request().map(|q| q.msn), Some(ird + 1));
+    let (error, codes, _) = local_terminate(&mut rx);
+    assert_eq!(
+        error,
+        RxError::Placement(PlacementError::NoBuffer {
+            msn: ird + 2,
+            posted: ird as usize,
+            front: ird + 2,
+        })
+    );
+    assert_eq!(codes, (1, 2, 2));
+}
+
+/// An RDMA Read Request ULPDU (QN 1, `msn`) for `size` octets at (`src_stag`, `src_to`).
+fn read_request_msn(msn: u32, src_stag: u32, src_to: u64, size: u32) -> Vec<u8> {
     let mut v = vec![0u8; mpa::wire::ddp::UNTAGGED_HEADER_LEN];
     DdpRepr::Untagged {
         last: true,
         opcode: RdmapOpcode::RdmaReadRequest,
         inv_stag: 0,
         qn: queue::READ_REQUEST,
-        msn: 1,
+        msn,
         mo: 0,
     }
     .emit(&mut v, 1)
@@ -371,10 +462,10 @@ fn read_request(src_stag: u32, src_to: u64, size: u32) -> Vec<u8> {
 }
 
 /// The Data Source's checks of a Read Request give RFC 5040's RDMAP Remote Protection
-/// Errors, each with its code; one that passes is still refused (no send path yet) with the
-/// RDMAP operation error "unspecified"; a request without its header is that too.
+/// Errors, each with its code; a request without its header is the RDMAP operation error
+/// "unspecified".
 #[test]
-fn read_requests_are_checked_then_refused() {
+fn read_requests_are_checked() {
     let mut base = regions();
     base.insert(RegionInfo {
         stag: 0x30,
@@ -398,7 +489,7 @@ fn read_requests_are_checked_then_refused() {
         v
     };
     type Case = (Vec<u8>, PlacementError, (u8, u8, u8));
-    let cases: [Case; 7] = [
+    let cases: [Case; 6] = [
         (
             read_request(0x99, 0, 16),
             PlacementError::ReadInvalidStag { stag: 0x99 },
@@ -435,11 +526,6 @@ fn read_requests_are_checked_then_refused() {
                 len: 16,
             },
             (0, 1, 0x04),
-        ),
-        (
-            read_request(0x30, 0, 4096),
-            PlacementError::ReadRequestUnsupported,
-            (0, 2, 0xff),
         ),
         (
             short.clone(),
