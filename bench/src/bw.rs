@@ -77,6 +77,12 @@ pub struct BwArgs {
     /// (bench/src/split.rs). Both receivers alike; not with --iface.
     #[arg(long)]
     pub split_cpus: bool,
+    /// Who sends: `kernel` (default: `mpa-peer connect` toward the datapath or the kernel
+    /// Responder), or `datapath`: the datapath sends RDMA Writes from a registered region to
+    /// the kernel `mpa-peer listen`, against `mpa-peer connect` doing the same
+    /// (bench/src/bw_send.rs).
+    #[arg(long, value_enum, default_value = "kernel")]
+    pub sender: SenderSide,
     /// The sender's TCP congestion control (`mpa-peer connect --congestion`: cubic, bbr, …;
     /// default: the sender namespace's, which follows the host's). Both receivers alike.
     #[arg(long, value_name = "NAME")]
@@ -117,6 +123,11 @@ impl BwArgs {
         }
     }
 
+    /// The document's parameters.
+    pub fn params_json(&self) -> Value {
+        self.params()
+    }
+
     fn params(&self) -> Value {
         json!({
             "sizes": self.sizes, "bytes": self.bytes, "rounds": self.rounds, "mtu": self.mtu,
@@ -127,8 +138,18 @@ impl BwArgs {
             "aligned": self.run(self.sizes.first().copied().unwrap_or(4096)).aligned(),
             "iface": self.nic.iface, "peer": self.nic.peer,
             "split_cpus": self.split_cpus, "sender_cc": self.sender_cc,
+            "sender": format!("{:?}", self.sender).to_lowercase(),
         })
     }
+}
+
+/// Which side sends in `bw`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SenderSide {
+    /// Kernel TCP (`mpa-peer connect`) sends; the datapath and the kernel Responder receive.
+    Kernel,
+    /// The datapath sends; the kernel `mpa-peer listen` receives.
+    Datapath,
 }
 
 /// One side's run.
@@ -214,7 +235,7 @@ pub fn table(rows: &[BwRow]) -> String {
     let _ = writeln!(
         s,
         "{:9} {:>6} {:>10} {:>6} {:>9} {:>9} {:>17} {:>10} {:>10} {:>10}",
-        "receiver",
+        "side",
         "bytes",
         "iterations",
         "rounds",
@@ -370,7 +391,10 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
 
 /// `mpa-bench bw`: the table (stdout, or stderr with `--json`), the document with `--json`.
 pub fn run_cli(a: &BwArgs) -> Result<()> {
-    let (doc, rows) = bw(a)?;
+    let (doc, rows) = match a.sender {
+        SenderSide::Kernel => bw(a)?,
+        SenderSide::Datapath => crate::bw_send::bw_send(a)?,
+    };
     let head = format!(
         "{}: mtu {} loss {}% queues {}; {} MiB per run, {}; {}; sender {}{}{}",
         match (&a.nic.iface, a.nic.peer) {
@@ -401,6 +425,13 @@ pub fn run_cli(a: &BwArgs) -> Result<()> {
             ""
         },
     );
+    let head = match a.sender {
+        SenderSide::Kernel => head,
+        SenderSide::Datapath => format!(
+            "{head}\nSENDERS compared (datapath vs mpa-peer connect), receiver: kernel mpa-peer \
+             listen placing into its region; proc = the sending process"
+        ),
+    };
     let text = format!("{head}\n{}", table(&rows));
     if a.json {
         eprint!("{text}");

@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bw;
+pub mod bw_send;
 pub mod cpu;
 pub mod datapath;
 pub mod demo;

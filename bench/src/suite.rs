@@ -150,6 +150,7 @@ impl SuiteArgs {
             ooo_ack_every: None,
             split_cpus: false,
             sender_cc: None,
+            sender: crate::bw::SenderSide::Kernel,
             nic: Default::default(),
         }
     }

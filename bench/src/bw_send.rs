@@ -1,0 +1,372 @@
+//! `bw --sender datapath`: the datapath as the SENDER. The receiver is the kernel-TCP
+//! `mpa-peer listen` in ns a on both sides, placing RDMA Writes into the region it advertises;
+//! the senders, in ns b, are:
+//! * kernel: `mpa-peer connect --op write` (kernel TCP, the `mpa` encoder);
+//! * datapath: this process as the consumer — a registered region filled with random octets,
+//!   the flow made by `connect_and_hand_over` (the datapath's Initiator), Writes posted in
+//!   batches (`Consumer::post_write`) and kept at most [`IN_FLIGHT`] outstanding, each
+//!   completed when the peer acknowledged it; then `FinishFlow` (a FIN after the last FPDU).
+//!
+//! Both send `--bytes` of payload in messages of `size − 14` payload octets (a `size`-octet
+//! ULPDU for the kernel sender, which puts each in one FPDU; the datapath cuts FPDUs to its
+//! MULPDU so that every segment carries whole FPDUs). Checked every run: the kernel side's
+//! ULPDU digests match; on the datapath side the listener's region equals the consumer's
+//! region octet for octet (`region_digest`) and it counted every Write. Goodput: payload
+//! octets over the transfer time (kernel: the sender's `transfer_seconds`; datapath: first
+//! post to last completion). CPU: whole system (`crate::cpu`) around each transfer; `proc`
+//! is the sending process (mpa-peer connect / this process with the datapath).
+
+use crate::bw::{transfer_seconds, BwArgs, BwRow, BwSample};
+use crate::cpu::{CpuUse, SystemCpu};
+use crate::datapath::{start_datapath, temp_path, DatapathOptions};
+use crate::options::{bed_for, PORT};
+use crate::peer::sibling;
+use crate::progress::Progress;
+use crate::report::{Document, Scenario};
+use anyhow::{anyhow, bail, Context, Result};
+use mpa::startup::StartupPolicy;
+use mpa_control::datapath_client::DatapathClient;
+use mpa_control::initiator::{connect_and_hand_over, InitiatorOutcome};
+use mpa_ctl_proto::consumer::Consumer;
+use mpa_ctl_proto::region_ad::RegionAd;
+use mpa_ctl_proto::CompletionKind;
+use mpa_testbed::{run_in_netns, TestBed};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// Writes posted and not yet completed at most (the datapath queues up to 4096 per flow).
+pub const IN_FLIGHT: u32 = 2048;
+/// Writes per PostWrite request.
+const BATCH: u32 = 512;
+const PD: u32 = 11;
+const PEER_STAG: u32 = 0x5e_0001;
+/// Payload octets of a Write's DDP header (tagged).
+const TAGGED: usize = mpa::wire::ddp::TAGGED_HEADER_LEN;
+
+/// What one run must not exceed.
+const RUN_TIMEOUT: Duration = Duration::from_secs(300);
+
+fn cpu_self() -> f64 {
+    nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
+        .map(|u| {
+            let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
+            t(u.user_time()) + t(u.system_time())
+        })
+        .unwrap_or(0.0)
+}
+
+fn cpu_children() -> f64 {
+    nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+        .map(|u| {
+            let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
+            t(u.user_time()) + t(u.system_time())
+        })
+        .unwrap_or(0.0)
+}
+
+/// The region both senders write into: the listener's, a whole number of messages long.
+fn sink_len(a: &BwArgs, payload: u64) -> u64 {
+    (a.region_bytes / payload).max(1) * payload
+}
+
+/// `mpa-peer listen` in ns a for one connection, advertising the sink region.
+struct Listener {
+    child: Child,
+}
+
+impl Listener {
+    fn start(bed: &TestBed, a: &BwArgs, sink: u64) -> Result<Listener> {
+        let bin = sibling("mpa-peer")?;
+        let bind = SocketAddr::new(bed.addr_a(false), PORT).to_string();
+        let advertise = format!("{PEER_STAG:#x}:{sink}");
+        let mut args = vec![
+            "listen",
+            "--bind",
+            &bind,
+            "--connections",
+            "1",
+            "--timeout",
+            "60",
+            "--accept-timeout",
+            "120",
+            "--advertise",
+            &advertise,
+        ];
+        if a.plain {
+            args.push("--no-crc");
+        }
+        if !a.plain && !a.no_markers {
+            args.push("--markers");
+        }
+        let mut child = bed
+            .command(&bed.ns_a, &bin.to_string_lossy())
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("mpa-peer listen")?;
+        let err = child.stderr.take().ok_or_else(|| anyhow!("no stderr"))?;
+        let mut err = BufReader::new(err);
+        let mut line = String::new();
+        err.read_line(&mut line)?;
+        if !line.contains("listening on") {
+            let _ = child.kill();
+            bail!("mpa-peer listen: {line}");
+        }
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = err.read_to_string(&mut rest);
+            if !rest.trim().is_empty() {
+                tracing::warn!("mpa-peer listen: {}", rest.trim());
+            }
+        });
+        Ok(Listener { child })
+    }
+
+    /// The connection's report, waiting at most `within`.
+    fn report(mut self, within: Duration) -> Result<Value> {
+        let t0 = Instant::now();
+        while self.child.try_wait()?.is_none() {
+            if t0.elapsed() > within {
+                bail!("mpa-peer listen did not finish within {within:?}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut out = String::new();
+        if let Some(mut o) = self.child.stdout.take() {
+            o.read_to_string(&mut out)?;
+        }
+        let line = out
+            .lines()
+            .next()
+            .ok_or_else(|| anyhow!("no report from mpa-peer listen"))?;
+        Ok(serde_json::from_str(line)?)
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The kernel sender: `mpa-peer connect` in ns b.
+fn kernel_send(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> Result<BwSample> {
+    let payload = (size - TAGGED) as u64;
+    let listener = Listener::start(bed, a, sink_len(a, payload))?;
+    let bin = sibling("mpa-peer")?;
+    let to = SocketAddr::new(bed.addr_a(false), PORT).to_string();
+    let system = SystemCpu::start()?;
+    let c0 = cpu_children();
+    let out = bed
+        .command(&bed.ns_b, &bin.to_string_lossy())
+        .args(["connect", "--to", &to, "--op", "write", "--timeout", "60"])
+        .args(["--count", &count.to_string(), "--size", &size.to_string()])
+        .args(a.plain.then_some("--no-crc"))
+        .stdin(Stdio::null())
+        .output()
+        .context("mpa-peer connect")?;
+    let sender_cpu = cpu_children() - c0;
+    let system = system.seconds()?;
+    let sent: Value = serde_json::from_str(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .ok_or_else(|| anyhow!("no report from mpa-peer connect"))?,
+    )?;
+    let got = listener.report(Duration::from_secs(60))?;
+    if sent["ulpdu_digest"] != got["ulpdu_digest"] || got["error"] != Value::Null {
+        bail!(
+            "kernel sender: digests {} / {}, listener {got}",
+            sent["ulpdu_digest"],
+            got["ulpdu_digest"]
+        );
+    }
+    Ok(BwSample {
+        octets: (count * payload) as f64,
+        messages: count as f64,
+        seconds: transfer_seconds(&sent),
+        cpu: CpuUse {
+            system,
+            receiver: sender_cpu,
+            sender: sender_cpu,
+        },
+    })
+}
+
+/// The datapath sender: this process as its consumer.
+fn datapath_send(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> Result<BwSample> {
+    let payload = (size - TAGGED) as u64;
+    let sink = sink_len(a, payload);
+    let slots = sink / payload;
+    let socket = temp_path("bw-send.sock");
+    let dp = start_datapath(bed, &socket, &DatapathOptions::default())?;
+    let mut consumer = Consumer::connect(&socket, Duration::from_secs(20))?;
+    let region = consumer.create_region(sink, PD, false, false)?;
+    consumer.subscribe(PD)?;
+    let mut rng = mpa_datapath::sim::SplitMix64(size as u64);
+    let src: Vec<u8> = (0..sink).map(|_| rng.next_u64() as u8).collect();
+    if !region.write(0, &src) {
+        bail!("cannot fill the consumer's region");
+    }
+    let listener = Listener::start(bed, a, sink)?;
+    let to = SocketAddr::new(bed.addr_a(false), PORT);
+    let policy = StartupPolicy {
+        markers_required: false,
+        crc_suppressed_by_admin: a.plain,
+        ..StartupPolicy::default()
+    };
+    let mut dpc = DatapathClient::connect(&socket, Duration::from_secs(20))?;
+    let outcome = run_in_netns(&bed.ns_b, || {
+        connect_and_hand_over(
+            to,
+            policy,
+            Vec::new(),
+            mpa_control::Placement {
+                pd: Some(PD),
+                aligned_sender: false,
+            },
+            &mut dpc,
+        )
+    })??;
+    let InitiatorOutcome::HandedOver {
+        flow_id,
+        negotiated,
+        frozen,
+    } = outcome
+    else {
+        bail!("the listener rejected the connection");
+    };
+    let ad = RegionAd::parse(&negotiated.peer_private_data)?
+        .ok_or_else(|| anyhow!("the listener advertised no region"))?;
+    let stag = region.info().stag;
+    let system = SystemCpu::start()?;
+    let c0 = cpu_self();
+    let t0 = Instant::now();
+    let (mut posted, mut done) = (0u64, 0u64);
+    while done < count {
+        if t0.elapsed() > RUN_TIMEOUT {
+            bail!("{done} of {count} Writes completed in {RUN_TIMEOUT:?}");
+        }
+        while posted < count && posted - done < u64::from(IN_FLIGHT) {
+            // A batch of contiguous slots, not past the region's end.
+            let slot = posted % slots;
+            let n = (count - posted)
+                .min(u64::from(BATCH))
+                .min(slots - slot)
+                .min(u64::from(IN_FLIGHT) - (posted - done));
+            let off = slot * payload;
+            consumer.post_write(
+                flow_id,
+                stag,
+                off,
+                payload,
+                n as u32,
+                ad.stag,
+                ad.base_to + off,
+            )?;
+            posted += n;
+        }
+        if let Some(batch) =
+            consumer.next_completions(Instant::now() + Duration::from_millis(100))?
+        {
+            for c in batch {
+                if c.kind != CompletionKind::WriteSent || c.len != payload {
+                    bail!("unexpected completion {c:?}");
+                }
+                done += 1;
+            }
+        }
+    }
+    let seconds = t0.elapsed().as_secs_f64();
+    let cpu = cpu_self() - c0;
+    let system = system.seconds()?;
+    consumer.finish_flow(flow_id)?;
+    let got = listener.report(Duration::from_secs(60))?;
+    drop(frozen);
+    dp.stop();
+    let want = format!("{:08x}", mpa::crc::crc32c(&src));
+    let whole = count >= slots;
+    if got["error"] != Value::Null
+        || got["write_octets"].as_u64() != Some(count * payload)
+        || (whole && got["region_digest"].as_str() != Some(want.as_str()))
+    {
+        bail!("datapath sender: the listener's region or counts differ: {got}");
+    }
+    Ok(BwSample {
+        octets: (count * payload) as f64,
+        messages: count as f64,
+        seconds,
+        cpu: CpuUse {
+            system,
+            receiver: cpu,
+            sender: cpu,
+        },
+    })
+}
+
+/// Runs `bw --sender datapath`: kernel and datapath senders alternating, every size, every
+/// round.
+pub fn bw_send(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
+    if a.sizes
+        .iter()
+        .any(|&s| s <= TAGGED || s > mpa::wire::fpdu::MAX_ULPDU)
+    {
+        bail!(
+            "--sizes: each above {TAGGED} and at most {} octets",
+            mpa::wire::fpdu::MAX_ULPDU
+        );
+    }
+    if a.connections != 1 || a.queues != 1 || a.nic.iface.is_some() {
+        bail!("--sender datapath runs one connection, one queue, on the private bed");
+    }
+    let bed = bed_for(&a.run(a.sizes[0]), &a.nic)?;
+    let mut rows = Vec::new();
+    for &size in &a.sizes {
+        for receiver in ["kernel", "datapath"] {
+            rows.push(BwRow {
+                receiver,
+                size,
+                samples: Vec::new(),
+                placed_direct_percent: Vec::new(),
+            });
+        }
+    }
+    let progress = Progress::new(
+        "bw --sender datapath",
+        u64::from(a.rounds) * a.sizes.len() as u64 * 2,
+    );
+    for round in 0..a.rounds {
+        for (i, &size) in a.sizes.iter().enumerate() {
+            let count = (a.bytes / (size - TAGGED) as u64).max(1);
+            progress.running(format!("round {}: kernel sender, {size} B", round + 1));
+            let k = kernel_send(&bed, a, size, count)
+                .with_context(|| format!("kernel sender, {size} B"))?;
+            progress.done(format!("kernel sender {size} B: {:.2} Gbit/s", k.gbit_s()));
+            rows[2 * i].samples.push(k);
+            progress.running(format!("round {}: datapath sender, {size} B", round + 1));
+            let d = datapath_send(&bed, a, size, count)
+                .with_context(|| format!("datapath sender, {size} B"))?;
+            progress.done(format!(
+                "datapath sender {size} B: {:.2} Gbit/s",
+                d.gbit_s()
+            ));
+            progress.println(format!(
+                "round {}, {size} B: kernel {:.2} Gbit/s, datapath {:.2} Gbit/s (senders)",
+                round + 1,
+                k.gbit_s(),
+                d.gbit_s()
+            ));
+            rows[2 * i + 1].samples.push(d);
+        }
+    }
+    drop(progress);
+    let mut doc = Document::new(Scenario::Bw, a.params_json());
+    doc.results = rows.iter().map(BwRow::json).collect();
+    Ok((doc, rows))
+}
