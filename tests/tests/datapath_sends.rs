@@ -12,6 +12,7 @@ use mpa_control::datapath_client::DatapathClient;
 use mpa_control::initiator::{connect_and_hand_over, InitiatorOutcome};
 use mpa_ctl_proto::consumer::Consumer;
 use mpa_ctl_proto::region_ad::RegionAd;
+use mpa_ctl_proto::stats::FlowReport;
 use mpa_ctl_proto::CompletionKind;
 use mpa_datapath::sim::SplitMix64;
 use mpa_tests::{
@@ -20,6 +21,7 @@ use mpa_tests::{
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
+use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -89,10 +91,10 @@ struct Case {
     msg: u64,
 }
 
-fn writes_reach_the_kernel_peer(bed: &TestBed, port: u16, c: &Case) {
-    let (dp, path) = datapath(bed, &DatapathOptions::default());
+/// One connection's Writes through the datapath at `path`; returns the flow's final report.
+fn writes_reach_the_kernel_peer(bed: &TestBed, path: &Path, port: u16, c: &Case) -> FlowReport {
     let what = format!("markers {} len {} msg {}", c.markers, c.len, c.msg);
-    let mut consumer = Consumer::connect(&path, Duration::from_secs(10)).unwrap();
+    let mut consumer = Consumer::connect(path, Duration::from_secs(10)).unwrap();
     let region = consumer.create_region(c.len, PD, false, false).unwrap();
     consumer.subscribe(PD).unwrap();
     let mut rng = SplitMix64(port.into());
@@ -105,7 +107,7 @@ fn writes_reach_the_kernel_peer(bed: &TestBed, port: u16, c: &Case) {
         args.push("--markers");
     }
     let listener = Listener::start(bed, bind, &args);
-    let mut dpc = DatapathClient::connect(&path, Duration::from_secs(10)).unwrap();
+    let mut dpc = DatapathClient::connect(path, Duration::from_secs(10)).unwrap();
     let outcome = run_in_netns(&bed.ns_b, || {
         connect_and_hand_over(
             bind,
@@ -155,7 +157,7 @@ fn writes_reach_the_kernel_peer(bed: &TestBed, port: u16, c: &Case) {
         );
         let got = consumer.next_completions(Instant::now() + Duration::from_millis(200));
         if got.is_err() {
-            let mut dpc = DatapathClient::connect(&path, Duration::from_secs(5)).unwrap();
+            let mut dpc = DatapathClient::connect(path, Duration::from_secs(5)).unwrap();
             let s = mpa_tests::stats(&mut dpc);
             panic!(
                 "{what}: {got:?} after {done}: {}",
@@ -190,7 +192,7 @@ fn writes_reach_the_kernel_peer(bed: &TestBed, port: u16, c: &Case) {
     // The flow ends cleanly once both FINs are through.
     let t0 = Instant::now();
     let f = loop {
-        let mut dpc = DatapathClient::connect(&path, Duration::from_secs(5)).unwrap();
+        let mut dpc = DatapathClient::connect(path, Duration::from_secs(5)).unwrap();
         let s = mpa_tests::stats(&mut dpc);
         if let Some(f) = s.ended_flow(flow_id) {
             break f.clone();
@@ -208,7 +210,7 @@ fn writes_reach_the_kernel_peer(bed: &TestBed, port: u16, c: &Case) {
     );
     assert_eq!(f.tx.messages_completed, u64::from(count), "{what}: {f:?}");
     assert_eq!(f.tx.partial_fpdus, 0, "{what}: {f:?}");
-    dp.stop();
+    f
 }
 
 #[test]
@@ -217,13 +219,122 @@ fn datapath_writes_reach_mpa_peer_listen_octet_exact() {
         return;
     }
     let bed = TestBed::up(BedConfig::default()).unwrap();
+    let (dp, path) = datapath(&bed, &DatapathOptions::default());
     let mut port = 7800;
     for markers in [false, true] {
         for (len, msg) in [(1u64 << 20, 4096u64), (4 << 20, 65536)] {
-            writes_reach_the_kernel_peer(&bed, port, &Case { markers, len, msg });
+            writes_reach_the_kernel_peer(&bed, &path, port, &Case { markers, len, msg });
             port += 1;
         }
     }
+    dp.stop();
+}
+
+/// What the datapath sends, captured by `mpa-control capture` and read by Wireshark's MPA
+/// dissector: every FPDU found with a good CRC, markers shown, nothing bad.
+#[test]
+fn a_captured_datapath_sender_passes_wiresharks_mpa_dissector() {
+    if !require_privileged("datapath sender capture") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let (dp, path) = datapath(&bed, &DatapathOptions::default());
+    let pcap = std::env::temp_dir().join(format!("mpa-send-capture-{}.pcap", std::process::id()));
+    let child = std::process::Command::new(bin("mpa-control"))
+        .args([
+            "capture",
+            "--all",
+            "--duration",
+            "120",
+            "--json",
+            "--socket",
+        ])
+        .arg(&path)
+        .arg("--out")
+        .arg(&pcap)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut dpc = DatapathClient::connect(&path, Duration::from_secs(5)).unwrap();
+    let t0 = Instant::now();
+    while mpa_tests::stats(&mut dpc).capture.is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "capture never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let port = 7820;
+    let c = Case {
+        markers: true,
+        len: 256 << 10,
+        msg: 4096,
+    };
+    let f = writes_reach_the_kernel_peer(&bed, &path, port, &c);
+    let killed = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fields = std::process::Command::new("tshark")
+        .args(["-n", "-r"])
+        .arg(&pcap)
+        .args(["-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,"])
+        .args([
+            "-e",
+            "tcp.dstport",
+            "-e",
+            "iwarp_mpa.ulpdulength",
+            "-e",
+            "iwarp_mpa.marker_fpduptr",
+        ])
+        .output()
+        .expect("tshark (make deps installs it)");
+    assert!(
+        fields.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fields.stderr)
+    );
+    let text = String::from_utf8_lossy(&fields.stdout);
+    let to_peer: Vec<&str> = text
+        .lines()
+        .filter(|l| l.split('\t').next() == Some(&port.to_string()))
+        .collect();
+    let fpdus: usize = to_peer
+        .iter()
+        .filter_map(|l| l.split('\t').nth(1))
+        .map(|v| v.split(',').filter(|x| !x.is_empty()).count())
+        .sum();
+    assert_eq!(
+        fpdus as u64, f.tx.fpdus_sent,
+        "every FPDU the datapath sent, found"
+    );
+    assert!(
+        to_peer
+            .iter()
+            .any(|l| l.split('\t').nth(2).is_some_and(|m| !m.is_empty())),
+        "markers shown"
+    );
+    let verbose = std::process::Command::new("tshark")
+        .args(["-n", "-V", "-r"])
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    let v = String::from_utf8_lossy(&verbose.stdout);
+    assert!(
+        v.matches("(Good CRC32)").count() as u64 >= f.tx.fpdus_sent,
+        "CRCs checked"
+    );
+    assert_eq!(v.matches("Bad CRC32").count(), 0);
+    let _ = std::fs::remove_file(&pcap);
+    dp.stop();
 }
 
 #[test]
@@ -240,9 +351,11 @@ fn datapath_writes_survive_loss_and_reordering() {
             ..BedConfig::default()
         })
         .unwrap();
+        let (dp, path) = datapath(&bed, &DatapathOptions::default());
         for markers in [false, true] {
             writes_reach_the_kernel_peer(
                 &bed,
+                &path,
                 port,
                 &Case {
                     markers,
@@ -251,5 +364,6 @@ fn datapath_writes_survive_loss_and_reordering() {
                 },
             );
         }
+        dp.stop();
     }
 }
