@@ -213,13 +213,8 @@ fn serve(
                 } else {
                     k.min(UNTAGGED_HEADER_LEN)
                 };
-                let term = terminate_ulpdu_for_segment(
-                    v.terminate(),
-                    1,
-                    version,
-                    len,
-                    &head[..hdr_len],
-                );
+                let term =
+                    terminate_ulpdu_for_segment(v.terminate(), 1, version, len, &head[..hdr_len]);
                 s.send(&term)?;
                 s.flush()?;
                 close_after_terminate(s.get_ref(), timeout);

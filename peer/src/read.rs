@@ -381,9 +381,11 @@ pub(crate) fn reader_for(
     count: u64,
 ) -> Result<Reader, String> {
     let Some(ad) = ad else {
-        return Err("--op read: the Responder's Reply carries no region advertisement, so \
+        return Err(
+            "--op read: the Responder's Reply carries no region advertisement, so \
                     there is no region to read from"
-            .into());
+                .into(),
+        );
     };
     let size = u32::try_from(size)
         .ok()
@@ -402,9 +404,11 @@ pub(crate) fn reader_for(
         DEFAULT_ORD
     };
     if ord == 0 {
-        return Err("--op read: the startup negotiated an ORD of 0: no RDMA Read may be \
+        return Err(
+            "--op read: the startup negotiated an ORD of 0: no RDMA Read may be \
                     outstanding"
-            .into());
+                .into(),
+        );
     }
     let rtr_read = neg.rtr == Some(RtrType::ZeroLengthReadRequest);
     Ok(Reader::new(ad, size, count, ord, rtr_read))
@@ -589,10 +593,7 @@ mod tests {
         let a = r.next_request().unwrap();
         let b = r.next_request().unwrap();
         assert!(r.next_request().is_none(), "ORD 2");
-        assert_eq!(
-            (a.msn, a.sink_to, a.src_to, a.src_stag),
-            (1, 0, 1000, 0x42)
-        );
+        assert_eq!((a.msn, a.sink_to, a.src_to, a.src_stag), (1, 0, 1000, 0x42));
         assert_eq!((b.msn, b.sink_to, b.src_to), (2, 10, 1010));
         // Read 0 in two segments.
         feed(&mut r, &response(SINK_STAG, 0, false, &pat(0, 4))).unwrap();

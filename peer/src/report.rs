@@ -162,4 +162,3 @@ pub(crate) fn emit(report: &Report) {
         Err(e) => eprintln!("mpa-peer: cannot encode report: {e}"),
     }
 }
-

@@ -333,12 +333,7 @@ impl Sink {
                 region: self.ad.stag,
             });
         }
-        match locate(
-            self.ad.base_to,
-            self.ad.len,
-            rr.src_to,
-            u64::from(rr.size),
-        ) {
+        match locate(self.ad.base_to, self.ad.len, rr.src_to, u64::from(rr.size)) {
             Ok(_) => {}
             Err(OutOfRange::Wrap) => {
                 return Err(Violation::ReadToWrap {
@@ -371,12 +366,7 @@ impl Sink {
     }
 
     fn source_range(&self, rr: &ReadRequest) -> Range<usize> {
-        match locate(
-            self.ad.base_to,
-            self.ad.len,
-            rr.src_to,
-            u64::from(rr.size),
-        ) {
+        match locate(self.ad.base_to, self.ad.len, rr.src_to, u64::from(rr.size)) {
             Ok(off) => off as usize..off as usize + rr.size as usize,
             // Zero-length Reads are not checked: they read nothing.
             Err(_) => 0..0,
@@ -436,8 +426,14 @@ mod tests {
         assert_eq!(locate(u64::MAX - 9, 9, u64::MAX - 9, 9), Ok(0));
         assert_eq!(locate(u64::MAX - 9, 9, u64::MAX - 1, 1), Ok(8));
         assert_eq!(locate(u64::MAX - 9, 9, u64::MAX, 0), Ok(9));
-        assert_eq!(locate(u64::MAX - 9, 8, u64::MAX - 1, 1), Err(OutOfRange::Bounds));
-        assert_eq!(locate(u64::MAX - 9, 9, u64::MAX - 1, 2), Err(OutOfRange::Wrap));
+        assert_eq!(
+            locate(u64::MAX - 9, 8, u64::MAX - 1, 1),
+            Err(OutOfRange::Bounds)
+        );
+        assert_eq!(
+            locate(u64::MAX - 9, 9, u64::MAX - 1, 2),
+            Err(OutOfRange::Wrap)
+        );
     }
 
     fn write_ulpdu(stag: u32, to: u64, last: bool, payload: &[u8]) -> Vec<u8> {
@@ -550,7 +546,7 @@ mod tests {
     fn read_violations_and_their_terminates() {
         let mut readable = Sink::new(&ad(1000, 600), true, false, 8);
         let mut unreadable = Sink::new(&ad(1000, 600), false, false, 8);
-        let cases: [(bool, Vec<u8>, (u8, u8, u8)); 7] = [
+        let cases = [
             (true, read_ulpdu(1, &rr(1, 0x78, 1000)), (0, 1, 0)),
             (true, read_ulpdu(1, &rr(2, 0x77, 1599)), (0, 1, 1)),
             (true, read_ulpdu(1, &rr(1, 0x77, 999)), (0, 1, 1)),
