@@ -474,6 +474,9 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
             a.size
         );
     }
+    if a.op == Op::Read && (a.timestamps || a.rate.is_some()) {
+        bail!("--timestamps and --rate pace and stamp what connect sends; --op read sends none");
+    }
     let rate = a.rate.unwrap_or(if a.timestamps { 10_000 } else { 0 });
     let t0 = Instant::now();
     let sock = TcpStream::connect_timeout(&a.to, Duration::from_secs(a.common.timeout))

@@ -352,13 +352,7 @@ impl Reader {
             let s = skip.min(p.len());
             skip -= s;
             let p = &p[s..];
-            if !self.pattern.matches(off, p) {
-                self.stats.pattern_mismatches += p
-                    .iter()
-                    .enumerate()
-                    .filter(|&(k, &b)| !self.pattern.matches(off + k as u64, &[b]))
-                    .count() as u64;
-            }
+            self.stats.pattern_mismatches += self.pattern.mismatches(off, p);
             off += p.len() as u64;
         }
         self.stats.octets += payload;

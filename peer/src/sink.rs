@@ -148,22 +148,33 @@ impl RegionPattern {
         }
     }
 
-    /// Whether `data` equals the pattern at region offsets `off..off + data.len()`.
-    pub(crate) fn matches(&self, off: u64, data: &[u8]) -> bool {
+    /// The pattern at region offsets `at..at + len` (`len` at most [`PATTERN_STEP`]).
+    fn at(&self, at: u64, len: usize) -> &[u8] {
+        let k = (at % PERIOD as u64) as usize;
+        &self.row[k..k + len]
+    }
+
+    /// How many octets of `data` differ from the pattern at region offsets
+    /// `off..off + data.len()`.
+    pub(crate) fn mismatches(&self, off: u64, data: &[u8]) -> u64 {
         let mut at = off;
-        data.chunks(PATTERN_STEP).all(|c| {
-            let k = (at % PERIOD as u64) as usize;
+        let mut n = 0;
+        for c in data.chunks(PATTERN_STEP) {
+            let want = self.at(at, c.len());
+            // Equal slices (the usual case) compare as one memcmp.
+            if c != want {
+                n += c.iter().zip(want).filter(|(a, b)| a != b).count() as u64;
+            }
             at += c.len() as u64;
-            c == &self.row[k..k + c.len()]
-        })
+        }
+        n
     }
 
     /// Fills `buf`, region offsets `off..`, with the pattern.
     pub(crate) fn fill(&self, off: u64, buf: &mut [u8]) {
         let mut at = off;
         for c in buf.chunks_mut(PATTERN_STEP) {
-            let k = (at % PERIOD as u64) as usize;
-            c.copy_from_slice(&self.row[k..k + c.len()]);
+            c.copy_from_slice(self.at(at, c.len()));
             at += c.len() as u64;
         }
     }
@@ -305,13 +316,7 @@ impl Sink {
             };
             let dst = &mut self.mem[off..off + len];
             copy_skipping(pieces, TAGGED_HEADER_LEN, dst);
-            if !self.pattern.matches(off as u64, dst) {
-                self.stats.pattern_mismatches += dst
-                    .iter()
-                    .enumerate()
-                    .filter(|&(i, &b)| b != pattern(0, off + i))
-                    .count() as u64;
-            }
+            self.stats.pattern_mismatches += self.pattern.mismatches(off as u64, dst);
             self.stats.write_octets += len as u64;
         }
         if last {
@@ -536,7 +541,7 @@ mod tests {
         assert!(!v.carries_rdma_header());
         let (r, data) = s.next_read().unwrap();
         assert_eq!((r.size, data.len()), (100, 100));
-        assert!(RegionPattern::new().matches(500, data));
+        assert_eq!(RegionPattern::new().mismatches(500, data), 0);
         let (r, data) = s.next_read().unwrap();
         assert_eq!((r.size, data.len()), (0, 0));
         assert!(s.next_read().is_none());
@@ -583,14 +588,19 @@ mod tests {
         for (i, &b) in buf.iter().enumerate() {
             assert_eq!(b, pattern(0, 250 + i));
         }
-        assert!(p.matches(250, &buf));
-        assert!(!p.matches(251, &buf));
+        assert_eq!(p.mismatches(250, &buf), 0);
+        assert_eq!(
+            p.mismatches(251, &buf),
+            buf.len() as u64,
+            "7 is coprime to 251: every octet moves"
+        );
         buf[PATTERN_STEP + 3] ^= 1;
-        assert!(!p.matches(250, &buf));
+        buf[2 * PATTERN_STEP + 3] ^= 1;
+        assert_eq!(p.mismatches(250, &buf), 2);
         // Payload n of a write with a 198-octet payload is the region pattern at slot n.
         let t = mpa_ctl_proto::pattern::PatternTable::new(198);
         for n in 0..5u64 {
-            assert!(p.matches(n * 198, t.payload(n, 198)));
+            assert_eq!(p.mismatches(n * 198, t.payload(n, 198)), 0);
         }
     }
 }
