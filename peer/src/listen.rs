@@ -273,7 +273,7 @@ fn close_after_terminate(sock: &TcpStream, timeout: Duration) {
 }
 
 /// What a received ULPDU is, from its first octets: "write" (tagged RDMA Write), "send"
-/// (untagged Send on QN 0) or "other".
+/// (untagged Send on QN 0), "read" (RDMA Read Request on QN 1) or "other".
 fn classify(head: &[u8], version: u8) -> &'static str {
     match DdpRepr::parse(head, version) {
         Ok((
@@ -291,6 +291,14 @@ fn classify(head: &[u8], version: u8) -> &'static str {
             },
             _,
         )) => "send",
+        Ok((
+            DdpRepr::Untagged {
+                opcode: RdmapOpcode::RdmaReadRequest,
+                qn: queue::READ_REQUEST,
+                ..
+            },
+            _,
+        )) => "read",
         _ => "other",
     }
 }

@@ -25,8 +25,8 @@ pub(crate) struct Report {
     pub(crate) rtr: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) mulpdu: Option<usize>,
-    /// connect: the operation sent; listen: the operation received ("write", "send", "other",
-    /// or "mixed"), absent when no ULPDU arrived.
+    /// connect: the operation sent; listen: the operation received ("write", "send", "read",
+    /// "other", or "mixed"), absent when no ULPDU arrived.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) op: Option<&'static str>,
     /// The region advertisement used (connect) or sent (listen).

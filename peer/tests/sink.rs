@@ -126,6 +126,7 @@ fn reads_are_served_from_a_pattern_filled_region() {
         assert_eq!(s["ulpdus"], count, "{ctx}");
         assert_eq!(c["ulpdu_digest"], s["ulpdu_digest"], "{ctx}");
         assert_eq!(s["reads_served"], count, "{ctx}");
+        assert_eq!(s["op"], "read", "{ctx}");
         assert_eq!(s["writes"], 0, "{ctx}");
         let region: Vec<u8> = (0..100_000).map(|o| pattern(0, o)).collect();
         assert_eq!(
