@@ -6,8 +6,9 @@
 //!
 //! The region's pattern: octet `o` of the region (its TO is `base_to + o`) is expected to be
 //! [`pattern`]`(0, o)`, i.e. the region reads as payload 0 of the shared pattern spread over
-//! the whole region. That is how the datapath's sender tests fill their source region, and
-//! what `--fill-pattern` puts in ours. `mpa-peer connect --op write` sends payload `n` into
+//! the whole region: what a datapath sender test that fills its source region with the
+//! pattern by region offset and writes offset `o` to TO `base_to + o` leaves here, and what
+//! `--fill-pattern` puts in ours. `mpa-peer connect --op write` sends payload `n` into
 //! slot `n` instead; both agree exactly when the payload length is ≡ 198 (mod 251) and the
 //! writes do not wrap (pattern.rs: payload `n` starts 198·n mod 251 into the period).
 
