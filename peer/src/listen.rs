@@ -1,14 +1,43 @@
 //! `mpa-peer listen`: the blocking kernel-TCP Responder (accept, the startup phase, then
-//! ULPDUs digested and classified, one thread per connection).
+//! ULPDUs digested and classified, one thread per connection). With `--advertise` each
+//! connection has its region in memory (`sink.rs`): RDMA Writes are placed, Read Requests
+//! answered (`read.rs`), and a violation gets its Terminate before the connection closes.
 
 use super::*;
+use crate::read::{answer_all, head_of};
+use crate::sink::{Sink, Violation, DEFAULT_IRD, MAX_REGION_LEN};
+use mpa::startup::NO_IRD_ORD_NEGOTIATION;
+use mpa::wire::ddp::terminate_ulpdu_for_segment;
+use std::io::Read;
+
+/// What each connection's region is (from `--advertise` and its companions).
+#[derive(Clone, Copy)]
+struct SinkConfig {
+    ad: RegionAd,
+    remote_read: bool,
+    fill_pattern: bool,
+}
 
 /// Serves connections; returns whether all ended without error.
-pub(crate) fn listen(a: ListenArgs) -> anyhow::Result<bool> {
+pub(crate) fn listen(mut a: ListenArgs) -> anyhow::Result<bool> {
     let mut private_data = Vec::new();
-    if let Some(ad) = &a.advertise {
+    if let Some(ad) = &mut a.advertise {
+        ad.base_to = a.base_to;
+        ad.check().context("--base-to")?;
+        if ad.len > MAX_REGION_LEN {
+            bail!(
+                "--advertise: a region of {} octets is more than the {MAX_REGION_LEN} octets \
+                 (1 GiB) the listener keeps in memory per connection",
+                ad.len
+            );
+        }
         private_data.extend_from_slice(&ad.emit());
     }
+    let sink = a.advertise.map(|ad| SinkConfig {
+        ad,
+        remote_read: a.remote_read,
+        fill_pattern: a.fill_pattern,
+    });
     private_data.extend_from_slice(a.private_data.as_deref().unwrap_or("").as_bytes());
     let cfg = config(&a.common, private_data, 2)?;
     let region = a.advertise.as_ref().map(RegionReport::from);
@@ -24,7 +53,7 @@ pub(crate) fn listen(a: ListenArgs) -> anyhow::Result<bool> {
         let cfg = cfg.clone();
         let tx = tx.clone();
         std::thread::spawn(move || {
-            let mut report = serve(sock, peer, &cfg, timeout);
+            let mut report = serve(sock, peer, &cfg, timeout, sink);
             report.region = region;
             let ok = report.error.is_none();
             emit(&report);
@@ -63,48 +92,188 @@ fn accept_within(listener: &TcpListener, secs: u64) -> anyhow::Result<(TcpStream
     listener.accept().context("accept")
 }
 
-fn serve(sock: TcpStream, peer: SocketAddr, cfg: &EndpointConfig, timeout: Duration) -> Report {
+/// Why a connection ended early.
+enum ServeError {
+    /// A protocol or I/O error from the endpoint (or the peer's Terminate).
+    Mpa(EndpointError),
+    /// The peer broke a DDP/RDMAP rule of the region: we sent its Terminate.
+    Violation(Violation),
+}
+
+impl From<EndpointError> for ServeError {
+    fn from(e: EndpointError) -> Self {
+        ServeError::Mpa(e)
+    }
+}
+
+/// Untagged Sends on QN 0 (RFC 5040 §5.3): messages (L set) and payload octets.
+#[derive(Default)]
+struct SendCount {
+    messages: u64,
+    octets: u64,
+}
+
+impl SendCount {
+    fn add(&mut self, head: &[u8], len: usize, version: u8) {
+        if let Ok((
+            DdpRepr::Untagged {
+                opcode:
+                    RdmapOpcode::Send
+                    | RdmapOpcode::SendWithInvalidate
+                    | RdmapOpcode::SendWithSolicitedEvent
+                    | RdmapOpcode::SendWithSolicitedEventAndInvalidate,
+                qn: queue::SEND,
+                last,
+                ..
+            },
+            off,
+        )) = DdpRepr::parse(head, version)
+        {
+            self.octets += (len - off) as u64;
+            self.messages += u64::from(last);
+        }
+    }
+}
+
+fn serve(
+    sock: TcpStream,
+    peer: SocketAddr,
+    cfg: &EndpointConfig,
+    timeout: Duration,
+    sink_cfg: Option<SinkConfig>,
+) -> Report {
     let t0 = Instant::now();
     let mut report = Report {
         peer: peer.to_string(),
         ..Report::default()
     };
     let _ = sock.set_nodelay(true);
+    let mut cfg = cfg.clone();
+    // Read Responses are cut at the connection's MULPDU, which follows its MSS.
+    if let Ok(mss) = nix::sys::socket::getsockopt(&sock, nix::sys::socket::sockopt::TcpMaxSeg) {
+        if mss >= 128 {
+            cfg.emss = mss as usize;
+        }
+    }
     let mut digest = 0u32;
     let mut op: Option<&'static str> = None;
-    let r = (|| -> Result<(), EndpointError> {
-        let mut s = MpaStream::accept(sock, cfg)?;
+    let mut sends = SendCount::default();
+    let mut sink: Option<Sink> = None;
+    let mut reads_served = 0u64;
+    let r = (|| -> Result<(), ServeError> {
+        let mut s = MpaStream::accept(sock, &cfg)?;
         report.negotiated(s.negotiated());
-        let version = s.negotiated().ddp_rdmap_version;
-        while let Some(_n) = s.recv_with(Some(timeout), |u| {
-            let mut head = [0u8; UNTAGGED_HEADER_LEN];
-            let k = u.copy_prefix(&mut head);
-            let this = classify(&head[..k], version);
-            op = match op {
-                None => Some(this),
-                Some(o) if o == this => Some(o),
-                Some(_) => Some("mixed"),
-            };
-            for p in u.pieces() {
-                digest = crc32c_append(digest, p);
+        let neg = s.negotiated();
+        let version = neg.ddp_rdmap_version;
+        // RFC 6581 §9.1: the IRD revision 2 negotiated, else a fixed bound.
+        let ird = if neg.peer_enhanced.is_some() && neg.ird != NO_IRD_ORD_NEGOTIATION {
+            neg.ird
+        } else {
+            DEFAULT_IRD
+        };
+        let sink = &mut sink;
+        *sink = sink_cfg.map(|c| Sink::new(&c.ad, c.remote_read, c.fill_pattern, ird));
+        loop {
+            let mut fault = None;
+            let n = s.recv_with(Some(timeout), |u| {
+                let (head, k) = head_of(&u);
+                let this = classify(&head[..k], version);
+                op = match op {
+                    None => Some(this),
+                    Some(o) if o == this => Some(o),
+                    Some(_) => Some("mixed"),
+                };
+                for p in u.pieces() {
+                    digest = crc32c_append(digest, p);
+                }
+                sends.add(&head[..k], u.len(), version);
+                // After a violation nothing more is placed or answered.
+                if let (Some(sk), None) = (sink.as_mut(), &fault) {
+                    if let Err(v) = sk.on_ulpdu(&head[..k], u.len(), version, u.pieces()) {
+                        fault = Some((v, head, k, u.len()));
+                    }
+                }
+            })?;
+            if let Some(sk) = sink.as_mut() {
+                // The Read Requests before a violation are still answered, in order.
+                let answered = answer_all(&mut s, sk)?;
+                if answered > 0 {
+                    reads_served += answered;
+                    s.flush()?;
+                }
             }
-        })? {}
+            if let Some((v, head, k, len)) = fault {
+                let st = s.stats();
+                report.ulpdus = st.ulpdus_rx;
+                report.ulpdu_bytes = st.ulpdu_octets_rx;
+                // RFC 5040 Figure 10: the DDP header always, the Read Request's RDMA header
+                // (HdrCt R) only with a Remote Protection Error.
+                let hdr_len = if v.carries_rdma_header() {
+                    k
+                } else {
+                    k.min(UNTAGGED_HEADER_LEN)
+                };
+                let term =
+                    terminate_ulpdu_for_segment(v.terminate(), 1, version, len, &head[..hdr_len]);
+                s.send(&term)?;
+                s.flush()?;
+                close_after_terminate(s.get_ref(), timeout);
+                return Err(ServeError::Violation(v));
+            }
+            if n.is_none() {
+                break;
+            }
+        }
         let st = s.stats();
         report.ulpdus = st.ulpdus_rx;
         report.ulpdu_bytes = st.ulpdu_octets_rx;
         Ok(())
     })();
-    if let Err(e) = r {
-        report.fail(&e);
+    match r {
+        Ok(()) => {}
+        Err(ServeError::Mpa(e)) => report.fail(&e),
+        Err(ServeError::Violation(v)) => report.terminated(v.terminate(), &v),
     }
     report.op = op;
     report.ulpdu_digest = format!("{digest:08x}");
+    report.sends = Some(sends.messages);
+    report.send_octets = Some(sends.octets);
+    if let Some(sk) = &sink {
+        let st = sk.stats();
+        report.writes = Some(st.writes);
+        report.write_octets = Some(st.write_octets);
+        report.region_digest = Some(format!("{:08x}", sk.digest()));
+        report.region_pattern_ok = Some(st.pattern_mismatches == 0);
+        report.reads_served = Some(reads_served);
+    }
     report.seconds = t0.elapsed().as_secs_f64();
     report
 }
 
+/// After our Terminate: FIN, then read and drop what the peer still sends until it closes
+/// (at most `timeout`), so that closing with unread octets does not reset the connection
+/// and destroy the Terminate before the peer has read it.
+fn close_after_terminate(sock: &TcpStream, timeout: Duration) {
+    let _ = sock.shutdown(std::net::Shutdown::Write);
+    let deadline = Instant::now() + timeout;
+    let mut buf = [0u8; 64 * 1024];
+    let mut sock = sock;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || sock.set_read_timeout(Some(left)).is_err() {
+            return;
+        }
+        match sock.read(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}
+
 /// What a received ULPDU is, from its first octets: "write" (tagged RDMA Write), "send"
-/// (untagged Send on QN 0) or "other".
+/// (untagged Send on QN 0), "read" (RDMA Read Request on QN 1) or "other".
 fn classify(head: &[u8], version: u8) -> &'static str {
     match DdpRepr::parse(head, version) {
         Ok((
@@ -122,6 +291,14 @@ fn classify(head: &[u8], version: u8) -> &'static str {
             },
             _,
         )) => "send",
+        Ok((
+            DdpRepr::Untagged {
+                opcode: RdmapOpcode::RdmaReadRequest,
+                qn: queue::READ_REQUEST,
+                ..
+            },
+            _,
+        )) => "read",
         _ => "other",
     }
 }

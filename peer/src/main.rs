@@ -4,7 +4,10 @@
 //! * `connect`: Initiator; sends N DDP tagged RDMA Writes (`--op write`) or untagged Sends
 //!   (`--op send`) with the deterministic payload of [`mpa_ctl_proto::pattern`], closes, and prints one
 //!   JSON line. When the Responder's Reply carries a region advertisement
-//!   ([`mpa_ctl_proto::region_ad`]) the Writes go into the advertised region.
+//!   ([`mpa_ctl_proto::region_ad`]) the Writes go into the advertised region. `--op read`
+//!   reads from the advertised region instead (RDMA Read Requests, `read.rs`).
+//! * `listen --advertise` keeps the advertised region in memory and is a real Data Sink for
+//!   it (`sink.rs`), and with `--remote-read` a Data Source too.
 #![forbid(unsafe_code)]
 
 use anyhow::{bail, Context};
@@ -12,17 +15,23 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use mpa::crc::crc32c_append;
 use mpa::endpoint::{EndpointConfig, EndpointError, MpaStream};
 use mpa::startup::{Negotiated, RtrType, StartupPolicy};
-use mpa::wire::ddp::{queue, DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
+use mpa::wire::ddp::{
+    queue, DdpRepr, RdmapOpcode, TerminateRepr, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
+};
 use mpa::wire::fpdu::MAX_ULPDU;
 use mpa_ctl_proto::pattern::PatternTable;
 use mpa_ctl_proto::region_ad::{self, RegionAd};
-use serde::Serialize;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 mod listen;
+mod read;
+mod report;
+mod sink;
+
+use report::{emit, RegionReport, Report};
 
 #[derive(Parser)]
 #[command(
@@ -83,11 +92,23 @@ struct ListenArgs {
     #[arg(long)]
     private_data: Option<String>,
     /// Advertise a region in the accepting Reply's private data (mpa_ctl_proto::region_ad): STag
-    /// and length (decimal or 0x hex; base TO 0; RDMA Writes accepted), and with RECVSIZE > 0
-    /// Sends accepted into receive buffers of RECVSIZE octets. Received ULPDUs are still only
-    /// digested, not placed.
+    /// and length (decimal or 0x hex, at most 1 GiB; RDMA Writes accepted), and with
+    /// RECVSIZE > 0 Sends accepted into receive buffers of RECVSIZE octets. Each connection
+    /// keeps a region of LEN octets in memory: RDMA Writes are checked (RFC 5041 §7.2) and
+    /// placed, a violation is answered with its Terminate; Sends are only digested.
     #[arg(long, value_name = "STAG:LEN[:RECVSIZE]", value_parser = parse_advertise)]
     advertise: Option<RegionAd>,
+    /// The advertised region's base TO: the Tagged Offset of its first octet.
+    #[arg(long, requires = "advertise", default_value_t = 0, value_parser = parse_u64)]
+    base_to: u64,
+    /// The region allows remote reads: RDMA Read Requests for it are answered with Read
+    /// Responses (without it they get the RDMAP Terminate 0/1/2, access rights violation).
+    #[arg(long, requires = "advertise")]
+    remote_read: bool,
+    /// The region starts filled with the pattern (octet o = mpa_ctl_proto::pattern(0, o)),
+    /// for `connect --op read`; otherwise it starts zeroed.
+    #[arg(long, requires = "advertise")]
+    fill_pattern: bool,
     #[command(flatten)]
     common: Common,
 }
@@ -99,6 +120,8 @@ enum Op {
     Write,
     /// Untagged Sends (RDMAP opcode 3) on QN 0, MSN from 1.
     Send,
+    /// RDMA Read Requests (RDMAP opcode 1) for the advertised region (`read.rs`).
+    Read,
 }
 
 impl Op {
@@ -106,6 +129,7 @@ impl Op {
         match self {
             Op::Write => "write",
             Op::Send => "send",
+            Op::Read => "read",
         }
     }
 }
@@ -120,10 +144,13 @@ struct ConnectArgs {
     count: u64,
     /// ULPDU size in octets, DDP header included (14 octets for Writes, 18 for Sends). With
     /// --op write and no advertisement, sizes below 14 are sent as opaque ULPDUs too short for
-    /// a DDP header, for framing tests.
+    /// a DDP header, for framing tests. With --op read: the size of each RDMA Read in octets
+    /// (RDMARDSZ; its Read Response is cut into FPDUs of at most MULPDU octets).
     #[arg(long)]
     size: usize,
-    /// RDMA Writes (to the advertised region, else STag 1 with TO advancing) or Sends.
+    /// RDMA Writes (to the advertised region, else STag 1 with TO advancing), Sends, or RDMA
+    /// Reads from the advertised region (at most ORD outstanding: the negotiated one with
+    /// --rev 2, else 8).
     #[arg(long, value_enum, default_value_t = Op::Write)]
     op: Op,
     /// Aligned sending (RFC 5044 §5.1) over kernel TCP: messages are cut into DDP segments
@@ -217,78 +244,6 @@ impl mpa::endpoint::Transport for EorStream {
     }
 }
 
-/// The one JSON line per connection.
-#[derive(Serialize, Default)]
-struct Report {
-    peer: String,
-    rev: Option<u8>,
-    markers_rx: Option<bool>,
-    markers_tx: Option<bool>,
-    crc: Option<bool>,
-    ulpdus: u64,
-    ulpdu_bytes: u64,
-    ulpdu_digest: String,
-    error_code: Option<u8>,
-    error: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    private_data: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    rtr: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    mulpdu: Option<usize>,
-    /// connect: the operation sent; listen: the operation received ("write", "send", "other",
-    /// or "mixed"), absent when no ULPDU arrived.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    op: Option<&'static str>,
-    /// The region advertisement used (connect) or sent (listen).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    region: Option<RegionReport>,
-    seconds: f64,
-    /// connect: from the first ULPDU written until the peer closed (after the last one was
-    /// read): the transfer alone, without the TCP handshake and MPA startup, whose lost and
-    /// retransmitted SYN or Request under loss would otherwise add a timeout.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    transfer_seconds: Option<f64>,
-    /// connect: the TCP congestion control of the connection (TCP_CONGESTION).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    congestion: Option<String>,
-}
-
-#[derive(Serialize, Clone, Copy)]
-struct RegionReport {
-    stag: u32,
-    len: u64,
-    base_to: u64,
-    recv_buf_size: u32,
-}
-
-impl From<&RegionAd> for RegionReport {
-    fn from(ad: &RegionAd) -> Self {
-        RegionReport {
-            stag: ad.stag,
-            len: ad.len,
-            base_to: ad.base_to,
-            recv_buf_size: ad.recv_buf_size,
-        }
-    }
-}
-
-impl Report {
-    fn negotiated(&mut self, n: &Negotiated) {
-        self.rev = Some(n.rev);
-        self.markers_rx = Some(n.markers_rx);
-        self.markers_tx = Some(n.markers_tx);
-        self.crc = Some(n.crc);
-        self.private_data = Some(String::from_utf8_lossy(&n.peer_private_data).into_owned());
-        self.rtr = n.rtr.map(|r| format!("{r:?}"));
-    }
-
-    fn fail(&mut self, e: &EndpointError) {
-        self.error_code = e.code().map(|c| c.code());
-        self.error = Some(e.to_string());
-    }
-}
-
 fn config(c: &Common, private_data: Vec<u8>, default_rev: u8) -> anyhow::Result<EndpointConfig> {
     let rev = c.rev.unwrap_or(default_rev);
     if c.p2p && rev < 2 {
@@ -337,24 +292,23 @@ fn main() -> ExitCode {
     }
 }
 
-fn emit(report: &Report) {
-    // One line per connection; stdout is line-buffered through println.
-    match serde_json::to_string(report) {
-        Ok(s) => println!("{s}"),
-        Err(e) => eprintln!("mpa-peer: cannot encode report: {e}"),
+/// A number in decimal or 0x hex.
+fn num<T: TryFrom<u64>>(what: &str, v: &str) -> Result<T, String> {
+    let n = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => v.parse::<u64>(),
     }
+    .map_err(|e| format!("{what} {v:?}: {e}"))?;
+    T::try_from(n).map_err(|_| format!("{what} {v} is too large"))
+}
+
+/// `--base-to N`.
+fn parse_u64(s: &str) -> Result<u64, String> {
+    num("value", s)
 }
 
 /// `--advertise STAG:LEN[:RECVSIZE]`.
 fn parse_advertise(s: &str) -> Result<RegionAd, String> {
-    fn num<T: TryFrom<u64>>(what: &str, v: &str) -> Result<T, String> {
-        let n = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
-            Some(hex) => u64::from_str_radix(hex, 16),
-            None => v.parse::<u64>(),
-        }
-        .map_err(|e| format!("{what} {v:?}: {e}"))?;
-        T::try_from(n).map_err(|_| format!("{what} {v} is too large"))
-    }
     let parts: Vec<&str> = s.split(':').collect();
     let (stag, len, recv) = match parts[..] {
         [stag, len] => (stag, len, "0"),
@@ -454,6 +408,8 @@ fn plan(op: Op, size: usize, ad: Option<&RegionAd>, neg: &Negotiated) -> Result<
                 send_rtr: neg.rtr == Some(RtrType::ZeroLengthSend),
             })
         }
+        // `connect` takes --op read to read.rs before planning what to send.
+        Op::Read => Err("--op read sends no messages of its own".into()),
     }
 }
 
@@ -463,6 +419,8 @@ enum ConnectError {
     Mpa(EndpointError),
     /// Our own refusal (the advertisement rules the operation out).
     Refused(String),
+    /// The peer's message broke a DDP/RDMAP rule: we sent this Terminate.
+    Violation(TerminateRepr, String),
 }
 
 impl From<EndpointError> for ConnectError {
@@ -503,7 +461,7 @@ fn ddp_segment(h: DdpRepr, at: usize, last: bool) -> DdpRepr {
 fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
     let private_data = a.private_data.as_deref().unwrap_or("").as_bytes().to_vec();
     let mut cfg = config(&a.common, private_data, 1)?;
-    if a.size > MAX_ULPDU {
+    if a.op != Op::Read && a.size > MAX_ULPDU {
         bail!(
             "--size {} exceeds the 64768-octet ULPDU maximum (RFC 5044 §3)",
             a.size
@@ -515,6 +473,9 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
              header); --size {} is too small",
             a.size
         );
+    }
+    if a.op == Op::Read && (a.timestamps || a.rate.is_some()) {
+        bail!("--timestamps and --rate pace and stamp what connect sends; --op read sends none");
     }
     let rate = a.rate.unwrap_or(if a.timestamps { 10_000 } else { 0 });
     let t0 = Instant::now();
@@ -547,6 +508,7 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
     };
     let mut digest = 0u32;
     let mut transfer_start: Option<Instant> = None;
+    let mut reads: Option<read::Reader> = None;
     let r = (|| -> Result<(), ConnectError> {
         let mut s = MpaStream::connect(EorStream(sock), &cfg)?;
         report.negotiated(s.negotiated());
@@ -572,6 +534,16 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
             report.private_data = Some(
                 String::from_utf8_lossy(&neg.peer_private_data[region_ad::LEN..]).into_owned(),
             );
+        }
+        if a.op == Op::Read {
+            let reader = reads.insert(
+                read::reader_for(neg, ad.as_ref(), a.size, a.count)
+                    .map_err(ConnectError::Refused)?,
+            );
+            transfer_start = Some(Instant::now());
+            let timeout = Duration::from_secs(a.common.timeout);
+            read::run(&mut s, reader, timeout, &mut digest)?;
+            return finish(&mut s, &mut report, a.common.timeout);
         }
         let plan = plan(a.op, a.size, ad.as_ref(), neg).map_err(ConnectError::Refused)?;
         let version = neg.ddp_rdmap_version;
@@ -661,20 +633,7 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
                 s.flush()?;
             }
         }
-        s.flush()?;
-        let st = s.stats();
-        report.ulpdus = st.ulpdus_tx;
-        report.ulpdu_bytes = st.ulpdu_octets_tx;
-        s.get_ref()
-            .0
-            .shutdown(std::net::Shutdown::Write)
-            .map_err(EndpointError::from)?;
-        // Wait for the peer to close; a Terminate it sends instead becomes our error.
-        while s
-            .recv_with(Some(Duration::from_secs(a.common.timeout)), |_| {})?
-            .is_some()
-        {}
-        Ok(())
+        finish(&mut s, &mut report, a.common.timeout)
     })();
     match r {
         Ok(()) => {}
@@ -686,13 +645,42 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
             eprintln!("mpa-peer: {}: {msg}", a.to);
             report.error = Some(msg);
         }
+        Err(ConnectError::Violation(t, msg)) => {
+            report.terminated(t, &msg);
+            eprintln!("mpa-peer: {}: {msg}", a.to);
+        }
     }
     report.ulpdu_digest = format!("{digest:08x}");
     report.seconds = t0.elapsed().as_secs_f64();
     report.transfer_seconds = transfer_start.map(|t| t.elapsed().as_secs_f64());
+    if let Some(reader) = &reads {
+        read::report(&mut report, reader.stats());
+    }
     let ok = report.error.is_none();
     emit(&report);
     Ok(ok)
+}
+
+/// Flushes, records what was sent, closes our side and waits for the peer to close; a
+/// Terminate it sends instead becomes our error.
+fn finish(
+    s: &mut MpaStream<EorStream>,
+    report: &mut Report,
+    timeout: u64,
+) -> Result<(), ConnectError> {
+    s.flush()?;
+    let st = s.stats();
+    report.ulpdus = st.ulpdus_tx;
+    report.ulpdu_bytes = st.ulpdu_octets_tx;
+    s.get_ref()
+        .0
+        .shutdown(std::net::Shutdown::Write)
+        .map_err(EndpointError::from)?;
+    while s
+        .recv_with(Some(Duration::from_secs(timeout)), |_| {})?
+        .is_some()
+    {}
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,81 +1,12 @@
 //! `mpa-peer connect` → `mpa-peer listen` over loopback: every combination of markers (either
 //! side) and CRC gives identical digests and no error.
 
+mod common;
+
+use common::{connect, finish, flag, listen, BIN};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
-
-const BIN: &str = env!("CARGO_BIN_EXE_mpa-peer");
-
-struct Listener {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn listen(args: &[&str]) -> Listener {
-    let mut child = Command::new(BIN)
-        .args(["listen", "--bind", "127.0.0.1:0", "--timeout", "20"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn listener");
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("mpa-peer: listening on ")
-        .expect(&line)
-        .to_string();
-    // Keep draining stderr so the child never blocks on it.
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        while err.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {
-            sink.clear();
-        }
-    });
-    Listener { child, addr }
-}
-
-fn finish(mut l: Listener) -> (Value, bool) {
-    let out = l.child.stdout.take().unwrap();
-    let mut line = String::new();
-    BufReader::new(out).read_line(&mut line).unwrap();
-    let status = l.child.wait().unwrap();
-    (
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}")),
-        status.success(),
-    )
-}
-
-fn connect(addr: &str, args: &[&str]) -> (Value, bool, String) {
-    let out = Command::new(BIN)
-        .args(["connect", "--to", addr, "--timeout", "20"])
-        .args(args)
-        .output()
-        .expect("run connect");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let v: Value =
-        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout:?}"));
-    (
-        v,
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
-}
-
-fn flag(on: bool, name: &'static str) -> Option<&'static str> {
-    on.then_some(name)
-}
 
 #[test]
 fn every_marker_and_crc_combination() {

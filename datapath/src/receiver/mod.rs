@@ -51,8 +51,8 @@ const MAX_HELD_COMPLETIONS: usize = 1 << 16;
 
 /// Inbound RDMA Read Requests outstanding at most (RFC 5040 §6.1's IRD: the startup
 /// exchange carries no IRD here, so a fixed bound, as large as common iWARP adapters
-/// offer). One beyond it is the DDP untagged error "no buffer available" on queue 1 (as
-/// siw answers an IRD overrun).
+/// offer). One beyond it is RDMAP's "catastrophic error, localized to RDMAP Stream" (as
+/// siw answers an IRQ overrun).
 pub const MAX_INBOUND_READS: usize = 32;
 
 /// What was negotiated for the receive direction of one connection.
@@ -481,10 +481,9 @@ impl MpaReceiver {
                 }
                 if let SegmentKind::ReadRequest(req) = plan.kind {
                     if self.reads_outstanding >= MAX_INBOUND_READS {
-                        let e = RxError::Placement(PlacementError::NoBuffer {
+                        let e = RxError::Placement(PlacementError::IrdExceeded {
                             msn: req.msn,
-                            posted: MAX_INBOUND_READS,
-                            front: req.msn,
+                            ird: MAX_INBOUND_READS,
                         });
                         self.end = Some(local_end(e, self.version, &head[..n], u.len()));
                         break;

@@ -110,6 +110,16 @@ pub enum PlacementError {
         /// The stream's domain.
         stream_pd: u32,
     },
+    /// More RDMA Read Requests outstanding than our IRD (RFC 5040 §6.1 "MUST NOT exceed").
+    /// RFC 5040 names no code of its own: RDMAP "catastrophic error, localized to RDMAP
+    /// Stream", as siw answers an IRQ overrun.
+    #[error("Read Request MSN {msn}: more than {ird} RDMA Read Requests outstanding")]
+    IrdExceeded {
+        /// Its MSN (queue 1).
+        msn: u32,
+        /// Our IRD.
+        ird: usize,
+    },
     /// Source TO + RDMA Read Message Size wraps 2^64.
     #[error("Read Request source TO {to} + {len} octets wraps")]
     ReadToWrap {
@@ -263,6 +273,11 @@ impl PlacementError {
                 rdmap_err::STAG_NOT_ASSOCIATED,
             ),
             E::ReadToWrap { .. } => (rdmap_err::LAYER, rdmap_err::PROTECTION, rdmap_err::TO_WRAP),
+            E::IrdExceeded { .. } => (
+                rdmap_err::LAYER,
+                rdmap_err::OPERATION,
+                rdmap_err::CATASTROPHIC_STREAM,
+            ),
             E::InvalidQn { .. } => (ddp_err::LAYER, ddp_err::UNTAGGED, ddp_err::INVALID_QN),
             E::MsnRange { .. } => (ddp_err::LAYER, ddp_err::UNTAGGED, ddp_err::MSN_RANGE),
             E::NoBuffer { .. } | E::BufferRegionGone { .. } => {
@@ -319,5 +334,6 @@ pub(super) mod rdmap_err {
     pub const TO_WRAP: u8 = 4;
     pub const VERSION: u8 = 5;
     pub const UNEXPECTED_OPCODE: u8 = 6;
+    pub const CATASTROPHIC_STREAM: u8 = 7;
     pub const UNSPECIFIED: u8 = 0xff;
 }

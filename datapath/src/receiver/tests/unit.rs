@@ -354,8 +354,8 @@ fn read_request(src_stag: u32, src_to: u64, size: u32) -> Vec<u8> {
 }
 
 /// Valid Read Requests are handed on in order, each once; the queue-1 MSN must be the next
-/// (DDP "MSN range", RFC 5041 §7.2); more than [`MAX_INBOUND_READS`] unanswered is DDP's
-/// "no buffer available" on that queue (as siw answers an IRD overrun).
+/// (DDP "MSN range", RFC 5041 §7.2); more than [`MAX_INBOUND_READS`] unanswered is RDMAP's
+/// catastrophic stream error 0/2/7 (as siw answers an IRQ overrun).
 #[test]
 fn valid_read_requests_are_handed_on_in_order_within_ird() {
     let mut base = regions();
@@ -430,13 +430,12 @@ fn valid_read_requests_are_handed_on_in_order_within_ird() {
     let (error, codes, _) = local_terminate(&mut rx);
     assert_eq!(
         error,
-        RxError::Placement(PlacementError::NoBuffer {
+        RxError::Placement(PlacementError::IrdExceeded {
             msn: ird + 2,
-            posted: ird as usize,
-            front: ird + 2,
+            ird: ird as usize,
         })
     );
-    assert_eq!(codes, (1, 2, 2));
+    assert_eq!(codes, (0, 2, 7));
 }
 
 /// An RDMA Read Request ULPDU (QN 1, `msn`) for `size` octets at (`src_stag`, `src_to`).
