@@ -230,66 +230,23 @@ fn datapath_writes_reach_mpa_peer_listen_octet_exact() {
     dp.stop();
 }
 
-/// What the datapath sends, captured by `mpa-control capture` and read by Wireshark's MPA
-/// dissector: every FPDU found with a good CRC, markers shown, nothing bad.
-#[test]
-fn a_captured_datapath_sender_passes_wiresharks_mpa_dissector() {
-    if !require_privileged("datapath sender capture") {
-        return;
-    }
-    let bed = TestBed::up(BedConfig::default()).unwrap();
-    let (dp, path) = datapath(&bed, &DatapathOptions::default());
-    let pcap = std::env::temp_dir().join(format!("mpa-send-capture-{}.pcap", std::process::id()));
-    let child = std::process::Command::new(bin("mpa-control"))
-        .args([
-            "capture",
-            "--all",
-            "--duration",
-            "120",
-            "--json",
-            "--socket",
-        ])
-        .arg(&path)
-        .arg("--out")
-        .arg(&pcap)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut dpc = DatapathClient::connect(&path, Duration::from_secs(5)).unwrap();
-    let t0 = Instant::now();
-    while mpa_tests::stats(&mut dpc).capture.is_none() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "capture never started"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let port = 7820;
-    let c = Case {
-        markers: true,
-        len: 256 << 10,
-        msg: 4096,
-    };
-    let f = writes_reach_the_kernel_peer(&bed, &path, port, &c);
-    let killed = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let fields = std::process::Command::new("tshark")
+/// One data segment the datapath sent, as tshark read it.
+struct SeenSegment {
+    /// Relative TCP sequence number and payload length.
+    seq: u64,
+    len: u64,
+    /// FPDUs the MPA dissector found in it.
+    fpdus: usize,
+}
+
+/// The datapath's segments toward `port` in `pcap`, as tshark's MPA dissector reads them.
+fn tshark_segments(pcap: &Path, port: u16) -> (Vec<SeenSegment>, bool) {
+    let out = std::process::Command::new("tshark")
         .args(["-n", "-r"])
-        .arg(&pcap)
+        .arg(pcap)
         .args(["-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,"])
+        .args(["-e", "tcp.dstport", "-e", "tcp.seq", "-e", "tcp.len"])
         .args([
-            "-e",
-            "tcp.dstport",
             "-e",
             "iwarp_mpa.ulpdulength",
             "-e",
@@ -298,42 +255,137 @@ fn a_captured_datapath_sender_passes_wiresharks_mpa_dissector() {
         .output()
         .expect("tshark (make deps installs it)");
     assert!(
-        fields.status.success(),
+        out.status.success(),
         "{}",
-        String::from_utf8_lossy(&fields.stderr)
+        String::from_utf8_lossy(&out.stderr)
     );
-    let text = String::from_utf8_lossy(&fields.stdout);
-    let to_peer: Vec<&str> = text
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut markers_shown = false;
+    let segs = text
         .lines()
-        .filter(|l| l.split('\t').next() == Some(&port.to_string()))
+        .map(|l| l.split('\t').collect::<Vec<_>>())
+        .filter(|f| f.first() == Some(&port.to_string().as_str()))
+        .filter_map(|f| {
+            let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
+            let len = n(2)?;
+            markers_shown |= f.get(4).is_some_and(|m| !m.is_empty());
+            let fpdus = f
+                .get(3)
+                .map_or(0, |v| v.split(',').filter(|x| !x.is_empty()).count());
+            (len > 0).then_some(SeenSegment {
+                seq: n(1)?,
+                len,
+                fpdus,
+            })
+        })
         .collect();
-    let fpdus: usize = to_peer
-        .iter()
-        .filter_map(|l| l.split('\t').nth(1))
-        .map(|v| v.split(',').filter(|x| !x.is_empty()).count())
-        .sum();
-    assert_eq!(
-        fpdus as u64, f.tx.fpdus_sent,
-        "every FPDU the datapath sent, found"
-    );
-    assert!(
-        to_peer
-            .iter()
-            .any(|l| l.split('\t').nth(2).is_some_and(|m| !m.is_empty())),
-        "markers shown"
-    );
-    let verbose = std::process::Command::new("tshark")
-        .args(["-n", "-V", "-r"])
-        .arg(&pcap)
-        .output()
-        .unwrap();
-    let v = String::from_utf8_lossy(&verbose.stdout);
-    assert!(
-        v.matches("(Good CRC32)").count() as u64 >= f.tx.fpdus_sent,
-        "CRCs checked"
-    );
-    assert_eq!(v.matches("Bad CRC32").count(), 0);
-    let _ = std::fs::remove_file(&pcap);
+    (segs, markers_shown)
+}
+
+/// What the datapath sends, captured by `mpa-control capture` and read by Wireshark's MPA
+/// dissector: without markers every FPDU is found, each with a good CRC. With markers,
+/// Wireshark (`number_of_markers` in packet-iwarp-mpa.c) counts a Marker at the very end of a
+/// segment — one that RFC 5044 §4.3 places at the start of the next FPDU, as we do, when an
+/// FPDU ends on a Marker position — so from the first such segment on it waits for octets
+/// that never come; every FPDU before it is found, with good CRCs and markers shown.
+#[test]
+fn a_captured_datapath_sender_passes_wiresharks_mpa_dissector() {
+    if !require_privileged("datapath sender capture") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let (dp, path) = datapath(&bed, &DatapathOptions::default());
+    for (markers, port) in [(false, 7820u16), (true, 7821)] {
+        let pcap = std::env::temp_dir().join(format!(
+            "mpa-send-capture-{}-{port}.pcap",
+            std::process::id()
+        ));
+        let child = std::process::Command::new(bin("mpa-control"))
+            .args([
+                "capture",
+                "--all",
+                "--duration",
+                "120",
+                "--json",
+                "--socket",
+            ])
+            .arg(&path)
+            .arg("--out")
+            .arg(&pcap)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut dpc = DatapathClient::connect(&path, Duration::from_secs(5)).unwrap();
+        let t0 = Instant::now();
+        while mpa_tests::stats(&mut dpc).capture.is_none() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "capture never started"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let c = Case {
+            markers,
+            len: 256 << 10,
+            msg: 4096,
+        };
+        let f = writes_reach_the_kernel_peer(&bed, &path, port, &c);
+        let killed = std::process::Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (mut segs, markers_shown) = tshark_segments(&pcap, port);
+        // The first is the MPA Request (sent by the kernel socket before the hand-over).
+        assert_eq!(segs.first().map(|s| (s.seq, s.fpdus)), Some((1, 0)));
+        segs.remove(0);
+        let found: usize = segs.iter().map(|s| s.fpdus).sum();
+        let verbose = std::process::Command::new("tshark")
+            .args(["-n", "-V", "-r"])
+            .arg(&pcap)
+            .output()
+            .unwrap();
+        let v = String::from_utf8_lossy(&verbose.stdout);
+        assert_eq!(v.matches("Bad CRC32").count(), 0, "markers {markers}");
+        assert_eq!(
+            v.matches("(Good CRC32)").count(),
+            found,
+            "markers {markers}"
+        );
+        assert!(
+            segs.iter().all(|s| s.fpdus <= 1),
+            "one FPDU per segment here"
+        );
+        if markers {
+            assert!(markers_shown, "markers shown");
+            // SeqStart: the first data segment (it begins with the first Marker).
+            let start = segs.first().map_or(0, |s| s.seq);
+            let ends_on_marker = |s: &SeenSegment| (s.seq + s.len - start) % 512 == 0;
+            let cut = segs.iter().position(ends_on_marker).unwrap_or(segs.len());
+            assert!(
+                segs[..cut].iter().all(|s| s.fpdus == 1),
+                "every FPDU before it found"
+            );
+            assert_eq!(
+                found, cut,
+                "Wireshark stops at the first segment ending on a Marker"
+            );
+            assert!(found > 0);
+        } else {
+            assert_eq!(
+                found as u64, f.tx.fpdus_sent,
+                "every FPDU the datapath sent, found"
+            );
+        }
+        let _ = std::fs::remove_file(&pcap);
+    }
     dp.stop();
 }
 
