@@ -428,8 +428,14 @@ pub fn run_cli(a: &BwArgs) -> Result<()> {
     let head = match a.sender {
         SenderSide::Kernel => head,
         SenderSide::Datapath => format!(
-            "{head}\nSENDERS compared (datapath vs mpa-peer connect), receiver: kernel mpa-peer \
-             listen placing into its region; proc = the sending process"
+            "bed: mtu {} loss {}%; {} MiB per run, {}; SENDERS compared: the datapath (RDMA \
+             Writes from a registered region, FPDU-aligned) vs mpa-peer connect (kernel TCP); \
+             receiver both times: kernel mpa-peer listen placing into its region (checked); \
+             proc = the sending process",
+            a.mtu,
+            a.loss,
+            a.bytes >> 20,
+            a.framing()
         ),
     };
     let text = format!("{head}\n{}", table(&rows));

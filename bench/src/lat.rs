@@ -86,6 +86,11 @@ pub struct LatArgs {
     /// may sleep (`mpa-datapath --spin-us`; 0: sleep after 256 empty polls).
     #[arg(long, default_value_t = 0)]
     pub spin_us: u64,
+    /// RDMA Write ping-pong instead (perftest `ib_write_lat` style, RTT/2): the kernel
+    /// `mpa-peer listen --echo` answers both a kernel-TCP Initiator and the datapath's
+    /// (bench/src/lat_pingpong.rs); `--messages` iterations, `--rate` unused.
+    #[arg(long)]
+    pub pingpong: bool,
 }
 
 impl LatArgs {
@@ -318,6 +323,11 @@ pub fn row_json(r: &Row, rounds: u32) -> serde_json::Value {
 }
 
 impl LatArgs {
+    /// The document's parameters.
+    pub fn params_json(&self) -> serde_json::Value {
+        self.params()
+    }
+
     fn params(&self) -> serde_json::Value {
         serde_json::json!({
             "sizes": self.sizes, "messages": self.messages, "rate": self.rate,
@@ -406,6 +416,29 @@ pub fn hgrm_name(side: Side, bytes: usize, rate: u64) -> String {
 
 /// `mpa-bench lat`: the table (stdout, or stderr with `--json`) and the document with `--json`.
 pub fn run_cli(a: &LatArgs) -> Result<()> {
+    if a.pingpong {
+        let (doc, rows) = crate::lat_pingpong::pingpong(a)?;
+        let text = format!(
+            "bed: mtu {}; {}; RDMA Write ping-pong against the kernel mpa-peer listen --echo, {} \
+             iterations per size, side and round (after 100 warm-up), {} rounds\n{}",
+            a.mtu,
+            match (a.plain, a.no_markers) {
+                (true, _) => "no markers, no CRC",
+                (false, true) => "CRC, no markers",
+                (false, false) => "markers + CRC",
+            },
+            a.messages,
+            a.rounds,
+            crate::lat_pingpong::pingpong_table(&rows)
+        );
+        if a.json {
+            eprint!("{text}");
+            crate::report::print(&doc);
+        } else {
+            print!("{text}");
+        }
+        return Ok(());
+    }
     let (doc, rows) = lat(a)?;
     let mut text = format!(
         "bed: mtu {}; {}; {} messages per size, side and round, {} rounds, sender paced at {}; RDMA Writes into a 16 MiB region (datapath) / digested (kernel)\n",

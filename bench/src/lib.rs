@@ -25,6 +25,7 @@ pub mod datapath;
 pub mod demo;
 pub mod hostile;
 pub mod lat;
+pub mod lat_pingpong;
 pub mod options;
 pub mod peer;
 pub mod pipeline;

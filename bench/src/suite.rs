@@ -89,6 +89,7 @@ impl SuiteArgs {
                 nic: Default::default(),
                 consumer_busy_poll: false,
                 spin_us: 0,
+                pingpong: false,
             },
             bw: BwArgs {
                 sizes: if q {
@@ -121,6 +122,7 @@ impl SuiteArgs {
                 nic: Default::default(),
                 consumer_busy_poll: false,
                 spin_us: 0,
+                pingpong: false,
             },
             setup: SetupArgs {
                 connections: if q { 100 } else { 1000 },

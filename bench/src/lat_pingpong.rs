@@ -1,0 +1,379 @@
+//! `lat --pingpong`: RDMA Write ping-pong, perftest `ib_write_lat` style. The same echo server
+//! on both sides — the kernel-TCP `mpa-peer listen --echo` in ns a, which writes every Write
+//! it receives back into the region the Initiator advertised — and two Initiators in ns b:
+//! * kernel: an in-process blocking `MpaStream` (kernel TCP): write a Write, read until the
+//!   echoed Write is whole;
+//! * datapath: this process as the datapath's consumer: `PostWrite` of one Write on the flow
+//!   the datapath made (its Request advertising the consumer's region), then the echo's
+//!   `WritePlaced` completion from the shared-memory ring (busy-polled with
+//!   `--consumer-busy-poll`, else the eventfd wake-up); the worker spins `--spin-us`.
+//!
+//! Each iteration's round trip is taken with CLOCK_MONOTONIC around it; the table gives RTT/2
+//! (hdrhistogram). The datapath's round trip includes the consumer's PostWrite over the control
+//! socket (the consumer API has no shared-memory send queue yet): that is what a consumer of
+//! this datapath pays today. Every echo is checked: its length, and on the kernel side its
+//! octets; on the datapath side the echoed region is compared with what was sent at the end.
+
+use crate::datapath::{start_datapath, temp_path, DatapathOptions};
+use crate::lat::{monotonic_ns, row_json, table, LatArgs, Row, Samples, Side};
+use crate::options::{bed_for, PD, PORT};
+use crate::peer::sibling;
+use crate::progress::Progress;
+use crate::report::{Document, Scenario};
+use anyhow::{anyhow, bail, Context, Result};
+use mpa::endpoint::{EndpointConfig, MpaStream};
+use mpa::startup::StartupPolicy;
+use mpa::wire::ddp::{DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN};
+use mpa_control::datapath_client::DatapathClient;
+use mpa_control::initiator::{connect_and_hand_over, InitiatorOutcome};
+use mpa_ctl_proto::consumer::Consumer;
+use mpa_ctl_proto::region_ad::RegionAd;
+use mpa_ctl_proto::CompletionKind;
+use mpa_testbed::{run_in_netns, TestBed};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// The echo server's region (its advertisement).
+const ECHO_STAG: u32 = 0xec_0001;
+/// Iterations before the measured ones, per side, size and round.
+const WARMUP: u64 = 100;
+/// Each wait.
+const WAIT: Duration = Duration::from_secs(10);
+
+/// `mpa-peer listen --echo` in ns a, for one connection.
+struct Echo {
+    child: Child,
+}
+
+impl Echo {
+    fn start(bed: &TestBed, a: &LatArgs, payload: u64) -> Result<Echo> {
+        let bin = sibling("mpa-peer")?;
+        let bind = SocketAddr::new(bed.addr_a(false), PORT).to_string();
+        let advertise = format!("{ECHO_STAG:#x}:{payload}");
+        let mut cmd = bed.command(&bed.ns_a, &bin.to_string_lossy());
+        cmd.args(["listen", "--echo", "--bind", &bind, "--connections", "1"])
+            .args(["--timeout", "30", "--accept-timeout", "60"])
+            .args(["--advertise", &advertise, "--rev", "2"]);
+        if a.plain {
+            cmd.arg("--no-crc");
+        }
+        if !a.plain && !a.no_markers {
+            cmd.arg("--markers");
+        }
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("mpa-peer listen --echo")?;
+        let mut err = BufReader::new(child.stderr.take().ok_or_else(|| anyhow!("no stderr"))?);
+        let mut line = String::new();
+        err.read_line(&mut line)?;
+        if !line.contains("listening on") {
+            let _ = child.kill();
+            bail!("mpa-peer listen --echo: {line}");
+        }
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = err.read_to_string(&mut rest);
+            if !rest.trim().is_empty() {
+                tracing::warn!("mpa-peer listen --echo: {}", rest.trim());
+            }
+        });
+        Ok(Echo { child })
+    }
+
+    /// Its report once the connection ended.
+    fn report(mut self) -> Result<Value> {
+        let t0 = Instant::now();
+        while self.child.try_wait()?.is_none() {
+            if t0.elapsed() > Duration::from_secs(40) {
+                bail!("mpa-peer listen --echo did not finish");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut out = String::new();
+        if let Some(mut o) = self.child.stdout.take() {
+            o.read_to_string(&mut out)?;
+        }
+        let line = out
+            .lines()
+            .next()
+            .ok_or_else(|| anyhow!("no echo report"))?;
+        Ok(serde_json::from_str(line)?)
+    }
+}
+
+impl Drop for Echo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Our advertisement: the region the echo writes back into.
+fn our_ad(stag: u32, payload: u64) -> RegionAd {
+    RegionAd {
+        writes: true,
+        sends: false,
+        stag,
+        len: payload,
+        base_to: 0,
+        recv_buf_size: 0,
+    }
+}
+
+fn policy(a: &LatArgs) -> StartupPolicy {
+    StartupPolicy {
+        revision: 2,
+        accept_rev2: true,
+        markers_required: false,
+        crc_suppressed_by_admin: a.plain,
+        startup_timeout: Duration::from_secs(20),
+        ..StartupPolicy::default()
+    }
+}
+
+fn check_echo(echo: Value, n: u64) -> Result<()> {
+    if echo["error"] != Value::Null || echo["echoes"].as_u64() != Some(n) {
+        bail!("echo server: {n} echoes expected: {echo}");
+    }
+    Ok(())
+}
+
+/// The kernel Initiator: a blocking `MpaStream` in ns b.
+fn kernel_pingpong(bed: &TestBed, a: &LatArgs, size: usize) -> Result<Samples> {
+    let payload = (size - TAGGED_HEADER_LEN) as u64;
+    let echo = Echo::start(bed, a, payload)?;
+    let to = SocketAddr::new(bed.addr_a(false), PORT);
+    let sock = run_in_netns(&bed.ns_b, move || TcpStream::connect_timeout(&to, WAIT))??;
+    sock.set_nodelay(true)?;
+    const OUR_STAG: u32 = 0x5a5a_0002;
+    let cfg = EndpointConfig {
+        policy: policy(a),
+        private_data: our_ad(OUR_STAG, payload).emit().to_vec(),
+        emss: 1448,
+    };
+    let mut s = MpaStream::connect(sock, &cfg)?;
+    let mut ulpdu = vec![0u8; size];
+    DdpRepr::Tagged {
+        last: true,
+        opcode: RdmapOpcode::RdmaWrite,
+        stag: ECHO_STAG,
+        to: 0,
+    }
+    .emit(&mut ulpdu, s.negotiated().ddp_rdmap_version)
+    .ok_or_else(|| anyhow!("the Write header does not fit {size} octets"))?;
+    for (i, b) in ulpdu[TAGGED_HEADER_LEN..].iter_mut().enumerate() {
+        *b = mpa_ctl_proto::pattern::pattern(1, i);
+    }
+    let mut smp = Samples::default();
+    let mut echoed = vec![0u8; payload as usize];
+    for i in 0..WARMUP + a.messages {
+        let t0 = monotonic_ns();
+        s.send(&ulpdu)?;
+        s.flush()?;
+        // Until the echo's last segment (L) arrived; its payload lands in `echoed`.
+        let mut last = false;
+        let deadline = Instant::now() + WAIT;
+        while !last {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut bad = None;
+            let got = s.recv_with(Some(left), |u| {
+                let mut head = [0u8; TAGGED_HEADER_LEN];
+                let k = u.copy_prefix(&mut head);
+                match DdpRepr::parse(&head[..k], 1) {
+                    Ok((
+                        DdpRepr::Tagged {
+                            last: l, stag, to, ..
+                        },
+                        h,
+                    )) if stag == OUR_STAG => {
+                        let body: Vec<u8> = u.pieces().flat_map(|p| p.iter().copied()).collect();
+                        let dst = echoed.get_mut(to as usize..to as usize + body.len() - h);
+                        match dst {
+                            Some(d) => d.copy_from_slice(&body[h..]),
+                            None => bad = Some("echo outside our region"),
+                        }
+                        last |= l;
+                    }
+                    _ => bad = Some("not an echo to our region"),
+                }
+            })?;
+            if got.is_none() {
+                bail!("the echo server closed");
+            }
+            if let Some(b) = bad {
+                bail!("{b}");
+            }
+        }
+        let rtt = monotonic_ns().saturating_sub(t0);
+        if echoed[..] != ulpdu[TAGGED_HEADER_LEN..] {
+            bail!("iteration {i}: the echo differs from what was sent");
+        }
+        if i >= WARMUP {
+            smp.hist.saturating_record((rtt / 2).max(1));
+        }
+    }
+    drop(s);
+    check_echo(echo.report()?, WARMUP + a.messages)?;
+    Ok(smp)
+}
+
+/// The datapath Initiator: this process as its consumer.
+fn datapath_pingpong(bed: &TestBed, a: &LatArgs, size: usize) -> Result<Samples> {
+    let payload = (size - TAGGED_HEADER_LEN) as u64;
+    let socket = temp_path("pingpong.sock");
+    let opts = DatapathOptions {
+        spin: Duration::from_micros(a.spin_us),
+        ..DatapathOptions::default()
+    };
+    let dp = start_datapath(bed, &socket, &opts)?;
+    let mut consumer = Consumer::connect(&socket, Duration::from_secs(20))?;
+    // Our source (what we send) and our sink (where the echo lands), one region each.
+    let src = consumer.create_region(payload, PD, false, false)?;
+    let sink = consumer.create_region(payload, PD, true, false)?;
+    consumer.subscribe(PD)?;
+    consumer.set_busy_poll(a.consumer_busy_poll);
+    let sent: Vec<u8> = (0..payload as usize)
+        .map(|i| mpa_ctl_proto::pattern::pattern(2, i))
+        .collect();
+    if !src.write(0, &sent) {
+        bail!("cannot fill the source region");
+    }
+    let echo = Echo::start(bed, a, payload)?;
+    let to = SocketAddr::new(bed.addr_a(false), PORT);
+    let mut dpc = DatapathClient::connect(&socket, Duration::from_secs(20))?;
+    let ad = our_ad(sink.info().stag, payload).emit().to_vec();
+    let pol = policy(a);
+    let outcome = run_in_netns(&bed.ns_b, || {
+        connect_and_hand_over(
+            to,
+            pol,
+            ad,
+            mpa_control::Placement {
+                pd: Some(PD),
+                aligned_sender: false,
+            },
+            &mut dpc,
+        )
+    })??;
+    let InitiatorOutcome::HandedOver {
+        flow_id,
+        negotiated,
+        frozen,
+    } = outcome
+    else {
+        bail!("the echo server rejected the connection");
+    };
+    let peer = RegionAd::parse(&negotiated.peer_private_data)?
+        .ok_or_else(|| anyhow!("the echo server advertised no region"))?;
+    let mut smp = Samples::default();
+    for i in 0..WARMUP + a.messages {
+        let t0 = monotonic_ns();
+        consumer.post_write(
+            flow_id,
+            src.info().stag,
+            0,
+            payload,
+            1,
+            peer.stag,
+            peer.base_to,
+        )?;
+        let deadline = Instant::now() + WAIT;
+        let mut placed = false;
+        while !placed {
+            if Instant::now() > deadline {
+                bail!("iteration {i}: no echo within {WAIT:?}");
+            }
+            let Some(batch) = consumer.next_completions(deadline)? else {
+                continue;
+            };
+            for c in batch {
+                match c.kind {
+                    CompletionKind::WritePlaced
+                        if c.stag == sink.info().stag && c.len == payload =>
+                    {
+                        placed = true
+                    }
+                    CompletionKind::WriteSent => {}
+                    _ => bail!("iteration {i}: unexpected completion {c:?}"),
+                }
+            }
+        }
+        let rtt = monotonic_ns().saturating_sub(t0);
+        if i >= WARMUP {
+            smp.hist.saturating_record((rtt / 2).max(1));
+        }
+    }
+    if sink.to_vec() != sent {
+        bail!("the echoed region differs from what was sent");
+    }
+    consumer.finish_flow(flow_id)?;
+    let report = echo.report()?;
+    drop(frozen);
+    dp.stop();
+    check_echo(report, WARMUP + a.messages)?;
+    Ok(smp)
+}
+
+/// Runs the ping-pong: every size, both sides, `rounds` times, alternating.
+pub fn pingpong(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
+    if a.nic.iface.is_some() {
+        bail!("--pingpong runs on the private bed");
+    }
+    if let Some(s) = a
+        .sizes
+        .iter()
+        .find(|&&s| s <= TAGGED_HEADER_LEN || s > 65536)
+    {
+        bail!(
+            "--sizes {s}: a ping-pong Write is {} ..= 65536 octets",
+            TAGGED_HEADER_LEN + 1
+        );
+    }
+    let bed = bed_for(&a.run(a.sizes[0]), &a.nic)?;
+    let mut rows: Vec<Row> = Vec::new();
+    for &bytes in &a.sizes {
+        for side in [Side::Kernel, Side::Datapath] {
+            rows.push(Row {
+                side,
+                bytes,
+                samples: Samples::default(),
+            });
+        }
+    }
+    let progress = Progress::new(
+        "lat --pingpong",
+        u64::from(a.rounds) * a.sizes.len() as u64 * 2,
+    );
+    for round in 0..a.rounds {
+        for (i, &size) in a.sizes.iter().enumerate() {
+            progress.running(format!("round {}: kernel, {size} B", round + 1));
+            let k = kernel_pingpong(&bed, a, size).with_context(|| format!("kernel, {size} B"))?;
+            rows[2 * i].samples.add(&k);
+            progress.done(format!("kernel {size} B"));
+            progress.running(format!("round {}: datapath, {size} B", round + 1));
+            let d =
+                datapath_pingpong(&bed, a, size).with_context(|| format!("datapath, {size} B"))?;
+            rows[2 * i + 1].samples.add(&d);
+            progress.done(format!("datapath {size} B"));
+        }
+    }
+    drop(progress);
+    let mut params = a.params_json();
+    params["pingpong"] = true.into();
+    let mut doc = Document::new(Scenario::Lat, params);
+    doc.results = rows.iter().map(|r| row_json(r, a.rounds)).collect();
+    Ok((doc, rows))
+}
+
+/// The table of a ping-pong run.
+pub fn pingpong_table(rows: &[Row]) -> String {
+    table(rows)
+        .replace("(one-way latency, µs)", "(Write ping-pong, RTT/2, µs)")
+        .replace("receiver", "initiator")
+}
