@@ -367,7 +367,7 @@ fn a_captured_datapath_sender_passes_wiresharks_mpa_dissector() {
             assert!(markers_shown, "markers shown");
             // SeqStart: the first data segment (it begins with the first Marker).
             let start = segs.first().map_or(0, |s| s.seq);
-            let ends_on_marker = |s: &SeenSegment| (s.seq + s.len - start) % 512 == 0;
+            let ends_on_marker = |s: &SeenSegment| (s.seq + s.len - start).is_multiple_of(512);
             let cut = segs.iter().position(ends_on_marker).unwrap_or(segs.len());
             assert!(
                 segs[..cut].iter().all(|s| s.fpdus == 1),
