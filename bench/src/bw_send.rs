@@ -289,6 +289,23 @@ fn datapath_send(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> Result<B
     consumer.finish_flow(flow_id)?;
     let got = listener.report(Duration::from_secs(60))?;
     drop(frozen);
+    // The sender's view, for the log: how its TCP ran.
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(10) {
+        let s = crate::datapath::stats(&mut dpc)?;
+        if let Some(f) = s.ended_flow(flow_id) {
+            tracing::info!(
+                cwnd = f.tx.cwnd,
+                srtt_us = ?f.tx.srtt_us,
+                retransmissions = f.retransmissions,
+                frames = f.frames_sent,
+                acks_in = f.packets,
+                "datapath sender's flow"
+            );
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     dp.stop();
     let want = format!("{:08x}", mpa::crc::crc32c(&src));
     let whole = count >= slots;
