@@ -419,3 +419,222 @@ fn datapath_writes_survive_loss_and_reordering() {
         dp.stop();
     }
 }
+
+/// `mpa-peer connect --op read` against the datapath as Responder: its consumer's region
+/// (remote read, pattern-filled) is read through the datapath octet-exact, the datapath
+/// answering every Read Request with Read Responses; a Read beyond the region gets RFC 5040's
+/// Terminate 0/1/1 (the advertisement lies about the length to make the peer ask).
+#[test]
+fn mpa_peer_reads_a_region_through_the_datapath() {
+    if !require_privileged("datapath Read Responses") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let (dp, path) = datapath(&bed, &DatapathOptions::default());
+    const LEN: u64 = 1 << 20;
+    let mut consumer = Consumer::connect(&path, Duration::from_secs(10)).unwrap();
+    let region = consumer.create_region(LEN, PD, false, true).unwrap();
+    let fill: Vec<u8> = (0..LEN as usize)
+        .map(|o| mpa_ctl_proto::pattern::pattern(0, o))
+        .collect();
+    assert!(region.write(0, &fill));
+    for (port, advertised, size, count, markers) in [
+        (7830u16, LEN, 65536u64, 48u64, false),
+        (7831, LEN, 4096, 300, true),
+        (7832, 2 * LEN, 65536, 32, false),
+    ] {
+        let addr = SocketAddr::new(bed.addr_b(false), port);
+        let listener = mpa_tests::listen_in(&bed.ns_b, addr);
+        let ad = RegionAd {
+            writes: false,
+            sends: false,
+            stag: region.info().stag,
+            len: advertised,
+            base_to: 0,
+            recv_buf_size: 0,
+        };
+        let responder = mpa_tests::Responder {
+            reply_private_data: ad.emit().to_vec(),
+            placement: mpa_control::Placement {
+                pd: Some(PD),
+                aligned_sender: false,
+            },
+            ..mpa_tests::Responder::framing(markers, true)
+        };
+        let (ns_b, sock) = (bed.ns_b.clone(), path.clone());
+        let setup = std::thread::spawn(move || {
+            mpa_tests::accept_and_hand_over(&ns_b, &sock, &listener, &responder)
+        });
+        let mut cmd = bed.command(&bed.ns_a, &bin("mpa-peer").to_string_lossy());
+        cmd.args(["connect", "--to", &addr.to_string(), "--op", "read"])
+            .args(["--size", &size.to_string(), "--count", &count.to_string()])
+            .args(["--timeout", "20"]);
+        if markers {
+            cmd.arg("--markers");
+        }
+        let out = cmd.output().unwrap();
+        let handed = setup.join().unwrap().unwrap();
+        let report: Value = serde_json::from_str(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .next()
+                .unwrap_or_else(|| panic!("{}", String::from_utf8_lossy(&out.stderr))),
+        )
+        .unwrap();
+        let what = format!("port {port}, {count} reads of {size}");
+        if advertised == LEN {
+            assert!(out.status.success(), "{what}: {report}");
+            assert_eq!(report["read_pattern_ok"], true, "{what}: {report}");
+            assert_eq!(report["read_responses"], count, "{what}: {report}");
+            assert_eq!(report["read_octets"], count * size, "{what}: {report}");
+        } else {
+            // Reads cycle through the advertised 2 MiB: one reaches past the real 1 MiB.
+            assert!(!out.status.success(), "{what}: {report}");
+            let t = &report["terminate_received"];
+            assert_eq!(
+                (&t["layer"], &t["error_type"], &t["error_code"]),
+                (&Value::from(0), &Value::from(1), &Value::from(1)),
+                "{what}: {report}"
+            );
+        }
+        // The flow's own account.
+        let t0 = Instant::now();
+        let f = loop {
+            let mut dpc = DatapathClient::connect(&path, Duration::from_secs(5)).unwrap();
+            if let Some(f) = mpa_tests::stats(&mut dpc).ended_flow(handed.flow_id) {
+                break f.clone();
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "{what}: flow not ended"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        drop(handed);
+        if advertised == LEN {
+            assert_eq!(f.tx.read_responses, count, "{what}: {f:?}");
+            assert_eq!(
+                f.ended.as_ref().and_then(|e| e.terminate),
+                None,
+                "{what}: {f:?}"
+            );
+        } else {
+            let t = f
+                .ended
+                .as_ref()
+                .and_then(|e| e.terminate)
+                .expect("our Terminate");
+            assert_eq!(
+                (t.layer, t.error_type, t.error_code, t.sent),
+                (0, 1, 1, true)
+            );
+        }
+    }
+    dp.stop();
+}
+
+/// The datapath reads: a consumer posts RDMA Reads (`PostRead`) of the kernel `mpa-peer
+/// listen --remote-read` region; every Read Response lands in the consumer's region
+/// (completed as `ReadResponsePlaced`, in order) and equals the listener's pattern, more reads
+/// posted at once than the datapath keeps outstanding (its ORD).
+#[test]
+fn the_datapath_reads_mpa_peer_listens_region() {
+    if !require_privileged("datapath RDMA Reads") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let (dp, path) = datapath(&bed, &DatapathOptions::default());
+    const LEN: u64 = 1 << 20;
+    const READ: u64 = 16384;
+    let count = (LEN / READ) as u32;
+    let mut consumer = Consumer::connect(&path, Duration::from_secs(10)).unwrap();
+    let region = consumer.create_region(LEN, PD, false, false).unwrap();
+    consumer.subscribe(PD).unwrap();
+    let port = 7840;
+    let bind = SocketAddr::new(bed.addr_a(false), port);
+    let advertise = format!("{PEER_STAG:#x}:{LEN}");
+    let listener = Listener::start(
+        &bed,
+        bind,
+        &[
+            "--timeout",
+            "20",
+            "--advertise",
+            &advertise,
+            "--remote-read",
+            "--fill-pattern",
+        ],
+    );
+    let mut dpc = DatapathClient::connect(&path, Duration::from_secs(10)).unwrap();
+    let outcome = run_in_netns(&bed.ns_b, || {
+        connect_and_hand_over(
+            bind,
+            StartupPolicy::default(),
+            Vec::new(),
+            mpa_control::Placement {
+                pd: Some(PD),
+                aligned_sender: false,
+            },
+            &mut dpc,
+        )
+    })
+    .unwrap()
+    .unwrap();
+    let InitiatorOutcome::HandedOver {
+        flow_id,
+        negotiated,
+        frozen,
+    } = outcome
+    else {
+        panic!("rejected")
+    };
+    let ad = RegionAd::parse(&negotiated.peer_private_data)
+        .unwrap()
+        .unwrap();
+    consumer
+        .post_read(
+            flow_id,
+            region.info().stag,
+            0,
+            READ,
+            count,
+            ad.stag,
+            ad.base_to,
+        )
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut done = 0u32;
+    while done < count {
+        assert!(
+            Instant::now() < deadline,
+            "{done} of {count} reads completed"
+        );
+        let Some(batch) = consumer
+            .next_completions(Instant::now() + Duration::from_millis(200))
+            .unwrap()
+        else {
+            continue;
+        };
+        for c in batch {
+            assert_eq!(c.kind, CompletionKind::ReadResponsePlaced, "{c:?}");
+            assert_eq!(
+                (c.stag, c.offset, c.len),
+                (region.info().stag, u64::from(done) * READ, READ)
+            );
+            done += 1;
+        }
+    }
+    let want: Vec<u8> = (0..LEN as usize)
+        .map(|o| mpa_ctl_proto::pattern::pattern(0, o))
+        .collect();
+    assert!(
+        region.to_vec() == want,
+        "what the datapath read differs from the listener's region"
+    );
+    consumer.finish_flow(flow_id).unwrap();
+    let report = listener.report(Duration::from_secs(30));
+    drop(frozen);
+    assert_eq!(report["error"], Value::Null, "{report}");
+    assert_eq!(report["reads_served"], u64::from(count), "{report}");
+    dp.stop();
+}
