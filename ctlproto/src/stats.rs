@@ -136,7 +136,7 @@ pub struct FlowReport {
 }
 
 /// The send side of one flow: messages the consumer posted and their FPDUs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TxStats {
     /// Messages posted (RDMA Writes and Sends).
     pub messages_posted: u64,
@@ -158,6 +158,10 @@ pub struct TxStats {
     /// Read Responses queued for the peer's RDMA Read Requests.
     #[serde(default)]
     pub read_responses: u64,
+    /// CRC32c of every ULPDU sent (hex), when digests are kept: equals the peer's receive
+    /// digest (`ulpdu_digest` of `mpa-peer listen`).
+    #[serde(default)]
+    pub ulpdu_digest: Option<String>,
 }
 
 /// Segments a flow's TCP dropped, by reason (RFC 7323, RFC 5961, RFC 9293), and its

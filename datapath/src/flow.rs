@@ -295,6 +295,10 @@ impl Flow {
             RegionTable::default(),
         )
         .map_err(|_| FlowError::EmssTooSmall { emss })?;
+        let mut sender = sender;
+        if digest {
+            sender.keep_digest();
+        }
         let expect_rtr = match m.role {
             Role::Responder => {
                 if m.reply_frame.is_empty() {
@@ -822,6 +826,7 @@ impl Flow {
                     cwnd: self.tcp.cwnd() as u64,
                     srtt_us: self.tcp.srtt().map(|d| d.as_micros() as u64),
                     read_responses: self.reads_served,
+                    ulpdu_digest: src.digest().map(|d| format!("{d:08x}")),
                 }
             },
             ended: self.ended.as_ref().map(|e| EndReport {

@@ -284,6 +284,10 @@ fn writes_arrive_exactly(markers: bool, loss: f64, seed: u64) {
     }
     let fb = &r.b.worker.report().flows[0];
     assert_eq!((fb.rx.crc_errors, fb.rx.marker_errors), (0, 0));
+    // The sender's digest of what it sent is the receiver's of what it got, retransmissions
+    // and all.
+    assert!(fa.tx.ulpdu_digest.is_some());
+    assert_eq!(fa.tx.ulpdu_digest, fb.ulpdu_digest);
     assert_eq!(fb.rx.placed_octets, LEN);
     if !markers {
         // Every segment A sent is whole FPDUs: from its first octet, ULPDU_Lengths chain

@@ -178,10 +178,43 @@ fn writes_reach_the_kernel_peer(bed: &TestBed, path: &Path, port: u16, c: &Case)
             done += 1;
         }
     }
+    // Then Sends (QN 0, MSN from 1), from the same region.
+    const SENDS: u32 = 8;
+    let send_len = c.msg.min(3000);
+    let msn = consumer
+        .post_send(flow_id, region.info().stag, 0, send_len, SENDS)
+        .unwrap();
+    assert_eq!(msn, 1, "{what}");
+    let mut sent = 0;
+    while sent < SENDS {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {sent} of {SENDS} Sends completed"
+        );
+        for comp in consumer
+            .next_completions(Instant::now() + Duration::from_millis(200))
+            .unwrap()
+            .unwrap_or_default()
+        {
+            assert_eq!(comp.kind, CompletionKind::SendSent, "{what}: {comp:?}");
+            assert_eq!(comp.msn, Some(sent + 1), "{what}: {comp:?}");
+            assert_eq!(
+                (comp.offset, comp.len),
+                (u64::from(sent) * send_len, send_len)
+            );
+            sent += 1;
+        }
+    }
     consumer.finish_flow(flow_id).unwrap();
     let report = listener.report(Duration::from_secs(30));
     drop(frozen);
     assert_eq!(report["error"], Value::Null, "{what}: {report}");
+    assert_eq!(report["sends"], SENDS, "{what}: {report}");
+    assert_eq!(
+        report["send_octets"],
+        u64::from(SENDS) * send_len,
+        "{what}: {report}"
+    );
     assert_eq!(report["writes"], u64::from(count), "{what}: {report}");
     assert_eq!(report["write_octets"], c.len, "{what}: {report}");
     assert_eq!(
@@ -208,8 +241,18 @@ fn writes_reach_the_kernel_peer(bed: &TestBed, path: &Path, port: u16, c: &Case)
         None,
         "{what}: {f:?}"
     );
-    assert_eq!(f.tx.messages_completed, u64::from(count), "{what}: {f:?}");
+    assert_eq!(
+        f.tx.messages_completed,
+        u64::from(count + SENDS),
+        "{what}: {f:?}"
+    );
     assert_eq!(f.tx.partial_fpdus, 0, "{what}: {f:?}");
+    // Every ULPDU the datapath sent is what the listener received, in order.
+    assert_eq!(
+        f.tx.ulpdu_digest.as_deref(),
+        report["ulpdu_digest"].as_str(),
+        "{what}: {f:?} / {report}"
+    );
     f
 }
 

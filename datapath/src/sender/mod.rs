@@ -284,6 +284,10 @@ pub struct FpduSource<R: Regions> {
     completions: VecDeque<SendCompletion>,
     /// An FPDU written in part is built here first.
     scratch: Vec<u8>,
+    /// CRC32c of the ULPDUs sent, when kept; `digest_next`: content index of the next FPDU
+    /// to add.
+    digest: Option<u32>,
+    digest_next: u64,
     stats: SenderStats,
 }
 
@@ -322,6 +326,8 @@ impl<R: Regions> FpduSource<R> {
             completions: VecDeque::new(),
             scratch: Vec::new(),
             stats: SenderStats::default(),
+            digest: None,
+            digest_next: 0,
         })
     }
 
@@ -711,7 +717,35 @@ impl<R: Regions> FpduSource<R> {
         let c = crc::crc32c(&out[..n - CRC_LEN]);
         out[n - CRC_LEN..].copy_from_slice(&c.to_le_bytes());
         self.stats.fpdus_filled += 1;
+        // The ULPDU digest, once per FPDU in stream order (first fills come in order; a
+        // retransmission is behind `digest_next`): the ULPDU's octets, as a receiver's
+        // digest sees them (no ULPDU_Length, markers, PAD or CRC).
+        let cs = m.fpdu(k).0;
+        if let Some(mut d) = self.digest.filter(|_| cs == self.digest_next) {
+            for piece in WireLayout::new(pos, content_len, self.cfg.markers) {
+                if let Piece::Content { wire, content, len } = piece {
+                    let a = content.max(HEADER_LEN);
+                    let b = (content + len).min(payload_end);
+                    if a < b {
+                        d = crc::crc32c_append(d, &out[wire + a - content..wire + b - content]);
+                    }
+                }
+            }
+            self.digest = Some(d);
+            self.digest_next = cs + content_len as u64;
+        }
         Ok(())
+    }
+
+    /// CRC32c over every ULPDU sent so far (DDP headers and payloads, in stream order), when
+    /// kept ([`FpduSource::keep_digest`]): what a receiver's ULPDU digest of this stream is.
+    pub fn digest(&self) -> Option<u32> {
+        self.digest
+    }
+
+    /// Keep [`FpduSource::digest`] from now on (call before anything is sent).
+    pub fn keep_digest(&mut self) {
+        self.digest = Some(0);
     }
 }
 
