@@ -534,6 +534,14 @@ impl Flow {
             let Some(r) = self.reads_waiting.pop_front() else {
                 break;
             };
+            if !self
+                .rx
+                .expect_read_response(r.sink_stag, r.sink_to, u64::from(r.size))
+            {
+                tracing::warn!(flow = self.id, "Read Request not sent: its answer cannot be tracked");
+                self.reads_waiting.push_front(r);
+                break;
+            }
             let src = self.tcp.source_mut().inner_mut();
             match src.post_read_request(r.sink_stag, r.sink_to, r.size, r.src_stag, r.src_to) {
                 Ok(_) => self.reads_in_flight += 1,

@@ -263,6 +263,15 @@ impl MpaReceiver {
         self.reads.pop_front()
     }
 
+    /// We sent a Read Request for `size` octets into `sink_stag` at `sink_to`: its Read
+    /// Response may be placed there (and nothing else may: [`Placer::expect_read_response`]).
+    /// `false` when it cannot be tracked (no domain, or too many outstanding).
+    pub fn expect_read_response(&mut self, sink_stag: u32, sink_to: u64, size: u64) -> bool {
+        self.placer
+            .as_mut()
+            .is_some_and(|p| p.expect_read_response(sink_stag, sink_to, size))
+    }
+
     /// The Read Response of an accepted Read Request was acknowledged: one fewer outstanding.
     pub fn read_served(&mut self) {
         self.reads_outstanding = self.reads_outstanding.saturating_sub(1);

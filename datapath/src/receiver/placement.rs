@@ -113,7 +113,14 @@ pub struct Placer {
     tagged: Option<(u32, u64, u64)>,
     /// The MSN the next Read Request (queue 1) must carry.
     read_msn: u32,
+    /// Our RDMA Read Requests sent and not yet answered, oldest first: (sink STag, sink TO,
+    /// size). A Read Response must land inside one of them (RFC 5040 §4.5: it answers a
+    /// request; a peer must not write into our memory through it otherwise).
+    reads_expected: VecDeque<(u32, u64, u64)>,
 }
+
+/// Our Read Requests awaiting their Read Response at most (above any ORD we use).
+pub const MAX_EXPECTED_READS: usize = 256;
 
 impl Placer {
     /// Placement for a connection of protection domain `pd` using DDP/RDMAP `version`.
@@ -126,7 +133,18 @@ impl Placer {
             front_msn: 1,
             tagged: None,
             read_msn: 1,
+            reads_expected: VecDeque::new(),
         }
+    }
+
+    /// We sent a Read Request for `size` octets into our `sink_stag` at `sink_to`: its Read
+    /// Response may land there. `false` when [`MAX_EXPECTED_READS`] are outstanding already.
+    pub fn expect_read_response(&mut self, sink_stag: u32, sink_to: u64, size: u64) -> bool {
+        if self.reads_expected.len() >= MAX_EXPECTED_READS {
+            return false;
+        }
+        self.reads_expected.push_back((sink_stag, sink_to, size));
+        true
     }
 
     /// A Read Request was accepted in order: the next must carry the following MSN.
@@ -251,6 +269,25 @@ impl Placer {
                 }
                 if opcode == RdmapOpcode::RdmaWrite && !r.remote_write {
                     return Err(PlacementError::NoRemoteWrite { stag });
+                }
+                if opcode == RdmapOpcode::RdmaReadResponse {
+                    // In order, it answers the oldest request (responses come in request
+                    // order, RFC 5040 §5.5 rule 20); ahead of the stream, any outstanding one.
+                    let inside = |&(s, t, n): &(u32, u64, u64)| {
+                        s == stag && to >= t && end <= t.saturating_add(n)
+                    };
+                    let ok = if in_order {
+                        self.reads_expected.front().is_some_and(inside)
+                    } else {
+                        self.reads_expected.iter().any(inside)
+                    };
+                    if !ok {
+                        return Err(PlacementError::UnsolicitedReadResponse {
+                            stag,
+                            to,
+                            len: payload_len,
+                        });
+                    }
                 }
                 Ok(plan(kind, Some((stag, to))))
             }
@@ -496,6 +533,12 @@ impl Placer {
                 if !last {
                     self.tagged = Some((s, first, n));
                     return None;
+                }
+                if opcode == RdmapOpcode::RdmaReadResponse
+                    && self.reads_expected.front().is_some_and(|e| e.0 == s)
+                {
+                    // Its request is answered.
+                    self.reads_expected.pop_front();
                 }
                 Some(Completion {
                     flow_id,

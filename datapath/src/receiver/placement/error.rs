@@ -110,6 +110,18 @@ pub enum PlacementError {
         /// The stream's domain.
         stream_pd: u32,
     },
+    /// A Read Response that answers none of our outstanding Read Requests (or lands outside
+    /// the sink its request named). RFC 5040 names no code of its own: RDMAP "unexpected
+    /// opcode", the stream's state does not allow it.
+    #[error("Read Response to STag {stag:#x}, TO {to}, {len} octets: no Read Request of ours asked for it")]
+    UnsolicitedReadResponse {
+        /// Its STag.
+        stag: u32,
+        /// Its TO.
+        to: u64,
+        /// Payload octets.
+        len: usize,
+    },
     /// More RDMA Read Requests outstanding than our IRD (RFC 5040 §6.1 "MUST NOT exceed").
     /// RFC 5040 names no code of its own: RDMAP "catastrophic error, localized to RDMAP
     /// Stream", as siw answers an IRQ overrun.
@@ -273,6 +285,11 @@ impl PlacementError {
                 rdmap_err::STAG_NOT_ASSOCIATED,
             ),
             E::ReadToWrap { .. } => (rdmap_err::LAYER, rdmap_err::PROTECTION, rdmap_err::TO_WRAP),
+            E::UnsolicitedReadResponse { .. } => (
+                rdmap_err::LAYER,
+                rdmap_err::OPERATION,
+                rdmap_err::UNEXPECTED_OPCODE,
+            ),
             E::IrdExceeded { .. } => (
                 rdmap_err::LAYER,
                 rdmap_err::OPERATION,
