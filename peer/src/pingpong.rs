@@ -159,7 +159,7 @@ pub(crate) struct Pinger {
     warmup: u64,
     total: u64,
     table: PatternTable,
-    /// Pings whose echo arrived.
+    /// Pings whose echo arrived, octet for octet.
     done: u64,
     /// Ping `done` was sent and its echo is awaited.
     outstanding: bool,
@@ -307,14 +307,15 @@ impl Pinger {
             return Ok(false);
         }
         self.outstanding = false;
-        self.done += 1;
         if self.mismatches > 0 {
+            // Not answered: the run ends here, without counting this ping.
             return Err(PingError::Mismatch {
                 ping,
                 octets: self.mismatches,
                 first: self.first_mismatch,
             });
         }
+        self.done += 1;
         Ok(true)
     }
 
