@@ -200,7 +200,7 @@ impl Echo {
         let mut ready = std::mem::take(&mut self.ready);
         for w in &mut ready {
             self.echoes += 1;
-            if self.corrupt_every > 0 && self.echoes % self.corrupt_every == 0 {
+            if self.corrupt_every > 0 && self.echoes.is_multiple_of(self.corrupt_every) {
                 if let Some(b) = w.runs.iter_mut().find_map(|(_, d)| d.first_mut()) {
                     *b ^= 0x01;
                 }

@@ -172,9 +172,9 @@ struct ConnectArgs {
     /// (RDMARDSZ; its Read Response is cut into FPDUs of at most MULPDU octets).
     #[arg(long)]
     size: usize,
-    /// RDMA Writes (to the advertised region, else STag 1 with TO advancing), Sends, or RDMA
+    /// RDMA Writes (to the advertised region, else STag 1 with TO advancing), Sends, RDMA
     /// Reads from the advertised region (at most ORD outstanding: the negotiated one with
-    /// --rev 2, else 8).
+    /// --rev 2, else 8), or Write ping-pong against `listen --echo`.
     #[arg(long, value_enum, default_value_t = Op::Write)]
     op: Op,
     /// Aligned sending (RFC 5044 §5.1) over kernel TCP: messages are cut into DDP segments

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{connect, finish, flag, listen};
+use common::{connect, finish, flag, listen, BIN};
 use mpa::endpoint::{EndpointConfig, EndpointError, MpaStream};
 use mpa::wire::ddp::{DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN};
 use mpa_ctl_proto::region_ad::RegionAd;
@@ -39,6 +39,8 @@ fn pingpong_round_trips_with_and_without_markers() {
     for (size, markers, extra) in [
         (4096usize, false, &[][..]),
         (4096, true, &[][..]),
+        // The largest ULPDU: its echo is cut at MULPDU into several FPDUs.
+        (64_768, true, &[][..]),
         // Zero-length Writes; revision 2 with an RTR first.
         (14, true, &["--rev", "2", "--p2p"][..]),
     ] {
@@ -228,4 +230,47 @@ fn a_message_is_echoed_whole_and_an_echo_outside_the_region_is_terminated() {
     );
     let e = r["error"].as_str().unwrap();
     assert!(e.contains("outside the Initiator's region"), "{r}");
+}
+
+#[test]
+fn pingpong_arguments_are_checked() {
+    for (args, needle) in [
+        (
+            &["--op", "write", "--warmup", "5"][..],
+            "are for --op pingpong",
+        ),
+        (
+            &["--op", "pingpong", "--rate", "10"][..],
+            "not for --op pingpong",
+        ),
+        (
+            &["--op", "pingpong", "--size", "13"][..],
+            "at least 14 octets",
+        ),
+    ] {
+        let out = std::process::Command::new(BIN)
+            .args(["connect", "--to", "127.0.0.1:9", "--count", "1"])
+            .args(if args.contains(&"--size") {
+                &[][..]
+            } else {
+                &["--size", "100"][..]
+            })
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(needle),
+            "{args:?}: {err}"
+        );
+    }
+    let out = std::process::Command::new(BIN)
+        .args(["listen", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("--echo") && !help.contains("corrupt"),
+        "{help}"
+    );
 }
