@@ -2,11 +2,13 @@
 //! ULPDUs digested and classified, one thread per connection). With `--advertise` each
 //! connection has its region in memory (`sink.rs`): RDMA Writes are placed, Read Requests
 //! answered (`read.rs`), and a violation gets its Terminate before the connection closes.
+//! With `--echo` every complete RDMA Write is written back to the Initiator (`echo.rs`).
 
 use super::*;
+use crate::echo::{Echo, EchoError};
 use crate::read::{answer_all, head_of};
 use crate::sink::{Sink, Violation, DEFAULT_IRD, MAX_REGION_LEN};
-use mpa::startup::NO_IRD_ORD_NEGOTIATION;
+use mpa::startup::{PrivateDataRule, NO_IRD_ORD_NEGOTIATION};
 use mpa::wire::ddp::terminate_ulpdu_for_segment;
 use std::io::Read;
 
@@ -16,6 +18,8 @@ struct SinkConfig {
     ad: RegionAd,
     remote_read: bool,
     fill_pattern: bool,
+    /// `--echo`: Writes are echoed, every `corrupt_every`-th one flipped (0: none).
+    echo: Option<u64>,
 }
 
 /// Serves connections; returns whether all ended without error.
@@ -37,9 +41,17 @@ pub(crate) fn listen(mut a: ListenArgs) -> anyhow::Result<bool> {
         ad,
         remote_read: a.remote_read,
         fill_pattern: a.fill_pattern,
+        echo: a.echo.then_some(a.echo_corrupt_every),
     });
     private_data.extend_from_slice(a.private_data.as_deref().unwrap_or("").as_bytes());
-    let cfg = config(&a.common, private_data, 2)?;
+    let mut cfg = config(&a.common, private_data, 2)?;
+    if a.echo {
+        // An Initiator that advertises no region has nowhere to receive the echoes: reject
+        // its Request (its private data must start with the advertisement's magic) so that
+        // both sides learn why at once, instead of after its first Write.
+        cfg.policy.private_data_rule = PrivateDataRule::RequirePrefix(region_ad::MAGIC.to_vec());
+        cfg.policy.reject_reason = EchoError::NoAdvertisement.to_string().into_bytes();
+    }
     let region = a.advertise.as_ref().map(RegionReport::from);
     let listener = TcpListener::bind(a.bind).with_context(|| format!("bind {}", a.bind))?;
     // Tests and scripts read the bound address (with --bind ...:0) from this line.
@@ -96,8 +108,31 @@ fn accept_within(listener: &TcpListener, secs: u64) -> anyhow::Result<(TcpStream
 enum ServeError {
     /// A protocol or I/O error from the endpoint (or the peer's Terminate).
     Mpa(EndpointError),
-    /// The peer broke a DDP/RDMAP rule of the region: we sent its Terminate.
-    Violation(Violation),
+    /// The peer broke a DDP/RDMAP rule of the region, or a Write cannot be echoed: we sent
+    /// its Terminate.
+    Fault(Fault),
+}
+
+/// What stops placement and ends the connection with a Terminate.
+#[derive(Debug, thiserror::Error)]
+enum Fault {
+    #[error(transparent)]
+    Sink(#[from] Violation),
+    #[error(transparent)]
+    Echo(#[from] EchoError),
+}
+
+impl Fault {
+    fn terminate(&self) -> TerminateRepr {
+        match self {
+            Fault::Sink(v) => v.terminate(),
+            Fault::Echo(e) => e.terminate(),
+        }
+    }
+
+    fn carries_rdma_header(&self) -> bool {
+        matches!(self, Fault::Sink(v) if v.carries_rdma_header())
+    }
 }
 
 impl From<EndpointError> for ServeError {
@@ -148,6 +183,10 @@ fn serve(
         ..Report::default()
     };
     let _ = sock.set_nodelay(true);
+    if sink_cfg.is_some_and(|c| c.echo.is_some()) {
+        // Echoes are written while the Initiator waits for them: bound that wait too.
+        let _ = sock.set_write_timeout(Some(timeout));
+    }
     let mut cfg = cfg.clone();
     // Read Responses are cut at the connection's MULPDU, which follows its MSS.
     if let Ok(mss) = nix::sys::socket::getsockopt(&sock, nix::sys::socket::sockopt::TcpMaxSeg) {
@@ -159,11 +198,20 @@ fn serve(
     let mut op: Option<&'static str> = None;
     let mut sends = SendCount::default();
     let mut sink: Option<Sink> = None;
+    let mut echo: Option<Echo> = None;
     let mut reads_served = 0u64;
     let r = (|| -> Result<(), ServeError> {
         let mut s = MpaStream::accept(sock, &cfg)?;
         report.negotiated(s.negotiated());
         let neg = s.negotiated();
+        // An Initiator's region advertisement (`connect --op pingpong`): reported apart from
+        // the private data after it.
+        if let Ok(Some(ad)) = RegionAd::parse(&neg.peer_private_data) {
+            report.peer_region = Some(RegionReport::from(&ad));
+            report.private_data = Some(
+                String::from_utf8_lossy(&neg.peer_private_data[region_ad::LEN..]).into_owned(),
+            );
+        }
         let version = neg.ddp_rdmap_version;
         // RFC 6581 §9.1: the IRD revision 2 negotiated, else a fixed bound.
         let ird = if neg.peer_enhanced.is_some() && neg.ird != NO_IRD_ORD_NEGOTIATION {
@@ -173,6 +221,11 @@ fn serve(
         };
         let sink = &mut sink;
         *sink = sink_cfg.map(|c| Sink::new(&c.ad, c.remote_read, c.fill_pattern, ird));
+        let echo = &mut echo;
+        *echo = sink_cfg.and_then(|c| {
+            c.echo
+                .map(|every| Echo::new(&c.ad, &neg.peer_private_data, every))
+        });
         loop {
             let mut fault = None;
             let n = s.recv_with(Some(timeout), |u| {
@@ -189,36 +242,53 @@ fn serve(
                 sends.add(&head[..k], u.len(), version);
                 // After a violation nothing more is placed or answered.
                 if let (Some(sk), None) = (sink.as_mut(), &fault) {
-                    if let Err(v) = sk.on_ulpdu(&head[..k], u.len(), version, u.pieces()) {
-                        fault = Some((v, head, k, u.len()));
+                    let placed = sk
+                        .on_ulpdu(&head[..k], u.len(), version, u.pieces())
+                        .map_err(Fault::from)
+                        .and_then(|()| match echo.as_mut() {
+                            Some(e) => e
+                                .on_ulpdu(&head[..k], u.len(), version, u.pieces())
+                                .map_err(Fault::from),
+                            None => Ok(()),
+                        });
+                    if let Err(f) = placed {
+                        fault = Some((f, head, k, u.len()));
                     }
                 }
             })?;
             if let Some(sk) = sink.as_mut() {
-                // The Read Requests before a violation are still answered, in order.
+                // The Read Requests and Writes before a violation are still answered and
+                // echoed, in order.
                 let answered = answer_all(&mut s, sk)?;
-                if answered > 0 {
-                    reads_served += answered;
+                reads_served += answered;
+                let mut echoed = 0;
+                for w in echo.as_mut().map(Echo::take_ready).unwrap_or_default() {
+                    crate::echo::send(&mut s, &w)?;
+                    echoed += 1;
+                }
+                // At once: the Initiator of a ping-pong waits for the echo (TCP_NODELAY is
+                // set, nothing batches it).
+                if answered + echoed > 0 {
                     s.flush()?;
                 }
             }
-            if let Some((v, head, k, len)) = fault {
+            if let Some((f, head, k, len)) = fault {
                 let st = s.stats();
                 report.ulpdus = st.ulpdus_rx;
                 report.ulpdu_bytes = st.ulpdu_octets_rx;
                 // RFC 5040 Figure 10: the DDP header always, the Read Request's RDMA header
                 // (HdrCt R) only with a Remote Protection Error.
-                let hdr_len = if v.carries_rdma_header() {
+                let hdr_len = if f.carries_rdma_header() {
                     k
                 } else {
                     k.min(UNTAGGED_HEADER_LEN)
                 };
                 let term =
-                    terminate_ulpdu_for_segment(v.terminate(), 1, version, len, &head[..hdr_len]);
+                    terminate_ulpdu_for_segment(f.terminate(), 1, version, len, &head[..hdr_len]);
                 s.send(&term)?;
                 s.flush()?;
                 close_after_terminate(s.get_ref(), timeout);
-                return Err(ServeError::Violation(v));
+                return Err(ServeError::Fault(f));
             }
             if n.is_none() {
                 break;
@@ -232,7 +302,14 @@ fn serve(
     match r {
         Ok(()) => {}
         Err(ServeError::Mpa(e)) => report.fail(&e),
-        Err(ServeError::Violation(v)) => report.terminated(v.terminate(), &v),
+        Err(ServeError::Fault(f)) => report.terminated(f.terminate(), &f),
+    }
+    if let Some(e) = &echo {
+        report.echoes = Some(e.echoes());
+        // Also when no Write came to need it: an --echo connection needs the advertisement.
+        if let (Err(why), None) = (e.target(), &report.error) {
+            report.error = Some(why.to_string());
+        }
     }
     report.op = op;
     report.ulpdu_digest = format!("{digest:08x}");

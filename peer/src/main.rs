@@ -5,9 +5,11 @@
 //!   (`--op send`) with the deterministic payload of [`mpa_ctl_proto::pattern`], closes, and prints one
 //!   JSON line. When the Responder's Reply carries a region advertisement
 //!   ([`mpa_ctl_proto::region_ad`]) the Writes go into the advertised region. `--op read`
-//!   reads from the advertised region instead (RDMA Read Requests, `read.rs`).
+//!   reads from the advertised region instead (RDMA Read Requests, `read.rs`); `--op
+//!   pingpong` measures write ping-pong latency against `listen --echo` (`pingpong.rs`).
 //! * `listen --advertise` keeps the advertised region in memory and is a real Data Sink for
-//!   it (`sink.rs`), and with `--remote-read` a Data Source too.
+//!   it (`sink.rs`), with `--remote-read` a Data Source too, and with `--echo` writes every
+//!   RDMA Write back into the region the Initiator advertised (`echo.rs`).
 #![forbid(unsafe_code)]
 
 use anyhow::{bail, Context};
@@ -26,7 +28,9 @@ use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+mod echo;
 mod listen;
+mod pingpong;
 mod read;
 mod report;
 mod sink;
@@ -109,6 +113,22 @@ struct ListenArgs {
     /// for `connect --op read`; otherwise it starts zeroed.
     #[arg(long, requires = "advertise")]
     fill_pattern: bool,
+    /// Write every complete RDMA Write message back to the Initiator at once: an RDMA Write
+    /// of the same octets to the region the Initiator advertised in its Request's private
+    /// data, at the same offset (`connect --op pingpong`). A Request without an
+    /// advertisement is rejected; an echo outside the Initiator's region ends the connection
+    /// with a Terminate.
+    #[arg(long, requires = "advertise")]
+    echo: bool,
+    /// Test hook: flip the first octet of every K-th echo (0: none).
+    #[arg(
+        long,
+        hide = true,
+        requires = "echo",
+        default_value_t = 0,
+        value_name = "K"
+    )]
+    echo_corrupt_every: u64,
     #[command(flatten)]
     common: Common,
 }
@@ -122,6 +142,9 @@ enum Op {
     Send,
     /// RDMA Read Requests (RDMAP opcode 1) for the advertised region (`read.rs`).
     Read,
+    /// Write ping-pong latency against `listen --echo` (`pingpong.rs`): one RDMA Write at a
+    /// time, each awaiting its echo.
+    Pingpong,
 }
 
 impl Op {
@@ -130,6 +153,7 @@ impl Op {
             Op::Write => "write",
             Op::Send => "send",
             Op::Read => "read",
+            Op::Pingpong => "pingpong",
         }
     }
 }
@@ -139,7 +163,7 @@ struct ConnectArgs {
     /// Responder address and port.
     #[arg(long)]
     to: SocketAddr,
-    /// ULPDUs to send.
+    /// ULPDUs to send (--op pingpong: round trips measured, after the warm-up).
     #[arg(long)]
     count: u64,
     /// ULPDU size in octets, DDP header included (14 octets for Writes, 18 for Sends). With
@@ -148,9 +172,9 @@ struct ConnectArgs {
     /// (RDMARDSZ; its Read Response is cut into FPDUs of at most MULPDU octets).
     #[arg(long)]
     size: usize,
-    /// RDMA Writes (to the advertised region, else STag 1 with TO advancing), Sends, or RDMA
+    /// RDMA Writes (to the advertised region, else STag 1 with TO advancing), Sends, RDMA
     /// Reads from the advertised region (at most ORD outstanding: the negotiated one with
-    /// --rev 2, else 8).
+    /// --rev 2, else 8), or Write ping-pong against `listen --echo`.
     #[arg(long, value_enum, default_value_t = Op::Write)]
     op: Op,
     /// Aligned sending (RFC 5044 §5.1) over kernel TCP: messages are cut into DDP segments
@@ -180,6 +204,12 @@ struct ConnectArgs {
     /// default: the system's `net.ipv4.tcp_congestion_control`). The report names the one used.
     #[arg(long, value_name = "NAME")]
     congestion: Option<String>,
+    /// --op pingpong: round trips before the measured ones, not counted [default: 100].
+    #[arg(long, value_name = "W")]
+    warmup: Option<u64>,
+    /// --op pingpong: write every measured round-trip time (ns) to FILE, one per line.
+    #[arg(long, value_name = "FILE")]
+    rtt_samples: Option<std::path::PathBuf>,
     #[command(flatten)]
     common: Common,
 }
@@ -408,8 +438,8 @@ fn plan(op: Op, size: usize, ad: Option<&RegionAd>, neg: &Negotiated) -> Result<
                 send_rtr: neg.rtr == Some(RtrType::ZeroLengthSend),
             })
         }
-        // `connect` takes --op read to read.rs before planning what to send.
-        Op::Read => Err("--op read sends no messages of its own".into()),
+        // `connect` takes --op read and pingpong to their modules before planning.
+        Op::Read | Op::Pingpong => Err(format!("--op {} is not planned here", op.name())),
     }
 }
 
@@ -421,6 +451,8 @@ enum ConnectError {
     Refused(String),
     /// The peer's message broke a DDP/RDMAP rule: we sent this Terminate.
     Violation(TerminateRepr, String),
+    /// What the peer sent failed a check no protocol rule covers (an echo's octets).
+    Failed(String),
 }
 
 impl From<EndpointError> for ConnectError {
@@ -459,7 +491,8 @@ fn ddp_segment(h: DdpRepr, at: usize, last: bool) -> DdpRepr {
 }
 
 fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
-    let private_data = a.private_data.as_deref().unwrap_or("").as_bytes().to_vec();
+    let pingpong = a.op == Op::Pingpong;
+    let private_data = pingpong::request_private_data(&a)?;
     let mut cfg = config(&a.common, private_data, 1)?;
     if a.op != Op::Read && a.size > MAX_ULPDU {
         bail!(
@@ -509,6 +542,11 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
     let mut digest = 0u32;
     let mut transfer_start: Option<Instant> = None;
     let mut reads: Option<read::Reader> = None;
+    let mut pings: Option<pingpong::Pinger> = None;
+    if pingpong {
+        // Every wait bounded: a write that cannot go out either.
+        sock.set_write_timeout(Some(Duration::from_secs(a.common.timeout)))?;
+    }
     let r = (|| -> Result<(), ConnectError> {
         let mut s = MpaStream::connect(EorStream(sock), &cfg)?;
         report.negotiated(s.negotiated());
@@ -543,6 +581,23 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
             transfer_start = Some(Instant::now());
             let timeout = Duration::from_secs(a.common.timeout);
             read::run(&mut s, reader, timeout, &mut digest)?;
+            return finish(&mut s, &mut report, a.common.timeout);
+        }
+        if pingpong {
+            let pinger = pings.insert(
+                pingpong::pinger_for(
+                    neg,
+                    ad.as_ref(),
+                    a.size - TAGGED_HEADER_LEN,
+                    a.count,
+                    a.warmup.unwrap_or(100),
+                    a.rtt_samples.is_some(),
+                )
+                .map_err(ConnectError::Refused)?,
+            );
+            transfer_start = Some(Instant::now());
+            let timeout = Duration::from_secs(a.common.timeout);
+            pingpong::run(&mut s, pinger, timeout, &mut digest)?;
             return finish(&mut s, &mut report, a.common.timeout);
         }
         let plan = plan(a.op, a.size, ad.as_ref(), neg).map_err(ConnectError::Refused)?;
@@ -641,7 +696,7 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
             report.fail(&e);
             eprintln!("mpa-peer: {}: {e}", a.to);
         }
-        Err(ConnectError::Refused(msg)) => {
+        Err(ConnectError::Refused(msg) | ConnectError::Failed(msg)) => {
             eprintln!("mpa-peer: {}: {msg}", a.to);
             report.error = Some(msg);
         }
@@ -655,6 +710,9 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
     report.transfer_seconds = transfer_start.map(|t| t.elapsed().as_secs_f64());
     if let Some(reader) = &reads {
         read::report(&mut report, reader.stats());
+    }
+    if let Some(pinger) = &pings {
+        pingpong::report(&mut report, pinger, a.rtt_samples.as_deref());
     }
     let ok = report.error.is_none();
     emit(&report);

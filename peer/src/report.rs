@@ -73,6 +73,20 @@ pub(crate) struct Report {
     pub(crate) read_pattern_ok: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) goodput_gbps: Option<f64>,
+    /// listen: the region the Initiator advertised in its Request (`connect --op pingpong`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) peer_region: Option<RegionReport>,
+    /// listen --echo: RDMA Write messages written back to the Initiator.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) echoes: Option<u64>,
+    /// connect --op pingpong: round trips measured, warm-up round trips before them (not
+    /// measured), and the percentiles of half the round-trip time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) iterations: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) warmup: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) rtt_half_ns: Option<crate::pingpong::RttReport>,
     /// The Terminate this side sent for a DDP/RDMAP violation of the peer's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) terminate_sent: Option<TerminateReport>,

@@ -382,7 +382,11 @@ impl Sink {
 
 /// Copies the octets of `pieces` after the first `skip` into `dst` (exactly `dst.len()` of
 /// them are expected).
-fn copy_skipping<'a>(pieces: impl Iterator<Item = &'a [u8]>, mut skip: usize, dst: &mut [u8]) {
+pub(crate) fn copy_skipping<'a>(
+    pieces: impl Iterator<Item = &'a [u8]>,
+    mut skip: usize,
+    dst: &mut [u8],
+) {
     let mut at = 0;
     for p in pieces {
         let s = skip.min(p.len());
