@@ -538,7 +538,10 @@ impl Flow {
                 .rx
                 .expect_read_response(r.sink_stag, r.sink_to, u64::from(r.size))
             {
-                tracing::warn!(flow = self.id, "Read Request not sent: its answer cannot be tracked");
+                tracing::warn!(
+                    flow = self.id,
+                    "Read Request not sent: its answer cannot be tracked"
+                );
                 self.reads_waiting.push_front(r);
                 break;
             }

@@ -552,3 +552,117 @@ fn read_requests_are_checked() {
         assert_eq!(hdrct & mpa::wire::ddp::HDRCT_R != 0, whole, "{want:?}");
     }
 }
+
+/// A Read Response (tagged, opcode 1) with `payload` at (`stag`, `to`).
+fn read_response(stag: u32, to: u64, last: bool, payload: &[u8]) -> Vec<u8> {
+    let mut v = vec![0u8; TAGGED_HEADER_LEN];
+    DdpRepr::Tagged {
+        last,
+        opcode: RdmapOpcode::RdmaReadResponse,
+        stag,
+        to,
+    }
+    .emit(&mut v, 1)
+    .unwrap();
+    v.extend_from_slice(payload);
+    v
+}
+
+/// A Read Response is placed only inside the sink one of our Read Requests named (RFC 5040
+/// §4.5), oldest first; anything else — none asked for, another STag, beyond the asked size,
+/// or a second answer to an answered request — is RDMAP's "unexpected opcode" 0/2/6 and
+/// places nothing. (The region here has no remote write: a Read Response does not need it.)
+#[test]
+fn read_responses_land_only_where_our_read_requests_asked() {
+    let mut base = regions();
+    base.insert(RegionInfo {
+        stag: 0x20,
+        len: 4096,
+        pd: 1,
+        remote_write: false,
+        remote_read: false,
+        huge_pages: false,
+    });
+    // Expected: two answers, the first in two segments.
+    let mut rx = MpaReceiver::new(&cfg(false, None));
+    assert!(rx.expect_read_response(0x20, 100, 64));
+    assert!(rx.expect_read_response(0x20, 1000, 8));
+    let mut r = base.clone();
+    let wire = frame(
+        &mut FpduEncoder::new(false),
+        &[
+            read_response(0x20, 100, false, &[1; 40]),
+            read_response(0x20, 140, true, &[2; 24]),
+            read_response(0x20, 1000, true, &[3; 8]),
+        ],
+    );
+    feed(&mut rx, &mut r, &wire);
+    assert!(rx.poll_terminate().is_none());
+    let got: Vec<_> = std::iter::from_fn(|| rx.poll_completion())
+        .map(|c| (c.kind, c.stag, c.offset, c.len))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (CompletionKind::ReadResponsePlaced, 0x20, 100, 64),
+            (CompletionKind::ReadResponsePlaced, 0x20, 1000, 8)
+        ]
+    );
+    let placed = r.bytes(0x20).unwrap();
+    assert_eq!(&placed[100..140], &[1; 40]);
+    assert_eq!(&placed[140..164], &[2; 24]);
+    assert_eq!(&placed[1000..1008], &[3; 8]);
+    // Not asked for.
+    type Case = (&'static str, Vec<(u32, u64, u64)>, Vec<u8>);
+    let cases: [Case; 4] = [
+        (
+            "none outstanding",
+            vec![],
+            read_response(0x20, 0, true, &[9; 8]),
+        ),
+        (
+            "another STag",
+            vec![(0x20, 0, 64)],
+            read_response(0x10, 0, true, &[9; 8]),
+        ),
+        (
+            "beyond the size asked",
+            vec![(0x20, 0, 64)],
+            read_response(0x20, 60, true, &[9; 8]),
+        ),
+        (
+            "not the oldest",
+            vec![(0x20, 0, 64), (0x20, 512, 64)],
+            read_response(0x20, 512, true, &[9; 8]),
+        ),
+    ];
+    for (what, expected, ulpdu) in cases {
+        let mut rx = MpaReceiver::new(&cfg(false, None));
+        for (s, t, n) in expected {
+            assert!(rx.expect_read_response(s, t, n));
+        }
+        let mut r = base.clone();
+        feed(
+            &mut rx,
+            &mut r,
+            &frame(&mut FpduEncoder::new(false), &[ulpdu]),
+        );
+        let (error, codes, _) = local_terminate(&mut rx);
+        assert!(
+            matches!(
+                error,
+                RxError::Placement(PlacementError::UnsolicitedReadResponse { .. })
+            ),
+            "{what}: {error:?}"
+        );
+        assert_eq!(codes, (0, 2, 6), "{what}");
+        assert!(
+            r.bytes(0x20).unwrap().iter().all(|&b| b == 0),
+            "{what}: placed"
+        );
+        assert!(
+            r.bytes(0x10).unwrap().iter().all(|&b| b == 0),
+            "{what}: placed"
+        );
+    }
+}
