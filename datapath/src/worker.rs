@@ -490,7 +490,9 @@ impl<R: FrameRing> Worker<R> {
         // Spin while traffic flows; once idle, sleep in poll() until a frame or the next timer.
         let spinning = self.empty_polls < SPIN_POLLS
             || now.saturating_duration_since(self.last_frame_at) < self.cfg.spin;
-        let timeout_ms = if spinning {
+        // Flows with frames to send (posted messages, a TX ring that was full) must not wait
+        // for the poll() below: they are served in this pass.
+        let timeout_ms = if spinning || !self.tx_waiting.is_empty() {
             0
         } else {
             let next = self.timers.peek().map(|Reverse((t, _))| *t);
