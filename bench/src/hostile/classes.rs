@@ -361,7 +361,13 @@ pub static CLASSES: &[Class] = &[
     }),
     // A Read Response nobody asked for must not write our memory (RFC 5040 §4.5).
     term("unsolicited-read-response", (0, 2, 6), |c| {
-        let u = tagged_ulpdu(true, Op::RdmaReadResponse, c.env.stag(), c.slot, &c.pattern(5));
+        let u = tagged_ulpdu(
+            true,
+            Op::RdmaReadResponse,
+            c.env.stag(),
+            c.slot,
+            &c.pattern(5),
+        );
         c.p.send_data(&fpdu_bytes(&u, true))
     }),
     term("send-opcode-in-tagged-segment", (0, 2, 6), |c| {
