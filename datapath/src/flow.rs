@@ -4,6 +4,11 @@
 
 #![forbid(unsafe_code)]
 
+mod send;
+
+use send::WaitingRead;
+pub use send::{FrameSink, FrameVec, SendOp, SendPost, MAX_OUTBOUND_READS, MAX_WAITING_READS};
+
 use crate::receiver::{
     InOrderSource, MpaReceiver, PostRecvError, PostedBuf, ReadRequest, ReceiverConfig, Region,
     RegionTable, Regions, RxEnd, RxError,
@@ -56,74 +61,6 @@ pub enum FlowError {
 /// zero-length Read Response to an RTR).
 pub type FlowSource = Preamble<FpduSource<RegionTable>>;
 
-/// A consumer's post of `count` messages of `len` octets each, back to back in one region.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SendPost {
-    /// Write or Send.
-    pub op: SendOp,
-    /// Local region to read.
-    pub stag: u32,
-    /// Offset of the first message's octets.
-    pub offset: u64,
-    /// Octets per message.
-    pub len: u64,
-    /// Messages.
-    pub count: u32,
-}
-
-/// What a [`SendPost`] sends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SendOp {
-    /// RDMA Writes to the peer's `sink_stag`, the first at `sink_to`.
-    Write {
-        /// The peer's STag.
-        sink_stag: u32,
-        /// Tagged offset of the first write.
-        sink_to: u64,
-    },
-    /// Sends on queue 0.
-    Send,
-    /// RDMA Read Requests of the peer's `src_stag` from `src_to` (read `i` at
-    /// `src_to + i·len`) into the post's region (its `stag`, `offset + i·len`). At most
-    /// [`MAX_OUTBOUND_READS`] are outstanding; the rest wait in order.
-    Read {
-        /// The peer's STag (advertised to us).
-        src_stag: u32,
-        /// Its tagged offset of the first read.
-        src_to: u64,
-    },
-}
-
-/// Outbound RDMA Read Requests outstanding at most (our ORD, RFC 5040 §6.1): no IRD is
-/// negotiated at startup here, so at or below what common iWARP peers accept (and
-/// `mpa-peer listen`'s bound).
-pub const MAX_OUTBOUND_READS: usize = 16;
-
-/// Reads posted and not yet sent, per flow, at most.
-pub const MAX_WAITING_READS: usize = 4096;
-
-/// One RDMA Read a consumer posted, not yet sent for want of ORD.
-#[derive(Debug, Clone, Copy)]
-struct WaitingRead {
-    sink_stag: u32,
-    sink_to: u64,
-    size: u32,
-    src_stag: u32,
-    src_to: u64,
-}
-
-/// Where a TX frame is built: the UMEM frame itself in the worker (one copy from the region),
-/// a buffer in tests.
-pub trait FrameSink {
-    /// Frames that can be queued now.
-    fn room(&mut self) -> usize;
-    /// Longest frame a buffer holds.
-    fn frame_capacity(&self) -> usize;
-    /// Builds one frame in a free buffer: `build` writes it and returns its length (0:
-    /// nothing, the buffer stays free). `false` when no buffer was free.
-    fn send_with(&mut self, build: impl FnOnce(&mut [u8]) -> usize) -> bool;
-}
-
 /// How a flow ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FlowEnd {
@@ -133,34 +70,6 @@ pub struct FlowEnd {
     pub reason: String,
     /// The Terminate that ended it (sent by us or by the peer).
     pub terminate: Option<TerminateInfo>,
-}
-
-/// A [`FrameSink`] that keeps every frame (tests, in-memory harnesses).
-#[derive(Debug, Clone, Default)]
-pub struct FrameVec {
-    /// The frames built, in order.
-    pub frames: Vec<Vec<u8>>,
-}
-
-impl FrameSink for FrameVec {
-    fn room(&mut self) -> usize {
-        usize::MAX
-    }
-
-    fn frame_capacity(&self) -> usize {
-        crate::ring::MEM_FRAME_CAPACITY
-    }
-
-    fn send_with(&mut self, build: impl FnOnce(&mut [u8]) -> usize) -> bool {
-        let mut b = vec![0u8; crate::ring::MEM_FRAME_CAPACITY];
-        let n = build(&mut b);
-        if n == 0 {
-            return false;
-        }
-        b.truncate(n);
-        self.frames.push(b);
-        true
-    }
 }
 
 /// One connection.
@@ -420,177 +329,6 @@ impl Flow {
                 });
             }
         }
-    }
-
-    /// Queues one of the flow's own ULPDUs (Terminate, RTR, Read Response to an RTR) as an
-    /// FPDU after what is queued. Such ULPDUs are small; one that cannot be queued (an EMSS
-    /// below it) is logged and dropped, and the flow's close still follows.
-    fn send_ulpdu(&mut self, ulpdu: &[u8]) {
-        if !self.tcp.can_queue() {
-            return;
-        }
-        if let Err(e) = self.tcp.source_mut().inner_mut().post_ulpdu(ulpdu) {
-            tracing::warn!(flow = self.id, %e, "cannot queue the flow's own FPDU");
-        }
-    }
-
-    /// Queues a consumer's Writes or Sends reading `region` (the worker's entry for
-    /// `post.stag`); all or none. Returns the first Send's MSN (for Sends).
-    pub fn post(&mut self, region: &Region, post: &SendPost) -> Result<Option<u32>, PostError> {
-        if !self.tcp.can_queue() || self.ending.is_some() || self.ended.is_some() {
-            return Err(PostError::Closed);
-        }
-        let src = self.tcp.source_mut().inner_mut();
-        let count = u64::from(post.count);
-        // All or none: the whole run is checked before the first is queued.
-        let total = post
-            .len
-            .checked_mul(count)
-            .ok_or(PostError::TooLong { len: u64::MAX })?;
-        let end = post.offset.checked_add(total);
-        if end.is_none_or(|e| e > region.info.len) {
-            return Err(PostError::OutOfBounds {
-                stag: post.stag,
-                offset: post.offset,
-                len: total,
-                region_len: region.info.len,
-            });
-        }
-        if let SendOp::Write { sink_to, .. } = post.op {
-            if sink_to.checked_add(total).is_none() {
-                return Err(PostError::TooLong { len: total });
-            }
-        }
-        if let SendOp::Read { src_to, .. } = post.op {
-            if post.len == 0 || post.len > u64::from(u32::MAX) {
-                return Err(PostError::ReadSize { len: post.len });
-            }
-            if src_to.checked_add(total).is_none() {
-                return Err(PostError::TooLong { len: total });
-            }
-            if let Some(pd) = self.rx.pd() {
-                if region.info.pd != pd {
-                    return Err(PostError::WrongDomain {
-                        stag: post.stag,
-                        region_pd: region.info.pd,
-                        pd,
-                    });
-                }
-            }
-            if self.reads_waiting.len() + post.count as usize > MAX_WAITING_READS {
-                return Err(PostError::QueueFull(MAX_WAITING_READS));
-            }
-            return Ok(self.queue_reads(post));
-        }
-        let room = src.max_messages().saturating_sub(src.queued_messages());
-        if post.count as usize > room {
-            return Err(PostError::QueueFull(src.max_messages()));
-        }
-        src.regions_mut().insert(region.clone());
-        let mut first_msn = None;
-        for i in 0..count {
-            let offset = post.offset + i * post.len;
-            match post.op {
-                SendOp::Write { sink_stag, sink_to } => {
-                    src.post_write(
-                        post.stag,
-                        offset,
-                        post.len,
-                        sink_stag,
-                        sink_to + i * post.len,
-                    )?;
-                }
-                SendOp::Send => {
-                    let (_, msn) = src.post_send(post.stag, offset, post.len)?;
-                    first_msn.get_or_insert(msn);
-                }
-                SendOp::Read { .. } => {}
-            }
-        }
-        Ok(first_msn)
-    }
-
-    /// Queues checked reads and sends what ORD allows; `None` (reads have no Send MSN).
-    fn queue_reads(&mut self, post: &SendPost) -> Option<u32> {
-        let SendOp::Read { src_stag, src_to } = post.op else {
-            return None;
-        };
-        for i in 0..u64::from(post.count) {
-            self.reads_waiting.push_back(WaitingRead {
-                sink_stag: post.stag,
-                sink_to: post.offset + i * post.len,
-                size: post.len as u32,
-                src_stag,
-                src_to: src_to + i * post.len,
-            });
-        }
-        self.release_reads();
-        None
-    }
-
-    /// Sends waiting Read Requests while fewer than [`MAX_OUTBOUND_READS`] are outstanding.
-    fn release_reads(&mut self) {
-        while self.reads_in_flight < MAX_OUTBOUND_READS && self.tcp.can_queue() {
-            let Some(r) = self.reads_waiting.pop_front() else {
-                break;
-            };
-            if !self
-                .rx
-                .expect_read_response(r.sink_stag, r.sink_to, u64::from(r.size))
-            {
-                tracing::warn!(
-                    flow = self.id,
-                    "Read Request not sent: its answer cannot be tracked"
-                );
-                self.reads_waiting.push_front(r);
-                break;
-            }
-            let src = self.tcp.source_mut().inner_mut();
-            match src.post_read_request(r.sink_stag, r.sink_to, r.size, r.src_stag, r.src_to) {
-                Ok(_) => self.reads_in_flight += 1,
-                Err(e) => {
-                    tracing::warn!(flow = self.id, %e, "Read Request not queued");
-                    break;
-                }
-            }
-        }
-    }
-
-    /// Queues the Read Response to a Read Request the receiver accepted (its checks passed
-    /// against `regions` a moment ago: the region is there). The response reads the region
-    /// when its segments are written, like a Write.
-    fn serve_read(&mut self, r: &ReadRequest, regions: &RegionTable) {
-        if !self.tcp.can_queue() {
-            return;
-        }
-        let Some(region) = regions.get(r.src_stag) else {
-            return;
-        };
-        let src = self.tcp.source_mut().inner_mut();
-        src.regions_mut().insert(region.clone());
-        let posted = src.post_read_response(
-            r.src_stag,
-            r.src_to,
-            u64::from(r.size),
-            r.sink_stag,
-            r.sink_to,
-        );
-        match posted {
-            Ok(_) => self.reads_served += 1,
-            Err(e) => tracing::warn!(flow = self.id, %e, "Read Response not queued"),
-        }
-    }
-
-    /// A region was destroyed: a message still reading it fails the flow when its octets are
-    /// next needed (never wrong octets).
-    pub fn forget_region(&mut self, stag: u32) {
-        self.tcp.source_mut().inner_mut().regions_mut().remove(stag);
-    }
-
-    /// Whether the flow has octets it could send now if TX frames allowed.
-    pub fn wants_to_send(&self) -> bool {
-        let sent = self.tcp.snd_nxt().distance_from(self.tcp.snd_una()) as usize;
-        sent < self.tcp.source().queued()
     }
 
     /// Posts receive buffers for the peer's Sends.

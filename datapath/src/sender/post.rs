@@ -1,0 +1,192 @@
+//! Posting: each message checked (region, domain, bounds, DDP field sizes) and laid out
+//! at once as FPDUs of the stream.
+
+use super::*;
+
+impl<R: Regions> FpduSource<R> {
+    /// Queues an RDMA Write of `len` octets at `src_offset` of local region `src_stag` to
+    /// the peer's `sink_stag` at tagged offset `sink_to`; returns its id.
+    pub fn post_write(
+        &mut self,
+        src_stag: u32,
+        src_offset: u64,
+        len: u64,
+        sink_stag: u32,
+        sink_to: u64,
+    ) -> Result<u64, PostError> {
+        if sink_to.checked_add(len).is_none() {
+            return Err(PostError::TooLong { len });
+        }
+        let kind = MessageKind::Write { sink_stag, sink_to };
+        self.post(kind, TAGGED_HEADER_LEN, src_stag, src_offset, len)
+    }
+
+    /// Queues the Read Response to a Read Request of the peer: `len` octets at `src_offset`
+    /// of `src_stag` to the peer's `sink_stag` at `sink_to`; returns its id. Not bounded by
+    /// the consumer's queue (the receiver's IRD bounds these).
+    pub fn post_read_response(
+        &mut self,
+        src_stag: u32,
+        src_offset: u64,
+        len: u64,
+        sink_stag: u32,
+        sink_to: u64,
+    ) -> Result<u64, PostError> {
+        if sink_to.checked_add(len).is_none() {
+            return Err(PostError::TooLong { len });
+        }
+        let kind = MessageKind::ReadResponse { sink_stag, sink_to };
+        self.check(src_stag, src_offset, len)?;
+        Ok(self.push(kind, TAGGED_HEADER_LEN, src_stag, src_offset, len))
+    }
+
+    /// Queues an RDMA Read Request (RFC 5040 §4.4; queue 1, the next MSN of that queue) for
+    /// `size` octets of the peer's `src_stag` at `src_to`, to land in our `sink_stag` at
+    /// `sink_to`; returns its id and MSN. The caller bounds how many are outstanding (the
+    /// peer's IRD).
+    pub fn post_read_request(
+        &mut self,
+        sink_stag: u32,
+        sink_to: u64,
+        size: u32,
+        src_stag: u32,
+        src_to: u64,
+    ) -> Result<(u64, u32), PostError> {
+        let msn = self.next_read_msn;
+        let mut u = [0u8; UNTAGGED_HEADER_LEN + READ_REQUEST_HEADER_LEN];
+        let ddp = DdpRepr::Untagged {
+            last: true,
+            opcode: RdmapOpcode::RdmaReadRequest,
+            inv_stag: 0,
+            qn: mpa::wire::ddp::queue::READ_REQUEST,
+            msn,
+            mo: 0,
+        };
+        let _ = ddp.emit(&mut u, self.cfg.ddp_rdmap_version);
+        let h = &mut u[UNTAGGED_HEADER_LEN..];
+        h[0..4].copy_from_slice(&sink_stag.to_be_bytes());
+        h[4..12].copy_from_slice(&sink_to.to_be_bytes());
+        h[12..16].copy_from_slice(&size.to_be_bytes());
+        h[16..20].copy_from_slice(&src_stag.to_be_bytes());
+        h[20..28].copy_from_slice(&src_to.to_be_bytes());
+        let id = self.post_ulpdu(&u)?;
+        self.next_read_msn = msn.wrapping_add(1);
+        Ok((id, msn))
+    }
+
+    /// Queues a Send (QN 0, the next MSN) of `len` octets at `src_offset` of local region
+    /// `src_stag`; returns its id and MSN.
+    pub fn post_send(
+        &mut self,
+        src_stag: u32,
+        src_offset: u64,
+        len: u64,
+    ) -> Result<(u64, u32), PostError> {
+        // RFC 5041 §5: MO is 32 bits, so a Send holds at most 2^32 octets.
+        if len > u64::from(u32::MAX) + 1 {
+            return Err(PostError::TooLong { len });
+        }
+        let msn = self.next_msn;
+        let kind = MessageKind::Send { msn };
+        let id = self.post(kind, UNTAGGED_HEADER_LEN, src_stag, src_offset, len)?;
+        // RFC 5041 §5.1: the MSN increases by one per message, wrapping.
+        self.next_msn = msn.wrapping_add(1);
+        Ok((id, msn))
+    }
+
+    /// Queues `ulpdu` (a DDP segment the connection built itself: a Terminate, an RTR)
+    /// as one FPDU after everything queued; returns its id. It must fit one FPDU
+    /// ([`FpduSource::mulpdu`]); the queue bound does not apply (a Terminate must go out
+    /// whatever the consumer posted).
+    pub fn post_ulpdu(&mut self, ulpdu: &[u8]) -> Result<u64, PostError> {
+        if ulpdu.len() > self.mulpdu {
+            return Err(PostError::TooLong {
+                len: ulpdu.len() as u64,
+            });
+        }
+        let id = self.push(MessageKind::Control, ulpdu.len(), 0, 0, 0);
+        self.controls.push_back((id, ulpdu.into()));
+        Ok(id)
+    }
+
+    fn post(
+        &mut self,
+        kind: MessageKind,
+        hdr: usize,
+        src_stag: u32,
+        src_offset: u64,
+        len: u64,
+    ) -> Result<u64, PostError> {
+        if self.msgs.len() >= self.cfg.max_messages {
+            return Err(PostError::QueueFull(self.cfg.max_messages));
+        }
+        self.check(src_stag, src_offset, len)?;
+        Ok(self.push(kind, hdr, src_stag, src_offset, len))
+    }
+
+    /// The region exists, is of the connection's domain, and holds the range.
+    fn check(&self, src_stag: u32, src_offset: u64, len: u64) -> Result<(), PostError> {
+        let info = self
+            .regions
+            .info(src_stag)
+            .ok_or(PostError::UnknownRegion { stag: src_stag })?;
+        if let Some(pd) = self.cfg.pd {
+            if info.pd != pd {
+                return Err(PostError::WrongDomain {
+                    stag: src_stag,
+                    region_pd: info.pd,
+                    pd,
+                });
+            }
+        }
+        if src_offset.checked_add(len).is_none_or(|end| end > info.len) {
+            return Err(PostError::OutOfBounds {
+                stag: src_stag,
+                offset: src_offset,
+                len,
+                region_len: info.len,
+            });
+        }
+        Ok(())
+    }
+
+    /// Appends a checked message to the stream.
+    fn push(
+        &mut self,
+        kind: MessageKind,
+        hdr: usize,
+        src_stag: u32,
+        src_offset: u64,
+        len: u64,
+    ) -> u64 {
+        // A control message is all header (its ULPDU), so its chunk may be 0: one FPDU.
+        let chunk = (self.mulpdu - hdr) as u64;
+        let fpdus = if len == 0 { 1 } else { len.div_ceil(chunk) };
+        let last = len - (fpdus - 1) * chunk;
+        let full = fpdu::fpdu_len(hdr + chunk as usize) as u64;
+        let content_len = (fpdus - 1) * full + fpdu::fpdu_len(hdr + last as usize) as u64;
+        let content_start = self.content_tail;
+        let content_end = content_start + content_len;
+        let wire_end = self.boundary(content_end);
+        let id = self.next_id;
+        self.next_id += 1;
+        self.msgs.push_back(Msg {
+            id,
+            kind,
+            src_stag,
+            src_offset,
+            len,
+            hdr,
+            chunk,
+            fpdus,
+            content_start,
+            content_end,
+            wire_end,
+        });
+        self.content_tail = content_end;
+        self.wire_tail = wire_end;
+        self.stats.posted += 1;
+        trace!(id, ?kind, len, fpdus, wire_end, "sender: posted");
+        id
+    }
+}
