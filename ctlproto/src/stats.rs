@@ -128,11 +128,20 @@ pub struct FlowReport {
     /// MPA receive counters.
     #[serde(flatten)]
     pub rx: RxStats,
-    /// What the consumer sent on it (RDMA Writes and Sends from registered memory).
-    #[serde(default)]
+    /// What the consumer sent on it (RDMA Writes and Sends from registered memory); left out
+    /// of the JSON for a flow that sent nothing (a `Stats` answer of thousands of flows must
+    /// stay under the control message limit).
+    #[serde(default, skip_serializing_if = "TxStats::is_idle")]
     pub tx: TxStats,
     /// How it ended, once it has.
     pub ended: Option<EndReport>,
+}
+
+impl TxStats {
+    /// Nothing was posted and no Read Request answered.
+    pub fn is_idle(&self) -> bool {
+        self.messages_posted == 0 && self.read_responses == 0
+    }
 }
 
 /// The send side of one flow: messages the consumer posted and their FPDUs.

@@ -324,6 +324,21 @@ impl Server {
             Ok(f) => f,
             Err(e) => {
                 tracing::error!(client, %e, "control message not sent");
+                // An answer that cannot be sent becomes an error answer: the client must not
+                // wait for one that never comes.
+                let id = match &m {
+                    Message::Stats { id, .. } | Message::Regions { id, .. } => Some(*id),
+                    _ => None,
+                };
+                if let Some(id) = id {
+                    let message = format!("answer not sent: {e}");
+                    let err = Message::Error {
+                        id,
+                        code: mpa_ctl_proto::ErrorCode::Limit,
+                        message,
+                    };
+                    return self.send_outgoing(client, err, None, Vec::new());
+                }
                 return false;
             }
         };
