@@ -430,8 +430,9 @@ pub fn run_cli(a: &BwArgs) -> Result<()> {
         SenderSide::Datapath => format!(
             "bed: mtu {} loss {}%; {} MiB per run, {}; SENDERS compared: the datapath (RDMA \
              Writes from a registered region, FPDU-aligned) vs mpa-peer connect (kernel TCP); \
-             receiver both times: kernel mpa-peer listen placing into its region (checked); \
-             proc = the sending process",
+             receiver: kernel mpa-peer listen placing into its region (checked); dp→dp: \
+             datapath to a second datapath in ns a, the receiving consumer's region checked; \
+             proc = this process (sending consumer and datapaths) or mpa-peer connect
             a.mtu,
             a.loss,
             a.bytes >> 20,

@@ -1,6 +1,7 @@
 //! `bw --sender datapath`: the datapath as the SENDER. The receiver is the kernel-TCP
-//! `mpa-peer listen` in ns a on both sides, placing RDMA Writes into the region it advertises;
-//! the senders, in ns b, are:
+//! `mpa-peer listen` in ns a for the first two, placing RDMA Writes into the region it
+//! advertises, and a second datapath in ns a for the third (`dp→dp`); the senders, in ns b,
+//! are:
 //! * kernel: `mpa-peer connect --op write` (kernel TCP, the `mpa` encoder);
 //! * datapath: this process as the consumer — a registered region filled with random octets,
 //!   the flow made by `connect_and_hand_over` (the datapath's Initiator), Writes posted in
@@ -327,6 +328,142 @@ fn datapath_send(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> Result<B
     })
 }
 
+/// Datapath to datapath: a second datapath in ns a on its end of the bed is the receiver
+/// (its in-process Responder advertises a region of its consumer, which must end up equal to
+/// the sender's region).
+fn datapath_to_datapath(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> Result<BwSample> {
+    let payload = (size - TAGGED) as u64;
+    let sink = sink_len(a, payload);
+    let slots = sink / payload;
+    // The receiver: datapath A in ns a.
+    let socket_a = temp_path("bw-dp-a.sock");
+    let dp_a = crate::datapath::start_datapath_on(
+        &bed.ns_a,
+        &bed.if_a,
+        &socket_a,
+        &DatapathOptions::default(),
+    )?;
+    let mut consumer_a = Consumer::connect(&socket_a, Duration::from_secs(20))?;
+    let region_a = consumer_a.create_region(sink, PD, true, false)?;
+    let ad = RegionAd {
+        writes: true,
+        sends: false,
+        stag: region_a.info().stag,
+        len: sink,
+        base_to: 0,
+        recv_buf_size: 0,
+    };
+    let responder = crate::datapath::Responder {
+        reply_private_data: ad.emit().to_vec(),
+        placement: mpa_control::Placement {
+            pd: Some(PD),
+            aligned_sender: false,
+        },
+        ..crate::datapath::Responder::framing(!a.plain && !a.no_markers, !a.plain)
+    };
+    let addr = SocketAddr::new(bed.addr_a(false), PORT);
+    let listener = run_in_netns(&bed.ns_a, move || std::net::TcpListener::bind(addr))??;
+    let (ns_a, sock_a) = (bed.ns_a.clone(), socket_a.clone());
+    let setup = std::thread::spawn(move || {
+        crate::datapath::accept_and_hand_over(&ns_a, &sock_a, &listener, &responder)
+    });
+    // The sender: datapath B in ns b.
+    let socket_b = temp_path("bw-dp-b.sock");
+    let dp_b = start_datapath(bed, &socket_b, &DatapathOptions::default())?;
+    let mut consumer = Consumer::connect(&socket_b, Duration::from_secs(20))?;
+    let region = consumer.create_region(sink, PD, false, false)?;
+    consumer.subscribe(PD)?;
+    let mut rng = mpa_datapath::sim::SplitMix64(size as u64 ^ 0xd00d);
+    let src: Vec<u8> = (0..sink).map(|_| rng.next_u64() as u8).collect();
+    if !region.write(0, &src) {
+        bail!("cannot fill the consumer's region");
+    }
+    let mut dpc = DatapathClient::connect(&socket_b, Duration::from_secs(20))?;
+    let policy = StartupPolicy {
+        crc_suppressed_by_admin: a.plain,
+        ..StartupPolicy::default()
+    };
+    let outcome = run_in_netns(&bed.ns_b, || {
+        connect_and_hand_over(
+            addr,
+            policy,
+            Vec::new(),
+            mpa_control::Placement {
+                pd: Some(PD),
+                aligned_sender: false,
+            },
+            &mut dpc,
+        )
+    })??;
+    let InitiatorOutcome::HandedOver {
+        flow_id, frozen, ..
+    } = outcome
+    else {
+        bail!("datapath A rejected the connection");
+    };
+    let handed_a = setup
+        .join()
+        .map_err(|_| anyhow!("the Responder thread panicked"))??;
+    let system = SystemCpu::start()?;
+    let c0 = cpu_self();
+    let t0 = Instant::now();
+    let (mut posted, mut done) = (0u64, 0u64);
+    while done < count {
+        if t0.elapsed() > RUN_TIMEOUT {
+            bail!("{done} of {count} Writes completed in {RUN_TIMEOUT:?}");
+        }
+        while posted < count && posted - done < u64::from(IN_FLIGHT) {
+            let slot = posted % slots;
+            let n = (count - posted)
+                .min(u64::from(BATCH))
+                .min(slots - slot)
+                .min(u64::from(IN_FLIGHT) - (posted - done));
+            let off = slot * payload;
+            consumer.post_write(
+                flow_id,
+                region.info().stag,
+                off,
+                payload,
+                n as u32,
+                ad.stag,
+                off,
+            )?;
+            posted += n;
+        }
+        if let Some(batch) =
+            consumer.next_completions(Instant::now() + Duration::from_millis(100))?
+        {
+            for c in batch {
+                if c.kind != CompletionKind::WriteSent || c.len != payload {
+                    bail!("unexpected completion {c:?}");
+                }
+                done += 1;
+            }
+        }
+    }
+    let seconds = t0.elapsed().as_secs_f64();
+    let cpu = cpu_self() - c0;
+    let system = system.seconds()?;
+    consumer.finish_flow(flow_id)?;
+    if count >= slots && region_a.to_vec() != src {
+        bail!("datapath to datapath: the receiver's region differs from the sender's");
+    }
+    drop(frozen);
+    drop(handed_a);
+    dp_b.stop();
+    dp_a.stop();
+    Ok(BwSample {
+        octets: (count * payload) as f64,
+        messages: count as f64,
+        seconds,
+        cpu: CpuUse {
+            system,
+            receiver: cpu,
+            sender: cpu,
+        },
+    })
+}
+
 /// Runs `bw --sender datapath`: kernel and datapath senders alternating, every size, every
 /// round.
 pub fn bw_send(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
@@ -345,7 +482,7 @@ pub fn bw_send(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
     let bed = bed_for(&a.run(a.sizes[0]), &a.nic)?;
     let mut rows = Vec::new();
     for &size in &a.sizes {
-        for receiver in ["kernel", "datapath"] {
+        for receiver in ["kernel", "datapath", "dp→dp"] {
             rows.push(BwRow {
                 receiver,
                 size,
@@ -356,7 +493,7 @@ pub fn bw_send(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
     }
     let progress = Progress::new(
         "bw --sender datapath",
-        u64::from(a.rounds) * a.sizes.len() as u64 * 2,
+        u64::from(a.rounds) * a.sizes.len() as u64 * 3,
     );
     for round in 0..a.rounds {
         for (i, &size) in a.sizes.iter().enumerate() {
@@ -365,7 +502,7 @@ pub fn bw_send(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
             let k = kernel_send(&bed, a, size, count)
                 .with_context(|| format!("kernel sender, {size} B"))?;
             progress.done(format!("kernel sender {size} B: {:.2} Gbit/s", k.gbit_s()));
-            rows[2 * i].samples.push(k);
+            rows[3 * i].samples.push(k);
             progress.running(format!("round {}: datapath sender, {size} B", round + 1));
             let d = datapath_send(&bed, a, size, count)
                 .with_context(|| format!("datapath sender, {size} B"))?;
@@ -379,7 +516,19 @@ pub fn bw_send(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
                 k.gbit_s(),
                 d.gbit_s()
             ));
-            rows[2 * i + 1].samples.push(d);
+            rows[3 * i + 1].samples.push(d);
+            progress.running(format!(
+                "round {}: datapath → datapath, {size} B",
+                round + 1
+            ));
+            let dd = datapath_to_datapath(&bed, a, size, count)
+                .with_context(|| format!("datapath → datapath, {size} B"))?;
+            progress.println(format!(
+                "round {}, {size} B: datapath → datapath {:.2} Gbit/s",
+                round + 1,
+                dd.gbit_s()
+            ));
+            rows[3 * i + 2].samples.push(dd);
         }
     }
     drop(progress);

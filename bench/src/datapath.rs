@@ -72,10 +72,21 @@ impl Default for DatapathOptions {
 /// pinning), its control socket at `socket`. Retried for a moment: right after an earlier
 /// datapath stopped, the kernel may still hold the queue (EBUSY on the AF_XDP bind).
 pub fn start_datapath(bed: &TestBed, socket: &Path, opts: &DatapathOptions) -> Result<Datapath> {
+    start_datapath_on(&bed.ns_b, &bed.if_b, socket, opts)
+}
+
+/// [`start_datapath`] in namespace `ns` on its interface `iface` (e.g. ns a's end of the
+/// bed, for a datapath on each side).
+pub fn start_datapath_on(
+    ns: &str,
+    iface: &str,
+    socket: &Path,
+    opts: &DatapathOptions,
+) -> Result<Datapath> {
     let t0 = Instant::now();
     loop {
         let cfg = DatapathConfig {
-            iface: bed.if_b.clone(),
+            iface: iface.to_string(),
             queues: opts.queues,
             xdp_mode: AttachMode::Driver,
             xsk: opts.xsk.clone(),
@@ -89,7 +100,7 @@ pub fn start_datapath(bed: &TestBed, socket: &Path, opts: &DatapathOptions) -> R
             completion_ring: opts.completion_ring,
             spin: opts.spin,
         };
-        match run_in_netns(&bed.ns_b, move || Datapath::start(cfg))? {
+        match run_in_netns(ns, move || Datapath::start(cfg))? {
             Ok(dp) => return Ok(dp),
             Err(e) if t0.elapsed() < Duration::from_secs(3) => {
                 tracing::info!(%e, "datapath start; retrying");
