@@ -432,7 +432,7 @@ pub fn run_cli(a: &BwArgs) -> Result<()> {
              Writes from a registered region, FPDU-aligned) vs mpa-peer connect (kernel TCP); \
              receiver: kernel mpa-peer listen placing into its region (checked); dp→dp: \
              datapath to a second datapath in ns a, the receiving consumer's region checked; \
-             proc = this process (sending consumer and datapaths) or mpa-peer connect
+             proc = this process (sending consumer and datapaths) or mpa-peer connect",
             a.mtu,
             a.loss,
             a.bytes >> 20,
