@@ -497,7 +497,14 @@ impl<R: FrameRing> Worker<R> {
         } else {
             let next = self.timers.peek().map(|Reverse((t, _))| *t);
             next.map_or(10, |t| {
-                t.saturating_duration_since(now).as_millis().clamp(1, 10) as i32
+                // poll() counts milliseconds: a deadline closer than one (a paced flow's next
+                // segment, µs away) is polled for, not slept past by a whole millisecond.
+                let left = t.saturating_duration_since(now);
+                if left < Duration::from_millis(1) {
+                    0
+                } else {
+                    left.as_millis().clamp(1, 10) as i32
+                }
             })
         };
         let Worker {

@@ -530,6 +530,17 @@ impl XskQueue {
                 }
             }
         }
+        // In copy mode one sendto() sends at most TX_BATCH_SIZE (32) frames (Linux
+        // net/xdp/xsk.c, __xsk_generic_xmit, EAGAIN beyond): the rest would wait in the ring
+        // for the next kick — the next poll, maybe after a sleep. Kick until all went.
+        let produced = off;
+        for _ in 1..produced.div_ceil(KERNEL_TX_BATCH) {
+            if !self.tx.needs_wakeup() {
+                break;
+            }
+            self.stats.wakeups += 1;
+            self.tx.wakeup()?;
+        }
         self.tx_pending.clear();
         self.reclaim();
         Ok(())
@@ -574,6 +585,9 @@ impl FrameRing for XskQueue {
         XskQueue::stats(self)
     }
 }
+
+/// Frames the kernel sends per sendto() on a copy-mode AF_XDP socket (TX_BATCH_SIZE).
+const KERNEL_TX_BATCH: usize = 32;
 
 /// Asks for the cache lines of `data` (a received frame about to be processed) without
 /// waiting for them. A hint: no effect on what any code reads. All of the frame: with only
