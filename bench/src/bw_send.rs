@@ -21,7 +21,7 @@ use crate::bw::{transfer_seconds, BwArgs, BwRow, BwSample};
 use crate::cpu::{CpuUse, SystemCpu};
 use crate::datapath::{start_datapath, temp_path, DatapathOptions};
 use crate::options::{bed_for, PORT};
-use crate::peer::sibling;
+use crate::peer::{sibling, PeerListen};
 use crate::progress::Progress;
 use crate::report::{Document, Scenario};
 use anyhow::{anyhow, bail, Context, Result};
@@ -33,9 +33,8 @@ use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::CompletionKind;
 use mpa_testbed::{run_in_netns, TestBed};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// Writes posted and not yet completed at most (the datapath queues up to 4096 per flow).
@@ -74,92 +73,73 @@ fn sink_len(a: &BwArgs, payload: u64) -> u64 {
 }
 
 /// `mpa-peer listen` in ns a for one connection, advertising the sink region.
-struct Listener {
-    child: Child,
+fn listener(bed: &TestBed, a: &BwArgs, sink: u64) -> Result<PeerListen> {
+    let bind = SocketAddr::new(bed.addr_a(false), PORT).to_string();
+    let advertise = format!("{PEER_STAG:#x}:{sink}");
+    let mut args = vec!["--bind", &bind, "--connections", "1", "--timeout", "60"];
+    args.extend(["--accept-timeout", "120", "--advertise", &advertise]);
+    if a.plain {
+        args.push("--no-crc");
+    }
+    if !a.plain && !a.no_markers {
+        args.push("--markers");
+    }
+    PeerListen::start(bed, &bed.ns_a, &args)
 }
 
-impl Listener {
-    fn start(bed: &TestBed, a: &BwArgs, sink: u64) -> Result<Listener> {
-        let bin = sibling("mpa-peer")?;
-        let bind = SocketAddr::new(bed.addr_a(false), PORT).to_string();
-        let advertise = format!("{PEER_STAG:#x}:{sink}");
-        let mut args = vec![
-            "listen",
-            "--bind",
-            &bind,
-            "--connections",
-            "1",
-            "--timeout",
-            "60",
-            "--accept-timeout",
-            "120",
-            "--advertise",
-            &advertise,
-        ];
-        if a.plain {
-            args.push("--no-crc");
+/// Posts `count` Writes of `payload` octets from region `stag` (slot `i mod slots` of it) to
+/// the peer's `(STag, base TO)` at the same offsets, keeping at most [`IN_FLIGHT`]
+/// outstanding, until every one completed; returns the seconds from the first post to the
+/// last completion.
+fn send_writes(
+    consumer: &mut Consumer,
+    flow_id: u64,
+    stag: u32,
+    payload: u64,
+    slots: u64,
+    count: u64,
+    (sink_stag, base_to): (u32, u64),
+) -> Result<f64> {
+    let t0 = Instant::now();
+    let (mut posted, mut done) = (0u64, 0u64);
+    while done < count {
+        if t0.elapsed() > RUN_TIMEOUT {
+            bail!("{done} of {count} Writes completed in {RUN_TIMEOUT:?}");
         }
-        if !a.plain && !a.no_markers {
-            args.push("--markers");
+        while posted < count && posted - done < u64::from(IN_FLIGHT) {
+            // A batch of contiguous slots, not past the region's end.
+            let slot = posted % slots;
+            let n = (count - posted)
+                .min(u64::from(BATCH))
+                .min(slots - slot)
+                .min(u64::from(IN_FLIGHT) - (posted - done));
+            let off = slot * payload;
+            consumer.post_write(
+                flow_id,
+                stag,
+                off,
+                payload,
+                n as u32,
+                sink_stag,
+                base_to + off,
+            )?;
+            posted += n;
         }
-        let mut child = bed
-            .command(&bed.ns_a, &bin.to_string_lossy())
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("mpa-peer listen")?;
-        let err = child.stderr.take().ok_or_else(|| anyhow!("no stderr"))?;
-        let mut err = BufReader::new(err);
-        let mut line = String::new();
-        err.read_line(&mut line)?;
-        if !line.contains("listening on") {
-            let _ = child.kill();
-            bail!("mpa-peer listen: {line}");
-        }
-        std::thread::spawn(move || {
-            let mut rest = String::new();
-            let _ = err.read_to_string(&mut rest);
-            if !rest.trim().is_empty() {
-                tracing::warn!("mpa-peer listen: {}", rest.trim());
+        let next = consumer.next_completions(Instant::now() + Duration::from_millis(100))?;
+        for c in next.unwrap_or_default() {
+            if c.kind != CompletionKind::WriteSent || c.len != payload {
+                bail!("unexpected completion {c:?}");
             }
-        });
-        Ok(Listener { child })
-    }
-
-    /// The connection's report, waiting at most `within`.
-    fn report(mut self, within: Duration) -> Result<Value> {
-        let t0 = Instant::now();
-        while self.child.try_wait()?.is_none() {
-            if t0.elapsed() > within {
-                bail!("mpa-peer listen did not finish within {within:?}");
-            }
-            std::thread::sleep(Duration::from_millis(10));
+            done += 1;
         }
-        let mut out = String::new();
-        if let Some(mut o) = self.child.stdout.take() {
-            o.read_to_string(&mut out)?;
-        }
-        let line = out
-            .lines()
-            .next()
-            .ok_or_else(|| anyhow!("no report from mpa-peer listen"))?;
-        Ok(serde_json::from_str(line)?)
     }
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    Ok(t0.elapsed().as_secs_f64())
 }
 
 /// The kernel sender: `mpa-peer connect` in ns b.
 fn kernel_send(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> Result<BwSample> {
     let payload = (size - TAGGED) as u64;
-    let listener = Listener::start(bed, a, sink_len(a, payload))?;
+    let listener = listener(bed, a, sink_len(a, payload))?;
     let bin = sibling("mpa-peer")?;
     let to = SocketAddr::new(bed.addr_a(false), PORT).to_string();
     let system = SystemCpu::start()?;
@@ -215,7 +195,7 @@ fn datapath_send(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> Result<B
     if !region.write(0, &src) {
         bail!("cannot fill the consumer's region");
     }
-    let listener = Listener::start(bed, a, sink)?;
+    let listener = listener(bed, a, sink)?;
     let to = SocketAddr::new(bed.addr_a(false), PORT);
     let policy = StartupPolicy {
         markers_required: false,
@@ -248,43 +228,8 @@ fn datapath_send(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> Result<B
     let stag = region.info().stag;
     let system = SystemCpu::start()?;
     let c0 = cpu_self();
-    let t0 = Instant::now();
-    let (mut posted, mut done) = (0u64, 0u64);
-    while done < count {
-        if t0.elapsed() > RUN_TIMEOUT {
-            bail!("{done} of {count} Writes completed in {RUN_TIMEOUT:?}");
-        }
-        while posted < count && posted - done < u64::from(IN_FLIGHT) {
-            // A batch of contiguous slots, not past the region's end.
-            let slot = posted % slots;
-            let n = (count - posted)
-                .min(u64::from(BATCH))
-                .min(slots - slot)
-                .min(u64::from(IN_FLIGHT) - (posted - done));
-            let off = slot * payload;
-            consumer.post_write(
-                flow_id,
-                stag,
-                off,
-                payload,
-                n as u32,
-                ad.stag,
-                ad.base_to + off,
-            )?;
-            posted += n;
-        }
-        if let Some(batch) =
-            consumer.next_completions(Instant::now() + Duration::from_millis(100))?
-        {
-            for c in batch {
-                if c.kind != CompletionKind::WriteSent || c.len != payload {
-                    bail!("unexpected completion {c:?}");
-                }
-                done += 1;
-            }
-        }
-    }
-    let seconds = t0.elapsed().as_secs_f64();
+    let to = (ad.stag, ad.base_to);
+    let seconds = send_writes(&mut consumer, flow_id, stag, payload, slots, count, to)?;
     let cpu = cpu_self() - c0;
     let system = system.seconds()?;
     consumer.finish_flow(flow_id)?;
@@ -406,42 +351,8 @@ fn datapath_to_datapath(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> R
         .map_err(|_| anyhow!("the Responder thread panicked"))??;
     let system = SystemCpu::start()?;
     let c0 = cpu_self();
-    let t0 = Instant::now();
-    let (mut posted, mut done) = (0u64, 0u64);
-    while done < count {
-        if t0.elapsed() > RUN_TIMEOUT {
-            bail!("{done} of {count} Writes completed in {RUN_TIMEOUT:?}");
-        }
-        while posted < count && posted - done < u64::from(IN_FLIGHT) {
-            let slot = posted % slots;
-            let n = (count - posted)
-                .min(u64::from(BATCH))
-                .min(slots - slot)
-                .min(u64::from(IN_FLIGHT) - (posted - done));
-            let off = slot * payload;
-            consumer.post_write(
-                flow_id,
-                region.info().stag,
-                off,
-                payload,
-                n as u32,
-                ad.stag,
-                off,
-            )?;
-            posted += n;
-        }
-        if let Some(batch) =
-            consumer.next_completions(Instant::now() + Duration::from_millis(100))?
-        {
-            for c in batch {
-                if c.kind != CompletionKind::WriteSent || c.len != payload {
-                    bail!("unexpected completion {c:?}");
-                }
-                done += 1;
-            }
-        }
-    }
-    let seconds = t0.elapsed().as_secs_f64();
+    let (stag, to) = (region.info().stag, (ad.stag, ad.base_to));
+    let seconds = send_writes(&mut consumer, flow_id, stag, payload, slots, count, to)?;
     let cpu = cpu_self() - c0;
     let system = system.seconds()?;
     consumer.finish_flow(flow_id)?;

@@ -17,7 +17,7 @@
 use crate::datapath::{start_datapath, temp_path, DatapathOptions};
 use crate::lat::{monotonic_ns, row_json, table, LatArgs, Row, Samples, Side};
 use crate::options::{bed_for, PD, PORT};
-use crate::peer::sibling;
+use crate::peer::PeerListen;
 use crate::progress::Progress;
 use crate::report::{Document, Scenario};
 use anyhow::{anyhow, bail, Context, Result};
@@ -31,9 +31,7 @@ use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::CompletionKind;
 use mpa_testbed::{run_in_netns, TestBed};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 /// The echo server's region (its advertisement).
@@ -44,74 +42,33 @@ const WARMUP: u64 = 100;
 const WAIT: Duration = Duration::from_secs(10);
 
 /// `mpa-peer listen --echo` in ns a, for one connection.
-struct Echo {
-    child: Child,
-}
-
-impl Echo {
-    fn start(bed: &TestBed, a: &LatArgs, payload: u64) -> Result<Echo> {
-        let bin = sibling("mpa-peer")?;
-        let bind = SocketAddr::new(bed.addr_a(false), PORT).to_string();
-        let advertise = format!("{ECHO_STAG:#x}:{payload}");
-        let mut cmd = bed.command(&bed.ns_a, &bin.to_string_lossy());
-        cmd.args(["listen", "--echo", "--bind", &bind, "--connections", "1"])
-            .args(["--timeout", "30", "--accept-timeout", "60"])
-            .args(["--advertise", &advertise, "--rev", "2"]);
-        if a.plain {
-            cmd.arg("--no-crc");
-        }
-        if !a.plain && !a.no_markers {
-            cmd.arg("--markers");
-        }
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("mpa-peer listen --echo")?;
-        let mut err = BufReader::new(child.stderr.take().ok_or_else(|| anyhow!("no stderr"))?);
-        let mut line = String::new();
-        err.read_line(&mut line)?;
-        if !line.contains("listening on") {
-            let _ = child.kill();
-            bail!("mpa-peer listen --echo: {line}");
-        }
-        std::thread::spawn(move || {
-            let mut rest = String::new();
-            let _ = err.read_to_string(&mut rest);
-            if !rest.trim().is_empty() {
-                tracing::warn!("mpa-peer listen --echo: {}", rest.trim());
-            }
-        });
-        Ok(Echo { child })
+fn echo_server(bed: &TestBed, a: &LatArgs, payload: u64) -> Result<PeerListen> {
+    let bind = SocketAddr::new(bed.addr_a(false), PORT).to_string();
+    let advertise = format!("{ECHO_STAG:#x}:{payload}");
+    let mut args = vec![
+        "--echo",
+        "--bind",
+        &bind,
+        "--connections",
+        "1",
+        "--timeout",
+        "30",
+    ];
+    args.extend([
+        "--accept-timeout",
+        "60",
+        "--advertise",
+        &advertise,
+        "--rev",
+        "2",
+    ]);
+    if a.plain {
+        args.push("--no-crc");
     }
-
-    /// Its report once the connection ended.
-    fn report(mut self) -> Result<Value> {
-        let t0 = Instant::now();
-        while self.child.try_wait()?.is_none() {
-            if t0.elapsed() > Duration::from_secs(40) {
-                bail!("mpa-peer listen --echo did not finish");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let mut out = String::new();
-        if let Some(mut o) = self.child.stdout.take() {
-            o.read_to_string(&mut out)?;
-        }
-        let line = out
-            .lines()
-            .next()
-            .ok_or_else(|| anyhow!("no echo report"))?;
-        Ok(serde_json::from_str(line)?)
+    if !a.plain && !a.no_markers {
+        args.push("--markers");
     }
-}
-
-impl Drop for Echo {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    PeerListen::start(bed, &bed.ns_a, &args)
 }
 
 /// Our advertisement: the region the echo writes back into.
@@ -147,7 +104,7 @@ fn check_echo(echo: Value, n: u64) -> Result<()> {
 /// The kernel Initiator: a blocking `MpaStream` in ns b.
 fn kernel_pingpong(bed: &TestBed, a: &LatArgs, size: usize) -> Result<Samples> {
     let payload = (size - TAGGED_HEADER_LEN) as u64;
-    let echo = Echo::start(bed, a, payload)?;
+    let echo = echo_server(bed, a, payload)?;
     let to = SocketAddr::new(bed.addr_a(false), PORT);
     let sock = run_in_netns(&bed.ns_b, move || TcpStream::connect_timeout(&to, WAIT))??;
     sock.set_nodelay(true)?;
@@ -219,7 +176,7 @@ fn kernel_pingpong(bed: &TestBed, a: &LatArgs, size: usize) -> Result<Samples> {
         }
     }
     drop(s);
-    check_echo(echo.report()?, WARMUP + a.messages)?;
+    check_echo(echo.report(Duration::from_secs(40))?, WARMUP + a.messages)?;
     Ok(smp)
 }
 
@@ -244,7 +201,7 @@ fn datapath_pingpong(bed: &TestBed, a: &LatArgs, size: usize) -> Result<Samples>
     if !src.write(0, &sent) {
         bail!("cannot fill the source region");
     }
-    let echo = Echo::start(bed, a, payload)?;
+    let echo = echo_server(bed, a, payload)?;
     let to = SocketAddr::new(bed.addr_a(false), PORT);
     let mut dpc = DatapathClient::connect(&socket, Duration::from_secs(20))?;
     let ad = our_ad(sink.info().stag, payload).emit().to_vec();
@@ -313,7 +270,7 @@ fn datapath_pingpong(bed: &TestBed, a: &LatArgs, size: usize) -> Result<Samples>
         bail!("the echoed region differs from what was sent");
     }
     consumer.finish_flow(flow_id)?;
-    let report = echo.report()?;
+    let report = echo.report(Duration::from_secs(40))?;
     drop(frozen);
     dp.stop();
     check_echo(report, WARMUP + a.messages)?;

@@ -185,3 +185,71 @@ fn wait_listening(child: &mut std::process::Child) -> Result<()> {
         other => bail!("mpa-peer listen did not start: {other:?}"),
     }
 }
+
+/// `mpa-peer listen` for one connection in namespace `ns` (its arguments after `listen`),
+/// ready once it says it listens; killed when dropped.
+pub struct PeerListen {
+    child: std::process::Child,
+}
+
+impl PeerListen {
+    /// Starts it and waits for its "listening on" line.
+    pub fn start(bed: &TestBed, ns: &str, args: &[&str]) -> Result<PeerListen> {
+        use std::io::{BufRead, BufReader, Read};
+        let bin = sibling("mpa-peer")?;
+        let mut child = bed
+            .command(ns, &bin.to_string_lossy())
+            .arg("listen")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("mpa-peer listen")?;
+        let err = child.stderr.take().ok_or_else(|| anyhow!("no stderr"))?;
+        let mut err = BufReader::new(err);
+        let mut line = String::new();
+        err.read_line(&mut line)?;
+        if !line.contains("listening on") {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("mpa-peer listen: {line}");
+        }
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = err.read_to_string(&mut rest);
+            if !rest.trim().is_empty() {
+                tracing::warn!("mpa-peer listen: {}", rest.trim());
+            }
+        });
+        Ok(PeerListen { child })
+    }
+
+    /// Its report of the connection once it exited, waiting at most `within`.
+    pub fn report(mut self, within: std::time::Duration) -> Result<Value> {
+        use std::io::Read;
+        let t0 = std::time::Instant::now();
+        while self.child.try_wait()?.is_none() {
+            if t0.elapsed() > within {
+                bail!("mpa-peer listen did not finish within {within:?}");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let mut out = String::new();
+        if let Some(mut o) = self.child.stdout.take() {
+            o.read_to_string(&mut out)?;
+        }
+        let line = out
+            .lines()
+            .next()
+            .ok_or_else(|| anyhow!("no report from mpa-peer listen"))?;
+        Ok(serde_json::from_str(line)?)
+    }
+}
+
+impl Drop for PeerListen {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,6 +1,7 @@
 //! MPA peers in ns a (in-process Initiators and Responders), the datapath in ns b with its
 //! hand-over, and the datapath's counters.
 
+use crate::bin;
 use mpa::endpoint::{EndpointConfig, EndpointError, MpaStream};
 use mpa_bench::{accept_and_hand_over, start_datapath, temp_path, DatapathOptions, Responder};
 use mpa_control::datapath_client::DatapathClient;
@@ -8,10 +9,13 @@ use mpa_control::freeze::FrozenSocket;
 use mpa_ctl_proto::stats::{DatapathStats, FlowReport};
 use mpa_datapath::server::Datapath;
 use mpa_testbed::{run_in_netns, TestBed};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The datapath in ns b (`mpa-bench`'s `start_datapath`), its control socket at a fresh path.
 pub fn datapath(bed: &TestBed, opts: &DatapathOptions) -> (Datapath, PathBuf) {
@@ -103,4 +107,62 @@ pub fn ended_flow(dpc: &mut DatapathClient, flow_id: u64) -> FlowReport {
     s.ended_flow(flow_id)
         .unwrap_or_else(|| panic!("flow {flow_id} not among the ended flows: {s:?}"))
         .clone()
+}
+
+/// `mpa-peer listen` in ns a for one connection; killed when dropped.
+pub struct PeerListener {
+    child: Child,
+}
+
+impl PeerListener {
+    /// Starts it with `args` after `listen --bind BIND --connections 1`; ready once it says
+    /// it listens.
+    pub fn start(bed: &TestBed, bind: SocketAddr, args: &[&str]) -> PeerListener {
+        let mut child = bed
+            .command(&bed.ns_a, &bin("mpa-peer").to_string_lossy())
+            .args(["listen", "--bind", &bind.to_string(), "--connections", "1"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        err.read_line(&mut line).unwrap();
+        assert!(line.contains("listening on"), "mpa-peer: {line}");
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = err.read_to_string(&mut rest);
+            if !rest.is_empty() {
+                eprint!("mpa-peer stderr: {rest}");
+            }
+        });
+        PeerListener { child }
+    }
+
+    /// Waits (bounded) for the exit; returns the connection's JSON report.
+    pub fn report(mut self, within: Duration) -> Value {
+        let t0 = Instant::now();
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(t0.elapsed() < within, "mpa-peer listen did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut out = String::new();
+        self.child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        let line = out.lines().next().expect("no report line from mpa-peer");
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"))
+    }
+}
+
+impl Drop for PeerListener {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

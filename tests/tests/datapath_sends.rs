@@ -15,73 +15,54 @@ use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::stats::FlowReport;
 use mpa_ctl_proto::CompletionKind;
 use mpa_datapath::sim::SplitMix64;
+use mpa_tests::PeerListener as Listener;
 use mpa_tests::{
     bin, datapath, require_privileged, run_in_netns, BedConfig, DatapathOptions, TestBed,
 };
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const PD: u32 = 5;
 const PEER_STAG: u32 = 0x7700;
 
-/// `mpa-peer listen` in ns a for one connection; killed when dropped.
-struct Listener {
-    child: Child,
-}
-
-impl Listener {
-    fn start(bed: &TestBed, bind: SocketAddr, args: &[&str]) -> Listener {
-        let mut child = bed
-            .command(&bed.ns_a, &bin("mpa-peer").to_string_lossy())
-            .args(["listen", "--bind", &bind.to_string(), "--connections", "1"])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        err.read_line(&mut line).unwrap();
-        assert!(line.contains("listening on"), "mpa-peer: {line}");
-        std::thread::spawn(move || {
-            let mut rest = String::new();
-            let _ = err.read_to_string(&mut rest);
-            if !rest.is_empty() {
-                eprint!("mpa-peer stderr: {rest}");
-            }
-        });
-        Listener { child }
-    }
-
-    /// Waits (bounded) for the exit; returns the connection's JSON report.
-    fn report(mut self, within: Duration) -> Value {
-        let t0 = Instant::now();
-        while self.child.try_wait().unwrap().is_none() {
-            assert!(t0.elapsed() < within, "mpa-peer listen did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let mut out = String::new();
-        self.child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut out)
-            .unwrap();
-        let line = out.lines().next().expect("no report line from mpa-peer");
-        serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"))
-    }
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The datapath at `path` connects (as Initiator, domain [`PD`]) to the listener at `bind`
+/// and owns the flow: its id, what was negotiated, and the frozen kernel socket.
+fn initiator(
+    bed: &TestBed,
+    path: &Path,
+    bind: SocketAddr,
+) -> (
+    u64,
+    mpa::startup::Negotiated,
+    mpa_control::freeze::FrozenSocket,
+) {
+    let mut dpc = DatapathClient::connect(path, Duration::from_secs(10)).unwrap();
+    let outcome = run_in_netns(&bed.ns_b, || {
+        connect_and_hand_over(
+            bind,
+            StartupPolicy::default(),
+            Vec::new(),
+            mpa_control::Placement {
+                pd: Some(PD),
+                aligned_sender: false,
+            },
+            &mut dpc,
+        )
+    })
+    .unwrap()
+    .unwrap();
+    let InitiatorOutcome::HandedOver {
+        flow_id,
+        negotiated,
+        frozen,
+    } = outcome
+    else {
+        panic!("the listener at {bind} rejected the connection")
+    };
+    (flow_id, negotiated, frozen)
 }
 
 struct Case {
@@ -107,29 +88,7 @@ fn writes_reach_the_kernel_peer(bed: &TestBed, path: &Path, port: u16, c: &Case)
         args.push("--markers");
     }
     let listener = Listener::start(bed, bind, &args);
-    let mut dpc = DatapathClient::connect(path, Duration::from_secs(10)).unwrap();
-    let outcome = run_in_netns(&bed.ns_b, || {
-        connect_and_hand_over(
-            bind,
-            StartupPolicy::default(),
-            Vec::new(),
-            mpa_control::Placement {
-                pd: Some(PD),
-                aligned_sender: false,
-            },
-            &mut dpc,
-        )
-    })
-    .unwrap()
-    .unwrap();
-    let InitiatorOutcome::HandedOver {
-        flow_id,
-        negotiated,
-        frozen,
-    } = outcome
-    else {
-        panic!("{what}: rejected")
-    };
+    let (flow_id, negotiated, frozen) = initiator(bed, path, bind);
     assert_eq!(negotiated.markers_tx, c.markers, "{what}");
     let ad: RegionAd = RegionAd::parse(&negotiated.peer_private_data)
         .expect("a valid advertisement")
@@ -608,29 +567,7 @@ fn the_datapath_reads_mpa_peer_listens_region() {
             "--fill-pattern",
         ],
     );
-    let mut dpc = DatapathClient::connect(&path, Duration::from_secs(10)).unwrap();
-    let outcome = run_in_netns(&bed.ns_b, || {
-        connect_and_hand_over(
-            bind,
-            StartupPolicy::default(),
-            Vec::new(),
-            mpa_control::Placement {
-                pd: Some(PD),
-                aligned_sender: false,
-            },
-            &mut dpc,
-        )
-    })
-    .unwrap()
-    .unwrap();
-    let InitiatorOutcome::HandedOver {
-        flow_id,
-        negotiated,
-        frozen,
-    } = outcome
-    else {
-        panic!("rejected")
-    };
+    let (flow_id, negotiated, frozen) = initiator(&bed, &path, bind);
     let ad = RegionAd::parse(&negotiated.peer_private_data)
         .unwrap()
         .unwrap();

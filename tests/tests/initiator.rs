@@ -13,15 +13,15 @@ use mpa_control::initiator::{connect_and_hand_over, InitiatorOutcome};
 use mpa_ctl_proto::stats::{DatapathStats, FlowReport};
 use mpa_ctl_proto::Message;
 use mpa_datapath::server::Datapath;
+use mpa_tests::PeerListener as Listener;
 use mpa_tests::{
     bin, datapath, ended_flow, require_privileged, responder_in_a, run_in_netns, stats, BedConfig,
     DatapathOptions, TestBed,
 };
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+
 use std::time::{Duration, Instant};
 
 /// The datapath in ns b as `mpa-bench` starts it (digests on).
@@ -40,63 +40,6 @@ fn ended(dp_socket: &Path, flow_id: u64) -> FlowReport {
         &mut DatapathClient::connect(dp_socket, Duration::from_secs(5)).unwrap(),
         flow_id,
     )
-}
-
-/// `mpa-peer listen` in ns a for one connection; killed when dropped.
-struct Listener {
-    child: Child,
-}
-
-impl Listener {
-    fn start(bed: &TestBed, bind: SocketAddr, args: &[&str]) -> Listener {
-        let mut child = bed
-            .command(&bed.ns_a, &bin("mpa-peer").to_string_lossy())
-            .args(["listen", "--bind", &bind.to_string(), "--connections", "1"])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // Ready once it says so (stderr's first line).
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        err.read_line(&mut line).unwrap();
-        assert!(line.contains("listening on"), "mpa-peer: {line}");
-        std::thread::spawn(move || {
-            let mut rest = String::new();
-            let _ = err.read_to_string(&mut rest);
-            if !rest.is_empty() {
-                eprint!("mpa-peer stderr: {rest}");
-            }
-        });
-        Listener { child }
-    }
-
-    /// Waits (bounded) for the exit; returns the connection's JSON report.
-    fn report(mut self, within: Duration) -> Value {
-        let t0 = Instant::now();
-        while self.child.try_wait().unwrap().is_none() {
-            assert!(t0.elapsed() < within, "mpa-peer listen did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let mut out = String::new();
-        self.child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut out)
-            .unwrap();
-        let line = out.lines().next().expect("no report line from mpa-peer");
-        serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"))
-    }
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Runs `mpa-control connect` in ns b; returns its JSON line (or panics with its stderr).
