@@ -27,7 +27,6 @@ use crate::report::{Document, Scenario};
 use anyhow::{anyhow, bail, Context, Result};
 use mpa::startup::StartupPolicy;
 use mpa_control::datapath_client::DatapathClient;
-use mpa_control::initiator::{connect_and_hand_over, InitiatorOutcome};
 use mpa_ctl_proto::consumer::Consumer;
 use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::CompletionKind;
@@ -202,29 +201,8 @@ fn datapath_send(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> Result<B
         crc_suppressed_by_admin: a.plain,
         ..StartupPolicy::default()
     };
-    let mut dpc = DatapathClient::connect(&socket, Duration::from_secs(20))?;
-    let outcome = run_in_netns(&bed.ns_b, || {
-        connect_and_hand_over(
-            to,
-            policy,
-            Vec::new(),
-            mpa_control::Placement {
-                pd: Some(PD),
-                aligned_sender: false,
-            },
-            &mut dpc,
-        )
-    })??;
-    let InitiatorOutcome::HandedOver {
-        flow_id,
-        negotiated,
-        frozen,
-    } = outcome
-    else {
-        bail!("the listener rejected the connection");
-    };
-    let ad = RegionAd::parse(&negotiated.peer_private_data)?
-        .ok_or_else(|| anyhow!("the listener advertised no region"))?;
+    let (flow_id, ad, frozen) =
+        crate::datapath::initiate(bed, &socket, to, policy, Vec::new(), PD)?;
     let stag = region.info().stag;
     let system = SystemCpu::start()?;
     let c0 = cpu_self();
@@ -238,6 +216,7 @@ fn datapath_send(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> Result<B
     // The sender's view, for the log: how its TCP ran.
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(10) {
+        let mut dpc = DatapathClient::connect(&socket, Duration::from_secs(5))?;
         let s = crate::datapath::stats(&mut dpc)?;
         if let Some(f) = s.ended_flow(flow_id) {
             tracing::info!(
@@ -323,29 +302,12 @@ fn datapath_to_datapath(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> R
     if !region.write(0, &src) {
         bail!("cannot fill the consumer's region");
     }
-    let mut dpc = DatapathClient::connect(&socket_b, Duration::from_secs(20))?;
     let policy = StartupPolicy {
         crc_suppressed_by_admin: a.plain,
         ..StartupPolicy::default()
     };
-    let outcome = run_in_netns(&bed.ns_b, || {
-        connect_and_hand_over(
-            addr,
-            policy,
-            Vec::new(),
-            mpa_control::Placement {
-                pd: Some(PD),
-                aligned_sender: false,
-            },
-            &mut dpc,
-        )
-    })??;
-    let InitiatorOutcome::HandedOver {
-        flow_id, frozen, ..
-    } = outcome
-    else {
-        bail!("datapath A rejected the connection");
-    };
+    let (flow_id, _, frozen) =
+        crate::datapath::initiate(bed, &socket_b, addr, policy, Vec::new(), PD)?;
     let handed_a = setup
         .join()
         .map_err(|_| anyhow!("the Responder thread panicked"))??;

@@ -1,7 +1,7 @@
 //! The datapath as every experiment and whole-system test starts it, and the hand-over of an
 //! accepted connection to it: THE `start_datapath` and hand-over fixture of the workspace.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use mpa::startup::{Negotiated, StartupPolicy};
 use mpa_bpf::AttachMode;
 use mpa_control::datapath_client::DatapathClient;
@@ -204,4 +204,42 @@ pub fn stats(dpc: &mut DatapathClient) -> Result<DatapathStats> {
         Message::Stats { stats, .. } => Ok(*stats),
         m => bail!("no stats: {m:?}"),
     }
+}
+
+/// The datapath behind `socket` as Initiator: connects from ns b to `to` with `policy` and
+/// `private_data`, its flow placing into domain `pd`, and hands the connection over; returns
+/// the flow, the Responder's region advertisement, and the frozen kernel socket (keep it
+/// until the flow is gone).
+pub fn initiate(
+    bed: &TestBed,
+    socket: &Path,
+    to: std::net::SocketAddr,
+    policy: StartupPolicy,
+    private_data: Vec<u8>,
+    pd: u32,
+) -> Result<(u64, mpa_ctl_proto::region_ad::RegionAd, FrozenSocket)> {
+    let mut dpc = DatapathClient::connect(socket, Duration::from_secs(20))?;
+    let outcome = run_in_netns(&bed.ns_b, || {
+        mpa_control::initiator::connect_and_hand_over(
+            to,
+            policy,
+            private_data,
+            Placement {
+                pd: Some(pd),
+                aligned_sender: false,
+            },
+            &mut dpc,
+        )
+    })??;
+    let mpa_control::initiator::InitiatorOutcome::HandedOver {
+        flow_id,
+        negotiated,
+        frozen,
+    } = outcome
+    else {
+        bail!("{to} rejected the connection");
+    };
+    let ad = mpa_ctl_proto::region_ad::RegionAd::parse(&negotiated.peer_private_data)?
+        .ok_or_else(|| anyhow!("{to} advertised no region"))?;
+    Ok((flow_id, ad, frozen))
 }

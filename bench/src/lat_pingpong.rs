@@ -24,8 +24,6 @@ use anyhow::{anyhow, bail, Context, Result};
 use mpa::endpoint::{EndpointConfig, MpaStream};
 use mpa::startup::StartupPolicy;
 use mpa::wire::ddp::{DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN};
-use mpa_control::datapath_client::DatapathClient;
-use mpa_control::initiator::{connect_and_hand_over, InitiatorOutcome};
 use mpa_ctl_proto::consumer::Consumer;
 use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::CompletionKind;
@@ -203,31 +201,9 @@ fn datapath_pingpong(bed: &TestBed, a: &LatArgs, size: usize) -> Result<Samples>
     }
     let echo = echo_server(bed, a, payload)?;
     let to = SocketAddr::new(bed.addr_a(false), PORT);
-    let mut dpc = DatapathClient::connect(&socket, Duration::from_secs(20))?;
     let ad = our_ad(sink.info().stag, payload).emit().to_vec();
     let pol = policy(a);
-    let outcome = run_in_netns(&bed.ns_b, || {
-        connect_and_hand_over(
-            to,
-            pol,
-            ad,
-            mpa_control::Placement {
-                pd: Some(PD),
-                aligned_sender: false,
-            },
-            &mut dpc,
-        )
-    })??;
-    let InitiatorOutcome::HandedOver {
-        flow_id,
-        negotiated,
-        frozen,
-    } = outcome
-    else {
-        bail!("the echo server rejected the connection");
-    };
-    let peer = RegionAd::parse(&negotiated.peer_private_data)?
-        .ok_or_else(|| anyhow!("the echo server advertised no region"))?;
+    let (flow_id, peer, frozen) = crate::datapath::initiate(bed, &socket, to, pol, ad, PD)?;
     let mut smp = Samples::default();
     for i in 0..WARMUP + a.messages {
         let t0 = monotonic_ns();
