@@ -30,6 +30,9 @@ pub struct RingStats {
     /// Largest frame received, octets.
     #[serde(default)]
     pub rx_largest: u64,
+    /// Times the worker blocked waiting for frames (an idle worker's poll()).
+    #[serde(default)]
+    pub rx_waits: u64,
 }
 
 /// Counters of one receiver.

@@ -157,6 +157,7 @@ impl FrameRing for MemRing {
         {
             let mut s = self.inner.lock();
             if s.rx.is_empty() && timeout_ms > 0 {
+                self.stats.rx_waits += 1;
                 let wait = Duration::from_millis(timeout_ms.unsigned_abs().into());
                 s = self
                     .inner

@@ -419,6 +419,9 @@ impl XskQueue {
         // `timeout_ms`, so that an idle worker leaves the CPU to others.
         // SAFETY: `rx_descs` is ours; the ring writes descriptors of this UMEM into it.
         let mut n = unsafe { self.rx.consume(&mut self.rx_descs) };
+        if n == 0 && timeout_ms > 0 {
+            self.stats.rx_waits += 1;
+        }
         if n == 0 && timeout_ms > 0 && self.wait(timeout_ms)? {
             // SAFETY: as above.
             n = unsafe { self.rx.consume(&mut self.rx_descs) };

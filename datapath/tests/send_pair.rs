@@ -518,3 +518,48 @@ fn reads_are_checked_where_they_land() {
         "flow 1: no registered region 0x00000077"
     );
 }
+
+/// A worker asleep between frames serves a message posted meanwhile at once: the poll after
+/// the post sends it without first blocking for frames (it used to wait for poll()'s timeout,
+/// up to 10 ms, before it looked at the flow). Counted, not timed: `rx_waits` is the number
+/// of blocking waits.
+#[test]
+fn a_posted_message_is_sent_without_waiting_for_frames() {
+    let mut a = end(true, false, 1 << 16);
+    let now = Instant::now();
+    // Idle long enough to stop spinning (256 empty polls) and block once.
+    for _ in 0..300 {
+        a.worker.poll_once_at(now).unwrap();
+        if a.worker.report().ring.rx_waits > 0 {
+            break;
+        }
+    }
+    let waits = a.worker.report().ring.rx_waits;
+    assert!(waits > 0, "the idle worker never blocked");
+    let _ = a.wire.take_sent();
+    let op = SendOp::Write {
+        sink_stag: SINK,
+        sink_to: 0,
+    };
+    let p = SendPost {
+        op,
+        stag: SRC,
+        offset: 0,
+        len: 1000,
+        count: 1,
+    };
+    assert_eq!(post(&mut a.worker, 1, p).unwrap(), None);
+    a.worker.poll_once_at(now).unwrap();
+    assert_eq!(
+        a.worker.report().ring.rx_waits,
+        waits,
+        "blocked before sending"
+    );
+    let sent = a.wire.take_sent();
+    let data: Vec<_> = sent
+        .iter()
+        .filter_map(|f| parse_tcp_frame(f, true).ok())
+        .filter(|p| !p.tcp.payload().is_empty())
+        .collect();
+    assert_eq!(data.len(), 1, "the Write left in that poll");
+}
