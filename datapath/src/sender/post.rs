@@ -160,12 +160,19 @@ impl<R: Regions> FpduSource<R> {
         len: u64,
     ) -> u64 {
         // A control message is all header (its ULPDU), so its chunk may be 0: one FPDU.
-        let chunk = (self.mulpdu - hdr) as u64;
+        let content_start = self.content_tail;
+        let chunk = fpdu_chunk(
+            self.mulpdu,
+            hdr,
+            len,
+            content_start,
+            self.first_marker,
+            self.cfg.markers,
+        );
         let fpdus = if len == 0 { 1 } else { len.div_ceil(chunk) };
         let last = len - (fpdus - 1) * chunk;
         let full = fpdu::fpdu_len(hdr + chunk as usize) as u64;
         let content_len = (fpdus - 1) * full + fpdu::fpdu_len(hdr + last as usize) as u64;
-        let content_start = self.content_tail;
         let content_end = content_start + content_len;
         let wire_end = self.boundary(content_end);
         let id = self.next_id;
@@ -189,4 +196,44 @@ impl<R: Regions> FpduSource<R> {
         trace!(id, ?kind, len, fpdus, wire_end, "sender: posted");
         id
     }
+}
+
+/// Payload octets per FPDU of a message of `len` octets with `hdr` octets of DDP header,
+/// whose content (the stream without markers) starts at `content_start`: the most MULPDU
+/// allows; with markers, the largest of up to 16 sizes 4 octets apart (or, for a message of
+/// one FPDU, two FPDUs) whose FPDUs never end right before a Marker (content index
+/// `first_marker + j·508`), when one exists. Such an
+/// end is legal (RFC 5044 §4.3 puts the Marker at the start of the next FPDU), but a segment
+/// ending there trips Wireshark's MPA dissector, which counts a Marker at the segment's very
+/// end (`number_of_markers` in packet-iwarp-mpa.c) and loses the stream from then on.
+pub(crate) fn fpdu_chunk(
+    mulpdu: usize,
+    hdr: usize,
+    len: u64,
+    content_start: u64,
+    first_marker: u64,
+    markers: bool,
+) -> u64 {
+    let max = mulpdu.saturating_sub(hdr) as u64;
+    if !markers || len == 0 || max < 8 {
+        return max;
+    }
+    let on_marker = |end: u64| end >= first_marker && (end - first_marker).is_multiple_of(BETWEEN);
+    let clean = |chunk: u64| {
+        let fpdus = len.div_ceil(chunk);
+        let full = fpdu::fpdu_len(hdr + chunk as usize) as u64;
+        let last = len - (fpdus - 1) * chunk;
+        let end = content_start + (fpdus - 1) * full + fpdu::fpdu_len(hdr + last as usize) as u64;
+        // Inner ends step by `full`: their residues modulo 508 repeat within 127 steps.
+        let inner = (fpdus - 1).min(127);
+        !on_marker(end) && !(1..=inner).any(|k| on_marker(content_start + k * full))
+    };
+    // A message of one FPDU can only move its end by becoming two.
+    let split = (len > 4 && len <= max).then(|| len - 4);
+    (0..16u64)
+        .map(|t| max - 4 * t)
+        .take_while(|&c| c >= 4)
+        .chain(split)
+        .find(|&c| clean(c))
+        .unwrap_or(max)
 }

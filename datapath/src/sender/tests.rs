@@ -73,15 +73,19 @@ fn reference(
     mulpdu: usize,
     regions: &MemRegions,
     specs: &[Spec],
-) -> (Vec<u8>, Vec<usize>) {
+) -> (Vec<u8>, Vec<usize>, Vec<usize>) {
     let mut enc = FpduEncoder::at_position(cfg.position, cfg.markers);
     let src = regions.bytes(SRC_STAG).unwrap();
-    let (mut out, mut ends) = (Vec::new(), Vec::new());
+    let (mut out, mut ends, mut counts) = (Vec::new(), Vec::new(), Vec::new());
     let (mut to, mut msn) = (0u64, 1u32);
+    // Content octets so far (FPDUs without markers), for the FPDU size rule.
+    let mut content = 0u64;
+    let first_marker = mpa::markers::to_next_marker(cfg.position) as u64;
     for s in specs {
         let hdr = if s.send { 18 } else { 14 };
-        let chunk = (mulpdu - hdr) as u64;
+        let chunk = super::post::fpdu_chunk(mulpdu, hdr, s.len, content, first_marker, cfg.markers);
         let mut off = 0;
+        let mut n = 0;
         loop {
             let take = (s.len - off).min(chunk);
             let last = off + take == s.len;
@@ -95,18 +99,21 @@ fn reference(
             let p = &src[(s.src + off) as usize..(s.src + off + take) as usize];
             enc.encode_parts(&[&h[..hdr], p], &mut out).unwrap();
             ends.push(out.len());
+            content += mpa::wire::fpdu::fpdu_len(hdr + take as usize) as u64;
+            n += 1;
             off += take;
             if last {
                 break;
             }
         }
+        counts.push(n);
         if s.send {
             msn += 1;
         } else {
             to += s.len;
         }
     }
-    (out, ends)
+    (out, ends, counts)
 }
 
 fn post_all<R: Regions>(src: &mut FpduSource<R>, specs: &[Spec]) {
@@ -134,7 +141,7 @@ fn check_against_encoder(seed: u64, emss: usize, markers: bool, position: u32, n
     };
     let mut src = FpduSource::new(cfg, regions.clone()).unwrap();
     post_all(&mut src, &specs);
-    let (want, ends) = reference(&cfg, src.mulpdu(), &regions, &specs);
+    let (want, ends, counts) = reference(&cfg, src.mulpdu(), &regions, &specs);
     assert_eq!(
         src.queued(),
         want.len(),
@@ -177,9 +184,7 @@ fn check_against_encoder(seed: u64, emss: usize, markers: bool, position: u32, n
     let mut msg_ends = Vec::new();
     {
         let mut k = 0;
-        for s in &specs {
-            let hdr = if s.send { 18 } else { 14 };
-            let fpdus = s.len.div_ceil((src.mulpdu() - hdr) as u64).max(1) as usize;
+        for &fpdus in &counts {
             k += fpdus;
             msg_ends.push(ends[k - 1]);
         }
@@ -863,6 +868,44 @@ fn fill_rate() {
             "markers {markers}: {:.2} Gbit/s of FPDUs, {:.0} ns per segment",
             octets as f64 * 8.0 / s / 1e9,
             s * 1e9 / (octets as f64 / 1448.0)
+        );
+    }
+}
+
+/// With markers, FPDU sizes are chosen so that no FPDU ends right before a Marker (Wireshark
+/// loses a stream whose segment ends there); without markers they are MULPDU's.
+#[test]
+fn fpdu_ends_avoid_marker_positions() {
+    use super::post::fpdu_chunk;
+    let (mulpdu, hdr) = (1424usize, 14usize);
+    for first_marker in [0u64, 4, 300] {
+        for start in (0..4096u64).step_by(4) {
+            for len in [1u64, 100, 1410, 4082, 65536] {
+                let chunk = fpdu_chunk(mulpdu, hdr, len, start, first_marker, true);
+                assert!(chunk <= (mulpdu - hdr) as u64);
+                let fpdus = len.div_ceil(chunk);
+                let full = mpa::wire::fpdu::fpdu_len(hdr + chunk as usize) as u64;
+                let last = len - (fpdus - 1) * chunk;
+                let mut ends: Vec<u64> = (1..fpdus).map(|k| start + k * full).collect();
+                ends.push(
+                    start
+                        + (fpdus - 1) * full
+                        + mpa::wire::fpdu::fpdu_len(hdr + last as usize) as u64,
+                );
+                let hit = |e: &u64| *e >= first_marker && (e - first_marker).is_multiple_of(508);
+                if len > 4 {
+                    // Several sizes (or a split in two) to choose from: one avoids every
+                    // Marker position.
+                    assert!(
+                        !ends.iter().any(hit),
+                        "start {start} len {len} chunk {chunk}: {ends:?}"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            fpdu_chunk(mulpdu, hdr, 4082, 0, first_marker, false),
+            (mulpdu - hdr) as u64
         );
     }
 }
