@@ -29,6 +29,7 @@
 //! position and bind address.
 
 use mpa::startup::{PrivateDataRule, RtrSet, RtrType, StartupPolicy};
+use mpa_ctl_proto::DATAPATH_MAX_IRD;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -256,6 +257,17 @@ fn listener(
                 return Err(invalid(
                     k,
                     format!("{v} exceeds the 14-bit maximum {IRD_ORD_MAX}"),
+                ));
+            }
+            // An IRD is a promise to hold that many Read Requests: no more than the
+            // datapath's queue (0x3FFF leaves IRD/ORD to the ULP and offers nothing).
+            if k == "ird" && v > DATAPATH_MAX_IRD && v != IRD_ORD_MAX {
+                return Err(invalid(
+                    k,
+                    format!(
+                        "{v} exceeds the {DATAPATH_MAX_IRD} inbound RDMA Reads the datapath \
+                         holds per connection"
+                    ),
                 ));
             }
             *field = v;
@@ -531,6 +543,10 @@ mod tests {
             (
                 "ird = 16384".into(),
                 &[".ird: 16384 exceeds the 14-bit maximum"],
+            ),
+            (
+                "ird = 33".into(),
+                &[".ird: 33 exceeds the 32 inbound RDMA Reads the datapath holds"],
             ),
             ("ord = 20000".into(), &[".ord: 20000 exceeds"]),
             (

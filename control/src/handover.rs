@@ -6,7 +6,7 @@ use crate::datapath_client::{ClientError, DatapathClient};
 use crate::freeze::{self, FrozenSocket};
 use crate::neighbour;
 use crate::setup_error::SetupError;
-use mpa::startup::Negotiated;
+use mpa::startup::{Negotiated, NO_IRD_ORD_NEGOTIATION};
 use mpa::wire::startup::{HEADER_LEN, MAX_FRAME_LEN, MAX_PRIVATE_DATA};
 use mpa_ctl_proto::{HandOver, Message, MpaParams, Role};
 use std::io::{self, Read};
@@ -145,6 +145,8 @@ pub(crate) fn hand_over(
             aligned_sender: placement.aligned_sender,
             request_frame: wire.request,
             received_reply_frame: wire.reply_received,
+            ird: negotiated_bound(negotiated, negotiated.ird),
+            ord: negotiated_bound(negotiated, negotiated.ord),
         };
         let handover = Box::new(HandOver {
             flow_id,
@@ -166,4 +168,11 @@ pub(crate) fn hand_over(
             Err(e)
         }
     }
+}
+
+/// An IRD or ORD the startup negotiated (RFC 6581 §9.1): only revision 2's enhanced
+/// connection setup carries them, and 0x3FFF leaves them to the ULP; otherwise `None` (the
+/// datapath's own bounds apply).
+fn negotiated_bound(n: &Negotiated, value: u16) -> Option<u16> {
+    (n.peer_enhanced.is_some() && value != NO_IRD_ORD_NEGOTIATION).then_some(value)
 }

@@ -103,7 +103,24 @@ pub struct MpaParams {
     /// Initiator only: the Reply it received, for the same purpose. Empty otherwise.
     #[serde(default)]
     pub received_reply_frame: Vec<u8>,
+    /// Revision 2 with IRD/ORD negotiated (RFC 6581 §9.1): our IRD, the most inbound RDMA
+    /// Read Requests the peer may have outstanding (at most [`DATAPATH_MAX_IRD`]). `None`:
+    /// not negotiated; the datapath serves up to [`DATAPATH_MAX_IRD`].
+    #[serde(default)]
+    pub ird: Option<u16>,
+    /// Likewise our ORD: the most outbound Read Requests we may have outstanding (0: none
+    /// may be sent). `None`: not negotiated; the datapath's own bound ([`DATAPATH_MAX_ORD`]).
+    #[serde(default)]
+    pub ord: Option<u16>,
 }
+
+/// The most inbound RDMA Read Requests the datapath holds per connection (its IRD queue): a
+/// negotiated IRD above it could not be honoured, so `mpa-control` refuses to offer more.
+pub const DATAPATH_MAX_IRD: u16 = 32;
+
+/// The most outbound RDMA Read Requests the datapath keeps outstanding per connection; a
+/// larger negotiated ORD is used up to this.
+pub const DATAPATH_MAX_ORD: u16 = 16;
 
 /// The whole hand-over of one connection.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -44,7 +44,9 @@ pub use framing::{
     read_message_with_fds, write_frame, write_frame_with_fd, write_frame_with_fds, write_message,
     write_message_with_fd, ProtoError,
 };
-pub use handover::{HandOver, MpaParams, Role, TcpSnapshot, TsSnapshot};
+pub use handover::{
+    HandOver, MpaParams, Role, TcpSnapshot, TsSnapshot, DATAPATH_MAX_IRD, DATAPATH_MAX_ORD,
+};
 pub use message::{ErrorCode, Message, TerminateInfo};
 pub use region::{PostTarget, RegionInfo};
 

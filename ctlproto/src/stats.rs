@@ -174,6 +174,13 @@ pub struct TxStats {
     /// digest (`ulpdu_digest` of `mpa-peer listen`).
     #[serde(default)]
     pub ulpdu_digest: Option<String>,
+    /// Our IRD in force: the peer's RDMA Read Requests served at once at most (negotiated
+    /// by revision 2, else the datapath's own bound).
+    #[serde(default)]
+    pub ird: u32,
+    /// Our ORD in force: our Read Requests outstanding at most.
+    #[serde(default)]
+    pub ord: u32,
 }
 
 /// Segments a flow's TCP dropped, by reason (RFC 7323, RFC 5961, RFC 9293), and its

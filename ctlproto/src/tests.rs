@@ -39,6 +39,8 @@ fn snapshot() -> HandOver {
             aligned_sender: true,
             request_frame: b"MPA ID Req Frame\x40\x01\x00\x00".to_vec(),
             received_reply_frame: vec![],
+            ird: Some(8),
+            ord: Some(0),
         },
         next_hop_mac: [2, 0, 0, 0, 0, 1],
     }
@@ -230,8 +232,12 @@ fn hand_overs_without_the_startup_frames_still_parse() {
     let mpa = j["mpa"].as_object_mut().unwrap();
     mpa.remove("request_frame");
     mpa.remove("received_reply_frame");
+    mpa.remove("ird");
+    mpa.remove("ord");
     let h: HandOver = serde_json::from_value(j).unwrap();
     assert!(h.mpa.request_frame.is_empty() && h.mpa.received_reply_frame.is_empty());
+    // No IRD/ORD: not negotiated (the datapath's own bounds).
+    assert_eq!((h.mpa.ird, h.mpa.ord), (None, None));
 }
 
 #[test]

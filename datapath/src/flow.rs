@@ -91,6 +91,8 @@ pub struct Flow {
     reads_served: u64,
     /// Our Read Requests sent and not yet answered (their Read Response not yet placed).
     reads_in_flight: usize,
+    /// Our ORD: at most this many `reads_in_flight`.
+    ord: usize,
     /// Our Read Requests waiting for ORD room.
     reads_waiting: std::collections::VecDeque<WaitingRead>,
 }
@@ -123,6 +125,13 @@ pub fn receive_segment<S: SendSource, R: Regions + ?Sized>(
     } else {
         tcp.handle_segment(now, repr, payload)
     };
+    // The segment's ACK counts before its octets: a peer whose Read Response arrived whole
+    // may send its next Read Request in the very segment that acknowledges it (RFC 793's
+    // order: the ACK field, then the segment text).
+    let served = tcp.source_mut().take_acked_read_responses();
+    if served > 0 {
+        rx.reads_served(served);
+    }
     if let Some(b) = payload.get(out.in_order.clone()) {
         rx.handle_in_order(b, InOrderSource::Segment, regions);
     }
@@ -236,7 +245,7 @@ impl Flow {
                 None
             }
         };
-        let rx = MpaReceiver::new(&ReceiverConfig {
+        let mut rx = MpaReceiver::new(&ReceiverConfig {
             flow_id: h.flow_id,
             start: SeqNumber(t.rcv_nxt),
             markers: m.markers_rx,
@@ -246,6 +255,13 @@ impl Flow {
             pd: m.pd,
             expect_rtr,
             digest,
+        });
+        // RFC 6581 §9.1: what revision 2 negotiated bounds the Reads each way.
+        if let Some(ird) = m.ird {
+            rx = rx.with_ird(ird);
+        }
+        let ord = m.ord.map_or(MAX_OUTBOUND_READS, |o| {
+            usize::from(o).min(MAX_OUTBOUND_READS)
         });
         Ok(Flow {
             id: h.flow_id,
@@ -260,6 +276,7 @@ impl Flow {
             ts_recent_inherited: t.timestamps.map(|t| t.ts_recent).filter(|&v| v != 0),
             reads_served: 0,
             reads_in_flight: 0,
+            ord,
             reads_waiting: Default::default(),
         })
     }
@@ -373,10 +390,8 @@ impl Flow {
                 MessageKind::Write { .. } => (CompletionKind::WriteSent, None),
                 MessageKind::Send { msn } => (CompletionKind::SendSent, Some(msn)),
                 MessageKind::Control => continue,
-                MessageKind::ReadResponse { .. } => {
-                    self.rx.read_served();
-                    continue;
-                }
+                // Its IRD slot was freed as the ACK arrived (`receive_segment`).
+                MessageKind::ReadResponse { .. } => continue,
             };
             f(&Completion {
                 flow_id: self.id,
@@ -576,6 +591,8 @@ impl Flow {
                     srtt_us: self.tcp.srtt().map(|d| d.as_micros() as u64),
                     read_responses: self.reads_served,
                     ulpdu_digest: src.digest().map(|d| format!("{d:08x}")),
+                    ird: self.rx.ird() as u32,
+                    ord: self.ord as u32,
                 }
             },
             ended: self.ended.as_ref().map(|e| EndReport {

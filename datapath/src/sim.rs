@@ -186,6 +186,10 @@ pub struct SimHandover {
     pub aligned_sender: bool,
     /// RTRs (Initiator: the one it sends; Responder: those it accepts).
     pub rtr: Vec<RtrType>,
+    /// The IRD and ORD revision 2 negotiated (`None`: not negotiated).
+    pub ird: Option<u16>,
+    /// See `ird`.
+    pub ord: Option<u16>,
     /// The next hop's MAC.
     pub next_hop_mac: [u8; 6],
 }
@@ -207,6 +211,8 @@ impl Default for SimHandover {
             pd: None,
             aligned_sender: false,
             rtr: Vec::new(),
+            ird: None,
+            ord: None,
             next_hop_mac: [2, 0, 0, 0, 0, 1],
         }
     }
@@ -248,6 +254,8 @@ impl SimHandover {
                 aligned_sender: self.aligned_sender,
                 request_frame: vec![],
                 received_reply_frame: vec![],
+                ird: self.ird,
+                ord: self.ord,
             },
             next_hop_mac: self.next_hop_mac,
         }

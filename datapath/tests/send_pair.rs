@@ -5,9 +5,10 @@
 //! exactly, each side's completions arrive once, in order, with the right offsets, and the
 //! segments A sent each start with an FPDU (RFC 5044 §5.1).
 
-use crossbeam_channel::unbounded;
+use crossbeam_channel::{unbounded, Receiver};
 use mpa::wire::fpdu;
 use mpa_ctl_proto::ring::{Producer, RingFile, RingSet, Waker};
+use mpa_ctl_proto::stats::FlowReport;
 use mpa_ctl_proto::{Completion, CompletionKind, RegionInfo, Role};
 use mpa_datapath::completions::RingSubscription;
 use mpa_datapath::flow::{SendOp, SendPost};
@@ -17,7 +18,7 @@ use mpa_datapath::ring::{MemRing, MemWire};
 use mpa_datapath::sim::{SimHandover, SplitMix64};
 use mpa_datapath::tcp::TcpConfig;
 use mpa_datapath::wire::frame::parse_tcp_frame;
-use mpa_datapath::worker::{Command, Worker, WorkerConfig, WorkerError};
+use mpa_datapath::worker::{Command, Notification, Worker, WorkerConfig, WorkerError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,6 +42,10 @@ struct End {
     readable: Option<Arc<RegionMemory>>,
     rings: RingSet,
     completions: Vec<Completion>,
+    /// The worker's notifications (a flow's final report when it ends).
+    notes: Receiver<Notification>,
+    /// The flow's final report, once it ended.
+    gone: Option<FlowReport>,
 }
 
 fn region(stag: u32, len: u64, name: &str) -> (Region, Arc<RegionMemory>) {
@@ -61,9 +66,14 @@ fn region(stag: u32, len: u64, name: &str) -> (Region, Arc<RegionMemory>) {
 
 /// A worker owning one end: `a` is the sending end (flow 1), else the receiving end (flow 2).
 fn end(a: bool, markers: bool, len: u64) -> End {
+    end_with(a, markers, len, None, None)
+}
+
+/// [`end`] with the IRD and ORD revision 2 negotiated (`None`: not negotiated).
+fn end_with(a: bool, markers: bool, len: u64, ird: Option<u16>, ord: Option<u16>) -> End {
     let (ring, wire) = MemRing::new(0);
     let (_cmd_tx, cmd_rx) = unbounded();
-    let (note_tx, _notes) = unbounded();
+    let (note_tx, notes) = unbounded();
     let mut worker = Worker::new(
         ring,
         WorkerConfig {
@@ -100,6 +110,8 @@ fn end(a: bool, markers: bool, len: u64) -> End {
         markers_tx: markers,
         pd: Some(1),
         next_hop_mac: if a { B_MAC } else { A_MAC },
+        ird,
+        ord,
         ..SimHandover::default()
     }
     .build();
@@ -121,6 +133,8 @@ fn end(a: bool, markers: bool, len: u64) -> End {
         readable,
         rings: RingSet::new(file),
         completions: Vec::new(),
+        notes,
+        gone: None,
     }
 }
 
@@ -165,7 +179,20 @@ struct Run {
 }
 
 /// Runs both workers until A has `want_a` completions and B `want_b`, in virtual time.
-fn run(mut a: End, mut b: End, loss: f64, seed: u64, want_a: usize, want_b: usize) -> Run {
+fn run(a: End, b: End, loss: f64, seed: u64, want_a: usize, want_b: usize) -> Run {
+    run_until(a, b, loss, seed, |a, b| {
+        a.completions.len() >= want_a && b.completions.len() >= want_b
+    })
+}
+
+/// Runs both workers until `done` holds, in virtual time.
+fn run_until(
+    mut a: End,
+    mut b: End,
+    loss: f64,
+    seed: u64,
+    done: impl Fn(&End, &End) -> bool,
+) -> Run {
     let mut rng = SplitMix64(seed);
     let mut now = Instant::now();
     let (mut held_ab, mut held_ba) = (Vec::new(), Vec::new());
@@ -198,8 +225,13 @@ fn run(mut a: End, mut b: End, loss: f64, seed: u64, want_a: usize, want_b: usiz
         busy += carry(&b.wire, &a.wire, &mut rng, loss, &mut held_ba);
         for e in [&mut a, &mut b] {
             e.rings.poll(&mut e.completions, 1 << 14).unwrap();
+            while let Ok(n) = e.notes.try_recv() {
+                if let Notification::FlowGone { stats, .. } = n {
+                    e.gone = Some(*stats);
+                }
+            }
         }
-        if a.completions.len() >= want_a && b.completions.len() >= want_b {
+        if done(&a, &b) {
             return Run { a, b, segments };
         }
         // Busy: a link of a few µs; idle: on to the next timer (an RTO after a tail loss).
@@ -210,7 +242,7 @@ fn run(mut a: End, mut b: End, loss: f64, seed: u64, want_a: usize, want_b: usiz
         };
         assert!(
             round < 199_999,
-            "stuck: A {} / {want_a}, B {} / {want_b} completions",
+            "stuck: A {} completions, B {}",
             a.completions.len(),
             b.completions.len()
         );
@@ -489,6 +521,100 @@ fn reads_fetch_the_peers_region_octet_exact() {
     let fb = &r.b.worker.report().flows[0];
     assert_eq!(fb.tx.read_responses, u64::from(count));
     assert!(fb.ended.is_none(), "{fb:?}");
+}
+
+/// The flow's report, open or gone.
+fn flow_report(e: &End) -> FlowReport {
+    e.worker
+        .report()
+        .flows
+        .into_iter()
+        .next()
+        .or_else(|| e.gone.clone())
+        .expect("the worker has its flow or reported its end")
+}
+
+/// Reads of `READ` octets each, `count` of them, from B's readable region into A's.
+fn reads(count: u32, len: u64) -> SendPost {
+    SendPost {
+        op: SendOp::Read {
+            src_stag: READABLE,
+            src_to: 0,
+        },
+        stag: SRC,
+        offset: 0,
+        len,
+        count,
+    }
+}
+
+/// RFC 6581 §9.1: B's negotiated IRD is 2 and A's ORD 2 — A keeps at most two Read Requests
+/// outstanding (B would end the stream at a third, 0/2/7), so 48 reads all complete through
+/// loss. Without the negotiated ORD A would send 16 at once.
+#[test]
+fn reads_stay_within_the_negotiated_ord() {
+    const LEN: u64 = 1 << 18;
+    const READ: u64 = 4096 + 100;
+    let count = (LEN / READ) as u32;
+    let mut a = end_with(true, true, LEN, Some(8), Some(2));
+    let b = end_with(false, true, LEN, Some(2), Some(8));
+    fill_pattern(b.readable.as_ref().unwrap(), LEN, 61);
+    assert_eq!(post(&mut a.worker, 1, reads(count, READ)).unwrap(), None);
+    let r = run(a, b, 0.02, 61, count as usize, 0);
+    let n = (u64::from(count) * READ) as usize;
+    assert!(
+        contents(&r.a.mem)[..n] == contents(r.b.readable.as_ref().unwrap())[..n],
+        "what A read differs from B's region"
+    );
+    assert_eq!(r.a.completions.len(), count as usize);
+    let fb = flow_report(&r.b);
+    assert!(fb.ended.is_none(), "{fb:?}");
+    assert_eq!(fb.tx.read_responses, u64::from(count));
+}
+
+/// A peer that ignores the IRD it was given (A has no negotiated ORD and sends 16 Read
+/// Requests; B negotiated IRD 3): B serves three and ends the stream at the fourth with
+/// RDMAP's catastrophic error (layer 0, type 2, code 7), naming its IRD.
+#[test]
+fn a_read_beyond_the_negotiated_ird_ends_the_stream() {
+    let mut a = end_with(true, false, 1 << 16, None, None);
+    let b = end_with(false, false, 1 << 16, Some(3), None);
+    assert_eq!(post(&mut a.worker, 1, reads(16, 1024)).unwrap(), None);
+    let r = run_until(a, b, 0.0, 62, |a, b| {
+        flow_report(a).ended.is_some() && flow_report(b).ended.is_some()
+    });
+    let eb = flow_report(&r.b).ended.expect("B ended");
+    let t = eb.terminate.as_ref().expect("B sent a Terminate");
+    assert_eq!((t.layer, t.error_type, t.error_code), (0, 2, 7), "{eb:?}");
+    assert_eq!(
+        eb.reason,
+        "Read Request MSN 4: more than 3 RDMA Read Requests outstanding"
+    );
+    let ea = flow_report(&r.a).ended.expect("A ended");
+    assert!(ea.terminate.is_some(), "A saw B's Terminate: {ea:?}");
+    // Whatever B answered before the fourth landed; nothing after.
+    assert!(r.a.completions.len() <= 3, "{:?}", r.a.completions);
+}
+
+/// An ORD of 0 negotiated: a Read is refused when posted, nothing is sent.
+#[test]
+fn no_reads_with_a_negotiated_ord_of_zero() {
+    let mut a = end_with(true, false, 1 << 16, Some(4), Some(0));
+    assert_eq!(
+        post(&mut a.worker, 1, reads(1, 1024))
+            .unwrap_err()
+            .to_string(),
+        "flow 1: the connection's negotiated ORD is 0: no RDMA Read may be sent"
+    );
+    // Writes still go.
+    let w = SendPost {
+        op: SendOp::Write {
+            sink_stag: SINK,
+            sink_to: 0,
+        },
+        ..reads(1, 1024)
+    };
+    assert_eq!(post(&mut a.worker, 1, w).unwrap(), None);
 }
 
 #[test]

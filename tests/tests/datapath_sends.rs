@@ -435,10 +435,12 @@ fn mpa_peer_reads_a_region_through_the_datapath() {
         .map(|o| mpa_ctl_proto::pattern::pattern(0, o))
         .collect();
     assert!(region.write(0, &fill));
-    for (port, advertised, size, count, markers) in [
-        (7830u16, LEN, 65536u64, 48u64, false),
-        (7831, LEN, 4096, 300, true),
-        (7832, 2 * LEN, 65536, 32, false),
+    // The Responder's IRD: revision 2 negotiates it (RFC 6581 §9.1) and the datapath holds
+    // the peer to it (the peer's ORD becomes min(its 8, ours)).
+    for (port, advertised, size, count, markers, ird) in [
+        (7830u16, LEN, 65536u64, 48u64, false, 8u16),
+        (7831, LEN, 4096, 300, true, 3),
+        (7832, 2 * LEN, 65536, 32, false, 8),
     ] {
         let addr = SocketAddr::new(bed.addr_b(false), port);
         let listener = mpa_tests::listen_in(&bed.ns_b, addr);
@@ -458,12 +460,15 @@ fn mpa_peer_reads_a_region_through_the_datapath() {
             },
             ..mpa_tests::Responder::framing(markers, true)
         };
+        let mut responder = responder;
+        responder.policy.ird = ird;
         let (ns_b, sock) = (bed.ns_b.clone(), path.clone());
         let setup = std::thread::spawn(move || {
             mpa_tests::accept_and_hand_over(&ns_b, &sock, &listener, &responder)
         });
         let mut cmd = bed.command(&bed.ns_a, &bin("mpa-peer").to_string_lossy());
         cmd.args(["connect", "--to", &addr.to_string(), "--op", "read"])
+            .args(["--rev", "2"])
             .args(["--size", &size.to_string(), "--count", &count.to_string()])
             .args(["--timeout", "20"]);
         if markers {
@@ -508,6 +513,11 @@ fn mpa_peer_reads_a_region_through_the_datapath() {
             std::thread::sleep(Duration::from_millis(50));
         };
         drop(handed);
+        assert_eq!(
+            f.tx.ird,
+            u32::from(ird),
+            "{what}: the negotiated IRD: {f:?}"
+        );
         if advertised == LEN {
             assert_eq!(f.tx.read_responses, count, "{what}: {f:?}");
             assert_eq!(

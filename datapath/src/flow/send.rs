@@ -32,7 +32,8 @@ pub enum SendOp {
     Send,
     /// RDMA Read Requests of the peer's `src_stag` from `src_to` (read `i` at
     /// `src_to + i·len`) into the post's region (its `stag`, `offset + i·len`). At most
-    /// [`MAX_OUTBOUND_READS`] are outstanding; the rest wait in order.
+    /// the flow's ORD ([`MAX_OUTBOUND_READS`] or the negotiated one) are outstanding; the
+    /// rest wait in order.
     Read {
         /// The peer's STag (advertised to us).
         src_stag: u32,
@@ -41,10 +42,10 @@ pub enum SendOp {
     },
 }
 
-/// Outbound RDMA Read Requests outstanding at most (our ORD, RFC 5040 §6.1): no IRD is
-/// negotiated at startup here, so at or below what common iWARP peers accept (and
-/// `mpa-peer listen`'s bound).
-pub const MAX_OUTBOUND_READS: usize = 16;
+/// Outbound RDMA Read Requests outstanding at most (our ORD, RFC 5040 §6.1) when the
+/// startup negotiated none: at or below what common iWARP peers accept (and `mpa-peer
+/// listen`'s bound). A negotiated ORD is used up to this.
+pub const MAX_OUTBOUND_READS: usize = mpa_ctl_proto::DATAPATH_MAX_ORD as usize;
 
 /// Reads posted and not yet sent, per flow, at most.
 pub const MAX_WAITING_READS: usize = 4096;
@@ -155,6 +156,9 @@ impl Flow {
                     });
                 }
             }
+            if self.ord == 0 {
+                return Err(PostError::NoReads);
+            }
             if self.reads_waiting.len() + post.count as usize > MAX_WAITING_READS {
                 return Err(PostError::QueueFull(MAX_WAITING_READS));
             }
@@ -206,9 +210,9 @@ impl Flow {
         None
     }
 
-    /// Sends waiting Read Requests while fewer than [`MAX_OUTBOUND_READS`] are outstanding.
+    /// Sends waiting Read Requests while fewer than the flow's ORD are outstanding.
     pub(super) fn release_reads(&mut self) {
-        while self.reads_in_flight < MAX_OUTBOUND_READS && self.tcp.can_queue() {
+        while self.reads_in_flight < self.ord && self.tcp.can_queue() {
             let Some(r) = self.reads_waiting.pop_front() else {
                 break;
             };

@@ -49,11 +49,11 @@ pub const MAX_PLACED_AHEAD: usize = 4096;
 /// in practice).
 const MAX_HELD_COMPLETIONS: usize = 1 << 16;
 
-/// Inbound RDMA Read Requests outstanding at most (RFC 5040 §6.1's IRD: the startup
-/// exchange carries no IRD here, so a fixed bound, as large as common iWARP adapters
-/// offer). One beyond it is RDMAP's "catastrophic error, localized to RDMAP Stream" (as
-/// siw answers an IRQ overrun).
-pub const MAX_INBOUND_READS: usize = 32;
+/// Inbound RDMA Read Requests outstanding at most (RFC 5040 §6.1's IRD) when the startup
+/// negotiated none: as large as common iWARP adapters offer. A negotiated IRD
+/// ([`MpaReceiver::with_ird`]) is never above it. One beyond the IRD is RDMAP's
+/// "catastrophic error, localized to RDMAP Stream" (as siw answers an IRQ overrun).
+pub const MAX_INBOUND_READS: usize = mpa_ctl_proto::DATAPATH_MAX_IRD as usize;
 
 /// What was negotiated for the receive direction of one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,6 +154,8 @@ pub struct MpaReceiver {
     reads: VecDeque<ReadRequest>,
     /// Read Requests accepted whose Read Response is not yet acknowledged (the IRD count).
     reads_outstanding: usize,
+    /// Our IRD: at most this many `reads_outstanding`.
+    ird: usize,
     /// Sticky end: set once, never cleared.
     end: Option<RxEnd>,
     end_reported: bool,
@@ -181,9 +183,22 @@ impl MpaReceiver {
             read_rtr: None,
             reads: VecDeque::new(),
             reads_outstanding: 0,
+            ird: MAX_INBOUND_READS,
             end: None,
             end_reported: false,
         }
+    }
+
+    /// The IRD revision 2 negotiated (RFC 6581 §9.1) instead of [`MAX_INBOUND_READS`]
+    /// (capped by it): a Read Request beyond it ends the stream (0/2/7).
+    pub fn with_ird(mut self, ird: u16) -> Self {
+        self.ird = usize::from(ird).min(MAX_INBOUND_READS);
+        self
+    }
+
+    /// Our IRD in force.
+    pub fn ird(&self) -> usize {
+        self.ird
     }
 
     /// Counters.
@@ -272,9 +287,10 @@ impl MpaReceiver {
             .is_some_and(|p| p.expect_read_response(sink_stag, sink_to, size))
     }
 
-    /// The Read Response of an accepted Read Request was acknowledged: one fewer outstanding.
-    pub fn read_served(&mut self) {
-        self.reads_outstanding = self.reads_outstanding.saturating_sub(1);
+    /// The Read Responses of `n` accepted Read Requests were acknowledged: `n` fewer
+    /// outstanding.
+    pub fn reads_served(&mut self, n: usize) {
+        self.reads_outstanding = self.reads_outstanding.saturating_sub(n);
     }
 
     /// A ULPDU the receiver asks to send: the zero-length Read Response that answers a
@@ -489,10 +505,10 @@ impl MpaReceiver {
                     break;
                 }
                 if let SegmentKind::ReadRequest(req) = plan.kind {
-                    if self.reads_outstanding >= MAX_INBOUND_READS {
+                    if self.reads_outstanding >= self.ird {
                         let e = RxError::Placement(PlacementError::IrdExceeded {
                             msn: req.msn,
-                            ird: MAX_INBOUND_READS,
+                            ird: self.ird,
                         });
                         self.end = Some(local_end(e, self.version, &head[..n], u.len()));
                         break;

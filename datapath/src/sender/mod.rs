@@ -148,6 +148,9 @@ pub enum PostError {
         /// Length asked for.
         len: u64,
     },
+    /// The startup negotiated an ORD of 0 (RFC 6581 §9.1): no RDMA Read may be outstanding.
+    #[error("the connection's negotiated ORD is 0: no RDMA Read may be sent")]
+    NoReads,
     /// The queue holds `max_messages` already.
     #[error("send queue full ({0} messages)")]
     QueueFull(usize),
@@ -283,6 +286,8 @@ pub struct FpduSource<R: Regions> {
     /// The octets of queued [`MessageKind::Control`] messages, oldest first, by id.
     controls: VecDeque<(u64, Box<[u8]>)>,
     completions: VecDeque<SendCompletion>,
+    /// Read Responses wholly acknowledged since [`SendSource::take_acked_read_responses`].
+    read_responses_acked: usize,
     /// An FPDU written in part is built here first.
     scratch: Vec<u8>,
     /// CRC32c of the ULPDUs sent, when kept; `digest_next`: content index of the next FPDU
@@ -325,6 +330,7 @@ impl<R: Regions> FpduSource<R> {
             next_read_msn: 1,
             controls: VecDeque::new(),
             completions: VecDeque::new(),
+            read_responses_acked: 0,
             scratch: Vec::new(),
             stats: SenderStats::default(),
             digest: None,
@@ -625,6 +631,10 @@ impl<R: Regions> SendSource for FpduSource<R> {
         Ok(())
     }
 
+    fn take_acked_read_responses(&mut self) -> usize {
+        std::mem::take(&mut self.read_responses_acked)
+    }
+
     fn acked(&mut self, n: usize) {
         self.base = (self.base + n as u64).min(self.wire_tail);
         while let Some(m) = self.msgs.front() {
@@ -640,6 +650,9 @@ impl<R: Regions> SendSource for FpduSource<R> {
                 continue;
             }
             self.stats.completed += 1;
+            if let MessageKind::ReadResponse { .. } = m.kind {
+                self.read_responses_acked += 1;
+            }
             trace!(id = m.id, len = m.len, "sender: completed");
             self.completions.push_back(SendCompletion {
                 id: m.id,

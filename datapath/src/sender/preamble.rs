@@ -61,6 +61,10 @@ impl<S: SendSource> SendSource for Preamble<S> {
         self.inner.fill((off + from_head) - h, rest)
     }
 
+    fn take_acked_read_responses(&mut self) -> usize {
+        self.inner.take_acked_read_responses()
+    }
+
     fn acked(&mut self, n: usize) {
         let from_head = n.min(self.head.len());
         self.head.drain(..from_head);

@@ -49,6 +49,12 @@ pub trait SendSource {
 
     /// `n` more octets were acknowledged: SND.UNA moves on by `n` (`n <= queued()`).
     fn acked(&mut self, n: usize);
+
+    /// RDMA Read Responses wholly acknowledged since the last call (each frees a slot of
+    /// our IRD). A byte stream sends none.
+    fn take_acked_read_responses(&mut self) -> usize {
+        0
+    }
 }
 
 impl SendSource for SendBuffer {

@@ -415,7 +415,7 @@ fn valid_read_requests_are_handed_on_in_order_within_ird() {
         &frame(&mut FpduEncoder::new(false), &reqs),
     );
     while rx.poll_read_request().is_some() {}
-    rx.read_served();
+    rx.reads_served(1);
     // (No markers: FPDUs do not depend on their stream position.)
     let more = [
         read_request_msn(ird + 1, 0x30, 0, 1),
