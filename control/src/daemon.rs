@@ -79,23 +79,26 @@ struct Shared {
     max: usize,
 }
 
-/// One of `max_connections`; given back when dropped.
+/// One of `max_connections`, taken for `peer`; given back when dropped.
 #[derive(Debug)]
-struct Slot(Arc<Shared>);
+struct Slot(Arc<Shared>, SocketAddr);
 
 impl Slot {
-    fn take(shared: &Arc<Shared>) -> Option<Slot> {
+    fn take(shared: &Arc<Shared>, peer: SocketAddr) -> Option<Slot> {
         if shared.active.fetch_add(1, Ordering::AcqRel) >= shared.max {
             shared.active.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
-        Some(Slot(shared.clone()))
+        Some(Slot(shared.clone(), peer))
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.active.fetch_sub(1, Ordering::AcqRel);
+        let before = self.0.active.fetch_sub(1, Ordering::AcqRel);
+        // The moment the slot is free again (what a client waiting for room can wait for;
+        // the setup's own outcome is logged before its thread lets go of the slot).
+        tracing::debug!(peer = %self.1, active = before.saturating_sub(1), "slot given back");
     }
 }
 
@@ -211,7 +214,7 @@ fn accept_loop(
             refuse(sock);
             continue;
         }
-        let Some(slot) = Slot::take(&shared) else {
+        let Some(slot) = Slot::take(&shared, peer) else {
             tracing::warn!(%peer, bind = %lc.bind, max = shared.max, "refused: max_connections reached");
             refuse(sock);
             continue;

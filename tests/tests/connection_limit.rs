@@ -158,6 +158,7 @@ fn max_connections_refuses_with_a_reset_and_every_ending_gives_the_slot_back() {
         "the timed-out peer sees end of stream, got {r:?}"
     );
     daemon.wait_line(&["setup failed", &format!("peer={silent} "), "timed out"]);
+    daemon.wait_line(&["slot given back", &format!("peer={silent} ")]);
     let (c, c_go, c_done) = held_peer(&bed, open, b"");
     let flow_c = daemon.flow_of(c);
     assert_refused(&bed, &daemon, open, 3);
@@ -169,6 +170,7 @@ fn max_connections_refuses_with_a_reset_and_every_ending_gives_the_slot_back() {
         "flow gone: frozen socket closed",
         &format!("flow_id={flow_a} "),
     ]);
+    daemon.wait_line(&["slot given back", &format!("peer={a} ")]);
 
     // A rejected startup takes the free slot and gives it back.
     let rejected = initiator(&bed, strict, b"nvme:x", |_, s| match s {
@@ -178,18 +180,24 @@ fn max_connections_refuses_with_a_reset_and_every_ending_gives_the_slot_back() {
     });
     assert_eq!(rejected.join().unwrap(), b"only iser here");
     daemon.wait_line(&["rejected by policy"]);
+    // The outcome is logged before the setup lets go of its slot: wait for the slot (the
+    // third given back: the silent peer's, a's, the rejected one's).
+    daemon.wait_for("the rejected setup's slot", Duration::from_secs(10), |l| {
+        l.iter().filter(|l| l.contains("slot given back")).count() >= 3
+    });
     let (d, d_go, d_done) = held_peer(&bed, strict, b"iser:x");
     let flow_d = daemon.flow_of(d);
     assert_refused(&bed, &daemon, strict, 4);
     assert_eq!(daemon.count(&["handed over"]), 3);
 
-    for (go, done, flow) in [(c_go, c_done, flow_c), (d_go, d_done, flow_d)] {
+    for (go, done, flow, peer) in [(c_go, c_done, flow_c, c), (d_go, d_done, flow_d, d)] {
         go.send(()).unwrap();
         done.join().unwrap();
         daemon.wait_line(&[
             "flow gone: frozen socket closed",
             &format!("flow_id={flow} "),
         ]);
+        daemon.wait_line(&["slot given back", &format!("peer={peer} ")]);
     }
     // Both slots free: two more at once are accepted.
     let (e, e_go, e_done) = held_peer(&bed, open, b"");
