@@ -87,6 +87,13 @@ pub struct BwArgs {
     /// default: the sender namespace's, which follows the host's). Both receivers alike.
     #[arg(long, value_name = "NAME")]
     pub sender_cc: Option<String>,
+    /// Both receivers get MTU-sized segments, as from a NIC: the kernel sender's veth
+    /// without TSO (attaching any XDP program to a veth turns its peer's TSO off, so the
+    /// datapath never sees 64 KB GSO packets while the kernel Responder does) and the kernel
+    /// receiver's veth with GRO on (as NIC drivers coalesce). A diagnostic of where the gap
+    /// lies, not the default comparison. Direct veth bed only.
+    #[arg(long)]
+    pub wire_segments: bool,
     #[command(flatten)]
     pub nic: NicArgs,
 }
@@ -139,6 +146,7 @@ impl BwArgs {
             "iface": self.nic.iface, "peer": self.nic.peer,
             "split_cpus": self.split_cpus, "sender_cc": self.sender_cc,
             "sender": format!("{:?}", self.sender).to_lowercase(),
+            "wire_segments": self.wire_segments,
         })
     }
 }
@@ -304,6 +312,9 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
         );
     }
     let bed = bed_for(&a.run(a.sizes[0]), &a.nic)?;
+    if a.wire_segments {
+        wire_segments(&bed)?;
+    }
     let mut rows: Vec<BwRow> = Vec::new();
     for &size in &a.sizes {
         for receiver in ["kernel", "datapath"] {
@@ -387,6 +398,22 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
     let mut doc = Document::new(Scenario::Bw, a.params());
     doc.results = rows.iter().map(BwRow::json).collect();
     Ok((doc, rows))
+}
+
+/// `--wire-segments`: the sender's veth end without TSO, the receiver's with GRO.
+fn wire_segments(bed: &mpa_testbed::TestBed) -> Result<()> {
+    if bed.ns_r.is_some() || bed.external.is_some() {
+        bail!("--wire-segments needs the direct veth pair (no --loss, --impair or --iface)");
+    }
+    for (ns, ifname, feature) in [
+        (&bed.ns_a, &bed.if_a, ["tso", "off"]),
+        (&bed.ns_b, &bed.if_b, ["gro", "on"]),
+    ] {
+        let mut args = vec!["ethtool", "-K", ifname.as_str()];
+        args.extend(feature);
+        mpa_testbed::run_in(ns, &args).with_context(|| format!("{}", args.join(" ")))?;
+    }
+    Ok(())
 }
 
 /// `mpa-bench bw`: the table (stdout, or stderr with `--json`), the document with `--json`.

@@ -153,6 +153,7 @@ impl SuiteArgs {
             split_cpus: false,
             sender_cc: None,
             sender: crate::bw::SenderSide::Kernel,
+            wire_segments: false,
             nic: Default::default(),
         }
     }
