@@ -66,12 +66,30 @@ fn sum_native_scalar(data: &[u8]) -> u64 {
     for w in &mut words {
         acc = add_carry(acc, u64::from_ne_bytes(w.try_into().unwrap()));
     }
-    // The rest (0..=7 octets) starts at an even offset, so zero padding keeps each octet in
-    // its 16-bit word's place.
-    let rest = words.remainder();
-    let mut tail = [0u8; 8];
-    tail[..rest.len()].copy_from_slice(rest);
-    add_carry(acc, u64::from_ne_bytes(tail))
+    add_carry(acc, sum_tail(words.remainder()))
+}
+
+/// The sum of the last 0..=7 octets (starting at an even offset) as native 16-bit words, the
+/// odd last octet padded with zero: a 32-bit word is congruent to the sum of its two 16-bit
+/// halves. Read in registers, piece by piece: copying the tail into a zeroed `[u8; 8]` and
+/// loading that as a `u64` went through `memcpy` and a failed store forward, which waits for
+/// every earlier store (the region copy included) — 40 % of `parse_tcp_frame`'s samples, for
+/// the 4-octet tail of the IPv4 header.
+#[inline(always)]
+fn sum_tail(mut rest: &[u8]) -> u64 {
+    let mut acc = 0u64;
+    if let Some((w, r)) = rest.split_first_chunk::<4>() {
+        acc += u64::from(u32::from_ne_bytes(*w));
+        rest = r;
+    }
+    if let Some((w, r)) = rest.split_first_chunk::<2>() {
+        acc += u64::from(u16::from_ne_bytes(*w));
+        rest = r;
+    }
+    if let [b] = *rest {
+        acc += u64::from(u16::from_ne_bytes([b, 0]));
+    }
+    acc
 }
 
 /// Folds an unfolded sum to 16 bits (without the final complement).
@@ -89,18 +107,27 @@ pub fn fold(acc: u64) -> u16 {
 /// (header and payload).
 #[inline]
 pub fn pseudo_header_v4(src: Ipv4Addr, dst: Ipv4Addr, tcp_len: u32) -> u64 {
-    let mut acc = sum(0, &src.octets());
-    acc = sum(acc, &dst.octets());
-    acc + u64::from(PROTO_TCP) + u64::from(tcp_len)
+    // Each address as one 32-bit number (≡ the sum of its two big-endian 16-bit words), in
+    // registers: the same value `sum` of its octets folds to, without a pass through memory.
+    u64::from(src.to_bits())
+        + u64::from(dst.to_bits())
+        + u64::from(PROTO_TCP)
+        + u64::from(tcp_len)
 }
 
 /// The unfolded sum of the IPv6 pseudo-header (RFC 8200 §8.1) for a TCP segment of
 /// `tcp_len` octets.
 #[inline]
 pub fn pseudo_header_v6(src: Ipv6Addr, dst: Ipv6Addr, tcp_len: u32) -> u64 {
-    let mut acc = sum(0, &src.octets());
-    acc = sum(acc, &dst.octets());
-    acc + u64::from(PROTO_TCP) + u64::from(tcp_len)
+    // As for IPv4: each 64-bit half of an address is congruent to the sum of its 16-bit
+    // words.
+    let halves = |a: Ipv6Addr| {
+        let b = a.to_bits();
+        add_carry((b >> 64) as u64, b as u64)
+    };
+    // Folded, so that callers may add to it without overflow, like the IPv4 sum.
+    let rest = u64::from(PROTO_TCP) + u64::from(tcp_len);
+    u64::from(fold(add_carry(add_carry(halves(src), halves(dst)), rest)))
 }
 
 #[cfg(test)]
