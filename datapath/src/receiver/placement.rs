@@ -509,7 +509,7 @@ impl Placer {
     /// message ([`Placer::continues`]; the state is then left as it was).
     // Inlined for the same reason as `parse_tcp_frame`: its result, read back from memory
     // right after the placement copy, waited for the region stores on a failed store forward.
-    #[inline]
+    #[inline(always)]
     pub fn complete(
         &mut self,
         plan: &SegmentPlan,
@@ -519,7 +519,7 @@ impl Placer {
         Ok(self.advance(plan, flow_id))
     }
 
-    #[inline]
+    #[inline(always)]
     fn advance(&mut self, plan: &SegmentPlan, flow_id: u64) -> Option<Completion> {
         match plan.kind {
             SegmentKind::Tagged {

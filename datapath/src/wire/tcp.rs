@@ -697,7 +697,7 @@ impl TcpRepr {
     // Inlined: returned through memory, its fields written one by one and read back as
     // whole vectors, the result stalled the worker on a failed store forward (behind the
     // region stores of the previous segment) in the profile.
-    #[inline]
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(packet: &TcpPacket<T>) -> Result<TcpRepr, TcpWireError> {
         packet.check_len()?;
         let flags = packet.flags();

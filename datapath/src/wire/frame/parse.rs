@@ -41,7 +41,7 @@ pub struct TcpFrame<'a> {
 /// piecewise here, read back as whole vectors there) cost a failed store forward per frame,
 /// which waits for every store before it, the previous segment's placement into a region
 /// included (`mpa-bench pipeline --perf`).
-#[inline]
+#[inline(always)]
 pub fn parse_tcp_frame(
     frame: &[u8],
     verify_tcp_checksum: bool,
