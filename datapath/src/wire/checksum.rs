@@ -109,10 +109,7 @@ pub fn fold(acc: u64) -> u16 {
 pub fn pseudo_header_v4(src: Ipv4Addr, dst: Ipv4Addr, tcp_len: u32) -> u64 {
     // Each address as one 32-bit number (≡ the sum of its two big-endian 16-bit words), in
     // registers: the same value `sum` of its octets folds to, without a pass through memory.
-    u64::from(src.to_bits())
-        + u64::from(dst.to_bits())
-        + u64::from(PROTO_TCP)
-        + u64::from(tcp_len)
+    u64::from(src.to_bits()) + u64::from(dst.to_bits()) + u64::from(PROTO_TCP) + u64::from(tcp_len)
 }
 
 /// The unfolded sum of the IPv6 pseudo-header (RFC 8200 §8.1) for a TCP segment of

@@ -538,8 +538,7 @@ impl TcpOptions {
         }
         // The layout every segment of a timestamped connection carries (RFC 7323 Appendix
         // A: NOP, NOP, TS): read in one go, without walking the options.
-        if let [kind::NOP, kind::NOP, kind::TIMESTAMPS, 10, a0, a1, a2, a3, e0, e1, e2, e3] =
-            *opts
+        if let [kind::NOP, kind::NOP, kind::TIMESTAMPS, 10, a0, a1, a2, a3, e0, e1, e2, e3] = *opts
         {
             *out = TcpOptions {
                 timestamps: Some(TcpTimestamps {
@@ -724,7 +723,10 @@ impl TcpRepr {
     /// stores that built it, a failed store forward per frame that waits for every earlier
     /// store, the previous segment's region copy included (~9 % of the worker's samples).
     #[inline(always)]
-    pub fn parse_into<T: AsRef<[u8]>>(&mut self, packet: &TcpPacket<T>) -> Result<(), TcpWireError> {
+    pub fn parse_into<T: AsRef<[u8]>>(
+        &mut self,
+        packet: &TcpPacket<T>,
+    ) -> Result<(), TcpWireError> {
         packet.check_len()?;
         let flags = packet.flags();
         self.src_port = packet.src_port();
