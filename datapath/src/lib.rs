@@ -15,9 +15,11 @@
 //! * [`server`]: the datapath process: control socket, workers, XDP steering; [`capture`].
 //!
 //! `unsafe` is allowed crate-wide only for the boundary that needs it: [`xsk`] (the AF_XDP
-//! rings and UMEM, and the prefetch of received frames). Registered memory is mapped and
-//! copied into by `mpa_ctl_proto::shm` (shared with the completion rings and the consumer).
-//! Every other module carries `#![forbid(unsafe_code)]`.
+//! rings and UMEM, and the prefetch of received frames), and the TCP checksum's SIMD kernel
+//! (`wire/checksum/x86.rs`: its loads and the calls of its `#[target_feature]` functions;
+//! [`wire`] denies it everywhere else). Registered memory is mapped and copied into by
+//! `mpa_ctl_proto::shm` (shared with the completion rings and the consumer). Every other
+//! module carries `#![forbid(unsafe_code)]`.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 

@@ -523,6 +523,8 @@ impl<R: FrameRing> Worker<R> {
             t.begin_poll();
         }
         strays.expire(now);
+        // Parsed into in place, frame after frame (`TcpRepr::parse_into`).
+        let mut repr = TcpRepr::default();
         let n = xsk.rx_burst(timeout_ms, |frame| {
             let f = match parse_tcp_frame(frame, cfg.verify_checksums) {
                 Ok(f) => f,
@@ -559,10 +561,10 @@ impl<R: FrameRing> Worker<R> {
                 stats.wrong_vlan += 1;
                 return;
             }
-            let Ok(repr) = TcpRepr::parse(&f.tcp) else {
+            if repr.parse_into(&f.tcp).is_err() {
                 stats.malformed += 1;
                 return;
-            };
+            }
             flow.on_segment(now, &repr, f.tcp.payload(), &mut *regions);
             if touched.last() != Some(&key) {
                 touched.push(key);

@@ -507,6 +507,9 @@ impl Placer {
     /// Advances the in-order state past a placed segment; returns the completion of the
     /// message it ends, if any, or the error when the segment does not continue its tagged
     /// message ([`Placer::continues`]; the state is then left as it was).
+    // Inlined for the same reason as `parse_tcp_frame`: its result, read back from memory
+    // right after the placement copy, waited for the region stores on a failed store forward.
+    #[inline(always)]
     pub fn complete(
         &mut self,
         plan: &SegmentPlan,
@@ -516,6 +519,7 @@ impl Placer {
         Ok(self.advance(plan, flow_id))
     }
 
+    #[inline(always)]
     fn advance(&mut self, plan: &SegmentPlan, flow_id: u64) -> Option<Completion> {
         match plan.kind {
             SegmentKind::Tagged {

@@ -483,8 +483,17 @@ impl Reassembly {
 
     /// RCV.NXT moved forward by `n` octets delivered from outside the store, to `new_nxt`.
     /// O(1) when nothing is held.
+    #[inline]
     pub(crate) fn advance(&mut self, new_nxt: SeqNumber, n: usize) {
-        self.head = (self.head + n % self.ring.len()) % self.ring.len();
+        // Called for every in-order segment: a compare and a subtraction instead of two
+        // divisions by the (run-time) capacity, which cost ~4 % of the pipeline's samples.
+        // `head < cap` always, so one subtraction brings `head + step < 2 cap` back.
+        let cap = self.ring.len();
+        let step = if n < cap { n } else { n % cap };
+        self.head += step;
+        if self.head >= cap {
+            self.head -= cap;
+        }
         if self.ranges.is_empty() {
             return;
         }

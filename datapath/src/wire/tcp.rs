@@ -518,7 +518,43 @@ pub struct TcpOptions {
 impl TcpOptions {
     /// Parses an option space. EOL ends it (what follows is padding); NOP is skipped; unknown
     /// kinds are skipped by their length. Every malformed option is an error, never a panic.
+    #[inline]
     pub fn parse(opts: &[u8]) -> Result<TcpOptions, TcpWireError> {
+        let mut out = TcpOptions::default();
+        Self::parse_into(&mut out, opts)?;
+        Ok(out)
+    }
+
+    /// [`TcpOptions::parse`] into `out` (meaningless after an error), the two common layouts
+    /// read in place. For the receive path: the general walk is a call whose result came
+    /// back through memory and was copied with wide loads over its narrow stores, a failed
+    /// store forward that waits for every earlier store, the previous segment's region copy
+    /// included (2 % of the pipeline's samples for segments without options).
+    #[inline(always)]
+    pub fn parse_into(out: &mut TcpOptions, opts: &[u8]) -> Result<(), TcpWireError> {
+        if opts.is_empty() {
+            *out = TcpOptions::default();
+            return Ok(());
+        }
+        // The layout every segment of a timestamped connection carries (RFC 7323 Appendix
+        // A: NOP, NOP, TS): read in one go, without walking the options.
+        if let [kind::NOP, kind::NOP, kind::TIMESTAMPS, 10, a0, a1, a2, a3, e0, e1, e2, e3] = *opts
+        {
+            *out = TcpOptions {
+                timestamps: Some(TcpTimestamps {
+                    tsval: u32::from_be_bytes([a0, a1, a2, a3]),
+                    tsecr: u32::from_be_bytes([e0, e1, e2, e3]),
+                }),
+                ..TcpOptions::default()
+            };
+            return Ok(());
+        }
+        *out = Self::parse_general(opts)?;
+        Ok(())
+    }
+
+    /// [`TcpOptions::parse`] of any layout.
+    fn parse_general(opts: &[u8]) -> Result<TcpOptions, TcpWireError> {
         let mut out = TcpOptions::default();
         let mut i = 0;
         while let Some(&k) = opts.get(i) {
@@ -652,7 +688,7 @@ impl Writer<'_> {
 }
 
 /// The meaning of a TCP header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TcpRepr {
     /// Source port.
     pub src_port: u16,
@@ -675,19 +711,32 @@ pub struct TcpRepr {
 impl TcpRepr {
     /// Parses a checked packet's header and options. The checksum is not looked at (it needs
     /// the IP addresses: see [`TcpPacket::verify_checksum_v4`]).
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(packet: &TcpPacket<T>) -> Result<TcpRepr, TcpWireError> {
+        let mut r = TcpRepr::default();
+        r.parse_into(packet)?;
+        Ok(r)
+    }
+
+    /// [`TcpRepr::parse`] into `self` (meaningless after an error), for the receive path: a
+    /// repr returned by value was copied out of the `Result` with wide loads over the narrow
+    /// stores that built it, a failed store forward per frame that waits for every earlier
+    /// store, the previous segment's region copy included (~9 % of the worker's samples).
+    #[inline(always)]
+    pub fn parse_into<T: AsRef<[u8]>>(
+        &mut self,
+        packet: &TcpPacket<T>,
+    ) -> Result<(), TcpWireError> {
         packet.check_len()?;
         let flags = packet.flags();
-        Ok(TcpRepr {
-            src_port: packet.src_port(),
-            dst_port: packet.dst_port(),
-            seq_number: packet.seq_number(),
-            ack_number: flags.contains(TcpFlags::ACK).then(|| packet.ack_number()),
-            flags: flags.without(TcpFlags::ACK),
-            window_len: packet.window_len(),
-            urgent_at: packet.urgent_at(),
-            options: TcpOptions::parse(packet.options())?,
-        })
+        self.src_port = packet.src_port();
+        self.dst_port = packet.dst_port();
+        self.seq_number = packet.seq_number();
+        self.ack_number = flags.contains(TcpFlags::ACK).then(|| packet.ack_number());
+        self.flags = flags.without(TcpFlags::ACK);
+        self.window_len = packet.window_len();
+        self.urgent_at = packet.urgent_at();
+        TcpOptions::parse_into(&mut self.options, packet.options())
     }
 
     /// Octets of the header [`TcpRepr::emit`] writes.

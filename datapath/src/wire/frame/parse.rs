@@ -36,6 +36,12 @@ pub struct TcpFrame<'a> {
 ///
 /// Never panics, never allocates. Fragments, IPv6 extension headers, non-IP and non-TCP
 /// frames are errors for the caller to count and drop.
+///
+/// Inlined into the worker's loop: returned through memory, the frame's fields (written
+/// piecewise here, read back as whole vectors there) cost a failed store forward per frame,
+/// which waits for every store before it, the previous segment's placement into a region
+/// included (`mpa-bench pipeline --perf`).
+#[inline(always)]
 pub fn parse_tcp_frame(
     frame: &[u8],
     verify_tcp_checksum: bool,

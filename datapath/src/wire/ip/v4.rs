@@ -259,6 +259,9 @@ impl Ipv4Repr {
 
     /// Parses a packet: checks its lengths, then (when `verify_checksum`) its header
     /// checksum, then rejects fragments.
+    // Forced inline: once per received frame, and a call returned the repr through memory
+    // (a failed store forward, see `parse_tcp_frame`).
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(
         packet: &Ipv4Packet<T>,
         verify_checksum: bool,

@@ -425,6 +425,17 @@ proptest! {
         }
     }
 
+    /// The NOP NOP TS shortcut reads what the general walk reads, for option spaces that
+    /// start like it and for any others (near misses of its layout included).
+    #[test]
+    fn timestamps_shortcut_matches_the_general_walk(
+        head in prop_oneof![Just(vec![1u8, 1, 8, 10]), Just(vec![1u8, 1, 8, 9]), Just(vec![1u8, 8, 10]), Just(vec![])],
+        rest in proptest::collection::vec(any::<u8>(), 0..16),
+    ) {
+        let opts = [&head[..], &rest].concat();
+        prop_assert_eq!(TcpOptions::parse(&opts), TcpOptions::parse_general(&opts));
+    }
+
     #[test]
     fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..80)) {
         fuzz_parse(&data);
