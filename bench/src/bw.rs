@@ -411,7 +411,7 @@ fn wire_segments(bed: &mpa_testbed::TestBed) -> Result<()> {
     ] {
         let mut args = vec!["ethtool", "-K", ifname.as_str()];
         args.extend(feature);
-        mpa_testbed::run_in(ns, &args).with_context(|| format!("{}", args.join(" ")))?;
+        mpa_testbed::run_in(ns, &args).with_context(|| args.join(" "))?;
     }
     Ok(())
 }
