@@ -255,17 +255,7 @@ mod tests {
     }
 
     fn write_ulpdu(to: u64, last: bool, payload: &[u8]) -> Vec<u8> {
-        let mut v = vec![0u8; TAGGED_HEADER_LEN];
-        DdpRepr::Tagged {
-            last,
-            opcode: RdmapOpcode::RdmaWrite,
-            stag: 0x77,
-            to,
-        }
-        .emit(&mut v, 1)
-        .unwrap();
-        v.extend_from_slice(payload);
-        v
+        crate::sink::tagged_ulpdu(RdmapOpcode::RdmaWrite, 0x77, to, last, payload)
     }
 
     fn feed(e: &mut Echo, u: &[u8]) -> Result<(), EchoError> {

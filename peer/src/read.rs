@@ -550,17 +550,7 @@ mod tests {
     }
 
     fn response(stag: u32, to: u64, last: bool, data: &[u8]) -> Vec<u8> {
-        let mut v = vec![0u8; TAGGED_HEADER_LEN];
-        DdpRepr::Tagged {
-            last,
-            opcode: RdmapOpcode::RdmaReadResponse,
-            stag,
-            to,
-        }
-        .emit(&mut v, 1)
-        .unwrap();
-        v.extend_from_slice(data);
-        v
+        crate::sink::tagged_ulpdu(RdmapOpcode::RdmaReadResponse, stag, to, last, data)
     }
 
     fn feed(r: &mut Reader, u: &[u8]) -> Result<(), ReadError> {

@@ -402,6 +402,28 @@ pub(crate) fn copy_skipping<'a>(
 /// Request's RDMA header.
 pub(crate) const HEAD_LEN: usize = UNTAGGED_HEADER_LEN + READ_REQUEST_HEADER_LEN;
 
+/// A tagged DDP segment (version 1) with `payload`: the ULPDUs the peer's unit tests feed.
+#[cfg(test)]
+pub(crate) fn tagged_ulpdu(
+    opcode: RdmapOpcode,
+    stag: u32,
+    to: u64,
+    last: bool,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut v = vec![0u8; TAGGED_HEADER_LEN];
+    DdpRepr::Tagged {
+        last,
+        opcode,
+        stag,
+        to,
+    }
+    .emit(&mut v, 1)
+    .expect("a tagged header fits its buffer");
+    v.extend_from_slice(payload);
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -447,17 +469,7 @@ mod tests {
     }
 
     fn write_ulpdu(stag: u32, to: u64, last: bool, payload: &[u8]) -> Vec<u8> {
-        let mut v = vec![0u8; TAGGED_HEADER_LEN];
-        DdpRepr::Tagged {
-            last,
-            opcode: RdmapOpcode::RdmaWrite,
-            stag,
-            to,
-        }
-        .emit(&mut v, 1)
-        .unwrap();
-        v.extend_from_slice(payload);
-        v
+        tagged_ulpdu(RdmapOpcode::RdmaWrite, stag, to, last, payload)
     }
 
     fn feed(s: &mut Sink, u: &[u8]) -> Result<(), Violation> {
