@@ -68,6 +68,7 @@ impl SuiteArgs {
                 seed: 1,
                 variants: false,
                 perf: false,
+                perf_data: None,
                 stages: true,
                 json: false,
                 workers: 1,

@@ -102,6 +102,10 @@ pub struct PipelineArgs {
     /// is not usable).
     #[arg(long)]
     pub perf: bool,
+    /// With `--perf`: keep the recording at this path (for `perf annotate -i PATH`) instead of
+    /// deleting it.
+    #[arg(long, value_name = "PATH")]
+    pub perf_data: Option<std::path::PathBuf>,
     /// Also run the stage ladder at the first MSS and size (see [`stages`]) and print the
     /// per-stage breakdown.
     #[arg(long)]
@@ -603,7 +607,7 @@ pub fn run_cli(a: &PipelineArgs) -> Result<()> {
         print!("{text}");
     }
     if a.perf {
-        profile::profile(&a.configs()[0])?;
+        profile::profile(&a.configs()[0], a.perf_data.as_deref())?;
     }
     Ok(())
 }

@@ -19,13 +19,15 @@ fn perf_usable() -> bool {
 
 /// Records one round of `o`, only while the worker is polled (perf starts disabled and is
 /// enabled around each timed part through its control FIFO), and prints the top symbols.
-pub fn profile(o: &PipelineOpts) -> Result<()> {
+pub fn profile(o: &PipelineOpts, keep: Option<&std::path::Path>) -> Result<()> {
     if !perf_usable() {
         println!("perf: not usable here (`perf record -e cpu-clock true` failed); no profile");
         return Ok(());
     }
     let p = gen::prepare(o)?;
-    let data = crate::datapath::temp_path("pipeline.perf.data");
+    let data = keep
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_else(|| crate::datapath::temp_path("pipeline.perf.data"));
     let ctl = crate::datapath::temp_path("pipeline.perf.ctl");
     let ack = crate::datapath::temp_path("pipeline.perf.ack");
     for f in [&ctl, &ack] {
@@ -94,7 +96,9 @@ pub fn profile(o: &PipelineOpts) -> Result<()> {
         .args(["--percent-limit", "0.7"])
         .stderr(Stdio::null())
         .output()?;
-    let _ = std::fs::remove_file(&data);
+    if keep.is_none() {
+        let _ = std::fs::remove_file(&data);
+    }
     println!("\nperf (one round of {}; only while polling):", o.label());
     String::from_utf8_lossy(&out.stdout)
         .lines()
