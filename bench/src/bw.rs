@@ -15,6 +15,7 @@ use crate::options::{bed_for, messages, Align, NicArgs, Op, Run};
 use crate::peer::kernel_run;
 use crate::progress::Progress;
 use crate::report::{Document, Scenario, Spread};
+use crate::sender_tcp::SenderTcp;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::{json, Value};
@@ -183,6 +184,8 @@ pub struct BwRow {
     pub samples: Vec<BwSample>,
     /// Share of the out-of-order FPDUs placed directly (datapath under loss), per round.
     pub placed_direct_percent: Vec<f64>,
+    /// What the Linux sender's TCP did, per round (not on an external bed).
+    pub sender: Vec<SenderTcp>,
 }
 
 impl BwRow {
@@ -213,6 +216,9 @@ impl BwRow {
             "process_cpu_ns_per_octet": per(&|s| s.cpu.receiver),
             "sender_cpu_ns_per_octet": per(&|s| s.cpu.sender),
             "placed_direct_percent": Spread::of(self.placed_direct_percent.clone()).map(|s| s.median),
+            "sender_retrans_percent": Spread::of(self.sender.iter().map(SenderTcp::retrans_percent).collect()).map(|s| s.median),
+            "sender_rtos": Spread::of(self.sender.iter().map(|t| t.get("rtos") as f64).collect()).map(|s| s.median),
+            "round_sender_tcp": self.sender.iter().map(SenderTcp::json).collect::<Vec<_>>(),
             "round_gbit_s": self.samples.iter().map(BwSample::gbit_s).collect::<Vec<_>>(),
         })
     }
@@ -279,6 +285,18 @@ pub fn table(rows: &[BwRow]) -> String {
         "(goodput in Gbit/s of ULPDU octets; sys: whole-system CPU per octet incl. softirq and the \
          sender; proc: the receiver process)"
     );
+    for r in rows.iter().filter(|r| !r.sender.is_empty()) {
+        let v = r.json();
+        let _ = writeln!(
+            s,
+            "sender TCP against {} at {:>6} B (median of rounds): {:.1} % of segments \
+             retransmitted, {} RTOs",
+            r.receiver,
+            r.size,
+            v["sender_retrans_percent"].as_f64().unwrap_or(f64::NAN),
+            v["sender_rtos"].as_f64().unwrap_or(f64::NAN),
+        );
+    }
     for d in rows.iter().filter(|r| r.receiver == "datapath") {
         let Some(k) = rows
             .iter()
@@ -323,6 +341,7 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
                 size,
                 samples: Vec::new(),
                 placed_direct_percent: Vec::new(),
+                sender: Vec::new(),
             });
         }
     }
@@ -335,7 +354,9 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
                 round + 1,
                 a.rounds
             ));
+            let before = sender_counters(&bed);
             let k = kernel_run(&bed, &r).with_context(|| format!("kernel, {size} B"))?;
+            let k_sender = sender_since(&bed, before);
             if !digests_match(&k.senders, &k.receivers) {
                 bail!(
                     "kernel, {size} B: digests differ: sent {} received {}",
@@ -351,12 +372,15 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
             };
             progress.done(format!("kernel {size} B: {:.2} Gbit/s", ks.gbit_s()));
             rows[2 * i].samples.push(ks);
+            rows[2 * i].sender.extend(k_sender.clone());
             progress.running(format!(
                 "round {} of {}: datapath, {size} B",
                 round + 1,
                 a.rounds
             ));
+            let before = sender_counters(&bed);
             let d = datapath_run(&bed, &r).with_context(|| format!("datapath, {size} B"))?;
+            let d_sender = sender_since(&bed, before);
             if !digests_match(&d.peers, &d.flows) {
                 bail!(
                     "datapath, {size} B: digests differ: sent {} received {}",
@@ -375,20 +399,26 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
                     sender: d.sender_cpu,
                 },
             };
-            let (direct, store) = (n("placed_direct"), n("placed_from_store"));
-            if direct + store > 0.0 {
+            // Out-of-order FPDUs placed on arrival (from their segment, or gathered with
+            // stored pieces), of all that arrived out of order.
+            let ahead = n("placed_direct") + n("placed_gathered");
+            let store = n("placed_from_store");
+            if ahead + store > 0.0 {
                 rows[2 * i + 1]
                     .placed_direct_percent
-                    .push(100.0 * direct / (direct + store));
+                    .push(100.0 * ahead / (ahead + store));
             }
             progress.done(format!("datapath {size} B: {:.2} Gbit/s", ds.gbit_s()));
             progress.println(format!(
-                "round {}, {size} B: kernel {:.2} Gbit/s, datapath {:.2} Gbit/s",
+                "round {}, {size} B: kernel {:.2} Gbit/s{}, datapath {:.2} Gbit/s{}",
                 round + 1,
                 ks.gbit_s(),
-                ds.gbit_s()
+                sender_note(k_sender.as_ref()),
+                ds.gbit_s(),
+                sender_note(d_sender.as_ref()),
             ));
             rows[2 * i + 1].samples.push(ds);
+            rows[2 * i + 1].sender.extend(d_sender);
         }
     }
     if let Some(s) = bed.impair_stats() {
@@ -398,6 +428,35 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
     let mut doc = Document::new(Scenario::Bw, a.params());
     doc.results = rows.iter().map(BwRow::json).collect();
     Ok((doc, rows))
+}
+
+/// The sender namespace's TCP counters now (`None` on an external bed, or when they cannot
+/// be read: the run goes on without them).
+fn sender_counters(bed: &mpa_testbed::TestBed) -> Option<SenderTcp> {
+    if bed.external.is_some() {
+        return None;
+    }
+    SenderTcp::read(&bed.ns_a)
+        .map_err(|e| tracing::warn!("sender TCP counters: {e:#}"))
+        .ok()
+}
+
+/// What the sender's TCP did since `before`.
+fn sender_since(bed: &mpa_testbed::TestBed, before: Option<SenderTcp>) -> Option<SenderTcp> {
+    Some(sender_counters(bed)?.since(&before?))
+}
+
+/// ` (sender: 12.3 % retransmitted, 2 RTOs, 5 loss probes)`, or nothing.
+fn sender_note(t: Option<&SenderTcp>) -> String {
+    t.map_or(String::new(), |t| {
+        format!(
+            " (sender: {:.1} % retransmitted, {} RTOs, {} loss probes, {} SACK recoveries)",
+            t.retrans_percent(),
+            t.get("rtos"),
+            t.get("loss_probes"),
+            t.get("sack_recoveries")
+        )
+    })
 }
 
 /// `--wire-segments`: the sender's veth end without TSO, the receiver's with GRO.
@@ -505,6 +564,7 @@ mod tests {
                 sample(3.0, 2.0, 3.0),
             ],
             placed_direct_percent: vec![99.0, 98.0, 97.0],
+            sender: vec![],
         };
         let v = row.json();
         let f = |k: &str| v[k].as_f64().unwrap();
@@ -531,12 +591,14 @@ mod tests {
                 size: 4096,
                 samples: vec![sample(2.0, 4.0, 1.0)],
                 placed_direct_percent: vec![],
+                sender: vec![],
             },
             BwRow {
                 receiver: "datapath",
                 size: 4096,
                 samples: vec![sample(3.0, 2.0, 1.0)],
                 placed_direct_percent: vec![],
+                sender: vec![],
             },
         ];
         let t = table(&rows);

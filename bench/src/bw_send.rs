@@ -361,6 +361,7 @@ pub fn bw_send(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
                 size,
                 samples: Vec::new(),
                 placed_direct_percent: Vec::new(),
+                sender: Vec::new(),
             });
         }
     }

@@ -300,17 +300,20 @@ pub fn demo(r: &Run) -> Result<String> {
     let g = gbit(octets, secs);
     let f = &d.flow;
     let n = |k: &str| f[k].as_u64().unwrap_or(0);
-    let (direct, store) = (n("placed_direct"), n("placed_from_store"));
-    // Share of the FPDUs that arrived out of order (placed ahead or from the store) that were
-    // placed directly.
-    let direct_pct = if direct + store > 0 {
-        Some(100.0 * direct as f64 / (direct + store) as f64)
-    } else {
-        None
-    };
+    let (direct, gathered, store) = (
+        n("placed_direct"),
+        n("placed_gathered"),
+        n("placed_from_store"),
+    );
+    // Shares of the FPDUs that arrived out of order (placed ahead or from the store): placed
+    // on arrival straight from their segment, and on arrival at all (also those gathered
+    // from stored pieces once their last piece came).
+    let ooo = direct + gathered + store;
+    let share = |x: u64| (ooo > 0).then(|| 100.0 * x as f64 / ooo as f64);
+    let (direct_pct, ahead_pct) = (share(direct), share(direct + gathered));
     if let Some((msgs, region)) = d.placement {
         println!(
-            "placement   : {msgs} messages completed in order; region of {region} octets equals what the peer wrote; placed_direct={direct} placed_from_store={store} placed_in_order={} located_rejected={} store_high_water={}",
+            "placement   : {msgs} messages completed in order; region of {region} octets equals what the peer wrote; placed_direct={direct} placed_gathered={gathered} placed_from_store={store} placed_in_order={} located_rejected={} store_high_water={}",
             n("placed_in_order"), n("located_rejected"), n("store_high_water")
         );
     }
@@ -327,14 +330,18 @@ pub fn demo(r: &Run) -> Result<String> {
             "placed_direct": direct,
             "placed_from_store": store,
             "placed_direct_percent": direct_pct,
+            "placed_gathered": gathered,
+            "placed_ahead_percent": ahead_pct,
             "placement_checked": d.placement.map(|(m, o)| serde_json::json!({"messages": m, "region_octets": o})),
             "flow": d.flow,
         });
         println!("result: {v}");
     }
-    Ok(match (d.placement, direct_pct) {
-        (Some(_), Some(p)) => format!("{g:.2} Gbit/s placed_direct={p:.1}%"),
-        (Some(_), None) => format!("{g:.2} Gbit/s placed_direct=n/a (nothing out of order)"),
-        (None, _) => format!("{g:.2} Gbit/s"),
+    Ok(match (d.placement, ahead_pct, direct_pct) {
+        (Some(_), Some(a), Some(p)) => {
+            format!("{g:.2} Gbit/s placed_ahead={a:.1}% (directly from one segment {p:.1}%)")
+        }
+        (Some(_), _, _) => format!("{g:.2} Gbit/s placed_ahead=n/a (nothing out of order)"),
+        (None, _, _) => format!("{g:.2} Gbit/s"),
     })
 }

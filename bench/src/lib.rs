@@ -33,6 +33,7 @@ pub mod placement;
 pub mod plot;
 pub mod progress;
 pub mod report;
+pub mod sender_tcp;
 pub mod setup;
 pub mod soak;
 pub mod split;

@@ -48,6 +48,15 @@ pub struct RxStats {
     pub marker_errors: u64,
     /// FPDUs placed straight from an out-of-order segment (marker-guided).
     pub placed_direct: u64,
+    /// FPDUs placed out of order once their last piece arrived, gathered from pieces the
+    /// reassembly store held and the segment that completed them (they reach across segment
+    /// boundaries).
+    #[serde(default)]
+    pub placed_gathered: u64,
+    /// Out-of-order FPDUs not gathered because they are much longer than the segment that
+    /// would complete them (a bound on the work per received octet; they wait for the stream).
+    #[serde(default)]
+    pub gather_over_budget: u64,
     /// FPDUs placed when they arrived in order.
     pub placed_in_order: u64,
     /// FPDUs placed from the reassembly store once a hole filled.
@@ -57,6 +66,20 @@ pub struct RxStats {
     /// Out-of-order FPDUs that passed the locator but not the placement checks (left to the
     /// in-order path, which reports the error precisely).
     pub ahead_refused: u64,
+    /// Out-of-order segments offered for placement (the rest went to the store whole: the
+    /// receiver could not place ahead then).
+    #[serde(default)]
+    pub ahead_offered: u64,
+    /// Offered segments in which the locator found no whole FPDU.
+    #[serde(default)]
+    pub ahead_unlocated: u64,
+    /// Located FPDUs not placed because they overlap one already placed ahead (or lie beyond
+    /// the horizon).
+    #[serde(default)]
+    pub ahead_overlapping: u64,
+    /// Located FPDUs not placed because the segment's span list was full.
+    #[serde(default)]
+    pub ahead_no_span: u64,
     /// Payload octets copied into regions.
     pub placed_octets: u64,
     /// Completions produced.

@@ -114,6 +114,69 @@ impl FpduLocator {
         &self.grid
     }
 
+    /// Where the FPDU that the first marker inside `segment` (at sequence number `seq`) points
+    /// to starts: possibly before the segment (an FPDU that began in an earlier one). `None`
+    /// without markers, when no whole marker lies inside, or when its pointer cannot be an
+    /// FPDU header (into a marker position). Nothing is verified: a candidate for
+    /// [`FpduLocator::verify_whole`].
+    pub fn first_marked_start(&self, seq: SeqNumber, segment: &[u8]) -> Option<SeqNumber> {
+        if !self.grid.enabled {
+            return None;
+        }
+        let m = markers::to_next_marker(self.grid.pos(seq));
+        let marker = segment.get(m..m + MARKER_LEN)?;
+        let ptr = u32::from(Marker::new_unchecked(marker).fpdu_ptr());
+        let at = seq + m;
+        if ptr == 0 {
+            return Some(at);
+        }
+        let header = SeqNumber(at.0.wrapping_sub(ptr));
+        let hpos = self.grid.pos(header);
+        if markers::is_marker_pos(hpos) {
+            return None;
+        }
+        // A header right behind a marker position: that marker leads the FPDU.
+        Some(if markers::is_marker_pos(hpos.wrapping_sub(MARKER_LEN as u32)) {
+            SeqNumber(header.0.wrapping_sub(MARKER_LEN as u32))
+        } else {
+            header
+        })
+    }
+
+    /// Wire length of the FPDU starting at `seq` whose first octets are `head` (enough to
+    /// hold its header: see [`FpduLocator::header_end`]), or `None` when `head` is shorter.
+    pub fn wire_len(&self, seq: SeqNumber, head: &[u8]) -> Option<usize> {
+        let pos = self.grid.pos(seq);
+        let h = markers::header_offset(pos, self.grid.enabled);
+        let b = head.get(h..h + HEADER_LEN)?;
+        let len = usize::from(u16::from_be_bytes([b[0], b[1]]));
+        Some(markers::fpdu_wire_len(pos, len, self.grid.enabled))
+    }
+
+    /// Octets from an FPDU's start at `seq` through its header.
+    pub fn header_end(&self, seq: SeqNumber) -> usize {
+        markers::header_offset(self.grid.pos(seq), self.grid.enabled) + HEADER_LEN
+    }
+
+    /// Verifies `wire` as one whole FPDU starting at `seq` (its length what its header says;
+    /// CRC, then every marker, as in order): the same checks an FPDU found by
+    /// [`FpduLocator::locate`] passed, for an FPDU gathered from several segments.
+    pub fn verify_whole(&self, seq: SeqNumber, wire: &[u8]) -> Result<LocatedFpdu, DecodeError> {
+        let pos = self.grid.pos(seq);
+        if self.wire_len(seq, wire) != Some(wire.len()) {
+            return Err(DecodeError::Misframed {
+                located: pos,
+                chain: pos,
+            });
+        }
+        let ulpdu_len = verify_fpdu(wire, pos, self.grid.enabled, self.crc)?;
+        Ok(LocatedFpdu {
+            seq,
+            range: 0..wire.len(),
+            ulpdu_len,
+        })
+    }
+
     /// Appends to `out`, in sequence order, every verified FPDU wholly inside `segment`, which
     /// starts at sequence number `seq`. `out` is not cleared (reuse it to avoid allocation).
     pub fn locate(

@@ -14,13 +14,13 @@
 #![forbid(unsafe_code)]
 
 mod ahead;
+mod out_of_order;
 pub mod placement;
 pub mod regions;
 #[cfg(test)]
 pub(crate) mod tests;
 
-use crate::tcp::PlacedSpans;
-use ahead::{AheadList, PlacedAhead};
+use ahead::AheadList;
 use mpa::crc::{crc32c_append, crc32c_combine};
 use mpa::decoder::{DecodeError, FpduDecoder};
 use mpa::endpoint::classify_rtr;
@@ -148,6 +148,8 @@ pub struct MpaReceiver {
     stats: RxStats,
     completions: VecDeque<Completion>,
     located: Vec<LocatedFpdu>,
+    /// An out-of-order FPDU gathered from stored pieces and a segment (`out_of_order`).
+    gathered: Vec<u8>,
     /// The sink (STag, TO) of a zero-length Read Request RTR, to answer.
     read_rtr: Option<(u32, u64)>,
     /// Valid RDMA Read Requests accepted in order, not yet handed to the sender.
@@ -180,6 +182,7 @@ impl MpaReceiver {
             stats: RxStats::default(),
             completions: VecDeque::new(),
             located: Vec::new(),
+            gathered: Vec::new(),
             read_rtr: None,
             reads: VecDeque::new(),
             reads_outstanding: 0,
@@ -353,87 +356,6 @@ impl MpaReceiver {
                 return;
             }
             self.skip_left = p.wire_len;
-        }
-    }
-
-    /// Out-of-order octets `data` at `seq` (called by the TCP for each segment ahead of
-    /// RCV.NXT): places every FPDU wholly inside that the locator verifies and the placement
-    /// checks accept, and reports them in `spans` so the TCP store does not copy them.
-    /// Anything doubtful is left to the in-order path, which reports errors precisely.
-    pub fn handle_segment_ahead<R: Regions + ?Sized>(
-        &mut self,
-        seq: SeqNumber,
-        data: &[u8],
-        spans: &mut PlacedSpans,
-        regions: &mut R,
-    ) {
-        if !self.wants_segments_ahead() {
-            return;
-        }
-        let Some(placer) = self.placer.as_ref() else {
-            return;
-        };
-        self.located.clear();
-        let ls = self.locator.locate(seq, data, &mut self.located);
-        self.stats.located_rejected += u64::from(ls.crc_failures + ls.marker_mismatches);
-        for f in &self.located {
-            if !spans.has_room() || self.ahead.len() >= MAX_PLACED_AHEAD {
-                break;
-            }
-            let slot = match self.ahead.slot_for(f.seq, f.range.len()) {
-                ahead::Slot::Free(at) => at,
-                // A retransmission of an FPDU already placed: not placed twice, but its
-                // octets need not be stored either.
-                ahead::Slot::Duplicate => {
-                    spans.push(f.range.clone());
-                    continue;
-                }
-                ahead::Slot::Overlaps => continue,
-            };
-            let Some(u) = f.ulpdu(self.locator.grid(), data) else {
-                continue;
-            };
-            let mut head = [0u8; PLAN_PREFIX];
-            let n = u.copy_prefix(&mut head);
-            let plan = match placer.plan(regions, &head[..n], u.len(), false) {
-                // A Terminate or a Read Request waits for the stream (in order).
-                Ok(p)
-                    if !matches!(
-                        p.kind,
-                        SegmentKind::PeerTerminate(_) | SegmentKind::ReadRequest(_)
-                    ) =>
-                {
-                    p
-                }
-                _ => {
-                    self.stats.ahead_refused += 1;
-                    continue;
-                }
-            };
-            if plan.target.is_some() && !Placer::place(regions, &plan, &u) {
-                continue;
-            }
-            // The ULPDU's CRC only serves the flow digest (the FPDU CRC was checked).
-            let ulpdu_crc = if self.digest.is_some() {
-                u.pieces().fold(0, crc32c_append)
-            } else {
-                0
-            };
-            if !spans.push(f.range.clone()) {
-                continue;
-            }
-            self.stats.placed_direct += 1;
-            self.stats.placed_octets += plan.payload_len as u64;
-            self.ahead.insert(
-                slot,
-                PlacedAhead {
-                    start: f.seq,
-                    wire_len: f.range.len(),
-                    plan,
-                    ulpdu_crc,
-                    ulpdu_len: u.len(),
-                },
-            );
         }
     }
 

@@ -60,24 +60,55 @@ pub use stats::{DropCounters, DropReason, TcpStats};
 /// Parts of an out-of-order segment the caller consumed itself (offsets into the octets it
 /// was shown, sorted, disjoint); see [`Connection::handle_segment_placing`]. Bounded: past
 /// [`PlacedSpans::CAPACITY`] spans the caller stops placing and the rest is stored.
-#[derive(Debug, Clone)]
-pub struct PlacedSpans {
+///
+/// It also shows the caller the out-of-order octets already copied into the store
+/// ([`PlacedSpans::stored`]), so that an FPDU whose earlier or later pieces arrived in other
+/// segments can be placed once the last piece is in; the caller names the stored octets it
+/// consumed that way ([`PlacedSpans::push_stored`]) and the store stops counting them.
+#[derive(Clone)]
+pub struct PlacedSpans<'s> {
     spans: [std::ops::Range<usize>; PlacedSpans::CAPACITY],
     len: usize,
+    store: Option<(&'s reassembly::Reassembly, mpa::seq::SeqNumber)>,
+    stored: [(mpa::seq::SeqNumber, mpa::seq::SeqNumber); PlacedSpans::STORED_CAPACITY],
+    stored_len: usize,
 }
 
-impl Default for PlacedSpans {
+impl std::fmt::Debug for PlacedSpans<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlacedSpans")
+            .field("spans", &self.as_slice())
+            .field("stored", &self.stored_spans())
+            .finish()
+    }
+}
+
+impl Default for PlacedSpans<'_> {
     fn default() -> Self {
         PlacedSpans {
             spans: std::array::from_fn(|_| 0..0),
             len: 0,
+            store: None,
+            stored: [(mpa::seq::SeqNumber(0), mpa::seq::SeqNumber(0)); PlacedSpans::STORED_CAPACITY],
+            stored_len: 0,
         }
     }
 }
 
-impl PlacedSpans {
+impl<'s> PlacedSpans<'s> {
     /// Spans one segment can report.
     pub const CAPACITY: usize = 64;
+    /// Stored ranges one segment can report consumed (the FPDU reaching into the segment's
+    /// start and the one reaching out of its end, each with a piece on one side).
+    pub const STORED_CAPACITY: usize = 4;
+
+    /// Spans that can see the store's copied octets above `rcv_nxt`.
+    pub(crate) fn with_store(store: &'s reassembly::Reassembly, rcv_nxt: mpa::seq::SeqNumber) -> Self {
+        PlacedSpans {
+            store: Some((store, rcv_nxt)),
+            ..PlacedSpans::default()
+        }
+    }
 
     /// Whether another span fits.
     pub fn has_room(&self) -> bool {
@@ -98,5 +129,44 @@ impl PlacedSpans {
     /// The spans.
     pub fn as_slice(&self) -> &[std::ops::Range<usize>] {
         &self.spans[..self.len]
+    }
+
+    /// The octets `[s, e)` of the stream as the store holds them (one or two slices: its
+    /// ring may wrap), when it holds every one, copied and not consumed by the caller;
+    /// `None` otherwise or without a store.
+    pub fn stored(
+        &self,
+        s: mpa::seq::SeqNumber,
+        e: mpa::seq::SeqNumber,
+    ) -> Option<(&'s [u8], &'s [u8])> {
+        let (store, rcv_nxt) = self.store?;
+        store.copied_octets(rcv_nxt, s, e)
+    }
+
+    /// The caller consumed the stored octets `[s, e)` (as [`PlacedSpans::stored`] showed
+    /// them); `false` (ignored) when they are not stored or the list is full.
+    pub fn push_stored(&mut self, s: mpa::seq::SeqNumber, e: mpa::seq::SeqNumber) -> bool {
+        if self.stored_len >= Self::STORED_CAPACITY || self.stored(s, e).is_none() {
+            return false;
+        }
+        self.stored[self.stored_len] = (s, e);
+        self.stored_len += 1;
+        true
+    }
+
+    /// The stored ranges the caller consumed.
+    pub fn stored_spans(&self) -> &[(mpa::seq::SeqNumber, mpa::seq::SeqNumber)] {
+        &self.stored[..self.stored_len]
+    }
+
+    /// The same spans without the view of the store (which they borrow).
+    pub(crate) fn detach(&self) -> PlacedSpans<'static> {
+        PlacedSpans {
+            spans: self.spans.clone(),
+            len: self.len,
+            store: None,
+            stored: self.stored,
+            stored_len: self.stored_len,
+        }
     }
 }

@@ -402,6 +402,64 @@ impl Reassembly {
         Insert::Stored { new, dup }
     }
 
+    /// Whether `[s, e)` (above `rcv_nxt`, not empty) is held and copied: inside one present
+    /// range, no octet of it placed by the caller.
+    fn copied_span(&self, rcv_nxt: SeqNumber, s: SeqNumber, e: SeqNumber) -> bool {
+        let rel = |x: SeqNumber| x.distance_from(rcv_nxt);
+        let (rs, re) = (rel(s), rel(e));
+        if rs >= re || re as usize > self.ring.len() || rs >= 1 << 31 {
+            return false;
+        }
+        let Some(k) = self.find(rcv_nxt, s) else {
+            return false;
+        };
+        if rel(self.ranges[k].end) < re {
+            return false;
+        }
+        let (i, j) = touching(&self.placed, rcv_nxt, rs, re);
+        // Touching includes adjacent placed ranges; only an overlap disqualifies.
+        !self
+            .placed
+            .range(i..j)
+            .any(|p| rel(p.start) < re && rel(p.end) > rs)
+    }
+
+    /// The copied octets `[s, e)` as one or two slices of the ring (it may wrap), when
+    /// every one of them is held and none was placed by the caller.
+    pub(crate) fn copied_octets(
+        &self,
+        rcv_nxt: SeqNumber,
+        s: SeqNumber,
+        e: SeqNumber,
+    ) -> Option<(&[u8], &[u8])> {
+        if !self.copied_span(rcv_nxt, s, e) {
+            return None;
+        }
+        let cap = self.ring.len();
+        let n = e.distance_from(s) as usize;
+        let pos = (self.head + s.distance_from(rcv_nxt) as usize) % cap;
+        let first = (cap - pos).min(n);
+        Some((&self.ring[pos..pos + first], &self.ring[..n - first]))
+    }
+
+    /// The caller consumed the copied octets `[s, e)` itself (placed them): from now on they
+    /// count as placed, not against the octet limit, and are skipped by their owner when
+    /// drained. `false` (nothing changed) when they are not all held and copied, or the
+    /// placed table is full.
+    pub(crate) fn mark_placed(&mut self, rcv_nxt: SeqNumber, s: SeqNumber, e: SeqNumber) -> bool {
+        if !self.copied_span(rcv_nxt, s, e) {
+            return false;
+        }
+        if self.placed.len() >= self.max_ranges * PLACED_PER_RANGE {
+            return false;
+        }
+        let n = e.distance_from(s) as usize;
+        merge_in(&mut self.placed, rcv_nxt, s, e);
+        self.placed_octets += n;
+        self.copied -= n;
+        true
+    }
+
     /// Moves the range holding `seq` to the front of the most-recently-changed list, and
     /// forgets entries of the same range or of none.
     fn touch(&mut self, base: SeqNumber, seq: SeqNumber) {

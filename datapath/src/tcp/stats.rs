@@ -67,6 +67,9 @@ pub struct TcpStats {
     pub octets_delivered: u64,
     /// Octets delivered from the reassembly store.
     pub octets_reassembled: u64,
+    /// Stored out-of-order octets the caller consumed before they became in order (an FPDU
+    /// gathered from stored pieces and a later segment), freed from the store's limit.
+    pub octets_placed_from_store: u64,
     /// Most octets the reassembly store held copied at once (placed ranges excluded).
     pub store_high_water: u64,
     /// Most disjoint out-of-order ranges held at once.

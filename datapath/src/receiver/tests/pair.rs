@@ -123,7 +123,7 @@ fn run(c: Case) -> Outcome {
     let st = *s.rx.stats();
     assert_eq!(st.fpdus, fpdus);
     assert_eq!(
-        st.placed_direct + st.placed_in_order + st.placed_from_store,
+        st.placed_direct + st.placed_gathered + st.placed_in_order + st.placed_from_store,
         fpdus,
         "every FPDU placed once: {st:?}"
     );

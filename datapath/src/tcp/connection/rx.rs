@@ -31,7 +31,7 @@ impl<S: SendSource> Connection<S> {
         now: Instant,
         repr: &TcpRepr,
         payload: &[u8],
-        place: &mut dyn FnMut(SeqNumber, &[u8], &mut PlacedSpans),
+        place: &mut dyn FnMut(SeqNumber, &[u8], &mut PlacedSpans<'_>),
     ) -> SegmentOutcome {
         self.now = now;
         // The previous segment's own ACK, if it is owed one, is frozen before this one
@@ -308,7 +308,7 @@ impl<S: SendSource> Connection<S> {
         seq: SeqNumber,
         flags: TcpFlags,
         payload: &[u8],
-        place: &mut dyn FnMut(SeqNumber, &[u8], &mut PlacedSpans),
+        place: &mut dyn FnMut(SeqNumber, &[u8], &mut PlacedSpans<'_>),
     ) -> SegmentOutcome {
         let mut out = SegmentOutcome::default();
         if payload.is_empty() && !flags.fin() {
@@ -414,7 +414,16 @@ impl<S: SendSource> Connection<S> {
             let data = &payload[skip..skip + len];
             let mut spans = PlacedSpans::default();
             if self.rcv_nxt + self.store.capacity() > start {
-                place(start, data, &mut spans);
+                let mut shown = PlacedSpans::with_store(&self.store, self.rcv_nxt);
+                place(start, data, &mut shown);
+                spans = shown.detach();
+                // Stored octets the caller consumed with this segment's (an FPDU gathered
+                // from both) no longer count against the store.
+                for &(s, e) in spans.stored_spans() {
+                    if self.store.mark_placed(self.rcv_nxt, s, e) {
+                        self.stats.octets_placed_from_store += u64::from(e.distance_from(s));
+                    }
+                }
             }
             let pruned = self.store.pruned();
             match self
