@@ -124,9 +124,28 @@ impl FpduLocator {
             return None;
         }
         let m = markers::to_next_marker(self.grid.pos(seq));
-        let marker = segment.get(m..m + MARKER_LEN)?;
+        self.marked_start(seq + m, segment.get(m..m + MARKER_LEN)?)
+    }
+
+    /// As [`FpduLocator::first_marked_start`], for the last marker inside `segment`.
+    pub fn last_marked_start(&self, seq: SeqNumber, segment: &[u8]) -> Option<SeqNumber> {
+        if !self.grid.enabled {
+            return None;
+        }
+        let first = markers::to_next_marker(self.grid.pos(seq));
+        let n = segment.len().checked_sub(first + MARKER_LEN)? / markers::MARKER_INTERVAL as usize;
+        let m = first + n * markers::MARKER_INTERVAL as usize;
+        self.marked_start(seq + m, segment.get(m..m + MARKER_LEN)?)
+    }
+
+    /// Where the FPDU that the marker `marker` (4 octets, at sequence number `at`, a marker
+    /// position) points to starts; `None` when its pointer cannot be an FPDU header (into a
+    /// marker position) or markers are off. Nothing is verified.
+    pub fn marked_start(&self, at: SeqNumber, marker: &[u8]) -> Option<SeqNumber> {
+        if !self.grid.enabled || marker.len() < MARKER_LEN {
+            return None;
+        }
         let ptr = u32::from(Marker::new_unchecked(marker).fpdu_ptr());
-        let at = seq + m;
         if ptr == 0 {
             return Some(at);
         }
@@ -141,6 +160,19 @@ impl FpduLocator {
         } else {
             header
         })
+    }
+
+    /// Sequence number of the last marker position before `seq` (markers on), for reading
+    /// that marker from octets held elsewhere.
+    pub fn marker_before(&self, seq: SeqNumber) -> Option<SeqNumber> {
+        if !self.grid.enabled {
+            return None;
+        }
+        let back = match self.grid.pos(seq) % markers::MARKER_INTERVAL {
+            0 => markers::MARKER_INTERVAL,
+            r => r,
+        };
+        Some(SeqNumber(seq.0.wrapping_sub(back)))
     }
 
     /// Wire length of the FPDU starting at `seq` whose first octets are `head` (enough to

@@ -56,7 +56,10 @@ impl MpaReceiver {
         // one (spans must be pushed in order: it comes first).
         let marked = self.locator.first_marked_start(seq, data);
         let mut last_end = None;
-        if let Some(a) = marked.filter(|&a| a < seq) {
+        if let Some(a) = marked
+            .filter(|&a| a < seq)
+            .or_else(|| self.stored_marked_start(seq, spans))
+        {
             last_end = self.place_gathered(a, seq, data, spans, regions);
         }
         for f in &located {
@@ -91,12 +94,41 @@ impl MpaReceiver {
             self.ahead.insert(slot, p);
         }
         // The FPDU that begins here and ends in a later segment: after the last one found
-        // (its successor in the chain), or where the first marker points inside.
-        let tail = last_end.or(marked.filter(|&a| a >= seq));
+        // (its successor in the chain), or where the last marker points inside.
+        // Failing both, the first marker after the segment, if the store holds it.
+        let tail = last_end
+            .or_else(|| {
+                self.locator
+                    .last_marked_start(seq, data)
+                    .filter(|&a| a >= seq)
+            })
+            .or_else(|| {
+                let at = end + mpa::markers::to_next_marker(self.locator.grid().pos(end));
+                self.stored_marker(at, spans).filter(|&a| a >= seq)
+            });
         if let Some(t) = tail.filter(|&t| t < end) {
             self.place_gathered(t, seq, data, spans, regions);
         }
         self.located = located;
+    }
+
+    /// Where the FPDU holding the last marker before `seq` starts, when the store holds that
+    /// marker and the FPDU reaches into this segment: the FPDU that began earlier and ends
+    /// here before this segment's first marker (which points past it).
+    fn stored_marked_start(&self, seq: SeqNumber, spans: &PlacedSpans<'_>) -> Option<SeqNumber> {
+        let at = self.locator.marker_before(seq)?;
+        self.stored_marker(at, spans).filter(|&a| a < seq)
+    }
+
+    /// Where the FPDU that the marker at `at` points to starts, when the store holds that
+    /// marker.
+    fn stored_marker(&self, at: SeqNumber, spans: &PlacedSpans<'_>) -> Option<SeqNumber> {
+        const LEN: usize = mpa::wire::marker::MARKER_LEN;
+        let (p, q) = spans.stored(at, at + LEN)?;
+        let mut m = [0u8; LEN];
+        m[..p.len()].copy_from_slice(p);
+        m[p.len()..].copy_from_slice(q);
+        self.locator.marked_start(at, &m)
     }
 
     /// Plans and places one verified out-of-order FPDU of `wire_len` octets at `start`

@@ -2,6 +2,7 @@
 //! the in-memory pair: an Initiator's FPDU stream over a lossy, reordering, duplicating link
 //! into a receiver placing into in-memory regions. No AF_XDP, no namespace, no root.
 
+mod gather;
 mod pair;
 mod stream;
 mod unit;

@@ -266,3 +266,45 @@ proptest! {
         }
     }
 }
+
+/// Stored octets can be read back in place (across the ring's wrap) and handed over as placed
+/// by the caller: they then count as placed, not against the octet limit, and only copied
+/// octets of one present range are shown.
+#[test]
+fn copied_octets_are_shown_and_can_be_marked_placed() {
+    let base = SeqNumber(1000);
+    let mut r = Reassembly::new(64, 64, 4);
+    // RCV.NXT moved 50 octets first, so the ring wraps inside what is stored next.
+    r.advance(base + 50u32, 50);
+    let nxt = base + 50u32;
+    let data: Vec<u8> = (1..=30u8).collect();
+    assert_eq!(
+        r.insert_except(nxt, nxt + 10u32, &data, &[20..25]),
+        Insert::Stored { new: 30, dup: None }
+    );
+    assert_eq!((r.stored(), r.placed()), (25, 5));
+    // Octets 10..30 of the stream: the first 20 of the segment, across the wrap (the ring's
+    // head is at 50 of 64, so stream offset 14 is the ring's end).
+    let (p, q) = r.copied_octets(nxt, nxt + 10u32, nxt + 30u32).unwrap();
+    assert_eq!((p.len(), q.len()), (4, 16));
+    assert_eq!([p, q].concat(), data[..20]);
+    // Not shown: a range reaching into placed octets, below or beyond what is held, or empty.
+    assert!(r.copied_octets(nxt, nxt + 25u32, nxt + 32u32).is_none());
+    assert!(r.copied_octets(nxt, nxt + 5u32, nxt + 12u32).is_none());
+    assert!(r.copied_octets(nxt, nxt + 35u32, nxt + 41u32).is_none());
+    assert!(r.copied_octets(nxt, nxt + 12u32, nxt + 12u32).is_none());
+    // Handed over: 15 copied octets become placed.
+    assert!(r.mark_placed(nxt, nxt + 10u32, nxt + 25u32));
+    assert_eq!((r.stored(), r.placed()), (10, 20));
+    assert!(r.copied_octets(nxt, nxt + 10u32, nxt + 12u32).is_none());
+    assert!(!r.mark_placed(nxt, nxt + 10u32, nxt + 12u32), "only once");
+    // The range still reads as present: it drains whole (the placed octets stale) and the
+    // counters return to zero.
+    r.advance(nxt + 10u32, 10);
+    let mut out = Vec::new();
+    let mut at = nxt + 10u32;
+    drain_all(&mut r, &mut at, &mut out);
+    assert_eq!(out.len(), 30);
+    assert_eq!(out[25..], data[25..]);
+    assert_eq!((r.stored(), r.placed()), (0, 0));
+}
