@@ -199,17 +199,13 @@ impl MpaReceiver {
         let piece = |x: SeqNumber| x.distance_from(seq) as usize;
         let (lo, hi) = (if a < seq { seq } else { a }, if b > end { end } else { b });
         spans.push(piece(lo)..piece(hi));
-        if let Some(p) = placed {
+        if let Some((slot, p)) = placed {
             if a < seq {
                 spans.push_stored(a, seq);
             }
             if b > end {
                 spans.push_stored(end, b);
             }
-            let slot = match self.ahead.slot_for(a, p.wire_len) {
-                ahead::Slot::Free(at) => at,
-                _ => return Some(b),
-            };
             self.stats.placed_gathered += 1;
             self.ahead.insert(slot, p);
         }
@@ -217,7 +213,8 @@ impl MpaReceiver {
     }
 
     /// [`MpaReceiver::place_gathered`] with the gather buffer `wire` taken out of `self`:
-    /// the FPDU's end and its ahead entry (`None`: it was placed before).
+    /// the FPDU's end, and its slot in the ahead list and entry (`None`: placed before).
+    #[allow(clippy::type_complexity)]
     fn place_gathered_in<R: Regions + ?Sized>(
         &mut self,
         a: SeqNumber,
@@ -226,7 +223,7 @@ impl MpaReceiver {
         spans: &PlacedSpans<'_>,
         regions: &mut R,
         wire: &mut Vec<u8>,
-    ) -> Option<(SeqNumber, Option<PlacedAhead>)> {
+    ) -> Option<(SeqNumber, Option<(usize, PlacedAhead)>)> {
         let end = seq + data.len();
         if !gather(a, a + self.locator.header_end(a), seq, data, spans, wire) {
             return None;
@@ -241,17 +238,18 @@ impl MpaReceiver {
             self.stats.gather_over_budget += 1;
             return None;
         }
-        match self.ahead.slot_for(a, wire_len) {
-            ahead::Slot::Free(_) => {}
+        // Copies only once every piece is in (the common miss costs a few lookups).
+        if !gather(a, b, seq, data, spans, wire) {
+            return None;
+        }
+        let slot = match self.ahead.slot_for(a, wire_len) {
+            ahead::Slot::Free(at) => at,
             ahead::Slot::Duplicate => return Some((b, None)),
             ahead::Slot::Overlaps => {
                 self.stats.ahead_overlapping += 1;
                 return None;
             }
-        }
-        if !gather(a, b, seq, data, spans, wire) {
-            return None;
-        }
+        };
         let f = match self.locator.verify_whole(a, wire) {
             Ok(f) => f,
             Err(_) => {
@@ -261,12 +259,13 @@ impl MpaReceiver {
         };
         let u = f.ulpdu(self.locator.grid(), wire)?;
         let p = self.place_one(a, wire_len, &u, regions)?;
-        Some((b, Some(p)))
+        Some((b, Some((slot, p))))
     }
 }
 
 /// Gathers the stream octets `[s, e)` into `out` from the segment `data` at `seq` and, for
-/// the parts outside it, from the store's copied octets; `false` when any is missing.
+/// the parts outside it, from the store's copied octets; `false` (nothing copied) when any is
+/// missing.
 fn gather(
     s: SeqNumber,
     e: SeqNumber,
@@ -277,33 +276,36 @@ fn gather(
 ) -> bool {
     out.clear();
     let end = seq + data.len();
-    let stored = |x: SeqNumber, y: SeqNumber, out: &mut Vec<u8>| match spans.stored(x, y) {
-        Some((p, q)) => {
-            out.extend_from_slice(p);
-            out.extend_from_slice(q);
-            true
-        }
-        None => false,
-    };
-    if s < seq {
-        let y = if e < seq { e } else { seq };
-        if !stored(s, y, out) {
-            return false;
-        }
-    }
-    let (lo, hi) = (if s > seq { s } else { seq }, if e < end { e } else { end });
-    if lo < hi {
-        let (i, j) = (lo.distance_from(seq) as usize, hi.distance_from(seq) as usize);
-        match data.get(i..j) {
-            Some(d) => out.extend_from_slice(d),
+    let none: (&[u8], &[u8]) = (&[], &[]);
+    // Every piece is looked up before any octet is copied.
+    let below = if s < seq {
+        match spans.stored(s, if e < seq { e } else { seq }) {
+            Some(p) => p,
             None => return false,
         }
-    }
-    if e > end {
-        let x = if s > end { s } else { end };
-        if !stored(x, e, out) {
-            return false;
+    } else {
+        none
+    };
+    let above = if e > end {
+        match spans.stored(if s > end { s } else { end }, e) {
+            Some(p) => p,
+            None => return false,
         }
+    } else {
+        none
+    };
+    let (lo, hi) = (if s > seq { s } else { seq }, if e < end { e } else { end });
+    let inside = if lo < hi {
+        let (i, j) = (lo.distance_from(seq) as usize, hi.distance_from(seq) as usize);
+        match data.get(i..j) {
+            Some(d) => d,
+            None => return false,
+        }
+    } else {
+        &[]
+    };
+    for piece in [below.0, below.1, inside, above.0, above.1] {
+        out.extend_from_slice(piece);
     }
     true
 }
