@@ -75,7 +75,12 @@ impl SenderTcp {
         let values = self
             .values
             .iter()
-            .map(|(k, v)| (*k, v.saturating_sub(before.values.get(k).copied().unwrap_or(0))))
+            .map(|(k, v)| {
+                (
+                    *k,
+                    v.saturating_sub(before.values.get(k).copied().unwrap_or(0)),
+                )
+            })
             .collect();
         SenderTcp { values }
     }

@@ -155,11 +155,13 @@ impl FpduLocator {
             return None;
         }
         // A header right behind a marker position: that marker leads the FPDU.
-        Some(if markers::is_marker_pos(hpos.wrapping_sub(MARKER_LEN as u32)) {
-            SeqNumber(header.0.wrapping_sub(MARKER_LEN as u32))
-        } else {
-            header
-        })
+        Some(
+            if markers::is_marker_pos(hpos.wrapping_sub(MARKER_LEN as u32)) {
+                SeqNumber(header.0.wrapping_sub(MARKER_LEN as u32))
+            } else {
+                header
+            },
+        )
     }
 
     /// Sequence number of the last marker position before `seq` (markers on), for reading

@@ -296,7 +296,10 @@ fn gather(
     };
     let (lo, hi) = (if s > seq { s } else { seq }, if e < end { e } else { end });
     let inside = if lo < hi {
-        let (i, j) = (lo.distance_from(seq) as usize, hi.distance_from(seq) as usize);
+        let (i, j) = (
+            lo.distance_from(seq) as usize,
+            hi.distance_from(seq) as usize,
+        );
         match data.get(i..j) {
             Some(d) => d,
             None => return false,

@@ -89,7 +89,8 @@ impl Default for PlacedSpans<'_> {
             spans: std::array::from_fn(|_| 0..0),
             len: 0,
             store: None,
-            stored: [(mpa::seq::SeqNumber(0), mpa::seq::SeqNumber(0)); PlacedSpans::STORED_CAPACITY],
+            stored: [(mpa::seq::SeqNumber(0), mpa::seq::SeqNumber(0));
+                PlacedSpans::STORED_CAPACITY],
             stored_len: 0,
         }
     }
@@ -103,7 +104,10 @@ impl<'s> PlacedSpans<'s> {
     pub const STORED_CAPACITY: usize = 4;
 
     /// Spans that can see the store's copied octets above `rcv_nxt`.
-    pub(crate) fn with_store(store: &'s reassembly::Reassembly, rcv_nxt: mpa::seq::SeqNumber) -> Self {
+    pub(crate) fn with_store(
+        store: &'s reassembly::Reassembly,
+        rcv_nxt: mpa::seq::SeqNumber,
+    ) -> Self {
         PlacedSpans {
             store: Some((store, rcv_nxt)),
             ..PlacedSpans::default()

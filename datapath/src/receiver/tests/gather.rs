@@ -107,7 +107,10 @@ impl Bed {
 fn an_fpdu_across_segments_is_placed_when_its_last_piece_arrives() {
     let mut b = bed();
     let (w0, w1) = (b.ends[0], b.ends[1]);
-    assert!(w0 > 500 && w0 < 1500 && w1 > 1500, "the cuts straddle W0 and W1");
+    assert!(
+        w0 > 500 && w0 < 1500 && w1 > 1500,
+        "the cuts straddle W0 and W1"
+    );
     let end = b.wire.len();
     b.segment(1500, end);
     assert_eq!(b.rx.stats().placed_direct, 1);
@@ -118,7 +121,10 @@ fn an_fpdu_across_segments_is_placed_when_its_last_piece_arrives() {
     assert_eq!((st.placed_direct, st.placed_gathered), (1, 1), "{st:?}");
     assert!(b.region(1000).iter().all(|&x| x == 2), "W1 placed ahead");
     assert!(b.region(0).iter().all(|&x| x == 0), "W0 not yet");
-    assert!(b.completions().is_empty(), "completions wait for the stream");
+    assert!(
+        b.completions().is_empty(),
+        "completions wait for the stream"
+    );
     // The stored piece of W1 no longer counts against the store.
     assert_eq!(b.tcp.stats().octets_placed_from_store, (w1 - 1500) as u64);
     b.segment(0, 500);
@@ -147,7 +153,10 @@ fn a_gathered_fpdu_with_a_bad_crc_is_not_placed() {
     assert_eq!((st.placed_direct, st.placed_gathered), (1, 0), "{st:?}");
     // The same cut with a good W1 gathers it (above); here the candidate fails its check.
     assert!(st.located_rejected > rejected, "{st:?}");
-    assert!(b.region(1000).iter().all(|&x| x == 0), "nothing of W1 placed");
+    assert!(
+        b.region(1000).iter().all(|&x| x == 0),
+        "nothing of W1 placed"
+    );
     b.segment(0, 500);
     assert_eq!(b.completions(), [0]);
     assert!(matches!(

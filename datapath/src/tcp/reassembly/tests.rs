@@ -279,7 +279,7 @@ fn copied_octets_are_shown_and_can_be_marked_placed() {
     let nxt = base + 50u32;
     let data: Vec<u8> = (1..=30u8).collect();
     assert_eq!(
-        r.insert_except(nxt, nxt + 10u32, &data, &[20..25]),
+        r.insert_except(nxt, nxt + 10u32, &data, std::slice::from_ref(&(20..25))),
         Insert::Stored { new: 30, dup: None }
     );
     assert_eq!((r.stored(), r.placed()), (25, 5));
