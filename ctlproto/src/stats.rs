@@ -35,6 +35,12 @@ pub struct RingStats {
     pub rx_waits: u64,
 }
 
+/// Whether a counter is 0: counters only some flows use are left out of their reports then
+/// (a 10,000-flow stats document must stay under the control message limit).
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// Counters of one receiver.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RxStats {
@@ -51,11 +57,11 @@ pub struct RxStats {
     /// FPDUs placed out of order once their last piece arrived, gathered from pieces the
     /// reassembly store held and the segment that completed them (they reach across segment
     /// boundaries).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub placed_gathered: u64,
     /// Out-of-order FPDUs not gathered because they are much longer than the segment that
     /// would complete them (a bound on the work per received octet; they wait for the stream).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub gather_over_budget: u64,
     /// FPDUs placed when they arrived in order.
     pub placed_in_order: u64,
@@ -68,17 +74,17 @@ pub struct RxStats {
     pub ahead_refused: u64,
     /// Out-of-order segments offered for placement (the rest went to the store whole: the
     /// receiver could not place ahead then).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub ahead_offered: u64,
     /// Offered segments in which the locator found no whole FPDU.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub ahead_unlocated: u64,
     /// Located FPDUs not placed because they overlap one already placed ahead (or lie beyond
     /// the horizon).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub ahead_overlapping: u64,
     /// Located FPDUs not placed because the segment's span list was full.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub ahead_no_span: u64,
     /// Payload octets copied into regions.
     pub placed_octets: u64,
