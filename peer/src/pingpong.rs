@@ -467,6 +467,7 @@ fn write_samples(path: &Path, rtts: &[u64]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sink::tagged_ulpdu as tagged;
 
     fn target() -> RegionAd {
         RegionAd {
@@ -481,20 +482,6 @@ mod tests {
 
     fn echo(stag: u32, to: u64, last: bool, data: &[u8]) -> Vec<u8> {
         tagged(RdmapOpcode::RdmaWrite, stag, to, last, data)
-    }
-
-    fn tagged(opcode: RdmapOpcode, stag: u32, to: u64, last: bool, data: &[u8]) -> Vec<u8> {
-        let mut v = vec![0u8; TAGGED_HEADER_LEN];
-        DdpRepr::Tagged {
-            last,
-            opcode,
-            stag,
-            to,
-        }
-        .emit(&mut v, 1)
-        .unwrap();
-        v.extend_from_slice(data);
-        v
     }
 
     fn feed(p: &mut Pinger, u: &[u8]) -> Result<bool, PingError> {

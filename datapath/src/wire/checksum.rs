@@ -157,6 +157,19 @@ mod tests {
         assert_eq!(fold(sum(0, &d)), 0xddf2);
     }
 
+    /// `n` pseudo-random octets (xorshift64 from `seed`).
+    fn noise(seed: u64, n: usize) -> Vec<u8> {
+        let mut x = seed;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
     /// The sum the old implementation took: 16-bit big-endian words straight into the
     /// accumulator, pseudo-header pieces added as words.
     fn reference_sum(acc: u64, data: &[u8]) -> u64 {
@@ -169,15 +182,7 @@ mod tests {
     /// pseudo-random octets, both folded alone and after a pseudo-header.
     #[test]
     fn every_length_matches_reference() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let data: Vec<u8> = (0..2008)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let data = noise(0x9e37_79b9_7f4a_7c15, 2008);
         let src = Ipv4Addr::new(192, 168, 122, 1);
         let dst = Ipv4Addr::new(192, 168, 122, 57);
         for off in 0..8 {
@@ -250,15 +255,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn simd_kernels_match_scalar_exhaustively() {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let data: Vec<u8> = (0..1200)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let data = noise(0x2545_f491_4f6c_dd1d, 1200);
         let mut ran = 0;
         for k in [x86::Kernel::Avx2, x86::Kernel::Avx512] {
             if !k.available() {

@@ -2,6 +2,7 @@
 //! arrives (`receiver/out_of_order.rs`): through the TCP (its store holds the earlier pieces)
 //! and the receiver, as `flow::receive_segment` composes them.
 
+use super::unit::write;
 use super::writable_region;
 use crate::flow::receive_segment;
 use crate::receiver::{MemRegions, MpaReceiver, ReceiverConfig, RxEnd, RxError};
@@ -9,25 +10,10 @@ use crate::tcp::tests::harness::{conn, Peer, RCV0};
 use crate::tcp::{Connection, TcpConfig};
 use mpa::encoder::FpduEncoder;
 use mpa::seq::SeqNumber;
-use mpa::wire::ddp::{DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN};
 use mpa::MpaErrorCode;
 use std::time::Instant;
 
 const STAG: u32 = 0x10;
-
-fn write(to: u64, fill: u8, len: usize) -> Vec<u8> {
-    let mut v = vec![0u8; TAGGED_HEADER_LEN];
-    DdpRepr::Tagged {
-        last: true,
-        opcode: RdmapOpcode::RdmaWrite,
-        stag: STAG,
-        to,
-    }
-    .emit(&mut v, 1)
-    .unwrap();
-    v.extend(std::iter::repeat_n(fill, len));
-    v
-}
 
 struct Bed {
     t0: Instant,
@@ -46,8 +32,11 @@ fn bed() -> Bed {
     let mut enc = FpduEncoder::new(true);
     let (mut wire, mut ends) = (Vec::new(), Vec::new());
     for (i, fill) in [1u8, 2, 3].into_iter().enumerate() {
-        enc.encode(&write(1000 * i as u64, fill, 1000), &mut wire)
-            .unwrap();
+        enc.encode(
+            &write(STAG, 1000 * i as u64, true, &[fill; 1000]),
+            &mut wire,
+        )
+        .unwrap();
         ends.push(wire.len());
     }
     let mut regions = MemRegions::default();

@@ -44,7 +44,7 @@ fn regions() -> MemRegions {
     r
 }
 
-fn write(stag: u32, to: u64, last: bool, payload: &[u8]) -> Vec<u8> {
+pub(super) fn write(stag: u32, to: u64, last: bool, payload: &[u8]) -> Vec<u8> {
     let mut v = vec![0u8; TAGGED_HEADER_LEN];
     DdpRepr::Tagged {
         last,
