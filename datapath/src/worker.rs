@@ -651,13 +651,16 @@ impl<R: FrameRing> Worker<R> {
             }
         }
         self.compact_timers();
+        // Each ring written in this burst is published once (and its consumer woken if it
+        // sleeps), before any flow is reported gone, and before the TX kick: in copy mode
+        // (veth) `sendto` carries our ACKs through the peer's stack inside the call, which
+        // the consumer's wake-up need not wait for (the kernel, too, wakes a reader before it
+        // sends the ACK).
+        self.completions.publish();
         self.xsk.flush()?;
         if self.tap.is_some() {
             self.flush_capture(Some(now));
         }
-        // Each ring written in this burst is published once (and its consumer woken if it
-        // sleeps), before any flow is reported gone.
-        self.completions.publish();
         for key in gone {
             if let Some(f) = self.flows.remove(&key) {
                 self.strays.take(&key);
