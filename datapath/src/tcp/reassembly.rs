@@ -100,6 +100,18 @@ impl std::fmt::Debug for Reassembly {
 
 /// `[i, j)`: the ranges of `v` touching or overlapping `[rs, re)` (offsets from `base`).
 fn touching(v: &VecDeque<Span>, base: SeqNumber, rs: u32, re: u32) -> (usize, usize) {
+    // Most out-of-order segments arrive at or above the start of the highest range (in
+    // order behind a hole): then only that range can touch them, and every lower one ends
+    // below `rs` (spans are sorted and non-adjacent). Two binary searches per call over a
+    // few hundred ranges were a fifth of the worker's time at 20 % loss.
+    match v.back() {
+        None => return (0, 0),
+        Some(b) if b.start.distance_from(base) <= rs => {
+            let n = v.len();
+            return (n - usize::from(b.end.distance_from(base) >= rs), n);
+        }
+        Some(_) => {}
+    }
     let i = v.partition_point(|r| r.end.distance_from(base) < rs);
     let j = v.partition_point(|r| r.start.distance_from(base) <= re);
     (i, j.max(i))
@@ -370,6 +382,9 @@ impl Reassembly {
                 self.pruned_octets += r.len() as u64;
             }
         }
+        if k > 0 {
+            self.forget_pruned(base);
+        }
         // Copy what was not placed.
         let mut at = 0usize;
         for r in placed {
@@ -462,8 +477,15 @@ impl Reassembly {
 
     /// Moves the range holding `seq` to the front of the most-recently-changed list, and
     /// forgets entries of the same range or of none.
+    ///
+    /// By bounds, not by a search per entry: an entry's octet stays held until RCV.NXT
+    /// passes it (then it lies below `base`), or its range is pruned (above the highest
+    /// range, or in a hole a later segment opened below it: `forget_pruned` drops those),
+    /// and ranges only merge, so an entry inside this range's bounds names this range.
     fn touch(&mut self, base: SeqNumber, seq: SeqNumber) {
-        let this = self.find(base, seq);
+        let rel = |x: SeqNumber| x.distance_from(base);
+        let this = self.find(base, seq).map(|k| self.ranges[k]);
+        let top = self.ranges.back().map_or(0, |r| rel(r.end));
         let mut keep = [seq; MRU];
         let mut n = 1;
         for k in 0..self.mru_len {
@@ -471,13 +493,28 @@ impl Reassembly {
             if n == MRU {
                 break;
             }
-            let at = self.find(base, p);
-            if at.is_some() && at != this {
+            let q = rel(p);
+            let in_this = this.is_some_and(|r| rel(r.start) <= q && q < rel(r.end));
+            if !in_this && q < top {
                 keep[n] = p;
                 n += 1;
             }
         }
         self.mru = keep;
+        self.mru_len = n;
+    }
+
+    /// Drops the most-recently-changed entries whose ranges were pruned (rare: only when
+    /// the store is full), so that `touch` may judge the rest by bounds.
+    fn forget_pruned(&mut self, base: SeqNumber) {
+        let mut n = 0;
+        for k in 0..self.mru_len {
+            let p = self.mru[k];
+            if self.find(base, p).is_some() {
+                self.mru[n] = p;
+                n += 1;
+            }
+        }
         self.mru_len = n;
     }
 
@@ -491,7 +528,12 @@ impl Reassembly {
         let Some(k) = self.find(rcv_nxt, seq) else {
             return false;
         };
-        hints.iter().any(|&h| self.find(rcv_nxt, h) == Some(k))
+        // Range k holds a hint exactly when the hint lies within its bounds.
+        let rel = |x: SeqNumber| x.distance_from(rcv_nxt);
+        let r = self.ranges[k];
+        hints
+            .iter()
+            .any(|&h| rel(r.start) <= rel(h) && rel(h) < rel(r.end))
     }
 
     /// How many SACK blocks an ACK needs to report every range changed by the segments
@@ -528,6 +570,11 @@ impl Reassembly {
     /// lowest range).
     fn find(&self, base: SeqNumber, seq: SeqNumber) -> Option<usize> {
         let rel = |x: SeqNumber| x.distance_from(base);
+        // The highest range first (see `touching`).
+        let last = self.ranges.back()?;
+        if rel(last.start) <= rel(seq) {
+            return (rel(seq) < rel(last.end)).then(|| self.ranges.len() - 1);
+        }
         let k = self.ranges.partition_point(|r| rel(r.end) <= rel(seq));
         (k < self.ranges.len() && rel(self.ranges[k].start) <= rel(seq)).then_some(k)
     }

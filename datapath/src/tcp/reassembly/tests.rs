@@ -210,11 +210,17 @@ proptest! {
         let mut nxt = 0usize; // delivered so far
         let mut held = vec![false; stream.len()];
         let mut out = Vec::new();
+        // The last octet of the newest stored segment (RFC 2018 §4: the first SACK block
+        // reports the range holding the most recently received segment).
+        let mut newest: Option<usize> = None;
         for op in ops {
             match op {
                 Op::Insert { off, len } => {
                     let s = nxt + off as usize;
                     let res = r.insert(base + nxt, base + s, &stream[s..s + len]);
+                    if let Insert::Stored { .. } = res {
+                        newest = Some((s + len).min(nxt + cap) - 1);
+                    }
                     if s >= nxt + cap {
                         prop_assert_eq!(res, Insert::Full);
                         continue;
@@ -262,6 +268,24 @@ proptest! {
             }
             // The model's next octet is not held (else drain would have taken it).
             prop_assert!(!held[nxt]);
+            // SACK blocks: distinct held ranges (whole, as the model holds them), the
+            // newest segment's first.
+            let mut sb = SackBlocks::new();
+            r.sack_blocks(base + nxt, 4, None, &mut sb);
+            let ranges = r.held_offsets(base + nxt);
+            prop_assert_eq!(sb.len(), ranges.len().min(4));
+            let mut seen = Vec::new();
+            for b in sb.as_slice() {
+                let (lo, hi) = (b.left.distance_from(base) as usize, b.right.distance_from(base) as usize);
+                prop_assert!(ranges.contains(&((lo - nxt)..(hi - nxt))), "block {lo}..{hi} is not a held range");
+                prop_assert!(!seen.contains(&lo), "block {lo} twice");
+                seen.push(lo);
+            }
+            if let Some(n) = newest.filter(|&n| n >= nxt && held[n]) {
+                let first = sb.as_slice()[0];
+                let (lo, hi) = (first.left.distance_from(base) as usize, first.right.distance_from(base) as usize);
+                prop_assert!(lo <= n && n < hi, "first block {lo}..{hi} misses the newest segment's octet {n}");
+            }
             prop_assert_eq!(&out[..], &stream[..nxt]);
         }
     }
