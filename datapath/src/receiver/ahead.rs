@@ -93,7 +93,12 @@ impl AheadList {
             return Slot::Overlaps;
         }
         let end = key as usize + wire_len;
-        let at = self.entries.partition_point(|p| self.offset(p.start) < key);
+        // Most FPDUs land above every placed one (the stream behind a hole): no search
+        // over entries that each take a cache line of their own.
+        let at = match self.entries.back() {
+            Some(b) if self.offset(b.start) < key => self.entries.len(),
+            _ => self.entries.partition_point(|p| self.offset(p.start) < key),
+        };
         if let Some(p) = self.entries.get(at) {
             if p.start == seq && p.wire_len == wire_len {
                 return Slot::Duplicate;
