@@ -479,9 +479,9 @@ impl Reassembly {
     /// forgets entries of the same range or of none.
     ///
     /// By bounds, not by a search per entry: an entry's octet stays held until RCV.NXT
-    /// passes it (then it lies below `base`), or its range is pruned (above the highest
-    /// range, or in a hole a later segment opened below it: `forget_pruned` drops those),
-    /// and ranges only merge, so an entry inside this range's bounds names this range.
+    /// passes it (its offset from `base` then wraps above the highest range's end) or its
+    /// range is pruned (`forget_pruned` drops those entries when it happens); and ranges
+    /// only merge, so an entry inside this range's bounds names this range.
     fn touch(&mut self, base: SeqNumber, seq: SeqNumber) {
         let rel = |x: SeqNumber| x.distance_from(base);
         let this = self.find(base, seq).map(|k| self.ranges[k]);
