@@ -78,6 +78,10 @@ pub struct BwArgs {
     /// (bench/src/split.rs). Both receivers alike; not with --iface.
     #[arg(long)]
     pub split_cpus: bool,
+    /// Keep each datapath worker polling this many µs after its last frame before it may
+    /// sleep (`mpa-datapath --spin-us`; 0: sleep after 256 empty polls).
+    #[arg(long, default_value_t = 0)]
+    pub spin_us: u64,
     /// Who sends: `kernel` (default: `mpa-peer connect` toward the datapath or the kernel
     /// Responder), or `datapath`: the datapath sends RDMA Writes from a registered region to
     /// the kernel `mpa-peer listen`, against `mpa-peer connect` doing the same
@@ -119,6 +123,7 @@ impl BwArgs {
             rcv_buf: self.rcv_buf,
             ooo_ack_every: self.ooo_ack_every,
             split_cpus: self.split_cpus,
+            spin_us: self.spin_us,
             sender_cc: self.sender_cc.clone(),
         }
     }
@@ -307,15 +312,42 @@ pub fn table(rows: &[BwRow]) -> String {
         let (dv, kv) = (d.json(), k.json());
         let r =
             |key: &str| dv[key].as_f64().unwrap_or(f64::NAN) / kv[key].as_f64().unwrap_or(f64::NAN);
-        let _ = writeln!(
+        let _ = write!(
             s,
             "datapath / kernel at {:>6} B: goodput {:.2}x, whole-system CPU per octet {:.2}x",
             d.size,
             r("gbit_s"),
             r("system_cpu_ns_per_octet")
         );
+        match paired_goodput(d, k) {
+            Some(p) if d.samples.len() > 1 => {
+                let _ = writeln!(
+                    s,
+                    "; paired by round: goodput {:.2}x ({:.2}–{:.2})",
+                    p.median, p.min, p.max
+                );
+            }
+            _ => s.push('\n'),
+        }
     }
     s
+}
+
+/// The datapath/kernel goodput ratio of each round (both sides ran back to back in it),
+/// their median and range: under loss single rounds of either side swing 2× or more between
+/// rounds (the sender's recovery, this VM's speed), and a ratio of the two medians mixes
+/// rounds that did not run side by side.
+pub fn paired_goodput(d: &BwRow, k: &BwRow) -> Option<Spread> {
+    if d.samples.len() != k.samples.len() {
+        return None;
+    }
+    Spread::of(
+        d.samples
+            .iter()
+            .zip(&k.samples)
+            .map(|(d, k)| d.gbit_s() / k.gbit_s().max(1e-12))
+            .collect(),
+    )
 }
 
 /// Runs the experiment and returns its document (the caller prints it).
@@ -426,7 +458,24 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
     }
     drop(progress);
     let mut doc = Document::new(Scenario::Bw, a.params());
-    doc.results = rows.iter().map(BwRow::json).collect();
+    doc.results = rows
+        .iter()
+        .map(|r| {
+            let mut v = r.json();
+            let kernel = rows
+                .iter()
+                .find(|k| k.receiver == "kernel" && k.size == r.size);
+            if let (true, Some(p)) = (
+                r.receiver == "datapath",
+                kernel.and_then(|k| paired_goodput(r, k)),
+            ) {
+                v["paired_goodput_ratio"] = json!(p.median);
+                v["paired_goodput_ratio_min"] = json!(p.min);
+                v["paired_goodput_ratio_max"] = json!(p.max);
+            }
+            v
+        })
+        .collect();
     Ok((doc, rows))
 }
 
@@ -581,6 +630,30 @@ mod tests {
         let mut doc = Document::new(Scenario::Bw, json!({}));
         doc.results.push(v);
         crate::report::check_shape(&doc.to_value()).unwrap();
+    }
+
+    #[test]
+    fn paired_ratio_pairs_rounds_not_medians() {
+        let row = |receiver, g: &[f64]| BwRow {
+            receiver,
+            size: 4096,
+            samples: g.iter().map(|&g| sample(g, 1.0, 1.0)).collect(),
+            placed_direct_percent: vec![],
+            sender: vec![],
+        };
+        // The kernel swings between rounds; the datapath is 2x, 1.5x and 1x of it in turn.
+        let k = row("kernel", &[1.0, 4.0, 2.0]);
+        let d = row("datapath", &[2.0, 6.0, 2.0]);
+        let p = paired_goodput(&d, &k).unwrap();
+        assert!((p.median - 1.5).abs() < 1e-9, "{p:?}");
+        assert!((p.min - 1.0).abs() < 1e-9 && (p.max - 2.0).abs() < 1e-9, "{p:?}");
+        // The ratio of the medians (2.0 / 2.0) would say 1.0x.
+        let t = table(&[k.clone(), d.clone()]);
+        assert!(t.contains("goodput 1.00x"), "{t}");
+        assert!(t.contains("paired by round: goodput 1.50x (1.00–2.00)"), "{t}");
+        // Rounds missing on one side: no pairing.
+        let short = row("datapath", &[2.0, 6.0]);
+        assert!(paired_goodput(&short, &k).is_none());
     }
 
     #[test]

@@ -111,6 +111,7 @@ pub fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
     if let Some(n) = r.ooo_ack_every {
         opts.tcp.ooo_ack_every = n;
     }
+    opts.spin = std::time::Duration::from_micros(r.spin_us);
     let dp = start_datapath(bed, &socket, &opts)?;
     if crate::split::applies(bed, r.split_cpus) && crate::split::pin_workers()? == 0 {
         bail!("--split-cpus: no datapath worker thread to pin");

@@ -113,6 +113,7 @@ impl LatArgs {
             rcv_buf: None,
             ooo_ack_every: None,
             split_cpus: false,
+            spin_us: 0,
             sender_cc: None,
         }
     }

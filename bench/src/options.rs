@@ -66,6 +66,10 @@ pub struct Run {
     /// (bench/src/split.rs). Both receivers alike; not with --iface.
     #[arg(long)]
     pub split_cpus: bool,
+    /// Keep each datapath worker polling this many µs after its last frame before it may
+    /// sleep (`mpa-datapath --spin-us`; 0: sleep after 256 empty polls).
+    #[arg(long, default_value_t = 0)]
+    pub spin_us: u64,
     /// The sender's TCP congestion control (`mpa-peer connect --congestion`: cubic, bbr, …;
     /// default: the sender namespace's, which follows the host's). Both receivers alike.
     #[arg(long, value_name = "NAME")]

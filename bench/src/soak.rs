@@ -116,6 +116,7 @@ pub fn soak(a: &SoakArgs) -> Result<String> {
         rcv_buf: None,
         ooo_ack_every: None,
         split_cpus: false,
+        spin_us: 0,
         sender_cc: None,
     };
     let bed = bed(&r)?;

@@ -152,6 +152,7 @@ impl SuiteArgs {
             rcv_buf: None,
             ooo_ack_every: None,
             split_cpus: false,
+            spin_us: 0,
             sender_cc: None,
             sender: crate::bw::SenderSide::Kernel,
             wire_segments: false,

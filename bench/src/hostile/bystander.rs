@@ -45,6 +45,7 @@ impl Bystander {
             rcv_buf: None,
             ooo_ack_every: None,
             split_cpus: false,
+            spin_us: 0,
             sender_cc: None,
         };
         let placement = Placement::prepare_in(socket, &run, crate::options::PD)?;
