@@ -646,11 +646,17 @@ mod tests {
         let d = row("datapath", &[2.0, 6.0, 2.0]);
         let p = paired_goodput(&d, &k).unwrap();
         assert!((p.median - 1.5).abs() < 1e-9, "{p:?}");
-        assert!((p.min - 1.0).abs() < 1e-9 && (p.max - 2.0).abs() < 1e-9, "{p:?}");
+        assert!(
+            (p.min - 1.0).abs() < 1e-9 && (p.max - 2.0).abs() < 1e-9,
+            "{p:?}"
+        );
         // The ratio of the medians (2.0 / 2.0) would say 1.0x.
         let t = table(&[k.clone(), d.clone()]);
         assert!(t.contains("goodput 1.00x"), "{t}");
-        assert!(t.contains("paired by round: goodput 1.50x (1.00–2.00)"), "{t}");
+        assert!(
+            t.contains("paired by round: goodput 1.50x (1.00–2.00)"),
+            "{t}"
+        );
         // Rounds missing on one side: no pairing.
         let short = row("datapath", &[2.0, 6.0]);
         assert!(paired_goodput(&short, &k).is_none());
