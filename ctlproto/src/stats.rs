@@ -33,6 +33,26 @@ pub struct RingStats {
     /// Times the worker blocked waiting for frames (an idle worker's poll()).
     #[serde(default)]
     pub rx_waits: u64,
+    /// RX bursts that took at least one descriptor.
+    #[serde(default)]
+    pub rx_bursts: u64,
+    /// RX bursts that took as many descriptors as a burst may: the ring held a burst or more
+    /// when the worker looked (frames were waiting for it, not it for them).
+    #[serde(default)]
+    pub rx_full_bursts: u64,
+}
+
+impl RingStats {
+    /// Counts one RX burst of `n` descriptors out of at most `max`.
+    #[inline]
+    pub fn count_burst(&mut self, n: usize, max: usize) {
+        if n > 0 {
+            self.rx_bursts += 1;
+            if n >= max {
+                self.rx_full_bursts += 1;
+            }
+        }
+    }
 }
 
 /// Whether a counter is 0: counters only some flows use are left out of their reports then

@@ -180,6 +180,7 @@ impl FrameRing for MemRing {
             self.spent.clear();
         }
         let n = self.burst.len();
+        self.stats.count_burst(n, BURST);
         chain::deliver(
             &mut self.chain,
             &self.burst,
@@ -400,6 +401,9 @@ mod tests {
         assert_eq!(st.rx_multi_buffer, 40);
         assert_eq!(st.rx_chain_dropped, 0);
         assert_eq!(st.rx_largest, 9014);
+        // 160 descriptors in bursts of at most 64: two full, one of 32; the empty last
+        // look is no burst.
+        assert_eq!((st.rx_bursts, st.rx_full_bursts), (3, 2));
         assert_eq!(
             st.rx_octets,
             sent.iter().map(|f| f.len() as u64).sum::<u64>()

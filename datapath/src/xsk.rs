@@ -426,6 +426,7 @@ impl XskQueue {
             // SAFETY: as above.
             n = unsafe { self.rx.consume(&mut self.rx_descs) };
         }
+        self.stats.count_burst(n, self.rx_descs.len());
         let umem = &self.umem;
         chain::deliver(
             &mut self.chain,
