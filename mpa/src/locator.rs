@@ -145,23 +145,9 @@ impl FpduLocator {
         if !self.grid.enabled || marker.len() < MARKER_LEN {
             return None;
         }
-        let ptr = u32::from(Marker::new_unchecked(marker).fpdu_ptr());
-        if ptr == 0 {
-            return Some(at);
-        }
-        let header = SeqNumber(at.0.wrapping_sub(ptr));
-        let hpos = self.grid.pos(header);
-        if markers::is_marker_pos(hpos) {
-            return None;
-        }
-        // A header right behind a marker position: that marker leads the FPDU.
-        Some(
-            if markers::is_marker_pos(hpos.wrapping_sub(MARKER_LEN as u32)) {
-                SeqNumber(header.0.wrapping_sub(MARKER_LEN as u32))
-            } else {
-                header
-            },
-        )
+        let ptr = Marker::new_unchecked(marker).fpdu_ptr();
+        let back = markers::fpdu_start_behind(self.grid.pos(at), ptr)?;
+        Some(SeqNumber(at.0.wrapping_sub(back)))
     }
 
     /// Sequence number of the last marker position before `seq` (markers on), for reading
@@ -274,26 +260,20 @@ impl Scan<'_> {
 
     /// Uses the marker at segment offset `m` as an anchor.
     fn anchor(&mut self, m: usize) {
-        let ptr = usize::from(Marker::new_unchecked(&self.seg[m..m + MARKER_LEN]).fpdu_ptr());
-        let start = if ptr == 0 {
-            m
-        } else {
-            let Some(h) = m.checked_sub(ptr) else {
-                return; // the FPDU began before this segment
-            };
-            if markers::is_marker_pos(self.pos(h)) || h < self.cursor {
-                self.stats.bad_pointers += 1;
-                return;
-            }
-            // A header right behind a marker position means that marker leads the FPDU.
-            if markers::is_marker_pos(self.pos(h).wrapping_sub(MARKER_LEN as u32)) {
-                match h.checked_sub(MARKER_LEN) {
-                    Some(s) => s,
-                    None => return,
-                }
-            } else {
-                h
-            }
+        let ptr = Marker::new_unchecked(&self.seg[m..m + MARKER_LEN]).fpdu_ptr();
+        let Some(header) = m.checked_sub(usize::from(ptr)) else {
+            return; // the FPDU began before this segment
+        };
+        let Some(back) = markers::fpdu_start_behind(self.pos(m), ptr) else {
+            self.stats.bad_pointers += 1;
+            return;
+        };
+        if header < self.cursor {
+            self.stats.bad_pointers += 1;
+            return;
+        }
+        let Some(start) = m.checked_sub(back as usize) else {
+            return; // led by a marker before this segment
         };
         if start < self.cursor {
             self.stats.bad_pointers += 1;

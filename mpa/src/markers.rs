@@ -53,6 +53,29 @@ pub fn is_marker_pos(pos: u32) -> bool {
     pos.is_multiple_of(MARKER_INTERVAL)
 }
 
+/// How far before the marker at stream position `marker_pos` the FPDU its pointer `ptr`
+/// names begins (RFC 5044 §4.3): 0 when the pointer is 0 (the marker fell between FPDUs and
+/// belongs to the next); `None` when the pointer names a marker position, where no header
+/// can be. A header right behind a marker position belongs to an FPDU that marker leads
+/// (its own pointer was 0), so that FPDU begins `MARKER_LEN` earlier. The one rule for every
+/// reader of a marker: the in-segment locator and a marker read from octets held elsewhere.
+#[inline]
+pub fn fpdu_start_behind(marker_pos: u32, ptr: u16) -> Option<u32> {
+    let ptr = u32::from(ptr);
+    if ptr == 0 {
+        return Some(0);
+    }
+    let header = marker_pos.wrapping_sub(ptr);
+    if is_marker_pos(header) {
+        return None;
+    }
+    Some(if is_marker_pos(header.wrapping_sub(MARKER_LEN as u32)) {
+        ptr + MARKER_LEN as u32
+    } else {
+        ptr
+    })
+}
+
 /// Octets from `pos` to the next marker position (0 when `pos` is one).
 #[inline]
 pub fn to_next_marker(pos: u32) -> usize {
@@ -206,6 +229,24 @@ impl Iterator for WireLayout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fpdu_start_behind_follows_the_pointer_and_the_leading_marker() {
+        // Pointer 0: the marker is the FPDU's first octets.
+        assert_eq!(fpdu_start_behind(1024, 0), Some(0));
+        // A header in the middle of the interval: the pointer is the distance.
+        assert_eq!(fpdu_start_behind(1024, 100), Some(100));
+        // A header right behind the previous marker: that marker leads the FPDU.
+        assert_eq!(fpdu_start_behind(1024, 508), Some(512));
+        // A header at a marker position is impossible (the marker is there).
+        assert_eq!(fpdu_start_behind(1024, 512), None);
+        assert_eq!(fpdu_start_behind(1024, 1024), None);
+        // Before the stream's first marker, positions wrap like sequence numbers.
+        assert_eq!(fpdu_start_behind(0, 100), Some(100));
+        // 512 - 65532 is 4 past a marker position (2^32 is a multiple of 512).
+        assert_eq!(fpdu_start_behind(512, 65532), Some(65536));
+        assert_eq!(fpdu_start_behind(512, 65528), Some(65528));
+    }
 
     fn layout_len(start: u32, content: usize, markers: bool) -> usize {
         WireLayout::new(start, content, markers)
