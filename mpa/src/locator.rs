@@ -166,11 +166,7 @@ impl FpduLocator {
     /// Wire length of the FPDU starting at `seq` whose first octets are `head` (enough to
     /// hold its header: see [`FpduLocator::header_end`]), or `None` when `head` is shorter.
     pub fn wire_len(&self, seq: SeqNumber, head: &[u8]) -> Option<usize> {
-        let pos = self.grid.pos(seq);
-        let h = markers::header_offset(pos, self.grid.enabled);
-        let b = head.get(h..h + HEADER_LEN)?;
-        let len = usize::from(u16::from_be_bytes([b[0], b[1]]));
-        Some(markers::fpdu_wire_len(pos, len, self.grid.enabled))
+        wire_len_of(head, self.grid.pos(seq), self.grid.enabled)
     }
 
     /// Octets from an FPDU's start at `seq` through its header.
@@ -253,6 +249,16 @@ struct Scan<'a> {
     stats: LocateStats,
 }
 
+/// Wire length of the FPDU whose wire image starts with `head` at stream position `pos`
+/// (its ULPDU Length read past any leading marker), or `None` when `head` ends before the
+/// header.
+fn wire_len_of(head: &[u8], pos: u32, marked: bool) -> Option<usize> {
+    let h = markers::header_offset(pos, marked);
+    let b = head.get(h..h + HEADER_LEN)?;
+    let len = usize::from(u16::from_be_bytes([b[0], b[1]]));
+    Some(markers::fpdu_wire_len(pos, len, marked))
+}
+
 impl Scan<'_> {
     fn pos(&self, off: usize) -> u32 {
         self.base.wrapping_add(off as u32)
@@ -288,11 +294,7 @@ impl Scan<'_> {
 
     /// Wire length of the FPDU whose wire image starts at `off`, if its header is inside.
     fn wire_len_at(&self, off: usize) -> Option<usize> {
-        let pos = self.pos(off);
-        let h = off + markers::header_offset(pos, self.grid.enabled);
-        let b = self.seg.get(h..h + HEADER_LEN)?;
-        let len = usize::from(u16::from_be_bytes([b[0], b[1]]));
-        Some(markers::fpdu_wire_len(pos, len, self.grid.enabled))
+        wire_len_of(self.seg.get(off..)?, self.pos(off), self.grid.enabled)
     }
 
     /// Verifies the FPDU at `off` of wire length `wl` and records it.

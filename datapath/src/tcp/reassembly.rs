@@ -43,6 +43,12 @@ impl Span {
     fn len(&self) -> usize {
         self.end.distance_from(self.start) as usize
     }
+
+    /// Whether `seq` lies in `[start, end)`, compared as offsets from `base` (RCV.NXT).
+    fn holds(&self, base: SeqNumber, seq: SeqNumber) -> bool {
+        let rel = |x: SeqNumber| x.distance_from(base);
+        rel(self.start) <= rel(seq) && rel(seq) < rel(self.end)
+    }
 }
 
 /// What [`Reassembly::insert`] did.
@@ -493,9 +499,7 @@ impl Reassembly {
             if n == MRU {
                 break;
             }
-            let q = rel(p);
-            let in_this = this.is_some_and(|r| rel(r.start) <= q && q < rel(r.end));
-            if !in_this && q < top {
+            if !this.is_some_and(|r| r.holds(base, p)) && rel(p) < top {
                 keep[n] = p;
                 n += 1;
             }
@@ -529,11 +533,8 @@ impl Reassembly {
             return false;
         };
         // Range k holds a hint exactly when the hint lies within its bounds.
-        let rel = |x: SeqNumber| x.distance_from(rcv_nxt);
         let r = self.ranges[k];
-        hints
-            .iter()
-            .any(|&h| rel(r.start) <= rel(h) && rel(h) < rel(r.end))
+        hints.iter().any(|&h| r.holds(rcv_nxt, h))
     }
 
     /// How many SACK blocks an ACK needs to report every range changed by the segments
