@@ -56,14 +56,19 @@ pub struct TsHandover {
 /// Local policy for one connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TcpConfig {
-    /// Receive buffer in octets: the most we advertise, and the size of the reassembly ring
-    /// (allocated once, at construction). At most 2^30.
+    /// Receive window in octets: the most we advertise, and how far above RCV.NXT
+    /// out-of-order octets are taken. At most 2^30. Beyond `reassembly_limit` the window
+    /// is only offered against octets the caller placed itself (see `reassembly_limit`).
     pub rcv_buf: usize,
-    /// The most octets copied into the reassembly store at once (octets the caller placed
-    /// itself do not count). A segment that would exceed it makes room by pruning stored
-    /// ranges above it, from the far end; one above everything stored is dropped and counted
-    /// (the peer retransmits it). Above `rcv_buf` it is `rcv_buf`; below it, the offered
-    /// window shrinks to what the store can take.
+    /// The reassembly store: the most octets copied into it at once, and its ring's size
+    /// (allocated once, at construction; pages committed when first written), so copied
+    /// octets lie within this many of RCV.NXT. Octets the caller placed itself are not
+    /// copied and do not count. A segment that would exceed it makes room by pruning
+    /// stored ranges above it, from the far end; one above everything stored, or with an
+    /// octet to copy beyond the ring, is dropped and counted (the peer retransmits it).
+    /// The window offered is at most this plus the octets placed ahead of RCV.NXT: a
+    /// sender whose segments are not placed sees this window; one whose are sees up to
+    /// `rcv_buf`. Above `rcv_buf` it is `rcv_buf`.
     pub reassembly_limit: usize,
     /// The most disjoint out-of-order ranges held at once (each hole costs one); 0 (default)
     /// sizes the table by memory: one range per peer MSS of the reassembly limit, enough for
@@ -168,7 +173,9 @@ pub struct TcpConfig {
 impl Default for TcpConfig {
     fn default() -> Self {
         TcpConfig {
-            rcv_buf: 1 << 20,
+            // Linux's default tcp_rmem maximum is 6 MiB; at 20 % loss a 1 MiB window was
+            // full of placed octets behind the hole at RCV.NXT (README, stop 23).
+            rcv_buf: 4 << 20,
             reassembly_limit: 1 << 20,
             max_ooo_ranges: 0,
             ack_queue: 64,

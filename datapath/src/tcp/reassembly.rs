@@ -5,7 +5,10 @@
 //! written, and in-order delivery from outside the store (zero-copy, straight from the
 //! caller's frame) only moves `head`. Beside it two sorted tables of disjoint ranges: which
 //! octets are present (`ranges`, non-adjacent), and which of those the caller placed itself
-//! (`placed`, a subset, not copied and not counted against the octet limit).
+//! (`placed`, a subset, not copied and not counted against the octet limit). Octets are
+//! held up to `span` above RCV.NXT (the window's reach), but copied only below the ring's end
+//! (its size is the octet limit): beyond it only placed octets, so the window a sender
+//! whose segments are placed directly may use is not bounded by the ring.
 //!
 //! Bounds are by memory: copied octets ≤ `limit`; ranges ≤ `max_ranges` (the connection
 //! sizes it at one per MSS of the limit, so full-sized segments never reach it before the
@@ -68,7 +71,12 @@ pub(crate) enum Insert {
 }
 
 pub(crate) struct Reassembly {
+    /// Copied octets, at `(head + offset from RCV.NXT) % len`: only offsets below its length
+    /// can be copied.
     ring: Box<[u8]>,
+    /// How far above RCV.NXT octets are tracked (the window's reach, at least the ring):
+    /// beyond the ring only octets the caller placed itself, which need no copy.
+    span: usize,
     /// Ring index of RCV.NXT.
     head: usize,
     /// Present octets: sorted, disjoint, non-adjacent, all above RCV.NXT.
@@ -93,7 +101,8 @@ impl std::fmt::Debug for Reassembly {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The ring is not printed: it is megabytes.
         f.debug_struct("Reassembly")
-            .field("capacity", &self.ring.len())
+            .field("ring", &self.ring.len())
+            .field("span", &self.span)
             .field("head", &self.head)
             .field("copied", &self.copied)
             .field("placed_octets", &self.placed_octets)
@@ -190,10 +199,15 @@ fn gaps(
 }
 
 impl Reassembly {
-    pub(crate) fn new(capacity: usize, limit: usize, max_ranges: usize) -> Reassembly {
+    /// A store tracking octets up to `span` above RCV.NXT, copying at most `limit` of them,
+    /// all below `limit` (the ring's size); `max_ranges` disjoint ranges.
+    pub(crate) fn new(span: usize, limit: usize, max_ranges: usize) -> Reassembly {
         let max_ranges = max_ranges.max(1);
+        let span = span.max(1);
+        let capacity = limit.clamp(1, span);
         Reassembly {
-            ring: vec![0u8; capacity.max(1)].into_boxed_slice(),
+            ring: vec![0u8; capacity].into_boxed_slice(),
+            span,
             head: 0,
             ranges: VecDeque::with_capacity(max_ranges),
             placed: VecDeque::with_capacity(max_ranges * PLACED_PER_RANGE),
@@ -208,9 +222,15 @@ impl Reassembly {
         }
     }
 
-    /// Ring size: data is only stored below `RCV.NXT + capacity`.
+    /// Ring size: octets are only copied below `RCV.NXT + capacity`.
     pub(crate) fn capacity(&self) -> usize {
         self.ring.len()
+    }
+
+    /// Reach: octets are only held (copied below the ring's end, placed by the caller
+    /// above it) below `RCV.NXT + span`.
+    pub(crate) fn span(&self) -> usize {
+        self.span
     }
 
     /// The octet limit on copied octets.
@@ -258,7 +278,7 @@ impl Reassembly {
     }
 
     /// Stores `data` at `seq`. Octets at or below `rcv_nxt` or at or beyond
-    /// `rcv_nxt + capacity` are ignored (the caller trims; this is defence).
+    /// `rcv_nxt + span` are ignored (the caller trims; this is defence).
     #[cfg(test)]
     pub(crate) fn insert(&mut self, rcv_nxt: SeqNumber, seq: SeqNumber, data: &[u8]) -> Insert {
         self.insert_except(rcv_nxt, seq, data, &[])
@@ -279,6 +299,8 @@ impl Reassembly {
     /// As `insert`, but the octets of `data` inside `placed` (sorted, disjoint offset
     /// ranges) are only marked as present, not copied: their owner consumed them already
     /// and skips them when they are drained. They do not count against the octet limit.
+    /// Beyond the ring only placed octets are taken: a segment with an octet to copy there
+    /// is refused whole (`Full`), like one the limit cannot take.
     pub(crate) fn insert_except(
         &mut self,
         rcv_nxt: SeqNumber,
@@ -287,8 +309,8 @@ impl Reassembly {
         placed: &[Range<usize>],
     ) -> Insert {
         let mut front = 0usize;
-        let cap = self.ring.len() as u64;
-        // Clip to (rcv_nxt, rcv_nxt + capacity) in offset space.
+        let cap = self.span as u64;
+        // Clip to (rcv_nxt, rcv_nxt + span) in offset space.
         let mut off = u64::from(seq.distance_from(rcv_nxt));
         let mut data = data;
         if off >= 1 << 31 {
@@ -356,6 +378,25 @@ impl Reassembly {
             new_placed += octets;
         }
         let placed = &placed[..accepted];
+        // Everything not placed is copied (held octets too: the same octets again), so the
+        // last copied octet must lie inside the ring; a copy past it would land on another
+        // offset's octets.
+        let mut copy_end = 0usize;
+        let mut at = 0usize;
+        for r in placed {
+            let (a, b) = span_at(r);
+            let (a, b) = ((a - off as u32) as usize, (b - off as u32) as usize);
+            if a > at {
+                copy_end = a;
+            }
+            at = at.max(b);
+        }
+        if at < data.len() {
+            copy_end = data.len();
+        }
+        if copy_end > 0 && off as usize + copy_end > self.ring.len() {
+            return Insert::Full;
+        }
         let new_copied = new - new_placed;
         // Room: prune whole ranges from the far end, all strictly above this segment.
         let extra_range = usize::from(i == j);
@@ -617,20 +658,24 @@ impl Reassembly {
         }
     }
 
-    /// Hands the octets readable at `rcv_nxt` to `f` (one or two slices: the ring may wrap),
+    /// Hands the octets readable at `rcv_nxt` to `f` (in order, one slice per pass over the
+    /// ring: it may wrap, and a range with placed octets past its end goes round again),
     /// frees them, and returns how many; the caller moves RCV.NXT on by that many.
     pub(crate) fn drain(&mut self, rcv_nxt: SeqNumber, mut f: impl FnMut(&[u8])) -> usize {
         let n = self.readable(rcv_nxt);
         if n == 0 {
             return 0;
         }
+        // A range reaching past the ring (placed octets there) goes round it more than once:
+        // the owner skips the placed octets, whatever the ring holds at their places.
         let cap = self.ring.len();
-        let first = (cap - self.head).min(n);
-        f(&self.ring[self.head..self.head + first]);
-        if first < n {
-            f(&self.ring[..n - first]);
+        let mut left = n;
+        while left > 0 {
+            let k = (cap - self.head).min(left);
+            f(&self.ring[self.head..self.head + k]);
+            left -= k;
+            self.head = (self.head + k) % cap;
         }
-        self.head = (self.head + n) % cap;
         self.ranges.pop_front();
         let p = trim_below(&mut self.placed, rcv_nxt + n);
         self.placed_octets -= p;

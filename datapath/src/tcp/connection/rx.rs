@@ -343,11 +343,11 @@ impl<S: SendSource> Connection<S> {
         let mut len = payload.len() - skip;
         let mut fin = flags.fin();
         // RFC 9293 §3.10.7.4: trim to the window; a FIN beyond it is not taken. Out-of-order
-        // octets are also bounded by the ring.
+        // octets are also bounded by the store's reach.
         let room_edge = if start == self.rcv_nxt {
             self.adv_edge
         } else {
-            let ring_edge = self.rcv_nxt + self.store.capacity();
+            let ring_edge = self.rcv_nxt + self.store.span();
             if ring_edge < self.adv_edge {
                 ring_edge
             } else {
@@ -413,7 +413,7 @@ impl<S: SendSource> Connection<S> {
             self.ooo_owed_end = Some(start + len);
             let data = &payload[skip..skip + len];
             let mut spans = PlacedSpans::default();
-            if self.rcv_nxt + self.store.capacity() > start {
+            if self.rcv_nxt + self.store.span() > start {
                 let mut shown = PlacedSpans::with_store(&self.store, self.rcv_nxt);
                 place(start, data, &mut shown);
                 spans = shown.detach();
@@ -622,14 +622,17 @@ impl<S: SendSource> Connection<S> {
         }
     }
 
-    /// What the buffers can take: the ring less delivered-but-unreleased octets, at most the
-    /// store's octet limit plus the octets placed by the caller (they need no store), so that
-    /// a sender within the window never meets a full store.
+    /// What the buffers can take: `rcv_buf` less delivered-but-unreleased octets, at most the
+    /// store's octet limit plus the octets placed by the caller (they need no store). A
+    /// sender that cannot be placed meets a window of the limit and so never a full store;
+    /// where the caller places what comes, the placed octets do not count and the window
+    /// opens up to `rcv_buf` while a hole holds RCV.NXT back (a segment there that turns out
+    /// not placeable is refused and retransmitted, as Linux prunes its out-of-order queue).
     pub(super) fn free_window(&self) -> usize {
         let max_field = 65535usize << self.rcv_wscale;
         let by_store = self.store.limit() + self.store.placed();
         self.store
-            .capacity()
+            .span()
             .saturating_sub(self.unreleased)
             .min(by_store)
             .min(max_field)

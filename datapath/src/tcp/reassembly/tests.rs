@@ -116,26 +116,40 @@ fn merge_overlap_and_drain_across_wrap() {
 #[test]
 fn limits() {
     let nxt = SeqNumber(1000);
+    // Tracked up to 100 above RCV.NXT, copied only below 10 (the limit is the ring).
     let mut r = Reassembly::new(100, 10, 2);
+    assert_eq!(r.capacity(), 10);
+    assert_eq!(r.span(), 100);
     assert_eq!(
         r.insert(nxt, nxt + 1u32, &[1; 6]),
         Insert::Stored { new: 6, dup: None }
     );
-    // 6 + 5 > 10
-    assert_eq!(r.insert(nxt, nxt + 20u32, &[2; 5]), Insert::Full);
+    // A copy past the ring's end would land on other offsets' octets: refused whole.
+    assert_eq!(r.insert(nxt, nxt + 8u32, &[2; 3]), Insert::Full);
+    assert_eq!(r.insert(nxt, nxt + 20u32, &[2; 2]), Insert::Full);
+    assert_eq!(r.stored(), 6);
     assert_eq!(
-        r.insert(nxt, nxt + 20u32, &[2; 2]),
+        r.insert(nxt, nxt + 8u32, &[2; 2]),
         Insert::Stored { new: 2, dup: None }
     );
-    // a third range
-    assert_eq!(r.insert(nxt, nxt + 40u32, &[3; 1]), Insert::Full);
+    // a third range: the far one of the two is pruned, as it lies above the new one
+    let mut r3 = Reassembly::new(100, 100, 2);
+    r3.insert(nxt, nxt + 10u32, &[1; 2]);
+    r3.insert(nxt, nxt + 40u32, &[1; 2]);
+    assert_eq!(
+        r3.insert(nxt, nxt + 20u32, &[3; 1]),
+        Insert::Stored { new: 1, dup: None }
+    );
+    assert_eq!(r3.pruned(), (1, 2));
+    // ... and one above both is refused
+    assert_eq!(r3.insert(nxt, nxt + 60u32, &[3; 1]), Insert::Full);
     // but extending an existing one is fine
     assert_eq!(
-        r.insert(nxt, nxt + 7u32, &[1; 2]),
-        Insert::Stored { new: 2, dup: None }
+        r.insert(nxt, nxt + 7u32, &[1; 1]),
+        Insert::Stored { new: 1, dup: None }
     );
-    assert_eq!(r.stored(), 10);
-    // beyond the ring: refused, never indexed
+    assert_eq!(r.stored(), 9);
+    // beyond the reach: refused, never indexed
     assert_eq!(r.insert(nxt, nxt + 100u32, &[9; 1]), Insert::Full);
     // partly beyond: clipped
     let mut r = Reassembly::new(100, 100, 4);
@@ -154,6 +168,70 @@ fn limits() {
         Insert::Stored { new: 2, dup: None }
     );
     assert_eq!(r.readable(nxt), 2);
+}
+
+/// Beyond the ring only octets the caller placed are held: they are SACKed like the others,
+/// a segment with any octet to copy there is refused whole (nothing changes), and a range
+/// longer than the ring drains in passes round it, the copied octets intact.
+#[test]
+fn placed_octets_reach_past_the_ring() {
+    let base = SeqNumber(u32::MAX - 3);
+    let mut r = Reassembly::new(100, 16, 4);
+    let data: Vec<u8> = (0..60u8).collect();
+    // [10, 14) copied, inside the ring.
+    assert_eq!(
+        r.insert(base, base + 10u32, &data[10..14]),
+        Insert::Stored { new: 4, dup: None }
+    );
+    // [14, 50): placed except [14, 16), which is copied (inside the ring).
+    assert_eq!(
+        r.insert_except(base, base + 14u32, &data[14..50], &[2..36]),
+        Insert::Stored { new: 36, dup: None }
+    );
+    assert_eq!((r.stored(), r.placed()), (6, 34));
+    // [50, 60) with [58, 60) not placed: that copy would be past the ring.
+    let before = (r.stored(), r.placed(), r.range_count());
+    assert_eq!(
+        r.insert_except(base, base + 50u32, &data[50..60], &[0..8]),
+        Insert::Full
+    );
+    assert_eq!((r.stored(), r.placed(), r.range_count()), before);
+    // Placed whole: held.
+    assert_eq!(
+        r.insert_except(base, base + 50u32, &data[50..60], &[0..10]),
+        Insert::Stored { new: 10, dup: None }
+    );
+    let mut sb = SackBlocks::new();
+    r.sack_blocks(base, 4, None, &mut sb);
+    assert_eq!(
+        sb.as_slice(),
+        &[SackBlock {
+            left: base + 10u32,
+            right: base + 60u32
+        }]
+    );
+    // [0, 10) arrives in order from outside; the 50 octets of [10, 60) drain (4 passes round
+    // a 16-octet ring): the copied ones as they came, the placed ones stale.
+    r.advance(base + 10u32, 10);
+    let mut out = Vec::new();
+    let mut passes = 0;
+    let n = r.drain(base + 10u32, |s| {
+        passes += 1;
+        out.extend_from_slice(s);
+    });
+    assert_eq!((n, out.len()), (50, 50));
+    assert!(passes >= 4, "{passes} passes");
+    assert_eq!(&out[..6], &data[10..16]);
+    assert!(r.is_empty());
+    assert_eq!((r.stored(), r.placed()), (0, 0));
+    // The ring is consistent afterwards: a copy at the new RCV.NXT + 3 reads back.
+    let nxt = base + 60u32;
+    assert_eq!(
+        r.insert(nxt, nxt + 3u32, &data[0..5]),
+        Insert::Stored { new: 5, dup: None }
+    );
+    let (a, b) = r.copied_octets(nxt, nxt + 3u32, nxt + 8u32).unwrap();
+    assert_eq!([a, b].concat(), &data[0..5]);
 }
 
 #[test]
@@ -287,6 +365,112 @@ proptest! {
                 prop_assert!(lo <= n && n < hi, "first block {lo}..{hi} misses the newest segment's octet {n}");
             }
             prop_assert_eq!(&out[..], &stream[..nxt]);
+        }
+    }
+}
+
+/// An insert whose octets `[a, b)` (relative to the segment) the caller placed itself.
+#[derive(Debug, Clone)]
+struct PlacedOp {
+    off: u32,
+    len: usize,
+    placed: (usize, usize),
+}
+
+fn placed_op() -> impl Strategy<Value = Option<PlacedOp>> {
+    prop_oneof![
+        3 => (1u32..300, 1usize..60, 0usize..60, 0usize..60).prop_map(|(off, len, a, b)| {
+            let (a, b) = (a.min(b).min(len), a.max(b).min(len));
+            Some(PlacedOp { off, len, placed: (a, b) })
+        }),
+        1 => Just(None),
+    ]
+}
+
+proptest! {
+    /// With placed octets and a reach past the ring: against a model of held octets, every
+    /// copy stays inside the ring (a segment needing one past it is refused), held octets
+    /// are copied or placed (`stored + placed` = the model's count), and the delivered
+    /// stream equals the sent one wherever no placed octet was involved.
+    #[test]
+    fn placed_past_the_ring_matches_model(start in any::<u32>(), span in 64usize..320,
+                                          limit in 1usize..200,
+                                          ops in proptest::collection::vec(placed_op(), 1..120)) {
+        let stream: Vec<u8> = (0..100_000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+        let base = SeqNumber(start);
+        let mut r = Reassembly::new(span, limit, 6);
+        let ring = limit.clamp(1, span);
+        prop_assert_eq!(r.capacity(), ring);
+        let mut nxt = 0usize;
+        let mut held = vec![false; stream.len()];
+        let mut maybe_stale = vec![false; stream.len()];
+        let mut out = Vec::new();
+        for op in ops {
+            match op {
+                Some(PlacedOp { off, len, placed: (a, b) }) => {
+                    let s = nxt + off as usize;
+                    let res = r.insert_except(base + nxt, base + s, &stream[s..s + len], &[a..b]);
+                    if s >= nxt + span {
+                        prop_assert_eq!(res, Insert::Full);
+                        continue;
+                    }
+                    let e = (s + len).min(nxt + span);
+                    let new_in_model = (s..e).filter(|&k| !held[k]).count();
+                    // Something new, and an octet to copy (not placed) past the ring: refused.
+                    let copy_past = new_in_model > 0
+                        && (s..e).any(|k| !(s + a..s + b).contains(&k) && k - nxt >= ring);
+                    if copy_past {
+                        prop_assert_eq!(res, Insert::Full);
+                        continue;
+                    }
+                    match res {
+                        Insert::Stored { new, .. } => {
+                            prop_assert_eq!(new, new_in_model);
+                            for k in s..e {
+                                if !held[k] && (s + a..s + b).contains(&k) {
+                                    maybe_stale[k] = true;
+                                }
+                                held[k] = true;
+                            }
+                            let now = r.held_offsets(base + nxt);
+                            for (k, h) in held.iter_mut().enumerate().skip(nxt) {
+                                let in_store = now.iter().any(|x| x.contains(&(k - nxt)));
+                                if *h && !in_store {
+                                    prop_assert!(k >= e, "pruned at or below the segment");
+                                    *h = false;
+                                }
+                                prop_assert_eq!(*h, in_store);
+                            }
+                        }
+                        Insert::Duplicate => prop_assert_eq!(new_in_model, 0),
+                        Insert::Full => prop_assert!(new_in_model > 0),
+                    }
+                }
+                None => {
+                    // 20 octets in order from outside.
+                    out.extend_from_slice(&stream[nxt..nxt + 20]);
+                    for k in nxt..nxt + 20 { held[k] = false; maybe_stale[k] = false; }
+                    nxt += 20;
+                    r.advance(base + nxt, 20);
+                }
+            }
+            prop_assert!(r.stored() <= ring);
+            prop_assert_eq!(r.stored() + r.placed(), held.iter().filter(|&&h| h).count());
+            loop {
+                let before = out.len();
+                let n = r.drain(base + nxt, |s| out.extend_from_slice(s));
+                if n == 0 { break; }
+                prop_assert_eq!(out.len() - before, n);
+                for h in &mut held[nxt..nxt + n] { *h = false; }
+                nxt += n;
+            }
+            prop_assert!(!held[nxt]);
+            prop_assert_eq!(out.len(), nxt);
+            for k in 0..nxt {
+                if !maybe_stale[k] {
+                    prop_assert_eq!(out[k], stream[k], "octet {} (copied) differs", k);
+                }
+            }
         }
     }
 }

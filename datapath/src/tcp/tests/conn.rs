@@ -1263,38 +1263,64 @@ fn duplicates_are_reported_with_dsack() {
 fn full_store_prunes_the_far_end() {
     let t0 = Instant::now();
     let cfg = TcpConfig {
-        reassembly_limit: 3 * SEG,
+        max_ooo_ranges: 3,
         ..cfg()
     };
     let mut c = conn(t0, true, &cfg);
     let p = Peer::new(true);
     let s = SEG as u64;
-    for k in [2u64, 4, 6] {
+    for k in [3u64, 6, 9] {
         let (o, _) = feed(&mut c, t0, &p.data(k * s, SEG).0, &p.data(k * s, SEG).1);
         assert_eq!(o.dropped, None);
     }
-    assert_eq!(c.reassembly_stored(), 3 * SEG);
-    // Nearer than [6, 7): that one goes.
+    assert_eq!(c.reassembly_ranges().0, 3);
+    // A fourth range, nearer than [9, 10): that one goes.
     let (o, _) = feed(&mut c, t0, &p.data(s, SEG).0, &p.data(s, SEG).1);
     assert_eq!(o.dropped, None);
     assert_eq!(c.stats().ooo_pruned_ranges, 1);
     assert_eq!(c.stats().ooo_pruned_octets, SEG as u64);
     assert_eq!(c.reassembly_stored(), 3 * SEG);
     // Farther than everything held: dropped.
-    let (o, _) = feed(&mut c, t0, &p.data(8 * s, SEG).0, &p.data(8 * s, SEG).1);
+    let (o, _) = feed(&mut c, t0, &p.data(11 * s, SEG).0, &p.data(11 * s, SEG).1);
     assert_eq!(o.dropped, Some(DropReason::ReassemblyFull));
-    // The first hole fills: in order, [0, 3) delivered, [4, 5) still held.
+    // The first hole fills: in order, [0, 2) delivered, [3, 4) and [6, 7) still held.
     let (_, got) = feed(&mut c, t0, &p.data(0, SEG).0, &p.data(0, SEG).1);
-    assert_eq!(got, stream(0, 3 * SEG));
+    assert_eq!(got, stream(0, 2 * SEG));
     let tx = drain_tx(&mut c, t0);
     let a = tx.last().unwrap();
-    assert_eq!(a.ack(), p.base + (3 * s) as u32);
-    assert_eq!(
-        a.sack()[0].left,
-        p.base + (4 * s) as u32,
-        "the pruned range is not SACKed"
-    );
-    assert_eq!(a.sack().len(), 1);
+    assert_eq!(a.ack(), p.base + (2 * s) as u32);
+    let lefts: Vec<_> = a.sack().iter().map(|b| b.left).collect();
+    assert!(lefts.contains(&(p.base + (3 * s) as u32)));
+    assert!(lefts.contains(&(p.base + (6 * s) as u32)));
+    assert_eq!(a.sack().len(), 2, "the pruned range is not SACKed");
+    let (_, got) = feed(&mut c, t0, &p.data(2 * s, SEG).0, &p.data(2 * s, SEG).1);
+    assert_eq!(got, stream(2 * s, 2 * SEG));
+}
+
+/// Octets are copied only within `reassembly_limit` of RCV.NXT (the ring): a segment that
+/// cannot be placed farther out is dropped, one nearer is taken, and once RCV.NXT moves on
+/// the same segment fits.
+#[test]
+fn copies_stay_within_the_limit_of_rcv_nxt() {
+    let t0 = Instant::now();
+    let cfg = TcpConfig {
+        reassembly_limit: 3 * SEG,
+        ..cfg()
+    };
+    let mut c = conn(t0, true, &cfg);
+    let p = Peer::new(true);
+    let s = SEG as u64;
+    let (o, _) = feed(&mut c, t0, &p.data(2 * s, SEG).0, &p.data(2 * s, SEG).1);
+    assert_eq!(o.dropped, None);
+    let (o, _) = feed(&mut c, t0, &p.data(4 * s, SEG).0, &p.data(4 * s, SEG).1);
+    assert_eq!(o.dropped, Some(DropReason::ReassemblyFull));
+    assert_eq!(c.stats().dropped.reassembly_full, 1);
+    let (o, _) = feed(&mut c, t0, &p.data(s, SEG).0, &p.data(s, SEG).1);
+    assert_eq!(o.dropped, None);
+    let (_, got) = feed(&mut c, t0, &p.data(0, SEG).0, &p.data(0, SEG).1);
+    assert_eq!(got, stream(0, 3 * SEG));
+    let (o, _) = feed(&mut c, t0, &p.data(4 * s, SEG).0, &p.data(4 * s, SEG).1);
+    assert_eq!(o.dropped, None);
     let (_, got) = feed(&mut c, t0, &p.data(3 * s, SEG).0, &p.data(3 * s, SEG).1);
     assert_eq!(got, stream(3 * s, 2 * SEG));
     assert_eq!(c.reassembly_stored(), 0);
@@ -1330,6 +1356,67 @@ fn a_full_window_of_holes_fits() {
     assert_eq!(got, stream(0, n));
     assert_eq!(n as u64, segs * s);
     assert_eq!(c.reassembly_stored(), 0);
+}
+
+/// Behind a hole, a sender whose segments the caller places sees the window grow past
+/// `reassembly_limit` (the ring) up to `rcv_buf`, never past it; one segment out there that
+/// cannot be placed is dropped, not copied over the ring; and once the hole fills every octet
+/// comes out in order.
+#[test]
+fn placed_segments_open_the_window_past_the_ring_up_to_rcv_buf() {
+    let t0 = Instant::now();
+    let (limit, rcv_buf) = (64 * 1024, 256 * 1024);
+    let cfg = TcpConfig {
+        reassembly_limit: limit,
+        rcv_buf,
+        ..cfg()
+    };
+    let mut c = conn(t0, true, &cfg);
+    let p = Peer::new(true);
+    let s = SEG as u64;
+    let edge_of = |a: &Seg| a.ack() + (u32::from(a.repr.window_len) << 7);
+    feed(&mut c, t0, &p.data(0, SEG).0, &p.data(0, SEG).1);
+    c.end_of_burst(t0);
+    let mut edge = edge_of(&drain_tx(&mut c, t0).pop().unwrap());
+    let nxt = p.base + s as u32;
+    assert!(
+        edge.distance_from(nxt) as usize <= limit + 128,
+        "no placed octets yet: the limit"
+    );
+    // [1, 2) is lost; the sender fills whatever window it is offered, the caller places all.
+    let mut k = 2u64;
+    let mut unplaced_refused = false;
+    while p.base + ((k + 1) * s) as u32 <= edge {
+        let (r, d) = p.data(k * s, SEG);
+        if k * s > 2 * limit as u64 && !unplaced_refused {
+            // One segment the caller cannot place, past the ring: dropped (retransmitted).
+            let (o, _) = feed(&mut c, t0, &r, &d);
+            assert_eq!(o.dropped, Some(DropReason::ReassemblyFull));
+            unplaced_refused = true;
+        }
+        let o = c.handle_segment_placing(t0, &r, &d, &mut |_, data, spans| {
+            spans.push(0..data.len());
+        });
+        assert_eq!(o.dropped, None, "segment {k}");
+        c.end_of_burst(t0);
+        for a in drain_tx(&mut c, t0) {
+            assert!(edge_of(&a) >= edge, "edge retracted");
+            edge = edge_of(&a);
+        }
+        k += 1;
+    }
+    assert!(unplaced_refused);
+    let wnd = edge.distance_from(nxt) as usize;
+    assert!(wnd > 3 * limit, "window {wnd}: grew past the ring");
+    assert!(wnd <= rcv_buf + 128, "window {wnd}: rcv_buf at most");
+    assert_eq!(c.reassembly_stored(), 0);
+    assert_eq!(c.stats().dropped.reassembly_full, 1);
+    // The hole fills: everything up to the last segment is delivered (placed octets as
+    // they were placed: skipped by their owner).
+    let (_, got) = feed(&mut c, t0, &p.data(s, SEG).0, &p.data(s, SEG).1);
+    assert_eq!(got.len() as u64, (k - 1) * s);
+    assert_eq!(&got[..SEG], &stream(s, SEG)[..]);
+    assert_eq!(c.rcv_nxt(), p.base + (k * s) as u32);
 }
 
 /// The window offers what the store can take (its limit plus octets the caller placed
