@@ -185,20 +185,35 @@ fn placed_octets_reach_past_the_ring() {
     );
     // [14, 50): placed except [14, 16), which is copied (inside the ring).
     assert_eq!(
-        r.insert_except(base, base + 14u32, &data[14..50], &[2..36]),
+        r.insert_except(
+            base,
+            base + 14u32,
+            &data[14..50],
+            std::slice::from_ref(&(2..36))
+        ),
         Insert::Stored { new: 36, dup: None }
     );
     assert_eq!((r.stored(), r.placed()), (6, 34));
     // [50, 60) with [58, 60) not placed: that copy would be past the ring.
     let before = (r.stored(), r.placed(), r.range_count());
     assert_eq!(
-        r.insert_except(base, base + 50u32, &data[50..60], &[0..8]),
+        r.insert_except(
+            base,
+            base + 50u32,
+            &data[50..60],
+            std::slice::from_ref(&(0..8))
+        ),
         Insert::Full
     );
     assert_eq!((r.stored(), r.placed(), r.range_count()), before);
     // Placed whole: held.
     assert_eq!(
-        r.insert_except(base, base + 50u32, &data[50..60], &[0..10]),
+        r.insert_except(
+            base,
+            base + 50u32,
+            &data[50..60],
+            std::slice::from_ref(&(0..10))
+        ),
         Insert::Stored { new: 10, dup: None }
     );
     let mut sb = SackBlocks::new();
@@ -409,7 +424,7 @@ proptest! {
             match op {
                 Some(PlacedOp { off, len, placed: (a, b) }) => {
                     let s = nxt + off as usize;
-                    let res = r.insert_except(base + nxt, base + s, &stream[s..s + len], &[a..b]);
+                    let res = r.insert_except(base + nxt, base + s, &stream[s..s + len], std::slice::from_ref(&(a..b)));
                     if s >= nxt + span {
                         prop_assert_eq!(res, Insert::Full);
                         continue;
