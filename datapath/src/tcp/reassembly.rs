@@ -16,7 +16,9 @@
 //! copied like the others). When a segment does not fit, ranges are pruned from the far end
 //! (highest sequence numbers first, as Linux prunes its out-of-order queue) as long as
 //! everything pruned lies above the new segment; otherwise the new segment is the farthest
-//! and is refused. Tables and ring are allocated once; the ring is zero-initialised memory
+//! and is refused. (The ring's size is the octet limit, so a segment's copies always fit the
+//! limit and pruning serves the range tables.) Tables and ring are allocated once; the ring
+//! is zero-initialised memory
 //! (`calloc`), so its pages are only committed once a connection actually sees reordering.
 //!
 //! SACK (RFC 2018 §4): a small most-recently-changed list of sequence numbers, one inside
