@@ -113,8 +113,12 @@ pub fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
     }
     opts.spin = std::time::Duration::from_micros(r.spin_us);
     let dp = start_datapath(bed, &socket, &opts)?;
-    if crate::split::applies(bed, r.split_cpus) && crate::split::pin_workers()? == 0 {
-        bail!("--split-cpus: no datapath worker thread to pin");
+    if crate::split::applies(bed, r.split_cpus) {
+        let want = r.queues.max(1) as usize;
+        let n = crate::split::pin_workers(want)?;
+        if n < want {
+            bail!("--split-cpus: {n} datapath worker threads to pin, {want} expected");
+        }
     }
     let result = transfer(bed, &socket, r);
     dp.stop();

@@ -56,9 +56,22 @@ pub fn steer_sender_rx(bed: &TestBed) -> Result<()> {
     Ok(())
 }
 
-/// Pins this process's datapath worker threads (`mpa-worker-*`) to [`RECEIVER_CPU`];
-/// returns how many.
-pub fn pin_workers() -> Result<usize> {
+/// Pins this process's datapath worker threads (`mpa-worker-*`) to [`RECEIVER_CPU`],
+/// waiting up to 2 s for `expected` of them; returns how many it pinned.
+pub fn pin_workers(expected: usize) -> Result<usize> {
+    // A worker names itself (its comm) once it runs, which may be just after the datapath
+    // started: look again until every expected one is there, or a deadline passes.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        let n = pin_named_workers()?;
+        if n >= expected || std::time::Instant::now() >= deadline {
+            return Ok(n);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+fn pin_named_workers() -> Result<usize> {
     let mut set = CpuSet::new();
     set.set(RECEIVER_CPU).context("cpu set")?;
     let mut n = 0;
