@@ -200,6 +200,31 @@ fn gaps(
     }
 }
 
+/// The parts of `[0, len)` outside `placed` (sorted, disjoint, relative to the same start),
+/// in order: what `insert_except` copies.
+fn unplaced(
+    placed: impl Iterator<Item = (usize, usize)>,
+    len: usize,
+) -> impl Iterator<Item = Range<usize>> {
+    let mut placed = placed.fuse();
+    let mut at = 0usize;
+    let mut tail_done = false;
+    std::iter::from_fn(move || {
+        for (a, b) in placed.by_ref() {
+            let piece = (a > at).then_some(at..a);
+            at = at.max(b);
+            if piece.is_some() {
+                return piece;
+            }
+        }
+        if tail_done || at >= len {
+            return None;
+        }
+        tail_done = true;
+        Some(at..len)
+    })
+}
+
 impl Reassembly {
     /// A store tracking octets up to `span` above RCV.NXT, copying at most `limit` of them,
     /// all below `limit` (the ring's size); `max_ranges` disjoint ranges.
@@ -311,7 +336,7 @@ impl Reassembly {
         placed: &[Range<usize>],
     ) -> Insert {
         let mut front = 0usize;
-        let cap = self.span as u64;
+        let reach = self.span as u64;
         // Clip to (rcv_nxt, rcv_nxt + span) in offset space.
         let mut off = u64::from(seq.distance_from(rcv_nxt));
         let mut data = data;
@@ -325,10 +350,10 @@ impl Reassembly {
             front = skip as usize;
             off = 0;
         }
-        if off >= cap {
+        if off >= reach {
             return Insert::Full;
         }
-        let keep = (cap - off).min(data.len() as u64) as usize;
+        let keep = (reach - off).min(data.len() as u64) as usize;
         let data = &data[..keep];
         if data.is_empty() {
             return Insert::Duplicate;
@@ -380,23 +405,19 @@ impl Reassembly {
             new_placed += octets;
         }
         let placed = &placed[..accepted];
-        // Everything not placed is copied (held octets too: the same octets again), so the
-        // last copied octet must lie inside the ring; a copy past it would land on another
-        // offset's octets.
-        let mut copy_end = 0usize;
-        let mut at = 0usize;
-        for r in placed {
-            let (a, b) = span_at(r);
-            let (a, b) = ((a - off as u32) as usize, (b - off as u32) as usize);
-            if a > at {
-                copy_end = a;
-            }
-            at = at.max(b);
-        }
-        if at < data.len() {
-            copy_end = data.len();
-        }
-        if copy_end > 0 && off as usize + copy_end > self.ring.len() {
+        // The placed spans relative to `data`; everything outside them is copied (held
+        // octets too: the same octets again), so the last copied octet must lie inside the
+        // ring: a copy past it would land on another offset's octets.
+        let placed_in_data = || {
+            placed.iter().map(|r| {
+                let (a, b) = span_at(r);
+                ((a - off as u32) as usize, (b - off as u32) as usize)
+            })
+        };
+        if unplaced(placed_in_data(), data.len())
+            .last()
+            .is_some_and(|last| off as usize + last.end > self.ring.len())
+        {
             return Insert::Full;
         }
         let new_copied = new - new_placed;
@@ -435,17 +456,8 @@ impl Reassembly {
             self.forget_pruned(base);
         }
         // Copy what was not placed.
-        let mut at = 0usize;
-        for r in placed {
-            let (a, b) = span_at(r);
-            let (a, b) = ((a - off as u32) as usize, (b - off as u32) as usize);
-            if a > at {
-                self.copy_in(off as usize + at, &data[at..a]);
-            }
-            at = at.max(b);
-        }
-        if at < data.len() {
-            self.copy_in(off as usize + at, &data[at..]);
+        for piece in unplaced(placed_in_data(), data.len()) {
+            self.copy_in(off as usize + piece.start, &data[piece]);
         }
         // Mark the new placed parts.
         let Reassembly {

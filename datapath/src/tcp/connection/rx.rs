@@ -347,9 +347,9 @@ impl<S: SendSource> Connection<S> {
         let room_edge = if start == self.rcv_nxt {
             self.adv_edge
         } else {
-            let ring_edge = self.rcv_nxt + self.store.span();
-            if ring_edge < self.adv_edge {
-                ring_edge
+            let reach_edge = self.rcv_nxt + self.store.span();
+            if reach_edge < self.adv_edge {
+                reach_edge
             } else {
                 self.adv_edge
             }
