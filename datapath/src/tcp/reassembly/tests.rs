@@ -290,6 +290,58 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// The stream the model tests send: 100,000 octets that differ from their neighbours.
+fn model_stream() -> Vec<u8> {
+    (0..100_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect()
+}
+
+/// After a stored segment ending at `e` (offsets from the stream's start; RCV.NXT at `nxt`):
+/// pruning took whole ranges from the far end, all above the segment, and the model of held
+/// octets follows the store there; then the two agree octet for octet.
+fn follow_pruning(
+    r: &Reassembly,
+    base: SeqNumber,
+    nxt: usize,
+    e: usize,
+    held: &mut [bool],
+) -> Result<(), TestCaseError> {
+    let now = r.held_offsets(base + nxt);
+    for (k, h) in held.iter_mut().enumerate().skip(nxt) {
+        let in_store = now.iter().any(|x| x.contains(&(k - nxt)));
+        if *h && !in_store {
+            prop_assert!(k >= e, "pruned at or below the segment");
+            *h = false;
+        }
+        prop_assert_eq!(*h, in_store);
+    }
+    Ok(())
+}
+
+/// Drains what became readable into `out`, as the connection does, moving the model's RCV.NXT
+/// (`nxt`) on; each drain hands over exactly the octets it counts.
+fn drain_model(
+    r: &mut Reassembly,
+    base: SeqNumber,
+    nxt: &mut usize,
+    held: &mut [bool],
+    out: &mut Vec<u8>,
+) -> Result<(), TestCaseError> {
+    loop {
+        let before = out.len();
+        let n = r.drain(base + *nxt, |s| out.extend_from_slice(s));
+        if n == 0 {
+            return Ok(());
+        }
+        prop_assert_eq!(out.len() - before, n);
+        for h in &mut held[*nxt..*nxt + n] {
+            *h = false;
+        }
+        *nxt += n;
+    }
+}
+
 proptest! {
     /// Against a naive model (a bitmap of held octets over the whole stream): random
     /// overlapping inserts give the same delivered stream, octet for octet, and the
@@ -297,7 +349,7 @@ proptest! {
     #[test]
     fn matches_naive_model(start in any::<u32>(), cap in 64usize..256, limit in 1usize..256,
                            ops in proptest::collection::vec(op(), 1..120)) {
-        let stream: Vec<u8> = (0..100_000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+        let stream = model_stream();
         let base = SeqNumber(start);
         let mut r = Reassembly::new(cap, limit, 6);
         let mut nxt = 0usize; // delivered so far
@@ -324,17 +376,7 @@ proptest! {
                         Insert::Stored { new, .. } => {
                             prop_assert_eq!(new, new_in_model);
                             for h in &mut held[s..e] { *h = true; }
-                            // Pruning took whole ranges from the far end, all above
-                            // this segment: the model follows the store there.
-                            let now = r.held_offsets(base + nxt);
-                            for (k, h) in held.iter_mut().enumerate().skip(nxt) {
-                                let in_store = now.iter().any(|x| x.contains(&(k - nxt)));
-                                if *h && !in_store {
-                                    prop_assert!(k >= e, "pruned at or below the segment");
-                                    *h = false;
-                                }
-                                prop_assert_eq!(*h, in_store);
-                            }
+                            follow_pruning(&r, base, nxt, e, &mut held)?;
                         }
                         Insert::Duplicate => prop_assert_eq!(new_in_model, 0),
                         Insert::Full => prop_assert!(new_in_model > 0),
@@ -351,14 +393,7 @@ proptest! {
             prop_assert!(r.range_count() <= 6);
             prop_assert_eq!(r.placed(), 0);
             prop_assert_eq!(r.stored(), held.iter().filter(|&&h| h).count());
-            loop {
-                let before = out.len();
-                let n = r.drain(base + nxt, |s| out.extend_from_slice(s));
-                if n == 0 { break; }
-                for h in &mut held[nxt..nxt + n] { *h = false; }
-                nxt += n;
-                prop_assert_eq!(out.len() - before, n);
-            }
+            drain_model(&mut r, base, &mut nxt, &mut held, &mut out)?;
             // The model's next octet is not held (else drain would have taken it).
             prop_assert!(!held[nxt]);
             // SACK blocks: distinct held ranges (whole, as the model holds them), the
@@ -411,7 +446,7 @@ proptest! {
     fn placed_past_the_ring_matches_model(start in any::<u32>(), span in 64usize..320,
                                           limit in 1usize..200,
                                           ops in proptest::collection::vec(placed_op(), 1..120)) {
-        let stream: Vec<u8> = (0..100_000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+        let stream = model_stream();
         let base = SeqNumber(start);
         let mut r = Reassembly::new(span, limit, 6);
         let ring = limit.clamp(1, span);
@@ -447,15 +482,7 @@ proptest! {
                                 }
                                 held[k] = true;
                             }
-                            let now = r.held_offsets(base + nxt);
-                            for (k, h) in held.iter_mut().enumerate().skip(nxt) {
-                                let in_store = now.iter().any(|x| x.contains(&(k - nxt)));
-                                if *h && !in_store {
-                                    prop_assert!(k >= e, "pruned at or below the segment");
-                                    *h = false;
-                                }
-                                prop_assert_eq!(*h, in_store);
-                            }
+                            follow_pruning(&r, base, nxt, e, &mut held)?;
                         }
                         Insert::Duplicate => prop_assert_eq!(new_in_model, 0),
                         Insert::Full => prop_assert!(new_in_model > 0),
@@ -471,14 +498,7 @@ proptest! {
             }
             prop_assert!(r.stored() <= ring);
             prop_assert_eq!(r.stored() + r.placed(), held.iter().filter(|&&h| h).count());
-            loop {
-                let before = out.len();
-                let n = r.drain(base + nxt, |s| out.extend_from_slice(s));
-                if n == 0 { break; }
-                prop_assert_eq!(out.len() - before, n);
-                for h in &mut held[nxt..nxt + n] { *h = false; }
-                nxt += n;
-            }
+            drain_model(&mut r, base, &mut nxt, &mut held, &mut out)?;
             prop_assert!(!held[nxt]);
             prop_assert_eq!(out.len(), nxt);
             for k in 0..nxt {

@@ -596,7 +596,7 @@ fn advertised_edge_never_retracts() {
         }
         c.end_of_burst(t0);
         for s in drain_tx(&mut c, t0) {
-            let edge = s.ack() + (u32::from(s.repr.window_len) << 7);
+            let edge = s.right_edge();
             assert!(edge >= last, "edge retracted: {edge} < {last}");
             if s.ack() + 1u32 < kernel_edge {
                 assert!(edge >= kernel_edge, "kernel's edge retracted");
@@ -636,7 +636,7 @@ fn frozen_acks_do_not_retract_the_edge() {
         let tx = drain_tx(&mut c, t0);
         frozen_older += usize::from(tx.len() > 1 && tx[0].ack() < tx[tx.len() - 1].ack());
         for a in tx {
-            let edge = a.ack() + (u32::from(a.repr.window_len) << 7);
+            let edge = a.right_edge();
             assert!(edge >= last, "round {k}: edge retracted: {edge} < {last}");
             last = edge;
         }
@@ -1337,7 +1337,7 @@ fn a_full_window_of_holes_fits() {
     feed(&mut c, t0, &p.data(0, SEG).0, &p.data(0, SEG).1);
     c.end_of_burst(t0);
     let tx = drain_tx(&mut c, t0);
-    let edge = tx[0].ack() + (u32::from(tx[0].repr.window_len) << 7);
+    let edge = tx[0].right_edge();
     let segs = edge.distance_from(p.base) as u64 / s;
     assert!(segs > 700, "a 1 MiB window ({segs} segments)");
     for k in (2..segs).step_by(2) {
@@ -1374,10 +1374,9 @@ fn placed_segments_open_the_window_past_the_ring_up_to_rcv_buf() {
     let mut c = conn(t0, true, &cfg);
     let p = Peer::new(true);
     let s = SEG as u64;
-    let edge_of = |a: &Seg| a.ack() + (u32::from(a.repr.window_len) << 7);
     feed(&mut c, t0, &p.data(0, SEG).0, &p.data(0, SEG).1);
     c.end_of_burst(t0);
-    let mut edge = edge_of(&drain_tx(&mut c, t0).pop().unwrap());
+    let mut edge = drain_tx(&mut c, t0).pop().unwrap().right_edge();
     let nxt = p.base + s as u32;
     assert!(
         edge.distance_from(nxt) as usize <= limit + 128,
@@ -1400,8 +1399,8 @@ fn placed_segments_open_the_window_past_the_ring_up_to_rcv_buf() {
         assert_eq!(o.dropped, None, "segment {k}");
         c.end_of_burst(t0);
         for a in drain_tx(&mut c, t0) {
-            assert!(edge_of(&a) >= edge, "edge retracted");
-            edge = edge_of(&a);
+            assert!(a.right_edge() >= edge, "edge retracted");
+            edge = a.right_edge();
         }
         k += 1;
     }
@@ -1433,16 +1432,15 @@ fn window_tracks_free_capacity_and_reopens() {
     let mut c = conn(t0, true, &cfg);
     let p = Peer::new(true);
     let s = SEG as u64;
-    let edge_of = |a: &Seg| a.ack() + (u32::from(a.repr.window_len) << 7);
     feed(&mut c, t0, &p.data(0, SEG).0, &p.data(0, SEG).1);
     c.end_of_burst(t0);
     let a = drain_tx(&mut c, t0).pop().unwrap();
-    let wnd = edge_of(&a).distance_from(a.ack()) as usize;
+    let wnd = a.right_edge().distance_from(a.ack()) as usize;
     assert!(
         wnd <= limit + 128 && wnd + 128 > limit,
         "window {wnd}: the store's limit"
     );
-    let mut last = edge_of(&a);
+    let mut last = a.right_edge();
     // Two segments out of order; the caller places the second itself.
     feed(&mut c, t0, &p.data(2 * s, SEG).0, &p.data(2 * s, SEG).1);
     let (r, d) = p.data(4 * s, SEG);
@@ -1452,8 +1450,8 @@ fn window_tracks_free_capacity_and_reopens() {
     assert_eq!(c.reassembly_stored(), SEG, "placed octets are not stored");
     let tx = drain_tx(&mut c, t0);
     for a in &tx {
-        assert!(edge_of(a) >= last, "edge retracted");
-        last = edge_of(a);
+        assert!(a.right_edge() >= last, "edge retracted");
+        last = a.right_edge();
     }
     assert!(
         last.distance_from(p.base + s as u32) as usize + 128 > limit + SEG,
@@ -1464,9 +1462,9 @@ fn window_tracks_free_capacity_and_reopens() {
     assert_eq!(got.len(), 2 * SEG);
     let tx = drain_tx(&mut c, t0);
     let a = tx.last().unwrap();
-    assert!(edge_of(a) >= last);
+    assert!(a.right_edge() >= last);
     assert!(
-        edge_of(a).distance_from(a.ack()) as usize + 128 > limit + SEG,
+        a.right_edge().distance_from(a.ack()) as usize + 128 > limit + SEG,
         "window reopened at once"
     );
 }

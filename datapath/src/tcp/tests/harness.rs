@@ -75,6 +75,10 @@ impl Seg {
     pub fn sack(&self) -> &[SackBlock] {
         self.repr.options.sack.as_slice()
     }
+    /// The right edge of the window it offers (the handover's window scale, 7).
+    pub fn right_edge(&self) -> SeqNumber {
+        self.ack() + (u32::from(self.repr.window_len) << 7)
+    }
     pub fn is_pure_ack(&self) -> bool {
         self.payload.is_empty() && self.repr.flags == TcpFlags::empty()
     }
