@@ -99,6 +99,7 @@ pub fn start_datapath_on(
             max_control_clients: opts.max_control_clients,
             completion_ring: opts.completion_ring,
             spin: opts.spin,
+            worker_deadline: mpa_datapath::server::DEFAULT_WORKER_DEADLINE,
         };
         match run_in_netns(ns, move || Datapath::start(cfg))? {
             Ok(dp) => return Ok(dp),

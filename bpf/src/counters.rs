@@ -31,7 +31,7 @@ pub struct XdpCounters {
     /// steered host pair: dropped.
     pub dropped_ipv6_ext: u64,
     /// Frames with two or more VLAN tags whose inner frame is TCP between a steered host
-    /// pair: dropped.
+    /// pair, or with more tags than the program looks through (any hosts): dropped.
     pub dropped_vlan_stack: u64,
     /// Malformed frames (cut inside the TCP header or an IPv6 extension chain) whose
     /// addresses are a steered host pair: dropped, so the frozen socket never sees them.

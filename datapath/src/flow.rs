@@ -19,7 +19,6 @@ use crate::tcp::{
 };
 use crate::wire::frame::FrameTemplate;
 use crate::wire::tcp::{TcpRepr, TIMESTAMPS_OPTION_LEN};
-use mpa::endpoint::rtr_ulpdu;
 use mpa::seq::SeqNumber;
 use mpa::startup::{RtrSet, RtrType};
 use mpa::MpaErrorCode;
@@ -239,7 +238,7 @@ impl Flow {
                 if let Some(&rtr) = m.rtr.first() {
                     tcp.source_mut()
                         .inner_mut()
-                        .post_ulpdu(&rtr_ulpdu(rtr, m.ddp_rdmap_version))
+                        .post_rtr(rtr)
                         .map_err(|_| FlowError::SendBuffer("RTR"))?;
                 }
                 None
@@ -263,6 +262,19 @@ impl Flow {
         let ord = m.ord.map_or(MAX_OUTBOUND_READS, |o| {
             usize::from(o).min(MAX_OUTBOUND_READS)
         });
+        // Our Read RTR is a Read Request like any other to the peer: it holds one of our ORD
+        // slots until its zero-length Read Response arrives, and only that response may
+        // answer it.
+        let mut reads_in_flight = 0;
+        if m.role == Role::Initiator
+            && m.rtr.first() == Some(&RtrType::ZeroLengthReadRequest)
+            && rx.pd().is_some()
+        {
+            if !rx.expect_rtr_read_response() {
+                return Err(FlowError::SendBuffer("RTR"));
+            }
+            reads_in_flight = 1;
+        }
         Ok(Flow {
             id: h.flow_id,
             tcp,
@@ -275,7 +287,7 @@ impl Flow {
             started: now,
             ts_recent_inherited: t.timestamps.map(|t| t.ts_recent).filter(|&v| v != 0),
             reads_served: 0,
-            reads_in_flight: 0,
+            reads_in_flight,
             ord,
             reads_waiting: Default::default(),
         })
@@ -291,12 +303,19 @@ impl Flow {
     ) {
         self.packets += 1;
         receive_segment(&mut self.tcp, &mut self.rx, now, repr, payload, regions);
-        while let Some(r) = self.rx.poll_read_request() {
-            self.serve_read(&r, regions);
+        let rtr_answered = self.rx.take_rtr_answered();
+        if rtr_answered > 0 {
+            self.reads_in_flight = self.reads_in_flight.saturating_sub(rtr_answered);
+            self.release_reads();
         }
         if let Some(h) = self.rx.poll_reply() {
-            // Our first FPDU, allowed now that one arrived (RFC 5044 §7.1.2).
+            // Our first FPDU, allowed now that one arrived (RFC 5044 §7.1.2). It answers the
+            // first Read Request of the stream (the RTR), so it goes before the Read
+            // Responses to those that arrived with it (RFC 5040 §5.5: in request order).
             self.send_ulpdu(&h);
+        }
+        while let Some(r) = self.rx.poll_read_request() {
+            self.serve_read(&r, regions);
         }
         let Some(end) = self.rx.poll_terminate().cloned() else {
             return;

@@ -51,6 +51,11 @@ struct Args {
     /// last (0: sleep after 256 empty polls).
     #[arg(long, default_value_t = 0)]
     spin_us: u64,
+    /// A worker whose loop has not turned for this many ms is stuck: its flows are reported
+    /// gone and the datapath exits non-zero (an idle worker turns at least every 10 ms).
+    #[arg(long, default_value_t = mpa_datapath::server::DEFAULT_WORKER_DEADLINE.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(100..))]
+    worker_deadline_ms: u64,
     /// Control-socket clients connected at once at most (more are refused).
     #[arg(long, default_value_t = mpa_datapath::server::DEFAULT_MAX_CONTROL_CLIENTS)]
     max_control_clients: usize,
@@ -164,6 +169,7 @@ fn main() -> ExitCode {
         max_control_clients: a.max_control_clients,
         completion_ring: ring,
         spin: std::time::Duration::from_micros(a.spin_us),
+        worker_deadline: std::time::Duration::from_millis(a.worker_deadline_ms),
     };
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {

@@ -21,6 +21,8 @@ use mpa_ctl_proto::{CaptureDirection, HandOver};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A flow's frames go straight into the ring's TX buffers, and to the capture when one
@@ -241,6 +243,13 @@ pub struct Worker<R: FrameRing> {
     /// Test-only fault injection, in debug builds only ([`PANIC_AT_HANDOVER_ENV`]).
     #[cfg(debug_assertions)]
     panic_at_handover: Option<usize>,
+    /// Test-only ([`HANG_AT_HANDOVER_ENV`]).
+    #[cfg(debug_assertions)]
+    hang_at_handover: Option<usize>,
+    /// Turns of [`Worker::run`]'s loop, published for the control thread's watchdog
+    /// (`server/faults.rs`): a worker whose count stops moving is stuck.
+    heartbeat: Option<Arc<AtomicU64>>,
+    turns: u64,
 }
 
 /// Debug builds only (the system tests' binaries; release builds ignore it): a worker panics
@@ -248,6 +257,10 @@ pub struct Worker<R: FrameRing> {
 /// worker failure does to its flows. Read once when the worker is made; acted on in the
 /// hand-over command, never per packet.
 pub const PANIC_AT_HANDOVER_ENV: &str = "MPA_DATAPATH_TEST_PANIC_AT_HANDOVER";
+
+/// Debug builds only, like [`PANIC_AT_HANDOVER_ENV`]: the worker stops making progress (sleeps
+/// for good) at such a hand-over, so that tests can check the watchdog.
+pub const HANG_AT_HANDOVER_ENV: &str = "MPA_DATAPATH_TEST_HANG_AT_HANDOVER";
 
 impl<R: FrameRing> Worker<R> {
     /// A worker for the frame ring `xsk`.
@@ -281,12 +294,29 @@ impl<R: FrameRing> Worker<R> {
             panic_at_handover: std::env::var(PANIC_AT_HANDOVER_ENV)
                 .ok()
                 .and_then(|v| v.parse().ok()),
+            #[cfg(debug_assertions)]
+            hang_at_handover: std::env::var(HANG_AT_HANDOVER_ENV)
+                .ok()
+                .and_then(|v| v.parse().ok()),
+            heartbeat: None,
+            turns: 0,
         }
+    }
+
+    /// Publishes the turns of the run loop in `beat` (one relaxed store per turn, none per
+    /// packet), for the control thread's watchdog.
+    pub fn with_heartbeat(mut self, beat: Arc<AtomicU64>) -> Self {
+        self.heartbeat = Some(beat);
+        self
     }
 
     /// Polls until told to stop.
     pub fn run(mut self) {
         loop {
+            self.turns += 1;
+            if let Some(beat) = &self.heartbeat {
+                beat.store(self.turns, std::sync::atomic::Ordering::Relaxed);
+            }
             if !self.handle_commands() {
                 break;
             }
@@ -375,6 +405,13 @@ impl<R: FrameRing> Worker<R> {
                         "fault injected by {PANIC_AT_HANDOVER_ENV} (hand-over with {} flows)",
                         self.flows.len()
                     );
+                }
+                #[cfg(debug_assertions)]
+                if self.hang_at_handover == Some(self.flows.len()) {
+                    tracing::warn!("fault injected by {HANG_AT_HANDOVER_ENV}: the worker hangs");
+                    loop {
+                        std::thread::sleep(Duration::from_secs(3600));
+                    }
                 }
                 let key = flow_key(h.tcp.local, h.tcp.remote);
                 let r = if self.flows.contains_key(&key) {

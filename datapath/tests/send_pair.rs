@@ -71,6 +71,23 @@ fn end(a: bool, markers: bool, len: u64) -> End {
 
 /// [`end`] with the IRD and ORD revision 2 negotiated (`None`: not negotiated).
 fn end_with(a: bool, markers: bool, len: u64, ird: Option<u16>, ord: Option<u16>) -> End {
+    end_full(a, markers, len, ird, ord, None)
+}
+
+/// The Responder's accepting Reply in the tests' peer-to-peer streams: it precedes B's first
+/// FPDU, so A's stream starts after it.
+const REPLY_LEN: u32 = 24;
+
+/// [`end_with`]; with `rtr`, the connection is peer-to-peer (RFC 6581 §9.2): A is the
+/// Initiator and sends `rtr` first, B the Responder that expects it (after its Reply).
+fn end_full(
+    a: bool,
+    markers: bool,
+    len: u64,
+    ird: Option<u16>,
+    ord: Option<u16>,
+    rtr: Option<mpa::startup::RtrType>,
+) -> End {
     let (ring, wire) = MemRing::new(0);
     let (_cmd_tx, cmd_rx) = unbounded();
     let (note_tx, notes) = unbounded();
@@ -93,19 +110,25 @@ fn end_with(a: bool, markers: bool, len: u64, ird: Option<u16>, ord: Option<u16>
         worker.apply(Command::AddRegion(r));
         mem
     });
-    let readable = (!a).then(|| {
+    let readable = (!a || rtr.is_some()).then(|| {
         let (r, mem) = region(READABLE, len, "send-pair-readable");
         worker.apply(Command::AddRegion(r));
         mem
     });
     let (ours, theirs) = ("10.99.0.2:40000", "10.99.0.1:7777");
-    let h = SimHandover {
+    let reply = if rtr.is_some() { REPLY_LEN } else { 0 };
+    let mut h = SimHandover {
         flow_id: if a { 1 } else { 2 },
         local: if a { ours } else { theirs }.parse().unwrap(),
         remote: if a { theirs } else { ours }.parse().unwrap(),
-        rcv_nxt: if a { B_ISN } else { A_ISN },
+        rcv_nxt: if a { B_ISN.wrapping_add(reply) } else { A_ISN },
         snd_nxt: if a { A_ISN } else { B_ISN },
-        role: Role::Initiator,
+        role: if a || rtr.is_none() {
+            Role::Initiator
+        } else {
+            Role::Responder
+        },
+        rtr: rtr.into_iter().collect(),
         markers_rx: markers,
         markers_tx: markers,
         pd: Some(1),
@@ -115,6 +138,9 @@ fn end_with(a: bool, markers: bool, len: u64, ird: Option<u16>, ord: Option<u16>
         ..SimHandover::default()
     }
     .build();
+    if h.mpa.role == Role::Responder {
+        h.mpa.reply_frame = vec![0x5a; REPLY_LEN as usize];
+    }
     let (answer, result) = unbounded();
     assert!(worker.apply(Command::HandOver(Box::new(h), vec![], answer)));
     result.recv().unwrap().expect("hand-over accepted");
@@ -688,4 +714,125 @@ fn a_posted_message_is_sent_without_waiting_for_frames() {
         .filter(|p| !p.tcp.payload().is_empty())
         .collect();
     assert_eq!(data.len(), 1, "the Write left in that poll");
+}
+
+/// Peer-to-peer (RFC 6581 §9.2), two datapaths: A (Initiator) sends each RTR type first, B
+/// (Responder) takes it; then Writes, Sends and Reads go each way. An untagged RTR takes MSN 1
+/// of its queue (RFC 5041 §5.1): A's first Send after a Send RTR carries MSN 2, its first Read
+/// after a Read RTR MSN 2, and B expects exactly that (it would end the stream with DDP
+/// 1/2/3 otherwise); the zero-length Read Response to A's Read RTR completes nothing for A's
+/// consumer. Every octet is compared.
+#[test]
+fn every_rtr_then_writes_sends_and_reads_both_ways_between_two_datapaths() {
+    use mpa::startup::RtrType;
+    const LEN: u64 = 1 << 18;
+    const MSG: u64 = 3000;
+    const COUNT: u32 = 12;
+    // Each end's region that remote writes, Sends and Reads land in.
+    let main_stag = |e: usize| if e == 0 { SRC } else { SINK };
+    for rtr in RtrType::ALL {
+        for op in ["write", "send", "read"] {
+            for actor in [0usize, 1] {
+                let other = 1 - actor;
+                let what = format!("{rtr:?}: {op} by {}", ["A", "B"][actor]);
+                let mut ends = [
+                    end_full(true, true, LEN, Some(8), Some(8), Some(rtr)),
+                    end_full(false, true, LEN, Some(8), Some(8), Some(rtr)),
+                ];
+                let flow = |e: usize| e as u64 + 1;
+                // The octets: the actor's readable region (Writes, Sends), or the other's
+                // (Reads); they land in the main region of the other end (Reads: the actor's).
+                let (source, dest) = if op == "read" {
+                    (other, actor)
+                } else {
+                    (actor, other)
+                };
+                let src_mem = ends[source].readable.clone().unwrap();
+                fill_pattern(&src_mem, LEN, 77);
+                let post_op = match op {
+                    "write" => SendOp::Write {
+                        sink_stag: main_stag(dest),
+                        sink_to: 0,
+                    },
+                    "send" => {
+                        let bufs = (0..COUNT)
+                            .map(|i| mpa_datapath::receiver::PostedBuf {
+                                stag: main_stag(dest),
+                                offset: u64::from(i) * 4096,
+                                len: 4096,
+                            })
+                            .collect();
+                        let (answer, result) = unbounded();
+                        let w = &mut ends[dest].worker;
+                        assert!(w.apply(Command::PostRecv(flow(dest), bufs, answer)));
+                        result.recv().unwrap().unwrap();
+                        SendOp::Send
+                    }
+                    _ => SendOp::Read {
+                        src_stag: READABLE,
+                        src_to: 0,
+                    },
+                };
+                let first = post(
+                    &mut ends[actor].worker,
+                    flow(actor),
+                    SendPost {
+                        op: post_op,
+                        stag: if op == "read" {
+                            main_stag(actor)
+                        } else {
+                            READABLE
+                        },
+                        offset: 0,
+                        len: MSG,
+                        count: COUNT,
+                    },
+                )
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+                // After A's Send RTR (MSN 1 of queue 0), A's Sends start at MSN 2.
+                let send_base = 1 + u32::from(actor == 0 && rtr == RtrType::ZeroLengthSend);
+                if op == "send" {
+                    assert_eq!(first, Some(send_base), "{what}");
+                }
+                let want = COUNT as usize;
+                let [a, b] = ends;
+                let r = run_until(a, b, 0.01, 5, |a, b| {
+                    let e = [a, b];
+                    e[dest].completions.len() >= want
+                        && (op == "read" || e[source].completions.len() >= want)
+                });
+                let e = [&r.a, &r.b];
+                for x in e {
+                    let f = flow_report(x);
+                    assert!(f.ended.is_none(), "{what}: {f:?}");
+                }
+                let src_octets = contents(&src_mem);
+                let mut got = vec![0u8; MSG as usize];
+                for i in 0..u64::from(COUNT) {
+                    let want = &src_octets[(i * MSG) as usize..((i + 1) * MSG) as usize];
+                    let off = if op == "send" { i * 4096 } else { i * MSG };
+                    assert!(e[dest].mem.read(off, &mut got));
+                    assert!(got == want, "{what}: message {i} differs");
+                }
+                let (kind, sent_kind) = match op {
+                    "write" => (CompletionKind::WritePlaced, Some(CompletionKind::WriteSent)),
+                    "send" => (CompletionKind::SendArrived, Some(CompletionKind::SendSent)),
+                    _ => (CompletionKind::ReadResponsePlaced, None),
+                };
+                let kinds: Vec<_> = e[dest].completions.iter().map(|c| c.kind).collect();
+                assert_eq!(kinds, vec![kind; want], "{what}");
+                if let Some(k) = sent_kind {
+                    let kinds: Vec<_> = e[source].completions.iter().map(|c| c.kind).collect();
+                    assert_eq!(kinds, vec![k; want], "{what}");
+                } else {
+                    assert!(e[source].completions.is_empty(), "{what}");
+                }
+                if op == "send" {
+                    let msns: Vec<_> = e[dest].completions.iter().map(|c| c.msn.unwrap()).collect();
+                    let want: Vec<u32> = (send_base..send_base + COUNT).collect();
+                    assert_eq!(msns, want, "{what}");
+                }
+            }
+        }
+    }
 }

@@ -452,7 +452,7 @@ impl<S: Transport> MpaStream<S> {
                     break;
                 }
             };
-            let mut head = [0u8; ddp::UNTAGGED_HEADER_LEN];
+            let mut head = [0u8; ddp::UNTAGGED_HEADER_LEN + READ_REQUEST_HEADER_LEN];
             let hl = u.copy_prefix(&mut head);
             // A Terminate may come first (RFC 6581 §9.2: no matching RTR, code 7).
             if let Ok((
@@ -709,7 +709,12 @@ pub fn classify_rtr(head: &[u8], ulpdu_len: usize, version: u8) -> Option<RtrTyp
             opcode: RdmapOpcode::RdmaReadRequest,
             qn: queue::READ_REQUEST,
             ..
-        } if ulpdu_len == off + READ_REQUEST_HEADER_LEN => Some(RtrType::ZeroLengthReadRequest),
+        } if ulpdu_len == off + READ_REQUEST_HEADER_LEN
+            // A zero-length Read: its RDMA Read Message Size (RFC 5040 §4.4) is 0.
+            && head.get(off + 12..off + 16) == Some(&[0u8; 4][..]) =>
+        {
+            Some(RtrType::ZeroLengthReadRequest)
+        }
         _ => None,
     }
 }

@@ -29,9 +29,14 @@ impl DatapathProcess {
     /// still hold the queue (EBUSY on the AF_XDP bind). `Err` with its log when it never
     /// became ready.
     pub fn start(bed: &TestBed, envs: &[(&str, &str)]) -> Result<Self, String> {
+        Self::start_with(bed, envs, &[])
+    }
+
+    /// [`DatapathProcess::start`] with more command-line arguments.
+    pub fn start_with(bed: &TestBed, envs: &[(&str, &str)], args: &[&str]) -> Result<Self, String> {
         let t0 = Instant::now();
         loop {
-            let mut p = Self::spawn(bed, envs);
+            let mut p = Self::spawn(bed, envs, args);
             match p.wait_ready(Duration::from_secs(20)) {
                 Ok(()) => return Ok(p),
                 Err(log) if t0.elapsed() < Duration::from_secs(3) => {
@@ -46,16 +51,17 @@ impl DatapathProcess {
 
     /// Starts it once, without retrying: for a start that is expected to fail.
     pub fn start_once(bed: &TestBed, envs: &[(&str, &str)]) -> Result<Self, String> {
-        let mut p = Self::spawn(bed, envs);
+        let mut p = Self::spawn(bed, envs, &[]);
         p.wait_ready(Duration::from_secs(20)).map(|()| p)
     }
 
-    fn spawn(bed: &TestBed, envs: &[(&str, &str)]) -> Self {
+    fn spawn(bed: &TestBed, envs: &[(&str, &str)], args: &[&str]) -> Self {
         let socket = mpa_bench::temp_path("dp-proc.sock");
         let mut cmd = bed.command(&bed.ns_b, &bin("mpa-datapath").to_string_lossy());
         cmd.args(["--iface", &bed.if_b, "--socket", &socket.to_string_lossy()])
             .args(["--xdp-mode", "driver", "--bind-mode", "copy", "--digest"])
             .args(["--frames", "4096"])
+            .args(args)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())

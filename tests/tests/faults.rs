@@ -20,7 +20,8 @@ use mpa_bpf::{AttachMode, XdpSteering};
 use mpa_control::datapath_client::DatapathClient;
 use mpa_ctl_proto::consumer::Consumer;
 use mpa_ctl_proto::Message;
-use mpa_datapath::worker::PANIC_AT_HANDOVER_ENV;
+use mpa_datapath::server::CONTROL_PANIC_AT_STATS_ENV;
+use mpa_datapath::worker::{HANG_AT_HANDOVER_ENV, PANIC_AT_HANDOVER_ENV};
 use mpa_tests::frames::rdma_write;
 use mpa_tests::xdp::ifindex_b;
 use mpa_tests::{
@@ -359,6 +360,104 @@ fn worker_panic_reports_its_flows_gone_and_exits_non_zero() {
     // The host is as before: a datapath (without the fault) serves again.
     let dp = start(&bed, &[]);
     transfer_through(&bed, &dp.socket, 7623, 4);
+}
+
+/// A worker that stops turning its loop (the debug hook hangs it at a hand-over) is found by
+/// the control thread's watchdog within the deadline: its flow is reported gone with the
+/// reason, the program leaves the interface, and the process exits 70 — not a zombie that a
+/// supervisor would never restart.
+#[test]
+fn a_stuck_worker_is_found_and_the_datapath_exits_non_zero() {
+    if !require_privileged("stuck worker") {
+        return;
+    }
+    if !cfg!(debug_assertions) {
+        eprintln!("\n!!! SKIPPING stuck worker: the fault hook exists in debug builds only\n");
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let mut dp = DatapathProcess::start_with(
+        &bed,
+        &[(HANG_AT_HANDOVER_ENV, "1")],
+        &["--worker-deadline-ms", "1500"],
+    )
+    .unwrap();
+    let addr = SocketAddr::new(bed.addr_b(false), 7631);
+    let listener = listen_in(&bed.ns_b, addr);
+    let held = held_initiator(&bed, addr);
+    let (flow_id, mut dpc, frozen) = hand_over(&bed, &dp.socket, &listener, false, true, None);
+    held.sent.recv_timeout(Duration::from_secs(20)).unwrap();
+    wait_fpdus(&mut dpc, flow_id, 10);
+    // The second hand-over hangs the worker.
+    let addr2 = SocketAddr::new(bed.addr_b(false), 7632);
+    let listener2 = listen_in(&bed.ns_b, addr2);
+    let mut cfg = initiator_cfg();
+    cfg.policy.startup_timeout = Duration::from_secs(3);
+    let second = initiator_in_a(&bed, addr2, cfg, |_, s| s.map(|_| ()));
+    let r = accept_and_hand_over(
+        &bed.ns_b,
+        &dp.socket,
+        &listener2,
+        &Responder::framing(false, true),
+    );
+    assert!(r.is_err(), "a hand-over to a stuck worker");
+    let _ = second.join();
+    let Message::FlowGone {
+        flow_id: gone,
+        reason,
+        ..
+    } = dpc.next_notification().unwrap()
+    else {
+        panic!("not FlowGone")
+    };
+    assert_eq!(gone, flow_id);
+    assert!(
+        reason.starts_with("worker of queue 0 stuck: its loop has not turned for"),
+        "{reason}"
+    );
+    let status = dp.wait_exit(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(70), "{status}");
+    assert!(
+        dp.log()
+            .iter()
+            .any(|l| l.starts_with("mpa-datapath: stopped: worker of queue 0 stuck")),
+        "{:?}",
+        dp.log()
+    );
+    assert!(!xdp_on_b(&bed), "{}", bed.link_b().unwrap());
+    drop(frozen);
+    held.go.send(()).unwrap();
+    let _ = held.peer.join();
+}
+
+/// A panic of the control thread (the debug hook panics it on a statistics request) stops
+/// the datapath: the workers end, the program leaves the interface, and the process exits
+/// 70 with the reason, instead of living on without a control socket or steering.
+#[test]
+fn a_control_thread_panic_ends_the_process_non_zero() {
+    if !require_privileged("control thread panic") {
+        return;
+    }
+    if !cfg!(debug_assertions) {
+        eprintln!("\n!!! SKIPPING control panic: the fault hook exists in debug builds only\n");
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let mut dp = start(&bed, &[(CONTROL_PANIC_AT_STATS_ENV, "1")]);
+    assert!(xdp_on_b(&bed));
+    let mut dpc = DatapathClient::connect(&dp.socket, Duration::from_secs(5)).unwrap();
+    assert!(dpc.request(|id| Message::GetStats { id }).is_err());
+    let status = dp.wait_exit(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(70), "{status}");
+    assert!(
+        dp.log()
+            .iter()
+            .any(|l| l
+                .starts_with("mpa-datapath: stopped: the control thread panicked: fault injected")),
+        "{:?}",
+        dp.log()
+    );
+    assert!(!xdp_on_b(&bed), "{}", bed.link_b().unwrap());
 }
 
 /// `ip -j -d link show` of the bed's interface: the id of the XDP program attached.

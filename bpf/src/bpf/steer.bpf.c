@@ -16,7 +16,9 @@
  * of the extension-header chain, or a chain this program cannot follow) between a "steered
  * host pair": a (local address, remote address) pair that at least one flow in `flows` has
  * (the `hosts` map, kept by the loader). ARP, ICMP/ICMPv6 (fragmented or not), UDP and any
- * traffic with other hosts are never touched (docs/architecture.md, "XDP steering").
+ * traffic with other hosts are never touched (docs/architecture.md, "XDP steering"). A frame
+ * with more VLAN tags than this program looks through is dropped whatever its hosts: its
+ * addresses are out of reach.
  *
  * Built with plain UAPI headers and libbpf's bpf_helpers.h; clang 14 or later.
  *
@@ -190,6 +192,8 @@ enum parse_result {
 	/* Maybe TCP, but not taken apart down to the ports: family and addresses of the key are
 	 * filled in, *why says which class. */
 	PARSE_UNPARSED,
+	/* More VLAN tags than are looked through: not even the addresses were reached. */
+	PARSE_TOO_DEEP,
 };
 
 enum unparsed {
@@ -198,7 +202,8 @@ enum unparsed {
 	UNPARSED_VLAN_STACK,
 };
 
-/* VLAN tags looked through; a frame with more is passed (no inner header to judge by). */
+/* VLAN tags looked through; a frame with more is dropped (its addresses are out of reach, so
+ * it may be a steered flow's: no network stacks this many). */
 #define MAX_VLAN_TAGS 8
 /* IPv6 extension headers followed; a longer chain counts as "cannot follow". */
 #define MAX_IPV6_EXT 8
@@ -408,6 +413,8 @@ static __always_inline enum parse_result parse_frame(void *data, void *data_end,
 		l3 = tag + 1;
 		tags++;
 	}
+	if (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD))
+		return PARSE_TOO_DEEP;
 
 	if (proto == bpf_htons(ETH_P_IP))
 		return parse_ipv4(l3, data_end, key, tags > 1, why, seg);
@@ -589,6 +596,11 @@ int mpa_steer(struct xdp_md *ctx)
 			COUNT(c, dropped_ipv6_ext);
 		else
 			COUNT(c, dropped_vlan_stack);
+		return XDP_DROP;
+	case PARSE_TOO_DEEP:
+		/* Its host pair is unknown: it could be a steered flow's, so the frozen socket must
+		 * not see it. */
+		COUNT(c, dropped_vlan_stack);
 		return XDP_DROP;
 	case PARSE_MALFORMED:
 		COUNT(c, malformed);

@@ -168,6 +168,7 @@ impl Flow {
         if post.count as usize > room {
             return Err(PostError::QueueFull(src.max_messages()));
         }
+        src.check_budget(total)?;
         src.regions_mut().insert(region.clone());
         let mut first_msn = None;
         for i in 0..count {

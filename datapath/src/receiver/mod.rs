@@ -290,6 +290,19 @@ impl MpaReceiver {
             .is_some_and(|p| p.expect_read_response(sink_stag, sink_to, size))
     }
 
+    /// Our Read RTR went out first: its zero-length Read Response is expected before any
+    /// other (see [`Placer::expect_rtr_read_response`]).
+    pub fn expect_rtr_read_response(&mut self) -> bool {
+        self.placer
+            .as_mut()
+            .is_some_and(Placer::expect_rtr_read_response)
+    }
+
+    /// Read Responses that answered our Read RTR since the last call.
+    pub fn take_rtr_answered(&mut self) -> usize {
+        self.placer.as_mut().map_or(0, Placer::take_rtr_answered)
+    }
+
     /// The Read Responses of `n` accepted Read Requests were acknowledged: `n` fewer
     /// outstanding.
     pub fn reads_served(&mut self, n: usize) {
@@ -390,9 +403,24 @@ impl MpaReceiver {
             if let Some(rtrs) = self.expect_first.take() {
                 if !rtrs.is_empty() {
                     // RFC 6581 §9.2: the first FPDU is a negotiated RTR, not data.
-                    match classify_rtr(&head[..n], u.len(), self.version)
-                        .filter(|t| rtrs.contains(*t))
-                    {
+                    let rtr = classify_rtr(&head[..n], u.len(), self.version)
+                        .filter(|t| rtrs.contains(*t));
+                    // An untagged RTR (a zero-length Send on queue 0 or Read Request on
+                    // queue 1) takes MSN 1 of its queue (RFC 5041 §5.1): with a domain, the
+                    // next message of that queue must carry MSN 2.
+                    let msn = match (rtr, self.placer.as_mut()) {
+                        (None | Some(RtrType::ZeroLengthWrite), _) | (_, None) => Ok(()),
+                        (Some(_), Some(p)) => match DdpRepr::parse(&head[..n], self.version) {
+                            Ok((DdpRepr::Untagged { qn, msn, .. }, _)) => p.rtr_received(qn, msn),
+                            _ => Ok(()),
+                        },
+                    };
+                    if let Err(error) = msn {
+                        let e = RxError::Placement(error);
+                        self.end = Some(local_end(e, self.version, &head[..n], u.len()));
+                        break;
+                    }
+                    match rtr {
                         None => {
                             let e = RxError::Mpa(MpaErrorCode::NoMatchingRtr);
                             self.end = Some(local_end(e, self.version, &[], 0));

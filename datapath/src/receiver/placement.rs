@@ -117,6 +117,11 @@ pub struct Placer {
     /// size). A Read Response must land inside one of them (RFC 5040 §4.5: it answers a
     /// request; a peer must not write into our memory through it otherwise).
     reads_expected: VecDeque<(u32, u64, u64)>,
+    /// Our zero-length Read Request RTR is the oldest of `reads_expected`: its (zero-length)
+    /// Read Response completes nothing for the consumer.
+    rtr_read_expected: bool,
+    /// Read Responses to our Read RTR received since [`Placer::take_rtr_answered`].
+    rtr_answered: usize,
 }
 
 /// Our Read Requests awaiting their Read Response at most (above any ORD we use).
@@ -134,7 +139,46 @@ impl Placer {
             tagged: None,
             read_msn: 1,
             reads_expected: VecDeque::new(),
+            rtr_read_expected: false,
+            rtr_answered: 0,
         }
+    }
+
+    /// Our zero-length Read Request RTR (RFC 6581 §9.2) went out as the stream's first
+    /// FPDU: its zero-length Read Response is expected first, and answers only it.
+    pub fn expect_rtr_read_response(&mut self) -> bool {
+        if !self.reads_expected.is_empty() {
+            return false;
+        }
+        self.reads_expected
+            .push_back((mpa::endpoint::RTR_STAG, 0, 0));
+        self.rtr_read_expected = true;
+        true
+    }
+
+    /// Read Responses that answered our Read RTR since the last call (each frees the ORD
+    /// slot the RTR took; none is a consumer's completion).
+    pub fn take_rtr_answered(&mut self) -> usize {
+        std::mem::take(&mut self.rtr_answered)
+    }
+
+    /// The peer's RTR, a zero-length message on queue 0 (Send) or queue 1 (Read Request),
+    /// took MSN 1 of its queue (RFC 5041 §5.1): the next message there carries MSN 2. No
+    /// receive buffer is consumed; the RTR is the provider's, not the consumer's.
+    pub fn rtr_received(&mut self, qn: u32, msn: u32) -> Result<(), PlacementError> {
+        let expected = if qn == queue::SEND {
+            &mut self.front_msn
+        } else {
+            &mut self.read_msn
+        };
+        if msn != *expected {
+            return Err(PlacementError::MsnRange {
+                msn,
+                expected: *expected,
+            });
+        }
+        *expected = expected.wrapping_add(1);
+        Ok(())
     }
 
     /// We sent a Read Request for `size` octets into our `sink_stag` at `sink_to`: its Read
@@ -240,7 +284,12 @@ impl Placer {
                     last,
                 };
                 // RFC 5041 §5.3: STag and TO of a zero-length tagged segment are not checked.
+                // A zero-length Read Response still answers a request (RFC 5040 §4.5): with
+                // none of ours outstanding it is unsolicited.
                 if payload_len == 0 {
+                    if opcode == RdmapOpcode::RdmaReadResponse && self.reads_expected.is_empty() {
+                        return Err(PlacementError::UnsolicitedReadResponse { stag, to, len: 0 });
+                    }
                     return Ok(plan(kind, None));
                 }
                 let Some(r) = regions.info(stag) else {
@@ -494,6 +543,15 @@ impl Placer {
             return Err(PlacementError::NoRemoteRead { stag });
         }
         let sink_to = (u64::from(be32(4)) << 32) | u64::from(be32(8));
+        // The Read Response is a tagged message at the sink TO: one that would wrap cannot
+        // be sent, so the request cannot be served (RFC 5041 §7.2's TO wrap, seen from the
+        // Data Source).
+        if sink_to.checked_add(u64::from(size)).is_none() {
+            return Err(PlacementError::ReadSinkToWrap {
+                to: sink_to,
+                len: size,
+            });
+        }
         Ok(ReadRequest {
             msn: 0,
             sink_stag: be32(0),
@@ -538,11 +596,14 @@ impl Placer {
                     self.tagged = Some((s, first, n));
                     return None;
                 }
-                if opcode == RdmapOpcode::RdmaReadResponse
-                    && self.reads_expected.front().is_some_and(|e| e.0 == s)
-                {
-                    // Its request is answered.
+                if opcode == RdmapOpcode::RdmaReadResponse {
+                    // Its request, the oldest (responses come in request order; `plan`
+                    // checked it lands there), is answered.
                     self.reads_expected.pop_front();
+                    if std::mem::take(&mut self.rtr_read_expected) {
+                        self.rtr_answered += 1;
+                        return None;
+                    }
                 }
                 Some(Completion {
                     flow_id,

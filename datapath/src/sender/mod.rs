@@ -47,7 +47,7 @@ use mpa::wire::marker::{marker_bytes, MARKER_LEN};
 use tracing::trace;
 
 use crate::receiver::Regions;
-use crate::tcp::{SendSource, SourceError};
+use crate::tcp::{SendSource, SourceError, MAX_VISIBLE};
 
 /// Marker interval and the content octets between two markers.
 const INTERVAL: u64 = markers::MARKER_INTERVAL as u64;
@@ -74,7 +74,14 @@ pub struct SenderConfig {
     pub ddp_rdmap_version: u8,
     /// Messages queued (posted and not yet completed) at most.
     pub max_messages: usize,
+    /// Payload octets of the consumer's Writes and Sends queued (posted and not yet
+    /// acknowledged) at most: the flow's send budget, as `SO_SNDBUF` is a socket's. Read
+    /// Responses owed to the peer are not counted (the IRD bounds them).
+    pub max_queued_octets: u64,
 }
+
+/// The default send budget of a flow: the largest window a peer can offer.
+pub const DEFAULT_MAX_QUEUED_OCTETS: u64 = 1 << 30;
 
 impl SenderConfig {
     /// Version 1, from stream position 0, any domain, 4096 messages.
@@ -86,6 +93,7 @@ impl SenderConfig {
             pd: None,
             ddp_rdmap_version: 1,
             max_messages: 4096,
+            max_queued_octets: DEFAULT_MAX_QUEUED_OCTETS,
         }
     }
 }
@@ -154,6 +162,17 @@ pub enum PostError {
     /// The queue holds `max_messages` already.
     #[error("send queue full ({0} messages)")]
     QueueFull(usize),
+    /// The post would take the flow's queued octets past its send budget; post again as
+    /// completions arrive.
+    #[error("send budget: {queued} octets queued + {len} posted exceed the flow's {budget}")]
+    SendBudget {
+        /// Consumer octets queued now.
+        queued: u64,
+        /// Octets of the refused post.
+        len: u64,
+        /// The budget.
+        budget: u64,
+    },
     /// The connection can take no more (closing or closed).
     #[error("connection not open for sending")]
     Closed,
@@ -281,6 +300,8 @@ pub struct FpduSource<R: Regions> {
     wire_tail: u64,
     next_id: u64,
     next_msn: u32,
+    /// Payload octets of queued consumer Writes and Sends (against `max_queued_octets`).
+    consumer_octets: u64,
     /// MSN of our next Read Request (queue 1).
     next_read_msn: u32,
     /// The octets of queued [`MessageKind::Control`] messages, oldest first, by id.
@@ -327,6 +348,7 @@ impl<R: Regions> FpduSource<R> {
             wire_tail: 0,
             next_id: 1,
             next_msn: 1,
+            consumer_octets: 0,
             next_read_msn: 1,
             controls: VecDeque::new(),
             completions: VecDeque::new(),
@@ -362,6 +384,24 @@ impl<R: Regions> FpduSource<R> {
     /// Messages posted and not yet completed.
     pub fn queued_messages(&self) -> usize {
         self.msgs.len()
+    }
+
+    /// Whether `len` more consumer octets fit the send budget.
+    pub fn check_budget(&self, len: u64) -> Result<(), PostError> {
+        let budget = self.cfg.max_queued_octets;
+        if self.consumer_octets.saturating_add(len) > budget {
+            return Err(PostError::SendBudget {
+                queued: self.consumer_octets,
+                len,
+                budget,
+            });
+        }
+        Ok(())
+    }
+
+    /// Payload octets of the consumer's Writes and Sends queued.
+    pub fn queued_octets(&self) -> u64 {
+        self.consumer_octets
     }
 
     /// The MSN the next Send gets.
@@ -574,7 +614,11 @@ impl<R: Regions> SendSource for FpduSource<R> {
     const ALIGNED: bool = true;
 
     fn queued(&self) -> usize {
-        (self.wire_tail - self.base) as usize
+        (self.wire_tail - self.base).min(MAX_VISIBLE as u64) as usize
+    }
+
+    fn backlog(&self) -> u64 {
+        (self.wire_tail - self.base).saturating_sub(MAX_VISIBLE as u64)
     }
 
     fn segment_len(&self, off: usize, room: usize) -> usize {
@@ -650,6 +694,9 @@ impl<R: Regions> SendSource for FpduSource<R> {
                 continue;
             }
             self.stats.completed += 1;
+            if let MessageKind::Write { .. } | MessageKind::Send { .. } = m.kind {
+                self.consumer_octets -= m.len;
+            }
             if let MessageKind::ReadResponse { .. } = m.kind {
                 self.read_responses_acked += 1;
             }

@@ -2,6 +2,8 @@
 //! at once as FPDUs of the stream.
 
 use super::*;
+use mpa::endpoint::rtr_ulpdu;
+use mpa::startup::RtrType;
 
 impl<R: Regions> FpduSource<R> {
     /// Queues an RDMA Write of `len` octets at `src_offset` of local region `src_stag` to
@@ -94,6 +96,22 @@ impl<R: Regions> FpduSource<R> {
         Ok((id, msn))
     }
 
+    /// Queues the RTR indication `rtr` (RFC 6581 §9.2), the stream's first FPDU. A zero-length
+    /// Send or Read Request is an untagged message: it takes the next MSN of its queue
+    /// (RFC 5041 §5.1), so the consumer's first Send or Read carries the one after.
+    pub fn post_rtr(&mut self, rtr: RtrType) -> Result<u64, PostError> {
+        let ulpdu = rtr_ulpdu(rtr, self.cfg.ddp_rdmap_version);
+        let id = self.post_ulpdu(&ulpdu)?;
+        match rtr {
+            RtrType::ZeroLengthSend => self.next_msn = self.next_msn.wrapping_add(1),
+            RtrType::ZeroLengthReadRequest => {
+                self.next_read_msn = self.next_read_msn.wrapping_add(1)
+            }
+            RtrType::ZeroLengthWrite => {}
+        }
+        Ok(id)
+    }
+
     /// Queues `ulpdu` (a DDP segment the connection built itself: a Terminate, an RTR)
     /// as one FPDU after everything queued; returns its id. It must fit one FPDU
     /// ([`FpduSource::mulpdu`]); the queue bound does not apply (a Terminate must go out
@@ -120,7 +138,9 @@ impl<R: Regions> FpduSource<R> {
         if self.msgs.len() >= self.cfg.max_messages {
             return Err(PostError::QueueFull(self.cfg.max_messages));
         }
+        self.check_budget(len)?;
         self.check(src_stag, src_offset, len)?;
+        self.consumer_octets += len;
         Ok(self.push(kind, hdr, src_stag, src_offset, len))
     }
 

@@ -39,6 +39,10 @@ impl<S: SendSource> SendSource for Preamble<S> {
         self.head.len() + self.inner.queued()
     }
 
+    fn backlog(&self) -> u64 {
+        self.inner.backlog()
+    }
+
     fn segment_len(&self, off: usize, room: usize) -> usize {
         let h = self.head.len();
         if off < h {

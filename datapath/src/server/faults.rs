@@ -2,6 +2,9 @@
 //! packet: a worker thread that died (a panic), and the XDP program detached from the
 //! interface by someone else.
 //!
+//! **A dead or stuck worker stops the datapath.** A worker publishes each turn of its loop;
+//! one whose count has not moved for the deadline (`--worker-deadline-ms`, 10 s by default)
+//! is stuck and handled like a dead one, its thread left behind.
 //! **A dead worker stops the datapath.** Its flows are reported gone at once (`FlowGone`,
 //! the reason naming the queue and the panic) and unsteered, then the whole datapath stops
 //! and the process exits non-zero ([`Datapath::failure`](super::Datapath::failure)). Carrying
@@ -19,6 +22,7 @@
 
 use super::{Command, Server};
 use mpa_ctl_proto::Message;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,6 +37,26 @@ pub(super) const XDP_DETACHED: &str = "the XDP steering program was detached fro
 /// Why the datapath stopped on its own, shared with [`super::Datapath`].
 pub(super) type Failure = Arc<Mutex<Option<String>>>;
 
+/// A worker's published loop count ([`crate::worker::Worker::with_heartbeat`]) and when the
+/// control thread last saw it move.
+pub(super) struct Heartbeat {
+    beat: Arc<AtomicU64>,
+    seen: u64,
+    moved_at: Instant,
+    stuck: bool,
+}
+
+impl Heartbeat {
+    pub(super) fn new(beat: Arc<AtomicU64>) -> Self {
+        Heartbeat {
+            beat,
+            seen: 0,
+            moved_at: Instant::now(),
+            stuck: false,
+        }
+    }
+}
+
 /// What the control thread knows of faults.
 pub(super) struct Faults {
     /// The XDP program was found detached (reported once, then in every statistics).
@@ -40,15 +64,26 @@ pub(super) struct Faults {
     next_xdp_check: Instant,
     /// Set when a worker died: the datapath stops and the process exits non-zero.
     pub(super) failure: Failure,
+    /// One per worker, by queue.
+    beats: Vec<Heartbeat>,
+    /// A worker whose loop has not turned for this long is stuck.
+    deadline: Duration,
 }
 
 impl Faults {
-    pub(super) fn new(failure: Failure) -> Self {
+    pub(super) fn new(failure: Failure, beats: Vec<Heartbeat>, deadline: Duration) -> Self {
         Faults {
             xdp_detached: false,
             next_xdp_check: Instant::now() + XDP_CHECK_INTERVAL,
             failure,
+            beats,
+            deadline,
         }
+    }
+
+    /// Whether the worker of queue `q` was found stuck.
+    pub(super) fn is_stuck(&self, q: usize) -> bool {
+        self.beats.get(q).is_some_and(|b| b.stuck)
     }
 
     /// The failure that stopped the datapath, if one did.
@@ -61,6 +96,7 @@ impl Server {
     /// One look at the workers (a flag each) and, once a second, at the XDP attachment.
     pub(super) fn check_faults(&mut self, now: Instant) {
         self.check_workers();
+        self.check_heartbeats(now);
         if now >= self.faults.next_xdp_check {
             self.faults.next_xdp_check = now + XDP_CHECK_INTERVAL;
             self.check_xdp();
@@ -84,23 +120,53 @@ impl Server {
                 Err(payload) => format!("panicked: {}", panic_message(payload.as_ref())),
                 Ok(()) => "stopped unexpectedly".to_string(),
             };
-            let reason = format!("worker of queue {q} {why}");
-            let flows: Vec<u64> = self
-                .adopted
-                .iter()
-                .filter(|(_, a)| a.worker == Some(q))
-                .map(|(&id, _)| id)
-                .collect();
-            tracing::error!(queue = q, flows = flows.len(), %reason,
-                "worker failed: its flows are reported gone and the datapath stops");
-            for flow_id in flows {
-                self.end_flow(flow_id, &reason);
-            }
-            if let Ok(mut f) = self.faults.failure.lock() {
-                f.get_or_insert(reason);
-            }
-            self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            self.worker_failed(q, format!("worker of queue {q} {why}"));
         }
+    }
+
+    /// A worker whose loop has not turned within the deadline is stuck (a livelock, a
+    /// blocking call, a deadlock): like a dead one, its flows are reported gone and
+    /// unsteered and the datapath stops; its thread is left behind, not joined.
+    fn check_heartbeats(&mut self, now: Instant) {
+        for q in 0..self.faults.beats.len() {
+            let b = &mut self.faults.beats[q];
+            let seen = b.beat.load(std::sync::atomic::Ordering::Relaxed);
+            if seen != b.seen {
+                b.seen = seen;
+                b.moved_at = now;
+                continue;
+            }
+            let still = now.saturating_duration_since(b.moved_at);
+            if b.stuck || still < self.faults.deadline || self.worker_handles[q].is_none() {
+                continue;
+            }
+            b.stuck = true;
+            let reason = format!(
+                "worker of queue {q} stuck: its loop has not turned for {} ms",
+                still.as_millis()
+            );
+            self.worker_failed(q, reason);
+        }
+    }
+
+    /// The worker of queue `q` failed for `reason`: its flows are reported gone and
+    /// unsteered, and the datapath stops.
+    fn worker_failed(&mut self, q: usize, reason: String) {
+        let flows: Vec<u64> = self
+            .adopted
+            .iter()
+            .filter(|(_, a)| a.worker == Some(q))
+            .map(|(&id, _)| id)
+            .collect();
+        tracing::error!(queue = q, flows = flows.len(), %reason,
+            "worker failed: its flows are reported gone and the datapath stops");
+        for flow_id in flows {
+            self.end_flow(flow_id, &reason);
+        }
+        if let Ok(mut f) = self.faults.failure.lock() {
+            f.get_or_insert(reason);
+        }
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Reports a flow whose worker cannot report it (failed, or stopping because another
@@ -147,7 +213,7 @@ impl Server {
 }
 
 /// The text a panic carried (`panic!("...")` gives a `&str` or a `String`).
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+pub(super) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
         .map(|s| s.to_string())

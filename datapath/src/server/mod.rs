@@ -75,6 +75,9 @@ pub struct DatapathConfig {
     /// Each worker keeps polling this long after its last frame before it may sleep
     /// ([`WorkerConfig::spin`]; zero by default).
     pub spin: Duration,
+    /// A worker whose loop has not turned for this long is stuck: the datapath stops
+    /// ([`DEFAULT_WORKER_DEADLINE`]; an idle worker turns at least every 10 ms).
+    pub worker_deadline: Duration,
 }
 
 /// Default of [`DatapathConfig::completion_ring`]: 32,768 records (1.5 MiB per ring), a
@@ -84,6 +87,14 @@ pub const DEFAULT_COMPLETION_RING: u32 = 1 << 15;
 /// Default of [`DatapathConfig::max_control_clients`]: far more than `mpa-control` and the
 /// consumers of one host need, few enough that their threads and queues stay bounded.
 pub const DEFAULT_MAX_CONTROL_CLIENTS: usize = 256;
+
+/// Default of [`DatapathConfig::worker_deadline`]: 10 s, a thousand times an idle worker's
+/// longest sleep.
+pub const DEFAULT_WORKER_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Debug builds only (the system tests' binaries): the control thread panics when it is asked
+/// for statistics, so that tests can check what a control-thread failure does.
+pub const CONTROL_PANIC_AT_STATS_ENV: &str = "MPA_DATAPATH_TEST_CONTROL_PANIC_AT_STATS";
 
 /// Default of [`DatapathConfig::max_region_bytes`]: 4 GiB.
 pub const DEFAULT_MAX_REGION_BYTES: u64 = 4 << 30;
@@ -129,6 +140,7 @@ impl Datapath {
         let (notify_tx, notify_rx) = unbounded();
         let mut workers = Vec::new();
         let mut handles = Vec::new();
+        let mut beats = Vec::new();
         for q in 0..cfg.queues {
             let mut xsk = XskQueue::open(&cfg.iface, q, &cfg.xsk)?;
             let rx_frame = rx_frame_for_mtu(mtu);
@@ -151,6 +163,8 @@ impl Datapath {
             };
             let notify = notify_tx.clone();
             let pin = cfg.pin_cpus;
+            let beat = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            beats.push(faults::Heartbeat::new(beat.clone()));
             handles.push(
                 std::thread::Builder::new()
                     .name(format!("mpa-worker-{q}"))
@@ -161,7 +175,9 @@ impl Datapath {
                         // Made on its own thread, so that the state it writes every burst
                         // comes from this thread's allocator arena: built on the main thread,
                         // one queue's vectors could share a cache line with the next's.
-                        Worker::new(xsk, wcfg, rx, notify).run()
+                        Worker::new(xsk, wcfg, rx, notify)
+                            .with_heartbeat(beat)
+                            .run()
                     })
                     .map_err(|e| StartError::Iface(cfg.iface.clone(), e.to_string()))?,
             );
@@ -196,14 +212,32 @@ impl Datapath {
             stop: stop.clone(),
             capture: None,
             next_capture: 1,
-            faults: faults::Faults::new(failure.clone()),
+            faults: faults::Faults::new(failure.clone(), beats, cfg.worker_deadline),
             completion_ring: cfg.completion_ring,
             next_subscription: 1,
             watch: watch::Watches::default(),
         };
+        let control_failure = failure.clone();
+        let control_stop = stop.clone();
         let control = std::thread::Builder::new()
             .name("mpa-control-server".into())
-            .spawn(move || server.run())
+            .spawn(move || {
+                // A panic here unwinds the server: its workers' channels close (they stop)
+                // and the steering program detaches as it drops. What is left is to say so,
+                // so that the process exits non-zero and a supervisor restarts it.
+                let run = std::panic::AssertUnwindSafe(|| server.run());
+                if let Err(payload) = std::panic::catch_unwind(run) {
+                    let why = format!(
+                        "the control thread panicked: {}",
+                        faults::panic_message(payload.as_ref())
+                    );
+                    tracing::error!(%why, "datapath failed");
+                    if let Ok(mut f) = control_failure.lock() {
+                        f.get_or_insert(why);
+                    }
+                    control_stop.store(true, Ordering::Relaxed);
+                }
+            })
             .map_err(|e| StartError::Socket(cfg.socket.clone(), e))?;
         tracing::info!(iface = %cfg.iface, queues = cfg.queues, socket = %cfg.socket.display(), "datapath running");
         Ok(Datapath {
@@ -420,8 +454,12 @@ impl Server {
         for w in &self.workers {
             let _ = w.send(Command::Shutdown);
         }
-        for h in self.worker_handles.drain(..).flatten() {
-            let _ = h.join();
+        for (q, h) in self.worker_handles.drain(..).enumerate() {
+            // A stuck worker is never joined (it would hold the stop up for good): the
+            // process exit takes its thread.
+            if let Some(h) = h.filter(|_| !self.faults.is_stuck(q)) {
+                let _ = h.join();
+            }
         }
         if let Some(why) = self.faults.failed() {
             // The other workers stopped without reporting their flows: say why they end.

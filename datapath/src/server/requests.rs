@@ -37,7 +37,13 @@ impl Server {
             Message::HandOver { id, handover } => self.hand_over(client, id, handover),
             Message::CloseFlow { id, flow_id } => self.close_flow(client, id, flow_id),
             Message::FinishFlow { id, flow_id } => self.finish_flow(client, id, flow_id),
-            Message::GetStats { id } => self.get_stats(client, id),
+            Message::GetStats { id } => {
+                #[cfg(debug_assertions)]
+                if std::env::var_os(super::CONTROL_PANIC_AT_STATS_ENV).is_some() {
+                    panic!("fault injected by {}", super::CONTROL_PANIC_AT_STATS_ENV);
+                }
+                self.get_stats(client, id)
+            }
             Message::CreateRegion {
                 id,
                 len,

@@ -241,6 +241,9 @@ pub struct Connection<S: SendSource = SendBuffer> {
     src: S,
     /// Our FIN's sequence number once `close` was called.
     our_fin: Option<SeqNumber>,
+    /// `close` was called while the source held octets beyond its view: the FIN is placed
+    /// once they are in view (`place_fin`).
+    fin_waits_for_backlog: bool,
     /// The congestion window and slow-start threshold (`cc.rs`).
     cc: Controller,
     dupacks: u32,
@@ -281,6 +284,8 @@ pub struct Connection<S: SendSource = SendBuffer> {
     /// Keepalive probes sent since then.
     keepalive_probes_out: u32,
     keepalive_pending: bool,
+    /// SND.UNA when the keepalive timer last found the send side stalled (`on_keepalive`).
+    stall_mark: Option<SeqNumber>,
     /// A RST to send: (seq, ack).
     rst_pending: Option<(SeqNumber, Option<SeqNumber>)>,
 
@@ -428,6 +433,7 @@ impl<S: SendSource> Connection<S> {
             snd_mss,
             src,
             our_fin: None,
+            fin_waits_for_backlog: false,
             cc: Controller::new(cfg.congestion_control, snd_mss, cfg.initial_cwnd_segments),
             dupacks: 0,
             recovery: None,
@@ -452,6 +458,7 @@ impl<S: SendSource> Connection<S> {
             last_rx: now,
             keepalive_probes_out: 0,
             keepalive_pending: false,
+            stall_mark: None,
             rst_pending: None,
             timers: Timers::default(),
             challenge_window: (now, 0),
@@ -617,7 +624,9 @@ impl<S: SendSource> Connection<S> {
     }
 
     fn can_send(&self) -> bool {
-        matches!(self.state, State::Established | State::CloseWait) && self.our_fin.is_none()
+        matches!(self.state, State::Established | State::CloseWait)
+            && self.our_fin.is_none()
+            && !self.fin_waits_for_backlog
     }
 
     // ------------------------------------------------------------------ time and events

@@ -21,6 +21,13 @@ pub enum TcpError {
         /// Probes sent without an answer.
         probes: u32,
     },
+    /// Octets were queued with nothing in flight and nothing (window, retransmission,
+    /// persist) to wait for through a whole keepalive idle period: the stream cannot move.
+    #[error("send stalled: {queued} octets queued, none in flight, no timer to wait for")]
+    SendStalled {
+        /// Octets queued (in view of the TCP).
+        queued: usize,
+    },
     /// The peer's FIN did not come within the FIN-WAIT-2 bound after ours was acknowledged.
     #[error("no FIN from the peer within {timeout:?} of FIN-WAIT-2")]
     FinWait2Timeout {
@@ -49,6 +56,7 @@ impl TcpError {
             TcpError::Reset
             | TcpError::RetransmissionLimit { .. }
             | TcpError::KeepaliveTimeout { .. }
+            | TcpError::SendStalled { .. }
             | TcpError::FinWait2Timeout { .. }
             | TcpError::PersistLimit { .. } => Fault::Transport,
             TcpError::InvalidHandover(_) | TcpError::Source(_) => Fault::LocalMisuse,

@@ -54,7 +54,7 @@ pub use config::{HandoverState, TcpConfig, TsHandover};
 pub use connection::{Connection, Event, SegmentOutcome, State, Transmit};
 pub use error::TcpError;
 pub use send_buf::SendBuffer;
-pub use source::{SendSource, SourceError};
+pub use source::{SendSource, SourceError, MAX_VISIBLE};
 pub use stats::{DropCounters, DropReason, TcpStats};
 
 /// Parts of an out-of-order segment the caller consumed itself (offsets into the octets it

@@ -27,6 +27,10 @@ pub enum SourceError {
     },
 }
 
+/// The most octets a source shows the TCP at once: the largest window a peer can offer
+/// (2^16 · 2^14, RFC 7323 §2.3), well inside the 2^31 that sequence comparisons allow.
+pub const MAX_VISIBLE: usize = 1 << 30;
+
 /// The octets a connection sends, addressed by offset from SND.UNA.
 pub trait SendSource {
     /// Whether segments must end where [`SendSource::segment_len`] says even when TCP
@@ -35,8 +39,17 @@ pub trait SendSource {
     /// segment only the SACK blocks that fit beside it (pure ACKs carry them all).
     const ALIGNED: bool = false;
 
-    /// Octets queued from SND.UNA on (sent or not) and not yet acknowledged.
+    /// Octets queued from SND.UNA on (sent or not) and not yet acknowledged, as far as the
+    /// TCP may see them: at most [`MAX_VISIBLE`], so that SND.UNA + `queued()` stays in the
+    /// half of the 32-bit sequence space ahead of SND.UNA.
     fn queued(&self) -> usize;
+
+    /// Octets queued beyond what [`SendSource::queued`] shows (a source may hold more than
+    /// the sequence space can address at once; they come into view as octets are
+    /// acknowledged). A FIN waits until this is 0.
+    fn backlog(&self) -> u64 {
+        0
+    }
 
     /// The largest length of a segment starting `off` octets after SND.UNA that ends on a
     /// boundary of the source (for an FPDU source: after a whole FPDU) and is at most

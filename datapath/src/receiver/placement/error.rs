@@ -140,6 +140,14 @@ pub enum PlacementError {
         /// The RDMA Read Message Size.
         len: u32,
     },
+    /// Sink TO + RDMA Read Message Size wraps 2^64: no Read Response can carry it.
+    #[error("Read Request sink TO {to} + {len} octets wraps")]
+    ReadSinkToWrap {
+        /// The Data Sink Tagged Offset.
+        to: u64,
+        /// The RDMA Read Message Size.
+        len: u32,
+    },
     /// The octets asked for lie (partly) outside the source region.
     #[error(
         "Read Request source TO {to} + {len} octets is beyond STag {stag:#x}'s {region_len} octets"
@@ -284,7 +292,9 @@ impl PlacementError {
                 rdmap_err::PROTECTION,
                 rdmap_err::STAG_NOT_ASSOCIATED,
             ),
-            E::ReadToWrap { .. } => (rdmap_err::LAYER, rdmap_err::PROTECTION, rdmap_err::TO_WRAP),
+            E::ReadToWrap { .. } | E::ReadSinkToWrap { .. } => {
+                (rdmap_err::LAYER, rdmap_err::PROTECTION, rdmap_err::TO_WRAP)
+            }
             E::UnsolicitedReadResponse { .. } => (
                 rdmap_err::LAYER,
                 rdmap_err::OPERATION,

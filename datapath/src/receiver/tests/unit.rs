@@ -2,7 +2,8 @@
 //! violations, CRC errors, and FPDUs placed ahead of the stream.
 
 use crate::receiver::{
-    InOrderSource, MemRegions, MpaReceiver, PlacementError, ReceiverConfig, RxEnd, RxError,
+    InOrderSource, MemRegions, MpaReceiver, PlacementError, PostedBuf, ReceiverConfig, RxEnd,
+    RxError,
 };
 use crate::tcp::PlacedSpans;
 use mpa::encoder::FpduEncoder;
@@ -665,4 +666,167 @@ fn read_responses_land_only_where_our_read_requests_asked() {
             "{what}: placed"
         );
     }
+}
+
+/// A zero-length Read Response answers a request like any other (RFC 5040 §4.5): with none of
+/// ours outstanding it is unsolicited (0/2/6), not a `ReadResponsePlaced` completion.
+#[test]
+fn a_zero_length_read_response_nobody_asked_for_is_a_terminate() {
+    let mut rx = MpaReceiver::new(&cfg(false, None));
+    let mut r = regions();
+    let wire = frame(
+        &mut FpduEncoder::new(false),
+        &[read_response(0x10, 0, true, &[])],
+    );
+    feed(&mut rx, &mut r, &wire);
+    assert!(rx.poll_completion().is_none(), "no completion");
+    let (error, codes, _) = local_terminate(&mut rx);
+    assert_eq!(
+        error,
+        RxError::Placement(PlacementError::UnsolicitedReadResponse {
+            stag: 0x10,
+            to: 0,
+            len: 0
+        })
+    );
+    assert_eq!(codes, (0, 2, 6));
+}
+
+/// A Read Request whose sink TO + size wraps cannot be answered (its Read Response would
+/// wrap): the stream ends with RDMAP's TO wrap (0/1/4) at once, instead of the request being
+/// dropped later with its IRD slot held for good.
+#[test]
+fn a_read_request_whose_sink_wraps_is_a_terminate() {
+    let mut base = regions();
+    base.insert(RegionInfo {
+        stag: 0x30,
+        len: 4096,
+        pd: 1,
+        remote_write: false,
+        remote_read: true,
+        huge_pages: false,
+    });
+    let mut ulpdu = read_request(0x30, 0, 16);
+    let at = mpa::wire::ddp::UNTAGGED_HEADER_LEN + 4;
+    ulpdu[at..at + 8].copy_from_slice(&(u64::MAX - 3).to_be_bytes());
+    let mut rx = MpaReceiver::new(&cfg(false, None));
+    feed(
+        &mut rx,
+        &mut base,
+        &frame(&mut FpduEncoder::new(false), &[ulpdu]),
+    );
+    assert!(rx.poll_read_request().is_none(), "not handed on");
+    let (error, codes, _) = local_terminate(&mut rx);
+    assert_eq!(
+        error,
+        RxError::Placement(PlacementError::ReadSinkToWrap {
+            to: u64::MAX - 3,
+            len: 16
+        })
+    );
+    assert_eq!(codes, (0, 1, 4));
+}
+
+/// An untagged RTR takes MSN 1 of its queue (RFC 5041 §5.1): after a Read RTR the first Read
+/// Request is MSN 2 (MSN 1 again is DDP 1/2/3); after a Send RTR the first Send is MSN 2 and
+/// fills the first posted buffer (the RTR consumed none).
+#[test]
+fn an_untagged_rtr_takes_msn_1_of_its_queue() {
+    let mut base = regions();
+    base.insert(RegionInfo {
+        stag: 0x30,
+        len: 4096,
+        pd: 1,
+        remote_write: false,
+        remote_read: true,
+        huge_pages: false,
+    });
+    for (msn, ok) in [(2, true), (1, false)] {
+        let set = RtrSet::single(RtrType::ZeroLengthReadRequest);
+        let mut rx = MpaReceiver::new(&cfg(false, Some(set)));
+        let mut r = base.clone();
+        let wire = frame(
+            &mut FpduEncoder::new(false),
+            &[
+                rtr_ulpdu(RtrType::ZeroLengthReadRequest, 1),
+                read_request_msn(msn, 0x30, 0, 16),
+            ],
+        );
+        feed(&mut rx, &mut r, &wire);
+        assert!(rx.poll_reply().is_some(), "the RTR is answered");
+        if ok {
+            assert_eq!(rx.poll_read_request().map(|q| q.msn), Some(2));
+            assert!(rx.poll_terminate().is_none());
+        } else {
+            let (error, codes, _) = local_terminate(&mut rx);
+            assert_eq!(
+                error,
+                RxError::Placement(PlacementError::MsnRange {
+                    msn: 1,
+                    expected: 2
+                })
+            );
+            assert_eq!(codes, (1, 2, 3));
+        }
+    }
+    // A Send RTR, then a Send of MSN 2 into the first posted buffer.
+    let set = RtrSet::single(RtrType::ZeroLengthSend);
+    let mut rx = MpaReceiver::new(&cfg(false, Some(set)));
+    let mut r = regions();
+    rx.post_recv(&[PostedBuf {
+        stag: 0x10,
+        offset: 256,
+        len: 64,
+    }])
+    .unwrap();
+    let mut send = vec![0u8; mpa::wire::ddp::UNTAGGED_HEADER_LEN];
+    DdpRepr::Untagged {
+        last: true,
+        opcode: RdmapOpcode::Send,
+        inv_stag: 0,
+        qn: queue::SEND,
+        msn: 2,
+        mo: 0,
+    }
+    .emit(&mut send, 1)
+    .unwrap();
+    send.extend_from_slice(&[7; 20]);
+    let wire = frame(
+        &mut FpduEncoder::new(false),
+        &[rtr_ulpdu(RtrType::ZeroLengthSend, 1), send],
+    );
+    feed(&mut rx, &mut r, &wire);
+    assert!(rx.poll_terminate().is_none());
+    let c = rx.poll_completion().expect("the Send completes");
+    assert_eq!(
+        (c.kind, c.msn, c.offset, c.len),
+        (CompletionKind::SendArrived, Some(2), 256, 20)
+    );
+    assert_eq!(&r.bytes(0x10).unwrap()[256..276], &[7; 20]);
+}
+
+/// Our Read RTR is answered by a zero-length Read Response: it is expected before any other,
+/// answers only the RTR (no consumer completion), and frees its ORD slot.
+#[test]
+fn the_answer_to_our_read_rtr_completes_nothing() {
+    let mut rx = MpaReceiver::new(&cfg(false, None));
+    let mut r = regions();
+    assert!(rx.expect_rtr_read_response());
+    assert!(rx.expect_read_response(0x10, 0, 8));
+    let wire = frame(
+        &mut FpduEncoder::new(false),
+        &[
+            read_response(mpa::endpoint::RTR_STAG, 0, true, &[]),
+            read_response(0x10, 0, true, &[5; 8]),
+        ],
+    );
+    feed(&mut rx, &mut r, &wire);
+    assert!(rx.poll_terminate().is_none());
+    assert_eq!(rx.take_rtr_answered(), 1);
+    let c = rx.poll_completion().expect("the real Read's completion");
+    assert_eq!(
+        (c.kind, c.offset, c.len),
+        (CompletionKind::ReadResponsePlaced, 0, 8)
+    );
+    assert!(rx.poll_completion().is_none());
 }

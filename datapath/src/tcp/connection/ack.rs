@@ -136,6 +136,7 @@ impl<S: SendSource> Connection<S> {
         self.src.acked(acked.min(self.src.queued()));
         self.rtx_una = None;
         self.snd_una = ack;
+        self.place_fin();
         if self.snd_nxt < ack {
             self.snd_nxt = ack;
         }

@@ -98,8 +98,24 @@ impl<S: SendSource> Connection<S> {
         if !matches!(self.state, State::Established | State::CloseWait) {
             return;
         }
+        // Queued, none in flight, and neither the retransmission nor the persist timer
+        // waiting: nothing will ever send them. A bug, not the peer's doing; end the flow
+        // with the reason rather than keep its slot forever.
+        // Seen at two firings of this timer in a row (an idle period apart), SND.UNA unmoved.
+        let queued = self.src.queued();
+        let stalled = self.snd_una == self.snd_max
+            && queued > 0
+            && !self.timers.is_set(Timer::Persist)
+            && !self.timers.is_set(Timer::Retransmit);
+        let mark = stalled.then_some(self.snd_una);
+        let previous = std::mem::replace(&mut self.stall_mark, mark);
+        if mark.is_some() && previous == mark {
+            warn!(local = self.local_port, queued, "tcp: send stalled");
+            self.fail_with_rst(TcpError::SendStalled { queued });
+            return;
+        }
         // Octets in flight or queued: the retransmission or persist limits watch the peer.
-        if self.snd_una != self.snd_max || self.src.queued() > 0 {
+        if self.snd_una != self.snd_max || queued > 0 {
             self.timers.set(Timer::Keepalive, now + idle);
             return;
         }

@@ -31,7 +31,8 @@ impl<S: SendSource> Connection<S> {
             State::CloseWait => self.state = State::LastAck,
             _ => return,
         }
-        self.our_fin = Some(self.snd_una + self.src.queued());
+        self.fin_waits_for_backlog = true;
+        self.place_fin();
         debug!(local = self.local_port, state = ?self.state, "tcp: close");
     }
 
@@ -43,6 +44,15 @@ impl<S: SendSource> Connection<S> {
         }
         self.rst_pending = Some((self.snd_nxt, None));
         self.enter_closed(None);
+    }
+
+    /// Our FIN's place once every queued octet is in view (a source may hold more than
+    /// the sequence space addresses at once: `SendSource::backlog`).
+    pub(super) fn place_fin(&mut self) {
+        if self.fin_waits_for_backlog && self.src.backlog() == 0 {
+            self.fin_waits_for_backlog = false;
+            self.our_fin = Some(self.snd_una + self.src.queued());
+        }
     }
 
     pub(super) fn data_end(&self) -> SeqNumber {

@@ -1,6 +1,7 @@
 //! State-machine tests on virtual time: a scripted peer (`conn`), and two connections over a
 //! lossy, reordering, duplicating in-memory link (`pair`, in the manner of quinn's `Pair`).
 
+mod backlog;
 mod bulk;
 mod conn;
 mod hardening;
