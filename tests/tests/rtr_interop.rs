@@ -86,7 +86,6 @@ fn every_rtr_then_writes_sends_and_reads_from_mpa_peer() {
                 .args(["--timeout", "20"]);
             let out = cmd.output().unwrap();
             let handed = setup.join().unwrap().unwrap();
-            assert_eq!(handed.negotiated.rtr, Some(rtr), "{what}");
             let stdout = String::from_utf8_lossy(&out.stdout);
             let report: Value = serde_json::from_str(
                 stdout
