@@ -16,6 +16,10 @@ use std::sync::Arc;
 /// Regions one datapath holds at once.
 pub const MAX_REGIONS: usize = 4096;
 
+/// Regions one control client may hold at once: a quarter of [`MAX_REGIONS`], so that one
+/// client cannot take every region of the host.
+pub const MAX_REGIONS_PER_CLIENT: usize = MAX_REGIONS / 4;
+
 /// A refused registry request: the control protocol's code and the message.
 pub type Refusal = (ErrorCode, String);
 
@@ -78,6 +82,12 @@ impl Registry {
             return Err((
                 ErrorCode::Limit,
                 format!("{MAX_REGIONS} regions exist already"),
+            ));
+        }
+        if self.owners.values().filter(|&&c| c == owner).count() >= MAX_REGIONS_PER_CLIENT {
+            return Err((
+                ErrorCode::Limit,
+                format!("this client holds {MAX_REGIONS_PER_CLIENT} regions already"),
             ));
         }
         if self.bytes.saturating_add(len) > self.max_bytes {

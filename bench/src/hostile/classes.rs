@@ -135,6 +135,17 @@ pub static CLASSES: &[Class] = &[
         let f = vlan_tagged(&c.p.frame(&s)?, &[0x88a8, 0x8100]);
         c.p.send_raw(&f)
     }),
+    // More tags than the XDP program looks through: the addresses are out of its reach.
+    class("nine-vlan-tags", E::Silent(C::XdpVlanStack), |c| {
+        let s = hostile_write(c);
+        let f = vlan_tagged(&c.p.frame(&s)?, &[0x8100; 9]);
+        c.p.send_raw(&f)
+    }),
+    class("sixteen-vlan-tags", E::Silent(C::XdpVlanStack), |c| {
+        let s = hostile_write(c);
+        let f = vlan_tagged(&c.p.frame(&s)?, &[0x88a8; 16]);
+        c.p.send_raw(&f)
+    }),
     class("data-beyond-window", E::Acked(C::OutOfWindow), |c| {
         let mut s = hostile_write(c);
         s.seq = s.seq.wrapping_add(c.p.peer_window + 4096);
@@ -359,6 +370,35 @@ pub static CLASSES: &[Class] = &[
         let stag = c.env.stag_other_pd;
         read_request(c, stag, 0, 64)
     }),
+    // A second Read Request with MSN 1: queue 1's MSNs advance (RFC 5041 §5.1).
+    term("read-request-msn-repeated", (1, 2, 3), |c| {
+        let stag = c.env.stag_read_only;
+        read_request_msn(c, 1, stag, 0, 64)?;
+        read_request_msn(c, 1, stag, 0, 64)
+    }),
+    // Its Read Response would wrap the sink's TO: it cannot be served (RFC 5040 §5.2.1).
+    term("read-request-sink-to-wraps", (0, 1, 4), |c| {
+        let stag = c.env.stag_read_only;
+        read_request_at(c, 1, u64::MAX - 10, stag, 0, 64)
+    }),
+    // One Read Request more than our IRD outstanding (none of the Read Responses is
+    // acknowledged): RFC 5040 §6.1 "MUST NOT exceed".
+    term("ird-overrun", (0, 2, 7), |c| {
+        let stag = c.env.stag_read_only;
+        let n = mpa_ctl_proto::DATAPATH_MAX_IRD as u32 + 1;
+        // Back to back, each its own segment; none of the Read Responses read (so none is
+        // acknowledged) before the last request goes.
+        for msn in 1..=n {
+            let f = read_request_fpdu(c, msn, c.env.stag(), 0, stag, 0, 64);
+            c.p.send_data(&f)?;
+        }
+        Ok(())
+    }),
+    // A zero-length Read Response answers a request all the same (RFC 5040 §4.5).
+    term("zero-length-unsolicited-read-response", (0, 2, 6), |c| {
+        let u = tagged_ulpdu(true, Op::RdmaReadResponse, c.env.stag(), c.slot, &[]);
+        c.p.send_data(&fpdu_bytes(&u, true))
+    }),
     // A Read Response nobody asked for must not write our memory (RFC 5040 §4.5).
     term("unsolicited-read-response", (0, 2, 6), |c| {
         let u = tagged_ulpdu(
@@ -459,6 +499,31 @@ pub static CLASSES: &[Class] = &[
     ),
     class("control-flood-unread", E::Lives, super::ctl::flood_unread),
     class("region-budget", E::Lives, super::ctl::region_budget),
+    class(
+        "control-close-anothers-flow",
+        E::Lives,
+        super::ctl::close_anothers_flow,
+    ),
+    class(
+        "control-finish-anothers-flow",
+        E::Lives,
+        super::ctl::finish_anothers_flow,
+    ),
+    class(
+        "control-capture-anothers-flow",
+        E::Lives,
+        super::ctl::capture_anothers_flow,
+    ),
+    class(
+        "control-handover-anothers-flow",
+        E::Lives,
+        super::ctl::handover_anothers_flow,
+    ),
+    class(
+        "control-subscription-flood",
+        E::Lives,
+        super::ctl::subscription_flood,
+    ),
     class(
         "consumer-never-reads",
         E::Placed,
@@ -747,13 +812,40 @@ fn read_request(c: &mut Ctx, src: u32, src_to: u64, size: u32) -> Result<()> {
 
 /// [`read_request`] with MSN `msn`.
 fn read_request_msn(c: &mut Ctx, msn: u32, src: u32, src_to: u64, size: u32) -> Result<()> {
+    read_request_at(c, msn, 0, src, src_to, size)
+}
+
+/// [`read_request_msn`] into the hostile region at sink TO `sink_to`.
+fn read_request_at(
+    c: &mut Ctx,
+    msn: u32,
+    sink_to: u64,
+    src: u32,
+    src_to: u64,
+    size: u32,
+) -> Result<()> {
+    let f = read_request_fpdu(c, msn, c.env.stag(), sink_to, src, src_to, size);
+    c.p.send_data(&f)
+}
+
+/// The FPDU of an RDMA Read Request (QN 1, `msn`) of `size` octets of (`src`, `src_to`)
+/// into (`sink`, `sink_to`).
+fn read_request_fpdu(
+    _c: &Ctx,
+    msn: u32,
+    sink: u32,
+    sink_to: u64,
+    src: u32,
+    src_to: u64,
+    size: u32,
+) -> Vec<u8> {
     let mut body = Vec::new();
-    body.extend_from_slice(&c.env.stag().to_be_bytes()); // sink STag
-    body.extend_from_slice(&0u64.to_be_bytes()); // sink TO
+    body.extend_from_slice(&sink.to_be_bytes());
+    body.extend_from_slice(&sink_to.to_be_bytes());
     body.extend_from_slice(&size.to_be_bytes());
-    body.extend_from_slice(&src.to_be_bytes()); // source STag
-    body.extend_from_slice(&src_to.to_be_bytes()); // source TO
+    body.extend_from_slice(&src.to_be_bytes());
+    body.extend_from_slice(&src_to.to_be_bytes());
     debug_assert_eq!(body.len(), READ_REQUEST_HEADER_LEN);
     let u = untagged_ulpdu(Op::RdmaReadRequest, 1, msn, 0, &body);
-    c.p.send_data(&fpdu_bytes(&u, true))
+    fpdu_bytes(&u, true)
 }

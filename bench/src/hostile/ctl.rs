@@ -342,3 +342,118 @@ pub fn consumer_never_reads(c: &mut Ctx) -> Result<()> {
     while con.next_completions(std::time::Instant::now())?.is_some() {}
     Ok(())
 }
+
+/// What `request` was answered with, as a refusal code (an answer that is not a refusal is
+/// an error of the class).
+fn refusal(r: std::result::Result<Message, ClientError>, what: &str) -> Result<ErrorCode> {
+    match r {
+        Err(ClientError::Refused { code, .. }) => Ok(code),
+        Err(e) => bail!("{what}: a refusal, got {e}"),
+        Ok(m) => bail!("{what}: a refusal, got {m:?}"),
+    }
+}
+
+/// Another control client (same uid: neither the flow's adopter nor its domain's owner)
+/// asks to end, finish, capture and hand over the hostile connection's flow: each is refused
+/// with `Forbidden`, and the flow lives on (the runner then places a Write on it).
+fn foreign(c: &mut Ctx, ask: impl Fn(u64, u64) -> Message, what: &'static str) -> Result<()> {
+    let flow_id = c.flow_id;
+    witnessed(c, |p| {
+        let mut other = DatapathClient::connect(p, WAIT)?;
+        let code = refusal(other.request(|id| ask(id, flow_id)), what)?;
+        if code != ErrorCode::Forbidden {
+            bail!("{what} of another client's flow: Forbidden, got {code:?}");
+        }
+        Ok(format!(
+            "{what} of flow {flow_id} by another client: {code:?}"
+        ))
+    })
+}
+
+/// CloseFlow of another client's flow.
+pub fn close_anothers_flow(c: &mut Ctx) -> Result<()> {
+    foreign(
+        c,
+        |id, flow_id| Message::CloseFlow { id, flow_id },
+        "CloseFlow",
+    )
+}
+
+/// FinishFlow of another client's flow.
+pub fn finish_anothers_flow(c: &mut Ctx) -> Result<()> {
+    foreign(
+        c,
+        |id, flow_id| Message::FinishFlow { id, flow_id },
+        "FinishFlow",
+    )
+}
+
+/// StartCapture (with payloads) of another client's flow, and of every flow.
+pub fn capture_anothers_flow(c: &mut Ctx) -> Result<()> {
+    let capture = |id, flow| Message::StartCapture {
+        id,
+        flow,
+        max_bytes: 1 << 20,
+        duration_ms: 1000,
+        snaplen: 65535,
+    };
+    foreign(c, move |id, f| capture(id, Some(f)), "StartCapture")?;
+    let one = std::mem::take(&mut c.note);
+    foreign(
+        c,
+        move |id, _| capture(id, None),
+        "StartCapture of every flow",
+    )?;
+    c.note = format!("{one}{}", c.note);
+    Ok(())
+}
+
+/// HandOver naming another client's (handed-over) flow.
+pub fn handover_anothers_flow(c: &mut Ctx) -> Result<()> {
+    foreign(
+        c,
+        |id, flow_id| Message::HandOver {
+            id,
+            handover: Box::new(
+                mpa_datapath::sim::SimHandover {
+                    flow_id,
+                    ..Default::default()
+                }
+                .build(),
+            ),
+        },
+        "HandOver",
+    )
+}
+
+/// One client subscribing to domain after domain: each subscription maps a completion ring
+/// per worker, so past [`mpa_datapath::server::MAX_SUBSCRIPTIONS_PER_CLIENT`] the next is
+/// refused with `Limit`; re-subscribing to a domain it holds is not a new one, and what it
+/// held goes with it.
+pub fn subscription_flood(c: &mut Ctx) -> Result<()> {
+    use mpa_datapath::server::MAX_SUBSCRIPTIONS_PER_CLIENT as MAX;
+    witnessed(c, |p| {
+        let mut consumer = Consumer::connect(p, WAIT)?;
+        // Domains no class uses.
+        let first = 0x5_0000u32;
+        for pd in first..first + MAX as u32 {
+            consumer
+                .subscribe(pd)
+                .with_context(|| format!("subscription {} of {MAX}", pd - first + 1))?;
+        }
+        match consumer.subscribe(first + MAX as u32) {
+            Err(ConsumerError::Client(ClientError::Refused {
+                code: ErrorCode::Limit,
+                ..
+            })) => {}
+            other => bail!("subscription {} refused with Limit, got {other:?}", MAX + 1),
+        }
+        consumer
+            .subscribe(first)
+            .context("re-subscribing to a domain held")?;
+        drop(consumer);
+        Ok(format!(
+            "{MAX} subscriptions, the next refused (Limit), a re-subscription taken"
+        ))
+    })
+}

@@ -79,15 +79,26 @@ impl Rx {
 
     /// The Terminate this segment's FPDU carries (markers off toward us), if it does.
     pub fn terminate(&self) -> Option<TerminateRepr> {
-        let f = fpdu::Fpdu::new_checked(&self.payload[..]).ok()?;
-        let (repr, hl) = DdpRepr::parse(f.ulpdu(), 1).ok()?;
-        match repr {
-            DdpRepr::Untagged {
-                opcode: RdmapOpcode::Terminate,
-                ..
-            } => TerminateRepr::parse(&f.ulpdu()[hl..]).ok(),
-            _ => None,
+        // The segment's FPDUs one after the other (no markers toward us): a Terminate may
+        // follow a Read Response in the same segment.
+        let mut rest = &self.payload[..];
+        while rest.len() >= 2 {
+            let ulpdu_len = usize::from(u16::from_be_bytes([rest[0], rest[1]]));
+            let whole = fpdu::fpdu_len(ulpdu_len).min(rest.len());
+            let f = fpdu::Fpdu::new_checked(&rest[..whole]).ok()?;
+            if let Ok((
+                DdpRepr::Untagged {
+                    opcode: RdmapOpcode::Terminate,
+                    ..
+                },
+                hl,
+            )) = DdpRepr::parse(f.ulpdu(), 1)
+            {
+                return TerminateRepr::parse(&f.ulpdu()[hl..]).ok();
+            }
+            rest = &rest[whole..];
         }
+        None
     }
 }
 

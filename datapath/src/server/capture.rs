@@ -58,6 +58,17 @@ impl Server {
         if let Some(f) = flow.filter(|f| !self.adopted.contains_key(f)) {
             return Err((ErrorCode::UnknownFlow, format!("no flow {f}")));
         }
+        // A capture holds payloads: of one flow, for a client that controls it; of every
+        // flow, only for a client that controls them all.
+        match flow {
+            Some(f) => self.may_control(client, f)?,
+            None => {
+                let ids: Vec<u64> = self.adopted.keys().copied().collect();
+                for f in ids {
+                    self.may_control(client, f)?;
+                }
+            }
+        }
         let generation = self.next_capture;
         self.next_capture += 1;
         let mut returns = Vec::with_capacity(self.workers.len());

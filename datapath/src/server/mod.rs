@@ -19,6 +19,7 @@ mod migration;
 mod notifications;
 mod requests;
 mod subscriptions;
+pub use subscriptions::MAX_SUBSCRIPTIONS_PER_CLIENT;
 mod watch;
 
 use crate::registry::Registry;

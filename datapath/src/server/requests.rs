@@ -274,6 +274,16 @@ impl Server {
                 },
             );
         };
+        if a.client != client {
+            return self.reply(
+                client,
+                Message::Error {
+                    id,
+                    code: ErrorCode::Forbidden,
+                    message: format!("flow {flow_id} was adopted by another control client"),
+                },
+            );
+        }
         if (handover.tcp.local, handover.tcp.remote) != (a.local, a.remote) {
             return self.reply(
                 client,
@@ -339,6 +349,9 @@ impl Server {
     /// CloseFlow: its worker resets the connection (it reports FlowGone); a flow adopted but
     /// not yet handed over is simply forgotten.
     fn close_flow(&mut self, client: u64, id: u64, flow_id: u64) {
+        if let Err((code, message)) = self.may_control(client, flow_id) {
+            return self.reply(client, Message::Error { id, code, message });
+        }
         match self.adopted.get(&flow_id) {
             None => self.reply(
                 client,
@@ -362,6 +375,9 @@ impl Server {
 
     /// FinishFlow: its worker closes our direction after what is queued (a FIN).
     fn finish_flow(&mut self, client: u64, id: u64, flow_id: u64) {
+        if let Err((code, message)) = self.may_control(client, flow_id) {
+            return self.reply(client, Message::Error { id, code, message });
+        }
         let w = self.adopted.get(&flow_id).map(|a| a.worker);
         let r = match w {
             None => Err((ErrorCode::UnknownFlow, format!("no flow {flow_id}"))),
@@ -497,6 +513,27 @@ impl Server {
                     message: "no capture of this client is running".into(),
                 },
             ),
+        }
+    }
+
+    /// Whether `client` may end, finish or capture flow `flow_id`: the client that adopted
+    /// it (`mpa-control`, for hand-overs) or the one that owns its protection domain (its
+    /// consumer). Others get `Forbidden`: control clients share the datapath's uid, so the
+    /// socket's permissions alone do not keep one consumer off another's flows. An unknown
+    /// flow passes here (the caller answers `UnknownFlow`).
+    pub(super) fn may_control(&self, client: u64, flow_id: u64) -> Result<(), Refusal> {
+        let Some(a) = self.adopted.get(&flow_id) else {
+            return Ok(());
+        };
+        let owns_domain =
+            a.pd.is_some_and(|pd| self.registry.domain_owner(pd) == Some(client));
+        if a.client == client || owns_domain {
+            Ok(())
+        } else {
+            Err((
+                ErrorCode::Forbidden,
+                format!("flow {flow_id} belongs to another control client"),
+            ))
         }
     }
 

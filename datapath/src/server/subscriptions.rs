@@ -10,11 +10,25 @@ use mpa_ctl_proto::ring::{Producer, RingFile, Waker};
 use mpa_ctl_proto::{ErrorCode, Message};
 use std::sync::Arc;
 
+/// Subscriptions (domains) one control client may hold at once: each maps a completion ring
+/// per worker (1.5 MiB each by default), so a client subscribing to every domain number
+/// would otherwise take memory without bound.
+pub const MAX_SUBSCRIPTIONS_PER_CLIENT: usize = 64;
+
 impl Server {
     /// Creates `client`'s subscription to domain `pd` and answers request `id` with its
-    /// rings.
+    /// rings; refused beyond [`MAX_SUBSCRIPTIONS_PER_CLIENT`].
     pub(super) fn open_subscription(&mut self, client: u64, id: u64, pd: u32) {
         if let Err((code, message)) = self.registry.check_domain(pd, client) {
+            return self.reply(client, Message::Error { id, code, message });
+        }
+        let held = self.registry.subscriptions_of(client);
+        if held.len() >= MAX_SUBSCRIPTIONS_PER_CLIENT && !held.iter().any(|&(p, _)| p == pd) {
+            let message = format!(
+                "this client holds {MAX_SUBSCRIPTIONS_PER_CLIENT} subscriptions already (each \
+                 maps a completion ring per worker)"
+            );
+            let code = ErrorCode::Limit;
             return self.reply(client, Message::Error { id, code, message });
         }
         let sub = self.next_subscription;
