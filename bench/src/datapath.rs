@@ -49,6 +49,8 @@ pub struct DatapathOptions {
     pub completion_ring: u32,
     /// How long a worker keeps polling after its last frame (`DatapathConfig::spin`).
     pub spin: Duration,
+    /// The memory budget (`DatapathConfig::memory_budget`; `None`: the machine's default).
+    pub memory_budget: Option<u64>,
 }
 
 impl Default for DatapathOptions {
@@ -64,6 +66,7 @@ impl Default for DatapathOptions {
             max_control_clients: DEFAULT_MAX_CONTROL_CLIENTS,
             spin: Duration::ZERO,
             completion_ring: DEFAULT_COMPLETION_RING,
+            memory_budget: None,
         }
     }
 }
@@ -100,6 +103,7 @@ pub fn start_datapath_on(
             completion_ring: opts.completion_ring,
             spin: opts.spin,
             worker_deadline: mpa_datapath::server::DEFAULT_WORKER_DEADLINE,
+            memory_budget: opts.memory_budget,
         };
         match run_in_netns(ns, move || Datapath::start(cfg))? {
             Ok(dp) => return Ok(dp),

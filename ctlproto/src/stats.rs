@@ -360,6 +360,25 @@ pub struct DatapathStats {
     /// Hand-overs: how TS.Recent was inherited, and the ports watched for it.
     #[serde(default)]
     pub handover: HandoverStats,
+    /// The datapath's memory budget (docs/limits.md).
+    #[serde(default)]
+    pub memory: MemoryStats,
+}
+
+/// The datapath's memory budget: out-of-order octets held, flows' fixed state, completion
+/// rings (docs/limits.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryStats {
+    /// The budget, octets.
+    pub limit: u64,
+    /// Charged now.
+    pub used: u64,
+    /// Most charged at once.
+    pub high_water: u64,
+    /// Out-of-order segments dropped for want of room (their senders send them again).
+    pub dropped_segments: u64,
+    /// Hand-overs and subscriptions refused for want of room.
+    pub refused: u64,
 }
 
 /// Hand-overs and the TS.Recent they inherit (docs/environment.md, "Why TS.Recent must be

@@ -194,6 +194,13 @@ fn round_trip_every_message() {
                 ended_flows: vec![],
                 capture: None,
                 xdp_detached: true,
+                memory: crate::stats::MemoryStats {
+                    limit: 1 << 30,
+                    used: 3 << 20,
+                    high_water: 5 << 20,
+                    dropped_segments: 7,
+                    refused: 1,
+                },
                 control: crate::stats::ControlStats {
                     clients: 2,
                     max_clients: 256,

@@ -94,6 +94,9 @@ pub struct Flow {
     ord: usize,
     /// Our Read Requests waiting for ORD room.
     reads_waiting: std::collections::VecDeque<WaitingRead>,
+    /// The flow's fixed charge on the datapath's memory budget (`crate::budget`), given
+    /// back when the flow goes.
+    charge: Option<crate::budget::Charge>,
 }
 
 /// Converts a CLOCK_MONOTONIC reading into an `Instant` (both use the same clock on Linux).
@@ -290,6 +293,7 @@ impl Flow {
             reads_in_flight,
             ord,
             reads_waiting: Default::default(),
+            charge: None,
         })
     }
 
@@ -365,6 +369,13 @@ impl Flow {
                 });
             }
         }
+    }
+
+    /// Holds `charge` on the datapath's memory budget for as long as the flow lives, and
+    /// charges its out-of-order octets to the same budget.
+    pub fn attach_budget(&mut self, charge: crate::budget::Charge) {
+        self.tcp.set_budget(charge.budget().clone());
+        self.charge = Some(charge);
     }
 
     /// Posts receive buffers for the peer's Sends.

@@ -23,6 +23,7 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
+pub mod budget;
 pub mod capture;
 pub mod chain;
 pub mod completions;

@@ -56,6 +56,11 @@ struct Args {
     #[arg(long, default_value_t = mpa_datapath::server::DEFAULT_WORKER_DEADLINE.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(100..))]
     worker_deadline_ms: u64,
+    /// Octets all flows and completion rings may hold together: out-of-order octets copied
+    /// for reassembly, 256 KiB of fixed state per flow, the completion rings of each
+    /// subscription (default: a quarter of the machine's memory; docs/limits.md).
+    #[arg(long, value_name = "OCTETS")]
+    memory_budget: Option<u64>,
     /// Control-socket clients connected at once at most (more are refused).
     #[arg(long, default_value_t = mpa_datapath::server::DEFAULT_MAX_CONTROL_CLIENTS)]
     max_control_clients: usize,
@@ -170,6 +175,7 @@ fn main() -> ExitCode {
         completion_ring: ring,
         spin: std::time::Duration::from_micros(a.spin_us),
         worker_deadline: std::time::Duration::from_millis(a.worker_deadline_ms),
+        memory_budget: a.memory_budget,
     };
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {

@@ -150,6 +150,14 @@ pub enum WorkerError {
     /// The flow is not on this worker.
     #[error("no flow {0} on this worker")]
     NoFlow(u64),
+    /// The datapath's memory budget has no room for another flow (docs/limits.md).
+    #[error("the datapath's memory budget is exhausted ({used} of {limit} octets in use)")]
+    MemoryBudget {
+        /// Octets charged.
+        used: u64,
+        /// The budget.
+        limit: u64,
+    },
     /// The hand-over could not become a flow.
     #[error(transparent)]
     HandOver(#[from] FlowError),
@@ -250,6 +258,8 @@ pub struct Worker<R: FrameRing> {
     /// (`server/faults.rs`): a worker whose count stops moving is stuck.
     heartbeat: Option<Arc<AtomicU64>>,
     turns: u64,
+    /// The datapath's memory budget each flow draws from (`crate::budget`).
+    budget: Option<Arc<crate::budget::MemoryBudget>>,
 }
 
 /// Debug builds only (the system tests' binaries; release builds ignore it): a worker panics
@@ -300,7 +310,15 @@ impl<R: FrameRing> Worker<R> {
                 .and_then(|v| v.parse().ok()),
             heartbeat: None,
             turns: 0,
+            budget: None,
         }
+    }
+
+    /// Every flow handed over from now on draws from `budget` (its fixed charge, and its
+    /// out-of-order octets); a hand-over it has no room for is refused.
+    pub fn with_budget(mut self, budget: Arc<crate::budget::MemoryBudget>) -> Self {
+        self.budget = Some(budget);
+        self
     }
 
     /// Publishes the turns of the run loop in `beat` (one relaxed store per turn, none per
@@ -414,8 +432,18 @@ impl<R: FrameRing> Worker<R> {
                     }
                 }
                 let key = flow_key(h.tcp.local, h.tcp.remote);
+                let charge = self
+                    .budget
+                    .as_ref()
+                    .map(|b| crate::budget::Charge::take(b, crate::budget::FLOW_CHARGE).ok_or(b));
                 let r = if self.flows.contains_key(&key) {
                     Err(WorkerError::DuplicateFlow)
+                } else if let Some(Err(b)) = &charge {
+                    let m = b.report();
+                    Err(WorkerError::MemoryBudget {
+                        used: m.used,
+                        limit: m.limit,
+                    })
                 } else {
                     match Flow::new(
                         &h,
@@ -426,6 +454,9 @@ impl<R: FrameRing> Worker<R> {
                         self.xsk.tx_frame_capacity(),
                     ) {
                         Ok(mut f) => {
+                            if let Some(Ok(c)) = charge {
+                                f.attach_budget(c);
+                            }
                             if let Some(t) = self.tap.as_mut().filter(|t| t.wants(f.id)) {
                                 capture_startup(t, &h, self.cfg.our_mac);
                             }

@@ -791,3 +791,65 @@ fn a_flow_that_moves_to_another_worker_keeps_its_completions_in_order() {
         "ring 1: the marker and four records"
     );
 }
+
+/// Each flow draws its fixed charge from the datapath's memory budget: with room for one
+/// flow, a second hand-over is refused with the budget's reason (and no flow is made), and
+/// once the first flow is closed and gone its charge is back and the next hand-over is taken.
+#[test]
+fn a_hand_over_the_memory_budget_has_no_room_for_is_refused() {
+    use mpa_datapath::budget::{MemoryBudget, FLOW_CHARGE};
+    use mpa_datapath::worker::WorkerError;
+    let (ring, _wire) = MemRing::new(0);
+    let (_cmd_tx, cmd_rx) = unbounded();
+    let (note_tx, notes) = unbounded();
+    let budget = MemoryBudget::new(FLOW_CHARGE + 1000);
+    let mut worker = Worker::new(
+        ring,
+        WorkerConfig {
+            our_mac: OUR_MAC,
+            tcp: TcpConfig::default(),
+            digest: false,
+            verify_checksums: true,
+            spin: std::time::Duration::ZERO,
+        },
+        cmd_rx,
+        note_tx,
+    )
+    .with_budget(budget.clone());
+    let hand = |w: &mut Worker<MemRing>, id: u64, port: u16| {
+        let mut h = SimHandover {
+            flow_id: id,
+            local: local().into(),
+            remote: SocketAddrV4::new(*remote().ip(), port).into(),
+            next_hop_mac: PEER_MAC,
+            ..SimHandover::default()
+        }
+        .build();
+        h.flow_id = id;
+        let (answer, result) = unbounded();
+        assert!(w.apply(Command::HandOver(Box::new(h), vec![], answer)));
+        result.recv().unwrap()
+    };
+    hand(&mut worker, 1, 7001).expect("room for one flow");
+    assert_eq!(budget.report().used, FLOW_CHARGE);
+    let e = hand(&mut worker, 2, 7002).expect_err("no room for a second");
+    assert!(
+        matches!(e, WorkerError::MemoryBudget { used, limit } if used == FLOW_CHARGE && limit == FLOW_CHARGE + 1000),
+        "{e}"
+    );
+    assert_eq!(worker.report().flows.len(), 1, "no flow made");
+    assert_eq!(budget.report().refused, 1);
+    assert!(worker.apply(Command::Close(1)));
+    let now = Instant::now();
+    for _ in 0..10 {
+        worker.poll_once_at(now).unwrap();
+        if notes
+            .try_iter()
+            .any(|n| matches!(n, Notification::FlowGone { .. }))
+        {
+            break;
+        }
+    }
+    assert_eq!(budget.report().used, 0, "the closed flow's charge is back");
+    hand(&mut worker, 3, 7003).expect("room again");
+}

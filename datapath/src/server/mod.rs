@@ -79,6 +79,9 @@ pub struct DatapathConfig {
     /// A worker whose loop has not turned for this long is stuck: the datapath stops
     /// ([`DEFAULT_WORKER_DEADLINE`]; an idle worker turns at least every 10 ms).
     pub worker_deadline: Duration,
+    /// The memory budget every flow and subscription draws from, octets
+    /// ([`crate::budget::default_limit`] when `None`; docs/limits.md).
+    pub memory_budget: Option<u64>,
 }
 
 /// Default of [`DatapathConfig::completion_ring`]: 32,768 records (1.5 MiB per ring), a
@@ -142,6 +145,10 @@ impl Datapath {
         let mut workers = Vec::new();
         let mut handles = Vec::new();
         let mut beats = Vec::new();
+        let budget = crate::budget::MemoryBudget::new(
+            cfg.memory_budget
+                .unwrap_or_else(crate::budget::default_limit),
+        );
         for q in 0..cfg.queues {
             let mut xsk = XskQueue::open(&cfg.iface, q, &cfg.xsk)?;
             let rx_frame = rx_frame_for_mtu(mtu);
@@ -165,6 +172,7 @@ impl Datapath {
             let notify = notify_tx.clone();
             let pin = cfg.pin_cpus;
             let beat = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let flows_budget = budget.clone();
             beats.push(faults::Heartbeat::new(beat.clone()));
             handles.push(
                 std::thread::Builder::new()
@@ -178,6 +186,7 @@ impl Datapath {
                         // one queue's vectors could share a cache line with the next's.
                         Worker::new(xsk, wcfg, rx, notify)
                             .with_heartbeat(beat)
+                            .with_budget(flows_budget)
                             .run()
                     })
                     .map_err(|e| StartError::Iface(cfg.iface.clone(), e.to_string()))?,
@@ -217,6 +226,8 @@ impl Datapath {
             completion_ring: cfg.completion_ring,
             next_subscription: 1,
             watch: watch::Watches::default(),
+            budget,
+            subscription_charges: HashMap::new(),
         };
         let control_failure = failure.clone();
         let control_stop = stop.clone();
@@ -397,6 +408,10 @@ struct Server {
     next_subscription: u64,
     /// Ports watched for TS.Recent, by client, and what hand-overs inherited.
     watch: watch::Watches,
+    /// The memory budget flows and subscriptions draw from.
+    budget: Arc<crate::budget::MemoryBudget>,
+    /// Each subscription's completion rings, charged to `budget`, by subscription id.
+    subscription_charges: HashMap<u64, crate::budget::Charge>,
 }
 
 /// How long a stopping datapath waits for its clients' writers to send what is queued (the

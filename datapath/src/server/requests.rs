@@ -326,11 +326,15 @@ impl Server {
             Ok(Ok(())) => self.reply(client, Message::HandedOver { id, flow_id }),
             Ok(Err(e)) => {
                 self.forget(flow_id);
+                let code = match e {
+                    crate::worker::WorkerError::MemoryBudget { .. } => ErrorCode::Limit,
+                    _ => ErrorCode::BadRequest,
+                };
                 self.reply(
                     client,
                     Message::Error {
                         id,
-                        code: ErrorCode::BadRequest,
+                        code,
                         message: e.to_string(),
                     },
                 )
@@ -431,6 +435,7 @@ impl Server {
             xdp_detached: self.faults.xdp_detached,
             control: self.control_stats(),
             handover: self.handover_stats(),
+            memory: self.budget.report(),
         });
         self.reply(client, Message::Stats { id, stats });
     }

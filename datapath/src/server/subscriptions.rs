@@ -34,6 +34,18 @@ impl Server {
         let sub = self.next_subscription;
         self.next_subscription += 1;
         let rings = self.workers.len() as u32;
+        // The rings come out of the memory budget (docs/limits.md).
+        let bytes = u64::from(rings) * mpa_ctl_proto::ring::ring_bytes(self.completion_ring) as u64;
+        let Some(charge) = crate::budget::Charge::take(&self.budget, bytes) else {
+            let m = self.budget.report();
+            let message = format!(
+                "the datapath's memory budget has no room for {bytes} octets of completion \
+                 rings ({} of {} in use)",
+                m.used, m.limit
+            );
+            let code = ErrorCode::Limit;
+            return self.reply(client, Message::Error { id, code, message });
+        };
         let made = RingFile::create(
             &format!("mpa-completions-{pd}-{sub}"),
             rings,
@@ -80,8 +92,16 @@ impl Server {
             }
         }
         // Checked above; the workers replace an earlier subscription of the domain.
-        if let Err((code, message)) = self.registry.subscribe(pd, client, sub) {
-            return self.reply(client, Message::Error { id, code, message });
+        match self.registry.subscribe(pd, client, sub) {
+            Err((code, message)) => {
+                return self.reply(client, Message::Error { id, code, message });
+            }
+            Ok(replaced) => {
+                if let Some(old) = replaced {
+                    self.subscription_charges.remove(&old);
+                }
+                self.subscription_charges.insert(sub, charge);
+            }
         }
         tracing::info!(
             client,
@@ -112,6 +132,7 @@ impl Server {
         pd: u32,
     ) -> Result<(), crate::registry::Refusal> {
         let id = self.registry.unsubscribe(pd, client)?;
+        self.subscription_charges.remove(&id);
         for w in &self.workers {
             let _ = w.send(Command::Unsubscribe { pd, id });
         }
@@ -121,6 +142,7 @@ impl Server {
     /// `client` is gone: the workers drop the rings of its subscriptions.
     pub(super) fn close_subscriptions(&mut self, client: u64) {
         for (pd, id) in self.registry.subscriptions_of(client) {
+            self.subscription_charges.remove(&id);
             for w in &self.workers {
                 let _ = w.send(Command::Unsubscribe { pd, id });
             }

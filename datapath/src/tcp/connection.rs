@@ -241,6 +241,10 @@ pub struct Connection<S: SendSource = SendBuffer> {
     src: S,
     /// Our FIN's sequence number once `close` was called.
     our_fin: Option<SeqNumber>,
+    /// The datapath's memory budget the store's copied octets are charged to (`None`:
+    /// unbounded but by the store's own limit), and what is charged now.
+    budget: Option<std::sync::Arc<crate::budget::MemoryBudget>>,
+    budget_held: u64,
     /// `close` was called while the source held octets beyond its view: the FIN is placed
     /// once they are in view (`place_fin`).
     fin_waits_for_backlog: bool,
@@ -434,6 +438,8 @@ impl<S: SendSource> Connection<S> {
             src,
             our_fin: None,
             fin_waits_for_backlog: false,
+            budget: None,
+            budget_held: 0,
             cc: Controller::new(cfg.congestion_control, snd_mss, cfg.initial_cwnd_segments),
             dupacks: 0,
             recovery: None,
@@ -623,6 +629,17 @@ impl<S: SendSource> Connection<S> {
         )
     }
 
+    /// Charges the octets the reassembly store copies to `budget` from now on (segments
+    /// that do not fit it are dropped, counted as `reassembly_full`).
+    pub fn set_budget(&mut self, budget: std::sync::Arc<crate::budget::MemoryBudget>) {
+        if let Some(old) = self.budget.take() {
+            old.release(self.budget_held);
+        }
+        self.budget_held = 0;
+        self.budget = Some(budget);
+        self.settle_budget(0);
+    }
+
     fn can_send(&self) -> bool {
         matches!(self.state, State::Established | State::CloseWait)
             && self.our_fin.is_none()
@@ -661,5 +678,13 @@ impl<S: SendSource> Connection<S> {
     /// The next event, oldest first.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
+    }
+}
+
+impl<S: SendSource> Drop for Connection<S> {
+    fn drop(&mut self) {
+        if let Some(b) = &self.budget {
+            b.release(self.budget_held);
+        }
     }
 }

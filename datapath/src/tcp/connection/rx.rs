@@ -33,6 +33,18 @@ impl<S: SendSource> Connection<S> {
         payload: &[u8],
         place: &mut dyn FnMut(SeqNumber, &[u8], &mut PlacedSpans<'_>),
     ) -> SegmentOutcome {
+        let out = self.handle_segment_inner(now, repr, payload, place);
+        self.settle_budget(0);
+        out
+    }
+
+    fn handle_segment_inner(
+        &mut self,
+        now: Instant,
+        repr: &TcpRepr,
+        payload: &[u8],
+        place: &mut dyn FnMut(SeqNumber, &[u8], &mut PlacedSpans<'_>),
+    ) -> SegmentOutcome {
         self.now = now;
         // The previous segment's own ACK, if it is owed one, is frozen before this one
         // changes the state — unless one ACK can report both (`ooo_ack_every`): this one
@@ -426,10 +438,25 @@ impl<S: SendSource> Connection<S> {
                 }
             }
             let pruned = self.store.pruned();
-            match self
-                .store
-                .insert_except(self.rcv_nxt, start, data, spans.as_slice())
-            {
+            // The octets it may add to the store come from the datapath's memory budget
+            // first (`crate::budget`); without room the segment goes, as if the store were
+            // full.
+            let reserved = match &self.budget {
+                None => Some(0),
+                Some(b) if b.try_charge(len as u64) => Some(len as u64),
+                Some(b) => {
+                    b.count_dropped_segment();
+                    None
+                }
+            };
+            let inserted = match reserved {
+                Some(_) => self
+                    .store
+                    .insert_except(self.rcv_nxt, start, data, spans.as_slice()),
+                None => Insert::Full,
+            };
+            self.settle_budget(reserved.unwrap_or(0));
+            match inserted {
                 Insert::Stored { new, dup } => {
                     self.stats.ooo_segs += 1;
                     // One hint per distinct range (sharing stops before more ranges
@@ -523,7 +550,23 @@ impl<S: SendSource> Connection<S> {
             self.ack_each = true;
             self.check_peer_fin(self.now);
         }
+        self.settle_budget(0);
         total
+    }
+
+    /// Brings the budget's charge to the octets the store holds now, `reserved` of which
+    /// were charged ahead of an insert (they are covered; only the rest is given back).
+    pub(super) fn settle_budget(&mut self, reserved: u64) {
+        let Some(b) = &self.budget else { return };
+        let held = self.store.stored() as u64;
+        let charged = self.budget_held + reserved;
+        if held < charged {
+            b.release(charged - held);
+        } else if held > charged {
+            // Not reached: an insert copies at most the octets reserved for it.
+            let _ = b.try_charge(held - charged);
+        }
+        self.budget_held = held;
     }
 
     /// The peer's FIN is processed once every octet before it was delivered (RFC 9293
