@@ -4,6 +4,7 @@
 //! datapath_socket = "/run/mpa-datapath.sock"   # default
 //! startup_timeout_ms = 10000                    # each wait of the startup phase
 //! max_connections = 1024                        # in setup + handed over, all listeners
+//! max_connections_per_source = 256              # of those, from one peer address
 //!
 //! [[listener]]
 //! bind = "10.0.0.2:7777"
@@ -41,6 +42,9 @@ pub const DEFAULT_SOCKET: &str = "/run/mpa-datapath.sock";
 pub const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 10_000;
 /// `max_connections` when absent.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// `max_connections_per_source` when absent: a quarter of the default `max_connections`,
+/// so that one host cannot hold every slot.
+pub const DEFAULT_MAX_CONNECTIONS_PER_SOURCE: usize = DEFAULT_MAX_CONNECTIONS / 4;
 /// Largest `startup_timeout_ms` accepted (ten minutes).
 const MAX_STARTUP_TIMEOUT_MS: u64 = 600_000;
 /// Most private data a startup frame carries (RFC 5044 §7.1: PD_Length ≤ 512).
@@ -84,6 +88,8 @@ pub struct Config {
     pub startup_timeout: Duration,
     /// Connections in setup plus handed over (frozen sockets held), all listeners together.
     pub max_connections: usize,
+    /// Of those, from one peer address at most.
+    pub max_connections_per_source: usize,
     /// At least one.
     pub listeners: Vec<ListenerConfig>,
 }
@@ -113,6 +119,7 @@ struct RawConfig {
     datapath_socket: Option<PathBuf>,
     startup_timeout_ms: Option<u64>,
     max_connections: Option<usize>,
+    max_connections_per_source: Option<usize>,
     #[serde(default)]
     listener: Vec<RawListener>,
 }
@@ -173,6 +180,18 @@ impl Config {
         if max_connections == 0 {
             return Err(invalid("max_connections", "must be at least 1".into()));
         }
+        let max_connections_per_source = raw
+            .max_connections_per_source
+            .unwrap_or(DEFAULT_MAX_CONNECTIONS_PER_SOURCE.min(max_connections));
+        if !(1..=max_connections).contains(&max_connections_per_source) {
+            return Err(invalid(
+                "max_connections_per_source",
+                format!(
+                    "{max_connections_per_source} is not between 1 and max_connections \
+                     ({max_connections})"
+                ),
+            ));
+        }
         if raw.listener.is_empty() {
             return Err(invalid(
                 "listener",
@@ -194,6 +213,7 @@ impl Config {
             datapath_socket,
             startup_timeout,
             max_connections,
+            max_connections_per_source,
             listeners,
         })
     }

@@ -4,7 +4,8 @@
 //!
 //! Threads:
 //! * one **listener** thread per `[[listener]]`: accepts, refuses at once when the datapath is
-//!   unavailable or `max_connections` is reached (with a reset: [`refuse`]), otherwise starts
+//!   unavailable, `max_connections` is reached or the peer's address holds
+//!   `max_connections_per_source` (with a reset: [`refuse`]), otherwise starts
 //!   a setup;
 //! * one short-lived **setup** thread per connection in its startup phase, running
 //!   [`respond_and_hand_over`] with a [`DatapathClient`] whose other end is a **relay** thread
@@ -77,24 +78,59 @@ struct Shared {
     /// Connections in setup plus handed over (frozen sockets held).
     active: AtomicUsize,
     max: usize,
+    /// Connections taken per peer address (entries removed at zero), at most `per_source`.
+    by_source: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+    per_source: usize,
 }
 
 /// One of `max_connections`, taken for `peer`; given back when dropped.
 #[derive(Debug)]
 struct Slot(Arc<Shared>, SocketAddr);
 
+/// Why no slot was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NoSlot {
+    /// `max_connections` are taken.
+    Full,
+    /// `max_connections_per_source` are taken by the peer's address.
+    Source,
+}
+
 impl Slot {
-    fn take(shared: &Arc<Shared>, peer: SocketAddr) -> Option<Slot> {
+    fn take(shared: &Arc<Shared>, peer: SocketAddr) -> Result<Slot, NoSlot> {
+        let ip = peer.ip().to_canonical();
+        // The global limit first: when every slot is taken, that is the reason.
         if shared.active.fetch_add(1, Ordering::AcqRel) >= shared.max {
             shared.active.fetch_sub(1, Ordering::AcqRel);
-            return None;
+            return Err(NoSlot::Full);
         }
-        Some(Slot(shared.clone(), peer))
+        let mut by = shared.by_source.lock().unwrap_or_else(|e| e.into_inner());
+        let n = by.entry(ip).or_insert(0);
+        if *n >= shared.per_source {
+            if *n == 0 {
+                by.remove(&ip);
+            }
+            drop(by);
+            shared.active.fetch_sub(1, Ordering::AcqRel);
+            return Err(NoSlot::Source);
+        }
+        *n += 1;
+        Ok(Slot(shared.clone(), peer))
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        {
+            let mut by = self.0.by_source.lock().unwrap_or_else(|e| e.into_inner());
+            let ip = self.1.ip().to_canonical();
+            if let Some(n) = by.get_mut(&ip) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    by.remove(&ip);
+                }
+            }
+        }
         let before = self.0.active.fetch_sub(1, Ordering::AcqRel);
         // The moment the slot is free again (what a client waiting for room can wait for;
         // the setup's own outcome is logged before its thread lets go of the slot).
@@ -160,6 +196,8 @@ impl Daemon {
             up: AtomicBool::new(false),
             active: AtomicUsize::new(0),
             max: cfg.max_connections,
+            by_source: Default::default(),
+            per_source: cfg.max_connections_per_source,
         });
         let (link_tx, link_rx) = unbounded();
         let mut link = Link::new(cfg.datapath_socket.clone(), shared.clone());
@@ -214,10 +252,19 @@ fn accept_loop(
             refuse(sock);
             continue;
         }
-        let Some(slot) = Slot::take(&shared, peer) else {
-            tracing::warn!(%peer, bind = %lc.bind, max = shared.max, "refused: max_connections reached");
-            refuse(sock);
-            continue;
+        let slot = match Slot::take(&shared, peer) {
+            Ok(s) => s,
+            Err(NoSlot::Full) => {
+                tracing::warn!(%peer, bind = %lc.bind, max = shared.max, "refused: max_connections reached");
+                refuse(sock);
+                continue;
+            }
+            Err(NoSlot::Source) => {
+                tracing::warn!(%peer, bind = %lc.bind, max = shared.per_source,
+                    "refused: max_connections_per_source reached for this address");
+                refuse(sock);
+                continue;
+            }
         };
         tracing::debug!(%peer, bind = %lc.bind, active = shared.active.load(Ordering::Acquire), "accepted: setup started");
         let (lc, link) = (lc.clone(), link.clone());

@@ -213,3 +213,83 @@ fn max_connections_refuses_with_a_reset_and_every_ending_gives_the_slot_back() {
     dp.stop();
     let _ = std::fs::remove_file(&config);
 }
+
+/// `max_connections_per_source`: one peer address holds at most that many slots (here 2 of
+/// 4); its next connection is reset with its own log line, while another address (ns a's
+/// IPv6 one) is still accepted, and the address's slot comes back when one of its setups ends.
+#[test]
+fn one_source_cannot_take_every_slot() {
+    if !require_privileged("mpa-control max_connections_per_source") {
+        return;
+    }
+    const PER_SOURCE: &str = "refused: max_connections_per_source reached for this address";
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let socket = mpa_bench::temp_path("per-source-dp.sock");
+    let dp = mpa_tests::start_datapath(&bed, &socket, &DatapathOptions::default())
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let (v4, v6) = (
+        SocketAddr::new(bed.addr_b(false), 7611),
+        SocketAddr::new(bed.addr_b(true), 7612),
+    );
+    let config = mpa_bench::temp_path("per-source-config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+            datapath_socket = "{}"
+            startup_timeout_ms = 4000
+            max_connections = 4
+            max_connections_per_source = 2
+
+            [[listener]]
+            bind = "{v4}"
+
+            [[listener]]
+            bind = "{v6}"
+            "#,
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let daemon = ControlDaemon::start(&bed, &config, "info,mpa_control=debug");
+    daemon.wait_for("both listeners", Duration::from_secs(5), |l| {
+        l.iter().filter(|l| l.contains("listening for MPA")).count() == 2
+    });
+    daemon.wait_line(&["datapath connected"]);
+    // Two silent peers from ns a's IPv4 address hold its two slots.
+    let (p1, r1) = silent_peer(&bed, v4);
+    let (p2, r2) = silent_peer(&bed, v4);
+    for p in [p1, p2] {
+        let p = p.expect("accepted");
+        daemon.wait_line(&["accepted: setup started", &format!("peer={p} ")]);
+    }
+    // The third from that address is reset, with the per-source reason.
+    let (_, r3) = silent_peer(&bed, v4);
+    match r3.join().unwrap() {
+        Err(e) => assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{e}"),
+        Ok(n) => panic!("a refused connection is reset, got a read of {n} octets"),
+    }
+    daemon.wait_for("the refusal", Duration::from_secs(5), |l| {
+        l.iter().any(|l| l.contains(PER_SOURCE))
+    });
+    assert_eq!(daemon.count(&[REFUSED]), 0, "not the global limit");
+    // Another address of the same host is still served.
+    let (p4, r4) = silent_peer(&bed, v6);
+    let p4 = p4.expect("accepted from the other address");
+    daemon.wait_line(&[
+        "accepted: setup started",
+        &format!("peer={p4} "),
+        "active=3",
+    ]);
+    // The first two time out: their slots come back, and the address is served again.
+    for r in [r1, r2, r4] {
+        assert!(matches!(r.join().unwrap(), Ok(0)));
+    }
+    let (p5, r5) = silent_peer(&bed, v4);
+    let p5 = p5.expect("accepted again");
+    daemon.wait_line(&["accepted: setup started", &format!("peer={p5} ")]);
+    assert!(matches!(r5.join().unwrap(), Ok(0)));
+    assert_eq!(daemon.count(&[PER_SOURCE]), 1);
+    drop(daemon);
+    dp.stop();
+}

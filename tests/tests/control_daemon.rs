@@ -511,6 +511,10 @@ fn bad_configs_and_missing_datapath_fail_clearly() {
         ),
         ("max_connections = 0\n", "max_connections: must be at least 1"),
         (
+            "max_connections = 8\nmax_connections_per_source = 9\n[[listener]]\nbind = \"127.0.0.1:7301\"\n",
+            "max_connections_per_source: 9 is not between 1 and max_connections (8)",
+        ),
+        (
             "[[listener]]\nbind = \"127.0.0.1:7301\"\nprivate_data_max_len = 8\nprivate_data_prefix = \"x\"\n",
             "private_data_prefix: and private_data_max_len are exclusive",
         ),
