@@ -42,6 +42,14 @@ pub struct SoakArgs {
     /// Resident memory growth allowed after the warm-up, MiB.
     #[arg(long, default_value_t = 64.0)]
     pub max_rss_growth_mib: f64,
+    /// Resident memory growth allowed after the warm-up, percent of the baseline (the
+    /// smaller of the two bounds holds).
+    #[arg(long, default_value_t = 5.0)]
+    pub max_rss_growth_percent: f64,
+    /// The datapath's memory budget, octets (default: the machine's; docs/limits.md). After
+    /// every wave its charges must all be back, and its high water never above it.
+    #[arg(long, value_name = "OCTETS")]
+    pub memory_budget: Option<u64>,
 }
 
 /// One sample after a wave.
@@ -121,7 +129,11 @@ pub fn soak(a: &SoakArgs) -> Result<String> {
     };
     let bed = bed(&r)?;
     let socket = temp_path("soak.sock");
-    let dp = start_datapath(&bed, &socket, &DatapathOptions::default())?;
+    let opts = DatapathOptions {
+        memory_budget: a.memory_budget,
+        ..DatapathOptions::default()
+    };
+    let dp = start_datapath(&bed, &socket, &opts)?;
     let result = waves(a, &r, &bed, &socket);
     dp.stop();
     result
@@ -144,6 +156,7 @@ fn waves(
         fds: 0,
     };
     let t0 = Instant::now();
+    let mut memory = mpa_ctl_proto::stats::MemoryStats::default();
     while wave == 0 || Instant::now() < deadline {
         wave += 1;
         progress.running(format!("wave {wave}"));
@@ -162,18 +175,30 @@ fn waves(
         flows += d.flows.len() as u64;
         // Everything of the wave is gone from the datapath: flows, adoptions and (the
         // consumers having closed) regions; allow the control thread a moment.
+        // So are their charges on the memory budget (flows, stores, completion rings).
         let t = Instant::now();
         loop {
             let s = stats(&mut dpc)?;
             let live = s.live_flows().count();
-            if live == 0 && s.adopted_flows == 0 && s.registry.regions == 0 {
+            memory = s.memory;
+            if memory.high_water > memory.limit {
+                bail!(
+                    "wave {wave}: the memory budget exceeded: high water {} of {}",
+                    memory.high_water,
+                    memory.limit
+                );
+            }
+            if live == 0 && s.adopted_flows == 0 && s.registry.regions == 0 && memory.used == 0
+            {
                 break;
             }
             if t.elapsed() > Duration::from_secs(10) {
                 bail!(
-                    "wave {wave}: {live} flows, {} adoptions and {} regions left behind",
+                    "wave {wave}: {live} flows, {} adoptions, {} regions and {} octets of the \
+                     memory budget left behind",
                     s.adopted_flows,
-                    s.registry.regions
+                    s.registry.regions,
+                    memory.used
                 );
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -203,12 +228,22 @@ fn waves(
     }
     drop(progress);
     let base = baseline.unwrap_or(peak);
-    check_growth(base, &later, a.max_rss_growth_mib)?;
+    let bound = a
+        .max_rss_growth_mib
+        .min(base.rss_mib * a.max_rss_growth_percent / 100.0);
+    check_growth(base, &later, bound)?;
     let last = later.last().copied().unwrap_or(base);
+    let grown = later
+        .iter()
+        .map(|s| s.rss_mib)
+        .fold(base.rss_mib, f64::max)
+        - base.rss_mib;
     Ok(format!(
         "{wave} waves, {flows} connections, {:.0} MiB placed and checked in {:.0} s, \
-         {}; after the warm-up ({} waves) RSS {:.1} → {:.1} MiB (peak {:.1}), \
-         descriptors {} → {} (peak {}); every flow ended, every region released",
+         {}; after the warm-up ({} waves) RSS {:.1} → {:.1} MiB (peak {:.1}, most growth \
+         {:.1} MiB = {:.1} %), descriptors {} → {} (peak {}); memory budget {} MiB: high \
+         water {:.1} MiB, {} out-of-order segments dropped for want of room, every charge \
+         given back; every flow ended, every region released",
         octets / (1 << 20) as f64,
         t0.elapsed().as_secs_f64(),
         match &a.impair {
@@ -219,9 +254,14 @@ fn waves(
         base.rss_mib,
         last.rss_mib,
         peak.rss_mib,
+        grown,
+        100.0 * grown / base.rss_mib.max(1.0),
         base.fds,
         last.fds,
-        peak.fds
+        peak.fds,
+        memory.limit >> 20,
+        memory.high_water as f64 / (1 << 20) as f64,
+        memory.dropped_segments
     ))
 }
 
