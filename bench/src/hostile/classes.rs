@@ -525,6 +525,11 @@ pub static CLASSES: &[Class] = &[
         super::ctl::subscription_flood,
     ),
     class(
+        "memory-budget-exhausted",
+        E::Placed,
+        super::ctl::memory_budget_exhausted,
+    ),
+    class(
         "consumer-never-reads",
         E::Placed,
         super::ctl::consumer_never_reads,

@@ -457,3 +457,79 @@ pub fn subscription_flood(c: &mut Ctx) -> Result<()> {
         ))
     })
 }
+
+/// The datapath's memory budget exhausted (docs/limits.md): clients subscribe to domain after
+/// domain until a subscription is refused for want of room (`Limit`, the budget named); then
+/// out-of-order segments on the hostile connection are stored until one is dropped for want of
+/// room (`memory.dropped_segments` +1) — never beyond the budget (`high_water` ≤ `limit`).
+/// Once the clients go their charges come back, and the runner's Write is placed.
+pub fn memory_budget_exhausted(c: &mut Ctx) -> Result<()> {
+    let mut w = DatapathClient::connect(&c.env.socket, WAIT)?;
+    let m0 = stats(&mut w)?.memory;
+    let mut clients = Vec::new();
+    let mut pd = 0x6_0000u32;
+    let mut subscribed = 0;
+    let refusal = 'fill: loop {
+        let mut con = Consumer::connect(&c.env.socket, WAIT)?;
+        for _ in 0..mpa_datapath::server::MAX_SUBSCRIPTIONS_PER_CLIENT {
+            pd += 1;
+            match con.subscribe(pd) {
+                Ok(()) => subscribed += 1,
+                Err(ConsumerError::Client(ClientError::Refused {
+                    code: ErrorCode::Limit,
+                    message,
+                })) if message.contains("memory budget") => {
+                    clients.push(con);
+                    break 'fill message;
+                }
+                Err(e) => bail!("subscription {}: {e}", subscribed + 1),
+            }
+        }
+        clients.push(con);
+        if clients.len() > 64 {
+            bail!("{subscribed} subscriptions and the budget never ran out");
+        }
+    };
+    // Out-of-order octets on the hostile connection until the budget drops one.
+    let junk = [0x5au8; 1400];
+    let mut sent = 0;
+    let m = loop {
+        let mut s = c.p.seg(&junk);
+        s.seq = c.p.snd_nxt.wrapping_add(4096 + sent * junk.len() as u32);
+        c.p.send_seg(&s)?;
+        sent += 1;
+        let m = stats(&mut w)?.memory;
+        if m.dropped_segments > m0.dropped_segments {
+            break m;
+        }
+        if sent > 600 {
+            bail!("{sent} out-of-order segments and none dropped for the budget: {m:?}");
+        }
+    };
+    if m.high_water > m.limit {
+        bail!("the budget exceeded: {m:?}");
+    }
+    c.p.poll(Duration::from_millis(50))?;
+    c.p.inbox.clear();
+    drop(clients);
+    // The subscriptions' charges come back as their clients go.
+    let t0 = std::time::Instant::now();
+    let after = loop {
+        let a = stats(&mut w)?.memory;
+        if a.used + (2 << 20) < m.used {
+            break a;
+        }
+        if t0.elapsed() > WAIT {
+            bail!("the clients' charges did not come back: {a:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    c.note = format!(
+        "{subscribed} subscriptions, the next refused ({refusal}); {sent} out-of-order segments, \
+         the last dropped for want of room ({} of {} octets charged, high water {}); {} \
+         charged once the clients went; ",
+        m.used, m.limit, m.high_water, after.used
+    );
+    let d: Vec<u8> = (0..64u8).collect();
+    c.write(0, &d)
+}

@@ -60,6 +60,15 @@ pub const RECV_BUFS: u32 = 4;
 /// keeps the window closed for 3 s and expects the flow to live.
 pub const PERSIST_PROBES: u32 = 4;
 
+/// The hostile datapath's memory budget (docs/limits.md): room for the run's flows and
+/// subscriptions, small enough for a class to exhaust it.
+pub const MEMORY_BUDGET: u64 = 48 << 20;
+
+/// Records per completion ring of the hostile datapath: each subscription then charges
+/// 192 KiB per worker to the budget, less than the octets one flow's store may hold, so a
+/// class that exhausts the budget with subscriptions leaves less than a store's worth.
+pub const COMPLETION_RING: u32 = 4096;
+
 /// Every class: the first table, then the later topics' tables.
 pub fn all_classes() -> impl Iterator<Item = &'static Class> {
     classes::CLASSES
@@ -679,6 +688,8 @@ pub fn hostile(a: &HostileArgs) -> Result<bool> {
     let socket = temp_path("hostile.sock");
     let mut opts = DatapathOptions::default();
     opts.tcp.persist_max_probes = PERSIST_PROBES;
+    opts.memory_budget = Some(MEMORY_BUDGET);
+    opts.completion_ring = COMPLETION_RING;
     let dp = start_datapath(&bed, &socket, &opts)?;
     let env = Env::prepare(&socket)?;
     let seconds = a.bystander_seconds.unwrap_or(10 + classes.len() as u64 / 3);
