@@ -36,8 +36,9 @@ pub struct SoakArgs {
     /// `drop=20,reorder=5,dup=2,both` (see `mpa-bench demo --help`).
     #[arg(long, value_name = "SPEC", conflicts_with = "loss")]
     pub impair: Option<mpa_testbed::Impairment>,
-    /// Waves before the memory and descriptor baseline is taken.
-    #[arg(long, default_value_t = 5)]
+    /// Waves before the memory and descriptor baseline is taken: the allocator's arenas and
+    /// the threads' stacks settle over the first twenty or so (RSS then stays within 1 %).
+    #[arg(long, default_value_t = 20)]
     pub warmup_waves: u32,
     /// Resident memory growth allowed after the warm-up, MiB.
     #[arg(long, default_value_t = 64.0)]
@@ -188,8 +189,7 @@ fn waves(
                     memory.limit
                 );
             }
-            if live == 0 && s.adopted_flows == 0 && s.registry.regions == 0 && memory.used == 0
-            {
+            if live == 0 && s.adopted_flows == 0 && s.registry.regions == 0 && memory.used == 0 {
                 break;
             }
             if t.elapsed() > Duration::from_secs(10) {
@@ -233,11 +233,7 @@ fn waves(
         .min(base.rss_mib * a.max_rss_growth_percent / 100.0);
     check_growth(base, &later, bound)?;
     let last = later.last().copied().unwrap_or(base);
-    let grown = later
-        .iter()
-        .map(|s| s.rss_mib)
-        .fold(base.rss_mib, f64::max)
-        - base.rss_mib;
+    let grown = later.iter().map(|s| s.rss_mib).fold(base.rss_mib, f64::max) - base.rss_mib;
     Ok(format!(
         "{wave} waves, {flows} connections, {:.0} MiB placed and checked in {:.0} s, \
          {}; after the warm-up ({} waves) RSS {:.1} → {:.1} MiB (peak {:.1}, most growth \

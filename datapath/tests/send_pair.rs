@@ -836,3 +836,36 @@ fn every_rtr_then_writes_sends_and_reads_both_ways_between_two_datapaths() {
         }
     }
 }
+
+/// A flow's send budget (docs/limits.md: 1 GiB of the consumer's Writes and Sends queued):
+/// a post that would go past it is refused whole with the budget's numbers, one within it is
+/// taken, and nothing is queued by a refusal. (The region is a sparse memfd: nothing is read
+/// unless sent.)
+#[test]
+fn posts_beyond_the_send_budget_are_refused_whole() {
+    const MIB: u64 = 1 << 20;
+    // Not a multiple of the huge page: a sparse memfd, nothing reserved up front.
+    let mut a = end(true, false, 2048 * MIB + 4096);
+    let p = |offset, count| SendPost {
+        op: SendOp::Write {
+            sink_stag: SINK,
+            sink_to: 0,
+        },
+        stag: SRC,
+        offset,
+        len: 768 * MIB,
+        count,
+    };
+    let err = |r: Result<Option<u32>, WorkerError>| r.unwrap_err().to_string();
+    assert_eq!(
+        err(post(&mut a.worker, 1, p(0, 2))),
+        "flow 1: send budget: 0 octets queued + 1610612736 posted exceed the flow's 1073741824"
+    );
+    assert_eq!(a.worker.report().flows[0].tx.messages_posted, 0);
+    post(&mut a.worker, 1, p(0, 1)).expect("within the budget");
+    assert_eq!(
+        err(post(&mut a.worker, 1, p(768 * MIB, 1))),
+        "flow 1: send budget: 805306368 octets queued + 805306368 posted exceed the flow's 1073741824"
+    );
+    assert_eq!(a.worker.report().flows[0].tx.messages_posted, 1);
+}

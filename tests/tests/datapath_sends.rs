@@ -623,3 +623,86 @@ fn the_datapath_reads_mpa_peer_listens_region() {
     assert_eq!(report["reads_served"], u64::from(count), "{report}");
     dp.stop();
 }
+
+/// More than 2 GiB of Read Responses owed at once (8 outstanding reads of 256 MiB, as the
+/// peer's ORD allows, 12 in all): the sequence space addresses at most 2^31 octets ahead of
+/// SND.UNA, so the TCP sees the queue 1 GiB at a time and the rest comes into view as octets
+/// are acknowledged (docs/limits.md). Every read arrives with the region's pattern.
+#[test]
+fn read_responses_beyond_2_gib_outstanding_are_all_served() {
+    if !require_privileged("datapath Read Responses beyond 2 GiB") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let (dp, path) = datapath(&bed, &DatapathOptions::default());
+    const LEN: u64 = 256 << 20;
+    const COUNT: u64 = 12;
+    let mut consumer = Consumer::connect(&path, Duration::from_secs(10)).unwrap();
+    let region = consumer.create_region(LEN, PD, false, true).unwrap();
+    let fill: Vec<u8> = (0..LEN as usize)
+        .map(|o| mpa_ctl_proto::pattern::pattern(0, o))
+        .collect();
+    assert!(region.write(0, &fill));
+    drop(fill);
+    let addr = SocketAddr::new(bed.addr_b(false), 7835);
+    let listener = mpa_tests::listen_in(&bed.ns_b, addr);
+    let ad = RegionAd {
+        writes: false,
+        sends: false,
+        stag: region.info().stag,
+        len: LEN,
+        base_to: 0,
+        recv_buf_size: 0,
+    };
+    let mut responder = mpa_tests::Responder {
+        reply_private_data: ad.emit().to_vec(),
+        placement: mpa_control::Placement {
+            pd: Some(PD),
+            aligned_sender: false,
+        },
+        ..mpa_tests::Responder::framing(false, true)
+    };
+    responder.policy.ird = 16;
+    let (ns_b, sock) = (bed.ns_b.clone(), path.clone());
+    let setup = std::thread::spawn(move || {
+        mpa_tests::accept_and_hand_over(&ns_b, &sock, &listener, &responder)
+    });
+    let mut cmd = bed.command(&bed.ns_a, &bin("mpa-peer").to_string_lossy());
+    cmd.args([
+        "connect",
+        "--to",
+        &addr.to_string(),
+        "--op",
+        "read",
+        "--rev",
+        "2",
+    ])
+    .args(["--size", &LEN.to_string(), "--count", &COUNT.to_string()])
+    .args(["--timeout", "120"]);
+    let out = cmd.output().unwrap();
+    let handed = setup.join().unwrap().unwrap();
+    let report: Value = serde_json::from_str(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or_else(|| panic!("{}", String::from_utf8_lossy(&out.stderr))),
+    )
+    .unwrap();
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["read_pattern_ok"], true, "{report}");
+    assert_eq!(report["read_responses"], COUNT, "{report}");
+    assert_eq!(report["read_octets"], COUNT * LEN, "{report}");
+    let t0 = Instant::now();
+    let f = loop {
+        let mut dpc = DatapathClient::connect(&path, Duration::from_secs(5)).unwrap();
+        if let Some(f) = mpa_tests::stats(&mut dpc).ended_flow(handed.flow_id) {
+            break f.clone();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "flow not ended");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    drop(handed);
+    assert_eq!(f.tx.read_responses, COUNT, "{f:?}");
+    assert!(f.tx.octets_read >= COUNT * LEN, "{f:?}");
+    dp.stop();
+}
