@@ -525,6 +525,11 @@ pub static CLASSES: &[Class] = &[
         super::ctl::subscription_flood,
     ),
     class(
+        "hostile-acker-of-a-bulk-sender",
+        E::Lives,
+        super::ctl::hostile_acker,
+    ),
+    class(
         "memory-budget-exhausted",
         E::Placed,
         super::ctl::memory_budget_exhausted,

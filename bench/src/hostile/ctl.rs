@@ -533,3 +533,68 @@ pub fn memory_budget_exhausted(c: &mut Ctx) -> Result<()> {
     let d: Vec<u8> = (0..64u8).collect();
     c.write(0, &d)
 }
+
+/// The datapath as a bulk sender facing a hostile ACKer: while a consumer's 256 Writes of
+/// 4 KiB go out on the hostile connection, its peer acknowledges octets never sent and octets
+/// from far below the window (both dropped and counted as bad ACKs, answered by at most a
+/// challenge ACK), then closes its window (zero) and opens it again. Every Write still
+/// completes exactly once, in order, and the connection lives on.
+pub fn hostile_acker(c: &mut Ctx) -> Result<()> {
+    const N: u32 = 256;
+    const LEN: u64 = 4096;
+    let before = c.flow_report()?;
+    let env = c.env;
+    let mut con = env.owner()?;
+    con.subscribe(super::PD_HOSTILE)?;
+    con.post_write(c.flow_id, env.stag(), 0, LEN, N, 0x4242, 0)?;
+    // Acknowledgments of what was never sent, and of what lies far behind.
+    for ack in [
+        c.p.rcv_nxt.wrapping_add(64 << 20),
+        c.p.rcv_nxt.wrapping_sub(0x6000_0000),
+    ] {
+        let mut s = c.p.seg(&[]);
+        s.flags.ack = Some(ack);
+        c.p.send_seg(&s)?;
+    }
+    // A closed window for a while, then open again.
+    let mut s = c.p.seg(&[]);
+    s.window = 0;
+    c.p.send_seg(&s)?;
+    c.p.poll(Duration::from_millis(300))?;
+    let s = c.p.seg(&[]);
+    c.p.send_seg(&s)?;
+    let mut done = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while done.len() < N as usize {
+        if std::time::Instant::now() > deadline {
+            bail!("{} of {N} Writes completed within 20 s", done.len());
+        }
+        c.p.poll(Duration::from_millis(20))?;
+        if let Some(b) = con.next_completions(std::time::Instant::now())? {
+            done.extend(b.into_iter().filter(|x| x.flow_id == c.flow_id));
+        }
+    }
+    con.unsubscribe(super::PD_HOSTILE)?;
+    for (i, d) in done.iter().enumerate() {
+        if (d.kind, d.offset, d.len)
+            != (
+                mpa_ctl_proto::CompletionKind::WriteSent,
+                i as u64 * LEN,
+                LEN,
+            )
+        {
+            bail!("completion {i}: {d:?}");
+        }
+    }
+    c.p.inbox.clear();
+    let after = c.flow_report()?;
+    let bad = after.tcp_drops.bad_ack - before.tcp_drops.bad_ack;
+    if bad < 2 {
+        bail!("both hostile ACKs dropped as bad ACKs, got {bad}");
+    }
+    c.note = format!(
+        "{N} Writes sent through 2 bad ACKs (dropped, counted) and a closed window: every one \
+         completed once, in order; "
+    );
+    Ok(())
+}
