@@ -106,6 +106,11 @@ impl MemoryBudget {
         self.limit
     }
 
+    /// Octets not charged now.
+    pub fn available(&self) -> u64 {
+        self.limit.saturating_sub(self.used.load(Ordering::Relaxed))
+    }
+
     /// Its counters now.
     pub fn report(&self) -> mpa_ctl_proto::stats::MemoryStats {
         mpa_ctl_proto::stats::MemoryStats {

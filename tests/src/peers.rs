@@ -109,6 +109,24 @@ pub fn ended_flow(dpc: &mut DatapathClient, flow_id: u64) -> FlowReport {
         .clone()
 }
 
+/// The final counters of flow `flow_id` once the datapath behind `socket` reports it ended,
+/// asked for every 50 ms for at most `timeout`.
+pub fn wait_ended_flow(socket: &std::path::Path, flow_id: u64, timeout: Duration) -> FlowReport {
+    let t0 = std::time::Instant::now();
+    loop {
+        let mut dpc =
+            DatapathClient::connect(socket, Duration::from_secs(5)).expect("reach the datapath");
+        if let Some(f) = stats(&mut dpc).ended_flow(flow_id) {
+            return f.clone();
+        }
+        assert!(
+            t0.elapsed() < timeout,
+            "flow {flow_id} not ended within {timeout:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// `mpa-peer listen` in ns a for one connection; killed when dropped.
 pub struct PeerListener {
     child: Child,

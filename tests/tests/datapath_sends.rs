@@ -500,18 +500,7 @@ fn mpa_peer_reads_a_region_through_the_datapath() {
             );
         }
         // The flow's own account.
-        let t0 = Instant::now();
-        let f = loop {
-            let mut dpc = DatapathClient::connect(&path, Duration::from_secs(5)).unwrap();
-            if let Some(f) = mpa_tests::stats(&mut dpc).ended_flow(handed.flow_id) {
-                break f.clone();
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(20),
-                "{what}: flow not ended"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let f = mpa_tests::wait_ended_flow(&path, handed.flow_id, Duration::from_secs(20));
         drop(handed);
         assert_eq!(
             f.tx.ird,
@@ -692,15 +681,7 @@ fn read_responses_beyond_2_gib_outstanding_are_all_served() {
     assert_eq!(report["read_pattern_ok"], true, "{report}");
     assert_eq!(report["read_responses"], COUNT, "{report}");
     assert_eq!(report["read_octets"], COUNT * LEN, "{report}");
-    let t0 = Instant::now();
-    let f = loop {
-        let mut dpc = DatapathClient::connect(&path, Duration::from_secs(5)).unwrap();
-        if let Some(f) = mpa_tests::stats(&mut dpc).ended_flow(handed.flow_id) {
-            break f.clone();
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "flow not ended");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let f = mpa_tests::wait_ended_flow(&path, handed.flow_id, Duration::from_secs(30));
     drop(handed);
     assert_eq!(f.tx.read_responses, COUNT, "{f:?}");
     assert!(f.tx.octets_read >= COUNT * LEN, "{f:?}");

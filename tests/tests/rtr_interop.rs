@@ -8,7 +8,6 @@
 
 use mpa::startup::{RtrSet, RtrType};
 use mpa::wire::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
-use mpa_control::datapath_client::DatapathClient;
 use mpa_ctl_proto::consumer::Consumer;
 use mpa_ctl_proto::pattern::PatternTable;
 use mpa_ctl_proto::region_ad::{self, RegionAd};
@@ -97,15 +96,7 @@ fn every_rtr_then_writes_sends_and_reads_from_mpa_peer() {
             assert!(out.status.success(), "{what}: {report}");
             assert_eq!(report["rtr"], format!("{rtr:?}"), "{what}: {report}");
             // The flow's own account: ended without a Terminate either way.
-            let t0 = Instant::now();
-            let f = loop {
-                let mut dpc = DatapathClient::connect(&path, Duration::from_secs(5)).unwrap();
-                if let Some(f) = mpa_tests::stats(&mut dpc).ended_flow(handed.flow_id) {
-                    break f.clone();
-                }
-                assert!(t0.elapsed() < Duration::from_secs(20), "{what}: not ended");
-                std::thread::sleep(Duration::from_millis(50));
-            };
+            let f = mpa_tests::wait_ended_flow(&path, handed.flow_id, Duration::from_secs(20));
             drop(handed);
             assert_eq!(
                 f.ended.as_ref().and_then(|e| e.terminate),

@@ -169,6 +169,10 @@ struct AckSnap {
     dsack: bool,
 }
 
+/// The smallest receive window offered under memory pressure (`free_window`): in-order data
+/// needs no memory from the budget, so a flow is slowed, never stalled, by others' use of it.
+pub(crate) const PRESSURE_WINDOW: usize = 64 << 10;
+
 /// A TCP connection in a synchronized state, handed over from the kernel. See the module
 /// documentation for the caller's loop. What it sends comes from `S`: a byte ring
 /// ([`SendBuffer`], filled by [`Connection::send`]) unless built with

@@ -671,9 +671,26 @@ impl<S: SendSource> Connection<S> {
     /// where the caller places what comes, the placed octets do not count and the window
     /// opens up to `rcv_buf` while a hole holds RCV.NXT back (a segment there that turns out
     /// not placeable is refused and retransmitted, as Linux prunes its out-of-order queue).
+    ///
+    /// Under memory pressure the store can only grow by what the datapath's budget has left
+    /// (`crate::budget`), but never below [`PRESSURE_WINDOW`]: the window offered then
+    /// shrinks as data arrives instead of inviting segments that would be dropped. The right
+    /// edge never moves back (`advertise`).
     pub(super) fn free_window(&self) -> usize {
         let max_field = 65535usize << self.rcv_wscale;
-        let by_store = self.store.limit() + self.store.placed();
+        let copyable = match &self.budget {
+            None => self.store.limit(),
+            Some(b) => {
+                let room = usize::try_from(b.available()).unwrap_or(usize::MAX);
+                self.store.limit().min(
+                    self.store
+                        .stored()
+                        .saturating_add(room)
+                        .max(PRESSURE_WINDOW),
+                )
+            }
+        };
+        let by_store = copyable + self.store.placed();
         self.store
             .span()
             .saturating_sub(self.unreleased)
