@@ -143,9 +143,11 @@ pub fn setup(s: &SetupArgs) -> Result<SetupResult> {
     std::fs::write(
         &config,
         format!(
-            "datapath_socket = {:?}\nmax_connections = {}\n\n[[listener]]\nbind = \"{addr}\"\n",
+            // Every connection comes from the one sender host.
+            "datapath_socket = {:?}\nmax_connections = {n}\nmax_connections_per_source = {n}\n\n\
+             [[listener]]\nbind = \"{addr}\"\n",
             socket.to_string_lossy(),
-            n + 64
+            n = n + 64
         ),
     )?;
     let mut daemon = bed

@@ -4,7 +4,8 @@
 //! octet for octet. An untagged RTR takes MSN 1 of its queue (RFC 5041 §5.1), so the peer's
 //! first Send after a Send RTR and its first Read Request after a Read RTR carry MSN 2 —
 //! which the datapath must expect (else it ends the stream with DDP 1/2/3). The datapath as
-//! Initiator, and both ends datapaths, are covered in-memory by `datapath/tests/send_pair.rs`.
+//! Initiator against `mpa-peer listen` follows; both ends datapaths, both roles, are in
+//! `datapath/tests/send_pair.rs`.
 
 use mpa::startup::{RtrSet, RtrType};
 use mpa::wire::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
@@ -142,6 +143,137 @@ fn every_rtr_then_writes_sends_and_reads_from_mpa_peer() {
                     got[o..o + payload as usize] == *table.payload(m, payload as usize),
                     "{what}: message {m} differs"
                 );
+            }
+        }
+    }
+    dp.stop();
+}
+
+/// The datapath as peer-to-peer Initiator (its RTR first) against `mpa-peer listen`: for every
+/// RTR type, its consumer's Writes land in the listener's region octet for octet, its Sends
+/// arrive (the first with MSN 2 after a Send RTR, else 1), and its Reads fetch the listener's
+/// pattern — after a Read RTR the listener's zero-length answer comes first and completes
+/// nothing for the consumer.
+#[test]
+fn every_rtr_then_writes_sends_and_reads_to_mpa_peer_listen() {
+    if !require_privileged("peer-to-peer RTR interop, datapath as Initiator") {
+        return;
+    }
+    use mpa::crc::crc32c;
+    use mpa_ctl_proto::CompletionKind as K;
+    const PEER_STAG: u32 = 0x7700;
+    const MSG: u64 = 4000;
+    const N: u32 = 32;
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let (dp, path) = datapath(&bed, &DatapathOptions::default());
+    let mut port = 7880u16;
+    for (pd, rtr) in (41u32..).zip(RtrType::ALL) {
+        for op in ["write", "send", "read"] {
+            port += 1;
+            let what = format!("Initiator, {rtr:?} then {op}s");
+            let pd = pd * 8 + port as u32 % 8;
+            let bind = SocketAddr::new(bed.addr_a(false), port);
+            let advertise = format!("{PEER_STAG:#x}:{LEN}:4096");
+            let mut args = vec!["--rev", "2", "--timeout", "20", "--advertise", &advertise];
+            if op == "read" {
+                args.extend(["--remote-read", "--fill-pattern"]);
+            }
+            let listener = mpa_tests::PeerListener::start(&bed, bind, &args);
+            let mut consumer = Consumer::connect(&path, Duration::from_secs(10)).unwrap();
+            let region = consumer.create_region(LEN, pd, true, false).unwrap();
+            let stag = region.info().stag;
+            let data: Vec<u8> = (0..LEN as usize).map(|i| (i * 131 % 251) as u8).collect();
+            if op != "read" {
+                assert!(region.write(0, &data));
+            }
+            consumer.subscribe(pd).unwrap();
+            let policy = mpa::startup::StartupPolicy {
+                revision: 2,
+                accept_rev2: true,
+                p2p: true,
+                rtr_send: RtrSet::single(rtr),
+                ..Default::default()
+            };
+            let (flow_id, ad, frozen) =
+                mpa_bench::datapath::initiate(&bed, &path, bind, policy, Vec::new(), pd)
+                    .unwrap_or_else(|e| panic!("{what}: {e:#}"));
+            let (kind, first_msn) = match op {
+                "write" => {
+                    consumer
+                        .post_write(flow_id, stag, 0, MSG, N, ad.stag, ad.base_to)
+                        .unwrap();
+                    (K::WriteSent, None)
+                }
+                "send" => {
+                    let msn = consumer.post_send(flow_id, stag, 0, MSG, N).unwrap();
+                    (K::SendSent, Some(msn))
+                }
+                _ => {
+                    consumer
+                        .post_read(flow_id, stag, 0, MSG, N, ad.stag, ad.base_to)
+                        .unwrap();
+                    (K::ReadResponsePlaced, None)
+                }
+            };
+            if let Some(msn) = first_msn {
+                let want = 1 + u32::from(rtr == RtrType::ZeroLengthSend);
+                assert_eq!(msn, want, "{what}: the first Send's MSN");
+            }
+            let mut done = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while done.len() < N as usize {
+                assert!(
+                    Instant::now() < deadline,
+                    "{what}: {} of {N} completed",
+                    done.len()
+                );
+                if let Some(b) = consumer
+                    .next_completions(Instant::now() + Duration::from_millis(100))
+                    .unwrap()
+                {
+                    done.extend(b);
+                }
+            }
+            for (i, c) in done.iter().enumerate() {
+                let i = i as u64;
+                assert_eq!((c.kind, c.offset, c.len), (kind, i * MSG, MSG), "{what}");
+                if let Some(msn) = first_msn {
+                    assert_eq!(c.msn, Some(msn + i as u32), "{what}");
+                }
+            }
+            consumer.finish_flow(flow_id).unwrap();
+            let report = listener.report(Duration::from_secs(30));
+            drop(frozen);
+            assert_eq!(report["error"], Value::Null, "{what}: {report}");
+            assert_eq!(report["rtr"], format!("{rtr:?}"), "{what}: {report}");
+            let n = u64::from(N);
+            match op {
+                "write" => {
+                    assert_eq!(report["writes"], n, "{what}: {report}");
+                    let mut want = vec![0u8; LEN as usize];
+                    let sent = (n * MSG) as usize;
+                    want[..sent].copy_from_slice(&data[..sent]);
+                    assert_eq!(
+                        report["region_digest"],
+                        format!("{:08x}", crc32c(&want)),
+                        "{what}: the listener's region"
+                    );
+                }
+                "send" => {
+                    assert_eq!(report["sends"], n, "{what}: {report}");
+                    assert_eq!(report["send_octets"], n * MSG, "{what}: {report}");
+                }
+                _ => {
+                    assert_eq!(report["reads_served"], n, "{what}: {report}");
+                    let want: Vec<u8> = (0..(n * MSG) as usize)
+                        .map(|o| mpa_ctl_proto::pattern::pattern(0, o))
+                        .collect();
+                    let got = region.to_vec();
+                    assert!(
+                        got[..want.len()] == want[..],
+                        "{what}: what was read differs"
+                    );
+                }
             }
         }
     }

@@ -104,6 +104,13 @@ pub struct HostileArgs {
     /// control socket, print what happened in one line, run nothing else.
     #[arg(long, hide = true)]
     pub probe_socket: Option<std::path::PathBuf>,
+    /// (Internal: the classes on other clients' flows run this without CAP_NET_ADMIN.) With
+    /// `--probe-socket`: ask this of flow `--probe-flow` and print the answer's code.
+    #[arg(long, hide = true, requires_all = ["probe_socket", "probe_flow"])]
+    pub probe_foreign: Option<String>,
+    /// (Internal.) The flow `--probe-foreign` names.
+    #[arg(long, hide = true)]
+    pub probe_flow: Option<u64>,
 }
 
 /// What must happen after a class's script.
@@ -667,6 +674,10 @@ fn alive(ctx: &mut Ctx) -> Result<()> {
 /// Runs the classes on a fresh bed; prints one line per class and the summary line. Ok(true)
 /// when every class behaved as specified and the bystander finished octet-exact.
 pub fn hostile(a: &HostileArgs) -> Result<bool> {
+    if let (Some(p), Some(op), Some(flow)) = (&a.probe_socket, &a.probe_foreign, a.probe_flow) {
+        println!("{}", ctl::probe_foreign(p, op, flow));
+        return Ok(true);
+    }
     if let Some(p) = &a.probe_socket {
         println!("{}", ctl::probe(p));
         return Ok(true);

@@ -28,6 +28,26 @@ pub(super) struct Client {
     in_octets: Arc<AtomicUsize>,
     /// Set when the client is dropped: its reader stops waiting for budget.
     closed: Arc<AtomicBool>,
+    /// The client's process held CAP_NET_ADMIN when it connected: an operator (`mpa-control
+    /// close`, `capture`), who may end, finish and capture any flow (docs/limits.md,
+    /// "Ownership").
+    pub(super) operator: bool,
+}
+
+/// CAP_NET_ADMIN's bit in a capability set (linux/capability.h).
+const CAP_NET_ADMIN: u32 = 12;
+
+/// Whether process `pid` holds CAP_NET_ADMIN in its effective set now (`/proc/PID/status`,
+/// `CapEff`); `false` when it cannot be read.
+fn holds_net_admin(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << CAP_NET_ADMIN) != 0)
 }
 
 /// A framed message for a client, with the region whose descriptor goes along (SCM_RIGHTS),
@@ -176,10 +196,12 @@ impl Server {
             // A client that never reads must not hold the control thread in this write.
             let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
             // Only our own user (or root) may drive the datapath.
-            let allowed =
+            let cred =
                 nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
-                    .map(|c| c.uid() == nix::unistd::geteuid().as_raw() || c.uid() == 0)
-                    .unwrap_or(false);
+                    .ok();
+            let allowed =
+                cred.is_some_and(|c| c.uid() == nix::unistd::geteuid().as_raw() || c.uid() == 0);
+            let operator = cred.is_some_and(|c| holds_net_admin(c.pid()));
             let mut w = match stream.try_clone() {
                 Ok(w) => w,
                 Err(_) => continue,
@@ -252,6 +274,7 @@ impl Server {
                     out_octets,
                     in_octets,
                     closed,
+                    operator,
                 },
             );
         }

@@ -522,14 +522,18 @@ impl Server {
     }
 
     /// Whether `client` may end, finish or capture flow `flow_id`: the client that adopted
-    /// it (`mpa-control`, for hand-overs) or the one that owns its protection domain (its
-    /// consumer). Others get `Forbidden`: control clients share the datapath's uid, so the
+    /// it (`mpa-control`, for hand-overs), the one that owns its protection domain (its
+    /// consumer), or an operator (a process with CAP_NET_ADMIN: `mpa-control close`,
+    /// `capture`). Others get `Forbidden`: control clients share the datapath's uid, so the
     /// socket's permissions alone do not keep one consumer off another's flows. An unknown
     /// flow passes here (the caller answers `UnknownFlow`).
     pub(super) fn may_control(&self, client: u64, flow_id: u64) -> Result<(), Refusal> {
         let Some(a) = self.adopted.get(&flow_id) else {
             return Ok(());
         };
+        if self.clients.get(&client).is_some_and(|c| c.operator) {
+            return Ok(());
+        }
         let owns_domain =
             a.pd.is_some_and(|pd| self.registry.domain_owner(pd) == Some(client));
         if a.client == client || owns_domain {
