@@ -106,6 +106,15 @@ struct Subscription {
 const BATCH: usize = 4096;
 
 impl Consumer {
+    /// The ring file of the subscription to `pd` (to inspect it; the workers write it), if
+    /// subscribed.
+    pub fn ring_file(&self, pd: u32) -> Option<&crate::ring::RingFile> {
+        self.subs
+            .iter()
+            .find(|s| s.pd == pd)
+            .and_then(|s| s.rings.file())
+    }
+
     /// Connects; `timeout` bounds every wait for an answer.
     pub fn connect(path: &Path, timeout: Duration) -> Result<Consumer, ConsumerError> {
         let agent = concat!("mpa consumer ", env!("CARGO_PKG_VERSION"));

@@ -535,6 +535,11 @@ pub static CLASSES: &[Class] = &[
         super::ctl::memory_budget_exhausted,
     ),
     class(
+        "consumer-garbage-ring-indices",
+        E::Placed,
+        super::ctl::garbage_ring_indices,
+    ),
+    class(
         "consumer-never-reads",
         E::Placed,
         super::ctl::consumer_never_reads,

@@ -615,3 +615,67 @@ pub fn hostile_acker(c: &mut Ctx) -> Result<()> {
     );
     Ok(())
 }
+
+/// A consumer that writes garbage over its completion rings' headers (indices, counters,
+/// flags; it holds the memfd, so it can) and reads nothing while more RDMA Writes arrive than
+/// a ring holds: the workers never
+/// trust an index back (a tail they did not expect makes the ring look full: records lost and
+/// counted), nothing is written outside the rings, and every Write is placed (the runner
+/// checks the last of each offset).
+pub fn garbage_ring_indices(c: &mut Ctx) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    // More than a ring holds, unread: the workers must read the (garbage) tail back.
+    const N: u32 = super::COMPLETION_RING + 2000;
+    let mut w = DatapathClient::connect(&c.env.socket, WAIT)?;
+    let lost = |s: &mpa_ctl_proto::stats::DatapathStats| -> u64 {
+        s.queues.iter().map(|q| q.stats.completions_overflow).sum()
+    };
+    let lost0 = lost(&stats(&mut w)?);
+    let env = c.env;
+    let mut con = env.owner()?;
+    con.subscribe(super::PD_HOSTILE)?;
+    let file = con
+        .ring_file(super::PD_HOSTILE)
+        .context("the subscription's ring file")?;
+    let rings = file.rings() as u64;
+    let ring_len = (file.len() as u64) / rings;
+    let f = std::fs::File::from(file.fd().try_clone_to_owned()?);
+    let garbage = vec![0xa5u8; mpa_ctl_proto::ring::HEADER_LEN];
+    for r in 0..rings {
+        f.write_at(&garbage, r * ring_len)?;
+    }
+    let mut burst = Vec::new();
+    for k in 0..N {
+        let off = u64::from(k % 64) * 16;
+        let d: Vec<u8> = (0..16u32).map(|j| (k * 3 + j) as u8).collect();
+        burst.extend_from_slice(&c.write_fpdu(off, &d));
+        if k >= N - 64 {
+            c.placed.push((c.slot + off, d));
+        }
+        if burst.len() >= 8 << 10 || k == N - 1 {
+            c.p.send_stream(&burst, 1400)?;
+            burst.clear();
+            if k != N - 1 {
+                c.wait_acked()
+                    .with_context(|| format!("write {k} of {N}"))?;
+            }
+        }
+    }
+    let lost_now = lost(&stats(&mut w)?) - lost0;
+    if lost_now < u64::from(N - super::COMPLETION_RING) {
+        bail!(
+            "at least {} completions lost to a ring that looks full, got {lost_now}",
+            N - super::COMPLETION_RING
+        );
+    }
+    let read = match con.next_completions(std::time::Instant::now()) {
+        Err(e) => format!("the consumer's own read failed: {e}"),
+        Ok(r) => format!("the consumer read {} records", r.map_or(0, |v| v.len())),
+    };
+    con.unsubscribe(super::PD_HOSTILE)?;
+    c.note = format!(
+        "ring headers overwritten, {N} writes sent: {lost_now} completions lost and counted, \
+         {read}; "
+    );
+    Ok(())
+}

@@ -169,6 +169,11 @@ pub struct RingSet {
 }
 
 impl RingSet {
+    /// The ring file the rings live in (shared with the datapath's workers).
+    pub fn file(&self) -> Option<&RingFile> {
+        self.readers.first().map(|r| &*r.file)
+    }
+
     /// Every ring of `file`.
     pub fn new(file: Arc<RingFile>) -> RingSet {
         RingSet {
