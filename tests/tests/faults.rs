@@ -292,25 +292,10 @@ fn worker_panic_reports_its_flows_gone_and_exits_non_zero() {
     );
 
     let addr = SocketAddr::new(bed.addr_b(false), 7621);
-    let listener = listen_in(&bed.ns_b, addr);
-    let held = held_initiator(&bed, addr);
-    let (flow_id, mut dpc, frozen) = hand_over(&bed, &dp.socket, &listener, false, true, None);
-    held.sent.recv_timeout(Duration::from_secs(20)).unwrap();
-    wait_fpdus(&mut dpc, flow_id, 10);
-
     // The second hand-over makes the worker panic: it is refused.
-    let addr2 = SocketAddr::new(bed.addr_b(false), 7622);
-    let listener2 = listen_in(&bed.ns_b, addr2);
-    let mut cfg = initiator_cfg();
-    cfg.policy.startup_timeout = Duration::from_secs(3);
-    let second = initiator_in_a(&bed, addr2, cfg, |_, s| s.map(|_| ()));
-    let r = accept_and_hand_over(
-        &bed.ns_b,
-        &dp.socket,
-        &listener2,
-        &Responder::framing(false, true),
-    );
-    let e = r.expect_err("a hand-over to a panicking worker");
+    let f = flow_then_faulted_hand_over(&bed, &dp, addr, 7622);
+    let (flow_id, mut dpc, frozen, held, second) = (f.flow_id, f.dpc, f.frozen, f.held, f.second);
+    let e = f.refused.expect_err("a hand-over to a panicking worker");
     assert!(format!("{e:#}").contains("worker did not answer"), "{e:#}");
     assert!(matches!(
         second.join().unwrap(),
@@ -383,25 +368,11 @@ fn a_stuck_worker_is_found_and_the_datapath_exits_non_zero() {
     )
     .unwrap();
     let addr = SocketAddr::new(bed.addr_b(false), 7631);
-    let listener = listen_in(&bed.ns_b, addr);
-    let held = held_initiator(&bed, addr);
-    let (flow_id, mut dpc, frozen) = hand_over(&bed, &dp.socket, &listener, false, true, None);
-    held.sent.recv_timeout(Duration::from_secs(20)).unwrap();
-    wait_fpdus(&mut dpc, flow_id, 10);
     // The second hand-over hangs the worker.
-    let addr2 = SocketAddr::new(bed.addr_b(false), 7632);
-    let listener2 = listen_in(&bed.ns_b, addr2);
-    let mut cfg = initiator_cfg();
-    cfg.policy.startup_timeout = Duration::from_secs(3);
-    let second = initiator_in_a(&bed, addr2, cfg, |_, s| s.map(|_| ()));
-    let r = accept_and_hand_over(
-        &bed.ns_b,
-        &dp.socket,
-        &listener2,
-        &Responder::framing(false, true),
-    );
-    assert!(r.is_err(), "a hand-over to a stuck worker");
-    let _ = second.join();
+    let f = flow_then_faulted_hand_over(&bed, &dp, addr, 7632);
+    let (flow_id, mut dpc, frozen, held) = (f.flow_id, f.dpc, f.frozen, f.held);
+    assert!(f.refused.is_err(), "a hand-over to a stuck worker");
+    let _ = f.second.join();
     let Message::FlowGone {
         flow_id: gone,
         reason,
@@ -458,6 +429,52 @@ fn a_control_thread_panic_ends_the_process_non_zero() {
         dp.log()
     );
     assert!(!xdp_on_b(&bed), "{}", bed.link_b().unwrap());
+}
+
+/// A flow handed over at `addr` and carrying FPDUs, then a second connection (port
+/// `second_port`) whose hand-over meets the worker's injected fault.
+struct FaultedHandOver {
+    flow_id: u64,
+    dpc: DatapathClient,
+    frozen: mpa_control::freeze::FrozenSocket,
+    held: Held,
+    /// The second Initiator's thread (its startup times out).
+    second: JoinHandle<Result<(), EndpointError>>,
+    /// What the second hand-over returned (its error with its causes).
+    refused: Result<mpa_bench::HandedOver, String>,
+}
+
+fn flow_then_faulted_hand_over(
+    bed: &TestBed,
+    dp: &DatapathProcess,
+    addr: SocketAddr,
+    second_port: u16,
+) -> FaultedHandOver {
+    let listener = listen_in(&bed.ns_b, addr);
+    let held = held_initiator(bed, addr);
+    let (flow_id, mut dpc, frozen) = hand_over(bed, &dp.socket, &listener, false, true, None);
+    held.sent.recv_timeout(Duration::from_secs(20)).unwrap();
+    wait_fpdus(&mut dpc, flow_id, 10);
+    let addr2 = SocketAddr::new(bed.addr_b(false), second_port);
+    let listener2 = listen_in(&bed.ns_b, addr2);
+    let mut cfg = initiator_cfg();
+    cfg.policy.startup_timeout = Duration::from_secs(3);
+    let second = initiator_in_a(bed, addr2, cfg, |_, s| s.map(|_| ()));
+    let refused = accept_and_hand_over(
+        &bed.ns_b,
+        &dp.socket,
+        &listener2,
+        &Responder::framing(false, true),
+    )
+    .map_err(|e| format!("{e:#}"));
+    FaultedHandOver {
+        flow_id,
+        dpc,
+        frozen,
+        held,
+        second,
+        refused,
+    }
 }
 
 /// `ip -j -d link show` of the bed's interface: the id of the XDP program attached.

@@ -313,24 +313,7 @@ pub fn consumer_never_reads(c: &mut Ctx) -> Result<()> {
         s.queues.iter().map(|q| q.stats.completions_overflow).sum()
     };
     let lost0 = overflow(&stats(&mut w)?);
-    let mut burst = Vec::new();
-    for k in 0..N {
-        let off = u64::from(k % 128) * 16;
-        let d: Vec<u8> = (0..16u32).map(|j| (k * 7 + j) as u8).collect();
-        burst.extend_from_slice(&c.write_fpdu(off, &d));
-        if k >= N - 128 {
-            c.placed.push((c.slot + off, d));
-        }
-        if burst.len() >= 8 << 10 || k == N - 1 {
-            c.p.send_stream(&burst, 1400)?;
-            burst.clear();
-            // The last ACK is the runner's to see.
-            if k != N - 1 {
-                c.wait_acked()
-                    .with_context(|| format!("write {k} of {N}"))?;
-            }
-        }
-    }
+    write_bursts(c, N, 128, 7)?;
     let st = stats(&mut w)?;
     c.note = format!(
         "{N} writes sent while the subscriber read nothing ({} completions lost to its full ring, {} octets queued to clients); ",
@@ -644,23 +627,7 @@ pub fn garbage_ring_indices(c: &mut Ctx) -> Result<()> {
     for r in 0..rings {
         f.write_at(&garbage, r * ring_len)?;
     }
-    let mut burst = Vec::new();
-    for k in 0..N {
-        let off = u64::from(k % 64) * 16;
-        let d: Vec<u8> = (0..16u32).map(|j| (k * 3 + j) as u8).collect();
-        burst.extend_from_slice(&c.write_fpdu(off, &d));
-        if k >= N - 64 {
-            c.placed.push((c.slot + off, d));
-        }
-        if burst.len() >= 8 << 10 || k == N - 1 {
-            c.p.send_stream(&burst, 1400)?;
-            burst.clear();
-            if k != N - 1 {
-                c.wait_acked()
-                    .with_context(|| format!("write {k} of {N}"))?;
-            }
-        }
-    }
+    write_bursts(c, N, 64, 3)?;
     let lost_now = lost(&stats(&mut w)?) - lost0;
     if lost_now < u64::from(N - super::COMPLETION_RING) {
         bail!(
@@ -677,5 +644,29 @@ pub fn garbage_ring_indices(c: &mut Ctx) -> Result<()> {
         "ring headers overwritten, {N} writes sent: {lost_now} completions lost and counted, \
          {read}; "
     );
+    Ok(())
+}
+
+/// Sends `n` RDMA Writes of 16 octets (write `k` holds `k·mix + j`) to `slots` offsets of the
+/// class's slot in turn, in bursts of 8 KiB, each acknowledged before the next (the last ACK is
+/// the runner's to see); the last write to each offset is what the runner checks.
+fn write_bursts(c: &mut Ctx, n: u32, slots: u32, mix: u32) -> Result<()> {
+    let mut burst = Vec::new();
+    for k in 0..n {
+        let off = u64::from(k % slots) * 16;
+        let d: Vec<u8> = (0..16u32).map(|j| (k * mix + j) as u8).collect();
+        burst.extend_from_slice(&c.write_fpdu(off, &d));
+        if k >= n - slots {
+            c.placed.push((c.slot + off, d));
+        }
+        if burst.len() >= 8 << 10 || k == n - 1 {
+            c.p.send_stream(&burst, 1400)?;
+            burst.clear();
+            if k != n - 1 {
+                c.wait_acked()
+                    .with_context(|| format!("write {k} of {n}"))?;
+            }
+        }
+    }
     Ok(())
 }
