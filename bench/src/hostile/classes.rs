@@ -376,6 +376,28 @@ pub static CLASSES: &[Class] = &[
         read_request_msn(c, 1, stag, 0, 64)?;
         read_request_msn(c, 1, stag, 0, 64)
     }),
+    // Peer-to-peer: the RTR took MSN 1 of its queue (RFC 5041 §5.1), so the first real
+    // message there is MSN 2; MSN 1 again is out of range.
+    Class {
+        name: "send-msn-1-after-a-send-rtr",
+        expect: E::Terminate(1, 2, 3),
+        setup: Setup::P2p(mpa::startup::RtrType::ZeroLengthSend),
+        script: |c| {
+            let u = untagged_ulpdu(Op::Send, 0, 1, 0, &c.pattern(8));
+            c.p.send_data(&fpdu_bytes(&u, true))
+        },
+        after: write_not_placed,
+    },
+    Class {
+        name: "read-request-msn-1-after-a-read-rtr",
+        expect: E::Terminate(1, 2, 3),
+        setup: Setup::P2p(mpa::startup::RtrType::ZeroLengthReadRequest),
+        script: |c| {
+            let stag = c.env.stag_read_only;
+            read_request_msn(c, 1, stag, 0, 64)
+        },
+        after: write_not_placed,
+    },
     // Its Read Response would wrap the sink's TO: it cannot be served (RFC 5040 §5.2.1).
     term("read-request-sink-to-wraps", (0, 1, 4), |c| {
         let stag = c.env.stag_read_only;

@@ -183,6 +183,9 @@ pub enum Setup {
     Markers,
     /// As `Normal`, over IPv6 (the bed's fd99::1 → fd99::2).
     Ipv6,
+    /// As `Normal`, peer-to-peer (revision 2): the startup sent this RTR first, and the
+    /// datapath took it (its queue's MSN 1).
+    P2p(mpa::startup::RtrType),
 }
 
 /// One hostile-input class.
@@ -428,7 +431,7 @@ fn run_class(
         Setup::NoBuffers => PD_NO_BUFFERS,
         _ => PD_HOSTILE,
     };
-    let resp = Responder {
+    let mut resp = Responder {
         placement: mpa_control::Placement {
             pd: Some(pd),
             aligned_sender: class.setup == Setup::Aligned,
@@ -436,6 +439,14 @@ fn run_class(
         wait: Duration::from_secs(10),
         ..Responder::framing(class.setup == Setup::Markers, true)
     };
+    let rtr = match class.setup {
+        Setup::P2p(rtr) => Some(rtr),
+        _ => None,
+    };
+    if let Some(rtr) = rtr {
+        resp.policy.accept_rev2 = true;
+        resp.policy.rtr_support = mpa::startup::RtrSet::single(rtr);
+    }
     if class.setup == Setup::Posted {
         env.post_buffers()?;
     }
@@ -445,7 +456,14 @@ fn run_class(
     let (h, p) = std::thread::scope(|s| {
         let ns_b = bed.ns_b.clone();
         let t = s.spawn(move || accept_and_hand_over(&ns_b, socket, listener, &resp));
-        let p = HostilePeer::connect(bed, to, &HostileConfig::default());
+        let p = HostilePeer::connect(
+            bed,
+            to,
+            &HostileConfig {
+                rtr,
+                ..HostileConfig::default()
+            },
+        );
         let h = t.join().map_err(|_| anyhow!("hand-over thread panicked"));
         (h, p)
     });

@@ -107,6 +107,9 @@ impl Rx {
 pub struct HostileConfig {
     /// Ask for markers toward the datapath (the Responder must require or allow them).
     pub markers: bool,
+    /// Peer-to-peer (revision 2): offer only this RTR, which the startup sends first
+    /// (RFC 6581 §9.2), before the connection is frozen.
+    pub rtr: Option<mpa::startup::RtrType>,
 }
 
 /// One hostile connection: the exact TCP state of our side and a raw socket on ns a's veth.
@@ -198,11 +201,18 @@ impl HostilePeer {
         })??;
         // The bystander's frames pass this socket too: room for a while of them.
         setsockopt(&sock, sockopt::RcvBufForce, &(32 << 20))?;
+        let mut policy = StartupPolicy {
+            markers_required: cfg.markers,
+            ..StartupPolicy::default()
+        };
+        if let Some(rtr) = cfg.rtr {
+            policy.revision = 2;
+            policy.accept_rev2 = true;
+            policy.p2p = true;
+            policy.rtr_send = mpa::startup::RtrSet::single(rtr);
+        }
         let ecfg = EndpointConfig {
-            policy: StartupPolicy {
-                markers_required: cfg.markers,
-                ..StartupPolicy::default()
-            },
+            policy,
             ..EndpointConfig::default()
         };
         let stream = run_in_netns(&bed.ns_a, move || -> Result<TcpStream> {
