@@ -31,8 +31,12 @@ fn demo(op: &str, framing: Framing, loss: u8, bytes: u64) -> Value {
         bytes.to_string(),
         "--size".into(),
         "4096".into(),
+        // As large as the transfer: no two Writes in flight target the same octets. DDP
+        // places tagged segments in any order (RFC 5041 §2.1, §5.3), and a placing flow's
+        // window reaches 4 MiB (`rcv_buf`): in a smaller region that wraps, a later Write
+        // placed ahead of a hole may land before an earlier one to the same place.
         "--region-bytes".into(),
-        (1u64 << 20).to_string(),
+        bytes.max(1 << 20).to_string(),
         "--json".into(),
     ];
     match framing {
