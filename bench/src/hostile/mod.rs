@@ -17,6 +17,7 @@ pub mod frames;
 pub mod ipv6;
 pub mod markers_ooo;
 pub mod peer;
+pub mod reads;
 pub mod window;
 
 pub(crate) use counters::xdp_field;
@@ -78,6 +79,7 @@ pub fn all_classes() -> impl Iterator<Item = &'static Class> {
         .chain(markers_ooo::CLASSES)
         .chain(ended::CLASSES)
         .chain(ipv6::CLASSES)
+        .chain(reads::CLASSES)
 }
 
 /// `mpa-bench hostile`'s options.

@@ -1,0 +1,136 @@
+//! What passes between the control thread and a worker: its commands, its notifications,
+//! and why it refuses a command.
+
+use crate::capture::{CaptureBatch, CaptureSpec};
+use crate::completions::{RingMark, RingSubscription};
+use crate::flow::{Flow, FlowEnd, FlowError, SendPost};
+use crate::receiver::{PostRecvError, PostedBuf, Region};
+use crate::sender::PostError;
+use crossbeam_channel::Sender;
+use mpa_ctl_proto::stats::{FlowReport, QueueReport};
+use mpa_ctl_proto::HandOver;
+use std::net::SocketAddr;
+
+/// What the control thread asks of a worker.
+pub enum Command {
+    /// Start owning a flow from its hand-over, with the receive buffers its domain had
+    /// waiting; the answer says whether it worked.
+    HandOver(
+        Box<HandOver>,
+        Vec<PostedBuf>,
+        Sender<Result<(), WorkerError>>,
+    ),
+    /// A region to place into (every worker gets its own copy).
+    AddRegion(Region),
+    /// A region no longer accepts placement.
+    RemoveRegion(u32),
+    /// Post receive buffers to a flow.
+    PostRecv(u64, Vec<PostedBuf>, Sender<Result<(), WorkerError>>),
+    /// Post Writes or Sends on a flow; the answer carries the first Send's MSN.
+    PostSend(u64, SendPost, Sender<Result<Option<u32>, WorkerError>>),
+    /// Abort a flow (RST to the peer).
+    Close(u64),
+    /// Close a flow gracefully: a FIN after what is queued.
+    Finish(u64),
+    /// Abort every flow (RST to each peer), each reported gone with this reason.
+    AbortAll(&'static str),
+    /// Give a flow up (it belongs to another queue's worker): answer with its state and
+    /// where its completions end in this worker's ring.
+    Release(u64, Sender<Option<(Box<Flow>, Option<RingMark>)>>),
+    /// Take over a flow released by another worker.
+    Adopt(Box<Flow>, (SocketAddr, SocketAddr), Option<RingMark>),
+    /// Deliver a domain's completions into this ring (replacing the domain's earlier one).
+    Subscribe(Box<RingSubscription>),
+    /// A subscription ended (its consumer is gone): unmap its ring.
+    Unsubscribe {
+        /// The domain.
+        pd: u32,
+        /// The subscription.
+        id: u64,
+    },
+    /// Report counters.
+    Stats(Sender<QueueReport>),
+    /// Start capturing (replacing any capture running).
+    StartCapture(CaptureSpec),
+    /// Stop capturing: hand over what is held ([`Notification::Captured`]), then answer with
+    /// the frames dropped for want of room.
+    StopCapture(Sender<u64>),
+    /// Stop the worker.
+    Shutdown,
+}
+
+/// What a worker reports on its own.
+#[derive(Debug)]
+pub enum Notification {
+    /// A flow ended; the control thread removes it from the XDP map and tells mpa-control.
+    FlowGone {
+        /// The flow.
+        flow_id: u64,
+        /// Our address of the 4-tuple.
+        local: SocketAddr,
+        /// The peer.
+        remote: SocketAddr,
+        /// How.
+        end: FlowEnd,
+        /// Final counters.
+        stats: Box<FlowReport>,
+    },
+    /// Captured frames (a full batch, or what one poll captured); the control thread sends
+    /// them to the capturing client and gives the emptied batch back.
+    Captured {
+        /// The worker's queue.
+        queue: u32,
+        /// The capture they belong to.
+        generation: u64,
+        /// The frames.
+        batch: CaptureBatch,
+    },
+    /// Segments of a steered 4-tuple arrive on this queue, whose worker does not own it: RSS
+    /// put the peer's connection here. The control thread moves the flow over.
+    Stray {
+        /// The queue that saw the segment.
+        queue: u32,
+        /// Our address.
+        local: SocketAddr,
+        /// The peer.
+        remote: SocketAddr,
+    },
+}
+
+/// Why a worker refused a command.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// A hand-over for a 4-tuple that already has a flow here.
+    #[error("the 4-tuple already has a flow")]
+    DuplicateFlow,
+    /// The flow is not on this worker.
+    #[error("no flow {0} on this worker")]
+    NoFlow(u64),
+    /// The datapath's memory budget has no room for another flow (docs/limits.md).
+    #[error("the datapath's memory budget is exhausted ({used} of {limit} octets in use)")]
+    MemoryBudget {
+        /// Octets charged.
+        used: u64,
+        /// The budget.
+        limit: u64,
+    },
+    /// The hand-over could not become a flow.
+    #[error(transparent)]
+    HandOver(#[from] FlowError),
+    /// Messages to send were refused (none was queued).
+    #[error("flow {flow}: {error}")]
+    Post {
+        /// The flow.
+        flow: u64,
+        /// Why.
+        error: PostError,
+    },
+    /// Receive buffers were refused.
+    #[error("flow {flow}: {error}")]
+    PostRecv {
+        /// The flow.
+        flow: u64,
+        /// Why.
+        error: PostRecvError,
+    },
+}
