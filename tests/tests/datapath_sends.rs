@@ -182,19 +182,7 @@ fn writes_reach_the_kernel_peer(bed: &TestBed, path: &Path, port: u16, c: &Case)
         "{what}: the listener's region is not the consumer's: {report}"
     );
     // The flow ends cleanly once both FINs are through.
-    let t0 = Instant::now();
-    let f = loop {
-        let mut dpc = DatapathClient::connect(path, Duration::from_secs(5)).unwrap();
-        let s = mpa_tests::stats(&mut dpc);
-        if let Some(f) = s.ended_flow(flow_id) {
-            break f.clone();
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "{what}: flow {flow_id} did not end"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let f = mpa_tests::wait_ended_flow(path, flow_id, Duration::from_secs(20));
     assert_eq!(
         f.ended.as_ref().and_then(|e| e.mpa_error),
         None,
@@ -212,6 +200,18 @@ fn writes_reach_the_kernel_peer(bed: &TestBed, path: &Path, port: u16, c: &Case)
         report["ulpdu_digest"].as_str(),
         "{what}: {f:?} / {report}"
     );
+    // The consumer goes, and with it its region and its hold on domain PD (released as the
+    // datapath sees the client gone), so that the next case's consumer may take the domain.
+    drop(consumer);
+    let mut dpc = DatapathClient::connect(path, Duration::from_secs(5)).unwrap();
+    let t0 = Instant::now();
+    while mpa_tests::stats(&mut dpc).registry.regions > 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "{what}: region not released"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     f
 }
 
