@@ -189,7 +189,7 @@ fn datapath_send(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> Result<B
     let mut consumer = Consumer::connect(&socket, Duration::from_secs(20))?;
     let region = consumer.create_region(sink, PD, false, false)?;
     consumer.subscribe(PD)?;
-    let mut rng = mpa_datapath::sim::SplitMix64(size as u64);
+    let mut rng = mpa_stack::sim::SplitMix64(size as u64);
     let src: Vec<u8> = (0..sink).map(|_| rng.next_u64() as u8).collect();
     if !region.write(0, &src) {
         bail!("cannot fill the consumer's region");
@@ -297,7 +297,7 @@ fn datapath_to_datapath(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> R
     let mut consumer = Consumer::connect(&socket_b, Duration::from_secs(20))?;
     let region = consumer.create_region(sink, PD, false, false)?;
     consumer.subscribe(PD)?;
-    let mut rng = mpa_datapath::sim::SplitMix64(size as u64 ^ 0xd00d);
+    let mut rng = mpa_stack::sim::SplitMix64(size as u64 ^ 0xd00d);
     let src: Vec<u8> = (0..sink).map(|_| rng.next_u64() as u8).collect();
     if !region.write(0, &src) {
         bail!("cannot fill the consumer's region");

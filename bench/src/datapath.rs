@@ -10,12 +10,12 @@ use mpa_control::responder::{respond_and_hand_over, Outcome};
 use mpa_control::Placement;
 use mpa_ctl_proto::stats::DatapathStats;
 use mpa_ctl_proto::Message;
+use mpa_datapath::io::xsk::{BindMode, XskConfig};
 use mpa_datapath::server::{
     Datapath, DatapathConfig, DEFAULT_COMPLETION_RING, DEFAULT_MAX_CONTROL_CLIENTS,
     DEFAULT_MAX_REGION_BYTES,
 };
-use mpa_datapath::tcp::TcpConfig;
-use mpa_datapath::xsk::{BindMode, XskConfig};
+use mpa_stack::tcp::TcpConfig;
 use mpa_testbed::{run_in_netns, TestBed};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

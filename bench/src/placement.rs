@@ -8,7 +8,7 @@ use mpa_ctl_proto::consumer::{Consumer, MappedRegion};
 use mpa_ctl_proto::pattern::PatternTable;
 use mpa_ctl_proto::region_ad::{self, RegionAd};
 use mpa_ctl_proto::{Completion, CompletionKind, PostTarget};
-use mpa_datapath::receiver::MAX_POSTED;
+use mpa_stack::receiver::MAX_POSTED;
 use std::time::{Duration, Instant};
 
 /// The consumer side of a placing run: the region, what the sender will do with it, and a

@@ -3,9 +3,9 @@
 
 use clap::Parser;
 use mpa_bpf::AttachMode;
+use mpa_datapath::io::xsk::{BindMode, BusyPoll, XskConfig};
 use mpa_datapath::server::{Datapath, DatapathConfig};
-use mpa_datapath::tcp::TcpConfig;
-use mpa_datapath::xsk::{BindMode, BusyPoll, XskConfig};
+use mpa_stack::tcp::TcpConfig;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -11,17 +11,17 @@ use mpa::startup::RtrType;
 use mpa::wire::ddp::{DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN};
 use mpa_ctl_proto::ring::{Producer, RingFile, RingSet, Waker};
 use mpa_ctl_proto::{CaptureDirection, CompletionKind, HandOver, RegionInfo, Role};
-use mpa_datapath::capture::startup_frames;
-use mpa_datapath::completions::RingSubscription;
-use mpa_datapath::flow::{Flow, FlowError, FrameVec};
-use mpa_datapath::receiver::Region;
-use mpa_datapath::region::RegionMemory;
-use mpa_datapath::ring::{MemRing, MemWire};
-use mpa_datapath::sim::SimHandover;
-use mpa_datapath::strays::{STRAY_ASK_EVERY, STRAY_BYTES, STRAY_FLOWS, STRAY_TTL};
-use mpa_datapath::tcp::TcpConfig;
-use mpa_datapath::wire::frame::parse_tcp_frame;
+use mpa_datapath::io::capture::startup_frames;
+use mpa_datapath::io::ring::{MemRing, MemWire};
+use mpa_datapath::memory::completions::RingSubscription;
+use mpa_datapath::worker::strays::{STRAY_ASK_EVERY, STRAY_BYTES, STRAY_FLOWS, STRAY_TTL};
 use mpa_datapath::worker::{Command, Notification, Worker, WorkerConfig};
+use mpa_stack::flow::{Flow, FlowError, FrameVec};
+use mpa_stack::receiver::Region;
+use mpa_stack::region::RegionMemory;
+use mpa_stack::sim::SimHandover;
+use mpa_stack::tcp::TcpConfig;
+use mpa_stack::wire::frame::parse_tcp_frame;
 use std::net::SocketAddrV4;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -797,8 +797,8 @@ fn a_flow_that_moves_to_another_worker_keeps_its_completions_in_order() {
 /// once the first flow is closed and gone its charge is back and the next hand-over is taken.
 #[test]
 fn a_hand_over_the_memory_budget_has_no_room_for_is_refused() {
-    use mpa_datapath::budget::{MemoryBudget, FLOW_CHARGE};
     use mpa_datapath::worker::WorkerError;
+    use mpa_stack::budget::{MemoryBudget, FLOW_CHARGE};
     let (ring, _wire) = MemRing::new(0);
     let (_cmd_tx, cmd_rx) = unbounded();
     let (note_tx, notes) = unbounded();

@@ -10,15 +10,15 @@ use mpa::wire::fpdu;
 use mpa_ctl_proto::ring::{Producer, RingFile, RingSet, Waker};
 use mpa_ctl_proto::stats::FlowReport;
 use mpa_ctl_proto::{Completion, CompletionKind, RegionInfo, Role};
-use mpa_datapath::completions::RingSubscription;
-use mpa_datapath::flow::{SendOp, SendPost};
-use mpa_datapath::receiver::Region;
-use mpa_datapath::region::RegionMemory;
-use mpa_datapath::ring::{MemRing, MemWire};
-use mpa_datapath::sim::{SimHandover, SplitMix64};
-use mpa_datapath::tcp::TcpConfig;
-use mpa_datapath::wire::frame::parse_tcp_frame;
+use mpa_datapath::io::ring::{MemRing, MemWire};
+use mpa_datapath::memory::completions::RingSubscription;
 use mpa_datapath::worker::{Command, Notification, Worker, WorkerConfig, WorkerError};
+use mpa_stack::flow::{SendOp, SendPost};
+use mpa_stack::receiver::Region;
+use mpa_stack::region::RegionMemory;
+use mpa_stack::sim::{SimHandover, SplitMix64};
+use mpa_stack::tcp::TcpConfig;
+use mpa_stack::wire::frame::parse_tcp_frame;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -417,7 +417,7 @@ fn sends_land_in_posted_buffers_in_msn_order() {
     fill_pattern(&a.mem, 1 << 20, 9);
     // B posts 40 buffers of 4 KiB in its buffer region.
     let bufs = (0..count)
-        .map(|i| mpa_datapath::receiver::PostedBuf {
+        .map(|i| mpa_stack::receiver::PostedBuf {
             stag: BUFS,
             offset: u64::from(i) * 4096,
             len: 4096,
@@ -756,7 +756,7 @@ fn every_rtr_then_writes_sends_and_reads_both_ways_between_two_datapaths() {
                     },
                     "send" => {
                         let bufs = (0..COUNT)
-                            .map(|i| mpa_datapath::receiver::PostedBuf {
+                            .map(|i| mpa_stack::receiver::PostedBuf {
                                 stag: main_stag(dest),
                                 offset: u64::from(i) * 4096,
                                 len: 4096,

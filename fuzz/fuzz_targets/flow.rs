@@ -1,2 +1,2 @@
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| mpa_datapath::fuzz::fuzz_flow(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| mpa_stack::fuzz::fuzz_flow(data));

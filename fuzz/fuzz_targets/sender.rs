@@ -1,2 +1,2 @@
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| mpa_datapath::fuzz::fuzz_sender(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| mpa_stack::fuzz::fuzz_sender(data));

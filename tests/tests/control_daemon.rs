@@ -624,7 +624,7 @@ fn silent_peer_is_reaped_and_its_slot_freed() {
     // Probes 0.7 s apart: Linux answers an out-of-window segment at most every 0.5 s
     // (tcp_invalid_ratelimit), and a keepalive probe is one.
     let opts = DatapathOptions {
-        tcp: mpa_datapath::tcp::TcpConfig {
+        tcp: mpa_stack::tcp::TcpConfig {
             keepalive_idle: Some(Duration::from_millis(1000)),
             keepalive_interval: Duration::from_millis(700),
             keepalive_probes: 2,

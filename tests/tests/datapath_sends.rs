@@ -14,7 +14,7 @@ use mpa_ctl_proto::consumer::Consumer;
 use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::stats::FlowReport;
 use mpa_ctl_proto::CompletionKind;
-use mpa_datapath::sim::SplitMix64;
+use mpa_stack::sim::SplitMix64;
 use mpa_tests::PeerListener as Listener;
 use mpa_tests::{
     bin, datapath, require_privileged, run_in_netns, BedConfig, DatapathOptions, TestBed,

@@ -11,9 +11,9 @@ use mpa_control::datapath_client::DatapathClient;
 use mpa_ctl_proto::consumer::Consumer;
 use mpa_ctl_proto::stats::FlowReport;
 use mpa_ctl_proto::{Message, PostTarget};
+use mpa_datapath::io::xsk::{BindMode, XskConfig};
 use mpa_datapath::server::Datapath;
-use mpa_datapath::tcp::TcpConfig;
-use mpa_datapath::xsk::{BindMode, XskConfig};
+use mpa_stack::tcp::TcpConfig;
 use mpa_tests::frames::v4_ports;
 use mpa_tests::{
     bin, datapath, ended_flow, hand_over, initiator_in_a, listen_in, require_privileged, stats,

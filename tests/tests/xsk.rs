@@ -3,8 +3,8 @@
 //! reaches the peer namespace.
 
 use mpa_bpf::{AttachMode, FlowKey, FlowValue, XdpSteering};
-use mpa_datapath::ring::FrameRing;
-use mpa_datapath::xsk::{BindMode, XskConfig, XskQueue};
+use mpa_datapath::io::ring::FrameRing;
+use mpa_datapath::io::xsk::{BindMode, XskConfig, XskQueue};
 use mpa_testbed::{A4, B4};
 use mpa_tests::frames::udp_v4;
 use mpa_tests::{listen_in, require_privileged, run_in_netns, BedConfig, TestBed};
@@ -100,7 +100,7 @@ fn busy_polling_and_bind_modes_are_set_or_refused_clearly() {
             frames: 256,
             ring_size: 128,
             bind_mode: BindMode::Copy,
-            busy_poll: Some(mpa_datapath::xsk::BusyPoll {
+            busy_poll: Some(mpa_datapath::io::xsk::BusyPoll {
                 usecs: 20,
                 budget: 64,
             }),

@@ -390,7 +390,7 @@ pub fn probe_foreign(p: &Path, op: &str, flow_id: u64) -> String {
         "HandOver" => ask(&mut dpc, &|id| Message::HandOver {
             id,
             handover: Box::new(
-                mpa_datapath::sim::SimHandover {
+                mpa_stack::sim::SimHandover {
                     flow_id,
                     ..Default::default()
                 }

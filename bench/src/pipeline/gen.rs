@@ -8,7 +8,7 @@ use super::{PipelineOpts, OUR_MAC, PEER_MAC, RCV_NXT, SND_NXT};
 use anyhow::{anyhow, bail, Result};
 use etherparse::PacketBuilder;
 use mpa::wire::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
-use mpa_datapath::sim::{send_segment, write_segment, FpduStream, SplitMix64};
+use mpa_stack::sim::{send_segment, write_segment, FpduStream, SplitMix64};
 use std::net::SocketAddrV4;
 
 use crate::options::Op;

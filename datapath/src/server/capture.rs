@@ -3,7 +3,7 @@
 //! bounds of time and size and gives the batches back.
 
 use super::{Command, Server};
-use crate::capture::{CaptureBatch, CaptureSpec, BATCHES_PER_WORKER};
+use crate::io::capture::{CaptureBatch, CaptureSpec, BATCHES_PER_WORKER};
 use crossbeam_channel::Sender;
 use mpa_ctl_proto::capture::{check_request, pcap_record_len, PCAP_FILE_HEADER_LEN};
 use mpa_ctl_proto::{CapturedFrame, ErrorCode, Message};
@@ -42,7 +42,7 @@ impl Server {
         max_bytes: u64,
         duration_ms: u64,
         snaplen: u32,
-    ) -> Result<(), crate::registry::Refusal> {
+    ) -> Result<(), crate::memory::registry::Refusal> {
         check_request(max_bytes, duration_ms, snaplen)
             .map_err(|e| (ErrorCode::BadRequest, e.to_string()))?;
         if let Some(c) = &self.capture {

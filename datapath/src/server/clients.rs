@@ -54,7 +54,7 @@ fn holds_net_admin(pid: i32) -> bool {
 /// or other descriptors (a subscription's rings and eventfd).
 struct Outgoing(
     Vec<u8>,
-    Option<Arc<crate::region::RegionMemory>>,
+    Option<Arc<mpa_stack::region::RegionMemory>>,
     Vec<std::os::fd::OwnedFd>,
 );
 
@@ -318,7 +318,7 @@ impl Server {
         &mut self,
         client: u64,
         m: Message,
-        region: Option<Arc<crate::region::RegionMemory>>,
+        region: Option<Arc<mpa_stack::region::RegionMemory>>,
     ) -> bool {
         self.send_outgoing(client, m, region, Vec::new())
     }
@@ -337,7 +337,7 @@ impl Server {
         &mut self,
         client: u64,
         m: Message,
-        region: Option<Arc<crate::region::RegionMemory>>,
+        region: Option<Arc<mpa_stack::region::RegionMemory>>,
         fds: Vec<std::os::fd::OwnedFd>,
     ) -> bool {
         let Some(c) = self.clients.get(&client) else {

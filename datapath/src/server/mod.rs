@@ -22,15 +22,15 @@ mod subscriptions;
 pub use subscriptions::MAX_SUBSCRIPTIONS_PER_CLIENT;
 mod watch;
 
-use crate::registry::Registry;
-use crate::tcp::TcpConfig;
+use crate::io::xsk::{XskConfig, XskQueue};
+use crate::memory::registry::Registry;
 use crate::worker::{Command, Notification, Worker, WorkerConfig};
-use crate::xsk::{XskConfig, XskQueue};
 use capture::Capture;
 use clients::Client;
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use mpa_bpf::{AttachMode, FlowKey, XdpSteering};
 use mpa_ctl_proto::Message;
+use mpa_stack::tcp::TcpConfig;
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
@@ -80,7 +80,7 @@ pub struct DatapathConfig {
     /// ([`DEFAULT_WORKER_DEADLINE`]; an idle worker turns at least every 10 ms).
     pub worker_deadline: Duration,
     /// The memory budget every flow and subscription draws from, octets
-    /// ([`crate::budget::default_limit`] when `None`; docs/limits.md).
+    /// ([`default_memory_budget`] when `None`; docs/limits.md).
     pub memory_budget: Option<u64>,
 }
 
@@ -114,7 +114,7 @@ pub enum StartError {
     Bpf(#[from] mpa_bpf::BpfError),
     /// AF_XDP failed.
     #[error(transparent)]
-    Xsk(#[from] crate::xsk::XskError),
+    Xsk(#[from] crate::io::xsk::XskError),
     /// The control socket could not be created.
     #[error("control socket {0}: {1}")]
     Socket(PathBuf, io::Error),
@@ -145,9 +145,8 @@ impl Datapath {
         let mut workers = Vec::new();
         let mut handles = Vec::new();
         let mut beats = Vec::new();
-        let budget = crate::budget::MemoryBudget::new(
-            cfg.memory_budget
-                .unwrap_or_else(crate::budget::default_limit),
+        let budget = mpa_stack::budget::MemoryBudget::new(
+            cfg.memory_budget.unwrap_or_else(default_memory_budget),
         );
         for q in 0..cfg.queues {
             let mut xsk = XskQueue::open(&cfg.iface, q, &cfg.xsk)?;
@@ -361,7 +360,7 @@ fn interface_mac(iface: &str) -> Result<[u8; 6], StartError> {
 /// idle wait so that a command (a hand-over) is served at once, not after the wait.
 struct WorkerHandle {
     tx: Sender<Command>,
-    waker: crate::xsk::Waker,
+    waker: crate::io::xsk::Waker,
 }
 
 impl WorkerHandle {
@@ -409,9 +408,9 @@ struct Server {
     /// Ports watched for TS.Recent, by client, and what hand-overs inherited.
     watch: watch::Watches,
     /// The memory budget flows and subscriptions draw from.
-    budget: Arc<crate::budget::MemoryBudget>,
+    budget: Arc<mpa_stack::budget::MemoryBudget>,
     /// Each subscription's completion rings, charged to `budget`, by subscription id.
-    subscription_charges: HashMap<u64, crate::budget::Charge>,
+    subscription_charges: HashMap<u64, mpa_stack::budget::Charge>,
 }
 
 /// How long a stopping datapath waits for its clients' writers to send what is queued (the
@@ -537,6 +536,19 @@ impl Server {
             }
         }
     }
+}
+
+/// The budget when none is configured: a quarter of the machine's memory, at least 256 MiB.
+pub fn default_memory_budget() -> u64 {
+    let pages = nix::unistd::sysconf(nix::unistd::SysconfVar::_PHYS_PAGES)
+        .ok()
+        .flatten()
+        .unwrap_or(0);
+    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .unwrap_or(4096);
+    ((pages.max(0) as u64).saturating_mul(page.max(0) as u64) / 4).max(256 << 20)
 }
 
 #[cfg(test)]

@@ -2,11 +2,11 @@
 //! client must say Hello (with our protocol version) before anything else.
 
 use super::{Adopted, Command, Server};
-use crate::flow::{SendOp, SendPost};
-use crate::registry::Refusal;
+use crate::memory::registry::Refusal;
 use mpa_bpf::{FlowKey, FlowValue};
 use mpa_ctl_proto::stats::{CaptureStats, DatapathStats};
 use mpa_ctl_proto::{ErrorCode, HandOver, Message, PostTarget, VERSION};
+use mpa_stack::flow::{SendOp, SendPost};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -613,7 +613,7 @@ impl Server {
         offset: u64,
         len: u32,
         count: u32,
-    ) -> Result<(), crate::registry::Refusal> {
+    ) -> Result<(), crate::memory::registry::Refusal> {
         match target {
             PostTarget::Pd(pd) => {
                 self.registry.check_domain(pd, client)?;

@@ -5,7 +5,7 @@
 //! replaces it) the workers drop their ends and the memory is released.
 
 use super::{Command, Server};
-use crate::completions::RingSubscription;
+use crate::memory::completions::RingSubscription;
 use mpa_ctl_proto::ring::{Producer, RingFile, Waker};
 use mpa_ctl_proto::{ErrorCode, Message};
 use std::sync::Arc;
@@ -36,7 +36,7 @@ impl Server {
         let rings = self.workers.len() as u32;
         // The rings come out of the memory budget (docs/limits.md).
         let bytes = u64::from(rings) * mpa_ctl_proto::ring::ring_bytes(self.completion_ring) as u64;
-        let Some(charge) = crate::budget::Charge::take(&self.budget, bytes) else {
+        let Some(charge) = mpa_stack::budget::Charge::take(&self.budget, bytes) else {
             let m = self.budget.report();
             let message = format!(
                 "the datapath's memory budget has no room for {bytes} octets of completion \
@@ -130,7 +130,7 @@ impl Server {
         &mut self,
         client: u64,
         pd: u32,
-    ) -> Result<(), crate::registry::Refusal> {
+    ) -> Result<(), crate::memory::registry::Refusal> {
         let id = self.registry.unsubscribe(pd, client)?;
         self.subscription_charges.remove(&id);
         for w in &self.workers {

@@ -1,14 +1,14 @@
 //! What passes between the control thread and a worker: its commands, its notifications,
 //! and why it refuses a command.
 
-use crate::capture::{CaptureBatch, CaptureSpec};
-use crate::completions::{RingMark, RingSubscription};
-use crate::flow::{Flow, FlowEnd, FlowError, SendPost};
-use crate::receiver::{PostRecvError, PostedBuf, Region};
-use crate::sender::PostError;
+use crate::io::capture::{CaptureBatch, CaptureSpec};
+use crate::memory::completions::{RingMark, RingSubscription};
 use crossbeam_channel::Sender;
 use mpa_ctl_proto::stats::{FlowReport, QueueReport};
 use mpa_ctl_proto::HandOver;
+use mpa_stack::flow::{Flow, FlowEnd, FlowError, SendPost};
+use mpa_stack::receiver::{PostRecvError, PostedBuf, Region};
+use mpa_stack::sender::PostError;
 use std::net::SocketAddr;
 
 /// What the control thread asks of a worker.

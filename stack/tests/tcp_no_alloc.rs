@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use mpa::seq::SeqNumber;
-use mpa_datapath::tcp::{Connection, HandoverState, TcpConfig, TsHandover};
-use mpa_datapath::wire::tcp::{TcpFlags, TcpOptions, TcpRepr, TcpTimestamps};
+use mpa_stack::tcp::{Connection, HandoverState, TcpConfig, TsHandover};
+use mpa_stack::wire::tcp::{TcpFlags, TcpOptions, TcpRepr, TcpTimestamps};
 
 struct Counting;
 

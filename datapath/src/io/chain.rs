@@ -166,7 +166,7 @@ impl Chain {
 fn prefetch_half(frame: Option<&[u8]>, second: bool) {
     if let Some(b) = frame {
         let mid = (b.len() / 2) & !63;
-        crate::xsk::prefetch(if second { &b[mid..] } else { &b[..mid] });
+        crate::io::prefetch::prefetch(if second { &b[mid..] } else { &b[..mid] });
     }
 }
 
@@ -199,7 +199,7 @@ pub fn deliver<'u, D>(
     // frame at once overran the line fill buffers (16 here, shared with the region copy's
     // stores) and the worker waited on the prefetches themselves, ~10 % of its samples.
     if let Some(d) = descs.get(1) {
-        crate::xsk::prefetch(octets(d).0);
+        crate::io::prefetch::prefetch(octets(d).0);
     }
     for (i, d) in descs.iter().enumerate() {
         let ahead = descs.get(i + 2).map(|a| octets(a).0);

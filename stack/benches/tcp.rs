@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use mpa::seq::SeqNumber;
-use mpa_datapath::tcp::{Connection, HandoverState, TcpConfig, TsHandover};
-use mpa_datapath::wire::tcp::{TcpFlags, TcpOptions, TcpPacket, TcpRepr, TcpTimestamps};
+use mpa_stack::tcp::{Connection, HandoverState, TcpConfig, TsHandover};
+use mpa_stack::wire::tcp::{TcpFlags, TcpOptions, TcpPacket, TcpRepr, TcpTimestamps};
 
 const SEG: usize = 1448;
 /// Segments per iteration.

@@ -72,6 +72,10 @@ pub trait FrameSink {
     fn send_with(&mut self, build: impl FnOnce(&mut [u8]) -> usize) -> bool;
 }
 
+/// Octets of an in-memory frame buffer ([`FrameVec`], the datapath's in-memory ring): a
+/// jumbo frame (MTU 9000) with room to spare.
+pub const MEM_FRAME_CAPACITY: usize = 9216;
+
 /// A [`FrameSink`] that keeps every frame (tests, in-memory harnesses).
 #[derive(Debug, Clone, Default)]
 pub struct FrameVec {
@@ -85,11 +89,11 @@ impl FrameSink for FrameVec {
     }
 
     fn frame_capacity(&self) -> usize {
-        crate::ring::MEM_FRAME_CAPACITY
+        MEM_FRAME_CAPACITY
     }
 
     fn send_with(&mut self, build: impl FnOnce(&mut [u8]) -> usize) -> bool {
-        let mut b = vec![0u8; crate::ring::MEM_FRAME_CAPACITY];
+        let mut b = vec![0u8; MEM_FRAME_CAPACITY];
         let n = build(&mut b);
         if n == 0 {
             return false;

@@ -12,8 +12,8 @@
 
 #![forbid(unsafe_code)]
 
-use crate::flow::Flow;
 use mpa_ctl_proto::ring::{Producer, Record, Waker};
+use mpa_stack::flow::Flow;
 
 /// One subscription as a worker holds it: the ring of this worker and the subscription's
 /// eventfd.

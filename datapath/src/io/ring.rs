@@ -1,5 +1,5 @@
 //! What a worker needs of its frame source: receive a burst of Ethernet frames (and give their
-//! buffers back), queue frames to send, hand them to the device. [`crate::xsk::XskQueue`] is
+//! buffers back), queue frames to send, hand them to the device. [`crate::io::xsk::XskQueue`] is
 //! the AF_XDP implementation; [`MemRing`] keeps frames in memory, so the whole receive
 //! pipeline (frame parsing, TCP, MPA, placement, ACKs) runs without a NIC, a namespace or
 //! root: in tests and in the isolated pipeline benchmark. The worker is generic over the
@@ -7,7 +7,7 @@
 
 #![forbid(unsafe_code)]
 
-use crate::chain::{self, Chain};
+use crate::io::chain::{self, Chain};
 pub use mpa_ctl_proto::stats::RingStats;
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -60,7 +60,7 @@ pub trait FrameRing {
 pub const MEM_RING_SIZE: usize = 4096;
 
 /// Octets of a [`MemRing`] TX buffer: a jumbo frame (MTU 9000) with room to spare.
-pub const MEM_FRAME_CAPACITY: usize = 9216;
+pub use mpa_stack::flow::MEM_FRAME_CAPACITY;
 
 /// Frames received per [`FrameRing::rx_burst`].
 const BURST: usize = 64;

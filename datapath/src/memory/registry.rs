@@ -4,10 +4,10 @@
 
 #![forbid(unsafe_code)]
 
-use crate::receiver::{PostedBuf, Region, MAX_POSTED};
-use crate::region::RegionMemory;
 use mpa_ctl_proto::stats::RegistryStats;
 use mpa_ctl_proto::{ErrorCode, RegionInfo};
+use mpa_stack::receiver::{PostedBuf, Region, MAX_POSTED};
+use mpa_stack::region::RegionMemory;
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -280,7 +280,8 @@ impl Registry {
         Ok(sub)
     }
 
-    /// The subscriber of `pd`.
+    /// The subscriber of `pd` (the tests' view of the table).
+    #[cfg(test)]
     pub fn subscriber(&self, pd: u32) -> Option<u64> {
         self.subscribers.get(&pd).map(|&(c, _)| c)
     }

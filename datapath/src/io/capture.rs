@@ -11,11 +11,11 @@
 //! counted as dropped, never waited for, and nothing is allocated per frame.
 #![forbid(unsafe_code)]
 
-use crate::wire::frame::{FrameError, FrameTemplate};
-use crate::wire::tcp::{TcpFlags, TcpOptions, TcpPacket, TcpRepr, HEADER_LEN};
 use crossbeam_channel::Receiver;
 use mpa::seq::SeqNumber;
 use mpa_ctl_proto::{CaptureDirection, HandOver, Role};
+use mpa_stack::wire::frame::{FrameError, FrameTemplate};
+use mpa_stack::wire::tcp::{TcpFlags, TcpOptions, TcpPacket, TcpRepr, HEADER_LEN};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

@@ -8,6 +8,8 @@
 //! hasher octet slices and discriminants piece by piece: a tenth of the pipeline's samples
 //! with SipHash, still ~5 % with foldhash).
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;

@@ -9,25 +9,14 @@
 //! queue under `tcp_mem` pressure), a new hand-over and a new subscription (refused with a
 //! reason). In-order data never needs the budget: it is placed or counted, not held.
 
+#![forbid(unsafe_code)]
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The fixed charge of one flow: its reassembly range tables, placed-ahead list, send queue
 /// of up to 4,096 messages and its other state, rounded up.
 pub const FLOW_CHARGE: u64 = 256 << 10;
-
-/// The budget when none is configured: a quarter of the machine's memory, at least 256 MiB.
-pub fn default_limit() -> u64 {
-    let pages = nix::unistd::sysconf(nix::unistd::SysconfVar::_PHYS_PAGES)
-        .ok()
-        .flatten()
-        .unwrap_or(0);
-    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-        .ok()
-        .flatten()
-        .unwrap_or(4096);
-    ((pages.max(0) as u64).saturating_mul(page.max(0) as u64) / 4).max(256 << 20)
-}
 
 /// The datapath's memory budget, shared by its workers and its control thread.
 #[derive(Debug)]

@@ -4,28 +4,29 @@
 
 #![forbid(unsafe_code)]
 
-use crate::capture::CaptureTap;
-use crate::completions::Outbox;
-use crate::flow::{Flow, FlowEnd, FrameSink};
-use crate::flow_table::{FlowHasher, FlowTable};
-use crate::receiver::RegionTable;
-use crate::ring::FrameRing;
-use crate::sender::PostError;
-use crate::strays::Strays;
-use crate::tcp::TcpConfig;
-use crate::wire::frame::parse_tcp_frame;
-use crate::wire::tcp::TcpRepr;
+use crate::io::capture::CaptureTap;
+use crate::io::ring::FrameRing;
+use crate::memory::completions::Outbox;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use mpa_ctl_proto::stats::{QueueReport, QueueStats};
 use mpa_ctl_proto::{CaptureDirection, HandOver};
+use mpa_stack::flow::{Flow, FlowEnd, FrameSink};
+use mpa_stack::flow_table::{FlowHasher, FlowTable};
+use mpa_stack::receiver::RegionTable;
+use mpa_stack::sender::PostError;
+use mpa_stack::tcp::TcpConfig;
+use mpa_stack::wire::frame::parse_tcp_frame;
+use mpa_stack::wire::tcp::TcpRepr;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use strays::Strays;
 
 mod messages;
+pub mod strays;
 pub use messages::{Command, Notification, WorkerError};
 
 /// A flow's frames go straight into the ring's TX buffers, and to the capture when one
@@ -137,8 +138,8 @@ pub struct Worker<R: FrameRing> {
     /// (`server/faults.rs`): a worker whose count stops moving is stuck.
     heartbeat: Option<Arc<AtomicU64>>,
     turns: u64,
-    /// The datapath's memory budget each flow draws from (`crate::budget`).
-    budget: Option<Arc<crate::budget::MemoryBudget>>,
+    /// The datapath's memory budget each flow draws from (`mpa_stack::budget`).
+    budget: Option<Arc<mpa_stack::budget::MemoryBudget>>,
 }
 
 /// Debug builds only (the system tests' binaries; release builds ignore it): a worker panics
@@ -195,7 +196,7 @@ impl<R: FrameRing> Worker<R> {
 
     /// Every flow handed over from now on draws from `budget` (its fixed charge, and its
     /// out-of-order octets); a hand-over it has no room for is refused.
-    pub fn with_budget(mut self, budget: Arc<crate::budget::MemoryBudget>) -> Self {
+    pub fn with_budget(mut self, budget: Arc<mpa_stack::budget::MemoryBudget>) -> Self {
         self.budget = Some(budget);
         self
     }
@@ -311,10 +312,9 @@ impl<R: FrameRing> Worker<R> {
                     }
                 }
                 let key = flow_key(h.tcp.local, h.tcp.remote);
-                let charge = self
-                    .budget
-                    .as_ref()
-                    .map(|b| crate::budget::Charge::take(b, crate::budget::FLOW_CHARGE).ok_or(b));
+                let charge = self.budget.as_ref().map(|b| {
+                    mpa_stack::budget::Charge::take(b, mpa_stack::budget::FLOW_CHARGE).ok_or(b)
+                });
                 let r = if self.flows.contains_key(&key) {
                     Err(WorkerError::DuplicateFlow)
                 } else if let Some(Err(b)) = &charge {
@@ -726,7 +726,7 @@ fn flow_key(local: SocketAddr, remote: SocketAddr) -> (SocketAddr, SocketAddr) {
 /// Captures the MPA startup frames the kernel carried before the hand-over (rebuilt from
 /// it; marked as reconstructed), so that the capture shows the connection from its start.
 fn capture_startup(tap: &mut CaptureTap, h: &HandOver, our_mac: [u8; 6]) {
-    match crate::capture::startup_frames(h, our_mac) {
+    match crate::io::capture::startup_frames(h, our_mac) {
         Ok(frames) => {
             for (direction, frame) in frames {
                 tap.push(direction, &frame, true);

@@ -7,7 +7,10 @@
 mod send;
 
 use send::WaitingRead;
-pub use send::{FrameSink, FrameVec, SendOp, SendPost, MAX_OUTBOUND_READS, MAX_WAITING_READS};
+pub use send::{
+    FrameSink, FrameVec, SendOp, SendPost, MAX_OUTBOUND_READS, MAX_WAITING_READS,
+    MEM_FRAME_CAPACITY,
+};
 
 use crate::receiver::{
     InOrderSource, MpaReceiver, PostRecvError, PostedBuf, ReadRequest, ReceiverConfig, Region,
