@@ -86,7 +86,7 @@ soak: deps build
 # Criterion micro-benchmarks (CRC kernels, wire views, locator).
 microbench:
 	$(CARGO) bench -p mpa
-	$(CARGO) bench -p mpa-datapath
+	$(CARGO) bench -p mpa-stack
 
 clean:
 	$(CARGO) clean

@@ -21,7 +21,7 @@ pub struct RingStats {
     /// Wakeups issued (the one syscall of the fast path).
     pub wakeups: u64,
     /// Frames that arrived in several descriptors (AF_XDP multi-buffer, jumbo frames) and
-    /// were gathered whole (datapath/src/chain.rs).
+    /// were gathered whole (datapath/src/io/chain.rs).
     #[serde(default)]
     pub rx_multi_buffer: u64,
     /// Descriptor chains dropped whole: cut short by the ring or longer than a frame may be.

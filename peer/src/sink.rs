@@ -1,7 +1,7 @@
 //! The listener's advertised region as a real Data Sink (and Data Source, `read.rs`): an
 //! in-memory region of the advertised length into which tagged RDMA Writes are placed after
 //! the checks RFC 5041 §7.2 and RFC 5040 §7.2 prescribe; the violations map to the same
-//! Terminates as the datapath's receiver (datapath/src/receiver/placement/error.rs). Sans I/O:
+//! Terminates as the datapath's receiver (stack/src/receiver/placement/error.rs). Sans I/O:
 //! the connection thread feeds ULPDUs in and sends what comes out.
 //!
 //! The region's pattern: octet `o` of the region (its TO is `base_to + o`) is expected to be
