@@ -19,9 +19,8 @@
 
 use crate::bw::{transfer_seconds, BwArgs, BwRow, BwSample};
 use crate::cpu::{CpuUse, SystemCpu};
-use crate::datapath::{start_datapath, temp_path, DatapathOptions};
 use crate::options::{bed_for, PORT};
-use crate::peer::{sibling, PeerListen};
+use crate::peer::PeerListen;
 use crate::progress::Progress;
 use crate::report::{Document, Scenario};
 use anyhow::{anyhow, bail, Context, Result};
@@ -30,6 +29,8 @@ use mpa_control::datapath_client::DatapathClient;
 use mpa_ctl_proto::consumer::Consumer;
 use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::CompletionKind;
+use mpa_harness::datapath::{start_datapath, temp_path, DatapathOptions};
+use mpa_harness::sibling;
 use mpa_testbed::{run_in_netns, TestBed};
 use serde_json::Value;
 use std::net::SocketAddr;
@@ -202,7 +203,7 @@ fn datapath_send(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> Result<B
         ..StartupPolicy::default()
     };
     let (flow_id, ad, frozen) =
-        crate::datapath::initiate(bed, &socket, to, policy, Vec::new(), PD)?;
+        mpa_harness::datapath::initiate(bed, &socket, to, policy, Vec::new(), PD)?;
     let stag = region.info().stag;
     let system = SystemCpu::start()?;
     let c0 = cpu_self();
@@ -217,7 +218,7 @@ fn datapath_send(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> Result<B
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(10) {
         let mut dpc = DatapathClient::connect(&socket, Duration::from_secs(5))?;
-        let s = crate::datapath::stats(&mut dpc)?;
+        let s = mpa_harness::datapath::stats(&mut dpc)?;
         if let Some(f) = s.ended_flow(flow_id) {
             tracing::info!(
                 cwnd = f.tx.cwnd,
@@ -261,7 +262,7 @@ fn datapath_to_datapath(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> R
     let slots = sink / payload;
     // The receiver: datapath A in ns a.
     let socket_a = temp_path("bw-dp-a.sock");
-    let dp_a = crate::datapath::start_datapath_on(
+    let dp_a = mpa_harness::datapath::start_datapath_on(
         &bed.ns_a,
         &bed.if_a,
         &socket_a,
@@ -277,19 +278,19 @@ fn datapath_to_datapath(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> R
         base_to: 0,
         recv_buf_size: 0,
     };
-    let responder = crate::datapath::Responder {
+    let responder = mpa_harness::datapath::Responder {
         reply_private_data: ad.emit().to_vec(),
         placement: mpa_control::Placement {
             pd: Some(PD),
             aligned_sender: false,
         },
-        ..crate::datapath::Responder::framing(!a.plain && !a.no_markers, !a.plain)
+        ..mpa_harness::datapath::Responder::framing(!a.plain && !a.no_markers, !a.plain)
     };
     let addr = SocketAddr::new(bed.addr_a(false), PORT);
     let listener = run_in_netns(&bed.ns_a, move || std::net::TcpListener::bind(addr))??;
     let (ns_a, sock_a) = (bed.ns_a.clone(), socket_a.clone());
     let setup = std::thread::spawn(move || {
-        crate::datapath::accept_and_hand_over(&ns_a, &sock_a, &listener, &responder)
+        mpa_harness::datapath::accept_and_hand_over(&ns_a, &sock_a, &listener, &responder)
     });
     // The sender: datapath B in ns b.
     let socket_b = temp_path("bw-dp-b.sock");
@@ -307,7 +308,7 @@ fn datapath_to_datapath(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> R
         ..StartupPolicy::default()
     };
     let (flow_id, _, frozen) =
-        crate::datapath::initiate(bed, &socket_b, addr, policy, Vec::new(), PD)?;
+        mpa_harness::datapath::initiate(bed, &socket_b, addr, policy, Vec::new(), PD)?;
     let handed_a = setup
         .join()
         .map_err(|_| anyhow!("the Responder thread panicked"))??;

@@ -2,13 +2,13 @@
 //! region compared with what the peer wrote).
 
 use crate::cpu::SystemCpu;
-use crate::datapath::{
-    accept_and_hand_over, start_datapath, stats, temp_path, DatapathOptions, HandedOver, Responder,
-};
 use crate::options::{bed, Op, Run, PD, PORT};
 use crate::peer::{cpu_seconds, sender};
 use crate::placement::Placement;
 use anyhow::{anyhow, bail, Result};
+use mpa_harness::datapath::{
+    accept_and_hand_over, start_datapath, stats, temp_path, DatapathOptions, HandedOver, Responder,
+};
 use mpa_testbed::{run_in_netns, TestBed};
 use serde_json::Value;
 use std::net::{SocketAddr, TcpListener};

@@ -16,9 +16,6 @@
 //! Latency runs check counts, lengths, offsets and the ULPDU digest (which covers the
 //! stamps), not the region against the pattern (the stamps overwrite its first 8 octets).
 
-use crate::datapath::{
-    accept_and_hand_over, start_datapath, stats, temp_path, DatapathOptions, HandedOver, Responder,
-};
 use crate::options::{bed_for, messages, Align, NicArgs, Op, Run, PD, PORT};
 use crate::peer::sender_with;
 use crate::progress::Progress;
@@ -33,6 +30,9 @@ use mpa::wire::fpdu::MAX_ULPDU;
 use mpa_ctl_proto::consumer::Consumer;
 use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::CompletionKind;
+use mpa_harness::datapath::{
+    accept_and_hand_over, start_datapath, stats, temp_path, DatapathOptions, HandedOver, Responder,
+};
 use mpa_testbed::{run_in_netns, TestBed};
 use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpListener};

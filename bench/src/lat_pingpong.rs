@@ -14,7 +14,6 @@
 //! this datapath pays today. Every echo is checked: its length, and on the kernel side its
 //! octets; on the datapath side the echoed region is compared with what was sent at the end.
 
-use crate::datapath::{start_datapath, temp_path, DatapathOptions};
 use crate::lat::{monotonic_ns, row_json, table, LatArgs, Row, Samples, Side};
 use crate::options::{bed_for, PD, PORT};
 use crate::peer::PeerListen;
@@ -27,6 +26,7 @@ use mpa::wire::ddp::{DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN};
 use mpa_ctl_proto::consumer::Consumer;
 use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::CompletionKind;
+use mpa_harness::datapath::{start_datapath, temp_path, DatapathOptions};
 use mpa_testbed::{run_in_netns, TestBed};
 use serde_json::Value;
 use std::net::{SocketAddr, TcpStream};
@@ -203,7 +203,7 @@ fn datapath_pingpong(bed: &TestBed, a: &LatArgs, size: usize) -> Result<Samples>
     let to = SocketAddr::new(bed.addr_a(false), PORT);
     let ad = our_ad(sink.info().stag, payload).emit().to_vec();
     let pol = policy(a);
-    let (flow_id, peer, frozen) = crate::datapath::initiate(bed, &socket, to, pol, ad, PD)?;
+    let (flow_id, peer, frozen) = mpa_harness::datapath::initiate(bed, &socket, to, pol, ad, PD)?;
     let mut smp = Samples::default();
     for i in 0..WARMUP + a.messages {
         let t0 = monotonic_ns();

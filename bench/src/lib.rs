@@ -21,7 +21,6 @@
 pub mod bw;
 pub mod bw_send;
 pub mod cpu;
-pub mod datapath;
 pub mod demo;
 pub mod hostile;
 pub mod lat;
@@ -40,13 +39,8 @@ pub mod split;
 pub mod suite;
 
 pub use bw::BwArgs;
-pub use datapath::{
-    accept_and_hand_over, respond_in, start_datapath, temp_path, DatapathOptions, HandedOver,
-    Responder,
-};
 pub use demo::demo;
 pub use lat::{lat, LatArgs};
 pub use options::{Align, Op, Run};
-pub use peer::sibling;
 pub use pipeline::{pipeline, pipeline_many, PipelineArgs, PipelineOpts, PipelineReport};
 pub use setup::{setup, SetupArgs};

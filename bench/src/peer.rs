@@ -4,30 +4,11 @@
 use crate::cpu::{CpuUse, SystemCpu};
 use crate::options::{Op, Run, PORT};
 use anyhow::{anyhow, bail, Context, Result};
+use mpa_harness::sibling;
 use mpa_testbed::TestBed;
 use serde_json::Value;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::Stdio;
-
-/// The workspace binary `name` built beside the running one (`cargo build --workspace`):
-/// in the same directory, or one up for a test executable in `target/<profile>/deps`.
-pub fn sibling(name: &str) -> Result<PathBuf> {
-    let me = std::env::current_exe()?;
-    let dir = me
-        .parent()
-        .ok_or_else(|| anyhow!("{} has no directory", me.display()))?;
-    let mut candidates = vec![dir.join(name)];
-    if dir.file_name().is_some_and(|d| d == "deps") {
-        candidates.extend(dir.parent().map(|p| p.join(name)));
-    }
-    candidates.into_iter().find(|p| p.exists()).ok_or_else(|| {
-        anyhow!(
-            "{name} not found beside {}: build the workspace first (cargo build --release --workspace)",
-            me.display()
-        )
-    })
-}
 
 /// CPU seconds (user + system) used so far by this process / by waited-for children.
 pub fn cpu_seconds(who: nix::sys::resource::UsageWho) -> f64 {

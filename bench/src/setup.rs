@@ -4,9 +4,7 @@
 //! its receipt of the MPA Reply, which the datapath sends once the connection is handed over
 //! (TCP handshake, MPA Request, freeze, hand-over, Reply).
 
-use crate::datapath::{start_datapath, stats, temp_path, DatapathOptions};
 use crate::options::PORT;
-use crate::peer::sibling;
 use crate::report::{Document, Scenario};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
@@ -14,6 +12,8 @@ use hdrhistogram::Histogram;
 use mpa::wire::ddp::{DdpRepr, RdmapOpcode};
 use mpa_control::datapath_client::DatapathClient;
 use mpa_ctl_proto::stats::FlowReport;
+use mpa_harness::datapath::{start_datapath, stats, temp_path, DatapathOptions};
+use mpa_harness::sibling;
 use mpa_testbed::{run_in_netns, BedConfig, TestBed};
 use serde_json::json;
 use std::net::SocketAddr;

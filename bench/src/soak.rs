@@ -5,13 +5,13 @@
 //! memory and open descriptors sampled. It fails on any lost or misplaced octet, any flow not
 //! accounted for, or growth after the warm-up beyond the stated bounds.
 
-use crate::datapath::{start_datapath, stats, temp_path, DatapathOptions};
 use crate::demo::{digests_match, transfer};
 use crate::options::{bed, Align, Op, Run};
 use crate::progress::Progress;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use mpa_control::datapath_client::DatapathClient;
+use mpa_harness::datapath::{start_datapath, stats, temp_path, DatapathOptions};
 use std::time::{Duration, Instant};
 
 /// `mpa-bench soak`'s options.

@@ -3,27 +3,23 @@
 //!
 //! * The test bed, the netns helper and the privilege gate are `mpa-testbed`'s (re-exported
 //!   here): [`TestBed`], [`run_in_netns`], [`require_privileged`].
-//! * `start_datapath` and the hand-over of an accepted connection are `mpa-bench`'s (the
-//!   experiments run the datapath the same way): [`datapath`] and [`hand_over`] wrap them.
-//! * [`bins`]: the workspace's binaries, built on demand; [`frames`]: crafted frames;
-//!   [`raw`]: AF_PACKET and AF_XDP sockets; [`xdp`]: the XDP program on the bed;
-//!   [`peers`]: MPA peers in ns a and the datapath's counters; [`procs`]: `mpa-datapath` as
-//!   a process (to kill it, or watch it fail); [`ControlDaemon`]: `mpa-control serve` with
-//!   its log; [`HostilePeer`]: `mpa-bench`'s scriptable
-//!   hostile peer (our socket in ns a frozen, every frame crafted over AF_PACKET).
+//! * What the benchmark runs the same way is `mpa-harness`'s (re-exported here): starting a
+//!   datapath and handing connections over to it ([`datapath`] and [`hand_over`] wrap them),
+//!   the workspace's binaries ([`bin`]), `mpa-datapath` as a process ([`DatapathProcess`]),
+//!   `mpa-control serve` with its log ([`ControlDaemon`]) and the scriptable hostile peer
+//!   ([`HostilePeer`]).
+//! * [`frames`]: crafted frames; [`raw`]: AF_PACKET and AF_XDP sockets; [`xdp`]: the XDP
+//!   program on the bed; [`peers`]: MPA peers in ns a and the datapath's counters.
 
-pub mod bins;
-pub mod daemon;
 pub mod frames;
 pub mod peers;
-pub mod procs;
 pub mod raw;
 pub mod xdp;
 
-pub use bins::bin;
-pub use daemon::ControlDaemon;
-pub use mpa_bench::hostile::{HostileConfig, HostilePeer};
-pub use mpa_bench::{accept_and_hand_over, start_datapath, DatapathOptions, HandedOver, Responder};
+pub use mpa_harness::{
+    accept_and_hand_over, bin, start_datapath, ControlDaemon, DatapathOptions, DatapathProcess,
+    HandedOver, HostileConfig, HostilePeer, Responder,
+};
 pub use mpa_testbed::{
     require_privileged, run_in, run_in_netns, skip_or_fail, BedConfig, Conn, TestBed,
 };
@@ -31,4 +27,3 @@ pub use peers::{
     datapath, ended_flow, hand_over, initiator_in_a, listen_in, responder_in_a, stats,
     wait_ended_flow, PeerListener,
 };
-pub use procs::DatapathProcess;

@@ -3,11 +3,11 @@
 
 use crate::bin;
 use mpa::endpoint::{EndpointConfig, EndpointError, MpaStream};
-use mpa_bench::{accept_and_hand_over, start_datapath, temp_path, DatapathOptions, Responder};
 use mpa_control::datapath_client::DatapathClient;
 use mpa_control::freeze::FrozenSocket;
 use mpa_ctl_proto::stats::{DatapathStats, FlowReport};
 use mpa_datapath::server::Datapath;
+use mpa_harness::{accept_and_hand_over, start_datapath, temp_path, DatapathOptions, Responder};
 use mpa_testbed::{run_in_netns, TestBed};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read};
@@ -98,7 +98,7 @@ pub fn responder_in_a<T: Send + 'static>(
 
 /// The datapath's statistics, asked for on `dpc`.
 pub fn stats(dpc: &mut DatapathClient) -> DatapathStats {
-    mpa_bench::datapath::stats(dpc).expect("statistics from the datapath")
+    mpa_harness::datapath::stats(dpc).expect("statistics from the datapath")
 }
 
 /// The final counters the datapath kept for the ended flow `flow_id`.

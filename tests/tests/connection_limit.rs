@@ -103,12 +103,12 @@ fn max_connections_refuses_with_a_reset_and_every_ending_gives_the_slot_back() {
         return;
     }
     let bed = TestBed::up(BedConfig::default()).unwrap();
-    let socket = mpa_bench::temp_path("limit-dp.sock");
+    let socket = mpa_harness::temp_path("limit-dp.sock");
     let dp = mpa_tests::start_datapath(&bed, &socket, &DatapathOptions::default())
         .unwrap_or_else(|e| panic!("{e:#}"));
     let b = bed.addr_b(false);
     let (open, strict) = (SocketAddr::new(b, 7601), SocketAddr::new(b, 7602));
-    let config = mpa_bench::temp_path("limit-config.toml");
+    let config = mpa_harness::temp_path("limit-config.toml");
     std::fs::write(
         &config,
         format!(
@@ -224,14 +224,14 @@ fn one_source_cannot_take_every_slot() {
     }
     const PER_SOURCE: &str = "refused: max_connections_per_source reached for this address";
     let bed = TestBed::up(BedConfig::default()).unwrap();
-    let socket = mpa_bench::temp_path("per-source-dp.sock");
+    let socket = mpa_harness::temp_path("per-source-dp.sock");
     let dp = mpa_tests::start_datapath(&bed, &socket, &DatapathOptions::default())
         .unwrap_or_else(|e| panic!("{e:#}"));
     let (v4, v6) = (
         SocketAddr::new(bed.addr_b(false), 7611),
         SocketAddr::new(bed.addr_b(true), 7612),
     );
-    let config = mpa_bench::temp_path("per-source-config.toml");
+    let config = mpa_harness::temp_path("per-source-config.toml");
     std::fs::write(
         &config,
         format!(

@@ -5,7 +5,7 @@
 use mpa::crc::crc32c_append;
 use mpa::endpoint::{EndpointConfig, EndpointError, MpaStream};
 use mpa_datapath::server::Datapath;
-use mpa_tests::daemon::ControlDaemon as Daemon;
+use mpa_tests::ControlDaemon as Daemon;
 use mpa_tests::{
     bin, initiator_in_a, require_privileged, run_in_netns, BedConfig, DatapathOptions, TestBed,
 };
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 /// A fresh path in the temp directory.
 fn temp_path(what: &str) -> PathBuf {
-    mpa_bench::temp_path(&format!("ctl-{what}"))
+    mpa_harness::temp_path(&format!("ctl-{what}"))
 }
 
 /// Starts the datapath in ns b exactly as `mpa-bench` does (digests on).

@@ -15,13 +15,13 @@
 
 use mpa::crc::crc32c_append;
 use mpa::endpoint::{EndpointConfig, EndpointError, MpaStream};
-use mpa_bench::{accept_and_hand_over, Responder};
 use mpa_bpf::{AttachMode, XdpSteering};
 use mpa_control::datapath_client::DatapathClient;
 use mpa_ctl_proto::consumer::Consumer;
 use mpa_ctl_proto::Message;
 use mpa_datapath::server::CONTROL_PANIC_AT_STATS_ENV;
 use mpa_datapath::worker::{HANG_AT_HANDOVER_ENV, PANIC_AT_HANDOVER_ENV};
+use mpa_harness::{accept_and_hand_over, Responder};
 use mpa_tests::frames::rdma_write;
 use mpa_tests::xdp::ifindex_b;
 use mpa_tests::{
@@ -441,7 +441,7 @@ struct FaultedHandOver {
     /// The second Initiator's thread (its startup times out).
     second: JoinHandle<Result<(), EndpointError>>,
     /// What the second hand-over returned (its error with its causes).
-    refused: Result<mpa_bench::HandedOver, String>,
+    refused: Result<mpa_harness::HandedOver, String>,
 }
 
 fn flow_then_faulted_hand_over(

@@ -5,10 +5,10 @@
 use mpa::endpoint::{EndpointConfig, EndpointError};
 use mpa::startup::{PrivateDataRule, StartupPolicy};
 use mpa::wire::startup::{FrameKind, StartupFrame, StartupRepr};
-use mpa_bench::respond_in;
 use mpa_control::datapath_client::{ClientError, DatapathClient};
 use mpa_control::responder::{respond_and_hand_over, Outcome, SetupError};
 use mpa_ctl_proto::{handshake, read_message, write_message, ErrorCode, Message, ProtoError};
+use mpa_harness::respond_in;
 use mpa_tests::{initiator_in_a, listen_in, require_privileged, BedConfig, Responder, TestBed};
 use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;

@@ -195,7 +195,7 @@ fn every_rtr_then_writes_sends_and_reads_to_mpa_peer_listen() {
                 ..Default::default()
             };
             let (flow_id, ad, frozen) =
-                mpa_bench::datapath::initiate(&bed, &path, bind, policy, Vec::new(), pd)
+                mpa_harness::datapath::initiate(&bed, &path, bind, policy, Vec::new(), pd)
                     .unwrap_or_else(|e| panic!("{what}: {e:#}"));
             let (kind, first_msn) = match op {
                 "write" => {

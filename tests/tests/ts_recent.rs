@@ -5,11 +5,11 @@
 //! RCV.NXT with a TSval half the space away then fails PAWS, and data after it is placed
 //! octet-exact. Without a watch the TS.Recent stays unknown, and that is counted.
 
-use mpa_bench::hostile::peer::{fpdu_bytes, write_ulpdu};
 use mpa_control::datapath_client::DatapathClient;
 use mpa_ctl_proto::consumer::Consumer;
 use mpa_ctl_proto::stats::FlowReport;
 use mpa_ctl_proto::Message;
+use mpa_harness::hostile_peer::{fpdu_bytes, write_ulpdu};
 use mpa_tests::{accept_and_hand_over, datapath, listen_in, require_privileged, stats};
 use mpa_tests::{BedConfig, DatapathOptions, HandedOver, Responder, TestBed};
 use mpa_tests::{HostileConfig, HostilePeer};

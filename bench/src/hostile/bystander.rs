@@ -2,10 +2,10 @@
 //! RDMA Writes that must land octet-exact whatever the hostile classes do.
 
 use super::{flow_gone, HostileArgs};
-use crate::datapath::{accept_and_hand_over, HandedOver, Responder};
 use crate::options::{Align, Op, Run, PORT};
 use crate::placement::Placement;
 use anyhow::{anyhow, bail, Result};
+use mpa_harness::datapath::{accept_and_hand_over, HandedOver, Responder};
 use mpa_testbed::{run_in_netns, TestBed};
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;

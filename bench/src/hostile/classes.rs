@@ -6,11 +6,13 @@
 //! RFC 5044 §8 (layer 2), RFC 5041 §7 (DDP, layer 1: type 1 tagged, 2 untagged), RFC 5040
 //! §4.8 Figure 9 (RDMAP, layer 0), as `PlacementError::terminate` assigns them.
 
-use super::peer::{fpdu_bytes, fpdu_claiming, tagged_ulpdu, untagged_ulpdu, write_ulpdu, Seg};
 use super::{nothing, Class, Counter as C, Ctx, Expect as E, Setup, RECV_BUF, REGION, SLOT};
 use anyhow::{bail, Result};
 use mpa::wire::ddp::{terminate_ulpdu, RdmapOpcode as Op};
 use mpa::MpaErrorCode;
+use mpa_harness::hostile_peer::{
+    fpdu_bytes, fpdu_claiming, tagged_ulpdu, untagged_ulpdu, write_ulpdu, Seg,
+};
 use std::time::{Duration, Instant};
 
 /// The table. Order: TCP and frame level, MPA framing, DDP/RDMAP, after a Terminate, load.
@@ -753,6 +755,6 @@ fn worker_cpu(c: &Ctx) -> Result<f64> {
         &c.env.socket,
         Duration::from_secs(5),
     )?;
-    let s = crate::datapath::stats(&mut dpc)?;
+    let s = mpa_harness::datapath::stats(&mut dpc)?;
     Ok(s.queues.iter().map(|q| q.cpu_seconds).sum())
 }

@@ -5,12 +5,12 @@
 //! come back to what it was.
 
 use super::{Ctx, PD_OTHER};
-use crate::datapath::{stats, temp_path};
 use anyhow::{anyhow, bail, Context, Result};
 use mpa_control::datapath_client::DatapathClient;
 use mpa_ctl_proto::client::ClientError;
 use mpa_ctl_proto::consumer::{Consumer, ConsumerError};
 use mpa_ctl_proto::{encode_message, handshake, read_message, ErrorCode, Message, MAX_MESSAGE};
+use mpa_harness::datapath::{stats, temp_path};
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;

@@ -6,12 +6,12 @@
 //! from the listener's port), the datapath counts nothing and places nothing.
 
 use super::classes::{class, hostile_write, rst};
-use super::peer::ip_header_len;
 use super::{flow_gone, verify_placed, xdp_field, Class, Counter as C, Ctx, Expect as E};
-use crate::datapath::HandedOver;
 use anyhow::{anyhow, bail, Context, Result};
 use mpa_control::datapath_client::DatapathClient;
 use mpa_ctl_proto::Message;
+use mpa_harness::datapath::HandedOver;
+use mpa_harness::hostile_peer::ip_header_len;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -51,8 +51,8 @@ pub static CLASSES: &[Class] = &[
     Class {
         after: tuple_goes_to_the_kernel,
         ..class("frames-after-flow-ended-by-terminate", E::Gone, |c| {
-            let f = super::peer::fpdu_bytes(
-                &super::peer::write_ulpdu(c.env.stag(), c.slot, &c.pattern(4)),
+            let f = mpa_harness::hostile_peer::fpdu_bytes(
+                &mpa_harness::hostile_peer::write_ulpdu(c.env.stag(), c.slot, &c.pattern(4)),
                 false,
             );
             c.p.send_data(&f)?;
@@ -197,7 +197,7 @@ fn live_counters_any(c: &Ctx) -> Result<Unsteered> {
         &c.env.socket,
         Duration::from_secs(5),
     )?;
-    let s = crate::datapath::stats(&mut dpc)?;
+    let s = mpa_harness::datapath::stats(&mut dpc)?;
     Ok(Unsteered {
         unknown_flow: s.queues.iter().map(|q| q.stats.unknown_flow).sum(),
         passed: xdp_field(s.xdp.as_deref().unwrap_or(""), "passed"),

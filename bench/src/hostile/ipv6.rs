@@ -5,9 +5,9 @@
 //! would otherwise reach ns b's frozen socket.
 
 use super::classes::{class, hostile_write, rst, write_not_placed};
-use super::peer::{fpdu_bytes, write_ulpdu};
 use super::{Class, Counter as C, Ctx, Expect as E, Setup};
 use anyhow::{bail, Result};
+use mpa_harness::hostile_peer::{fpdu_bytes, write_ulpdu};
 
 /// The IPv6 classes.
 pub static CLASSES: &[Class] = &[

@@ -6,11 +6,11 @@
 //! a wrong marker ends the flow with Terminate 2/0/3 and the FPDU it sits in is not placed.
 
 use super::classes::{marked, marker_data, write_not_placed};
-use super::peer::write_ulpdu;
 use super::{Class, Ctx, Expect as E, Setup};
 use anyhow::{anyhow, bail, Result};
 use mpa::encoder::FpduEncoder;
 use mpa_ctl_proto::stats::RxStats;
+use mpa_harness::hostile_peer::write_ulpdu;
 
 /// The out-of-order marker classes.
 pub static CLASSES: &[Class] = &[

@@ -16,22 +16,21 @@ pub mod ended;
 pub mod frames;
 pub mod ipv6;
 pub mod markers_ooo;
-pub mod peer;
 pub mod reads;
 pub mod window;
 
 pub(crate) use counters::xdp_field;
 pub use counters::{Counter, Snapshot};
-pub use peer::{HostileConfig, HostilePeer, Rx, Seg};
+pub use mpa_harness::hostile_peer::{HostileConfig, HostilePeer, Rx, Seg};
 
-use crate::datapath::{accept_and_hand_over, start_datapath, stats, temp_path, HandedOver};
-use crate::datapath::{DatapathOptions, Responder};
 use crate::options::PORT;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use mpa_ctl_proto::consumer::{Consumer, MappedRegion};
 use mpa_ctl_proto::stats::{DatapathStats, FlowReport};
 use mpa_ctl_proto::{Message, PostTarget};
+use mpa_harness::datapath::{accept_and_hand_over, start_datapath, stats, temp_path, HandedOver};
+use mpa_harness::datapath::{DatapathOptions, Responder};
 use mpa_testbed::{run_in_netns, BedConfig, TestBed};
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
@@ -312,8 +311,8 @@ impl Ctx<'_> {
 
     /// The FPDU of a valid RDMA Write of `data` at `off` in this class's slot.
     pub fn write_fpdu(&self, off: u64, data: &[u8]) -> Vec<u8> {
-        peer::fpdu_bytes(
-            &peer::write_ulpdu(self.env.stag(), self.slot + off, data),
+        mpa_harness::hostile_peer::fpdu_bytes(
+            &mpa_harness::hostile_peer::write_ulpdu(self.env.stag(), self.slot + off, data),
             true,
         )
     }
@@ -322,7 +321,11 @@ impl Ctx<'_> {
     /// expected to be placed.
     pub fn write(&mut self, off: u64, data: &[u8]) -> Result<()> {
         let f = match self.markers_from {
-            Some(_) => self.marked(&peer::write_ulpdu(self.env.stag(), self.slot + off, data))?,
+            Some(_) => self.marked(&mpa_harness::hostile_peer::write_ulpdu(
+                self.env.stag(),
+                self.slot + off,
+                data,
+            ))?,
             None => self.write_fpdu(off, data),
         };
         self.p.send_data(&f)?;

@@ -4,10 +4,10 @@
 //! header; valid ones are answered), the IRD, and Read Responses nobody asked for.
 
 use super::classes::{term, write_not_placed};
-use super::peer::{fpdu_bytes, tagged_ulpdu, untagged_ulpdu};
 use super::{Class, Ctx, Expect as E, Setup};
 use anyhow::Result;
 use mpa::wire::ddp::{RdmapOpcode as Op, READ_REQUEST_HEADER_LEN};
+use mpa_harness::hostile_peer::{fpdu_bytes, tagged_ulpdu, untagged_ulpdu};
 
 /// The Read classes.
 pub static CLASSES: &[Class] = &[

@@ -5,9 +5,9 @@
 //! (RFC 1122 §4.2.2.17: robust against shrinking, MUST probe a zero window).
 
 use super::classes::class;
-use super::peer::{fpdu_bytes, write_ulpdu, Rx};
 use super::{Class, Ctx, Expect as E, PERSIST_PROBES};
 use anyhow::{bail, Result};
+use mpa_harness::hostile_peer::{fpdu_bytes, write_ulpdu, Rx};
 use std::time::{Duration, Instant};
 
 /// The window classes.

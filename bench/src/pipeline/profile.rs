@@ -27,9 +27,9 @@ pub fn profile(o: &PipelineOpts, keep: Option<&std::path::Path>) -> Result<()> {
     let p = gen::prepare(o)?;
     let data = keep
         .map(std::path::Path::to_path_buf)
-        .unwrap_or_else(|| crate::datapath::temp_path("pipeline.perf.data"));
-    let ctl = crate::datapath::temp_path("pipeline.perf.ctl");
-    let ack = crate::datapath::temp_path("pipeline.perf.ack");
+        .unwrap_or_else(|| mpa_harness::datapath::temp_path("pipeline.perf.data"));
+    let ctl = mpa_harness::datapath::temp_path("pipeline.perf.ctl");
+    let ack = mpa_harness::datapath::temp_path("pipeline.perf.ack");
     for f in [&ctl, &ack] {
         if !Command::new("mkfifo").arg(f).status()?.success() {
             bail!("mkfifo {} failed", f.display());

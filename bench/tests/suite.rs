@@ -6,7 +6,8 @@
 //! they exist and are positive.
 
 use mpa_bench::report::check_shape;
-use mpa_tests::{require_privileged, BedConfig, TestBed};
+use mpa_harness::bin;
+use mpa_testbed::{require_privileged, BedConfig, TestBed};
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
@@ -36,7 +37,7 @@ fn suite_quick_writes_summary_documents_plots_and_hgrm_files() {
     }
     let out = std::env::temp_dir().join(format!("mpa-bench-suite-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    let run = Command::new(mpa_tests::bin("mpa-bench"))
+    let run = Command::new(bin("mpa-bench"))
         .args(["suite", "--quick", "--out"])
         .arg(&out)
         .output()
@@ -122,7 +123,7 @@ fn bw_runs_on_an_interface_with_a_peer_host() {
     let bed = TestBed::up(BedConfig::default()).unwrap();
     // The bench runs in ns b as if b were a host with a NIC; the "peer host" is ns a.
     let run = bed
-        .command(&bed.ns_b, &mpa_tests::bin("mpa-bench").to_string_lossy())
+        .command(&bed.ns_b, &bin("mpa-bench").to_string_lossy())
         .args(["bw", "--iface", &bed.if_b, "--peer"])
         .arg(bed.addr_a(false).to_string())
         .args(["--peer-exec", &format!("ip netns exec {}", bed.ns_a)])
@@ -152,7 +153,7 @@ fn bw_runs_on_an_interface_with_a_peer_host() {
 
 #[test]
 fn bad_options_are_refused_with_a_reason() {
-    let bench = mpa_tests::bin("mpa-bench");
+    let bench = bin("mpa-bench");
     let run = |args: &[&str]| {
         let o = Command::new(&bench).args(args).output().unwrap();
         (
@@ -192,7 +193,7 @@ fn a_short_soak_accounts_for_every_flow_and_octet() {
     if !require_privileged("soak") {
         return;
     }
-    let run = Command::new(mpa_tests::bin("mpa-bench"))
+    let run = Command::new(bin("mpa-bench"))
         .args([
             "soak",
             "--minutes",

@@ -56,7 +56,7 @@ impl DatapathProcess {
     }
 
     fn spawn(bed: &TestBed, envs: &[(&str, &str)], args: &[&str]) -> Self {
-        let socket = mpa_bench::temp_path("dp-proc.sock");
+        let socket = crate::temp_path("dp-proc.sock");
         let mut cmd = bed.command(&bed.ns_b, &bin("mpa-datapath").to_string_lossy());
         cmd.args(["--iface", &bed.if_b, "--socket", &socket.to_string_lossy()])
             .args(["--xdp-mode", "driver", "--bind-mode", "copy", "--digest"])

@@ -1,8 +1,10 @@
 //! The workspace's binaries (`mpa-peer`, `mpa-control`, `mpa-bench`, `mpa-datapath`) for the
-//! tests that run them as processes. `cargo test --workspace` builds them before any test
+//! tests and experiments that run them as processes: [`sibling`] finds one beside the running
+//! executable; [`bin`] (tests) builds them first. `cargo test --workspace` builds them before any test
 //! runs; under `cargo test -p mpa-tests` the first test that needs one builds them (with the
 //! profile the tests were built with: a no-op when they are fresh).
 
+use anyhow::{anyhow, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -16,7 +18,7 @@ pub fn bin(name: &str) -> PathBuf {
     if let Err(e) = BUILT.get_or_init(build) {
         panic!("building the workspace binaries: {e}");
     }
-    mpa_bench::sibling(name).unwrap_or_else(|e| panic!("{e:#}"))
+    sibling(name).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// `cargo build --bins` of [`PACKAGES`] into the target directory of this test executable.
@@ -57,4 +59,23 @@ fn build() -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The workspace binary `name` built beside the running one (`cargo build --workspace`):
+/// in the same directory, or one up for a test executable in `target/<profile>/deps`.
+pub fn sibling(name: &str) -> Result<PathBuf> {
+    let me = std::env::current_exe()?;
+    let dir = me
+        .parent()
+        .ok_or_else(|| anyhow!("{} has no directory", me.display()))?;
+    let mut candidates = vec![dir.join(name)];
+    if dir.file_name().is_some_and(|d| d == "deps") {
+        candidates.extend(dir.parent().map(|p| p.join(name)));
+    }
+    candidates.into_iter().find(|p| p.exists()).ok_or_else(|| {
+        anyhow!(
+            "{name} not found beside {}: build the workspace first (cargo build --release --workspace)",
+            me.display()
+        )
+    })
 }
