@@ -18,29 +18,20 @@
 //!   memory: ns per segment, no kernel sender, no namespace, no root.
 #![forbid(unsafe_code)]
 
+pub mod bed;
 pub mod bw;
-pub mod bw_send;
-pub mod cpu;
 pub mod demo;
 pub mod hostile;
 pub mod lat;
-pub mod lat_pingpong;
-pub mod options;
-pub mod peer;
 pub mod pipeline;
-pub mod placement;
-pub mod plot;
-pub mod progress;
 pub mod report;
-pub mod sender_tcp;
 pub mod setup;
 pub mod soak;
-pub mod split;
 pub mod suite;
 
+pub use bed::options::{Align, Op, Run};
 pub use bw::BwArgs;
 pub use demo::demo;
 pub use lat::{lat, LatArgs};
-pub use options::{Align, Op, Run};
 pub use pipeline::{pipeline, pipeline_many, PipelineArgs, PipelineOpts, PipelineReport};
 pub use setup::{setup, SetupArgs};

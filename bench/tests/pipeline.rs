@@ -1,7 +1,7 @@
 //! `pipeline` as a library: a tiny round through the real `Worker<MemRing>` (no root, no
 //! namespace) passes its own checks, and its report is sane.
 
-use mpa_bench::options::Op;
+use mpa_bench::bed::options::Op;
 use mpa_bench::{pipeline, PipelineOpts};
 
 fn tiny(op: Op, markers: bool, aligned: bool, loss: f64, reorder: f64) -> PipelineOpts {

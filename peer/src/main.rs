@@ -33,6 +33,7 @@ mod listen;
 mod pingpong;
 mod read;
 mod report;
+mod request;
 mod sink;
 
 use report::{emit, RegionReport, Report};

@@ -15,7 +15,7 @@
 //! `--timeout`.
 
 use crate::read::head_of;
-use crate::report::Report;
+use crate::report::{Report, RttReport};
 use crate::{ConnectArgs, ConnectError, Op};
 use anyhow::bail;
 use hdrhistogram::Histogram;
@@ -28,7 +28,6 @@ use mpa::wire::ddp::{
 };
 use mpa_ctl_proto::pattern::PatternTable;
 use mpa_ctl_proto::region_ad::RegionAd;
-use serde::Serialize;
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -72,34 +71,6 @@ pub(crate) fn request_private_data(a: &ConnectArgs) -> anyhow::Result<Vec<u8>> {
     }
     private_data.extend_from_slice(a.private_data.as_deref().unwrap_or("").as_bytes());
     Ok(private_data)
-}
-
-/// Half the round-trip time in ns: HdrHistogram's values (equivalent within its 3
-/// significant digits).
-#[derive(Serialize, Clone, Copy, Debug, PartialEq)]
-pub(crate) struct RttReport {
-    pub min: u64,
-    pub p50: u64,
-    pub p90: u64,
-    pub p99: u64,
-    pub p999: u64,
-    pub max: u64,
-    pub mean: f64,
-}
-
-impl RttReport {
-    /// `None` for an empty histogram.
-    fn of(h: &Histogram<u64>) -> Option<Self> {
-        (!h.is_empty()).then(|| RttReport {
-            min: h.min(),
-            p50: h.value_at_quantile(0.5),
-            p90: h.value_at_quantile(0.9),
-            p99: h.value_at_quantile(0.99),
-            p999: h.value_at_quantile(0.999),
-            max: h.max(),
-            mean: h.mean(),
-        })
-    }
 }
 
 /// Why an echo is not the one the Initiator waits for.

@@ -15,14 +15,15 @@
 //! It lands at the Initiator's own sink STag [`SINK_STAG`], TO `i·size` (modulo 2^64).
 
 use crate::report::Report;
-use crate::sink::{RegionPattern, Sink, HEAD_LEN};
+use crate::request::{ReadRequest, HEAD_LEN};
+use crate::sink::{RegionPattern, Sink};
 use crate::ConnectError;
 use mpa::crc::crc32c_append;
 use mpa::endpoint::{EndpointError, MpaStream, Transport};
 use mpa::startup::{Negotiated, RtrType, NO_IRD_ORD_NEGOTIATION};
 use mpa::wire::ddp::{
-    queue, terminate_ulpdu_for_segment, DdpRepr, RdmapOpcode, TerminateRepr,
-    READ_REQUEST_HEADER_LEN, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
+    terminate_ulpdu_for_segment, DdpRepr, RdmapOpcode, TerminateRepr, TAGGED_HEADER_LEN,
+    UNTAGGED_HEADER_LEN,
 };
 use mpa_ctl_proto::region_ad::RegionAd;
 use std::time::Duration;
@@ -32,65 +33,6 @@ use std::time::Duration;
 pub(crate) const SINK_STAG: u32 = 0x5a5a_0001;
 /// Outbound Reads outstanding at once when the startup did not negotiate ORD.
 pub(crate) const DEFAULT_ORD: u16 = 8;
-
-/// An RDMA Read Request: the untagged DDP header's MSN (QN 1) and the RDMA Read Request
-/// Header (RFC 5040 §4.4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ReadRequest {
-    pub msn: u32,
-    pub sink_stag: u32,
-    pub sink_to: u64,
-    /// RDMA Read Message Size (RDMARDSZ).
-    pub size: u32,
-    pub src_stag: u32,
-    pub src_to: u64,
-}
-
-fn be32(b: &[u8]) -> u32 {
-    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
-}
-
-fn be64(b: &[u8]) -> u64 {
-    (u64::from(be32(&b[..4])) << 32) | u64::from(be32(&b[4..8]))
-}
-
-impl ReadRequest {
-    /// Reads the RDMA Read Request Header `h` (Data Sink STag 0..4, Data Sink TO 4..12,
-    /// RDMARDSZ 12..16, Data Source STag 16..20, Data Source TO 20..28).
-    pub(crate) fn parse(msn: u32, h: &[u8]) -> Option<Self> {
-        let h = h.get(..READ_REQUEST_HEADER_LEN)?;
-        Some(ReadRequest {
-            msn,
-            sink_stag: be32(&h[0..4]),
-            sink_to: be64(&h[4..12]),
-            size: be32(&h[12..16]),
-            src_stag: be32(&h[16..20]),
-            src_to: be64(&h[20..28]),
-        })
-    }
-
-    /// The whole ULPDU: untagged DDP header (L, QN 1, MO 0) and the Read Request Header.
-    pub(crate) fn ulpdu(&self, version: u8) -> [u8; HEAD_LEN] {
-        let mut v = [0u8; HEAD_LEN];
-        let n = DdpRepr::Untagged {
-            last: true,
-            opcode: RdmapOpcode::RdmaReadRequest,
-            inv_stag: 0,
-            qn: queue::READ_REQUEST,
-            msn: self.msn,
-            mo: 0,
-        }
-        .emit(&mut v, version)
-        .unwrap_or(UNTAGGED_HEADER_LEN);
-        let h = &mut v[n..];
-        h[0..4].copy_from_slice(&self.sink_stag.to_be_bytes());
-        h[4..12].copy_from_slice(&self.sink_to.to_be_bytes());
-        h[12..16].copy_from_slice(&self.size.to_be_bytes());
-        h[16..20].copy_from_slice(&self.src_stag.to_be_bytes());
-        h[20..28].copy_from_slice(&self.src_to.to_be_bytes());
-        v
-    }
-}
 
 /// The DDP segments of a Read Response of `size` octets with at most `max_payload` octets
 /// each: (offset, length, last). A zero-length response is one empty segment with L.

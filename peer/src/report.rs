@@ -1,5 +1,6 @@
 //! The JSON line `mpa-peer` prints per connection.
 
+use hdrhistogram::Histogram;
 use mpa::endpoint::EndpointError;
 use mpa::startup::Negotiated;
 use mpa::wire::ddp::TerminateRepr;
@@ -86,7 +87,7 @@ pub(crate) struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) warmup: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) rtt_half_ns: Option<crate::pingpong::RttReport>,
+    pub(crate) rtt_half_ns: Option<RttReport>,
     /// The Terminate this side sent for a DDP/RDMAP violation of the peer's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) terminate_sent: Option<TerminateReport>,
@@ -174,5 +175,33 @@ pub(crate) fn emit(report: &Report) {
     match serde_json::to_string(report) {
         Ok(s) => println!("{s}"),
         Err(e) => eprintln!("mpa-peer: cannot encode report: {e}"),
+    }
+}
+
+/// Half the round-trip time in ns: HdrHistogram's values (equivalent within its 3
+/// significant digits).
+#[derive(Serialize, Clone, Copy, Debug, PartialEq)]
+pub(crate) struct RttReport {
+    pub min: u64,
+    pub p50: u64,
+    pub p90: u64,
+    pub p99: u64,
+    pub p999: u64,
+    pub max: u64,
+    pub mean: f64,
+}
+
+impl RttReport {
+    /// `None` for an empty histogram.
+    pub(crate) fn of(h: &Histogram<u64>) -> Option<Self> {
+        (!h.is_empty()).then(|| RttReport {
+            min: h.min(),
+            p50: h.value_at_quantile(0.5),
+            p90: h.value_at_quantile(0.9),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+            mean: h.mean(),
+        })
     }
 }

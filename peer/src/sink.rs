@@ -12,11 +12,10 @@
 //! slot `n` instead; both agree exactly when the payload length is ≡ 198 (mod 251) and the
 //! writes do not wrap (pattern.rs: payload `n` starts 198·n mod 251 into the period).
 
-use crate::read::ReadRequest;
+use crate::request::ReadRequest;
 use mpa::crc::crc32c_append;
 use mpa::wire::ddp::{
     queue, DdpRepr, RdmapOpcode, TerminateRepr, READ_REQUEST_HEADER_LEN, TAGGED_HEADER_LEN,
-    UNTAGGED_HEADER_LEN,
 };
 use mpa_ctl_proto::pattern::{pattern, PERIOD};
 use mpa_ctl_proto::region_ad::RegionAd;
@@ -398,10 +397,6 @@ pub(crate) fn copy_skipping<'a>(
     }
 }
 
-/// The prefix of a ULPDU a [`Sink`] and a Terminate need: the longest DDP header plus a Read
-/// Request's RDMA header.
-pub(crate) const HEAD_LEN: usize = UNTAGGED_HEADER_LEN + READ_REQUEST_HEADER_LEN;
-
 /// A tagged DDP segment (version 1) with `payload`: the ULPDUs the peer's unit tests feed.
 #[cfg(test)]
 pub(crate) fn tagged_ulpdu(
@@ -476,7 +471,7 @@ mod tests {
         // Two pieces, as markers would cut it.
         let cut = u.len().min(5);
         s.on_ulpdu(
-            &u[..u.len().min(HEAD_LEN)],
+            &u[..u.len().min(crate::request::HEAD_LEN)],
             u.len(),
             1,
             [&u[..cut], &u[cut..]].into_iter(),

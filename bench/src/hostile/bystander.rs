@@ -2,8 +2,8 @@
 //! RDMA Writes that must land octet-exact whatever the hostile classes do.
 
 use super::{flow_gone, HostileArgs};
-use crate::options::{Align, Op, Run, PORT};
-use crate::placement::Placement;
+use crate::bed::options::{Align, Op, Run, PORT};
+use crate::bed::placement::Placement;
 use anyhow::{anyhow, bail, Result};
 use mpa_harness::datapath::{accept_and_hand_over, HandedOver, Responder};
 use mpa_testbed::{run_in_netns, TestBed};
@@ -48,11 +48,11 @@ impl Bystander {
             spin_us: 0,
             sender_cc: None,
         };
-        let placement = Placement::prepare_in(socket, &run, crate::options::PD)?;
+        let placement = Placement::prepare_in(socket, &run, crate::bed::options::PD)?;
         let resp = Responder {
             reply_private_data: placement.ad.emit().to_vec(),
             placement: mpa_control::Placement {
-                pd: Some(crate::options::PD),
+                pd: Some(crate::bed::options::PD),
                 aligned_sender: false,
             },
             wait: Duration::from_secs(seconds + 120),
@@ -65,7 +65,7 @@ impl Bystander {
             std::thread::spawn(move || accept_and_hand_over(&ns_b, &sock, &listener, &resp));
         let (bed2, run2, rate) = (bed.clone(), run.clone(), a.bystander_rate);
         let sender = std::thread::spawn(move || {
-            crate::peer::sender_with(&bed2, &run2, &["--rate".into(), rate.to_string()])
+            crate::bed::peer::sender_with(&bed2, &run2, &["--rate".into(), rate.to_string()])
         });
         let handed = setup
             .join()

@@ -23,7 +23,7 @@ pub(crate) use counters::xdp_field;
 pub use counters::{Counter, Snapshot};
 pub use mpa_harness::hostile_peer::{HostileConfig, HostilePeer, Rx, Seg};
 
-use crate::options::PORT;
+use crate::bed::options::PORT;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use mpa_ctl_proto::consumer::{Consumer, MappedRegion};

@@ -11,7 +11,7 @@ use mpa::wire::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use mpa_stack::sim::{send_segment, write_segment, FpduStream, SplitMix64};
 use std::net::SocketAddrV4;
 
-use crate::options::Op;
+use crate::bed::options::Op;
 
 /// Largest ULPDU of one DDP segment when unaligned (RFC 5044 MULPDU bound, minus slack).
 const MAX_UNALIGNED_ULPDU: usize = 16 * 1024;

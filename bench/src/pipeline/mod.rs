@@ -16,7 +16,7 @@ pub mod round;
 pub mod stages;
 pub mod workers;
 
-use crate::options::{Align, Op};
+use crate::bed::options::{Align, Op};
 pub use crate::report::Spread;
 use crate::report::{Document, Scenario};
 use anyhow::{bail, Result};

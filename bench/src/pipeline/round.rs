@@ -4,7 +4,7 @@
 
 use super::gen::{header_len, payload, Prepared};
 use super::{local, PipelineOpts, OUR_MAC, PEER_MAC, RCV_NXT, SND_NXT};
-use crate::options::{Op, PD};
+use crate::bed::options::{Op, PD};
 use anyhow::{anyhow, bail, Result};
 use crossbeam_channel::{unbounded, Receiver};
 use mpa_ctl_proto::ring::{Producer, RingFile, RingSet, Waker};

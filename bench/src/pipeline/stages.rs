@@ -16,7 +16,7 @@
 //!    checks, completions issued (per message, so their share falls as ULPDUs grow).
 
 use super::{pipeline_many, PipelineOpts, PipelineReport};
-use crate::options::Op;
+use crate::bed::options::Op;
 use anyhow::Result;
 use serde_json::{json, Value};
 

@@ -14,14 +14,14 @@
 //! ULPDU digests match; on the datapath side the listener's region equals the consumer's
 //! region octet for octet (`region_digest`) and it counted every Write. Goodput: payload
 //! octets over the transfer time (kernel: the sender's `transfer_seconds`; datapath: first
-//! post to last completion). CPU: whole system (`crate::cpu`) around each transfer; `proc`
+//! post to last completion). CPU: whole system (`crate::bed::cpu`) around each transfer; `proc`
 //! is the sending process (mpa-peer connect / this process with the datapath).
 
+use crate::bed::cpu::{CpuUse, SystemCpu};
+use crate::bed::options::{bed_for, PORT};
+use crate::bed::peer::PeerListen;
 use crate::bw::{transfer_seconds, BwArgs, BwRow, BwSample};
-use crate::cpu::{CpuUse, SystemCpu};
-use crate::options::{bed_for, PORT};
-use crate::peer::PeerListen;
-use crate::progress::Progress;
+use crate::report::progress::Progress;
 use crate::report::{Document, Scenario};
 use anyhow::{anyhow, bail, Context, Result};
 use mpa::startup::StartupPolicy;

@@ -4,7 +4,7 @@
 //! its receipt of the MPA Reply, which the datapath sends once the connection is handed over
 //! (TCP handshake, MPA Request, freeze, hand-over, Reply).
 
-use crate::options::PORT;
+use crate::bed::options::PORT;
 use crate::report::{Document, Scenario};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;

@@ -14,10 +14,11 @@
 //! this datapath pays today. Every echo is checked: its length, and on the kernel side its
 //! octets; on the datapath side the echoed region is compared with what was sent at the end.
 
-use crate::lat::{monotonic_ns, row_json, table, LatArgs, Row, Samples, Side};
-use crate::options::{bed_for, PD, PORT};
-use crate::peer::PeerListen;
-use crate::progress::Progress;
+use super::args::LatArgs;
+use super::samples::{monotonic_ns, row_json, table, Row, Samples, Side};
+use crate::bed::options::{bed_for, PD, PORT};
+use crate::bed::peer::PeerListen;
+use crate::report::progress::Progress;
 use crate::report::{Document, Scenario};
 use anyhow::{anyhow, bail, Context, Result};
 use mpa::endpoint::{EndpointConfig, MpaStream};

@@ -1,10 +1,10 @@
 //! `demo`: one transfer through the datapath, checked byte for byte (and, when placing, the
 //! region compared with what the peer wrote).
 
-use crate::cpu::SystemCpu;
-use crate::options::{bed, Op, Run, PD, PORT};
-use crate::peer::{cpu_seconds, sender};
-use crate::placement::Placement;
+use crate::bed::cpu::SystemCpu;
+use crate::bed::options::{bed, Op, Run, PD, PORT};
+use crate::bed::peer::{aggregate, cpu_seconds, digests_match, senders};
+use crate::bed::placement::Placement;
 use anyhow::{anyhow, bail, Result};
 use mpa_harness::datapath::{
     accept_and_hand_over, start_datapath, stats, temp_path, DatapathOptions, HandedOver, Responder,
@@ -41,61 +41,6 @@ pub struct DpResult {
     pub placement: Option<(u64, u64)>,
 }
 
-/// Runs `r.connections` senders (`mpa-peer connect`) at once in ns a; their reports in order.
-pub fn senders(bed: &TestBed, r: &Run) -> Result<Vec<Value>> {
-    if r.connections <= 1 {
-        return Ok(vec![sender(bed, r)?]);
-    }
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..r.connections)
-            .map(|_| s.spawn(|| sender(bed, r)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().map_err(|_| anyhow!("sender thread panicked"))?)
-            .collect()
-    })
-}
-
-/// Whether the receivers' ULPDU digests are the senders' (as multisets: with several
-/// connections any sender may have met any receiver).
-pub fn digests_match(senders: &[Value], receivers: &[Value]) -> bool {
-    let mut a: Vec<String> = senders
-        .iter()
-        .map(|v| v["ulpdu_digest"].to_string())
-        .collect();
-    let mut b: Vec<String> = receivers
-        .iter()
-        .map(|v| v["ulpdu_digest"].to_string())
-        .collect();
-    a.sort();
-    b.sort();
-    !a.is_empty() && a == b
-}
-
-/// Numeric fields summed over `reports` (the rest from the first), `transfer_seconds` and
-/// `seconds` the longest: what several connections carried together.
-pub fn aggregate(reports: &[Value]) -> Value {
-    let mut sum = reports.first().cloned().unwrap_or(Value::Null);
-    let Some(obj) = sum.as_object_mut() else {
-        return sum;
-    };
-    for r in reports.iter().skip(1) {
-        for (k, v) in obj.iter_mut() {
-            let longest = k == "transfer_seconds" || k == "seconds";
-            match (v.as_f64(), r[k.as_str()].as_f64()) {
-                (Some(a), Some(b)) if longest => *v = serde_json::json!(a.max(b)),
-                (Some(a), Some(b)) if v.is_u64() && r[k.as_str()].is_u64() => {
-                    *v = serde_json::json!(a as u64 + b as u64)
-                }
-                (Some(a), Some(b)) => *v = serde_json::json!(a + b),
-                _ => {}
-            }
-        }
-    }
-    sum
-}
-
 /// One transfer through the datapath on `bed`: the datapath and the hand-over listener in ns
 /// b, `r.connections` × `mpa-peer connect` in ns a.
 pub fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
@@ -113,9 +58,9 @@ pub fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
     }
     opts.spin = std::time::Duration::from_micros(r.spin_us);
     let dp = start_datapath(bed, &socket, &opts)?;
-    if crate::split::applies(bed, r.split_cpus) {
+    if crate::bed::split::applies(bed, r.split_cpus) {
         let want = r.queues.max(1) as usize;
-        let n = crate::split::pin_workers(want)?;
+        let n = crate::bed::split::pin_workers(want)?;
         if n < want {
             bail!("--split-cpus: {n} datapath worker threads to pin, {want} expected");
         }

@@ -7,15 +7,18 @@
 //! the sender wrote; the kernel Responder reads every FPDU, checks it (CRC, markers) and
 //! digests the ULPDUs. Every run checks the ULPDU digest end to end; a run that fails a check
 //! fails the experiment. Goodput is ULPDU octets over the same sender's transfer time on both
-//! sides ([`transfer_seconds`]). CPU: [`crate::cpu`].
+//! sides ([`transfer_seconds`]). CPU: [`crate::bed::cpu`].
 
-use crate::cpu::CpuUse;
-use crate::demo::{datapath_run, digests_match, gbit};
-use crate::options::{bed_for, messages, Align, NicArgs, Op, Run};
-use crate::peer::kernel_run;
-use crate::progress::Progress;
+pub mod send;
+
+use crate::bed::cpu::CpuUse;
+use crate::bed::options::{bed_for, messages, Align, NicArgs, Op, Run};
+use crate::bed::peer::digests_match;
+use crate::bed::peer::kernel_run;
+use crate::bed::sender_tcp::SenderTcp;
+use crate::demo::{datapath_run, gbit};
+use crate::report::progress::Progress;
 use crate::report::{Document, Scenario, Spread};
-use crate::sender_tcp::SenderTcp;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::{json, Value};
@@ -528,7 +531,7 @@ fn wire_segments(bed: &mpa_testbed::TestBed) -> Result<()> {
 pub fn run_cli(a: &BwArgs) -> Result<()> {
     let (doc, rows) = match a.sender {
         SenderSide::Kernel => bw(a)?,
-        SenderSide::Datapath => crate::bw_send::bw_send(a)?,
+        SenderSide::Datapath => crate::bw::send::bw_send(a)?,
     };
     let head = format!(
         "{}: mtu {} loss {}% queues {}; {} MiB per run, {}; {}; sender {}{}{}",

@@ -177,7 +177,7 @@ pub fn bed_for(r: &Run, nic: &NicArgs) -> Result<TestBed> {
 /// The bed a run asks for: the direct veth pair, or the bridge with loss.
 pub fn bed(r: &Run) -> Result<TestBed> {
     if r.split_cpus {
-        crate::split::check_cpus()?;
+        crate::bed::split::check_cpus()?;
     }
     let bed = TestBed::up(BedConfig {
         bridge: r.loss > 0 || r.impair.is_some(),
@@ -187,8 +187,8 @@ pub fn bed(r: &Run) -> Result<TestBed> {
         queues: r.queues,
         impair: r.impair.clone(),
     })?;
-    if crate::split::applies(&bed, r.split_cpus) {
-        crate::split::steer_sender_rx(&bed)?;
+    if crate::bed::split::applies(&bed, r.split_cpus) {
+        crate::bed::split::steer_sender_rx(&bed)?;
     }
     Ok(bed)
 }

@@ -7,11 +7,12 @@
 //! * `lat-cdf-<size>.png`, `bw-by-size.png`, `pipeline-stages.png`: the plots;
 //! * `lat-{kernel,datapath}-<size>.hgrm`: the latency distributions.
 
+pub mod plot;
+
+use crate::bed::options::{Align, Op};
 use crate::bw::{self, BwArgs, BwRow};
 use crate::lat::{self, LatArgs, Row, Side};
-use crate::options::{Align, Op};
 use crate::pipeline::{self, PipelineArgs};
-use crate::plot;
 use crate::report::{check_shape, Document};
 use crate::setup::{self, SetupArgs};
 use anyhow::{Context, Result};

@@ -5,9 +5,10 @@
 //! memory and open descriptors sampled. It fails on any lost or misplaced octet, any flow not
 //! accounted for, or growth after the warm-up beyond the stated bounds.
 
-use crate::demo::{digests_match, transfer};
-use crate::options::{bed, Align, Op, Run};
-use crate::progress::Progress;
+use crate::bed::options::{bed, Align, Op, Run};
+use crate::bed::peer::digests_match;
+use crate::demo::transfer;
+use crate::report::progress::Progress;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use mpa_control::datapath_client::DatapathClient;
@@ -168,7 +169,7 @@ fn waves(
         let Some((messages, _)) = d.placement else {
             bail!("wave {wave}: nothing placed");
         };
-        let want = crate::options::messages(r) * u64::from(r.connections);
+        let want = crate::bed::options::messages(r) * u64::from(r.connections);
         if messages != want {
             bail!("wave {wave}: {messages} messages completed, {want} sent");
         }

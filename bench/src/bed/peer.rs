@@ -1,8 +1,8 @@
 //! The other processes of an experiment: `mpa-peer connect` (the sender, ns a) and
 //! `mpa-peer listen` (the blocking kernel-TCP Responder, ns b), and the CPU they use.
 
-use crate::cpu::{CpuUse, SystemCpu};
-use crate::options::{Op, Run, PORT};
+use crate::bed::cpu::{CpuUse, SystemCpu};
+use crate::bed::options::{Op, Run, PORT};
 use anyhow::{anyhow, bail, Context, Result};
 use mpa_harness::sibling;
 use mpa_testbed::TestBed;
@@ -49,8 +49,9 @@ pub fn sender_with(bed: &TestBed, r: &Run, extra: &[String]) -> Result<Value> {
         args.extend(["--congestion", cc]);
     }
     args.extend(extra.iter().map(String::as_str));
-    let pin = crate::split::applies(bed, r.split_cpus).then_some(crate::split::SENDER_CPU);
-    let out = crate::split::command(bed, &bed.ns_a, &peer.to_string_lossy(), pin)
+    let pin =
+        crate::bed::split::applies(bed, r.split_cpus).then_some(crate::bed::split::SENDER_CPU);
+    let out = crate::bed::split::command(bed, &bed.ns_a, &peer.to_string_lossy(), pin)
         .args(&args)
         .stderr(Stdio::inherit())
         .output()
@@ -65,7 +66,7 @@ pub fn sender_with(bed: &TestBed, r: &Run, extra: &[String]) -> Result<Value> {
 
 /// What one kernel-TCP Responder run measured.
 pub struct KernelResult {
-    /// The sender's report (several: summed, the longest transfer; see `demo::aggregate`).
+    /// The sender's report (several: summed, the longest transfer; see [`aggregate`]).
     pub sent: Value,
     /// The Responder's report (several connections: summed).
     pub got: Value,
@@ -100,8 +101,9 @@ pub fn kernel_run(bed: &TestBed, r: &Run) -> Result<KernelResult> {
         args.push("--markers");
     }
     let cpu0 = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_CHILDREN);
-    let pin = crate::split::applies(bed, r.split_cpus).then_some(crate::split::RECEIVER_CPU);
-    let mut child = crate::split::command(bed, &bed.ns_b, &peer_bin.to_string_lossy(), pin)
+    let pin =
+        crate::bed::split::applies(bed, r.split_cpus).then_some(crate::bed::split::RECEIVER_CPU);
+    let mut child = crate::bed::split::command(bed, &bed.ns_b, &peer_bin.to_string_lossy(), pin)
         .args(&args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -109,7 +111,7 @@ pub fn kernel_run(bed: &TestBed, r: &Run) -> Result<KernelResult> {
     wait_listening(&mut child)?;
     let system = SystemCpu::start()?;
     let sender0 = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_CHILDREN);
-    let senders = match crate::demo::senders(bed, r) {
+    let senders = match senders(bed, r) {
         Ok(s) => s,
         Err(e) => {
             // The Responder would wait in accept() for a sender that never comes.
@@ -142,8 +144,8 @@ pub fn kernel_run(bed: &TestBed, r: &Run) -> Result<KernelResult> {
         );
     }
     Ok(KernelResult {
-        sent: crate::demo::aggregate(&senders),
-        got: crate::demo::aggregate(&receivers),
+        sent: aggregate(&senders),
+        got: aggregate(&receivers),
         senders,
         receivers,
         cpu: CpuUse {
@@ -233,4 +235,59 @@ impl Drop for PeerListen {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Runs `r.connections` senders (`mpa-peer connect`) at once in ns a; their reports in order.
+pub fn senders(bed: &TestBed, r: &Run) -> Result<Vec<Value>> {
+    if r.connections <= 1 {
+        return Ok(vec![sender(bed, r)?]);
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..r.connections)
+            .map(|_| s.spawn(|| sender(bed, r)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().map_err(|_| anyhow!("sender thread panicked"))?)
+            .collect()
+    })
+}
+
+/// Whether the receivers' ULPDU digests are the senders' (as multisets: with several
+/// connections any sender may have met any receiver).
+pub fn digests_match(senders: &[Value], receivers: &[Value]) -> bool {
+    let mut a: Vec<String> = senders
+        .iter()
+        .map(|v| v["ulpdu_digest"].to_string())
+        .collect();
+    let mut b: Vec<String> = receivers
+        .iter()
+        .map(|v| v["ulpdu_digest"].to_string())
+        .collect();
+    a.sort();
+    b.sort();
+    !a.is_empty() && a == b
+}
+
+/// Numeric fields summed over `reports` (the rest from the first), `transfer_seconds` and
+/// `seconds` the longest: what several connections carried together.
+pub fn aggregate(reports: &[Value]) -> Value {
+    let mut sum = reports.first().cloned().unwrap_or(Value::Null);
+    let Some(obj) = sum.as_object_mut() else {
+        return sum;
+    };
+    for r in reports.iter().skip(1) {
+        for (k, v) in obj.iter_mut() {
+            let longest = k == "transfer_seconds" || k == "seconds";
+            match (v.as_f64(), r[k.as_str()].as_f64()) {
+                (Some(a), Some(b)) if longest => *v = serde_json::json!(a.max(b)),
+                (Some(a), Some(b)) if v.is_u64() && r[k.as_str()].is_u64() => {
+                    *v = serde_json::json!(a as u64 + b as u64)
+                }
+                (Some(a), Some(b)) => *v = serde_json::json!(a + b),
+                _ => {}
+            }
+        }
+    }
+    sum
 }

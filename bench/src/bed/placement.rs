@@ -1,7 +1,7 @@
 //! The consumer side of a placing run: a region (or posted buffers) for the peer's RDMA Writes
 //! (or Sends), completions read as they come, and the check of what landed.
 
-use crate::options::{messages, Op, Run, PD};
+use crate::bed::options::{messages, Op, Run, PD};
 use anyhow::{anyhow, bail, Result};
 use mpa::wire::ddp;
 use mpa_ctl_proto::consumer::{Consumer, MappedRegion};

@@ -2,6 +2,8 @@
 //! (`{"scenario", "params", "results"}`), the spread of a value over rounds, and the check of
 //! a document's shape (the keys README promises for each scenario).
 
+pub mod progress;
+
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
 

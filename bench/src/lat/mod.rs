@@ -1,0 +1,90 @@
+//! `lat`: one-way latency per message, the datapath against the blocking kernel-TCP
+//! Responder, same bed and sender, alternating.
+//!
+//! The sender (`mpa-peer connect --timestamps --rate R`, ns a) starts every RDMA Write's
+//! payload with the CLOCK_MONOTONIC time in ns (u64 LE) taken right before the message is
+//! encoded and written; the namespaces share the host's clock. The receivers take
+//! CLOCK_MONOTONIC again:
+//! * datapath: the bench's consumer, when it holds a completion (`Consumer::next_completions`
+//!   returned its batch) and has read the stamp from the mapped region at the completion's
+//!   offset — so the datapath's number includes the completion ring in shared memory and
+//!   the consumer's wake-up by the ring's eventfd (`--consumer-busy-poll`: it spins on the
+//!   ring instead, `Consumer::set_busy_poll`);
+//! * kernel: an in-process blocking `MpaStream` Responder in ns b, in `recv_with`'s callback,
+//!   i.e. when the whole ULPDU has been read and its FPDU checked.
+//!
+//! Latency runs check counts, lengths, offsets and the ULPDU digest (which covers the
+//! stamps), not the region against the pattern (the stamps overwrite its first 8 octets).
+//!
+//! `--pingpong` runs the ping-pong of [`pingpong`] instead.
+
+mod args;
+mod oneway;
+mod pingpong;
+mod samples;
+
+pub use args::LatArgs;
+pub use oneway::lat;
+pub use pingpong::{pingpong, pingpong_table};
+pub use samples::{
+    decode_stamp, hgrm, hgrm_name, monotonic_ns, row_json, table, Row, Samples, Side, STAMP_LEN,
+};
+
+use anyhow::Result;
+
+/// `mpa-bench lat`: the table (stdout, or stderr with `--json`) and the document with `--json`.
+pub fn run_cli(a: &LatArgs) -> Result<()> {
+    if a.pingpong {
+        let (doc, rows) = pingpong::pingpong(a)?;
+        let text = format!(
+            "bed: mtu {}; {}; RDMA Write ping-pong against the kernel mpa-peer listen --echo, {} \
+             iterations per size, side and round (after 100 warm-up), {} rounds\n{}",
+            a.mtu,
+            match (a.plain, a.no_markers) {
+                (true, _) => "no markers, no CRC",
+                (false, true) => "CRC, no markers",
+                (false, false) => "markers + CRC",
+            },
+            a.messages,
+            a.rounds,
+            pingpong::pingpong_table(&rows)
+        );
+        if a.json {
+            eprint!("{text}");
+            crate::report::print(&doc);
+        } else {
+            print!("{text}");
+        }
+        return Ok(());
+    }
+    let (doc, rows) = lat(a)?;
+    let mut text = format!(
+        "bed: mtu {}; {}; {} messages per size, side and round, {} rounds, sender paced at {}; RDMA Writes into a 16 MiB region (datapath) / digested (kernel)\n",
+        a.mtu,
+        match (a.plain, a.no_markers) {
+            (true, _) => "no markers, no CRC",
+            (false, true) => "CRC, no markers",
+            (false, false) => "markers + CRC",
+        },
+        a.messages,
+        a.rounds,
+        if a.rate == 0 {
+            "no rate (unpaced)".to_string()
+        } else {
+            format!("{} msg/s", a.rate)
+        }
+    );
+    text += &table(&rows);
+    text += &format!(
+        "hgrm files: {}/lat-{{kernel,datapath}}-<bytes>{}.hgrm\n",
+        a.out.display(),
+        if a.rate == 0 { "-unpaced" } else { "" }
+    );
+    if a.json {
+        eprint!("{text}");
+        crate::report::print(&doc);
+    } else {
+        print!("{text}");
+    }
+    Ok(())
+}

@@ -1,0 +1,327 @@
+//! What a latency run measures and how it is shown: send stamps, the samples of one side,
+//! the rows of the table, `.hgrm` files and each row's JSON.
+
+use hdrhistogram::Histogram;
+use std::fmt::Write as _;
+
+/// Octets of the send timestamp at the start of each payload.
+pub const STAMP_LEN: usize = 8;
+
+/// The send timestamp at the start of a payload (u64 LE), if it is long enough.
+pub fn decode_stamp(payload: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(
+        payload.get(..STAMP_LEN)?.try_into().ok()?,
+    ))
+}
+
+/// CLOCK_MONOTONIC in nanoseconds, the sender's clock.
+pub fn monotonic_ns() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is always available");
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
+
+/// The two receivers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Kernel,
+    Datapath,
+}
+
+impl Side {
+    pub fn name(self) -> &'static str {
+        match self {
+            Side::Kernel => "kernel-tcp MpaStream",
+            Side::Datapath => "mpa-datapath (AF_XDP)",
+        }
+    }
+
+    /// For file names and JSON.
+    pub fn key(self) -> &'static str {
+        match self {
+            Side::Kernel => "kernel",
+            Side::Datapath => "datapath",
+        }
+    }
+}
+
+/// One-way latencies in ns, and the stamps that could not be used.
+pub struct Samples {
+    pub hist: Histogram<u64>,
+    /// Missing, zero, in the future, or older than a minute.
+    pub bad: u64,
+}
+
+impl Default for Samples {
+    fn default() -> Self {
+        Samples {
+            // 1 ns .. 1 h, 3 significant digits.
+            hist: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds"),
+            bad: 0,
+        }
+    }
+}
+
+impl Samples {
+    /// Records `now - ts` (ns).
+    pub fn record(&mut self, ts: Option<u64>, now: u64) {
+        match ts {
+            Some(ts) if ts > 0 && ts <= now && now - ts < 60_000_000_000 => {
+                self.hist.saturating_record((now - ts).max(1))
+            }
+            _ => self.bad += 1,
+        }
+    }
+
+    pub fn add(&mut self, o: &Samples) {
+        self.hist.add(&o.hist).expect("same bounds");
+        self.bad += o.bad;
+    }
+}
+
+/// One row of the table: a side and a size, all rounds.
+pub struct Row {
+    pub side: Side,
+    pub bytes: usize,
+    pub samples: Samples,
+}
+
+const QUANTILES: [(&str, f64); 4] = [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p99.9", 0.999)];
+
+pub(crate) fn us(ns: u64) -> f64 {
+    ns as f64 / 1000.0
+}
+
+/// The perftest-style table (µs), then the ratio of the p50s per size.
+pub fn table(rows: &[Row]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:22} {:>6} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "receiver", "bytes", "samples", "min", "p50", "p90", "p99", "p99.9", "max"
+    );
+    for r in rows {
+        let h = &r.samples.hist;
+        let _ = write!(
+            s,
+            "{:22} {:>6} {:>8} {:>9.2}",
+            r.side.name(),
+            r.bytes,
+            h.len(),
+            us(h.min())
+        );
+        for (_, q) in QUANTILES {
+            let _ = write!(s, " {:>9.2}", us(h.value_at_quantile(q)));
+        }
+        let _ = write!(s, " {:>9.2}", us(h.max()));
+        if r.samples.bad > 0 {
+            let _ = write!(s, "  ({} bad stamps)", r.samples.bad);
+        }
+        s.push('\n');
+    }
+    let _ = writeln!(s, "(one-way latency, µs)");
+    for r in rows.iter().filter(|r| r.side == Side::Datapath) {
+        let k = rows
+            .iter()
+            .find(|k| k.side == Side::Kernel && k.bytes == r.bytes);
+        if let Some(k) = k.filter(|k| !k.samples.hist.is_empty() && !r.samples.hist.is_empty()) {
+            let ratio = r.samples.hist.value_at_quantile(0.5) as f64
+                / k.samples.hist.value_at_quantile(0.5).max(1) as f64;
+            let _ = writeln!(s, "p50 datapath / kernel at {:>6} B: {ratio:.2}x", r.bytes);
+        }
+    }
+    s
+}
+
+/// HdrHistogram's percentile distribution text format (`.hgrm`, as
+/// `outputPercentileDistribution` writes it), values in µs.
+pub fn hgrm(h: &Histogram<u64>) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:>12} {:>14} {:>10} {:>14}\n",
+        "Value", "Percentile", "TotalCount", "1/(1-Percentile)"
+    );
+    if !h.is_empty() {
+        for v in h.iter_quantiles(5) {
+            let q = v.quantile_iterated_to();
+            let value = us(h.highest_equivalent(v.value_iterated_to()));
+            let total: u64 = h.count_between(0, v.value_iterated_to());
+            if q < 1.0 {
+                let _ = writeln!(
+                    s,
+                    "{value:12.3} {q:2.12} {total:10} {:14.2}",
+                    1.0 / (1.0 - q)
+                );
+            } else {
+                let _ = writeln!(s, "{value:12.3} {q:2.12} {total:10}");
+            }
+        }
+    }
+    let _ = writeln!(
+        s,
+        "#[Mean    = {:12.3}, StdDeviation   = {:12.3}]",
+        h.mean() / 1000.0,
+        h.stdev() / 1000.0
+    );
+    let _ = writeln!(
+        s,
+        "#[Max     = {:12.3}, Total count    = {:12}]",
+        us(h.max()),
+        h.len()
+    );
+    let _ = writeln!(
+        s,
+        "#[Buckets = {:12}, SubBuckets     = {:12}]",
+        h.buckets(),
+        // Not exposed by the crate: 2 * 10^sigfig rounded up to a power of two.
+        (2 * 10u64.pow(u32::from(h.sigfig()))).next_power_of_two()
+    );
+    s
+}
+
+/// The JSON result of a row (README, "JSON").
+pub fn row_json(r: &Row, rounds: u32) -> serde_json::Value {
+    let h = &r.samples.hist;
+    let mut v = serde_json::json!({
+        "receiver": r.side.key(),
+        "size": r.bytes,
+        "rounds": rounds,
+        "samples": h.len(),
+        "bad_stamps": r.samples.bad,
+        "min_us": us(h.min()),
+        "max_us": us(h.max()),
+        "mean_us": h.mean() / 1000.0,
+    });
+    for (name, q) in QUANTILES {
+        let key = format!("{}_us", name.replace('.', ""));
+        v[key] = serde_json::json!(us(h.value_at_quantile(q)));
+    }
+    v
+}
+
+/// The `.hgrm` file of a side and size (`-unpaced` when the sender was not paced).
+pub fn hgrm_name(side: Side, bytes: usize, rate: u64) -> String {
+    let pace = if rate == 0 { "-unpaced" } else { "" };
+    format!("lat-{}-{bytes}{pace}.hgrm", side.key())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{Document, Scenario};
+
+    #[test]
+    fn stamp_codec() {
+        let ns = 0x0102_0304_0506_0708u64;
+        let mut p = ns.to_le_bytes().to_vec();
+        p.extend_from_slice(b"pattern");
+        assert_eq!(decode_stamp(&p), Some(ns));
+        assert_eq!(decode_stamp(&p[..7]), None);
+        let (a, b) = (monotonic_ns(), monotonic_ns());
+        assert!(a > 0 && b >= a);
+    }
+
+    #[test]
+    fn samples_reject_implausible_stamps() {
+        let mut s = Samples::default();
+        s.record(Some(1_000), 3_000);
+        s.record(None, 3_000);
+        s.record(Some(0), 3_000);
+        s.record(Some(5_000), 3_000);
+        s.record(Some(1), 61_000_000_000);
+        assert_eq!((s.hist.len(), s.bad), (1, 4));
+        assert_eq!(s.hist.value_at_quantile(0.5), 2_000);
+    }
+
+    fn rows() -> Vec<Row> {
+        let mut k = Samples::default();
+        let mut d = Samples::default();
+        for i in 1..=1000u64 {
+            k.record(Some(1), 1 + i * 10); // 10 ns .. 10 µs
+            d.record(Some(1), 1 + i * 1000); // 1 µs .. 1 ms
+        }
+        vec![
+            Row {
+                side: Side::Kernel,
+                bytes: 64,
+                samples: k,
+            },
+            Row {
+                side: Side::Datapath,
+                bytes: 64,
+                samples: d,
+            },
+        ]
+    }
+
+    #[test]
+    fn table_has_percentiles_and_ratio() {
+        let t = table(&rows());
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0]
+            .split_whitespace()
+            .eq(["receiver", "bytes", "samples", "min", "p50", "p90", "p99", "p99.9", "max"]));
+        let k: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(&k[..2], ["kernel-tcp", "MpaStream"]);
+        // bytes, samples, min, p50, p90, p99, p99.9, max in µs.
+        // Values are the histogram's (3 significant digits: equivalent ranges of 8 ns here).
+        assert_eq!(
+            &k[2..],
+            ["64", "1000", "0.01", "5.00", "9.01", "9.90", "9.99", "10.01"]
+        );
+        let d: Vec<&str> = lines[2].split_whitespace().collect();
+        assert_eq!(&d[..4], ["mpa-datapath", "(AF_XDP)", "64", "1000"]);
+        assert_eq!(d[5], "500.22"); // 3 significant digits: 500 µs reads as its range's top
+        assert!(
+            t.contains("p50 datapath / kernel at     64 B: 99.98x"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn hgrm_format() {
+        let r = rows();
+        let text = hgrm(&r[1].samples.hist);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].split_whitespace().eq([
+            "Value",
+            "Percentile",
+            "TotalCount",
+            "1/(1-Percentile)"
+        ]));
+        assert_eq!(lines[1], "");
+        let first: Vec<&str> = lines[2].split_whitespace().collect();
+        assert_eq!(first, ["1.000", "0.000000000000", "1", "1.00"]);
+        // The last data line is the maximum at percentile 1 without the last column.
+        let last = lines.iter().rev().find(|l| !l.starts_with('#')).unwrap();
+        let last: Vec<&str> = last.split_whitespace().collect();
+        assert_eq!(last.len(), 3);
+        assert_eq!(&last[1..], ["1.000000000000", "1000"]);
+        assert!(text.contains("#[Max     ="));
+        assert!(text.contains("Total count    =         1000]"));
+        assert!(text.contains("SubBuckets     =         2048]"), "{text}");
+    }
+
+    #[test]
+    fn rows_make_a_documented_lat_document() {
+        let r = rows();
+        let mut doc = Document::new(Scenario::Lat, serde_json::json!({"sizes": [64]}));
+        doc.results = r.iter().map(|r| row_json(r, 3)).collect();
+        let v = doc.to_value();
+        crate::report::check_shape(&v).unwrap();
+        assert_eq!(v["results"][0]["receiver"], "kernel");
+        assert_eq!(v["results"][1]["receiver"], "datapath");
+        assert_eq!(v["results"][1]["samples"], 1000);
+        assert_eq!(v["results"][1]["p50_us"], 500.223);
+        assert!(v["results"][1]["p999_us"].as_f64().unwrap() > 998.0);
+        assert_eq!(
+            hgrm_name(Side::Datapath, 64, 0),
+            "lat-datapath-64-unpaced.hgrm"
+        );
+        assert_eq!(
+            hgrm_name(Side::Kernel, 4096, 10_000),
+            "lat-kernel-4096.hgrm"
+        );
+    }
+}
