@@ -18,6 +18,8 @@
 //!   memory: ns per segment, no kernel sender, no namespace, no root.
 #![forbid(unsafe_code)]
 
+pub mod ab;
+pub mod ack_timing;
 pub mod bed;
 pub mod bw;
 pub mod demo;

@@ -12,6 +12,8 @@
 //!   `hostile: N/N classes as specified; bystander octet-exact`.
 //! * `suite`: `make bench`'s standard set: summary, JSON, plots, `.hgrm` files.
 //! * `soak`: one datapath for minutes under waves of connections; memory and descriptors.
+//! * `ab`: an old build against a new one, any experiment, rounds alternating.
+//! * `ack-timing`: from a capture, how soon each data segment was reported by an ACK.
 //!
 //! `--json` prints the one document `{"scenario", "params", "results"}` on stdout (README,
 //! "JSON"); the human tables then go to stderr.
@@ -61,6 +63,14 @@ enum Cmd {
     /// One datapath for `--minutes` while waves of connections open, transfer (checked octet
     /// for octet) and close; memory and descriptors sampled and bounded.
     Soak(mpa_bench::soak::SoakArgs),
+    /// An old build against a new one: the same experiment from each in alternation, each
+    /// headline value's median and range per build and their ratio
+    /// (`mpa-bench ab OLD NEW -- pipeline --rounds 3`).
+    Ab(mpa_bench::ab::AbArgs),
+    /// From a capture (pcap or pcapng), per connection: µs from each data segment's
+    /// transmission to the first ACK that reports it, first transmissions and
+    /// retransmissions apart.
+    AckTiming(mpa_bench::ack_timing::AckTimingArgs),
 }
 
 fn main() -> ExitCode {
@@ -99,6 +109,8 @@ fn main() -> ExitCode {
             "soak",
             mpa_bench::soak::soak(&a).map(|line| println!("soak: OK {line}")),
         ),
+        Cmd::Ab(a) => ("ab", mpa_bench::ab::run_cli(&a)),
+        Cmd::AckTiming(a) => ("ack-timing", mpa_bench::ack_timing::run_cli(&a)),
         Cmd::Suite(a) => (
             "suite",
             mpa_bench::suite::suite(&a).map(|md| {

@@ -1,0 +1,275 @@
+//! `ack-timing`: how soon a receiver reports each data segment, read from a capture.
+//!
+//! For every connection of the capture whose data goes to `--port` (the bed's MPA port by
+//! default), each data segment's latest transmission is matched with the first ACK that
+//! reports it — cumulatively, or in a SACK block — and the time between them is collected,
+//! first transmissions and retransmissions apart. Where the capture was taken decides what
+//! the time means: on the sender's interface it is the sender's view (its RTT samples and the
+//! queues it waits in); on the port towards the receiver it is the receiver's own turnaround
+//! (for the datapath: veth, XDP and the worker). docs/benchmarks.md shows how to capture.
+//!
+//! The capture is a pcap or pcapng file (`tcpdump -w`, `mpa-control capture`) of Ethernet,
+//! Linux cooked (`tcpdump -i any`) or raw IP frames; frames that are not TCP are skipped.
+
+mod matcher;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use etherparse::{NetSlice, SlicedPacket, TcpOptionElement, TransportSlice};
+use matcher::{Connection, Percentiles};
+use pcap_file::pcap::PcapReader;
+use pcap_file::pcapng::{Block, PcapNgReader};
+use pcap_file::DataLink;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+/// `mpa-bench ack-timing`'s options.
+#[derive(Args, Clone, Debug)]
+pub struct AckTimingArgs {
+    /// The capture (pcap or pcapng).
+    pub capture: PathBuf,
+    /// The receiver's TCP port: data goes to it, ACKs come from it.
+    #[arg(long, default_value_t = crate::bed::options::PORT)]
+    pub port: u16,
+    /// Connections with fewer data segments than this are left out.
+    #[arg(long, default_value_t = 1000)]
+    pub min_segments: u64,
+    /// Print one JSON document on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One connection's result.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct ConnectionTiming {
+    /// The data sender's address and port.
+    pub sender: SocketAddr,
+    /// The receiver's.
+    pub receiver: SocketAddr,
+    /// Data segments seen (transmissions, retransmissions included).
+    pub data_segments: u64,
+    /// Segments reported by an ACK after their first transmission.
+    pub first: Percentiles,
+    /// Segments reported by an ACK after a retransmission.
+    pub retransmitted: Percentiles,
+    /// Segments still unreported when the capture ended.
+    pub unreported: u64,
+}
+
+/// The document `--json` prints.
+#[derive(Serialize, Clone, Debug)]
+pub struct AckTimingReport {
+    /// The capture read.
+    pub capture: String,
+    /// The receiver's port.
+    pub port: u16,
+    /// TCP frames read.
+    pub tcp_frames: u64,
+    /// Connections with at least `--min-segments` data segments, in order of their first frame.
+    pub connections: Vec<ConnectionTiming>,
+}
+
+/// The frames of a capture, whatever its format: (timestamp in ns, link type, octets).
+fn for_each_frame(
+    path: &PathBuf,
+    mut f: impl FnMut(u64, DataLink, &[u8]) -> Result<()>,
+) -> Result<()> {
+    let mut magic = [0u8; 4];
+    File::open(path)
+        .and_then(|mut file| file.read_exact(&mut magic))
+        .with_context(|| format!("ack-timing: read {}", path.display()))?;
+    let file = BufReader::new(File::open(path)?);
+    let ns = |d: std::time::Duration| d.as_nanos().min(u128::from(u64::MAX)) as u64;
+    if magic == [0x0a, 0x0d, 0x0d, 0x0a] {
+        let mut r = PcapNgReader::new(file)
+            .with_context(|| format!("ack-timing: {} is not a pcapng file", path.display()))?;
+        // Each interface's link type, as its description block comes (packets name theirs).
+        let mut links: Vec<DataLink> = Vec::new();
+        while let Some(block) = r.next_block() {
+            match block.with_context(|| format!("ack-timing: {}", path.display()))? {
+                Block::InterfaceDescription(i) => links.push(i.linktype),
+                Block::EnhancedPacket(p) => {
+                    let link = links
+                        .get(p.interface_id as usize)
+                        .copied()
+                        .unwrap_or(DataLink::ETHERNET);
+                    f(ns(p.timestamp), link, &p.data)?;
+                }
+                _ => {}
+            }
+        }
+        return Ok(());
+    }
+    let mut r = PcapReader::new(file).with_context(|| {
+        format!(
+            "ack-timing: {} is neither a pcap nor a pcapng file",
+            path.display()
+        )
+    })?;
+    let link = r.header().datalink;
+    while let Some(p) = r.next_packet() {
+        match p {
+            Ok(p) => f(ns(p.timestamp), link, &p.data)?,
+            // A capture cut short by killing tcpdump ends in a partial record: read up to it.
+            Err(pcap_file::PcapError::IncompleteBuffer) => break,
+            Err(e) => return Err(e).with_context(|| format!("ack-timing: {}", path.display())),
+        }
+    }
+    Ok(())
+}
+
+/// One TCP frame as the matcher needs it.
+struct TcpFrame {
+    src: SocketAddr,
+    dst: SocketAddr,
+    seq: u32,
+    ack: Option<u32>,
+    len: usize,
+    sack: Vec<(u32, u32)>,
+}
+
+fn tcp_frame(link: DataLink, data: &[u8]) -> Result<Option<TcpFrame>> {
+    let p = match link {
+        DataLink::ETHERNET => SlicedPacket::from_ethernet(data),
+        DataLink::LINUX_SLL => SlicedPacket::from_linux_sll(data),
+        DataLink::RAW | DataLink::IPV4 | DataLink::IPV6 => SlicedPacket::from_ip(data),
+        other => bail!("ack-timing: link type {other:?} is not supported (Ethernet, Linux cooked or raw IP)"),
+    };
+    let Ok(p) = p else { return Ok(None) };
+    let (src_ip, dst_ip): (IpAddr, IpAddr) = match &p.net {
+        Some(NetSlice::Ipv4(ip)) => (
+            ip.header().source_addr().into(),
+            ip.header().destination_addr().into(),
+        ),
+        Some(NetSlice::Ipv6(ip)) => (
+            ip.header().source_addr().into(),
+            ip.header().destination_addr().into(),
+        ),
+        _ => return Ok(None),
+    };
+    let Some(TransportSlice::Tcp(t)) = &p.transport else {
+        return Ok(None);
+    };
+    let sack = t
+        .options_iterator()
+        .filter_map(|o| match o {
+            Ok(TcpOptionElement::SelectiveAcknowledgement(first, rest)) => {
+                Some(std::iter::once(first).chain(rest.into_iter().flatten()))
+            }
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    Ok(Some(TcpFrame {
+        src: SocketAddr::new(src_ip, t.source_port()),
+        dst: SocketAddr::new(dst_ip, t.destination_port()),
+        seq: t.sequence_number(),
+        ack: t.ack().then(|| t.acknowledgment_number()),
+        len: t.payload().len(),
+        sack,
+    }))
+}
+
+/// Reads the capture and matches every connection's segments with their ACKs.
+pub fn ack_timing(a: &AckTimingArgs) -> Result<AckTimingReport> {
+    let mut conns: HashMap<(SocketAddr, SocketAddr), Connection> = HashMap::new();
+    let mut order: Vec<(SocketAddr, SocketAddr)> = Vec::new();
+    let mut tcp_frames = 0u64;
+    for_each_frame(&a.capture, |t_ns, link, data| {
+        let Some(fr) = tcp_frame(link, data)? else {
+            return Ok(());
+        };
+        tcp_frames += 1;
+        let (key, data_dir) = if fr.dst.port() == a.port {
+            ((fr.src, fr.dst), true)
+        } else if fr.src.port() == a.port {
+            ((fr.dst, fr.src), false)
+        } else {
+            return Ok(());
+        };
+        let c = conns.entry(key).or_insert_with(|| {
+            order.push(key);
+            Connection::default()
+        });
+        if data_dir {
+            if fr.len > 0 {
+                c.data(t_ns, fr.seq);
+            }
+        } else if let Some(ack) = fr.ack {
+            c.ack(t_ns, ack, &fr.sack);
+        }
+        Ok(())
+    })?;
+    let connections = order
+        .into_iter()
+        .filter_map(|key| {
+            let c = conns.remove(&key)?;
+            (c.data_segments() >= a.min_segments).then(|| ConnectionTiming {
+                sender: key.0,
+                receiver: key.1,
+                data_segments: c.data_segments(),
+                first: c.first(),
+                retransmitted: c.retransmitted(),
+                unreported: c.unreported(),
+            })
+        })
+        .collect();
+    Ok(AckTimingReport {
+        capture: a.capture.display().to_string(),
+        port: a.port,
+        tcp_frames,
+        connections,
+    })
+}
+
+/// The table `ack-timing` prints.
+pub fn table(r: &AckTimingReport) -> String {
+    let mut s = format!(
+        "{}: {} TCP frames; per connection with data to port {}, µs from a segment's (latest) \
+         transmission to the first ACK reporting it\n",
+        r.capture, r.tcp_frames, r.port
+    );
+    s += &format!(
+        "{:<44} {:>9} {:>34} {:>34}\n",
+        "sender → receiver", "segments", "first: n p10/p50/p90/p99", "retransmitted: n p10/p50/p90/p99"
+    );
+    let cell = |p: &Percentiles| match p.p50_us {
+        Some(_) => format!(
+            "{} {:.0}/{:.0}/{:.0}/{:.0}",
+            p.count,
+            p.p10_us.unwrap_or(f64::NAN),
+            p.p50_us.unwrap_or(f64::NAN),
+            p.p90_us.unwrap_or(f64::NAN),
+            p.p99_us.unwrap_or(f64::NAN)
+        ),
+        None => "0 -".to_string(),
+    };
+    for c in &r.connections {
+        s += &format!(
+            "{:<44} {:>9} {:>34} {:>34}\n",
+            format!("{} → {}", c.sender, c.receiver),
+            c.data_segments,
+            cell(&c.first),
+            cell(&c.retransmitted)
+        );
+    }
+    if r.connections.is_empty() {
+        s += "no connection with enough data segments (--min-segments)\n";
+    }
+    s
+}
+
+/// `mpa-bench ack-timing`: the table on stdout, or the document with `--json`.
+pub fn run_cli(a: &AckTimingArgs) -> Result<()> {
+    let r = ack_timing(a)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        print!("{}", table(&r));
+    }
+    Ok(())
+}
