@@ -6,9 +6,9 @@ FUZZ_TARGETS := startup decoder locator ddp flow sender control
 
 # Debian packages: to build (clang, llvm, libelf-dev, zlib1g-dev, m4, pkg-config) and to run
 # the namespace tests and tools (iproute2, ethtool, nftables, bpftool, tcpdump, tshark), and the
-# font the bench's plots are drawn with (fonts-dejavu-core).
+# font the bench's plots are drawn with (fonts-dejavu-core), and python3 for tools/dev/.
 DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev m4 pkg-config iproute2 ethtool nftables \
-	bpftool tcpdump tshark fonts-dejavu-core
+	bpftool tcpdump tshark fonts-dejavu-core python3
 
 .PHONY: all deps build test demo compare hostile fuzz bench bench-quick microbench soak clean
 

@@ -1,5 +1,5 @@
 //! Encoder and decoder throughput with markers and CRC, beside memcpy and CRC32c alone over
-//! the same octets (same run). `tools/bench-summary` prints GiB/s and the ratios.
+//! the same octets (same run). `tools/dev/bench-summary` prints GiB/s and the ratios.
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use mpa::crc::crc32c;

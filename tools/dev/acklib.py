@@ -1,4 +1,4 @@
-"""What tools/report-latency and tools/ack-gaps share: the TCP headers of a capture, and when
+"""What tools/dev/ack-gaps uses: the TCP headers of a capture, and when
 an ACK first reported each data segment (cumulatively or in a SACK block)."""
 import bisect
 import collections
