@@ -3,8 +3,9 @@
 //! connection-setup process links neither AF_XDP nor libbpf code.
 //!
 //! Framing: every message is `length (u32 BE) | JSON object`, at most [`MAX_MESSAGE`] octets
-//! of JSON. The first message each way is [`Message::Hello`] carrying [`VERSION`]; a peer with
-//! another version is refused with [`ErrorCode::Version`]. Every message carries a request id
+//! of JSON. The first message each way is [`Message::Hello`] carrying [`VERSION`]; the datapath
+//! answers a Hello of another version with its own (and nothing else), so the client can tell
+//! the user ([`ProtoError::Version`] from [`handshake`]). Every message carries a request id
 //! so replies can be matched; datapath notifications use id 0.
 //!
 //! Modules: `message` (every [`Message`]), `framing` (length prefix, descriptors, handshake),

@@ -20,7 +20,8 @@ pub struct TerminateInfo {
 /// Error codes in [`Message::Error`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ErrorCode {
-    /// Incompatible protocol version.
+    /// Incompatible protocol version (kept for the wire format: the datapath answers a Hello
+    /// of another version with its own Hello instead).
     Version,
     /// The request is not valid (details in the message).
     BadRequest,
@@ -78,7 +79,6 @@ pub enum Message {
         /// The flow.
         flow_id: u64,
     },
-    /// control → datapath: forget a flow (hand-over failed, or an operator closes it).
     /// mpa-control or consumer → datapath: close the flow gracefully — what is queued to
     /// send (posted Writes and Sends) goes out first, then a FIN (RFC 9293 §3.10.4); the flow
     /// ends (FlowGone) when both directions are closed. Answered with Ok.
@@ -88,6 +88,8 @@ pub enum Message {
         /// The flow.
         flow_id: u64,
     },
+    /// control → datapath: forget a flow at once (hand-over failed, or an operator closes
+    /// it). Answered with Ok.
     CloseFlow {
         /// Request id.
         id: u64,
@@ -109,8 +111,8 @@ pub enum Message {
     /// consumer → datapath: create a registered memory region (memfd; huge pages when the
     /// length is a multiple of 2 MiB and hugetlbfs has room). Answered by
     /// [`Message::RegionCreated`] carrying the memory's file descriptor (SCM_RIGHTS, see
-    /// [`read_message_with_fd`]); the region lives until [`Message::DestroyRegion`] (or the
-    /// datapath exits), independent of the requesting socket.
+    /// [`read_message_with_fd`]); the region lives until [`Message::DestroyRegion`], until
+    /// the client that created it disconnects, or until the datapath exits.
     CreateRegion {
         /// Request id.
         id: u64,

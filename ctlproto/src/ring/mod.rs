@@ -21,8 +21,8 @@
 //! A record (little endian): `flow_id u64 | offset u64 | len u64 | lost u64 | stag u32 |
 //! msn u32 | invalidate_stag u32 | kind u8 | flags u8 (1: msn, 2: invalidate_stag) | 2 × 0`,
 //! where `lost` is the ring's lost count when the record was written: a reader that sees it
-//! rise knows exactly how many records were lost right before this one. Kind 0/1/2 are the
-//! [`CompletionKind`]s; kind 0x80 is a [`Record::Moved`] marker (a flow came from another
+//! rise knows exactly how many records were lost right before this one. Kinds 0–4 are the
+//! [`CompletionKind`]s (Write placed, Read Response placed, Send arrived, Write sent, Send sent); kind 0x80 is a [`Record::Moved`] marker (a flow came from another
 //! worker: its earlier completions are in ring `stag` before position `offset`).
 //!
 //! The producer (a worker) never waits: a record that does not fit is counted in `lost` and
