@@ -643,7 +643,7 @@ fn frames_with_another_vlan_tag_are_not_the_flows() {
     assert_eq!(got, data);
 }
 
-/// Issue 11: a flow whose peer stops answering is probed by keepalive on the worker's timer
+/// A flow whose peer stops answering is probed by keepalive on the worker's timer
 /// heap (virtual time), reset, and reported gone with the reason; its timers leave the heap.
 #[test]
 fn a_silent_peer_is_reaped_by_keepalive_and_reported_gone() {

@@ -1,5 +1,5 @@
-//! `mpa-control serve`'s `max_connections` (issue 11): connections in setup plus handed over,
-//! counted across all listeners. One beyond it is reset at once; the slot comes back when a
+//! `mpa-control serve`'s `max_connections` (docs/limits.md): connections in setup plus
+//! handed over, counted across all listeners. One beyond it is reset at once; the slot comes back when a
 //! setup times out, when the policy rejects, and when a handed-over flow ends (FlowGone).
 
 use mpa::endpoint::{EndpointConfig, EndpointError, MpaStream};

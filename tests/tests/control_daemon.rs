@@ -430,7 +430,7 @@ fn transfer_in_two_halves(
     (h, up, go)
 }
 
-/// Issue 11, item 4: `mpa-control` killed (SIGKILL) while connections exist. The flows it
+/// `mpa-control` killed (SIGKILL) while connections exist. The flows it
 /// handed over keep running in the datapath to their clean end, octet for octet (its frozen
 /// sockets close silently with it, in repair mode), and a new daemon serves again.
 #[test]
@@ -610,7 +610,7 @@ fn a_silent_initiator_is_dropped_at_the_startup_timeout() {
     let _ = std::fs::remove_file(&config);
 }
 
-/// Issue 11 (reaping): with short keepalive settings, an idle peer that answers the probes
+/// Reaping: with short keepalive settings, an idle peer that answers the probes
 /// keeps its flow; once its namespace drops everything from us (nftables), the datapath
 /// probes, gives up, reports the flow gone with the reason, the daemon closes the frozen
 /// socket and frees the `max_connections` slot, and the next connection is accepted.

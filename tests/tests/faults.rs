@@ -1,4 +1,4 @@
-//! Faults (issue 11, "Hardening", item 4): a crash must never leave the host worse off than
+//! Faults (docs/limits.md, "Process faults"): a crash must never leave the host worse off than
 //! before. `mpa-datapath` runs as a process in ns b ([`DatapathProcess`]) so that it can be
 //! killed or made to fail; Initiators are kernel-TCP MPA endpoints in ns a.
 //!

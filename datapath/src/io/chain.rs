@@ -10,7 +10,7 @@
 //! every frame would quadruple the UMEM for MTU 1500 traffic. The copy of 9000 octets runs at
 //! memcpy speed (~0.3 µs here) against the ~4.8 µs the pipeline spends on such a segment;
 //! `mpa-bench pipeline --mss 8948 --umem-chunk 3840|0` measured about 2 %, within the noise
-//! (README, "Jumbo frames").
+//! (docs/features.md, "Jumbo frames").
 //!
 //! Frames are never held across the chain: each descriptor's octets are copied (or handed
 //! over) while its frame is in hand, and the caller gives every descriptor of a burst back to

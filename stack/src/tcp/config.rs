@@ -174,7 +174,8 @@ impl Default for TcpConfig {
     fn default() -> Self {
         TcpConfig {
             // Linux's default tcp_rmem maximum is 6 MiB; at 20 % loss a 1 MiB window was
-            // full of placed octets behind the hole at RCV.NXT (README, stop 23).
+            // full of placed octets behind the hole at RCV.NXT
+            // (docs/investigations/2026-12-02-window-over-placed-octets.md).
             rcv_buf: 4 << 20,
             reassembly_limit: 1 << 20,
             max_ooo_ranges: 0,
