@@ -1,7 +1,7 @@
 //! Protection domains belong to one control client (docs/limits.md, "Per control client"):
-//! the first to create a region in a domain or subscribe to it owns it; another client's Subscribe, Unsubscribe,
-//! CreateRegion, DestroyRegion and PostRecv naming it are refused with `Forbidden`, and the
-//! owner keeps its subscription and receives its completions. mpa-control's hand-over naming
+//! the first to create a region in a domain or subscribe to it owns it; another client's
+//! Subscribe, Unsubscribe, CreateRegion, DestroyRegion and PostRecv naming it are refused
+//! with `Forbidden`, and the owner keeps its subscription and receives its completions. mpa-control's hand-over naming
 //! the domain is not a consumer request and is allowed.
 
 use mpa_ctl_proto::client::ClientError;
