@@ -153,13 +153,24 @@ fn the_workers_report_has_each_worker_the_aggregate_and_the_reference() {
         .fold(f64::INFINITY, f64::min);
     assert!(r.aggregate_gbits.max >= slowest, "{}", r.line());
     assert!(r.scaling.median > 0.0, "{}", r.line());
-    let v = r.json();
-    for k in mpa_bench::report::Scenario::Pipeline.result_keys() {
-        assert!(v[k].is_number(), "{k}: {v}");
+    let v = r.record();
+    assert_eq!(v.workers, 2);
+    assert_eq!(v.per_worker.len(), 2);
+    assert_eq!(v.per_worker[1].completions, 512);
+    // Its document has the keys every pipeline result carries.
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        pipeline: mpa_bench::PipelineArgs,
     }
-    assert_eq!(v["workers"], 2);
-    assert_eq!(v["per_worker"].as_array().map(|a| a.len()), Some(2));
-    assert_eq!(v["per_worker"][1]["completions"], 512);
+    let args = <Cli as clap::Parser>::parse_from(["pipeline", "--workers", "2"]).pipeline;
+    let doc = mpa_bench::report::Document::Pipeline {
+        params: args.params(),
+        results: vec![mpa_bench::report::document::PipelineRecord::Workers(
+            Box::new(v),
+        )],
+    };
+    mpa_bench::report::check_shape(&serde_json::to_value(&doc).unwrap()).unwrap();
     assert!(workers::table(&[r]).contains("aggregate"));
 }
 

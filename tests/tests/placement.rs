@@ -19,7 +19,7 @@ use mpa_tests::require_privileged;
 use serde_json::Value;
 use std::process::Command;
 
-/// Runs one demo; returns its `result:` JSON.
+/// Runs one demo; returns its JSON document (`--json`).
 fn demo(op: &str, framing: Framing, loss: u8, bytes: u64) -> Value {
     let mut args = vec![
         "demo".to_string(),
@@ -48,18 +48,17 @@ fn demo(op: &str, framing: Framing, loss: u8, bytes: u64) -> Value {
         .args(&args)
         .output()
         .expect("run mpa-bench");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
     let what = format!("op {op} {framing:?} loss {loss}%");
     assert!(
-        out.status.success() && stdout.lines().any(|l| l.starts_with("demo: OK")),
-        "{what}: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        out.status.success() && stderr.lines().any(|l| l.starts_with("demo: OK")),
+        "{what}: {stdout}\n{stderr}"
     );
-    let line = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("result: "))
-        .unwrap_or_else(|| panic!("{what}: no result line in {stdout}"));
-    serde_json::from_str(line).unwrap()
+    serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("{what}: stdout is not one JSON document ({e}): {stdout}"))
 }
 
 fn check(op: &str, framing: Framing, loss: u8) {

@@ -1,11 +1,165 @@
-//! What an experiment is asked to do: the options of `mpa-bench demo` and of `bw` runs, and the
-//! bed they run on.
+//! What an experiment is asked to do: the bed it runs on ([`BedArgs`], with the two-host
+//! [`NicArgs`]), how FPDUs are framed ([`FramingArgs`]), and one transfer ([`Run`]: `demo`'s
+//! options, and each transfer of the other experiments).
 
 use anyhow::Result;
 use clap::Args;
 use mpa_testbed::{BedConfig, Impairment, TestBed};
+use serde::{Deserialize, Serialize};
 
-/// `demo` and `compare`: one transfer's options.
+/// The bed every experiment with a kernel sender runs on: the private namespace bed (its MTU,
+/// loss or impairment bridge, RX queues, split over two CPUs) or, with `--iface`, this host's
+/// interface and a peer host.
+#[derive(Args, Clone, Debug, PartialEq)]
+pub struct BedArgs {
+    /// MTU of the bed (jumbo frames up to 9000 and beyond: the XDP program is frags-aware).
+    #[arg(long, default_value_t = 1500)]
+    pub mtu: u32,
+    /// Loss in the bridge namespace, percent (0: direct veth pair).
+    #[arg(long, default_value_t = 0)]
+    pub loss: u8,
+    /// The impairment bridge instead of the Linux bridge, both directions possible, seeded:
+    /// e.g. `drop=20,reorder=5,dup=2,corrupt=0.1,delay-us=100,seed=7,both` (rates in percent
+    /// of TCP frames to/from the port; testbed/src/impair.rs `Impairment::SYNTAX`).
+    #[arg(long, value_name = "SPEC", conflicts_with = "loss")]
+    pub impair: Option<Impairment>,
+    /// RX queues of the bed's interfaces and of the datapath.
+    #[arg(long, default_value_t = 1)]
+    pub queues: u32,
+    /// The bed as two hosts on two CPUs: the sender and its veth's RX (the ACKs, by RPS) on
+    /// CPU 0, the receiver (the kernel Responder, or the datapath's workers) on CPU 1
+    /// (bench/src/bed/split.rs). Both receivers alike; not with --iface.
+    #[arg(long)]
+    pub split_cpus: bool,
+    #[command(flatten)]
+    pub nic: NicArgs,
+}
+
+impl Default for BedArgs {
+    /// The defaults of the command line: the direct veth pair, MTU 1500, one queue.
+    fn default() -> Self {
+        BedArgs {
+            mtu: 1500,
+            loss: 0,
+            impair: None,
+            queues: 1,
+            split_cpus: false,
+            nic: NicArgs::default(),
+        }
+    }
+}
+
+impl BedArgs {
+    /// Whether frames are lost, reordered or otherwise impaired on the way (the bridge
+    /// namespace is in between).
+    pub fn impaired(&self) -> bool {
+        self.loss > 0 || self.impair.is_some()
+    }
+
+    /// Brings the bed up: the peer host through real NICs when `--iface` names one, else the
+    /// private namespace bed (the direct veth pair, or the bridge with loss or impairment).
+    pub fn bed(&self) -> Result<TestBed> {
+        match self.nic.external() {
+            Some(_) if self.loss > 0 => anyhow::bail!(
+                "--loss needs the private bed's bridge; on real interfaces impose loss on the \
+                 path yourself"
+            ),
+            Some(_) if self.impair.is_some() => anyhow::bail!(
+                "--impair needs the private bed's bridge namespace; on real interfaces impair \
+                 the path yourself"
+            ),
+            Some(_) if self.split_cpus => anyhow::bail!(
+                "--split-cpus splits the private bed over two CPUs; on real interfaces the \
+                 sender is another host already"
+            ),
+            Some(peer) => Ok(TestBed::external(peer, self.mtu)?),
+            None => self.namespace_bed(),
+        }
+    }
+
+    fn namespace_bed(&self) -> Result<TestBed> {
+        if self.split_cpus {
+            crate::bed::split::check_cpus()?;
+        }
+        let bed = TestBed::up(BedConfig {
+            bridge: self.impaired(),
+            loss_percent: self.loss,
+            loss_port: PORT,
+            mtu: self.mtu,
+            queues: self.queues,
+            impair: self.impair.clone(),
+        })?;
+        if crate::bed::split::applies(&bed, self.split_cpus) {
+            crate::bed::split::steer_sender_rx(&bed)?;
+        }
+        Ok(bed)
+    }
+}
+
+/// How FPDUs are framed both ways: markers and CRC (the default), CRC alone, or neither.
+#[derive(Args, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FramingArgs {
+    /// No markers, no CRC (default: markers and CRC both ways).
+    #[arg(long)]
+    pub plain: bool,
+    /// CRC but no markers; with an aligned sender the datapath then places out-of-order
+    /// segments whose first FPDU verifies by CRC (the listener's `aligned_sender`).
+    #[arg(long, conflicts_with = "plain")]
+    pub no_markers: bool,
+}
+
+impl FramingArgs {
+    /// Markers both ways.
+    pub fn markers(&self) -> bool {
+        !self.plain && !self.no_markers
+    }
+
+    /// CRC both ways.
+    pub fn crc(&self) -> bool {
+        !self.plain
+    }
+
+    pub fn framing(&self) -> Framing {
+        match (self.plain, self.no_markers) {
+            (true, _) => Framing::Plain,
+            (false, true) => Framing::Crc,
+            (false, false) => Framing::MarkersCrc,
+        }
+    }
+}
+
+/// The framing a run used, as documents record it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Framing {
+    #[serde(rename = "markers+crc")]
+    MarkersCrc,
+    #[serde(rename = "crc")]
+    Crc,
+    #[serde(rename = "plain")]
+    Plain,
+}
+
+impl Framing {
+    /// As documents name it.
+    pub fn key(self) -> &'static str {
+        match self {
+            Framing::MarkersCrc => "markers+crc",
+            Framing::Crc => "crc",
+            Framing::Plain => "plain",
+        }
+    }
+
+    /// In words, for the tables' heading.
+    pub fn words(self) -> &'static str {
+        match self {
+            Framing::MarkersCrc => "markers + CRC",
+            Framing::Crc => "CRC, no markers",
+            Framing::Plain => "no markers, no CRC",
+        }
+    }
+}
+
+/// One transfer's options: `demo`'s, and each transfer of the other experiments.
 #[derive(Args, Clone, Debug)]
 pub struct Run {
     /// Octets to send.
@@ -14,30 +168,13 @@ pub struct Run {
     /// ULPDU size.
     #[arg(long, default_value_t = 4096)]
     pub size: usize,
-    /// MTU of the bed (jumbo frames up to 9000 and beyond: the XDP program is frags-aware).
-    #[arg(long, default_value_t = 1500)]
-    pub mtu: u32,
-    /// Loss in the bridge namespace, percent (0: direct veth pair).
-    #[arg(long, default_value_t = 0)]
-    pub loss: u8,
-    /// RX queues.
-    #[arg(long, default_value_t = 1)]
-    pub queues: u32,
-    /// The impairment bridge instead of the Linux bridge, both directions possible, seeded:
-    /// e.g. `drop=20,reorder=5,dup=2,corrupt=0.1,delay-us=100,seed=7,both` (rates in percent
-    /// of TCP frames to/from the port; testbed/src/impair.rs `Impairment::SYNTAX`).
-    #[arg(long, value_name = "SPEC", conflicts_with = "loss")]
-    pub impair: Option<Impairment>,
-    /// Markers and CRC both ways (the default); --plain turns both off.
-    #[arg(long)]
-    pub plain: bool,
-    /// CRC but no markers; with an aligned sender the datapath then places out-of-order
-    /// segments whose first FPDU verifies by CRC (the listener's `aligned_sender`).
-    #[arg(long, conflicts_with = "plain")]
-    pub no_markers: bool,
+    #[command(flatten)]
+    pub bed: BedArgs,
+    #[command(flatten)]
+    pub framing: FramingArgs,
     /// What the sender does: RDMA Writes into a registered region (checked byte for byte),
     /// Sends into posted buffers (checked likewise), or `count`: no placement (payloads only
-    /// counted and digested, the data path of issue 3).
+    /// counted and digested).
     #[arg(long, value_enum, default_value = "write")]
     pub op: Op,
     /// Region size for `--op write` (writes wrap around in whole slots).
@@ -48,7 +185,8 @@ pub struct Run {
     /// sending cuts messages so that FPDUs fill every TCP segment exactly.
     #[arg(long, value_enum, default_value = "auto")]
     pub align: Align,
-    /// Print one JSON line with every measured value (`result: {...}`).
+    /// Print one JSON document with every measured value on stdout (the text goes to
+    /// stderr).
     #[arg(long)]
     pub json: bool,
     /// Connections at once, each with its own sender carrying `--bytes` (and, when placing,
@@ -61,11 +199,6 @@ pub struct Run {
     /// The datapath TCP's `ooo_ack_every` (default: TcpConfig's).
     #[arg(long)]
     pub ooo_ack_every: Option<u32>,
-    /// The bed as two hosts on two CPUs: the sender and its veth's RX (the ACKs, by RPS) on
-    /// CPU 0, the receiver (the kernel Responder process, or the datapath's workers) on CPU 1
-    /// (bench/src/split.rs). Both receivers alike; not with --iface.
-    #[arg(long)]
-    pub split_cpus: bool,
     /// Keep each datapath worker polling this many µs after its last frame before it may
     /// sleep (`mpa-datapath --spin-us`; 0: sleep after 256 empty polls).
     #[arg(long, default_value_t = 0)]
@@ -87,13 +220,13 @@ pub enum Align {
 impl Run {
     /// Markers both ways.
     pub fn markers(&self) -> bool {
-        !self.plain && !self.no_markers
+        self.framing.markers()
     }
 
     /// Whether the sender aligns FPDUs with TCP segments.
     pub fn aligned(&self) -> bool {
         match self.align {
-            Align::Auto => self.loss > 0 || self.impair.is_some(),
+            Align::Auto => self.bed.impaired(),
             Align::On => true,
             Align::Off => false,
         }
@@ -101,11 +234,22 @@ impl Run {
 }
 
 /// `--op`: what the sender does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Op {
     Write,
     Send,
     Count,
+}
+
+/// `bw --sender`: which side sends.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SenderSide {
+    /// Kernel TCP (`mpa-peer connect`) sends; the datapath and the kernel Responder receive.
+    Kernel,
+    /// The datapath sends; the kernel `mpa-peer listen` receives.
+    Datapath,
 }
 
 /// Protection domain of the bench's (first) connection and region; connection `i` of a run
@@ -115,9 +259,9 @@ pub const PD: u32 = 1;
 /// The port the hand-over listener (or the kernel Responder) listens on in ns b.
 pub const PORT: u16 = 7777;
 
-/// `bw` and `lat` on real NICs instead of the private bed: XDP on this host's `--iface`, the
+/// The experiments on real NICs instead of the private bed: XDP on this host's `--iface`, the
 /// sender (`mpa-peer connect`) on the peer host, started through `--peer-exec`.
-#[derive(Args, Clone, Debug, Default)]
+#[derive(Args, Clone, Debug, Default, PartialEq)]
 pub struct NicArgs {
     /// Run on this interface of this host instead of the private namespace bed (the datapath
     /// attaches XDP here; the kernel Responder listens on its address).
@@ -157,43 +301,158 @@ impl NicArgs {
     }
 }
 
-/// The bed a run asks for: the peer host through real NICs when `nic` names one, else the
-/// private namespace bed.
-pub fn bed_for(r: &Run, nic: &NicArgs) -> Result<TestBed> {
-    match nic.external() {
-        Some(_) if r.loss > 0 => anyhow::bail!(
-            "--loss needs the private bed's bridge; on real interfaces impose loss on the path \
-             yourself"
-        ),
-        Some(_) if r.impair.is_some() => anyhow::bail!(
-            "--impair needs the private bed's bridge namespace; on real interfaces impair the \
-             path yourself"
-        ),
-        Some(peer) => Ok(TestBed::external(peer, r.mtu)?),
-        None => bed(r),
-    }
-}
-
-/// The bed a run asks for: the direct veth pair, or the bridge with loss.
-pub fn bed(r: &Run) -> Result<TestBed> {
-    if r.split_cpus {
-        crate::bed::split::check_cpus()?;
-    }
-    let bed = TestBed::up(BedConfig {
-        bridge: r.loss > 0 || r.impair.is_some(),
-        loss_percent: r.loss,
-        loss_port: PORT,
-        mtu: r.mtu,
-        queues: r.queues,
-        impair: r.impair.clone(),
-    })?;
-    if crate::bed::split::applies(&bed, r.split_cpus) {
-        crate::bed::split::steer_sender_rx(&bed)?;
-    }
-    Ok(bed)
-}
-
 /// The messages a run sends.
 pub fn messages(r: &Run) -> u64 {
     (r.bytes / r.size as u64).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{Parser, Subcommand};
+
+    /// The experiments that take the bed and framing options, as `mpa-bench` names them.
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        cmd: Cmd,
+    }
+
+    #[derive(Subcommand)]
+    enum Cmd {
+        Demo(Run),
+        Bw(crate::bw::BwArgs),
+        Lat(crate::lat::LatArgs),
+        Soak(crate::soak::SoakArgs),
+    }
+
+    fn parse(args: &[&str]) -> Result<Cmd, clap::Error> {
+        Cli::try_parse_from(std::iter::once("mpa-bench").chain(args.iter().copied())).map(|c| c.cmd)
+    }
+
+    fn bed_of(cmd: &Cmd) -> &BedArgs {
+        match cmd {
+            Cmd::Demo(r) => &r.bed,
+            Cmd::Bw(a) => &a.bed,
+            Cmd::Lat(a) => &a.bed,
+            Cmd::Soak(a) => &a.bed,
+        }
+    }
+
+    #[test]
+    fn the_defaults_are_the_command_lines() {
+        for name in ["demo", "bw", "lat", "soak"] {
+            let cmd = parse(&[name]).unwrap();
+            assert_eq!(bed_of(&cmd), &BedArgs::default(), "{name}");
+        }
+        let Ok(Cmd::Demo(r)) = parse(&["demo"]) else {
+            panic!("demo");
+        };
+        assert_eq!(r.framing, FramingArgs::default());
+        assert_eq!(r.framing.framing(), Framing::MarkersCrc);
+        assert!(!r.aligned());
+    }
+
+    #[test]
+    fn every_experiment_takes_the_bed_flags_by_their_names() {
+        let flags = [
+            "--mtu",
+            "9000",
+            "--queues",
+            "2",
+            "--split-cpus",
+            "--impair",
+            "drop=5,seed=3",
+        ];
+        for name in ["demo", "bw", "lat", "soak"] {
+            let mut args = vec![name];
+            args.extend(flags);
+            let cmd = parse(&args).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let bed = bed_of(&cmd);
+            assert_eq!(
+                (bed.mtu, bed.queues, bed.split_cpus),
+                (9000, 2, true),
+                "{name}"
+            );
+            assert!(bed.impaired() && bed.impair.is_some(), "{name}");
+            let cmd = parse(&[
+                name,
+                "--loss",
+                "5",
+                "--iface",
+                "eth0",
+                "--peer",
+                "192.0.2.1",
+            ])
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let bed = bed_of(&cmd);
+            assert_eq!(bed.loss, 5);
+            assert_eq!(bed.nic.iface.as_deref(), Some("eth0"));
+            // Loss and the impairment bridge exclude each other; --iface needs --peer.
+            assert!(parse(&[name, "--loss", "5", "--impair", "drop=5"]).is_err());
+            assert!(parse(&[name, "--iface", "eth0"]).is_err());
+        }
+    }
+
+    #[test]
+    fn framing_flags_where_framing_is_chosen() {
+        for name in ["demo", "bw", "lat"] {
+            let framing = |extra: &str| {
+                let cmd = parse(&[name, extra]).unwrap_or_else(|e| panic!("{name}: {e}"));
+                match cmd {
+                    Cmd::Demo(r) => r.framing,
+                    Cmd::Bw(a) => a.framing,
+                    Cmd::Lat(a) => a.framing,
+                    Cmd::Soak(_) => unreachable!(),
+                }
+            };
+            assert_eq!(framing("--plain").framing(), Framing::Plain);
+            assert_eq!(framing("--no-markers").framing(), Framing::Crc);
+            assert!(parse(&[name, "--plain", "--no-markers"]).is_err());
+        }
+        // soak runs markers and CRC only.
+        assert!(parse(&["soak", "--plain"]).is_err());
+    }
+
+    #[test]
+    fn a_private_bed_option_on_real_interfaces_is_refused() {
+        let nic = NicArgs {
+            iface: Some("eth0".into()),
+            peer: Some("192.0.2.1".parse().unwrap()),
+            ..NicArgs::default()
+        };
+        for (bed, flag) in [
+            (
+                BedArgs {
+                    loss: 5,
+                    ..BedArgs::default()
+                },
+                "--loss",
+            ),
+            (
+                BedArgs {
+                    impair: Some("drop=5".parse().unwrap()),
+                    ..BedArgs::default()
+                },
+                "--impair",
+            ),
+            (
+                BedArgs {
+                    split_cpus: true,
+                    ..BedArgs::default()
+                },
+                "--split-cpus",
+            ),
+        ] {
+            let e = BedArgs {
+                nic: nic.clone(),
+                ..bed
+            }
+            .bed()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+            assert!(e.starts_with(flag), "{flag}: {e}");
+        }
+    }
 }

@@ -1,14 +1,120 @@
 //! The other processes of an experiment: `mpa-peer connect` (the sender, ns a) and
-//! `mpa-peer listen` (the blocking kernel-TCP Responder, ns b), and the CPU they use.
+//! `mpa-peer listen` (the blocking kernel-TCP Responder, ns b), the report each prints, and the
+//! CPU they use.
 
 use crate::bed::cpu::{CpuUse, SystemCpu};
 use crate::bed::options::{Op, Run, PORT};
 use anyhow::{anyhow, bail, Context, Result};
+use mpa_ctl_proto::stats::FlowReport;
 use mpa_harness::sibling;
 use mpa_testbed::TestBed;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::process::Stdio;
+
+/// The JSON line `mpa-peer` prints per connection (peer/src/report.rs `Report`): the fields
+/// the experiments read. Fields only one role or mode reports are `None` when absent.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PeerReport {
+    /// The other end's address.
+    pub peer: String,
+    /// ULPDUs sent (connect) or received (listen), and their octets.
+    pub ulpdus: u64,
+    pub ulpdu_bytes: u64,
+    /// CRC32c of the ULPDU octets in order (hex).
+    pub ulpdu_digest: String,
+    /// The MPA error code (RFC 5044 §8) the connection ended with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<u8>,
+    /// Why the connection failed, in words; `None` when it did not.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// From the start until the end of the connection.
+    pub seconds: f64,
+    /// connect: from the first ULPDU written until the peer closed after the last one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer_seconds: Option<f64>,
+    /// connect: the connection's TCP congestion control.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub congestion: Option<String>,
+    /// listen: RDMA Write messages placed into the region, and their payload octets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_octets: Option<u64>,
+    /// listen: Send messages received, and their payload octets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sends: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_octets: Option<u64>,
+    /// listen --advertise: CRC32c of the whole region when the connection ended (hex).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region_digest: Option<String>,
+    /// listen --advertise: every octet written equalled the region pattern at its place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region_pattern_ok: Option<bool>,
+    /// listen --echo: RDMA Write messages written back to the Initiator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub echoes: Option<u64>,
+}
+
+impl PeerReport {
+    /// Several connections' reports as one: counters summed, `seconds` and
+    /// `transfer_seconds` the longest, the rest from the first (the default report when there
+    /// is none).
+    pub fn aggregate(reports: &[PeerReport]) -> PeerReport {
+        let Some((first, rest)) = reports.split_first() else {
+            return PeerReport::default();
+        };
+        let mut sum = first.clone();
+        for r in rest {
+            sum.ulpdus += r.ulpdus;
+            sum.ulpdu_bytes += r.ulpdu_bytes;
+            sum.seconds = sum.seconds.max(r.seconds);
+            sum.transfer_seconds = match (sum.transfer_seconds, r.transfer_seconds) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, _) => a,
+            };
+            for (total, one) in [
+                (&mut sum.writes, r.writes),
+                (&mut sum.write_octets, r.write_octets),
+                (&mut sum.sends, r.sends),
+                (&mut sum.send_octets, r.send_octets),
+                (&mut sum.echoes, r.echoes),
+            ] {
+                if let (Some(t), Some(o)) = (total.as_mut(), one) {
+                    *t += o;
+                }
+            }
+        }
+        sum
+    }
+}
+
+/// The report as the JSON line `mpa-peer` printed (of the fields read), for messages.
+impl std::fmt::Display for PeerReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&serde_json::to_string(self).map_err(|_| std::fmt::Error)?)
+    }
+}
+
+/// What carries the CRC32c of the ULPDU octets it sent or received: an `mpa-peer` report, or
+/// a datapath flow's (`None` when the datapath kept no digest).
+pub trait UlpduDigest {
+    fn ulpdu_digest(&self) -> Option<&str>;
+}
+
+impl UlpduDigest for PeerReport {
+    fn ulpdu_digest(&self) -> Option<&str> {
+        Some(&self.ulpdu_digest)
+    }
+}
+
+impl UlpduDigest for FlowReport {
+    fn ulpdu_digest(&self) -> Option<&str> {
+        self.ulpdu_digest.as_deref()
+    }
+}
 
 /// CPU seconds (user + system) used so far by this process / by waited-for children.
 pub fn cpu_seconds(who: nix::sys::resource::UsageWho) -> f64 {
@@ -20,13 +126,13 @@ pub fn cpu_seconds(who: nix::sys::resource::UsageWho) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Runs `mpa-peer connect` in ns a; returns its JSON report.
-pub fn sender(bed: &TestBed, r: &Run) -> Result<Value> {
+/// Runs `mpa-peer connect` in ns a; returns its report.
+pub fn sender(bed: &TestBed, r: &Run) -> Result<PeerReport> {
     sender_with(bed, r, &[])
 }
 
 /// [`sender`] with `extra` arguments for `mpa-peer connect` (e.g. `--timestamps`).
-pub fn sender_with(bed: &TestBed, r: &Run, extra: &[String]) -> Result<Value> {
+pub fn sender_with(bed: &TestBed, r: &Run, extra: &[String]) -> Result<PeerReport> {
     let peer = sibling("mpa-peer")?;
     let count = (r.bytes / r.size as u64).max(1).to_string();
     let to = SocketAddr::new(bed.addr_b(false), PORT).to_string();
@@ -39,7 +145,7 @@ pub fn sender_with(bed: &TestBed, r: &Run, extra: &[String]) -> Result<Value> {
     if r.aligned() {
         args.push("--aligned");
     }
-    if r.plain {
+    if !r.framing.crc() {
         args.push("--no-crc");
     }
     if r.markers() {
@@ -50,29 +156,33 @@ pub fn sender_with(bed: &TestBed, r: &Run, extra: &[String]) -> Result<Value> {
     }
     args.extend(extra.iter().map(String::as_str));
     let pin =
-        crate::bed::split::applies(bed, r.split_cpus).then_some(crate::bed::split::SENDER_CPU);
+        crate::bed::split::applies(bed, r.bed.split_cpus).then_some(crate::bed::split::SENDER_CPU);
     let out = crate::bed::split::command(bed, &bed.ns_a, &peer.to_string_lossy(), pin)
         .args(&args)
         .stderr(Stdio::inherit())
         .output()
         .context("run mpa-peer connect")?;
-    let v: Value = serde_json::from_slice(&out.stdout)
+    let report: PeerReport = serde_json::from_slice(&out.stdout)
         .with_context(|| format!("mpa-peer output {:?}", String::from_utf8_lossy(&out.stdout)))?;
     if !out.status.success() {
-        bail!("mpa-peer connect failed: {}", v["error"]);
+        bail!(
+            "mpa-peer connect failed: {}",
+            report.error.as_deref().unwrap_or("no reason given")
+        );
     }
-    Ok(v)
+    Ok(report)
 }
 
 /// What one kernel-TCP Responder run measured.
 pub struct KernelResult {
-    /// The sender's report (several: summed, the longest transfer; see [`aggregate`]).
-    pub sent: Value,
+    /// The sender's report (several: summed, the longest transfer; see
+    /// [`PeerReport::aggregate`]).
+    pub sent: PeerReport,
     /// The Responder's report (several connections: summed).
-    pub got: Value,
+    pub got: PeerReport,
     /// Every sender's and every connection's report.
-    pub senders: Vec<Value>,
-    pub receivers: Vec<Value>,
+    pub senders: Vec<PeerReport>,
+    pub receivers: Vec<PeerReport>,
     /// CPU seconds: whole system during the transfer, the Responder process, the sender.
     pub cpu: CpuUse,
 }
@@ -94,15 +204,15 @@ pub fn kernel_run(bed: &TestBed, r: &Run) -> Result<KernelResult> {
         "--accept-timeout",
         "120",
     ];
-    if r.plain {
+    if !r.framing.crc() {
         args.push("--no-crc");
     }
     if r.markers() {
         args.push("--markers");
     }
     let cpu0 = cpu_seconds(nix::sys::resource::UsageWho::RUSAGE_CHILDREN);
-    let pin =
-        crate::bed::split::applies(bed, r.split_cpus).then_some(crate::bed::split::RECEIVER_CPU);
+    let pin = crate::bed::split::applies(bed, r.bed.split_cpus)
+        .then_some(crate::bed::split::RECEIVER_CPU);
     let mut child = crate::bed::split::command(bed, &bed.ns_b, &peer_bin.to_string_lossy(), pin)
         .args(&args)
         .stdout(Stdio::piped())
@@ -128,7 +238,7 @@ pub fn kernel_run(bed: &TestBed, r: &Run) -> Result<KernelResult> {
     let receivers = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter(|l| !l.trim().is_empty())
-        .map(serde_json::from_str::<Value>)
+        .map(serde_json::from_str::<PeerReport>)
         .collect::<Result<Vec<_>, _>>()
         .with_context(|| {
             format!(
@@ -144,8 +254,8 @@ pub fn kernel_run(bed: &TestBed, r: &Run) -> Result<KernelResult> {
         );
     }
     Ok(KernelResult {
-        sent: aggregate(&senders),
-        got: aggregate(&receivers),
+        sent: PeerReport::aggregate(&senders),
+        got: PeerReport::aggregate(&receivers),
         senders,
         receivers,
         cpu: CpuUse {
@@ -209,7 +319,7 @@ impl PeerListen {
     }
 
     /// Its report of the connection once it exited, waiting at most `within`.
-    pub fn report(mut self, within: std::time::Duration) -> Result<Value> {
+    pub fn report(mut self, within: std::time::Duration) -> Result<PeerReport> {
         use std::io::Read;
         let t0 = std::time::Instant::now();
         while self.child.try_wait()?.is_none() {
@@ -226,7 +336,7 @@ impl PeerListen {
             .lines()
             .next()
             .ok_or_else(|| anyhow!("no report from mpa-peer listen"))?;
-        Ok(serde_json::from_str(line)?)
+        serde_json::from_str(line).with_context(|| format!("mpa-peer listen output {line:?}"))
     }
 }
 
@@ -238,7 +348,7 @@ impl Drop for PeerListen {
 }
 
 /// Runs `r.connections` senders (`mpa-peer connect`) at once in ns a; their reports in order.
-pub fn senders(bed: &TestBed, r: &Run) -> Result<Vec<Value>> {
+pub fn senders(bed: &TestBed, r: &Run) -> Result<Vec<PeerReport>> {
     if r.connections <= 1 {
         return Ok(vec![sender(bed, r)?]);
     }
@@ -254,40 +364,83 @@ pub fn senders(bed: &TestBed, r: &Run) -> Result<Vec<Value>> {
 }
 
 /// Whether the receivers' ULPDU digests are the senders' (as multisets: with several
-/// connections any sender may have met any receiver).
-pub fn digests_match(senders: &[Value], receivers: &[Value]) -> bool {
-    let mut a: Vec<String> = senders
-        .iter()
-        .map(|v| v["ulpdu_digest"].to_string())
-        .collect();
-    let mut b: Vec<String> = receivers
-        .iter()
-        .map(|v| v["ulpdu_digest"].to_string())
-        .collect();
-    a.sort();
-    b.sort();
-    !a.is_empty() && a == b
+/// connections any sender may have met any receiver); a missing digest matches none.
+pub fn digests_match<S: UlpduDigest, R: UlpduDigest>(senders: &[S], receivers: &[R]) -> bool {
+    let (a, b) = (sorted_digests(senders), sorted_digests(receivers));
+    !a.is_empty() && a.iter().all(Option::is_some) && a == b
 }
 
-/// Numeric fields summed over `reports` (the rest from the first), `transfer_seconds` and
-/// `seconds` the longest: what several connections carried together.
-pub fn aggregate(reports: &[Value]) -> Value {
-    let mut sum = reports.first().cloned().unwrap_or(Value::Null);
-    let Some(obj) = sum.as_object_mut() else {
-        return sum;
-    };
-    for r in reports.iter().skip(1) {
-        for (k, v) in obj.iter_mut() {
-            let longest = k == "transfer_seconds" || k == "seconds";
-            match (v.as_f64(), r[k.as_str()].as_f64()) {
-                (Some(a), Some(b)) if longest => *v = serde_json::json!(a.max(b)),
-                (Some(a), Some(b)) if v.is_u64() && r[k.as_str()].is_u64() => {
-                    *v = serde_json::json!(a as u64 + b as u64)
-                }
-                (Some(a), Some(b)) => *v = serde_json::json!(a + b),
-                _ => {}
-            }
+fn sorted_digests(reports: &[impl UlpduDigest]) -> Vec<Option<&str>> {
+    let mut d: Vec<Option<&str>> = reports.iter().map(UlpduDigest::ulpdu_digest).collect();
+    d.sort_unstable();
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A report as `mpa-peer connect` prints it (fields the bench does not read included).
+    const CONNECT: &str = r#"{"peer":"10.0.0.2:7777","rev":1,"markers_rx":true,"markers_tx":true,"crc":true,"ulpdus":4,"ulpdu_bytes":16384,"ulpdu_digest":"0badcafe","error_code":null,"error":null,"mulpdu":1448,"seconds":0.5,"transfer_seconds":0.25,"congestion":"cubic"}"#;
+
+    fn connect(digest: &str, ulpdus: u64, transfer_seconds: Option<f64>) -> PeerReport {
+        PeerReport {
+            ulpdus,
+            ulpdu_bytes: ulpdus * 4096,
+            ulpdu_digest: digest.into(),
+            seconds: transfer_seconds.unwrap_or(1.0) + 0.1,
+            transfer_seconds,
+            ..PeerReport::default()
         }
     }
-    sum
+
+    #[test]
+    fn reads_what_mpa_peer_prints() {
+        let r: PeerReport = serde_json::from_str(CONNECT).unwrap();
+        assert_eq!((r.ulpdus, r.ulpdu_bytes), (4, 16384));
+        assert_eq!(r.ulpdu_digest, "0badcafe");
+        assert_eq!((r.error, r.error_code), (None, None));
+        assert_eq!(r.transfer_seconds, Some(0.25));
+        assert_eq!(r.congestion.as_deref(), Some("cubic"));
+        assert_eq!((r.writes, r.echoes), (None, None));
+        // A listener's report has no transfer_seconds but its own counters.
+        let l: PeerReport = serde_json::from_str(
+            r#"{"peer":"p","ulpdus":1,"ulpdu_bytes":64,"ulpdu_digest":"1","error_code":2,"error":"CRC","seconds":1.5,"writes":1,"write_octets":50,"echoes":3}"#,
+        )
+        .unwrap();
+        assert_eq!(l.transfer_seconds, None);
+        assert_eq!(
+            (l.writes, l.write_octets, l.echoes),
+            (Some(1), Some(50), Some(3))
+        );
+        assert_eq!((l.error_code, l.error.as_deref()), (Some(2), Some("CRC")));
+    }
+
+    #[test]
+    fn aggregate_sums_counters_and_takes_the_longest_time() {
+        let mut a = connect("a", 2, Some(1.0));
+        a.writes = Some(2);
+        let mut b = connect("b", 3, Some(3.0));
+        b.writes = Some(3);
+        b.seconds = 0.5;
+        let sum = PeerReport::aggregate(&[a.clone(), b]);
+        assert_eq!((sum.ulpdus, sum.ulpdu_bytes), (5, 5 * 4096));
+        assert_eq!(sum.writes, Some(5));
+        assert_eq!(sum.transfer_seconds, Some(3.0));
+        assert_eq!(sum.seconds, 1.1);
+        assert_eq!(sum.ulpdu_digest, "a");
+        assert_eq!(PeerReport::aggregate(std::slice::from_ref(&a)), a);
+        assert_eq!(PeerReport::aggregate(&[]), PeerReport::default());
+    }
+
+    #[test]
+    fn digests_match_as_multisets() {
+        let s = [connect("a", 1, None), connect("b", 1, None)];
+        let r = [connect("b", 1, None), connect("a", 1, None)];
+        assert!(digests_match(&s, &r));
+        assert!(!digests_match(&s, &r[..1]));
+        assert!(!digests_match::<PeerReport, PeerReport>(&[], &[]));
+        let other = [connect("a", 1, None), connect("c", 1, None)];
+        assert!(!digests_match(&s, &other));
+    }
 }

@@ -5,24 +5,39 @@
 //! only the sender's connections, so the differences are that run's.
 
 use anyhow::{anyhow, Context, Result};
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// The counters kept: (`/proc/net` group, name, name in the report).
-const COUNTERS: [(&str, &str, &str); 7] = [
-    ("Tcp", "OutSegs", "out_segs"),
-    ("Tcp", "RetransSegs", "retrans_segs"),
-    ("TcpExt", "TCPTimeouts", "rtos"),
-    ("TcpExt", "TCPSpuriousRTOs", "spurious_rtos"),
-    ("TcpExt", "TCPLossProbes", "loss_probes"),
-    ("TcpExt", "TCPSackRecovery", "sack_recoveries"),
-    ("TcpExt", "TCPDSACKRecv", "dsacks_received"),
+/// A counter of [`SenderTcp`].
+type Counter = fn(&mut SenderTcp) -> &mut u64;
+
+/// The counters kept: (`/proc/net` group, name, field).
+const COUNTERS: [(&str, &str, Counter); 7] = [
+    ("Tcp", "OutSegs", |t| &mut t.out_segs),
+    ("Tcp", "RetransSegs", |t| &mut t.retrans_segs),
+    ("TcpExt", "TCPTimeouts", |t| &mut t.rtos),
+    ("TcpExt", "TCPSpuriousRTOs", |t| &mut t.spurious_rtos),
+    ("TcpExt", "TCPLossProbes", |t| &mut t.loss_probes),
+    ("TcpExt", "TCPSackRecovery", |t| &mut t.sack_recoveries),
+    ("TcpExt", "TCPDSACKRecv", |t| &mut t.dsacks_received),
 ];
 
-/// A snapshot of the sender namespace's counters.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// A snapshot of the sender namespace's counters (or, from [`SenderTcp::since`], what
+/// happened between two); as `bw` documents record it per round.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SenderTcp {
-    values: BTreeMap<&'static str, u64>,
+    /// Segments sent, and of them retransmitted.
+    pub out_segs: u64,
+    pub retrans_segs: u64,
+    /// Retransmission timeouts, and those undone as spurious.
+    pub rtos: u64,
+    pub spurious_rtos: u64,
+    /// Tail loss probes.
+    pub loss_probes: u64,
+    /// Recoveries by SACK.
+    pub sack_recoveries: u64,
+    /// D-SACKs received (the receiver got a segment twice).
+    pub dsacks_received: u64,
 }
 
 impl SenderTcp {
@@ -52,8 +67,8 @@ impl SenderTcp {
                 e.1 = fields;
             }
         }
-        let mut values = BTreeMap::new();
-        for (group, name, key) in COUNTERS {
+        let mut counters = SenderTcp::default();
+        for (group, name, field) in COUNTERS {
             let (names, vals) = groups
                 .get(group)
                 .ok_or_else(|| anyhow!("no {group} counters"))?;
@@ -65,43 +80,24 @@ impl SenderTcp {
                 .get(i)
                 .and_then(|v| v.parse::<u64>().ok())
                 .ok_or_else(|| anyhow!("{group} {name}: no value"))?;
-            values.insert(key, v);
+            *field(&mut counters) = v;
         }
-        Ok(SenderTcp { values })
+        Ok(counters)
     }
 
     /// What happened between `before` and `self` (counters only grow; a reset reads as 0).
     pub fn since(&self, before: &SenderTcp) -> SenderTcp {
-        let values = self
-            .values
-            .iter()
-            .map(|(k, v)| {
-                (
-                    *k,
-                    v.saturating_sub(before.values.get(k).copied().unwrap_or(0)),
-                )
-            })
-            .collect();
-        SenderTcp { values }
-    }
-
-    /// One counter (0 when unknown).
-    pub fn get(&self, key: &str) -> u64 {
-        self.values.get(key).copied().unwrap_or(0)
+        let (mut now, mut then) = (*self, *before);
+        let mut d = SenderTcp::default();
+        for (_, _, field) in COUNTERS {
+            *field(&mut d) = field(&mut now).saturating_sub(*field(&mut then));
+        }
+        d
     }
 
     /// Retransmitted segments per 100 sent.
     pub fn retrans_percent(&self) -> f64 {
-        100.0 * self.get("retrans_segs") as f64 / (self.get("out_segs").max(1)) as f64
-    }
-
-    /// The counters as JSON.
-    pub fn json(&self) -> Value {
-        let mut m = serde_json::Map::new();
-        for (k, v) in &self.values {
-            m.insert((*k).to_string(), json!(v));
-        }
-        Value::Object(m)
+        100.0 * self.retrans_segs as f64 / self.out_segs.max(1) as f64
     }
 }
 
@@ -117,20 +113,25 @@ mod tests {
     #[test]
     fn parses_and_subtracts() {
         let a = SenderTcp::parse(SNMP).unwrap();
-        assert_eq!(a.get("out_segs"), 1000);
-        assert_eq!(a.get("retrans_segs"), 37);
-        assert_eq!(a.get("rtos"), 4);
-        assert_eq!(a.get("spurious_rtos"), 1);
-        assert_eq!(a.get("loss_probes"), 9);
-        assert_eq!(a.get("sack_recoveries"), 12);
-        assert_eq!(a.get("dsacks_received"), 3);
+        assert_eq!(
+            a,
+            SenderTcp {
+                out_segs: 1000,
+                retrans_segs: 37,
+                rtos: 4,
+                spurious_rtos: 1,
+                loss_probes: 9,
+                sack_recoveries: 12,
+                dsacks_received: 3,
+            }
+        );
         let b = SenderTcp::parse(&SNMP.replace("1 200 1000 37 0", "1 200 3000 137 0")).unwrap();
         let d = b.since(&a);
-        assert_eq!(d.get("out_segs"), 2000);
-        assert_eq!(d.get("retrans_segs"), 100);
-        assert_eq!(d.get("rtos"), 0);
+        assert_eq!((d.out_segs, d.retrans_segs, d.rtos), (2000, 100, 0));
         assert!((d.retrans_percent() - 5.0).abs() < 1e-9);
-        assert_eq!(d.json()["retrans_segs"], 100);
+        let json = serde_json::to_value(d).unwrap();
+        assert_eq!(json["retrans_segs"], 100);
+        assert_eq!(json.as_object().map(|o| o.len()), Some(COUNTERS.len()));
     }
 
     #[test]

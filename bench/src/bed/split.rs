@@ -56,6 +56,29 @@ pub fn steer_sender_rx(bed: &TestBed) -> Result<()> {
     Ok(())
 }
 
+/// With `--split-cpus` on a namespace bed: pins the datapath's `queues` worker threads (one per
+/// queue) that this process just started to [`RECEIVER_CPU`]; `Err` when fewer showed up.
+pub fn pin_datapath_workers(bed: &TestBed, split: bool, queues: u32) -> Result<()> {
+    if !applies(bed, split) {
+        return Ok(());
+    }
+    let want = queues.max(1) as usize;
+    let n = pin_workers(want)?;
+    if n < want {
+        bail!("--split-cpus: {n} datapath worker threads to pin, {want} expected");
+    }
+    Ok(())
+}
+
+/// Pins the calling thread to [`RECEIVER_CPU`]: an in-process receiver (the kernel side of
+/// `lat`) where a separate process would be pinned by [`command`].
+pub fn pin_this_thread_to_receiver_cpu() -> Result<()> {
+    let mut set = CpuSet::new();
+    set.set(RECEIVER_CPU).context("cpu set")?;
+    sched_setaffinity(Pid::from_raw(0), &set)
+        .with_context(|| format!("pin the receiver thread to CPU {RECEIVER_CPU}"))
+}
+
 /// Pins this process's datapath worker threads (`mpa-worker-*`) to [`RECEIVER_CPU`],
 /// waiting up to 2 s for `expected` of them; returns how many it pinned.
 pub fn pin_workers(expected: usize) -> Result<usize> {

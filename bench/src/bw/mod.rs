@@ -12,16 +12,16 @@
 pub mod send;
 
 use crate::bed::cpu::CpuUse;
-use crate::bed::options::{bed_for, messages, Align, NicArgs, Op, Run};
-use crate::bed::peer::digests_match;
-use crate::bed::peer::kernel_run;
+pub use crate::bed::options::SenderSide;
+use crate::bed::options::{messages, Align, BedArgs, FramingArgs, Op, Run};
+use crate::bed::peer::{digests_match, kernel_run, PeerReport};
 use crate::bed::sender_tcp::SenderTcp;
 use crate::demo::{datapath_run, gbit};
+use crate::report::document::{BwParams, BwRecord};
 use crate::report::progress::Progress;
-use crate::report::{Document, Scenario, Spread};
+use crate::report::{Document, Receiver, Spread};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use serde_json::{json, Value};
 use std::fmt::Write as _;
 
 /// `mpa-bench bw`'s options.
@@ -36,24 +36,10 @@ pub struct BwArgs {
     /// Rounds; each runs every size on the kernel side, then on the datapath.
     #[arg(long, default_value_t = 3)]
     pub rounds: u32,
-    /// MTU of the bed (jumbo frames up to 9000 and beyond: the XDP program is frags-aware).
-    #[arg(long, default_value_t = 1500)]
-    pub mtu: u32,
-    /// Loss in the bridge namespace, percent (0: direct veth pair).
-    #[arg(long, default_value_t = 0)]
-    pub loss: u8,
-    /// RX queues of the datapath.
-    #[arg(long, default_value_t = 1)]
-    pub queues: u32,
-    /// The impairment bridge (see `demo --help`), e.g. `drop=20,reorder=5,dup=2,seed=7,both`.
-    #[arg(long, value_name = "SPEC", conflicts_with = "loss")]
-    pub impair: Option<mpa_testbed::Impairment>,
-    /// No markers, no CRC (default: markers + CRC both ways).
-    #[arg(long)]
-    pub plain: bool,
-    /// CRC but no markers.
-    #[arg(long, conflicts_with = "plain")]
-    pub no_markers: bool,
+    #[command(flatten)]
+    pub bed: BedArgs,
+    #[command(flatten)]
+    pub framing: FramingArgs,
     /// RDMA Writes placed into a region, Sends into posted buffers, or `count` (digested,
     /// not placed).
     #[arg(long, value_enum, default_value = "write")]
@@ -76,11 +62,6 @@ pub struct BwArgs {
     /// The datapath TCP's `ooo_ack_every` (default: TcpConfig's).
     #[arg(long)]
     pub ooo_ack_every: Option<u32>,
-    /// The bed as two hosts on two CPUs: the sender and its veth's RX (the ACKs, by RPS) on
-    /// CPU 0, the receiver (the kernel Responder process, or the datapath's workers) on CPU 1
-    /// (bench/src/split.rs). Both receivers alike; not with --iface.
-    #[arg(long)]
-    pub split_cpus: bool,
     /// Keep each datapath worker polling this many µs after its last frame before it may
     /// sleep (`mpa-datapath --spin-us`; 0: sleep after 256 empty polls).
     #[arg(long, default_value_t = 0)]
@@ -88,7 +69,7 @@ pub struct BwArgs {
     /// Who sends: `kernel` (default: `mpa-peer connect` toward the datapath or the kernel
     /// Responder), or `datapath`: the datapath sends RDMA Writes from a registered region to
     /// the kernel `mpa-peer listen`, against `mpa-peer connect` doing the same
-    /// (bench/src/bw_send.rs).
+    /// (bench/src/bw/send.rs).
     #[arg(long, value_enum, default_value = "kernel")]
     pub sender: SenderSide,
     /// The sender's TCP congestion control (`mpa-peer connect --congestion`: cubic, bbr, …;
@@ -102,8 +83,6 @@ pub struct BwArgs {
     /// lies, not the default comparison. Direct veth bed only.
     #[arg(long)]
     pub wire_segments: bool,
-    #[command(flatten)]
-    pub nic: NicArgs,
 }
 
 impl BwArgs {
@@ -112,12 +91,8 @@ impl BwArgs {
         Run {
             bytes: self.bytes,
             size,
-            mtu: self.mtu,
-            loss: self.loss,
-            queues: self.queues,
-            impair: self.impair.clone(),
-            plain: self.plain,
-            no_markers: self.no_markers,
+            bed: self.bed.clone(),
+            framing: self.framing,
             op: self.op,
             region_bytes: self.region_bytes,
             align: self.align,
@@ -125,48 +100,35 @@ impl BwArgs {
             connections: self.connections,
             rcv_buf: self.rcv_buf,
             ooo_ack_every: self.ooo_ack_every,
-            split_cpus: self.split_cpus,
             spin_us: self.spin_us,
             sender_cc: self.sender_cc.clone(),
         }
     }
 
-    fn framing(&self) -> &'static str {
-        match (self.plain, self.no_markers) {
-            (true, _) => "plain",
-            (false, true) => "crc",
-            (false, false) => "markers+crc",
+    /// The document's parameters.
+    pub fn params(&self) -> BwParams {
+        BwParams {
+            sizes: self.sizes.clone(),
+            bytes: self.bytes,
+            rounds: self.rounds,
+            mtu: self.bed.mtu,
+            loss_percent: self.bed.loss,
+            queues: self.bed.queues,
+            framing: self.framing.framing(),
+            impair: self.bed.impair.as_ref().map(|i| format!("{i:?}")),
+            connections: self.connections,
+            op: self.op,
+            aligned: self
+                .run(self.sizes.first().copied().unwrap_or(4096))
+                .aligned(),
+            iface: self.bed.nic.iface.clone(),
+            peer: self.bed.nic.peer,
+            split_cpus: self.bed.split_cpus,
+            sender_cc: self.sender_cc.clone(),
+            sender: self.sender,
+            wire_segments: self.wire_segments,
         }
     }
-
-    /// The document's parameters.
-    pub fn params_json(&self) -> Value {
-        self.params()
-    }
-
-    fn params(&self) -> Value {
-        json!({
-            "sizes": self.sizes, "bytes": self.bytes, "rounds": self.rounds, "mtu": self.mtu,
-            "loss_percent": self.loss, "queues": self.queues, "framing": self.framing(),
-            "impair": self.impair.as_ref().map(|i| format!("{i:?}")),
-            "connections": self.connections,
-            "op": format!("{:?}", self.op).to_lowercase(),
-            "aligned": self.run(self.sizes.first().copied().unwrap_or(4096)).aligned(),
-            "iface": self.nic.iface, "peer": self.nic.peer,
-            "split_cpus": self.split_cpus, "sender_cc": self.sender_cc,
-            "sender": format!("{:?}", self.sender).to_lowercase(),
-            "wire_segments": self.wire_segments,
-        })
-    }
-}
-
-/// Which side sends in `bw`.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SenderSide {
-    /// Kernel TCP (`mpa-peer connect`) sends; the datapath and the kernel Responder receive.
-    Kernel,
-    /// The datapath sends; the kernel `mpa-peer listen` receives.
-    Datapath,
 }
 
 /// One side's run.
@@ -187,7 +149,7 @@ impl BwSample {
 /// One row: a receiver and a size over all rounds.
 #[derive(Clone, Debug)]
 pub struct BwRow {
-    pub receiver: &'static str,
+    pub receiver: Receiver,
     pub size: usize,
     pub samples: Vec<BwSample>,
     /// Share of the out-of-order FPDUs placed directly (datapath under loss), per round.
@@ -201,45 +163,51 @@ impl BwRow {
         Spread::of(self.samples.iter().map(f).collect())
     }
 
-    /// The JSON result (README, "JSON").
-    pub fn json(&self) -> Value {
+    /// The row's result in the document (docs/benchmarks.md, "JSON"), without the pairing
+    /// with the kernel's rounds ([`paired_goodput`]).
+    pub fn record(&self) -> BwRecord {
         let nan = f64::NAN;
         let g = self.spread(BwSample::gbit_s);
         let per = |f: &dyn Fn(&BwSample) -> f64| {
             self.spread(|s| CpuUse::ns_per_octet(f(s), s.octets))
                 .map_or(nan, |s| s.median)
         };
-        json!({
-            "receiver": self.receiver,
-            "size": self.size,
-            "rounds": self.samples.len(),
-            "gbit_s": g.map_or(nan, |s| s.median),
-            "gbit_s_min": g.map_or(nan, |s| s.min),
-            "gbit_s_max": g.map_or(nan, |s| s.max),
-            "gbit_s_mean": mean(self.samples.iter().map(BwSample::gbit_s)),
-            "msg_per_s": self.spread(|s| s.messages / s.seconds.max(1e-9)).map_or(nan, |s| s.median),
-            "messages": self.samples.first().map_or(0.0, |s| s.messages),
-            "octets": self.samples.first().map_or(0.0, |s| s.octets),
-            "system_cpu_ns_per_octet": per(&|s| s.cpu.system),
-            "process_cpu_ns_per_octet": per(&|s| s.cpu.receiver),
-            "sender_cpu_ns_per_octet": per(&|s| s.cpu.sender),
-            "placed_direct_percent": Spread::of(self.placed_direct_percent.clone()).map(|s| s.median),
-            "sender_retrans_percent": Spread::of(self.sender.iter().map(SenderTcp::retrans_percent).collect()).map(|s| s.median),
-            "sender_rtos": Spread::of(self.sender.iter().map(|t| t.get("rtos") as f64).collect()).map(|s| s.median),
-            "round_sender_tcp": self.sender.iter().map(SenderTcp::json).collect::<Vec<_>>(),
-            "round_gbit_s": self.samples.iter().map(BwSample::gbit_s).collect::<Vec<_>>(),
-        })
+        let median = |v: Vec<f64>| Spread::of(v).map(|s| s.median);
+        BwRecord {
+            receiver: self.receiver,
+            size: self.size,
+            rounds: self.samples.len(),
+            gbit_s: g.map_or(nan, |s| s.median),
+            gbit_s_min: g.map_or(nan, |s| s.min),
+            gbit_s_max: g.map_or(nan, |s| s.max),
+            gbit_s_mean: mean(self.samples.iter().map(BwSample::gbit_s)),
+            msg_per_s: self
+                .spread(|s| s.messages / s.seconds.max(1e-9))
+                .map_or(nan, |s| s.median),
+            messages: self.samples.first().map_or(0.0, |s| s.messages),
+            octets: self.samples.first().map_or(0.0, |s| s.octets),
+            system_cpu_ns_per_octet: per(&|s| s.cpu.system),
+            process_cpu_ns_per_octet: per(&|s| s.cpu.receiver),
+            sender_cpu_ns_per_octet: per(&|s| s.cpu.sender),
+            placed_direct_percent: median(self.placed_direct_percent.clone()),
+            sender_retrans_percent: median(
+                self.sender.iter().map(SenderTcp::retrans_percent).collect(),
+            ),
+            sender_rtos: median(self.sender.iter().map(|t| t.rtos as f64).collect()),
+            round_sender_tcp: self.sender.clone(),
+            round_gbit_s: self.samples.iter().map(BwSample::gbit_s).collect(),
+            paired_goodput_ratio: None,
+            paired_goodput_ratio_min: None,
+            paired_goodput_ratio_max: None,
+        }
     }
 }
 
 /// The transfer time both sides are measured by: the sender's, from its first ULPDU until the
 /// receiver closed after the last (`mpa-peer connect`'s `transfer_seconds`), so that a SYN or
 /// MPA Request lost under loss (a retransmission timeout before any data) counts on neither.
-pub fn transfer_seconds(sender: &Value) -> f64 {
-    sender["transfer_seconds"]
-        .as_f64()
-        .or_else(|| sender["seconds"].as_f64())
-        .unwrap_or(f64::NAN)
+pub fn transfer_seconds(sender: &PeerReport) -> f64 {
+    sender.transfer_seconds.unwrap_or(sender.seconds)
 }
 
 fn mean(v: impl Iterator<Item = f64>) -> f64 {
@@ -269,23 +237,22 @@ pub fn table(rows: &[BwRow]) -> String {
         "proc ns/B"
     );
     for r in rows {
-        let v = r.json();
-        let f = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+        let v = r.record();
         let _ = writeln!(
             s,
             "{:9} {:>6} {:>10} {:>6} {:>9.2} {:>9.2} {:>6.2} ({:.2}–{:.2}) {:>10.3} {:>10.3} {:>10.3}",
-            r.receiver,
+            r.receiver.key(),
             r.size,
-            f("messages") as u64,
+            v.messages as u64,
             r.samples.len(),
-            f("gbit_s_max"),
-            f("gbit_s_mean"),
-            f("gbit_s"),
-            f("gbit_s_min"),
-            f("gbit_s_max"),
-            f("msg_per_s") / 1e6,
-            f("system_cpu_ns_per_octet"),
-            f("process_cpu_ns_per_octet"),
+            v.gbit_s_max,
+            v.gbit_s_mean,
+            v.gbit_s,
+            v.gbit_s_min,
+            v.gbit_s_max,
+            v.msg_per_s / 1e6,
+            v.system_cpu_ns_per_octet,
+            v.process_cpu_ns_per_octet,
         );
     }
     let _ = writeln!(
@@ -294,33 +261,31 @@ pub fn table(rows: &[BwRow]) -> String {
          sender; proc: the receiver process)"
     );
     for r in rows.iter().filter(|r| !r.sender.is_empty()) {
-        let v = r.json();
+        let v = r.record();
         let _ = writeln!(
             s,
             "sender TCP against {} at {:>6} B (median of rounds): {:.1} % of segments \
              retransmitted, {} RTOs",
-            r.receiver,
+            r.receiver.key(),
             r.size,
-            v["sender_retrans_percent"].as_f64().unwrap_or(f64::NAN),
-            v["sender_rtos"].as_f64().unwrap_or(f64::NAN),
+            v.sender_retrans_percent.unwrap_or(f64::NAN),
+            v.sender_rtos.unwrap_or(f64::NAN),
         );
     }
-    for d in rows.iter().filter(|r| r.receiver == "datapath") {
+    for d in rows.iter().filter(|r| r.receiver == Receiver::Datapath) {
         let Some(k) = rows
             .iter()
-            .find(|k| k.receiver == "kernel" && k.size == d.size)
+            .find(|k| k.receiver == Receiver::Kernel && k.size == d.size)
         else {
             continue;
         };
-        let (dv, kv) = (d.json(), k.json());
-        let r =
-            |key: &str| dv[key].as_f64().unwrap_or(f64::NAN) / kv[key].as_f64().unwrap_or(f64::NAN);
+        let (dv, kv) = (d.record(), k.record());
         let _ = write!(
             s,
             "datapath / kernel at {:>6} B: goodput {:.2}x, whole-system CPU per octet {:.2}x",
             d.size,
-            r("gbit_s"),
-            r("system_cpu_ns_per_octet")
+            dv.gbit_s / kv.gbit_s,
+            dv.system_cpu_ns_per_octet / kv.system_cpu_ns_per_octet
         );
         match paired_goodput(d, k) {
             Some(p) if d.samples.len() > 1 => {
@@ -364,13 +329,13 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
             mpa::wire::fpdu::MAX_ULPDU
         );
     }
-    let bed = bed_for(&a.run(a.sizes[0]), &a.nic)?;
+    let bed = a.bed.bed()?;
     if a.wire_segments {
         wire_segments(&bed)?;
     }
     let mut rows: Vec<BwRow> = Vec::new();
     for &size in &a.sizes {
-        for receiver in ["kernel", "datapath"] {
+        for receiver in [Receiver::Kernel, Receiver::Datapath] {
             rows.push(BwRow {
                 receiver,
                 size,
@@ -395,19 +360,19 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
             if !digests_match(&k.senders, &k.receivers) {
                 bail!(
                     "kernel, {size} B: digests differ: sent {} received {}",
-                    k.sent["ulpdu_digest"],
-                    k.got["ulpdu_digest"]
+                    k.sent.ulpdu_digest,
+                    k.got.ulpdu_digest
                 );
             }
             let ks = BwSample {
-                octets: k.got["ulpdu_bytes"].as_f64().unwrap_or(0.0),
+                octets: k.got.ulpdu_bytes as f64,
                 messages: (messages(&r) * u64::from(r.connections)) as f64,
                 seconds: transfer_seconds(&k.sent),
                 cpu: k.cpu,
             };
             progress.done(format!("kernel {size} B: {:.2} Gbit/s", ks.gbit_s()));
             rows[2 * i].samples.push(ks);
-            rows[2 * i].sender.extend(k_sender.clone());
+            rows[2 * i].sender.extend(k_sender);
             progress.running(format!(
                 "round {} of {}: datapath, {size} B",
                 round + 1,
@@ -419,13 +384,13 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
             if !digests_match(&d.peers, &d.flows) {
                 bail!(
                     "datapath, {size} B: digests differ: sent {} received {}",
-                    d.peer["ulpdu_digest"],
-                    d.flow["ulpdu_digest"]
+                    d.peer.ulpdu_digest,
+                    d.flow.ulpdu_digest.as_deref().unwrap_or("none")
                 );
             }
-            let n = |k: &str| d.flow[k].as_f64().unwrap_or(0.0);
+            let rx = &d.flow.rx;
             let ds = BwSample {
-                octets: n("ulpdu_octets"),
+                octets: rx.ulpdu_octets as f64,
                 messages: (messages(&r) * u64::from(r.connections)) as f64,
                 seconds: transfer_seconds(&d.peer),
                 cpu: CpuUse {
@@ -436,8 +401,8 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
             };
             // Out-of-order FPDUs placed on arrival (from their segment, or gathered with
             // stored pieces), of all that arrived out of order.
-            let ahead = n("placed_direct") + n("placed_gathered");
-            let store = n("placed_from_store");
+            let ahead = (rx.placed_direct + rx.placed_gathered) as f64;
+            let store = rx.placed_from_store as f64;
             if ahead + store > 0.0 {
                 rows[2 * i + 1]
                     .placed_direct_percent
@@ -460,25 +425,28 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
         progress.println(format!("impairment: {s}"));
     }
     drop(progress);
-    let mut doc = Document::new(Scenario::Bw, a.params());
-    doc.results = rows
+    let results = rows
         .iter()
         .map(|r| {
-            let mut v = r.json();
+            let mut v = r.record();
             let kernel = rows
                 .iter()
-                .find(|k| k.receiver == "kernel" && k.size == r.size);
+                .find(|k| k.receiver == Receiver::Kernel && k.size == r.size);
             if let (true, Some(p)) = (
-                r.receiver == "datapath",
+                r.receiver == Receiver::Datapath,
                 kernel.and_then(|k| paired_goodput(r, k)),
             ) {
-                v["paired_goodput_ratio"] = json!(p.median);
-                v["paired_goodput_ratio_min"] = json!(p.min);
-                v["paired_goodput_ratio_max"] = json!(p.max);
+                v.paired_goodput_ratio = Some(p.median);
+                v.paired_goodput_ratio_min = Some(p.min);
+                v.paired_goodput_ratio_max = Some(p.max);
             }
             v
         })
         .collect();
+    let doc = Document::Bw {
+        params: a.params(),
+        results,
+    };
     Ok((doc, rows))
 }
 
@@ -504,9 +472,9 @@ fn sender_note(t: Option<&SenderTcp>) -> String {
         format!(
             " (sender: {:.1} % retransmitted, {} RTOs, {} loss probes, {} SACK recoveries)",
             t.retrans_percent(),
-            t.get("rtos"),
-            t.get("loss_probes"),
-            t.get("sack_recoveries")
+            t.rtos,
+            t.loss_probes,
+            t.sack_recoveries
         )
     })
 }
@@ -535,15 +503,15 @@ pub fn run_cli(a: &BwArgs) -> Result<()> {
     };
     let head = format!(
         "{}: mtu {} loss {}% queues {}; {} MiB per run, {}; {}; sender {}{}{}",
-        match (&a.nic.iface, a.nic.peer) {
+        match (&a.bed.nic.iface, a.bed.nic.peer) {
             (Some(i), Some(p)) => format!("interface {i}, peer {p}"),
             _ => "bed".to_string(),
         },
-        a.mtu,
-        a.loss,
-        a.queues,
+        a.bed.mtu,
+        a.bed.loss,
+        a.bed.queues,
         a.bytes >> 20,
-        a.framing(),
+        a.framing.framing().key(),
         match a.op {
             Op::Write => "RDMA Writes placed into a region (datapath, checked) / digested (kernel)",
             Op::Send => "Sends placed into posted buffers (datapath, checked) / digested (kernel)",
@@ -557,7 +525,7 @@ pub fn run_cli(a: &BwArgs) -> Result<()> {
         a.sender_cc
             .as_ref()
             .map_or(String::new(), |c| format!(", TCP congestion control {c}")),
-        if a.split_cpus {
+        if a.bed.split_cpus {
             "; split CPUs (sender on 0, receiver on 1)"
         } else {
             ""
@@ -571,16 +539,16 @@ pub fn run_cli(a: &BwArgs) -> Result<()> {
              receiver: kernel mpa-peer listen placing into its region (checked); dp→dp: \
              datapath to a second datapath in ns a, the receiving consumer's region checked; \
              proc = this process (sending consumer and datapaths) or mpa-peer connect",
-            a.mtu,
-            a.loss,
+            a.bed.mtu,
+            a.bed.loss,
             a.bytes >> 20,
-            a.framing()
+            a.framing.framing().key()
         ),
     };
     let text = format!("{head}\n{}", table(&rows));
     if a.json {
         eprint!("{text}");
-        crate::report::print(&doc);
+        crate::report::print(&doc)?;
     } else {
         print!("{text}");
     }
@@ -606,9 +574,9 @@ mod tests {
     }
 
     #[test]
-    fn row_json_has_median_spread_and_cpu_per_octet() {
+    fn row_record_has_median_spread_and_cpu_per_octet() {
         let row = BwRow {
-            receiver: "datapath",
+            receiver: Receiver::Datapath,
             size: 4096,
             samples: vec![
                 sample(2.0, 3.0, 1.0),
@@ -618,21 +586,44 @@ mod tests {
             placed_direct_percent: vec![99.0, 98.0, 97.0],
             sender: vec![],
         };
-        let v = row.json();
-        let f = |k: &str| v[k].as_f64().unwrap();
-        assert!((f("gbit_s") - 3.0).abs() < 1e-9);
-        assert!((f("gbit_s_min") - 2.0).abs() < 1e-9);
-        assert!((f("gbit_s_max") - 4.0).abs() < 1e-9);
-        assert!((f("gbit_s_mean") - 3.0).abs() < 1e-9);
+        let v = row.record();
+        assert!((v.gbit_s - 3.0).abs() < 1e-9);
+        assert!((v.gbit_s_min - 2.0).abs() < 1e-9);
+        assert!((v.gbit_s_max - 4.0).abs() < 1e-9);
+        assert!((v.gbit_s_mean - 3.0).abs() < 1e-9);
         // Median of 3, 1, 2 s per 1e9 octets: 2 ns per octet.
-        assert!((f("system_cpu_ns_per_octet") - 2.0).abs() < 1e-9);
-        assert!((f("process_cpu_ns_per_octet") - 2.0).abs() < 1e-9);
-        assert!((f("sender_cpu_ns_per_octet") - 0.5).abs() < 1e-9);
-        assert_eq!(f("placed_direct_percent"), 98.0);
-        assert_eq!(v["rounds"], 3);
-        let mut doc = Document::new(Scenario::Bw, json!({}));
-        doc.results.push(v);
-        crate::report::check_shape(&doc.to_value()).unwrap();
+        assert!((v.system_cpu_ns_per_octet - 2.0).abs() < 1e-9);
+        assert!((v.process_cpu_ns_per_octet - 2.0).abs() < 1e-9);
+        assert!((v.sender_cpu_ns_per_octet - 0.5).abs() < 1e-9);
+        assert_eq!(v.placed_direct_percent, Some(98.0));
+        assert_eq!(v.rounds, 3);
+        let a = BwArgs {
+            sizes: vec![4096],
+            bytes: 1 << 20,
+            rounds: 3,
+            bed: BedArgs::default(),
+            framing: FramingArgs::default(),
+            op: Op::Write,
+            region_bytes: 16 << 20,
+            align: Align::Auto,
+            json: true,
+            connections: 1,
+            rcv_buf: None,
+            ooo_ack_every: None,
+            spin_us: 0,
+            sender: SenderSide::Kernel,
+            sender_cc: None,
+            wire_segments: false,
+        };
+        let doc = Document::Bw {
+            params: a.params(),
+            results: vec![v],
+        };
+        let json = serde_json::to_value(&doc).unwrap();
+        crate::report::check_shape(&json).unwrap();
+        assert_eq!(json["params"]["framing"], "markers+crc");
+        assert_eq!(json["params"]["loss_percent"], 0);
+        assert_eq!(json["results"][0]["receiver"], "datapath");
     }
 
     #[test]
@@ -645,8 +636,8 @@ mod tests {
             sender: vec![],
         };
         // The kernel swings between rounds; the datapath is 2x, 1.5x and 1x of it in turn.
-        let k = row("kernel", &[1.0, 4.0, 2.0]);
-        let d = row("datapath", &[2.0, 6.0, 2.0]);
+        let k = row(Receiver::Kernel, &[1.0, 4.0, 2.0]);
+        let d = row(Receiver::Datapath, &[2.0, 6.0, 2.0]);
         let p = paired_goodput(&d, &k).unwrap();
         assert!((p.median - 1.5).abs() < 1e-9, "{p:?}");
         assert!(
@@ -661,7 +652,7 @@ mod tests {
             "{t}"
         );
         // Rounds missing on one side: no pairing.
-        let short = row("datapath", &[2.0, 6.0]);
+        let short = row(Receiver::Datapath, &[2.0, 6.0]);
         assert!(paired_goodput(&short, &k).is_none());
     }
 
@@ -669,14 +660,14 @@ mod tests {
     fn table_has_both_sides_and_the_ratio() {
         let rows = vec![
             BwRow {
-                receiver: "kernel",
+                receiver: Receiver::Kernel,
                 size: 4096,
                 samples: vec![sample(2.0, 4.0, 1.0)],
                 placed_direct_percent: vec![],
                 sender: vec![],
             },
             BwRow {
-                receiver: "datapath",
+                receiver: Receiver::Datapath,
                 size: 4096,
                 samples: vec![sample(3.0, 2.0, 1.0)],
                 placed_direct_percent: vec![],

@@ -18,11 +18,11 @@
 //! is the sending process (mpa-peer connect / this process with the datapath).
 
 use crate::bed::cpu::{CpuUse, SystemCpu};
-use crate::bed::options::{bed_for, PORT};
-use crate::bed::peer::PeerListen;
+use crate::bed::options::PORT;
+use crate::bed::peer::{PeerListen, PeerReport};
 use crate::bw::{transfer_seconds, BwArgs, BwRow, BwSample};
 use crate::report::progress::Progress;
-use crate::report::{Document, Scenario};
+use crate::report::{Document, Receiver};
 use anyhow::{anyhow, bail, Context, Result};
 use mpa::startup::StartupPolicy;
 use mpa_control::datapath_client::DatapathClient;
@@ -32,7 +32,6 @@ use mpa_ctl_proto::CompletionKind;
 use mpa_harness::datapath::{start_datapath, temp_path, DatapathOptions};
 use mpa_harness::sibling;
 use mpa_testbed::{run_in_netns, TestBed};
-use serde_json::Value;
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -78,10 +77,10 @@ fn listener(bed: &TestBed, a: &BwArgs, sink: u64) -> Result<PeerListen> {
     let advertise = format!("{PEER_STAG:#x}:{sink}");
     let mut args = vec!["--bind", &bind, "--connections", "1", "--timeout", "60"];
     args.extend(["--accept-timeout", "120", "--advertise", &advertise]);
-    if a.plain {
+    if !a.framing.crc() {
         args.push("--no-crc");
     }
-    if !a.plain && !a.no_markers {
+    if a.framing.markers() {
         args.push("--markers");
     }
     PeerListen::start(bed, &bed.ns_a, &args)
@@ -148,24 +147,25 @@ fn kernel_send(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> Result<BwS
         .command(&bed.ns_b, &bin.to_string_lossy())
         .args(["connect", "--to", &to, "--op", "write", "--timeout", "60"])
         .args(["--count", &count.to_string(), "--size", &size.to_string()])
-        .args(a.plain.then_some("--no-crc"))
+        .args((!a.framing.crc()).then_some("--no-crc"))
         .stdin(Stdio::null())
         .output()
         .context("mpa-peer connect")?;
     let sender_cpu = cpu_children() - c0;
     let system = system.seconds()?;
-    let sent: Value = serde_json::from_str(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .next()
-            .ok_or_else(|| anyhow!("no report from mpa-peer connect"))?,
-    )?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .next()
+        .ok_or_else(|| anyhow!("no report from mpa-peer connect"))?;
+    let sent: PeerReport =
+        serde_json::from_str(line).with_context(|| format!("mpa-peer connect output {line:?}"))?;
     let got = listener.report(Duration::from_secs(60))?;
-    if sent["ulpdu_digest"] != got["ulpdu_digest"] || got["error"] != Value::Null {
+    if sent.ulpdu_digest != got.ulpdu_digest || got.error.is_some() {
         bail!(
             "kernel sender: digests {} / {}, listener {got}",
-            sent["ulpdu_digest"],
-            got["ulpdu_digest"]
+            sent.ulpdu_digest,
+            got.ulpdu_digest
         );
     }
     Ok(BwSample {
@@ -199,7 +199,7 @@ fn datapath_send(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> Result<B
     let to = SocketAddr::new(bed.addr_a(false), PORT);
     let policy = StartupPolicy {
         markers_required: false,
-        crc_suppressed_by_admin: a.plain,
+        crc_suppressed_by_admin: !a.framing.crc(),
         ..StartupPolicy::default()
     };
     let (flow_id, ad, frozen) =
@@ -235,9 +235,9 @@ fn datapath_send(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> Result<B
     dp.stop();
     let want = format!("{:08x}", mpa::crc::crc32c(&src));
     let whole = count >= slots;
-    if got["error"] != Value::Null
-        || got["write_octets"].as_u64() != Some(count * payload)
-        || (whole && got["region_digest"].as_str() != Some(want.as_str()))
+    if got.error.is_some()
+        || got.write_octets != Some(count * payload)
+        || (whole && got.region_digest.as_deref() != Some(want.as_str()))
     {
         bail!("datapath sender: the listener's region or counts differ: {got}");
     }
@@ -284,7 +284,7 @@ fn datapath_to_datapath(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> R
             pd: Some(PD),
             aligned_sender: false,
         },
-        ..mpa_harness::datapath::Responder::framing(!a.plain && !a.no_markers, !a.plain)
+        ..mpa_harness::datapath::Responder::framing(a.framing.markers(), a.framing.crc())
     };
     let addr = SocketAddr::new(bed.addr_a(false), PORT);
     let listener = run_in_netns(&bed.ns_a, move || std::net::TcpListener::bind(addr))??;
@@ -304,7 +304,7 @@ fn datapath_to_datapath(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> R
         bail!("cannot fill the consumer's region");
     }
     let policy = StartupPolicy {
-        crc_suppressed_by_admin: a.plain,
+        crc_suppressed_by_admin: !a.framing.crc(),
         ..StartupPolicy::default()
     };
     let (flow_id, _, frozen) =
@@ -350,13 +350,20 @@ pub fn bw_send(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
             mpa::wire::fpdu::MAX_ULPDU
         );
     }
-    if a.connections != 1 || a.queues != 1 || a.nic.iface.is_some() {
+    if a.connections != 1 || a.bed.queues != 1 || a.bed.nic.iface.is_some() {
         bail!("--sender datapath runs one connection, one queue, on the private bed");
     }
-    let bed = bed_for(&a.run(a.sizes[0]), &a.nic)?;
+    if a.bed.split_cpus {
+        bail!("--sender datapath does not pin its senders and receivers: no --split-cpus");
+    }
+    let bed = a.bed.bed()?;
     let mut rows = Vec::new();
     for &size in &a.sizes {
-        for receiver in ["kernel", "datapath", "dp→dp"] {
+        for receiver in [
+            Receiver::Kernel,
+            Receiver::Datapath,
+            Receiver::DatapathToDatapath,
+        ] {
             rows.push(BwRow {
                 receiver,
                 size,
@@ -407,7 +414,9 @@ pub fn bw_send(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
         }
     }
     drop(progress);
-    let mut doc = Document::new(Scenario::Bw, a.params_json());
-    doc.results = rows.iter().map(BwRow::json).collect();
+    let doc = Document::Bw {
+        params: a.params(),
+        results: rows.iter().map(BwRow::record).collect(),
+    };
     Ok((doc, rows))
 }

@@ -2,40 +2,143 @@
 //! region compared with what the peer wrote).
 
 use crate::bed::cpu::SystemCpu;
-use crate::bed::options::{bed, Op, Run, PD, PORT};
-use crate::bed::peer::{aggregate, cpu_seconds, digests_match, senders};
+use crate::bed::options::{Op, Run, PD, PORT};
+use crate::bed::peer::{cpu_seconds, digests_match, senders, PeerReport};
 use crate::bed::placement::Placement;
 use anyhow::{anyhow, bail, Result};
+use mpa_ctl_proto::stats::{EndReport, FlowReport, RingStats, RxStats};
 use mpa_harness::datapath::{
     accept_and_hand_over, start_datapath, stats, temp_path, DatapathOptions, HandedOver, Responder,
 };
 use mpa_testbed::{run_in_netns, TestBed};
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
 use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
+/// The counters of a run's flows summed (what `demo` prints and `bw` and `soak` use), the
+/// digest and the end from one flow, and the workers' CPU.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowTotals {
+    /// Frames and TCP payload octets received.
+    pub packets: u64,
+    pub octets: u64,
+    pub out_of_order_segments: u64,
+    pub duplicates: u64,
+    pub sack_blocks_sent: u64,
+    pub acks_sent: u64,
+    pub retransmissions: u64,
+    /// Frames and TCP payload octets sent.
+    pub frames_sent: u64,
+    pub octets_out: u64,
+    /// The reassembly stores' high-water marks, added up.
+    pub store_high_water: u64,
+    pub dropped_reassembly_full: u64,
+    pub dropped_out_of_window: u64,
+    /// The MPA receive counters (FPDUs, ULPDU octets, CRC and marker errors, placement).
+    #[serde(flatten)]
+    pub rx: RxStats,
+    /// The first flow's ULPDU digest (`None` when the datapath kept none).
+    pub ulpdu_digest: Option<String>,
+    /// How the first flow that ended with an error ended, else how the first flow ended.
+    pub ended: Option<EndReport>,
+    /// CPU seconds of the datapath's workers (all queues).
+    pub worker_cpu_seconds: f64,
+}
+
+impl FlowTotals {
+    /// `flows` summed; `worker_cpu_seconds` left at 0.
+    pub fn of(flows: &[FlowReport]) -> FlowTotals {
+        let mut t = FlowTotals {
+            ulpdu_digest: flows.first().and_then(|f| f.ulpdu_digest.clone()),
+            ended: flows
+                .iter()
+                .filter_map(|f| f.ended.as_ref())
+                .find(|e| e.mpa_error.is_some() || e.terminate.is_some())
+                .or_else(|| flows.first().and_then(|f| f.ended.as_ref()))
+                .cloned(),
+            ..FlowTotals::default()
+        };
+        for f in flows {
+            t.packets += f.packets;
+            t.octets += f.octets;
+            t.out_of_order_segments += f.out_of_order_segments;
+            t.duplicates += f.duplicates;
+            t.sack_blocks_sent += f.sack_blocks_sent;
+            t.acks_sent += f.acks_sent;
+            t.retransmissions += f.retransmissions;
+            t.frames_sent += f.frames_sent;
+            t.octets_out += f.octets_out;
+            t.store_high_water += f.store_high_water;
+            t.dropped_reassembly_full += f.dropped_reassembly_full;
+            t.dropped_out_of_window += f.dropped_out_of_window;
+            add_rx(&mut t.rx, &f.rx);
+        }
+        t
+    }
+}
+
+/// Adds every counter of `b` to `a` (all of them: a new counter does not compile until it is
+/// added here too).
+fn add_rx(a: &mut RxStats, b: &RxStats) {
+    let RxStats {
+        fpdus,
+        ulpdu_octets,
+        crc_errors,
+        marker_errors,
+        placed_direct,
+        placed_gathered,
+        gather_over_budget,
+        placed_in_order,
+        placed_from_store,
+        located_rejected,
+        ahead_refused,
+        ahead_offered,
+        ahead_unlocated,
+        ahead_overlapping,
+        ahead_no_span,
+        placed_octets,
+        completions,
+    } = *b;
+    a.fpdus += fpdus;
+    a.ulpdu_octets += ulpdu_octets;
+    a.crc_errors += crc_errors;
+    a.marker_errors += marker_errors;
+    a.placed_direct += placed_direct;
+    a.placed_gathered += placed_gathered;
+    a.gather_over_budget += gather_over_budget;
+    a.placed_in_order += placed_in_order;
+    a.placed_from_store += placed_from_store;
+    a.located_rejected += located_rejected;
+    a.ahead_refused += ahead_refused;
+    a.ahead_offered += ahead_offered;
+    a.ahead_unlocated += ahead_unlocated;
+    a.ahead_overlapping += ahead_overlapping;
+    a.ahead_no_span += ahead_no_span;
+    a.placed_octets += placed_octets;
+    a.completions += completions;
+}
+
 /// What one datapath run measured.
 pub struct DpResult {
-    /// The sender's report (with several connections: the first sender's, with the summed
-    /// octets and the longest `transfer_seconds` of all).
-    pub peer: Value,
+    /// The sender's report (with several connections: summed, see
+    /// [`PeerReport::aggregate`]).
+    pub peer: PeerReport,
     /// Every sender's report.
-    pub peers: Vec<Value>,
-    /// The flow's final counters in the datapath (with several connections: numeric counters
-    /// summed over the flows, the rest from the first).
-    pub flow: Value,
+    pub peers: Vec<PeerReport>,
+    /// The flows' final counters in the datapath, summed.
+    pub flow: FlowTotals,
     /// Every flow's final counters.
-    pub flows: Vec<Value>,
+    pub flows: Vec<FlowReport>,
     /// CPU seconds of this process (datapath, listener, consumer) during the transfer.
     pub cpu: f64,
     /// Whole-system busy CPU seconds during the transfer (`/proc/stat`).
     pub system_cpu: f64,
     /// CPU seconds of the sender processes (`mpa-peer connect`).
     pub sender_cpu: f64,
-    /// The XDP program's counters.
-    pub xdp: Value,
+    /// The XDP program's counters, when readable.
+    pub xdp: Option<String>,
     /// Each queue's ring counters (frames, multi-buffer frames, dropped chains, largest).
-    pub rings: Value,
+    pub rings: Vec<RingStats>,
     /// Placement check: (messages completed, region octets compared) summed over the
     /// connections, when placing.
     pub placement: Option<(u64, u64)>,
@@ -46,7 +149,7 @@ pub struct DpResult {
 pub fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
     let socket = temp_path("bench.sock");
     let mut opts = DatapathOptions {
-        queues: r.queues,
+        queues: r.bed.queues,
         ..DatapathOptions::default()
     };
     if let Some(b) = r.rcv_buf {
@@ -58,14 +161,8 @@ pub fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
     }
     opts.spin = std::time::Duration::from_micros(r.spin_us);
     let dp = start_datapath(bed, &socket, &opts)?;
-    if crate::bed::split::applies(bed, r.split_cpus) {
-        let want = r.queues.max(1) as usize;
-        let n = crate::bed::split::pin_workers(want)?;
-        if n < want {
-            bail!("--split-cpus: {n} datapath worker threads to pin, {want} expected");
-        }
-    }
-    let result = transfer(bed, &socket, r);
+    let result = crate::bed::split::pin_datapath_workers(bed, r.bed.split_cpus, r.bed.queues)
+        .and_then(|()| transfer(bed, &socket, r));
     dp.stop();
     result
 }
@@ -83,7 +180,7 @@ pub fn transfer(bed: &TestBed, socket: &std::path::Path, r: &Run) -> Result<DpRe
             .collect::<Result<Vec<_>>>()?,
     };
     let markers = r.markers();
-    let crc = !r.plain;
+    let crc = r.framing.crc();
     let responders: Vec<Responder> = (0..n)
         .map(|i| {
             let p = placements.get(i as usize);
@@ -154,28 +251,26 @@ pub fn transfer(bed: &TestBed, socket: &std::path::Path, r: &Run) -> Result<DpRe
         let t = placed.get_or_insert((0, 0));
         *t = (t.0 + m, t.1 + o);
     }
-    let flows = reports
-        .iter()
-        .map(serde_json::to_value)
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut flow = aggregate(&flows);
-    flow["worker_cpu_seconds"] = serde_json::json!(worker_cpu);
+    let flow = FlowTotals {
+        worker_cpu_seconds: worker_cpu,
+        ..FlowTotals::of(&reports)
+    };
     Ok(DpResult {
-        peer: aggregate(&peers),
+        peer: PeerReport::aggregate(&peers),
         peers,
         flow,
-        flows,
+        flows: reports,
         cpu,
         system_cpu,
         sender_cpu,
-        xdp: serde_json::json!(stats.xdp),
-        rings: serde_json::json!(stats.queues.iter().map(|q| q.ring).collect::<Vec<_>>()),
+        xdp: stats.xdp,
+        rings: stats.queues.iter().map(|q| q.ring).collect(),
         placement: placed,
     })
 }
 
 /// CPU seconds of each live thread of this process, by name (MPA_BENCH_THREADS=1): where a
-/// run's CPU went.
+/// run's CPU went (on stderr).
 pub fn print_thread_cpu() {
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
         return;
@@ -196,8 +291,9 @@ pub fn print_thread_cpu() {
         })
         .collect();
     rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+    // A diagnostic beside the results: on stderr, so that a `--json` document stays alone.
     for (name, secs) in rows.iter().filter(|r| r.1 > 0.0) {
-        println!("thread {name:20} {secs:.2} s");
+        eprintln!("thread {name:20} {secs:.2} s");
     }
 }
 
@@ -205,56 +301,122 @@ pub fn gbit(octets: f64, seconds: f64) -> f64 {
     octets * 8.0 / seconds / 1e9
 }
 
-pub fn demo(r: &Run) -> Result<String> {
-    let bed = bed(r)?;
+/// The document `demo --json` prints: every measured value.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DemoDocument {
+    /// Goodput: ULPDU octets over the sender's transfer time.
+    pub gbit_per_s: f64,
+    pub seconds: f64,
+    pub ulpdu_octets: u64,
+    /// CPU seconds of this process (datapath, listener, consumers) during the transfer.
+    pub cpu_seconds: f64,
+    pub op: Op,
+    pub loss_percent: u8,
+    /// Frames the bridge dropped (loss or impairment).
+    pub bridge_dropped: u64,
+    /// The impairment bridge's counters, when it ran.
+    pub impairment: Option<String>,
+    /// FPDUs that arrived out of order: placed straight from their segment, from the
+    /// reassembly store, gathered from stored pieces on arrival of the last; the shares
+    /// placed on arrival straight from one segment and on arrival at all (`None`: nothing
+    /// arrived out of order).
+    pub placed_direct: u64,
+    pub placed_from_store: u64,
+    pub placed_direct_percent: Option<f64>,
+    pub placed_gathered: u64,
+    pub placed_ahead_percent: Option<f64>,
+    /// What the placement check compared, when placing.
+    pub placement_checked: Option<PlacementChecked>,
+    /// The flows' counters, summed.
+    pub flow: FlowTotals,
+}
+
+/// The placement check of a run: messages completed in order and region octets compared,
+/// over all connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacementChecked {
+    pub messages: u64,
+    pub region_octets: u64,
+}
+
+/// Prints a line of the demo's text: on stdout, or on stderr when stdout carries the
+/// document.
+fn print_line(json: bool, line: &str) {
+    if json {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
+}
+
+/// `mpa-bench demo`: the text, the last line `demo: OK …` (stdout, or stderr with `--json`),
+/// and with `--json` the document on stdout.
+pub fn run_cli(r: &Run) -> Result<()> {
+    let (doc, verdict) = demo(r)?;
+    print_line(r.json, &format!("demo: OK {verdict}"));
+    if r.json {
+        println!("{}", serde_json::to_string(&doc)?);
+    }
+    Ok(())
+}
+
+/// Runs the demo, printing what it measured as it goes; returns the document and the verdict
+/// line's text.
+pub fn demo(r: &Run) -> Result<(DemoDocument, String)> {
+    let bed = r.bed.bed()?;
     let t0 = Instant::now();
     let d = datapath_run(&bed, r)?;
-    let secs = d.peer["transfer_seconds"]
-        .as_f64()
+    let secs = d
+        .peer
+        .transfer_seconds
         .unwrap_or(t0.elapsed().as_secs_f64());
-    let octets = d.flow["ulpdu_octets"].as_f64().unwrap_or(0.0);
+    let f = &d.flow;
+    let rx = &f.rx;
+    let octets = rx.ulpdu_octets;
     let digest_ok = digests_match(&d.peers, &d.flows);
-    println!("sender      : {}", d.peer);
-    println!("datapath    : {}", d.flow);
-    println!("xdp         : {}", d.xdp);
-    println!("rings       : {}", d.rings);
-    println!(
+    let say = |line: &str| print_line(r.json, line);
+    say(&format!("sender      : {}", d.peer));
+    say(&format!("datapath    : {}", serde_json::to_string(f)?));
+    say(&format!(
+        "xdp         : {}",
+        d.xdp.as_deref().unwrap_or("(not readable)")
+    ));
+    say(&format!(
+        "rings       : {}",
+        serde_json::to_string(&d.rings)?
+    ));
+    say(&format!(
         "fpdus={} ulpdu_octets={} crc_errors={} marker_errors={} out_of_order={} sack_blocks={} digest_match={}",
-        d.flow["fpdus"], d.flow["ulpdu_octets"], d.flow["crc_errors"], d.flow["marker_errors"],
-        d.flow["out_of_order_segments"], d.flow["sack_blocks_sent"], digest_ok
-    );
+        rx.fpdus, rx.ulpdu_octets, rx.crc_errors, rx.marker_errors,
+        f.out_of_order_segments, f.sack_blocks_sent, digest_ok
+    ));
     if !digest_ok {
         bail!(
             "digests differ: sent {} received {}",
-            d.peer["ulpdu_digest"],
-            d.flow["ulpdu_digest"]
+            d.peer.ulpdu_digest,
+            f.ulpdu_digest.as_deref().unwrap_or("none")
         );
     }
-    if let Some(e) = d.flow["ended"]["mpa_error"].as_u64() {
+    if let Some(e) = f.ended.as_ref().and_then(|e| e.mpa_error) {
         bail!("flow ended with MPA error {e}");
     }
-    let dropped = if r.loss > 0 { bed.dropped()? } else { 0 };
-    if r.loss > 0 {
-        println!("bridge dropped {dropped} frames");
+    let loss = r.bed.loss;
+    let dropped = if loss > 0 { bed.dropped()? } else { 0 };
+    if loss > 0 {
+        say(&format!("bridge dropped {dropped} frames"));
     }
     let impairment = bed.impair_stats();
-    if let Some(s) = impairment {
-        println!("impairment  : {s}");
+    if let Some(s) = &impairment {
+        say(&format!("impairment  : {s}"));
     }
-    println!(
+    say(&format!(
         "datapath CPU: {:.2} s for {:.0} MiB (workers {:.2} s)",
         d.cpu,
-        octets / (1 << 20) as f64,
-        d.flow["worker_cpu_seconds"].as_f64().unwrap_or(0.0)
-    );
-    let g = gbit(octets, secs);
-    let f = &d.flow;
-    let n = |k: &str| f[k].as_u64().unwrap_or(0);
-    let (direct, gathered, store) = (
-        n("placed_direct"),
-        n("placed_gathered"),
-        n("placed_from_store"),
-    );
+        octets as f64 / (1 << 20) as f64,
+        f.worker_cpu_seconds
+    ));
+    let g = gbit(octets as f64, secs);
+    let (direct, gathered, store) = (rx.placed_direct, rx.placed_gathered, rx.placed_from_store);
     // Shares of the FPDUs that arrived out of order (placed ahead or from the store): placed
     // on arrival straight from their segment, and on arrival at all (also those gathered
     // from stored pieces once their last piece came).
@@ -262,36 +424,39 @@ pub fn demo(r: &Run) -> Result<String> {
     let share = |x: u64| (ooo > 0).then(|| 100.0 * x as f64 / ooo as f64);
     let (direct_pct, ahead_pct) = (share(direct), share(direct + gathered));
     if let Some((msgs, region)) = d.placement {
-        println!(
+        say(&format!(
             "placement   : {msgs} messages completed in order; region of {region} octets equals what the peer wrote; placed_direct={direct} placed_gathered={gathered} placed_from_store={store} placed_in_order={} located_rejected={} store_high_water={}",
-            n("placed_in_order"), n("located_rejected"), n("store_high_water")
-        );
+            rx.placed_in_order, rx.located_rejected, f.store_high_water
+        ));
     }
-    if r.json {
-        let v = serde_json::json!({
-            "gbit_per_s": g,
-            "seconds": secs,
-            "ulpdu_octets": octets,
-            "cpu_seconds": d.cpu,
-            "op": format!("{:?}", r.op).to_lowercase(),
-            "loss_percent": r.loss,
-            "bridge_dropped": dropped,
-            "impairment": impairment.map(|s| s.to_string()),
-            "placed_direct": direct,
-            "placed_from_store": store,
-            "placed_direct_percent": direct_pct,
-            "placed_gathered": gathered,
-            "placed_ahead_percent": ahead_pct,
-            "placement_checked": d.placement.map(|(m, o)| serde_json::json!({"messages": m, "region_octets": o})),
-            "flow": d.flow,
-        });
-        println!("result: {v}");
-    }
-    Ok(match (d.placement, ahead_pct, direct_pct) {
+    let verdict = match (d.placement, ahead_pct, direct_pct) {
         (Some(_), Some(a), Some(p)) => {
             format!("{g:.2} Gbit/s placed_ahead={a:.1}% (directly from one segment {p:.1}%)")
         }
         (Some(_), _, _) => format!("{g:.2} Gbit/s placed_ahead=n/a (nothing out of order)"),
         (None, _, _) => format!("{g:.2} Gbit/s"),
-    })
+    };
+    let doc = DemoDocument {
+        gbit_per_s: g,
+        seconds: secs,
+        ulpdu_octets: octets,
+        cpu_seconds: d.cpu,
+        op: r.op,
+        loss_percent: loss,
+        bridge_dropped: dropped,
+        impairment: impairment.map(|s| s.to_string()),
+        placed_direct: direct,
+        placed_from_store: store,
+        placed_direct_percent: direct_pct,
+        placed_gathered: gathered,
+        placed_ahead_percent: ahead_pct,
+        placement_checked: d
+            .placement
+            .map(|(messages, region_octets)| PlacementChecked {
+                messages,
+                region_octets,
+            }),
+        flow: d.flow,
+    };
+    Ok((doc, verdict))
 }

@@ -2,7 +2,8 @@
 //! RDMA Writes that must land octet-exact whatever the hostile classes do.
 
 use super::{flow_gone, HostileArgs};
-use crate::bed::options::{Align, Op, Run, PORT};
+use crate::bed::options::{Align, BedArgs, FramingArgs, Op, Run, PORT};
+use crate::bed::peer::PeerReport;
 use crate::bed::placement::Placement;
 use anyhow::{anyhow, bail, Result};
 use mpa_harness::datapath::{accept_and_hand_over, HandedOver, Responder};
@@ -15,7 +16,7 @@ use std::time::Duration;
 pub(super) struct Bystander {
     run: Run,
     placement: Placement,
-    sender: std::thread::JoinHandle<Result<serde_json::Value>>,
+    sender: std::thread::JoinHandle<Result<PeerReport>>,
     handed: HandedOver,
 }
 
@@ -31,20 +32,15 @@ impl Bystander {
         let run = Run {
             bytes: count * size as u64,
             size,
-            mtu: 1500,
-            loss: 0,
-            queues: 1,
-            plain: false,
-            no_markers: false,
+            bed: BedArgs::default(),
+            framing: FramingArgs::default(),
             op: Op::Write,
             region_bytes: 4 << 20,
             align: Align::Off,
             json: false,
             connections: 1,
-            impair: None,
             rcv_buf: None,
             ooo_ack_every: None,
-            split_cpus: false,
             spin_us: 0,
             sender_cc: None,
         };
@@ -97,17 +93,17 @@ impl Bystander {
         {
             bail!("bystander ended with an error: {} ", e.reason);
         }
-        if sent["ulpdu_digest"] != serde_json::json!(end.ulpdu_digest) {
+        if end.ulpdu_digest.as_deref() != Some(sent.ulpdu_digest.as_str()) {
             bail!(
                 "bystander digests differ: sent {} received {:?}",
-                sent["ulpdu_digest"],
+                sent.ulpdu_digest,
                 end.ulpdu_digest
             );
         }
         let (m, o) = self.placement.verify(&self.run)?;
         Ok(format!(
             "{m} writes in {:.1} s, region of {o} octets octet-exact",
-            sent["transfer_seconds"].as_f64().unwrap_or(0.0)
+            sent.transfer_seconds.unwrap_or(0.0)
         ))
     }
 }

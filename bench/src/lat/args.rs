@@ -1,10 +1,13 @@
 //! `mpa-bench lat`'s options and the parameters its document records.
 
-use crate::bed::options::{Align, NicArgs, Op, Run};
+use crate::bed::options::{Align, BedArgs, FramingArgs, Op, Run};
+use crate::report::document::LatParams;
 use clap::Args;
 use std::path::PathBuf;
 
-/// `mpa-bench lat`'s options.
+/// `mpa-bench lat`'s options. On real NICs (`--iface`), one-way latency needs one clock on
+/// both ends (CLOCK_MONOTONIC is per host), so the peer must be this host (e.g. another
+/// namespace or a NIC looped back); stamps from the future are counted as bad.
 #[derive(Args, Clone, Debug)]
 pub struct LatArgs {
     /// ULPDU sizes (DDP header included; at least 22, at most 64768).
@@ -19,30 +22,21 @@ pub struct LatArgs {
     /// Rounds; each runs every size on the kernel side, then on the datapath.
     #[arg(long, default_value_t = 3)]
     pub rounds: u32,
-    /// MTU of the bed.
-    #[arg(long, default_value_t = 1500)]
-    pub mtu: u32,
-    /// No markers, no CRC (default: markers + CRC, like `demo`).
-    #[arg(long)]
-    pub plain: bool,
-    /// CRC but no markers.
-    #[arg(long, conflicts_with = "plain")]
-    pub no_markers: bool,
+    #[command(flatten)]
+    pub bed: BedArgs,
+    #[command(flatten)]
+    pub framing: FramingArgs,
     /// Where the `.hgrm` percentile distributions go (one per side and size).
     #[arg(long, default_value = "bench/results/latest")]
     pub out: PathBuf,
     /// Print the one JSON document on stdout (the table goes to stderr).
     #[arg(long)]
     pub json: bool,
-    /// On real NICs: one-way latency needs one clock on both ends (CLOCK_MONOTONIC is per
-    /// host), so the peer must be this host (e.g. another namespace or a NIC looped back);
-    /// stamps from the future are counted as bad.
-    #[command(flatten)]
-    pub nic: NicArgs,
     /// The datapath side's consumer busy-polls its completion ring instead of sleeping on
     /// the ring's eventfd until the worker wakes it (the default): it then needs a core of
     /// its own, which a 2-core bed that also runs the sender, the worker and the kernel's
-    /// veth work does not have (p50 at 64 B 525 µs busy vs 18 µs sleeping, README).
+    /// veth work does not have (p50 at 64 B 41 µs busy vs 23 µs sleeping,
+    /// docs/investigations/2026-12-01-latency-and-completion-rings.md).
     #[arg(long)]
     pub consumer_busy_poll: bool,
     /// The datapath's workers keep polling this many µs after their last frame before they
@@ -51,7 +45,7 @@ pub struct LatArgs {
     pub spin_us: u64,
     /// RDMA Write ping-pong instead (perftest `ib_write_lat` style, RTT/2): the kernel
     /// `mpa-peer listen --echo` answers both a kernel-TCP Initiator and the datapath's
-    /// (bench/src/lat_pingpong.rs); `--messages` iterations, `--rate` unused.
+    /// (bench/src/lat/pingpong.rs); `--messages` iterations, `--rate` unused.
     #[arg(long)]
     pub pingpong: bool,
 }
@@ -62,12 +56,8 @@ impl LatArgs {
         Run {
             bytes: self.messages.max(1) * size as u64,
             size,
-            mtu: self.mtu,
-            loss: 0,
-            queues: 1,
-            impair: None,
-            plain: self.plain,
-            no_markers: self.no_markers,
+            bed: self.bed.clone(),
+            framing: self.framing,
             op: Op::Write,
             region_bytes: 16 << 20,
             align: Align::Off,
@@ -75,8 +65,7 @@ impl LatArgs {
             connections: 1,
             rcv_buf: None,
             ooo_ack_every: None,
-            split_cpus: false,
-            spin_us: 0,
+            spin_us: self.spin_us,
             sender_cc: None,
         }
     }
@@ -88,24 +77,26 @@ impl LatArgs {
             self.rate.to_string(),
         ]
     }
-}
 
-impl LatArgs {
-    /// The document's parameters.
-    pub fn params_json(&self) -> serde_json::Value {
-        self.params()
-    }
-
-    pub(crate) fn params(&self) -> serde_json::Value {
-        serde_json::json!({
-            "sizes": self.sizes, "messages": self.messages, "rate": self.rate,
-            "rounds": self.rounds, "mtu": self.mtu,
-            "consumer_busy_poll": self.consumer_busy_poll, "spin_us": self.spin_us,
-            "framing": match (self.plain, self.no_markers) {
-                (true, _) => "plain",
-                (false, true) => "crc",
-                (false, false) => "markers+crc",
-            },
-        })
+    /// The document's parameters (the bed's only where it is not the default one).
+    pub fn params(&self) -> LatParams {
+        let bed = &self.bed;
+        LatParams {
+            sizes: self.sizes.clone(),
+            messages: self.messages,
+            rate: self.rate,
+            rounds: self.rounds,
+            mtu: bed.mtu,
+            consumer_busy_poll: self.consumer_busy_poll,
+            spin_us: self.spin_us,
+            framing: self.framing.framing(),
+            pingpong: self.pingpong,
+            loss_percent: (bed.loss > 0).then_some(bed.loss),
+            impair: bed.impair.as_ref().map(|i| format!("{i:?}")),
+            queues: (bed.queues != 1).then_some(bed.queues),
+            split_cpus: bed.split_cpus,
+            iface: bed.nic.iface.clone(),
+            peer: bed.nic.peer,
+        }
     }
 }

@@ -27,7 +27,7 @@ pub use args::LatArgs;
 pub use oneway::lat;
 pub use pingpong::{pingpong, pingpong_table};
 pub use samples::{
-    decode_stamp, hgrm, hgrm_name, monotonic_ns, row_json, table, Row, Samples, Side, STAMP_LEN,
+    decode_stamp, hgrm, hgrm_name, monotonic_ns, record, table, Row, Samples, Side, STAMP_LEN,
 };
 
 use anyhow::Result;
@@ -37,21 +37,17 @@ pub fn run_cli(a: &LatArgs) -> Result<()> {
     if a.pingpong {
         let (doc, rows) = pingpong::pingpong(a)?;
         let text = format!(
-            "bed: mtu {}; {}; RDMA Write ping-pong against the kernel mpa-peer listen --echo, {} \
+            "{}; {}; RDMA Write ping-pong against the kernel mpa-peer listen --echo, {} \
              iterations per size, side and round (after 100 warm-up), {} rounds\n{}",
-            a.mtu,
-            match (a.plain, a.no_markers) {
-                (true, _) => "no markers, no CRC",
-                (false, true) => "CRC, no markers",
-                (false, false) => "markers + CRC",
-            },
+            bed_line(a),
+            a.framing.framing().words(),
             a.messages,
             a.rounds,
             pingpong::pingpong_table(&rows)
         );
         if a.json {
             eprint!("{text}");
-            crate::report::print(&doc);
+            crate::report::print(&doc)?;
         } else {
             print!("{text}");
         }
@@ -59,13 +55,9 @@ pub fn run_cli(a: &LatArgs) -> Result<()> {
     }
     let (doc, rows) = lat(a)?;
     let mut text = format!(
-        "bed: mtu {}; {}; {} messages per size, side and round, {} rounds, sender paced at {}; RDMA Writes into a 16 MiB region (datapath) / digested (kernel)\n",
-        a.mtu,
-        match (a.plain, a.no_markers) {
-            (true, _) => "no markers, no CRC",
-            (false, true) => "CRC, no markers",
-            (false, false) => "markers + CRC",
-        },
+        "{}; {}; {} messages per size, side and round, {} rounds, sender paced at {}; RDMA Writes into a 16 MiB region (datapath) / digested (kernel)\n",
+        bed_line(a),
+        a.framing.framing().words(),
         a.messages,
         a.rounds,
         if a.rate == 0 {
@@ -82,9 +74,31 @@ pub fn run_cli(a: &LatArgs) -> Result<()> {
     );
     if a.json {
         eprint!("{text}");
-        crate::report::print(&doc);
+        crate::report::print(&doc)?;
     } else {
         print!("{text}");
     }
     Ok(())
+}
+
+/// The bed in the table's heading: `bed: mtu 1500` and what differs from the direct veth pair.
+fn bed_line(a: &LatArgs) -> String {
+    let b = &a.bed;
+    let mut s = match (&b.nic.iface, b.nic.peer) {
+        (Some(i), Some(p)) => format!("interface {i}, peer {p}: mtu {}", b.mtu),
+        _ => format!("bed: mtu {}", b.mtu),
+    };
+    if b.loss > 0 {
+        s += &format!(" loss {}%", b.loss);
+    }
+    if b.impair.is_some() {
+        s += " impaired";
+    }
+    if b.queues != 1 {
+        s += &format!(" queues {}", b.queues);
+    }
+    if b.split_cpus {
+        s += ", split CPUs (sender on 0, receiver on 1)";
+    }
+    s
 }

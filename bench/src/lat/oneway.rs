@@ -3,12 +3,13 @@
 
 use super::args::LatArgs;
 use super::samples::{
-    decode_stamp, hgrm, hgrm_name, monotonic_ns, row_json, us, Row, Samples, Side, STAMP_LEN,
+    decode_stamp, hgrm, hgrm_name, monotonic_ns, record, us, Row, Samples, Side, STAMP_LEN,
 };
-use crate::bed::options::{bed_for, messages, Run, PD, PORT};
+use crate::bed::options::{messages, Run, PD, PORT};
 use crate::bed::peer::sender_with;
+use crate::bed::split;
 use crate::report::progress::Progress;
-use crate::report::{Document, Scenario};
+use crate::report::Document;
 use anyhow::{anyhow, bail, Context, Result};
 use mpa::endpoint::{EndpointConfig, MpaStream};
 use mpa::startup::StartupPolicy;
@@ -26,7 +27,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// the document and the rows.
 /// Runs `lat`: every size on both sides, `rounds` times; writes the `.hgrm` files; returns
 /// the document and the rows.
 pub fn lat(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
@@ -41,7 +41,7 @@ pub fn lat(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
             );
         }
     }
-    let bed = bed_for(&a.run(a.sizes[0]), &a.nic)?;
+    let bed = a.bed.bed()?;
     let extra = a.sender_args();
     let mut rows: Vec<Row> = Vec::new();
     for &size in &a.sizes {
@@ -66,7 +66,7 @@ pub fn lat(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
             ));
             rows[2 * i].samples.add(&k);
             progress.running(format!("{at}: datapath, {size} B"));
-            let d = datapath_lat(&bed, &r, &extra, a.consumer_busy_poll, a.spin_us)
+            let d = datapath_lat(&bed, &r, &extra, a.consumer_busy_poll)
                 .with_context(|| format!("datapath, {size} B"))?;
             progress.done(format!(
                 "datapath {size} B: p50 {:.1} µs",
@@ -88,8 +88,10 @@ pub fn lat(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
         std::fs::write(&path, hgrm(&r.samples.hist))
             .with_context(|| format!("write {}", path.display()))?;
     }
-    let mut doc = Document::new(Scenario::Lat, a.params());
-    doc.results = rows.iter().map(|r| row_json(r, a.rounds)).collect();
+    let doc = Document::Lat {
+        params: a.params(),
+        results: rows.iter().map(|r| record(r, a.rounds)).collect(),
+    };
     Ok((doc, rows))
 }
 
@@ -120,7 +122,7 @@ fn kernel_lat(bed: &TestBed, r: &Run, extra: &[String]) -> Result<Samples> {
             revision: 2,
             accept_rev2: true,
             markers_required: r.markers(),
-            crc_suppressed_by_admin: r.plain,
+            crc_suppressed_by_admin: !r.framing.crc(),
             startup_timeout: Duration::from_secs(20),
             ..StartupPolicy::default()
         },
@@ -128,7 +130,13 @@ fn kernel_lat(bed: &TestBed, r: &Run, extra: &[String]) -> Result<Samples> {
         emss: 1448,
     };
     let payload = (r.size - TAGGED_HEADER_LEN) as u64;
+    // The Responder is the kernel side's receiver: with --split-cpus on the receiver's CPU,
+    // as the datapath's workers are.
+    let pin = split::applies(bed, r.bed.split_cpus);
     let responder = std::thread::spawn(move || -> Result<(Samples, u64)> {
+        if pin {
+            split::pin_this_thread_to_receiver_cpu()?;
+        }
         let sock = accept_within(&listener, Duration::from_secs(30))?;
         sock.set_nodelay(true)?;
         let mut s = MpaStream::accept(sock, &cfg)?;
@@ -154,10 +162,10 @@ fn kernel_lat(bed: &TestBed, r: &Run, extra: &[String]) -> Result<Samples> {
         .join()
         .map_err(|_| anyhow!("kernel Responder panicked"))??;
     let n = messages(r);
-    if sent["ulpdus"].as_u64() != Some(n) || smp.hist.len() + smp.bad != n || wrong > 0 {
+    if sent.ulpdus != n || smp.hist.len() + smp.bad != n || wrong > 0 {
         bail!(
             "kernel side: sent {} ULPDUs, {} stamped ones received ({} bad), {wrong} of the wrong length; {n} expected",
-            sent["ulpdus"],
+            sent.ulpdus,
             smp.hist.len(),
             smp.bad
         );
@@ -167,20 +175,29 @@ fn kernel_lat(bed: &TestBed, r: &Run, extra: &[String]) -> Result<Samples> {
 
 /// The datapath side: the datapath and hand-over listener in ns b, the consumer reading the
 /// stamps from the region at each completion's offset.
-fn datapath_lat(
-    bed: &TestBed,
-    r: &Run,
-    extra: &[String],
-    busy_poll: bool,
-    spin_us: u64,
-) -> Result<Samples> {
+fn datapath_lat(bed: &TestBed, r: &Run, extra: &[String], busy_poll: bool) -> Result<Samples> {
     let socket = temp_path("lat.sock");
     let opts = DatapathOptions {
-        spin: Duration::from_micros(spin_us),
+        queues: r.bed.queues,
+        spin: Duration::from_micros(r.spin_us),
         ..DatapathOptions::default()
     };
     let dp = start_datapath(bed, &socket, &opts)?;
-    let mut consumer = Consumer::connect(&socket, Duration::from_secs(20))?;
+    let result = split::pin_datapath_workers(bed, r.bed.split_cpus, r.bed.queues)
+        .and_then(|()| datapath_lat_on(bed, &socket, r, extra, busy_poll));
+    dp.stop();
+    result
+}
+
+/// [`datapath_lat`] with the datapath running at `socket`.
+fn datapath_lat_on(
+    bed: &TestBed,
+    socket: &std::path::Path,
+    r: &Run,
+    extra: &[String],
+    busy_poll: bool,
+) -> Result<Samples> {
+    let mut consumer = Consumer::connect(socket, Duration::from_secs(20))?;
     let region = consumer.create_region(r.region_bytes, PD, true, false)?;
     consumer.subscribe(PD)?;
     // Sleeping on the eventfd, or spinning on the ring with --consumer-busy-poll.
@@ -234,11 +251,11 @@ fn datapath_lat(
             aligned_sender: false,
         },
         wait: Duration::from_secs(120),
-        ..Responder::framing(markers, !r.plain)
+        ..Responder::framing(markers, r.framing.crc())
     };
     let addr = SocketAddr::new(bed.addr_b(false), PORT);
     let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr))??;
-    let (ns_b, sock_path) = (bed.ns_b.clone(), socket.clone());
+    let (ns_b, sock_path) = (bed.ns_b.clone(), socket.to_path_buf());
     let setup =
         std::thread::spawn(move || accept_and_hand_over(&ns_b, &sock_path, &listener, &responder));
     let peer = sender_with(bed, r, extra)?;
@@ -261,18 +278,16 @@ fn datapath_lat(
     let (smp, wrong) = collector
         .join()
         .map_err(|_| anyhow!("completion reader panicked"))??;
-    dp.stop();
     if let Some(e) = &report.ended {
         if e.terminate.is_some() || e.mpa_error.is_some() {
             bail!("the flow ended with an error: {e:?}");
         }
     }
-    let flow = serde_json::to_value(&report)?;
-    if flow["ulpdu_digest"] != peer["ulpdu_digest"] {
+    if report.ulpdu_digest.as_deref() != Some(peer.ulpdu_digest.as_str()) {
         bail!(
             "digests differ: sent {} received {}",
-            peer["ulpdu_digest"],
-            flow["ulpdu_digest"]
+            peer.ulpdu_digest,
+            report.ulpdu_digest.as_deref().unwrap_or("none")
         );
     }
     let n = messages(r);

@@ -15,11 +15,12 @@
 //! octets; on the datapath side the echoed region is compared with what was sent at the end.
 
 use super::args::LatArgs;
-use super::samples::{monotonic_ns, row_json, table, Row, Samples, Side};
-use crate::bed::options::{bed_for, PD, PORT};
-use crate::bed::peer::PeerListen;
+use super::samples::{monotonic_ns, record, table, Row, Samples, Side};
+use crate::bed::options::{PD, PORT};
+use crate::bed::peer::{PeerListen, PeerReport};
+use crate::report::document::LatParams;
 use crate::report::progress::Progress;
-use crate::report::{Document, Scenario};
+use crate::report::Document;
 use anyhow::{anyhow, bail, Context, Result};
 use mpa::endpoint::{EndpointConfig, MpaStream};
 use mpa::startup::StartupPolicy;
@@ -29,7 +30,6 @@ use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::CompletionKind;
 use mpa_harness::datapath::{start_datapath, temp_path, DatapathOptions};
 use mpa_testbed::{run_in_netns, TestBed};
-use serde_json::Value;
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -61,10 +61,10 @@ fn echo_server(bed: &TestBed, a: &LatArgs, payload: u64) -> Result<PeerListen> {
         "--rev",
         "2",
     ]);
-    if a.plain {
+    if !a.framing.crc() {
         args.push("--no-crc");
     }
-    if !a.plain && !a.no_markers {
+    if a.framing.markers() {
         args.push("--markers");
     }
     PeerListen::start(bed, &bed.ns_a, &args)
@@ -87,14 +87,14 @@ fn policy(a: &LatArgs) -> StartupPolicy {
         revision: 2,
         accept_rev2: true,
         markers_required: false,
-        crc_suppressed_by_admin: a.plain,
+        crc_suppressed_by_admin: !a.framing.crc(),
         startup_timeout: Duration::from_secs(20),
         ..StartupPolicy::default()
     }
 }
 
-fn check_echo(echo: Value, n: u64) -> Result<()> {
-    if echo["error"] != Value::Null || echo["echoes"].as_u64() != Some(n) {
+fn check_echo(echo: PeerReport, n: u64) -> Result<()> {
+    if echo.error.is_some() || echo.echoes != Some(n) {
         bail!("echo server: {n} echoes expected: {echo}");
     }
     Ok(())
@@ -184,6 +184,7 @@ fn datapath_pingpong(bed: &TestBed, a: &LatArgs, size: usize) -> Result<Samples>
     let payload = (size - TAGGED_HEADER_LEN) as u64;
     let socket = temp_path("pingpong.sock");
     let opts = DatapathOptions {
+        queues: a.bed.queues,
         spin: Duration::from_micros(a.spin_us),
         ..DatapathOptions::default()
     };
@@ -256,8 +257,14 @@ fn datapath_pingpong(bed: &TestBed, a: &LatArgs, size: usize) -> Result<Samples>
 
 /// Runs the ping-pong: every size, both sides, `rounds` times, alternating.
 pub fn pingpong(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
-    if a.nic.iface.is_some() {
+    if a.bed.nic.iface.is_some() {
         bail!("--pingpong runs on the private bed");
+    }
+    if a.bed.split_cpus {
+        bail!(
+            "--pingpong does not split its echo server and Initiators over the CPUs: no \
+             --split-cpus"
+        );
     }
     if let Some(s) = a
         .sizes
@@ -269,7 +276,7 @@ pub fn pingpong(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
             TAGGED_HEADER_LEN + 1
         );
     }
-    let bed = bed_for(&a.run(a.sizes[0]), &a.nic)?;
+    let bed = a.bed.bed()?;
     let mut rows: Vec<Row> = Vec::new();
     for &bytes in &a.sizes {
         for side in [Side::Kernel, Side::Datapath] {
@@ -298,10 +305,13 @@ pub fn pingpong(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
         }
     }
     drop(progress);
-    let mut params = a.params_json();
-    params["pingpong"] = true.into();
-    let mut doc = Document::new(Scenario::Lat, params);
-    doc.results = rows.iter().map(|r| row_json(r, a.rounds)).collect();
+    let doc = Document::Lat {
+        params: LatParams {
+            pingpong: true,
+            ..a.params()
+        },
+        results: rows.iter().map(|r| record(r, a.rounds)).collect(),
+    };
     Ok((doc, rows))
 }
 

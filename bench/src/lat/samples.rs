@@ -1,6 +1,8 @@
 //! What a latency run measures and how it is shown: send stamps, the samples of one side,
 //! the rows of the table, `.hgrm` files and each row's JSON.
 
+use crate::report::document::LatRecord;
+use crate::report::Receiver;
 use hdrhistogram::Histogram;
 use std::fmt::Write as _;
 
@@ -38,9 +40,14 @@ impl Side {
 
     /// For file names and JSON.
     pub fn key(self) -> &'static str {
+        self.receiver().key()
+    }
+
+    /// The receiver a document names.
+    pub fn receiver(self) -> Receiver {
         match self {
-            Side::Kernel => "kernel",
-            Side::Datapath => "datapath",
+            Side::Kernel => Receiver::Kernel,
+            Side::Datapath => Receiver::Datapath,
         }
     }
 }
@@ -180,24 +187,24 @@ pub fn hgrm(h: &Histogram<u64>) -> String {
     s
 }
 
-/// The JSON result of a row (README, "JSON").
-pub fn row_json(r: &Row, rounds: u32) -> serde_json::Value {
+/// A row's result in the document (docs/benchmarks.md, "JSON").
+pub fn record(r: &Row, rounds: u32) -> LatRecord {
     let h = &r.samples.hist;
-    let mut v = serde_json::json!({
-        "receiver": r.side.key(),
-        "size": r.bytes,
-        "rounds": rounds,
-        "samples": h.len(),
-        "bad_stamps": r.samples.bad,
-        "min_us": us(h.min()),
-        "max_us": us(h.max()),
-        "mean_us": h.mean() / 1000.0,
-    });
-    for (name, q) in QUANTILES {
-        let key = format!("{}_us", name.replace('.', ""));
-        v[key] = serde_json::json!(us(h.value_at_quantile(q)));
+    let at = |q: f64| us(h.value_at_quantile(q));
+    LatRecord {
+        receiver: r.side.receiver(),
+        size: r.bytes,
+        rounds,
+        samples: h.len(),
+        bad_stamps: r.samples.bad,
+        min_us: us(h.min()),
+        p50_us: at(0.5),
+        p90_us: at(0.9),
+        p99_us: at(0.99),
+        p999_us: at(0.999),
+        max_us: us(h.max()),
+        mean_us: h.mean() / 1000.0,
     }
-    v
 }
 
 /// The `.hgrm` file of a side and size (`-unpaced` when the sender was not paced).
@@ -209,7 +216,9 @@ pub fn hgrm_name(side: Side, bytes: usize, rate: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{Document, Scenario};
+    use crate::lat::LatArgs;
+    use crate::report::Document;
+    use clap::Parser;
 
     #[test]
     fn stamp_codec() {
@@ -306,10 +315,26 @@ mod tests {
     #[test]
     fn rows_make_a_documented_lat_document() {
         let r = rows();
-        let mut doc = Document::new(Scenario::Lat, serde_json::json!({"sizes": [64]}));
-        doc.results = r.iter().map(|r| row_json(r, 3)).collect();
-        let v = doc.to_value();
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            lat: LatArgs,
+        }
+        let args = Cli::parse_from(["lat", "--sizes", "64"]).lat;
+        let doc = Document::Lat {
+            params: args.params(),
+            results: r.iter().map(|r| record(r, 3)).collect(),
+        };
+        let v = serde_json::to_value(&doc).unwrap();
         crate::report::check_shape(&v).unwrap();
+        assert_eq!(v["params"]["framing"], "markers+crc");
+        // The default bed adds nothing to the parameters.
+        assert_eq!(
+            v["params"].as_object().map(|o| o.len()),
+            Some(8),
+            "{}",
+            v["params"]
+        );
         assert_eq!(v["results"][0]["receiver"], "kernel");
         assert_eq!(v["results"][1]["receiver"], "datapath");
         assert_eq!(v["results"][1]["samples"], 1000);

@@ -17,12 +17,12 @@ pub mod stages;
 pub mod workers;
 
 use crate::bed::options::{Align, Op};
+use crate::report::document::{PipelineConfigRecord, PipelineParams, PipelineRecord};
+use crate::report::Document;
 pub use crate::report::Spread;
-use crate::report::{Document, Scenario};
 use anyhow::{bail, Result};
 use clap::Args;
 use round::RoundResult;
-use serde_json::{json, Value};
 use std::net::SocketAddrV4;
 
 pub(crate) const OUR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
@@ -275,37 +275,56 @@ impl PipelineReport {
     }
 
     /// Every value, for `--json`.
-    pub fn json(&self) -> Value {
+    pub fn record(&self) -> PipelineConfigRecord {
         let o = &self.opts;
         let r = &self.last;
-        let mut v = json!({
-            "label": o.label(), "flows": o.flows, "size": o.size, "mss": o.mss,
-            "markers": o.markers, "crc": o.crc, "op": format!("{:?}", o.op).to_lowercase(),
-            "aligned": o.aligned, "loss": o.loss, "reorder": o.reorder, "bytes": o.bytes,
-            "rounds": o.rounds, "digest": o.digest, "verify_checksums": o.verify_checksums, "segments": self.segments, "dropped": self.dropped,
-            "reordered": self.reordered,
-            "ns_per_segment": self.ns_per_segment.json(),
-            "cpu_ns_per_segment": self.cpu_ns_per_segment.json(), "gbits": self.gbits.json(),
-            "segments_per_s": self.segments_per_s.json(),
-            "cpu_over_wall": self.cpu_over_wall.json(), "poll_share": self.poll_share.json(),
-            "acks": r.acks, "fpdus": r.fpdus, "placed_direct": r.placed_direct,
-            "placed_in_order": r.placed_in_order, "placed_from_store": r.placed_from_store,
-            "out_of_order_segments": r.out_of_order_segments,
-            "store_high_water": r.store_high_water, "completions": r.completions,
-            "region_octets_checked": r.compared, "payload_octets": r.payload_octets,
-        });
-        let headline = json!({
-            "gbit_s_per_core": self.gbits.median, "gbit_s_per_core_min": self.gbits.min,
-            "gbit_s_per_core_max": self.gbits.max, "ns_per_packet": self.ns_per_segment.median,
-            "mpps": self.segments_per_s.median / 1e6,
-            "memcpy_gbit_s": self.memcpy_gbits.median, "crc_gbit_s": self.crc_gbits.median,
-            "share_of_memcpy": self.gbits.median / self.memcpy_gbits.median,
-            "share_of_crc": self.gbits.median / self.crc_gbits.median,
-        });
-        if let (Some(v), Some(h)) = (v.as_object_mut(), headline.as_object()) {
-            v.extend(h.clone());
+        PipelineConfigRecord {
+            label: o.label(),
+            flows: o.flows,
+            size: o.size,
+            mss: o.mss,
+            markers: o.markers,
+            crc: o.crc,
+            op: o.op,
+            aligned: o.aligned,
+            loss: o.loss,
+            reorder: o.reorder,
+            bytes: o.bytes,
+            rounds: o.rounds,
+            digest: o.digest,
+            verify_checksums: o.verify_checksums,
+            segments: self.segments,
+            dropped: self.dropped,
+            reordered: self.reordered,
+            ns_per_segment: self.ns_per_segment,
+            cpu_ns_per_segment: self.cpu_ns_per_segment,
+            gbits: self.gbits,
+            segments_per_s: self.segments_per_s,
+            cpu_over_wall: self.cpu_over_wall,
+            poll_share: self.poll_share,
+            acks: r.acks,
+            fpdus: r.fpdus,
+            placed_direct: r.placed_direct,
+            placed_in_order: r.placed_in_order,
+            placed_from_store: r.placed_from_store,
+            out_of_order_segments: r.out_of_order_segments,
+            store_high_water: r.store_high_water,
+            completions: r.completions,
+            region_octets_checked: r.compared,
+            payload_octets: r.payload_octets,
+            gbit_s_per_core: self.gbits.median,
+            gbit_s_per_core_min: self.gbits.min,
+            gbit_s_per_core_max: self.gbits.max,
+            ns_per_packet: self.ns_per_segment.median,
+            mpps: self.segments_per_s.median / 1e6,
+            memcpy_gbit_s: self.memcpy_gbits.median,
+            crc_gbit_s: self.crc_gbits.median,
+            share_of_memcpy: self.gbits.median / self.memcpy_gbits.median,
+            share_of_crc: self.gbits.median / self.crc_gbits.median,
+            stage: None,
+            stage_ns_per_packet: None,
+            variant: false,
         }
-        v
     }
 }
 
@@ -469,19 +488,27 @@ pub fn table(reports: &[PipelineReport]) -> String {
 }
 
 impl PipelineArgs {
-    fn params(&self) -> Value {
+    /// The document's parameters.
+    pub fn params(&self) -> PipelineParams {
         let o = self.opts(0, 0);
-        let mut v = json!({
-            "mss": self.mss, "sizes": self.sizes, "rounds": o.rounds, "flows": o.flows,
-            "markers": o.markers, "crc": o.crc, "op": format!("{:?}", o.op).to_lowercase(),
-            "aligned": o.aligned, "loss": o.loss, "reorder": o.reorder, "bytes": o.bytes,
-            "verify_checksums": o.verify_checksums, "digest": o.digest, "seed": o.seed,
-        });
-        // Only with several: one worker's document keeps its shape.
-        if self.workers > 1 {
-            v["workers"] = json!(self.workers);
+        PipelineParams {
+            mss: self.mss.clone(),
+            sizes: self.sizes.clone(),
+            rounds: o.rounds,
+            flows: o.flows,
+            markers: o.markers,
+            crc: o.crc,
+            op: o.op,
+            aligned: o.aligned,
+            loss: o.loss,
+            reorder: o.reorder,
+            bytes: o.bytes,
+            verify_checksums: o.verify_checksums,
+            digest: o.digest,
+            seed: o.seed,
+            // Only with several: one worker's document keeps its shape.
+            workers: (self.workers > 1).then_some(self.workers),
         }
-        v
     }
 }
 
@@ -514,18 +541,26 @@ pub fn pipeline_run(a: &PipelineArgs) -> Result<(Document, PipelineRun)> {
     } else {
         Vec::new()
     };
-    let mut doc = Document::new(Scenario::Pipeline, a.params());
-    doc.results = reports.iter().map(PipelineReport::json).collect();
-    doc.results
-        .extend(multi.iter().map(workers::WorkersReport::json));
+    let config = |r: PipelineConfigRecord| PipelineRecord::Config(Box::new(r));
+    let mut results: Vec<PipelineRecord> = reports.iter().map(|r| config(r.record())).collect();
+    results.extend(
+        multi
+            .iter()
+            .map(|w| PipelineRecord::Workers(Box::new(w.record()))),
+    );
     if let Some(st) = &stages {
-        doc.results.extend(st.json());
+        results.extend(st.records().into_iter().map(config));
     }
-    doc.results.extend(variants.iter().map(|r| {
-        let mut v = r.json();
-        v["variant"] = json!(true);
-        v
+    results.extend(variants.iter().map(|r| {
+        config(PipelineConfigRecord {
+            variant: true,
+            ..r.record()
+        })
     }));
+    let doc = Document::Pipeline {
+        params: a.params(),
+        results,
+    };
     Ok((
         doc,
         PipelineRun {
@@ -602,7 +637,7 @@ pub fn run_cli(a: &PipelineArgs) -> Result<()> {
     }
     if a.json {
         eprint!("{text}");
-        crate::report::print(&doc);
+        crate::report::print(&doc)?;
     } else {
         print!("{text}");
     }

@@ -1,5 +1,5 @@
 //! The per-stage breakdown of the pipeline's cost, by subtraction: a ladder of
-//! configurations, each adding one stage to the one before, run interleaved in one sitting
+//! configurations, each adding one stage to the one before, run interleaved
 //! (round `i` of every rung before round `i + 1` of any). A stage's cost is the difference of
 //! the medians of adjacent rungs' poll CPU time per packet (the thread's CPU clock, which
 //! preemption by other load does not inflate). It is a difference of medians, not an
@@ -17,8 +17,8 @@
 
 use super::{pipeline_many, PipelineOpts, PipelineReport};
 use crate::bed::options::Op;
+use crate::report::document::PipelineConfigRecord;
 use anyhow::Result;
-use serde_json::{json, Value};
 
 /// The rungs' names, in order.
 pub const STAGES: [&str; 5] = [
@@ -91,15 +91,14 @@ impl StageTable {
     }
 
     /// One result per rung, with its stage and the stage's own cost.
-    pub fn json(&self) -> Vec<Value> {
+    pub fn records(&self) -> Vec<PipelineConfigRecord> {
         self.stage_ns()
             .iter()
             .zip(&self.reports)
-            .map(|((name, ns), r)| {
-                let mut v = r.json();
-                v["stage"] = json!(name);
-                v["stage_ns_per_packet"] = json!(ns);
-                v
+            .map(|(&(name, ns), r)| PipelineConfigRecord {
+                stage: Some(name.to_string()),
+                stage_ns_per_packet: Some(ns),
+                ..r.record()
             })
             .collect()
     }

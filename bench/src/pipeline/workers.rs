@@ -13,8 +13,8 @@
 use super::gen::{self, Prepared};
 use super::round::{run_round_on, RoundResult};
 use super::{baseline, PipelineOpts, Spread};
+use crate::report::document::{PipelineWorkerRecord, PipelineWorkersRecord};
 use anyhow::{anyhow, bail, Result};
-use serde_json::{json, Value};
 use std::sync::Barrier;
 
 /// The CPUs this process may run on, in order.
@@ -275,18 +275,25 @@ pub fn run_many(configs: &[PipelineOpts], workers: usize) -> Result<Vec<WorkersR
 }
 
 impl WorkerReport {
-    fn json(&self) -> Value {
+    fn record(&self) -> PipelineWorkerRecord {
         let r = &self.last;
-        json!({
-            "worker": self.worker, "cpu": self.cpu, "flow_ids": self.flow_ids,
-            "stags": self.stags, "segments": self.segments,
-            "ns_per_packet": self.ns_per_segment.json(),
-            "cpu_ns_per_packet": self.cpu_ns_per_segment.json(),
-            "gbit_s": self.gbits.json(), "cpu_over_wall": self.cpu_over_wall.json(),
-            "frames": r.frames, "acks": r.acks, "fpdus": r.fpdus,
-            "completions": r.completions, "region_octets_checked": r.compared,
-            "payload_octets": r.payload_octets,
-        })
+        PipelineWorkerRecord {
+            worker: self.worker,
+            cpu: self.cpu,
+            flow_ids: self.flow_ids.clone(),
+            stags: self.stags.clone(),
+            segments: self.segments,
+            ns_per_packet: self.ns_per_segment,
+            cpu_ns_per_packet: self.cpu_ns_per_segment,
+            gbit_s: self.gbits,
+            cpu_over_wall: self.cpu_over_wall,
+            frames: r.frames,
+            acks: r.acks,
+            fpdus: r.fpdus,
+            completions: r.completions,
+            region_octets_checked: r.compared,
+            payload_octets: r.payload_octets,
+        }
     }
 }
 
@@ -327,32 +334,44 @@ impl WorkersReport {
 
     /// Every value, for `--json` (with the keys every pipeline result carries: the per-worker
     /// medians as `gbit_s_per_core` and `ns_per_packet`).
-    pub fn json(&self) -> Value {
+    pub fn record(&self) -> PipelineWorkersRecord {
         let o = &self.opts;
         let median = |f: &dyn Fn(&WorkerReport) -> f64| {
             spread(self.per_worker.iter().map(f).collect()).median
         };
-        json!({
-            "label": o.label(), "workers": self.workers, "pinned": self.cpus.is_some(),
-            "cpus": self.cpus, "flows_per_worker": o.flows, "size": o.size, "mss": o.mss,
-            "markers": o.markers, "crc": o.crc, "op": format!("{:?}", o.op).to_lowercase(),
-            "aligned": o.aligned, "loss": o.loss, "reorder": o.reorder,
-            "bytes_per_worker": o.bytes, "rounds": o.rounds,
-            "gbit_s_per_core": median(&|w| w.gbits.median),
-            "ns_per_packet": median(&|w| w.ns_per_segment.median),
-            "memcpy_gbit_s": self.memcpy_gbits.median, "crc_gbit_s": self.crc_gbits.median,
-            "aggregate_gbit_s": self.aggregate_gbits.median,
-            "aggregate_gbit_s_spread": self.aggregate_gbits.json(),
-            "aggregate_loop_gbit_s": self.aggregate_loop_gbits.json(),
-            "one_worker_gbit_s": self.one.gbits.json(),
-            "one_worker_ns_per_packet": self.one.ns_per_segment.json(),
-            "one_worker_loop_gbit_s": self.one_loop_gbits.json(),
-            "scaling": self.scaling.median, "scaling_spread": self.scaling.json(),
-            "aggregate_cpu_gbit_s": self.aggregate_cpu_gbits.json(),
-            "one_worker_cpu_gbit_s": self.one_cpu_gbits.json(),
-            "scaling_cpu": self.scaling_cpu.json(),
-            "per_worker": self.per_worker.iter().map(WorkerReport::json).collect::<Vec<_>>(),
-        })
+        PipelineWorkersRecord {
+            label: o.label(),
+            workers: self.workers,
+            pinned: self.cpus.is_some(),
+            cpus: self.cpus.clone(),
+            flows_per_worker: o.flows,
+            size: o.size,
+            mss: o.mss,
+            markers: o.markers,
+            crc: o.crc,
+            op: o.op,
+            aligned: o.aligned,
+            loss: o.loss,
+            reorder: o.reorder,
+            bytes_per_worker: o.bytes,
+            rounds: o.rounds,
+            gbit_s_per_core: median(&|w| w.gbits.median),
+            ns_per_packet: median(&|w| w.ns_per_segment.median),
+            memcpy_gbit_s: self.memcpy_gbits.median,
+            crc_gbit_s: self.crc_gbits.median,
+            aggregate_gbit_s: self.aggregate_gbits.median,
+            aggregate_gbit_s_spread: self.aggregate_gbits,
+            aggregate_loop_gbit_s: self.aggregate_loop_gbits,
+            one_worker_gbit_s: self.one.gbits,
+            one_worker_ns_per_packet: self.one.ns_per_segment,
+            one_worker_loop_gbit_s: self.one_loop_gbits,
+            scaling: self.scaling.median,
+            scaling_spread: self.scaling,
+            aggregate_cpu_gbit_s: self.aggregate_cpu_gbits,
+            one_worker_cpu_gbit_s: self.one_cpu_gbits,
+            scaling_cpu: self.scaling_cpu,
+            per_worker: self.per_worker.iter().map(WorkerReport::record).collect(),
+        }
     }
 }
 

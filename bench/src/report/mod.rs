@@ -1,137 +1,18 @@
 //! What every experiment hands back: the one JSON document `--json` prints on stdout
-//! (`{"scenario", "params", "results"}`), the spread of a value over rounds, and the check of
-//! a document's shape (the keys README promises for each scenario).
+//! (`{"scenario", "params", "results"}`, typed in [`document`]), the spread of a value over
+//! rounds, and the check of a document's shape (the keys docs/benchmarks.md documents for each
+//! scenario).
 
+pub mod document;
 pub mod progress;
 
-use anyhow::{bail, Result};
-use serde_json::{json, Value};
+pub use document::{check_shape, Document, Receiver, Scenario};
 
-/// The experiments that print a document.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scenario {
-    Lat,
-    Bw,
-    Pipeline,
-    Setup,
-}
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
 
-impl Scenario {
-    pub fn key(self) -> &'static str {
-        match self {
-            Scenario::Lat => "lat",
-            Scenario::Bw => "bw",
-            Scenario::Pipeline => "pipeline",
-            Scenario::Setup => "setup",
-        }
-    }
-
-    fn from_key(k: &str) -> Option<Scenario> {
-        [
-            Scenario::Lat,
-            Scenario::Bw,
-            Scenario::Pipeline,
-            Scenario::Setup,
-        ]
-        .into_iter()
-        .find(|s| s.key() == k)
-    }
-
-    /// The keys each result of this scenario carries (README, "JSON").
-    pub fn result_keys(self) -> &'static [&'static str] {
-        match self {
-            Scenario::Lat => &[
-                "receiver", "size", "rounds", "samples", "min_us", "p50_us", "p90_us", "p99_us",
-                "p999_us", "max_us",
-            ],
-            Scenario::Bw => &[
-                "receiver",
-                "size",
-                "rounds",
-                "gbit_s",
-                "gbit_s_min",
-                "gbit_s_max",
-                "system_cpu_ns_per_octet",
-                "process_cpu_ns_per_octet",
-            ],
-            Scenario::Pipeline => &[
-                "mss",
-                "size",
-                "gbit_s_per_core",
-                "ns_per_packet",
-                "memcpy_gbit_s",
-                "crc_gbit_s",
-            ],
-            Scenario::Setup => &[
-                "connections",
-                "handovers_per_s",
-                "p50_ms",
-                "p90_ms",
-                "p99_ms",
-                "max_ms",
-            ],
-        }
-    }
-}
-
-/// The document of one experiment.
-#[derive(Clone, Debug)]
-pub struct Document {
-    pub scenario: Scenario,
-    pub params: Value,
-    pub results: Vec<Value>,
-}
-
-impl Document {
-    pub fn new(scenario: Scenario, params: Value) -> Document {
-        Document {
-            scenario,
-            params,
-            results: Vec::new(),
-        }
-    }
-
-    pub fn to_value(&self) -> Value {
-        json!({
-            "scenario": self.scenario.key(),
-            "params": self.params,
-            "results": self.results,
-        })
-    }
-}
-
-/// Checks that `doc` has the shape README documents: a known scenario, an object of params,
-/// and results that each carry the scenario's keys with numbers (strings for `receiver`).
-pub fn check_shape(doc: &Value) -> Result<()> {
-    let Some(key) = doc["scenario"].as_str() else {
-        bail!("no \"scenario\" string");
-    };
-    let Some(scenario) = Scenario::from_key(key) else {
-        bail!("unknown scenario {key:?}");
-    };
-    if !doc["params"].is_object() {
-        bail!("\"params\" is not an object");
-    }
-    let Some(results) = doc["results"].as_array() else {
-        bail!("\"results\" is not an array");
-    };
-    for (i, r) in results.iter().enumerate() {
-        for &k in scenario.result_keys() {
-            let v = &r[k];
-            let ok = match k {
-                "receiver" => matches!(v.as_str(), Some("datapath" | "kernel")),
-                _ => v.is_number(),
-            };
-            if !ok {
-                bail!("{key} result {i}: \"{k}\" missing or of the wrong type ({v})");
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Median, min and max of a value over rounds.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Median, min and max of a value over rounds (`{"median", "min", "max"}` in documents).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Spread {
     pub median: f64,
     pub min: f64,
@@ -158,20 +39,20 @@ impl Spread {
             max: v[n - 1],
         })
     }
-
-    pub fn json(&self) -> Value {
-        json!({"median": self.median, "min": self.min, "max": self.max})
-    }
 }
 
 /// Prints `doc` as the one document on stdout.
-pub fn print(doc: &Document) {
-    println!("{}", doc.to_value());
+pub fn print(doc: &Document) -> Result<()> {
+    println!("{}", serde_json::to_string(doc)?);
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    use super::document::*;
     use super::*;
+    use crate::bed::options::{Framing, Op, SenderSide};
+    use serde_json::json;
 
     #[test]
     fn spread_median_min_max() {
@@ -183,26 +64,117 @@ mod tests {
         assert_eq!(Spread::of(vec![1.0, f64::NAN]), None);
         let one = Spread::of(vec![7.5]).unwrap();
         assert_eq!((one.median, one.min, one.max), (7.5, 7.5, 7.5));
+        assert_eq!(
+            serde_json::to_value(one).unwrap(),
+            json!({"median": 7.5, "min": 7.5, "max": 7.5})
+        );
+    }
+
+    fn bw_params() -> BwParams {
+        BwParams {
+            sizes: vec![4096],
+            bytes: 1 << 20,
+            rounds: 3,
+            mtu: 1500,
+            loss_percent: 0,
+            queues: 1,
+            framing: Framing::MarkersCrc,
+            impair: None,
+            connections: 1,
+            op: Op::Write,
+            aligned: false,
+            iface: None,
+            peer: None,
+            split_cpus: false,
+            sender_cc: None,
+            sender: SenderSide::Kernel,
+            wire_segments: false,
+        }
+    }
+
+    fn bw_record() -> BwRecord {
+        BwRecord {
+            receiver: Receiver::Datapath,
+            size: 4096,
+            rounds: 3,
+            gbit_s: 2.0,
+            gbit_s_min: 1.5,
+            gbit_s_max: 2.5,
+            gbit_s_mean: 2.0,
+            msg_per_s: f64::NAN,
+            messages: 256.0,
+            octets: 1048576.0,
+            system_cpu_ns_per_octet: 1.2,
+            process_cpu_ns_per_octet: 0.5,
+            sender_cpu_ns_per_octet: 0.25,
+            placed_direct_percent: None,
+            sender_retrans_percent: Some(1.0),
+            sender_rtos: Some(0.0),
+            round_sender_tcp: vec![Default::default()],
+            round_gbit_s: vec![1.5, 2.0, f64::NAN],
+            paired_goodput_ratio: None,
+            paired_goodput_ratio_min: None,
+            paired_goodput_ratio_max: None,
+        }
     }
 
     #[test]
-    fn shape_accepts_documented_keys_and_names_what_is_missing() {
-        let mut d = Document::new(Scenario::Bw, json!({"loss": 0}));
-        d.results.push(json!({
-            "receiver": "datapath", "size": 4096, "rounds": 3, "gbit_s": 2.0,
-            "gbit_s_min": 1.5, "gbit_s_max": 2.5, "system_cpu_ns_per_octet": 1.2,
-            "process_cpu_ns_per_octet": 0.5,
-        }));
-        check_shape(&d.to_value()).unwrap();
-        d.results[0]["receiver"] = json!("nic");
-        let e = check_shape(&d.to_value()).unwrap_err().to_string();
-        assert!(e.contains("\"receiver\""), "{e}");
-        d.results[0]["receiver"] = json!("kernel");
-        d.results[0].as_object_mut().unwrap().remove("gbit_s_max");
-        let e = check_shape(&d.to_value()).unwrap_err().to_string();
-        assert!(e.contains("bw result 0: \"gbit_s_max\""), "{e}");
-        assert!(check_shape(&json!({"scenario": "nope", "params": {}, "results": []})).is_err());
-        assert!(check_shape(&json!({"scenario": "lat", "params": 1, "results": []})).is_err());
-        check_shape(&json!({"scenario": "lat", "params": {}, "results": []})).unwrap();
+    fn documents_have_the_documented_keys_and_nan_is_null() {
+        let doc = Document::Bw {
+            params: bw_params(),
+            results: vec![bw_record()],
+        };
+        let v = serde_json::to_value(&doc).unwrap();
+        assert_eq!(v["scenario"], "bw");
+        assert_eq!(v["params"]["framing"], "markers+crc");
+        assert_eq!(v["params"]["op"], "write");
+        assert_eq!(v["params"]["sender"], "kernel");
+        assert!(v["params"]["impair"].is_null());
+        let r = &v["results"][0];
+        assert_eq!(r["receiver"], "datapath");
+        assert!(r["msg_per_s"].is_null());
+        assert!(r["placed_direct_percent"].is_null());
+        assert!(r["round_gbit_s"][2].is_null());
+        assert_eq!(r["round_sender_tcp"][0]["rtos"], 0);
+        assert!(r.get("paired_goodput_ratio").is_none());
+        check_shape(&v).unwrap();
+        // Read back: NaN where null was written (NaN is not equal to itself: compare text).
+        let back: Document = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&back).unwrap(), v);
+    }
+
+    #[test]
+    fn shape_names_what_is_missing_or_wrong() {
+        let doc = Document::Bw {
+            params: bw_params(),
+            results: vec![bw_record()],
+        };
+        let mut v = serde_json::to_value(&doc).unwrap();
+        v["results"][0]["receiver"] = json!("nic");
+        let e = check_shape(&v).unwrap_err().to_string();
+        assert!(e.contains("bw result 0: unknown variant `nic`"), "{e}");
+        v["results"][0]["receiver"] = json!("kernel");
+        v["results"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("gbit_s_max");
+        let e = check_shape(&v).unwrap_err().to_string();
+        assert!(e.contains("bw result 0: missing field `gbit_s_max`"), "{e}");
+        // A headline value that could not be measured (NaN, written as null) fails.
+        v["results"][0]["gbit_s_max"] = json!(null);
+        let e = check_shape(&v).unwrap_err().to_string();
+        assert!(e.contains("bw result 0: invalid type: null"), "{e}");
+        v["params"].as_object_mut().unwrap().remove("mtu");
+        let e = check_shape(&v).unwrap_err().to_string();
+        assert!(e.contains("bw params: missing field `mtu`"), "{e}");
+        let e = check_shape(&json!({"scenario": "nope", "params": {}, "results": []}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"scenario\": unknown variant `nope`"), "{e}");
+        assert!(check_shape(&json!({"scenario": "setup", "params": 1, "results": []})).is_err());
+        check_shape(&json!({
+            "scenario": "setup", "params": {"connections": 1, "parallel": 1}, "results": []
+        }))
+        .unwrap();
     }
 }

@@ -5,7 +5,8 @@
 //! (TCP handshake, MPA Request, freeze, hand-over, Reply).
 
 use crate::bed::options::PORT;
-use crate::report::{Document, Scenario};
+use crate::report::document::{SetupParams, SetupRecord};
+use crate::report::Document;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use hdrhistogram::Histogram;
@@ -15,7 +16,6 @@ use mpa_ctl_proto::stats::FlowReport;
 use mpa_harness::datapath::{start_datapath, stats, temp_path, DatapathOptions};
 use mpa_harness::sibling;
 use mpa_testbed::{run_in_netns, BedConfig, TestBed};
-use serde_json::json;
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -50,25 +50,29 @@ impl SetupResult {
         self.connections as f64 / self.seconds.max(1e-9)
     }
 
-    /// The document (README, "JSON").
+    /// The document (docs/benchmarks.md, "JSON").
     pub fn document(&self) -> Document {
         let ms = |q: f64| self.latency.value_at_quantile(q) as f64 / 1000.0;
-        let mut d = Document::new(
-            Scenario::Setup,
-            json!({"connections": self.connections, "parallel": self.parallel}),
-        );
-        d.results.push(json!({
-            "connections": self.connections,
-            "parallel": self.parallel,
-            "seconds": self.seconds,
-            "handovers_per_s": self.handovers_per_s(),
-            "min_ms": self.latency.min() as f64 / 1000.0,
-            "p50_ms": ms(0.5), "p90_ms": ms(0.9), "p99_ms": ms(0.99), "p999_ms": ms(0.999),
-            "max_ms": self.latency.max() as f64 / 1000.0,
-            "rss_mib": self.rss_mib,
-            "close_seconds": self.close_seconds,
-        }));
-        d
+        Document::Setup {
+            params: SetupParams {
+                connections: self.connections,
+                parallel: self.parallel,
+            },
+            results: vec![SetupRecord {
+                connections: self.connections,
+                parallel: self.parallel,
+                seconds: self.seconds,
+                handovers_per_s: self.handovers_per_s(),
+                min_ms: self.latency.min() as f64 / 1000.0,
+                p50_ms: ms(0.5),
+                p90_ms: ms(0.9),
+                p99_ms: ms(0.99),
+                p999_ms: ms(0.999),
+                max_ms: self.latency.max() as f64 / 1000.0,
+                rss_mib: self.rss_mib,
+                close_seconds: self.close_seconds,
+            }],
+        }
     }
 
     /// One line of text.
@@ -104,7 +108,7 @@ pub fn run_cli(s: &SetupArgs) -> Result<()> {
     );
     if s.json {
         eprintln!("{line}");
-        crate::report::print(&r.document());
+        crate::report::print(&r.document())?;
     } else {
         println!("{line}");
     }
@@ -322,7 +326,7 @@ mod tests {
             rss_mib: 10.0,
             close_seconds: 1.0,
         };
-        let v = r.document().to_value();
+        let v = serde_json::to_value(r.document()).unwrap();
         crate::report::check_shape(&v).unwrap();
         let x = &v["results"][0];
         assert_eq!(x["handovers_per_s"], 200.0);

@@ -5,7 +5,7 @@
 //! memory and open descriptors sampled. It fails on any lost or misplaced octet, any flow not
 //! accounted for, or growth after the warm-up beyond the stated bounds.
 
-use crate::bed::options::{bed, Align, Op, Run};
+use crate::bed::options::{Align, BedArgs, FramingArgs, Op, Run};
 use crate::bed::peer::digests_match;
 use crate::demo::transfer;
 use crate::report::progress::Progress;
@@ -30,13 +30,9 @@ pub struct SoakArgs {
     /// ULPDU size.
     #[arg(long, default_value_t = 4096)]
     pub size: usize,
-    /// Loss in the bridge namespace, percent (the sender then aligns FPDUs).
-    #[arg(long, default_value_t = 0)]
-    pub loss: u8,
-    /// The impairment bridge (both directions possible): e.g.
-    /// `drop=20,reorder=5,dup=2,both` (see `mpa-bench demo --help`).
-    #[arg(long, value_name = "SPEC", conflicts_with = "loss")]
-    pub impair: Option<mpa_testbed::Impairment>,
+    // With loss or impairment the sender aligns FPDUs.
+    #[command(flatten)]
+    pub bed: BedArgs,
     /// Waves before the memory and descriptor baseline is taken: the allocator's arenas and
     /// the threads' stacks settle over the first twenty or so (RSS then stays within 1 %).
     #[arg(long, default_value_t = 20)]
@@ -112,12 +108,8 @@ pub fn soak(a: &SoakArgs) -> Result<String> {
     let r = Run {
         bytes: a.bytes,
         size: a.size,
-        mtu: 1500,
-        loss: a.loss,
-        queues: 1,
-        impair: a.impair.clone(),
-        plain: false,
-        no_markers: false,
+        bed: a.bed.clone(),
+        framing: FramingArgs::default(),
         op: Op::Write,
         region_bytes: 4 << 20,
         align: Align::Auto,
@@ -125,18 +117,19 @@ pub fn soak(a: &SoakArgs) -> Result<String> {
         connections: a.connections,
         rcv_buf: None,
         ooo_ack_every: None,
-        split_cpus: false,
         spin_us: 0,
         sender_cc: None,
     };
-    let bed = bed(&r)?;
+    let bed = a.bed.bed()?;
     let socket = temp_path("soak.sock");
     let opts = DatapathOptions {
+        queues: a.bed.queues,
         memory_budget: a.memory_budget,
         ..DatapathOptions::default()
     };
     let dp = start_datapath(&bed, &socket, &opts)?;
-    let result = waves(a, &r, &bed, &socket);
+    let result = crate::bed::split::pin_datapath_workers(&bed, a.bed.split_cpus, a.bed.queues)
+        .and_then(|()| waves(a, &r, &bed, &socket));
     dp.stop();
     result
 }
@@ -173,7 +166,7 @@ fn waves(
         if messages != want {
             bail!("wave {wave}: {messages} messages completed, {want} sent");
         }
-        octets += d.flow["ulpdu_octets"].as_f64().unwrap_or(0.0);
+        octets += d.flow.rx.ulpdu_octets as f64;
         flows += d.flows.len() as u64;
         // Everything of the wave is gone from the datapath: flows, adoptions and (the
         // consumers having closed) regions; allow the control thread a moment.
@@ -243,9 +236,9 @@ fn waves(
          given back; every flow ended, every region released",
         octets / (1 << 20) as f64,
         t0.elapsed().as_secs_f64(),
-        match &a.impair {
+        match &a.bed.impair {
             Some(_) => "through the impairment bridge".to_string(),
-            None => format!("{} % loss", a.loss),
+            None => format!("{} % loss", a.bed.loss),
         },
         a.warmup_waves,
         base.rss_mib,

@@ -3,21 +3,23 @@
 //! has a counterpart, written to one directory:
 //!
 //! * `summary.md`: the tables, the parameters, the machine and the commit;
-//! * `results.json`: `{"machine", "commit", "documents": [<one document per experiment>]}`;
+//! * `results.json`: `{"machine", "commit", "seconds", "documents": [<one document per
+//!   experiment>]}`;
 //! * `lat-cdf-<size>.png`, `bw-by-size.png`, `pipeline-stages.png`: the plots;
 //! * `lat-{kernel,datapath}-<size>.hgrm`: the latency distributions.
 
 pub mod plot;
 
-use crate::bed::options::{Align, Op};
+use crate::bed::options::{Align, BedArgs, FramingArgs, Op};
 use crate::bw::{self, BwArgs, BwRow};
 use crate::lat::{self, LatArgs, Row, Side};
 use crate::pipeline::{self, PipelineArgs};
-use crate::report::{check_shape, Document};
+use crate::report::document::BwRecord;
+use crate::report::{check_shape, Document, Receiver};
 use crate::setup::{self, SetupArgs};
 use anyhow::{Context, Result};
 use clap::Args;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -83,12 +85,10 @@ impl SuiteArgs {
                 messages: if q { 1000 } else { 10_000 },
                 rate: 10_000,
                 rounds: if q { 1 } else { 3 },
-                mtu: 1500,
-                plain: false,
-                no_markers: false,
+                bed: BedArgs::default(),
+                framing: FramingArgs::default(),
                 out: self.out.clone(),
                 json: false,
-                nic: Default::default(),
                 consumer_busy_poll: false,
                 spin_us: 0,
                 pingpong: false,
@@ -107,7 +107,10 @@ impl SuiteArgs {
                 .map(|loss| BwArgs {
                     sizes: vec![4096],
                     bytes: if q { 8 << 20 } else { 64 << 20 },
-                    loss,
+                    bed: BedArgs {
+                        loss,
+                        ..BedArgs::default()
+                    },
                     ..self.bw_base(q)
                 })
                 .collect(),
@@ -116,12 +119,10 @@ impl SuiteArgs {
                 messages: if q { 1000 } else { 20_000 },
                 rate: 0,
                 rounds: 1,
-                mtu: 1500,
-                plain: false,
-                no_markers: false,
+                bed: BedArgs::default(),
+                framing: FramingArgs::default(),
                 out: self.out.clone(),
                 json: false,
-                nic: Default::default(),
                 consumer_busy_poll: false,
                 spin_us: 0,
                 pingpong: false,
@@ -136,15 +137,11 @@ impl SuiteArgs {
 
     fn bw_base(&self, q: bool) -> BwArgs {
         BwArgs {
-            impair: None,
             sizes: vec![4096],
             bytes: 32 << 20,
             rounds: if q { 1 } else { 3 },
-            mtu: 1500,
-            loss: 0,
-            queues: 1,
-            plain: false,
-            no_markers: false,
+            bed: BedArgs::default(),
+            framing: FramingArgs::default(),
             op: Op::Write,
             region_bytes: 16 << 20,
             align: Align::Auto,
@@ -152,12 +149,10 @@ impl SuiteArgs {
             connections: 1,
             rcv_buf: None,
             ooo_ack_every: None,
-            split_cpus: false,
             spin_us: 0,
             sender_cc: None,
             sender: crate::bw::SenderSide::Kernel,
             wire_segments: false,
-            nic: Default::default(),
         }
     }
 }
@@ -287,9 +282,9 @@ pub fn suite(a: &SuiteArgs) -> Result<String> {
     docs.push(doc);
     let mut loss_rows = Vec::new();
     for b in &plan.bw_loss {
-        eprintln!("suite: bw at {} % loss", b.loss);
+        eprintln!("suite: bw at {} % loss", b.bed.loss);
         let (doc, rows) = bw::bw(b)?;
-        loss_rows.push((b.loss, rows));
+        loss_rows.push((b.bed.loss, rows));
         docs.push(doc);
     }
     let _ = write!(
@@ -332,21 +327,33 @@ pub fn suite(a: &SuiteArgs) -> Result<String> {
         "Whole set: {:.0} s. Latency distributions: `lat-{{kernel,datapath}}-<size>.hgrm`.",
         t0.elapsed().as_secs_f64()
     );
-    let all = json!({
-        "machine": machine(),
-        "commit": commit(),
-        "seconds": t0.elapsed().as_secs_f64(),
-        "documents": docs.iter().map(Document::to_value).collect::<Vec<_>>(),
-    });
-    for d in all["documents"].as_array().into_iter().flatten() {
-        check_shape(d)?;
+    // Checked as they will be read: a headline value that could not be measured (NaN, null
+    // in JSON) fails the set here rather than its readers later.
+    for d in &docs {
+        check_shape(&serde_json::to_value(d)?)
+            .with_context(|| format!("the {} document", d.scenario().key()))?;
     }
+    let all = SuiteResults {
+        machine: machine(),
+        commit: commit(),
+        seconds: t0.elapsed().as_secs_f64(),
+        documents: docs,
+    };
     write(
         &a.out.join("results.json"),
         &serde_json::to_string_pretty(&all)?,
     )?;
     write(&a.out.join("summary.md"), &md)?;
     Ok(md)
+}
+
+/// `results.json`: the machine, the commit, the set's duration and every document.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SuiteResults {
+    pub machine: String,
+    pub commit: String,
+    pub seconds: f64,
+    pub documents: Vec<Document>,
 }
 
 /// The loss table (markdown): per loss rate, both receivers' goodput and the ratio.
@@ -356,28 +363,21 @@ pub fn loss_table(rows: &[(u8, Vec<BwRow>)]) -> String {
          out-of-order FPDUs placed directly |\n|---|---|---|---|---|\n",
     );
     for (loss, rows) in rows {
-        let get = |who: &str| rows.iter().find(|r| r.receiver == who).map(BwRow::json);
-        let (Some(k), Some(d)) = (get("kernel"), get("datapath")) else {
+        let get = |who: Receiver| rows.iter().find(|r| r.receiver == who).map(BwRow::record);
+        let (Some(k), Some(d)) = (get(Receiver::Kernel), get(Receiver::Datapath)) else {
             continue;
         };
-        let f = |v: &serde_json::Value, key: &str| v[key].as_f64().unwrap_or(f64::NAN);
-        let cell = |v: &serde_json::Value| {
-            format!(
-                "{:.2} ({:.2}–{:.2})",
-                f(v, "gbit_s"),
-                f(v, "gbit_s_min"),
-                f(v, "gbit_s_max")
-            )
-        };
-        let direct = d["placed_direct_percent"]
-            .as_f64()
+        let cell =
+            |v: &BwRecord| format!("{:.2} ({:.2}–{:.2})", v.gbit_s, v.gbit_s_min, v.gbit_s_max);
+        let direct = d
+            .placed_direct_percent
             .map_or("n/a".to_string(), |p| format!("{p:.1} %"));
         let _ = writeln!(
             s,
             "| {loss} % | {} | {} | {:.2}× | {direct} |",
             cell(&k),
             cell(&d),
-            f(&d, "gbit_s") / f(&k, "gbit_s")
+            d.gbit_s / k.gbit_s
         );
     }
     s
@@ -402,16 +402,11 @@ pub fn bw_series(rows: &[BwRow]) -> Vec<plot::BwSeries> {
             receiver: side.key(),
             points: rows
                 .iter()
-                .filter(|r| r.receiver == side.key())
-                .filter_map(|r| {
-                    let v = r.json();
-                    Some((
-                        r.size as f64,
-                        v["gbit_s"].as_f64()?,
-                        v["gbit_s_min"].as_f64()?,
-                        v["gbit_s_max"].as_f64()?,
-                    ))
-                })
+                .filter(|r| r.receiver == side.receiver())
+                .map(BwRow::record)
+                // A value that could not be measured is left out of the plot.
+                .filter(|v| !(v.gbit_s.is_nan() || v.gbit_s_min.is_nan() || v.gbit_s_max.is_nan()))
+                .map(|v| (v.size as f64, v.gbit_s, v.gbit_s_min, v.gbit_s_max))
                 .collect(),
         })
         .collect()

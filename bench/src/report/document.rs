@@ -1,0 +1,443 @@
+//! The document each experiment prints with `--json`, typed: `{"scenario", "params",
+//! "results"}` with the params and the results of `lat`, `bw`, `pipeline` and `setup`. These
+//! types define the keys (docs/benchmarks.md, "JSON", documents them); [`check_shape`] checks
+//! a document against them.
+//!
+//! A NaN (a value that could not be measured) is written as `null`, as serde_json writes every
+//! non-finite number. The headline values of each scenario must be numbers: reading them back
+//! refuses `null`. Every other floating-point value reads `null` back as NaN.
+
+use crate::bed::options::{Framing, Op, SenderSide};
+use crate::bed::sender_tcp::SenderTcp;
+use crate::report::Spread;
+use anyhow::{anyhow, Result};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+use std::net::IpAddr;
+
+/// The experiments that print a document.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scenario {
+    Lat,
+    Bw,
+    Pipeline,
+    Setup,
+}
+
+impl Scenario {
+    pub fn key(self) -> &'static str {
+        match self {
+            Scenario::Lat => "lat",
+            Scenario::Bw => "bw",
+            Scenario::Pipeline => "pipeline",
+            Scenario::Setup => "setup",
+        }
+    }
+}
+
+/// The document of one experiment.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "scenario", rename_all = "lowercase")]
+pub enum Document {
+    Lat {
+        params: LatParams,
+        results: Vec<LatRecord>,
+    },
+    Bw {
+        params: BwParams,
+        results: Vec<BwRecord>,
+    },
+    Pipeline {
+        params: PipelineParams,
+        results: Vec<PipelineRecord>,
+    },
+    Setup {
+        params: SetupParams,
+        results: Vec<SetupRecord>,
+    },
+}
+
+impl Document {
+    pub fn scenario(&self) -> Scenario {
+        match self {
+            Document::Lat { .. } => Scenario::Lat,
+            Document::Bw { .. } => Scenario::Bw,
+            Document::Pipeline { .. } => Scenario::Pipeline,
+            Document::Setup { .. } => Scenario::Setup,
+        }
+    }
+}
+
+/// Checks that `doc` has the shape docs/benchmarks.md documents: a known scenario, and
+/// params and results that read as that scenario's ([`Document`]), headline values numbers.
+/// An error names the part and the result that does not, and why.
+pub fn check_shape(doc: &Value) -> Result<()> {
+    let scenario =
+        Scenario::deserialize(&doc["scenario"]).map_err(|e| anyhow!("\"scenario\": {e}"))?;
+    match scenario {
+        Scenario::Lat => check::<LatParams>(scenario, doc, |r| LatRecord::deserialize(r).map(drop)),
+        Scenario::Bw => check::<BwParams>(scenario, doc, |r| BwRecord::deserialize(r).map(drop)),
+        Scenario::Setup => {
+            check::<SetupParams>(scenario, doc, |r| SetupRecord::deserialize(r).map(drop))
+        }
+        // Told apart by their per-worker results, so that an error names the missing key
+        // rather than only that neither kind matched.
+        Scenario::Pipeline => {
+            check::<PipelineParams>(scenario, doc, |r| match r.get("per_worker") {
+                Some(_) => PipelineWorkersRecord::deserialize(r).map(drop),
+                None => PipelineConfigRecord::deserialize(r).map(drop),
+            })
+        }
+    }
+}
+
+fn check<P: DeserializeOwned>(
+    scenario: Scenario,
+    doc: &Value,
+    record: impl Fn(&Value) -> Result<(), serde_json::Error>,
+) -> Result<()> {
+    let key = scenario.key();
+    P::deserialize(&doc["params"]).map_err(|e| anyhow!("{key} params: {e}"))?;
+    let results = doc["results"]
+        .as_array()
+        .ok_or_else(|| anyhow!("{key}: \"results\" is not an array"))?;
+    for (i, r) in results.iter().enumerate() {
+        record(r).map_err(|e| anyhow!("{key} result {i}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Reads back a floating-point value that was NaN when written (`null`).
+fn nan_if_null<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+/// [`nan_if_null`] for each value of a list.
+fn nans_if_null<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+    Ok(Vec::<Option<f64>>::deserialize(d)?
+        .into_iter()
+        .map(|x| x.unwrap_or(f64::NAN))
+        .collect())
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// The receiver a `lat` or `bw` result is of (with `bw --sender datapath`: the sender, and
+/// `dp→dp` the datapath sending to a second datapath).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Receiver {
+    #[serde(rename = "kernel")]
+    Kernel,
+    #[serde(rename = "datapath")]
+    Datapath,
+    #[serde(rename = "dp→dp")]
+    DatapathToDatapath,
+}
+
+impl Receiver {
+    /// As documents and tables name it.
+    pub fn key(self) -> &'static str {
+        match self {
+            Receiver::Kernel => "kernel",
+            Receiver::Datapath => "datapath",
+            Receiver::DatapathToDatapath => "dp→dp",
+        }
+    }
+}
+
+/// `lat`'s options. The bed's loss, impairment, queues, CPU split and interface are recorded
+/// only when they differ from the private bed's defaults.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LatParams {
+    pub sizes: Vec<usize>,
+    pub messages: u64,
+    pub rate: u64,
+    pub rounds: u32,
+    pub mtu: u32,
+    pub consumer_busy_poll: bool,
+    pub spin_us: u64,
+    pub framing: Framing,
+    /// `--pingpong`: RTT/2 of RDMA Write ping-pong instead of one-way latency.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub pingpong: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_percent: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub impair: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queues: Option<u32>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub split_cpus: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iface: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<IpAddr>,
+}
+
+/// One `lat` result: a receiver and a size over all rounds, latencies in µs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LatRecord {
+    pub receiver: Receiver,
+    pub size: usize,
+    pub rounds: u32,
+    pub samples: u64,
+    pub bad_stamps: u64,
+    pub min_us: f64,
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub max_us: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub mean_us: f64,
+}
+
+/// `bw`'s options.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BwParams {
+    pub sizes: Vec<usize>,
+    pub bytes: u64,
+    pub rounds: u32,
+    pub mtu: u32,
+    pub loss_percent: u8,
+    pub queues: u32,
+    pub framing: Framing,
+    /// The impairment's configuration (its `Debug` form).
+    pub impair: Option<String>,
+    pub connections: u32,
+    pub op: Op,
+    pub aligned: bool,
+    pub iface: Option<String>,
+    pub peer: Option<IpAddr>,
+    pub split_cpus: bool,
+    pub sender_cc: Option<String>,
+    pub sender: SenderSide,
+    pub wire_segments: bool,
+}
+
+/// One `bw` result: a receiver and a size over all rounds. Goodput in Gbit/s of ULPDU octets
+/// (median, min, max, mean, each round's); CPU in ns per octet (medians).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BwRecord {
+    pub receiver: Receiver,
+    pub size: usize,
+    pub rounds: usize,
+    pub gbit_s: f64,
+    pub gbit_s_min: f64,
+    pub gbit_s_max: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub gbit_s_mean: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub msg_per_s: f64,
+    /// Messages and ULPDU octets of one round.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub messages: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub octets: f64,
+    /// Whole-system CPU, the receiver process's, and the sender's.
+    pub system_cpu_ns_per_octet: f64,
+    pub process_cpu_ns_per_octet: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub sender_cpu_ns_per_octet: f64,
+    /// Share of the out-of-order FPDUs placed on arrival (the datapath under loss).
+    pub placed_direct_percent: Option<f64>,
+    /// The Linux sender's TCP: retransmitted segments per 100, RTOs (medians of rounds).
+    pub sender_retrans_percent: Option<f64>,
+    pub sender_rtos: Option<f64>,
+    /// The Linux sender's TCP counters of each round.
+    pub round_sender_tcp: Vec<SenderTcp>,
+    #[serde(deserialize_with = "nans_if_null")]
+    pub round_gbit_s: Vec<f64>,
+    /// The datapath's goodput over the kernel's, paired by round (datapath results only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paired_goodput_ratio: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paired_goodput_ratio_min: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paired_goodput_ratio_max: Option<f64>,
+}
+
+/// `pipeline`'s options.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PipelineParams {
+    pub mss: Vec<usize>,
+    pub sizes: Vec<usize>,
+    pub rounds: usize,
+    pub flows: usize,
+    pub markers: bool,
+    pub crc: bool,
+    pub op: Op,
+    pub aligned: bool,
+    pub loss: f64,
+    pub reorder: f64,
+    pub bytes: u64,
+    pub verify_checksums: bool,
+    pub digest: bool,
+    pub seed: u64,
+    /// `--workers`, only above 1 (one worker's document keeps its shape).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<usize>,
+}
+
+/// One `pipeline` result: a configuration on one worker, or (`--workers`) on several side by
+/// side.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PipelineRecord {
+    Workers(Box<PipelineWorkersRecord>),
+    Config(Box<PipelineConfigRecord>),
+}
+
+/// One configuration on one worker over its rounds; the counters are the last round's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PipelineConfigRecord {
+    pub label: String,
+    pub flows: usize,
+    pub size: usize,
+    pub mss: usize,
+    pub markers: bool,
+    pub crc: bool,
+    pub op: Op,
+    pub aligned: bool,
+    pub loss: f64,
+    pub reorder: f64,
+    pub bytes: u64,
+    pub rounds: usize,
+    pub digest: bool,
+    pub verify_checksums: bool,
+    pub segments: u64,
+    pub dropped: u64,
+    pub reordered: u64,
+    pub ns_per_segment: Spread,
+    pub cpu_ns_per_segment: Spread,
+    pub gbits: Spread,
+    pub segments_per_s: Spread,
+    pub cpu_over_wall: Spread,
+    pub poll_share: Spread,
+    pub acks: u64,
+    pub fpdus: u64,
+    pub placed_direct: u64,
+    pub placed_in_order: u64,
+    pub placed_from_store: u64,
+    pub out_of_order_segments: u64,
+    pub store_high_water: u64,
+    pub completions: u64,
+    pub region_octets_checked: u64,
+    pub payload_octets: u64,
+    /// Payload Gbit/s on one core (median, min, max), poll ns per packet and Mpps (medians).
+    pub gbit_s_per_core: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub gbit_s_per_core_min: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub gbit_s_per_core_max: f64,
+    pub ns_per_packet: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub mpps: f64,
+    /// memcpy alone and CRC32c alone over the same octets, and the pipeline's share of each.
+    pub memcpy_gbit_s: f64,
+    pub crc_gbit_s: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub share_of_memcpy: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub share_of_crc: f64,
+    /// A rung of the stage ladder: its stage, and the stage's own ns per packet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_ns_per_packet: Option<f64>,
+    /// One of the per-stage variants (`--variants`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub variant: bool,
+}
+
+/// One configuration on several workers side by side (`--workers`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PipelineWorkersRecord {
+    pub label: String,
+    pub workers: usize,
+    pub pinned: bool,
+    pub cpus: Option<Vec<usize>>,
+    pub flows_per_worker: usize,
+    pub size: usize,
+    pub mss: usize,
+    pub markers: bool,
+    pub crc: bool,
+    pub op: Op,
+    pub aligned: bool,
+    pub loss: f64,
+    pub reorder: f64,
+    pub bytes_per_worker: u64,
+    pub rounds: usize,
+    /// The per-worker medians, under the keys every pipeline result carries.
+    pub gbit_s_per_core: f64,
+    pub ns_per_packet: f64,
+    pub memcpy_gbit_s: f64,
+    pub crc_gbit_s: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub aggregate_gbit_s: f64,
+    pub aggregate_gbit_s_spread: Spread,
+    pub aggregate_loop_gbit_s: Spread,
+    pub one_worker_gbit_s: Spread,
+    pub one_worker_ns_per_packet: Spread,
+    pub one_worker_loop_gbit_s: Spread,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub scaling: f64,
+    pub scaling_spread: Spread,
+    pub aggregate_cpu_gbit_s: Spread,
+    pub one_worker_cpu_gbit_s: Spread,
+    pub scaling_cpu: Spread,
+    pub per_worker: Vec<PipelineWorkerRecord>,
+}
+
+/// One worker of [`PipelineWorkersRecord`]; the counters are the last round's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PipelineWorkerRecord {
+    pub worker: usize,
+    pub cpu: Option<usize>,
+    pub flow_ids: Vec<u64>,
+    pub stags: Vec<u32>,
+    pub segments: u64,
+    pub ns_per_packet: Spread,
+    pub cpu_ns_per_packet: Spread,
+    pub gbit_s: Spread,
+    pub cpu_over_wall: Spread,
+    pub frames: u64,
+    pub acks: u64,
+    pub fpdus: u64,
+    pub completions: u64,
+    pub region_octets_checked: u64,
+    pub payload_octets: u64,
+}
+
+/// `setup`'s options.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SetupParams {
+    pub connections: usize,
+    pub parallel: usize,
+}
+
+/// The `setup` result: hand-overs per second and hand-over latency (ms).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SetupRecord {
+    pub connections: usize,
+    pub parallel: usize,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub seconds: f64,
+    pub handovers_per_s: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub min_ms: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub p999_ms: f64,
+    pub max_ms: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub rss_mib: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub close_seconds: f64,
+}
