@@ -71,10 +71,12 @@ fuzz:
 
 # The standard benchmark set (mpa-bench suite, a few minutes): pipeline, latency, goodput with
 # and without loss, connection setup, datapath vs kernel TCP side by side. Writes
-# $(BENCH_OUT)/{summary.md,results.json,*.png,*.hgrm}.
+# $(BENCH_OUT)/{summary.md,results.json,*.png,*.hgrm}, and regenerates docs/performance.md and
+# README.md's headline figures from the run.
 BENCH_OUT ?= bench/results/latest
 bench: deps build
-	./target/release/mpa-bench suite --out $(BENCH_OUT)
+	./target/release/mpa-bench suite --out $(BENCH_OUT) --performance-page docs/performance.md \
+		--readme README.md
 
 # The same set, small: checks the harness end to end in a minute, numbers not to quote.
 bench-quick: deps build

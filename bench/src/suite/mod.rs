@@ -8,6 +8,7 @@
 //! * `lat-cdf-<size>.png`, `bw-by-size.png`, `pipeline-stages.png`: the plots;
 //! * `lat-{kernel,datapath}-<size>.hgrm`: the latency distributions.
 
+pub mod pages;
 pub mod plot;
 
 use crate::bed::options::{Align, BedArgs, FramingArgs, Op};
@@ -33,6 +34,14 @@ pub struct SuiteArgs {
     /// A much smaller set (a minute or two): to check the harness, not to quote.
     #[arg(long)]
     pub quick: bool,
+    /// Also write the performance page (every table of this run, its plots linked from
+    /// `--out`), e.g. docs/performance.md.
+    #[arg(long, value_name = "FILE", conflicts_with = "quick")]
+    pub performance_page: Option<PathBuf>,
+    /// Also replace the headline figures in this README (the lines between its
+    /// `<!-- headline:begin -->` and `<!-- headline:end -->` markers).
+    #[arg(long, value_name = "FILE", conflicts_with = "quick")]
+    pub readme: Option<PathBuf>,
 }
 
 /// The standard set's experiments.
@@ -344,6 +353,13 @@ pub fn suite(a: &SuiteArgs) -> Result<String> {
         &serde_json::to_string_pretty(&all)?,
     )?;
     write(&a.out.join("summary.md"), &md)?;
+    pages::write_pages(
+        &md,
+        &all,
+        &a.out,
+        a.performance_page.as_deref(),
+        a.readme.as_deref(),
+    )?;
     Ok(md)
 }
 
