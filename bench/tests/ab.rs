@@ -34,7 +34,10 @@ fn ab_compares_two_builds_row_by_row() {
     for c in cmp {
         let row = c["row"].as_str().unwrap();
         assert!(row.contains("mss=1448"), "{c}");
-        assert!(row.contains("size=4096") || row.contains("size=16384"), "{c}");
+        assert!(
+            row.contains("size=4096") || row.contains("size=16384"),
+            "{c}"
+        );
         let m = c["metric"].as_str().unwrap();
         assert!(m == "ns_per_packet" || m == "gbit_s_per_core", "{c}");
         for side in ["old", "new"] {
@@ -54,7 +57,13 @@ fn ab_compares_two_builds_row_by_row() {
 fn ab_refuses_a_missing_build_and_an_empty_experiment() {
     let bench = bin("mpa-bench");
     let out = Command::new(&bench)
-        .args(["ab", "/nonexistent/build", "/nonexistent/other", "--", "pipeline"])
+        .args([
+            "ab",
+            "/nonexistent/build",
+            "/nonexistent/other",
+            "--",
+            "pipeline",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));

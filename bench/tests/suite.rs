@@ -37,9 +37,25 @@ fn suite_quick_writes_summary_documents_plots_and_hgrm_files() {
     }
     let out = std::env::temp_dir().join(format!("mpa-bench-suite-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
+    // The pages it keeps current, written beside the run: a performance page one directory
+    // below it, and a README with the headline markers.
+    let pages = out.with_extension("pages");
+    let _ = std::fs::remove_dir_all(&pages);
+    std::fs::create_dir_all(pages.join("docs")).unwrap();
+    let readme = pages.join("README.md");
+    std::fs::write(
+        &readme,
+        "# title\n\n<!-- headline:begin -->\nold figures\n<!-- headline:end -->\n\n## next\n",
+    )
+    .unwrap();
+    let page = pages.join("docs/performance.md");
     let run = Command::new(bin("mpa-bench"))
         .args(["suite", "--quick", "--out"])
         .arg(&out)
+        .arg("--performance-page")
+        .arg(&page)
+        .arg("--readme")
+        .arg(&readme)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
@@ -112,7 +128,35 @@ fn suite_quick_writes_summary_documents_plots_and_hgrm_files() {
         let text = std::fs::read_to_string(out.join(hgrm)).unwrap();
         assert!(text.contains("#[Max     ="), "{hgrm}: {text}");
     }
+    // The headline block replaced, and only it; the page holds the run's tables with its plots
+    // linked into the run's directory.
+    let text = std::fs::read_to_string(&readme).unwrap();
+    assert!(
+        text.starts_with("# title\n\n<!-- headline:begin -->\nMeasured "),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("<!-- headline:end -->\n\n## next\n"),
+        "{text}"
+    );
+    assert!(!text.contains("old figures"), "{text}");
+    for row in [
+        "receive pipeline alone, one core (MSS 1448, 4 KiB)",
+        "goodput, 5 % loss, 4 KiB",
+        "one-way latency p50 / p99, 64 B",
+        "connection setup",
+    ] {
+        assert!(text.contains(row), "{row}: {text}");
+    }
+    let perf = std::fs::read_to_string(&page).unwrap();
+    let run_dir = format!("../../{}", out.file_name().unwrap().to_string_lossy());
+    assert!(perf.contains("## Receive pipeline alone"), "{perf}");
+    assert!(
+        perf.contains(&format!("]({run_dir}/pipeline-stages.png)")),
+        "{perf}"
+    );
     let _ = std::fs::remove_dir_all(&out);
+    let _ = std::fs::remove_dir_all(&pages);
 }
 
 #[test]

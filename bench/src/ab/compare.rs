@@ -114,12 +114,18 @@ mod tests {
         );
         assert_eq!(rows[1].values, vec![("p50_us".into(), 8.0)]);
         let demo = json!({"gbit_per_s": 3.0, "flow": {"worker_cpu_seconds": 1.25}});
-        let m = vec!["gbit_per_s".to_string(), "flow.worker_cpu_seconds".to_string()];
+        let m = vec![
+            "gbit_per_s".to_string(),
+            "flow.worker_cpu_seconds".to_string(),
+        ];
         let rows = values_of(&demo, &m);
         assert_eq!(rows[0].row, "");
         assert_eq!(
             rows[0].values,
-            vec![("gbit_per_s".into(), 3.0), ("flow.worker_cpu_seconds".into(), 1.25)]
+            vec![
+                ("gbit_per_s".into(), 3.0),
+                ("flow.worker_cpu_seconds".into(), 1.25)
+            ]
         );
         assert_eq!(headline_metrics("nothing"), &[] as &[&str]);
     }

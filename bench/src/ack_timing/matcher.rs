@@ -147,7 +147,11 @@ mod tests {
             c.data(0, B.wrapping_add(i * 100));
         }
         // Segment 1 lost: ACK 100 with SACK [200, 300).
-        c.ack(10_000, B.wrapping_add(100), &[(B.wrapping_add(200), B.wrapping_add(300))]);
+        c.ack(
+            10_000,
+            B.wrapping_add(100),
+            &[(B.wrapping_add(200), B.wrapping_add(300))],
+        );
         assert_eq!(c.first().count, 2);
         assert_eq!(c.unreported(), 1);
         c.data(20_000, B.wrapping_add(100)); // the retransmission

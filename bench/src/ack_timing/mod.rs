@@ -137,7 +137,9 @@ fn tcp_frame(link: DataLink, data: &[u8]) -> Result<Option<TcpFrame>> {
         DataLink::ETHERNET => SlicedPacket::from_ethernet(data),
         DataLink::LINUX_SLL => SlicedPacket::from_linux_sll(data),
         DataLink::RAW | DataLink::IPV4 | DataLink::IPV6 => SlicedPacket::from_ip(data),
-        other => bail!("ack-timing: link type {other:?} is not supported (Ethernet, Linux cooked or raw IP)"),
+        other => bail!(
+            "ack-timing: link type {other:?} is not supported (Ethernet, Linux cooked or raw IP)"
+        ),
     };
     let Ok(p) = p else { return Ok(None) };
     let (src_ip, dst_ip): (IpAddr, IpAddr) = match &p.net {
@@ -235,7 +237,10 @@ pub fn table(r: &AckTimingReport) -> String {
     );
     s += &format!(
         "{:<44} {:>9} {:>34} {:>34}\n",
-        "sender → receiver", "segments", "first: n p10/p50/p90/p99", "retransmitted: n p10/p50/p90/p99"
+        "sender → receiver",
+        "segments",
+        "first: n p10/p50/p90/p99",
+        "retransmitted: n p10/p50/p90/p99"
     );
     let cell = |p: &Percentiles| match p.p50_us {
         Some(_) => format!(

@@ -36,11 +36,11 @@ pub struct SuiteArgs {
     pub quick: bool,
     /// Also write the performance page (every table of this run, its plots linked from
     /// `--out`), e.g. docs/performance.md.
-    #[arg(long, value_name = "FILE", conflicts_with = "quick")]
+    #[arg(long, value_name = "FILE")]
     pub performance_page: Option<PathBuf>,
     /// Also replace the headline figures in this README (the lines between its
     /// `<!-- headline:begin -->` and `<!-- headline:end -->` markers).
-    #[arg(long, value_name = "FILE", conflicts_with = "quick")]
+    #[arg(long, value_name = "FILE")]
     pub readme: Option<PathBuf>,
 }
 
