@@ -1,8 +1,9 @@
 //! The workspace's binaries (`mpa-peer`, `mpa-control`, `mpa-bench`, `mpa-datapath`) for the
 //! tests and experiments that run them as processes: [`sibling`] finds one beside the running
-//! executable; [`bin`] (tests) builds them first. `cargo test --workspace` builds them before any test
-//! runs; under `cargo test -p mpa-tests` the first test that needs one builds them (with the
-//! profile the tests were built with: a no-op when they are fresh).
+//! executable; [`bin`] (tests) builds them first, [`example`] an example program.
+//! `cargo test --workspace` builds them before any test runs; under `cargo test -p mpa-tests`
+//! the first test that needs one builds them (with the profile the tests were built with: a
+//! no-op when they are fresh).
 
 use anyhow::{anyhow, Result};
 use std::path::{Path, PathBuf};
@@ -14,32 +15,46 @@ const PACKAGES: [&str; 4] = ["mpa-peer", "mpa-control", "mpa-bench", "mpa-datapa
 
 /// The path of workspace binary `name`, built if needed.
 pub fn bin(name: &str) -> PathBuf {
-    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
-    if let Err(e) = BUILT.get_or_init(build) {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let mut args = vec!["--bins"];
+    for p in PACKAGES {
+        args.extend(["-p", p]);
+    }
+    if let Err(e) = BUILT.get_or_init(|| cargo_build(&args)) {
         panic!("building the workspace binaries: {e}");
     }
     sibling(name).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
-/// `cargo build --bins` of [`PACKAGES`] into the target directory of this test executable.
-fn build() -> Result<(), String> {
-    // Run by hand rather than by cargo: use what is there.
-    let Some(cargo) = std::env::var_os("CARGO") else {
-        return Ok(());
-    };
+/// The path of example `name` of workspace package `package` (e.g. the consumer API's
+/// `minimal_consumer`), built first.
+pub fn example(package: &str, name: &str) -> PathBuf {
+    match cargo_build(&["--example", name, "-p", package]) {
+        Ok(profile_dir) => profile_dir.join("examples").join(name),
+        Err(e) => panic!("building example {name} of {package}: {e}"),
+    }
+}
+
+/// `cargo build ARGS` into the target directory and profile of this test executable; the
+/// profile's directory (`target/<profile dir>`).
+fn cargo_build(args: &[&str]) -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     // target/<profile dir>/deps/<test>-<hash>
     let profile_dir = exe
         .parent()
         .and_then(Path::parent)
         .ok_or_else(|| format!("{} is not in target/<profile>/deps", exe.display()))?;
+    // Run by hand rather than by cargo: use what is there.
+    let Some(cargo) = std::env::var_os("CARGO") else {
+        return Ok(profile_dir.to_path_buf());
+    };
     let target_dir = profile_dir
         .parent()
         .ok_or_else(|| format!("no target directory above {}", profile_dir.display()))?;
     let mut cmd = Command::new(cargo);
     cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
         .arg("build")
-        .arg("--bins")
+        .args(args)
         .arg("--target-dir")
         .arg(target_dir);
     // The profile `cargo test` built this executable with: `test` into debug/, `release`
@@ -48,9 +63,6 @@ fn build() -> Result<(), String> {
         Some("release") => cmd.arg("--release"),
         _ => cmd.args(["--profile", "test"]),
     };
-    for p in PACKAGES {
-        cmd.args(["-p", p]);
-    }
     let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
     if !out.status.success() {
         return Err(format!(
@@ -58,7 +70,7 @@ fn build() -> Result<(), String> {
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
-    Ok(())
+    Ok(profile_dir.to_path_buf())
 }
 
 /// The workspace binary `name` built beside the running one (`cargo build --workspace`):

@@ -18,7 +18,7 @@ pub mod datapath;
 pub mod hostile_peer;
 pub mod procs;
 
-pub use bins::{bin, sibling};
+pub use bins::{bin, example, sibling};
 pub use control::ControlDaemon;
 pub use datapath::{
     accept_and_hand_over, respond_in, start_datapath, temp_path, DatapathOptions, HandedOver,

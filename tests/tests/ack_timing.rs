@@ -38,18 +38,33 @@ fn ack_timing_reads_a_tcpdump_capture_of_a_kernel_transfer() {
     while !line.contains("listening on") {
         line.clear();
         assert!(err.read_line(&mut line).unwrap() > 0, "tcpdump exited");
-        assert!(t0.elapsed() < Duration::from_secs(10), "tcpdump never listened");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "tcpdump never listened"
+        );
     }
     let to = SocketAddr::new(bed.addr_a(false), PORT);
     let listener = PeerListener::start(&bed, to, &["--markers", "--crc"]);
     let out = bed
         .command(&bed.ns_b, &bin("mpa-peer").to_string_lossy())
-        .args(["connect", "--to", &to.to_string(), "--count", "2000", "--size", "4096"])
+        .args([
+            "connect",
+            "--to",
+            &to.to_string(),
+            "--count",
+            "2000",
+            "--size",
+            "4096",
+        ])
         .args(["--timeout", "30"])
         .args(["--markers", "--crc"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let got = listener.report(Duration::from_secs(30));
     assert_eq!(got["ulpdus"], 2000);
     std::thread::sleep(Duration::from_millis(200));
@@ -66,7 +81,11 @@ fn ack_timing_reads_a_tcpdump_capture_of_a_kernel_transfer() {
         .arg(&pcap)
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stdout));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stdout)
+    );
     let doc: Value = serde_json::from_slice(&run.stdout).unwrap();
     let conns = doc["connections"].as_array().unwrap();
     assert_eq!(conns.len(), 1, "{doc}");
