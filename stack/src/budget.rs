@@ -43,7 +43,7 @@ impl MemoryBudget {
     }
 
     /// Takes `n` octets if they fit; `false` (nothing taken) when they do not.
-    pub fn try_charge(&self, n: u64) -> bool {
+    pub(crate) fn try_charge(&self, n: u64) -> bool {
         let mut used = self.used.load(Ordering::Relaxed);
         loop {
             let Some(next) = used.checked_add(n).filter(|&u| u <= self.limit) else {
@@ -63,7 +63,7 @@ impl MemoryBudget {
     }
 
     /// Gives `n` octets back (at most what is used).
-    pub fn release(&self, n: u64) {
+    pub(crate) fn release(&self, n: u64) {
         if n == 0 {
             return;
         }
@@ -81,22 +81,17 @@ impl MemoryBudget {
     }
 
     /// An out-of-order segment was dropped for want of room.
-    pub fn count_dropped_segment(&self) {
+    pub(crate) fn count_dropped_segment(&self) {
         self.dropped_segments.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A hand-over or subscription was refused for want of room.
-    pub fn count_refused(&self) {
+    fn count_refused(&self) {
         self.refused.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The limit, octets.
-    pub fn limit(&self) -> u64 {
-        self.limit
-    }
-
     /// Octets not charged now.
-    pub fn available(&self) -> u64 {
+    pub(crate) fn available(&self) -> u64 {
         self.limit.saturating_sub(self.used.load(Ordering::Relaxed))
     }
 
@@ -134,7 +129,7 @@ impl Charge {
     }
 
     /// The budget charged.
-    pub fn budget(&self) -> &Arc<MemoryBudget> {
+    pub(crate) fn budget(&self) -> &Arc<MemoryBudget> {
         &self.budget
     }
 }

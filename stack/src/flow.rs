@@ -7,10 +7,8 @@
 mod send;
 
 use send::WaitingRead;
-pub use send::{
-    FrameSink, FrameVec, SendOp, SendPost, MAX_OUTBOUND_READS, MAX_WAITING_READS,
-    MEM_FRAME_CAPACITY,
-};
+pub(crate) use send::MAX_OUTBOUND_READS;
+pub use send::{FrameSink, FrameVec, SendOp, SendPost, MEM_FRAME_CAPACITY};
 
 use crate::receiver::{
     InOrderSource, MpaReceiver, PostRecvError, PostedBuf, ReadRequest, ReceiverConfig, Region,
@@ -61,7 +59,7 @@ pub enum FlowError {
 /// What a flow sends: the Responder's Reply, then an FPDU stream of the consumer's Writes and
 /// Sends (read from registered memory) and the flow's own ULPDUs (Terminate, RTR, the
 /// zero-length Read Response to an RTR).
-pub type FlowSource = Preamble<FpduSource<RegionTable>>;
+type FlowSource = Preamble<FpduSource<RegionTable>>;
 
 /// How a flow ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,8 +83,6 @@ pub struct Flow {
     frames_sent: u64,
     ending: Option<FlowEnd>,
     ended: Option<FlowEnd>,
-    /// When the flow started, for reports.
-    pub started: Instant,
     /// The TS.Recent inherited at the hand-over, if known.
     ts_recent_inherited: Option<u32>,
     /// Read Responses queued for the peer's Read Requests.
@@ -115,7 +111,7 @@ fn instant_of_monotonic(ns: u64, now: Instant) -> Instant {
 /// to [`MpaReceiver::handle_segment_ahead`] (when it can locate FPDUs), in-order octets and
 /// those that became in order to [`MpaReceiver::handle_in_order`]. The one composition of the
 /// two, used by [`Flow`] and by the in-memory harnesses.
-pub fn receive_segment<S: SendSource, R: Regions + ?Sized>(
+pub(crate) fn receive_segment<S: SendSource, R: Regions + ?Sized>(
     tcp: &mut Connection<S>,
     rx: &mut MpaReceiver,
     now: Instant,
@@ -290,7 +286,6 @@ impl Flow {
             frames_sent: 0,
             ending: None,
             ended: None,
-            started: now,
             ts_recent_inherited: t.timestamps.map(|t| t.ts_recent).filter(|&v| v != 0),
             reads_served: 0,
             reads_in_flight,
@@ -389,7 +384,7 @@ impl Flow {
     /// The VLAN its frames carry (VID), `None` for untagged: always untagged, as the frames we
     /// build are and as a hand-over names no VLAN. A frame of the 4-tuple with another tag
     /// belongs to another network and is not the flow's.
-    pub fn vlan(&self) -> Option<u16> {
+    pub(crate) fn vlan(&self) -> Option<u16> {
         None
     }
 

@@ -15,7 +15,7 @@ use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
 
 /// (local, remote), canonical (IPv4-mapped IPv6 addresses as IPv4).
-pub type FlowKey = (SocketAddr, SocketAddr);
+type FlowKey = (SocketAddr, SocketAddr);
 
 /// The hasher of the worker's maps. Keys come from the network, so the hash must not be
 /// predictable: foldhash's `RandomState` draws a per-process global seed plus a per-map seed,

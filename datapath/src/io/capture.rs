@@ -20,29 +20,29 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Octets of captured frames one batch holds.
-pub const BATCH_BYTES: usize = 256 << 10;
+const BATCH_BYTES: usize = 256 << 10;
 /// Frames one batch holds.
-pub const BATCH_FRAMES: usize = 1024;
+const BATCH_FRAMES: usize = 1024;
 /// Batches each worker may have in flight during a capture: its memory bound while
 /// capturing is this many times [`BATCH_BYTES`] (4 MiB, plus the records).
-pub const BATCHES_PER_WORKER: usize = 16;
+pub(crate) const BATCHES_PER_WORKER: usize = 16;
 /// Longest a partly filled batch waits before it is handed over: a worker handing over a
 /// batch per poll would soon find none free, while the control thread has not yet run.
-pub const FLUSH_AFTER: Duration = Duration::from_millis(5);
+const FLUSH_AFTER: Duration = Duration::from_millis(5);
 
 /// One frame of a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FrameRecord {
+pub(crate) struct FrameRecord {
     /// CLOCK_REALTIME, nanoseconds.
-    pub ts_ns: u64,
+    pub(crate) ts_ns: u64,
     /// Which way.
-    pub direction: CaptureDirection,
+    pub(crate) direction: CaptureDirection,
     /// The frame's length before truncation.
-    pub orig_len: u32,
+    pub(crate) orig_len: u32,
     /// Octets kept in the batch.
-    pub len: u32,
+    pub(crate) len: u32,
     /// Rebuilt from the hand-over, not seen on the wire (the MPA startup frames).
-    pub reconstructed: bool,
+    pub(crate) reconstructed: bool,
 }
 
 /// Captured frames back to back, with one record each; memory reserved once.
@@ -54,7 +54,7 @@ pub struct CaptureBatch {
 
 impl CaptureBatch {
     /// An empty batch holding up to `frames` frames and `bytes` octets of them.
-    pub fn with_capacity(bytes: usize, frames: usize) -> CaptureBatch {
+    pub(crate) fn with_capacity(bytes: usize, frames: usize) -> CaptureBatch {
         CaptureBatch {
             data: Vec::with_capacity(bytes),
             records: Vec::with_capacity(frames),
@@ -62,7 +62,7 @@ impl CaptureBatch {
     }
 
     /// A batch of the standard size ([`BATCH_BYTES`], [`BATCH_FRAMES`]).
-    pub fn standard() -> CaptureBatch {
+    pub(crate) fn standard() -> CaptureBatch {
         Self::with_capacity(BATCH_BYTES, BATCH_FRAMES)
     }
 
@@ -73,23 +73,24 @@ impl CaptureBatch {
     }
 
     /// Whether it holds no frame.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.records.is_empty()
     }
 
     /// Frames held.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.records.len()
     }
 
     /// Forgets the frames, keeping the memory.
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.data.clear();
         self.records.clear();
     }
 
     /// The frames with their octets, in the order they were captured.
-    pub fn frames(&self) -> impl Iterator<Item = (&FrameRecord, &[u8])> {
+    pub(crate) fn frames(&self) -> impl Iterator<Item = (&FrameRecord, &[u8])> {
         let mut at = 0usize;
         self.records.iter().map(move |r| {
             let d = &self.data[at..at + r.len as usize];
@@ -103,18 +104,18 @@ impl CaptureBatch {
 #[derive(Debug)]
 pub struct CaptureSpec {
     /// Tells this capture's batches from an earlier one's.
-    pub generation: u64,
+    pub(crate) generation: u64,
     /// Only this flow; `None`: every frame.
-    pub flow: Option<u64>,
+    pub(crate) flow: Option<u64>,
     /// Octets kept of each frame.
-    pub snaplen: u32,
+    pub(crate) snaplen: u32,
     /// Empty batches: filled at start, refilled by the control thread as it sends them on.
-    pub free: Receiver<CaptureBatch>,
+    pub(crate) free: Receiver<CaptureBatch>,
 }
 
 /// A worker's capture, while one runs.
 #[derive(Debug)]
-pub struct CaptureTap {
+pub(crate) struct CaptureTap {
     generation: u64,
     flow: Option<u64>,
     snaplen: usize,
@@ -133,7 +134,7 @@ pub struct CaptureTap {
 
 impl CaptureTap {
     /// A tap for `spec`.
-    pub fn new(spec: CaptureSpec) -> CaptureTap {
+    pub(crate) fn new(spec: CaptureSpec) -> CaptureTap {
         CaptureTap {
             generation: spec.generation,
             flow: spec.flow,
@@ -148,35 +149,35 @@ impl CaptureTap {
     }
 
     /// This capture's generation.
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation
     }
 
     /// Whether frames of flow `id` are captured.
     #[inline]
-    pub fn wants(&self, id: u64) -> bool {
+    pub(crate) fn wants(&self, id: u64) -> bool {
         self.flow.is_none_or(|f| f == id)
     }
 
     /// Whether every frame is captured (also those of no flow: malformed, stray).
     #[inline]
-    pub fn all(&self) -> bool {
+    pub(crate) fn all(&self) -> bool {
         self.flow.is_none()
     }
 
     /// Frames dropped so far for want of room.
-    pub fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         self.dropped
     }
 
     /// Starts a poll: its frames get one clock reading, taken when the first is captured.
-    pub fn begin_poll(&mut self) {
+    pub(crate) fn begin_poll(&mut self) {
         self.stamp = None;
     }
 
     /// Copies `frame` (at most the snapshot length of it) into the current batch, moving to
     /// a free batch when it is full; counts it as dropped when none is free.
-    pub fn push(&mut self, direction: CaptureDirection, frame: &[u8], reconstructed: bool) {
+    pub(crate) fn push(&mut self, direction: CaptureDirection, frame: &[u8], reconstructed: bool) {
         let len = frame.len().min(self.snaplen).min(BATCH_BYTES);
         let ts_ns = *self.stamp.get_or_insert_with(realtime_ns);
         loop {
@@ -215,7 +216,7 @@ impl CaptureTap {
 
     /// The batches to hand over at the end of a poll at `now`: the full ones, and the one
     /// being filled once it has waited [`FLUSH_AFTER`].
-    pub fn due_batches(&mut self, now: Instant) -> impl Iterator<Item = CaptureBatch> + '_ {
+    pub(crate) fn due_batches(&mut self, now: Instant) -> impl Iterator<Item = CaptureBatch> + '_ {
         if self.current.as_ref().is_some_and(|b| !b.is_empty()) {
             let since = *self.filling_since.get_or_insert(now);
             if now.saturating_duration_since(since) >= FLUSH_AFTER {
@@ -227,7 +228,7 @@ impl CaptureTap {
     }
 
     /// Every batch holding frames (the capture ends).
-    pub fn all_batches(&mut self) -> impl Iterator<Item = CaptureBatch> + '_ {
+    pub(crate) fn all_batches(&mut self) -> impl Iterator<Item = CaptureBatch> + '_ {
         if let Some(b) = self.current.take_if(|b| !b.is_empty()) {
             self.ready.push(b);
         }

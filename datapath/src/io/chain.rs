@@ -28,14 +28,14 @@
 use mpa_ctl_proto::stats::RingStats;
 
 /// `XDP_PKT_CONTD` (linux/if_xdp.h): more descriptors of this packet follow.
-pub const XDP_PKT_CONTD: u32 = 1;
+pub(crate) const XDP_PKT_CONTD: u32 = 1;
 
 /// Largest frame gathered by default: a 9216-octet MTU (the common NIC jumbo limit) with
 /// Ethernet and two VLAN tags, rounded up.
-pub const MAX_FRAME: usize = 9216 + 32;
+pub(crate) const MAX_FRAME: usize = 9216 + 32;
 
 /// Most descriptors of one frame by default (the kernel's MAX_SKB_FRAGS + 1 is 18).
-pub const MAX_DESCS: usize = 18;
+pub(crate) const MAX_DESCS: usize = 18;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -49,7 +49,7 @@ enum State {
 
 /// What became of one descriptor.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Step<'a> {
+pub(crate) enum Step<'a> {
     /// A whole frame: in place (one descriptor) or gathered.
     Frame(&'a [u8]),
     /// Part of a chain still open.
@@ -60,7 +60,7 @@ pub enum Step<'a> {
 
 /// Gathers multi-descriptor frames; one per RX ring (its scratch buffer is the worker's).
 #[derive(Debug)]
-pub struct Chain {
+pub(crate) struct Chain {
     scratch: Vec<u8>,
     max_frame: usize,
     max_descs: usize,
@@ -76,7 +76,7 @@ impl Default for Chain {
 impl Chain {
     /// An assembler for frames of at most `max_frame` octets in at most `max_descs`
     /// descriptors (both at least 1). The scratch buffer is allocated here, once.
-    pub fn new(max_frame: usize, max_descs: usize) -> Self {
+    pub(crate) fn new(max_frame: usize, max_descs: usize) -> Self {
         Chain {
             scratch: Vec::with_capacity(max_frame.max(1)),
             max_frame: max_frame.max(1),
@@ -86,23 +86,28 @@ impl Chain {
     }
 
     /// Largest frame gathered, octets.
-    pub fn max_frame(&self) -> usize {
+    pub(crate) fn max_frame(&self) -> usize {
         self.max_frame
     }
 
     /// Most descriptors of one frame.
-    pub fn max_descs(&self) -> usize {
+    pub(crate) fn max_descs(&self) -> usize {
         self.max_descs
     }
 
     /// Whether a chain is open (its next descriptor still to come).
-    pub fn is_open(&self) -> bool {
+    fn is_open(&self) -> bool {
         self.state != State::Idle
     }
 
     /// Takes one descriptor's octets; `more` is its `XDP_PKT_CONTD` flag. Counts frames,
     /// octets, gathered frames and dropped chains in `stats`.
-    pub fn push<'a>(&'a mut self, data: &'a [u8], more: bool, stats: &mut RingStats) -> Step<'a> {
+    pub(crate) fn push<'a>(
+        &'a mut self,
+        data: &'a [u8],
+        more: bool,
+        stats: &mut RingStats,
+    ) -> Step<'a> {
         match (self.state, more) {
             (State::Idle, false) => {
                 if data.len() > self.max_frame {
@@ -152,7 +157,7 @@ impl Chain {
 
     /// The RX ring ran dry with a chain open: its rest will never come. Drops it (counted
     /// unless already dropped as overlong).
-    pub fn cut(&mut self, stats: &mut RingStats) {
+    pub(crate) fn cut(&mut self, stats: &mut RingStats) {
         if let State::Gathering { .. } = self.state {
             stats.rx_chain_dropped += 1;
         }
@@ -184,7 +189,7 @@ fn deliver_stats(stats: &mut RingStats, len: usize, gathered: bool) {
 /// the ring for (fewer taken: the ring ran dry, so an open chain is cut). The caller gives
 /// every descriptor of `descs` back to the fill ring afterwards, exactly once: nothing here
 /// keeps one.
-pub fn deliver<'u, D>(
+pub(crate) fn deliver<'u, D>(
     chain: &mut Chain,
     descs: &'u [D],
     asked: usize,

@@ -6,7 +6,7 @@
 /// its first lines (headers) the checksum pass still waits for the rest (measured with
 /// `mpa-bench pipeline`: whole frame ≈ 600 ns/segment, first 2 or 6 lines 645–675, none 700).
 #[inline]
-pub fn prefetch(data: &[u8]) {
+pub(crate) fn prefetch(data: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     {
         use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};

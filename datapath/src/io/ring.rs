@@ -8,7 +8,7 @@
 #![forbid(unsafe_code)]
 
 use crate::io::chain::{self, Chain};
-pub use mpa_ctl_proto::stats::RingStats;
+pub(crate) use mpa_ctl_proto::stats::RingStats;
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
@@ -60,7 +60,7 @@ pub trait FrameRing {
 pub const MEM_RING_SIZE: usize = 4096;
 
 /// Octets of a [`MemRing`] TX buffer: a jumbo frame (MTU 9000) with room to spare.
-pub use mpa_stack::flow::MEM_FRAME_CAPACITY;
+use mpa_stack::flow::MEM_FRAME_CAPACITY;
 
 /// Frames received per [`FrameRing::rx_burst`].
 const BURST: usize = 64;
@@ -355,13 +355,9 @@ impl MemWire {
     }
 
     /// Descriptors (frames, or parts of multi-buffer frames) waiting in the worker's RX ring.
-    pub fn rx_waiting(&self) -> usize {
+    #[cfg(test)]
+    fn rx_waiting(&self) -> usize {
         self.inner.lock().rx.len()
-    }
-
-    /// Frames refused because the RX ring was full.
-    pub fn rx_dropped(&self) -> u64 {
-        self.inner.lock().rx_dropped
     }
 }
 

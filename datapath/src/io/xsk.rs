@@ -7,7 +7,7 @@
 use crate::io::chain::{self, Chain, XDP_PKT_CONTD};
 use crate::io::ring::{FrameRing, RingStats};
 use std::num::NonZeroU32;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::Arc;
 use xsk_rs::config::{
     BindFlags, FrameSize, Interface, LibxdpFlags, QueueSize, SocketConfig, UmemConfig,
@@ -133,7 +133,7 @@ pub enum XskError {
 }
 
 /// Counters of one queue's socket.
-pub type XskStats = RingStats;
+type XskStats = RingStats;
 
 /// One AF_XDP socket with its UMEM.
 pub struct XskQueue {
@@ -165,11 +165,11 @@ pub struct XskQueue {
 
 /// Interrupts an idle [`XskQueue::rx_burst`] wait (from another thread).
 #[derive(Debug, Clone)]
-pub struct Waker(Arc<nix::sys::eventfd::EventFd>);
+pub(crate) struct Waker(Arc<nix::sys::eventfd::EventFd>);
 
 impl Waker {
     /// Makes the current or next idle wait return at once.
-    pub fn wake(&self) {
+    pub(crate) fn wake(&self) {
         let _ = self.0.write(1);
     }
 }
@@ -335,24 +335,14 @@ impl XskQueue {
         Ok(q)
     }
 
-    /// The socket's descriptor, for the XDP program's XSKMAP.
-    pub fn raw_fd(&self) -> RawFd {
-        self.rx.fd().as_raw_fd()
-    }
-
     /// The queue this socket serves.
-    pub fn queue(&self) -> u32 {
+    pub(crate) fn queue(&self) -> u32 {
         self.queue
-    }
-
-    /// Whether the socket is bound with XDP_USE_SG (frames above a UMEM frame arrive).
-    pub fn multi_buffer(&self) -> bool {
-        self.multi_buffer
     }
 
     /// The largest frame (octets) this socket receives: the gather limit with multi-buffer,
     /// else a UMEM frame less the XDP headroom.
-    pub fn max_rx_frame(&self) -> usize {
+    pub(crate) fn max_rx_frame(&self) -> usize {
         if self.multi_buffer {
             self.chain.max_frame()
         } else {
@@ -360,14 +350,9 @@ impl XskQueue {
         }
     }
 
-    /// The largest frame (octets) this socket sends: TX stays single-buffer, one UMEM frame.
-    pub fn max_tx_frame(&self) -> usize {
-        self.frame_data
-    }
-
     /// Receives frames of up to `octets` (at least [`chain::MAX_FRAME`]; the interface's MTU
     /// with its link header when larger), gathered from as many descriptors as that takes.
-    pub fn set_max_rx_frame(&mut self, octets: usize) {
+    pub(crate) fn set_max_rx_frame(&mut self, octets: usize) {
         let octets = octets.max(chain::MAX_FRAME);
         let descs = octets
             .div_ceil(self.frame_data.max(1))
@@ -378,7 +363,7 @@ impl XskQueue {
     }
 
     /// A handle that interrupts this queue's idle waits.
-    pub fn waker(&self) -> Waker {
+    pub(crate) fn waker(&self) -> Waker {
         Waker(self.wake.clone())
     }
 
@@ -469,7 +454,7 @@ impl XskQueue {
     /// Builds a frame in place in a free TX frame (`build` writes it and returns its length,
     /// 0 to leave the frame free) and queues it; `false` when no frame is free (the caller's
     /// retransmission logic covers the loss) or nothing was built.
-    pub fn send_with(&mut self, build: impl FnOnce(&mut [u8]) -> usize) -> bool {
+    pub(crate) fn send_with(&mut self, build: impl FnOnce(&mut [u8]) -> usize) -> bool {
         self.reclaim();
         if self.tx_free.is_empty() && !self.tx_pending.is_empty() {
             // Out of frames in a long pass (thousands of flows each sending): hand what is
@@ -504,7 +489,7 @@ impl XskQueue {
     }
 
     /// TX frames free now (after taking back those the kernel finished).
-    pub fn tx_room(&mut self) -> usize {
+    pub(crate) fn tx_room(&mut self) -> usize {
         self.reclaim();
         self.tx_free.len()
     }

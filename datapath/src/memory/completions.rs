@@ -33,7 +33,7 @@ pub struct RingSubscription {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingMark {
     /// The subscription the ring belongs to.
-    pub sub: u64,
+    pub(crate) sub: u64,
     /// The ring (the old worker's index).
     pub ring: u32,
     /// The old ring's producer index after the flow's last record there.
@@ -47,42 +47,32 @@ struct Sub {
 
 /// The subscriptions of a worker, and its completion counters.
 #[derive(Default)]
-pub struct Outbox {
+pub(crate) struct Outbox {
     subs: Vec<Sub>,
     /// Flows that arrived from another worker and whose marker is not written yet.
     moved: Vec<(u64, RingMark)>,
     /// Completions lost because a consumer's ring was full.
-    pub overflow: u64,
+    pub(crate) overflow: u64,
     /// Completions of domains nobody subscribes to.
-    pub unclaimed: u64,
+    pub(crate) unclaimed: u64,
 }
 
 impl Outbox {
     /// Starts delivering a domain's completions into `s` (replacing its earlier
     /// subscription, whose ring this worker then unmaps).
-    pub fn subscribe(&mut self, s: RingSubscription) {
+    pub(crate) fn subscribe(&mut self, s: RingSubscription) {
         self.subs.retain(|x| x.s.pd != s.pd);
         self.subs.push(Sub { s, dirty: false });
     }
 
     /// Ends subscription `id` of `pd` (its consumer is gone), if it is still the domain's.
-    pub fn unsubscribe(&mut self, pd: u32, id: u64) {
+    pub(crate) fn unsubscribe(&mut self, pd: u32, id: u64) {
         self.subs.retain(|x| (x.s.pd, x.s.id) != (pd, id));
-    }
-
-    /// Subscriptions held.
-    pub fn len(&self) -> usize {
-        self.subs.len()
-    }
-
-    /// No subscription held.
-    pub fn is_empty(&self) -> bool {
-        self.subs.is_empty()
     }
 
     /// Moves `flow`'s new completions into its domain's ring (unpublished).
     #[inline]
-    pub fn deliver(&mut self, flow: &mut Flow) {
+    pub(crate) fn deliver(&mut self, flow: &mut Flow) {
         let Some(pd) = flow.pd() else {
             return;
         };
@@ -125,7 +115,7 @@ impl Outbox {
 
     /// Publishes every ring written since the last call and wakes the consumers that sleep:
     /// once per burst.
-    pub fn publish(&mut self) {
+    pub(crate) fn publish(&mut self) {
         for x in self.subs.iter_mut().filter(|x| x.dirty) {
             x.dirty = false;
             if x.s.producer.publish() {
@@ -136,7 +126,7 @@ impl Outbox {
 
     /// Flow `flow_id` of domain `pd` leaves this worker: everything is published, and the
     /// mark says where its completions end here.
-    pub fn leave(&mut self, flow_id: u64, pd: Option<u32>) -> Option<RingMark> {
+    pub(crate) fn leave(&mut self, flow_id: u64, pd: Option<u32>) -> Option<RingMark> {
         self.publish();
         // It arrived here and never wrote its marker: its completions still end where the
         // earlier mark says (nothing of it was written here).
@@ -153,7 +143,7 @@ impl Outbox {
     }
 
     /// Flow `flow_id` arrived from another worker, its completions there ending at `mark`.
-    pub fn arrive(&mut self, flow_id: u64, mark: Option<RingMark>) {
+    pub(crate) fn arrive(&mut self, flow_id: u64, mark: Option<RingMark>) {
         if let Some(m) = mark {
             self.moved.retain(|(id, _)| *id != flow_id);
             self.moved.push((flow_id, m));
@@ -161,7 +151,7 @@ impl Outbox {
     }
 
     /// A flow ended: a marker it never wrote is not needed any more.
-    pub fn gone(&mut self, flow_id: u64) {
+    pub(crate) fn gone(&mut self, flow_id: u64) {
         if !self.moved.is_empty() {
             self.moved.retain(|(id, _)| *id != flow_id);
         }

@@ -14,14 +14,14 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 
 /// Regions one datapath holds at once.
-pub const MAX_REGIONS: usize = 4096;
+const MAX_REGIONS: usize = 4096;
 
 /// Regions one control client may hold at once: a quarter of [`MAX_REGIONS`], so that one
 /// client cannot take every region of the host.
-pub const MAX_REGIONS_PER_CLIENT: usize = MAX_REGIONS / 4;
+const MAX_REGIONS_PER_CLIENT: usize = MAX_REGIONS / 4;
 
 /// A refused registry request: the control protocol's code and the message.
-pub type Refusal = (ErrorCode, String);
+pub(crate) type Refusal = (ErrorCode, String);
 
 fn bad(message: String) -> Refusal {
     (ErrorCode::BadRequest, message)
@@ -29,7 +29,7 @@ fn bad(message: String) -> Refusal {
 
 /// Regions, waiting buffers and subscribers.
 #[derive(Debug)]
-pub struct Registry {
+pub(crate) struct Registry {
     regions: HashMap<u32, Region>,
     /// Octets of all regions together, bounded by `max_bytes`.
     bytes: u64,
@@ -50,7 +50,7 @@ pub struct Registry {
 
 impl Registry {
     /// An empty registry allowing `max_bytes` of regions in all.
-    pub fn new(max_bytes: u64) -> Self {
+    pub(crate) fn new(max_bytes: u64) -> Self {
         Registry {
             regions: HashMap::new(),
             bytes: 0,
@@ -66,7 +66,7 @@ impl Registry {
 
     /// Creates a region for control client `owner`. STags are a 24-bit index and an 8-bit random key (RFC 5040 §2.1
     /// "STag"), so that a stale or guessed STag of another region is unlikely to be valid.
-    pub fn create(
+    pub(crate) fn create(
         &mut self,
         len: u64,
         pd: u32,
@@ -127,7 +127,7 @@ impl Registry {
     }
 
     /// Refuses `client` a request naming domain `pd` when another client owns it.
-    pub fn check_domain(&self, pd: u32, client: u64) -> Result<(), Refusal> {
+    pub(crate) fn check_domain(&self, pd: u32, client: u64) -> Result<(), Refusal> {
         match self.domains.get(&pd) {
             Some(&owner) if owner != client => Err((
                 ErrorCode::Forbidden,
@@ -138,7 +138,7 @@ impl Registry {
     }
 
     /// The control client owning domain `pd`, if any.
-    pub fn domain_owner(&self, pd: u32) -> Option<u64> {
+    pub(crate) fn domain_owner(&self, pd: u32) -> Option<u64> {
         self.domains.get(&pd).copied()
     }
 
@@ -153,7 +153,7 @@ impl Registry {
     }
 
     /// Destroys region `stag` at the request of `client`, which must own its domain.
-    pub fn destroy_for(&mut self, stag: u32, client: u64) -> Result<(), Refusal> {
+    pub(crate) fn destroy_for(&mut self, stag: u32, client: u64) -> Result<(), Refusal> {
         let pd = self
             .regions
             .get(&stag)
@@ -165,7 +165,7 @@ impl Registry {
     }
 
     /// Forgets a region (memory stays mapped wherever it is mapped).
-    pub fn destroy(&mut self, stag: u32) -> Result<(), Refusal> {
+    fn destroy(&mut self, stag: u32) -> Result<(), Refusal> {
         let r = self
             .regions
             .remove(&stag)
@@ -180,7 +180,7 @@ impl Registry {
     }
 
     /// Regions, all or of one domain, by STag.
-    pub fn list(&self, pd: Option<u32>) -> Vec<RegionInfo> {
+    pub(crate) fn list(&self, pd: Option<u32>) -> Vec<RegionInfo> {
         let mut v: Vec<_> = self
             .regions
             .values()
@@ -193,7 +193,7 @@ impl Registry {
 
     /// Checks and builds `count` buffers of `len` octets from `offset` in region `stag`,
     /// for a connection of domain `pd`.
-    pub fn buffers(
+    pub(crate) fn buffers(
         &self,
         pd: u32,
         stag: u32,
@@ -235,7 +235,7 @@ impl Registry {
     }
 
     /// Adds buffers to a domain's waiting list.
-    pub fn wait(&mut self, pd: u32, bufs: Vec<PostedBuf>) -> Result<(), Refusal> {
+    pub(crate) fn wait(&mut self, pd: u32, bufs: Vec<PostedBuf>) -> Result<(), Refusal> {
         let w = self.waiting.entry(pd).or_default();
         if w.len() + bufs.len() > MAX_POSTED {
             return Err((
@@ -252,14 +252,19 @@ impl Registry {
     }
 
     /// The buffers waiting for domain `pd` (the next connection takes them all).
-    pub fn take_waiting(&mut self, pd: u32) -> Vec<PostedBuf> {
+    pub(crate) fn take_waiting(&mut self, pd: u32) -> Vec<PostedBuf> {
         self.waiting.remove(&pd).unwrap_or_default()
     }
 
     /// Makes `client` the subscriber of `pd`'s completions through subscription `sub`,
     /// unless another client owns the domain (then its subscription stays); returns the
     /// subscription it replaces (this client's earlier one), whose rings the workers drop.
-    pub fn subscribe(&mut self, pd: u32, client: u64, sub: u64) -> Result<Option<u64>, Refusal> {
+    pub(crate) fn subscribe(
+        &mut self,
+        pd: u32,
+        client: u64,
+        sub: u64,
+    ) -> Result<Option<u64>, Refusal> {
         self.check_domain(pd, client)?;
         self.domains.insert(pd, client);
         Ok(self
@@ -270,7 +275,7 @@ impl Registry {
 
     /// Ends `client`'s subscription to `pd` (refused unless it is the subscriber); the domain
     /// is released when none of its regions is left. Returns the subscription ended.
-    pub fn unsubscribe(&mut self, pd: u32, client: u64) -> Result<u64, Refusal> {
+    pub(crate) fn unsubscribe(&mut self, pd: u32, client: u64) -> Result<u64, Refusal> {
         self.check_domain(pd, client)?;
         let Some(&(_, sub)) = self.subscribers.get(&pd).filter(|(c, _)| *c == client) else {
             return Err(bad(format!("this client is not subscribed to domain {pd}")));
@@ -282,12 +287,12 @@ impl Registry {
 
     /// The subscriber of `pd` (the tests' view of the table).
     #[cfg(test)]
-    pub fn subscriber(&self, pd: u32) -> Option<u64> {
+    pub(crate) fn subscriber(&self, pd: u32) -> Option<u64> {
         self.subscribers.get(&pd).map(|&(c, _)| c)
     }
 
     /// The subscriptions `client` holds: (domain, subscription).
-    pub fn subscriptions_of(&self, client: u64) -> Vec<(u32, u64)> {
+    pub(crate) fn subscriptions_of(&self, client: u64) -> Vec<(u32, u64)> {
         let mut v: Vec<_> = self
             .subscribers
             .iter()
@@ -302,7 +307,7 @@ impl Registry {
     /// regions it created are destroyed, with the buffers waiting in them, so that nothing is
     /// placed any more into memory nobody maps and its octets leave the budget. Returns the
     /// STags destroyed (the workers must forget them too).
-    pub fn client_gone(&mut self, client: u64) -> Vec<u32> {
+    pub(crate) fn client_gone(&mut self, client: u64) -> Vec<u32> {
         self.subscribers.retain(|_, (c, _)| *c != client);
         let mut stags: Vec<u32> = self
             .owners
@@ -319,7 +324,7 @@ impl Registry {
     }
 
     /// Counters for the statistics document.
-    pub fn stats(&self) -> RegistryStats {
+    pub(crate) fn stats(&self) -> RegistryStats {
         RegistryStats {
             regions: self.regions.len(),
             region_octets: self.bytes,

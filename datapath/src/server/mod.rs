@@ -539,7 +539,7 @@ impl Server {
 }
 
 /// The budget when none is configured: a quarter of the machine's memory, at least 256 MiB.
-pub fn default_memory_budget() -> u64 {
+fn default_memory_budget() -> u64 {
     let pages = nix::unistd::sysconf(nix::unistd::SysconfVar::_PHYS_PAGES)
         .ok()
         .flatten()

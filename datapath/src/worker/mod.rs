@@ -203,13 +203,13 @@ impl<R: FrameRing> Worker<R> {
 
     /// Publishes the turns of the run loop in `beat` (one relaxed store per turn, none per
     /// packet), for the control thread's watchdog.
-    pub fn with_heartbeat(mut self, beat: Arc<AtomicU64>) -> Self {
+    pub(crate) fn with_heartbeat(mut self, beat: Arc<AtomicU64>) -> Self {
         self.heartbeat = Some(beat);
         self
     }
 
     /// Polls until told to stop.
-    pub fn run(mut self) {
+    pub(crate) fn run(mut self) {
         loop {
             self.turns += 1;
             if let Some(beat) = &self.heartbeat {

@@ -18,12 +18,12 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 /// A flow's 4-tuple as the worker keys it: (our address, the peer's).
-pub type Key = (SocketAddr, SocketAddr);
+type Key = (SocketAddr, SocketAddr);
 
 /// Stray 4-tuples tracked at once.
 pub const STRAY_FLOWS: usize = 1024;
 /// Frames held per stray 4-tuple.
-pub const STRAY_FRAMES: usize = 64;
+const STRAY_FRAMES: usize = 64;
 /// Octets of held stray frames per worker, all 4-tuples together.
 pub const STRAY_BYTES: usize = 16 << 20;
 /// How long a stray entry and its frames live after its first frame.
@@ -40,7 +40,7 @@ struct Stray {
 
 /// The strays of one worker.
 #[derive(Default)]
-pub struct Strays {
+pub(crate) struct Strays {
     map: HashMap<Key, Stray>,
     /// Keys in order of creation with their creation time; an entry whose time differs from
     /// its key's live entry (freed, then created again) is stale and skipped.
@@ -51,7 +51,7 @@ pub struct Strays {
 impl Strays {
     /// A frame of `key` arrived at `now`: holds it if there is room; `true` when the control
     /// thread should be asked for the flow.
-    pub fn on_frame(&mut self, key: Key, frame: &[u8], now: Instant) -> bool {
+    pub(crate) fn on_frame(&mut self, key: Key, frame: &[u8], now: Instant) -> bool {
         self.expire(now);
         let ask = match self.map.get_mut(&key) {
             Some(s) => {
@@ -95,7 +95,7 @@ impl Strays {
     }
 
     /// Frees entries older than [`STRAY_TTL`]: one comparison when none is due.
-    pub fn expire(&mut self, now: Instant) {
+    pub(crate) fn expire(&mut self, now: Instant) {
         while let Some(&(created, key)) = self.order.front() {
             if now.saturating_duration_since(created) < STRAY_TTL {
                 break;
@@ -112,22 +112,17 @@ impl Strays {
 
     /// Removes `key`'s entry (its flow arrived or ended here), returning the held frames in
     /// arrival order.
-    pub fn take(&mut self, key: &Key) -> Vec<Vec<u8>> {
+    pub(crate) fn take(&mut self, key: &Key) -> Vec<Vec<u8>> {
         self.drop_entry(key).unwrap_or_default()
     }
 
     /// 4-tuples held.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.map.len()
     }
 
-    /// No 4-tuple held.
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-
     /// Octets of held frames.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
 

@@ -45,10 +45,10 @@ pub enum SendOp {
 /// Outbound RDMA Read Requests outstanding at most (our ORD, RFC 5040 §6.1) when the
 /// startup negotiated none: at or below what common iWARP peers accept (and `mpa-peer
 /// listen`'s bound). A negotiated ORD is used up to this.
-pub const MAX_OUTBOUND_READS: usize = mpa_ctl_proto::DATAPATH_MAX_ORD as usize;
+pub(crate) const MAX_OUTBOUND_READS: usize = mpa_ctl_proto::DATAPATH_MAX_ORD as usize;
 
 /// Reads posted and not yet sent, per flow, at most.
-pub const MAX_WAITING_READS: usize = 4096;
+const MAX_WAITING_READS: usize = 4096;
 
 /// One RDMA Read a consumer posted, not yet sent for want of ORD.
 #[derive(Debug, Clone, Copy)]

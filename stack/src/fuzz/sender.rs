@@ -32,7 +32,7 @@ pub fn fuzz_sender(data: &[u8]) {
 }
 
 /// [`fuzz_sender`], returning how many messages completed (for the harness's own test).
-pub(crate) fn fuzz_sender_counting(data: &[u8]) -> u64 {
+fn fuzz_sender_counting(data: &[u8]) -> u64 {
     let Some((&cfg, mut rest)) = data.split_first() else {
         return 0;
     };

@@ -14,15 +14,15 @@ const HORIZON: u32 = 1 << 30;
 #[derive(Debug, Clone, Copy)]
 pub(super) struct PlacedAhead {
     /// Sequence number of its first wire octet.
-    pub start: SeqNumber,
+    pub(crate) start: SeqNumber,
     /// Its wire length (markers included).
-    pub wire_len: usize,
+    pub(crate) wire_len: usize,
     /// What it was, for its in-order completion.
-    pub plan: SegmentPlan,
+    pub(crate) plan: SegmentPlan,
     /// CRC32c of its ULPDU octets (for the flow digest, joined in order; 0 without one).
-    pub ulpdu_crc: u32,
+    pub(crate) ulpdu_crc: u32,
     /// ULPDU octets.
-    pub ulpdu_len: usize,
+    pub(crate) ulpdu_len: usize,
 }
 
 /// Where a located FPDU would go.
@@ -45,14 +45,14 @@ pub(super) struct AheadList {
 }
 
 impl AheadList {
-    pub fn new(start: SeqNumber) -> Self {
+    pub(crate) fn new(start: SeqNumber) -> Self {
         AheadList {
             entries: VecDeque::new(),
             rx_seq: start,
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
@@ -62,13 +62,13 @@ impl AheadList {
     }
 
     /// The in-order stream consumed `n` octets.
-    pub fn advance(&mut self, n: usize) {
+    pub(crate) fn advance(&mut self, n: usize) {
         self.rx_seq = self.rx_seq + n;
     }
 
     /// Offset of the first entry when it starts within the next `len` in-order octets. Entries
     /// the stream already passed are dropped first (they cannot be reached any more).
-    pub fn next_within(&mut self, len: usize) -> Option<usize> {
+    pub(crate) fn next_within(&mut self, len: usize) -> Option<usize> {
         while let Some(p) = self.entries.front() {
             if self.offset(p.start) >= HORIZON {
                 self.entries.pop_front();
@@ -82,12 +82,12 @@ impl AheadList {
             .filter(|&d| d < len)
     }
 
-    pub fn pop_front(&mut self) -> Option<PlacedAhead> {
+    pub(crate) fn pop_front(&mut self) -> Option<PlacedAhead> {
         self.entries.pop_front()
     }
 
     /// Where an FPDU of `wire_len` octets at `seq` would be inserted.
-    pub fn slot_for(&self, seq: SeqNumber, wire_len: usize) -> Slot {
+    pub(crate) fn slot_for(&self, seq: SeqNumber, wire_len: usize) -> Slot {
         let key = self.offset(seq);
         if key >= HORIZON || self.entries.len() >= MAX_PLACED_AHEAD {
             return Slot::Overlaps;
@@ -117,7 +117,7 @@ impl AheadList {
     }
 
     /// Inserts at a slot [`Self::slot_for`] returned (nothing changed in between).
-    pub fn insert(&mut self, at: usize, p: PlacedAhead) {
+    pub(crate) fn insert(&mut self, at: usize, p: PlacedAhead) {
         self.entries.insert(at, p);
     }
 }

@@ -15,8 +15,8 @@
 
 mod ahead;
 mod out_of_order;
-pub mod placement;
-pub mod regions;
+pub(crate) mod placement;
+pub(crate) mod regions;
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -32,17 +32,18 @@ use mpa::wire::ddp::{
     self, terminate_ulpdu, terminate_ulpdu_for_segment, DdpRepr, RdmapOpcode, TerminateRepr,
 };
 use mpa::MpaErrorCode;
-pub use mpa_ctl_proto::stats::RxStats;
+pub(crate) use mpa_ctl_proto::stats::RxStats;
 use mpa_ctl_proto::Completion;
-pub use placement::{
-    PlacementError, Placer, PostError, PostedBuf, ReadRequest, SegmentKind, SegmentPlan,
-    MAX_POSTED, PLAN_PREFIX,
+pub(crate) use placement::{
+    PlacementError, Placer, ReadRequest, SegmentKind, SegmentPlan, PLAN_PREFIX,
 };
-pub use regions::{MemRegions, Region, RegionTable, Regions};
+pub use placement::{PostError, PostedBuf, MAX_POSTED};
+pub(crate) use regions::{MemRegions, Regions};
+pub use regions::{Region, RegionTable};
 use std::collections::VecDeque;
 
 /// FPDUs placed out of order and not yet completed in order, per connection.
-pub const MAX_PLACED_AHEAD: usize = 4096;
+pub(crate) const MAX_PLACED_AHEAD: usize = 4096;
 
 /// Completions a receiver holds before the worker collects them; past this the in-order path
 /// stops placing (the worker collects after every burst, so this is a bound, not a limit met
@@ -53,35 +54,35 @@ const MAX_HELD_COMPLETIONS: usize = 1 << 16;
 /// negotiated none: as large as common iWARP adapters offer. A negotiated IRD
 /// ([`MpaReceiver::with_ird`]) is never above it. One beyond the IRD is RDMAP's
 /// "catastrophic error, localized to RDMAP Stream" (as siw answers an IRQ overrun).
-pub const MAX_INBOUND_READS: usize = mpa_ctl_proto::DATAPATH_MAX_IRD as usize;
+pub(crate) const MAX_INBOUND_READS: usize = mpa_ctl_proto::DATAPATH_MAX_IRD as usize;
 
 /// What was negotiated for the receive direction of one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReceiverConfig {
+pub(crate) struct ReceiverConfig {
     /// The datapath's id of the connection (carried in completions).
-    pub flow_id: u64,
+    pub(crate) flow_id: u64,
     /// Sequence number of the first octet after the startup frames (RCV.NXT at hand-over).
-    pub start: SeqNumber,
+    pub(crate) start: SeqNumber,
     /// The peer inserts markers toward us.
-    pub markers: bool,
+    pub(crate) markers: bool,
     /// FPDUs carry CRCs.
-    pub crc: bool,
+    pub(crate) crc: bool,
     /// The peer promised FPDU-aligned segments (an FPDU header at every segment start).
-    pub aligned_sender: bool,
+    pub(crate) aligned_sender: bool,
     /// DDP/RDMAP version.
-    pub ddp_rdmap_version: u8,
+    pub(crate) ddp_rdmap_version: u8,
     /// Protection domain whose regions we place into; `None`: payloads are only counted.
-    pub pd: Option<u32>,
+    pub(crate) pd: Option<u32>,
     /// Responder: the first FPDU must be an RTR of this set (RFC 6581 §9.2; empty: any FPDU).
     /// Initiator: `None`.
-    pub expect_rtr: Option<RtrSet>,
+    pub(crate) expect_rtr: Option<RtrSet>,
     /// Keep a CRC32c digest of every ULPDU octet, in order (for end-to-end checks).
-    pub digest: bool,
+    pub(crate) digest: bool,
 }
 
 /// Why the receiver ended the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum RxError {
+pub(crate) enum RxError {
     /// An MPA error (RFC 5044 §8): Terminate at layer 2.
     #[error("{0}")]
     Mpa(MpaErrorCode),
@@ -90,21 +91,13 @@ pub enum RxError {
     Placement(PlacementError),
 }
 
-impl RxError {
-    /// The MPA error code, for MPA errors.
-    pub fn mpa_code(&self) -> Option<MpaErrorCode> {
-        match self {
-            RxError::Mpa(c) => Some(*c),
-            RxError::Placement(_) => None,
-        }
-    }
-}
+impl RxError {}
 
 /// How the receive direction ended: reported once by [`MpaReceiver::poll_terminate`]. After
 /// either, nothing more is placed or completed (RFC 5040 §5.3, RFC 5041 §7: a Terminate ends
 /// data transfer).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RxEnd {
+pub(crate) enum RxEnd {
     /// We found an error: send `ulpdu` (a Terminate) as an FPDU, then close.
     Local {
         /// What was wrong.
@@ -120,7 +113,7 @@ pub enum RxEnd {
 
 /// Where in-order octets come from (for the placement counters only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InOrderSource {
+pub(crate) enum InOrderSource {
     /// The in-order part of a segment that just arrived.
     Segment,
     /// Drained from the TCP reassembly store once a hole filled.
@@ -129,7 +122,7 @@ pub enum InOrderSource {
 
 /// The MPA receive side of one connection.
 #[derive(Debug)]
-pub struct MpaReceiver {
+pub(crate) struct MpaReceiver {
     flow_id: u64,
     version: u8,
     decoder: FpduDecoder,
@@ -165,7 +158,7 @@ pub struct MpaReceiver {
 
 impl MpaReceiver {
     /// A receiver for what was negotiated.
-    pub fn new(cfg: &ReceiverConfig) -> Self {
+    pub(crate) fn new(cfg: &ReceiverConfig) -> Self {
         let locatable = cfg.markers || (cfg.aligned_sender && cfg.crc);
         MpaReceiver {
             flow_id: cfg.flow_id,
@@ -194,60 +187,61 @@ impl MpaReceiver {
 
     /// The IRD revision 2 negotiated (RFC 6581 §9.1) instead of [`MAX_INBOUND_READS`]
     /// (capped by it): a Read Request beyond it ends the stream (0/2/7).
-    pub fn with_ird(mut self, ird: u16) -> Self {
+    pub(crate) fn with_ird(mut self, ird: u16) -> Self {
         self.ird = usize::from(ird).min(MAX_INBOUND_READS);
         self
     }
 
     /// Our IRD in force.
-    pub fn ird(&self) -> usize {
+    pub(crate) fn ird(&self) -> usize {
         self.ird
     }
 
     /// Counters.
-    pub fn stats(&self) -> &RxStats {
+    pub(crate) fn stats(&self) -> &RxStats {
         &self.stats
     }
 
     /// The running digest of the ULPDU octets (when kept).
-    pub fn digest(&self) -> Option<u32> {
+    pub(crate) fn digest(&self) -> Option<u32> {
         self.digest
     }
 
     /// The protection domain placed into.
-    pub fn pd(&self) -> Option<u32> {
+    pub(crate) fn pd(&self) -> Option<u32> {
         self.placer.as_ref().map(Placer::pd)
     }
 
     /// Receive buffers posted and not yet used (`None` without a domain).
-    pub fn posted(&self) -> Option<usize> {
+    pub(crate) fn posted(&self) -> Option<usize> {
         self.placer.as_ref().map(Placer::posted)
     }
 
     /// FPDUs placed ahead of the stream, waiting for it.
-    pub fn placed_ahead_waiting(&self) -> usize {
+    pub(crate) fn placed_ahead_waiting(&self) -> usize {
         self.ahead.len()
     }
 
     /// Octets of a partial FPDU held by the decoder (a FIN now cuts an FPDU short).
-    pub fn partial_fpdu(&self) -> bool {
+    pub(crate) fn partial_fpdu(&self) -> bool {
         self.decoder.buffered() > 0
     }
 
     /// Whether the receive direction has ended (our Terminate or the peer's).
-    pub fn is_ended(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_ended(&self) -> bool {
         self.end.is_some()
     }
 
     /// Posts receive buffers for the peer's Sends (in MSN order).
-    pub fn post_recv(&mut self, bufs: &[PostedBuf]) -> Result<(), PostRecvError> {
+    pub(crate) fn post_recv(&mut self, bufs: &[PostedBuf]) -> Result<(), PostRecvError> {
         let p = self.placer.as_mut().ok_or(PostRecvError::NoDomain)?;
         p.post(bufs.iter().copied()).map_err(PostRecvError::Full)
     }
 
     /// Whether out-of-order segments should go through [`Self::handle_segment_ahead`]:
     /// locatable framing, a domain, the first FPDU (the RTR) seen, no error, room left.
-    pub fn wants_segments_ahead(&self) -> bool {
+    pub(crate) fn wants_segments_ahead(&self) -> bool {
         self.locatable
             && self.placer.is_some()
             && self.expect_first.is_none()
@@ -257,17 +251,17 @@ impl MpaReceiver {
     }
 
     /// The next completion, in stream order.
-    pub fn poll_completion(&mut self) -> Option<Completion> {
+    pub(crate) fn poll_completion(&mut self) -> Option<Completion> {
         self.completions.pop_front()
     }
 
     /// Whether completions are waiting.
-    pub fn has_completions(&self) -> bool {
+    pub(crate) fn has_completions(&self) -> bool {
         !self.completions.is_empty()
     }
 
     /// How the receive direction ended, once (then `None`).
-    pub fn poll_terminate(&mut self) -> Option<&RxEnd> {
+    pub(crate) fn poll_terminate(&mut self) -> Option<&RxEnd> {
         if self.end_reported {
             return None;
         }
@@ -277,14 +271,14 @@ impl MpaReceiver {
 
     /// The oldest valid RDMA Read Request accepted and not yet taken: the flow answers it with
     /// a Read Response (RFC 5040 §5.2.1), in the order the requests arrived (§5.5 rule 20).
-    pub fn poll_read_request(&mut self) -> Option<ReadRequest> {
+    pub(crate) fn poll_read_request(&mut self) -> Option<ReadRequest> {
         self.reads.pop_front()
     }
 
     /// We sent a Read Request for `size` octets into `sink_stag` at `sink_to`: its Read
     /// Response may be placed there (and nothing else may: [`Placer::expect_read_response`]).
     /// `false` when it cannot be tracked (no domain, or too many outstanding).
-    pub fn expect_read_response(&mut self, sink_stag: u32, sink_to: u64, size: u64) -> bool {
+    pub(crate) fn expect_read_response(&mut self, sink_stag: u32, sink_to: u64, size: u64) -> bool {
         self.placer
             .as_mut()
             .is_some_and(|p| p.expect_read_response(sink_stag, sink_to, size))
@@ -292,26 +286,26 @@ impl MpaReceiver {
 
     /// Our Read RTR went out first: its zero-length Read Response is expected before any
     /// other (see [`Placer::expect_rtr_read_response`]).
-    pub fn expect_rtr_read_response(&mut self) -> bool {
+    pub(crate) fn expect_rtr_read_response(&mut self) -> bool {
         self.placer
             .as_mut()
             .is_some_and(Placer::expect_rtr_read_response)
     }
 
     /// Read Responses that answered our Read RTR since the last call.
-    pub fn take_rtr_answered(&mut self) -> usize {
+    pub(crate) fn take_rtr_answered(&mut self) -> usize {
         self.placer.as_mut().map_or(0, Placer::take_rtr_answered)
     }
 
     /// The Read Responses of `n` accepted Read Requests were acknowledged: `n` fewer
     /// outstanding.
-    pub fn reads_served(&mut self, n: usize) {
+    pub(crate) fn reads_served(&mut self, n: usize) {
         self.reads_outstanding = self.reads_outstanding.saturating_sub(n);
     }
 
     /// A ULPDU the receiver asks to send: the zero-length Read Response that answers a
     /// zero-length Read Request RTR (RFC 6581 §9.2, RFC 5040 §5.2).
-    pub fn poll_reply(&mut self) -> Option<[u8; ddp::TAGGED_HEADER_LEN]> {
+    pub(crate) fn poll_reply(&mut self) -> Option<[u8; ddp::TAGGED_HEADER_LEN]> {
         let (stag, to) = self.read_rtr.take()?;
         let mut h = [0u8; ddp::TAGGED_HEADER_LEN];
         DdpRepr::Tagged {
@@ -326,7 +320,7 @@ impl MpaReceiver {
 
     /// The next in-order octets of the stream. FPDUs placed ahead are stepped over and only
     /// completed.
-    pub fn handle_in_order<R: Regions + ?Sized>(
+    pub(crate) fn handle_in_order<R: Regions + ?Sized>(
         &mut self,
         mut bytes: &[u8],
         source: InOrderSource,

@@ -35,7 +35,7 @@ impl MpaReceiver {
     /// the store holds; reports them in `spans` so the TCP store does not copy (or no longer
     /// counts) them. Anything doubtful is left to the in-order path, which reports errors
     /// precisely.
-    pub fn handle_segment_ahead<R: Regions + ?Sized>(
+    pub(crate) fn handle_segment_ahead<R: Regions + ?Sized>(
         &mut self,
         seq: SeqNumber,
         data: &[u8],

@@ -18,13 +18,14 @@ use mpa_ctl_proto::{Completion, CompletionKind};
 use std::collections::VecDeque;
 
 mod error;
-pub use error::{PlacementError, PostError};
+pub(crate) use error::PlacementError;
+pub use error::PostError;
 
 /// Receive buffers a connection may have posted at once.
 pub const MAX_POSTED: usize = 65_536;
 /// Octets of a ULPDU [`Placer::plan`] looks at: the longest header (untagged) plus what
 /// follows it for a Terminate or a Read Request.
-pub const PLAN_PREFIX: usize = UNTAGGED_HEADER_LEN + READ_REQUEST_HEADER_LEN;
+pub(crate) const PLAN_PREFIX: usize = UNTAGGED_HEADER_LEN + READ_REQUEST_HEADER_LEN;
 
 /// A receive buffer for one untagged message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +40,7 @@ pub struct PostedBuf {
 
 /// What a validated segment is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SegmentKind {
+pub(crate) enum SegmentKind {
     /// RDMA Write or Read Response segment: payload at (STag, TO).
     Tagged {
         /// Opcode.
@@ -73,37 +74,37 @@ pub enum SegmentKind {
 /// A valid RDMA Read Request (RFC 5040 §4.4): read `size` octets of local region `src_stag`
 /// at `src_to` and send them as a Read Response to the peer's `sink_stag` at `sink_to`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReadRequest {
+pub(crate) struct ReadRequest {
     /// Its MSN on queue 1.
-    pub msn: u32,
+    pub(crate) msn: u32,
     /// The peer's buffer.
-    pub sink_stag: u32,
+    pub(crate) sink_stag: u32,
     /// Tagged offset in it.
-    pub sink_to: u64,
+    pub(crate) sink_to: u64,
     /// RDMA Read Message Size.
-    pub size: u32,
+    pub(crate) size: u32,
     /// Our region.
-    pub src_stag: u32,
+    pub(crate) src_stag: u32,
     /// Tagged offset in it (the region offset: our regions start at TO 0).
-    pub src_to: u64,
+    pub(crate) src_to: u64,
 }
 
 /// A validated segment: what it is, its payload length, and where the payload goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SegmentPlan {
+pub(crate) struct SegmentPlan {
     /// What it is.
-    pub kind: SegmentKind,
+    pub(crate) kind: SegmentKind,
     /// Octets of the ULPDU before the payload.
-    pub header_len: usize,
+    pub(crate) header_len: usize,
     /// Payload octets.
-    pub payload_len: usize,
+    pub(crate) payload_len: usize,
     /// (STag, region offset) of the payload's first octet; `None` when nothing is placed.
-    pub target: Option<(u32, u64)>,
+    pub(crate) target: Option<(u32, u64)>,
 }
 
 /// The placement state of one connection.
 #[derive(Debug)]
-pub struct Placer {
+pub(crate) struct Placer {
     pd: u32,
     version: u8,
     /// Posted receive buffers for QN 0; `recv[0]` is for MSN `front_msn`.
@@ -125,11 +126,11 @@ pub struct Placer {
 }
 
 /// Our Read Requests awaiting their Read Response at most (above any ORD we use).
-pub const MAX_EXPECTED_READS: usize = 256;
+const MAX_EXPECTED_READS: usize = 256;
 
 impl Placer {
     /// Placement for a connection of protection domain `pd` using DDP/RDMAP `version`.
-    pub fn new(pd: u32, version: u8) -> Self {
+    pub(crate) fn new(pd: u32, version: u8) -> Self {
         Placer {
             pd,
             version,
@@ -146,7 +147,7 @@ impl Placer {
 
     /// Our zero-length Read Request RTR (RFC 6581 §9.2) went out as the stream's first
     /// FPDU: its zero-length Read Response is expected first, and answers only it.
-    pub fn expect_rtr_read_response(&mut self) -> bool {
+    pub(crate) fn expect_rtr_read_response(&mut self) -> bool {
         if !self.reads_expected.is_empty() {
             return false;
         }
@@ -158,14 +159,14 @@ impl Placer {
 
     /// Read Responses that answered our Read RTR since the last call (each frees the ORD
     /// slot the RTR took; none is a consumer's completion).
-    pub fn take_rtr_answered(&mut self) -> usize {
+    pub(crate) fn take_rtr_answered(&mut self) -> usize {
         std::mem::take(&mut self.rtr_answered)
     }
 
     /// The peer's RTR, a zero-length message on queue 0 (Send) or queue 1 (Read Request),
     /// took MSN 1 of its queue (RFC 5041 §5.1): the next message there carries MSN 2. No
     /// receive buffer is consumed; the RTR is the provider's, not the consumer's.
-    pub fn rtr_received(&mut self, qn: u32, msn: u32) -> Result<(), PlacementError> {
+    pub(crate) fn rtr_received(&mut self, qn: u32, msn: u32) -> Result<(), PlacementError> {
         let expected = if qn == queue::SEND {
             &mut self.front_msn
         } else {
@@ -183,7 +184,7 @@ impl Placer {
 
     /// We sent a Read Request for `size` octets into our `sink_stag` at `sink_to`: its Read
     /// Response may land there. `false` when [`MAX_EXPECTED_READS`] are outstanding already.
-    pub fn expect_read_response(&mut self, sink_stag: u32, sink_to: u64, size: u64) -> bool {
+    pub(crate) fn expect_read_response(&mut self, sink_stag: u32, sink_to: u64, size: u64) -> bool {
         if self.reads_expected.len() >= MAX_EXPECTED_READS {
             return false;
         }
@@ -192,22 +193,22 @@ impl Placer {
     }
 
     /// A Read Request was accepted in order: the next must carry the following MSN.
-    pub fn read_accepted(&mut self) {
+    pub(crate) fn read_accepted(&mut self) {
         self.read_msn = self.read_msn.wrapping_add(1);
     }
 
     /// The protection domain.
-    pub fn pd(&self) -> u32 {
+    pub(crate) fn pd(&self) -> u32 {
         self.pd
     }
 
     /// Posted buffers not yet used.
-    pub fn posted(&self) -> usize {
+    pub(crate) fn posted(&self) -> usize {
         self.recv.len()
     }
 
     /// Appends receive buffers (in MSN order); refused beyond [`MAX_POSTED`].
-    pub fn post(
+    pub(crate) fn post(
         &mut self,
         bufs: impl ExactSizeIterator<Item = PostedBuf>,
     ) -> Result<(), PostError> {
@@ -224,7 +225,7 @@ impl Placer {
     /// Validates a ULPDU whose first octets are `head` (at least [`PLAN_PREFIX`] when the
     /// ULPDU is that long) and whose length is `ulpdu_len`. `in_order`: the segment is the
     /// next one of the stream (untagged messages must then be the next MSN).
-    pub fn plan<R: Regions + ?Sized>(
+    pub(crate) fn plan<R: Regions + ?Sized>(
         &self,
         regions: &R,
         head: &[u8],
@@ -451,7 +452,7 @@ impl Placer {
 
     /// Copies the payload of `ulpdu` (validated by `plan`) into its region. Returns whether
     /// anything was written.
-    pub fn place<R: Regions + ?Sized>(
+    pub(crate) fn place<R: Regions + ?Sized>(
         regions: &mut R,
         plan: &SegmentPlan,
         ulpdu: &Ulpdu<'_>,
@@ -478,7 +479,7 @@ impl Placer {
     /// octets so far. Zero-length segments are not checked (RFC 5041 §5.3), nor is a segment
     /// after only zero-length ones. Call before placing an in-order segment;
     /// [`Placer::complete`] checks again.
-    pub fn continues(&self, plan: &SegmentPlan) -> Result<(), PlacementError> {
+    pub(crate) fn continues(&self, plan: &SegmentPlan) -> Result<(), PlacementError> {
         let SegmentKind::Tagged { stag, to, .. } = plan.kind else {
             return Ok(());
         };
@@ -568,7 +569,7 @@ impl Placer {
     // Inlined for the same reason as `parse_tcp_frame`: its result, read back from memory
     // right after the placement copy, waited for the region stores on a failed store forward.
     #[inline(always)]
-    pub fn complete(
+    pub(crate) fn complete(
         &mut self,
         plan: &SegmentPlan,
         flow_id: u64,

@@ -13,7 +13,7 @@ use std::sync::Arc;
 /// region's description (for the RFC 5040/5041 checks) and a bounds-checked write. The
 /// worker's [`RegionTable`] is the live implementation; [`MemRegions`] keeps regions in
 /// ordinary vectors for tests and the in-memory pipeline.
-pub trait Regions {
+pub(crate) trait Regions {
     /// The description of the region `stag` names, if it is registered.
     fn info(&self, stag: u32) -> Option<&RegionInfo>;
     /// Copies `src` to `offset` of region `stag`; `false` (nothing written) when the region
@@ -77,24 +77,26 @@ impl Regions for RegionTable {
 
 /// Regions in ordinary memory: for tests, fuzzing and the in-memory pipeline.
 #[derive(Debug, Default, Clone)]
-pub struct MemRegions {
+pub(crate) struct MemRegions {
     map: HashMap<u32, (RegionInfo, Vec<u8>)>,
 }
 
 impl MemRegions {
     /// Adds a zero-filled region described by `info` (`info.len` octets).
-    pub fn insert(&mut self, info: RegionInfo) {
+    pub(crate) fn insert(&mut self, info: RegionInfo) {
         let len = usize::try_from(info.len).unwrap_or(0);
         self.map.insert(info.stag, (info, vec![0; len]));
     }
 
     /// Removes a region.
-    pub fn remove(&mut self, stag: u32) {
+    #[cfg(test)]
+    pub(crate) fn remove(&mut self, stag: u32) {
         self.map.remove(&stag);
     }
 
     /// The octets of region `stag`.
-    pub fn bytes(&self, stag: u32) -> Option<&[u8]> {
+    #[cfg(test)]
+    pub(crate) fn bytes(&self, stag: u32) -> Option<&[u8]> {
         self.map.get(&stag).map(|(_, b)| b.as_slice())
     }
 }

@@ -33,7 +33,7 @@ mod preamble;
 #[cfg(test)]
 mod tests;
 
-pub use preamble::Preamble;
+pub(crate) use preamble::Preamble;
 
 use std::collections::VecDeque;
 
@@ -54,38 +54,38 @@ const INTERVAL: u64 = markers::MARKER_INTERVAL as u64;
 const BETWEEN: u64 = INTERVAL - MARKER_LEN as u64;
 
 /// The smallest EMSS a sender takes: one FPDU must carry a Send header and payload.
-pub const MIN_EMSS: usize = 64;
+pub(crate) const MIN_EMSS: usize = 64;
 
 /// What was negotiated for the send direction of one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SenderConfig {
+pub(crate) struct SenderConfig {
     /// The peer asked for markers (its M flag).
-    pub markers: bool,
+    pub(crate) markers: bool,
     /// RFC 5044's EMSS: the TCP's MSS less the options every segment carries
     /// ([`crate::tcp::Connection::emss`]).
-    pub emss: usize,
+    pub(crate) emss: usize,
     /// Stream position (octets since SeqStart, mod 2^32) of the source's first octet: 0
     /// when it starts with Full Operation. A multiple of 4.
-    pub position: u32,
+    pub(crate) position: u32,
     /// Protection domain the connection belongs to: regions of other domains cannot be
     /// sent from. `None`: any.
-    pub pd: Option<u32>,
+    pub(crate) pd: Option<u32>,
     /// DDP/RDMAP version (1; 0 for an RDMAC peer).
-    pub ddp_rdmap_version: u8,
+    pub(crate) ddp_rdmap_version: u8,
     /// Messages queued (posted and not yet completed) at most.
-    pub max_messages: usize,
+    pub(crate) max_messages: usize,
     /// Payload octets of the consumer's Writes and Sends queued (posted and not yet
     /// acknowledged) at most: the flow's send budget, as `SO_SNDBUF` is a socket's. Read
     /// Responses owed to the peer are not counted (the IRD bounds them).
-    pub max_queued_octets: u64,
+    pub(crate) max_queued_octets: u64,
 }
 
 /// The default send budget of a flow: the largest window a peer can offer.
-pub const DEFAULT_MAX_QUEUED_OCTETS: u64 = 1 << 30;
+const DEFAULT_MAX_QUEUED_OCTETS: u64 = 1 << 30;
 
 impl SenderConfig {
     /// Version 1, from stream position 0, any domain, 4096 messages.
-    pub fn new(emss: usize, markers: bool) -> SenderConfig {
+    pub(crate) fn new(emss: usize, markers: bool) -> SenderConfig {
         SenderConfig {
             markers,
             emss,
@@ -100,7 +100,7 @@ impl SenderConfig {
 
 /// Why a sender could not be created. A local misuse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum SenderConfigError {
+pub(crate) enum SenderConfigError {
     /// No FPDU with a header and payload fits such segments.
     #[error("EMSS {emss} below the {MIN_EMSS}-octet minimum")]
     EmssTooSmall {
@@ -180,7 +180,7 @@ pub enum PostError {
 
 /// What a message is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MessageKind {
+pub(crate) enum MessageKind {
     /// An RDMA Write (RFC 5040 §4.3) to the peer's tagged buffer.
     Write {
         /// The peer's STag.
@@ -210,33 +210,33 @@ pub enum MessageKind {
 
 /// A message whose every octet the peer acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SendCompletion {
+pub(crate) struct SendCompletion {
     /// The id [`FpduSource::post_write`] / [`FpduSource::post_send`] returned.
-    pub id: u64,
+    pub(crate) id: u64,
     /// What it was.
-    pub kind: MessageKind,
+    pub(crate) kind: MessageKind,
     /// The local region it was read from.
-    pub src_stag: u32,
+    pub(crate) src_stag: u32,
     /// Offset in that region.
-    pub src_offset: u64,
+    pub(crate) src_offset: u64,
     /// Payload octets.
-    pub len: u64,
+    pub(crate) len: u64,
 }
 
 /// Counters of one sender.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SenderStats {
+pub(crate) struct SenderStats {
     /// Messages posted.
-    pub posted: u64,
+    pub(crate) posted: u64,
     /// Messages completed.
-    pub completed: u64,
+    pub(crate) completed: u64,
     /// FPDUs written into segments (retransmissions included).
-    pub fpdus_filled: u64,
+    pub(crate) fpdus_filled: u64,
     /// FPDUs written only in part (a segment boundary inside them: see
     /// `TcpStats::unaligned_segments`).
-    pub partial_fills: u64,
+    pub(crate) partial_fills: u64,
     /// Payload octets read from regions (retransmissions included).
-    pub octets_read: u64,
+    pub(crate) octets_read: u64,
 }
 
 /// One posted message, its place in the stream fixed.
@@ -285,7 +285,7 @@ impl Msg {
 /// documentation. `R` holds the regions it reads (e.g. [`crate::receiver::MemRegions`], or
 /// a flow's own [`crate::receiver::RegionTable`] of `Arc`'d memory).
 #[derive(Debug)]
-pub struct FpduSource<R: Regions> {
+pub(crate) struct FpduSource<R: Regions> {
     cfg: SenderConfig,
     regions: R,
     /// Largest ULPDU per FPDU.
@@ -320,7 +320,7 @@ pub struct FpduSource<R: Regions> {
 
 impl<R: Regions> FpduSource<R> {
     /// An empty sender reading from `regions`.
-    pub fn new(cfg: SenderConfig, regions: R) -> Result<FpduSource<R>, SenderConfigError> {
+    pub(crate) fn new(cfg: SenderConfig, regions: R) -> Result<FpduSource<R>, SenderConfigError> {
         if cfg.emss < MIN_EMSS {
             return Err(SenderConfigError::EmssTooSmall { emss: cfg.emss });
         }
@@ -360,34 +360,30 @@ impl<R: Regions> FpduSource<R> {
         })
     }
 
-    /// The regions it reads.
-    pub fn regions(&self) -> &R {
-        &self.regions
-    }
-
     /// The regions it reads, to add or remove some. Removing one a queued message reads
     /// fails the connection when its octets are next needed.
-    pub fn regions_mut(&mut self) -> &mut R {
+    pub(crate) fn regions_mut(&mut self) -> &mut R {
         &mut self.regions
     }
 
     /// Counters.
-    pub fn stats(&self) -> &SenderStats {
+    pub(crate) fn stats(&self) -> &SenderStats {
         &self.stats
     }
 
     /// The largest ULPDU of one FPDU.
-    pub fn mulpdu(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn mulpdu(&self) -> usize {
         self.mulpdu
     }
 
     /// Messages posted and not yet completed.
-    pub fn queued_messages(&self) -> usize {
+    pub(crate) fn queued_messages(&self) -> usize {
         self.msgs.len()
     }
 
     /// Whether `len` more consumer octets fit the send budget.
-    pub fn check_budget(&self, len: u64) -> Result<(), PostError> {
+    pub(crate) fn check_budget(&self, len: u64) -> Result<(), PostError> {
         let budget = self.cfg.max_queued_octets;
         if self.consumer_octets.saturating_add(len) > budget {
             return Err(PostError::SendBudget {
@@ -399,28 +395,24 @@ impl<R: Regions> FpduSource<R> {
         Ok(())
     }
 
-    /// Payload octets of the consumer's Writes and Sends queued.
-    pub fn queued_octets(&self) -> u64 {
-        self.consumer_octets
-    }
-
     /// The MSN the next Send gets.
-    pub fn next_msn(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn next_msn(&self) -> u32 {
         self.next_msn
     }
 
     /// The most messages queued at once.
-    pub fn max_messages(&self) -> usize {
+    pub(crate) fn max_messages(&self) -> usize {
         self.cfg.max_messages
     }
 
     /// Whether completions wait for [`FpduSource::poll_completion`].
-    pub fn has_completions(&self) -> bool {
+    pub(crate) fn has_completions(&self) -> bool {
         !self.completions.is_empty()
     }
 
     /// The next completion, oldest first.
-    pub fn poll_completion(&mut self) -> Option<SendCompletion> {
+    pub(crate) fn poll_completion(&mut self) -> Option<SendCompletion> {
         self.completions.pop_front()
     }
 
@@ -600,12 +592,12 @@ impl<R: Regions> FpduSource<R> {
 
     /// CRC32c over every ULPDU sent so far (DDP headers and payloads, in stream order), when
     /// kept ([`FpduSource::keep_digest`]): what a receiver's ULPDU digest of this stream is.
-    pub fn digest(&self) -> Option<u32> {
+    pub(crate) fn digest(&self) -> Option<u32> {
         self.digest
     }
 
     /// Keep [`FpduSource::digest`] from now on (call before anything is sent).
-    pub fn keep_digest(&mut self) {
+    pub(crate) fn keep_digest(&mut self) {
         self.digest = Some(0);
     }
 }

@@ -8,7 +8,7 @@ use mpa::startup::RtrType;
 impl<R: Regions> FpduSource<R> {
     /// Queues an RDMA Write of `len` octets at `src_offset` of local region `src_stag` to
     /// the peer's `sink_stag` at tagged offset `sink_to`; returns its id.
-    pub fn post_write(
+    pub(crate) fn post_write(
         &mut self,
         src_stag: u32,
         src_offset: u64,
@@ -26,7 +26,7 @@ impl<R: Regions> FpduSource<R> {
     /// Queues the Read Response to a Read Request of the peer: `len` octets at `src_offset`
     /// of `src_stag` to the peer's `sink_stag` at `sink_to`; returns its id. Not bounded by
     /// the consumer's queue (the receiver's IRD bounds these).
-    pub fn post_read_response(
+    pub(crate) fn post_read_response(
         &mut self,
         src_stag: u32,
         src_offset: u64,
@@ -46,7 +46,7 @@ impl<R: Regions> FpduSource<R> {
     /// `size` octets of the peer's `src_stag` at `src_to`, to land in our `sink_stag` at
     /// `sink_to`; returns its id and MSN. The caller bounds how many are outstanding (the
     /// peer's IRD).
-    pub fn post_read_request(
+    pub(crate) fn post_read_request(
         &mut self,
         sink_stag: u32,
         sink_to: u64,
@@ -78,7 +78,7 @@ impl<R: Regions> FpduSource<R> {
 
     /// Queues a Send (QN 0, the next MSN) of `len` octets at `src_offset` of local region
     /// `src_stag`; returns its id and MSN.
-    pub fn post_send(
+    pub(crate) fn post_send(
         &mut self,
         src_stag: u32,
         src_offset: u64,
@@ -99,7 +99,7 @@ impl<R: Regions> FpduSource<R> {
     /// Queues the RTR indication `rtr` (RFC 6581 §9.2), the stream's first FPDU. A zero-length
     /// Send or Read Request is an untagged message: it takes the next MSN of its queue
     /// (RFC 5041 §5.1), so the consumer's first Send or Read carries the one after.
-    pub fn post_rtr(&mut self, rtr: RtrType) -> Result<u64, PostError> {
+    pub(crate) fn post_rtr(&mut self, rtr: RtrType) -> Result<u64, PostError> {
         let ulpdu = rtr_ulpdu(rtr, self.cfg.ddp_rdmap_version);
         let id = self.post_ulpdu(&ulpdu)?;
         match rtr {
@@ -116,7 +116,7 @@ impl<R: Regions> FpduSource<R> {
     /// as one FPDU after everything queued; returns its id. It must fit one FPDU
     /// ([`FpduSource::mulpdu`]); the queue bound does not apply (a Terminate must go out
     /// whatever the consumer posted).
-    pub fn post_ulpdu(&mut self, ulpdu: &[u8]) -> Result<u64, PostError> {
+    pub(crate) fn post_ulpdu(&mut self, ulpdu: &[u8]) -> Result<u64, PostError> {
         if ulpdu.len() > self.mulpdu {
             return Err(PostError::TooLong {
                 len: ulpdu.len() as u64,

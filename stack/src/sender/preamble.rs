@@ -9,7 +9,7 @@ use crate::tcp::{SendSource, SourceError};
 /// `inner` preceded by a few raw octets. The preamble is cut off from the stream: no
 /// segment carries both, so the first FPDU starts a segment of its own (RFC 5044 §5.1).
 #[derive(Debug)]
-pub struct Preamble<S> {
+pub(crate) struct Preamble<S> {
     /// The preamble's octets not yet acknowledged.
     head: Vec<u8>,
     inner: S,
@@ -17,17 +17,17 @@ pub struct Preamble<S> {
 
 impl<S: SendSource> Preamble<S> {
     /// `head` (may be empty), then what `inner` holds.
-    pub fn new(head: Vec<u8>, inner: S) -> Preamble<S> {
+    pub(crate) fn new(head: Vec<u8>, inner: S) -> Preamble<S> {
         Preamble { head, inner }
     }
 
     /// The source after the preamble.
-    pub fn inner(&self) -> &S {
+    pub(crate) fn inner(&self) -> &S {
         &self.inner
     }
 
     /// The source after the preamble, to queue into.
-    pub fn inner_mut(&mut self) -> &mut S {
+    pub(crate) fn inner_mut(&mut self) -> &mut S {
         &mut self.inner
     }
 }

@@ -29,12 +29,12 @@ pub enum CongestionControl {
 }
 
 /// RFC 9438 §4.1: C, in segments per second cubed.
-pub(crate) const CUBIC_C: f64 = 0.4;
+const CUBIC_C: f64 = 0.4;
 /// RFC 9438 §4.1: β_cubic, the multiplicative decrease factor.
-pub(crate) const CUBIC_BETA: f64 = 0.7;
+const CUBIC_BETA: f64 = 0.7;
 /// RFC 9438 §4.3: α_cubic = 3(1 − β) / (1 + β), so that the Reno-friendly estimate grows as
 /// fast on average as Reno with β = 0.5.
-pub(crate) const CUBIC_ALPHA: f64 = 3.0 * (1.0 - CUBIC_BETA) / (1.0 + CUBIC_BETA);
+const CUBIC_ALPHA: f64 = 3.0 * (1.0 - CUBIC_BETA) / (1.0 + CUBIC_BETA);
 
 /// RFC 3465 L: slow start grows by at most this many segments per ACK, so that a stretch
 /// ACK (the datapath's own receiver ACKs once per RX burst) cannot make the window jump.
@@ -42,13 +42,13 @@ const ABC_LIMIT_SEGMENTS: usize = 2;
 
 /// RFC 9438 §4.2, Figure 2: K, the time in seconds the window function takes to climb from
 /// `cwnd_epoch` back to `w_max` (both in segments); 0 when it starts at or above `w_max`.
-pub(crate) fn cubic_k(w_max: f64, cwnd_epoch: f64) -> f64 {
+fn cubic_k(w_max: f64, cwnd_epoch: f64) -> f64 {
     ((w_max - cwnd_epoch).max(0.0) / CUBIC_C).cbrt()
 }
 
 /// RFC 9438 §4.2, Figure 1: W_cubic(t) = C (t − K)³ + W_max, in segments, `t` in seconds
 /// since the epoch began.
-pub(crate) fn w_cubic(t: f64, k: f64, w_max: f64) -> f64 {
+fn w_cubic(t: f64, k: f64, w_max: f64) -> f64 {
     let d = t - k;
     CUBIC_C * d * d * d + w_max
 }
@@ -196,6 +196,7 @@ impl Controller {
     }
 
     /// The slow-start threshold in octets.
+    #[cfg(test)]
     pub(crate) fn ssthresh(&self) -> usize {
         self.ssthresh
     }

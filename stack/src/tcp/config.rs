@@ -7,7 +7,7 @@ use mpa::seq::SeqNumber;
 use super::cc::CongestionControl;
 
 /// The largest window scale shift (RFC 7323 §2.3).
-pub const MAX_WINDOW_SCALE: u8 = 14;
+pub(crate) const MAX_WINDOW_SCALE: u8 = 14;
 
 /// The state of a kernel socket frozen with TCP_REPAIR (docs/environment.md, "TCP_REPAIR hand-over").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,10 +93,9 @@ pub struct TcpConfig {
     pub ack_every_segments: u32,
     /// Delayed-ACK timer when neither of the above nor an end of burst sends one.
     pub ack_delay: Duration,
-    /// When true, delivered octets keep occupying the window until [`release`] is called;
-    /// when false (default) delivery frees them at once.
-    ///
-    /// [`release`]: crate::tcp::Connection::release
+    /// When true, delivered octets keep occupying the window until `Connection::release`
+    /// gives them back (only the tests' builds have it); when false (default) delivery frees
+    /// them at once.
     pub manual_release: bool,
     /// Send buffer in octets (data queued and not yet acknowledged).
     pub snd_buf: usize,
@@ -105,11 +104,10 @@ pub struct TcpConfig {
     /// The congestion controller (default CUBIC, RFC 9438).
     pub congestion_control: CongestionControl,
     /// Pace data segments at gain × cwnd / SRTT (2 in slow start, 1.2 after) instead of
-    /// sending each window as one burst: `poll_transmit` holds data back until
-    /// [`Connection::next_send_at`], so a burst cannot overflow a shallow queue on the path.
-    /// Off while no RTT sample exists, or SRTT rounds to zero (timestamps count in ms).
-    ///
-    /// [`Connection::next_send_at`]: crate::tcp::Connection::next_send_at
+    /// sending each window as one burst: `poll_transmit` holds data back until the next
+    /// segment's time (a deadline `poll_timeout` reports), so a burst cannot
+    /// overflow a shallow queue on the path. Off while no RTT sample exists, or SRTT rounds
+    /// to zero (timestamps count in ms).
     pub pacing: bool,
     /// RTO before any RTT sample (RFC 6298 §2.1 says 1 s).
     pub rto_initial: Duration,

@@ -75,7 +75,7 @@ const MAX_BUF: usize = 1 << 30;
 
 /// Connection states with RFC 9293's names; only the synchronized ones exist here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
+pub(crate) enum State {
     /// Data flows both ways.
     Established,
     /// The peer's FIN was delivered; we may still send.
@@ -96,7 +96,7 @@ pub enum State {
 
 /// Something the owner of the connection must hear about.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
+pub(crate) enum Event {
     /// The peer reset the connection (RST at RCV.NXT). The connection is closed.
     Reset,
     /// The peer's FIN arrived in order, after every octet it sent: end of stream.
@@ -119,30 +119,26 @@ pub struct SegmentOutcome {
     /// [`Connection::drain_reassembled`] after consuming `in_order`.
     pub reassembled: usize,
     /// Why the segment, or its payload, was not accepted.
-    pub dropped: Option<DropReason>,
+    pub(crate) dropped: Option<DropReason>,
 }
 
 /// A segment [`Connection::poll_transmit`] wrote into the caller's buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {
     /// The header's meaning.
-    pub repr: TcpRepr,
+    pub(crate) repr: TcpRepr,
     /// Octets of the header at the start of the buffer (options included).
-    pub header_len: usize,
+    pub(crate) header_len: usize,
     /// Payload octets right after it.
-    pub payload_len: usize,
+    pub(crate) payload_len: usize,
 }
 
 impl Transmit {
     /// Octets of the whole TCP segment: `buf[..len()]`. Fill its checksum before sending
     /// ([`TcpPacket::fill_checksum_v4`] / `_v6`); it is written as zero.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.header_len + self.payload_len
-    }
-
-    /// Whether the segment has neither header nor payload (never true).
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -175,7 +171,7 @@ pub(crate) const PRESSURE_WINDOW: usize = 64 << 10;
 
 /// A TCP connection in a synchronized state, handed over from the kernel. See the module
 /// documentation for the caller's loop. What it sends comes from `S`: a byte ring
-/// ([`SendBuffer`], filled by [`Connection::send`]) unless built with
+/// ([`SendBuffer`], filled by `Connection::send` in the tests) unless built with
 /// [`Connection::with_source`].
 #[derive(Debug)]
 pub struct Connection<S: SendSource = SendBuffer> {
@@ -319,11 +315,13 @@ impl Connection<SendBuffer> {
     }
 
     /// Octets queued to send and not yet acknowledged.
-    pub fn send_queued(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn send_queued(&self) -> usize {
         self.src.len()
     }
     /// Room in the send buffer.
-    pub fn send_capacity(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn send_capacity(&self) -> usize {
         if self.can_send() {
             self.src.free()
         } else {
@@ -336,7 +334,7 @@ impl<S: SendSource> Connection<S> {
     /// As [`Connection::new`], sending what `src` holds (e.g. an FPDU source reading
     /// registered memory). `cfg.snd_buf` still sizes the SACK scoreboard: set it to the
     /// most the source will have in flight.
-    pub fn with_source(
+    pub(crate) fn with_source(
         h: &HandoverState,
         cfg: &TcpConfig,
         now: Instant,
@@ -497,7 +495,7 @@ impl<S: SendSource> Connection<S> {
     // ------------------------------------------------------------------ accessors
 
     /// The state.
-    pub fn state(&self) -> State {
+    pub(crate) fn state(&self) -> State {
         self.state
     }
     /// Counters.
@@ -505,23 +503,24 @@ impl<S: SendSource> Connection<S> {
         &self.stats
     }
     /// The error the connection failed with, if it did (sticky).
-    pub fn error(&self) -> Option<&TcpError> {
+    #[cfg(test)]
+    pub(crate) fn error(&self) -> Option<&TcpError> {
         self.error.as_ref()
     }
     /// RCV.NXT: every octet before it was delivered.
-    pub fn rcv_nxt(&self) -> SeqNumber {
+    pub(crate) fn rcv_nxt(&self) -> SeqNumber {
         self.rcv_nxt
     }
     /// SND.UNA.
-    pub fn snd_una(&self) -> SeqNumber {
+    pub(crate) fn snd_una(&self) -> SeqNumber {
         self.snd_una
     }
     /// SND.NXT.
-    pub fn snd_nxt(&self) -> SeqNumber {
+    pub(crate) fn snd_nxt(&self) -> SeqNumber {
         self.snd_nxt
     }
     /// The receive window the peer was last told: right edge minus RCV.NXT.
-    pub fn rcv_wnd(&self) -> u32 {
+    pub(crate) fn rcv_wnd(&self) -> u32 {
         if self.adv_edge > self.rcv_nxt {
             self.adv_edge.distance_from(self.rcv_nxt)
         } else {
@@ -529,36 +528,36 @@ impl<S: SendSource> Connection<S> {
         }
     }
     /// The peer's window in octets.
-    pub fn snd_wnd(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn snd_wnd(&self) -> u32 {
         self.snd_wnd
     }
     /// Octets held out of order (copied into the store; placed ones excluded).
-    pub fn reassembly_stored(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn reassembly_stored(&self) -> usize {
         self.store.stored()
     }
     /// Disjoint out-of-order ranges held, and the most the table takes.
-    pub fn reassembly_ranges(&self) -> (usize, usize) {
+    #[cfg(test)]
+    pub(crate) fn reassembly_ranges(&self) -> (usize, usize) {
         (self.store.range_count(), self.store.max_ranges())
     }
-    /// Octets that [`Connection::drain_reassembled`] would deliver now.
-    pub fn reassembled_len(&self) -> usize {
-        self.store.readable(self.rcv_nxt)
-    }
     /// Octets the source holds from SND.UNA on (sent or not).
-    pub fn source_queued(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn source_queued(&self) -> usize {
         self.src.queued()
     }
     /// The send source.
-    pub fn source(&self) -> &S {
+    pub(crate) fn source(&self) -> &S {
         &self.src
     }
     /// The send source, to queue more (queue only at its end: what was sent stays as it was).
-    pub fn source_mut(&mut self) -> &mut S {
+    pub(crate) fn source_mut(&mut self) -> &mut S {
         &mut self.src
     }
     /// RFC 5044's EMSS: the MSS less the options every segment carries (timestamps). An
     /// aligned source sizes its FPDUs to it.
-    pub fn emss(&self) -> usize {
+    pub(crate) fn emss(&self) -> usize {
         let ts = if self.ts.is_some() {
             TIMESTAMPS_OPTION_LEN
         } else {
@@ -567,32 +566,30 @@ impl<S: SendSource> Connection<S> {
         self.snd_mss.saturating_sub(ts).max(1)
     }
     /// Whether more may be queued: the connection is open and our FIN not yet queued.
-    pub fn can_queue(&self) -> bool {
+    pub(crate) fn can_queue(&self) -> bool {
         self.can_send()
     }
     /// The congestion window in octets.
-    pub fn cwnd(&self) -> usize {
+    pub(crate) fn cwnd(&self) -> usize {
         self.cc.cwnd()
     }
-    /// The slow-start threshold in octets (`usize::MAX` before the first congestion event).
-    pub fn ssthresh(&self) -> usize {
-        self.cc.ssthresh()
-    }
     /// Whether a fast-recovery episode (RFC 6675) is in progress.
-    pub fn in_recovery(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn in_recovery(&self) -> bool {
         self.recovery.is_some()
     }
     /// The smoothed RTT, once sampled.
-    pub fn srtt(&self) -> Option<Duration> {
+    pub(crate) fn srtt(&self) -> Option<Duration> {
         self.rtt.srtt()
     }
     /// The retransmission timeout now in force (backoff included).
-    pub fn rto(&self) -> Duration {
+    #[cfg(test)]
+    pub(crate) fn rto(&self) -> Duration {
         self.rtt.rto()
     }
     /// Our timestamp clock at `now`: the kernel's TSval at the freeze plus the milliseconds
     /// since (wrapping), or `None` without timestamps.
-    pub fn tsval(&self, now: Instant) -> Option<u32> {
+    pub(crate) fn tsval(&self, now: Instant) -> Option<u32> {
         self.ts.map(|t| {
             let ms = now.saturating_duration_since(t.freeze_instant).as_millis();
             // Modulo 2^32 is the point: the clock wraps.
@@ -600,7 +597,8 @@ impl<S: SendSource> Connection<S> {
         })
     }
     /// The TSecr we send: TS.Recent, or 0 while it is unknown.
-    pub fn ts_recent(&self) -> Option<u32> {
+    #[cfg(test)]
+    pub(crate) fn ts_recent(&self) -> Option<u32> {
         self.ts_recent_valid.then_some(self.ts_recent)
     }
 
@@ -635,7 +633,7 @@ impl<S: SendSource> Connection<S> {
 
     /// Charges the octets the reassembly store copies to `budget` from now on (segments
     /// that do not fit it are dropped, counted as `reassembly_full`).
-    pub fn set_budget(&mut self, budget: std::sync::Arc<crate::budget::MemoryBudget>) {
+    pub(crate) fn set_budget(&mut self, budget: std::sync::Arc<crate::budget::MemoryBudget>) {
         if let Some(old) = self.budget.take() {
             old.release(self.budget_held);
         }
@@ -680,7 +678,7 @@ impl<S: SendSource> Connection<S> {
     }
 
     /// The next event, oldest first.
-    pub fn poll_event(&mut self) -> Option<Event> {
+    pub(crate) fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
 }

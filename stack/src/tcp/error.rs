@@ -1,6 +1,6 @@
 //! Why a connection failed, or could not be created.
 
-use mpa::{Fault, MpaErrorCode};
+use mpa::MpaErrorCode;
 
 /// A connection's error. Sticky: once failed, a connection stays failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -49,20 +49,7 @@ pub enum TcpError {
     InvalidHandover(&'static str),
 }
 
-impl TcpError {
-    /// Who is at fault.
-    pub fn fault(&self) -> Fault {
-        match self {
-            TcpError::Reset
-            | TcpError::RetransmissionLimit { .. }
-            | TcpError::KeepaliveTimeout { .. }
-            | TcpError::SendStalled { .. }
-            | TcpError::FinWait2Timeout { .. }
-            | TcpError::PersistLimit { .. } => Fault::Transport,
-            TcpError::InvalidHandover(_) | TcpError::Source(_) => Fault::LocalMisuse,
-        }
-    }
-}
+impl TcpError {}
 
 impl From<&TcpError> for MpaErrorCode {
     /// Every TCP failure is MPA error 1: "TCP connection closed, terminated or lost".

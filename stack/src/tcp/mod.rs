@@ -13,15 +13,15 @@
 //!   segment, frozen with the SACK blocks of its moment and queued (RFC 5681 §4.2);
 //!   timestamps that continue the kernel's clock;
 //! * window: what the buffers can really take, scaled, never retracted;
-//! * send: a bulk sender from a [`SendSource`] (the byte ring behind [`Connection::send`], or
+//! * send: a bulk sender from a [`SendSource`] (the byte ring the tests fill, or
 //!   an FPDU source whose segments, retransmissions included, carry whole FPDUs only): congestion control in [`cc`] (CUBIC,
 //!   RFC 9438, by default, or NewReno; HyStart++, RFC 9406, in slow start), SACK loss
 //!   recovery per RFC 6675 (pipe, NextSeg, IsLost with DupThresh, one window reduction per
 //!   episode; RFC 6582 partial ACKs without SACK; a lost retransmission at SND.UNA found
 //!   from later SACKs), RFC 6298 RTO with backoff and the window collapse, RFC 5827 early
 //!   retransmit and RFC 3042 limited transmit, the peer's window, pacing at gain × cwnd /
-//!   SRTT ([`Connection::next_send_at`]), zero-window probes, FIN in both directions with
-//!   every closing state.
+//!   SRTT (a deadline `poll_timeout` reports), zero-window probes, FIN in both directions
+//!   with every closing state.
 //!
 //! What it does not: the handshake (the kernel did it), urgent data, ECN, RACK-TLP
 //! (RFC 8985: reordering deeper than DupThresh costs a spurious retransmission and a
@@ -34,16 +34,16 @@
 //! (`pair.rs` one sender over a lossy link, `bulk.rs` senders through a shared bottleneck).
 #![forbid(unsafe_code)]
 
-pub mod cc;
-pub mod config;
+pub(crate) mod cc;
+pub(crate) mod config;
 mod connection;
-pub mod error;
+pub(crate) mod error;
 mod reassembly;
 mod rtt;
 mod scoreboard;
 mod send_buf;
 mod source;
-pub mod stats;
+pub(crate) mod stats;
 mod timer;
 
 #[cfg(test)]
@@ -51,11 +51,18 @@ pub(crate) mod tests;
 
 pub use cc::CongestionControl;
 pub use config::{HandoverState, TcpConfig, TsHandover};
-pub use connection::{Connection, Event, SegmentOutcome, State, Transmit};
-pub use error::TcpError;
-pub use send_buf::SendBuffer;
-pub use source::{SendSource, SourceError, MAX_VISIBLE};
-pub use stats::{DropCounters, DropReason, TcpStats};
+pub use connection::Connection;
+pub use source::{SendSource, SourceError};
+
+pub(crate) use connection::{Event, SegmentOutcome};
+pub(crate) use error::TcpError;
+pub(crate) use source::MAX_VISIBLE;
+#[cfg(test)]
+pub(crate) use {
+    connection::State,
+    send_buf::SendBuffer,
+    stats::{DropReason, TcpStats},
+};
 
 /// Parts of an out-of-order segment the caller consumed itself (offsets into the octets it
 /// was shown, sorted, disjoint); see [`Connection::handle_segment_placing`]. Bounded: past
@@ -66,7 +73,7 @@ pub use stats::{DropCounters, DropReason, TcpStats};
 /// segments can be placed once the last piece is in; the caller names the stored octets it
 /// consumed that way ([`PlacedSpans::push_stored`]) and the store stops counting them.
 #[derive(Clone)]
-pub struct PlacedSpans<'s> {
+pub(crate) struct PlacedSpans<'s> {
     spans: [std::ops::Range<usize>; PlacedSpans::CAPACITY],
     len: usize,
     store: Option<(&'s reassembly::Reassembly, mpa::seq::SeqNumber)>,
@@ -98,10 +105,10 @@ impl Default for PlacedSpans<'_> {
 
 impl<'s> PlacedSpans<'s> {
     /// Spans one segment can report.
-    pub const CAPACITY: usize = 64;
+    const CAPACITY: usize = 64;
     /// Stored ranges one segment can report consumed (the FPDU reaching into the segment's
     /// start and the one reaching out of its end, each with a piece on one side).
-    pub const STORED_CAPACITY: usize = 4;
+    const STORED_CAPACITY: usize = 4;
 
     /// Spans that can see the store's copied octets above `rcv_nxt`.
     pub(crate) fn with_store(
@@ -115,12 +122,12 @@ impl<'s> PlacedSpans<'s> {
     }
 
     /// Whether another span fits.
-    pub fn has_room(&self) -> bool {
+    pub(crate) fn has_room(&self) -> bool {
         self.len < Self::CAPACITY
     }
 
     /// Adds a span after the previous ones; `false` (ignored) when full or out of order.
-    pub fn push(&mut self, r: std::ops::Range<usize>) -> bool {
+    pub(crate) fn push(&mut self, r: std::ops::Range<usize>) -> bool {
         let after = self.len == 0 || self.spans[self.len - 1].end <= r.start;
         if !self.has_room() || !after || r.is_empty() {
             return false;
@@ -131,14 +138,14 @@ impl<'s> PlacedSpans<'s> {
     }
 
     /// The spans.
-    pub fn as_slice(&self) -> &[std::ops::Range<usize>] {
+    pub(crate) fn as_slice(&self) -> &[std::ops::Range<usize>] {
         &self.spans[..self.len]
     }
 
     /// The octets `[s, e)` of the stream as the store holds them (one or two slices: its
     /// ring may wrap), when it holds every one, copied and not consumed by the caller;
     /// `None` otherwise or without a store.
-    pub fn stored(
+    pub(crate) fn stored(
         &self,
         s: mpa::seq::SeqNumber,
         e: mpa::seq::SeqNumber,
@@ -149,7 +156,7 @@ impl<'s> PlacedSpans<'s> {
 
     /// The caller consumed the stored octets `[s, e)` (as [`PlacedSpans::stored`] showed
     /// them); `false` (ignored) when they are not stored or the list is full.
-    pub fn push_stored(&mut self, s: mpa::seq::SeqNumber, e: mpa::seq::SeqNumber) -> bool {
+    pub(crate) fn push_stored(&mut self, s: mpa::seq::SeqNumber, e: mpa::seq::SeqNumber) -> bool {
         if self.stored_len >= Self::STORED_CAPACITY || self.stored(s, e).is_none() {
             return false;
         }
@@ -159,7 +166,7 @@ impl<'s> PlacedSpans<'s> {
     }
 
     /// The stored ranges the caller consumed.
-    pub fn stored_spans(&self) -> &[(mpa::seq::SeqNumber, mpa::seq::SeqNumber)] {
+    pub(crate) fn stored_spans(&self) -> &[(mpa::seq::SeqNumber, mpa::seq::SeqNumber)] {
         &self.stored[..self.stored_len]
     }
 

@@ -295,6 +295,7 @@ impl Reassembly {
     }
 
     /// The most ranges held at once.
+    #[cfg(test)]
     pub(crate) fn max_ranges(&self) -> usize {
         self.max_ranges
     }

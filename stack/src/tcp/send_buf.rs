@@ -20,7 +20,7 @@ impl std::fmt::Debug for SendBuffer {
 
 impl SendBuffer {
     /// An empty ring of `capacity` octets (at least one).
-    pub fn new(capacity: usize) -> SendBuffer {
+    pub(crate) fn new(capacity: usize) -> SendBuffer {
         SendBuffer {
             ring: vec![0u8; capacity.max(1)].into_boxed_slice(),
             head: 0,
@@ -29,22 +29,19 @@ impl SendBuffer {
     }
 
     /// Octets queued (sent or not) and not yet acknowledged.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    /// Whether nothing is queued.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Room for more octets.
-    pub fn free(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn free(&self) -> usize {
         self.ring.len() - self.len
     }
 
     /// Queues as much of `data` as fits; returns how much.
-    pub fn push(&mut self, data: &[u8]) -> usize {
+    #[cfg(test)]
+    pub(crate) fn push(&mut self, data: &[u8]) -> usize {
         let n = data.len().min(self.free());
         let cap = self.ring.len();
         let tail = (self.head + self.len) % cap;
@@ -57,7 +54,7 @@ impl SendBuffer {
 
     /// Copies `out.len()` octets starting `off` octets after SND.UNA. The caller keeps
     /// `off + out.len() <= len()`; octets past the end are left untouched.
-    pub fn copy_out(&self, off: usize, out: &mut [u8]) {
+    pub(crate) fn copy_out(&self, off: usize, out: &mut [u8]) {
         let n = out.len().min(self.len.saturating_sub(off));
         let cap = self.ring.len();
         let pos = (self.head + off) % cap;
@@ -67,7 +64,7 @@ impl SendBuffer {
     }
 
     /// Frees `n` acknowledged octets from the front.
-    pub fn consume(&mut self, n: usize) {
+    pub(crate) fn consume(&mut self, n: usize) {
         let n = n.min(self.len);
         self.head = (self.head + n) % self.ring.len();
         self.len -= n;

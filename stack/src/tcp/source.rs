@@ -29,7 +29,7 @@ pub enum SourceError {
 
 /// The most octets a source shows the TCP at once: the largest window a peer can offer
 /// (2^16 · 2^14, RFC 7323 §2.3), well inside the 2^31 that sequence comparisons allow.
-pub const MAX_VISIBLE: usize = 1 << 30;
+pub(crate) const MAX_VISIBLE: usize = 1 << 30;
 
 /// The octets a connection sends, addressed by offset from SND.UNA.
 pub trait SendSource {

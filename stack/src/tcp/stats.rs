@@ -2,7 +2,7 @@
 
 /// Why a received segment, or its payload, was not accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DropReason {
+pub(crate) enum DropReason {
     /// Outside the receive window (RFC 9293 §3.10.7.4): answered with an ACK unless RST.
     OutOfWindow,
     /// Every octet was received before (full duplicate): answered with a duplicate ACK.
@@ -27,23 +27,23 @@ pub enum DropReason {
 
 /// Drops by reason.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DropCounters {
+pub(crate) struct DropCounters {
     /// [`DropReason::OutOfWindow`].
-    pub out_of_window: u64,
+    pub(crate) out_of_window: u64,
     /// [`DropReason::Paws`].
-    pub paws: u64,
+    pub(crate) paws: u64,
     /// [`DropReason::MissingTimestamp`].
-    pub missing_timestamp: u64,
+    pub(crate) missing_timestamp: u64,
     /// [`DropReason::BadAck`].
-    pub bad_ack: u64,
+    pub(crate) bad_ack: u64,
     /// [`DropReason::BadRst`].
-    pub bad_rst: u64,
+    pub(crate) bad_rst: u64,
     /// [`DropReason::Syn`].
-    pub syn: u64,
+    pub(crate) syn: u64,
     /// [`DropReason::ReassemblyFull`].
-    pub reassembly_full: u64,
+    pub(crate) reassembly_full: u64,
     /// [`DropReason::AfterClose`].
-    pub after_close: u64,
+    pub(crate) after_close: u64,
 }
 
 /// Counters of one connection. Plain integers: read them with [`Connection::stats`].
@@ -52,102 +52,102 @@ pub struct DropCounters {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TcpStats {
     /// Segments handed to `handle_segment`.
-    pub segs_in: u64,
+    pub(crate) segs_in: u64,
     /// Payload octets in those segments (before any trimming).
-    pub octets_in: u64,
+    pub(crate) octets_in: u64,
     /// Segments whose payload started at RCV.NXT (after trimming old octets).
     pub in_order_segs: u64,
     /// Segments stored (wholly or partly) out of order.
     pub ooo_segs: u64,
     /// Segments with data every octet of which had been received already.
-    pub dup_full: u64,
+    pub(crate) dup_full: u64,
     /// Segments that carried some old and some new octets.
-    pub dup_partial: u64,
+    pub(crate) dup_partial: u64,
     /// New in-order payload octets delivered (directly and from the store).
     pub octets_delivered: u64,
     /// Octets delivered from the reassembly store.
     pub octets_reassembled: u64,
     /// Stored out-of-order octets the caller consumed before they became in order (an FPDU
     /// gathered from stored pieces and a later segment), freed from the store's limit.
-    pub octets_placed_from_store: u64,
+    pub(crate) octets_placed_from_store: u64,
     /// Most octets the reassembly store held copied at once (placed ranges excluded).
-    pub store_high_water: u64,
+    pub(crate) store_high_water: u64,
     /// Most disjoint out-of-order ranges held at once.
-    pub ooo_ranges_high_water: u64,
+    pub(crate) ooo_ranges_high_water: u64,
     /// Out-of-order ranges pruned from the far end to make room for lower segments.
-    pub ooo_pruned_ranges: u64,
+    pub(crate) ooo_pruned_ranges: u64,
     /// Octets in those ranges (copied or placed; the peer sends them again).
-    pub ooo_pruned_octets: u64,
+    pub(crate) ooo_pruned_octets: u64,
     /// Drops by reason.
-    pub dropped: DropCounters,
+    pub(crate) dropped: DropCounters,
     /// RSTs that reset the connection.
-    pub rst_accepted: u64,
+    pub(crate) rst_accepted: u64,
     /// Segments sent.
-    pub segs_out: u64,
+    pub(crate) segs_out: u64,
     /// Payload octets sent, retransmissions included.
-    pub octets_out: u64,
+    pub(crate) octets_out: u64,
     /// Segments sent without payload, SYN or FIN: pure ACKs, window updates, probes.
-    pub acks_sent: u64,
+    pub(crate) acks_sent: u64,
     /// SACK blocks sent, summed over segments.
     pub sack_blocks_sent: u64,
     /// Segments sent whose first SACK block is a D-SACK (RFC 2883).
-    pub dsacks_sent: u64,
+    pub(crate) dsacks_sent: u64,
     /// ACKs queued for an individual out-of-order, hole-filling or duplicate segment.
-    pub acks_queued: u64,
+    pub(crate) acks_queued: u64,
     /// Such ACKs merged into a later one because the queue was full.
-    pub acks_merged: u64,
+    pub(crate) acks_merged: u64,
     /// Out-of-order segments whose ACK was shared with the next one (`ooo_ack_every`).
-    pub acks_shared: u64,
+    pub(crate) acks_shared: u64,
     /// Challenge ACKs sent (RFC 5961): ACKs that left while one was owed.
-    pub challenge_acks: u64,
+    pub(crate) challenge_acks: u64,
     /// Challenge ACKs suppressed by the rate limit (RFC 5961 §7).
-    pub challenge_acks_suppressed: u64,
+    pub(crate) challenge_acks_suppressed: u64,
     /// Challenges answered by a challenge ACK already owed (one ACK per burst answers them
     /// all): sent + suppressed + merged is every segment that drew a challenge.
-    pub challenge_acks_merged: u64,
+    pub(crate) challenge_acks_merged: u64,
     /// ACKs not sent for out-of-window or PAWS-failing segments without data
     /// (`TcpConfig::invalid_ack_interval`).
-    pub invalid_acks_suppressed: u64,
+    pub(crate) invalid_acks_suppressed: u64,
     /// Window updates sent because space opened.
-    pub window_updates: u64,
+    pub(crate) window_updates: u64,
     /// Segments (data or FIN) sent again: recovery, timeouts and lost retransmissions.
-    pub retransmissions: u64,
+    pub(crate) retransmissions: u64,
     /// Payload octets in those segments.
-    pub octets_retransmitted: u64,
+    pub(crate) octets_retransmitted: u64,
     /// Fast retransmits: the segment at SND.UNA sent at the start of each recovery episode
     /// (RFC 5681 §3.2, RFC 6675 §5 step 4.2); equal to `recovery_episodes`.
-    pub fast_retransmits: u64,
+    pub(crate) fast_retransmits: u64,
     /// Fast-recovery episodes entered (RFC 6675 §5): three duplicate ACKs, or SACKs above
     /// SND.UNA enough for IsLost. Each reduces the congestion window exactly once; losses
     /// inside an episode do not reduce it again.
-    pub recovery_episodes: u64,
+    pub(crate) recovery_episodes: u64,
     /// Congestion-window reductions: one per recovery episode plus one per first timeout of
     /// a backoff series (a retransmission that times out again keeps ssthresh).
-    pub cwnd_reductions: u64,
+    pub(crate) cwnd_reductions: u64,
     /// Retransmission timeouts (RFC 6298), backed-off ones included.
-    pub rto_expiries: u64,
+    pub(crate) rto_expiries: u64,
     /// D-SACKs received (RFC 2883): the peer got a segment twice. Each is a spurious
     /// retransmission of ours or a copy the network made; we cannot tell which, and the
     /// window is not restored (no RFC 3708 undo).
-    pub dsacks_received: u64,
+    pub(crate) dsacks_received: u64,
     /// Times `poll_transmit` held data back because the pacing rate did not allow it yet
     /// (see `TcpConfig::pacing`).
-    pub pacing_waits: u64,
+    pub(crate) pacing_waits: u64,
     /// Retransmissions found lost by SACKs of later data, and sent again without a timeout.
-    pub lost_retransmits: u64,
+    pub(crate) lost_retransmits: u64,
     /// Zero-window probes sent.
-    pub window_probes: u64,
+    pub(crate) window_probes: u64,
     /// Keepalive probes sent (RFC 1122 §4.2.3.6).
-    pub keepalive_probes: u64,
+    pub(crate) keepalive_probes: u64,
     /// Data segments of an aligned source that end inside an FPDU (RFC 5044 Appendix A.1:
     /// a receive window or segment smaller than the next FPDU).
-    pub unaligned_segments: u64,
+    pub(crate) unaligned_segments: u64,
     /// SACK blocks left off data segments of an aligned source for want of room.
-    pub sack_blocks_trimmed: u64,
+    pub(crate) sack_blocks_trimmed: u64,
     /// Duplicate ACKs received (RFC 5681 §2 definition).
-    pub dup_acks_in: u64,
+    pub(crate) dup_acks_in: u64,
     /// RTT samples taken.
-    pub rtt_samples: u64,
+    pub(crate) rtt_samples: u64,
 }
 
 impl TcpStats {

@@ -13,13 +13,13 @@ mod x86;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// IP protocol number of TCP.
-pub const PROTO_TCP: u8 = 6;
+pub(crate) const PROTO_TCP: u8 = 6;
 
 /// Adds `data` to a running unfolded one's-complement sum. `data` is taken as a sequence of
 /// big-endian 16-bit words; an odd trailing octet is padded with zero (RFC 1071 §4.1). Only
 /// the last piece of a sum may have odd length.
 #[inline]
-pub fn sum(acc: u64, data: &[u8]) -> u64 {
+pub(crate) fn sum(acc: u64, data: &[u8]) -> u64 {
     // The ones' complement sum is independent of byte order (RFC 1071 §2(B)): `data` is
     // summed in native order and the folded result read back as big-endian.
     let native = fold(sum_native(data)).to_ne_bytes();
@@ -94,7 +94,7 @@ fn sum_tail(mut rest: &[u8]) -> u64 {
 
 /// Folds an unfolded sum to 16 bits (without the final complement).
 #[inline]
-pub fn fold(acc: u64) -> u16 {
+pub(crate) fn fold(acc: u64) -> u16 {
     // 64 -> 33 -> 32 bits, then 32 -> 17 -> 16, each step keeping the end-around carry.
     let acc = (acc & 0xffff_ffff) + (acc >> 32);
     let acc = (acc & 0xffff_ffff) + (acc >> 32);
@@ -106,7 +106,7 @@ pub fn fold(acc: u64) -> u16 {
 /// The unfolded sum of the IPv4 pseudo-header for a TCP segment of `tcp_len` octets
 /// (header and payload).
 #[inline]
-pub fn pseudo_header_v4(src: Ipv4Addr, dst: Ipv4Addr, tcp_len: u32) -> u64 {
+pub(crate) fn pseudo_header_v4(src: Ipv4Addr, dst: Ipv4Addr, tcp_len: u32) -> u64 {
     // Each address as one 32-bit number (≡ the sum of its two big-endian 16-bit words), in
     // registers: the same value `sum` of its octets folds to, without a pass through memory.
     u64::from(src.to_bits()) + u64::from(dst.to_bits()) + u64::from(PROTO_TCP) + u64::from(tcp_len)
@@ -115,7 +115,7 @@ pub fn pseudo_header_v4(src: Ipv4Addr, dst: Ipv4Addr, tcp_len: u32) -> u64 {
 /// The unfolded sum of the IPv6 pseudo-header (RFC 8200 §8.1) for a TCP segment of
 /// `tcp_len` octets.
 #[inline]
-pub fn pseudo_header_v6(src: Ipv6Addr, dst: Ipv6Addr, tcp_len: u32) -> u64 {
+pub(crate) fn pseudo_header_v6(src: Ipv6Addr, dst: Ipv6Addr, tcp_len: u32) -> u64 {
     // As for IPv4: each 64-bit half of an address is congruent to the sum of its 16-bit
     // words.
     let halves = |a: Ipv6Addr| {

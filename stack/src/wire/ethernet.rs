@@ -12,30 +12,30 @@ use std::ops::Range;
 
 mod field {
     use std::ops::Range;
-    pub const DST: Range<usize> = 0..6;
-    pub const SRC: Range<usize> = 6..12;
-    pub const ETHERTYPE: Range<usize> = 12..14;
+    pub(crate) const DST: Range<usize> = 0..6;
+    pub(crate) const SRC: Range<usize> = 6..12;
+    pub(crate) const ETHERTYPE: Range<usize> = 12..14;
     /// With a VLAN tag: the TCI after the TPID, then the inner EtherType.
-    pub const VLAN_TCI: Range<usize> = 14..16;
-    pub const VLAN_ETHERTYPE: Range<usize> = 16..18;
+    pub(crate) const VLAN_TCI: Range<usize> = 14..16;
+    pub(crate) const VLAN_ETHERTYPE: Range<usize> = 16..18;
 }
 
 /// A MAC address, in transmission order.
-pub type MacAddr = [u8; 6];
+pub(crate) type MacAddr = [u8; 6];
 
 /// EtherType of IPv4.
-pub const ETHERTYPE_IPV4: u16 = 0x0800;
+pub(crate) const ETHERTYPE_IPV4: u16 = 0x0800;
 /// EtherType of IPv6.
-pub const ETHERTYPE_IPV6: u16 = 0x86dd;
+pub(crate) const ETHERTYPE_IPV6: u16 = 0x86dd;
 /// TPID of an IEEE 802.1Q (customer) VLAN tag.
-pub const ETHERTYPE_VLAN: u16 = 0x8100;
+const ETHERTYPE_VLAN: u16 = 0x8100;
 /// TPID of an IEEE 802.1ad (service, "Q-in-Q") VLAN tag.
-pub const ETHERTYPE_QINQ: u16 = 0x88a8;
+const ETHERTYPE_QINQ: u16 = 0x88a8;
 
 /// Octets of an untagged Ethernet header.
-pub const HEADER_LEN: usize = 14;
+pub(crate) const HEADER_LEN: usize = 14;
 /// Octets one VLAN tag adds.
-pub const VLAN_TAG_LEN: usize = 4;
+const VLAN_TAG_LEN: usize = 4;
 
 /// What is wrong with an Ethernet frame, or why one could not be built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -55,18 +55,19 @@ pub enum EthernetError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct VlanTag {
     /// Tag protocol identifier.
-    pub tpid: u16,
+    pub(crate) tpid: u16,
     /// Tag control information: PCP (3 bits), DEI (1 bit), VID (12 bits).
-    pub tci: u16,
+    tci: u16,
 }
 
 impl VlanTag {
     /// The VLAN identifier (low 12 bits of the TCI).
-    pub fn vid(&self) -> u16 {
+    pub(crate) fn vid(&self) -> u16 {
         self.tci & 0x0fff
     }
     /// The priority code point (top 3 bits of the TCI).
-    pub fn pcp(&self) -> u8 {
+    #[cfg(test)]
+    pub(crate) fn pcp(&self) -> u8 {
         (self.tci >> 13) as u8
     }
 }
@@ -79,18 +80,18 @@ fn is_vlan_tpid(t: u16) -> bool {
 ///
 /// Contract: after [`EthernetFrame::check_len`] succeeds, no accessor panics.
 #[derive(Debug, Clone, Copy)]
-pub struct EthernetFrame<T: AsRef<[u8]>> {
+pub(crate) struct EthernetFrame<T: AsRef<[u8]>> {
     buffer: T,
 }
 
 impl<T: AsRef<[u8]>> EthernetFrame<T> {
     /// Wraps a buffer without checking it.
-    pub fn new_unchecked(buffer: T) -> Self {
+    pub(crate) fn new_unchecked(buffer: T) -> Self {
         EthernetFrame { buffer }
     }
 
     /// Wraps a buffer after [`EthernetFrame::check_len`].
-    pub fn new_checked(buffer: T) -> Result<Self, EthernetError> {
+    pub(crate) fn new_checked(buffer: T) -> Result<Self, EthernetError> {
         let f = Self::new_unchecked(buffer);
         f.check_len()?;
         Ok(f)
@@ -98,7 +99,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
 
     /// Checks that the buffer holds the header, and the whole VLAN tag and inner EtherType
     /// when the outer EtherType is a VLAN TPID.
-    pub fn check_len(&self) -> Result<(), EthernetError> {
+    pub(crate) fn check_len(&self) -> Result<(), EthernetError> {
         let have = self.buffer.as_ref().len();
         if have < HEADER_LEN {
             return Err(EthernetError::Truncated {
@@ -113,16 +114,12 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
         Ok(())
     }
 
-    /// Consumes the view, giving back the buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     fn u16_at(&self, r: Range<usize>) -> u16 {
         let b = &self.buffer.as_ref()[r];
         u16::from_be_bytes([b[0], b[1]])
     }
 
+    #[cfg(test)]
     fn mac_at(&self, r: Range<usize>) -> MacAddr {
         let mut m = [0u8; 6];
         m.copy_from_slice(&self.buffer.as_ref()[r]);
@@ -130,19 +127,21 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     }
 
     /// Destination MAC address.
-    pub fn dst_addr(&self) -> MacAddr {
+    #[cfg(test)]
+    pub(crate) fn dst_addr(&self) -> MacAddr {
         self.mac_at(field::DST)
     }
     /// Source MAC address.
-    pub fn src_addr(&self) -> MacAddr {
+    #[cfg(test)]
+    pub(crate) fn src_addr(&self) -> MacAddr {
         self.mac_at(field::SRC)
     }
     /// The EtherType at octet 12 (a TPID when the frame is tagged).
-    pub fn outer_ethertype(&self) -> u16 {
+    fn outer_ethertype(&self) -> u16 {
         self.u16_at(field::ETHERTYPE)
     }
     /// The VLAN tag, when the outer EtherType is an 802.1Q or 802.1ad TPID.
-    pub fn vlan(&self) -> Option<VlanTag> {
+    pub(crate) fn vlan(&self) -> Option<VlanTag> {
         let tpid = self.outer_ethertype();
         is_vlan_tpid(tpid).then(|| VlanTag {
             tpid,
@@ -150,7 +149,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
         })
     }
     /// Header octets: 14, or 18 with a VLAN tag.
-    pub fn header_len(&self) -> usize {
+    pub(crate) fn header_len(&self) -> usize {
         if is_vlan_tpid(self.outer_ethertype()) {
             HEADER_LEN + VLAN_TAG_LEN
         } else {
@@ -158,7 +157,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
         }
     }
     /// The EtherType of the payload (after the VLAN tag, if any).
-    pub fn ethertype(&self) -> u16 {
+    pub(crate) fn ethertype(&self) -> u16 {
         if is_vlan_tpid(self.outer_ethertype()) {
             self.u16_at(field::VLAN_ETHERTYPE)
         } else {
@@ -167,26 +166,31 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     }
     /// The payload: everything after the header, Ethernet padding included (the network
     /// layer's own length trims it).
-    pub fn payload(&self) -> &[u8] {
+    #[cfg(test)]
+    pub(crate) fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[self.header_len()..]
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
     /// Sets the destination MAC address.
-    pub fn set_dst_addr(&mut self, a: MacAddr) {
+    #[cfg(test)]
+    pub(crate) fn set_dst_addr(&mut self, a: MacAddr) {
         self.buffer.as_mut()[field::DST].copy_from_slice(&a)
     }
     /// Sets the source MAC address.
-    pub fn set_src_addr(&mut self, a: MacAddr) {
+    #[cfg(test)]
+    pub(crate) fn set_src_addr(&mut self, a: MacAddr) {
         self.buffer.as_mut()[field::SRC].copy_from_slice(&a)
     }
     /// Sets the EtherType at octet 12 (the TPID of a tagged frame).
-    pub fn set_outer_ethertype(&mut self, t: u16) {
+    #[cfg(test)]
+    fn set_outer_ethertype(&mut self, t: u16) {
         self.buffer.as_mut()[field::ETHERTYPE].copy_from_slice(&t.to_be_bytes())
     }
     /// The payload, writable.
-    pub fn payload_mut(&mut self) -> &mut [u8] {
+    #[cfg(test)]
+    pub(crate) fn payload_mut(&mut self) -> &mut [u8] {
         let start = self.header_len();
         &mut self.buffer.as_mut()[start..]
     }
@@ -194,20 +198,23 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
 
 /// The meaning of an Ethernet header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EthernetRepr {
+pub(crate) struct EthernetRepr {
     /// Source MAC address.
-    pub src_addr: MacAddr,
+    pub(crate) src_addr: MacAddr,
     /// Destination MAC address.
-    pub dst_addr: MacAddr,
+    pub(crate) dst_addr: MacAddr,
     /// One VLAN tag, if any.
-    pub vlan: Option<VlanTag>,
+    pub(crate) vlan: Option<VlanTag>,
     /// EtherType of the payload.
-    pub ethertype: u16,
+    pub(crate) ethertype: u16,
 }
 
 impl EthernetRepr {
     /// Parses a frame's header.
-    pub fn parse<T: AsRef<[u8]>>(frame: &EthernetFrame<T>) -> Result<EthernetRepr, EthernetError> {
+    #[cfg(test)]
+    pub(crate) fn parse<T: AsRef<[u8]>>(
+        frame: &EthernetFrame<T>,
+    ) -> Result<EthernetRepr, EthernetError> {
         frame.check_len()?;
         Ok(EthernetRepr {
             src_addr: frame.src_addr(),
@@ -218,12 +225,12 @@ impl EthernetRepr {
     }
 
     /// Octets of the header [`EthernetRepr::emit`] writes.
-    pub fn buffer_len(&self) -> usize {
+    fn buffer_len(&self) -> usize {
         HEADER_LEN + if self.vlan.is_some() { VLAN_TAG_LEN } else { 0 }
     }
 
     /// Writes the header at the start of `buf`; returns its length.
-    pub fn emit(&self, buf: &mut [u8]) -> Result<usize, EthernetError> {
+    pub(crate) fn emit(&self, buf: &mut [u8]) -> Result<usize, EthernetError> {
         let need = self.buffer_len();
         let have = buf.len();
         let Some(h) = buf.get_mut(..need) else {

@@ -8,10 +8,8 @@
 // call of its `#[target_feature]` functions; nothing else here may.
 #![deny(unsafe_code)]
 
-pub mod checksum;
-pub mod ethernet;
+pub(crate) mod checksum;
+pub(crate) mod ethernet;
 pub mod frame;
-pub mod ip;
+pub(crate) mod ip;
 pub mod tcp;
-
-pub use tcp::{SackBlock, TcpFlags, TcpOptions, TcpPacket, TcpRepr, TcpTimestamps, TcpWireError};

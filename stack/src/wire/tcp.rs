@@ -14,42 +14,43 @@ use mpa::seq::SeqNumber;
 use super::checksum;
 
 mod options;
-pub use options::{SackBlock, SackBlocks, TcpOptions, TcpTimestamps};
+pub(crate) use options::SackBlock;
+pub use options::{SackBlocks, TcpOptions, TcpTimestamps};
 
 mod field {
     use std::ops::Range;
-    pub const SRC_PORT: Range<usize> = 0..2;
-    pub const DST_PORT: Range<usize> = 2..4;
-    pub const SEQ_NUM: Range<usize> = 4..8;
-    pub const ACK_NUM: Range<usize> = 8..12;
-    pub const FLAGS: Range<usize> = 12..14;
-    pub const WIN_SIZE: Range<usize> = 14..16;
-    pub const CHECKSUM: Range<usize> = 16..18;
-    pub const URGENT: Range<usize> = 18..20;
-    pub const OPTIONS: usize = 20;
+    pub(crate) const SRC_PORT: Range<usize> = 0..2;
+    pub(crate) const DST_PORT: Range<usize> = 2..4;
+    pub(crate) const SEQ_NUM: Range<usize> = 4..8;
+    pub(crate) const ACK_NUM: Range<usize> = 8..12;
+    pub(crate) const FLAGS: Range<usize> = 12..14;
+    pub(crate) const WIN_SIZE: Range<usize> = 14..16;
+    pub(crate) const CHECKSUM: Range<usize> = 16..18;
+    pub(crate) const URGENT: Range<usize> = 18..20;
+    pub(crate) const OPTIONS: usize = 20;
 }
 
 /// Option kinds (IANA "TCP Option Kind Numbers").
 mod kind {
-    pub const EOL: u8 = 0;
-    pub const NOP: u8 = 1;
-    pub const MSS: u8 = 2;
-    pub const WINDOW_SCALE: u8 = 3;
-    pub const SACK_PERMITTED: u8 = 4;
-    pub const SACK: u8 = 5;
-    pub const TIMESTAMPS: u8 = 8;
+    pub(crate) const EOL: u8 = 0;
+    pub(crate) const NOP: u8 = 1;
+    pub(crate) const MSS: u8 = 2;
+    pub(crate) const WINDOW_SCALE: u8 = 3;
+    pub(crate) const SACK_PERMITTED: u8 = 4;
+    pub(crate) const SACK: u8 = 5;
+    pub(crate) const TIMESTAMPS: u8 = 8;
 }
 
 /// Octets of a TCP header without options.
 pub const HEADER_LEN: usize = 20;
 /// The largest TCP header: data offset 15 words.
-pub const MAX_HEADER_LEN: usize = 60;
+pub(crate) const MAX_HEADER_LEN: usize = 60;
 /// The most option octets a header can carry.
-pub const MAX_OPTIONS_LEN: usize = MAX_HEADER_LEN - HEADER_LEN;
+const MAX_OPTIONS_LEN: usize = MAX_HEADER_LEN - HEADER_LEN;
 /// The most SACK blocks one option can carry: (40 - 2) / 8.
-pub const MAX_SACK_BLOCKS: usize = 4;
+pub(crate) const MAX_SACK_BLOCKS: usize = 4;
 /// Octets [`TcpRepr::emit`] uses for the timestamps option (NOP, NOP, kind 8, len 10).
-pub const TIMESTAMPS_OPTION_LEN: usize = 12;
+pub(crate) const TIMESTAMPS_OPTION_LEN: usize = 12;
 
 /// What is wrong with a TCP header, or why one could not be built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -96,57 +97,58 @@ pub struct TcpFlags(pub u16);
 
 impl TcpFlags {
     /// No more data from sender.
-    pub const FIN: TcpFlags = TcpFlags(0x001);
+    pub(crate) const FIN: TcpFlags = TcpFlags(0x001);
     /// Synchronize sequence numbers.
-    pub const SYN: TcpFlags = TcpFlags(0x002);
+    pub(crate) const SYN: TcpFlags = TcpFlags(0x002);
     /// Reset the connection.
-    pub const RST: TcpFlags = TcpFlags(0x004);
+    pub(crate) const RST: TcpFlags = TcpFlags(0x004);
     /// Push function.
     pub const PSH: TcpFlags = TcpFlags(0x008);
     /// Acknowledgment field is significant.
-    pub const ACK: TcpFlags = TcpFlags(0x010);
+    pub(crate) const ACK: TcpFlags = TcpFlags(0x010);
     /// Urgent pointer field is significant.
-    pub const URG: TcpFlags = TcpFlags(0x020);
+    const URG: TcpFlags = TcpFlags(0x020);
     /// ECN echo (RFC 3168).
-    pub const ECE: TcpFlags = TcpFlags(0x040);
+    const ECE: TcpFlags = TcpFlags(0x040);
     /// Congestion window reduced (RFC 3168).
-    pub const CWR: TcpFlags = TcpFlags(0x080);
+    const CWR: TcpFlags = TcpFlags(0x080);
     /// ECN nonce, historic (RFC 3540).
-    pub const NS: TcpFlags = TcpFlags(0x100);
+    const NS: TcpFlags = TcpFlags(0x100);
     const ALL: u16 = 0x1ff;
 
     /// No flag set.
-    pub const fn empty() -> TcpFlags {
+    pub(crate) const fn empty() -> TcpFlags {
         TcpFlags(0)
     }
     /// Whether every flag of `other` is set.
-    pub const fn contains(self, other: TcpFlags) -> bool {
+    pub(crate) const fn contains(self, other: TcpFlags) -> bool {
         self.0 & other.0 == other.0
     }
     /// `self` with the flags of `other` added.
     #[must_use]
-    pub const fn with(self, other: TcpFlags) -> TcpFlags {
+    pub(crate) const fn with(self, other: TcpFlags) -> TcpFlags {
         TcpFlags(self.0 | other.0)
     }
     /// `self` with the flags of `other` removed.
     #[must_use]
-    pub const fn without(self, other: TcpFlags) -> TcpFlags {
+    pub(crate) const fn without(self, other: TcpFlags) -> TcpFlags {
         TcpFlags(self.0 & !other.0)
     }
     /// FIN set.
-    pub const fn fin(self) -> bool {
+    pub(crate) const fn fin(self) -> bool {
         self.contains(Self::FIN)
     }
     /// SYN set.
-    pub const fn syn(self) -> bool {
+    pub(crate) const fn syn(self) -> bool {
         self.contains(Self::SYN)
     }
     /// RST set.
-    pub const fn rst(self) -> bool {
+    pub(crate) const fn rst(self) -> bool {
         self.contains(Self::RST)
     }
     /// PSH set.
-    pub const fn psh(self) -> bool {
+    #[cfg(test)]
+    pub(crate) const fn psh(self) -> bool {
         self.contains(Self::PSH)
     }
 }
@@ -211,7 +213,7 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
 
     /// Checks that the buffer holds the fixed header, that the data offset is at least 5
     /// words, and that the header it announces lies inside the buffer.
-    pub fn check_len(&self) -> Result<(), TcpWireError> {
+    pub(crate) fn check_len(&self) -> Result<(), TcpWireError> {
         let have = self.buffer.as_ref().len();
         if have < HEADER_LEN {
             return Err(TcpWireError::Truncated {
@@ -232,7 +234,8 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     }
 
     /// Consumes the view, giving back the buffer.
-    pub fn into_inner(self) -> T {
+    #[cfg(test)]
+    pub(crate) fn into_inner(self) -> T {
         self.buffer
     }
 
@@ -247,11 +250,11 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     }
 
     /// Source port.
-    pub fn src_port(&self) -> u16 {
+    pub(crate) fn src_port(&self) -> u16 {
         self.u16_at(field::SRC_PORT)
     }
     /// Destination port.
-    pub fn dst_port(&self) -> u16 {
+    pub(crate) fn dst_port(&self) -> u16 {
         self.u16_at(field::DST_PORT)
     }
     /// Sequence number.
@@ -263,35 +266,40 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
         SeqNumber(self.u32_at(field::ACK_NUM))
     }
     /// Data offset in 32-bit words.
-    pub fn data_offset(&self) -> u8 {
+    fn data_offset(&self) -> u8 {
         self.buffer.as_ref()[field::FLAGS.start] >> 4
     }
     /// Header length in octets (data offset × 4).
-    pub fn header_len(&self) -> usize {
+    pub(crate) fn header_len(&self) -> usize {
         usize::from(self.data_offset()) * 4
     }
     /// All nine control bits, ACK included.
-    pub fn flags(&self) -> TcpFlags {
+    pub(crate) fn flags(&self) -> TcpFlags {
         TcpFlags(self.u16_at(field::FLAGS) & TcpFlags::ALL)
     }
     /// FIN set.
-    pub fn fin(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn fin(&self) -> bool {
         self.flags().fin()
     }
     /// SYN set.
-    pub fn syn(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn syn(&self) -> bool {
         self.flags().syn()
     }
     /// RST set.
-    pub fn rst(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn rst(&self) -> bool {
         self.flags().rst()
     }
     /// PSH set.
-    pub fn psh(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn psh(&self) -> bool {
         self.flags().psh()
     }
     /// ACK set.
-    pub fn ack(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn ack(&self) -> bool {
         self.flags().contains(TcpFlags::ACK)
     }
     /// Window field, unscaled.
@@ -299,15 +307,16 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
         self.u16_at(field::WIN_SIZE)
     }
     /// Checksum field.
-    pub fn checksum(&self) -> u16 {
+    #[cfg(test)]
+    pub(crate) fn checksum(&self) -> u16 {
         self.u16_at(field::CHECKSUM)
     }
     /// Urgent pointer.
-    pub fn urgent_at(&self) -> u16 {
+    pub(crate) fn urgent_at(&self) -> u16 {
         self.u16_at(field::URGENT)
     }
     /// The option octets (between the fixed header and the payload).
-    pub fn options(&self) -> &[u8] {
+    pub(crate) fn options(&self) -> &[u8] {
         &self.buffer.as_ref()[field::OPTIONS..self.header_len()]
     }
     /// The payload.
@@ -315,7 +324,8 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
         &self.buffer.as_ref()[self.header_len()..]
     }
     /// Sequence space the segment occupies: payload octets plus one for SYN and one for FIN.
-    pub fn segment_len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn segment_len(&self) -> usize {
         let f = self.flags();
         self.payload().len() + usize::from(f.syn()) + usize::from(f.fin())
     }
@@ -328,7 +338,7 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     }
 
     /// Whether the checksum is right for an IPv6 pseudo-header.
-    pub fn verify_checksum_v6(&self, src: Ipv6Addr, dst: Ipv6Addr) -> bool {
+    pub(crate) fn verify_checksum_v6(&self, src: Ipv6Addr, dst: Ipv6Addr) -> bool {
         let b = self.buffer.as_ref();
         let acc = checksum::pseudo_header_v6(src, dst, b.len() as u32);
         checksum::fold(checksum::sum(acc, b)) == 0xffff
@@ -336,14 +346,14 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
 
     /// The checksum the segment should carry with an IPv4 pseudo-header (the present
     /// checksum field is left out of the sum).
-    pub fn compute_checksum_v4(&self, src: Ipv4Addr, dst: Ipv4Addr) -> u16 {
+    pub(crate) fn compute_checksum_v4(&self, src: Ipv4Addr, dst: Ipv4Addr) -> u16 {
         let b = self.buffer.as_ref();
         let acc = checksum::pseudo_header_v4(src, dst, b.len() as u32);
         Self::finish(acc, b)
     }
 
     /// The checksum the segment should carry with an IPv6 pseudo-header.
-    pub fn compute_checksum_v6(&self, src: Ipv6Addr, dst: Ipv6Addr) -> u16 {
+    pub(crate) fn compute_checksum_v6(&self, src: Ipv6Addr, dst: Ipv6Addr) -> u16 {
         let b = self.buffer.as_ref();
         let acc = checksum::pseudo_header_v6(src, dst, b.len() as u32);
         Self::finish(acc, b)
@@ -364,51 +374,47 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
         self.buffer.as_mut()[r].copy_from_slice(&v.to_be_bytes());
     }
     /// Sets the source port.
-    pub fn set_src_port(&mut self, v: u16) {
+    fn set_src_port(&mut self, v: u16) {
         self.set_u16(field::SRC_PORT, v)
     }
     /// Sets the destination port.
-    pub fn set_dst_port(&mut self, v: u16) {
+    fn set_dst_port(&mut self, v: u16) {
         self.set_u16(field::DST_PORT, v)
     }
     /// Sets the sequence number.
-    pub fn set_seq_number(&mut self, v: SeqNumber) {
+    fn set_seq_number(&mut self, v: SeqNumber) {
         self.set_u32(field::SEQ_NUM, v.0)
     }
     /// Sets the acknowledgment number.
-    pub fn set_ack_number(&mut self, v: SeqNumber) {
+    fn set_ack_number(&mut self, v: SeqNumber) {
         self.set_u32(field::ACK_NUM, v.0)
     }
     /// Sets the header length in octets; rounded down to whole words, at most 60.
-    pub fn set_header_len(&mut self, len: usize) {
+    fn set_header_len(&mut self, len: usize) {
         let words = (len.min(MAX_HEADER_LEN) / 4) as u8;
         let b = &mut self.buffer.as_mut()[field::FLAGS.start];
         *b = (*b & 0x0f) | (words << 4);
     }
     /// Sets all control bits (the reserved bits are cleared).
-    pub fn set_flags(&mut self, flags: TcpFlags) {
+    fn set_flags(&mut self, flags: TcpFlags) {
         let off = u16::from(self.data_offset()) << 12;
         self.set_u16(field::FLAGS, off | (flags.0 & TcpFlags::ALL));
     }
     /// Sets the window field.
-    pub fn set_window_len(&mut self, v: u16) {
+    fn set_window_len(&mut self, v: u16) {
         self.set_u16(field::WIN_SIZE, v)
     }
     /// Sets the checksum field.
-    pub fn set_checksum(&mut self, v: u16) {
+    pub(crate) fn set_checksum(&mut self, v: u16) {
         self.set_u16(field::CHECKSUM, v)
     }
     /// Sets the urgent pointer.
-    pub fn set_urgent_at(&mut self, v: u16) {
+    fn set_urgent_at(&mut self, v: u16) {
         self.set_u16(field::URGENT, v)
     }
-    /// The option octets, writable.
-    pub fn options_mut(&mut self) -> &mut [u8] {
-        let end = self.header_len();
-        &mut self.buffer.as_mut()[field::OPTIONS..end]
-    }
     /// The payload, writable.
-    pub fn payload_mut(&mut self) -> &mut [u8] {
+    #[cfg(test)]
+    pub(crate) fn payload_mut(&mut self) -> &mut [u8] {
         let start = self.header_len();
         &mut self.buffer.as_mut()[start..]
     }
@@ -418,7 +424,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
         self.set_checksum(c)
     }
     /// Computes and writes the checksum for an IPv6 pseudo-header.
-    pub fn fill_checksum_v6(&mut self, src: Ipv6Addr, dst: Ipv6Addr) {
+    pub(crate) fn fill_checksum_v6(&mut self, src: Ipv6Addr, dst: Ipv6Addr) {
         let c = self.compute_checksum_v6(src, dst);
         self.set_checksum(c)
     }
@@ -482,7 +488,7 @@ impl TcpRepr {
     }
 
     /// Sequence space of a segment with this header and `payload_len` octets.
-    pub fn segment_len(&self, payload_len: usize) -> usize {
+    pub(crate) fn segment_len(&self, payload_len: usize) -> usize {
         payload_len + usize::from(self.flags.syn()) + usize::from(self.flags.fin())
     }
 
@@ -523,7 +529,8 @@ impl TcpRepr {
 
 /// Fuzz entry point: parses arbitrary octets as a TCP segment and, when they parse, checks
 /// that emitting the result parses back to the same meaning. Never panics on any input.
-pub fn fuzz_parse(data: &[u8]) {
+#[cfg(test)]
+pub(crate) fn fuzz_parse(data: &[u8]) {
     let Ok(p) = TcpPacket::new_checked(data) else {
         return;
     };

@@ -9,7 +9,7 @@ use mpa::wire::ddp::{RdmapOpcode, TerminateRepr};
 /// these for candidates it leaves to the in-order path); the words come from `Display` only
 /// when somebody reads them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum PlacementError {
+pub(crate) enum PlacementError {
     /// The DDP version is not the negotiated one.
     #[error("DDP version {got}, expected {expected}")]
     DdpVersion {
@@ -230,7 +230,7 @@ pub enum PlacementError {
 impl PlacementError {
     /// The Terminate control fields (layer, type, code) the RFCs assign to this error
     /// (RFC 5040 Figure 9 for RDMAP, RFC 5041 §7 for DDP).
-    pub fn terminate(&self) -> TerminateRepr {
+    pub(crate) fn terminate(&self) -> TerminateRepr {
         use PlacementError as E;
         let (layer, error_type, error_code) = match *self {
             E::DdpVersion { tagged: true, .. } => {
@@ -326,41 +326,41 @@ impl PlacementError {
 #[error("{posted} buffers posted already, {more} more exceed the limit of {MAX_POSTED}")]
 pub struct PostError {
     /// Buffers waiting.
-    pub posted: usize,
+    pub(crate) posted: usize,
     /// Buffers offered.
-    pub more: usize,
+    pub(crate) more: usize,
 }
 
 /// RFC 5041 §7: DDP layer 1; tagged buffer errors (type 1), untagged (type 2).
 pub(super) mod ddp_err {
-    pub const LAYER: u8 = 1;
-    pub const TAGGED: u8 = 1;
-    pub const UNTAGGED: u8 = 2;
-    pub const INVALID_STAG: u8 = 0;
-    pub const BOUNDS: u8 = 1;
-    pub const STAG_NOT_ASSOCIATED: u8 = 2;
-    pub const TO_WRAP: u8 = 3;
-    pub const TAGGED_VERSION: u8 = 4;
-    pub const INVALID_QN: u8 = 1;
-    pub const NO_BUFFER: u8 = 2;
-    pub const MSN_RANGE: u8 = 3;
-    pub const INVALID_MO: u8 = 4;
-    pub const TOO_LONG: u8 = 5;
-    pub const UNTAGGED_VERSION: u8 = 6;
+    pub(crate) const LAYER: u8 = 1;
+    pub(crate) const TAGGED: u8 = 1;
+    pub(crate) const UNTAGGED: u8 = 2;
+    pub(crate) const INVALID_STAG: u8 = 0;
+    pub(crate) const BOUNDS: u8 = 1;
+    pub(crate) const STAG_NOT_ASSOCIATED: u8 = 2;
+    pub(crate) const TO_WRAP: u8 = 3;
+    pub(crate) const TAGGED_VERSION: u8 = 4;
+    pub(crate) const INVALID_QN: u8 = 1;
+    pub(crate) const NO_BUFFER: u8 = 2;
+    pub(crate) const MSN_RANGE: u8 = 3;
+    pub(crate) const INVALID_MO: u8 = 4;
+    pub(crate) const TOO_LONG: u8 = 5;
+    pub(crate) const UNTAGGED_VERSION: u8 = 6;
 }
 
 /// RFC 5040 Figure 9: RDMAP layer 0.
 pub(super) mod rdmap_err {
-    pub const LAYER: u8 = 0;
-    pub const PROTECTION: u8 = 1;
-    pub const OPERATION: u8 = 2;
-    pub const INVALID_STAG: u8 = 0;
-    pub const BOUNDS: u8 = 1;
-    pub const ACCESS: u8 = 2;
-    pub const STAG_NOT_ASSOCIATED: u8 = 3;
-    pub const TO_WRAP: u8 = 4;
-    pub const VERSION: u8 = 5;
-    pub const UNEXPECTED_OPCODE: u8 = 6;
-    pub const CATASTROPHIC_STREAM: u8 = 7;
-    pub const UNSPECIFIED: u8 = 0xff;
+    pub(crate) const LAYER: u8 = 0;
+    pub(crate) const PROTECTION: u8 = 1;
+    pub(crate) const OPERATION: u8 = 2;
+    pub(crate) const INVALID_STAG: u8 = 0;
+    pub(crate) const BOUNDS: u8 = 1;
+    pub(crate) const ACCESS: u8 = 2;
+    pub(crate) const STAG_NOT_ASSOCIATED: u8 = 3;
+    pub(crate) const TO_WRAP: u8 = 4;
+    pub(crate) const VERSION: u8 = 5;
+    pub(crate) const UNEXPECTED_OPCODE: u8 = 6;
+    pub(crate) const CATASTROPHIC_STREAM: u8 = 7;
+    pub(crate) const UNSPECIFIED: u8 = 0xff;
 }

@@ -10,15 +10,15 @@ use mpa_ctl_proto::{Completion, CompletionKind, RegionInfo};
 use crate::receiver::{MemRegions, PostedBuf, Regions};
 
 /// The region RDMA Writes go to.
-pub const WRITE_STAG: u32 = 0x100;
+pub(crate) const WRITE_STAG: u32 = 0x100;
 /// The region posted receive buffers are in.
-pub const SEND_STAG: u32 = 0x200;
-pub const PD: u32 = 1;
-pub const FLOW: u64 = 7;
+pub(crate) const SEND_STAG: u32 = 0x200;
+pub(crate) const PD: u32 = 1;
+pub(crate) const FLOW: u64 = 7;
 
 /// How the sender cuts its messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Segmentation {
+pub(crate) enum Segmentation {
     /// DDP segments of any size up to this many payload octets; TCP cuts the stream at MSS
     /// wherever that falls.
     Unaligned(usize),
@@ -28,23 +28,23 @@ pub enum Segmentation {
 }
 
 /// A stream to send and what the receiver must make of it.
-pub struct Stream {
+pub(crate) struct Stream {
     /// The wire octets (FPDUs) from the first octet after the startup frames.
-    pub wire: Vec<u8>,
+    pub(crate) wire: Vec<u8>,
     /// Aligned: where each TCP segment ends (stream offsets); the sender writes one at a time.
-    pub segment_ends: Option<Vec<usize>>,
+    pub(crate) segment_ends: Option<Vec<usize>>,
     /// Regions the receiver needs (zero-filled).
-    pub regions: MemRegions,
+    pub(crate) regions: MemRegions,
     /// Receive buffers to post, in MSN order.
-    pub posted: Vec<PostedBuf>,
+    pub(crate) posted: Vec<PostedBuf>,
     /// The regions as they must end up.
-    pub expect_regions: MemRegions,
+    pub(crate) expect_regions: MemRegions,
     /// Completions, in order.
-    pub expect_completions: Vec<Completion>,
+    pub(crate) expect_completions: Vec<Completion>,
     /// CRC32c over every ULPDU octet in order.
-    pub expect_digest: u32,
+    pub(crate) expect_digest: u32,
     /// FPDUs in the stream.
-    pub fpdus: u64,
+    pub(crate) fpdus: u64,
 }
 
 /// Cuts of one message's DDP segments when unaligned: random, up to `max` payload octets.
@@ -71,7 +71,7 @@ fn region(stag: u32, len: u64) -> RegionInfo {
 
 /// About `octets` of payload in Writes (disjoint ranges of one region) and Sends (one posted
 /// buffer each), in random sizes and order.
-pub fn build(seed: u64, octets: usize, markers: bool, seg: Segmentation) -> Stream {
+pub(crate) fn build(seed: u64, octets: usize, markers: bool, seg: Segmentation) -> Stream {
     let mut rng = Rng(seed);
     let write_len = octets as u64 + 4096;
     let mut regions = MemRegions::default();

@@ -26,7 +26,7 @@ impl<S: SendSource> Connection<S> {
     /// [`PlacedSpans`] count as received (for ACKs and SACK) but are not copied; when they
     /// become in order, [`Connection::drain_reassembled`] hands stale octets for them, which
     /// the caller skips.
-    pub fn handle_segment_placing(
+    pub(crate) fn handle_segment_placing(
         &mut self,
         now: Instant,
         repr: &TcpRepr,
@@ -602,7 +602,8 @@ impl<S: SendSource> Connection<S> {
     /// Releases `n` delivered octets back to the window (with
     /// [`TcpConfig::manual_release`]; a no-op otherwise). Schedules a window update when the
     /// window opens from (near) zero.
-    pub fn release(&mut self, n: usize) {
+    #[cfg(test)]
+    pub(crate) fn release(&mut self, n: usize) {
         if !self.cfg.manual_release {
             return;
         }

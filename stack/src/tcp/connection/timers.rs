@@ -5,7 +5,7 @@ use super::*;
 
 impl<S: SendSource> Connection<S> {
     /// When [`Connection::handle_timeout`] should next be called.
-    pub fn poll_timeout(&self) -> Option<Instant> {
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         if self.state == State::Closed {
             return None;
         }
@@ -17,7 +17,7 @@ impl<S: SendSource> Connection<S> {
     }
 
     /// Runs every timer that expired at `now`.
-    pub fn handle_timeout(&mut self, now: Instant) {
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
         self.now = now;
         if self.state == State::Closed {
             return;

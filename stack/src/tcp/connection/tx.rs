@@ -14,7 +14,8 @@ const PACING_CREDIT: Duration = Duration::from_micros(200);
 impl Connection<SendBuffer> {
     /// Queues octets to send (bounded by the send buffer); returns how many were taken. Takes
     /// nothing after [`Connection::close`] or once the connection is closing or closed.
-    pub fn send(&mut self, data: &[u8]) -> usize {
+    #[cfg(test)]
+    pub(crate) fn send(&mut self, data: &[u8]) -> usize {
         if !self.can_send() {
             return 0;
         }
@@ -25,7 +26,7 @@ impl Connection<SendBuffer> {
 impl<S: SendSource> Connection<S> {
     /// Closes our direction: a FIN follows the queued octets, and is retransmitted until
     /// acknowledged (RFC 9293 §3.10.4).
-    pub fn close(&mut self) {
+    pub(crate) fn close(&mut self) {
         match self.state {
             State::Established => self.state = State::FinWait1,
             State::CloseWait => self.state = State::LastAck,
@@ -38,7 +39,7 @@ impl<S: SendSource> Connection<S> {
 
     /// Aborts: one RST goes out with the next `poll_transmit`, the connection closes at once
     /// and reports [`Event::Closed`] (RFC 9293 §3.10.5).
-    pub fn abort(&mut self) {
+    pub(crate) fn abort(&mut self) {
         if self.state == State::Closed {
             return;
         }
@@ -242,7 +243,7 @@ impl<S: SendSource> Connection<S> {
     /// holds the window back while still spreading it over the RTT. `None` when pacing is
     /// off, before any RTT sample, or with an SRTT that rounds to zero (timestamps count in
     /// milliseconds; a sub-millisecond path is not paced).
-    pub fn pacing_rate(&self) -> Option<u64> {
+    pub(crate) fn pacing_rate(&self) -> Option<u64> {
         if !self.cfg.pacing {
             return None;
         }
@@ -255,7 +256,8 @@ impl<S: SendSource> Connection<S> {
     /// holds data back (ACKs, probes and RSTs are never paced). `None` when pacing holds
     /// nothing back at the latest time passed in. [`Connection::poll_timeout`] includes it
     /// whenever data was held back.
-    pub fn next_send_at(&self) -> Option<Instant> {
+    #[cfg(test)]
+    pub(crate) fn next_send_at(&self) -> Option<Instant> {
         (self.pace_next > self.now && self.pacing_rate().is_some()).then_some(self.pace_next)
     }
 

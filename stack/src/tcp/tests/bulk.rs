@@ -24,11 +24,11 @@ use crate::wire::tcp::{TcpPacket, TcpRepr};
 
 /// The shared bottleneck on the A→B path.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Bottleneck {
+struct Bottleneck {
     /// Octets per second.
-    pub rate: u64,
+    pub(crate) rate: u64,
     /// Drop-tail queue in octets: a segment that finds this many queued is dropped.
-    pub queue: usize,
+    pub(crate) queue: usize,
 }
 
 /// One sender and its receiver.
@@ -71,7 +71,7 @@ enum Dir {
 /// (arrival, tiebreak, flow, direction, octets).
 type Packet = (Instant, u64, usize, Dir, Vec<u8>);
 
-pub(crate) struct Net {
+struct Net {
     flows: Vec<Flow>,
     t0: Instant,
     now: Instant,
@@ -89,24 +89,24 @@ pub(crate) struct Net {
 /// What a run measured for one flow.
 #[derive(Debug, Clone)]
 pub(crate) struct FlowReport {
-    pub delivered: usize,
-    pub secs: f64,
-    pub lost_octets: u64,
-    pub queue_drops: u64,
-    pub reordered_octets: u64,
-    pub cwnd_decreases: u64,
-    pub samples: Vec<usize>,
-    pub a: crate::tcp::TcpStats,
+    pub(crate) delivered: usize,
+    pub(crate) secs: f64,
+    lost_octets: u64,
+    queue_drops: u64,
+    reordered_octets: u64,
+    cwnd_decreases: u64,
+    pub(crate) samples: Vec<usize>,
+    pub(crate) a: crate::tcp::TcpStats,
 }
 
 impl FlowReport {
     /// Goodput in Mbit/s.
-    pub fn mbps(&self) -> f64 {
+    fn mbps(&self) -> f64 {
         self.delivered as f64 * 8.0 / self.secs / 1e6
     }
 }
 
-pub(crate) fn sender_cfg(cc: CongestionControl) -> TcpConfig {
+fn sender_cfg(cc: CongestionControl) -> TcpConfig {
     TcpConfig {
         snd_buf: 4 << 20,
         congestion_control: cc,
@@ -124,7 +124,7 @@ fn receiver_cfg() -> TcpConfig {
 }
 
 impl Net {
-    pub fn new(t0: Instant, link: LinkCfg, bn: Bottleneck, seed: u64) -> Net {
+    pub(crate) fn new(t0: Instant, link: LinkCfg, bn: Bottleneck, seed: u64) -> Net {
         Net {
             flows: Vec::new(),
             t0,
@@ -141,7 +141,7 @@ impl Net {
     }
 
     /// Adds a flow sending `n` octets from `start` on.
-    pub fn add_flow(&mut self, a_cfg: &TcpConfig, n: usize, start: Instant) {
+    fn add_flow(&mut self, a_cfg: &TcpConfig, n: usize, start: Instant) {
         let (ha, hb) = handovers(self.t0, true, true);
         let a = Connection::new(&ha, a_cfg, self.t0).unwrap();
         let last_cwnd = a.cwnd();
@@ -318,7 +318,7 @@ impl Net {
     }
 
     /// Runs until every flow delivered and closed, or until `until`.
-    pub fn run(&mut self, until: Duration) -> Vec<FlowReport> {
+    pub(crate) fn run(&mut self, until: Duration) -> Vec<FlowReport> {
         let end = self.t0 + until;
         loop {
             while self.now >= self.next_sample {

@@ -9,34 +9,34 @@ use mpa::seq::SeqNumber;
 use crate::tcp::{Connection, HandoverState, TcpConfig, TsHandover};
 use crate::wire::tcp::{SackBlock, TcpFlags, TcpOptions, TcpPacket, TcpRepr, TcpTimestamps};
 
-pub const MSS: u16 = 1460;
+pub(crate) const MSS: u16 = 1460;
 /// Payload of a full segment with timestamps.
-pub const SEG: usize = 1448;
-pub const OUR_PORT: u16 = 7777;
-pub const PEER_PORT: u16 = 40000;
-pub const OUR_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
-pub const PEER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+pub(crate) const SEG: usize = 1448;
+pub(crate) const OUR_PORT: u16 = 7777;
+pub(crate) const PEER_PORT: u16 = 40000;
+pub(crate) const OUR_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+pub(crate) const PEER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
 /// Our RCV.NXT at hand-over: 2000 octets below the wrap.
-pub const RCV0: u32 = u32::MAX - 1999;
+pub(crate) const RCV0: u32 = u32::MAX - 1999;
 /// Our SND.NXT at hand-over: 500 octets below the wrap.
-pub const SND0: u32 = u32::MAX - 499;
-pub const TSVAL_AT_FREEZE: u32 = 4_000_000_000;
-pub const PEER_TS0: u32 = 0xffff_fff0;
+pub(crate) const SND0: u32 = u32::MAX - 499;
+pub(crate) const TSVAL_AT_FREEZE: u32 = 4_000_000_000;
+pub(crate) const PEER_TS0: u32 = 0xffff_fff0;
 
-pub fn ms(n: u64) -> Duration {
+pub(crate) fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
 /// The stream octet at offset `i`: distinct enough to catch misplacement.
-pub fn pattern(i: u64) -> u8 {
+pub(crate) fn pattern(i: u64) -> u8 {
     (i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as u8 ^ (i as u8)
 }
 
-pub fn stream(off: u64, len: usize) -> Vec<u8> {
+pub(crate) fn stream(off: u64, len: usize) -> Vec<u8> {
     (0..len as u64).map(|k| pattern(off + k)).collect()
 }
 
-pub fn handover(t0: Instant, ts: bool) -> HandoverState {
+pub(crate) fn handover(t0: Instant, ts: bool) -> HandoverState {
     HandoverState {
         local_port: OUR_PORT,
         remote_port: PEER_PORT,
@@ -57,36 +57,41 @@ pub fn handover(t0: Instant, ts: bool) -> HandoverState {
     }
 }
 
-pub fn conn(t0: Instant, ts: bool, cfg: &TcpConfig) -> Connection {
+pub(crate) fn conn(t0: Instant, ts: bool, cfg: &TcpConfig) -> Connection {
     Connection::new(&handover(t0, ts), cfg, t0).unwrap()
 }
 
 /// A segment as it went on the wire, parsed back.
 #[derive(Debug, Clone)]
-pub struct Seg {
-    pub repr: TcpRepr,
-    pub payload: Vec<u8>,
+pub(crate) struct Seg {
+    pub(crate) repr: TcpRepr,
+    pub(crate) payload: Vec<u8>,
 }
 
 impl Seg {
-    pub fn ack(&self) -> SeqNumber {
+    pub(crate) fn ack(&self) -> SeqNumber {
         self.repr.ack_number.expect("ACK set")
     }
-    pub fn sack(&self) -> &[SackBlock] {
+    pub(crate) fn sack(&self) -> &[SackBlock] {
         self.repr.options.sack.as_slice()
     }
     /// The right edge of the window it offers (the handover's window scale, 7).
-    pub fn right_edge(&self) -> SeqNumber {
+    pub(crate) fn right_edge(&self) -> SeqNumber {
         self.ack() + (u32::from(self.repr.window_len) << 7)
     }
-    pub fn is_pure_ack(&self) -> bool {
+    pub(crate) fn is_pure_ack(&self) -> bool {
         self.payload.is_empty() && self.repr.flags == TcpFlags::empty()
     }
 }
 
 /// Emits a transmit into wire octets with a valid IPv4 checksum, and checks that the octets
 /// parse back to the same header.
-pub fn to_wire(c: &mut Connection, now: Instant, src: Ipv4Addr, dst: Ipv4Addr) -> Option<Vec<u8>> {
+pub(crate) fn to_wire(
+    c: &mut Connection,
+    now: Instant,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+) -> Option<Vec<u8>> {
     let mut buf = [0u8; 2048];
     let t = c.poll_transmit(now, &mut buf)?;
     let mut p = TcpPacket::new_checked(&mut buf[..t.len()]).unwrap();
@@ -98,7 +103,7 @@ pub fn to_wire(c: &mut Connection, now: Instant, src: Ipv4Addr, dst: Ipv4Addr) -
     Some(buf[..t.len()].to_vec())
 }
 
-pub fn parse(bytes: &[u8]) -> Seg {
+pub(crate) fn parse(bytes: &[u8]) -> Seg {
     let p = TcpPacket::new_checked(bytes).unwrap();
     Seg {
         repr: TcpRepr::parse(&p).unwrap(),
@@ -107,7 +112,7 @@ pub fn parse(bytes: &[u8]) -> Seg {
 }
 
 /// Everything the connection wants to send now.
-pub fn drain_tx(c: &mut Connection, now: Instant) -> Vec<Seg> {
+pub(crate) fn drain_tx(c: &mut Connection, now: Instant) -> Vec<Seg> {
     let mut v = Vec::new();
     while let Some(b) = to_wire(c, now, OUR_IP, PEER_IP) {
         v.push(parse(&b));
@@ -118,19 +123,19 @@ pub fn drain_tx(c: &mut Connection, now: Instant) -> Vec<Seg> {
 
 /// The peer, scripted: it sends with its own sequence numbers (our RCV side) and timestamps.
 #[derive(Debug, Clone)]
-pub struct Peer {
+pub(crate) struct Peer {
     /// Sequence number of stream offset 0.
-    pub base: SeqNumber,
+    pub(crate) base: SeqNumber,
     /// What it acknowledges (our send side).
-    pub ack: SeqNumber,
-    pub tsval: u32,
-    pub tsecr: u32,
-    pub ts: bool,
-    pub wnd: u16,
+    pub(crate) ack: SeqNumber,
+    pub(crate) tsval: u32,
+    pub(crate) tsecr: u32,
+    pub(crate) ts: bool,
+    pub(crate) wnd: u16,
 }
 
 impl Peer {
-    pub fn new(ts: bool) -> Peer {
+    pub(crate) fn new(ts: bool) -> Peer {
         Peer {
             base: SeqNumber(RCV0),
             ack: SeqNumber(SND0),
@@ -141,7 +146,7 @@ impl Peer {
         }
     }
 
-    pub fn repr(&self, seq: SeqNumber, flags: TcpFlags) -> TcpRepr {
+    pub(crate) fn repr(&self, seq: SeqNumber, flags: TcpFlags) -> TcpRepr {
         TcpRepr {
             src_port: PEER_PORT,
             dst_port: OUR_PORT,
@@ -161,7 +166,7 @@ impl Peer {
     }
 
     /// Stream octets `[off, off + len)` as a segment.
-    pub fn data(&self, off: u64, len: usize) -> (TcpRepr, Vec<u8>) {
+    pub(crate) fn data(&self, off: u64, len: usize) -> (TcpRepr, Vec<u8>) {
         (
             self.repr(self.base + off as u32, TcpFlags::PSH),
             stream(off, len),
@@ -169,13 +174,13 @@ impl Peer {
     }
 
     /// A pure ACK at stream offset `off` (the peer's SND.NXT).
-    pub fn pure_ack(&self, off: u64) -> TcpRepr {
+    pub(crate) fn pure_ack(&self, off: u64) -> TcpRepr {
         self.repr(self.base + off as u32, TcpFlags::empty())
     }
 }
 
 /// Feeds one segment and consumes what it delivers; returns the outcome and the octets.
-pub fn feed(
+pub(crate) fn feed(
     c: &mut Connection,
     now: Instant,
     repr: &TcpRepr,

@@ -19,23 +19,28 @@ pub(crate) use crate::sim::SplitMix64 as Rng;
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LinkCfg {
-    pub loss: f64,
-    pub reorder: f64,
-    pub duplicate: f64,
+    pub(crate) loss: f64,
+    pub(crate) reorder: f64,
+    pub(crate) duplicate: f64,
     /// One-way propagation delay.
-    pub delay: Duration,
+    pub(crate) delay: Duration,
     /// Octets per second (serialisation).
-    pub rate: u64,
+    pub(crate) rate: u64,
     /// The receivers busy-poll: arrivals are handled at the next multiple of this, so one
     /// RX burst holds every segment that arrived since the last poll.
-    pub poll: Duration,
+    pub(crate) poll: Duration,
 }
 
 impl LinkCfg {
     /// When a segment that left the wire at `left` reaches the receiver (one-way delay, held
     /// back by up to two delays when reordered, rounded up to the receiver's next poll after
     /// `t0`), whether it was held back, and in how many copies (2 when duplicated).
-    pub fn arrival(&self, rng: &mut Rng, t0: Instant, left: Instant) -> (Instant, bool, usize) {
+    pub(crate) fn arrival(
+        &self,
+        rng: &mut Rng,
+        t0: Instant,
+        left: Instant,
+    ) -> (Instant, bool, usize) {
         let mut at = left + self.delay;
         let reordered = rng.chance(self.reorder);
         if reordered {
@@ -49,7 +54,7 @@ impl LinkCfg {
         (at, reordered, copies)
     }
 
-    pub fn lossy(loss: f64) -> LinkCfg {
+    pub(crate) fn lossy(loss: f64) -> LinkCfg {
         LinkCfg {
             loss,
             reorder: if loss > 0.0 { 0.02 } else { 0.0 },
@@ -78,7 +83,7 @@ pub(crate) trait Sink {
 /// Collects what B delivers.
 #[derive(Debug, Default)]
 pub(crate) struct ByteSink {
-    pub received: Vec<u8>,
+    pub(crate) received: Vec<u8>,
 }
 
 impl Sink for ByteSink {
@@ -143,8 +148,8 @@ pub(crate) fn handovers(t0: Instant, ts: bool, sack: bool) -> (HandoverState, Ha
 type Packet = (Instant, u64, Dir, Vec<u8>);
 
 pub(crate) struct Pair<S: Sink = ByteSink> {
-    pub a: Connection,
-    pub b: Connection,
+    pub(crate) a: Connection,
+    pub(crate) b: Connection,
     t0: Instant,
     now: Instant,
     link: LinkCfg,
@@ -153,38 +158,38 @@ pub(crate) struct Pair<S: Sink = ByteSink> {
     in_flight: BinaryHeap<Reverse<Packet>>,
     busy_until: [Instant; 2],
     counter: u64,
-    pub data: Vec<u8>,
+    pub(crate) data: Vec<u8>,
     sent: usize,
     /// When set, A writes `data` one TCP segment at a time, ending each at the next of these
     /// offsets (an aligned MPA sender: every segment starts with an FPDU).
-    pub segment_ends: Option<std::collections::VecDeque<usize>>,
-    pub sink: S,
-    pub a_received: Vec<u8>,
-    pub b_events: Vec<Event>,
+    pub(crate) segment_ends: Option<std::collections::VecDeque<usize>>,
+    pub(crate) sink: S,
+    a_received: Vec<u8>,
+    b_events: Vec<Event>,
     a_events: Vec<Event>,
-    pub max_stored: usize,
-    pub acks_with_sack: u64,
-    pub segments_on_link: u64,
+    max_stored: usize,
+    acks_with_sack: u64,
+    segments_on_link: u64,
     /// When B had delivered every octet.
-    pub done_at: Option<Instant>,
+    pub(crate) done_at: Option<Instant>,
     /// B's stored out-of-order segments and full duplicates, in arrival order, each waiting
     /// for the ACK that answers it.
     waiting: std::collections::VecDeque<Expect>,
     /// Out-of-order segments answered by an ACK whose first SACK block contains them.
-    pub ooo_answered: u64,
+    ooo_answered: u64,
     /// SACK blocks on those ACKs.
-    pub ooo_answer_blocks: u64,
+    ooo_answer_blocks: u64,
     /// Full duplicates answered by an ACK whose first block reports exactly them (D-SACK).
-    pub dsack_answered: u64,
+    dsack_answered: u64,
     /// Events that never got their own ACK (a later ACK answered a later event first).
-    pub unanswered: u64,
+    pub(crate) unanswered: u64,
     /// Full duplicates B received (D-SACK expected).
-    pub dups_seen: u64,
+    dups_seen: u64,
     /// Out-of-order segments B stored and has not reported yet (ACK or SACK block).
     to_report: Vec<(SeqNumber, SeqNumber)>,
     /// Of those, how many none of the ACKs B sent right after their burst reported: a
     /// sender's RACK takes such a range for lost once a later one is SACKed.
-    pub unreported_after_burst: u64,
+    unreported_after_burst: u64,
 }
 
 /// What an ACK from B should report first.
@@ -229,7 +234,7 @@ impl Pair {
 impl<S: Sink> Pair<S> {
     /// A pair where A sends `data` and B hands each segment to `sink`; `rng` drives the link.
     #[allow(clippy::too_many_arguments)]
-    pub fn with_sink(
+    pub(crate) fn with_sink(
         t0: Instant,
         link: LinkCfg,
         rng: Rng,
@@ -472,7 +477,7 @@ impl<S: Sink> Pair<S> {
     }
 
     /// Runs until A's data is delivered and both sides closed, or the limits hit.
-    pub fn run(&mut self, t0: Instant) {
+    pub(crate) fn run(&mut self, t0: Instant) {
         let mut closing = false;
         for _ in 0..5_000_000 {
             if !closing && self.sink.delivered() == self.data.len() && self.a.send_queued() == 0 {

@@ -23,7 +23,7 @@ use super::tcp::TcpWireError;
 use std::net::IpAddr;
 
 /// The longest Ethernet + IP header a [`FrameTemplate`] writes: 14 + 40.
-pub const MAX_L2L3_LEN: usize = ethernet::HEADER_LEN + IPV6_HEADER_LEN;
+pub(crate) const MAX_L2L3_LEN: usize = ethernet::HEADER_LEN + IPV6_HEADER_LEN;
 
 /// Why a frame was dropped, or could not be built.
 ///
@@ -77,7 +77,8 @@ pub enum FrameError {
 
 /// Fuzz entry point: parses arbitrary octets as a frame, with and without TCP checksum
 /// verification, and reads every field of the result. Never panics on any input.
-pub fn fuzz_parse_tcp_frame(data: &[u8]) {
+#[cfg(test)]
+pub(crate) fn fuzz_parse_tcp_frame(data: &[u8]) {
     for verify in [false, true] {
         if let Ok(f) = parse_tcp_frame(data, verify) {
             let _ = (f.tcp.payload(), f.tcp.options(), f.tcp.seq_number());

@@ -2,7 +2,9 @@
 
 use super::FrameError;
 use crate::wire::checksum::PROTO_TCP;
-use crate::wire::ethernet::{EthernetFrame, MacAddr, VlanTag, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+#[cfg(test)]
+use crate::wire::ethernet::MacAddr;
+use crate::wire::ethernet::{EthernetFrame, VlanTag, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 use crate::wire::ip::{Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, IPV6_HEADER_LEN};
 use crate::wire::tcp::TcpPacket;
 use std::net::{IpAddr, SocketAddr};
@@ -10,10 +12,14 @@ use std::net::{IpAddr, SocketAddr};
 /// A received TCP frame, taken apart. Borrows the frame.
 #[derive(Debug, Clone, Copy)]
 pub struct TcpFrame<'a> {
+    // The MAC addresses, the IP payload's length and the TCP header's offset are checked by
+    // the tests only: the worker reads none of them.
     /// Source MAC address.
-    pub src_mac: MacAddr,
+    #[cfg(test)]
+    pub(crate) src_mac: MacAddr,
     /// Destination MAC address.
-    pub dst_mac: MacAddr,
+    #[cfg(test)]
+    pub(crate) dst_mac: MacAddr,
     /// The VLAN tag, if the frame had one.
     pub vlan: Option<VlanTag>,
     /// Source address and TCP port.
@@ -22,9 +28,11 @@ pub struct TcpFrame<'a> {
     pub dst: SocketAddr,
     /// Octets of the IP payload (the TCP segment), by the IP header's length: Ethernet
     /// padding excluded.
-    pub ip_payload_len: usize,
+    #[cfg(test)]
+    pub(crate) ip_payload_len: usize,
     /// Offset of the TCP header in the frame.
-    pub tcp_offset: usize,
+    #[cfg(test)]
+    pub(crate) tcp_offset: usize,
     /// The TCP segment, exactly `ip_payload_len` octets; its header has passed
     /// [`TcpPacket::check_len`].
     pub tcp: TcpPacket<&'a [u8]>,
@@ -50,7 +58,8 @@ pub fn parse_tcp_frame(
     let l3_offset = eth.header_len();
     // Slices are cut from `frame` itself (the views' accessors borrow the view).
     let ip = &frame[l3_offset..];
-    let (src_ip, dst_ip, segment, ip_header_len) = match eth.ethertype() {
+    // The TCP segment's first and end offsets in `frame`.
+    let (src_ip, dst_ip, tcp_at, tcp_end) = match eth.ethertype() {
         ETHERTYPE_IPV4 => {
             let p = Ipv4Packet::new_checked(ip)?;
             let r = Ipv4Repr::parse(&p, true)?;
@@ -63,8 +72,8 @@ pub fn parse_tcp_frame(
             (
                 IpAddr::V4(r.src_addr),
                 IpAddr::V4(r.dst_addr),
-                &ip[hl..p.total_len()],
-                hl,
+                l3_offset + hl,
+                l3_offset + p.total_len(),
             )
         }
         ETHERTYPE_IPV6 => {
@@ -78,12 +87,13 @@ pub fn parse_tcp_frame(
             (
                 IpAddr::V6(r.src_addr),
                 IpAddr::V6(r.dst_addr),
-                &ip[IPV6_HEADER_LEN..IPV6_HEADER_LEN + r.payload_len],
-                IPV6_HEADER_LEN,
+                l3_offset + IPV6_HEADER_LEN,
+                l3_offset + IPV6_HEADER_LEN + r.payload_len,
             )
         }
         ethertype => return Err(FrameError::NotIp { ethertype }),
     };
+    let segment = &frame[tcp_at..tcp_end];
     let tcp = TcpPacket::new_checked(segment)?;
     if verify_tcp_checksum {
         // RFC 9293 §3.1 (MUST-3): the receiver checks the checksum; a bad segment is dropped.
@@ -97,13 +107,17 @@ pub fn parse_tcp_frame(
         }
     }
     Ok(TcpFrame {
+        #[cfg(test)]
         src_mac: eth.src_addr(),
+        #[cfg(test)]
         dst_mac: eth.dst_addr(),
         vlan: eth.vlan(),
         src: SocketAddr::new(src_ip, tcp.src_port()),
         dst: SocketAddr::new(dst_ip, tcp.dst_port()),
+        #[cfg(test)]
         ip_payload_len: segment.len(),
-        tcp_offset: l3_offset + ip_header_len,
+        #[cfg(test)]
+        tcp_offset: tcp_at,
         tcp,
     })
 }

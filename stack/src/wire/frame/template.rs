@@ -64,19 +64,23 @@ impl FrameTemplate {
     }
 
     /// Our MAC address.
-    pub fn src_mac(&self) -> MacAddr {
+    #[cfg(test)]
+    pub(crate) fn src_mac(&self) -> MacAddr {
         self.src_mac
     }
     /// The next hop's MAC address.
-    pub fn dst_mac(&self) -> MacAddr {
+    #[cfg(test)]
+    pub(crate) fn dst_mac(&self) -> MacAddr {
         self.dst_mac
     }
     /// Our address and port (IPv4-mapped addresses made IPv4).
-    pub fn src(&self) -> SocketAddr {
+    #[cfg(test)]
+    pub(crate) fn src(&self) -> SocketAddr {
         self.src
     }
     /// The peer's address and port (IPv4-mapped addresses made IPv4).
-    pub fn dst(&self) -> SocketAddr {
+    #[cfg(test)]
+    pub(crate) fn dst(&self) -> SocketAddr {
         self.dst
     }
 

@@ -15,31 +15,32 @@ mod tests;
 mod v4;
 mod v6;
 
-pub use v4::{Ipv4Packet, Ipv4Repr};
-pub use v6::{Ipv6Packet, Ipv6Repr};
+pub(crate) use v4::{Ipv4Packet, Ipv4Repr};
+pub(crate) use v6::{Ipv6Packet, Ipv6Repr};
 
 use std::ops::Range;
 
 /// IPv4 flag: don't fragment (RFC 791 §3.1), in the flags/fragment-offset word.
-pub const IPV4_DF: u16 = 0x4000;
+pub(crate) const IPV4_DF: u16 = 0x4000;
 /// IPv4 flag: more fragments.
-pub const IPV4_MF: u16 = 0x2000;
+pub(crate) const IPV4_MF: u16 = 0x2000;
 /// Mask of the fragment offset (in 8-octet units) in the flags/fragment-offset word.
-pub const IPV4_FRAG_OFFSET_MASK: u16 = 0x1fff;
+pub(crate) const IPV4_FRAG_OFFSET_MASK: u16 = 0x1fff;
 
 /// Octets of an IPv4 header without options.
-pub const IPV4_HEADER_LEN: usize = 20;
+pub(crate) const IPV4_HEADER_LEN: usize = 20;
 /// Octets of the fixed IPv6 header.
-pub const IPV6_HEADER_LEN: usize = 40;
+pub(crate) const IPV6_HEADER_LEN: usize = 40;
 /// TTL / hop limit the emit helpers use (Linux's default).
-pub const DEFAULT_HOP_LIMIT: u8 = 64;
+pub(crate) const DEFAULT_HOP_LIMIT: u8 = 64;
 
 /// IPv6 next-header values that are extension headers (RFC 8200 §4; IANA "IPv6 Extension
 /// Header Types"), ESP and AH included.
-pub const IPV6_EXTENSION_HEADERS: [u8; 11] = [0, 43, 44, 50, 51, 60, 135, 139, 140, 253, 254];
+pub(crate) const IPV6_EXTENSION_HEADERS: [u8; 11] =
+    [0, 43, 44, 50, 51, 60, 135, 139, 140, 253, 254];
 
 /// Whether an IPv6 next-header value is an extension header.
-pub fn is_ipv6_extension_header(next_header: u8) -> bool {
+pub(crate) fn is_ipv6_extension_header(next_header: u8) -> bool {
     IPV6_EXTENSION_HEADERS.contains(&next_header)
 }
 

@@ -9,34 +9,34 @@ use std::ops::Range;
 
 mod field4 {
     use std::ops::Range;
-    pub const VER_IHL: usize = 0;
-    pub const DSCP_ECN: usize = 1;
-    pub const LENGTH: Range<usize> = 2..4;
-    pub const IDENT: Range<usize> = 4..6;
-    pub const FLG_OFF: Range<usize> = 6..8;
-    pub const TTL: usize = 8;
-    pub const PROTOCOL: usize = 9;
-    pub const CHECKSUM: Range<usize> = 10..12;
-    pub const SRC: Range<usize> = 12..16;
-    pub const DST: Range<usize> = 16..20;
+    pub(crate) const VER_IHL: usize = 0;
+    pub(crate) const DSCP_ECN: usize = 1;
+    pub(crate) const LENGTH: Range<usize> = 2..4;
+    pub(crate) const IDENT: Range<usize> = 4..6;
+    pub(crate) const FLG_OFF: Range<usize> = 6..8;
+    pub(crate) const TTL: usize = 8;
+    pub(crate) const PROTOCOL: usize = 9;
+    pub(crate) const CHECKSUM: Range<usize> = 10..12;
+    pub(crate) const SRC: Range<usize> = 12..16;
+    pub(crate) const DST: Range<usize> = 16..20;
 }
 
 /// A view over an IPv4 packet.
 ///
 /// Contract: after [`Ipv4Packet::check_len`] succeeds, no accessor panics.
 #[derive(Debug, Clone, Copy)]
-pub struct Ipv4Packet<T: AsRef<[u8]>> {
+pub(crate) struct Ipv4Packet<T: AsRef<[u8]>> {
     buffer: T,
 }
 
 impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// Wraps a buffer without checking it.
-    pub fn new_unchecked(buffer: T) -> Self {
+    pub(crate) fn new_unchecked(buffer: T) -> Self {
         Ipv4Packet { buffer }
     }
 
     /// Wraps a buffer after [`Ipv4Packet::check_len`].
-    pub fn new_checked(buffer: T) -> Result<Self, IpError> {
+    pub(crate) fn new_checked(buffer: T) -> Result<Self, IpError> {
         let p = Self::new_unchecked(buffer);
         p.check_len()?;
         Ok(p)
@@ -45,7 +45,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// Checks the version (4), that IHL is at least 5 words and inside the buffer, and that
     /// the total length covers the header and lies inside the buffer (which may be longer:
     /// Ethernet padding).
-    pub fn check_len(&self) -> Result<(), IpError> {
+    pub(crate) fn check_len(&self) -> Result<(), IpError> {
         let have = self.buffer.as_ref().len();
         if have < IPV4_HEADER_LEN {
             return Err(IpError::Truncated {
@@ -84,90 +84,86 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         Ok(())
     }
 
-    /// Consumes the view, giving back the buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     /// Version field.
-    pub fn version(&self) -> u8 {
+    pub(crate) fn version(&self) -> u8 {
         self.buffer.as_ref()[field4::VER_IHL] >> 4
     }
     /// Header length in octets (IHL × 4).
-    pub fn header_len(&self) -> usize {
+    pub(crate) fn header_len(&self) -> usize {
         usize::from(self.buffer.as_ref()[field4::VER_IHL] & 0x0f) * 4
     }
-    /// DSCP and ECN octet.
-    pub fn dscp_ecn(&self) -> u8 {
-        self.buffer.as_ref()[field4::DSCP_ECN]
-    }
     /// Total length: header and payload.
-    pub fn total_len(&self) -> usize {
+    pub(crate) fn total_len(&self) -> usize {
         usize::from(u16_at(self.buffer.as_ref(), field4::LENGTH))
     }
     /// Identification.
-    pub fn ident(&self) -> u16 {
+    #[cfg(test)]
+    pub(crate) fn ident(&self) -> u16 {
         u16_at(self.buffer.as_ref(), field4::IDENT)
     }
     fn flags_offset(&self) -> u16 {
         u16_at(self.buffer.as_ref(), field4::FLG_OFF)
     }
     /// DF set.
-    pub fn dont_frag(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn dont_frag(&self) -> bool {
         self.flags_offset() & IPV4_DF != 0
     }
     /// MF set.
-    pub fn more_frags(&self) -> bool {
+    pub(crate) fn more_frags(&self) -> bool {
         self.flags_offset() & IPV4_MF != 0
     }
     /// Fragment offset in octets.
-    pub fn frag_offset(&self) -> usize {
+    pub(crate) fn frag_offset(&self) -> usize {
         usize::from(self.flags_offset() & IPV4_FRAG_OFFSET_MASK) * 8
     }
     /// Whether the packet is a fragment: MF set or a non-zero offset.
-    pub fn is_fragment(&self) -> bool {
+    pub(crate) fn is_fragment(&self) -> bool {
         self.more_frags() || self.frag_offset() != 0
     }
     /// Time to live.
-    pub fn hop_limit(&self) -> u8 {
+    pub(crate) fn hop_limit(&self) -> u8 {
         self.buffer.as_ref()[field4::TTL]
     }
     /// Protocol of the payload.
-    pub fn protocol(&self) -> u8 {
+    pub(crate) fn protocol(&self) -> u8 {
         self.buffer.as_ref()[field4::PROTOCOL]
     }
     /// Header checksum field.
-    pub fn checksum(&self) -> u16 {
+    #[cfg(test)]
+    pub(crate) fn checksum(&self) -> u16 {
         u16_at(self.buffer.as_ref(), field4::CHECKSUM)
     }
     /// Source address.
-    pub fn src_addr(&self) -> Ipv4Addr {
+    pub(crate) fn src_addr(&self) -> Ipv4Addr {
         let b = &self.buffer.as_ref()[field4::SRC];
         Ipv4Addr::new(b[0], b[1], b[2], b[3])
     }
     /// Destination address.
-    pub fn dst_addr(&self) -> Ipv4Addr {
+    pub(crate) fn dst_addr(&self) -> Ipv4Addr {
         let b = &self.buffer.as_ref()[field4::DST];
         Ipv4Addr::new(b[0], b[1], b[2], b[3])
     }
     /// Whether the header checksum is right (RFC 791 §3.1: the one's complement sum over
     /// the header, options included, is all ones).
-    pub fn verify_checksum(&self) -> bool {
+    pub(crate) fn verify_checksum(&self) -> bool {
         let h = &self.buffer.as_ref()[..self.header_len()];
         checksum::fold(checksum::sum(0, h)) == 0xffff
     }
     /// The header checksum the packet should carry (the present field is left out).
-    pub fn compute_checksum(&self) -> u16 {
+    pub(crate) fn compute_checksum(&self) -> u16 {
         let h = &self.buffer.as_ref()[..self.header_len()];
         let acc = checksum::sum(0, &h[..field4::CHECKSUM.start]);
         !checksum::fold(checksum::sum(acc, &h[field4::CHECKSUM.end..]))
     }
     /// The options (between the fixed header and the payload).
-    pub fn options(&self) -> &[u8] {
+    #[cfg(test)]
+    pub(crate) fn options(&self) -> &[u8] {
         &self.buffer.as_ref()[IPV4_HEADER_LEN..self.header_len()]
     }
     /// The payload: from the end of the header to the total length (padding excluded).
-    pub fn payload(&self) -> &[u8] {
+    #[cfg(test)]
+    pub(crate) fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[self.header_len()..self.total_len()]
     }
 }
@@ -177,77 +173,72 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
         self.buffer.as_mut()[r].copy_from_slice(&v.to_be_bytes())
     }
     /// Sets version 4 and the header length in octets (rounded down to words, at most 60).
-    pub fn set_version_and_header_len(&mut self, len: usize) {
+    fn set_version_and_header_len(&mut self, len: usize) {
         let words = (len.min(60) / 4) as u8;
         self.buffer.as_mut()[field4::VER_IHL] = 0x40 | words;
     }
     /// Sets the DSCP and ECN octet.
-    pub fn set_dscp_ecn(&mut self, v: u8) {
+    fn set_dscp_ecn(&mut self, v: u8) {
         self.buffer.as_mut()[field4::DSCP_ECN] = v
     }
     /// Sets the total length.
-    pub fn set_total_len(&mut self, v: u16) {
+    pub(crate) fn set_total_len(&mut self, v: u16) {
         self.set_u16(field4::LENGTH, v)
     }
     /// Sets the identification.
-    pub fn set_ident(&mut self, v: u16) {
+    fn set_ident(&mut self, v: u16) {
         self.set_u16(field4::IDENT, v)
     }
     /// Sets the flags/fragment-offset word ([`IPV4_DF`], [`IPV4_MF`], offset in 8-octet
     /// units).
-    pub fn set_flags_offset(&mut self, v: u16) {
+    fn set_flags_offset(&mut self, v: u16) {
         self.set_u16(field4::FLG_OFF, v)
     }
     /// Sets the time to live.
-    pub fn set_hop_limit(&mut self, v: u8) {
+    pub(crate) fn set_hop_limit(&mut self, v: u8) {
         self.buffer.as_mut()[field4::TTL] = v
     }
     /// Sets the protocol.
-    pub fn set_protocol(&mut self, v: u8) {
+    fn set_protocol(&mut self, v: u8) {
         self.buffer.as_mut()[field4::PROTOCOL] = v
     }
     /// Sets the header checksum field.
-    pub fn set_checksum(&mut self, v: u16) {
+    pub(crate) fn set_checksum(&mut self, v: u16) {
         self.set_u16(field4::CHECKSUM, v)
     }
     /// Sets the source address.
-    pub fn set_src_addr(&mut self, a: Ipv4Addr) {
+    pub(crate) fn set_src_addr(&mut self, a: Ipv4Addr) {
         self.buffer.as_mut()[field4::SRC].copy_from_slice(&a.octets())
     }
     /// Sets the destination address.
-    pub fn set_dst_addr(&mut self, a: Ipv4Addr) {
+    pub(crate) fn set_dst_addr(&mut self, a: Ipv4Addr) {
         self.buffer.as_mut()[field4::DST].copy_from_slice(&a.octets())
     }
     /// Computes and writes the header checksum.
-    pub fn fill_checksum(&mut self) {
+    pub(crate) fn fill_checksum(&mut self) {
         let c = self.compute_checksum();
         self.set_checksum(c)
-    }
-    /// The payload, writable (up to the total length).
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        let r = self.header_len()..self.total_len();
-        &mut self.buffer.as_mut()[r]
     }
 }
 
 /// The meaning of an IPv4 header the data path accepts: no fragment, options ignored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ipv4Repr {
+pub(crate) struct Ipv4Repr {
     /// Source address.
-    pub src_addr: Ipv4Addr,
+    pub(crate) src_addr: Ipv4Addr,
     /// Destination address.
-    pub dst_addr: Ipv4Addr,
+    pub(crate) dst_addr: Ipv4Addr,
     /// Protocol of the payload.
-    pub protocol: u8,
+    pub(crate) protocol: u8,
     /// Payload octets (total length − header length).
-    pub payload_len: usize,
+    pub(crate) payload_len: usize,
     /// Time to live.
-    pub hop_limit: u8,
+    pub(crate) hop_limit: u8,
 }
 
 impl Ipv4Repr {
     /// A TCP header as the data path sends it: TTL 64.
-    pub fn tcp(src_addr: Ipv4Addr, dst_addr: Ipv4Addr, payload_len: usize) -> Ipv4Repr {
+    pub(crate) fn tcp(src_addr: Ipv4Addr, dst_addr: Ipv4Addr, payload_len: usize) -> Ipv4Repr {
         Ipv4Repr {
             src_addr,
             dst_addr,
@@ -262,7 +253,7 @@ impl Ipv4Repr {
     // Forced inline: once per received frame, and a call returned the repr through memory
     // (a failed store forward, see `parse_tcp_frame`).
     #[inline(always)]
-    pub fn parse<T: AsRef<[u8]>>(
+    pub(crate) fn parse<T: AsRef<[u8]>>(
         packet: &Ipv4Packet<T>,
         verify_checksum: bool,
     ) -> Result<Ipv4Repr, IpError> {
@@ -287,15 +278,10 @@ impl Ipv4Repr {
         })
     }
 
-    /// Octets of the header [`Ipv4Repr::emit`] writes.
-    pub const fn buffer_len(&self) -> usize {
-        IPV4_HEADER_LEN
-    }
-
     /// Writes a 20-octet header at the start of `buf`: DSCP/ECN 0, identification 0, DF set
     /// (RFC 6864 §4.1: an atomic datagram's ID may be anything), checksum filled. Returns the
     /// header length; the payload goes after it.
-    pub fn emit(&self, buf: &mut [u8]) -> Result<usize, IpError> {
+    pub(crate) fn emit(&self, buf: &mut [u8]) -> Result<usize, IpError> {
         let total = IPV4_HEADER_LEN + self.payload_len;
         let total = u16::try_from(total).map_err(|_| IpError::PayloadTooLong(self.payload_len))?;
         let have = buf.len();

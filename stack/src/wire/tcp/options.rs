@@ -9,11 +9,11 @@ use super::{kind, TcpWireError, MAX_SACK_BLOCKS, TIMESTAMPS_OPTION_LEN};
 
 /// One SACK block (RFC 2018 §3): `left` is the first octet held, `right` the one after the last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SackBlock {
+pub(crate) struct SackBlock {
     /// Left edge: first sequence number of the block.
-    pub left: SeqNumber,
+    pub(crate) left: SeqNumber,
     /// Right edge: the sequence number just after the block.
-    pub right: SeqNumber,
+    pub(crate) right: SeqNumber,
 }
 
 /// Up to four SACK blocks, stored inline.
@@ -25,7 +25,7 @@ pub struct SackBlocks {
 
 impl SackBlocks {
     /// No blocks.
-    pub const fn new() -> SackBlocks {
+    pub(crate) const fn new() -> SackBlocks {
         SackBlocks {
             blocks: [SackBlock {
                 left: SeqNumber(0),
@@ -35,7 +35,7 @@ impl SackBlocks {
         }
     }
     /// Appends a block; returns false (and drops it) when four are held already.
-    pub fn push(&mut self, b: SackBlock) -> bool {
+    pub(crate) fn push(&mut self, b: SackBlock) -> bool {
         match self.blocks.get_mut(usize::from(self.len)) {
             Some(slot) => {
                 *slot = b;
@@ -46,19 +46,19 @@ impl SackBlocks {
         }
     }
     /// Removes every block.
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.len = 0;
     }
     /// The blocks, first (most recent) first.
-    pub fn as_slice(&self) -> &[SackBlock] {
+    pub(crate) fn as_slice(&self) -> &[SackBlock] {
         &self.blocks[..usize::from(self.len)]
     }
     /// Number of blocks.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         usize::from(self.len)
     }
     /// Whether there is no block.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 }
@@ -104,8 +104,9 @@ pub struct TcpOptions {
 impl TcpOptions {
     /// Parses an option space. EOL ends it (what follows is padding); NOP is skipped; unknown
     /// kinds are skipped by their length. Every malformed option is an error, never a panic.
+    #[cfg(test)]
     #[inline]
-    pub fn parse(opts: &[u8]) -> Result<TcpOptions, TcpWireError> {
+    pub(crate) fn parse(opts: &[u8]) -> Result<TcpOptions, TcpWireError> {
         let mut out = TcpOptions::default();
         Self::parse_into(&mut out, opts)?;
         Ok(out)
@@ -117,7 +118,7 @@ impl TcpOptions {
     /// store forward that waits for every earlier store, the previous segment's region copy
     /// included (2 % of the pipeline's samples for segments without options).
     #[inline(always)]
-    pub fn parse_into(out: &mut TcpOptions, opts: &[u8]) -> Result<(), TcpWireError> {
+    pub(crate) fn parse_into(out: &mut TcpOptions, opts: &[u8]) -> Result<(), TcpWireError> {
         if opts.is_empty() {
             *out = TcpOptions::default();
             return Ok(());
@@ -210,7 +211,7 @@ impl TcpOptions {
 
     /// Octets [`TcpRepr::emit`] writes for these options: always a multiple of 4 (each option is aligned the
     /// way Linux aligns it, with NOPs in front).
-    pub fn emitted_len(&self) -> usize {
+    pub(crate) fn emitted_len(&self) -> usize {
         let mut n = 0;
         if self.mss.is_some() {
             n += 4;
