@@ -23,7 +23,7 @@ fn ack_timing_reads_a_tcpdump_capture_of_a_kernel_transfer() {
     let pcap = dir.join("sender.pcap");
     let mut dump = bed
         .command(&bed.ns_b, "tcpdump")
-        .args(["-i", &bed.if_b, "-s", "128", "-U", "-w"])
+        .args(["-i", &bed.if_b, "-s", "128", "--immediate-mode", "-U", "-w"])
         .arg(&pcap)
         .args(["tcp", "port", &PORT.to_string()])
         .stdin(Stdio::null())
@@ -31,7 +31,8 @@ fn ack_timing_reads_a_tcpdump_capture_of_a_kernel_transfer() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("tcpdump (make deps installs it)");
-    // tcpdump says "listening on" once its socket is open.
+    // tcpdump says "listening on" once its socket is open. Immediate mode: without it frames
+    // wait in the kernel for a full block, and a capture stopped within a second keeps none.
     let mut err = BufReader::new(dump.stderr.take().unwrap());
     let mut line = String::new();
     let t0 = Instant::now();

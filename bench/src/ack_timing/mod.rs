@@ -15,11 +15,11 @@ mod matcher;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use etherparse::{NetSlice, SlicedPacket, TcpOptionElement, TransportSlice};
+use etherparse::{EtherType, LaxNetSlice, LaxSlicedPacket, TcpOptionElement, TransportSlice};
 use matcher::{Connection, Percentiles};
 use pcap_file::pcap::PcapReader;
 use pcap_file::pcapng::{Block, PcapNgReader};
-use pcap_file::DataLink;
+use pcap_file::{DataLink, TsResolution};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::fs::File;
@@ -110,10 +110,23 @@ fn for_each_frame(
             path.display()
         )
     })?;
-    let link = r.header().datalink;
-    while let Some(p) = r.next_packet() {
+    let header = r.header();
+    let (link, frac_ns) = (
+        header.datalink,
+        match header.ts_resolution {
+            TsResolution::MicroSecond => 1_000,
+            TsResolution::NanoSecond => 1,
+        },
+    );
+    // Raw records: a capture with a snap length keeps each frame's original length beyond it,
+    // which the crate's checked records refuse.
+    while let Some(p) = r.next_raw_packet() {
         match p {
-            Ok(p) => f(ns(p.timestamp), link, &p.data)?,
+            Ok(p) => f(
+                u64::from(p.ts_sec) * 1_000_000_000 + u64::from(p.ts_frac) * frac_ns,
+                link,
+                &p.data,
+            )?,
             // A capture cut short by killing tcpdump ends in a partial record: read up to it.
             Err(pcap_file::PcapError::IncompleteBuffer) => break,
             Err(e) => return Err(e).with_context(|| format!("ack-timing: {}", path.display())),
@@ -132,25 +145,41 @@ struct TcpFrame {
     sack: Vec<(u32, u32)>,
 }
 
+/// Octets of a Linux cooked (SLL) header; its protocol type is the last two.
+const SLL_HEADER_LEN: usize = 16;
+
+/// The TCP frame in `data`, read laxly: captures keep only the first octets of each frame
+/// (a snap length), so the payload length comes from the IP header, not from what was kept.
 fn tcp_frame(link: DataLink, data: &[u8]) -> Result<Option<TcpFrame>> {
     let p = match link {
-        DataLink::ETHERNET => SlicedPacket::from_ethernet(data),
-        DataLink::LINUX_SLL => SlicedPacket::from_linux_sll(data),
-        DataLink::RAW | DataLink::IPV4 | DataLink::IPV6 => SlicedPacket::from_ip(data),
+        DataLink::ETHERNET => LaxSlicedPacket::from_ethernet(data).ok(),
+        DataLink::LINUX_SLL => data.get(SLL_HEADER_LEN..).map(|rest| {
+            let ether_type = u16::from_be_bytes([data[14], data[15]]);
+            LaxSlicedPacket::from_ether_type(EtherType(ether_type), rest)
+        }),
+        DataLink::RAW | DataLink::IPV4 | DataLink::IPV6 => LaxSlicedPacket::from_ip(data).ok(),
         other => bail!(
             "ack-timing: link type {other:?} is not supported (Ethernet, Linux cooked or raw IP)"
         ),
     };
-    let Ok(p) = p else { return Ok(None) };
-    let (src_ip, dst_ip): (IpAddr, IpAddr) = match &p.net {
-        Some(NetSlice::Ipv4(ip)) => (
-            ip.header().source_addr().into(),
-            ip.header().destination_addr().into(),
-        ),
-        Some(NetSlice::Ipv6(ip)) => (
-            ip.header().source_addr().into(),
-            ip.header().destination_addr().into(),
-        ),
+    let Some(p) = p else { return Ok(None) };
+    let (src_ip, dst_ip, ip_payload_len): (IpAddr, IpAddr, usize) = match &p.net {
+        Some(LaxNetSlice::Ipv4(ip)) => {
+            let h = ip.header();
+            (
+                h.source_addr().into(),
+                h.destination_addr().into(),
+                usize::from(h.total_len()).saturating_sub(usize::from(h.ihl()) * 4),
+            )
+        }
+        Some(LaxNetSlice::Ipv6(ip)) => {
+            let h = ip.header();
+            (
+                h.source_addr().into(),
+                h.destination_addr().into(),
+                usize::from(h.payload_length()).saturating_sub(ip.extensions().slice().len()),
+            )
+        }
         _ => return Ok(None),
     };
     let Some(TransportSlice::Tcp(t)) = &p.transport else {
@@ -171,7 +200,7 @@ fn tcp_frame(link: DataLink, data: &[u8]) -> Result<Option<TcpFrame>> {
         dst: SocketAddr::new(dst_ip, t.destination_port()),
         seq: t.sequence_number(),
         ack: t.ack().then(|| t.acknowledgment_number()),
-        len: t.payload().len(),
+        len: ip_payload_len.saturating_sub(usize::from(t.data_offset()) * 4),
         sack,
     }))
 }

@@ -94,8 +94,9 @@ pub struct TcpConfig {
     /// Delayed-ACK timer when neither of the above nor an end of burst sends one.
     pub ack_delay: Duration,
     /// When true, delivered octets keep occupying the window until `Connection::release`
-    /// gives them back (only the tests' builds have it); when false (default) delivery frees
-    /// them at once.
+    /// gives them back; the tests' builds only (a consumer-driven window has no user yet, and
+    /// without its release call the window would close for good).
+    #[cfg(test)]
     pub manual_release: bool,
     /// Send buffer in octets (data queued and not yet acknowledged).
     pub snd_buf: usize,
@@ -182,6 +183,7 @@ impl Default for TcpConfig {
             max_sack_blocks: 4,
             ack_every_segments: 2,
             ack_delay: Duration::from_millis(40),
+            #[cfg(test)]
             manual_release: false,
             snd_buf: 256 * 1024,
             initial_cwnd_segments: 10,

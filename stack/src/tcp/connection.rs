@@ -35,10 +35,10 @@
 //! Receive window: the reassembly ring has `reassembly_limit` octets indexed by sequence
 //! offset from RCV.NXT, so out-of-order octets sit inside the window at their own place and
 //! do not shrink it; the window offered is `rcv_buf` minus delivered-but-unreleased octets
-//! (zero unless [`TcpConfig::manual_release`]), at most what the store can take (its octet
-//! limit plus the octets the caller placed itself, which need no store), rounded to the
-//! scale, never retracting the right edge (the kernel's included). Every ACK re-offers it,
-//! so the ACK of a segment that fills a hole reopens the window at once.
+//! (zero but in the tests' builds, `TcpConfig::manual_release`), at most what the store can
+//! take (its octet limit plus the octets the caller placed itself, which need no store),
+//! rounded to the scale, never retracting the right edge (the kernel's included). Every ACK
+//! re-offers it, so the ACK of a segment that fills a hole reopens the window at once.
 
 use std::collections::VecDeque;
 use std::ops::Range;
