@@ -2,5 +2,7 @@
 //! and posted buffers ([`registry`]; the mapping itself is `mpa_stack::region`), and the
 //! subscribers' completion rings ([`completions`]).
 
+#![forbid(unsafe_code)]
+
 pub mod completions;
 pub(crate) mod registry;

@@ -8,6 +8,8 @@
 //! The frame check sequence is not part of the buffer (NICs strip it before AF_XDP sees the
 //! frame).
 
+#![forbid(unsafe_code)]
+
 use std::ops::Range;
 
 mod field {

@@ -4,8 +4,9 @@
 //! Each view wraps a buffer; `new_checked` (or `check_len`) validates it once, after which no
 //! accessor panics. A `Repr` turns raw fields into meaning, so state machines never touch raw
 //! octets.
-// Denied, not forbidden: the checksum's SIMD kernel (`checksum/x86.rs`) allows it for the
-// call of its `#[target_feature]` functions; nothing else here may.
+// Denied, not forbidden, here and in `checksum`: the checksum's SIMD kernel
+// (`checksum/x86.rs`) allows it for its loads and the calls of its `#[target_feature]`
+// functions; every other module forbids it.
 #![deny(unsafe_code)]
 
 pub(crate) mod checksum;

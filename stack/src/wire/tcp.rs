@@ -6,6 +6,8 @@
 //! [`TcpRepr`] is the parsed meaning, `Copy` and free of borrows; the payload stays in the
 //! caller's buffer.
 
+#![forbid(unsafe_code)]
+
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 

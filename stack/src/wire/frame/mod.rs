@@ -6,6 +6,8 @@
 //! of one flow, prebuilt at hand-over, and [`FrameTemplate::finish`] puts them in front of a
 //! TCP segment that `Connection::poll_transmit` has already written, filling both checksums.
 
+#![forbid(unsafe_code)]
+
 //!
 //! Modules: `parse` (received frames), `template` (outgoing frames), tests beside them.
 
