@@ -5,11 +5,10 @@
 //! variant, so the caller can count them. [`FrameTemplate`] holds the Ethernet and IP headers
 //! of one flow, prebuilt at hand-over, and [`FrameTemplate::finish`] puts them in front of a
 //! TCP segment that `Connection::poll_transmit` has already written, filling both checksums.
-
-#![forbid(unsafe_code)]
-
 //!
 //! Modules: `parse` (received frames), `template` (outgoing frames), tests beside them.
+
+#![forbid(unsafe_code)]
 
 mod parse;
 mod template;

@@ -6,11 +6,10 @@
 //!
 //! The data path handles neither fragments nor IPv6 extension headers: [`Ipv4Repr::parse`]
 //! and [`Ipv6Repr::parse`] turn them into typed errors the caller counts and drops.
-
-#![forbid(unsafe_code)]
-
 //!
 //! `v4` and `v6` hold one version each; what both share (limits, [`IpError`]) is here.
+
+#![forbid(unsafe_code)]
 
 #[cfg(test)]
 mod tests;
