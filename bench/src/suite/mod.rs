@@ -199,11 +199,13 @@ pub fn suite(a: &SuiteArgs) -> Result<String> {
     std::fs::create_dir_all(&a.out).with_context(|| format!("create {}", a.out.display()))?;
     let t0 = Instant::now();
     let mut docs: Vec<Document> = Vec::new();
+    // Named before the run writes its files into the tree (which would mark it dirty).
+    let build = commit();
     let mut md = format!(
         "# mpa-bench standard set\n\nMachine: {}; commit {}; made by `make bench` \
          (`mpa-bench suite{}`). Every figure below is from this one run.\n\n",
         machine(),
-        commit(),
+        build,
         if a.quick { " --quick" } else { "" }
     );
 
@@ -344,7 +346,7 @@ pub fn suite(a: &SuiteArgs) -> Result<String> {
     }
     let all = SuiteResults {
         machine: machine(),
-        commit: commit(),
+        commit: build,
         seconds: t0.elapsed().as_secs_f64(),
         documents: docs,
     };
