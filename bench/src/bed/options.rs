@@ -162,9 +162,6 @@ impl Framing {
 /// One transfer's options: `demo`'s, and each transfer of the other experiments.
 #[derive(Args, Clone, Debug)]
 pub struct Run {
-    /// Octets to send.
-    #[arg(long, default_value_t = 256 << 20)]
-    pub bytes: u64,
     /// ULPDU size.
     #[arg(long, default_value_t = 4096)]
     pub size: usize,
@@ -172,6 +169,21 @@ pub struct Run {
     pub bed: BedArgs,
     #[command(flatten)]
     pub framing: FramingArgs,
+    #[command(flatten)]
+    pub transfer: TransferArgs,
+    /// Print one JSON document with every measured value on stdout (the text goes to
+    /// stderr).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What the sender sends and how the receiving datapath is set up: the same on `demo` and
+/// `bw` (`soak` and `lat` choose their own).
+#[derive(Args, Clone, Debug)]
+pub struct TransferArgs {
+    /// Octets each connection sends (per run).
+    #[arg(long, default_value_t = 256 << 20)]
+    pub bytes: u64,
     /// What the sender does: RDMA Writes into a registered region (checked byte for byte),
     /// Sends into posted buffers (checked likewise), or `count`: no placement (payloads only
     /// counted and digested).
@@ -185,12 +197,8 @@ pub struct Run {
     /// sending cuts messages so that FPDUs fill every TCP segment exactly.
     #[arg(long, value_enum, default_value = "auto")]
     pub align: Align,
-    /// Print one JSON document with every measured value on stdout (the text goes to
-    /// stderr).
-    #[arg(long)]
-    pub json: bool,
     /// Connections at once, each with its own sender carrying `--bytes` (and, when placing,
-    /// its own region in its own protection domain).
+    /// its own region in its own protection domain); goodput is their sum.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub connections: u32,
     /// The datapath TCP's receive buffer and reassembly limit, octets (default: TcpConfig's).
@@ -225,7 +233,7 @@ impl Run {
 
     /// Whether the sender aligns FPDUs with TCP segments.
     pub fn aligned(&self) -> bool {
-        match self.align {
+        match self.transfer.align {
             Align::Auto => self.bed.impaired(),
             Align::On => true,
             Align::Off => false,
@@ -303,7 +311,7 @@ impl NicArgs {
 
 /// The messages a run sends.
 pub fn messages(r: &Run) -> u64 {
-    (r.bytes / r.size as u64).max(1)
+    (r.transfer.bytes / r.size as u64).max(1)
 }
 
 #[cfg(test)]

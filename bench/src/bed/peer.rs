@@ -134,12 +134,12 @@ pub fn sender(bed: &TestBed, r: &Run) -> Result<PeerReport> {
 /// [`sender`] with `extra` arguments for `mpa-peer connect` (e.g. `--timestamps`).
 pub fn sender_with(bed: &TestBed, r: &Run, extra: &[String]) -> Result<PeerReport> {
     let peer = sibling("mpa-peer")?;
-    let count = (r.bytes / r.size as u64).max(1).to_string();
+    let count = (r.transfer.bytes / r.size as u64).max(1).to_string();
     let to = SocketAddr::new(bed.addr_b(false), PORT).to_string();
     let mut args = vec!["connect", "--to", &to, "--count", &count, "--timeout", "60"];
     let size = r.size.to_string();
     args.extend(["--size", &size]);
-    if r.op == Op::Send {
+    if r.transfer.op == Op::Send {
         args.extend(["--op", "send"]);
     }
     if r.aligned() {
@@ -151,7 +151,7 @@ pub fn sender_with(bed: &TestBed, r: &Run, extra: &[String]) -> Result<PeerRepor
     if r.markers() {
         args.push("--markers");
     }
-    if let Some(cc) = &r.sender_cc {
+    if let Some(cc) = &r.transfer.sender_cc {
         args.extend(["--congestion", cc]);
     }
     args.extend(extra.iter().map(String::as_str));
@@ -191,7 +191,7 @@ pub struct KernelResult {
 pub fn kernel_run(bed: &TestBed, r: &Run) -> Result<KernelResult> {
     let peer_bin = sibling("mpa-peer")?;
     let bind = SocketAddr::new(bed.addr_b(false), PORT).to_string();
-    let connections = r.connections.max(1).to_string();
+    let connections = r.transfer.connections.max(1).to_string();
     let mut args = vec![
         "listen",
         "--bind",
@@ -349,11 +349,11 @@ impl Drop for PeerListen {
 
 /// Runs `r.connections` senders (`mpa-peer connect`) at once in ns a; their reports in order.
 pub fn senders(bed: &TestBed, r: &Run) -> Result<Vec<PeerReport>> {
-    if r.connections <= 1 {
+    if r.transfer.connections <= 1 {
         return Ok(vec![sender(bed, r)?]);
     }
     std::thread::scope(|s| {
-        let handles: Vec<_> = (0..r.connections)
+        let handles: Vec<_> = (0..r.transfer.connections)
             .map(|_| s.spawn(|| sender(bed, r)))
             .collect();
         handles

@@ -33,8 +33,8 @@ impl Placement {
     pub fn prepare_in(socket: &std::path::Path, r: &Run, pd: u32) -> Result<Placement> {
         let mut consumer = Consumer::connect(socket, Duration::from_secs(20))?;
         let count = messages(r);
-        let (len, recv) = match r.op {
-            Op::Write => (r.region_bytes, 0u32),
+        let (len, recv) = match r.transfer.op {
+            Op::Write => (r.transfer.region_bytes, 0u32),
             Op::Send => {
                 let p = r.size.saturating_sub(ddp::UNTAGGED_HEADER_LEN).max(1) as u32;
                 if count > MAX_POSTED as u64 {
@@ -46,7 +46,7 @@ impl Placement {
         };
         let region = consumer.create_region(len, pd, true, false)?;
         let stag = region.info().stag;
-        if r.op == Op::Send {
+        if r.transfer.op == Op::Send {
             consumer.post_recv(PostTarget::Pd(pd), stag, 0, recv, count as u32)?;
         }
         consumer.subscribe(pd)?;
@@ -82,7 +82,7 @@ impl Placement {
             stop,
             region,
             ad,
-            op: r.op,
+            op: r.transfer.op,
         })
     }
 

@@ -13,7 +13,7 @@ pub mod send;
 
 use crate::bed::cpu::CpuUse;
 pub use crate::bed::options::SenderSide;
-use crate::bed::options::{messages, Align, BedArgs, FramingArgs, Op, Run};
+use crate::bed::options::{messages, BedArgs, FramingArgs, Op, Run, TransferArgs};
 use crate::bed::peer::{digests_match, kernel_run, PeerReport};
 use crate::bed::sender_tcp::SenderTcp;
 use crate::demo::{datapath_run, gbit};
@@ -30,9 +30,6 @@ pub struct BwArgs {
     /// ULPDU sizes (DDP header included), each at most 64768 (RFC 5044's largest ULPDU).
     #[arg(long, value_delimiter = ',', default_values_t = [4096usize, 64512])]
     pub sizes: Vec<usize>,
-    /// Octets sent per run.
-    #[arg(long, default_value_t = 256 << 20)]
-    pub bytes: u64,
     /// Rounds; each runs every size on the kernel side, then on the datapath.
     #[arg(long, default_value_t = 3)]
     pub rounds: u32,
@@ -40,42 +37,17 @@ pub struct BwArgs {
     pub bed: BedArgs,
     #[command(flatten)]
     pub framing: FramingArgs,
-    /// RDMA Writes placed into a region, Sends into posted buffers, or `count` (digested,
-    /// not placed).
-    #[arg(long, value_enum, default_value = "write")]
-    pub op: Op,
-    /// Region size for `--op write`.
-    #[arg(long, default_value_t = 16 << 20)]
-    pub region_bytes: u64,
-    /// Whether the sender aligns FPDUs with TCP segments; `auto`: when there is loss.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub align: Align,
+    #[command(flatten)]
+    pub transfer: TransferArgs,
     /// Print the one JSON document on stdout (the table goes to stderr).
     #[arg(long)]
     pub json: bool,
-    /// Connections at once, each with its own sender carrying `--bytes`; goodput is their sum.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
-    pub connections: u32,
-    /// The datapath TCP's receive buffer and reassembly limit, octets (default: TcpConfig's).
-    #[arg(long)]
-    pub rcv_buf: Option<usize>,
-    /// The datapath TCP's `ooo_ack_every` (default: TcpConfig's).
-    #[arg(long)]
-    pub ooo_ack_every: Option<u32>,
-    /// Keep each datapath worker polling this many µs after its last frame before it may
-    /// sleep (`mpa-datapath --spin-us`; 0: sleep after 256 empty polls).
-    #[arg(long, default_value_t = 0)]
-    pub spin_us: u64,
     /// Who sends: `kernel` (default: `mpa-peer connect` toward the datapath or the kernel
     /// Responder), or `datapath`: the datapath sends RDMA Writes from a registered region to
     /// the kernel `mpa-peer listen`, against `mpa-peer connect` doing the same
     /// (bench/src/bw/send.rs).
     #[arg(long, value_enum, default_value = "kernel")]
     pub sender: SenderSide,
-    /// The sender's TCP congestion control (`mpa-peer connect --congestion`: cubic, bbr, …;
-    /// default: the sender namespace's, which follows the host's). Both receivers alike.
-    #[arg(long, value_name = "NAME")]
-    pub sender_cc: Option<String>,
     /// Both receivers get MTU-sized segments, as from a NIC: the kernel sender's veth
     /// without TSO (attaching any XDP program to a veth turns its peer's TSO off, so the
     /// datapath never sees 64 KB GSO packets while the kernel Responder does) and the kernel
@@ -89,19 +61,11 @@ impl BwArgs {
     /// The transfer of one size.
     pub fn run(&self, size: usize) -> Run {
         Run {
-            bytes: self.bytes,
             size,
             bed: self.bed.clone(),
             framing: self.framing,
-            op: self.op,
-            region_bytes: self.region_bytes,
-            align: self.align,
+            transfer: self.transfer.clone(),
             json: false,
-            connections: self.connections,
-            rcv_buf: self.rcv_buf,
-            ooo_ack_every: self.ooo_ack_every,
-            spin_us: self.spin_us,
-            sender_cc: self.sender_cc.clone(),
         }
     }
 
@@ -109,22 +73,22 @@ impl BwArgs {
     pub fn params(&self) -> BwParams {
         BwParams {
             sizes: self.sizes.clone(),
-            bytes: self.bytes,
+            bytes: self.transfer.bytes,
             rounds: self.rounds,
             mtu: self.bed.mtu,
             loss_percent: self.bed.loss,
             queues: self.bed.queues,
             framing: self.framing.framing(),
             impair: self.bed.impair.as_ref().map(|i| format!("{i:?}")),
-            connections: self.connections,
-            op: self.op,
+            connections: self.transfer.connections,
+            op: self.transfer.op,
             aligned: self
                 .run(self.sizes.first().copied().unwrap_or(4096))
                 .aligned(),
             iface: self.bed.nic.iface.clone(),
             peer: self.bed.nic.peer,
             split_cpus: self.bed.split_cpus,
-            sender_cc: self.sender_cc.clone(),
+            sender_cc: self.transfer.sender_cc.clone(),
             sender: self.sender,
             wire_segments: self.wire_segments,
         }
@@ -366,7 +330,7 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
             }
             let ks = BwSample {
                 octets: k.got.ulpdu_bytes as f64,
-                messages: (messages(&r) * u64::from(r.connections)) as f64,
+                messages: (messages(&r) * u64::from(r.transfer.connections)) as f64,
                 seconds: transfer_seconds(&k.sent),
                 cpu: k.cpu,
             };
@@ -391,7 +355,7 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
             let rx = &d.flow.rx;
             let ds = BwSample {
                 octets: rx.ulpdu_octets as f64,
-                messages: (messages(&r) * u64::from(r.connections)) as f64,
+                messages: (messages(&r) * u64::from(r.transfer.connections)) as f64,
                 seconds: transfer_seconds(&d.peer),
                 cpu: CpuUse {
                     system: d.system_cpu,
@@ -510,9 +474,9 @@ pub fn run_cli(a: &BwArgs) -> Result<()> {
         a.bed.mtu,
         a.bed.loss,
         a.bed.queues,
-        a.bytes >> 20,
+        a.transfer.bytes >> 20,
         a.framing.framing().key(),
-        match a.op {
+        match a.transfer.op {
             Op::Write => "RDMA Writes placed into a region (datapath, checked) / digested (kernel)",
             Op::Send => "Sends placed into posted buffers (datapath, checked) / digested (kernel)",
             Op::Count => "payloads counted and digested, not placed",
@@ -522,7 +486,8 @@ pub fn run_cli(a: &BwArgs) -> Result<()> {
         } else {
             "unaligned"
         },
-        a.sender_cc
+        a.transfer
+            .sender_cc
             .as_ref()
             .map_or(String::new(), |c| format!(", TCP congestion control {c}")),
         if a.bed.split_cpus {
@@ -541,7 +506,7 @@ pub fn run_cli(a: &BwArgs) -> Result<()> {
              proc = this process (sending consumer and datapaths) or mpa-peer connect",
             a.bed.mtu,
             a.bed.loss,
-            a.bytes >> 20,
+            a.transfer.bytes >> 20,
             a.framing.framing().key()
         ),
     };
@@ -599,20 +564,22 @@ mod tests {
         assert_eq!(v.rounds, 3);
         let a = BwArgs {
             sizes: vec![4096],
-            bytes: 1 << 20,
+            transfer: TransferArgs {
+                bytes: 1 << 20,
+                op: Op::Write,
+                region_bytes: 16 << 20,
+                align: crate::bed::options::Align::Auto,
+                connections: 1,
+                rcv_buf: None,
+                ooo_ack_every: None,
+                spin_us: 0,
+                sender_cc: None,
+            },
             rounds: 3,
             bed: BedArgs::default(),
             framing: FramingArgs::default(),
-            op: Op::Write,
-            region_bytes: 16 << 20,
-            align: Align::Auto,
             json: true,
-            connections: 1,
-            rcv_buf: None,
-            ooo_ack_every: None,
-            spin_us: 0,
             sender: SenderSide::Kernel,
-            sender_cc: None,
             wire_segments: false,
         };
         let doc = Document::Bw {

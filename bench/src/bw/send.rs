@@ -68,7 +68,7 @@ fn cpu_children() -> f64 {
 
 /// The region both senders write into: the listener's, a whole number of messages long.
 fn sink_len(a: &BwArgs, payload: u64) -> u64 {
-    (a.region_bytes / payload).max(1) * payload
+    (a.transfer.region_bytes / payload).max(1) * payload
 }
 
 /// `mpa-peer listen` in ns a for one connection, advertising the sink region.
@@ -350,7 +350,7 @@ pub fn bw_send(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
             mpa::wire::fpdu::MAX_ULPDU
         );
     }
-    if a.connections != 1 || a.bed.queues != 1 || a.bed.nic.iface.is_some() {
+    if a.transfer.connections != 1 || a.bed.queues != 1 || a.bed.nic.iface.is_some() {
         bail!("--sender datapath runs one connection, one queue, on the private bed");
     }
     if a.bed.split_cpus {
@@ -379,7 +379,7 @@ pub fn bw_send(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
     );
     for round in 0..a.rounds {
         for (i, &size) in a.sizes.iter().enumerate() {
-            let count = (a.bytes / (size - TAGGED) as u64).max(1);
+            let count = (a.transfer.bytes / (size - TAGGED) as u64).max(1);
             progress.running(format!("round {}: kernel sender, {size} B", round + 1));
             let k = kernel_send(&bed, a, size, count)
                 .with_context(|| format!("kernel sender, {size} B"))?;

@@ -152,14 +152,14 @@ pub fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
         queues: r.bed.queues,
         ..DatapathOptions::default()
     };
-    if let Some(b) = r.rcv_buf {
+    if let Some(b) = r.transfer.rcv_buf {
         opts.tcp.rcv_buf = b;
         opts.tcp.reassembly_limit = b;
     }
-    if let Some(n) = r.ooo_ack_every {
+    if let Some(n) = r.transfer.ooo_ack_every {
         opts.tcp.ooo_ack_every = n;
     }
-    opts.spin = std::time::Duration::from_micros(r.spin_us);
+    opts.spin = std::time::Duration::from_micros(r.transfer.spin_us);
     let dp = start_datapath(bed, &socket, &opts)?;
     let result = crate::bed::split::pin_datapath_workers(bed, r.bed.split_cpus, r.bed.queues)
         .and_then(|()| transfer(bed, &socket, r));
@@ -170,10 +170,10 @@ pub fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
 /// One transfer of `r.connections` connections through the datapath already running on `bed`
 /// with its control socket at `socket` (what [`datapath_run`] and `soak` do each time).
 pub fn transfer(bed: &TestBed, socket: &std::path::Path, r: &Run) -> Result<DpResult> {
-    let n = r.connections.max(1);
+    let n = r.transfer.connections.max(1);
     // One region, consumer and protection domain per connection, so that each consumer's
     // completions are its connection's.
-    let placements = match r.op {
+    let placements = match r.transfer.op {
         Op::Count => Vec::new(),
         _ => (0..n)
             .map(|i| Placement::prepare_in(socket, r, PD + i))
@@ -441,7 +441,7 @@ pub fn demo(r: &Run) -> Result<(DemoDocument, String)> {
         seconds: secs,
         ulpdu_octets: octets,
         cpu_seconds: d.cpu,
-        op: r.op,
+        op: r.transfer.op,
         loss_percent: loss,
         bridge_dropped: dropped,
         impairment: impairment.map(|s| s.to_string()),

@@ -2,7 +2,7 @@
 //! RDMA Writes that must land octet-exact whatever the hostile classes do.
 
 use super::{flow_gone, HostileArgs};
-use crate::bed::options::{Align, BedArgs, FramingArgs, Op, Run, PORT};
+use crate::bed::options::{Align, BedArgs, FramingArgs, Op, Run, TransferArgs, PORT};
 use crate::bed::peer::PeerReport;
 use crate::bed::placement::Placement;
 use anyhow::{anyhow, bail, Result};
@@ -30,19 +30,21 @@ impl Bystander {
         let size = 4096usize;
         let count = (a.bystander_rate * seconds).max(1);
         let run = Run {
-            bytes: count * size as u64,
+            transfer: TransferArgs {
+                bytes: count * size as u64,
+                op: Op::Write,
+                region_bytes: 4 << 20,
+                align: Align::Off,
+                connections: 1,
+                rcv_buf: None,
+                ooo_ack_every: None,
+                spin_us: 0,
+                sender_cc: None,
+            },
             size,
             bed: BedArgs::default(),
             framing: FramingArgs::default(),
-            op: Op::Write,
-            region_bytes: 4 << 20,
-            align: Align::Off,
             json: false,
-            connections: 1,
-            rcv_buf: None,
-            ooo_ack_every: None,
-            spin_us: 0,
-            sender_cc: None,
         };
         let placement = Placement::prepare_in(socket, &run, crate::bed::options::PD)?;
         let resp = Responder {

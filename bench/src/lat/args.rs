@@ -1,6 +1,6 @@
 //! `mpa-bench lat`'s options and the parameters its document records.
 
-use crate::bed::options::{Align, BedArgs, FramingArgs, Op, Run};
+use crate::bed::options::{Align, BedArgs, FramingArgs, Op, Run, TransferArgs};
 use crate::report::document::LatParams;
 use clap::Args;
 use std::path::PathBuf;
@@ -54,19 +54,21 @@ impl LatArgs {
     /// The transfer of one size, as the other experiments describe it.
     pub fn run(&self, size: usize) -> Run {
         Run {
-            bytes: self.messages.max(1) * size as u64,
+            transfer: TransferArgs {
+                bytes: self.messages.max(1) * size as u64,
+                op: Op::Write,
+                region_bytes: 16 << 20,
+                align: Align::Off,
+                connections: 1,
+                rcv_buf: None,
+                ooo_ack_every: None,
+                spin_us: self.spin_us,
+                sender_cc: None,
+            },
             size,
             bed: self.bed.clone(),
             framing: self.framing,
-            op: Op::Write,
-            region_bytes: 16 << 20,
-            align: Align::Off,
             json: false,
-            connections: 1,
-            rcv_buf: None,
-            ooo_ack_every: None,
-            spin_us: self.spin_us,
-            sender_cc: None,
         }
     }
 

@@ -179,7 +179,7 @@ fn datapath_lat(bed: &TestBed, r: &Run, extra: &[String], busy_poll: bool) -> Re
     let socket = temp_path("lat.sock");
     let opts = DatapathOptions {
         queues: r.bed.queues,
-        spin: Duration::from_micros(r.spin_us),
+        spin: Duration::from_micros(r.transfer.spin_us),
         ..DatapathOptions::default()
     };
     let dp = start_datapath(bed, &socket, &opts)?;
@@ -198,7 +198,7 @@ fn datapath_lat_on(
     busy_poll: bool,
 ) -> Result<Samples> {
     let mut consumer = Consumer::connect(socket, Duration::from_secs(20))?;
-    let region = consumer.create_region(r.region_bytes, PD, true, false)?;
+    let region = consumer.create_region(r.transfer.region_bytes, PD, true, false)?;
     consumer.subscribe(PD)?;
     // Sleeping on the eventfd, or spinning on the ring with --consumer-busy-poll.
     consumer.set_busy_poll(busy_poll);
@@ -206,7 +206,7 @@ fn datapath_lat_on(
         writes: true,
         sends: false,
         stag: region.info().stag,
-        len: r.region_bytes,
+        len: r.transfer.region_bytes,
         base_to: 0,
         recv_buf_size: 0,
     };

@@ -5,7 +5,7 @@
 //! memory and open descriptors sampled. It fails on any lost or misplaced octet, any flow not
 //! accounted for, or growth after the warm-up beyond the stated bounds.
 
-use crate::bed::options::{Align, BedArgs, FramingArgs, Op, Run};
+use crate::bed::options::{Align, BedArgs, FramingArgs, Op, Run, TransferArgs};
 use crate::bed::peer::digests_match;
 use crate::demo::transfer;
 use crate::report::progress::Progress;
@@ -106,19 +106,21 @@ pub fn check_growth(baseline: Sample, later: &[Sample], max_rss_growth_mib: f64)
 /// Runs the soak; returns the summary line.
 pub fn soak(a: &SoakArgs) -> Result<String> {
     let r = Run {
-        bytes: a.bytes,
+        transfer: TransferArgs {
+            bytes: a.bytes,
+            op: Op::Write,
+            region_bytes: 4 << 20,
+            align: Align::Auto,
+            connections: a.connections,
+            rcv_buf: None,
+            ooo_ack_every: None,
+            spin_us: 0,
+            sender_cc: None,
+        },
         size: a.size,
         bed: a.bed.clone(),
         framing: FramingArgs::default(),
-        op: Op::Write,
-        region_bytes: 4 << 20,
-        align: Align::Auto,
         json: false,
-        connections: a.connections,
-        rcv_buf: None,
-        ooo_ack_every: None,
-        spin_us: 0,
-        sender_cc: None,
     };
     let bed = a.bed.bed()?;
     let socket = temp_path("soak.sock");
@@ -162,7 +164,7 @@ fn waves(
         let Some((messages, _)) = d.placement else {
             bail!("wave {wave}: nothing placed");
         };
-        let want = crate::bed::options::messages(r) * u64::from(r.connections);
+        let want = crate::bed::options::messages(r) * u64::from(r.transfer.connections);
         if messages != want {
             bail!("wave {wave}: {messages} messages completed, {want} sent");
         }

@@ -11,7 +11,7 @@
 pub mod pages;
 pub mod plot;
 
-use crate::bed::options::{Align, BedArgs, FramingArgs, Op};
+use crate::bed::options::{Align, BedArgs, FramingArgs, Op, TransferArgs};
 use crate::bw::{self, BwArgs, BwRow};
 use crate::lat::{self, LatArgs, Row, Side};
 use crate::pipeline::{self, PipelineArgs};
@@ -108,14 +108,20 @@ impl SuiteArgs {
                 } else {
                     vec![1024, 4096, 16384, 65536 - 1024]
                 },
-                bytes: if q { 32 << 20 } else { 256 << 20 },
+                transfer: TransferArgs {
+                    bytes: if q { 32 << 20 } else { 256 << 20 },
+                    ..self.bw_base(q).transfer
+                },
                 ..self.bw_base(q)
             },
             bw_loss: (if q { vec![5] } else { vec![1, 5, 10, 20] })
                 .into_iter()
                 .map(|loss| BwArgs {
                     sizes: vec![4096],
-                    bytes: if q { 8 << 20 } else { 64 << 20 },
+                    transfer: TransferArgs {
+                        bytes: if q { 8 << 20 } else { 64 << 20 },
+                        ..self.bw_base(q).transfer
+                    },
                     bed: BedArgs {
                         loss,
                         ..BedArgs::default()
@@ -147,19 +153,21 @@ impl SuiteArgs {
     fn bw_base(&self, q: bool) -> BwArgs {
         BwArgs {
             sizes: vec![4096],
-            bytes: 32 << 20,
+            transfer: TransferArgs {
+                bytes: 32 << 20,
+                op: Op::Write,
+                region_bytes: 16 << 20,
+                align: Align::Auto,
+                connections: 1,
+                rcv_buf: None,
+                ooo_ack_every: None,
+                spin_us: 0,
+                sender_cc: None,
+            },
             rounds: if q { 1 } else { 3 },
             bed: BedArgs::default(),
             framing: FramingArgs::default(),
-            op: Op::Write,
-            region_bytes: 16 << 20,
-            align: Align::Auto,
             json: false,
-            connections: 1,
-            rcv_buf: None,
-            ooo_ack_every: None,
-            spin_us: 0,
-            sender_cc: None,
             sender: crate::bw::SenderSide::Kernel,
             wire_segments: false,
         }
@@ -281,7 +289,7 @@ pub fn suite(a: &SuiteArgs) -> Result<String> {
          Writes into a region (checked octet for octet), the kernel Responder reads and digests.\n\n\
          ```\n{}```\n\n![goodput by size](bw-by-size.png)\n\n",
         join(&plan.bw.sizes),
-        plan.bw.bytes,
+        plan.bw.transfer.bytes,
         plan.bw.rounds,
         bw::table(&rows)
     );
@@ -303,7 +311,7 @@ pub fn suite(a: &SuiteArgs) -> Result<String> {
         "### Under loss (`mpa-bench bw --loss L --sizes 4096 --bytes {} --rounds {}`)\n\n\
          The lossy bridge (nftables drops L % of the sender's data frames), aligned sender, \
          markers + CRC. Gbit/s median (min–max) of {} rounds.\n\n{}\n",
-        plan.bw_loss.first().map_or(0, |b| b.bytes),
+        plan.bw_loss.first().map_or(0, |b| b.transfer.bytes),
         plan.bw_loss.first().map_or(0, |b| b.rounds),
         plan.bw_loss.first().map_or(0, |b| b.rounds),
         loss_table(&loss_rows)
