@@ -25,5 +25,5 @@ pub use mpa_testbed::{
 };
 pub use peers::{
     datapath, ended_flow, hand_over, initiator_in_a, listen_in, responder_in_a, stats,
-    wait_ended_flow, PeerListener,
+    wait_ended_flow, writes_from_a, PeerListener,
 };

@@ -81,6 +81,36 @@ pub fn initiator_in_a<T: Send + 'static>(
     })
 }
 
+/// An MPA Initiator in ns a that sends `count` RDMA Writes of `len` octets to `stag` (one
+/// after the other from offset 0, `rdma_write`'s pattern), closes its sending side and reads
+/// until the datapath closes too (each wait bounded at 20 s); the outcome on join.
+pub fn writes_from_a(
+    bed: &TestBed,
+    addr: SocketAddr,
+    stag: u32,
+    count: u64,
+    len: usize,
+) -> JoinHandle<Result<(), EndpointError>> {
+    let mut cfg = EndpointConfig::default();
+    cfg.policy.startup_timeout = Duration::from_secs(20);
+    initiator_in_a(bed, addr, cfg, move |_, s| {
+        let mut s = s?;
+        for i in 0..count {
+            s.send(&crate::frames::rdma_write(stag, i * len as u64, len))?;
+        }
+        s.flush()?;
+        s.get_ref()
+            .shutdown(std::net::Shutdown::Write)
+            .map_err(EndpointError::from)?;
+        loop {
+            match s.recv_with(Some(Duration::from_secs(20)), |_| {}) {
+                Ok(Some(_)) => continue,
+                other => return other.map(|_| ()),
+            }
+        }
+    })
+}
+
 /// An MPA Responder in ns a on `bind`, on a thread: accepts one connection with `cfg` and
 /// gives `f` the outcome.
 pub fn responder_in_a<T: Send + 'static>(

@@ -4,12 +4,10 @@
 //! get are in order. (A dead consumer's rings are released: `faults.rs`,
 //! `dead_client_loses_its_regions_and_adoptions_and_other_flows_keep_placing`.)
 
-use mpa::endpoint::EndpointConfig;
 use mpa_ctl_proto::consumer::{Consumer, ConsumerError};
 use mpa_ctl_proto::{CompletionKind, Message};
-use mpa_tests::frames::rdma_write;
 use mpa_tests::{
-    datapath, ended_flow, hand_over, initiator_in_a, listen_in, require_privileged, stats,
+    datapath, ended_flow, hand_over, listen_in, require_privileged, stats, writes_from_a,
     BedConfig, DatapathOptions, TestBed,
 };
 use std::net::SocketAddr;
@@ -37,22 +35,7 @@ fn a_slow_consumer_sees_counted_overflow_while_the_flow_places_every_octet() {
     let stag = region.info().stag;
     let addr = SocketAddr::new(bed.addr_b(false), 7651);
     let listener = listen_in(&bed.ns_b, addr);
-    let mut cfg = EndpointConfig::default();
-    cfg.policy.startup_timeout = Duration::from_secs(20);
-    let peer = initiator_in_a(&bed, addr, cfg, move |_, s| {
-        let mut s = s.expect("startup with the datapath");
-        for i in 0..WRITES {
-            s.send(&rdma_write(stag, i * LEN as u64, LEN)).unwrap();
-        }
-        s.flush().unwrap();
-        s.get_ref().shutdown(std::net::Shutdown::Write).unwrap();
-        loop {
-            match s.recv_with(Some(Duration::from_secs(20)), |_| {}) {
-                Ok(Some(_)) => continue,
-                other => return other.map(|_| ()),
-            }
-        }
-    });
+    let peer = writes_from_a(&bed, addr, stag, WRITES, LEN);
     let (flow, mut dpc, frozen) = hand_over(&bed, &path, &listener, false, true, Some(1));
     // The consumer reads nothing until the flow has ended.
     peer.join().unwrap().unwrap();

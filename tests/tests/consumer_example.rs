@@ -4,11 +4,9 @@
 //! completion (kind, offset, length, first octets placed), then unsubscribes, destroys its
 //! region and exits 0 — and the datapath holds no region of it afterwards.
 
-use mpa::endpoint::EndpointConfig;
 use mpa_harness::example;
-use mpa_tests::frames::rdma_write;
 use mpa_tests::{
-    datapath, hand_over, initiator_in_a, listen_in, require_privileged, stats, BedConfig,
+    datapath, hand_over, listen_in, require_privileged, stats, writes_from_a, BedConfig,
     DatapathOptions, TestBed,
 };
 use std::io::{BufRead, BufReader};
@@ -50,22 +48,7 @@ fn the_minimal_consumer_prints_every_completion_and_leaves_nothing_behind() {
 
     let addr = SocketAddr::new(bed.addr_b(false), 7652);
     let listener = listen_in(&bed.ns_b, addr);
-    let mut cfg = EndpointConfig::default();
-    cfg.policy.startup_timeout = Duration::from_secs(20);
-    let peer = initiator_in_a(&bed, addr, cfg, move |_, s| {
-        let mut s = s.expect("startup with the datapath");
-        for i in 0..WRITES {
-            s.send(&rdma_write(stag, i * LEN as u64, LEN)).unwrap();
-        }
-        s.flush().unwrap();
-        s.get_ref().shutdown(std::net::Shutdown::Write).unwrap();
-        loop {
-            match s.recv_with(Some(Duration::from_secs(20)), |_| {}) {
-                Ok(Some(_)) => continue,
-                other => return other.map(|_| ()),
-            }
-        }
-    });
+    let peer = writes_from_a(&bed, addr, stag, WRITES, LEN);
     let (_flow, _dpc, _frozen) = hand_over(&bed, &path, &listener, false, true, Some(1));
     peer.join().unwrap().unwrap();
 
