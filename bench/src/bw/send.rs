@@ -356,6 +356,27 @@ pub fn bw_send(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
     if a.bed.split_cpus {
         bail!("--sender datapath does not pin its senders and receivers: no --split-cpus");
     }
+    // What shapes the kernel sender or the receiving datapath has nothing to act on here:
+    // refused rather than ignored.
+    let t = &a.transfer;
+    let ignored = [
+        (
+            t.op != crate::bed::options::Op::Write,
+            "--op (it sends RDMA Writes)",
+        ),
+        (
+            t.align != crate::bed::options::Align::Auto,
+            "--align (the datapath always sends FPDU-aligned segments)",
+        ),
+        (t.spin_us != 0, "--spin-us"),
+        (t.rcv_buf.is_some(), "--rcv-buf"),
+        (t.ooo_ack_every.is_some(), "--ooo-ack-every"),
+        (t.sender_cc.is_some(), "--sender-cc"),
+        (a.wire_segments, "--wire-segments"),
+    ];
+    if let Some((_, flag)) = ignored.iter().find(|(set, _)| *set) {
+        bail!("--sender datapath takes no {flag}");
+    }
     let bed = a.bed.bed()?;
     let mut rows = Vec::new();
     for &size in &a.sizes {
@@ -419,4 +440,40 @@ pub fn bw_send(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
         results: rows.iter().map(BwRow::record).collect(),
     };
     Ok((doc, rows))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bw: BwArgs,
+    }
+
+    /// Flags the datapath sender has nothing to act on are refused by name, before any bed
+    /// is made (so this runs without root).
+    #[test]
+    fn flags_the_datapath_sender_ignores_are_refused() {
+        for (flag, value) in [
+            ("--op", Some("send")),
+            ("--align", Some("on")),
+            ("--spin-us", Some("100")),
+            ("--rcv-buf", Some("65536")),
+            ("--ooo-ack-every", Some("2")),
+            ("--sender-cc", Some("bbr")),
+            ("--wire-segments", None),
+        ] {
+            let mut args = vec!["bw", "--sender", "datapath", flag];
+            args.extend(value);
+            let a = Cli::try_parse_from(&args).unwrap().bw;
+            let err = bw_send(&a).unwrap_err().to_string();
+            assert!(
+                err.contains("--sender datapath takes no") && err.contains(flag),
+                "{flag}: {err}"
+            );
+        }
+    }
 }
