@@ -48,13 +48,14 @@ ONLY ?=
 hostile: deps build
 	./target/release/mpa-bench hostile $(if $(ONLY),--only $(ONLY))
 
-# fmt check, clippy with warnings as errors, the layout rules (tools/dev/check-layout: no
-# import circle, the sans-I/O stack without AF_XDP or libbpf, no development vocabulary), then
-# every test. MPA_REQUIRE_PRIVILEGED=1 makes tests that need root and namespaces fail instead
-# of skipping.
+# fmt check, clippy and rustdoc with warnings as errors, the layout rules
+# (tools/dev/check-layout: no import circle, the sans-I/O stack without AF_XDP or libbpf, no
+# development vocabulary), then every test. MPA_REQUIRE_PRIVILEGED=1 makes tests that need root
+# and namespaces fail instead of skipping.
 test:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --quiet
 	python3 tools/dev/check-layout
 	MPA_REQUIRE_PRIVILEGED=1 $(CARGO) test --workspace
 

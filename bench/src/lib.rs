@@ -1,21 +1,24 @@
-//! `mpa-bench`'s library: whole experiments on a private namespace test bed, and the fixtures
-//! the whole-system tests (`tests/`, `mpa-tests`) share with them.
+//! `mpa-bench`'s library: whole experiments on a private namespace test bed (or two hosts),
+//! one module per experiment, each side by side with kernel TCP where it has a counterpart.
 //!
-//! * [`datapath`]: THE `start_datapath` and the hand-over of an accepted connection to it.
-//! * [`demo`]: the datapath and the hand-over listener in ns b, `mpa-peer connect` in ns a;
-//!   goodput, FPDU counts, errors and the digest check.
+//! * [`demo`](mod@demo): one transfer through the datapath, checked octet for octet.
 //! * [`bw`]: goodput and CPU per octet, the datapath against the blocking kernel-TCP
 //!   Responder (`mpa-peer listen`), same bed, same sender, same run, rounds alternating.
-//! * [`lat`]: one-way latency per message (hdrhistogram), datapath vs the kernel-TCP
-//!   Responder, same bed and sender.
-//! * [`setup`]: many connections at once through `mpa-control serve`: hand-overs per second
-//!   and hand-over latency percentiles.
-//! * [`suite`]: `make bench`'s bounded standard set, its summary, JSON and plots ([`plot`]).
-//! * [`report`], [`cpu`], [`progress`]: the JSON document, CPU accounting, the progress line.
-//! * [`hostile`]: hostile-input classes against the live datapath (a scriptable hostile peer
-//!   on a frozen kernel socket, frames over AF_PACKET) beside an octet-exact bystander.
-//! * [`pipeline`]: the datapath's receive pipeline (`Worker<MemRing>`) on frames prepared in
-//!   memory: ns per segment, no kernel sender, no namespace, no root.
+//! * [`lat`](mod@lat): one-way latency per message (hdrhistogram), and the Write ping-pong.
+//! * [`setup`](mod@setup): many connections at once through `mpa-control serve`: hand-overs
+//!   per second and hand-over latency percentiles.
+//! * [`pipeline`](mod@pipeline): the receive pipeline (`Worker<MemRing>`) on frames prepared
+//!   in memory: ns per segment, no kernel sender, no namespace, no root.
+//! * [`hostile`]: hostile-input classes against the live datapath beside an octet-exact
+//!   bystander.
+//! * [`soak`]: one datapath for minutes under waves of connections.
+//! * [`suite`]: `make bench`'s standard set, its summary, JSON, plots and the pages it keeps
+//!   current.
+//! * [`ab`]: an old build against a new one; [`ack_timing`]: ACK timing from a capture.
+//! * [`bed`]: the shared bed, framing and transfer options, `mpa-peer` processes, the consumer
+//!   side, CPU and TCP accounting; [`report`]: the typed JSON documents and the progress line.
+//!
+//! Starting a datapath and the hostile peer are `mpa-harness`'s, shared with the tests.
 #![forbid(unsafe_code)]
 
 pub mod ab;

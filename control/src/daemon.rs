@@ -5,7 +5,7 @@
 //! Threads:
 //! * one **listener** thread per `[[listener]]`: accepts, refuses at once when the datapath is
 //!   unavailable, `max_connections` is reached or the peer's address holds
-//!   `max_connections_per_source` (with a reset: [`refuse`]), otherwise starts
+//!   `max_connections_per_source` (with a reset: `refuse`), otherwise starts
 //!   a setup;
 //! * one short-lived **setup** thread per connection in its startup phase, running
 //!   [`respond_and_hand_over`] with a [`DatapathClient`] whose other end is a **relay** thread

@@ -37,7 +37,7 @@ pub enum InitiatorOutcome {
 /// our ULP `private_data`, and hands the connection to the datapath.
 ///
 /// Errors: a startup failure whose disposition is
-/// [`Disposition::TerminateThenClose`] (codes 6 and 7) first sends the Terminate through the
+/// `Disposition::TerminateThenClose` (codes 6 and 7) first sends the Terminate through the
 /// kernel socket, framed as the Reply negotiated; the connection then closes.
 pub fn connect_and_hand_over(
     to: SocketAddr,

@@ -97,7 +97,7 @@ pub struct MpaParams {
     pub aligned_sender: bool,
     /// The MPA Request as it travelled (received by a Responder, sent by an Initiator), kept
     /// only so that a capture taken by the datapath can show the startup the kernel carried
-    /// (reconstructed frames, see [`CapturedFrame::reconstructed`]). Empty when unknown.
+    /// (reconstructed frames, see `CapturedFrame::reconstructed`). Empty when unknown.
     #[serde(default)]
     pub request_frame: Vec<u8>,
     /// Initiator only: the Reply it received, for the same purpose. Empty otherwise.

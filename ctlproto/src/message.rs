@@ -43,7 +43,7 @@ pub enum ErrorCode {
 pub enum Message {
     /// First message each way.
     Hello {
-        /// [`VERSION`].
+        /// `VERSION`.
         version: u32,
         /// Free text: program name and version.
         agent: String,
@@ -111,7 +111,7 @@ pub enum Message {
     /// consumer → datapath: create a registered memory region (memfd; huge pages when the
     /// length is a multiple of 2 MiB and hugetlbfs has room). Answered by
     /// [`Message::RegionCreated`] carrying the memory's file descriptor (SCM_RIGHTS, see
-    /// [`read_message_with_fd`]); the region lives until [`Message::DestroyRegion`], until
+    /// `read_message_with_fd`); the region lives until [`Message::DestroyRegion`], until
     /// the client that created it disconnects, or until the datapath exits.
     CreateRegion {
         /// Request id.
@@ -317,7 +317,7 @@ pub enum Message {
     /// [`Message::Ok`], then the datapath streams [`Message::Captured`] batches to this client
     /// and ends with [`Message::CaptureDone`] when `duration_ms` passed, `max_bytes` of pcap
     /// output (24-octet file header and 16 octets per record included) were sent, or
-    /// [`Message::StopCapture`] came. Bounds: [`capture::check_request`].
+    /// [`Message::StopCapture`] came. Bounds: `capture::check_request`.
     StartCapture {
         /// Request id.
         id: u64,

@@ -280,7 +280,7 @@ pub struct FillCut {
 /// markers fixed by its start and end, so its ULPDU is `room − 4m − 6` octets with no PAD
 /// (`room` is a multiple of 4, as every FPDU is) — unless a marker occupies the room's last
 /// four octets: it would lead the next FPDU, so that segment ends four octets early. The message's last segment ends it when
-/// the rest fits and leaves nothing or at least [`MIN_ROOM`] (room for the next FPDU); when
+/// the rest fits and leaves nothing or at least `MIN_ROOM` (room for the next FPDU); when
 /// the rest is larger than the room, the segment fills the room and the rest moves on; when
 /// it would leave a sliver, the rest is cut into two FPDUs that end exactly at the boundary
 /// if possible, else the TCP segment ends early (`end_segment`). A TCP that cuts the stream

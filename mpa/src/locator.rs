@@ -15,7 +15,7 @@
 //! drop such segments; TCP retransmission repairs them).
 //!
 //! The cost is linear in the segment: candidate headers are scanned once, and the octets
-//! verified per segment are bounded by [`VERIFY_BUDGET_PER_OCTET`] times its length; a
+//! verified per segment are bounded by `VERIFY_BUDGET_PER_OCTET` times its length; a
 //! candidate beyond the budget is left unverified and counted (its octets go the in-order
 //! way, like those of any segment the locator cannot use).
 

@@ -3,7 +3,7 @@
 
 use mpa::wire::ddp::{queue, DdpRepr, RdmapOpcode, READ_REQUEST_HEADER_LEN, UNTAGGED_HEADER_LEN};
 
-/// The prefix of a ULPDU a [`Sink`] and a Terminate need: the longest DDP header plus a Read
+/// The prefix of a ULPDU a `Sink` and a Terminate need: the longest DDP header plus a Read
 /// Request's RDMA header.
 pub(crate) const HEAD_LEN: usize = UNTAGGED_HEADER_LEN + READ_REQUEST_HEADER_LEN;
 

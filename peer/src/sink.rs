@@ -231,7 +231,7 @@ impl Sink {
         crc32c_append(0, &self.mem)
     }
 
-    /// Takes one ULPDU (its first octets `head`, at least [`UNTAGGED_HEADER_LEN`] +
+    /// Takes one ULPDU (its first octets `head`, at least `UNTAGGED_HEADER_LEN` +
     /// [`READ_REQUEST_HEADER_LEN`] when it has them; `len` octets in all, given as `pieces`):
     /// RDMA Writes are placed, Read Requests queued for [`Sink::next_read`]; everything else
     /// is left to the caller. A violation stops the connection: nothing more may be fed.

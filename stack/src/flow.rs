@@ -1,5 +1,5 @@
 //! One handed-over MPA connection inside a worker: its TCP ([`Connection`]), its MPA
-//! receiver ([`MpaReceiver`]) and the frames it sends (the accepting Reply, ACKs, a Terminate
+//! receiver (`MpaReceiver`) and the frames it sends (the accepting Reply, ACKs, a Terminate
 //! on error). The flow only wires them together; the protocol lives in `tcp` and `receiver`.
 
 #![forbid(unsafe_code)]

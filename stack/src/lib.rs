@@ -6,8 +6,8 @@
 //! Modules, in the order a received frame meets them:
 //! * [`wire`]: byte views (smoltcp style) of Ethernet, IP and TCP headers; frame templates.
 //! * [`flow_table`]: a worker's flows by 4-tuple.
-//! * [`flow`]: one connection: [`tcp::Connection`] + [`receiver::MpaReceiver`] +
-//!   [`sender::FpduSource`].
+//! * [`flow`]: one connection: [`tcp::Connection`] + `receiver::MpaReceiver` +
+//!   `sender::FpduSource`.
 //! * [`tcp`]: a TCP for established connections handed over from the kernel.
 //! * [`receiver`]: FPDU decoding and location, RTR check, RFC 5040/5041 placement checks and
 //!   Terminates, completions; it places into [`region::RegionMemory`].

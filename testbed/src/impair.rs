@@ -7,7 +7,7 @@
 //! ```
 //! With an [`Impairment`] the bed has no Linux bridge: `ra` and `rb` carry no address, and a
 //! thread of the process that owns the [`crate::TestBed`] (entered into `r`) moves every frame
-//! between them through two packet sockets ([`forward`]). What happens to a frame is decided by
+//! between them through two packet sockets (`forward`). What happens to a frame is decided by
 //! a sans-I/O [`Shaper`] per direction, with time passed in, so it is tested without sockets.
 //!
 //! Only *eligible* frames are impaired: TCP over IPv4 (unfragmented) or IPv6 (no extension

@@ -1,4 +1,4 @@
-//! Frames for a steered 4-tuple of no flow, and for a 4-tuple whose flow has ended ([`Expect::Gone`]): the flow ends (exact RST,
+//! Frames for a steered 4-tuple of no flow, and for a 4-tuple whose flow has ended (`Expect::Gone`): the flow ends (exact RST,
 //! FIN at an FPDU boundary, or our RST after its Terminate), `FlowGone` comes, and ns b's
 //! frozen socket is closed as mpa-control closes it (in repair mode: silently). From then
 //! on the tuple must be unsteered: a valid RDMA Write on it goes to ns b's kernel, which has

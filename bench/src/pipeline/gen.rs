@@ -20,7 +20,7 @@ const MAX_UNALIGNED_ULPDU: usize = 16 * 1024;
 pub struct FlowPlan {
     /// The datapath's id of the flow.
     pub flow_id: u64,
-    /// The peer's address (our side is [`super::local`]).
+    /// The peer's address (our side is `super::local`).
     pub remote: SocketAddrV4,
     /// The region it writes into / its posted buffers are in (none for `count`).
     pub stag: u32,

@@ -1,8 +1,8 @@
-//! Packet capture inside a worker (`mpa-control capture`): a [`CaptureTap`] copies the frames
+//! Packet capture inside a worker (`mpa-control capture`): a `CaptureTap` copies the frames
 //! a worker receives for its flows and the frames it sends, truncated to the snapshot length,
 //! into batches whose memory was reserved when the capture started. At the end of each poll
 //! the worker hands over the full batches, and the one being filled once it has waited
-//! [`FLUSH_AFTER`]; the control thread sends them to the capturing client and gives each
+//! `FLUSH_AFTER`; the control thread sends them to the capturing client and gives each
 //! emptied batch back.
 //!
 //! Fast-path rules (docs/architecture.md, "Fast-path rules"): without a capture a worker pays

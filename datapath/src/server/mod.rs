@@ -80,7 +80,7 @@ pub struct DatapathConfig {
     /// ([`DEFAULT_WORKER_DEADLINE`]; an idle worker turns at least every 10 ms).
     pub worker_deadline: Duration,
     /// The memory budget every flow and subscription draws from, octets
-    /// ([`default_memory_budget`] when `None`; docs/limits.md).
+    /// (`default_memory_budget` when `None`; docs/limits.md).
     pub memory_budget: Option<u64>,
 }
 

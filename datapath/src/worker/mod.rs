@@ -85,7 +85,7 @@ pub struct WorkerConfig {
     /// Verify TCP checksums (off only where the NIC did it).
     pub verify_checksums: bool,
     /// After the last frame, keep polling without sleeping for this long (on top of
-    /// [`SPIN_POLLS`] empty polls). Zero suits bulk traffic and a shared CPU; a few hundred
+    /// `SPIN_POLLS` empty polls). Zero suits bulk traffic and a shared CPU; a few hundred
     /// µs keep a worker awake between the messages of a request/response load, so that a
     /// frame does not wait for the worker to be woken from poll() (latency for a core).
     pub spin: Duration,
@@ -425,7 +425,7 @@ impl<R: FrameRing> Worker<R> {
     }
 
     /// One RX burst, timers, TX. Returns the RX descriptors taken (frames, or parts of
-    /// multi-buffer frames). [`Worker::run`] calls it in a
+    /// multi-buffer frames). `Worker::run` calls it in a
     /// loop; in-memory tests and benchmarks call it directly.
     pub fn poll_once(&mut self) -> Result<usize, R::Error> {
         self.poll_once_at(Instant::now())

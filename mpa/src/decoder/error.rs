@@ -35,7 +35,7 @@ pub enum DecodeError {
         /// Where the in-order chain stands (start of the FPDU it is inside).
         chain: u32,
     },
-    /// The caller dropped a [`Chunk`] before draining it; the stream position is lost.
+    /// The caller dropped a `Chunk` before draining it; the stream position is lost.
     #[error("a chunk was dropped before all its FPDUs were taken")]
     Abandoned,
 }

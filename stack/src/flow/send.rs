@@ -32,7 +32,7 @@ pub enum SendOp {
     Send,
     /// RDMA Read Requests of the peer's `src_stag` from `src_to` (read `i` at
     /// `src_to + i·len`) into the post's region (its `stag`, `offset + i·len`). At most
-    /// the flow's ORD ([`MAX_OUTBOUND_READS`] or the negotiated one) are outstanding; the
+    /// the flow's ORD (`MAX_OUTBOUND_READS` or the negotiated one) are outstanding; the
     /// rest wait in order.
     Read {
         /// The peer's STag (advertised to us).

@@ -2,12 +2,12 @@
 //! ahead of the stream when out-of-order segments can be located), placements into registered
 //! memory, completions and at most one Terminate come out. No AF_XDP, no sockets, no clock:
 //! the worker drives it through [`crate::flow::Flow`], tests and the in-memory pipeline drive
-//! it directly (`MpaReceiver` + `tcp::Connection` + a [`Regions`] implementation).
+//! it directly (`MpaReceiver` + `tcp::Connection` + a `Regions` implementation).
 //!
-//! The path of one FPDU: [`MpaReceiver::handle_in_order`] → `FpduDecoder` (markers, CRC, in
-//! batches) → RTR check for the first FPDU (RFC 6581) → [`Placer::plan`] (RFC 5040/5041
-//! checks) → [`Placer::place`] (copy into the region) → [`Placer::complete`] (in stream
-//! order) → [`MpaReceiver::poll_completion`]. Out of order, [`MpaReceiver::handle_segment_ahead`]
+//! The path of one FPDU: `MpaReceiver::handle_in_order` → `FpduDecoder` (markers, CRC, in
+//! batches) → RTR check for the first FPDU (RFC 6581) → `Placer::plan` (RFC 5040/5041
+//! checks) → `Placer::place` (copy into the region) → `Placer::complete` (in stream
+//! order) → `MpaReceiver::poll_completion`. Out of order, `MpaReceiver::handle_segment_ahead`
 //! finds whole FPDUs with the `FpduLocator` (marker- or alignment-guided, CRC-verified) and
 //! places them at once; they complete when the in-order stream reaches them.
 

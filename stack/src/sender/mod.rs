@@ -18,7 +18,7 @@
 //! the TCP cut only after whole FPDUs.
 //!
 //! Completions. [`SendSource::acked`] moves SND.UNA; a message whose last octet is
-//! acknowledged completes (once, in posting order): [`FpduSource::poll_completion`].
+//! acknowledged completes (once, in posting order): `FpduSource::poll_completion`.
 //!
 //! Checks at post time ([`PostError`]): the region exists, the domain matches, the range
 //! lies inside the region (overflow included), the message fits the DDP fields (a Send's

@@ -135,22 +135,16 @@ pub struct TcpConfig {
     /// per `tcp_invalid_ratelimit` (0.5 s), and a suppressed answer counts as silence.
     pub keepalive_interval: Duration,
     /// Unanswered keepalive probes after which the connection fails with a RST
-    /// ([`TcpError::KeepaliveTimeout`]) (Linux `tcp_keepalive_probes`: 9): idle + probes ×
+    /// (`TcpError::KeepaliveTimeout`) (Linux `tcp_keepalive_probes`: 9): idle + probes ×
     /// interval after the peer's last segment.
-    ///
-    /// [`TcpError::KeepaliveTimeout`]: crate::tcp::TcpError::KeepaliveTimeout
     pub keepalive_probes: u32,
     /// The longest FIN-WAIT-2 lasts: our FIN was acknowledged and the peer's never comes
-    /// (Linux `tcp_fin_timeout`: 60 s). Then a RST, [`TcpError::FinWait2Timeout`].
-    ///
-    /// [`TcpError::FinWait2Timeout`]: crate::tcp::TcpError::FinWait2Timeout
+    /// (Linux `tcp_fin_timeout`: 60 s). Then a RST, `TcpError::FinWait2Timeout`.
     pub fin_wait2_timeout: Duration,
     /// Zero-window probes sent while the peer's window stays closed, after which the
-    /// connection fails with a RST ([`TcpError::PersistLimit`]); the Linux equivalent is
+    /// connection fails with a RST (`TcpError::PersistLimit`); the Linux equivalent is
     /// `tcp_retries2` (15). Unlike Linux, an answered probe does not restart the count: only an
     /// opening window does, so a live peer that never reads cannot hold the flow for ever.
-    ///
-    /// [`TcpError::PersistLimit`]: crate::tcp::TcpError::PersistLimit
     pub persist_max_probes: u32,
     /// Challenge ACKs per second at most (RFC 5961 §7).
     pub challenge_ack_limit: u32,

@@ -171,8 +171,8 @@ pub(crate) const PRESSURE_WINDOW: usize = 64 << 10;
 
 /// A TCP connection in a synchronized state, handed over from the kernel. See the module
 /// documentation for the caller's loop. What it sends comes from `S`: a byte ring
-/// ([`SendBuffer`], filled by `Connection::send` in the tests) unless built with
-/// [`Connection::with_source`].
+/// (`SendBuffer`, filled by `Connection::send` in the tests) unless built with
+/// `Connection::with_source`.
 #[derive(Debug)]
 pub struct Connection<S: SendSource = SendBuffer> {
     cfg: TcpConfig,

@@ -14,7 +14,7 @@
 //!   timestamps that continue the kernel's clock;
 //! * window: what the buffers can really take, scaled, never retracted;
 //! * send: a bulk sender from a [`SendSource`] (the byte ring the tests fill, or
-//!   an FPDU source whose segments, retransmissions included, carry whole FPDUs only): congestion control in [`cc`] (CUBIC,
+//!   an FPDU source whose segments, retransmissions included, carry whole FPDUs only): congestion control in `cc` (CUBIC,
 //!   RFC 9438, by default, or NewReno; HyStart++, RFC 9406, in slow start), SACK loss
 //!   recovery per RFC 6675 (pipe, NextSeg, IsLost with DupThresh, one window reduction per
 //!   episode; RFC 6582 partial ACKs without SACK; a lost retransmission at SND.UNA found
@@ -27,10 +27,10 @@
 //! (RFC 8985: reordering deeper than DupThresh costs a spurious retransmission and a
 //! window reduction); D-SACKs it receives are counted, not acted on (no RFC 3708 undo).
 //!
-//! Files: [`config`] (hand-over snapshot, policy), `connection` (the state machine: types,
+//! Files: `config` (hand-over snapshot, policy), `connection` (the state machine: types,
 //! construction and events; `connection/rx.rs` receive, `ack.rs` ACK processing, `tx.rs`
 //! send, `timers.rs` timers), `reassembly` (out-of-order store), `source` (what is sent:
-//! [`SendSource`]), `send_buf`, `rtt` (RFC 6298), `scoreboard` (peer's SACKs), [`cc`] (congestion control), `timer`, [`stats`], [`error`]. Tests: `tests/`
+//! [`SendSource`]), `send_buf`, `rtt` (RFC 6298), `scoreboard` (peer's SACKs), `cc` (congestion control), `timer`, `stats`, `error`. Tests: `tests/`
 //! (`pair.rs` one sender over a lossy link, `bulk.rs` senders through a shared bottleneck).
 #![forbid(unsafe_code)]
 

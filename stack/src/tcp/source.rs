@@ -40,7 +40,7 @@ pub trait SendSource {
     const ALIGNED: bool = false;
 
     /// Octets queued from SND.UNA on (sent or not) and not yet acknowledged, as far as the
-    /// TCP may see them: at most [`MAX_VISIBLE`], so that SND.UNA + `queued()` stays in the
+    /// TCP may see them: at most `MAX_VISIBLE`, so that SND.UNA + `queued()` stays in the
     /// half of the 32-bit sequence space ahead of SND.UNA.
     fn queued(&self) -> usize;
 

@@ -93,7 +93,7 @@ pub enum TcpWireError {
 }
 
 /// TCP control bits. [`TcpRepr`] keeps ACK in [`TcpRepr::ack_number`] instead, so its flags
-/// never contain [`TcpFlags::ACK`].
+/// never contain `TcpFlags::ACK`.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct TcpFlags(pub u16);
 
@@ -194,7 +194,7 @@ impl fmt::Debug for TcpFlags {
 
 /// A view over a TCP segment: header, options and payload.
 ///
-/// Contract: after [`TcpPacket::check_len`] succeeds, no accessor panics.
+/// Contract: after `TcpPacket::check_len` succeeds, no accessor panics.
 #[derive(Debug, Clone, Copy)]
 pub struct TcpPacket<T: AsRef<[u8]>> {
     buffer: T,
@@ -206,7 +206,7 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
         TcpPacket { buffer }
     }
 
-    /// Wraps a buffer after [`TcpPacket::check_len`].
+    /// Wraps a buffer after `TcpPacket::check_len`.
     pub fn new_checked(buffer: T) -> Result<Self, TcpWireError> {
         let p = Self::new_unchecked(buffer);
         p.check_len()?;

@@ -48,7 +48,7 @@ pub enum StartupFrameError {
     /// Emit: IRD or ORD above 14 bits (RFC 6581 §9).
     #[error("IRD/ORD value {0:#x} exceeds 14 bits")]
     IrdOrdOutOfRange(u16),
-    /// Emit: the output buffer is shorter than [`StartupRepr::buffer_len`].
+    /// Emit: the output buffer is shorter than `StartupRepr::buffer_len`.
     #[error("output buffer of {have} octets, need {need}")]
     BufferTooShort {
         /// Octets needed.

@@ -29,8 +29,8 @@ pub(crate) const MAX_L2L3_LEN: usize = ethernet::HEADER_LEN + IPV6_HEADER_LEN;
 /// Why a frame was dropped, or could not be built.
 ///
 /// Parsing yields each reason as its own variant (the IP ones inside [`FrameError::Ip`]:
-/// [`IpError::Fragment`], [`IpError::Unsupported`] for IPv6 extension headers,
-/// [`IpError::BadChecksum`] for the IPv4 header checksum).
+/// `IpError::Fragment`, `IpError::Unsupported` for IPv6 extension headers,
+/// `IpError::BadChecksum` for the IPv4 header checksum).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
     /// The Ethernet header (with its VLAN tag) is truncated.

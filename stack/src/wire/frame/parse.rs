@@ -34,7 +34,7 @@ pub struct TcpFrame<'a> {
     #[cfg(test)]
     pub(crate) tcp_offset: usize,
     /// The TCP segment, exactly `ip_payload_len` octets; its header has passed
-    /// [`TcpPacket::check_len`].
+    /// `TcpPacket::check_len`.
     pub tcp: TcpPacket<&'a [u8]>,
 }
 
