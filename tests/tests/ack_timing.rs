@@ -101,9 +101,12 @@ fn ack_timing_reads_a_tcpdump_capture_of_a_kernel_transfer() {
     assert!(segments >= 128, "{c}");
     let first = c["first"]["count"].as_u64().unwrap();
     let again = c["retransmitted"]["count"].as_u64().unwrap();
-    // Every segment sent was reported, once; no loss on a plain veth pair.
+    // Every segment sent was reported. A transmission that a retransmission (a tail loss
+    // probe, say) replaced before any ACK reported it is not measured, so first + again may
+    // fall short of the transmissions by those; on a veth pair without loss they are few.
     assert_eq!(c["unreported"], 0, "{c}");
-    assert_eq!(first + again, segments, "{c}");
+    assert!(first + again <= segments, "{c}");
+    assert!(first * 10 >= segments * 9, "{c}");
     assert!(c["first"]["p50_us"].as_f64().unwrap() > 0.0, "{c}");
     assert!(doc["tcp_frames"].as_u64().unwrap() > segments);
 
