@@ -110,6 +110,24 @@ fn ack_timing_reads_a_tcpdump_capture_of_a_kernel_transfer() {
     assert!(c["first"]["p50_us"].as_f64().unwrap() > 0.0, "{c}");
     assert!(doc["tcp_frames"].as_u64().unwrap() > segments);
 
+    // The same capture as pcapng (per-interface timestamp units): the same result.
+    let pcapng = dir.join("sender.pcapng");
+    let conv = Command::new("editcap")
+        .args(["-F", "pcapng"])
+        .arg(&pcap)
+        .arg(&pcapng)
+        .output()
+        .expect("editcap (wireshark-common, with tshark: make deps installs it)");
+    assert!(conv.status.success(), "{}", String::from_utf8_lossy(&conv.stderr));
+    let run = Command::new(bin("mpa-bench"))
+        .args(["ack-timing", "--json", "--min-segments", "1"])
+        .arg(&pcapng)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stdout));
+    let ng: Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(ng["connections"], doc["connections"], "{ng}\n{doc}");
+
     // Not a capture: refused, naming the file.
     let junk = dir.join("junk.pcap");
     std::fs::write(&junk, b"this is not a capture file at all").unwrap();

@@ -18,6 +18,7 @@ use clap::Args;
 use etherparse::{EtherType, LaxNetSlice, LaxSlicedPacket, TcpOptionElement, TransportSlice};
 use matcher::{Connection, Percentiles};
 use pcap_file::pcap::PcapReader;
+use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption;
 use pcap_file::pcapng::{Block, PcapNgReader};
 use pcap_file::{DataLink, TsResolution};
 use serde::Serialize;
@@ -83,21 +84,32 @@ fn for_each_frame(
         .and_then(|mut file| file.read_exact(&mut magic))
         .with_context(|| format!("ack-timing: read {}", path.display()))?;
     let file = BufReader::new(File::open(path)?);
-    let ns = |d: std::time::Duration| d.as_nanos().min(u128::from(u64::MAX)) as u64;
     if magic == [0x0a, 0x0d, 0x0d, 0x0a] {
         let mut r = PcapNgReader::new(file)
             .with_context(|| format!("ack-timing: {} is not a pcapng file", path.display()))?;
-        // Each interface's link type, as its description block comes (packets name theirs).
-        let mut links: Vec<DataLink> = Vec::new();
+        // Each interface's link type and timestamp unit, as its description block comes
+        // (packets name their interface). The crate hands an enhanced packet's raw timestamp
+        // over as nanoseconds; its unit is the interface's `if_tsresol` (default 10^-6 s).
+        let mut links: Vec<(DataLink, TsUnit)> = Vec::new();
         while let Some(block) = r.next_block() {
             match block.with_context(|| format!("ack-timing: {}", path.display()))? {
-                Block::InterfaceDescription(i) => links.push(i.linktype),
+                Block::InterfaceDescription(i) => {
+                    let unit = i
+                        .options
+                        .iter()
+                        .find_map(|o| match o {
+                            InterfaceDescriptionOption::IfTsResol(r) => Some(TsUnit(*r)),
+                            _ => None,
+                        })
+                        .unwrap_or(TsUnit(6));
+                    links.push((i.linktype, unit));
+                }
                 Block::EnhancedPacket(p) => {
-                    let link = links
+                    let (link, unit) = links
                         .get(p.interface_id as usize)
                         .copied()
-                        .unwrap_or(DataLink::ETHERNET);
-                    f(ns(p.timestamp), link, &p.data)?;
+                        .unwrap_or((DataLink::ETHERNET, TsUnit(6)));
+                    f(unit.to_ns(p.timestamp.as_nanos()), link, &p.data)?;
                 }
                 _ => {}
             }
@@ -133,6 +145,26 @@ fn for_each_frame(
         }
     }
     Ok(())
+}
+
+/// A pcapng interface's timestamp unit (`if_tsresol`): 10^-n s, or 2^-n s with the top bit.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct TsUnit(u8);
+
+impl TsUnit {
+    /// `raw` timestamp units in ns (saturating).
+    fn to_ns(self, raw: u128) -> u64 {
+        let n = u32::from(self.0 & 0x7f);
+        let ns = if self.0 & 0x80 == 0 {
+            match 9u32.checked_sub(n) {
+                Some(up) => raw.saturating_mul(10u128.pow(up)),
+                None => raw / 10u128.saturating_pow(n - 9),
+            }
+        } else {
+            raw.saturating_mul(1_000_000_000) >> n.min(127)
+        };
+        ns.min(u128::from(u64::MAX)) as u64
+    }
 }
 
 /// One TCP frame as the matcher needs it.
@@ -306,4 +338,20 @@ pub fn run_cli(a: &AckTimingArgs) -> Result<()> {
         print!("{}", table(&r));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TsUnit;
+
+    #[test]
+    fn pcapng_timestamp_units_become_nanoseconds() {
+        assert_eq!(TsUnit(6).to_ns(1_500_000), 1_500_000_000);
+        assert_eq!(TsUnit(9).to_ns(42), 42);
+        assert_eq!(TsUnit(12).to_ns(42_000), 42);
+        // 2^-10 s units: 1024 of them are one second.
+        assert_eq!(TsUnit(0x80 | 10).to_ns(1024), 1_000_000_000);
+        assert_eq!(TsUnit(0).to_ns(u128::MAX), u64::MAX);
+        assert_eq!(TsUnit(0x7f).to_ns(5), 0);
+    }
 }
