@@ -118,13 +118,21 @@ fn ack_timing_reads_a_tcpdump_capture_of_a_kernel_transfer() {
         .arg(&pcapng)
         .output()
         .expect("editcap (wireshark-common, with tshark: make deps installs it)");
-    assert!(conv.status.success(), "{}", String::from_utf8_lossy(&conv.stderr));
+    assert!(
+        conv.status.success(),
+        "{}",
+        String::from_utf8_lossy(&conv.stderr)
+    );
     let run = Command::new(bin("mpa-bench"))
         .args(["ack-timing", "--json", "--min-segments", "1"])
         .arg(&pcapng)
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stdout));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stdout)
+    );
     let ng: Value = serde_json::from_slice(&run.stdout).unwrap();
     assert_eq!(ng["connections"], doc["connections"], "{ng}\n{doc}");
 
