@@ -1,7 +1,7 @@
 //! Every hostile-input class and its expected outcome, in one table ([`CLASSES`]).
 //!
 //! Each script starts on a fresh connection in Full Operation (no markers, CRC on, our SND.NXT
-//! and RCV.NXT exact) and sends its hostile frames; the runner (`super::check_class`) then
+//! and RCV.NXT exact) and sends its hostile frames; the runner (`check::check_class`) then
 //! checks the `Expect`ation on the wire and in the datapath's counters. Terminate codes:
 //! RFC 5044 §8 (layer 2), RFC 5041 §7 (DDP, layer 1: type 1 tagged, 2 untagged), RFC 5040
 //! §4.8 Figure 9 (RDMAP, layer 0), as `PlacementError::terminate` assigns them.
