@@ -57,29 +57,11 @@ pub struct Comparison {
     /// The key compared.
     pub metric: String,
     /// Over the rounds, old build.
-    pub old: Option<SpreadReport>,
+    pub old: Option<Spread>,
     /// Over the rounds, new build.
-    pub new: Option<SpreadReport>,
+    pub new: Option<Spread>,
     /// New median / old median.
     pub ratio: Option<f64>,
-}
-
-/// Median, min and max.
-#[derive(Serialize, Clone, Copy, Debug, PartialEq)]
-pub struct SpreadReport {
-    pub median: f64,
-    pub min: f64,
-    pub max: f64,
-}
-
-impl From<Spread> for SpreadReport {
-    fn from(s: Spread) -> Self {
-        SpreadReport {
-            median: s.median,
-            min: s.min,
-            max: s.max,
-        }
-    }
 }
 
 /// The document `ab --json` prints.
@@ -224,8 +206,8 @@ pub fn ab(a: &AbArgs) -> Result<AbReport> {
                     (Some(o), Some(n)) if o.median != 0.0 => Some(n.median / o.median),
                     _ => None,
                 },
-                old: o.map(SpreadReport::from),
-                new: n.map(SpreadReport::from),
+                old: o,
+                new: n,
             }
         })
         .collect();
@@ -247,7 +229,7 @@ pub fn table(r: &AbReport) -> String {
         r.old,
         r.new
     );
-    let cell = |x: &Option<SpreadReport>| match x {
+    let cell = |x: &Option<Spread>| match x {
         Some(x) => format!("{:.3} ({:.3}–{:.3})", x.median, x.min, x.max),
         None => "-".to_string(),
     };
