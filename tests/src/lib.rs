@@ -8,9 +8,11 @@
 //!   the workspace's binaries ([`bin`]), `mpa-datapath` as a process ([`DatapathProcess`]),
 //!   `mpa-control serve` with its log ([`ControlDaemon`]) and the scriptable hostile peer
 //!   ([`HostilePeer`]).
-//! * [`frames`]: crafted frames; [`raw`]: AF_PACKET and AF_XDP sockets; [`xdp`]: the XDP
-//!   program on the bed; [`peers`]: MPA peers in ns a and the datapath's counters.
+//! * [`capture`]: `tcpdump` writing a capture; [`frames`]: crafted frames; [`raw`]:
+//!   AF_PACKET and AF_XDP sockets; [`xdp`]: the XDP program on the bed; [`peers`]: MPA peers
+//!   in ns a and the datapath's counters.
 
+pub mod capture;
 pub mod frames;
 pub mod peers;
 pub mod raw;

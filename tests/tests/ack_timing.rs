@@ -3,12 +3,12 @@
 //! segment of the one connection is reported by an ACK, and the document names the two ends.
 //! A file that is not a capture is refused with a message naming it.
 
+use mpa_tests::capture::Tcpdump;
 use mpa_tests::{bin, require_privileged, BedConfig, PeerListener, TestBed};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 const PORT: u16 = 7777;
 
@@ -21,29 +21,13 @@ fn ack_timing_reads_a_tcpdump_capture_of_a_kernel_transfer() {
     let dir = std::env::temp_dir().join(format!("mpa-ack-timing-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("sender.pcap");
-    let mut dump = bed
-        .command(&bed.ns_b, "tcpdump")
-        .args(["-i", &bed.if_b, "-s", "128", "--immediate-mode", "-U", "-w"])
-        .arg(&pcap)
-        .args(["tcp", "port", &PORT.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tcpdump (make deps installs it)");
-    // tcpdump says "listening on" once its socket is open. Immediate mode: without it frames
-    // wait in the kernel for a full block, and a capture stopped within a second keeps none.
-    let mut err = BufReader::new(dump.stderr.take().unwrap());
-    let mut line = String::new();
-    let t0 = Instant::now();
-    while !line.contains("listening on") {
-        line.clear();
-        assert!(err.read_line(&mut line).unwrap() > 0, "tcpdump exited");
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "tcpdump never listened"
-        );
-    }
+    let dump = Tcpdump::start(
+        &bed,
+        &bed.ns_b,
+        &bed.if_b,
+        &pcap,
+        &["-s", "128", "tcp", "port", &PORT.to_string()],
+    );
     let to = SocketAddr::new(bed.addr_a(false), PORT);
     let listener = PeerListener::start(&bed, to, &["--markers", "--crc"]);
     let out = bed
@@ -69,13 +53,7 @@ fn ack_timing_reads_a_tcpdump_capture_of_a_kernel_transfer() {
     let got = listener.report(Duration::from_secs(30));
     assert_eq!(got["ulpdus"], 2000);
     std::thread::sleep(Duration::from_millis(200));
-    // SIGINT makes tcpdump flush and close the file.
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(dump.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let _ = dump.wait();
+    dump.stop();
 
     let run = Command::new(bin("mpa-bench"))
         .args(["ack-timing", "--json", "--min-segments", "1"])

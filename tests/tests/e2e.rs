@@ -14,6 +14,7 @@ use mpa_ctl_proto::{Message, PostTarget};
 use mpa_datapath::io::xsk::{BindMode, XskConfig};
 use mpa_datapath::server::Datapath;
 use mpa_stack::tcp::TcpConfig;
+use mpa_tests::capture::Tcpdump;
 use mpa_tests::frames::v4_ports;
 use mpa_tests::{
     bin, datapath, ended_flow, hand_over, initiator_in_a, listen_in, require_privileged, stats,
@@ -317,38 +318,13 @@ fn crc_error_terminates_that_connection_only_and_a_reset_is_error_1() {
     let (dp, path) = dp_on(&bed, 1);
     // A capture in ns a of every segment from b: the frozen kernel sockets must never speak.
     let pcap = std::env::temp_dir().join(format!("mpa-e2e-{}.pcap", std::process::id()));
-    let mut dump = bed
-        .command(&bed.ns_a, "tcpdump")
-        .args([
-            "-i",
-            &bed.if_a,
-            "-U",
-            "-w",
-            &pcap.to_string_lossy(),
-            "tcp and src host 10.99.0.2",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("tcpdump (make deps installs it)");
-    // Traffic starts only once tcpdump says it listens (a fixed sleep was too short on a
-    // loaded machine: the capture then missed everything).
-    let (up_tx, up_rx) = std::sync::mpsc::channel();
-    let stderr = dump.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if line.contains("listening on") {
-                let _ = up_tx.send(());
-            }
-        }
-    });
-    up_rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("tcpdump did not start listening");
+    let dump = Tcpdump::start(
+        &bed,
+        &bed.ns_a,
+        &bed.if_a,
+        &pcap,
+        &["tcp and src host 10.99.0.2"],
+    );
     std::thread::scope(|s| {
         // A good connection runs beside the bad ones.
         let good = s.spawn(|| {
@@ -432,8 +408,7 @@ fn crc_error_terminates_that_connection_only_and_a_reset_is_error_1() {
         assert_eq!(g.rx.fpdus, 3000);
     });
     std::thread::sleep(Duration::from_millis(300));
-    let _ = dump.kill();
-    let _ = dump.wait();
+    dump.stop();
     // No RST ever left b (the datapath closes cleanly; frozen sockets close in repair mode).
     let out = std::process::Command::new("tcpdump")
         .args([
