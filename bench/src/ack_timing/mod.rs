@@ -24,7 +24,7 @@ use pcap_file::{DataLink, TsResolution};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
@@ -79,12 +79,15 @@ fn for_each_frame(
     path: &PathBuf,
     mut f: impl FnMut(u64, DataLink, &[u8]) -> Result<()>,
 ) -> Result<()> {
-    let mut magic = [0u8; 4];
-    File::open(path)
-        .and_then(|mut file| file.read_exact(&mut magic))
-        .with_context(|| format!("ack-timing: read {}", path.display()))?;
-    let file = BufReader::new(File::open(path)?);
-    if magic == [0x0a, 0x0d, 0x0d, 0x0a] {
+    let mut file = File::open(path)
+        .map(BufReader::new)
+        .with_context(|| format!("ack-timing: open {}", path.display()))?;
+    // The first block's type tells pcapng from pcap; peeked, not consumed.
+    let pcapng = file
+        .fill_buf()
+        .with_context(|| format!("ack-timing: read {}", path.display()))?
+        .starts_with(&[0x0a, 0x0d, 0x0d, 0x0a]);
+    if pcapng {
         let mut r = PcapNgReader::new(file)
             .with_context(|| format!("ack-timing: {} is not a pcapng file", path.display()))?;
         // Each interface's link type and timestamp unit, as its description block comes
