@@ -395,6 +395,42 @@ impl Consumer {
         }
     }
 
+    /// The completions in the rings now, appended to `out` (at most 4096), without waiting
+    /// and without a system call: for a run-to-completion loop that turns the queue itself
+    /// (docs/latency.md) and has nothing to wait for. A loss is reported as
+    /// [`Consumer::next_completions`] reports it. Unlike that call it does not look at the
+    /// control socket: a datapath that went away shows as no more completions, and as an
+    /// error of the loop's next control request or of its queue driver.
+    pub fn poll_completions(&mut self, out: &mut Vec<Completion>) -> Result<usize, ConsumerError> {
+        if let Some((pd, lost)) = self.pending_loss.take() {
+            return Err(ConsumerError::Overflow { pd, lost });
+        }
+        let before = out.len();
+        let n = self.subs.len();
+        for k in 0..n {
+            let i = (self.next_sub + k) % n;
+            let s = &mut self.subs[i];
+            let pd = s.pd;
+            let lost = s
+                .rings
+                .poll(out, before + BATCH)
+                .map_err(|err| ConsumerError::Ring { pd, err })?;
+            if lost > 0 {
+                self.next_sub = i;
+                if out.len() == before {
+                    return Err(ConsumerError::Overflow { pd, lost });
+                }
+                self.pending_loss = Some((pd, lost));
+                break;
+            }
+            if out.len() > before {
+                self.next_sub = (i + 1) % n;
+                break;
+            }
+        }
+        Ok(out.len() - before)
+    }
+
     /// Reads the rings, each subscription in turn: `Some` batch when there were records;
     /// an overflow error when a loss comes first (one found after records is kept for the
     /// next call).

@@ -176,6 +176,7 @@ fn main() -> ExitCode {
         spin: std::time::Duration::from_micros(a.spin_us),
         worker_deadline: std::time::Duration::from_millis(a.worker_deadline_ms),
         memory_budget: a.memory_budget,
+        caller_drives_queues: false,
     };
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {

@@ -51,6 +51,9 @@ pub struct DatapathOptions {
     pub spin: Duration,
     /// The memory budget (`DatapathConfig::memory_budget`; `None`: the machine's default).
     pub memory_budget: Option<u64>,
+    /// Run-to-completion: no worker threads; take the queues' drivers with
+    /// `Datapath::take_queue_drivers` and poll them (`DatapathConfig::caller_drives_queues`).
+    pub caller_drives_queues: bool,
 }
 
 impl Default for DatapathOptions {
@@ -67,6 +70,7 @@ impl Default for DatapathOptions {
             spin: Duration::ZERO,
             completion_ring: DEFAULT_COMPLETION_RING,
             memory_budget: None,
+            caller_drives_queues: false,
         }
     }
 }
@@ -104,6 +108,7 @@ pub fn start_datapath_on(
             spin: opts.spin,
             worker_deadline: mpa_datapath::server::DEFAULT_WORKER_DEADLINE,
             memory_budget: opts.memory_budget,
+            caller_drives_queues: opts.caller_drives_queues,
         };
         match run_in_netns(ns, move || Datapath::start(cfg))? {
             Ok(dp) => return Ok(dp),

@@ -1,5 +1,6 @@
 //! `mpa-bench lat`'s options and the parameters its document records.
 
+use super::samples::DatapathMode;
 use crate::bed::options::{Align, BedArgs, FramingArgs, Op, Run, TransferArgs};
 use crate::report::document::LatParams;
 use clap::Args;
@@ -32,16 +33,22 @@ pub struct LatArgs {
     /// Print the one JSON document on stdout (the table goes to stderr).
     #[arg(long)]
     pub json: bool,
-    /// The datapath side's consumer busy-polls its completion ring instead of sleeping on
-    /// the ring's eventfd until the worker wakes it (the default): it then needs a core of
-    /// its own, which a 2-core bed that also runs the sender, the worker and the kernel's
-    /// veth work does not have (p50 at 64 B 41 µs busy vs 23 µs sleeping,
-    /// docs/investigations/2026-12-01-latency-and-completion-rings.md).
+    /// The datapath's modes, each measured beside kernel TCP in the same run
+    /// (docs/latency.md): `sleep` (worker threads that sleep when idle, the datapath's
+    /// default), `spin` (worker threads that keep polling `--spin-us` after their last frame),
+    /// `rtc` (run-to-completion: the measuring thread turns the queue itself, no worker
+    /// thread, no control-socket request per post).
+    #[arg(long, value_enum, value_delimiter = ',', default_values = ["sleep", "spin", "rtc"])]
+    pub modes: Vec<DatapathMode>,
+    /// In the `sleep` and `spin` modes, the consumer busy-polls its completion ring instead
+    /// of sleeping on the ring's eventfd until the worker wakes it: it then needs a core of
+    /// its own, which a 2-core bed that also runs the peer, the worker and the kernel's veth
+    /// work does not have.
     #[arg(long)]
     pub consumer_busy_poll: bool,
-    /// The datapath's workers keep polling this many µs after their last frame before they
-    /// may sleep (`mpa-datapath --spin-us`; 0: sleep after 256 empty polls).
-    #[arg(long, default_value_t = 0)]
+    /// In the `spin` mode, how long the workers keep polling after their last frame before
+    /// they may sleep, µs (`mpa-datapath --spin-us`).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     pub spin_us: u64,
     /// RDMA Write ping-pong instead (perftest `ib_write_lat` style, RTT/2): the kernel
     /// `mpa-peer listen --echo` answers both a kernel-TCP Initiator and the datapath's
@@ -51,8 +58,8 @@ pub struct LatArgs {
 }
 
 impl LatArgs {
-    /// The transfer of one size, as the other experiments describe it.
-    pub fn run(&self, size: usize) -> Run {
+    /// The transfer of one size in `mode`, as the other experiments describe it.
+    pub fn run(&self, size: usize, mode: DatapathMode) -> Run {
         Run {
             transfer: TransferArgs {
                 bytes: self.messages.max(1) * size as u64,
@@ -62,7 +69,11 @@ impl LatArgs {
                 connections: 1,
                 rcv_buf: None,
                 ooo_ack_every: None,
-                spin_us: self.spin_us,
+                spin_us: if mode == DatapathMode::Spin {
+                    self.spin_us
+                } else {
+                    0
+                },
                 sender_cc: None,
             },
             size,
@@ -91,6 +102,7 @@ impl LatArgs {
             mtu: bed.mtu,
             consumer_busy_poll: self.consumer_busy_poll,
             spin_us: self.spin_us,
+            modes: self.modes.clone(),
             framing: self.framing.framing(),
             pingpong: self.pingpong,
             loss_percent: (bed.loss > 0).then_some(bed.loss),

@@ -3,7 +3,8 @@
 
 use super::args::LatArgs;
 use super::samples::{
-    decode_stamp, hgrm, hgrm_name, monotonic_ns, record, us, Row, Samples, Side, STAMP_LEN,
+    decode_stamp, hgrm, hgrm_name, monotonic_ns, record, us, DatapathMode, Row, Samples, Side,
+    STAMP_LEN,
 };
 use crate::bed::options::{messages, Run, PD, PORT};
 use crate::bed::peer::sender_with;
@@ -18,6 +19,7 @@ use mpa::wire::fpdu::MAX_ULPDU;
 use mpa_ctl_proto::consumer::Consumer;
 use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::CompletionKind;
+use mpa_datapath::worker::QueueDriver;
 use mpa_harness::datapath::{
     accept_and_hand_over, start_datapath, stats, temp_path, DatapathOptions, HandedOver, Responder,
 };
@@ -41,11 +43,17 @@ pub fn lat(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
             );
         }
     }
+    if a.modes.contains(&DatapathMode::Rtc) && a.bed.queues != 1 {
+        bail!("--modes rtc turns one queue from the measuring thread: --queues 1");
+    }
     let bed = a.bed.bed()?;
     let extra = a.sender_args();
+    let sides: Vec<Side> = std::iter::once(Side::Kernel)
+        .chain(a.modes.iter().map(|&m| Side::of(m)))
+        .collect();
     let mut rows: Vec<Row> = Vec::new();
     for &size in &a.sizes {
-        for side in [Side::Kernel, Side::Datapath] {
+        for &side in &sides {
             rows.push(Row {
                 side,
                 bytes: size,
@@ -53,32 +61,30 @@ pub fn lat(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
             });
         }
     }
-    let progress = Progress::new("lat", u64::from(a.rounds) * a.sizes.len() as u64 * 2);
+    let progress = Progress::new(
+        "lat",
+        u64::from(a.rounds) * (a.sizes.len() * sides.len()) as u64,
+    );
     for round in 0..a.rounds {
         for (i, &size) in a.sizes.iter().enumerate() {
-            let r = a.run(size);
             let at = format!("round {} of {}", round + 1, a.rounds);
-            progress.running(format!("{at}: kernel, {size} B"));
-            let k = kernel_lat(&bed, &r, &extra).with_context(|| format!("kernel, {size} B"))?;
-            progress.done(format!(
-                "kernel {size} B: p50 {:.1} µs",
-                us(k.hist.value_at_quantile(0.5))
-            ));
-            rows[2 * i].samples.add(&k);
-            progress.running(format!("{at}: datapath, {size} B"));
-            let d = datapath_lat(&bed, &r, &extra, a.consumer_busy_poll)
-                .with_context(|| format!("datapath, {size} B"))?;
-            progress.done(format!(
-                "datapath {size} B: p50 {:.1} µs",
-                us(d.hist.value_at_quantile(0.5))
-            ));
-            rows[2 * i + 1].samples.add(&d);
-            progress.println(format!(
-                "round {}, {size} B: p50 kernel {:.1} µs, datapath {:.1} µs",
-                round + 1,
-                us(k.hist.value_at_quantile(0.5)),
-                us(d.hist.value_at_quantile(0.5))
-            ));
+            let mut line = format!("round {}, {size} B: p50", round + 1);
+            for (j, &side) in sides.iter().enumerate() {
+                progress.running(format!("{at}: {}, {size} B", side.key()));
+                let smp = match side {
+                    Side::Kernel => kernel_lat(&bed, &a.run(size, DatapathMode::Sleep), &extra),
+                    _ => {
+                        let mode = a.modes[j - 1];
+                        datapath_lat(&bed, &a.run(size, mode), &extra, a.consumer_busy_poll, mode)
+                    }
+                }
+                .with_context(|| format!("{}, {size} B", side.key()))?;
+                let p50 = us(smp.hist.value_at_quantile(0.5));
+                progress.done(format!("{} {size} B: p50 {p50:.1} µs", side.key()));
+                line += &format!(" {} {p50:.1} µs", side.key());
+                rows[i * sides.len() + j].samples.add(&smp);
+            }
+            progress.println(line);
         }
     }
     drop(progress);
@@ -174,28 +180,47 @@ fn kernel_lat(bed: &TestBed, r: &Run, extra: &[String]) -> Result<Samples> {
 }
 
 /// The datapath side: the datapath and hand-over listener in ns b, the consumer reading the
-/// stamps from the region at each completion's offset.
-fn datapath_lat(bed: &TestBed, r: &Run, extra: &[String], busy_poll: bool) -> Result<Samples> {
+/// stamps from the region at each completion's offset — in `rtc` mode on the thread that
+/// also turns the queue.
+fn datapath_lat(
+    bed: &TestBed,
+    r: &Run,
+    extra: &[String],
+    busy_poll: bool,
+    mode: DatapathMode,
+) -> Result<Samples> {
     let socket = temp_path("lat.sock");
     let opts = DatapathOptions {
         queues: r.bed.queues,
         spin: Duration::from_micros(r.transfer.spin_us),
+        caller_drives_queues: mode == DatapathMode::Rtc,
         ..DatapathOptions::default()
     };
-    let dp = start_datapath(bed, &socket, &opts)?;
-    let result = split::pin_datapath_workers(bed, r.bed.split_cpus, r.bed.queues)
-        .and_then(|()| datapath_lat_on(bed, &socket, r, extra, busy_poll));
+    let mut dp = start_datapath(bed, &socket, &opts)?;
+    let driver = dp.take_queue_drivers().into_iter().next();
+    let result = if driver.is_some() {
+        Ok(())
+    } else {
+        split::pin_datapath_workers(bed, r.bed.split_cpus, r.bed.queues)
+    }
+    .and_then(|()| {
+        let pin = split::applies(bed, r.bed.split_cpus);
+        datapath_lat_on(bed, &socket, r, extra, busy_poll, driver, pin)
+    });
     dp.stop();
     result
 }
 
-/// [`datapath_lat`] with the datapath running at `socket`.
+/// [`datapath_lat`] with the datapath running at `socket` (and its queue's driver in `rtc`
+/// mode; `pin`: the reading thread on the receiver's CPU, as the workers are).
 fn datapath_lat_on(
     bed: &TestBed,
     socket: &std::path::Path,
     r: &Run,
     extra: &[String],
     busy_poll: bool,
+    driver: Option<QueueDriver>,
+    pin: bool,
 ) -> Result<Samples> {
     let mut consumer = Consumer::connect(socket, Duration::from_secs(20))?;
     let region = consumer.create_region(r.transfer.region_bytes, PD, true, false)?;
@@ -215,27 +240,51 @@ fn datapath_lat_on(
     let flag = stop.clone();
     // Owns the consumer and the mapping (not shared: the mapping is Send, not Sync).
     let collector = std::thread::spawn(move || -> Result<(Samples, u64)> {
+        if pin && driver.is_some() {
+            split::pin_this_thread_to_receiver_cpu()?;
+        }
         let mut smp = Samples::default();
         let mut wrong = 0u64;
+        let mut take = |batch: &[mpa_ctl_proto::Completion]| {
+            for c in batch {
+                let mut ts = [0u8; STAMP_LEN];
+                let ok = region.read(c.offset, &mut ts);
+                // The consumer holds the completion and its stamp: the receive point.
+                let now = monotonic_ns();
+                smp.record(ok.then(|| u64::from_le_bytes(ts)), now);
+                if c.kind != CompletionKind::WritePlaced || c.len != payload {
+                    wrong += 1;
+                }
+            }
+        };
+        if let Some(mut driver) = driver {
+            // Run-to-completion: one loop turns the queue and reads its completions.
+            let mut batch = Vec::with_capacity(4096);
+            let mut quiet_since: Option<Instant> = None;
+            loop {
+                driver.poll()?;
+                batch.clear();
+                if consumer.poll_completions(&mut batch)? > 0 {
+                    take(&batch);
+                    quiet_since = None;
+                } else if flag.load(Ordering::Relaxed) {
+                    let t = *quiet_since.get_or_insert_with(Instant::now);
+                    if t.elapsed() > Duration::from_millis(300) {
+                        drop(take);
+                        return Ok((smp, wrong));
+                    }
+                }
+            }
+        }
         let mut quiet_since_stop = 0;
         loop {
             let deadline = Instant::now() + Duration::from_millis(100);
             match consumer.next_completions(deadline)? {
-                Some(batch) => {
-                    for c in batch {
-                        let mut ts = [0u8; STAMP_LEN];
-                        let ok = region.read(c.offset, &mut ts);
-                        // The consumer holds the completion and its stamp: the receive point.
-                        let now = monotonic_ns();
-                        smp.record(ok.then(|| u64::from_le_bytes(ts)), now);
-                        if c.kind != CompletionKind::WritePlaced || c.len != payload {
-                            wrong += 1;
-                        }
-                    }
-                }
+                Some(batch) => take(&batch),
                 None if flag.load(Ordering::Relaxed) => {
                     quiet_since_stop += 1;
                     if quiet_since_stop >= 3 {
+                        drop(take);
                         return Ok((smp, wrong));
                     }
                 }

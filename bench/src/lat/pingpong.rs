@@ -15,7 +15,7 @@
 //! octets; on the datapath side the echoed region is compared with what was sent at the end.
 
 use super::args::LatArgs;
-use super::samples::{monotonic_ns, record, table, Row, Samples, Side};
+use super::samples::{monotonic_ns, record, table, DatapathMode, Row, Samples, Side};
 use crate::bed::options::{PD, PORT};
 use crate::bed::peer::{PeerListen, PeerReport};
 use crate::report::document::LatParams;
@@ -28,6 +28,7 @@ use mpa::wire::ddp::{DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN};
 use mpa_ctl_proto::consumer::Consumer;
 use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::CompletionKind;
+use mpa_datapath::worker::{QueueDriver, SendOp, SendPost};
 use mpa_harness::datapath::{start_datapath, temp_path, DatapathOptions};
 use mpa_testbed::{run_in_netns, TestBed};
 use std::net::{SocketAddr, TcpStream};
@@ -179,16 +180,24 @@ fn kernel_pingpong(bed: &TestBed, a: &LatArgs, size: usize) -> Result<Samples> {
     Ok(smp)
 }
 
-/// The datapath Initiator: this process as its consumer.
-fn datapath_pingpong(bed: &TestBed, a: &LatArgs, size: usize) -> Result<Samples> {
+/// The datapath Initiator: this process as its consumer; in `rtc` mode also the queue's
+/// worker, turned by the measuring thread.
+fn datapath_pingpong(
+    bed: &TestBed,
+    a: &LatArgs,
+    size: usize,
+    mode: DatapathMode,
+) -> Result<Samples> {
     let payload = (size - TAGGED_HEADER_LEN) as u64;
     let socket = temp_path("pingpong.sock");
     let opts = DatapathOptions {
         queues: a.bed.queues,
-        spin: Duration::from_micros(a.spin_us),
+        spin: Duration::from_micros(a.run(size, mode).transfer.spin_us),
+        caller_drives_queues: mode == DatapathMode::Rtc,
         ..DatapathOptions::default()
     };
-    let dp = start_datapath(bed, &socket, &opts)?;
+    let mut dp = start_datapath(bed, &socket, &opts)?;
+    let mut driver = dp.take_queue_drivers().into_iter().next();
     let mut consumer = Consumer::connect(&socket, Duration::from_secs(20))?;
     // Our source (what we send) and our sink (where the echo lands), one region each.
     let src = consumer.create_region(payload, PD, false, false)?;
@@ -205,37 +214,73 @@ fn datapath_pingpong(bed: &TestBed, a: &LatArgs, size: usize) -> Result<Samples>
     let to = SocketAddr::new(bed.addr_a(false), PORT);
     let ad = our_ad(sink.info().stag, payload).emit().to_vec();
     let pol = policy(a);
-    let (flow_id, peer, frozen) = mpa_harness::datapath::initiate(bed, &socket, to, pol, ad, PD)?;
+    // The hand-over needs the queue's worker: in `rtc` mode it is turned while setup runs.
+    let (flow_id, peer, frozen) = drive_while(driver.as_mut(), || {
+        mpa_harness::datapath::initiate(bed, &socket, to, pol, ad, PD)
+    })??;
+    let post = SendPost {
+        op: SendOp::Write {
+            sink_stag: peer.stag,
+            sink_to: peer.base_to,
+        },
+        stag: src.info().stag,
+        offset: 0,
+        len: payload,
+        count: 1,
+    };
     let mut smp = Samples::default();
+    let mut batch = Vec::with_capacity(64);
     for i in 0..WARMUP + a.messages {
         let t0 = monotonic_ns();
-        consumer.post_write(
-            flow_id,
-            src.info().stag,
-            0,
-            payload,
-            1,
-            peer.stag,
-            peer.base_to,
-        )?;
         let deadline = Instant::now() + WAIT;
-        let mut placed = false;
-        while !placed {
-            if Instant::now() > deadline {
-                bail!("iteration {i}: no echo within {WAIT:?}");
+        let placed = |c: &mpa_ctl_proto::Completion| -> Result<bool> {
+            match c.kind {
+                CompletionKind::WritePlaced if c.stag == sink.info().stag && c.len == payload => {
+                    Ok(true)
+                }
+                CompletionKind::WriteSent => Ok(false),
+                _ => bail!("iteration {i}: unexpected completion {c:?}"),
             }
-            let Some(batch) = consumer.next_completions(deadline)? else {
-                continue;
-            };
-            for c in batch {
-                match c.kind {
-                    CompletionKind::WritePlaced
-                        if c.stag == sink.info().stag && c.len == payload =>
-                    {
-                        placed = true
+        };
+        match driver.as_mut() {
+            Some(d) => {
+                // Run-to-completion: post, then turn the queue and read the ring until the
+                // echo is placed; no other thread, no control request.
+                d.post(flow_id, &post)?;
+                let mut done = false;
+                while !done {
+                    d.poll()?;
+                    batch.clear();
+                    consumer.poll_completions(&mut batch)?;
+                    for c in &batch {
+                        done |= placed(c)?;
                     }
-                    CompletionKind::WriteSent => {}
-                    _ => bail!("iteration {i}: unexpected completion {c:?}"),
+                    if !done && Instant::now() > deadline {
+                        bail!("iteration {i}: no echo within {WAIT:?}");
+                    }
+                }
+            }
+            None => {
+                consumer.post_write(
+                    flow_id,
+                    src.info().stag,
+                    0,
+                    payload,
+                    1,
+                    peer.stag,
+                    peer.base_to,
+                )?;
+                let mut done = false;
+                while !done {
+                    if Instant::now() > deadline {
+                        bail!("iteration {i}: no echo within {WAIT:?}");
+                    }
+                    let Some(batch) = consumer.next_completions(deadline)? else {
+                        continue;
+                    };
+                    for c in &batch {
+                        done |= placed(c)?;
+                    }
                 }
             }
         }
@@ -248,11 +293,33 @@ fn datapath_pingpong(bed: &TestBed, a: &LatArgs, size: usize) -> Result<Samples>
         bail!("the echoed region differs from what was sent");
     }
     consumer.finish_flow(flow_id)?;
-    let report = echo.report(Duration::from_secs(40))?;
+    // Our FIN leaves, and the echo server's ends the flow, only while the queue turns.
+    let report = drive_while(driver.as_mut(), move || {
+        echo.report(Duration::from_secs(40))
+    })??;
     drop(frozen);
     dp.stop();
     check_echo(report, WARMUP + a.messages)?;
     Ok(smp)
+}
+
+/// Runs `work`; with a driver (`rtc` mode), on another thread while this one turns the
+/// queue, which `work` needs served (a hand-over, the flow's end).
+fn drive_while<T: Send>(
+    driver: Option<&mut QueueDriver>,
+    work: impl FnOnce() -> T + Send,
+) -> Result<T> {
+    let Some(driver) = driver else {
+        return Ok(work());
+    };
+    std::thread::scope(|s| {
+        let h = s.spawn(work);
+        while !h.is_finished() {
+            driver.poll()?;
+        }
+        h.join()
+            .map_err(|_| anyhow!("a thread the queue served panicked"))
+    })
 }
 
 /// Runs the ping-pong: every size, both sides, `rounds` times, alternating.
@@ -276,10 +343,16 @@ pub fn pingpong(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
             TAGGED_HEADER_LEN + 1
         );
     }
+    if a.modes.contains(&DatapathMode::Rtc) && a.bed.queues != 1 {
+        bail!("--modes rtc turns one queue from the measuring thread: --queues 1");
+    }
     let bed = a.bed.bed()?;
+    let sides: Vec<Side> = std::iter::once(Side::Kernel)
+        .chain(a.modes.iter().map(|&m| Side::of(m)))
+        .collect();
     let mut rows: Vec<Row> = Vec::new();
     for &bytes in &a.sizes {
-        for side in [Side::Kernel, Side::Datapath] {
+        for &side in &sides {
             rows.push(Row {
                 side,
                 bytes,
@@ -289,19 +362,20 @@ pub fn pingpong(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
     }
     let progress = Progress::new(
         "lat --pingpong",
-        u64::from(a.rounds) * a.sizes.len() as u64 * 2,
+        u64::from(a.rounds) * (a.sizes.len() * sides.len()) as u64,
     );
     for round in 0..a.rounds {
         for (i, &size) in a.sizes.iter().enumerate() {
-            progress.running(format!("round {}: kernel, {size} B", round + 1));
-            let k = kernel_pingpong(&bed, a, size).with_context(|| format!("kernel, {size} B"))?;
-            rows[2 * i].samples.add(&k);
-            progress.done(format!("kernel {size} B"));
-            progress.running(format!("round {}: datapath, {size} B", round + 1));
-            let d =
-                datapath_pingpong(&bed, a, size).with_context(|| format!("datapath, {size} B"))?;
-            rows[2 * i + 1].samples.add(&d);
-            progress.done(format!("datapath {size} B"));
+            for (j, &side) in sides.iter().enumerate() {
+                progress.running(format!("round {}: {}, {size} B", round + 1, side.key()));
+                let smp = match side {
+                    Side::Kernel => kernel_pingpong(&bed, a, size),
+                    _ => datapath_pingpong(&bed, a, size, a.modes[j - 1]),
+                }
+                .with_context(|| format!("{}, {size} B", side.key()))?;
+                rows[i * sides.len() + j].samples.add(&smp);
+                progress.done(format!("{} {size} B", side.key()));
+            }
         }
     }
     drop(progress);

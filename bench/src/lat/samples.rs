@@ -23,18 +23,27 @@ pub fn monotonic_ns() -> u64 {
     t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
 }
 
-/// The two receivers.
+/// The receivers: kernel TCP, and the datapath in each of its modes (docs/latency.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Side {
     Kernel,
+    /// Worker threads that sleep in poll() when idle; the consumer posts over the control
+    /// socket and waits on the completion ring's eventfd.
     Datapath,
+    /// Worker threads that keep polling `--spin-us` after their last frame.
+    DatapathSpin,
+    /// No worker thread: the measuring thread turns the queue itself
+    /// (`mpa_datapath::worker::QueueDriver`).
+    RunToCompletion,
 }
 
 impl Side {
     pub fn name(self) -> &'static str {
         match self {
             Side::Kernel => "kernel-tcp MpaStream",
-            Side::Datapath => "mpa-datapath (AF_XDP)",
+            Side::Datapath => "datapath, sleeping",
+            Side::DatapathSpin => "datapath, spinning",
+            Side::RunToCompletion => "datapath, run-to-compl.",
         }
     }
 
@@ -48,8 +57,33 @@ impl Side {
         match self {
             Side::Kernel => Receiver::Kernel,
             Side::Datapath => Receiver::Datapath,
+            Side::DatapathSpin => Receiver::DatapathSpin,
+            Side::RunToCompletion => Receiver::RunToCompletion,
         }
     }
+
+    /// The side of a datapath mode.
+    pub fn of(mode: DatapathMode) -> Side {
+        match mode {
+            DatapathMode::Sleep => Side::Datapath,
+            DatapathMode::Spin => Side::DatapathSpin,
+            DatapathMode::Rtc => Side::RunToCompletion,
+        }
+    }
+}
+
+/// How the datapath side runs (`lat --modes`).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum DatapathMode {
+    /// Worker threads that sleep when idle (the datapath's default).
+    Sleep,
+    /// Worker threads that spin `--spin-us` after their last frame.
+    Spin,
+    /// Run-to-completion: the measuring thread is the worker.
+    Rtc,
 }
 
 /// One-way latencies in ns, and the stamps that could not be used.
@@ -104,14 +138,14 @@ pub fn table(rows: &[Row]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:22} {:>6} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "{:23} {:>6} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "receiver", "bytes", "samples", "min", "p50", "p90", "p99", "p99.9", "max"
     );
     for r in rows {
         let h = &r.samples.hist;
         let _ = write!(
             s,
-            "{:22} {:>6} {:>8} {:>9.2}",
+            "{:23} {:>6} {:>8} {:>9.2}",
             r.side.name(),
             r.bytes,
             h.len(),
@@ -127,14 +161,23 @@ pub fn table(rows: &[Row]) -> String {
         s.push('\n');
     }
     let _ = writeln!(s, "(one-way latency, µs)");
-    for r in rows.iter().filter(|r| r.side == Side::Datapath) {
+    for r in rows.iter().filter(|r| r.side != Side::Kernel) {
         let k = rows
             .iter()
             .find(|k| k.side == Side::Kernel && k.bytes == r.bytes);
         if let Some(k) = k.filter(|k| !k.samples.hist.is_empty() && !r.samples.hist.is_empty()) {
-            let ratio = r.samples.hist.value_at_quantile(0.5) as f64
-                / k.samples.hist.value_at_quantile(0.5).max(1) as f64;
-            let _ = writeln!(s, "p50 datapath / kernel at {:>6} B: {ratio:.2}x", r.bytes);
+            let ratio = |q: f64| {
+                r.samples.hist.value_at_quantile(q) as f64
+                    / k.samples.hist.value_at_quantile(q).max(1) as f64
+            };
+            let _ = writeln!(
+                s,
+                "{:13} / kernel at {:>6} B: p50 {:.2}x, p99 {:.2}x",
+                r.side.key(),
+                r.bytes,
+                ratio(0.5),
+                ratio(0.99)
+            );
         }
     }
     s
@@ -280,10 +323,10 @@ mod tests {
             ["64", "1000", "0.01", "5.00", "9.01", "9.90", "9.99", "10.01"]
         );
         let d: Vec<&str> = lines[2].split_whitespace().collect();
-        assert_eq!(&d[..4], ["mpa-datapath", "(AF_XDP)", "64", "1000"]);
+        assert_eq!(&d[..4], ["datapath,", "sleeping", "64", "1000"]);
         assert_eq!(d[5], "500.22"); // 3 significant digits: 500 µs reads as its range's top
         assert!(
-            t.contains("p50 datapath / kernel at     64 B: 99.98x"),
+            t.contains("datapath      / kernel at     64 B: p50 99.98x, p99 99.99x"),
             "{t}"
         );
     }

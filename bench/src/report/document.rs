@@ -136,6 +136,12 @@ pub enum Receiver {
     Datapath,
     #[serde(rename = "dp→dp")]
     DatapathToDatapath,
+    /// `lat`: the datapath with spinning worker threads.
+    #[serde(rename = "datapath-spin")]
+    DatapathSpin,
+    /// `lat`: the datapath turned by the measuring thread (run-to-completion).
+    #[serde(rename = "datapath-rtc")]
+    RunToCompletion,
 }
 
 impl Receiver {
@@ -145,6 +151,8 @@ impl Receiver {
             Receiver::Kernel => "kernel",
             Receiver::Datapath => "datapath",
             Receiver::DatapathToDatapath => "dp→dp",
+            Receiver::DatapathSpin => "datapath-spin",
+            Receiver::RunToCompletion => "datapath-rtc",
         }
     }
 }
@@ -160,6 +168,9 @@ pub struct LatParams {
     pub mtu: u32,
     pub consumer_busy_poll: bool,
     pub spin_us: u64,
+    /// The datapath modes measured (`lat --modes`).
+    #[serde(default)]
+    pub modes: Vec<crate::lat::DatapathMode>,
     pub framing: Framing,
     /// `--pingpong`: RTT/2 of RDMA Write ping-pong instead of one-way latency.
     #[serde(default, skip_serializing_if = "is_false")]

@@ -13,7 +13,7 @@ pub mod plot;
 
 use crate::bed::options::{Align, BedArgs, FramingArgs, Op, TransferArgs};
 use crate::bw::{self, BwArgs, BwRow};
-use crate::lat::{self, LatArgs, Row, Side};
+use crate::lat::{self, DatapathMode, LatArgs, Row, Side};
 use crate::pipeline::{self, PipelineArgs};
 use crate::report::document::BwRecord;
 use crate::report::{check_shape, Document, Receiver};
@@ -99,7 +99,8 @@ impl SuiteArgs {
                 out: self.out.clone(),
                 json: false,
                 consumer_busy_poll: false,
-                spin_us: 0,
+                spin_us: 1000,
+                modes: vec![DatapathMode::Sleep, DatapathMode::Spin, DatapathMode::Rtc],
                 pingpong: false,
             },
             bw: BwArgs {
@@ -139,7 +140,8 @@ impl SuiteArgs {
                 out: self.out.clone(),
                 json: false,
                 consumer_busy_poll: false,
-                spin_us: 0,
+                spin_us: 1000,
+                modes: vec![DatapathMode::Sleep, DatapathMode::Spin, DatapathMode::Rtc],
                 pingpong: false,
             },
             setup: SetupArgs {

@@ -24,7 +24,7 @@ mod watch;
 
 use crate::io::xsk::{XskConfig, XskQueue};
 use crate::memory::registry::Registry;
-use crate::worker::{Command, Notification, Worker, WorkerConfig};
+use crate::worker::{Command, Notification, QueueDriver, Worker, WorkerConfig};
 use capture::Capture;
 use clients::Client;
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
@@ -82,6 +82,9 @@ pub struct DatapathConfig {
     /// The memory budget every flow and subscription draws from, octets
     /// (`default_memory_budget` when `None`; docs/limits.md).
     pub memory_budget: Option<u64>,
+    /// Run-to-completion: no worker threads; the application turns each queue's worker in
+    /// its own thread ([`Datapath::take_queue_drivers`], docs/latency.md).
+    pub caller_drives_queues: bool,
 }
 
 /// Default of [`DatapathConfig::completion_ring`]: 32,768 records (1.5 MiB per ring), a
@@ -126,6 +129,8 @@ pub struct Datapath {
     control: Option<JoinHandle<()>>,
     socket: PathBuf,
     failure: faults::Failure,
+    /// Run-to-completion: the queues' workers, until the application takes them.
+    drivers: Vec<QueueDriver>,
 }
 
 impl Datapath {
@@ -145,6 +150,7 @@ impl Datapath {
         let mut workers = Vec::new();
         let mut handles = Vec::new();
         let mut beats = Vec::new();
+        let mut drivers = Vec::new();
         let budget = mpa_stack::budget::MemoryBudget::new(
             cfg.memory_budget.unwrap_or_else(default_memory_budget),
         );
@@ -173,7 +179,21 @@ impl Datapath {
             let beat = Arc::new(std::sync::atomic::AtomicU64::new(0));
             let flows_budget = budget.clone();
             beats.push(faults::Heartbeat::new(beat.clone()));
-            handles.push(
+            if cfg.caller_drives_queues {
+                // Never sleeps: the application's loop is the polling.
+                let wcfg = WorkerConfig {
+                    spin: Duration::MAX,
+                    ..wcfg
+                };
+                let worker = Worker::new(xsk, wcfg, rx, notify)
+                    .with_heartbeat(beat)
+                    .with_budget(flows_budget);
+                drivers.push(QueueDriver::new(worker));
+                handles.push(None);
+                workers.push(WorkerHandle { tx, waker });
+                continue;
+            }
+            handles.push(Some(
                 std::thread::Builder::new()
                     .name(format!("mpa-worker-{q}"))
                     .spawn(move || {
@@ -189,7 +209,7 @@ impl Datapath {
                             .run()
                     })
                     .map_err(|e| StartError::Iface(cfg.iface.clone(), e.to_string()))?,
-            );
+            ));
             workers.push(WorkerHandle { tx, waker });
         }
         let _ = std::fs::remove_file(&cfg.socket);
@@ -205,7 +225,7 @@ impl Datapath {
         let server = Server {
             steering,
             workers,
-            worker_handles: handles.into_iter().map(Some).collect(),
+            worker_handles: handles,
             notify: notify_rx,
             listener,
             clients: HashMap::new(),
@@ -256,6 +276,7 @@ impl Datapath {
             control: Some(control),
             socket: cfg.socket,
             failure,
+            drivers,
         })
     }
 
@@ -264,6 +285,13 @@ impl Datapath {
     /// non-zero.
     pub fn failure(&self) -> Option<String> {
         self.failure.lock().ok().and_then(|f| f.clone())
+    }
+
+    /// Run-to-completion ([`DatapathConfig::caller_drives_queues`]): the workers of the
+    /// queues, by queue, for the application's threads to turn (each with
+    /// [`QueueDriver::poll`]); empty after the first call and without that mode.
+    pub fn take_queue_drivers(&mut self) -> Vec<QueueDriver> {
+        std::mem::take(&mut self.drivers)
     }
 
     /// Stops workers and the server, detaches XDP, removes the socket.

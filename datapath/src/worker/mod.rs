@@ -25,9 +25,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use strays::Strays;
 
+mod driver;
 mod messages;
 pub mod strays;
+pub use driver::{DriveError, QueueDriver, SendOp, SendPost};
 pub use messages::{Command, Notification, WorkerError};
+
+/// What one turn of a worker's loop did.
+pub(crate) enum Turn<E> {
+    /// Polled: the RX descriptors taken.
+    Polled(usize),
+    /// The frame ring failed.
+    Failed(E),
+    /// Told to stop (the datapath stops).
+    Stop,
+}
 
 /// A flow's frames go straight into the ring's TX buffers, and to the capture when one
 /// wants them.
@@ -211,16 +223,10 @@ impl<R: FrameRing> Worker<R> {
     /// Polls until told to stop.
     pub(crate) fn run(mut self) {
         loop {
-            self.turns += 1;
-            if let Some(beat) = &self.heartbeat {
-                beat.store(self.turns, std::sync::atomic::Ordering::Relaxed);
-            }
-            if !self.handle_commands() {
-                break;
-            }
-            let busy = match self.poll_once() {
-                Ok(n) => n > 0,
-                Err(e) => {
+            let busy = match self.turn() {
+                Turn::Stop => break,
+                Turn::Polled(n) => n > 0,
+                Turn::Failed(e) => {
                     tracing::error!(queue = self.xsk.queue(), %e, "worker I/O");
                     std::thread::sleep(Duration::from_millis(10));
                     false
@@ -239,6 +245,26 @@ impl<R: FrameRing> Worker<R> {
                 }
             }
         }
+        self.abort_all();
+    }
+
+    /// One turn of the loop: the heartbeat, the control thread's commands, one poll.
+    pub(crate) fn turn(&mut self) -> Turn<R::Error> {
+        self.turns += 1;
+        if let Some(beat) = &self.heartbeat {
+            beat.store(self.turns, std::sync::atomic::Ordering::Relaxed);
+        }
+        if !self.handle_commands() {
+            return Turn::Stop;
+        }
+        match self.poll_once() {
+            Ok(n) => Turn::Polled(n),
+            Err(e) => Turn::Failed(e),
+        }
+    }
+
+    /// Every flow aborted (RST to its peer): the worker stops.
+    pub(crate) fn abort_all(&mut self) {
         for (_, f) in self.flows.iter_mut() {
             f.abort();
         }
@@ -268,24 +294,7 @@ impl<R: FrameRing> Worker<R> {
                 }
             }
             Command::PostSend(id, post, answer) => {
-                let r = match self.ids.get(&id).copied() {
-                    Some(key) => match (self.flows.get_mut(&key), self.regions.get(post.stag)) {
-                        (Some(f), Some(region)) => {
-                            let r = f.post(region, &post);
-                            if r.is_ok() {
-                                self.tx_waiting.push(key);
-                            }
-                            r.map_err(|error| WorkerError::Post { flow: id, error })
-                        }
-                        (Some(_), None) => Err(WorkerError::Post {
-                            flow: id,
-                            error: PostError::UnknownRegion { stag: post.stag },
-                        }),
-                        (None, _) => Err(WorkerError::NoFlow(id)),
-                    },
-                    None => Err(WorkerError::NoFlow(id)),
-                };
-                let _ = answer.send(r);
+                let _ = answer.send(self.post(id, &post));
             }
             Command::PostRecv(id, bufs, answer) => {
                 let r = match self.ids.get(&id).and_then(|k| self.flows.get_mut(k)) {
@@ -671,6 +680,22 @@ impl<R: FrameRing> Worker<R> {
                 }
             }
         }
+    }
+
+    /// Queues the messages of `post` on flow `id` (all or none); the first Send's MSN.
+    pub(crate) fn post(&mut self, id: u64, post: &SendPost) -> Result<Option<u32>, WorkerError> {
+        let key = *self.ids.get(&id).ok_or(WorkerError::NoFlow(id))?;
+        let f = self.flows.get_mut(&key).ok_or(WorkerError::NoFlow(id))?;
+        let region = self.regions.get(post.stag).ok_or(WorkerError::Post {
+            flow: id,
+            error: PostError::UnknownRegion { stag: post.stag },
+        })?;
+        let first_msn = f
+            .post(region, post)
+            .map_err(|error| WorkerError::Post { flow: id, error })?;
+        // Sent in this turn's TX pass, not at the flow's next segment or timer.
+        self.tx_waiting.push(key);
+        Ok(first_msn)
     }
 
     /// Counters and every flow's report.

@@ -1,0 +1,108 @@
+//! Run-to-completion: the application's own thread is a queue's worker. It calls
+//! [`QueueDriver::poll`] in its loop — the AF_XDP rings, TCP and MPA, placement, completions
+//! written to its shared-memory ring — and posts messages with [`QueueDriver::post`] between
+//! two polls, so that no other thread and no system call other than the AF_XDP kicks stands
+//! between a received frame and the application, or between a post and its frames
+//! (docs/latency.md). The worker code is the same as a worker thread's; only who turns the
+//! loop differs. The control thread still serves `mpa-control` and consumers (hand-overs,
+//! regions, subscriptions) and reaches the queue through the same command channel, read at
+//! every poll.
+
+use super::{Turn, Worker, WorkerError};
+use crate::io::ring::FrameRing;
+use crate::io::xsk::XskQueue;
+pub use mpa_stack::flow::{SendOp, SendPost};
+
+/// Why a driven queue cannot go on.
+#[derive(Debug, thiserror::Error)]
+pub enum DriveError {
+    /// The datapath stopped (or failed): the queue's flows were aborted.
+    #[error("the datapath stopped; queue {queue} is no longer served")]
+    Stopped {
+        /// The queue.
+        queue: u32,
+    },
+    /// The queue's frame ring failed (the AF_XDP socket).
+    #[error("queue {queue}: {detail}")]
+    Ring {
+        /// The queue.
+        queue: u32,
+        /// What failed.
+        detail: String,
+    },
+    /// A post was refused (nothing of it was queued).
+    #[error(transparent)]
+    Post(#[from] WorkerError),
+}
+
+/// One queue's worker, turned by the application's thread
+/// ([`Datapath::take_queue_drivers`](crate::server::Datapath::take_queue_drivers)).
+///
+/// It must be polled at least once per worker deadline (`--worker-deadline-ms`, 10 s by
+/// default) — the datapath's watchdog takes a queue whose loop stops turning for stuck, and
+/// stops — and it never sleeps: polling is the application's loop, at a core's cost. Dropped,
+/// it aborts its flows (RST to each peer).
+pub struct QueueDriver<R: FrameRing = XskQueue> {
+    worker: Worker<R>,
+    stopped: bool,
+}
+
+impl<R: FrameRing> QueueDriver<R> {
+    pub(crate) fn new(worker: Worker<R>) -> Self {
+        QueueDriver {
+            worker,
+            stopped: false,
+        }
+    }
+
+    /// The queue this driver serves.
+    pub fn queue(&self) -> u32 {
+        self.worker.xsk.queue()
+    }
+
+    /// Flows the queue owns.
+    pub fn flows(&self) -> usize {
+        self.worker.flows.len()
+    }
+
+    /// One turn, without sleeping: the control thread's commands, one RX burst through TCP
+    /// and MPA into the regions, timers, TX, and the completion rings published. Returns the
+    /// RX descriptors taken.
+    pub fn poll(&mut self) -> Result<usize, DriveError> {
+        let queue = self.queue();
+        if self.stopped {
+            return Err(DriveError::Stopped { queue });
+        }
+        match self.worker.turn() {
+            Turn::Polled(n) => Ok(n),
+            Turn::Failed(e) => Err(DriveError::Ring {
+                queue,
+                detail: e.to_string(),
+            }),
+            Turn::Stop => {
+                self.stopped = true;
+                self.worker.abort_all();
+                Err(DriveError::Stopped { queue })
+            }
+        }
+    }
+
+    /// Queues `post`'s messages on flow `flow_id` (all or none; the first Send's MSN). They
+    /// leave at the next [`QueueDriver::poll`], which follows at once in a run-to-completion
+    /// loop. The region must be registered (by a consumer of the datapath) in the flow's
+    /// protection domain.
+    pub fn post(&mut self, flow_id: u64, post: &SendPost) -> Result<Option<u32>, DriveError> {
+        if self.stopped {
+            return Err(DriveError::Stopped {
+                queue: self.queue(),
+            });
+        }
+        Ok(self.worker.post(flow_id, post)?)
+    }
+}
+
+impl<R: FrameRing> Drop for QueueDriver<R> {
+    fn drop(&mut self) {
+        self.worker.abort_all();
+    }
+}

@@ -1,0 +1,132 @@
+//! Run-to-completion (docs/latency.md) on a namespace bed: the example program
+//! `datapath/examples/run_to_completion.rs` in ns b is the datapath and its application in one
+//! thread — no worker thread — and plays RDMA Write ping-pong with the kernel-TCP
+//! `mpa-peer listen --echo` in ns a. Every echo must come back placed, the echoed octets must
+//! equal those sent, the connection must close, and the echo server must count exactly the
+//! Writes the example posted.
+
+use mpa_harness::example;
+use mpa_tests::{bin, require_privileged, BedConfig, TestBed};
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+const ECHO_STAG: u32 = 0xec_0001;
+
+/// Waits for `child` at most `within`; killed and `None` past it.
+fn wait_within(child: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
+    let t0 = Instant::now();
+    loop {
+        if let Ok(Some(st)) = child.try_wait() {
+            return Some(st);
+        }
+        if t0.elapsed() > within {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn read_all(r: Option<impl Read>) -> String {
+    let mut s = String::new();
+    if let Some(mut r) = r {
+        let _ = r.read_to_string(&mut s);
+    }
+    s
+}
+
+fn ping_pong(bed: &TestBed, port: u16, size: u64, iterations: u64, markers: bool) {
+    let payload = size - 22;
+    let bind = SocketAddr::new(bed.addr_a(false), port);
+    let mut echo_args = vec![
+        "listen".to_string(),
+        "--echo".into(),
+        "--bind".into(),
+        bind.to_string(),
+        "--connections".into(),
+        "1".into(),
+        "--timeout".into(),
+        "30".into(),
+        "--accept-timeout".into(),
+        "60".into(),
+        "--advertise".into(),
+        format!("{ECHO_STAG:#x}:{payload}"),
+        "--rev".into(),
+        "2".into(),
+    ];
+    if markers {
+        echo_args.push("--markers".into());
+    }
+    let mut echo = bed
+        .command(&bed.ns_a, &bin("mpa-peer").to_string_lossy())
+        .args(&echo_args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut echo_err = BufReader::new(echo.stderr.take().unwrap());
+    let mut line = String::new();
+    echo_err.read_line(&mut line).unwrap();
+    assert!(line.contains("listening on"), "mpa-peer listen: {line}");
+
+    let socket = mpa_harness::datapath::temp_path("rtc.sock");
+    let mut cmd = bed.command(
+        &bed.ns_b,
+        &example("mpa-datapath", "run_to_completion").to_string_lossy(),
+    );
+    cmd.args(["--iface", &bed.if_b, "--connect", &bind.to_string()])
+        .args(["--echo-stag", &format!("{ECHO_STAG:#x}")])
+        .args(["--size", &size.to_string()])
+        .args(["--iterations", &iterations.to_string()])
+        .arg("--socket")
+        .arg(&socket);
+    if markers {
+        cmd.arg("--markers");
+    }
+    let mut rtc = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_within(&mut rtc, Duration::from_secs(90));
+    let (out, err) = (read_all(rtc.stdout.take()), read_all(rtc.stderr.take()));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "run_to_completion {size} B: {status:?}\nstdout: {out}\nstderr: {err}"
+    );
+    assert!(
+        out.starts_with(&format!(
+            "echo verified: {iterations} round trips of {size} octets; RTT/2 p50 "
+        )),
+        "{out}"
+    );
+    // The control socket is removed when the datapath stops.
+    assert!(!socket.exists(), "{} left behind", socket.display());
+
+    let echo_status = wait_within(&mut echo, Duration::from_secs(30));
+    let report = read_all(echo.stdout.take());
+    assert!(
+        echo_status.is_some_and(|s| s.success()),
+        "echo server: {echo_status:?} {report}"
+    );
+    let v: serde_json::Value = serde_json::from_str(report.lines().next().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("echo report {report:?}: {e}"));
+    assert_eq!(v["echoes"], iterations, "{v}");
+    assert!(v["error"].is_null(), "{v}");
+}
+
+#[test]
+fn an_application_thread_turning_the_queue_plays_ping_pong_with_a_kernel_peer() {
+    if !require_privileged("run-to-completion ping-pong") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    // A small Write without markers, then one of several segments with markers both ways.
+    ping_pong(&bed, 7661, 64, 300, false);
+    ping_pong(&bed, 7662, 4096, 200, true);
+}
