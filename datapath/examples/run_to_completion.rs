@@ -8,10 +8,11 @@
 //!
 //! ```text
 //! mpa-peer listen --echo --bind 10.0.0.1:7000 --advertise 0xec0001:4074 --rev 2 --markers &
-//! run_to_completion --iface veth0 --connect 10.0.0.1:7000 --echo-stag 0xec0001 --size 4096
+//! run_to_completion --iface veth0 --connect 10.0.0.1:7000 --size 4096
 //! ```
 //!
-//! The echo server's advertised length must be at least `--size` − 22 (the Write's payload).
+//! The echo server's advertised region (in its Reply) must hold `--size` − 14 octets (the
+//! Write's payload).
 //! Exit status: 0 when every echo came back intact, 1 on a runtime failure, 2 on a usage
 //! error. Every wait is bounded.
 
@@ -41,11 +42,8 @@ struct Args {
     /// The echo server.
     #[arg(long)]
     connect: SocketAddr,
-    /// The echo server's advertised STag (hex with 0x, or decimal).
-    #[arg(long, value_parser = parse_u32)]
-    echo_stag: u32,
-    /// ULPDU octets of each Write (its 22-octet header included).
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(23..=65536))]
+    /// ULPDU octets of each Write (its 14-octet tagged DDP header included).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(15..=65536))]
     size: u64,
     /// Round trips.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -56,14 +54,6 @@ struct Args {
     /// The datapath's control socket (created; this program's own consumer connects to it).
     #[arg(long, default_value = "/tmp/mpa-run-to-completion.sock")]
     socket: PathBuf,
-}
-
-fn parse_u32(s: &str) -> Result<u32, String> {
-    match s.strip_prefix("0x") {
-        Some(h) => u32::from_str_radix(h, 16),
-        None => s.parse(),
-    }
-    .map_err(|e| format!("{s:?}: {e}"))
 }
 
 /// Our protection domain.
@@ -164,15 +154,27 @@ fn ping_pong(a: &Args, driver: &mut QueueDriver) -> Result<(), Failure> {
         )?)
     })??;
     let InitiatorOutcome::HandedOver {
-        flow_id, frozen, ..
+        flow_id,
+        frozen,
+        negotiated,
     } = outcome
     else {
         return Err(format!("{} rejected the connection", a.connect).into());
     };
+    // Where the echo server lets us write: its Reply's advertisement.
+    let echo = RegionAd::parse(&negotiated.peer_private_data)?
+        .ok_or("the echo server advertised no region")?;
+    if echo.len < payload {
+        return Err(format!(
+            "the echo server's region holds {} octets, not {payload}",
+            echo.len
+        )
+        .into());
+    }
     let post = SendPost {
         op: SendOp::Write {
-            sink_stag: a.echo_stag,
-            sink_to: 0,
+            sink_stag: echo.stag,
+            sink_to: echo.base_to,
         },
         stag: src.info().stag,
         offset: 0,

@@ -39,7 +39,7 @@ fn read_all(r: Option<impl Read>) -> String {
 }
 
 fn ping_pong(bed: &TestBed, port: u16, size: u64, iterations: u64, markers: bool) {
-    let payload = size - 22;
+    let payload = size - mpa::wire::ddp::TAGGED_HEADER_LEN as u64;
     let bind = SocketAddr::new(bed.addr_a(false), port);
     let mut echo_args = vec![
         "listen".to_string(),
@@ -79,7 +79,6 @@ fn ping_pong(bed: &TestBed, port: u16, size: u64, iterations: u64, markers: bool
         &example("mpa-datapath", "run_to_completion").to_string_lossy(),
     );
     cmd.args(["--iface", &bed.if_b, "--connect", &bind.to_string()])
-        .args(["--echo-stag", &format!("{ECHO_STAG:#x}")])
         .args(["--size", &size.to_string()])
         .args(["--iterations", &iterations.to_string()])
         .arg("--socket")
