@@ -4,6 +4,7 @@
 //! re-encodes to an equal message.
 
 use crate::region_ad::RegionAd;
+use crate::ring::post::{decode_post, encode_post, POST_LEN};
 use crate::ring::{decode_record, encode_record, RECORD_LEN};
 use crate::{encode_message, read_message_counted, Message, MAX_MESSAGE};
 
@@ -29,6 +30,13 @@ pub fn fuzz_control(data: &[u8]) {
         let slot: &[u8; RECORD_LEN] = slot.try_into().expect("chunks_exact");
         if let Some((r, lost)) = decode_record(slot) {
             assert_eq!(decode_record(&encode_record(&r, lost)), Some((r, lost)));
+        }
+    }
+    // A post queue's slots: what decodes is exactly what it re-encodes to.
+    for slot in data.chunks_exact(POST_LEN) {
+        let slot: &[u8; POST_LEN] = slot.try_into().expect("chunks_exact");
+        if let Ok(p) = decode_post(slot) {
+            assert_eq!(&encode_post(&p), slot);
         }
     }
 }

@@ -10,8 +10,8 @@
 //!
 //! Modules: `message` (every [`Message`]), `framing` (length prefix, descriptors, handshake),
 //! `handover` (the frozen TCP and MPA state of one connection), `region` and `completion`
-//! (registered memory and what is reported about it), [`ring`] (completions through shared
-//! memory), [`capture`], [`client`], [`consumer`].
+//! (registered memory and what is reported about it), [`ring`] (completions and posts through
+//! shared memory), [`capture`], [`client`], [`consumer`].
 //!
 //! Two mpa-xdp conventions that are not MPA live here too, because every program taking part
 //! in a demo or benchmark (connection setup, reference peer, bench) shares this crate:

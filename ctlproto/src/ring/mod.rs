@@ -1,7 +1,10 @@
-//! Completions through shared memory: one lock-free single-producer/single-consumer ring per
+//! Lock-free single-producer/single-consumer rings in shared memory: completions (worker →
+//! application, this module) and posts (application → worker, [`post`]). Each is one ring per
 //! (worker, subscription), all rings of a subscription in one sealed memfd that the datapath
-//! creates and passes to the consumer with SCM_RIGHTS at `Subscribe` (with an eventfd to wake
-//! a sleeping consumer).
+//! creates and passes to the application with SCM_RIGHTS (with an eventfd to wake the side
+//! that sleeps). Both kinds share the file layout, the index discipline and the wake-up
+//! handshake below (the shared code is in `spsc`); they differ in magic, record codec, and
+//! what a full ring means.
 //!
 //! Layout of the file: `rings` rings back to back, each [`ring_bytes`]`(capacity)` octets
 //! (a whole number of pages). A ring is a header of three 128-octet lines — static fields,
@@ -11,46 +14,56 @@
 //!
 //! | offset | field | written by |
 //! |---|---|---|
-//! | 0 | magic `"MPAC"` u32, layout version u32, capacity u32, ring index u32, rings u32 | creator, once |
+//! | 0 | magic u32 (`"MPAC"`, `"MPAQ"`), layout version u32, capacity u32, ring index u32, rings u32 | creator, once |
 //! | 128 | head u64: records published (producer index) | producer (release) |
-//! | 136 | lost u64: records that did not fit, in all | producer (release) |
+//! | 136 | lost u64: records that did not fit, in all (completions; 0 in post queues) | producer (release) |
 //! | 256 | tail u64: records consumed (consumer index) | consumer (release) |
 //! | 264 | waiting u32: 1 while the consumer sleeps or is about to | consumer (set), producer (clear) |
 //!
 //! Indices are free-running u64 (slot = index & (capacity − 1)); all their arithmetic wraps.
-//! A record (little endian): `flow_id u64 | offset u64 | len u64 | lost u64 | stag u32 |
-//! msn u32 | invalidate_stag u32 | kind u8 | flags u8 (1: msn, 2: invalidate_stag) | 2 × 0`,
-//! where `lost` is the ring's lost count when the record was written: a reader that sees it
-//! rise knows exactly how many records were lost right before this one. Kinds 0–4 are the
-//! [`CompletionKind`]s (Write placed, Read Response placed, Send arrived, Write sent, Send sent); kind 0x80 is a [`Record::Moved`] marker (a flow came from another
-//! worker: its earlier completions are in ring `stag` before position `offset`).
+//! A reader believes a head only when it is at most a ring ahead of its own tail and not
+//! behind a head it saw before ([`RingError::Corrupt`] otherwise); a producer believes a tail
+//! only within a ring behind its own head (the ring looks full otherwise).
 //!
-//! The producer (a worker) never waits: a record that does not fit is counted in `lost` and
-//! dropped. It publishes `head` (then `lost`) once per burst, then — after a full fence —
-//! looks at `waiting` and, only when it is set, clears it and writes the eventfd. The
+//! A completion record (little endian, [`MAGIC`] `"MPAC"`, [`LAYOUT_VERSION`] 1):
+//! `flow_id u64 | offset u64 | len u64 | lost u64 | stag u32 | msn u32 | invalidate_stag u32 |
+//! kind u8 | flags u8 (1: msn, 2: invalidate_stag) | 2 × 0`, where `lost` is the ring's lost
+//! count when the record was written: a reader that sees it rise knows exactly how many
+//! records were lost right before this one. Kinds 0–4 are the [`CompletionKind`]s (Write
+//! placed, Read Response placed, Send arrived, Write sent, Send sent); kind 0x80 is a
+//! [`Record::Moved`] marker (a flow came from another worker: its earlier completions are in
+//! ring `stag` before position `offset`).
+//!
+//! The completion producer (a worker) never waits: a record that does not fit is counted in
+//! `lost` and dropped. It publishes `head` (then `lost`) once per burst, then — after a full
+//! fence — looks at `waiting` and, only when it is set, clears it and writes the eventfd. The
 //! consumer sets `waiting`, fences, and checks the rings again before it sleeps, so one of
-//! the two always sees the other (no lost wake-up).
+//! the two always sees the other (no lost wake-up). The post queue's roles are the other way
+//! round, with back-pressure instead of loss ([`post`]).
 //!
-//! This module is the ring memory boundary of the crate: the only `unsafe` outside the
-//! region mapping, each block with its `// SAFETY:` line. Shared memory is never reached
-//! through a Rust reference except the header's atomics, which both sides only ever access
-//! atomically.
+//! This module (with `spsc`) is the ring memory boundary of the crate: the only `unsafe`
+//! outside the region mapping, each block with its `// SAFETY:` line. Shared memory is never
+//! reached through a Rust reference except the header's atomics, which both sides only ever
+//! access atomically.
 #![allow(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
-use crate::shm::{Access, SharedMemory, ShmError};
+use crate::shm::ShmError;
 use crate::{Completion, CompletionKind};
+use spsc::{ring_bytes_of, ReadEnd, RecordLayout, Rings, WriteEnd, OFF_LOST};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+#[cfg(test)]
+use {spsc::OFF_HEAD, spsc::OFF_TAIL, std::sync::atomic::AtomicU64};
 
-/// Octets of one record.
+/// Octets of one completion record.
 pub const RECORD_LEN: usize = 48;
 /// Octets of a ring's header (three 128-octet lines).
 pub const HEADER_LEN: usize = 384;
 /// `"MPAC"`.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"MPAC");
-/// Version of this layout.
+/// Version of the completion ring layout.
 pub const LAYOUT_VERSION: u32 = 1;
 /// Smallest capacity (records).
 pub const MIN_CAPACITY: u32 = 2;
@@ -59,21 +72,11 @@ pub const MAX_CAPACITY: u32 = 1 << 20;
 /// Most rings in one file (workers).
 pub const MAX_RINGS: u32 = 1024;
 
-const PAGE: usize = 4096;
-const OFF_MAGIC: usize = 0;
-const OFF_VERSION: usize = 4;
-const OFF_CAPACITY: usize = 8;
-const OFF_INDEX: usize = 12;
-const OFF_RINGS: usize = 16;
-const OFF_HEAD: usize = 128;
-const OFF_LOST: usize = 136;
-const OFF_TAIL: usize = 256;
-const OFF_WAITING: usize = 264;
 const KIND_MOVED: u8 = 0x80;
 
 /// Octets one ring of `capacity` records takes in the file.
 pub fn ring_bytes(capacity: u32) -> usize {
-    (HEADER_LEN + capacity as usize * RECORD_LEN).next_multiple_of(PAGE)
+    ring_bytes_of(RECORD_LEN, capacity)
 }
 
 /// Why a ring file could not be made, mapped or read.
@@ -207,18 +210,23 @@ pub fn decode_record(b: &[u8; RECORD_LEN]) -> Option<(Record, u64)> {
     Some((Record::Completion(c), lost))
 }
 
-/// The shared mapping of a subscription's ring file.
-pub struct RingFile {
-    mem: SharedMemory,
-    rings: u32,
-    capacity: u32,
+/// The completion rings' kind of ring file.
+pub(crate) enum Completions {}
+
+impl RecordLayout for Completions {
+    const MAGIC: u32 = MAGIC;
+    const VERSION: u32 = LAYOUT_VERSION;
+    const LEN: usize = RECORD_LEN;
 }
+
+/// The shared mapping of a subscription's ring file.
+pub struct RingFile(Rings<Completions>);
 
 impl std::fmt::Debug for RingFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RingFile")
-            .field("rings", &self.rings)
-            .field("capacity", &self.capacity)
+            .field("rings", &self.0.rings())
+            .field("capacity", &self.0.capacity())
             .finish()
     }
 }
@@ -231,16 +239,6 @@ impl From<ShmError> for RingError {
             ShmError::Length(_) => RingError::Layout("ring file length not usable"),
         }
     }
-}
-
-fn check_shape(rings: u32, capacity: u32) -> Result<usize, RingError> {
-    let ok = capacity.is_power_of_two()
-        && (MIN_CAPACITY..=MAX_CAPACITY).contains(&capacity)
-        && (1..=MAX_RINGS).contains(&rings);
-    if !ok {
-        return Err(RingError::Shape { rings, capacity });
-    }
-    Ok(rings as usize * ring_bytes(capacity))
 }
 
 impl RingFile {
@@ -258,109 +256,50 @@ impl RingFile {
         capacity: u32,
         start: u64,
     ) -> Result<RingFile, RingError> {
-        let len = check_shape(rings, capacity)?;
-        // Sealed like regions: a consumer that truncates its descriptor cannot turn the
-        // worker's next record into a SIGBUS.
-        let f = RingFile {
-            mem: SharedMemory::create(name, len as u64, false)?,
-            rings,
-            capacity,
-        };
-        for r in 0..rings {
-            f.u32_at(r, OFF_MAGIC).store(MAGIC, Ordering::Relaxed);
-            f.u32_at(r, OFF_VERSION)
-                .store(LAYOUT_VERSION, Ordering::Relaxed);
-            f.u32_at(r, OFF_CAPACITY).store(capacity, Ordering::Relaxed);
-            f.u32_at(r, OFF_INDEX).store(r, Ordering::Relaxed);
-            f.u32_at(r, OFF_RINGS).store(rings, Ordering::Relaxed);
-            f.u64_at(r, OFF_HEAD).store(start, Ordering::Relaxed);
-            f.u64_at(r, OFF_TAIL).store(start, Ordering::Relaxed);
-        }
-        fence(Ordering::Release);
-        Ok(f)
+        Rings::create_at(name, rings, capacity, start).map(RingFile)
     }
 
     /// Maps a ring file received from the datapath, checking that it is sealed, of the size
     /// `rings` × `capacity` make, and that every header says so (the consumer's side).
     pub fn open(fd: OwnedFd, rings: u32, capacity: u32) -> Result<RingFile, RingError> {
-        let len = check_shape(rings, capacity)?;
-        let f = RingFile {
-            mem: SharedMemory::open(fd, len as u64, Access::ReadWrite)?,
-            rings,
-            capacity,
-        };
-        fence(Ordering::Acquire);
-        for r in 0..rings {
-            let got = [OFF_MAGIC, OFF_VERSION, OFF_CAPACITY, OFF_INDEX, OFF_RINGS]
-                .map(|o| f.u32_at(r, o).load(Ordering::Relaxed));
-            if got != [MAGIC, LAYOUT_VERSION, capacity, r, rings] {
-                return Err(RingError::Layout(
-                    "ring header differs from the announced rings",
-                ));
-            }
-        }
-        Ok(f)
+        Rings::open(fd, rings, capacity).map(RingFile)
     }
 
     /// The descriptor to pass to the consumer.
     pub fn fd(&self) -> BorrowedFd<'_> {
-        self.mem.fd()
+        self.0.fd()
     }
 
     /// Rings in the file.
     pub fn rings(&self) -> u32 {
-        self.rings
+        self.0.rings()
     }
 
     /// Records per ring.
     pub fn capacity(&self) -> u32 {
-        self.capacity
+        self.0.capacity()
     }
 
     /// Octets mapped.
     pub fn len(&self) -> usize {
-        self.mem.len()
+        self.0.len()
     }
 
     /// Never true.
     pub fn is_empty(&self) -> bool {
-        self.mem.is_empty()
+        self.0.is_empty()
     }
 
-    fn field(&self, ring: u32, off: usize) -> *mut u8 {
-        assert!(ring < self.rings && off + 8 <= HEADER_LEN);
-        let at = ring as usize * ring_bytes(self.capacity) + off;
-        // ring < rings and off + 8 <= HEADER_LEN, so `at + 8 <= len`: never `None`.
-        self.mem
-            .ptr_at(at, 8)
-            .expect("ring header field inside the mapping")
-    }
-
+    #[cfg(test)]
     fn u64_at(&self, ring: u32, off: usize) -> &AtomicU64 {
-        // SAFETY: `field` is inside the mapping, 8-aligned (page-aligned ring start, offsets
-        // 128/136/256), lives as long as `self`, and both processes access these octets only
-        // atomically.
-        unsafe { AtomicU64::from_ptr(self.field(ring, off).cast()) }
-    }
-
-    fn u32_at(&self, ring: u32, off: usize) -> &AtomicU32 {
-        // SAFETY: as `u64_at`; 4-aligned offsets.
-        unsafe { AtomicU32::from_ptr(self.field(ring, off).cast()) }
-    }
-
-    fn slot(&self, ring: u32, index: u64) -> *mut u8 {
-        assert!(ring < self.rings);
-        let i = (index & u64::from(self.capacity - 1)) as usize;
-        let at = ring as usize * ring_bytes(self.capacity) + HEADER_LEN + i * RECORD_LEN;
-        // i < capacity, so `at + RECORD_LEN <= (ring + 1) × ring_bytes <= len`: never `None`.
-        self.mem
-            .ptr_at(at, RECORD_LEN)
-            .expect("ring slot inside the mapping")
+        self.0.u64_at(ring, off)
     }
 }
 
+pub mod post;
 mod producer;
 mod reader;
+mod spsc;
 pub use producer::Producer;
 pub use reader::{drain_eventfd, Next, Reader, RingSet, Waker};
 

@@ -1,5 +1,4 @@
 //! The producer side of a completion ring: a worker.
-#![allow(unsafe_code)]
 
 use super::*;
 
@@ -8,31 +7,19 @@ use super::*;
 #[derive(Debug)]
 pub struct Producer {
     file: Arc<RingFile>,
-    ring: u32,
-    cap: u64,
-    head: u64,
-    /// The consumer's tail last read (read again only when the ring looks full).
-    tail_seen: u64,
+    end: WriteEnd,
     lost: u64,
-    published_head: u64,
     published_lost: u64,
 }
 
 impl Producer {
     /// The producer of ring `ring` of `file` (`None` when there is no such ring).
     pub fn new(file: Arc<RingFile>, ring: u32) -> Option<Producer> {
-        if ring >= file.rings {
-            return None;
-        }
-        let head = file.u64_at(ring, OFF_HEAD).load(Ordering::Acquire);
-        let lost = file.u64_at(ring, OFF_LOST).load(Ordering::Acquire);
+        let end = WriteEnd::new(&file.0, ring)?;
+        let lost = file.0.u64_at(ring, OFF_LOST).load(Ordering::Acquire);
         Some(Producer {
-            cap: u64::from(file.capacity),
-            ring,
-            head,
-            tail_seen: head,
+            end,
             lost,
-            published_head: head,
             published_lost: lost,
             file,
         })
@@ -53,34 +40,10 @@ impl Producer {
     /// producer will write later).
     #[inline]
     pub fn try_push(&mut self, r: &Record) -> bool {
-        if self.head.wrapping_sub(self.tail_seen) >= self.cap {
-            let t = self
-                .file
-                .u64_at(self.ring, OFF_TAIL)
-                .load(Ordering::Acquire);
-            // A tail beyond the head or more than a ring behind is not the consumer's: treat
-            // the ring as full rather than overwrite records on its word.
-            self.tail_seen = if self.head.wrapping_sub(t) <= self.cap {
-                t
-            } else {
-                self.head.wrapping_sub(self.cap)
-            };
-            if self.head.wrapping_sub(self.tail_seen) >= self.cap {
-                return false;
-            }
+        if !self.end.has_room(&self.file.0) {
+            return false;
         }
-        let b = encode_record(r, self.lost);
-        // SAFETY: the slot of `head` is inside the mapping (`slot`); the consumer has
-        // released it (head − tail < capacity, tail read with acquire) and reads it only
-        // after the release store of a head beyond it; `b` is our own stack memory.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                b.as_ptr(),
-                self.file.slot(self.ring, self.head),
-                RECORD_LEN,
-            )
-        };
-        self.head = self.head.wrapping_add(1);
+        self.end.write(&self.file.0, &encode_record(r, self.lost));
         true
     }
 
@@ -92,7 +55,7 @@ impl Producer {
 
     /// Free slots as far as this producer knows (at least; the consumer may have freed more).
     pub fn room(&self) -> u64 {
-        self.cap - self.head.wrapping_sub(self.tail_seen).min(self.cap)
+        self.end.room()
     }
 
     /// Makes every record pushed so far (and the lost count) visible to the consumer;
@@ -100,28 +63,23 @@ impl Producer {
     /// now cleared). Once per burst.
     #[must_use]
     pub fn publish(&mut self) -> bool {
-        if self.head == self.published_head && self.lost == self.published_lost {
+        if !self.end.unpublished() && self.lost == self.published_lost {
             return false;
         }
         // Head before lost: a consumer that sees a lost count also sees every record
-        // written before those losses (see `Reader::poll`).
+        // written before those losses (see `Reader::peek`).
+        self.end.publish(&self.file.0);
         self.file
-            .u64_at(self.ring, OFF_HEAD)
-            .store(self.head, Ordering::Release);
-        self.file
-            .u64_at(self.ring, OFF_LOST)
+            .0
+            .u64_at(self.end.ring(), OFF_LOST)
             .store(self.lost, Ordering::Release);
-        self.published_head = self.head;
         self.published_lost = self.lost;
-        // Pairs with the consumer's fence between setting `waiting` and checking the ring.
-        fence(Ordering::SeqCst);
-        let waiting = self.file.u32_at(self.ring, OFF_WAITING);
-        waiting.load(Ordering::Relaxed) != 0 && waiting.swap(0, Ordering::AcqRel) != 0
+        self.end.take_waiting(&self.file.0)
     }
 
     /// The producer index: records pushed (lost ones not counted).
     pub fn head(&self) -> u64 {
-        self.head
+        self.end.head()
     }
 
     /// Records lost so far.
@@ -131,6 +89,6 @@ impl Producer {
 
     /// This ring's index in the file.
     pub fn ring(&self) -> u32 {
-        self.ring
+        self.end.ring()
     }
 }

@@ -1,6 +1,5 @@
 //! The consumer side of the completion rings: one reader per ring, a set per subscription,
 //! and the eventfd that wakes a sleeping consumer.
-#![allow(unsafe_code)]
 
 use super::*;
 
@@ -8,10 +7,7 @@ use super::*;
 #[derive(Debug)]
 pub struct Reader {
     file: Arc<RingFile>,
-    ring: u32,
-    cap: u64,
-    tail: u64,
-    committed: u64,
+    end: ReadEnd,
     /// Lost records reported so far.
     accounted: u64,
 }
@@ -31,26 +27,19 @@ pub enum Next {
 impl Reader {
     /// The consumer of ring `ring` of `file` (`None` when there is no such ring).
     pub fn new(file: Arc<RingFile>, ring: u32) -> Option<Reader> {
-        if ring >= file.rings {
-            return None;
-        }
-        let tail = file.u64_at(ring, OFF_TAIL).load(Ordering::Acquire);
+        let end = ReadEnd::new(&file.0, ring)?;
         // Losses before the consumer mapped the file are reported too: a ring starts with
         // none.
-        let accounted = 0;
         Some(Reader {
-            cap: u64::from(file.capacity),
-            ring,
-            tail,
-            committed: tail,
-            accounted,
+            end,
+            accounted: 0,
             file,
         })
     }
 
     fn corrupt(&self, what: &'static str) -> RingError {
         RingError::Corrupt {
-            ring: self.ring,
+            ring: self.end.ring(),
             what,
         }
     }
@@ -58,8 +47,14 @@ impl Reader {
     /// The next record without consuming it, or a loss before it (reported, then the record
     /// follows at the next call), or `Empty` (after reporting any loss after the last record).
     pub fn peek(&mut self) -> Result<Next, RingError> {
-        let (lost, head) = self.lost_and_head();
-        let unread = head.wrapping_sub(self.tail);
+        // Lost before head: the producer stores head before lost, so a lost count read here
+        // comes with every record written before those losses (a trailing loss is reported
+        // only once they are all read).
+        let lost = self.lost();
+        let unread = self
+            .end
+            .unread(&self.file.0)
+            .map_err(|what| self.corrupt(what))?;
         if unread == 0 {
             if lost.wrapping_sub(self.accounted) as i64 > 0 {
                 let n = lost.wrapping_sub(self.accounted);
@@ -68,20 +63,8 @@ impl Reader {
             }
             return Ok(Next::Empty);
         }
-        if unread > self.cap {
-            return Err(self.corrupt("head more than a ring ahead of the tail"));
-        }
         let mut b = [0u8; RECORD_LEN];
-        // SAFETY: the slot of `tail` is inside the mapping; the producer wrote it before its
-        // release store of a head beyond it, which we read with acquire, and does not write
-        // it again before our tail passes it; `b` is our own stack memory.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.file.slot(self.ring, self.tail),
-                b.as_mut_ptr(),
-                RECORD_LEN,
-            )
-        };
+        self.end.read(&self.file.0, &mut b);
         let (r, l) = decode_record(&b).ok_or_else(|| self.corrupt("unknown record"))?;
         if l.wrapping_sub(self.accounted) as i64 > 0 {
             let n = l.wrapping_sub(self.accounted);
@@ -94,7 +77,7 @@ impl Reader {
     /// Consumes the record [`Reader::peek`] returned (visible to the producer at
     /// [`Reader::commit`]).
     pub fn advance(&mut self) {
-        self.tail = self.tail.wrapping_add(1);
+        self.end.advance();
     }
 
     /// The next record, consumed, or a loss, or `Empty`.
@@ -108,54 +91,37 @@ impl Reader {
 
     /// Gives the slots consumed back to the producer.
     pub fn commit(&mut self) {
-        if self.tail != self.committed {
-            self.file
-                .u64_at(self.ring, OFF_TAIL)
-                .store(self.tail, Ordering::Release);
-            self.committed = self.tail;
-        }
+        self.end.commit(&self.file.0);
     }
 
     /// Something unread, or a loss not yet reported.
     pub fn has_news(&self) -> bool {
-        let (lost, head) = self.lost_and_head();
-        head != self.tail || lost != self.accounted
+        let lost = self.lost();
+        self.end.has_news(&self.file.0) || lost != self.accounted
     }
 
-    /// The producer's lost count and head, in that order. Lost before head: the producer
-    /// stores head before lost, so a lost count read here comes with every record written
-    /// before those losses (a trailing loss is reported only once they are all read).
-    fn lost_and_head(&self) -> (u64, u64) {
-        let lost = self
-            .file
-            .u64_at(self.ring, OFF_LOST)
-            .load(Ordering::Acquire);
-        let head = self
-            .file
-            .u64_at(self.ring, OFF_HEAD)
-            .load(Ordering::Acquire);
-        (lost, head)
+    /// The producer's lost count.
+    fn lost(&self) -> u64 {
+        self.file
+            .0
+            .u64_at(self.end.ring(), OFF_LOST)
+            .load(Ordering::Acquire)
     }
 
     /// The consumer index: records consumed.
     pub fn tail(&self) -> u64 {
-        self.tail
+        self.end.tail()
     }
 
     /// This ring's index in the file.
     pub fn ring(&self) -> u32 {
-        self.ring
+        self.end.ring()
     }
 
     /// Sets or clears the `waiting` flag. Setting it is followed by a full fence: check the
     /// ring again after it, before sleeping.
     pub fn set_waiting(&self, on: bool) {
-        self.file
-            .u32_at(self.ring, OFF_WAITING)
-            .store(u32::from(on), Ordering::SeqCst);
-        if on {
-            fence(Ordering::SeqCst);
-        }
+        self.end.set_waiting(&self.file.0, on);
     }
 }
 
@@ -177,7 +143,7 @@ impl RingSet {
     /// Every ring of `file`.
     pub fn new(file: Arc<RingFile>) -> RingSet {
         RingSet {
-            readers: (0..file.rings)
+            readers: (0..file.rings())
                 .filter_map(|r| Reader::new(file.clone(), r))
                 .collect(),
             next: 0,
@@ -270,7 +236,8 @@ impl RingSet {
     }
 }
 
-/// The eventfd of a subscription as its producers hold it.
+/// The eventfd of a subscription as its producers hold it: the workers for completion rings,
+/// the application for post queues.
 #[derive(Debug, Clone)]
 pub struct Waker(Arc<OwnedFd>);
 
@@ -283,7 +250,13 @@ impl Waker {
         Ok(Waker(Arc::new(e.into())))
     }
 
-    /// Wakes the consumer (one system call: only when its `waiting` flag was set).
+    /// The waker of an eventfd received from the other process (an application ringing a
+    /// worker's post queue doorbell).
+    pub fn from_fd(fd: OwnedFd) -> Waker {
+        Waker(Arc::new(fd))
+    }
+
+    /// Wakes the sleeping side (one system call: only when its `waiting` flag was set).
     pub fn wake(&self) {
         // A full counter (EAGAIN) already wakes the consumer.
         let _ = nix::unistd::write(&*self.0, &1u64.to_ne_bytes());
