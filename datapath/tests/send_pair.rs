@@ -99,6 +99,7 @@ fn end_full(
             digest: true,
             verify_checksums: true,
             spin: Duration::ZERO,
+            defer_tx_kick: false,
         },
         cmd_rx,
         note_tx,

@@ -111,6 +111,7 @@ fn setup(o: &PipelineOpts, p: &Prepared) -> Result<Setup> {
             digest: o.digest,
             verify_checksums: o.verify_checksums,
             spin: std::time::Duration::ZERO,
+            defer_tx_kick: false,
         },
         cmd_rx,
         note_tx,

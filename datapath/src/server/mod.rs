@@ -173,6 +173,7 @@ impl Datapath {
                 digest: cfg.digest,
                 verify_checksums: cfg.verify_checksums,
                 spin: cfg.spin,
+                defer_tx_kick: false,
             };
             let notify = notify_tx.clone();
             let pin = cfg.pin_cpus;
@@ -183,6 +184,7 @@ impl Datapath {
                 // Never sleeps: the application's loop is the polling.
                 let wcfg = WorkerConfig {
                     spin: Duration::MAX,
+                    defer_tx_kick: true,
                     ..wcfg
                 };
                 let worker = Worker::new(xsk, wcfg, rx, notify)

@@ -65,9 +65,11 @@ impl<R: FrameRing> QueueDriver<R> {
         self.worker.flows.len()
     }
 
-    /// One turn, without sleeping: the control thread's commands, one RX burst through TCP
-    /// and MPA into the regions, timers, TX, and the completion rings published. Returns the
-    /// RX descriptors taken.
+    /// One turn, without sleeping: the frames the last turn built handed to the kernel, the
+    /// control thread's commands, one RX burst through TCP and MPA into the regions, timers,
+    /// the frames this turn needs built (ACKs: they leave at the next turn or post, so that the
+    /// application reads this turn's completions first), and the completion rings published.
+    /// Returns the RX descriptors taken.
     pub fn poll(&mut self) -> Result<usize, DriveError> {
         let queue = self.queue();
         if self.stopped {
@@ -87,17 +89,22 @@ impl<R: FrameRing> QueueDriver<R> {
         }
     }
 
-    /// Queues `post`'s messages on flow `flow_id` (all or none; the first Send's MSN). They
-    /// leave at the next [`QueueDriver::poll`], which follows at once in a run-to-completion
-    /// loop. The region must be registered (by a consumer of the datapath) in the flow's
-    /// protection domain.
+    /// Queues `post`'s messages on flow `flow_id` (all or none; the first Send's MSN) and
+    /// hands the frames the window allows to the kernel at once, with any the last poll left
+    /// (its ACKs): one system call. The region must be registered (by a consumer of the
+    /// datapath) in the flow's protection domain.
     pub fn post(&mut self, flow_id: u64, post: &SendPost) -> Result<Option<u32>, DriveError> {
+        let queue = self.queue();
         if self.stopped {
-            return Err(DriveError::Stopped {
-                queue: self.queue(),
-            });
+            return Err(DriveError::Stopped { queue });
         }
-        Ok(self.worker.post(flow_id, post)?)
+        match self.worker.post_and_send(flow_id, post) {
+            Ok(r) => Ok(r?),
+            Err(e) => Err(DriveError::Ring {
+                queue,
+                detail: e.to_string(),
+            }),
+        }
     }
 }
 

@@ -101,6 +101,11 @@ pub struct WorkerConfig {
     /// µs keep a worker awake between the messages of a request/response load, so that a
     /// frame does not wait for the worker to be woken from poll() (latency for a core).
     pub spin: Duration,
+    /// Run-to-completion: a turn's TX kick is made at the start of the next turn (or at once
+    /// by a post), not at its end, so that the application reads the turn's completions
+    /// before the kick's system call — which in copy mode carries the frames through the
+    /// peer's stack inside the call (docs/latency.md).
+    pub defer_tx_kick: bool,
 }
 
 /// A worker bound to one queue.
@@ -478,6 +483,10 @@ impl<R: FrameRing> Worker<R> {
         if let Some(t) = tap.as_mut() {
             t.begin_poll();
         }
+        if cfg.defer_tx_kick {
+            // The previous turn's frames (ACKs) leave now, before this turn's burst.
+            xsk.flush()?;
+        }
         strays.expire(now);
         // Parsed into in place, frame after frame (`TcpRepr::parse_into`).
         let mut repr = TcpRepr::default();
@@ -613,7 +622,9 @@ impl<R: FrameRing> Worker<R> {
         // the consumer's wake-up need not wait for (the kernel, too, wakes a reader before it
         // sends the ACK).
         self.completions.publish();
-        self.xsk.flush()?;
+        if !self.cfg.defer_tx_kick {
+            self.xsk.flush()?;
+        }
         if self.tap.is_some() {
             self.flush_capture(Some(now));
         }
@@ -696,6 +707,28 @@ impl<R: FrameRing> Worker<R> {
         // Sent in this turn's TX pass, not at the flow's next segment or timer.
         self.tx_waiting.push(key);
         Ok(first_msn)
+    }
+
+    /// [`Worker::post`], and the flow's frames built and handed to the kernel at once (the
+    /// flow is still visited at the next turn, which arms its timers).
+    pub(crate) fn post_and_send(
+        &mut self,
+        id: u64,
+        post: &SendPost,
+    ) -> Result<Result<Option<u32>, WorkerError>, R::Error> {
+        let first_msn = match self.post(id, post) {
+            Ok(m) => m,
+            Err(e) => return Ok(Err(e)),
+        };
+        if let Some(f) = self.ids.get(&id).and_then(|k| self.flows.get_mut(k)) {
+            let mut sink = TxSink {
+                ring: &mut self.xsk,
+                tap: self.tap.as_mut().filter(|t| t.wants(f.id)),
+            };
+            f.poll_frames(Instant::now(), &mut sink);
+        }
+        self.xsk.flush()?;
+        Ok(Ok(first_msn))
     }
 
     /// Counters and every flow's report.
