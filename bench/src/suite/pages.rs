@@ -129,16 +129,23 @@ pub fn headline(r: &SuiteResults) -> String {
             Document::Lat { params, results } if params.rate > 0 && !params.pingpong => {
                 let get =
                     |who: Receiver| results.iter().find(|l| l.receiver == who && l.size == 64);
-                if let (Some(k), Some(d)) = (get(Receiver::Kernel), get(Receiver::Datapath)) {
-                    rows.push([
-                        format!(
-                            "one-way latency p50 / p99, 64 B at {} msg/s",
-                            thousands(params.rate)
-                        ),
-                        format!("{:.1} / {:.1} µs", k.p50_us, k.p99_us),
-                        format!("{:.1} / {:.1} µs", d.p50_us, d.p99_us),
-                        ratio(d.p50_us, k.p50_us),
-                    ]);
+                let modes = [
+                    (Receiver::Datapath, "sleeping workers"),
+                    (Receiver::DatapathSpin, "spinning workers"),
+                    (Receiver::RunToCompletion, "run-to-completion"),
+                ];
+                for (who, mode) in modes {
+                    if let (Some(k), Some(d)) = (get(Receiver::Kernel), get(who)) {
+                        rows.push([
+                            format!(
+                                "one-way latency p50 / p99, 64 B at {} msg/s, {mode}",
+                                thousands(params.rate)
+                            ),
+                            format!("{:.1} / {:.1} µs", k.p50_us, k.p99_us),
+                            format!("{:.1} / {:.1} µs", d.p50_us, d.p99_us),
+                            ratio(d.p50_us, k.p50_us),
+                        ]);
+                    }
                 }
             }
             Document::Setup { results, .. } => {

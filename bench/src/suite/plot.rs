@@ -31,10 +31,12 @@ fn font() -> Result<()> {
 }
 
 fn color(receiver: &str) -> RGBColor {
-    if receiver == "kernel" {
-        KERNEL
-    } else {
-        DATAPATH
+    match receiver {
+        "kernel" => KERNEL,
+        // The datapath's latency modes, apart in one plot.
+        "datapath-spin" => RGBColor(230, 140, 20),
+        "datapath-rtc" => RGBColor(40, 150, 60),
+        _ => DATAPATH,
     }
 }
 
