@@ -19,6 +19,58 @@ pub enum CompletionKind {
     WriteSent,
     /// A Send the consumer posted was sent and acknowledged (`msn`: its MSN).
     SendSent,
+    /// A post made through the shared-memory post queue ([`crate::ring::post`]) was refused
+    /// and nothing of it was queued: `stag` is the post's local region, `offset` carries its
+    /// cookie and `len` the [`RefusalCode`] (read both with [`Completion::refusal`]).
+    PostRefused,
+}
+
+/// Why the datapath refused a post made through shared memory (a
+/// [`CompletionKind::PostRefused`] completion's `len`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusalCode {
+    /// The record makes no sense (unknown op, non-zero padding, a count or length of 0).
+    Malformed = 1,
+    /// No such connection (or it ended).
+    UnknownFlow = 2,
+    /// The connection, or the region, belongs to another protection domain than the
+    /// subscription whose queue carried the post.
+    WrongDomain = 3,
+    /// No registered region with the post's STag.
+    UnknownRegion = 4,
+    /// The messages lie outside the region.
+    OutOfBounds = 5,
+    /// The messages cannot be sent as asked (too long for their header, a Read of a size
+    /// the protocol cannot carry, Reads on a connection whose ORD is 0).
+    Invalid = 6,
+    /// The connection's send queue or send budget is full, or the datapath is forwarding
+    /// too many misrouted posts: post again once completions arrive.
+    Busy = 7,
+    /// The connection is closing or closed.
+    Closed = 8,
+}
+
+impl RefusalCode {
+    /// The code as a completion record carries it.
+    pub fn code(self) -> u64 {
+        self as u64
+    }
+
+    /// The code a completion record carries, if known.
+    pub fn from_code(c: u64) -> Option<RefusalCode> {
+        Some(match c {
+            1 => RefusalCode::Malformed,
+            2 => RefusalCode::UnknownFlow,
+            3 => RefusalCode::WrongDomain,
+            4 => RefusalCode::UnknownRegion,
+            5 => RefusalCode::OutOfBounds,
+            6 => RefusalCode::Invalid,
+            7 => RefusalCode::Busy,
+            8 => RefusalCode::Closed,
+            _ => return None,
+        })
+    }
 }
 
 /// One completed message, delivered in order per connection (RFC 5041 §4.1: after all its
@@ -40,4 +92,29 @@ pub struct Completion {
     pub msn: Option<u32>,
     /// Send with Invalidate variants: the STag named.
     pub invalidate_stag: Option<u32>,
+}
+
+impl Completion {
+    /// A refused post's cookie and why it was refused; `None` for other kinds (and for a
+    /// code this version does not know).
+    pub fn refusal(&self) -> Option<(u64, RefusalCode)> {
+        if self.kind != CompletionKind::PostRefused {
+            return None;
+        }
+        Some((self.offset, RefusalCode::from_code(self.len)?))
+    }
+
+    /// The completion that reports the refusal of post `cookie` on `flow_id` (region
+    /// `stag`).
+    pub fn post_refused(flow_id: u64, stag: u32, cookie: u64, code: RefusalCode) -> Completion {
+        Completion {
+            flow_id,
+            kind: CompletionKind::PostRefused,
+            stag,
+            offset: cookie,
+            len: code.code(),
+            msn: None,
+            invalidate_stag: None,
+        }
+    }
 }

@@ -18,6 +18,18 @@
 //! once; the next call goes on with the records after the loss. Every record delivered is in
 //! order per connection.
 //!
+//! Posts (RDMA Writes, Sends, Reads) go either over the control socket
+//! ([`Consumer::post_write`], one request and answer each) or through shared memory
+//! ([`Consumer::post`], [`Consumer::post_write_shm`], ...): at subscribe the datapath also
+//! passes a post queue per worker ([`crate::ring::post`]) and each worker's doorbell eventfd.
+//! A post is written into the queue of the worker that owns its connection — the one whose
+//! ring its latest completion came from; queue 0 for a connection that has had none yet (the
+//! datapath passes a misrouted post on to the owner) — with no system call unless that worker
+//! sleeps. A full queue is [`ConsumerError::PostQueueFull`] (nothing written: post again once
+//! the worker has read). A post the datapath refuses comes back as a
+//! [`crate::CompletionKind::PostRefused`] completion with its cookie
+//! ([`crate::Completion::refusal`]).
+//!
 //! ```no_run
 //! use mpa_ctl_proto::consumer::Consumer;
 //! use std::time::{Duration, Instant};
@@ -71,9 +83,29 @@ pub enum ConsumerError {
         /// Why.
         err: RingError,
     },
-    /// A `Subscribed` answer without its two descriptors.
+    /// A `Subscribed` answer without its two descriptors (or without as many post queue
+    /// descriptors as it announced).
     #[error("Subscribed for domain {0} without the ring and eventfd descriptors")]
     NoRing(u32),
+    /// The subscription's post queues could not be mapped.
+    #[error("post queues of domain {pd}: {err}")]
+    PostQueue {
+        /// Domain.
+        pd: u32,
+        /// Why.
+        err: crate::ring::post::PostQueueError,
+    },
+    /// No subscription with post queues to carry the post (not subscribed to its domain, or
+    /// a datapath without post queues): post over the control socket.
+    #[error("no shared-memory post queue for connection {0}")]
+    NoPostQueue(u64),
+    /// The worker's post queue is full (it has not read what was posted before): nothing
+    /// was written; post again once it has read.
+    #[error("post queue {queue} full: the worker has not read the earlier posts yet")]
+    PostQueueFull {
+        /// The queue (the worker).
+        queue: u32,
+    },
     /// The region could not be mapped (or its descriptor is not the sealed memfd of the
     /// announced length).
     #[error("mapping region {stag:#x}: {err}")]
@@ -93,14 +125,21 @@ pub struct Consumer {
     pending_loss: Option<(u32, u64)>,
     busy_poll: bool,
     next_sub: usize,
+    /// Per connection: the domain and ring of its latest completion (where to post).
+    flow_rings: std::collections::HashMap<u64, (u32, u32)>,
+    /// The ring of each completion of a poll (reused).
+    ring_tags: Vec<u32>,
 }
 
-/// One subscribed domain: its rings and eventfd.
+/// One subscribed domain: its rings and eventfd, and its post queues.
 struct Subscription {
     pd: u32,
     rings: RingSet,
     wake: std::os::fd::OwnedFd,
+    posts: Option<posts::PostQueues>,
 }
+
+mod posts;
 
 /// Completions returned by one [`Consumer::next_completions`] at most.
 const BATCH: usize = 4096;
@@ -124,6 +163,8 @@ impl Consumer {
             pending_loss: None,
             busy_poll: false,
             next_sub: 0,
+            flow_rings: std::collections::HashMap::new(),
+            ring_tags: Vec::new(),
         })
     }
 
@@ -279,27 +320,48 @@ impl Consumer {
     /// Receive the completions of domain `pd`'s connections on this consumer: maps the
     /// rings the datapath made for it. Subscribing to a domain again replaces its rings.
     pub fn subscribe(&mut self, pd: u32) -> Result<(), ConsumerError> {
-        let (m, mut fds) = self
+        let (m, fds) = self
             .client
             .request_with_fds(|id| Message::Subscribe { id, pd })?;
         let Message::Subscribed {
-            rings, capacity, ..
+            rings,
+            capacity,
+            post_capacity,
+            ..
         } = m
         else {
             return Err(Self::unexpected(m));
         };
-        if fds.len() != 2 {
+        let want = if post_capacity == 0 {
+            2
+        } else {
+            3 + rings as usize
+        };
+        if fds.len() != want {
             return Err(ConsumerError::NoRing(pd));
         }
-        let wake = fds.pop().ok_or(ConsumerError::NoRing(pd))?;
-        let file = fds.pop().ok_or(ConsumerError::NoRing(pd))?;
+        let mut fds = fds.into_iter();
+        let file = fds.next().ok_or(ConsumerError::NoRing(pd))?;
+        let wake = fds.next().ok_or(ConsumerError::NoRing(pd))?;
         let file =
             RingFile::open(file, rings, capacity).map_err(|err| ConsumerError::Ring { pd, err })?;
+        let posts = match fds.next() {
+            Some(queues) => Some(posts::PostQueues::open(
+                pd,
+                queues,
+                fds.collect(),
+                rings,
+                post_capacity,
+            )?),
+            None => None,
+        };
         self.subs.retain(|s| s.pd != pd);
+        self.flow_rings.retain(|_, (p, _)| *p != pd);
         self.subs.push(Subscription {
             pd,
             rings: RingSet::new(Arc::new(file)),
             wake,
+            posts,
         });
         Ok(())
     }
@@ -411,10 +473,13 @@ impl Consumer {
             let i = (self.next_sub + k) % n;
             let s = &mut self.subs[i];
             let pd = s.pd;
+            let start = out.len();
+            self.ring_tags.clear();
             let lost = s
                 .rings
-                .poll(out, before + BATCH)
+                .poll_with_rings(out, &mut self.ring_tags, before + BATCH)
                 .map_err(|err| ConsumerError::Ring { pd, err })?;
+            self.note_rings(pd, start, out);
             if lost > 0 {
                 self.next_sub = i;
                 if out.len() == before {
@@ -443,10 +508,13 @@ impl Consumer {
             let i = (self.next_sub + k) % n;
             let s = &mut self.subs[i];
             let pd = s.pd;
+            let start = out.len();
+            self.ring_tags.clear();
             let lost = s
                 .rings
-                .poll(out, BATCH)
+                .poll_with_rings(out, &mut self.ring_tags, BATCH)
                 .map_err(|err| ConsumerError::Ring { pd, err })?;
+            self.note_rings(pd, start, out);
             if lost > 0 {
                 self.next_sub = i;
                 if out.is_empty() {

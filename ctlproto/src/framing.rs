@@ -131,7 +131,10 @@ pub fn read_message_with_fd(
     read_message_with_fds(s).map(|(m, fds)| (m, fds.into_iter().next()))
 }
 
-/// Reads one framed message and every descriptor attached to it (at most 4; see
+/// Descriptors one message carries at most: the kernel's SCM_MAX_FD.
+pub const MAX_FDS: usize = 253;
+
+/// Reads one framed message and every descriptor attached to it (at most [`MAX_FDS`]; see
 /// [`write_frame_with_fds`]), in order.
 pub fn read_message_with_fds(
     s: &std::os::unix::net::UnixStream,
@@ -142,7 +145,7 @@ pub fn read_message_with_fds(
     let mut got = 0usize;
     let mut taken: Vec<OwnedFd> = Vec::new();
     while got < 4 {
-        let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 4]);
+        let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; MAX_FDS]);
         let mut iov = [io::IoSliceMut::new(&mut len[got..])];
         let msg = match recvmsg::<()>(
             s.as_raw_fd(),

@@ -39,11 +39,11 @@ mod region;
 mod tests;
 
 pub use capture::{CaptureDirection, CapturedFrame};
-pub use completion::{Completion, CompletionKind};
+pub use completion::{Completion, CompletionKind, RefusalCode};
 pub use framing::{
     encode_message, handshake, read_message, read_message_counted, read_message_with_fd,
     read_message_with_fds, write_frame, write_frame_with_fd, write_frame_with_fds, write_message,
-    write_message_with_fd, ProtoError,
+    write_message_with_fd, ProtoError, MAX_FDS,
 };
 pub use handover::{
     HandOver, MpaParams, Role, TcpSnapshot, TsSnapshot, DATAPATH_MAX_IRD, DATAPATH_MAX_ORD,

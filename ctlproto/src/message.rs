@@ -284,13 +284,18 @@ pub enum Message {
         /// Local TCP port.
         port: u16,
     },
-    /// datapath → subscriber: the completions come through shared memory, not this socket.
-    /// Two descriptors travel with it (SCM_RIGHTS, see [`crate::read_message_with_fds`]):
-    /// the sealed memfd of `rings` completion rings of `capacity` records each (one per
-    /// worker; layout in [`crate::ring`]), then the eventfd the workers write when the
-    /// consumer sleeps. The subscription (and the workers' hold on the rings) ends with
+    /// datapath → subscriber: the completions come through shared memory, not this socket,
+    /// and posts may go through it too. Descriptors travel with it (SCM_RIGHTS, see
+    /// [`crate::read_message_with_fds`]), in this order: the sealed memfd of `rings`
+    /// completion rings of `capacity` records each (one per worker; layout in
+    /// [`crate::ring`]), then the eventfd the workers write when the consumer sleeps; then,
+    /// when `post_capacity` is not 0, the sealed memfd of `rings` post queues of
+    /// `post_capacity` records each (queue `i` read by worker `i`; layout in
+    /// [`crate::ring::post`]) and `rings` eventfds, worker `i`'s doorbell, which the consumer
+    /// writes when [`crate::ring::post::PostProducer::publish`] says that worker sleeps. The
+    /// subscription (and the workers' hold on the rings and queues) ends with
     /// [`Message::Unsubscribe`], when this client's connection closes, or when it subscribes
-    /// to the domain again (new rings).
+    /// to the domain again (new rings and queues).
     Subscribed {
         /// Request id.
         id: u64,
@@ -300,6 +305,10 @@ pub enum Message {
         rings: u32,
         /// Records per ring (a power of two).
         capacity: u32,
+        /// Records per post queue (a power of two); 0: no post queues came (a datapath
+        /// without them, or too many workers for the descriptors one message carries).
+        #[serde(default)]
+        post_capacity: u32,
     },
     /// Ask for statistics.
     GetStats {

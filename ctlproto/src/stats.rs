@@ -296,6 +296,19 @@ pub struct QueueStats {
     /// Completions of domains nobody subscribed to.
     #[serde(default)]
     pub completions_unclaimed: u64,
+    /// Posts read from the shared-memory post queues (refused ones included).
+    #[serde(default)]
+    pub posts_shm: u64,
+    /// Posts of the shared-memory queues refused (a `PostRefused` completion each).
+    #[serde(default)]
+    pub posts_refused: u64,
+    /// Posts for a connection another worker owns, handed to the control thread to pass on.
+    #[serde(default)]
+    pub posts_forwarded: u64,
+    /// Post queues found corrupt (their producer wrote an impossible index): never read
+    /// again.
+    #[serde(default)]
+    pub post_queues_corrupt: u64,
 }
 
 /// What the registry holds.

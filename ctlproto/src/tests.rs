@@ -148,6 +148,7 @@ fn round_trip_every_message() {
             pd: 3,
             rings: 2,
             capacity: 4096,
+            post_capacity: 1024,
         },
         Message::Unsubscribe { id: 12, pd: 3 },
         Message::WatchPort { id: 13, port: 7777 },
@@ -371,4 +372,74 @@ fn rtr_names_round_trip_and_unknown_ones_are_refused() {
             "{bad}: {e}"
         );
     }
+}
+
+#[test]
+fn a_message_carries_many_descriptors_in_order() {
+    use std::io::{Read as _, Seek, SeekFrom, Write as _};
+    use std::os::fd::AsFd;
+    let (a, b) = UnixStream::pair().unwrap();
+    // A subscription's answer: two ring descriptors, the post queues and a doorbell per
+    // worker — more than a handful.
+    let files: Vec<std::fs::File> = (0..40)
+        .map(|i| {
+            let mut f = tempfile_in_memory();
+            write!(f, "fd {i}").unwrap();
+            f
+        })
+        .collect();
+    let fds: Vec<_> = files.iter().map(|f| f.as_fd()).collect();
+    let frame = encode_message(&Message::Ok { id: 3 }).unwrap();
+    write_frame_with_fds(&a, &frame, &fds).unwrap();
+    let (m, got) = read_message_with_fds(&b).unwrap();
+    assert_eq!(m, Message::Ok { id: 3 });
+    assert_eq!(got.len(), 40);
+    for (i, fd) in got.into_iter().enumerate() {
+        let mut g = std::fs::File::from(fd);
+        g.seek(SeekFrom::Start(0)).unwrap();
+        let mut s = String::new();
+        g.read_to_string(&mut s).unwrap();
+        assert_eq!(s, format!("fd {i}"));
+    }
+}
+
+#[test]
+fn a_subscribed_answer_without_post_queues_still_parses() {
+    let old = r#"{"type":"subscribed","id":4,"pd":2,"rings":3,"capacity":64}"#;
+    let m: Message = serde_json::from_str(old).unwrap();
+    assert_eq!(
+        m,
+        Message::Subscribed {
+            id: 4,
+            pd: 2,
+            rings: 3,
+            capacity: 64,
+            post_capacity: 0,
+        }
+    );
+}
+
+#[test]
+fn refusal_codes_round_trip_through_a_completion() {
+    use crate::{Completion, CompletionKind, RefusalCode};
+    for code in [
+        RefusalCode::Malformed,
+        RefusalCode::UnknownFlow,
+        RefusalCode::WrongDomain,
+        RefusalCode::UnknownRegion,
+        RefusalCode::OutOfBounds,
+        RefusalCode::Invalid,
+        RefusalCode::Busy,
+        RefusalCode::Closed,
+    ] {
+        let c = Completion::post_refused(9, 0x44, 0xc00c1e, code);
+        assert_eq!(c.kind, CompletionKind::PostRefused);
+        assert_eq!(c.refusal(), Some((0xc00c1e, code)));
+        assert_eq!(RefusalCode::from_code(code.code()), Some(code));
+    }
+    assert_eq!(RefusalCode::from_code(0), None);
+    assert_eq!(RefusalCode::from_code(9), None);
+    let mut c = Completion::post_refused(9, 0x44, 1, RefusalCode::Busy);
+    c.kind = CompletionKind::WriteSent;
+    assert_eq!(c.refusal(), None);
 }

@@ -176,6 +176,7 @@ fn subscription(pd: u32, capacity: u32) -> (Command, RingSet) {
         id: 1,
         producer: Producer::new(file.clone(), 0).unwrap(),
         waker: Waker::create().unwrap(),
+        posts: None,
     };
     (Command::Subscribe(Box::new(sub)), RingSet::new(file))
 }
@@ -759,6 +760,7 @@ fn a_flow_that_moves_to_another_worker_keeps_its_completions_in_order() {
             id: 9,
             producer: Producer::new(file.clone(), i as u32).unwrap(),
             waker: waker.clone(),
+            posts: None,
         }))));
     }
     let mut rings = RingSet::new(file);

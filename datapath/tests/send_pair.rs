@@ -151,6 +151,7 @@ fn end_full(
         id: 1,
         producer: Producer::new(file.clone(), 0).unwrap(),
         waker: Waker::create().unwrap(),
+        posts: None,
     }))));
     End {
         worker,

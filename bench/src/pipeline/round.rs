@@ -128,6 +128,7 @@ fn setup(o: &PipelineOpts, p: &Prepared) -> Result<Setup> {
         id: 1,
         producer: Producer::new(file.clone(), 0).ok_or_else(|| anyhow!("no ring 0"))?,
         waker: Waker::create()?,
+        posts: None,
     })));
     let rings = RingSet::new(file);
     let mut mems = Vec::new();

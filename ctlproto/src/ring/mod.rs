@@ -29,10 +29,23 @@
 //! `flow_id u64 | offset u64 | len u64 | lost u64 | stag u32 | msn u32 | invalidate_stag u32 |
 //! kind u8 | flags u8 (1: msn, 2: invalidate_stag) | 2 × 0`, where `lost` is the ring's lost
 //! count when the record was written: a reader that sees it rise knows exactly how many
-//! records were lost right before this one. Kinds 0–4 are the [`CompletionKind`]s (Write
-//! placed, Read Response placed, Send arrived, Write sent, Send sent); kind 0x80 is a
+//! records were lost right before this one. Kinds 0–5 are the [`CompletionKind`]s (Write
+//! placed, Read Response placed, Send arrived, Write sent, Send sent, post refused); kind 0x80 is a
 //! [`Record::Moved`] marker (a flow came from another worker: its earlier completions are in
 //! ring `stag` before position `offset`).
+//!
+//! Kind 5, a post of the shared-memory post queue ([`post`]) refused, nothing of it queued:
+//!
+//! | field | holds |
+//! |---|---|
+//! | flow_id | the post's connection (as the post named it) |
+//! | offset | the post's cookie |
+//! | len | the [`crate::RefusalCode`] (1 malformed, 2 unknown flow, 3 wrong domain, 4 unknown region, 5 out of bounds, 6 invalid, 7 busy, 8 closed) |
+//! | stag | the post's local region |
+//! | flags | 0 |
+//!
+//! It is written into the ring of the worker that refused the post, of the subscription
+//! whose queue carried it.
 //!
 //! The completion producer (a worker) never waits: a record that does not fit is counted in
 //! `lost` and dropped. It publishes `head` (then `lost`) once per burst, then — after a full
@@ -150,6 +163,7 @@ pub fn encode_record(r: &Record, lost: u64) -> [u8; RECORD_LEN] {
                 CompletionKind::SendArrived => 2,
                 CompletionKind::WriteSent => 3,
                 CompletionKind::SendSent => 4,
+                CompletionKind::PostRefused => 5,
             },
             u8::from(c.msn.is_some()) | (u8::from(c.invalidate_stag.is_some()) << 1),
         ),
@@ -186,6 +200,7 @@ pub fn decode_record(b: &[u8; RECORD_LEN]) -> Option<(Record, u64)> {
         2 => CompletionKind::SendArrived,
         3 => CompletionKind::WriteSent,
         4 => CompletionKind::SendSent,
+        5 => CompletionKind::PostRefused,
         KIND_MOVED if flags == 0 => {
             return Some((
                 Record::Moved {

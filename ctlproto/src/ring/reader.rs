@@ -154,10 +154,31 @@ impl RingSet {
     /// and returns how many records were lost there (`out` then holds what came before it;
     /// what follows comes at the next call); 0 when nothing was lost.
     pub fn poll(&mut self, out: &mut Vec<Completion>, max: usize) -> Result<u64, RingError> {
+        self.poll_tagged(out, None, max)
+    }
+
+    /// [`RingSet::poll`], and for each completion appended to `out` the index of the ring it
+    /// came from appended to `rings` (the worker that wrote it: the one that owned its flow
+    /// then).
+    pub fn poll_with_rings(
+        &mut self,
+        out: &mut Vec<Completion>,
+        rings: &mut Vec<u32>,
+        max: usize,
+    ) -> Result<u64, RingError> {
+        self.poll_tagged(out, Some(rings), max)
+    }
+
+    fn poll_tagged(
+        &mut self,
+        out: &mut Vec<Completion>,
+        rings: Option<&mut Vec<u32>>,
+        max: usize,
+    ) -> Result<u64, RingError> {
         let n = self.readers.len();
         let start = self.next;
         self.next = (self.next + 1) % n.max(1);
-        let r = self.poll_from(start, out, max);
+        let r = self.poll_from(start, out, rings, max);
         for rd in &mut self.readers {
             rd.commit();
         }
@@ -168,6 +189,7 @@ impl RingSet {
         &mut self,
         start: usize,
         out: &mut Vec<Completion>,
+        mut rings: Option<&mut Vec<u32>>,
         max: usize,
     ) -> Result<u64, RingError> {
         let n = self.readers.len();
@@ -183,6 +205,9 @@ impl RingSet {
                         Next::Lost(l) => return Ok(l),
                         Next::Record(Record::Completion(c)) => {
                             out.push(c);
+                            if let Some(r) = rings.as_deref_mut() {
+                                r.push(self.readers[i].ring());
+                            }
                             self.readers[i].advance();
                             progress = true;
                         }

@@ -332,3 +332,35 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn poll_with_rings_names_the_ring_of_every_completion() {
+    let file = Arc::new(RingFile::create("w", 3, 8).unwrap());
+    let mut set = RingSet::new(file.clone());
+    for ring in [2u32, 0, 2] {
+        let mut p = Producer::new(file.clone(), ring).unwrap();
+        // Each ring's producer starts from the ring's published head.
+        let seq = u64::from(ring) * 10 + p.head();
+        assert!(p.push(&rec(seq)));
+        let _ = p.publish();
+    }
+    let (mut out, mut rings) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        set.poll_with_rings(&mut out, &mut rings, 10).unwrap();
+    }
+    assert_eq!(out.len(), 3);
+    assert_eq!(rings.len(), 3);
+    for (c, r) in out.iter().zip(&rings) {
+        assert_eq!(c.flow_id / 10, u64::from(*r), "{c:?} from ring {r}");
+    }
+}
+
+#[test]
+fn a_post_refusal_record_round_trips() {
+    let c = Completion::post_refused(5, 0x10, 0xfeed, crate::RefusalCode::WrongDomain);
+    let b = encode_record(&Record::Completion(c), 3);
+    assert_eq!(b[44], 5, "kind 5");
+    assert_eq!(u64::from_le_bytes(b[8..16].try_into().unwrap()), 0xfeed);
+    assert_eq!(u64::from_le_bytes(b[16..24].try_into().unwrap()), 3);
+    assert_eq!(decode_record(&b), Some((Record::Completion(c), 3)));
+}

@@ -161,6 +161,9 @@ pub struct XskQueue {
     stats: XskStats,
     /// Wakes the worker out of its idle poll() when a command arrives.
     wake: Arc<nix::sys::eventfd::EventFd>,
+    /// The post queues' doorbell (an eventfd consumers write when the worker sleeps with
+    /// posts waiting): waited on beside the socket, drained after a wake-up.
+    doorbell: Option<std::os::fd::OwnedFd>,
 }
 
 /// Interrupts an idle [`XskQueue::rx_burst`] wait (from another thread).
@@ -299,6 +302,7 @@ impl XskQueue {
                 )
                 .map_err(|e| XskError::Config(format!("eventfd: {e}")))?,
             ),
+            doorbell: None,
         };
         // libxdp opens the socket without O_CLOEXEC: a child process (a helper the datapath
         // spawns) would otherwise keep the queue bound after we close it.
@@ -362,6 +366,11 @@ impl XskQueue {
         }
     }
 
+    /// Idle waits also end when `fd` (an eventfd: the post queues' doorbell) is written.
+    pub(crate) fn set_doorbell(&mut self, fd: std::os::fd::OwnedFd) {
+        self.doorbell = Some(fd);
+    }
+
     /// A handle that interrupts this queue's idle waits.
     pub(crate) fn waker(&self) -> Waker {
         Waker(self.wake.clone())
@@ -374,6 +383,12 @@ impl XskQueue {
         let mut fds = [
             PollFd::new(self.as_fd(), PollFlags::POLLIN),
             PollFd::new(self.wake.as_fd(), PollFlags::POLLIN),
+            PollFd::new(
+                self.doorbell
+                    .as_ref()
+                    .map_or(self.wake.as_fd(), |d| d.as_fd()),
+                PollFlags::POLLIN,
+            ),
         ];
         let t = PollTimeout::try_from(timeout_ms).unwrap_or(PollTimeout::MAX);
         match poll(&mut fds, t) {
@@ -382,10 +397,16 @@ impl XskQueue {
             Err(e) => return Err(XskError::Io(std::io::Error::from(e))),
         }
         let ready = |f: &PollFd| f.revents().is_some_and(|r| r.contains(PollFlags::POLLIN));
-        if ready(&fds[1]) {
+        let (socket, wake, bell) = (ready(&fds[0]), ready(&fds[1]), ready(&fds[2]));
+        if wake {
             let _ = self.wake.read();
         }
-        Ok(ready(&fds[0]))
+        if bell {
+            if let Some(d) = &self.doorbell {
+                mpa_ctl_proto::ring::drain_eventfd(d.as_fd());
+            }
+        }
+        Ok(socket)
     }
 
     /// Counters.

@@ -9,10 +9,16 @@
 //! the old ring); the new worker writes a [`Record::Moved`] marker before the flow's next
 //! record, and the consumer reads the old ring up to the mark before it goes past the
 //! marker, so the flow's completions stay in order across the move.
+//!
+//! A subscription also brings this worker's end of its post queue (shared memory the
+//! consumer writes, [`mpa_ctl_proto::ring::post`]): the worker reads it every turn
+//! (`worker::posts`), and a post it refuses comes back through the same subscription's ring.
 
 #![forbid(unsafe_code)]
 
+use mpa_ctl_proto::ring::post::{PostQueueError, PostReader, PostRecord, PostRefused};
 use mpa_ctl_proto::ring::{Producer, Record, Waker};
+use mpa_ctl_proto::Completion;
 use mpa_stack::flow::Flow;
 
 /// One subscription as a worker holds it: the ring of this worker and the subscription's
@@ -27,6 +33,9 @@ pub struct RingSubscription {
     pub producer: Producer,
     /// Wakes the consumer.
     pub waker: Waker,
+    /// This worker's post queue of the subscription (made before its descriptor went to the
+    /// consumer), if the subscription has post queues.
+    pub posts: Option<PostReader>,
 }
 
 /// Where a flow's completions ended in the ring of the worker it left.
@@ -43,6 +52,8 @@ pub struct RingMark {
 struct Sub {
     s: RingSubscription,
     dirty: bool,
+    /// The post queue was found corrupt: reported once, never read again.
+    posts_failed: bool,
 }
 
 /// The subscriptions of a worker, and its completion counters.
@@ -62,7 +73,11 @@ impl Outbox {
     /// subscription, whose ring this worker then unmaps).
     pub(crate) fn subscribe(&mut self, s: RingSubscription) {
         self.subs.retain(|x| x.s.pd != s.pd);
-        self.subs.push(Sub { s, dirty: false });
+        self.subs.push(Sub {
+            s,
+            dirty: false,
+            posts_failed: false,
+        });
     }
 
     /// Ends subscription `id` of `pd` (its consumer is gone), if it is still the domain's.
@@ -111,6 +126,84 @@ impl Outbox {
                 *overflow += 1;
             }
         });
+    }
+
+    /// Subscriptions held (post queues are read by their index, `0 .. subscriptions()`).
+    pub(crate) fn subscriptions(&self) -> usize {
+        self.subs.len()
+    }
+
+    /// Takes up to `max` posts of subscription `i`'s post queue into `out`; its domain and id
+    /// (`None`: no queue, or one found corrupt). A corrupt queue is logged and counted in
+    /// `corrupt` once, then left alone.
+    pub(crate) fn take_posts(
+        &mut self,
+        i: usize,
+        out: &mut Vec<Result<PostRecord, PostRefused>>,
+        max: usize,
+        corrupt: &mut u64,
+    ) -> Option<(u32, u64)> {
+        let x = self.subs.get_mut(i)?;
+        if x.posts_failed {
+            return None;
+        }
+        let r = x.s.posts.as_mut()?;
+        if let Err(e) = r.take(out, max) {
+            x.posts_failed = true;
+            *corrupt += 1;
+            let what = match &e {
+                PostQueueError::Corrupt { what, .. } => *what,
+                _ => "unreadable",
+            };
+            tracing::warn!(
+                pd = x.s.pd,
+                subscription = x.s.id,
+                queue = r.queue(),
+                what,
+                "post queue corrupt: no longer read (the consumer wrote its index wrong)"
+            );
+            return None;
+        }
+        Some((x.s.pd, x.s.id))
+    }
+
+    /// Writes `c` (a refused post) into subscription `sub`'s ring (unpublished); `false` when
+    /// the subscription is gone or its ring was full (counted as lost).
+    pub(crate) fn refuse(&mut self, sub: u64, c: &Completion) -> bool {
+        let Some(x) = self.subs.iter_mut().find(|x| x.s.id == sub) else {
+            return false;
+        };
+        x.dirty = true;
+        let ok = x.s.producer.push(&Record::Completion(*c));
+        if !ok {
+            self.overflow += 1;
+        }
+        ok
+    }
+
+    /// Before the worker sleeps: every readable post queue's `waiting` flag set; `false` (all
+    /// cleared again) when one has posts, and the worker must not sleep.
+    pub(crate) fn prepare_post_sleep(&mut self) -> bool {
+        for i in 0..self.subs.len() {
+            let x = &mut self.subs[i];
+            let Some(r) = x.s.posts.as_mut().filter(|_| !x.posts_failed) else {
+                continue;
+            };
+            if !r.prepare_sleep() {
+                self.finish_post_sleep();
+                return false;
+            }
+        }
+        true
+    }
+
+    /// After sleeping: the `waiting` flags the consumers did not clear, cleared.
+    pub(crate) fn finish_post_sleep(&self) {
+        for x in &self.subs {
+            if let Some(r) = &x.s.posts {
+                r.finish_sleep();
+            }
+        }
     }
 
     /// Publishes every ring written since the last call and wakes the consumers that sleep:

@@ -148,6 +148,7 @@ impl Datapath {
         tcp.max_snd_mss = link_mss(mtu, cfg.xsk.frame_size);
         let (notify_tx, notify_rx) = unbounded();
         let mut workers = Vec::new();
+        let mut doorbells = Vec::new();
         let mut handles = Vec::new();
         let mut beats = Vec::new();
         let mut drivers = Vec::new();
@@ -165,6 +166,17 @@ impl Datapath {
                     "the interface's MTU allows frames larger than the AF_XDP socket receives; lower the MTU");
             }
             steering.set_xsk(q, xsk.as_fd())?;
+            // The worker's post queue doorbell, shared by every subscription: a consumer
+            // writes it when the worker sleeps with posts waiting (ring::post).
+            let doorbell = mpa_ctl_proto::ring::Waker::create()
+                .map_err(|e| StartError::Iface(cfg.iface.clone(), e.to_string()))?;
+            xsk.set_doorbell(
+                doorbell
+                    .fd()
+                    .try_clone_to_owned()
+                    .map_err(|e| StartError::Iface(cfg.iface.clone(), format!("eventfd: {e}")))?,
+            );
+            doorbells.push(doorbell);
             let (tx, rx) = unbounded();
             let waker = xsk.waker();
             let wcfg = WorkerConfig {
@@ -245,6 +257,7 @@ impl Datapath {
             next_capture: 1,
             faults: faults::Faults::new(failure.clone(), beats, cfg.worker_deadline),
             completion_ring: cfg.completion_ring,
+            doorbells,
             next_subscription: 1,
             watch: watch::Watches::default(),
             budget,
@@ -434,6 +447,8 @@ struct Server {
     faults: faults::Faults,
     /// Records per completion ring.
     completion_ring: u32,
+    /// Each worker's post queue doorbell (passed to every subscriber).
+    doorbells: Vec<mpa_ctl_proto::ring::Waker>,
     next_subscription: u64,
     /// Ports watched for TS.Recent, by client, and what hand-overs inherited.
     watch: watch::Watches,

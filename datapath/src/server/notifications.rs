@@ -14,6 +14,25 @@ impl Server {
                 generation,
                 batch,
             } => self.captured(queue, generation, batch),
+            Notification::Post {
+                queue,
+                sub,
+                pd,
+                post,
+                forwarding,
+            } => {
+                forwarding.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                // The owner; a flow nobody has goes back to be refused.
+                let owner = self
+                    .adopted
+                    .get(&post.flow_id)
+                    .and_then(|a| a.worker)
+                    .filter(|&w| w < self.workers.len())
+                    .unwrap_or(queue as usize);
+                if let Some(w) = self.workers.get(owner) {
+                    let _ = w.send(crate::worker::Command::Post { sub, pd, post });
+                }
+            }
             Notification::Stray {
                 queue,
                 local,

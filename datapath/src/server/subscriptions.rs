@@ -1,11 +1,14 @@
 //! Completion subscriptions: for each, a sealed memfd of completion rings (one per worker)
-//! and an eventfd, made here; each worker gets the producer end of its ring, the consumer
-//! gets both descriptors with the `Subscribed` answer (SCM_RIGHTS) and maps the rings. The
-//! control thread keeps neither: when the consumer goes (or a new subscriber of the domain
-//! replaces it) the workers drop their ends and the memory is released.
+//! and an eventfd, and a sealed memfd of post queues (one per worker), made here; each worker
+//! gets the producer end of its ring and the reader of its post queue, the consumer gets the
+//! descriptors — with every worker's post queue doorbell — with the `Subscribed` answer
+//! (SCM_RIGHTS) and maps them. The control thread keeps none: when the consumer goes (or a
+//! new subscriber of the domain replaces it) the workers drop their ends and the memory is
+//! released.
 
 use super::{Command, Server};
 use crate::memory::completions::RingSubscription;
+use mpa_ctl_proto::ring::post::{queue_bytes, PostQueueFile, PostReader};
 use mpa_ctl_proto::ring::{Producer, RingFile, Waker};
 use mpa_ctl_proto::{ErrorCode, Message};
 use std::sync::Arc;
@@ -14,6 +17,10 @@ use std::sync::Arc;
 /// per worker (1.5 MiB each by default), so a client subscribing to every domain number
 /// would otherwise take memory without bound.
 pub const MAX_SUBSCRIPTIONS_PER_CLIENT: usize = 64;
+
+/// Records per post queue: a consumer posting faster than a worker reads 64 a turn meets
+/// back-pressure (its post refused as full, nothing lost) only after this many.
+pub const POST_QUEUE_CAPACITY: u32 = 1024;
 
 impl Server {
     /// Creates `client`'s subscription to domain `pd` and answers request `id` with its
@@ -34,8 +41,22 @@ impl Server {
         let sub = self.next_subscription;
         self.next_subscription += 1;
         let rings = self.workers.len() as u32;
-        // The rings come out of the memory budget (docs/limits.md).
-        let bytes = u64::from(rings) * mpa_ctl_proto::ring::ring_bytes(self.completion_ring) as u64;
+        // The post queue file and a doorbell per worker travel in the same message as the
+        // rings: without room for them all, the subscription has no post queues (posts then
+        // go through this socket).
+        let post_capacity = if rings as usize + 3 <= mpa_ctl_proto::MAX_FDS {
+            POST_QUEUE_CAPACITY
+        } else {
+            0
+        };
+        // The rings and queues come out of the memory budget (docs/limits.md).
+        let post_bytes = if post_capacity == 0 {
+            0
+        } else {
+            u64::from(rings) * queue_bytes(post_capacity) as u64
+        };
+        let bytes = u64::from(rings) * mpa_ctl_proto::ring::ring_bytes(self.completion_ring) as u64
+            + post_bytes;
         let Some(charge) = mpa_stack::budget::Charge::take(&self.budget, bytes) else {
             let m = self.budget.report();
             let message = format!(
@@ -65,12 +86,31 @@ impl Server {
                 )
             }
         };
-        let fds = match (
-            file.fd().try_clone_to_owned(),
-            waker.fd().try_clone_to_owned(),
-        ) {
-            (Ok(a), Ok(b)) => vec![a, b],
-            (Err(e), _) | (_, Err(e)) => {
+        let posts = if post_capacity == 0 {
+            None
+        } else {
+            match PostQueueFile::create(&format!("mpa-posts-{pd}-{sub}"), rings, post_capacity) {
+                Ok(f) => Some(Arc::new(f)),
+                Err(e) => {
+                    return self.reply(
+                        client,
+                        Message::Error {
+                            id,
+                            code: ErrorCode::Internal,
+                            message: e.to_string(),
+                        },
+                    )
+                }
+            }
+        };
+        // Each worker's reader is made before the descriptor leaves: its tail is then the
+        // creator's, whatever the consumer writes.
+        let mut readers: Vec<Option<PostReader>> = (0..rings)
+            .map(|q| posts.as_ref().and_then(|f| PostReader::new(f.clone(), q)))
+            .collect();
+        let fds = match self.subscription_fds(&file, &waker, posts.as_deref()) {
+            Ok(fds) => fds,
+            Err(e) => {
                 return self.reply(
                     client,
                     Message::Error {
@@ -88,6 +128,7 @@ impl Server {
                     id: sub,
                     producer,
                     waker: waker.clone(),
+                    posts: readers.get_mut(i).and_then(Option::take),
                 })));
             }
         }
@@ -109,7 +150,8 @@ impl Server {
             subscription = sub,
             rings,
             capacity = self.completion_ring,
-            "completion rings created"
+            post_capacity,
+            "completion rings and post queues created"
         );
         let capacity = self.completion_ring;
         self.send_with_fds(
@@ -119,9 +161,31 @@ impl Server {
                 pd,
                 rings,
                 capacity,
+                post_capacity,
             },
             fds,
         );
+    }
+
+    /// The descriptors of a `Subscribed` answer, in order: the ring file, its eventfd, and
+    /// with post queues their file and every worker's doorbell.
+    fn subscription_fds(
+        &self,
+        rings: &RingFile,
+        waker: &Waker,
+        posts: Option<&PostQueueFile>,
+    ) -> std::io::Result<Vec<std::os::fd::OwnedFd>> {
+        let mut fds = vec![
+            rings.fd().try_clone_to_owned()?,
+            waker.fd().try_clone_to_owned()?,
+        ];
+        if let Some(p) = posts {
+            fds.push(p.fd().try_clone_to_owned()?);
+            for d in &self.doorbells {
+                fds.push(d.fd().try_clone_to_owned()?);
+            }
+        }
+        Ok(fds)
     }
 
     /// Unsubscribe: the subscription ends (refused unless `client` is the subscriber) and

@@ -4,12 +4,15 @@
 use crate::io::capture::{CaptureBatch, CaptureSpec};
 use crate::memory::completions::{RingMark, RingSubscription};
 use crossbeam_channel::Sender;
+use mpa_ctl_proto::ring::post::PostRecord;
 use mpa_ctl_proto::stats::{FlowReport, QueueReport};
 use mpa_ctl_proto::HandOver;
 use mpa_stack::flow::{Flow, FlowEnd, FlowError, SendPost};
 use mpa_stack::receiver::{PostRecvError, PostedBuf, Region};
 use mpa_stack::sender::PostError;
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
 
 /// What the control thread asks of a worker.
 pub enum Command {
@@ -39,8 +42,19 @@ pub enum Command {
     Release(u64, Sender<Option<(Box<Flow>, Option<RingMark>)>>),
     /// Take over a flow released by another worker.
     Adopt(Box<Flow>, (SocketAddr, SocketAddr), Option<RingMark>),
-    /// Deliver a domain's completions into this ring (replacing the domain's earlier one).
+    /// Deliver a domain's completions into this ring (replacing the domain's earlier one),
+    /// and read the subscription's post queue.
     Subscribe(Box<RingSubscription>),
+    /// A post another worker read from subscription `sub`'s queue (of domain `pd`) for a
+    /// flow it does not own: post it, or refuse it through this worker's ring of `sub`.
+    Post {
+        /// The subscription whose queue carried it.
+        sub: u64,
+        /// Its domain.
+        pd: u32,
+        /// The post.
+        post: PostRecord,
+    },
     /// A subscription ended (its consumer is gone): unmap its ring.
     Unsubscribe {
         /// The domain.
@@ -84,6 +98,21 @@ pub enum Notification {
         generation: u64,
         /// The frames.
         batch: CaptureBatch,
+    },
+    /// A post read from a post queue for a flow this worker does not own: the control
+    /// thread passes it to the flow's worker ([`Command::Post`]), or back to this one to be
+    /// refused when no worker has it.
+    Post {
+        /// The queue (worker) that read it.
+        queue: u32,
+        /// The subscription whose queue carried it.
+        sub: u64,
+        /// Its domain.
+        pd: u32,
+        /// The post.
+        post: PostRecord,
+        /// The reading worker's count of posts in transit: decremented once passed on.
+        forwarding: Arc<AtomicUsize>,
     },
     /// Segments of a steered 4-tuple arrive on this queue, whose worker does not own it: RSS
     /// put the peer's connection here. The control thread moves the flow over.

@@ -13,7 +13,6 @@ use mpa_ctl_proto::{CaptureDirection, HandOver};
 use mpa_stack::flow::{Flow, FlowEnd, FrameSink};
 use mpa_stack::flow_table::{FlowHasher, FlowTable};
 use mpa_stack::receiver::RegionTable;
-use mpa_stack::sender::PostError;
 use mpa_stack::tcp::TcpConfig;
 use mpa_stack::wire::frame::parse_tcp_frame;
 use mpa_stack::wire::tcp::TcpRepr;
@@ -27,6 +26,7 @@ use strays::Strays;
 
 mod driver;
 mod messages;
+mod posts;
 pub mod strays;
 pub use driver::{DriveError, QueueDriver, SendOp, SendPost};
 pub use messages::{Command, Notification, WorkerError};
@@ -145,6 +145,8 @@ pub struct Worker<R: FrameRing> {
     tap: Option<CaptureTap>,
     /// The completion rings of subscribed domains.
     completions: Outbox,
+    /// Reading the subscriptions' post queues.
+    posts: posts::PostInbox,
     /// Test-only fault injection, in debug builds only ([`PANIC_AT_HANDOVER_ENV`]).
     #[cfg(debug_assertions)]
     panic_at_handover: Option<usize>,
@@ -196,6 +198,7 @@ impl<R: FrameRing> Worker<R> {
             strays: Strays::default(),
             tx_waiting: Vec::new(),
             completions: Outbox::default(),
+            posts: posts::PostInbox::default(),
             tap: None,
             #[cfg(debug_assertions)]
             panic_at_handover: std::env::var(PANIC_AT_HANDOVER_ENV)
@@ -432,13 +435,14 @@ impl<R: FrameRing> Worker<R> {
                 self.touched.push(key);
             }
             Command::Subscribe(sub) => self.completions.subscribe(*sub),
+            Command::Post { sub, pd, post } => self.post_from_queue(sub, pd, &post, true),
             Command::Unsubscribe { pd, id } => self.completions.unsubscribe(pd, id),
             Command::Shutdown => return false,
         }
         true
     }
 
-    /// One RX burst, timers, TX. Returns the RX descriptors taken (frames, or parts of
+    /// The post queues, one RX burst, timers, TX. Returns the RX descriptors taken (frames, or parts of
     /// multi-buffer frames). `Worker::run` calls it in a
     /// loop; in-memory tests and benchmarks call it directly.
     pub fn poll_once(&mut self) -> Result<usize, R::Error> {
@@ -447,6 +451,9 @@ impl<R: FrameRing> Worker<R> {
 
     /// [`Worker::poll_once`] at `now` (virtual time for tests).
     pub fn poll_once_at(&mut self, now: Instant) -> Result<usize, R::Error> {
+        // Posts first: their flows are then served in this pass, and the wait below is not
+        // taken while they wait.
+        self.read_posts();
         let queue = self.xsk.queue();
         // Spin while traffic flows; once idle, sleep in poll() until a frame or the next timer.
         let spinning = self.empty_polls < SPIN_POLLS
@@ -468,6 +475,7 @@ impl<R: FrameRing> Worker<R> {
                 }
             })
         };
+        let (timeout_ms, slept) = self.prepare_sleep(timeout_ms);
         let Worker {
             xsk,
             flows,
@@ -534,7 +542,11 @@ impl<R: FrameRing> Worker<R> {
             if touched.last() != Some(&key) {
                 touched.push(key);
             }
-        })?;
+        });
+        if slept {
+            self.completions.finish_post_sleep();
+        }
+        let n = n?;
         if n > 0 {
             self.stats.bursts += 1;
             self.empty_polls = 0;
@@ -691,44 +703,6 @@ impl<R: FrameRing> Worker<R> {
                 }
             }
         }
-    }
-
-    /// Queues the messages of `post` on flow `id` (all or none); the first Send's MSN.
-    pub(crate) fn post(&mut self, id: u64, post: &SendPost) -> Result<Option<u32>, WorkerError> {
-        let key = *self.ids.get(&id).ok_or(WorkerError::NoFlow(id))?;
-        let f = self.flows.get_mut(&key).ok_or(WorkerError::NoFlow(id))?;
-        let region = self.regions.get(post.stag).ok_or(WorkerError::Post {
-            flow: id,
-            error: PostError::UnknownRegion { stag: post.stag },
-        })?;
-        let first_msn = f
-            .post(region, post)
-            .map_err(|error| WorkerError::Post { flow: id, error })?;
-        // Sent in this turn's TX pass, not at the flow's next segment or timer.
-        self.tx_waiting.push(key);
-        Ok(first_msn)
-    }
-
-    /// [`Worker::post`], and the flow's frames built and handed to the kernel at once (the
-    /// flow is still visited at the next turn, which arms its timers).
-    pub(crate) fn post_and_send(
-        &mut self,
-        id: u64,
-        post: &SendPost,
-    ) -> Result<Result<Option<u32>, WorkerError>, R::Error> {
-        let first_msn = match self.post(id, post) {
-            Ok(m) => m,
-            Err(e) => return Ok(Err(e)),
-        };
-        if let Some(f) = self.ids.get(&id).and_then(|k| self.flows.get_mut(k)) {
-            let mut sink = TxSink {
-                ring: &mut self.xsk,
-                tap: self.tap.as_mut().filter(|t| t.wants(f.id)),
-            };
-            f.poll_frames(Instant::now(), &mut sink);
-        }
-        self.xsk.flush()?;
-        Ok(Ok(first_msn))
     }
 
     /// Counters and every flow's report.

@@ -1,0 +1,206 @@
+//! The worker's reading of the shared-memory post queues (`mpa_ctl_proto::ring::post`): every
+//! turn, a bounded number of posts from each subscription's queue, each posted on its flow
+//! or refused through the subscription's completion ring. A post for a flow this worker does
+//! not own (it moved, or the consumer guessed the queue) goes to the control thread, which
+//! passes it to the owner ([`Command::Post`](super::Command::Post)); nothing is lost.
+
+#![forbid(unsafe_code)]
+
+use super::{Notification, TxSink, Worker, WorkerError};
+use crate::io::ring::FrameRing;
+use mpa_ctl_proto::ring::post::{PostOp, PostRecord};
+use mpa_ctl_proto::{Completion, RefusalCode};
+use mpa_stack::flow::{SendOp, SendPost};
+use mpa_stack::sender::PostError;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Posts read from one queue per turn at most: a consumer that keeps its queue full cannot
+/// hold the worker away from its frames for longer than this many.
+pub(crate) const POSTS_PER_TURN: usize = 64;
+
+/// Posts a worker may have handed to the control thread and not yet seen passed on: beyond,
+/// a misrouted post is refused as busy (the channel stays bounded whatever a consumer does).
+pub(crate) const MAX_FORWARDED: usize = 1024;
+
+/// The worker's post reading state.
+#[derive(Debug)]
+pub(crate) struct PostInbox {
+    /// Where one queue's posts are taken into (reused: no allocation once warm).
+    batch: Vec<Result<PostRecord, mpa_ctl_proto::ring::post::PostRefused>>,
+    /// Posts forwarded to the control thread and not yet passed on.
+    pub(crate) forwarding: Arc<AtomicUsize>,
+}
+
+impl Default for PostInbox {
+    fn default() -> Self {
+        PostInbox {
+            batch: Vec::with_capacity(POSTS_PER_TURN),
+            forwarding: Arc::default(),
+        }
+    }
+}
+
+/// The stack's post of a queue's record.
+pub(crate) fn send_post(p: &PostRecord) -> SendPost {
+    let op = match p.op {
+        PostOp::Write { sink_stag, sink_to } => SendOp::Write { sink_stag, sink_to },
+        PostOp::Send => SendOp::Send,
+        PostOp::Read { src_stag, src_to } => SendOp::Read { src_stag, src_to },
+    };
+    SendPost {
+        op,
+        stag: p.stag,
+        offset: p.offset,
+        len: p.len,
+        count: p.count,
+    }
+}
+
+/// Why `Worker::post` refused, as the consumer is told.
+pub(crate) fn refusal_code(e: &WorkerError) -> RefusalCode {
+    match e {
+        WorkerError::NoFlow(_) => RefusalCode::UnknownFlow,
+        WorkerError::Post { error, .. } => match error {
+            PostError::UnknownRegion { .. } => RefusalCode::UnknownRegion,
+            PostError::WrongDomain { .. } => RefusalCode::WrongDomain,
+            PostError::OutOfBounds { .. } => RefusalCode::OutOfBounds,
+            PostError::TooLong { .. } | PostError::ReadSize { .. } | PostError::NoReads => {
+                RefusalCode::Invalid
+            }
+            PostError::QueueFull(_) | PostError::SendBudget { .. } => RefusalCode::Busy,
+            PostError::Closed => RefusalCode::Closed,
+        },
+        _ => RefusalCode::Invalid,
+    }
+}
+
+impl<R: FrameRing> Worker<R> {
+    /// Up to [`POSTS_PER_TURN`] posts from each subscription's post queue, each posted,
+    /// forwarded or refused.
+    pub(super) fn read_posts(&mut self) {
+        let subs = self.completions.subscriptions();
+        if subs == 0 {
+            return;
+        }
+        let mut batch = std::mem::take(&mut self.posts.batch);
+        for i in 0..subs {
+            batch.clear();
+            let Some((pd, sub)) = self.completions.take_posts(
+                i,
+                &mut batch,
+                POSTS_PER_TURN,
+                &mut self.stats.post_queues_corrupt,
+            ) else {
+                continue;
+            };
+            for r in batch.drain(..) {
+                self.stats.posts_shm += 1;
+                match r {
+                    Ok(p) => self.post_from_queue(sub, pd, &p, false),
+                    Err(bad) => self.refuse_post(
+                        sub,
+                        Completion::post_refused(
+                            bad.flow_id,
+                            0,
+                            bad.cookie,
+                            RefusalCode::Malformed,
+                        ),
+                    ),
+                }
+            }
+        }
+        self.posts.batch = batch;
+    }
+
+    /// Posts `p` (read from subscription `sub` of domain `pd`) on its flow, or refuses it
+    /// through that subscription's ring. A flow this worker does not own goes to the
+    /// control thread unless `forwarded` (it came from there: the flow is gone).
+    pub(crate) fn post_from_queue(&mut self, sub: u64, pd: u32, p: &PostRecord, forwarded: bool) {
+        let refused = |code| Completion::post_refused(p.flow_id, p.stag, p.cookie, code);
+        let flow_pd = match self.ids.get(&p.flow_id).copied() {
+            Some(k) => self.flows.get_mut(&k).map(|f| f.pd()),
+            None => None,
+        };
+        match flow_pd {
+            None if forwarded => self.refuse_post(sub, refused(RefusalCode::UnknownFlow)),
+            None => {
+                if self.posts.forwarding.load(Ordering::Acquire) >= MAX_FORWARDED {
+                    return self.refuse_post(sub, refused(RefusalCode::Busy));
+                }
+                self.posts.forwarding.fetch_add(1, Ordering::AcqRel);
+                self.stats.posts_forwarded += 1;
+                let _ = self.notify.send(Notification::Post {
+                    queue: self.xsk.queue(),
+                    sub,
+                    pd,
+                    post: *p,
+                    forwarding: self.posts.forwarding.clone(),
+                });
+            }
+            // A consumer posts only on the connections of its own domain.
+            Some(f) if f != Some(pd) => self.refuse_post(sub, refused(RefusalCode::WrongDomain)),
+            Some(_) => {
+                if let Err(e) = self.post(p.flow_id, &send_post(p)) {
+                    tracing::debug!(flow = p.flow_id, cookie = p.cookie, %e, "post refused");
+                    self.refuse_post(sub, refused(refusal_code(&e)));
+                }
+            }
+        }
+    }
+
+    fn refuse_post(&mut self, sub: u64, c: Completion) {
+        self.stats.posts_refused += 1;
+        self.completions.refuse(sub, &c);
+    }
+
+    /// Before sleeping up to `timeout_ms`, the post queues' `waiting` flags: a consumer that
+    /// posts meanwhile rings the doorbell, which ends the wait (ring::post). The timeout to
+    /// use (0 when posts came) and whether the flags are to be cleared after the wait.
+    pub(super) fn prepare_sleep(&mut self, timeout_ms: i32) -> (i32, bool) {
+        if timeout_ms > 0 && self.completions.prepare_post_sleep() {
+            (timeout_ms, true)
+        } else {
+            (0, false)
+        }
+    }
+
+    /// Queues the messages of `post` on flow `id` (all or none); the first Send's MSN.
+    pub(crate) fn post(&mut self, id: u64, post: &SendPost) -> Result<Option<u32>, WorkerError> {
+        let key = *self.ids.get(&id).ok_or(WorkerError::NoFlow(id))?;
+        let f = self.flows.get_mut(&key).ok_or(WorkerError::NoFlow(id))?;
+        let region = self.regions.get(post.stag).ok_or(WorkerError::Post {
+            flow: id,
+            error: PostError::UnknownRegion { stag: post.stag },
+        })?;
+        let first_msn = f
+            .post(region, post)
+            .map_err(|error| WorkerError::Post { flow: id, error })?;
+        // Sent in this turn's TX pass, not at the flow's next segment or timer.
+        self.tx_waiting.push(key);
+        Ok(first_msn)
+    }
+
+    /// [`Worker::post`], and the flow's frames built and handed to the kernel at once (the
+    /// flow is still visited at the next turn, which arms its timers).
+    pub(crate) fn post_and_send(
+        &mut self,
+        id: u64,
+        post: &SendPost,
+    ) -> Result<Result<Option<u32>, WorkerError>, R::Error> {
+        let first_msn = match self.post(id, post) {
+            Ok(m) => m,
+            Err(e) => return Ok(Err(e)),
+        };
+        if let Some(f) = self.ids.get(&id).and_then(|k| self.flows.get_mut(k)) {
+            let mut sink = TxSink {
+                ring: &mut self.xsk,
+                tap: self.tap.as_mut().filter(|t| t.wants(f.id)),
+            };
+            f.poll_frames(Instant::now(), &mut sink);
+        }
+        self.xsk.flush()?;
+        Ok(Ok(first_msn))
+    }
+}

@@ -1,0 +1,432 @@
+//! Posts through the shared-memory post queues over real AF_XDP: a consumer posts RDMA Writes
+//! and Sends with `Consumer::post_write_shm` / `post_send_shm` (no control-socket request) on
+//! a flow the datapath made as Initiator toward the kernel-TCP `mpa-peer listen`, which
+//! places the Writes into the region it advertised. The listener's region must end up octet
+//! for octet the consumer's and every post must complete. Posts the datapath must refuse (an
+//! unknown STag, a flow of another domain than the subscription's, a malformed record) come
+//! back as `PostRefused` completions with their cookies while the connection goes on
+//! working; posts written into the queue of a worker that does not own the flow are passed
+//! on, not lost; and a consumer that scribbles over its post queue neither crashes nor stalls
+//! the datapath.
+
+use mpa::crc::crc32c;
+use mpa::startup::StartupPolicy;
+use mpa_control::datapath_client::DatapathClient;
+use mpa_control::initiator::{connect_and_hand_over, InitiatorOutcome};
+use mpa_ctl_proto::consumer::{Consumer, ConsumerError};
+use mpa_ctl_proto::region_ad::RegionAd;
+use mpa_ctl_proto::ring::post::{PostOp, PostRecord};
+use mpa_ctl_proto::stats::QueueStats;
+use mpa_ctl_proto::{Completion, CompletionKind, RefusalCode};
+use mpa_stack::sim::SplitMix64;
+use mpa_tests::PeerListener as Listener;
+use mpa_tests::{datapath, require_privileged, run_in_netns, BedConfig, DatapathOptions, TestBed};
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const PD: u32 = 5;
+const OTHER_PD: u32 = 6;
+const PEER_STAG: u32 = 0x7700;
+const LEN: u64 = 1 << 20;
+const MSG: u64 = 4096;
+
+/// The datapath at `path` connects (as Initiator, domain `pd`) to the listener at `bind`:
+/// the flow, what was negotiated, the frozen kernel socket.
+fn initiator(
+    bed: &TestBed,
+    path: &Path,
+    bind: SocketAddr,
+    pd: u32,
+) -> (
+    u64,
+    mpa::startup::Negotiated,
+    mpa_control::freeze::FrozenSocket,
+) {
+    let mut dpc = DatapathClient::connect(path, Duration::from_secs(10)).unwrap();
+    let outcome = run_in_netns(&bed.ns_b, || {
+        connect_and_hand_over(
+            bind,
+            StartupPolicy::default(),
+            Vec::new(),
+            mpa_control::Placement {
+                pd: Some(pd),
+                aligned_sender: false,
+            },
+            &mut dpc,
+        )
+    })
+    .unwrap()
+    .unwrap();
+    let InitiatorOutcome::HandedOver {
+        flow_id,
+        negotiated,
+        frozen,
+    } = outcome
+    else {
+        panic!("the listener at {bind} rejected the connection")
+    };
+    (flow_id, negotiated, frozen)
+}
+
+/// Every queue's counters, summed.
+fn queue_totals(path: &Path) -> QueueStats {
+    let mut dpc = DatapathClient::connect(path, Duration::from_secs(5)).unwrap();
+    let s = mpa_tests::stats(&mut dpc);
+    let mut t = QueueStats::default();
+    for q in &s.queues {
+        t.posts_shm += q.stats.posts_shm;
+        t.posts_refused += q.stats.posts_refused;
+        t.posts_forwarded += q.stats.posts_forwarded;
+        t.post_queues_corrupt += q.stats.post_queues_corrupt;
+    }
+    t
+}
+
+/// Completions until `want` says enough (bounded by `within`), all of them.
+fn completions_until(
+    consumer: &mut Consumer,
+    within: Duration,
+    mut want: impl FnMut(&[Completion]) -> bool,
+) -> Vec<Completion> {
+    let deadline = Instant::now() + within;
+    let mut all = Vec::new();
+    while !want(&all) {
+        assert!(Instant::now() < deadline, "completions so far: {all:#?}");
+        if let Some(b) = consumer
+            .next_completions(Instant::now() + Duration::from_millis(200))
+            .unwrap()
+        {
+            all.extend(b);
+        }
+    }
+    all
+}
+
+/// `post`, retried while its queue is full (reading completions into `seen` meanwhile: the
+/// worker reads the queue on its own, the consumer only has to wait).
+fn post_retrying(consumer: &mut Consumer, post: &PostRecord, seen: &mut Vec<Completion>) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match consumer.post(post) {
+            Ok(()) => return,
+            Err(ConsumerError::PostQueueFull { .. }) => {
+                assert!(Instant::now() < deadline, "the post queue stays full");
+                if let Some(b) = consumer
+                    .next_completions(Instant::now() + Duration::from_millis(1))
+                    .unwrap()
+                {
+                    seen.extend(b);
+                }
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+#[test]
+fn writes_posted_through_shared_memory_reach_the_kernel_peer_and_refusals_come_back() {
+    if !require_privileged("shared-memory posts") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig {
+        queues: 2,
+        ..BedConfig::default()
+    })
+    .unwrap();
+    let (dp, path) = datapath(
+        &bed,
+        &DatapathOptions {
+            queues: 2,
+            ..DatapathOptions::default()
+        },
+    );
+    let mut consumer = Consumer::connect(&path, Duration::from_secs(10)).unwrap();
+    let region = consumer.create_region(LEN, PD, false, false).unwrap();
+    let other = consumer
+        .create_region(4096, OTHER_PD, false, false)
+        .unwrap();
+    consumer.subscribe(PD).unwrap();
+    consumer.subscribe(OTHER_PD).unwrap();
+    assert!(consumer.post_queue_file(PD).is_some());
+    let mut rng = SplitMix64(77);
+    let src: Vec<u8> = (0..LEN).map(|_| rng.next_u64() as u8).collect();
+    assert!(region.write(0, &src));
+
+    let bind = SocketAddr::new(bed.addr_a(false), 7900);
+    let advertise = format!("{PEER_STAG:#x}:{LEN}");
+    let listener = Listener::start(&bed, bind, &["--timeout", "30", "--advertise", &advertise]);
+    let (flow_id, negotiated, frozen) = initiator(&bed, &path, bind, PD);
+    let ad = RegionAd::parse(&negotiated.peer_private_data)
+        .expect("a valid advertisement")
+        .expect("the listener's advertisement");
+    assert_eq!((ad.stag, ad.len), (PEER_STAG, LEN));
+    let stag = region.info().stag;
+    let write = |i: u64, cookie: u64| PostRecord {
+        flow_id,
+        cookie,
+        stag,
+        offset: i * MSG,
+        len: MSG,
+        count: 1,
+        op: PostOp::Write {
+            sink_stag: ad.stag,
+            sink_to: ad.base_to + i * MSG,
+        },
+    };
+    let count = LEN / MSG;
+    let half = count / 2;
+    let mut seen = Vec::new();
+    // The first half one post each, alternately into both workers' queues: the one that does
+    // not own the flow passes its posts on through the control thread.
+    for i in 0..half {
+        let p = write(i, i);
+        loop {
+            match consumer.post_to(PD, (i % 2) as u32, &p) {
+                Ok(()) => break,
+                Err(ConsumerError::PostQueueFull { .. }) => {
+                    if let Some(b) = consumer
+                        .next_completions(Instant::now() + Duration::from_millis(1))
+                        .unwrap()
+                    {
+                        seen.extend(b);
+                    }
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    let sent = |all: &[Completion]| {
+        all.iter()
+            .filter(|c| c.kind == CompletionKind::WriteSent)
+            .count() as u64
+    };
+    let more = completions_until(&mut consumer, Duration::from_secs(60), |all| {
+        sent(&seen) + sent(all) >= half
+    });
+    seen.extend(more);
+    assert!(
+        seen.iter().all(|c| c.kind == CompletionKind::WriteSent),
+        "{seen:#?}"
+    );
+    let t = queue_totals(&path);
+    assert!(t.posts_forwarded > 0, "no post was passed on: {t:?}");
+
+    // Refusals: an unknown STag, a region of another domain, the flow posted through the
+    // other domain's queue, a record of no message. The connection goes on.
+    const BAD_STAG: u64 = 0xbad0;
+    const FOREIGN_REGION: u64 = 0xbad1;
+    const FOREIGN_QUEUE: u64 = 0xbad2;
+    const NO_MESSAGE: u64 = 0xbad3;
+    consumer
+        .post_write_shm(
+            flow_id,
+            0xdead_beef,
+            0,
+            MSG,
+            1,
+            ad.stag,
+            ad.base_to,
+            BAD_STAG,
+        )
+        .unwrap();
+    consumer
+        .post_write_shm(
+            flow_id,
+            other.info().stag,
+            0,
+            MSG,
+            1,
+            ad.stag,
+            ad.base_to,
+            FOREIGN_REGION,
+        )
+        .unwrap();
+    consumer
+        .post_in(
+            OTHER_PD,
+            &PostRecord {
+                stag: other.info().stag,
+                offset: 0,
+                ..write(0, FOREIGN_QUEUE)
+            },
+        )
+        .unwrap();
+    consumer
+        .post(&PostRecord {
+            count: 0,
+            ..write(0, NO_MESSAGE)
+        })
+        .unwrap();
+    let refusals = |all: &[Completion]| {
+        all.iter()
+            .filter(|c| c.kind == CompletionKind::PostRefused)
+            .count()
+    };
+    let got = completions_until(&mut consumer, Duration::from_secs(10), |all| {
+        refusals(all) >= 4
+    });
+    let mut codes: Vec<(u64, RefusalCode)> = got.iter().filter_map(|c| c.refusal()).collect();
+    codes.sort_by_key(|c| c.0);
+    assert_eq!(
+        codes,
+        vec![
+            (BAD_STAG, RefusalCode::UnknownRegion),
+            (FOREIGN_REGION, RefusalCode::WrongDomain),
+            (FOREIGN_QUEUE, RefusalCode::WrongDomain),
+            (NO_MESSAGE, RefusalCode::Malformed),
+        ],
+        "{got:#?}"
+    );
+    for c in got.iter().filter(|c| c.kind == CompletionKind::PostRefused) {
+        assert_eq!(c.flow_id, flow_id, "{c:?}");
+    }
+
+    // The second half (one post per message again), then Sends, all through shared memory.
+    let mut seen = Vec::new();
+    for i in half..count {
+        post_retrying(&mut consumer, &write(i, i), &mut seen);
+    }
+    const SENDS: u32 = 4;
+    consumer
+        .post_send_shm(flow_id, stag, 0, 1000, SENDS, 0x5e)
+        .unwrap();
+    let more = completions_until(&mut consumer, Duration::from_secs(60), |all| {
+        sent(&seen) + sent(all) >= count - half
+            && all
+                .iter()
+                .chain(&seen)
+                .filter(|c| c.kind == CompletionKind::SendSent)
+                .count()
+                >= SENDS as usize
+    });
+    seen.extend(more);
+    let mut offsets: Vec<u64> = seen
+        .iter()
+        .filter(|c| c.kind == CompletionKind::WriteSent)
+        .map(|c| c.offset)
+        .collect();
+    offsets.sort_unstable();
+    assert_eq!(
+        offsets,
+        (half..count).map(|i| i * MSG).collect::<Vec<_>>(),
+        "every Write of the second half completes once"
+    );
+    consumer.finish_flow(flow_id).unwrap();
+    let report = listener.report(Duration::from_secs(30));
+    drop(frozen);
+    assert_eq!(report["error"], Value::Null, "{report}");
+    assert_eq!(report["writes"], count, "{report}");
+    assert_eq!(report["write_octets"], LEN, "{report}");
+    assert_eq!(report["sends"], SENDS, "{report}");
+    assert_eq!(
+        report["region_digest"],
+        format!("{:08x}", crc32c(&src)),
+        "the listener's region is not the consumer's: {report}"
+    );
+    let t = queue_totals(&path);
+    assert_eq!(t.posts_shm, count + 4 + 1, "{t:?}");
+    assert_eq!(t.posts_refused, 4, "{t:?}");
+    assert_eq!(t.post_queues_corrupt, 0, "{t:?}");
+    assert_eq!(dp.failure(), None);
+    dp.stop();
+}
+
+#[test]
+fn a_consumer_scribbling_over_its_post_queue_does_not_hurt_the_datapath() {
+    if !require_privileged("a corrupt post queue") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let (dp, path) = datapath(&bed, &DatapathOptions::default());
+    // The vandal: its own domain, its queue file written at random.
+    let mut vandal = Consumer::connect(&path, Duration::from_secs(10)).unwrap();
+    let _vr = vandal.create_region(4096, OTHER_PD, false, false).unwrap();
+    vandal.subscribe(OTHER_PD).unwrap();
+    let file = std::fs::File::from(
+        vandal
+            .post_queue_file(OTHER_PD)
+            .unwrap()
+            .fd()
+            .try_clone_to_owned()
+            .unwrap(),
+    );
+    let mut rng = SplitMix64(99);
+    // Queue 0: header of three 128-octet lines (head at 128), then 64-octet records. Four
+    // records of garbage published: each is refused as malformed.
+    let garbage: Vec<u8> = (0..4 * 64).map(|_| rng.next_u64() as u8).collect();
+    file.write_at(&garbage, 384).unwrap();
+    file.write_at(&4u64.to_le_bytes(), 128).unwrap();
+    let got = completions_until(&mut vandal, Duration::from_secs(10), |all| all.len() >= 4);
+    assert!(
+        got.iter()
+            .all(|c| c.refusal().map(|r| r.1) == Some(RefusalCode::Malformed)),
+        "{got:#?}"
+    );
+    // Then a head far ahead of what the worker read: the queue is given up, counted once.
+    file.write_at(&(4u64 + (1 << 40)).to_le_bytes(), 128)
+        .unwrap();
+    let t0 = Instant::now();
+    while queue_totals(&path).post_queues_corrupt == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "corrupt queue not noticed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // More garbage everywhere, header included.
+    let junk: Vec<u8> = (0..8192).map(|_| rng.next_u64() as u8).collect();
+    file.write_at(&junk, 0).unwrap();
+
+    // Another consumer's connection works meanwhile, its posts through shared memory.
+    let mut consumer = Consumer::connect(&path, Duration::from_secs(10)).unwrap();
+    let len = 256 * 1024u64;
+    let region = consumer.create_region(len, PD, false, false).unwrap();
+    consumer.subscribe(PD).unwrap();
+    let src: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
+    assert!(region.write(0, &src));
+    let bind = SocketAddr::new(bed.addr_a(false), 7910);
+    let advertise = format!("{PEER_STAG:#x}:{len}");
+    let listener = Listener::start(&bed, bind, &["--timeout", "30", "--advertise", &advertise]);
+    let (flow_id, negotiated, frozen) = initiator(&bed, &path, bind, PD);
+    let ad = RegionAd::parse(&negotiated.peer_private_data)
+        .unwrap()
+        .unwrap();
+    let count = (len / MSG) as u32;
+    consumer
+        .post_write_shm(
+            flow_id,
+            region.info().stag,
+            0,
+            MSG,
+            count,
+            ad.stag,
+            ad.base_to,
+            1,
+        )
+        .unwrap();
+    let got = completions_until(&mut consumer, Duration::from_secs(60), |all| {
+        all.len() >= count as usize
+    });
+    assert!(
+        got.iter().all(|c| c.kind == CompletionKind::WriteSent),
+        "{got:#?}"
+    );
+    consumer.finish_flow(flow_id).unwrap();
+    let report = listener.report(Duration::from_secs(30));
+    drop(frozen);
+    assert_eq!(report["error"], Value::Null, "{report}");
+    assert_eq!(report["write_octets"], len, "{report}");
+    assert_eq!(
+        report["region_digest"],
+        format!("{:08x}", crc32c(&src)),
+        "{report}"
+    );
+    let t = queue_totals(&path);
+    assert_eq!(t.post_queues_corrupt, 1, "{t:?}");
+    assert_eq!(dp.failure(), None);
+    drop(vandal);
+    dp.stop();
+}
