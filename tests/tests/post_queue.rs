@@ -430,3 +430,94 @@ fn a_consumer_scribbling_over_its_post_queue_does_not_hurt_the_datapath() {
     drop(vandal);
     dp.stop();
 }
+
+#[test]
+fn a_sleeping_worker_sets_its_waiting_flag_and_wakes_on_its_doorbell() {
+    if !require_privileged("the post queue doorbell") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let (dp, path) = datapath(&bed, &DatapathOptions::default());
+    let mut consumer = Consumer::connect(&path, Duration::from_secs(10)).unwrap();
+    let region = consumer.create_region(4096, PD, false, false).unwrap();
+    consumer.subscribe(PD).unwrap();
+    let bind = SocketAddr::new(bed.addr_a(false), 7920);
+    let advertise = format!("{PEER_STAG:#x}:4096");
+    let listener = Listener::start(&bed, bind, &["--timeout", "30", "--advertise", &advertise]);
+    let (flow_id, negotiated, frozen) = initiator(&bed, &path, bind, PD);
+    let ad = RegionAd::parse(&negotiated.peer_private_data)
+        .unwrap()
+        .unwrap();
+    let file = std::fs::File::from(
+        consumer
+            .post_queue_file(PD)
+            .unwrap()
+            .fd()
+            .try_clone_to_owned()
+            .unwrap(),
+    );
+    // Queue 0's `waiting` flag (octet 264): the idle worker sets it before it sleeps.
+    let waiting = || {
+        let mut b = [0u8; 4];
+        file.read_exact_at(&mut b, 264).unwrap();
+        u32::from_le_bytes(b)
+    };
+    let t0 = Instant::now();
+    while waiting() != 1 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the idle worker never said it sleeps"
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    // A post into a sleeping worker's queue rings its doorbell: the refusal of a post naming
+    // no region comes back at once, not at the end of the worker's wait (up to 10 ms).
+    let mut took = Vec::new();
+    for i in 0..21u64 {
+        // Idle for a while that is not a whole number of the worker's 10 ms waits: posts land
+        // anywhere in a wait.
+        std::thread::sleep(Duration::from_micros(30_000 + (i * 3_700) % 10_000));
+        let t = Instant::now();
+        consumer
+            .post_write_shm(flow_id, 0xdead_0000, 0, 64, 1, ad.stag, ad.base_to, i)
+            .unwrap();
+        let got = completions_until(&mut consumer, Duration::from_secs(5), |all| {
+            all.iter().any(|c| c.refusal().map(|r| r.0) == Some(i))
+        });
+        took.push(t.elapsed());
+        assert!(
+            got.iter()
+                .all(|c| c.refusal() == Some((i, RefusalCode::UnknownRegion))),
+            "{got:#?}"
+        );
+    }
+    took.sort_unstable();
+    assert!(
+        took[took.len() / 2] < Duration::from_millis(2),
+        "a sleeping worker's posts wait for its timeout: {took:?}"
+    );
+    // The connection is still fine: a Write goes through.
+    assert!(region.write(0, &[0x5a; 4096]));
+    consumer
+        .post_write_shm(
+            flow_id,
+            region.info().stag,
+            0,
+            4096,
+            1,
+            ad.stag,
+            ad.base_to,
+            99,
+        )
+        .unwrap();
+    let got = completions_until(&mut consumer, Duration::from_secs(20), |all| {
+        !all.is_empty()
+    });
+    assert_eq!(got[0].kind, CompletionKind::WriteSent, "{got:#?}");
+    consumer.finish_flow(flow_id).unwrap();
+    let report = listener.report(Duration::from_secs(30));
+    drop(frozen);
+    assert_eq!(report["error"], Value::Null, "{report}");
+    assert_eq!(report["write_octets"], 4096, "{report}");
+    dp.stop();
+}

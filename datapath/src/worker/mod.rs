@@ -544,7 +544,10 @@ impl<R: FrameRing> Worker<R> {
             }
         });
         if slept {
+            // Woken (by a frame, a command, the doorbell or the timeout): posts that came
+            // meanwhile are served in this pass, not the next.
             self.completions.finish_post_sleep();
+            self.read_posts();
         }
         let n = n?;
         if n > 0 {
