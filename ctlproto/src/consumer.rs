@@ -28,7 +28,11 @@
 //! sleeps. A full queue is [`ConsumerError::PostQueueFull`] (nothing written: post again once
 //! the worker has read). A post the datapath refuses comes back as a
 //! [`crate::CompletionKind::PostRefused`] completion with its cookie
-//! ([`crate::Completion::refusal`]).
+//! ([`crate::Completion::refusal`]). Posts on one connection keep their order while they go
+//! through one queue; one passed on by a worker that does not own the connection may be
+//! overtaken by a later post written straight into the owner's queue (after the connection's
+//! first completion, or after it moved): when the order matters (Sends), post a connection's
+//! first messages once it has had a completion, or over the control socket.
 //!
 //! ```no_run
 //! use mpa_ctl_proto::consumer::Consumer;

@@ -17,7 +17,7 @@
 //! | 16 | offset u64 | offset in the local region of the first message's octets |
 //! | 24 | len u64 | octets per message (≥ 1) |
 //! | 32 | remote_to u64 | Write: the sink's tagged offset; Read: the source's; Send: 0 |
-//! | 40 | cookie u64 | the application's, echoed back in an error report |
+//! | 40 | cookie u64 | the application's, echoed back if the post is refused ([`crate::CompletionKind::PostRefused`]) |
 //! | 48 | stag u32 | the local region |
 //! | 52 | count u32 | messages (≥ 1), message `i` at `offset + i·len` (and `remote_to + i·len`) |
 //! | 56 | remote stag u32 | Write: the peer's sink STag; Read: the peer's source STag; Send: 0 |
