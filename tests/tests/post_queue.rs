@@ -521,3 +521,81 @@ fn a_sleeping_worker_sets_its_waiting_flag_and_wakes_on_its_doorbell() {
     assert_eq!(report["write_octets"], 4096, "{report}");
     dp.stop();
 }
+
+#[test]
+fn a_run_to_completion_driver_reads_the_post_queues_at_every_turn() {
+    if !require_privileged("shared-memory posts, run-to-completion") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let (mut dp, path) = datapath(
+        &bed,
+        &DatapathOptions {
+            caller_drives_queues: true,
+            ..DatapathOptions::default()
+        },
+    );
+    let mut driver = dp.take_queue_drivers().pop().expect("queue 0's driver");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        // The queue turned by a thread of its own (the application's loop), never sleeping.
+        let turning = s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                driver.poll().unwrap();
+            }
+        });
+        let mut consumer = Consumer::connect(&path, Duration::from_secs(10)).unwrap();
+        let len = 256 * 1024u64;
+        let region = consumer.create_region(len, PD, false, false).unwrap();
+        consumer.subscribe(PD).unwrap();
+        let mut rng = SplitMix64(5);
+        let src: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
+        assert!(region.write(0, &src));
+        let bind = SocketAddr::new(bed.addr_a(false), 7930);
+        let advertise = format!("{PEER_STAG:#x}:{len}");
+        let listener = Listener::start(&bed, bind, &["--timeout", "30", "--advertise", &advertise]);
+        let (flow_id, negotiated, frozen) = initiator(&bed, &path, bind, PD);
+        let ad = RegionAd::parse(&negotiated.peer_private_data)
+            .unwrap()
+            .unwrap();
+        let count = len / MSG;
+        let mut seen = Vec::new();
+        for i in 0..count {
+            let p = PostRecord {
+                flow_id,
+                cookie: i,
+                stag: region.info().stag,
+                offset: i * MSG,
+                len: MSG,
+                count: 1,
+                op: PostOp::Write {
+                    sink_stag: ad.stag,
+                    sink_to: ad.base_to + i * MSG,
+                },
+            };
+            post_retrying(&mut consumer, &p, &mut seen);
+        }
+        let more = completions_until(&mut consumer, Duration::from_secs(60), |all| {
+            (seen.len() + all.len()) as u64 >= count
+        });
+        seen.extend(more);
+        assert!(
+            seen.iter().all(|c| c.kind == CompletionKind::WriteSent),
+            "{seen:#?}"
+        );
+        consumer.finish_flow(flow_id).unwrap();
+        let report = listener.report(Duration::from_secs(30));
+        drop(frozen);
+        assert_eq!(report["error"], Value::Null, "{report}");
+        assert_eq!(report["writes"], count, "{report}");
+        assert_eq!(
+            report["region_digest"],
+            format!("{:08x}", crc32c(&src)),
+            "{report}"
+        );
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        turning.join().unwrap();
+    });
+    drop(driver);
+    dp.stop();
+}
