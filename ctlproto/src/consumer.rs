@@ -324,9 +324,11 @@ impl Consumer {
     /// Receive the completions of domain `pd`'s connections on this consumer: maps the
     /// rings the datapath made for it. Subscribing to a domain again replaces its rings.
     pub fn subscribe(&mut self, pd: u32) -> Result<(), ConsumerError> {
-        let (m, fds) = self
-            .client
-            .request_with_fds(|id| Message::Subscribe { id, pd })?;
+        let (m, fds) = self.client.request_with_fds(|id| Message::Subscribe {
+            id,
+            pd,
+            post_queues: true,
+        })?;
         let Message::Subscribed {
             rings,
             capacity,

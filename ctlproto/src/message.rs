@@ -254,6 +254,11 @@ pub enum Message {
         id: u64,
         /// Domain.
         pd: u32,
+        /// Also a post queue per worker and the workers' doorbells with the answer (see
+        /// [`Message::Subscribed`]); without it (a consumer that predates them), only the two
+        /// ring descriptors come.
+        #[serde(default)]
+        post_queues: bool,
     },
     /// consumer → datapath: end this client's subscription to the domain's completions
     /// (refused unless it is the subscriber); a domain with none of its regions left is
@@ -289,7 +294,7 @@ pub enum Message {
     /// [`crate::read_message_with_fds`]), in this order: the sealed memfd of `rings`
     /// completion rings of `capacity` records each (one per worker; layout in
     /// [`crate::ring`]), then the eventfd the workers write when the consumer sleeps; then,
-    /// when `post_capacity` is not 0, the sealed memfd of `rings` post queues of
+    /// when `post_capacity` is not 0 (the Subscribe asked for `post_queues`), the sealed memfd of `rings` post queues of
     /// `post_capacity` records each (queue `i` read by worker `i`; layout in
     /// [`crate::ring::post`]) and `rings` eventfds, worker `i`'s doorbell, which the consumer
     /// writes when [`crate::ring::post::PostProducer::publish`] says that worker sleeps. The
@@ -305,8 +310,9 @@ pub enum Message {
         rings: u32,
         /// Records per ring (a power of two).
         capacity: u32,
-        /// Records per post queue (a power of two); 0: no post queues came (a datapath
-        /// without them, or too many workers for the descriptors one message carries).
+        /// Records per post queue (a power of two); 0: no post queues came (not asked for,
+        /// a datapath without them, or too many workers for the descriptors one message
+        /// carries).
         #[serde(default)]
         post_capacity: u32,
     },

@@ -142,7 +142,11 @@ fn round_trip_every_message() {
             count: 2,
             first_msn: Some(1),
         },
-        Message::Subscribe { id: 11, pd: 3 },
+        Message::Subscribe {
+            id: 11,
+            pd: 3,
+            post_queues: true,
+        },
         Message::Subscribed {
             id: 11,
             pd: 3,
@@ -405,6 +409,16 @@ fn a_message_carries_many_descriptors_in_order() {
 
 #[test]
 fn a_subscribed_answer_without_post_queues_still_parses() {
+    let old = r#"{"type":"subscribe","id":4,"pd":2}"#;
+    let m: Message = serde_json::from_str(old).unwrap();
+    assert_eq!(
+        m,
+        Message::Subscribe {
+            id: 4,
+            pd: 2,
+            post_queues: false,
+        }
+    );
     let old = r#"{"type":"subscribed","id":4,"pd":2,"rings":3,"capacity":64}"#;
     let m: Message = serde_json::from_str(old).unwrap();
     assert_eq!(

@@ -13,11 +13,12 @@ use mpa::crc::crc32c;
 use mpa::startup::StartupPolicy;
 use mpa_control::datapath_client::DatapathClient;
 use mpa_control::initiator::{connect_and_hand_over, InitiatorOutcome};
+use mpa_ctl_proto::client::ControlClient;
 use mpa_ctl_proto::consumer::{Consumer, ConsumerError};
 use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::ring::post::{PostOp, PostRecord};
 use mpa_ctl_proto::stats::QueueStats;
-use mpa_ctl_proto::{Completion, CompletionKind, RefusalCode};
+use mpa_ctl_proto::{Completion, CompletionKind, Message, RefusalCode};
 use mpa_stack::sim::SplitMix64;
 use mpa_tests::PeerListener as Listener;
 use mpa_tests::{datapath, require_privileged, run_in_netns, BedConfig, DatapathOptions, TestBed};
@@ -428,6 +429,28 @@ fn a_consumer_scribbling_over_its_post_queue_does_not_hurt_the_datapath() {
     assert_eq!(t.post_queues_corrupt, 1, "{t:?}");
     assert_eq!(dp.failure(), None);
     drop(vandal);
+
+    // A subscriber that does not ask for post queues (one that predates them) gets the two
+    // ring descriptors only.
+    let mut old = ControlClient::connect(&path, Duration::from_secs(10)).unwrap();
+    let (m, fds) = old
+        .request_with_fds(|id| Message::Subscribe {
+            id,
+            pd: 9,
+            post_queues: false,
+        })
+        .unwrap();
+    assert!(
+        matches!(
+            m,
+            Message::Subscribed {
+                post_capacity: 0,
+                ..
+            }
+        ),
+        "{m:?}"
+    );
+    assert_eq!(fds.len(), 2);
     dp.stop();
 }
 

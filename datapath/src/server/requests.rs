@@ -121,7 +121,11 @@ impl Server {
                 };
                 self.post_send(client, id, flow_id, post);
             }
-            Message::Subscribe { id, pd } => self.subscribe(client, id, pd),
+            Message::Subscribe {
+                id,
+                pd,
+                post_queues,
+            } => self.subscribe(client, id, pd, post_queues),
             Message::Unsubscribe { id, pd } => {
                 let r = self.close_subscription(client, pd);
                 self.answer(client, id, r);
@@ -498,8 +502,8 @@ impl Server {
     /// Subscribe: `client` receives the completions of protection domain `pd` (through
     /// completion rings in shared memory, `subscriptions.rs`), unless the domain belongs to
     /// another client.
-    fn subscribe(&mut self, client: u64, id: u64, pd: u32) {
-        self.open_subscription(client, id, pd);
+    fn subscribe(&mut self, client: u64, id: u64, pd: u32, post_queues: bool) {
+        self.open_subscription(client, id, pd, post_queues);
     }
 
     /// StopCapture: only the client that started the capture may stop it; it ends at the

@@ -24,8 +24,9 @@ pub const POST_QUEUE_CAPACITY: u32 = 1024;
 
 impl Server {
     /// Creates `client`'s subscription to domain `pd` and answers request `id` with its
-    /// rings; refused beyond [`MAX_SUBSCRIPTIONS_PER_CLIENT`].
-    pub(super) fn open_subscription(&mut self, client: u64, id: u64, pd: u32) {
+    /// rings, and its post queues when asked (`post_queues`); refused beyond
+    /// [`MAX_SUBSCRIPTIONS_PER_CLIENT`].
+    pub(super) fn open_subscription(&mut self, client: u64, id: u64, pd: u32, post_queues: bool) {
         if let Err((code, message)) = self.registry.check_domain(pd, client) {
             return self.reply(client, Message::Error { id, code, message });
         }
@@ -44,7 +45,7 @@ impl Server {
         // The post queue file and a doorbell per worker travel in the same message as the
         // rings: without room for them all, the subscription has no post queues (posts then
         // go through this socket).
-        let post_capacity = if rings as usize + 3 <= mpa_ctl_proto::MAX_FDS {
+        let post_capacity = if post_queues && rings as usize + 3 <= mpa_ctl_proto::MAX_FDS {
             POST_QUEUE_CAPACITY
         } else {
             0
