@@ -294,10 +294,11 @@ pub enum Message {
     /// [`crate::read_message_with_fds`]), in this order: the sealed memfd of `rings`
     /// completion rings of `capacity` records each (one per worker; layout in
     /// [`crate::ring`]), then the eventfd the workers write when the consumer sleeps; then,
-    /// when `post_capacity` is not 0 (the Subscribe asked for `post_queues`), the sealed memfd of `rings` post queues of
-    /// `post_capacity` records each (queue `i` read by worker `i`; layout in
-    /// [`crate::ring::post`]) and `rings` eventfds, worker `i`'s doorbell, which the consumer
-    /// writes when [`crate::ring::post::PostProducer::publish`] says that worker sleeps. The
+    /// when `post_capacity` is not 0 (the Subscribe asked for `post_queues`), the sealed
+    /// memfd of `rings` post queues of `post_capacity` records each (queue `i` read by worker
+    /// `i`; layout in [`crate::ring::post`]) and `rings` eventfds, worker `i`'s doorbell,
+    /// which the consumer writes when [`crate::ring::post::PostProducer::publish`] says that
+    /// worker sleeps. The
     /// subscription (and the workers' hold on the rings and queues) ends with
     /// [`Message::Unsubscribe`], when this client's connection closes, or when it subscribes
     /// to the domain again (new rings and queues).

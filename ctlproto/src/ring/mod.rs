@@ -30,9 +30,9 @@
 //! kind u8 | flags u8 (1: msn, 2: invalidate_stag) | 2 × 0`, where `lost` is the ring's lost
 //! count when the record was written: a reader that sees it rise knows exactly how many
 //! records were lost right before this one. Kinds 0–5 are the [`CompletionKind`]s (Write
-//! placed, Read Response placed, Send arrived, Write sent, Send sent, post refused); kind 0x80 is a
-//! [`Record::Moved`] marker (a flow came from another worker: its earlier completions are in
-//! ring `stag` before position `offset`).
+//! placed, Read Response placed, Send arrived, Write sent, Send sent, post refused); kind
+//! 0x80 is a [`Record::Moved`] marker (a flow came from another worker: its earlier
+//! completions are in ring `stag` before position `offset`).
 //!
 //! Kind 5, a post of the shared-memory post queue ([`post`]) refused, nothing of it queued:
 //!
@@ -40,7 +40,7 @@
 //! |---|---|
 //! | flow_id | the post's connection (as the post named it) |
 //! | offset | the post's cookie |
-//! | len | the [`crate::RefusalCode`] (1 malformed, 2 unknown flow, 3 wrong domain, 4 unknown region, 5 out of bounds, 6 invalid, 7 busy, 8 closed) |
+//! | len | the [`crate::RefusalCode`]: 1 malformed, 2 unknown flow, 3 wrong domain, 4 unknown region, 5 out of bounds, 6 invalid, 7 busy, 8 closed |
 //! | stag | the post's local region |
 //! | flags | 0 |
 //!

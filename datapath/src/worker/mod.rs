@@ -442,9 +442,9 @@ impl<R: FrameRing> Worker<R> {
         true
     }
 
-    /// The post queues, one RX burst, timers, TX. Returns the RX descriptors taken (frames, or parts of
-    /// multi-buffer frames). `Worker::run` calls it in a
-    /// loop; in-memory tests and benchmarks call it directly.
+    /// The post queues, one RX burst, timers, TX. Returns the RX descriptors taken (frames,
+    /// or parts of multi-buffer frames). `Worker::run` calls it in a loop; in-memory tests
+    /// and benchmarks call it directly.
     pub fn poll_once(&mut self) -> Result<usize, R::Error> {
         self.poll_once_at(Instant::now())
     }
