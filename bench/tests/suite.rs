@@ -1,9 +1,9 @@
 //! The bench harness end to end: `mpa-bench suite --quick` leaves the summary, the JSON
 //! documents (each of the documented shape, both receivers where there is a kernel
-//! counterpart), PNG plots and `.hgrm` files; `bw` runs on "real" interfaces (`--iface`,
-//! `--peer`, `--peer-exec`: here the bed's veth and its peer namespace); bad options are
-//! refused with a clear message. Values are not asserted (they are measurements), only that
-//! they exist and are positive.
+//! counterpart), PNG plots and `.hgrm` files; `bw` and `lat --pingpong` run on "real"
+//! interfaces (`--iface`, `--peer`, `--peer-exec`: here the bed's veth and its peer
+//! namespace); bad options are refused with a clear message. Values are not asserted (they are
+//! measurements), only that they exist and are positive.
 
 use mpa_bench::report::check_shape;
 use mpa_harness::bin;
@@ -193,6 +193,49 @@ fn bw_runs_on_an_interface_with_a_peer_host() {
     let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
     let list = String::from_utf8_lossy(&list.stdout);
     assert!(!list.contains("-host"), "{list}");
+}
+
+#[test]
+fn lat_pingpong_runs_on_an_interface_with_a_peer_host() {
+    if !require_privileged("ping-pong on an interface") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    // As for bw: the bench in ns b as a host with a NIC, the echo server on the "peer host"
+    // ns a; ping-pong needs no common clock. Every mode beside kernel TCP.
+    let out = std::env::temp_dir().join(format!("mpa-bench-pp-{}", std::process::id()));
+    let run = bed
+        .command(&bed.ns_b, &bin("mpa-bench").to_string_lossy())
+        .args(["lat", "--pingpong", "--iface", &bed.if_b, "--peer"])
+        .arg(bed.addr_a(false).to_string())
+        .args(["--peer-exec", &format!("ip netns exec {}", bed.ns_a)])
+        .args(["--sizes", "64,4096", "--messages", "200", "--rounds", "1"])
+        .args(["--spin-us", "200", "--json", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let doc: Value = serde_json::from_str(stdout.trim()).unwrap();
+    check_shape(&doc).unwrap();
+    assert_eq!(doc["params"]["iface"], bed.if_b.as_str());
+    assert_eq!(doc["params"]["pingpong"], true);
+    let mut want = Vec::new();
+    for size in [64, 4096] {
+        for r in ["kernel", "datapath", "datapath-spin", "datapath-rtc"] {
+            want.push((r.to_string(), size));
+        }
+    }
+    assert_eq!(receivers(&doc), want);
+    for r in doc["results"].as_array().unwrap() {
+        assert_eq!(r["samples"], 200, "{r}");
+        assert!(r["p50_us"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]

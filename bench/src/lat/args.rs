@@ -50,11 +50,28 @@ pub struct LatArgs {
     /// they may sleep, µs (`mpa-datapath --spin-us`).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     pub spin_us: u64,
+    /// With `--pingpong`, how the process modes' consumer posts each Write: `shm` (the
+    /// subscription's shared-memory post queue: no system call unless the worker sleeps) or
+    /// `control` (a PostWrite request over the control socket, answered by the worker).
+    #[arg(long, value_enum, default_value = "shm")]
+    pub post_via: PostVia,
     /// RDMA Write ping-pong instead (perftest `ib_write_lat` style, RTT/2): the kernel
     /// `mpa-peer listen --echo` answers both a kernel-TCP Initiator and the datapath's
     /// (bench/src/lat/pingpong.rs); `--messages` iterations, `--rate` unused.
     #[arg(long)]
     pub pingpong: bool,
+}
+
+/// How a consumer posts (`lat --pingpong --post-via`).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum PostVia {
+    /// The shared-memory post queue.
+    Shm,
+    /// A control-socket request per post.
+    Control,
 }
 
 impl LatArgs {
@@ -103,6 +120,7 @@ impl LatArgs {
             consumer_busy_poll: self.consumer_busy_poll,
             spin_us: self.spin_us,
             modes: self.modes.clone(),
+            post_via: self.pingpong.then_some(self.post_via),
             framing: self.framing.framing(),
             pingpong: self.pingpong,
             loss_percent: (bed.loss > 0).then_some(bed.loss),

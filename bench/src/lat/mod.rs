@@ -23,7 +23,7 @@ mod oneway;
 mod pingpong;
 mod samples;
 
-pub use args::LatArgs;
+pub use args::{LatArgs, PostVia};
 pub use oneway::lat;
 pub use pingpong::{pingpong, pingpong_table};
 pub use samples::{

@@ -1,20 +1,21 @@
 //! `lat --pingpong`: RDMA Write ping-pong, perftest `ib_write_lat` style. The same echo server
 //! on both sides — the kernel-TCP `mpa-peer listen --echo` in ns a, which writes every Write
-//! it receives back into the region the Initiator advertised — and two Initiators in ns b:
+//! it receives back into the region the Initiator advertised — and Initiators in ns b:
 //! * kernel: an in-process blocking `MpaStream` (kernel TCP): write a Write, read until the
 //!   echoed Write is whole;
-//! * datapath: this process as the datapath's consumer: `PostWrite` of one Write on the flow
-//!   the datapath made (its Request advertising the consumer's region), then the echo's
-//!   `WritePlaced` completion from the shared-memory ring (busy-polled with
-//!   `--consumer-busy-poll`, else the eventfd wake-up); the worker spins `--spin-us`.
+//! * datapath, sleeping or spinning workers: this process as the datapath's consumer posts one
+//!   Write on the flow the datapath made (its Request advertising the consumer's region)
+//!   through its shared-memory post queue (`--post-via control`: a `PostWrite` request over
+//!   the control socket), then takes the echo's `WritePlaced` completion from its ring
+//!   (busy-polled with `--consumer-busy-poll`, else the eventfd wake-up);
+//! * datapath, run-to-completion: the measuring thread posts with `QueueDriver::post` and
+//!   turns the queue itself until the echo is placed (docs/latency.md).
 //!
 //! Each iteration's round trip is taken with CLOCK_MONOTONIC around it; the table gives RTT/2
-//! (hdrhistogram). The datapath's round trip includes the consumer's PostWrite over the control
-//! socket (the consumer API has no shared-memory send queue yet): that is what a consumer of
-//! this datapath pays today. Every echo is checked: its length, and on the kernel side its
-//! octets; on the datapath side the echoed region is compared with what was sent at the end.
+//! (hdrhistogram). Every echo is checked: its length, and on the kernel side its octets; on
+//! the datapath side the echoed region is compared with what was sent at the end.
 
-use super::args::LatArgs;
+use super::args::{LatArgs, PostVia};
 use super::samples::{monotonic_ns, record, table, DatapathMode, Row, Samples, Side};
 use crate::bed::options::{PD, PORT};
 use crate::bed::peer::{PeerListen, PeerReport};
@@ -261,15 +262,27 @@ fn datapath_pingpong(
                 }
             }
             None => {
-                consumer.post_write(
-                    flow_id,
-                    src.info().stag,
-                    0,
-                    payload,
-                    1,
-                    peer.stag,
-                    peer.base_to,
-                )?;
+                match a.post_via {
+                    PostVia::Shm => consumer.post_write_shm(
+                        flow_id,
+                        src.info().stag,
+                        0,
+                        payload,
+                        1,
+                        peer.stag,
+                        peer.base_to,
+                        i,
+                    )?,
+                    PostVia::Control => consumer.post_write(
+                        flow_id,
+                        src.info().stag,
+                        0,
+                        payload,
+                        1,
+                        peer.stag,
+                        peer.base_to,
+                    )?,
+                }
                 let mut done = false;
                 while !done {
                     if Instant::now() > deadline {
@@ -324,9 +337,6 @@ fn drive_while<T: Send>(
 
 /// Runs the ping-pong: every size, both sides, `rounds` times, alternating.
 pub fn pingpong(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
-    if a.bed.nic.iface.is_some() {
-        bail!("--pingpong runs on the private bed");
-    }
     if a.bed.split_cpus {
         bail!(
             "--pingpong does not split its echo server and Initiators over the CPUs: no \

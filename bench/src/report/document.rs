@@ -171,6 +171,9 @@ pub struct LatParams {
     /// The datapath modes measured (`lat --modes`).
     #[serde(default)]
     pub modes: Vec<crate::lat::DatapathMode>,
+    /// `--pingpong`: how the process modes' consumer posts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_via: Option<crate::lat::PostVia>,
     pub framing: Framing,
     /// `--pingpong`: RTT/2 of RDMA Write ping-pong instead of one-way latency.
     #[serde(default, skip_serializing_if = "is_false")]

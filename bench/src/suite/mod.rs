@@ -13,7 +13,7 @@ pub mod plot;
 
 use crate::bed::options::{Align, BedArgs, FramingArgs, Op, TransferArgs};
 use crate::bw::{self, BwArgs, BwRow};
-use crate::lat::{self, DatapathMode, LatArgs, Row, Side};
+use crate::lat::{self, DatapathMode, LatArgs, PostVia, Row, Side};
 use crate::pipeline::{self, PipelineArgs};
 use crate::report::document::BwRecord;
 use crate::report::{check_shape, Document, Receiver};
@@ -101,6 +101,7 @@ impl SuiteArgs {
                 consumer_busy_poll: false,
                 spin_us: 1000,
                 modes: vec![DatapathMode::Sleep, DatapathMode::Spin, DatapathMode::Rtc],
+                post_via: PostVia::Shm,
                 pingpong: false,
             },
             bw: BwArgs {
@@ -142,6 +143,7 @@ impl SuiteArgs {
                 consumer_busy_poll: false,
                 spin_us: 1000,
                 modes: vec![DatapathMode::Sleep, DatapathMode::Spin, DatapathMode::Rtc],
+                post_via: PostVia::Shm,
                 pingpong: false,
             },
             setup: SetupArgs {
