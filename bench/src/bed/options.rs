@@ -464,3 +464,29 @@ mod tests {
         }
     }
 }
+
+/// How the datapath side runs (`lat --modes`).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum DatapathMode {
+    /// Worker threads that sleep when idle (the datapath's default).
+    Sleep,
+    /// Worker threads that spin `--spin-us` after their last frame.
+    Spin,
+    /// Run-to-completion: the measuring thread is the worker.
+    Rtc,
+}
+
+/// How a consumer posts (`lat --pingpong --post-via`).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum PostVia {
+    /// The shared-memory post queue.
+    Shm,
+    /// A control-socket request per post.
+    Control,
+}

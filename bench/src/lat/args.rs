@@ -1,7 +1,8 @@
 //! `mpa-bench lat`'s options and the parameters its document records.
 
-use super::samples::DatapathMode;
-use crate::bed::options::{Align, BedArgs, FramingArgs, Op, Run, TransferArgs};
+use crate::bed::options::{
+    Align, BedArgs, DatapathMode, FramingArgs, Op, PostVia, Run, TransferArgs,
+};
 use crate::report::document::LatParams;
 use clap::Args;
 use std::path::PathBuf;
@@ -60,18 +61,6 @@ pub struct LatArgs {
     /// (bench/src/lat/pingpong.rs); `--messages` iterations, `--rate` unused.
     #[arg(long)]
     pub pingpong: bool,
-}
-
-/// How a consumer posts (`lat --pingpong --post-via`).
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum PostVia {
-    /// The shared-memory post queue.
-    Shm,
-    /// A control-socket request per post.
-    Control,
 }
 
 impl LatArgs {

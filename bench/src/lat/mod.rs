@@ -23,12 +23,12 @@ mod oneway;
 mod pingpong;
 mod samples;
 
-pub use args::{LatArgs, PostVia};
+pub use crate::bed::options::{DatapathMode, PostVia};
+pub use args::LatArgs;
 pub use oneway::lat;
 pub use pingpong::{pingpong, pingpong_table};
 pub use samples::{
-    decode_stamp, hgrm, hgrm_name, monotonic_ns, record, table, DatapathMode, Row, Samples, Side,
-    STAMP_LEN,
+    decode_stamp, hgrm, hgrm_name, monotonic_ns, record, table, Row, Samples, Side, STAMP_LEN,
 };
 
 use anyhow::Result;

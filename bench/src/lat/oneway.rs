@@ -3,10 +3,9 @@
 
 use super::args::LatArgs;
 use super::samples::{
-    decode_stamp, hgrm, hgrm_name, monotonic_ns, record, us, DatapathMode, Row, Samples, Side,
-    STAMP_LEN,
+    decode_stamp, hgrm, hgrm_name, monotonic_ns, record, us, Row, Samples, Side, STAMP_LEN,
 };
-use crate::bed::options::{messages, Run, PD, PORT};
+use crate::bed::options::{messages, DatapathMode, Run, PD, PORT};
 use crate::bed::peer::sender_with;
 use crate::bed::split;
 use crate::report::progress::Progress;
@@ -270,7 +269,6 @@ fn datapath_lat_on(
                 } else if flag.load(Ordering::Relaxed) {
                     let t = *quiet_since.get_or_insert_with(Instant::now);
                     if t.elapsed() > Duration::from_millis(300) {
-                        drop(take);
                         return Ok((smp, wrong));
                     }
                 }
@@ -284,7 +282,6 @@ fn datapath_lat_on(
                 None if flag.load(Ordering::Relaxed) => {
                     quiet_since_stop += 1;
                     if quiet_since_stop >= 3 {
-                        drop(take);
                         return Ok((smp, wrong));
                     }
                 }

@@ -15,8 +15,9 @@
 //! (hdrhistogram). Every echo is checked: its length, and on the kernel side its octets; on
 //! the datapath side the echoed region is compared with what was sent at the end.
 
-use super::args::{LatArgs, PostVia};
-use super::samples::{monotonic_ns, record, table, DatapathMode, Row, Samples, Side};
+use super::args::LatArgs;
+use super::samples::{monotonic_ns, record, table, Row, Samples, Side};
+use crate::bed::options::{DatapathMode, PostVia};
 use crate::bed::options::{PD, PORT};
 use crate::bed::peer::{PeerListen, PeerReport};
 use crate::report::document::LatParams;

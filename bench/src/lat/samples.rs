@@ -1,6 +1,7 @@
 //! What a latency run measures and how it is shown: send stamps, the samples of one side,
 //! the rows of the table, `.hgrm` files and each row's JSON.
 
+use crate::bed::options::DatapathMode;
 use crate::report::document::LatRecord;
 use crate::report::Receiver;
 use hdrhistogram::Histogram;
@@ -70,20 +71,6 @@ impl Side {
             DatapathMode::Rtc => Side::RunToCompletion,
         }
     }
-}
-
-/// How the datapath side runs (`lat --modes`).
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum DatapathMode {
-    /// Worker threads that sleep when idle (the datapath's default).
-    Sleep,
-    /// Worker threads that spin `--spin-us` after their last frame.
-    Spin,
-    /// Run-to-completion: the measuring thread is the worker.
-    Rtc,
 }
 
 /// One-way latencies in ns, and the stamps that could not be used.
@@ -371,10 +358,14 @@ mod tests {
         let v = serde_json::to_value(&doc).unwrap();
         crate::report::check_shape(&v).unwrap();
         assert_eq!(v["params"]["framing"], "markers+crc");
-        // The default bed adds nothing to the parameters.
+        // The default bed adds nothing to the parameters; every datapath mode is measured.
+        assert_eq!(
+            v["params"]["modes"],
+            serde_json::json!(["sleep", "spin", "rtc"])
+        );
         assert_eq!(
             v["params"].as_object().map(|o| o.len()),
-            Some(8),
+            Some(9),
             "{}",
             v["params"]
         );
@@ -391,5 +382,11 @@ mod tests {
             hgrm_name(Side::Kernel, 4096, 10_000),
             "lat-kernel-4096.hgrm"
         );
+        assert_eq!(
+            hgrm_name(Side::of(DatapathMode::Rtc), 64, 10_000),
+            "lat-datapath-rtc-64.hgrm"
+        );
+        assert_eq!(Side::of(DatapathMode::Spin).key(), "datapath-spin");
+        assert_eq!(Side::of(DatapathMode::Sleep), Side::Datapath);
     }
 }

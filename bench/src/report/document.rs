@@ -7,7 +7,7 @@
 //! non-finite number. The headline values of each scenario must be numbers: reading them back
 //! refuses `null`. Every other floating-point value reads `null` back as NaN.
 
-use crate::bed::options::{Framing, Op, SenderSide};
+use crate::bed::options::{DatapathMode, Framing, Op, PostVia, SenderSide};
 use crate::bed::sender_tcp::SenderTcp;
 use crate::report::Spread;
 use anyhow::{anyhow, Result};
@@ -170,10 +170,10 @@ pub struct LatParams {
     pub spin_us: u64,
     /// The datapath modes measured (`lat --modes`).
     #[serde(default)]
-    pub modes: Vec<crate::lat::DatapathMode>,
+    pub modes: Vec<DatapathMode>,
     /// `--pingpong`: how the process modes' consumer posts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub post_via: Option<crate::lat::PostVia>,
+    pub post_via: Option<PostVia>,
     pub framing: Framing,
     /// `--pingpong`: RTT/2 of RDMA Write ping-pong instead of one-way latency.
     #[serde(default, skip_serializing_if = "is_false")]
