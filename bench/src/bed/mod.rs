@@ -10,3 +10,21 @@ pub mod peer;
 pub mod placement;
 pub mod sender_tcp;
 pub mod split;
+
+use anyhow::{bail, Context, Result};
+
+/// `--wire-segments`: the sender's veth end without TSO, the receiver's with GRO.
+pub fn wire_segments(bed: &mpa_testbed::TestBed) -> Result<()> {
+    if bed.ns_r.is_some() || bed.external.is_some() {
+        bail!("--wire-segments needs the direct veth pair (no --loss, --impair or --iface)");
+    }
+    for (ns, ifname, feature) in [
+        (&bed.ns_a, &bed.if_a, ["tso", "off"]),
+        (&bed.ns_b, &bed.if_b, ["gro", "on"]),
+    ] {
+        let mut args = vec!["ethtool", "-K", ifname.as_str()];
+        args.extend(feature);
+        mpa_testbed::run_in(ns, &args).with_context(|| args.join(" "))?;
+    }
+    Ok(())
+}

@@ -295,7 +295,7 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
     }
     let bed = a.bed.bed()?;
     if a.wire_segments {
-        wire_segments(&bed)?;
+        crate::bed::wire_segments(&bed)?;
     }
     let mut rows: Vec<BwRow> = Vec::new();
     for &size in &a.sizes {
@@ -441,22 +441,6 @@ fn sender_note(t: Option<&SenderTcp>) -> String {
             t.sack_recoveries
         )
     })
-}
-
-/// `--wire-segments`: the sender's veth end without TSO, the receiver's with GRO.
-fn wire_segments(bed: &mpa_testbed::TestBed) -> Result<()> {
-    if bed.ns_r.is_some() || bed.external.is_some() {
-        bail!("--wire-segments needs the direct veth pair (no --loss, --impair or --iface)");
-    }
-    for (ns, ifname, feature) in [
-        (&bed.ns_a, &bed.if_a, ["tso", "off"]),
-        (&bed.ns_b, &bed.if_b, ["gro", "on"]),
-    ] {
-        let mut args = vec!["ethtool", "-K", ifname.as_str()];
-        args.extend(feature);
-        mpa_testbed::run_in(ns, &args).with_context(|| args.join(" "))?;
-    }
-    Ok(())
 }
 
 /// `mpa-bench bw`: the table (stdout, or stderr with `--json`), the document with `--json`.

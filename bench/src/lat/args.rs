@@ -51,6 +51,12 @@ pub struct LatArgs {
     /// they may sleep, µs (`mpa-datapath --spin-us`).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     pub spin_us: u64,
+    /// Every receiver gets MTU-sized segments, as from a NIC: the kernel sender's veth
+    /// without TSO (attaching XDP to a veth turns its peer's TSO off, so only the kernel
+    /// receiver would otherwise get whole messages as one GSO packet) and the kernel
+    /// receiver's veth with GRO on. A diagnostic of where a gap lies. Direct veth bed only.
+    #[arg(long)]
+    pub wire_segments: bool,
     /// With `--pingpong`, how the process modes' consumer posts each Write: `shm` (the
     /// subscription's shared-memory post queue: no system call unless the worker sleeps) or
     /// `control` (a PostWrite request over the control socket, answered by the worker).
@@ -110,6 +116,7 @@ impl LatArgs {
             spin_us: self.spin_us,
             modes: self.modes.clone(),
             post_via: self.pingpong.then_some(self.post_via),
+            wire_segments: self.wire_segments,
             framing: self.framing.framing(),
             pingpong: self.pingpong,
             loss_percent: (bed.loss > 0).then_some(bed.loss),

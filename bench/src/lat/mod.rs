@@ -101,5 +101,8 @@ fn bed_line(a: &LatArgs) -> String {
     if b.split_cpus {
         s += ", split CPUs (sender on 0, receiver on 1)";
     }
+    if a.wire_segments {
+        s += ", wire segments (sender without TSO, kernel receiver with GRO)";
+    }
     s
 }

@@ -46,6 +46,9 @@ pub fn lat(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
         bail!("--modes rtc turns one queue from the measuring thread: --queues 1");
     }
     let bed = a.bed.bed()?;
+    if a.wire_segments {
+        crate::bed::wire_segments(&bed)?;
+    }
     let extra = a.sender_args();
     let sides: Vec<Side> = std::iter::once(Side::Kernel)
         .chain(a.modes.iter().map(|&m| Side::of(m)))

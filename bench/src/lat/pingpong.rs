@@ -358,6 +358,9 @@ pub fn pingpong(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
         bail!("--modes rtc turns one queue from the measuring thread: --queues 1");
     }
     let bed = a.bed.bed()?;
+    if a.wire_segments {
+        crate::bed::wire_segments(&bed)?;
+    }
     let sides: Vec<Side> = std::iter::once(Side::Kernel)
         .chain(a.modes.iter().map(|&m| Side::of(m)))
         .collect();

@@ -174,6 +174,9 @@ pub struct LatParams {
     /// `--pingpong`: how the process modes' consumer posts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub post_via: Option<PostVia>,
+    /// `--wire-segments`: the kernel side's sender without TSO, its receiver with GRO.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub wire_segments: bool,
     pub framing: Framing,
     /// `--pingpong`: RTT/2 of RDMA Write ping-pong instead of one-way latency.
     #[serde(default, skip_serializing_if = "is_false")]

@@ -102,6 +102,7 @@ impl SuiteArgs {
                 spin_us: 1000,
                 modes: vec![DatapathMode::Sleep, DatapathMode::Spin, DatapathMode::Rtc],
                 post_via: PostVia::Shm,
+                wire_segments: false,
                 pingpong: false,
             },
             bw: BwArgs {
@@ -144,6 +145,7 @@ impl SuiteArgs {
                 spin_us: 1000,
                 modes: vec![DatapathMode::Sleep, DatapathMode::Spin, DatapathMode::Rtc],
                 post_via: PostVia::Shm,
+                wire_segments: false,
                 pingpong: false,
             },
             setup: SetupArgs {
