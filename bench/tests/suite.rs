@@ -159,21 +159,16 @@ fn suite_quick_writes_summary_documents_plots_and_hgrm_files() {
     let _ = std::fs::remove_dir_all(&pages);
 }
 
-#[test]
-fn bw_runs_on_an_interface_with_a_peer_host() {
-    if !require_privileged("bench on an interface") {
-        return;
-    }
-    let bed = TestBed::up(BedConfig::default()).unwrap();
-    // The bench runs in ns b as if b were a host with a NIC; the "peer host" is ns a.
+/// `mpa-bench ARGS --json` in ns b on the bed's interface as a host's NIC, with ns a as the
+/// peer host (`--iface`, `--peer`, `--peer-exec`): its document, of the documented shape and
+/// naming the interface.
+fn on_interface(bed: &TestBed, args: &[&str]) -> Value {
     let run = bed
         .command(&bed.ns_b, &bin("mpa-bench").to_string_lossy())
-        .args(["bw", "--iface", &bed.if_b, "--peer"])
+        .args(args)
+        .args(["--json", "--iface", &bed.if_b, "--peer"])
         .arg(bed.addr_a(false).to_string())
         .args(["--peer-exec", &format!("ip netns exec {}", bed.ns_a)])
-        .args([
-            "--sizes", "4096", "--bytes", "8388608", "--rounds", "1", "--json",
-        ])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
@@ -185,14 +180,39 @@ fn bw_runs_on_an_interface_with_a_peer_host() {
     let doc: Value = serde_json::from_str(stdout.trim()).unwrap();
     check_shape(&doc).unwrap();
     assert_eq!(doc["params"]["iface"], bed.if_b.as_str());
+    doc
+}
+
+#[test]
+fn bw_runs_on_an_interface_with_a_peer_host() {
+    if !require_privileged("bench on an interface") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let doc = on_interface(
+        &bed,
+        &[
+            "bw", "--sizes", "4096", "--bytes", "8388608", "--rounds", "1",
+        ],
+    );
     assert_eq!(
         receivers(&doc),
         [("kernel".to_string(), 4096), ("datapath".to_string(), 4096)]
     );
-    // The name the bench gave ns b is gone.
+    // The name the bench gave ns b is gone: every "-host" name left belongs to a bench still
+    // running (another test's), named `mpat<pid>x<n>-host`.
     let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
     let list = String::from_utf8_lossy(&list.stdout);
-    assert!(!list.contains("-host"), "{list}");
+    for name in list.split_whitespace().filter(|n| n.ends_with("-host")) {
+        let pid = name
+            .strip_prefix("mpat")
+            .and_then(|r| r.split('x').next())
+            .unwrap_or("");
+        assert!(
+            !pid.is_empty() && Path::new(&format!("/proc/{pid}")).exists(),
+            "{name} left behind: {list}"
+        );
+    }
 }
 
 #[test]
@@ -204,25 +224,24 @@ fn lat_pingpong_runs_on_an_interface_with_a_peer_host() {
     // As for bw: the bench in ns b as a host with a NIC, the echo server on the "peer host"
     // ns a; ping-pong needs no common clock. Every mode beside kernel TCP.
     let out = std::env::temp_dir().join(format!("mpa-bench-pp-{}", std::process::id()));
-    let run = bed
-        .command(&bed.ns_b, &bin("mpa-bench").to_string_lossy())
-        .args(["lat", "--pingpong", "--iface", &bed.if_b, "--peer"])
-        .arg(bed.addr_a(false).to_string())
-        .args(["--peer-exec", &format!("ip netns exec {}", bed.ns_a)])
-        .args(["--sizes", "64,4096", "--messages", "200", "--rounds", "1"])
-        .args(["--spin-us", "200", "--json", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&run.stderr)
+    let out_arg = out.to_string_lossy();
+    let doc = on_interface(
+        &bed,
+        &[
+            "lat",
+            "--pingpong",
+            "--sizes",
+            "64,4096",
+            "--messages",
+            "200",
+            "--rounds",
+            "1",
+            "--spin-us",
+            "200",
+            "--out",
+            &out_arg,
+        ],
     );
-    let doc: Value = serde_json::from_str(stdout.trim()).unwrap();
-    check_shape(&doc).unwrap();
-    assert_eq!(doc["params"]["iface"], bed.if_b.as_str());
     assert_eq!(doc["params"]["pingpong"], true);
     let mut want = Vec::new();
     for size in [64, 4096] {

@@ -504,37 +504,13 @@ impl Consumer {
 
     /// Reads the rings, each subscription in turn: `Some` batch when there were records;
     /// an overflow error when a loss comes first (one found after records is kept for the
-    /// next call).
+    /// next call). Called with no loss pending (`next_completions` reports one first).
     fn poll_rings(
         &mut self,
         out: &mut Vec<Completion>,
     ) -> Result<Option<Vec<Completion>>, ConsumerError> {
-        let n = self.subs.len();
-        for k in 0..n {
-            let i = (self.next_sub + k) % n;
-            let s = &mut self.subs[i];
-            let pd = s.pd;
-            let start = out.len();
-            self.ring_tags.clear();
-            let lost = s
-                .rings
-                .poll_with_rings(out, &mut self.ring_tags, BATCH)
-                .map_err(|err| ConsumerError::Ring { pd, err })?;
-            self.note_rings(pd, start, out);
-            if lost > 0 {
-                self.next_sub = i;
-                if out.is_empty() {
-                    return Err(ConsumerError::Overflow { pd, lost });
-                }
-                self.pending_loss = Some((pd, lost));
-                return Ok(Some(std::mem::take(out)));
-            }
-            if !out.is_empty() {
-                self.next_sub = (i + 1) % n;
-                return Ok(Some(std::mem::take(out)));
-            }
-        }
-        Ok(None)
+        out.clear();
+        Ok((self.poll_completions(out)? > 0).then(|| std::mem::take(out)))
     }
 
     /// The control socket without waiting: notifications are not for consumers (dropped);
