@@ -51,6 +51,11 @@ pub struct LatArgs {
     /// they may sleep, µs (`mpa-datapath --spin-us`).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     pub spin_us: u64,
+    /// Preferred busy polling on the datapath's AF_XDP sockets, every mode: `SO_PREFER_BUSY_POLL`
+    /// with `SO_BUSY_POLL` of this many µs and a budget of 64 (`mpa-datapath --busy-poll-us`;
+    /// 0: off).
+    #[arg(long, default_value_t = 0)]
+    pub busy_poll_us: u32,
     /// Every receiver gets MTU-sized segments, as from a NIC: the kernel sender's veth
     /// without TSO (attaching XDP to a veth turns its peer's TSO off, so only the kernel
     /// receiver would otherwise get whole messages as one GSO packet) and the kernel
@@ -95,6 +100,18 @@ impl LatArgs {
         }
     }
 
+    /// The datapath's AF_XDP socket settings.
+    pub(crate) fn xsk(&self) -> mpa_datapath::io::xsk::XskConfig {
+        let d = mpa_harness::datapath::DatapathOptions::default().xsk;
+        mpa_datapath::io::xsk::XskConfig {
+            busy_poll: (self.busy_poll_us > 0).then_some(mpa_datapath::io::xsk::BusyPoll {
+                usecs: self.busy_poll_us,
+                budget: 64,
+            }),
+            ..d
+        }
+    }
+
     pub(crate) fn sender_args(&self) -> Vec<String> {
         vec![
             "--timestamps".into(),
@@ -117,6 +134,7 @@ impl LatArgs {
             modes: self.modes.clone(),
             post_via: self.pingpong.then_some(self.post_via),
             wire_segments: self.wire_segments,
+            busy_poll_us: self.busy_poll_us,
             framing: self.framing.framing(),
             pingpong: self.pingpong,
             loss_percent: (bed.loss > 0).then_some(bed.loss),

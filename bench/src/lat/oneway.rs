@@ -77,7 +77,7 @@ pub fn lat(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
                     Side::Kernel => kernel_lat(&bed, &a.run(size, DatapathMode::Sleep), &extra),
                     _ => {
                         let mode = a.modes[j - 1];
-                        datapath_lat(&bed, &a.run(size, mode), &extra, a.consumer_busy_poll, mode)
+                        datapath_lat(&bed, &a.run(size, mode), &extra, a, mode)
                     }
                 }
                 .with_context(|| format!("{}, {size} B", side.key()))?;
@@ -188,14 +188,16 @@ fn datapath_lat(
     bed: &TestBed,
     r: &Run,
     extra: &[String],
-    busy_poll: bool,
+    a: &LatArgs,
     mode: DatapathMode,
 ) -> Result<Samples> {
+    let busy_poll = a.consumer_busy_poll;
     let socket = temp_path("lat.sock");
     let opts = DatapathOptions {
         queues: r.bed.queues,
         spin: Duration::from_micros(r.transfer.spin_us),
         caller_drives_queues: mode == DatapathMode::Rtc,
+        xsk: a.xsk(),
         ..DatapathOptions::default()
     };
     let mut dp = start_datapath(bed, &socket, &opts)?;

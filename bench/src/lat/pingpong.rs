@@ -196,6 +196,7 @@ fn datapath_pingpong(
         queues: a.bed.queues,
         spin: Duration::from_micros(a.run(size, mode).transfer.spin_us),
         caller_drives_queues: mode == DatapathMode::Rtc,
+        xsk: a.xsk(),
         ..DatapathOptions::default()
     };
     let mut dp = start_datapath(bed, &socket, &opts)?;

@@ -122,6 +122,10 @@ fn nans_if_null<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
         .collect())
 }
 
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }
@@ -177,6 +181,9 @@ pub struct LatParams {
     /// `--wire-segments`: the kernel side's sender without TSO, its receiver with GRO.
     #[serde(default, skip_serializing_if = "is_false")]
     pub wire_segments: bool,
+    /// `--busy-poll-us`: preferred busy polling on the datapath's sockets (0: off).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub busy_poll_us: u32,
     pub framing: Framing,
     /// `--pingpong`: RTT/2 of RDMA Write ping-pong instead of one-way latency.
     #[serde(default, skip_serializing_if = "is_false")]

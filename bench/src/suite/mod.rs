@@ -103,6 +103,7 @@ impl SuiteArgs {
                 modes: vec![DatapathMode::Sleep, DatapathMode::Spin, DatapathMode::Rtc],
                 post_via: PostVia::Shm,
                 wire_segments: false,
+                busy_poll_us: 0,
                 pingpong: false,
             },
             bw: BwArgs {
@@ -146,6 +147,7 @@ impl SuiteArgs {
                 modes: vec![DatapathMode::Sleep, DatapathMode::Spin, DatapathMode::Rtc],
                 post_via: PostVia::Shm,
                 wire_segments: false,
+                busy_poll_us: 0,
                 pingpong: false,
             },
             setup: SetupArgs {
