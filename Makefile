@@ -29,11 +29,13 @@ build:
 
 # The demo: builds, makes a namespace bed, runs the datapath and the hand-over listener in b
 # and `mpa-peer connect` in a (256 MiB as 4 KiB ULPDUs, markers and CRC), checks the digest.
-# LOSS=5 puts a lossy bridge between them; MTU=9000 uses jumbo frames (AF_XDP multi-buffer).
+# LOSS=5 puts a lossy bridge between them; MTU=9000 uses jumbo frames (AF_XDP multi-buffer);
+# XDP_MODE=generic attaches XDP in skb mode (for drivers without native XDP).
 LOSS ?= 0
 MTU ?= 1500
+XDP_MODE ?= native
 demo: deps build
-	./target/release/mpa-bench demo --loss $(LOSS) --mtu $(MTU)
+	./target/release/mpa-bench demo --loss $(LOSS) --mtu $(MTU) --xdp-mode $(XDP_MODE)
 
 # Goodput and CPU per octet, datapath vs the blocking kernel-TCP Responder, same bed, same run.
 compare: deps build

@@ -40,6 +40,14 @@ pub struct RingStats {
     /// when the worker looked (frames were waiting for it, not it for them).
     #[serde(default)]
     pub rx_full_bursts: u64,
+    /// The socket is bound in zero-copy mode (the kernel says so: `XDP_OPTIONS`); false: copy
+    /// mode, every frame copied by the kernel between its buffer and the UMEM.
+    #[serde(default)]
+    pub zero_copy: bool,
+    /// The socket takes frames larger than a UMEM frame as descriptor chains (bound with
+    /// `XDP_USE_SG`).
+    #[serde(default)]
+    pub multi_buffer: bool,
 }
 
 impl RingStats {

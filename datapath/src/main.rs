@@ -12,8 +12,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// `--zero-copy`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum ZeroCopy {
+    Auto,
+    On,
+    Off,
+}
+
 #[derive(Parser)]
 #[command(
+    args_override_self = true,
     name = "mpa-datapath",
     version,
     about = "MPA over AF_XDP: steer, receive, place"
@@ -25,10 +34,13 @@ struct Args {
     /// RX queues (one worker and one AF_XDP socket each).
     #[arg(long, default_value_t = 1)]
     queues: u32,
-    /// AF_XDP bind mode: auto, copy or zerocopy.
-    #[arg(long, default_value = "auto")]
-    bind_mode: BindMode,
-    /// XDP attach mode: driver, generic, or auto (driver, else generic).
+    /// AF_XDP zero-copy: `auto` (zero-copy where the driver has it, else copy mode, the reason
+    /// logged), `on` (zero-copy or fail, naming the interface, its driver and the kernel's
+    /// reason), `off` (copy mode). `mpa-control stats` shows what each queue got.
+    #[arg(long, value_enum, default_value = "auto")]
+    zero_copy: ZeroCopy,
+    /// XDP attach mode: `native` (in the driver; `driver` is the same), `generic` (skb mode,
+    /// any interface, slower), or `auto` (native, else generic).
     #[arg(long, default_value = "auto")]
     xdp_mode: String,
     /// Control socket path.
@@ -130,11 +142,11 @@ fn main() -> ExitCode {
         .init();
     let a = Args::parse();
     let xdp_mode = match a.xdp_mode.as_str() {
-        "driver" => AttachMode::Driver,
+        "native" | "driver" => AttachMode::Driver,
         "generic" => AttachMode::Generic,
         "auto" => AttachMode::DriverOrGeneric,
         o => {
-            eprintln!("mpa-datapath: --xdp-mode {o:?}: expected driver, generic or auto");
+            eprintln!("mpa-datapath: --xdp-mode {o:?}: expected native, generic or auto");
             return ExitCode::from(2);
         }
     };
@@ -158,7 +170,11 @@ fn main() -> ExitCode {
         xdp_mode,
         xsk: XskConfig {
             frames: a.frames,
-            bind_mode: a.bind_mode,
+            bind_mode: match a.zero_copy {
+                ZeroCopy::Auto => BindMode::Auto,
+                ZeroCopy::On => BindMode::ZeroCopy,
+                ZeroCopy::Off => BindMode::Copy,
+            },
             busy_poll: (a.busy_poll_us > 0).then_some(BusyPoll {
                 usecs: a.busy_poll_us,
                 budget: a.busy_poll_budget,

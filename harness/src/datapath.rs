@@ -54,6 +54,8 @@ pub struct DatapathOptions {
     /// Run-to-completion: no worker threads; take the queues' drivers with
     /// `Datapath::take_queue_drivers` and poll them (`DatapathConfig::caller_drives_queues`).
     pub caller_drives_queues: bool,
+    /// Where XDP attaches (native by default).
+    pub xdp_mode: AttachMode,
 }
 
 impl Default for DatapathOptions {
@@ -71,11 +73,12 @@ impl Default for DatapathOptions {
             completion_ring: DEFAULT_COMPLETION_RING,
             memory_budget: None,
             caller_drives_queues: false,
+            xdp_mode: AttachMode::Driver,
         }
     }
 }
 
-/// Starts the datapath in ns b on the bed's interface (driver XDP, checksums verified, no CPU
+/// Starts the datapath in ns b on the bed's interface (XDP as `opts` says, checksums verified, no CPU
 /// pinning), its control socket at `socket`. Retried for a moment: right after an earlier
 /// datapath stopped, the kernel may still hold the queue (EBUSY on the AF_XDP bind).
 pub fn start_datapath(bed: &TestBed, socket: &Path, opts: &DatapathOptions) -> Result<Datapath> {
@@ -95,7 +98,7 @@ pub fn start_datapath_on(
         let cfg = DatapathConfig {
             iface: iface.to_string(),
             queues: opts.queues,
-            xdp_mode: AttachMode::Driver,
+            xdp_mode: opts.xdp_mode,
             xsk: opts.xsk.clone(),
             socket: socket.to_path_buf(),
             digest: opts.digest,

@@ -51,7 +51,17 @@ impl DatapathProcess {
 
     /// Starts it once, without retrying: for a start that is expected to fail.
     pub fn start_once(bed: &TestBed, envs: &[(&str, &str)]) -> Result<Self, String> {
-        let mut p = Self::spawn(bed, envs, &[]);
+        Self::start_once_with(bed, envs, &[])
+    }
+
+    /// [`DatapathProcess::start_once`] with more command-line arguments (later ones override
+    /// the defaults).
+    pub fn start_once_with(
+        bed: &TestBed,
+        envs: &[(&str, &str)],
+        args: &[&str],
+    ) -> Result<Self, String> {
+        let mut p = Self::spawn(bed, envs, args);
         p.wait_ready(Duration::from_secs(20)).map(|()| p)
     }
 
@@ -59,7 +69,7 @@ impl DatapathProcess {
         let socket = crate::temp_path("dp-proc.sock");
         let mut cmd = bed.command(&bed.ns_b, &bin("mpa-datapath").to_string_lossy());
         cmd.args(["--iface", &bed.if_b, "--socket", &socket.to_string_lossy()])
-            .args(["--xdp-mode", "driver", "--bind-mode", "copy", "--digest"])
+            .args(["--xdp-mode", "native", "--zero-copy", "off", "--digest"])
             .args(["--frames", "4096"])
             .args(args)
             .env("RUST_LOG", "info")

@@ -31,8 +31,31 @@ pub struct BedArgs {
     /// (bench/src/bed/split.rs). Both receivers alike; not with --iface.
     #[arg(long)]
     pub split_cpus: bool,
+    /// Where the datapath attaches its XDP program: `native` (in the driver) or `generic`
+    /// (skb mode: any interface, slower; for drivers without native XDP).
+    #[arg(long, value_enum, default_value = "native")]
+    pub xdp_mode: XdpMode,
     #[command(flatten)]
     pub nic: NicArgs,
+}
+
+/// `--xdp-mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum XdpMode {
+    /// In the driver.
+    Native,
+    /// On the skb path.
+    Generic,
+}
+
+impl XdpMode {
+    /// The attach mode the datapath is started with.
+    pub fn attach(self) -> mpa_bpf::AttachMode {
+        match self {
+            XdpMode::Native => mpa_bpf::AttachMode::Driver,
+            XdpMode::Generic => mpa_bpf::AttachMode::Generic,
+        }
+    }
 }
 
 impl Default for BedArgs {
@@ -44,6 +67,7 @@ impl Default for BedArgs {
             impair: None,
             queues: 1,
             split_cpus: false,
+            xdp_mode: XdpMode::Native,
             nic: NicArgs::default(),
         }
     }

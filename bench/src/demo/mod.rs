@@ -150,6 +150,7 @@ pub fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
     let socket = temp_path("bench.sock");
     let mut opts = DatapathOptions {
         queues: r.bed.queues,
+        xdp_mode: r.bed.xdp_mode.attach(),
         ..DatapathOptions::default()
     };
     if let Some(b) = r.transfer.rcv_buf {

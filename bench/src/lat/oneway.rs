@@ -198,6 +198,7 @@ fn datapath_lat(
         spin: Duration::from_micros(r.transfer.spin_us),
         caller_drives_queues: mode == DatapathMode::Rtc,
         xsk: a.xsk(),
+        xdp_mode: a.bed.xdp_mode.attach(),
         ..DatapathOptions::default()
     };
     let mut dp = start_datapath(bed, &socket, &opts)?;

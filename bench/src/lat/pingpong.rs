@@ -197,6 +197,7 @@ fn datapath_pingpong(
         spin: Duration::from_micros(a.run(size, mode).transfer.spin_us),
         caller_drives_queues: mode == DatapathMode::Rtc,
         xsk: a.xsk(),
+        xdp_mode: a.bed.xdp_mode.attach(),
         ..DatapathOptions::default()
     };
     let mut dp = start_datapath(bed, &socket, &opts)?;

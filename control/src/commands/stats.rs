@@ -76,11 +76,18 @@ pub(crate) fn stats(target: &Target, json: bool) -> Result<(), String> {
         .map(|q| {
             let mut row: Vec<String> = QUEUE_COLS.iter().map(|k| cell(&q[*k])).collect();
             row.push(q["flows"].as_array().map_or(0, Vec::len).to_string());
+            // The AF_XDP mode the kernel bound the queue's socket in.
+            let mode = match q["zero_copy"].as_bool() {
+                Some(true) => "zero-copy",
+                Some(false) => "copy",
+                None => "-",
+            };
+            row.push(mode.to_string());
             row
         })
         .collect();
     let mut heads: Vec<&str> = QUEUE_COLS.to_vec();
-    heads.push("flows");
+    heads.extend(["flows", "af_xdp"]);
     print!("{}", table(&heads, &queues));
     let live = live_flows(&stats);
     if !live.is_empty() {

@@ -87,6 +87,24 @@ mod busy_poll_opts {
 }
 use busy_poll_opts::{BusyPollBudget, BusyPollUsecs, PreferBusyPoll};
 
+/// `getsockopt(SOL_XDP, XDP_OPTIONS)`: the mode the kernel bound the socket in
+/// (<linux/if_xdp.h>: `struct xdp_options { __u32 flags; }`, `XDP_OPTIONS_ZEROCOPY`).
+mod xdp_options {
+    use nix::libc;
+    use nix::{getsockopt_impl, sockopt_impl};
+    const SOL_XDP: i32 = 283;
+    const XDP_OPTIONS: i32 = 8;
+    pub(super) const XDP_OPTIONS_ZEROCOPY: u32 = 1;
+    sockopt_impl!(XdpOptions, GetOnly, SOL_XDP, XDP_OPTIONS, u32);
+}
+
+/// The driver behind `iface`, as sysfs names it (`/sys/class/net/IF/device/driver`); `None`
+/// for a virtual interface without a device (veth, bridges).
+pub fn driver_of(iface: &str) -> Option<String> {
+    let link = std::fs::read_link(format!("/sys/class/net/{iface}/device/driver")).ok()?;
+    Some(link.file_name()?.to_string_lossy().into_owned())
+}
+
 impl Default for XskConfig {
     fn default() -> Self {
         XskConfig {
@@ -221,11 +239,6 @@ impl XskQueue {
             frame_size: cfg.frame_size,
             detail: format!("{e:?}"),
         })?;
-        let mode = match cfg.bind_mode {
-            BindMode::Auto => BindFlags::empty(),
-            BindMode::Copy => BindFlags::XDP_COPY,
-            BindMode::ZeroCopy => BindFlags::XDP_ZEROCOPY,
-        };
         let sock_cfg = |flags: BindFlags| {
             SocketConfig::builder()
                 .rx_queue_size(ring)
@@ -241,32 +254,62 @@ impl XskQueue {
             detail,
         };
         let ifname: Interface = iface.parse().map_err(|e| sock_err(format!("{e:?}")))?;
-        // Multi-buffer (XDP_USE_SG, Linux 6.6) so that frames larger than a UMEM frame (jumbo
-        // MTUs) arrive as descriptor chains instead of being dropped. Copy mode always has it;
-        // a zero-copy driver without it refuses the bind (EOPNOTSUPP), and the socket is then
-        // bound without: frames up to a UMEM frame only.
-        let base = mode | BindFlags::XDP_USE_NEED_WAKEUP;
-        let mut multi_buffer = true;
-        // SAFETY: the UMEM outlives the socket: the returned XskQueue owns both, and the rings
-        // keep their own reference to the UMEM (xsk-rs's `Umem` is reference-counted), so the
-        // memory stays mapped for as long as any ring exists.
-        let (tx, rx, fq_cq) = match unsafe {
-            Socket::new(
-                sock_cfg(base | BindFlags::XDP_USE_SG),
-                &umem,
-                &ifname,
-                queue,
-            )
-        } {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(iface, queue, error = ?e,
-                    "AF_XDP bind with XDP_USE_SG failed; binding without: no frames above a UMEM frame");
-                multi_buffer = false;
-                // SAFETY: as above.
-                unsafe { Socket::new(sock_cfg(base), &umem, &ifname, queue) }
-                    .map_err(|e| sock_err(format!("{e:?}")))?
+        // Binds in `mode` with need_wakeup, with multi-buffer (XDP_USE_SG, Linux 6.6) when
+        // the driver takes it, so that frames larger than a UMEM frame (jumbo MTUs) arrive as
+        // descriptor chains instead of being dropped. Copy mode always has it; a zero-copy
+        // driver without it refuses (EOPNOTSUPP), and the socket is then bound without:
+        // frames up to a UMEM frame only.
+        let bind = |mode: BindFlags| {
+            let base = mode | BindFlags::XDP_USE_NEED_WAKEUP;
+            // SAFETY: the UMEM outlives the socket: the returned XskQueue owns both, and the
+            // rings keep their own reference to the UMEM (xsk-rs's `Umem` is
+            // reference-counted), so the memory stays mapped for as long as any ring exists.
+            match unsafe {
+                Socket::new(
+                    sock_cfg(base | BindFlags::XDP_USE_SG),
+                    &umem,
+                    &ifname,
+                    queue,
+                )
+            } {
+                Ok(s) => Ok((s, true)),
+                Err(sg) => {
+                    // SAFETY: as above.
+                    match unsafe { Socket::new(sock_cfg(base), &umem, &ifname, queue) } {
+                        Ok(s) => {
+                            tracing::warn!(iface, queue, error = ?sg,
+                                "AF_XDP bind with XDP_USE_SG failed; bound without: no frames above a UMEM frame");
+                            Ok((s, false))
+                        }
+                        Err(e) => Err(format!("{e:?}")),
+                    }
+                }
             }
+        };
+        let zero_copy_refused = |why: String| {
+            let driver = driver_of(iface).map_or_else(
+                || "no driver in sysfs (a virtual interface)".to_string(),
+                |d| format!("driver {d}"),
+            );
+            format!(
+                "zero-copy refused ({driver}): {why}; zero-copy needs a driver with AF_XDP \
+                 zero-copy support and XDP attached in native mode (docs/environment.md)"
+            )
+        };
+        let ((tx, rx, fq_cq), multi_buffer) = match cfg.bind_mode {
+            BindMode::Copy => bind(BindFlags::XDP_COPY).map_err(sock_err)?,
+            BindMode::ZeroCopy => {
+                bind(BindFlags::XDP_ZEROCOPY).map_err(|why| sock_err(zero_copy_refused(why)))?
+            }
+            // Zero-copy where the driver has it, else copy mode, saying why.
+            BindMode::Auto => match bind(BindFlags::XDP_ZEROCOPY) {
+                Ok(b) => b,
+                Err(why) => {
+                    tracing::info!(iface, queue, reason = %zero_copy_refused(why),
+                        "AF_XDP socket in copy mode");
+                    bind(BindFlags::XDP_COPY).map_err(sock_err)?
+                }
+            },
         };
         let (mut fill, comp) =
             fq_cq.ok_or_else(|| sock_err("no fill/completion ring (UMEM already bound)".into()))?;
@@ -279,7 +322,7 @@ impl XskQueue {
                 descs.len()
             )));
         }
-        let q = XskQueue {
+        let mut q = XskQueue {
             queue,
             umem,
             fill,
@@ -336,6 +379,22 @@ impl XskQueue {
                 nix::sys::socket::setsockopt(&q, BusyPollBudget, &budget),
             )?;
         }
+        // The mode the kernel actually bound (auto may have fallen back to copy).
+        let options = nix::sys::socket::getsockopt(&q, xdp_options::XdpOptions)
+            .map_err(|e| sock_err(format!("XDP_OPTIONS: {e}")))?;
+        q.stats.zero_copy = options & xdp_options::XDP_OPTIONS_ZEROCOPY != 0;
+        q.stats.multi_buffer = q.multi_buffer;
+        tracing::info!(
+            iface,
+            queue,
+            mode = if q.stats.zero_copy {
+                "zero-copy"
+            } else {
+                "copy"
+            },
+            multi_buffer = q.multi_buffer,
+            "AF_XDP socket bound"
+        );
         Ok(q)
     }
 
