@@ -207,6 +207,26 @@ fn take_completions(
     }
 }
 
+/// Frames injected into the ring before each burst of polls: as many as the ring holds,
+/// counting the descriptors a multi-buffer frame takes.
+pub(crate) fn burst_frames(o: &PipelineOpts, p: &Prepared) -> usize {
+    let per_frame = p
+        .frames
+        .iter()
+        .map(|f| descriptors(o, f.bytes.len()))
+        .max()
+        .unwrap_or(1);
+    (MEM_RING_SIZE / per_frame).max(1)
+}
+
+/// Descriptors a frame of `len` octets takes in the ring (several for a multi-buffer frame).
+fn descriptors(o: &PipelineOpts, len: usize) -> usize {
+    match o.umem_chunk {
+        0 => 1,
+        c => len.div_ceil(c).max(1),
+    }
+}
+
 /// Runs one round; `Err` when any check fails.
 pub fn run_round(o: &PipelineOpts, p: &Prepared) -> Result<RoundResult> {
     run_round_with(o, p, &mut |_| {})
@@ -244,18 +264,7 @@ pub fn run_round_on(
     let mut r = RoundResult::default();
     let cpu0 = thread_cpu();
     let wall0 = Instant::now();
-    // Descriptors a frame takes in the ring (several for a multi-buffer frame).
-    let descs = |len: usize| match o.umem_chunk {
-        0 => 1,
-        c => len.div_ceil(c).max(1),
-    };
-    let per_frame = p
-        .frames
-        .iter()
-        .map(|f| descs(f.bytes.len()))
-        .max()
-        .unwrap_or(1);
-    for burst in p.frames.chunks(MEM_RING_SIZE / per_frame) {
+    for burst in p.frames.chunks(burst_frames(o, p)) {
         if o.op == Op::Send {
             // Receive buffers for every message this burst begins, posted ahead (outside the
             // poll time; a consumer posts them in its own thread).
@@ -288,7 +297,7 @@ pub fn run_round_on(
         let c = thread_cpu();
         let t = Instant::now();
         let mut got = 0;
-        let want: usize = burst.iter().map(|f| descs(f.bytes.len())).sum();
+        let want: usize = burst.iter().map(|f| descriptors(o, f.bytes.len())).sum();
         while got < want {
             got += s.worker.poll_once()?;
         }

@@ -205,7 +205,8 @@ pub fn run(o: &PipelineOpts, workers: usize) -> Result<WorkersReport> {
     let mut scaling = Vec::with_capacity(n);
     let (mut agg_cpu, mut one_cpu, mut scaling_cpu) = (Vec::new(), Vec::new(), Vec::new());
     let mut passes = Vec::with_capacity(n);
-    let mut span = baseline::Payloads::of(&prepared[0]);
+    let mut span =
+        baseline::Payloads::of(&prepared[0], super::round::burst_frames(o, &prepared[0]));
     for i in 0..n {
         let fail = |e: anyhow::Error, what: &str| {
             anyhow!(

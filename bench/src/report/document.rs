@@ -126,6 +126,10 @@ fn is_zero(v: &u32) -> bool {
     *v == 0
 }
 
+fn nan() -> f64 {
+    f64::NAN
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }
@@ -364,6 +368,12 @@ pub struct PipelineConfigRecord {
     /// memcpy alone and CRC32c alone over the same octets, and the pipeline's share of each.
     pub memcpy_gbit_s: f64,
     pub crc_gbit_s: f64,
+    /// The same over frames just written into a ring, burst by burst (what the pipeline
+    /// reads).
+    #[serde(default = "nan", deserialize_with = "nan_if_null")]
+    pub memcpy_warm_gbit_s: f64,
+    #[serde(default = "nan", deserialize_with = "nan_if_null")]
+    pub crc_warm_gbit_s: f64,
     #[serde(deserialize_with = "nan_if_null")]
     pub share_of_memcpy: f64,
     #[serde(deserialize_with = "nan_if_null")]
