@@ -383,6 +383,12 @@ pub struct PipelineConfigRecord {
     pub stage: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage_ns_per_packet: Option<f64>,
+    /// The cost model fitted over the run's configurations of this ULPDU size at several MSS:
+    /// ns per segment = `fit_ns_per_packet` + `fit_ns_per_kib` × payload KiB per segment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fit_ns_per_packet: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fit_ns_per_kib: Option<f64>,
     /// One of the per-stage variants (`--variants`).
     #[serde(default, skip_serializing_if = "is_false")]
     pub variant: bool,
