@@ -6,8 +6,8 @@
 //! Writes the example posted.
 
 use mpa_harness::example;
-use mpa_tests::{bin, require_privileged, BedConfig, TestBed};
-use std::io::{BufRead, BufReader, Read};
+use mpa_tests::{require_privileged, BedConfig, PeerListener, TestBed};
+use std::io::Read;
 use std::net::SocketAddr;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -41,37 +41,22 @@ fn read_all(r: Option<impl Read>) -> String {
 fn ping_pong(bed: &TestBed, port: u16, size: u64, iterations: u64, markers: bool) {
     let payload = size - mpa::wire::ddp::TAGGED_HEADER_LEN as u64;
     let bind = SocketAddr::new(bed.addr_a(false), port);
+    let advertise = format!("{ECHO_STAG:#x}:{payload}");
     let mut echo_args = vec![
-        "listen".to_string(),
-        "--echo".into(),
-        "--bind".into(),
-        bind.to_string(),
-        "--connections".into(),
-        "1".into(),
-        "--timeout".into(),
-        "30".into(),
-        "--accept-timeout".into(),
-        "60".into(),
-        "--advertise".into(),
-        format!("{ECHO_STAG:#x}:{payload}"),
-        "--rev".into(),
-        "2".into(),
+        "--echo",
+        "--timeout",
+        "30",
+        "--accept-timeout",
+        "60",
+        "--advertise",
+        &advertise,
+        "--rev",
+        "2",
     ];
     if markers {
-        echo_args.push("--markers".into());
+        echo_args.push("--markers");
     }
-    let mut echo = bed
-        .command(&bed.ns_a, &bin("mpa-peer").to_string_lossy())
-        .args(&echo_args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut echo_err = BufReader::new(echo.stderr.take().unwrap());
-    let mut line = String::new();
-    echo_err.read_line(&mut line).unwrap();
-    assert!(line.contains("listening on"), "mpa-peer listen: {line}");
+    let echo = PeerListener::start(bed, bind, &echo_args);
 
     let socket = mpa_harness::datapath::temp_path("rtc.sock");
     let mut cmd = bed.command(
@@ -107,14 +92,7 @@ fn ping_pong(bed: &TestBed, port: u16, size: u64, iterations: u64, markers: bool
     // The control socket is removed when the datapath stops.
     assert!(!socket.exists(), "{} left behind", socket.display());
 
-    let echo_status = wait_within(&mut echo, Duration::from_secs(30));
-    let report = read_all(echo.stdout.take());
-    assert!(
-        echo_status.is_some_and(|s| s.success()),
-        "echo server: {echo_status:?} {report}"
-    );
-    let v: serde_json::Value = serde_json::from_str(report.lines().next().unwrap_or(""))
-        .unwrap_or_else(|e| panic!("echo report {report:?}: {e}"));
+    let v = echo.report(Duration::from_secs(30));
     assert_eq!(v["echoes"], iterations, "{v}");
     assert!(v["error"].is_null(), "{v}");
 }
