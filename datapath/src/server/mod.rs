@@ -121,6 +121,12 @@ pub enum StartError {
     /// The control socket could not be created.
     #[error("control socket {0}: {1}")]
     Socket(PathBuf, io::Error),
+    /// Another datapath answers on the control socket's path: starting would take it over.
+    #[error(
+        "control socket {0}: another mpa-datapath answers there; stop it first or choose \
+         another --socket"
+    )]
+    SocketInUse(PathBuf),
 }
 
 /// A running datapath; dropping it stops everything and detaches XDP.
@@ -136,6 +142,8 @@ pub struct Datapath {
 impl Datapath {
     /// Starts workers and the control server in the calling thread's network namespace.
     pub fn start(cfg: DatapathConfig) -> Result<Datapath, StartError> {
+        // Before anything is attached: a running datapath's socket is never taken over.
+        claim_socket_path(&cfg.socket)?;
         let ifindex = mpa_bpf::ifindex_of(&cfg.iface)
             .map_err(|e| StartError::Iface(cfg.iface.clone(), e.to_string()))?;
         let our_mac = interface_mac(&cfg.iface)?;
@@ -226,7 +234,6 @@ impl Datapath {
             ));
             workers.push(WorkerHandle { tx, waker });
         }
-        let _ = std::fs::remove_file(&cfg.socket);
         let listener = UnixListener::bind(&cfg.socket)
             .map_err(|e| StartError::Socket(cfg.socket.clone(), e))?;
         std::fs::set_permissions(&cfg.socket, std::fs::Permissions::from_mode(0o600))
@@ -326,6 +333,33 @@ impl Datapath {
 impl Drop for Datapath {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// Makes `path` free for the control socket: nothing there, or a stale socket file (its
+/// datapath gone: nobody accepts a connection) which is removed. A socket someone answers on
+/// is another datapath's: refused.
+fn claim_socket_path(path: &std::path::Path) -> Result<(), StartError> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    if !meta.file_type().is_socket() {
+        return Err(StartError::Socket(
+            path.to_path_buf(),
+            io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "a file that is not a socket is there",
+            ),
+        ));
+    }
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => Err(StartError::SocketInUse(path.to_path_buf())),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            tracing::info!(socket = %path.display(), "removing a stale control socket");
+            std::fs::remove_file(path).map_err(|e| StartError::Socket(path.to_path_buf(), e))
+        }
+        Err(e) => Err(StartError::Socket(path.to_path_buf(), e)),
     }
 }
 
