@@ -29,7 +29,7 @@ pub(crate) fn listen(mut a: ListenArgs) -> anyhow::Result<bool> {
         ad.base_to = a.base_to;
         ad.check().context("--base-to")?;
         if ad.len > MAX_REGION_LEN {
-            bail!(
+            crate::usage!(
                 "--advertise: a region of {} octets is more than the {MAX_REGION_LEN} octets \
                  (1 GiB) the listener keeps in memory per connection",
                 ad.len

@@ -12,7 +12,7 @@
 //!   RDMA Write back into the region the Initiator advertised (`echo.rs`).
 #![forbid(unsafe_code)]
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use mpa::crc::crc32c_append;
 use mpa::endpoint::{EndpointConfig, EndpointError, MpaStream};
@@ -275,10 +275,24 @@ impl mpa::endpoint::Transport for EorStream {
     }
 }
 
+/// A command line that cannot run (exit 2, as clap's own usage errors); found by the checks
+/// clap cannot make.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Usage(pub(crate) String);
+
+/// Returns a [`Usage`] error.
+macro_rules! usage {
+    ($($t:tt)*) => {
+        return Err(crate::Usage(format!($($t)*)).into())
+    };
+}
+pub(crate) use usage;
+
 fn config(c: &Common, private_data: Vec<u8>, default_rev: u8) -> anyhow::Result<EndpointConfig> {
     let rev = c.rev.unwrap_or(default_rev);
     if c.p2p && rev < 2 {
-        bail!("--p2p needs --rev 2");
+        usage!("--p2p needs --rev 2");
     }
     let policy = StartupPolicy {
         revision: rev,
@@ -291,7 +305,7 @@ fn config(c: &Common, private_data: Vec<u8>, default_rev: u8) -> anyhow::Result<
     };
     policy.validate().context("policy")?;
     if private_data.len() > 512 {
-        bail!(
+        usage!(
             "private data is {} octets, at most 512 fit in a startup frame",
             private_data.len()
         );
@@ -313,12 +327,18 @@ fn main() -> ExitCode {
         Cmd::Listen(a) => listen::listen(a),
         Cmd::Connect(a) => connect(a),
     };
+    // 0 done, 1 failed at run time (a check, the peer, the network), 2 a usage error (clap's
+    // own, or a combination of options it cannot check).
     match r {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
             eprintln!("mpa-peer: {e:#}");
-            ExitCode::from(2)
+            if e.downcast_ref::<Usage>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
@@ -496,20 +516,20 @@ fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
     let private_data = pingpong::request_private_data(&a)?;
     let mut cfg = config(&a.common, private_data, 1)?;
     if a.op != Op::Read && a.size > MAX_ULPDU {
-        bail!(
+        usage!(
             "--size {} exceeds the 64768-octet ULPDU maximum (RFC 5044 §3)",
             a.size
         );
     }
     if a.op == Op::Send && a.size < UNTAGGED_HEADER_LEN {
-        bail!(
+        usage!(
             "--op send needs --size of at least {UNTAGGED_HEADER_LEN} octets (the untagged DDP \
              header); --size {} is too small",
             a.size
         );
     }
     if a.op == Op::Read && (a.timestamps || a.rate.is_some()) {
-        bail!("--timestamps and --rate pace and stamp what connect sends; --op read sends none");
+        usage!("--timestamps and --rate pace and stamp what connect sends; --op read sends none");
     }
     let rate = a.rate.unwrap_or(if a.timestamps { 10_000 } else { 0 });
     let t0 = Instant::now();
