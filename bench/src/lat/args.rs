@@ -29,7 +29,7 @@ pub struct LatArgs {
     #[command(flatten)]
     pub framing: FramingArgs,
     /// Where the `.hgrm` percentile distributions go (one per side and size).
-    #[arg(long, default_value = "bench/results/latest")]
+    #[arg(long, default_value_os_t = crate::report::default_out("lat"))]
     pub out: PathBuf,
     /// Print the one JSON document on stdout (the table goes to stderr).
     #[arg(long)]

@@ -41,6 +41,22 @@ impl Spread {
     }
 }
 
+/// Where an experiment writes its files unless `--out` says otherwise: outside any checkout,
+/// in the user's state directory (`$XDG_STATE_HOME/mpa-bench/<experiment>`, else
+/// `~/.local/state/mpa-bench/<experiment>`, else the temporary directory's `mpa-bench`).
+pub fn default_out(experiment: &str) -> std::path::PathBuf {
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| std::path::PathBuf::from(h).join(".local/state"))
+        })
+        .unwrap_or_else(std::env::temp_dir);
+    state.join("mpa-bench").join(experiment)
+}
+
 /// Prints `doc` as the one document on stdout.
 pub fn print(doc: &Document) -> Result<()> {
     println!("{}", serde_json::to_string(doc)?);

@@ -29,7 +29,7 @@ use std::time::Instant;
 #[derive(Args, Clone, Debug)]
 pub struct SuiteArgs {
     /// Where the summary, JSON, plots and `.hgrm` files go.
-    #[arg(long, default_value = "bench/results/latest")]
+    #[arg(long, default_value_os_t = crate::report::default_out("suite"))]
     pub out: PathBuf,
     /// A much smaller set (a minute or two): to check the harness, not to quote.
     #[arg(long)]
