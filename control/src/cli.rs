@@ -17,8 +17,19 @@ use std::time::Duration;
     about = "mpa-xdp connection setup: the MPA Responder daemon, and datapath operations"
 )]
 pub(crate) struct Cli {
+    /// Log lines on stderr as text (coloured only on a terminal) or as one JSON object per
+    /// line (for journald and log collectors).
+    #[arg(long, value_enum, default_value = "text", global = true)]
+    pub(crate) log_format: LogFormat,
     #[command(subcommand)]
     pub(crate) cmd: Cmd,
+}
+
+/// `--log-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]

@@ -12,6 +12,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// `--log-format`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
 /// `--zero-copy`.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 enum ZeroCopy {
@@ -31,6 +38,10 @@ struct Args {
     /// Interface to serve.
     #[arg(long)]
     iface: String,
+    /// Log lines on stderr as text (coloured only on a terminal) or as one JSON object per
+    /// line (for journald and log collectors).
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
     /// RX queues (one worker and one AF_XDP socket each).
     #[arg(long, default_value_t = 1)]
     queues: u32,
@@ -133,14 +144,18 @@ fn tcp_config(a: &Args) -> TcpConfig {
 const EXIT_WORKER_FAILED: u8 = 70;
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
     let a = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
+    match a.log_format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => logs.json().init(),
+    }
     let xdp_mode = match a.xdp_mode.as_str() {
         "native" | "driver" => AttachMode::Driver,
         "generic" => AttachMode::Generic,
