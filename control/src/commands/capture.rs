@@ -103,6 +103,7 @@ mod tests {
         match Cli::try_parse_from(v) {
             Ok(Cli {
                 cmd: Cmd::Capture(a),
+                ..
             }) => Ok(a),
             Ok(_) => Err("not capture".into()),
             Err(e) => Err(e.to_string()),
