@@ -355,13 +355,39 @@ pub struct CaptureStats {
     pub ms_left: u64,
 }
 
+/// The XDP steering program's counters (per-CPU values summed), as the datapath reads them
+/// from its map (`bpf/src/counters.rs` says what each counts).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct XdpCounters {
+    /// Every frame the program ran on.
+    pub seen: u64,
+    /// Steered frames redirected to an AF_XDP socket.
+    pub redirected: u64,
+    /// Frames given to the kernel.
+    pub passed: u64,
+    /// Frames with a truncated or invalid header.
+    pub malformed: u64,
+    /// Steered frames dropped: no AF_XDP socket for their RX queue.
+    pub steered_no_xsk: u64,
+    /// Fragments that may carry TCP between a steered host pair: dropped.
+    pub dropped_fragment: u64,
+    /// IPv6 TCP behind extension headers between a steered host pair: dropped.
+    pub dropped_ipv6_ext: u64,
+    /// Stacked VLAN tags over TCP between a steered host pair (or too many tags): dropped.
+    pub dropped_vlan_stack: u64,
+    /// Malformed frames between a steered host pair: dropped.
+    pub dropped_malformed: u64,
+    /// Multi-buffer frames whose headers had to be copied out of their fragments.
+    pub headers_copied: u64,
+}
+
 /// The whole statistics document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DatapathStats {
     /// Every queue with its flows.
     pub queues: Vec<QueueReport>,
     /// XDP program counters, when readable.
-    pub xdp: Option<String>,
+    pub xdp: Option<XdpCounters>,
     /// Flows adopted (handed over or waiting for their hand-over).
     pub adopted_flows: usize,
     /// Registered memory.

@@ -217,10 +217,24 @@ fn serve_hands_over_rejects_lists_and_closes() {
     assert_eq!(h["ts_recent_inherited"], 3, "{h}");
     assert_eq!(h["ts_recent_unknown"], 0, "{h}");
     assert_eq!(h["watched_ports"], serde_json::json!([7101, 7102]), "{h}");
+    // The XDP program's counters are numbers an exporter can read, not a debug string.
+    let xdp = &stats["xdp"];
+    assert!(xdp["redirected"].as_u64().unwrap() > 0, "{xdp}");
+    assert!(xdp["seen"].as_u64() >= xdp["redirected"].as_u64(), "{xdp}");
     let human = cli(&["stats", "--socket", &socket.to_string_lossy()]);
     assert!(human.status.success(), "{}", text(&human.stderr));
     assert!(
         text(&human.stdout).contains("ended flows (oldest first): 3"),
+        "{}",
+        text(&human.stdout)
+    );
+    let xdp_line = text(&human.stdout)
+        .lines()
+        .find(|l| l.starts_with("xdp: "))
+        .map(String::from)
+        .unwrap_or_default();
+    assert!(
+        xdp_line.contains(&format!("redirected {}", xdp["redirected"])),
         "{}",
         text(&human.stdout)
     );

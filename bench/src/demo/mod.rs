@@ -136,7 +136,7 @@ pub struct DpResult {
     /// CPU seconds of the sender processes (`mpa-peer connect`).
     pub sender_cpu: f64,
     /// The XDP program's counters, when readable.
-    pub xdp: Option<String>,
+    pub xdp: Option<mpa_ctl_proto::stats::XdpCounters>,
     /// Each queue's ring counters (frames, multi-buffer frames, dropped chains, largest).
     pub rings: Vec<RingStats>,
     /// Placement check: (messages completed, region octets compared) summed over the
@@ -380,7 +380,10 @@ pub fn demo(r: &Run) -> Result<(DemoDocument, String)> {
     say(&format!("datapath    : {}", serde_json::to_string(f)?));
     say(&format!(
         "xdp         : {}",
-        d.xdp.as_deref().unwrap_or("(not readable)")
+        d.xdp
+            .map(|x| serde_json::to_string(&x))
+            .transpose()?
+            .unwrap_or_else(|| "(not readable)".into())
     ));
     say(&format!(
         "rings       : {}",

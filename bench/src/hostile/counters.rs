@@ -1,6 +1,6 @@
 //! The counters a class's expectation names: the flow's, its queue's, the XDP program's.
 
-use mpa_ctl_proto::stats::{FlowReport, QueueStats};
+use mpa_ctl_proto::stats::{FlowReport, QueueStats, XdpCounters};
 
 /// A counter the datapath keeps, by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,20 +39,7 @@ pub enum Counter {
 pub struct Snapshot {
     pub(super) flow: FlowReport,
     pub(super) queue: QueueStats,
-    pub(super) xdp: String,
-}
-
-/// A field of the XDP counters' text (`XdpCounters { seen: 1, … }`).
-pub(crate) fn xdp_field(text: &str, name: &str) -> u64 {
-    let key = format!("{name}: ");
-    text.find(&key)
-        .map(|i| &text[i + key.len()..])
-        .and_then(|t| {
-            t.split(|c: char| !c.is_ascii_digit())
-                .next()
-                .and_then(|d| d.parse().ok())
-        })
-        .unwrap_or(0)
+    pub(super) xdp: XdpCounters,
 }
 
 impl Counter {
@@ -60,10 +47,10 @@ impl Counter {
         let (f, q) = (&s.flow, &s.queue);
         match self {
             Counter::WrongVlan => q.wrong_vlan,
-            Counter::XdpMalformed => xdp_field(&s.xdp, "dropped_malformed"),
-            Counter::XdpFragment => xdp_field(&s.xdp, "dropped_fragment"),
-            Counter::XdpVlanStack => xdp_field(&s.xdp, "dropped_vlan_stack"),
-            Counter::XdpIpv6Ext => xdp_field(&s.xdp, "dropped_ipv6_ext"),
+            Counter::XdpMalformed => s.xdp.dropped_malformed,
+            Counter::XdpFragment => s.xdp.dropped_fragment,
+            Counter::XdpVlanStack => s.xdp.dropped_vlan_stack,
+            Counter::XdpIpv6Ext => s.xdp.dropped_ipv6_ext,
             Counter::Malformed => q.malformed,
             Counter::UnknownFlow => q.unknown_flow,
             Counter::Paws => f.tcp_drops.paws,

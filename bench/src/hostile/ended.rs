@@ -6,7 +6,7 @@
 //! from the listener's port), the datapath counts nothing and places nothing.
 
 use super::classes::{class, hostile_write, rst};
-use super::{flow_gone, verify_placed, xdp_field, Class, Counter as C, Ctx, Expect as E};
+use super::{flow_gone, verify_placed, Class, Counter as C, Ctx, Expect as E};
 use anyhow::{anyhow, bail, Context, Result};
 use mpa_control::datapath_client::DatapathClient;
 use mpa_ctl_proto::Message;
@@ -200,6 +200,6 @@ fn live_counters_any(c: &Ctx) -> Result<Unsteered> {
     let s = mpa_harness::datapath::stats(&mut dpc)?;
     Ok(Unsteered {
         unknown_flow: s.queues.iter().map(|q| q.stats.unknown_flow).sum(),
-        passed: xdp_field(s.xdp.as_deref().unwrap_or(""), "passed"),
+        passed: s.xdp.map_or(0, |x| x.passed),
     })
 }

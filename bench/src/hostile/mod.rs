@@ -20,7 +20,6 @@ pub mod markers_ooo;
 pub mod reads;
 pub mod window;
 
-pub(crate) use counters::xdp_field;
 pub use counters::{Counter, Snapshot};
 pub use mpa_harness::hostile_peer::{HostileConfig, HostilePeer, Rx, Seg};
 
@@ -398,7 +397,7 @@ fn live_counters(
             return Ok(Snapshot {
                 flow: f.clone(),
                 queue: q.stats,
-                xdp: s.xdp.clone().unwrap_or_default(),
+                xdp: s.xdp.unwrap_or_default(),
             });
         }
     }

@@ -55,7 +55,16 @@ pub(crate) fn stats(target: &Target, json: bool) -> Result<(), String> {
         return Ok(());
     }
     println!("adopted flows: {}", cell(&stats["adopted_flows"]));
-    println!("xdp: {}", cell(&stats["xdp"]));
+    // "xdp: dropped_fragment 0, …, redirected 10, seen 12, …": every counter, by name.
+    let xdp = match stats["xdp"].as_object() {
+        Some(o) => o
+            .iter()
+            .map(|(k, v)| format!("{k} {}", cell(v)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        None => "-".into(),
+    };
+    println!("xdp: {xdp}");
     println!();
     const QUEUE_COLS: [&str; 10] = [
         "queue",

@@ -413,7 +413,22 @@ impl Server {
             }
         }
         let unclaimed_completions = queues.iter().map(|q| q.stats.completions_unclaimed).sum();
-        let xdp = self.steering.counters().ok().map(|c| format!("{c:?}"));
+        let xdp = self
+            .steering
+            .counters()
+            .ok()
+            .map(|c| mpa_ctl_proto::stats::XdpCounters {
+                seen: c.seen,
+                redirected: c.redirected,
+                passed: c.passed,
+                malformed: c.malformed,
+                steered_no_xsk: c.steered_no_xsk,
+                dropped_fragment: c.dropped_fragment,
+                dropped_ipv6_ext: c.dropped_ipv6_ext,
+                dropped_vlan_stack: c.dropped_vlan_stack,
+                dropped_malformed: c.dropped_malformed,
+                headers_copied: c.headers_copied,
+            });
         let capture = self.capture.as_ref().map(|c| CaptureStats {
             client: c.client,
             flow: c.flow,
