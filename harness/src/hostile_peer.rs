@@ -382,8 +382,19 @@ impl HostilePeer {
             .link
             .as_ref()
             .ok_or_else(|| anyhow!("no link address yet"))?;
-        sendto(self.sock.as_raw_fd(), frame, link, MsgFlags::empty()).context("AF_PACKET send")?;
-        Ok(())
+        // A flood can fill the device's queue for a moment (ENOBUFS): the frame is sent again
+        // after a short pause, a bounded number of times, as a real sender's queue would wait.
+        let mut tries = 0;
+        loop {
+            match sendto(self.sock.as_raw_fd(), frame, link, MsgFlags::empty()) {
+                Ok(_) => return Ok(()),
+                Err(nix::errno::Errno::ENOBUFS) if tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+                Err(e) => return Err(e).context("AF_PACKET send"),
+            }
+        }
     }
 
     /// Sends `payload` in order at SND.NXT and advances SND.NXT.
