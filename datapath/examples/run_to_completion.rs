@@ -139,7 +139,7 @@ fn ping_pong(a: &Args, driver: &mut QueueDriver) -> Result<(), Failure> {
     // The hand-over is answered by the queue's worker: it is turned meanwhile.
     let (to, private_data) = (a.connect, ad.emit().to_vec());
     let socket = a.socket.clone();
-    let outcome = drive_while(driver, move || -> Result<InitiatorOutcome, Failure> {
+    let outcome = driver.poll_while(move || -> Result<InitiatorOutcome, Failure> {
         let mut dpc = DatapathClient::connect(&socket, WAIT)?;
         let placement = Placement {
             pd: Some(PD),
@@ -235,22 +235,4 @@ fn ping_pong(a: &Args, driver: &mut QueueDriver) -> Result<(), Failure> {
         half_us(0.99)
     );
     Ok(())
-}
-
-/// Runs `work` on another thread while this one turns the queue (which `work` needs).
-fn drive_while<T: Send>(
-    driver: &mut QueueDriver,
-    work: impl FnOnce() -> T + Send,
-) -> Result<T, Failure> {
-    let deadline = Instant::now() + 3 * WAIT;
-    std::thread::scope(|s| {
-        let h = s.spawn(work);
-        while !h.is_finished() {
-            driver.poll()?;
-            if Instant::now() > deadline {
-                return Err("the connection setup did not end".into());
-            }
-        }
-        h.join().map_err(|_| "the setup thread panicked".into())
-    })
 }

@@ -319,23 +319,16 @@ fn datapath_pingpong(
     Ok(smp)
 }
 
-/// Runs `work`; with a driver (`rtc` mode), on another thread while this one turns the
-/// queue, which `work` needs served (a hand-over, the flow's end).
+/// Runs `work`; with a driver (`rtc` mode), while this thread turns the queue, which `work`
+/// needs served (a hand-over, the flow's end).
 fn drive_while<T: Send>(
     driver: Option<&mut QueueDriver>,
     work: impl FnOnce() -> T + Send,
 ) -> Result<T> {
-    let Some(driver) = driver else {
-        return Ok(work());
-    };
-    std::thread::scope(|s| {
-        let h = s.spawn(work);
-        while !h.is_finished() {
-            driver.poll()?;
-        }
-        h.join()
-            .map_err(|_| anyhow!("a thread the queue served panicked"))
-    })
+    match driver {
+        Some(d) => Ok(d.poll_while(work)?),
+        None => Ok(work()),
+    }
 }
 
 /// Runs the ping-pong: every size, both sides, `rounds` times, alternating.

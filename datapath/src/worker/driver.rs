@@ -33,6 +33,12 @@ pub enum DriveError {
     /// A post was refused (nothing of it was queued).
     #[error(transparent)]
     Post(#[from] WorkerError),
+    /// The work [`QueueDriver::poll_while`] ran beside the queue panicked.
+    #[error("the work run while queue {queue} was turned panicked")]
+    WorkPanicked {
+        /// The queue.
+        queue: u32,
+    },
 }
 
 /// One queue's worker, turned by the application's thread
@@ -105,6 +111,27 @@ impl<R: FrameRing> QueueDriver<R> {
                 detail: e.to_string(),
             }),
         }
+    }
+}
+
+impl<R: FrameRing + Send> QueueDriver<R> {
+    /// Runs `work` on another thread while this one turns the queue, and returns its result:
+    /// for what needs the queue served while it waits — a hand-over (`mpa-control`'s, or the
+    /// application's own setup), the exchange that closes a connection. `work` must bound its
+    /// own waits: the call returns when it does (after turning the queue until then), or
+    /// when the queue fails, once `work` has ended.
+    pub fn poll_while<T: Send>(
+        &mut self,
+        work: impl FnOnce() -> T + Send,
+    ) -> Result<T, DriveError> {
+        let queue = self.queue();
+        std::thread::scope(|s| {
+            let h = s.spawn(work);
+            while !h.is_finished() {
+                self.poll()?;
+            }
+            h.join().map_err(|_| DriveError::WorkPanicked { queue })
+        })
     }
 }
 
