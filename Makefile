@@ -5,12 +5,14 @@ FUZZ_SECONDS ?= 30
 FUZZ_TARGETS := startup decoder locator ddp flow sender control
 
 # Debian packages: to build (clang, llvm, libelf-dev, zlib1g-dev, m4, pkg-config) and to run
-# the namespace tests and tools (iproute2, ethtool, nftables, bpftool, tcpdump, tshark), and the
+# the namespace tests and tools (iproute2, ethtool, nftables, bpftool, tcpdump, tshark), to check
+# the install tree (systemd for systemd-analyze, man-db for man), and the
 # font the bench's plots are drawn with (fonts-dejavu-core), and python3 for tools/dev/.
 DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev m4 pkg-config iproute2 ethtool nftables \
-	bpftool tcpdump tshark fonts-dejavu-core python3
+	bpftool tcpdump tshark fonts-dejavu-core python3 systemd man-db
 
-.PHONY: all deps build test demo compare hostile fuzz bench bench-quick microbench soak clean
+.PHONY: all deps build test demo compare hostile fuzz bench bench-quick microbench soak clean \
+	install deb check-install
 
 all: build
 
@@ -60,6 +62,7 @@ test:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --quiet
 	python3 tools/dev/check-layout
 	MPA_REQUIRE_PRIVILEGED=1 $(CARGO) test --workspace
+	$(MAKE) check-install
 
 # Each fuzz target for FUZZ_SECONDS. Uses the nightly toolchain when present, else stable
 # with RUSTC_BOOTSTRAP and no sanitizer.
@@ -95,6 +98,58 @@ soak: deps build
 microbench:
 	$(CARGO) bench -p mpa
 	$(CARGO) bench -p mpa-stack
+
+# Installs the programs, systemd units, sample configurations (kept when present), man pages,
+# shell completions and licences under $(DESTDIR)$(PREFIX) (docs/operations.md).
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR ?= $(PREFIX)/bin
+SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+UNITDIR ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/systemd/system,$(PREFIX)/lib/systemd/system)
+MANDIR ?= $(PREFIX)/share/man
+DATADIR ?= $(PREFIX)/share
+DOCDIR ?= $(DATADIR)/doc/mpa-xdp
+PROGRAMS := mpa-datapath mpa-control mpa-peer mpa-bench
+DAEMONS := mpa-datapath mpa-control
+RELEASE := target/release
+install: build
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/mpa-xdp \
+		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(DOCDIR) \
+		$(DESTDIR)$(DATADIR)/bash-completion/completions \
+		$(DESTDIR)$(DATADIR)/zsh/vendor-completions $(DESTDIR)$(DATADIR)/fish/vendor_completions.d
+	install -m 755 $(addprefix $(RELEASE)/,$(PROGRAMS)) $(DESTDIR)$(BINDIR)/
+	for u in packaging/systemd/*.service.in; do \
+		sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' $$u \
+			> $(DESTDIR)$(UNITDIR)/$$(basename $$u .in) && chmod 644 $(DESTDIR)$(UNITDIR)/$$(basename $$u .in); \
+	done
+	for c in packaging/config/*.toml; do \
+		t=$(DESTDIR)$(SYSCONFDIR)/mpa-xdp/$$(basename $$c); \
+		if [ -e $$t ]; then echo "install: $$t kept"; else install -m 644 $$c $$t; fi; \
+	done
+	set -e; tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	for p in $(PROGRAMS); do \
+		sec=1; case " $(DAEMONS) " in *" $$p "*) sec=8;; esac; \
+		$(RELEASE)/$$p --generate man $(DESTDIR)$(MANDIR)/man$$sec; \
+		$(RELEASE)/$$p --generate bash $$tmp; \
+		install -m 644 $$tmp/$$p.bash $(DESTDIR)$(DATADIR)/bash-completion/completions/$$p; \
+		$(RELEASE)/$$p --generate zsh $(DESTDIR)$(DATADIR)/zsh/vendor-completions; \
+		$(RELEASE)/$$p --generate fish $(DESTDIR)$(DATADIR)/fish/vendor_completions.d; \
+	done
+	install -m 644 README.md LICENSE-MIT LICENSE-APACHE packaging/copyright $(DESTDIR)$(DOCDIR)/
+
+# A Debian package of the same tree (cargo-deb; `cargo install cargo-deb` once), in
+# target/debian/.
+DEB_ROOT := target/deb-root
+deb: build
+	@command -v cargo-deb >/dev/null || $(CARGO) install cargo-deb --locked
+	rm -rf $(DEB_ROOT)
+	$(MAKE) install DESTDIR=$(CURDIR)/$(DEB_ROOT) PREFIX=/usr
+	$(CARGO) deb -p mpa-datapath --no-build --no-strip
+
+# The install tree and the package checked: every file there, units verified by
+# systemd-analyze, every man page rendered by man, the package listing equal to the tree.
+check-install: build
+	python3 tools/dev/check-install
 
 clean:
 	$(CARGO) clean

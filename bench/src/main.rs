@@ -74,6 +74,9 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
+    if let Some(code) = mpa_ops::generate::if_asked(<Cli as clap::CommandFactory>::command, "1") {
+        return code;
+    }
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(

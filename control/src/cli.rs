@@ -6,6 +6,7 @@ use mpa::startup::RtrType;
 use mpa_control::config::{Config, DEFAULT_SOCKET};
 use mpa_control::datapath_client::DatapathClient;
 use mpa_ctl_proto::capture::{DEFAULT_MAX_BYTES, DEFAULT_SNAPLEN};
+use mpa_ops::logs::LogFormat;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -25,20 +26,17 @@ pub(crate) struct Cli {
     pub(crate) cmd: Cmd,
 }
 
-/// `--log-format`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum LogFormat {
-    Text,
-    Json,
-}
-
 #[derive(Subcommand)]
 pub(crate) enum Cmd {
     /// Accept MPA connections on the configured listeners and hand them to the datapath.
     Serve {
-        /// TOML configuration file.
+        /// TOML configuration file (docs/operations.md has a commented example).
         #[arg(long)]
         config: PathBuf,
+        /// Serve metrics for Prometheus (OpenMetrics text) at http://ADDR/metrics (overrides
+        /// the file's `metrics`; port 0: any free port, logged).
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<SocketAddr>,
     },
     /// List the datapath's live flows.
     Flows {

@@ -5,6 +5,7 @@
 //! startup_timeout_ms = 10000                    # each wait of the startup phase
 //! max_connections = 1024                        # in setup + handed over, all listeners
 //! max_connections_per_source = 256              # of those, from one peer address
+//! metrics = "127.0.0.1:9465"                    # OpenMetrics at http://ADDR/metrics
 //!
 //! [[listener]]
 //! bind = "10.0.0.2:7777"
@@ -92,6 +93,8 @@ pub struct Config {
     pub max_connections_per_source: usize,
     /// At least one.
     pub listeners: Vec<ListenerConfig>,
+    /// Where to serve metrics (`--metrics` overrides).
+    pub metrics: Option<SocketAddr>,
 }
 
 /// One listening address and its policy.
@@ -120,6 +123,7 @@ struct RawConfig {
     startup_timeout_ms: Option<u64>,
     max_connections: Option<usize>,
     max_connections_per_source: Option<usize>,
+    metrics: Option<SocketAddr>,
     #[serde(default)]
     listener: Vec<RawListener>,
 }
@@ -215,6 +219,7 @@ impl Config {
             max_connections,
             max_connections_per_source,
             listeners,
+            metrics: raw.metrics,
         })
     }
 }
@@ -409,6 +414,15 @@ mod tests {
 
     fn err(text: &str) -> String {
         Config::parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn sample_config_installed_under_etc_is_valid() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/config/control.toml");
+        let c = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.datapath_socket, Path::new("/run/mpa-xdp/eth0.sock"));
+        assert_eq!(c.metrics, Some("127.0.0.1:9465".parse().unwrap()));
+        assert_eq!(c.listeners.len(), 1);
     }
 
     #[test]

@@ -7,24 +7,18 @@
 mod cli;
 mod commands;
 
-use clap::Parser;
-use cli::{Cli, Cmd, LogFormat};
-use std::io::IsTerminal;
+use clap::{CommandFactory, Parser};
+use cli::{Cli, Cmd};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(filter);
-    match cli.log_format {
-        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
-        LogFormat::Json => logs.json().init(),
+    if let Some(code) = mpa_ops::generate::if_asked(Cli::command, "8") {
+        return code;
     }
+    let cli = Cli::parse();
+    mpa_ops::logs::init(cli.log_format, "info");
     let r = match cli.cmd {
-        Cmd::Serve { config } => commands::serve(&config),
+        Cmd::Serve { config, metrics } => commands::serve(&config, metrics),
         Cmd::Flows { target, json } => commands::flows(&target, json),
         Cmd::Stats { target, json } => commands::stats(&target, json),
         Cmd::Connect(a) => commands::connect(&a),

@@ -410,6 +410,73 @@ pub struct DatapathStats {
     /// The datapath's memory budget (docs/limits.md).
     #[serde(default)]
     pub memory: MemoryStats,
+    /// Every flow that ended since the datapath started, by how it ended.
+    #[serde(default)]
+    pub ended: EndedCounts,
+}
+
+/// Flows that ended since the datapath started, by how: closed without an error, with an
+/// MPA error (RFC 5044 §8), with a Terminate (RFC 5040 §7: layer, error type, error code,
+/// and who sent it). Counted as each flow ends, so they only grow.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndedCounts {
+    /// Ended with neither an MPA error nor a Terminate (FIN, reset, close requested,
+    /// timeout).
+    pub without_error: u64,
+    /// Ended with an MPA error and no Terminate, by MPA error code.
+    pub mpa_errors: Vec<CodeCount>,
+    /// Ended with a Terminate, by its kind; at most [`EndedCounts::MAX_KINDS`] kinds (a
+    /// hostile peer chooses the codes of the Terminates it sends).
+    pub terminates: Vec<TerminateCount>,
+    /// Terminates of kinds beyond [`EndedCounts::MAX_KINDS`].
+    pub terminates_other: u64,
+}
+
+/// Flows that ended with one MPA error code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CodeCount {
+    /// The code.
+    pub code: u8,
+    /// Flows.
+    pub count: u64,
+}
+
+/// Flows that ended with one kind of Terminate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TerminateCount {
+    /// Layer, error type, error code, and whether we sent it.
+    #[serde(flatten)]
+    pub kind: TerminateInfo,
+    /// Flows.
+    pub count: u64,
+}
+
+impl EndedCounts {
+    /// Distinct Terminate kinds kept apart.
+    pub const MAX_KINDS: usize = 64;
+
+    /// Counts one ended flow.
+    pub fn count(&mut self, mpa_error: Option<u8>, terminate: Option<TerminateInfo>) {
+        match (mpa_error, terminate) {
+            (_, Some(kind)) => {
+                if let Some(t) = self.terminates.iter_mut().find(|t| t.kind == kind) {
+                    t.count += 1;
+                } else if self.terminates.len() < Self::MAX_KINDS {
+                    self.terminates.push(TerminateCount { kind, count: 1 });
+                } else {
+                    self.terminates_other += 1;
+                }
+            }
+            (Some(code), None) => {
+                if let Some(c) = self.mpa_errors.iter_mut().find(|c| c.code == code) {
+                    c.count += 1;
+                } else {
+                    self.mpa_errors.push(CodeCount { code, count: 1 });
+                }
+            }
+            (None, None) => self.without_error += 1,
+        }
+    }
 }
 
 /// The datapath's memory budget: out-of-order octets held, flows' fixed state, completion

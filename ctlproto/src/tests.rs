@@ -199,6 +199,11 @@ fn round_trip_every_message() {
                 ended_flows: vec![],
                 capture: None,
                 xdp_detached: true,
+                ended: {
+                    let mut e = crate::stats::EndedCounts::default();
+                    e.count(Some(2), None);
+                    e
+                },
                 memory: crate::stats::MemoryStats {
                     limit: 1 << 30,
                     used: 3 << 20,

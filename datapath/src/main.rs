@@ -1,23 +1,17 @@
 //! `mpa-datapath`: the AF_XDP MPA data path for one interface.
 #![forbid(unsafe_code)]
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use mpa_bpf::AttachMode;
 use mpa_datapath::io::xsk::{BindMode, BusyPoll, XskConfig};
 use mpa_datapath::server::{Datapath, DatapathConfig};
+use mpa_ops::logs::LogFormat;
 use mpa_stack::tcp::TcpConfig;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// `--log-format`.
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
 
 /// `--zero-copy`.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -38,6 +32,18 @@ struct Args {
     /// Interface to serve.
     #[arg(long)]
     iface: String,
+    /// TOML file of options: each key a long option of this command (`queues = 2`,
+    /// `zero_copy = "auto"`, `pin_cpus = true`); options on the command line win.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Serve metrics for Prometheus (OpenMetrics text) at http://ADDR/metrics, e.g.
+    /// `127.0.0.1:9464` (port 0: any free port, logged). docs/operations.md lists them.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
+    /// With --metrics: also a set of metrics per live flow (one label set per flow; for
+    /// small numbers of flows).
+    #[arg(long, requires = "metrics")]
+    metrics_flows: bool,
     /// Log lines on stderr as text (coloured only on a terminal) or as one JSON object per
     /// line (for journald and log collectors).
     #[arg(long, value_enum, default_value = "text")]
@@ -144,18 +150,18 @@ fn tcp_config(a: &Args) -> TcpConfig {
 const EXIT_WORKER_FAILED: u8 = 70;
 
 fn main() -> ExitCode {
-    let a = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(filter);
-    match a.log_format {
-        LogFormat::Text => logs
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
-        LogFormat::Json => logs.json().init(),
+    if let Some(code) = mpa_ops::generate::if_asked(Args::command, "8") {
+        return code;
     }
+    let argv = std::env::args_os().collect();
+    let a = match mpa_ops::options_file::expand(&Args::command(), "config", argv) {
+        Ok(argv) => Args::parse_from(argv),
+        Err(e) => {
+            eprintln!("mpa-datapath: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    mpa_ops::logs::init(a.log_format, "info");
     let xdp_mode = match a.xdp_mode.as_str() {
         "native" | "driver" => AttachMode::Driver,
         "generic" => AttachMode::Generic,
@@ -179,6 +185,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let tcp = tcp_config(&a);
+    let (iface, socket) = (a.iface.clone(), a.socket.clone());
     let cfg = DatapathConfig {
         iface: a.iface,
         queues: a.queues,
@@ -230,11 +237,34 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    // Tests and scripts wait for this line.
+    let _metrics = match a.metrics {
+        None => None,
+        Some(addr) => {
+            let (per_flow, socket, iface) = (a.metrics_flows, socket.clone(), iface.clone());
+            let render = move || mpa_ops::metrics::datapath::scrape(&socket, &iface, per_flow);
+            match mpa_ops::metrics::Endpoint::start(addr, render) {
+                Ok(ep) => {
+                    tracing::info!(addr = %ep.local_addr(), "metrics at http://{}/metrics", ep.local_addr());
+                    Some(ep)
+                }
+                Err(e) => {
+                    eprintln!("mpa-datapath: --metrics {addr}: {e}");
+                    dp.stop();
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    };
+    // Tests and scripts wait for this line; a `Type=notify` unit for the notification.
     eprintln!("mpa-datapath: ready");
+    mpa_ops::readiness::ready(&format!(
+        "serving {iface}, control socket {}",
+        socket.display()
+    ));
     while !stop.load(Ordering::Relaxed) && dp.failure().is_none() {
         std::thread::sleep(Duration::from_millis(50));
     }
+    mpa_ops::readiness::stopping();
     let failure = dp.failure();
     dp.stop();
     match failure {

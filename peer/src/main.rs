@@ -318,6 +318,9 @@ fn config(c: &Common, private_data: Vec<u8>, default_rev: u8) -> anyhow::Result<
 }
 
 fn main() -> ExitCode {
+    if let Some(code) = mpa_ops::generate::if_asked(<Cli as clap::CommandFactory>::command, "1") {
+        return code;
+    }
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())

@@ -258,6 +258,7 @@ impl Datapath {
             next_flow: 1,
             adopted: HashMap::new(),
             finished: std::collections::VecDeque::new(),
+            ended: Default::default(),
             registry: Registry::new(cfg.max_region_bytes),
             stop: stop.clone(),
             capture: None,
@@ -473,6 +474,8 @@ struct Server {
     adopted: HashMap<u64, Adopted>,
     /// Final counters of the most recent ended flows (bounded).
     finished: std::collections::VecDeque<mpa_ctl_proto::stats::FlowReport>,
+    /// Every ended flow, by how it ended.
+    ended: mpa_ctl_proto::stats::EndedCounts,
     registry: Registry,
     stop: Arc<AtomicBool>,
     /// The packet capture running, if any (one at a time).

@@ -46,11 +46,13 @@ impl Server {
             } => {
                 let client = self.adopted.get(&flow_id).map(|a| a.client);
                 self.forget(flow_id);
+                let mpa_error = end.mpa_error.map(mpa::MpaErrorCode::code);
+                self.ended.count(mpa_error, end.terminate);
                 tracing::info!(flow_id, ?end, ?stats, "flow gone");
                 if let Some(c) = client {
                     let m = Message::FlowGone {
                         flow_id,
-                        mpa_error: end.mpa_error.map(mpa::MpaErrorCode::code),
+                        mpa_error,
                         terminate: end.terminate,
                         reason: end.reason,
                     };

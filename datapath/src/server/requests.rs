@@ -455,6 +455,7 @@ impl Server {
             control: self.control_stats(),
             handover: self.handover_stats(),
             memory: self.budget.report(),
+            ended: self.ended.clone(),
         });
         self.reply(client, Message::Stats { id, stats });
     }

@@ -21,11 +21,16 @@
 //! refuse new connections and reconnects every [`RETRY_EVERY`]. Exiting sends nothing: the
 //! datapath keeps serving established flows.
 
+mod admission;
+pub mod counters;
+
 use crate::config::{Config, ListenerConfig};
 use crate::datapath_client::DatapathClient;
 use crate::freeze::FrozenSocket;
 use crate::responder::{respond_and_hand_over, Outcome};
 use crate::Placement;
+use admission::{NoSlot, Shared, Slot};
+use counters::{Counters, DaemonCollector, ListenerCounts, Refusal};
 use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
 use mpa_ctl_proto::{handshake, read_message, write_message, Message, VERSION};
 use std::collections::HashMap;
@@ -70,74 +75,6 @@ pub enum DaemonError {
     Spawn(std::io::Error),
 }
 
-/// State shared by the listeners and the link.
-#[derive(Debug)]
-struct Shared {
-    /// The link holds a working datapath connection.
-    up: AtomicBool,
-    /// Connections in setup plus handed over (frozen sockets held).
-    active: AtomicUsize,
-    max: usize,
-    /// Connections taken per peer address (entries removed at zero), at most `per_source`.
-    by_source: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
-    per_source: usize,
-}
-
-/// One of `max_connections`, taken for `peer`; given back when dropped.
-#[derive(Debug)]
-struct Slot(Arc<Shared>, SocketAddr);
-
-/// Why no slot was given.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum NoSlot {
-    /// `max_connections` are taken.
-    Full,
-    /// `max_connections_per_source` are taken by the peer's address.
-    Source,
-}
-
-impl Slot {
-    fn take(shared: &Arc<Shared>, peer: SocketAddr) -> Result<Slot, NoSlot> {
-        let ip = peer.ip().to_canonical();
-        // The global limit first: when every slot is taken, that is the reason.
-        if shared.active.fetch_add(1, Ordering::AcqRel) >= shared.max {
-            shared.active.fetch_sub(1, Ordering::AcqRel);
-            return Err(NoSlot::Full);
-        }
-        let mut by = shared.by_source.lock().unwrap_or_else(|e| e.into_inner());
-        let n = by.entry(ip).or_insert(0);
-        if *n >= shared.per_source {
-            if *n == 0 {
-                by.remove(&ip);
-            }
-            drop(by);
-            shared.active.fetch_sub(1, Ordering::AcqRel);
-            return Err(NoSlot::Source);
-        }
-        *n += 1;
-        Ok(Slot(shared.clone(), peer))
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        {
-            let mut by = self.0.by_source.lock().unwrap_or_else(|e| e.into_inner());
-            let ip = self.1.ip().to_canonical();
-            if let Some(n) = by.get_mut(&ip) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    by.remove(&ip);
-                }
-            }
-        }
-        let before = self.0.active.fetch_sub(1, Ordering::AcqRel);
-        // The moment the slot is free again (what a client waiting for room can wait for;
-        // the setup's own outcome is logged before its thread lets go of the slot).
-        tracing::debug!(peer = %self.1, active = before.saturating_sub(1), "slot given back");
-    }
-}
-
 /// A handed-over connection: its frozen kernel socket, kept until the flow is gone.
 #[derive(Debug)]
 struct Held {
@@ -177,6 +114,7 @@ enum DpEvent {
 pub struct Daemon {
     /// The listeners' addresses, in configuration order.
     pub bound: Vec<SocketAddr>,
+    shared: Arc<Shared>,
     _threads: Vec<JoinHandle<()>>,
 }
 
@@ -192,12 +130,20 @@ impl Daemon {
             })?;
             listeners.push((sock, Arc::new(l.clone())));
         }
+        let counters = Counters {
+            listeners: listeners
+                .iter()
+                .map(|(_, l)| (l.bind, Default::default()))
+                .collect(),
+            ..Default::default()
+        };
         let shared = Arc::new(Shared {
             up: AtomicBool::new(false),
             active: AtomicUsize::new(0),
             max: cfg.max_connections,
             by_source: Default::default(),
             per_source: cfg.max_connections_per_source,
+            counters,
         });
         let (link_tx, link_rx) = unbounded();
         let mut link = Link::new(cfg.datapath_socket.clone(), shared.clone());
@@ -213,21 +159,28 @@ impl Daemon {
             .spawn(move || link.run(link_rx))
             .map_err(DaemonError::Spawn)?];
         let mut bound = Vec::new();
-        for (sock, lc) in listeners {
+        for (i, (sock, lc)) in listeners.into_iter().enumerate() {
             let (shared, link_tx) = (shared.clone(), link_tx.clone());
+            let counts = shared.counters.listeners[i].1.clone();
             bound.push(lc.bind);
             tracing::info!(bind = %lc.bind, "{LISTENING}");
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("mpa-listen-{}", lc.bind))
-                    .spawn(move || accept_loop(sock, lc, shared, link_tx))
+                    .spawn(move || accept_loop(sock, lc, shared, counts, link_tx))
                     .map_err(DaemonError::Spawn)?,
             );
         }
         Ok(Daemon {
             bound,
+            shared,
             _threads: threads,
         })
+    }
+
+    /// What the listeners and setups did so far, for a metrics scrape.
+    pub fn collector(&self) -> DaemonCollector {
+        DaemonCollector(self.shared.clone())
     }
 }
 
@@ -235,6 +188,7 @@ fn accept_loop(
     listener: TcpListener,
     lc: Arc<ListenerConfig>,
     shared: Arc<Shared>,
+    counts: Arc<ListenerCounts>,
     link: Sender<LinkMsg>,
 ) {
     loop {
@@ -247,7 +201,9 @@ fn accept_loop(
                 continue;
             }
         };
+        counts.accepted();
         if !shared.up.load(Ordering::Acquire) {
+            counts.refused(Refusal::DatapathUnavailable);
             tracing::info!(%peer, bind = %lc.bind, "refused: {UNAVAILABLE}");
             refuse(sock);
             continue;
@@ -255,11 +211,13 @@ fn accept_loop(
         let slot = match Slot::take(&shared, peer) {
             Ok(s) => s,
             Err(NoSlot::Full) => {
+                counts.refused(Refusal::MaxConnections);
                 tracing::warn!(%peer, bind = %lc.bind, max = shared.max, "refused: max_connections reached");
                 refuse(sock);
                 continue;
             }
             Err(NoSlot::Source) => {
+                counts.refused(Refusal::MaxConnectionsPerSource);
                 tracing::warn!(%peer, bind = %lc.bind, max = shared.per_source,
                     "refused: max_connections_per_source reached for this address");
                 refuse(sock);
@@ -267,11 +225,12 @@ fn accept_loop(
             }
         };
         tracing::debug!(%peer, bind = %lc.bind, active = shared.active.load(Ordering::Acquire), "accepted: setup started");
-        let (lc, link) = (lc.clone(), link.clone());
+        let (lc, link, c) = (lc.clone(), link.clone(), counts.clone());
         let spawned = std::thread::Builder::new()
             .name("mpa-setup".into())
-            .spawn(move || setup(sock, peer, &lc, link, slot));
+            .spawn(move || setup(sock, peer, &lc, &c, link, slot));
         if let Err(e) = spawned {
+            counts.refused(Refusal::NoThread);
             tracing::warn!(%peer, %e, "refused: cannot start a setup thread");
         }
     }
@@ -331,12 +290,16 @@ fn setup(
     sock: TcpStream,
     peer: SocketAddr,
     lc: &ListenerConfig,
+    counts: &ListenerCounts,
     link: Sender<LinkMsg>,
     slot: Slot,
 ) {
     let (ours, theirs) = match UnixStream::pair() {
         Ok(p) => p,
-        Err(e) => return tracing::warn!(%peer, %e, "setup: socket pair"),
+        Err(e) => {
+            counts.failed_as("resources");
+            return tracing::warn!(%peer, %e, "setup: socket pair");
+        }
     };
     let epoch = Arc::new(AtomicU64::new(0));
     let relay = {
@@ -346,7 +309,10 @@ fn setup(
             .spawn(move || relay(theirs, link, epoch))
         {
             Ok(h) => h,
-            Err(e) => return tracing::warn!(%peer, %e, "setup: cannot start a relay thread"),
+            Err(e) => {
+                counts.failed_as("resources");
+                return tracing::warn!(%peer, %e, "setup: cannot start a relay thread");
+            }
         }
     };
     let bind = lc.bind;
@@ -357,6 +323,7 @@ fn setup(
                 Ok(pd) => pd,
                 Err(e) => {
                     // Closing without a Reply: the Initiator's startup fails at once.
+                    counts.refused(Refusal::NoAdvertisement);
                     tracing::warn!(%peer, %bind, "refused: {e}");
                     return;
                 }
@@ -376,6 +343,7 @@ fn setup(
                     frozen,
                     negotiated: n,
                 }) => {
+                    counts.handed_over();
                     tracing::info!(
                         flow_id,
                         %peer,
@@ -399,14 +367,21 @@ fn setup(
                     });
                 }
                 Ok(Outcome::Rejected { reason }) => {
+                    counts.rejected();
                     let reason = String::from_utf8_lossy(&reason);
                     tracing::info!(%peer, %bind, %reason, "rejected by policy");
                 }
-                Err(e) => tracing::warn!(%peer, %bind, %e, "setup failed"),
+                Err(e) => {
+                    counts.failed(&e);
+                    tracing::warn!(%peer, %bind, %e, "setup failed");
+                }
             }
             // Closing our end ends the relay, which then reports the setup done.
         }
-        Err(e) => tracing::warn!(%peer, %bind, %e, "setup: relay handshake"),
+        Err(e) => {
+            counts.failed_as("datapath");
+            tracing::warn!(%peer, %bind, %e, "setup: relay handshake");
+        }
     }
     let _ = relay.join();
 }
@@ -673,6 +648,10 @@ impl Link {
 
     fn log_outage(&mut self, why: &str, closed: usize) {
         self.outage_logged = true;
+        self.shared
+            .counters
+            .datapath_lost
+            .fetch_add(1, Ordering::Relaxed);
         tracing::error!(
             "{UNAVAILABLE} ({}: {why}): closed {closed} handed-over connection(s); refusing MPA \
              connections, retrying every {} s",

@@ -1,0 +1,99 @@
+//! Metrics for Prometheus and other OpenMetrics scrapers (docs/operations.md, "Metrics"):
+//! [`Endpoint`] answers `GET /metrics` with what a render function returns, encoded by the
+//! `prometheus-client` crate; [`datapath`] turns the datapath's statistics document into
+//! metric families; [`Families`] is how a program writes its own.
+
+pub mod datapath;
+mod endpoint;
+
+pub use endpoint::{Endpoint, CONTENT_TYPE};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::{Registry, Unit};
+
+/// One label set: names and values.
+pub type Labels = Vec<(&'static str, String)>;
+
+/// Writes metric families into one scrape.
+pub struct Families<'a, 'b> {
+    encoder: &'a mut DescriptorEncoder<'b>,
+}
+
+impl<'a, 'b> Families<'a, 'b> {
+    /// Over the encoder a [`Collector`] is given.
+    pub fn new(encoder: &'a mut DescriptorEncoder<'b>) -> Self {
+        Families { encoder }
+    }
+
+    /// A counter family (the encoder adds `_total`, and the unit's suffix before it).
+    pub fn counter<V>(
+        &mut self,
+        name: &str,
+        help: &str,
+        unit: Option<Unit>,
+        samples: impl IntoIterator<Item = (Labels, V)>,
+    ) -> std::fmt::Result
+    where
+        V: prometheus_client::encoding::EncodeCounterValue,
+    {
+        // A family with no sample is left out: it says nothing, and some parsers take
+        // the next family's lines for its own.
+        let mut samples = samples.into_iter().peekable();
+        if samples.peek().is_none() {
+            return Ok(());
+        }
+        let probe = ConstCounter::new(0u64);
+        let mut family =
+            self.encoder
+                .encode_descriptor(name, help, unit.as_ref(), probe.metric_type())?;
+        for (labels, v) in samples {
+            ConstCounter::new(v).encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+
+    /// A gauge family.
+    pub fn gauge<V>(
+        &mut self,
+        name: &str,
+        help: &str,
+        unit: Option<Unit>,
+        samples: impl IntoIterator<Item = (Labels, V)>,
+    ) -> std::fmt::Result
+    where
+        V: prometheus_client::encoding::EncodeGaugeValue,
+    {
+        // A family with no sample is left out: it says nothing, and some parsers take
+        // the next family's lines for its own.
+        let mut samples = samples.into_iter().peekable();
+        if samples.peek().is_none() {
+            return Ok(());
+        }
+        let probe = ConstGauge::new(0i64);
+        let mut family =
+            self.encoder
+                .encode_descriptor(name, help, unit.as_ref(), probe.metric_type())?;
+        for (labels, v) in samples {
+            ConstGauge::new(v).encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+/// The OpenMetrics text of one collector (a registry made for the scrape: the collector
+/// holds a snapshot, so every family in one scrape is from the same moment).
+pub fn encode(collector: impl Collector) -> Result<String, std::fmt::Error> {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(collector));
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &registry)?;
+    Ok(out)
+}
+
+/// A label set of one label.
+pub fn label(name: &'static str, value: impl ToString) -> Labels {
+    vec![(name, value.to_string())]
+}
