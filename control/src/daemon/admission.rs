@@ -2,7 +2,6 @@
 //! `max_connections_per_source`, the datapath reachable), and the slot it holds until its
 //! frozen socket is closed.
 
-use super::counters::Counters;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -18,8 +17,6 @@ pub(super) struct Shared {
     /// Connections taken per peer address (entries removed at zero), at most `per_source`.
     pub(super) by_source: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
     pub(super) per_source: usize,
-    /// What the listeners and setups did (the metrics).
-    pub(super) counters: Counters,
 }
 
 /// One of `max_connections`, taken for `peer`; given back when dropped.

@@ -118,12 +118,11 @@ pub(crate) struct Counters {
 
 /// A scrape of the daemon: reads the counters as it encodes them.
 #[derive(Debug)]
-pub struct DaemonCollector(pub(super) Arc<Shared>);
+pub struct DaemonCollector(pub(super) Arc<Shared>, pub(super) Arc<Counters>);
 
 impl Collector for DaemonCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
-        let s = &self.0;
-        let c = &s.counters;
+        let (s, c) = (&self.0, &self.1);
         let mut f = Families::new(&mut encoder);
         let by_listener = |get: &dyn Fn(&ListenerCounts) -> u64| -> Vec<(Labels, u64)> {
             c.listeners

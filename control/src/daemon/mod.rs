@@ -115,6 +115,7 @@ pub struct Daemon {
     /// The listeners' addresses, in configuration order.
     pub bound: Vec<SocketAddr>,
     shared: Arc<Shared>,
+    counters: Arc<Counters>,
     _threads: Vec<JoinHandle<()>>,
 }
 
@@ -130,23 +131,26 @@ impl Daemon {
             })?;
             listeners.push((sock, Arc::new(l.clone())));
         }
-        let counters = Counters {
+        let counters = Arc::new(Counters {
             listeners: listeners
                 .iter()
                 .map(|(_, l)| (l.bind, Default::default()))
                 .collect(),
             ..Default::default()
-        };
+        });
         let shared = Arc::new(Shared {
             up: AtomicBool::new(false),
             active: AtomicUsize::new(0),
             max: cfg.max_connections,
             by_source: Default::default(),
             per_source: cfg.max_connections_per_source,
-            counters,
         });
         let (link_tx, link_rx) = unbounded();
-        let mut link = Link::new(cfg.datapath_socket.clone(), shared.clone());
+        let mut link = Link::new(
+            cfg.datapath_socket.clone(),
+            shared.clone(),
+            counters.clone(),
+        );
         // The listeners' ports are watched for TS.Recent from before the first accept.
         link.watch = listeners
             .iter()
@@ -161,7 +165,7 @@ impl Daemon {
         let mut bound = Vec::new();
         for (i, (sock, lc)) in listeners.into_iter().enumerate() {
             let (shared, link_tx) = (shared.clone(), link_tx.clone());
-            let counts = shared.counters.listeners[i].1.clone();
+            let counts = counters.listeners[i].1.clone();
             bound.push(lc.bind);
             tracing::info!(bind = %lc.bind, "{LISTENING}");
             threads.push(
@@ -174,13 +178,14 @@ impl Daemon {
         Ok(Daemon {
             bound,
             shared,
+            counters,
             _threads: threads,
         })
     }
 
     /// What the listeners and setups did so far, for a metrics scrape.
     pub fn collector(&self) -> DaemonCollector {
-        DaemonCollector(self.shared.clone())
+        DaemonCollector(self.shared.clone(), self.counters.clone())
     }
 }
 
@@ -499,14 +504,17 @@ struct Link {
     /// last TSval before each hand-over is recorded (docs/environment.md, "Why TS.Recent
     /// must be inherited").
     watch: Vec<u16>,
+    /// Counts the outages.
+    counters: Arc<Counters>,
 }
 
 impl Link {
-    fn new(socket: PathBuf, shared: Arc<Shared>) -> Link {
+    fn new(socket: PathBuf, shared: Arc<Shared>, counters: Arc<Counters>) -> Link {
         let (dp_tx, dp_rx) = unbounded();
         Link {
             socket,
             shared,
+            counters,
             conn: None,
             epoch: 0,
             dp_tx,
@@ -648,10 +656,7 @@ impl Link {
 
     fn log_outage(&mut self, why: &str, closed: usize) {
         self.outage_logged = true;
-        self.shared
-            .counters
-            .datapath_lost
-            .fetch_add(1, Ordering::Relaxed);
+        self.counters.datapath_lost.fetch_add(1, Ordering::Relaxed);
         tracing::error!(
             "{UNAVAILABLE} ({}: {why}): closed {closed} handed-over connection(s); refusing MPA \
              connections, retrying every {} s",
