@@ -135,6 +135,7 @@ install: build
 		$(RELEASE)/$$p --generate zsh $(DESTDIR)$(DATADIR)/zsh/vendor-completions; \
 		$(RELEASE)/$$p --generate fish $(DESTDIR)$(DATADIR)/fish/vendor_completions.d; \
 	done
+	gzip -9nf $(DESTDIR)$(MANDIR)/man1/mpa-*.1 $(DESTDIR)$(MANDIR)/man8/mpa-*.8
 	install -m 644 README.md LICENSE-MIT LICENSE-APACHE packaging/copyright $(DESTDIR)$(DOCDIR)/
 
 # A Debian package of the same tree (cargo-deb; `cargo install cargo-deb` once), in
