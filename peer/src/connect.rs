@@ -3,6 +3,7 @@
 //! ([`crate::read`]) and ping-pong ([`crate::pingpong`]) modes, closes and prints its report.
 
 use super::*;
+use crate::interval::{self, Meter};
 
 /// Octets of the send timestamp at the start of a `--timestamps` payload.
 const STAMP_LEN: usize = 8;
@@ -153,6 +154,15 @@ pub(crate) fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
     if a.op == Op::Read && (a.timestamps || a.rate.is_some()) {
         usage!("--timestamps and --rate pace and stamp what connect sends; --op read sends none");
     }
+    if matches!(a.op, Op::Read | Op::Pingpong) && (a.duration.is_some() || a.interval.is_some()) {
+        usage!(
+            "--duration and --interval time a stream of Writes or Sends; --op {} runs --count \
+             requests",
+            a.op.name()
+        );
+    }
+    // Without --count, --duration ends the stream (clap requires one of them).
+    let count = a.count.unwrap_or(u64::MAX);
     let rate = a.rate.unwrap_or(if a.timestamps { 10_000 } else { 0 });
     let t0 = Instant::now();
     let sock = TcpStream::connect_timeout(&a.to, Duration::from_secs(a.common.timeout))
@@ -186,6 +196,8 @@ pub(crate) fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
     let mut transfer_start: Option<Instant> = None;
     let mut reads: Option<read::Reader> = None;
     let mut pings: Option<pingpong::Pinger> = None;
+    let mut meter: Option<Meter> = None;
+    let mut sent_octets = 0u64;
     if pingpong {
         // Every wait bounded: a write that cannot go out either.
         sock.set_write_timeout(Some(Duration::from_secs(a.common.timeout)))?;
@@ -218,8 +230,7 @@ pub(crate) fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
         }
         if a.op == Op::Read {
             let reader = reads.insert(
-                read::reader_for(neg, ad.as_ref(), a.size, a.count)
-                    .map_err(ConnectError::Refused)?,
+                read::reader_for(neg, ad.as_ref(), a.size, count).map_err(ConnectError::Refused)?,
             );
             transfer_start = Some(Instant::now());
             let timeout = Duration::from_secs(a.common.timeout);
@@ -232,7 +243,7 @@ pub(crate) fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
                     neg,
                     ad.as_ref(),
                     a.size - TAGGED_HEADER_LEN,
-                    a.count,
+                    count,
                     a.warmup.unwrap_or(100),
                     a.rtt_samples.is_some(),
                 )
@@ -262,7 +273,22 @@ pub(crate) fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
         }
         let paced = Instant::now();
         transfer_start = Some(paced);
-        for n in 0..a.count {
+        let deadline = a.duration.map(|d| paced + d);
+        meter = a
+            .interval
+            .map(|every| Meter::new(a.to.to_string(), every, paced));
+        let mut n = 0u64;
+        report.messages = Some(n);
+        while n < count {
+            if deadline.is_some() || meter.is_some() {
+                let now = Instant::now();
+                if let Some(m) = meter.as_mut() {
+                    interval::print(m.tick(now, sent_octets));
+                }
+                if deadline.is_some_and(|d| now >= d) {
+                    break;
+                }
+            }
             // An absolute schedule (rate 0: none): late messages catch up rather than drift.
             if let Some(at) = n.saturating_mul(1_000_000_000).checked_div(rate) {
                 let due = paced + Duration::from_nanos(at);
@@ -310,6 +336,7 @@ pub(crate) fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
                         }
                         s.send(&ulpdu[..off + take])?;
                         digest = crc32c_append(digest, &ulpdu[..off + take]);
+                        sent_octets += (off + take) as u64;
                         at += take;
                         if last {
                             break;
@@ -324,15 +351,23 @@ pub(crate) fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
                     }
                     s.send(&ulpdu)?;
                     digest = crc32c_append(digest, &ulpdu);
+                    sent_octets += ulpdu.len() as u64;
                 }
             }
             if a.timestamps {
                 // One message per write: nothing waits in the stream's batch.
                 s.flush()?;
             }
+            n += 1;
+            report.messages = Some(n);
         }
         finish(&mut s, &mut report, a.common.timeout)
     })();
+    // The last interval ends when the peer has closed after the last message, as the
+    // transfer time does.
+    if let Some(m) = meter.as_mut() {
+        interval::print(m.finish(Instant::now(), sent_octets));
+    }
     match r {
         Ok(()) => {}
         Err(ConnectError::Mpa(e)) => {

@@ -11,6 +11,8 @@
 //!   it (`sink.rs`), with `--remote-read` a Data Source too, and with `--echo` writes every
 //!   RDMA Write back into the region the Initiator advertised (`echo.rs`).
 #![forbid(unsafe_code)]
+// Results go through `mpa_cli::outln!`: a closed stdout must end the run quietly, not panic.
+#![deny(clippy::print_stdout)]
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -30,6 +32,7 @@ use std::time::{Duration, Instant};
 
 mod connect;
 mod echo;
+mod interval;
 mod listen;
 mod pingpong;
 mod read;
@@ -97,9 +100,10 @@ struct ListenArgs {
     /// Private data for the accepting Reply (after the advertisement with --advertise).
     #[arg(long)]
     private_data: Option<String>,
-    /// Advertise a region in the accepting Reply's private data (mpa_ctl_proto::region_ad): STag
-    /// and length (decimal or 0x hex, at most 1 GiB; RDMA Writes accepted), and with
-    /// RECVSIZE > 0 Sends accepted into receive buffers of RECVSIZE octets. Each connection
+    /// Advertise a region in the accepting Reply's private data (format: docs/peer.md): STag
+    /// (decimal or 0x hex) and length (a size: 16M, 1G; 0x hex too; at most 1 GiB; RDMA
+    /// Writes accepted), and with RECVSIZE > 0 Sends accepted into receive buffers of
+    /// RECVSIZE octets (a size too). Each connection
     /// keeps a region of LEN octets in memory: RDMA Writes are checked (RFC 5041 §7.2) and
     /// placed, a violation is answered with its Terminate; Sends are only digested.
     #[arg(long, value_name = "STAG:LEN[:RECVSIZE]", value_parser = parse_advertise)]
@@ -111,8 +115,8 @@ struct ListenArgs {
     /// Responses (without it they get the RDMAP Terminate 0/1/2, access rights violation).
     #[arg(long, requires = "advertise")]
     remote_read: bool,
-    /// The region starts filled with the pattern (octet o = mpa_ctl_proto::pattern(0, o)),
-    /// for `connect --op read`; otherwise it starts zeroed.
+    /// The region starts filled with the deterministic pattern `connect` sends (message 0's
+    /// octet o at offset o), for `connect --op read`; otherwise it starts zeroed.
     #[arg(long, requires = "advertise")]
     fill_pattern: bool,
     /// Write every complete RDMA Write message back to the Initiator at once: an RDMA Write
@@ -131,6 +135,10 @@ struct ListenArgs {
         value_name = "K"
     )]
     echo_corrupt_every: u64,
+    /// Every SECONDS, a line per connection on stderr with the octets received in the
+    /// interval and their Gbit/s (as iperf3's -i).
+    #[arg(short = 'i', long, value_name = "SECONDS", value_parser = mpa_cli::seconds)]
+    interval: Option<Duration>,
     #[command(flatten)]
     common: Common,
 }
@@ -142,10 +150,10 @@ enum Op {
     Write,
     /// Untagged Sends (RDMAP opcode 3) on QN 0, MSN from 1.
     Send,
-    /// RDMA Read Requests (RDMAP opcode 1) for the advertised region (`read.rs`).
+    /// RDMA Read Requests (RDMAP opcode 1) for the advertised region.
     Read,
-    /// Write ping-pong latency against `listen --echo` (`pingpong.rs`): one RDMA Write at a
-    /// time, each awaiting its echo.
+    /// Write ping-pong latency against `listen --echo`: one RDMA Write at a time, each
+    /// awaiting its echo.
     Pingpong,
 }
 
@@ -162,17 +170,38 @@ impl Op {
 
 #[derive(Args)]
 struct ConnectArgs {
-    /// Responder address and port.
-    #[arg(long)]
+    /// Responder address and port (as iperf3's -c).
+    #[arg(short = 'c', long)]
     to: SocketAddr,
-    /// ULPDUs to send (--op pingpong: round trips measured, after the warm-up).
-    #[arg(long)]
-    count: u64,
-    /// ULPDU size in octets, DDP header included (14 octets for Writes, 18 for Sends). With
-    /// --op write and no advertisement, sizes below 14 are sent as opaque ULPDUs too short for
-    /// a DDP header, for framing tests. With --op read: the size of each RDMA Read in octets
-    /// (RDMARDSZ; its Read Response is cut into FPDUs of at most MULPDU octets).
-    #[arg(long)]
+    /// Messages to send (--op pingpong: round trips measured, after the warm-up; as
+    /// perftest's -n). Either this or --duration.
+    #[arg(
+        short = 'n',
+        long,
+        required_unless_present = "duration",
+        conflicts_with = "duration"
+    )]
+    count: Option<u64>,
+    /// Send until SECONDS have passed instead of --count messages (--op write and send; as
+    /// iperf3's -t and perftest's -D); the report says how many were sent.
+    #[arg(
+        short = 't',
+        visible_short_alias = 'D',
+        long,
+        value_name = "SECONDS",
+        value_parser = mpa_cli::seconds
+    )]
+    duration: Option<Duration>,
+    /// Every SECONDS, a line on stderr with the octets sent in the interval and their
+    /// Gbit/s (as iperf3's -i; --op write and send).
+    #[arg(short = 'i', long, value_name = "SECONDS", value_parser = mpa_cli::seconds)]
+    interval: Option<Duration>,
+    /// ULPDU size in octets, DDP header included (14 octets for Writes, 18 for Sends; a size:
+    /// 4096, 4K, 63K; as perftest's -s). With --op write and no advertisement, sizes below 14
+    /// are sent as opaque ULPDUs too short for a DDP header, for framing tests. With --op
+    /// read: the size of each RDMA Read in octets (RDMARDSZ; its Read Response is cut into
+    /// FPDUs of at most MULPDU octets).
+    #[arg(short = 's', long, value_parser = mpa_cli::size::<usize>)]
     size: usize,
     /// RDMA Writes (to the advertised region, else STag 1 with TO advancing), Sends, RDMA
     /// Reads from the advertised region (at most ORD outstanding: the negotiated one with
@@ -180,8 +209,8 @@ struct ConnectArgs {
     #[arg(long, value_enum, default_value_t = Op::Write)]
     op: Op,
     /// Aligned sending (RFC 5044 §5.1) over kernel TCP: messages are cut into DDP segments
-    /// whose FPDUs fill every MSS-sized TCP segment exactly (`mpa::encoder::exact_fill`), only
-    /// whole segments are written (a rare short one ends with MSG_EOR), so Linux starts every
+    /// whose FPDUs fill every MSS-sized TCP segment exactly (docs/peer.md), only whole
+    /// segments are written (a rare short one ends with MSG_EOR), so Linux starts every
     /// segment with an FPDU and a receiver can place segments that arrive out of order.
     #[arg(long, conflicts_with = "fpdu_per_segment")]
     aligned: bool,
@@ -261,19 +290,7 @@ impl mpa::endpoint::Transport for EorStream {
     }
 }
 
-/// A command line that cannot run (exit 2, as clap's own usage errors); found by the checks
-/// clap cannot make.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub(crate) struct Usage(pub(crate) String);
-
-/// Returns a [`Usage`] error.
-macro_rules! usage {
-    ($($t:tt)*) => {
-        return Err(crate::Usage(format!($($t)*)).into())
-    };
-}
-pub(crate) use usage;
+pub(crate) use mpa_cli::usage;
 
 fn config(c: &Common, private_data: Vec<u8>, default_rev: u8) -> anyhow::Result<EndpointConfig> {
     let rev = c.rev.unwrap_or(default_rev);
@@ -314,17 +331,14 @@ fn main() -> ExitCode {
         Cmd::Connect(a) => connect::connect(a),
     };
     // 0 done, 1 failed at run time (a check, the peer, the network), 2 a usage error (clap's
-    // own, or a combination of options it cannot check).
+    // own, or a combination of options it cannot check). A reader that closed stdout early
+    // changes none of it: the reports it did not read were its choice.
     match r {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
             eprintln!("mpa-peer: {e:#}");
-            if e.downcast_ref::<Usage>().is_some() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::FAILURE
-            }
+            mpa_cli::exit_code(&e)
         }
     }
 }
@@ -344,6 +358,14 @@ fn parse_u64(s: &str) -> Result<u64, String> {
     num("value", s)
 }
 
+/// A size in 0x hex, or as [`mpa_cli::size`] takes it (`4096`, `16M`).
+fn size_or_hex<T: TryFrom<u64> + mpa_cli::size::Bounded>(what: &str, v: &str) -> Result<T, String> {
+    if v.starts_with("0x") || v.starts_with("0X") {
+        return num(what, v);
+    }
+    mpa_cli::size(v).map_err(|e| format!("{what}: {e}"))
+}
+
 /// `--advertise STAG:LEN[:RECVSIZE]`.
 fn parse_advertise(s: &str) -> Result<RegionAd, String> {
     let parts: Vec<&str> = s.split(':').collect();
@@ -352,12 +374,12 @@ fn parse_advertise(s: &str) -> Result<RegionAd, String> {
         [stag, len, recv] => (stag, len, recv),
         _ => return Err(format!("expected STAG:LEN[:RECVSIZE], got {s:?}")),
     };
-    let recv_buf_size: u32 = num("RECVSIZE", recv)?;
+    let recv_buf_size: u32 = size_or_hex("RECVSIZE", recv)?;
     let ad = RegionAd {
         writes: true,
         sends: recv_buf_size > 0,
         stag: num("STAG", stag)?,
-        len: num("LEN", len)?,
+        len: size_or_hex("LEN", len)?,
         base_to: 0,
         recv_buf_size,
     };
@@ -410,5 +432,11 @@ mod tests {
             .unwrap_err()
             .contains("too large"));
         assert!(parse_advertise("x:1").is_err());
+        // Sizes with suffixes; the bad one named.
+        let ad = parse_advertise("0x2a:16M:4K").unwrap();
+        assert_eq!((ad.stag, ad.len, ad.recv_buf_size), (0x2a, 16 << 20, 4096));
+        let e = parse_advertise("7:16Q").unwrap_err();
+        assert!(e.contains("LEN: \"16Q\" is not a size"), "{e}");
+        assert!(parse_advertise("7:1:8G").unwrap_err().contains("too large"));
     }
 }
