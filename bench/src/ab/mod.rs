@@ -41,7 +41,7 @@ pub struct AbArgs {
     #[arg(long, default_value_t = 1800)]
     pub timeout_s: u64,
     /// Print one JSON document on stdout instead of the table.
-    #[arg(long)]
+    #[arg(short = 'J', long)]
     pub json: bool,
     /// The experiment and its arguments, after `--`: e.g. `-- pipeline --mss 1448 --rounds 3`.
     #[arg(last = true, required = true, value_name = "SCENARIO ARGS")]
@@ -254,9 +254,9 @@ pub fn table(r: &AbReport) -> String {
 pub fn run_cli(a: &AbArgs) -> Result<()> {
     let r = ab(a)?;
     if a.json {
-        println!("{}", serde_json::to_string(&r)?);
+        crate::report::print(&r)?;
     } else {
-        print!("{}", table(&r));
+        mpa_cli::out!("{}", table(&r));
     }
     Ok(())
 }
