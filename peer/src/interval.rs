@@ -72,10 +72,13 @@ impl Meter {
         (at >= self.from + self.every).then(|| self.close(at, total))
     }
 
-    /// The last interval, cut short at `now` (`None` when no time has passed since the last).
+    /// The last interval, cut short at `now`: `None` when nothing was counted since the last
+    /// one and it is shorter than an interval (the moments between the last count and the
+    /// end, a line of zeros otherwise).
     pub(crate) fn finish(&mut self, now: Instant, total: u64) -> Option<Interval<'_>> {
         let at = now.saturating_duration_since(self.start);
-        (at > self.from).then(|| self.close(at, total))
+        let idle = total == self.octets_at_from && at < self.from + self.every;
+        (at > self.from && !idle).then(|| self.close(at, total))
     }
 
     fn close(&mut self, at: Duration, total: u64) -> Interval<'_> {
@@ -130,6 +133,14 @@ mod tests {
         assert_eq!((i.from.as_millis(), i.to.as_millis()), (3500, 3750));
         assert_eq!(i.octets, 25_000_000);
         assert_eq!(m.finish(s(3750), 400_000_000), None);
+        // Nothing counted since the last line, less than an interval ago: no line of zeros;
+        // a whole interval of nothing is a line.
+        assert_eq!(m.finish(s(3800), 400_000_000), None);
+        let i = m.finish(s(4750), 400_000_000).unwrap();
+        assert_eq!(
+            (i.from.as_millis(), i.to.as_millis(), i.octets),
+            (3750, 4750, 0)
+        );
     }
 
     #[test]

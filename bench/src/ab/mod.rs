@@ -131,8 +131,12 @@ fn run_once(bin: &Path, experiment: &[String], timeout: Duration) -> Result<serd
         .map_err(|_| anyhow!("ab: the reader thread panicked"))?
         .context("ab: read the experiment's output")?;
     if !status.success() {
+        // A build that prints a failure document says why.
+        let why = compare::document_in(&out)
+            .and_then(|d| d.get("error")?.as_str().map(|e| format!(": {e}")))
+            .unwrap_or_default();
         bail!(
-            "ab: {} {} failed ({status})",
+            "ab: {} {} failed ({status}){why}",
             bin.display(),
             experiment.join(" ")
         );
