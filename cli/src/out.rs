@@ -41,7 +41,7 @@ pub fn write_to(w: &mut impl Write, args: fmt::Arguments<'_>) -> io::Result<()> 
     w.flush()
 }
 
-/// `print!` that a closed stdout does not turn into a panic ([`write`]).
+/// `print!` that a closed stdout does not turn into a panic ([`write()`]).
 #[macro_export]
 macro_rules! out {
     ($($arg:tt)*) => {
@@ -49,7 +49,7 @@ macro_rules! out {
     };
 }
 
-/// `println!` that a closed stdout does not turn into a panic ([`write`]).
+/// `println!` that a closed stdout does not turn into a panic ([`write()`]).
 #[macro_export]
 macro_rules! outln {
     () => {

@@ -358,7 +358,7 @@ fn parse_u64(s: &str) -> Result<u64, String> {
     num("value", s)
 }
 
-/// A size in 0x hex, or as [`mpa_cli::size`] takes it (`4096`, `16M`).
+/// A size in 0x hex, or as [`mpa_cli::size()`] takes it (`4096`, `16M`).
 fn size_or_hex<T: TryFrom<u64> + mpa_cli::size::Bounded>(what: &str, v: &str) -> Result<T, String> {
     if v.starts_with("0x") || v.starts_with("0X") {
         return num(what, v);
