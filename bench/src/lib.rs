@@ -20,6 +20,8 @@
 //!
 //! Starting a datapath and the hostile peer are `mpa-harness`'s, shared with the tests.
 #![forbid(unsafe_code)]
+// Results go through `mpa_cli::outln!`: a closed stdout must end the run quietly, not panic.
+#![deny(clippy::print_stdout)]
 
 pub mod ab;
 pub mod ack_timing;

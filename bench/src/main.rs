@@ -15,14 +15,18 @@
 //! * `ab`: an old build against a new one, any experiment, rounds alternating.
 //! * `ack-timing`: from a capture, how soon each data segment was reported by an ACK.
 //!
-//! `--json` prints one JSON document on stdout (`{"scenario", "params", "results"}`; `demo`'s
-//! every measured value; docs/benchmarks.md, "JSON"); the human text then goes to stderr.
+//! `--json` (`-J`) prints one JSON document on stdout (`{"scenario", "params", "results",
+//! "ok": true}`; `demo`'s every measured value; docs/benchmarks.md, "JSON"), also when the run
+//! fails (`{"scenario", "error", "ok": false}`); the human text then goes to stderr. Exit
+//! codes: 0 done, 1 failed at run time, 2 a usage error.
 #![forbid(unsafe_code)]
+// Results go through `mpa_cli::outln!`: a closed stdout must end the run quietly, not panic.
+#![deny(clippy::print_stdout)]
 
 use clap::{Parser, Subcommand};
 use mpa_bench::bw::BwArgs;
 use mpa_bench::suite::SuiteArgs;
-use mpa_bench::{bw, demo, lat, pipeline, setup, LatArgs, PipelineArgs, Run, SetupArgs};
+use mpa_bench::{bw, demo, lat, pipeline, report, setup, LatArgs, PipelineArgs, Run, SetupArgs};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -73,6 +77,25 @@ enum Cmd {
     AckTiming(mpa_bench::ack_timing::AckTimingArgs),
 }
 
+impl Cmd {
+    /// The experiment's name in its last line and its documents, and whether it prints a
+    /// document (`--json`).
+    fn name_and_json(&self) -> (&'static str, bool) {
+        match self {
+            Cmd::Demo(r) => ("demo", r.json),
+            Cmd::Bw(a) => ("bw", a.json),
+            Cmd::Lat(a) => ("lat", a.json),
+            Cmd::Setup(a) => ("setup", a.json),
+            Cmd::Pipeline(a) => ("pipeline", a.json),
+            Cmd::Hostile(a) => ("hostile", a.json),
+            Cmd::Suite(a) => ("suite", a.json),
+            Cmd::Soak(a) => ("soak", a.json),
+            Cmd::Ab(a) => ("ab", a.json),
+            Cmd::AckTiming(a) => ("ack-timing", a.json),
+        }
+    }
+}
+
 fn main() -> ExitCode {
     if let Some(code) = mpa_ops::generate::if_asked(<Cli as clap::CommandFactory>::command, "1") {
         return code;
@@ -85,40 +108,60 @@ fn main() -> ExitCode {
         )
         .init();
     let cli = Cli::parse();
-    let (name, result) = match cli.cmd {
+    let (name, json) = cli.cmd.name_and_json();
+    let result = match cli.cmd {
         Cmd::Hostile(a) => match mpa_bench::hostile::hostile(&a) {
-            Ok(true) => return ExitCode::SUCCESS,
+            Ok(true) => Ok(()),
+            // Its summary line (or document) said what failed.
             Ok(false) => return ExitCode::FAILURE,
-            Err(e) => {
-                println!("hostile: FAILED {e:#}");
-                return ExitCode::FAILURE;
-            }
+            Err(e) => Err(e),
         },
-        Cmd::Demo(r) => ("demo", demo::run_cli(&r)),
-        Cmd::Setup(s) => ("setup", setup::run_cli(&s)),
-        Cmd::Pipeline(a) => ("pipeline", pipeline::run_cli(&a)),
-        Cmd::Lat(a) => ("lat", lat::run_cli(&a)),
-        Cmd::Bw(a) => ("bw", bw::run_cli(&a)),
-        Cmd::Soak(a) => (
-            "soak",
-            mpa_bench::soak::soak(&a).map(|line| println!("soak: OK {line}")),
-        ),
-        Cmd::Ab(a) => ("ab", mpa_bench::ab::run_cli(&a)),
-        Cmd::AckTiming(a) => ("ack-timing", mpa_bench::ack_timing::run_cli(&a)),
-        Cmd::Suite(a) => (
-            "suite",
-            mpa_bench::suite::suite(&a).map(|md| {
-                print!("{md}");
-                println!("suite: OK, written to {}", a.out.display());
-            }),
-        ),
+        Cmd::Demo(r) => demo::run_cli(&r),
+        Cmd::Setup(s) => setup::run_cli(&s),
+        Cmd::Pipeline(a) => pipeline::run_cli(&a),
+        Cmd::Lat(a) => lat::run_cli(&a),
+        Cmd::Bw(a) => bw::run_cli(&a),
+        Cmd::Soak(a) => mpa_bench::soak::soak(&a).and_then(|line| {
+            report::line(a.json, &format!("soak: OK {line}"));
+            if a.json {
+                report::print(&serde_json::json!({"scenario": "soak", "summary": line}))?;
+            }
+            Ok(())
+        }),
+        Cmd::Ab(a) => mpa_bench::ab::run_cli(&a),
+        Cmd::AckTiming(a) => mpa_bench::ack_timing::run_cli(&a),
+        Cmd::Suite(a) => mpa_bench::suite::suite(&a).and_then(|md| {
+            report::text(a.json, &md);
+            report::line(
+                a.json,
+                &format!("suite: OK, written to {}", a.out.display()),
+            );
+            if a.json {
+                report::print(&serde_json::json!({
+                    "scenario": "suite",
+                    "out": a.out,
+                    "results": a.out.join("results.json"),
+                }))?;
+            }
+            Ok(())
+        }),
     };
+    // 0 done, 1 failed at run time, 2 a usage error (clap's own, or a value or combination
+    // of options only the experiment can check). A reader that closed stdout early changes
+    // none of it.
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // The last line says what failed, on stdout like the results.
-            println!("{name}: FAILED {e:#}");
-            ExitCode::FAILURE
+            if json {
+                // The one document on stdout says that it failed and why; the line, as
+                // without --json, on stderr.
+                mpa_cli::outln!("{}", report::failure(name, &e));
+                eprintln!("{name}: FAILED {e:#}");
+            } else {
+                // The last line says what failed, on stdout like the results.
+                mpa_cli::outln!("{name}: FAILED {e:#}");
+            }
+            mpa_cli::exit_code(&e)
         }
     }
 }

@@ -258,6 +258,42 @@ fn lat_pingpong_runs_on_an_interface_with_a_peer_host() {
 }
 
 #[test]
+fn bw_for_a_duration_reports_what_was_sent_with_interval_lines() {
+    if !require_privileged("bench bw --duration") {
+        return;
+    }
+    let run = Command::new(bin("mpa-bench"))
+        .args([
+            "bw", "-t", "1", "-i", "0.5", "-s", "4K", "--rounds", "1", "-J",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stdout}\n{stderr}");
+    let doc: Value = serde_json::from_str(stdout.trim()).unwrap();
+    check_shape(&doc).unwrap();
+    assert_eq!(doc["ok"], true);
+    assert_eq!(doc["params"]["duration_s"], 1.0, "{doc}");
+    assert_eq!(
+        receivers(&doc),
+        [("kernel".to_string(), 4096), ("datapath".to_string(), 4096)]
+    );
+    // Each side counted what its sender sent in the time (the datapath's region checked
+    // against it), and the sender printed its intervals.
+    for r in doc["results"].as_array().unwrap() {
+        let (messages, octets) = (
+            r["messages"].as_f64().unwrap(),
+            r["octets"].as_f64().unwrap(),
+        );
+        assert!(messages > 0.0, "{r}");
+        assert_eq!(octets, messages * 4096.0, "{r}");
+    }
+    let intervals = stderr.lines().filter(|l| l.ends_with("Gbit/s")).count();
+    assert!(intervals >= 2, "{stderr}");
+}
+
+#[test]
 fn bad_options_are_refused_with_a_reason() {
     let bench = bin("mpa-bench");
     let run = |args: &[&str]| {
@@ -281,14 +317,14 @@ fn bad_options_are_refused_with_a_reason() {
         "--loss",
         "5",
     ]);
-    assert_eq!(code, Some(1), "{text}");
+    assert_eq!(code, Some(2), "{text}");
     assert!(
         text.contains("bw: FAILED --loss needs the private bed"),
         "{text}"
     );
     // Sizes a latency stamp does not fit in.
     let (code, text) = run(&["lat", "--sizes", "16"]);
-    assert_eq!(code, Some(1), "{text}");
+    assert_eq!(code, Some(2), "{text}");
     assert!(text.contains("lat: FAILED --sizes 16"), "{text}");
     let (code, text) = run(&["pipeline", "--mss", ""]);
     assert_ne!(code, Some(0), "{text}");

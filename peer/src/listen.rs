@@ -6,6 +6,7 @@
 
 use super::*;
 use crate::echo::{Echo, EchoError};
+use crate::interval::{self, Meter};
 use crate::read::{answer_all, head_of};
 use crate::sink::{Sink, Violation, DEFAULT_IRD, MAX_REGION_LEN};
 use mpa::startup::{PrivateDataRule, NO_IRD_ORD_NEGOTIATION};
@@ -64,13 +65,19 @@ pub(crate) fn listen(mut a: ListenArgs) -> anyhow::Result<bool> {
         started += 1;
         let cfg = cfg.clone();
         let tx = tx.clone();
+        let interval = a.interval;
         std::thread::spawn(move || {
-            let mut report = serve(sock, peer, &cfg, timeout, sink);
+            let mut report = serve(sock, peer, &cfg, timeout, sink, interval);
             report.region = region;
             let ok = report.error.is_none();
             emit(&report);
             if let Some(e) = &report.error {
                 eprintln!("mpa-peer: {peer}: {e}");
+            }
+            if mpa_cli::out::closed() {
+                // Nobody reads the reports any more (`listen … | head -1`): end as a
+                // command killed by SIGPIPE would, without its noise.
+                std::process::exit(if ok { 0 } else { 1 });
             }
             let _ = tx.send(ok);
         });
@@ -176,6 +183,7 @@ fn serve(
     cfg: &EndpointConfig,
     timeout: Duration,
     sink_cfg: Option<SinkConfig>,
+    interval: Option<Duration>,
 ) -> Report {
     let t0 = Instant::now();
     let mut report = Report {
@@ -200,8 +208,11 @@ fn serve(
     let mut sink: Option<Sink> = None;
     let mut echo: Option<Echo> = None;
     let mut reads_served = 0u64;
+    let mut meter: Option<Meter> = None;
+    let mut received = 0u64;
     let r = (|| -> Result<(), ServeError> {
         let mut s = MpaStream::accept(sock, &cfg)?;
+        meter = interval.map(|every| Meter::new(peer.to_string(), every, Instant::now()));
         report.negotiated(s.negotiated());
         let neg = s.negotiated();
         // An Initiator's region advertisement (`connect --op pingpong`): reported apart from
@@ -239,6 +250,7 @@ fn serve(
                 for p in u.pieces() {
                     digest = crc32c_append(digest, p);
                 }
+                received += u.len() as u64;
                 sends.add(&head[..k], u.len(), version);
                 // After a violation nothing more is placed or answered.
                 if let (Some(sk), None) = (sink.as_mut(), &fault) {
@@ -256,6 +268,9 @@ fn serve(
                     }
                 }
             })?;
+            if let Some(m) = meter.as_mut() {
+                interval::print(m.tick(Instant::now(), received));
+            }
             if let Some(sk) = sink.as_mut() {
                 // The Read Requests and Writes before a violation are still answered and
                 // echoed, in order.
@@ -299,6 +314,9 @@ fn serve(
         report.ulpdu_bytes = st.ulpdu_octets_rx;
         Ok(())
     })();
+    if let Some(m) = meter.as_mut() {
+        interval::print(m.finish(Instant::now(), received));
+    }
     match r {
         Ok(()) => {}
         Err(ServeError::Mpa(e)) => report.fail(&e),

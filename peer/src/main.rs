@@ -11,6 +11,8 @@
 //!   it (`sink.rs`), with `--remote-read` a Data Source too, and with `--echo` writes every
 //!   RDMA Write back into the region the Initiator advertised (`echo.rs`).
 #![forbid(unsafe_code)]
+// Results go through `mpa_cli::outln!`: a closed stdout must end the run quietly, not panic.
+#![deny(clippy::print_stdout)]
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -28,7 +30,9 @@ use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+mod connect;
 mod echo;
+mod interval;
 mod listen;
 mod pingpong;
 mod read;
@@ -96,9 +100,10 @@ struct ListenArgs {
     /// Private data for the accepting Reply (after the advertisement with --advertise).
     #[arg(long)]
     private_data: Option<String>,
-    /// Advertise a region in the accepting Reply's private data (mpa_ctl_proto::region_ad): STag
-    /// and length (decimal or 0x hex, at most 1 GiB; RDMA Writes accepted), and with
-    /// RECVSIZE > 0 Sends accepted into receive buffers of RECVSIZE octets. Each connection
+    /// Advertise a region in the accepting Reply's private data (format: docs/peer.md): STag
+    /// (decimal or 0x hex) and length (a size: 16M, 1G; 0x hex too; at most 1 GiB; RDMA
+    /// Writes accepted), and with RECVSIZE > 0 Sends accepted into receive buffers of
+    /// RECVSIZE octets (a size too). Each connection
     /// keeps a region of LEN octets in memory: RDMA Writes are checked (RFC 5041 §7.2) and
     /// placed, a violation is answered with its Terminate; Sends are only digested.
     #[arg(long, value_name = "STAG:LEN[:RECVSIZE]", value_parser = parse_advertise)]
@@ -110,8 +115,8 @@ struct ListenArgs {
     /// Responses (without it they get the RDMAP Terminate 0/1/2, access rights violation).
     #[arg(long, requires = "advertise")]
     remote_read: bool,
-    /// The region starts filled with the pattern (octet o = mpa_ctl_proto::pattern(0, o)),
-    /// for `connect --op read`; otherwise it starts zeroed.
+    /// The region starts filled with the deterministic pattern `connect` sends (message 0's
+    /// octet o at offset o), for `connect --op read`; otherwise it starts zeroed.
     #[arg(long, requires = "advertise")]
     fill_pattern: bool,
     /// Write every complete RDMA Write message back to the Initiator at once: an RDMA Write
@@ -130,6 +135,10 @@ struct ListenArgs {
         value_name = "K"
     )]
     echo_corrupt_every: u64,
+    /// Every SECONDS, a line per connection on stderr with the octets received in the
+    /// interval and their Gbit/s (as iperf3's -i).
+    #[arg(short = 'i', long, value_name = "SECONDS", value_parser = mpa_cli::seconds)]
+    interval: Option<Duration>,
     #[command(flatten)]
     common: Common,
 }
@@ -141,10 +150,10 @@ enum Op {
     Write,
     /// Untagged Sends (RDMAP opcode 3) on QN 0, MSN from 1.
     Send,
-    /// RDMA Read Requests (RDMAP opcode 1) for the advertised region (`read.rs`).
+    /// RDMA Read Requests (RDMAP opcode 1) for the advertised region.
     Read,
-    /// Write ping-pong latency against `listen --echo` (`pingpong.rs`): one RDMA Write at a
-    /// time, each awaiting its echo.
+    /// Write ping-pong latency against `listen --echo`: one RDMA Write at a time, each
+    /// awaiting its echo.
     Pingpong,
 }
 
@@ -161,17 +170,38 @@ impl Op {
 
 #[derive(Args)]
 struct ConnectArgs {
-    /// Responder address and port.
-    #[arg(long)]
+    /// Responder address and port (as iperf3's -c).
+    #[arg(short = 'c', long)]
     to: SocketAddr,
-    /// ULPDUs to send (--op pingpong: round trips measured, after the warm-up).
-    #[arg(long)]
-    count: u64,
-    /// ULPDU size in octets, DDP header included (14 octets for Writes, 18 for Sends). With
-    /// --op write and no advertisement, sizes below 14 are sent as opaque ULPDUs too short for
-    /// a DDP header, for framing tests. With --op read: the size of each RDMA Read in octets
-    /// (RDMARDSZ; its Read Response is cut into FPDUs of at most MULPDU octets).
-    #[arg(long)]
+    /// Messages to send (--op pingpong: round trips measured, after the warm-up; as
+    /// perftest's -n). Either this or --duration.
+    #[arg(
+        short = 'n',
+        long,
+        required_unless_present = "duration",
+        conflicts_with = "duration"
+    )]
+    count: Option<u64>,
+    /// Send until SECONDS have passed instead of --count messages (--op write and send; as
+    /// iperf3's -t and perftest's -D); the report says how many were sent.
+    #[arg(
+        short = 't',
+        visible_short_alias = 'D',
+        long,
+        value_name = "SECONDS",
+        value_parser = mpa_cli::seconds
+    )]
+    duration: Option<Duration>,
+    /// Every SECONDS, a line on stderr with the octets sent in the interval and their
+    /// Gbit/s (as iperf3's -i; --op write and send).
+    #[arg(short = 'i', long, value_name = "SECONDS", value_parser = mpa_cli::seconds)]
+    interval: Option<Duration>,
+    /// ULPDU size in octets, DDP header included (14 octets for Writes, 18 for Sends; a size:
+    /// 4096, 4K, 63K; as perftest's -s). With --op write and no advertisement, sizes below 14
+    /// are sent as opaque ULPDUs too short for a DDP header, for framing tests. With --op
+    /// read: the size of each RDMA Read in octets (RDMARDSZ; its Read Response is cut into
+    /// FPDUs of at most MULPDU octets).
+    #[arg(short = 's', long, value_parser = mpa_cli::size::<usize>)]
     size: usize,
     /// RDMA Writes (to the advertised region, else STag 1 with TO advancing), Sends, RDMA
     /// Reads from the advertised region (at most ORD outstanding: the negotiated one with
@@ -179,8 +209,8 @@ struct ConnectArgs {
     #[arg(long, value_enum, default_value_t = Op::Write)]
     op: Op,
     /// Aligned sending (RFC 5044 §5.1) over kernel TCP: messages are cut into DDP segments
-    /// whose FPDUs fill every MSS-sized TCP segment exactly (`mpa::encoder::exact_fill`), only
-    /// whole segments are written (a rare short one ends with MSG_EOR), so Linux starts every
+    /// whose FPDUs fill every MSS-sized TCP segment exactly (docs/peer.md), only whole
+    /// segments are written (a rare short one ends with MSG_EOR), so Linux starts every
     /// segment with an FPDU and a receiver can place segments that arrive out of order.
     #[arg(long, conflicts_with = "fpdu_per_segment")]
     aligned: bool,
@@ -222,21 +252,6 @@ fn monotonic_ns() -> u64 {
     t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
 }
 
-/// Octets of the send timestamp at the start of a `--timestamps` payload.
-const STAMP_LEN: usize = 8;
-
-/// Writes the send timestamp `ns` at the start of `payload` (u64 LE); `false` when the
-/// payload is too short for it.
-fn stamp(payload: &mut [u8], ns: u64) -> bool {
-    match payload.get_mut(..STAMP_LEN) {
-        Some(p) => {
-            p.copy_from_slice(&ns.to_le_bytes());
-            true
-        }
-        None => false,
-    }
-}
-
 /// A TCP stream that can end a record: `send(MSG_EOR)` stops Linux from appending later
 /// data to the same segment (and from collapsing it on retransmission).
 struct EorStream(TcpStream);
@@ -275,19 +290,7 @@ impl mpa::endpoint::Transport for EorStream {
     }
 }
 
-/// A command line that cannot run (exit 2, as clap's own usage errors); found by the checks
-/// clap cannot make.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub(crate) struct Usage(pub(crate) String);
-
-/// Returns a [`Usage`] error.
-macro_rules! usage {
-    ($($t:tt)*) => {
-        return Err(crate::Usage(format!($($t)*)).into())
-    };
-}
-pub(crate) use usage;
+pub(crate) use mpa_cli::usage;
 
 fn config(c: &Common, private_data: Vec<u8>, default_rev: u8) -> anyhow::Result<EndpointConfig> {
     let rev = c.rev.unwrap_or(default_rev);
@@ -328,20 +331,17 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Listen(a) => listen::listen(a),
-        Cmd::Connect(a) => connect(a),
+        Cmd::Connect(a) => connect::connect(a),
     };
     // 0 done, 1 failed at run time (a check, the peer, the network), 2 a usage error (clap's
-    // own, or a combination of options it cannot check).
+    // own, or a combination of options it cannot check). A reader that closed stdout early
+    // changes none of it: the reports it did not read were its choice.
     match r {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
             eprintln!("mpa-peer: {e:#}");
-            if e.downcast_ref::<Usage>().is_some() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::FAILURE
-            }
+            mpa_cli::exit_code(&e)
         }
     }
 }
@@ -361,6 +361,14 @@ fn parse_u64(s: &str) -> Result<u64, String> {
     num("value", s)
 }
 
+/// A size in 0x hex, or as [`mpa_cli::size()`] takes it (`4096`, `16M`).
+fn size_or_hex<T: TryFrom<u64> + mpa_cli::size::Bounded>(what: &str, v: &str) -> Result<T, String> {
+    if v.starts_with("0x") || v.starts_with("0X") {
+        return num(what, v);
+    }
+    mpa_cli::size(v).map_err(|e| format!("{what}: {e}"))
+}
+
 /// `--advertise STAG:LEN[:RECVSIZE]`.
 fn parse_advertise(s: &str) -> Result<RegionAd, String> {
     let parts: Vec<&str> = s.split(':').collect();
@@ -369,102 +377,17 @@ fn parse_advertise(s: &str) -> Result<RegionAd, String> {
         [stag, len, recv] => (stag, len, recv),
         _ => return Err(format!("expected STAG:LEN[:RECVSIZE], got {s:?}")),
     };
-    let recv_buf_size: u32 = num("RECVSIZE", recv)?;
+    let recv_buf_size: u32 = size_or_hex("RECVSIZE", recv)?;
     let ad = RegionAd {
         writes: true,
         sends: recv_buf_size > 0,
         stag: num("STAG", stag)?,
-        len: num("LEN", len)?,
+        len: size_or_hex("LEN", len)?,
         base_to: 0,
         recv_buf_size,
     };
     ad.check().map_err(|e| e.to_string())?;
     Ok(ad)
-}
-
-/// What each ULPDU `connect` sends is.
-enum Plan {
-    /// Below the tagged header, without an advertisement: opaque octets (framing tests).
-    Opaque,
-    /// RDMA Writes of `payload` octets: into the advertised region, or to STag 1 at a TO
-    /// advancing by `payload` from 0.
-    Write {
-        ad: Option<RegionAd>,
-        payload: usize,
-    },
-    /// Sends of `payload` octets on QN 0; `send_rtr`: the RTR took MSN 1.
-    Send { payload: usize, send_rtr: bool },
-}
-
-/// Decides what to send from the operation, the ULPDU size and the Reply; `Err` is the
-/// message for a combination the advertisement (or the size) rules out.
-fn plan(op: Op, size: usize, ad: Option<&RegionAd>, neg: &Negotiated) -> Result<Plan, String> {
-    match op {
-        Op::Write => {
-            let Some(ad) = ad else {
-                return Ok(if size < TAGGED_HEADER_LEN {
-                    Plan::Opaque
-                } else {
-                    Plan::Write {
-                        ad: None,
-                        payload: size - TAGGED_HEADER_LEN,
-                    }
-                });
-            };
-            if !ad.writes {
-                return Err(format!(
-                    "--op write: the Responder's region advertisement (STag {:#x}) does not \
-                     accept RDMA Writes (flag 0x01 clear)",
-                    ad.stag
-                ));
-            }
-            let Some(payload) = size.checked_sub(TAGGED_HEADER_LEN) else {
-                return Err(format!(
-                    "--op write: --size {size} is below the {TAGGED_HEADER_LEN}-octet tagged \
-                     DDP header, so no RDMA Write can be placed in the advertised region"
-                ));
-            };
-            if region_ad::write_to(ad, 0, payload as u64).is_none() {
-                return Err(format!(
-                    "--op write: an RDMA Write payload of {payload} octets (--size {size} \
-                     minus the {TAGGED_HEADER_LEN}-octet header) does not fit the advertised \
-                     region of {} octets (STag {:#x})",
-                    ad.len, ad.stag
-                ));
-            }
-            Ok(Plan::Write {
-                ad: Some(*ad),
-                payload,
-            })
-        }
-        Op::Send => {
-            // `connect` refuses sizes below the untagged header before connecting.
-            let payload = size.saturating_sub(UNTAGGED_HEADER_LEN);
-            if let Some(ad) = ad {
-                if !ad.sends {
-                    return Err(format!(
-                        "--op send: the Responder's region advertisement (STag {:#x}) does \
-                         not accept Sends (flag 0x02 clear: no receive buffers posted)",
-                        ad.stag
-                    ));
-                }
-                if payload as u64 > u64::from(ad.recv_buf_size) {
-                    return Err(format!(
-                        "--op send: a Send payload of {payload} octets (--size {size} minus \
-                         the {UNTAGGED_HEADER_LEN}-octet header) exceeds the advertised \
-                         receive buffer size of {} octets",
-                        ad.recv_buf_size
-                    ));
-                }
-            }
-            Ok(Plan::Send {
-                payload,
-                send_rtr: neg.rtr == Some(RtrType::ZeroLengthSend),
-            })
-        }
-        // `connect` takes --op read and pingpong to their modules before planning.
-        Op::Read | Op::Pingpong => Err(format!("--op {} is not planned here", op.name())),
-    }
 }
 
 /// Why `connect` stopped early.
@@ -483,286 +406,6 @@ impl From<EndpointError> for ConnectError {
     fn from(e: EndpointError) -> Self {
         ConnectError::Mpa(e)
     }
-}
-
-/// The DDP segment of a message (header `h`) that starts `at` octets into its payload.
-fn ddp_segment(h: DdpRepr, at: usize, last: bool) -> DdpRepr {
-    match h {
-        DdpRepr::Tagged {
-            opcode, stag, to, ..
-        } => DdpRepr::Tagged {
-            last,
-            opcode,
-            stag,
-            to: to.wrapping_add(at as u64),
-        },
-        DdpRepr::Untagged {
-            opcode,
-            inv_stag,
-            qn,
-            msn,
-            mo,
-            ..
-        } => DdpRepr::Untagged {
-            last,
-            opcode,
-            inv_stag,
-            qn,
-            msn,
-            mo: mo.wrapping_add(at as u32),
-        },
-    }
-}
-
-fn connect(a: ConnectArgs) -> anyhow::Result<bool> {
-    let pingpong = a.op == Op::Pingpong;
-    let private_data = pingpong::request_private_data(&a)?;
-    let mut cfg = config(&a.common, private_data, 1)?;
-    if a.op != Op::Read && a.size > MAX_ULPDU {
-        usage!(
-            "--size {} exceeds the 64768-octet ULPDU maximum (RFC 5044 §3)",
-            a.size
-        );
-    }
-    if a.op == Op::Send && a.size < UNTAGGED_HEADER_LEN {
-        usage!(
-            "--op send needs --size of at least {UNTAGGED_HEADER_LEN} octets (the untagged DDP \
-             header); --size {} is too small",
-            a.size
-        );
-    }
-    if a.op == Op::Read && (a.timestamps || a.rate.is_some()) {
-        usage!("--timestamps and --rate pace and stamp what connect sends; --op read sends none");
-    }
-    let rate = a.rate.unwrap_or(if a.timestamps { 10_000 } else { 0 });
-    let t0 = Instant::now();
-    let sock = TcpStream::connect_timeout(&a.to, Duration::from_secs(a.common.timeout))
-        .with_context(|| format!("connect {}", a.to))?;
-    sock.set_nodelay(true)?;
-    if let Some(name) = &a.congestion {
-        nix::sys::socket::setsockopt(
-            &sock,
-            nix::sys::socket::sockopt::TcpCongestion,
-            &std::ffi::OsString::from(name),
-        )
-        .with_context(|| format!("--congestion {name} (TCP_CONGESTION)"))?;
-    }
-    let congestion = nix::sys::socket::getsockopt(&sock, nix::sys::socket::sockopt::TcpCongestion)
-        .ok()
-        .map(|n| n.to_string_lossy().trim_end_matches('\0').to_string());
-    // EMSS is the connection's MSS (what Linux cuts segments at): MULPDU and aligned sending
-    // follow it.
-    if let Ok(mss) = nix::sys::socket::getsockopt(&sock, nix::sys::socket::sockopt::TcpMaxSeg) {
-        if mss >= 128 {
-            cfg.emss = mss as usize;
-        }
-    }
-    let mut report = Report {
-        peer: a.to.to_string(),
-        op: Some(a.op.name()),
-        congestion,
-        ..Report::default()
-    };
-    let mut digest = 0u32;
-    let mut transfer_start: Option<Instant> = None;
-    let mut reads: Option<read::Reader> = None;
-    let mut pings: Option<pingpong::Pinger> = None;
-    if pingpong {
-        // Every wait bounded: a write that cannot go out either.
-        sock.set_write_timeout(Some(Duration::from_secs(a.common.timeout)))?;
-    }
-    let r = (|| -> Result<(), ConnectError> {
-        let mut s = MpaStream::connect(EorStream(sock), &cfg)?;
-        report.negotiated(s.negotiated());
-        report.mulpdu = Some(s.mulpdu());
-        if a.aligned {
-            s.set_aligned(true)?;
-        }
-        if a.fpdu_per_segment {
-            s.set_record_per_fpdu(true)?;
-        }
-        let neg = s.negotiated();
-        let ad = match RegionAd::parse(&neg.peer_private_data) {
-            Ok(ad) => ad,
-            Err(e) => {
-                return Err(ConnectError::Refused(format!(
-                    "the Reply's private data holds a malformed region advertisement: {e}"
-                )))
-            }
-        };
-        if let Some(ad) = &ad {
-            report.region = Some(RegionReport::from(ad));
-            // The private data after the advertisement.
-            report.private_data = Some(
-                String::from_utf8_lossy(&neg.peer_private_data[region_ad::LEN..]).into_owned(),
-            );
-        }
-        if a.op == Op::Read {
-            let reader = reads.insert(
-                read::reader_for(neg, ad.as_ref(), a.size, a.count)
-                    .map_err(ConnectError::Refused)?,
-            );
-            transfer_start = Some(Instant::now());
-            let timeout = Duration::from_secs(a.common.timeout);
-            read::run(&mut s, reader, timeout, &mut digest)?;
-            return finish(&mut s, &mut report, a.common.timeout);
-        }
-        if pingpong {
-            let pinger = pings.insert(
-                pingpong::pinger_for(
-                    neg,
-                    ad.as_ref(),
-                    a.size - TAGGED_HEADER_LEN,
-                    a.count,
-                    a.warmup.unwrap_or(100),
-                    a.rtt_samples.is_some(),
-                )
-                .map_err(ConnectError::Refused)?,
-            );
-            transfer_start = Some(Instant::now());
-            let timeout = Duration::from_secs(a.common.timeout);
-            pingpong::run(&mut s, pinger, timeout, &mut digest)?;
-            return finish(&mut s, &mut report, a.common.timeout);
-        }
-        let plan = plan(a.op, a.size, ad.as_ref(), neg).map_err(ConnectError::Refused)?;
-        let version = neg.ddp_rdmap_version;
-        let mut ulpdu = vec![0u8; a.size];
-        let table = PatternTable::new(a.size);
-        if a.timestamps {
-            let payload = match plan {
-                Plan::Opaque => a.size,
-                Plan::Write { payload, .. } | Plan::Send { payload, .. } => payload,
-            };
-            if payload < STAMP_LEN {
-                return Err(ConnectError::Refused(format!(
-                    "--timestamps needs a payload of at least {STAMP_LEN} octets; --size {} \
-                     leaves {payload}",
-                    a.size
-                )));
-            }
-        }
-        let paced = Instant::now();
-        transfer_start = Some(paced);
-        for n in 0..a.count {
-            // An absolute schedule (rate 0: none): late messages catch up rather than drift.
-            if let Some(at) = n.saturating_mul(1_000_000_000).checked_div(rate) {
-                let due = paced + Duration::from_nanos(at);
-                let now = Instant::now();
-                if due > now {
-                    std::thread::sleep(due - now);
-                }
-            }
-            let (h, payload) = match plan {
-                Plan::Opaque => (None, a.size),
-                Plan::Write {
-                    ad: Some(ref ad),
-                    payload,
-                } => (
-                    // `plan` checked that one payload fits, so every write_to is Some.
-                    Some(region_ad::write_repr(ad, n, payload as u64).expect("fits the region")),
-                    payload,
-                ),
-                Plan::Write { ad: None, payload } => (
-                    Some(DdpRepr::Tagged {
-                        last: true,
-                        opcode: RdmapOpcode::RdmaWrite,
-                        stag: 1,
-                        to: n.wrapping_mul(payload as u64),
-                    }),
-                    payload,
-                ),
-                Plan::Send { payload, send_rtr } => {
-                    (Some(region_ad::send_repr(n, send_rtr)), payload)
-                }
-            };
-            let data = table.payload(n, payload);
-            match h {
-                Some(h) if a.aligned => {
-                    // DDP segments cut to fill TCP segments exactly: TO or MO advances, L on
-                    // the last.
-                    let mut at = 0usize;
-                    loop {
-                        let (take, last) = s.aligned_chunk(h.header_len(), payload - at);
-                        let seg = ddp_segment(h, at, last);
-                        let off = seg.emit(&mut ulpdu, version).unwrap_or(0);
-                        ulpdu[off..off + take].copy_from_slice(&data[at..at + take]);
-                        if a.timestamps && at == 0 {
-                            stamp(&mut ulpdu[off..off + take], monotonic_ns());
-                        }
-                        s.send(&ulpdu[..off + take])?;
-                        digest = crc32c_append(digest, &ulpdu[..off + take]);
-                        at += take;
-                        if last {
-                            break;
-                        }
-                    }
-                }
-                _ => {
-                    let off = h.and_then(|h| h.emit(&mut ulpdu, version)).unwrap_or(0);
-                    ulpdu[off..].copy_from_slice(data);
-                    if a.timestamps {
-                        stamp(&mut ulpdu[off..], monotonic_ns());
-                    }
-                    s.send(&ulpdu)?;
-                    digest = crc32c_append(digest, &ulpdu);
-                }
-            }
-            if a.timestamps {
-                // One message per write: nothing waits in the stream's batch.
-                s.flush()?;
-            }
-        }
-        finish(&mut s, &mut report, a.common.timeout)
-    })();
-    match r {
-        Ok(()) => {}
-        Err(ConnectError::Mpa(e)) => {
-            report.fail(&e);
-            eprintln!("mpa-peer: {}: {e}", a.to);
-        }
-        Err(ConnectError::Refused(msg) | ConnectError::Failed(msg)) => {
-            eprintln!("mpa-peer: {}: {msg}", a.to);
-            report.error = Some(msg);
-        }
-        Err(ConnectError::Violation(t, msg)) => {
-            report.terminated(t, &msg);
-            eprintln!("mpa-peer: {}: {msg}", a.to);
-        }
-    }
-    report.ulpdu_digest = format!("{digest:08x}");
-    report.seconds = t0.elapsed().as_secs_f64();
-    report.transfer_seconds = transfer_start.map(|t| t.elapsed().as_secs_f64());
-    if let Some(reader) = &reads {
-        read::report(&mut report, reader.stats());
-    }
-    if let Some(pinger) = &pings {
-        pingpong::report(&mut report, pinger, a.rtt_samples.as_deref());
-    }
-    let ok = report.error.is_none();
-    emit(&report);
-    Ok(ok)
-}
-
-/// Flushes, records what was sent, closes our side and waits for the peer to close; a
-/// Terminate it sends instead becomes our error.
-fn finish(
-    s: &mut MpaStream<EorStream>,
-    report: &mut Report,
-    timeout: u64,
-) -> Result<(), ConnectError> {
-    s.flush()?;
-    let st = s.stats();
-    report.ulpdus = st.ulpdus_tx;
-    report.ulpdu_bytes = st.ulpdu_octets_tx;
-    s.get_ref()
-        .0
-        .shutdown(std::net::Shutdown::Write)
-        .map_err(EndpointError::from)?;
-    while s
-        .recv_with(Some(Duration::from_secs(timeout)), |_| {})?
-        .is_some()
-    {}
-    Ok(())
 }
 
 #[cfg(test)]
@@ -792,16 +435,11 @@ mod tests {
             .unwrap_err()
             .contains("too large"));
         assert!(parse_advertise("x:1").is_err());
-    }
-
-    #[test]
-    fn timestamp_stamp() {
-        let mut p = [0xaau8; 12];
-        assert!(stamp(&mut p, 0x0102_0304_0506_0708));
-        assert_eq!(&p[..8], &[8, 7, 6, 5, 4, 3, 2, 1]);
-        assert_eq!(&p[8..], &[0xaa; 4]);
-        assert!(!stamp(&mut [0u8; 7], 1));
-        let (a, b) = (monotonic_ns(), monotonic_ns());
-        assert!(a > 0 && b >= a);
+        // Sizes with suffixes; the bad one named.
+        let ad = parse_advertise("0x2a:16M:4K").unwrap();
+        assert_eq!((ad.stag, ad.len, ad.recv_buf_size), (0x2a, 16 << 20, 4096));
+        let e = parse_advertise("7:16Q").unwrap_err();
+        assert!(e.contains("LEN: \"16Q\" is not a size"), "{e}");
+        assert!(parse_advertise("7:1:8G").unwrap_err().contains("too large"));
     }
 }

@@ -26,6 +26,10 @@ pub(crate) struct Report {
     pub(crate) rtr: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) mulpdu: Option<usize>,
+    /// connect --op write|send: messages sent (with --aligned a message is several ULPDUs;
+    /// with --duration the count is known only at the end).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) messages: Option<u64>,
     /// connect: the operation sent; listen: the operation received ("write", "send", "read",
     /// "other", or "mixed"), absent when no ULPDU arrived.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -171,9 +175,9 @@ impl Report {
 }
 
 pub(crate) fn emit(report: &Report) {
-    // One line per connection; stdout is line-buffered through println.
+    // One line per connection, flushed at once.
     match serde_json::to_string(report) {
-        Ok(s) => println!("{s}"),
+        Ok(s) => mpa_cli::outln!("{s}"),
         Err(e) => eprintln!("mpa-peer: cannot encode report: {e}"),
     }
 }

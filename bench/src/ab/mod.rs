@@ -41,7 +41,7 @@ pub struct AbArgs {
     #[arg(long, default_value_t = 1800)]
     pub timeout_s: u64,
     /// Print one JSON document on stdout instead of the table.
-    #[arg(long)]
+    #[arg(short = 'J', long)]
     pub json: bool,
     /// The experiment and its arguments, after `--`: e.g. `-- pipeline --mss 1448 --rounds 3`.
     #[arg(last = true, required = true, value_name = "SCENARIO ARGS")]
@@ -131,8 +131,12 @@ fn run_once(bin: &Path, experiment: &[String], timeout: Duration) -> Result<serd
         .map_err(|_| anyhow!("ab: the reader thread panicked"))?
         .context("ab: read the experiment's output")?;
     if !status.success() {
+        // A build that prints a failure document says why.
+        let why = compare::document_in(&out)
+            .and_then(|d| d.get("error")?.as_str().map(|e| format!(": {e}")))
+            .unwrap_or_default();
         bail!(
-            "ab: {} {} failed ({status})",
+            "ab: {} {} failed ({status}){why}",
             bin.display(),
             experiment.join(" ")
         );
@@ -254,9 +258,9 @@ pub fn table(r: &AbReport) -> String {
 pub fn run_cli(a: &AbArgs) -> Result<()> {
     let r = ab(a)?;
     if a.json {
-        println!("{}", serde_json::to_string(&r)?);
+        crate::report::print(&r)?;
     } else {
-        print!("{}", table(&r));
+        mpa_cli::out!("{}", table(&r));
     }
     Ok(())
 }

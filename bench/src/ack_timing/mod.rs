@@ -34,13 +34,13 @@ pub struct AckTimingArgs {
     /// The capture (pcap or pcapng).
     pub capture: PathBuf,
     /// The receiver's TCP port: data goes to it, ACKs come from it.
-    #[arg(long, default_value_t = crate::bed::options::PORT)]
+    #[arg(short = 'p', long, default_value_t = crate::bed::options::PORT)]
     pub port: u16,
     /// Connections with fewer data segments than this are left out.
     #[arg(long, default_value_t = 1000)]
     pub min_segments: u64,
     /// Print one JSON document on stdout instead of the table.
-    #[arg(long)]
+    #[arg(short = 'J', long)]
     pub json: bool,
 }
 
@@ -336,9 +336,9 @@ pub fn table(r: &AckTimingReport) -> String {
 pub fn run_cli(a: &AckTimingArgs) -> Result<()> {
     let r = ack_timing(a)?;
     if a.json {
-        println!("{}", serde_json::to_string(&r)?);
+        crate::report::print(&r)?;
     } else {
-        print!("{}", table(&r));
+        mpa_cli::out!("{}", table(&r));
     }
     Ok(())
 }

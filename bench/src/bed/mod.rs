@@ -11,12 +11,14 @@ pub mod placement;
 pub mod sender_tcp;
 pub mod split;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 /// `--wire-segments`: the sender's veth end without TSO, the receiver's with GRO.
 pub fn wire_segments(bed: &mpa_testbed::TestBed) -> Result<()> {
     if bed.ns_r.is_some() || bed.external.is_some() {
-        bail!("--wire-segments needs the direct veth pair (no --loss, --impair or --iface)");
+        mpa_cli::usage!(
+            "--wire-segments needs the direct veth pair (no --loss, --impair or --iface)"
+        );
     }
     for (ns, ifname, feature) in [
         (&bed.ns_a, &bed.if_a, ["tso", "off"]),

@@ -20,7 +20,7 @@ pub struct BedArgs {
     pub loss: u8,
     /// The impairment bridge instead of the Linux bridge, both directions possible, seeded:
     /// e.g. `drop=20,reorder=5,dup=2,corrupt=0.1,delay-us=100,seed=7,both` (rates in percent
-    /// of TCP frames to/from the port; testbed/src/impair.rs `Impairment::SYNTAX`).
+    /// of TCP frames to/from the port; the syntax: docs/benchmarks.md, "Impairment bridge").
     #[arg(long, value_name = "SPEC", conflicts_with = "loss")]
     pub impair: Option<Impairment>,
     /// RX queues of the bed's interfaces and of the datapath.
@@ -28,7 +28,7 @@ pub struct BedArgs {
     pub queues: u32,
     /// The bed as two hosts on two CPUs: the sender and its veth's RX (the ACKs, by RPS) on
     /// CPU 0, the receiver (the kernel Responder, or the datapath's workers) on CPU 1
-    /// (bench/src/bed/split.rs). Both receivers alike; not with --iface.
+    /// (docs/benchmarks.md, "bw"). Both receivers alike; not with --iface.
     #[arg(long)]
     pub split_cpus: bool,
     /// Where the datapath attaches its XDP program: `native` (in the driver) or `generic`
@@ -84,15 +84,15 @@ impl BedArgs {
     /// private namespace bed (the direct veth pair, or the bridge with loss or impairment).
     pub fn bed(&self) -> Result<TestBed> {
         match self.nic.external() {
-            Some(_) if self.loss > 0 => anyhow::bail!(
+            Some(_) if self.loss > 0 => mpa_cli::usage!(
                 "--loss needs the private bed's bridge; on real interfaces impose loss on the \
                  path yourself"
             ),
-            Some(_) if self.impair.is_some() => anyhow::bail!(
+            Some(_) if self.impair.is_some() => mpa_cli::usage!(
                 "--impair needs the private bed's bridge namespace; on real interfaces impair \
                  the path yourself"
             ),
-            Some(_) if self.split_cpus => anyhow::bail!(
+            Some(_) if self.split_cpus => mpa_cli::usage!(
                 "--split-cpus splits the private bed over two CPUs; on real interfaces the \
                  sender is another host already"
             ),
@@ -186,8 +186,8 @@ impl Framing {
 /// One transfer's options: `demo`'s, and each transfer of the other experiments.
 #[derive(Args, Clone, Debug)]
 pub struct Run {
-    /// ULPDU size.
-    #[arg(long, default_value_t = 4096)]
+    /// ULPDU size (4096 or 4K; as perftest's -s).
+    #[arg(short = 's', long, default_value_t = 4096, value_parser = mpa_cli::size::<usize>)]
     pub size: usize,
     #[command(flatten)]
     pub bed: BedArgs,
@@ -197,7 +197,7 @@ pub struct Run {
     pub transfer: TransferArgs,
     /// Print one JSON document with every measured value on stdout (the text goes to
     /// stderr).
-    #[arg(long)]
+    #[arg(short = 'J', long)]
     pub json: bool,
 }
 
@@ -205,16 +205,31 @@ pub struct Run {
 /// `bw` (`soak` and `lat` choose their own).
 #[derive(Args, Clone, Debug)]
 pub struct TransferArgs {
-    /// Octets each connection sends (per run).
-    #[arg(long, default_value_t = 256 << 20)]
+    /// Octets each connection sends (per run; a size: 256M, 1G).
+    #[arg(long, default_value_t = 256 << 20, value_parser = mpa_cli::size::<u64>)]
     pub bytes: u64,
+    /// Send for SECONDS instead of --bytes (as iperf3's -t, perftest's -D): each sender sends
+    /// until the time is up; the results count what was sent. Not with --op send (its buffers
+    /// are posted for a known count).
+    #[arg(
+        short = 't',
+        visible_short_alias = 'D',
+        long,
+        value_name = "SECONDS",
+        value_parser = mpa_cli::seconds
+    )]
+    pub duration: Option<std::time::Duration>,
+    /// Every SECONDS, a line on stderr per sender with the octets it sent in the interval and
+    /// their Gbit/s (as iperf3's -i; `mpa-peer connect --interval`).
+    #[arg(short = 'i', long, value_name = "SECONDS", value_parser = mpa_cli::seconds)]
+    pub interval: Option<std::time::Duration>,
     /// What the sender does: RDMA Writes into a registered region (checked byte for byte),
     /// Sends into posted buffers (checked likewise), or `count`: no placement (payloads only
     /// counted and digested).
     #[arg(long, value_enum, default_value = "write")]
     pub op: Op,
     /// Region size for `--op write` (writes wrap around in whole slots).
-    #[arg(long, default_value_t = 16 << 20)]
+    #[arg(long, default_value_t = 16 << 20, value_parser = mpa_cli::size::<u64>)]
     pub region_bytes: u64,
     /// Whether the sender aligns FPDUs with TCP segments (RFC 5044 §5.1; what lets segments
     /// that arrive out of order be placed on their own). `auto`: when there is loss. Aligned
@@ -226,7 +241,7 @@ pub struct TransferArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub connections: u32,
     /// The datapath TCP's receive buffer and reassembly limit, octets (default: TcpConfig's).
-    #[arg(long)]
+    #[arg(long, value_parser = mpa_cli::size::<usize>)]
     pub rcv_buf: Option<usize>,
     /// The datapath TCP's `ooo_ack_every` (default: TcpConfig's).
     #[arg(long)]
@@ -333,9 +348,24 @@ impl NicArgs {
     }
 }
 
-/// The messages a run sends.
+/// The messages a run sends (with `--duration`: what `--bytes` would send; the senders'
+/// reports say how many they sent).
 pub fn messages(r: &Run) -> u64 {
     (r.transfer.bytes / r.size as u64).max(1)
+}
+
+impl TransferArgs {
+    /// Refuses what `--duration` cannot go with: `--op send` posts its receive buffers for a
+    /// known number of messages before the sender starts.
+    pub fn check(&self) -> Result<()> {
+        if self.duration.is_some() && self.op == Op::Send {
+            mpa_cli::usage!(
+                "--duration needs --op write or count: --op send posts a buffer per message \
+                 before the run, so it sends --bytes"
+            );
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

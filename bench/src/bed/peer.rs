@@ -20,6 +20,9 @@ pub struct PeerReport {
     pub peer: String,
     /// ULPDUs sent (connect) or received (listen), and their octets.
     pub ulpdus: u64,
+    /// connect: messages sent (several ULPDUs each when aligned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages: Option<u64>,
     pub ulpdu_bytes: u64,
     /// CRC32c of the ULPDU octets in order (hex).
     pub ulpdu_digest: String,
@@ -81,6 +84,7 @@ impl PeerReport {
                 (&mut sum.sends, r.sends),
                 (&mut sum.send_octets, r.send_octets),
                 (&mut sum.echoes, r.echoes),
+                (&mut sum.messages, r.messages),
             ] {
                 if let (Some(t), Some(o)) = (total.as_mut(), one) {
                     *t += o;
@@ -136,7 +140,16 @@ pub fn sender_with(bed: &TestBed, r: &Run, extra: &[String]) -> Result<PeerRepor
     let peer = sibling("mpa-peer")?;
     let count = (r.transfer.bytes / r.size as u64).max(1).to_string();
     let to = SocketAddr::new(bed.addr_b(false), PORT).to_string();
-    let mut args = vec!["connect", "--to", &to, "--count", &count, "--timeout", "60"];
+    let mut args = vec!["connect", "--to", &to, "--timeout", "60"];
+    let secs = |d: std::time::Duration| d.as_secs_f64().to_string();
+    let (duration, interval) = (r.transfer.duration.map(secs), r.transfer.interval.map(secs));
+    match &duration {
+        Some(d) => args.extend(["--duration", d]),
+        None => args.extend(["--count", &count]),
+    }
+    if let Some(i) = &interval {
+        args.extend(["--interval", i]);
+    }
     let size = r.size.to_string();
     args.extend(["--size", &size]);
     if r.transfer.op == Op::Send {

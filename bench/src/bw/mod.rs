@@ -27,8 +27,15 @@ use std::fmt::Write as _;
 /// `mpa-bench bw`'s options.
 #[derive(Args, Clone, Debug)]
 pub struct BwArgs {
-    /// ULPDU sizes (DDP header included), each at most 64768 (RFC 5044's largest ULPDU).
-    #[arg(long, value_delimiter = ',', default_values_t = [4096usize, 64512])]
+    /// ULPDU sizes (DDP header included; 4096 or 4K), each at most 64768 (RFC 5044's largest
+    /// ULPDU).
+    #[arg(
+        short = 's',
+        long,
+        value_delimiter = ',',
+        default_values_t = [4096usize, 64512],
+        value_parser = mpa_cli::size::<usize>
+    )]
     pub sizes: Vec<usize>,
     /// Rounds; each runs every size on the kernel side, then on the datapath.
     #[arg(long, default_value_t = 3)]
@@ -40,12 +47,12 @@ pub struct BwArgs {
     #[command(flatten)]
     pub transfer: TransferArgs,
     /// Print the one JSON document on stdout (the table goes to stderr).
-    #[arg(long)]
+    #[arg(short = 'J', long)]
     pub json: bool,
     /// Who sends: `kernel` (default: `mpa-peer connect` toward the datapath or the kernel
     /// Responder), or `datapath`: the datapath sends RDMA Writes from a registered region to
     /// the kernel `mpa-peer listen`, against `mpa-peer connect` doing the same
-    /// (bench/src/bw/send.rs).
+    /// (docs/benchmarks.md, "bw").
     #[arg(long, value_enum, default_value = "kernel")]
     pub sender: SenderSide,
     /// Both receivers get MTU-sized segments, as from a NIC: the kernel sender's veth
@@ -74,6 +81,7 @@ impl BwArgs {
         BwParams {
             sizes: self.sizes.clone(),
             bytes: self.transfer.bytes,
+            duration_s: self.transfer.duration.map(|d| d.as_secs_f64()),
             rounds: self.rounds,
             mtu: self.bed.mtu,
             loss_percent: self.bed.loss,
@@ -285,10 +293,11 @@ pub fn paired_goodput(d: &BwRow, k: &BwRow) -> Option<Spread> {
 /// Runs the experiment and returns its document (the caller prints it).
 pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
     if a.sizes.is_empty() || a.rounds == 0 {
-        bail!("--sizes and --rounds must not be empty / 0");
+        mpa_cli::usage!("--sizes and --rounds must not be empty / 0");
     }
+    a.transfer.check()?;
     if let Some(s) = a.sizes.iter().find(|&&s| s > mpa::wire::fpdu::MAX_ULPDU) {
-        bail!(
+        mpa_cli::usage!(
             "--sizes {s}: a ULPDU is at most {} octets (RFC 5044 §3)",
             mpa::wire::fpdu::MAX_ULPDU
         );
@@ -330,7 +339,7 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
             }
             let ks = BwSample {
                 octets: k.got.ulpdu_bytes as f64,
-                messages: (messages(&r) * u64::from(r.transfer.connections)) as f64,
+                messages: sent_messages(&r, &k.sent),
                 seconds: transfer_seconds(&k.sent),
                 cpu: k.cpu,
             };
@@ -355,7 +364,7 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
             let rx = &d.flow.rx;
             let ds = BwSample {
                 octets: rx.ulpdu_octets as f64,
-                messages: (messages(&r) * u64::from(r.transfer.connections)) as f64,
+                messages: sent_messages(&r, &d.peer),
                 seconds: transfer_seconds(&d.peer),
                 cpu: CpuUse {
                     system: d.system_cpu,
@@ -414,6 +423,13 @@ pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
     Ok((doc, rows))
 }
 
+/// The messages the senders of a run sent (their reports, summed), or what `--bytes` makes
+/// them send when a report does not say.
+fn sent_messages(r: &Run, sent: &PeerReport) -> f64 {
+    sent.messages
+        .unwrap_or(messages(r) * u64::from(r.transfer.connections)) as f64
+}
+
 /// The sender namespace's TCP counters now (`None` on an external bed, or when they cannot
 /// be read: the run goes on without them).
 fn sender_counters(bed: &mpa_testbed::TestBed) -> Option<SenderTcp> {
@@ -450,7 +466,7 @@ pub fn run_cli(a: &BwArgs) -> Result<()> {
         SenderSide::Datapath => crate::bw::send::bw_send(a)?,
     };
     let head = format!(
-        "{}: mtu {} loss {}% queues {}; {} MiB per run, {}; {}; sender {}{}{}",
+        "{}: mtu {} loss {}% queues {}; {} per run, {}; {}; sender {}{}{}",
         match (&a.bed.nic.iface, a.bed.nic.peer) {
             (Some(i), Some(p)) => format!("interface {i}, peer {p}"),
             _ => "bed".to_string(),
@@ -458,7 +474,10 @@ pub fn run_cli(a: &BwArgs) -> Result<()> {
         a.bed.mtu,
         a.bed.loss,
         a.bed.queues,
-        a.transfer.bytes >> 20,
+        match a.transfer.duration {
+            Some(d) => format!("{:.1} s", d.as_secs_f64()),
+            None => format!("{} MiB", a.transfer.bytes >> 20),
+        },
         a.framing.framing().key(),
         match a.transfer.op {
             Op::Write => "RDMA Writes placed into a region (datapath, checked) / digested (kernel)",
@@ -495,11 +514,9 @@ pub fn run_cli(a: &BwArgs) -> Result<()> {
         ),
     };
     let text = format!("{head}\n{}", table(&rows));
+    crate::report::text(a.json, &text);
     if a.json {
-        eprint!("{text}");
         crate::report::print(&doc)?;
-    } else {
-        print!("{text}");
     }
     Ok(())
 }
@@ -549,6 +566,8 @@ mod tests {
         let a = BwArgs {
             sizes: vec![4096],
             transfer: TransferArgs {
+                duration: None,
+                interval: None,
                 bytes: 1 << 20,
                 op: Op::Write,
                 region_bytes: 16 << 20,

@@ -345,16 +345,18 @@ pub fn bw_send(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
         .iter()
         .any(|&s| s <= TAGGED || s > mpa::wire::fpdu::MAX_ULPDU)
     {
-        bail!(
+        mpa_cli::usage!(
             "--sizes: each above {TAGGED} and at most {} octets",
             mpa::wire::fpdu::MAX_ULPDU
         );
     }
     if a.transfer.connections != 1 || a.bed.queues != 1 || a.bed.nic.iface.is_some() {
-        bail!("--sender datapath runs one connection, one queue, on the private bed");
+        mpa_cli::usage!("--sender datapath runs one connection, one queue, on the private bed");
     }
     if a.bed.split_cpus {
-        bail!("--sender datapath does not pin its senders and receivers: no --split-cpus");
+        mpa_cli::usage!(
+            "--sender datapath does not pin its senders and receivers: no --split-cpus"
+        );
     }
     // What shapes the kernel sender or the receiving datapath has nothing to act on here:
     // refused rather than ignored.
@@ -373,9 +375,14 @@ pub fn bw_send(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
         (t.ooo_ack_every.is_some(), "--ooo-ack-every"),
         (t.sender_cc.is_some(), "--sender-cc"),
         (a.wire_segments, "--wire-segments"),
+        (
+            t.duration.is_some(),
+            "--duration (its senders send --bytes)",
+        ),
+        (t.interval.is_some(), "--interval"),
     ];
     if let Some((_, flag)) = ignored.iter().find(|(set, _)| *set) {
-        bail!("--sender datapath takes no {flag}");
+        mpa_cli::usage!("--sender datapath takes no {flag}");
     }
     let bed = a.bed.bed()?;
     let mut rows = Vec::new();

@@ -252,6 +252,14 @@ pub fn transfer(bed: &TestBed, socket: &std::path::Path, r: &Run) -> Result<DpRe
         let t = placed.get_or_insert((0, 0));
         *t = (t.0 + m, t.1 + o);
     }
+    // A timed run: each placement checked what completed; together that must be what the
+    // senders say they sent.
+    if let (Some(_), Some((m, _))) = (r.transfer.duration, placed) {
+        let sent: u64 = peers.iter().filter_map(|p| p.messages).sum();
+        if m != sent {
+            bail!("{m} messages completed, the senders sent {sent}");
+        }
+    }
     let flow = FlowTotals {
         worker_cpu_seconds: worker_cpu,
         ..FlowTotals::of(&reports)
@@ -343,11 +351,7 @@ pub struct PlacementChecked {
 /// Prints a line of the demo's text: on stdout, or on stderr when stdout carries the
 /// document.
 fn print_line(json: bool, line: &str) {
-    if json {
-        eprintln!("{line}");
-    } else {
-        println!("{line}");
-    }
+    crate::report::line(json, line);
 }
 
 /// `mpa-bench demo`: the text, the last line `demo: OK …` (stdout, or stderr with `--json`),
@@ -356,7 +360,7 @@ pub fn run_cli(r: &Run) -> Result<()> {
     let (doc, verdict) = demo(r)?;
     print_line(r.json, &format!("demo: OK {verdict}"));
     if r.json {
-        println!("{}", serde_json::to_string(&doc)?);
+        crate::report::print(&doc)?;
     }
     Ok(())
 }
@@ -364,6 +368,7 @@ pub fn run_cli(r: &Run) -> Result<()> {
 /// Runs the demo, printing what it measured as it goes; returns the document and the verdict
 /// line's text.
 pub fn demo(r: &Run) -> Result<(DemoDocument, String)> {
+    r.transfer.check()?;
     let bed = r.bed.bed()?;
     let t0 = Instant::now();
     let d = datapath_run(&bed, r)?;

@@ -31,6 +31,8 @@ impl Bystander {
         let count = (a.bystander_rate * seconds).max(1);
         let run = Run {
             transfer: TransferArgs {
+                duration: None,
+                interval: None,
                 bytes: count * size as u64,
                 op: Op::Write,
                 region_bytes: 4 << 20,

@@ -112,6 +112,10 @@ pub struct HostileArgs {
     /// (Internal.) The flow `--probe-foreign` names.
     #[arg(long, hide = true)]
     pub probe_flow: Option<u64>,
+    /// Print one JSON document on stdout (`{"scenario": "hostile", "classes", "bystander",
+    /// "ok"}`); the lines go to stderr.
+    #[arg(short = 'J', long)]
+    pub json: bool,
 }
 
 /// What must happen after a class's script.
@@ -381,6 +385,7 @@ impl Ctx<'_> {
 }
 
 /// One class's result line.
+#[derive(serde::Serialize)]
 pub struct Outcome {
     pub name: &'static str,
     pub ok: bool,
@@ -524,20 +529,29 @@ pub(crate) fn verify_placed(ctx: &Ctx) -> Result<()> {
 /// when every class behaved as specified and the bystander finished octet-exact.
 pub fn hostile(a: &HostileArgs) -> Result<bool> {
     if let (Some(p), Some(op), Some(flow)) = (&a.probe_socket, &a.probe_foreign, a.probe_flow) {
-        println!("{}", ctl::probe_foreign(p, op, flow));
+        mpa_cli::outln!("{}", ctl::probe_foreign(p, op, flow));
         return Ok(true);
     }
     if let Some(p) = &a.probe_socket {
-        println!("{}", ctl::probe(p));
+        mpa_cli::outln!("{}", ctl::probe(p));
         return Ok(true);
     }
+    // The lines go to stderr when stdout carries the document.
+    let say = |l: &str| crate::report::line(a.json, l);
     let classes: Vec<&Class> = all_classes()
         .filter(|c| a.only.as_ref().is_none_or(|o| c.name.contains(o.as_str())))
         .filter(|c| !a.skip.iter().any(|s| c.name.contains(s.as_str())))
         .collect();
     if a.list {
         for c in &classes {
-            println!("class {}: expect {}", c.name, c.expect);
+            say(&format!("class {}: expect {}", c.name, c.expect));
+        }
+        if a.json {
+            let list: Vec<serde_json::Value> = classes
+                .iter()
+                .map(|c| serde_json::json!({"name": c.name, "expect": c.expect.to_string()}))
+                .collect();
+            crate::report::print(&serde_json::json!({"scenario": "hostile", "classes": list}))?;
         }
         return Ok(true);
     }
@@ -594,11 +608,8 @@ pub fn hostile(a: &HostileArgs) -> Result<bool> {
                 text: format!("expected {}: {e:#}", c.expect),
             },
         };
-        if o.ok {
-            println!("class {}: OK {}", o.name, o.text);
-        } else {
-            println!("class {}: FAILED {}", o.name, o.text);
-        }
+        let verdict = if o.ok { "OK" } else { "FAILED" };
+        say(&format!("class {}: {verdict} {}", o.name, o.text));
         outcomes.push(o);
     }
     let secs = t0.elapsed().as_secs_f64();
@@ -608,22 +619,44 @@ pub fn hostile(a: &HostileArgs) -> Result<bool> {
     let n = outcomes.len();
     let by_text = match &by {
         Ok(t) => {
-            println!("bystander: OK {t}; sending during {overlapped}/{n} classes; classes took {secs:.1} s");
+            say(&format!("bystander: OK {t}; sending during {overlapped}/{n} classes; classes took {secs:.1} s"));
             "bystander octet-exact".to_string()
         }
         Err(e) => {
-            println!("bystander: FAILED {e:#}");
+            say(&format!("bystander: FAILED {e:#}"));
             format!("bystander FAILED: {e:#}")
         }
     };
-    if ok == n {
-        println!("hostile: {ok}/{n} classes as specified; {by_text}");
+    let summary = if ok == n {
+        format!("{ok}/{n} classes as specified; {by_text}")
     } else {
         let failed: Vec<&str> = outcomes.iter().filter(|o| !o.ok).map(|o| o.name).collect();
-        println!(
-            "hostile: {ok}/{n} classes as specified (failed: {}); {by_text}",
+        format!(
+            "{ok}/{n} classes as specified (failed: {}); {by_text}",
             failed.join(", ")
-        );
+        )
+    };
+    say(&format!("hostile: {summary}"));
+    let all_ok = ok == n && by.is_ok();
+    if a.json {
+        let doc = serde_json::json!({
+            "scenario": "hostile",
+            "classes": outcomes,
+            "bystander": {
+                "ok": by.is_ok(),
+                "text": match &by { Ok(t) => t.to_string(), Err(e) => format!("{e:#}") },
+            },
+            "summary": summary,
+        });
+        if all_ok {
+            crate::report::print(&doc)?;
+        } else {
+            // The failure document, with what was measured.
+            let mut doc = doc;
+            doc["error"] = summary.clone().into();
+            doc["ok"] = false.into();
+            mpa_cli::outln!("{doc}");
+        }
     }
-    Ok(ok == n && by.is_ok())
+    Ok(all_ok)
 }

@@ -12,11 +12,17 @@ use std::path::PathBuf;
 /// namespace or a NIC looped back); stamps from the future are counted as bad.
 #[derive(Args, Clone, Debug)]
 pub struct LatArgs {
-    /// ULPDU sizes (DDP header included; at least 22, at most 64768).
-    #[arg(long, value_delimiter = ',', default_values_t = [64usize, 1024, 4096, 16384])]
+    /// ULPDU sizes (DDP header included; 4096 or 4K; at least 22, at most 64768).
+    #[arg(
+        short = 's',
+        long,
+        value_delimiter = ',',
+        default_values_t = [64usize, 1024, 4096, 16384],
+        value_parser = mpa_cli::size::<usize>
+    )]
     pub sizes: Vec<usize>,
-    /// Messages per size, side and round.
-    #[arg(long, default_value_t = 20_000)]
+    /// Messages per size, side and round (as perftest's -n).
+    #[arg(short = 'n', long, default_value_t = 20_000)]
     pub messages: u64,
     /// The sender's pacing, messages per second (0: unpaced; queues then build up).
     #[arg(long, default_value_t = 10_000)]
@@ -32,7 +38,7 @@ pub struct LatArgs {
     #[arg(long, default_value_os_t = crate::report::default_out("lat"))]
     pub out: PathBuf,
     /// Print the one JSON document on stdout (the table goes to stderr).
-    #[arg(long)]
+    #[arg(short = 'J', long)]
     pub json: bool,
     /// The datapath's modes, each measured beside kernel TCP in the same run
     /// (docs/latency.md): `sleep` (worker threads that sleep when idle, the datapath's
@@ -69,7 +75,7 @@ pub struct LatArgs {
     pub post_via: PostVia,
     /// RDMA Write ping-pong instead (perftest `ib_write_lat` style, RTT/2): the kernel
     /// `mpa-peer listen --echo` answers both a kernel-TCP Initiator and the datapath's
-    /// (bench/src/lat/pingpong.rs); `--messages` iterations, `--rate` unused.
+    /// (docs/benchmarks.md, "lat"); `--messages` iterations, `--rate` unused.
     #[arg(long)]
     pub pingpong: bool,
 }
@@ -79,6 +85,8 @@ impl LatArgs {
     pub fn run(&self, size: usize, mode: DatapathMode) -> Run {
         Run {
             transfer: TransferArgs {
+                duration: None,
+                interval: None,
                 bytes: self.messages.max(1) * size as u64,
                 op: Op::Write,
                 region_bytes: 16 << 20,

@@ -46,11 +46,9 @@ pub fn run_cli(a: &LatArgs) -> Result<()> {
             a.rounds,
             pingpong::pingpong_table(&rows)
         );
+        crate::report::text(a.json, &text);
         if a.json {
-            eprint!("{text}");
             crate::report::print(&doc)?;
-        } else {
-            print!("{text}");
         }
         return Ok(());
     }
@@ -73,11 +71,9 @@ pub fn run_cli(a: &LatArgs) -> Result<()> {
         a.out.display(),
         if a.rate == 0 { "-unpaced" } else { "" }
     );
+    crate::report::text(a.json, &text);
     if a.json {
-        eprint!("{text}");
         crate::report::print(&doc)?;
-    } else {
-        print!("{text}");
     }
     Ok(())
 }

@@ -32,18 +32,18 @@ use std::time::{Duration, Instant};
 /// the document and the rows.
 pub fn lat(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
     if a.sizes.is_empty() || a.rounds == 0 {
-        bail!("--sizes and --rounds must not be empty / 0");
+        mpa_cli::usage!("--sizes and --rounds must not be empty / 0");
     }
     for &size in &a.sizes {
         if !(TAGGED_HEADER_LEN + STAMP_LEN..=MAX_ULPDU).contains(&size) {
-            bail!(
+            mpa_cli::usage!(
                 "--sizes {size}: a ULPDU must hold the {TAGGED_HEADER_LEN}-octet header and the \
                  {STAMP_LEN}-octet stamp, and be at most {MAX_ULPDU} octets"
             );
         }
     }
     if a.modes.contains(&DatapathMode::Rtc) && a.bed.queues != 1 {
-        bail!("--modes rtc turns one queue from the measuring thread: --queues 1");
+        mpa_cli::usage!("--modes rtc turns one queue from the measuring thread: --queues 1");
     }
     let bed = a.bed.bed()?;
     if a.wire_segments {

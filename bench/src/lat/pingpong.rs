@@ -334,7 +334,7 @@ fn drive_while<T: Send>(
 /// Runs the ping-pong: every size, both sides, `rounds` times, alternating.
 pub fn pingpong(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
     if a.bed.split_cpus {
-        bail!(
+        mpa_cli::usage!(
             "--pingpong does not split its echo server and Initiators over the CPUs: no \
              --split-cpus"
         );
@@ -344,13 +344,13 @@ pub fn pingpong(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
         .iter()
         .find(|&&s| s <= TAGGED_HEADER_LEN || s > 65536)
     {
-        bail!(
+        mpa_cli::usage!(
             "--sizes {s}: a ping-pong Write is {} ..= 65536 octets",
             TAGGED_HEADER_LEN + 1
         );
     }
     if a.modes.contains(&DatapathMode::Rtc) && a.bed.queues != 1 {
-        bail!("--modes rtc turns one queue from the measuring thread: --queues 1");
+        mpa_cli::usage!("--modes rtc turns one queue from the measuring thread: --queues 1");
     }
     let bed = a.bed.bed()?;
     if a.wire_segments {

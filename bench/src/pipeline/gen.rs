@@ -109,7 +109,7 @@ fn build_flow(
 ) -> Result<(FlowPlan, Vec<Frame>)> {
     let hlen = header_len(o.op);
     if o.size <= hlen {
-        bail!(
+        mpa_cli::usage!(
             "--size {} leaves no payload after the {hlen}-octet DDP header",
             o.size
         );

@@ -44,11 +44,19 @@ pub struct PipelineArgs {
     /// Flows; segments are interleaved round-robin across them.
     #[arg(long, default_value_t = 1)]
     pub flows: usize,
-    /// ULPDU (message) sizes, DDP header included; every size runs at every MSS.
-    #[arg(long, alias = "size", value_delimiter = ',', default_values_t = [4096usize])]
+    /// ULPDU (message) sizes, DDP header included (sizes: 4K, 63K); every size runs at every
+    /// MSS.
+    #[arg(
+        short = 's',
+        long,
+        alias = "size",
+        value_delimiter = ',',
+        default_values_t = [4096usize],
+        value_parser = mpa_cli::size::<usize>
+    )]
     pub sizes: Vec<usize>,
     /// TCP payload octets per segment (MSS 1448: MTU 1500; 3454: MTU 3506; 8948: MTU 9000).
-    #[arg(long, value_delimiter = ',', default_values_t = [1448usize, 8948])]
+    #[arg(long, value_delimiter = ',', default_values_t = [1448usize, 8948], value_parser = mpa_cli::size::<usize>)]
     pub mss: Vec<usize>,
     /// Markers (the default).
     #[arg(long, overrides_with = "no_markers")]
@@ -86,10 +94,10 @@ pub struct PipelineArgs {
     /// Octets of packet data per UMEM frame: larger frames reach the worker as multi-buffer
     /// descriptor chains and are gathered, as over AF_XDP with 4096-octet frames (3840); 0:
     /// every frame in one descriptor (what a UMEM chunk holding a whole jumbo frame would give).
-    #[arg(long, default_value_t = 3840)]
+    #[arg(long, default_value_t = 3840, value_parser = mpa_cli::size::<usize>)]
     pub umem_chunk: usize,
-    /// Octets of messages per round.
-    #[arg(long, default_value_t = 256 << 20)]
+    /// Octets of messages per round (a size: 256M, 1G).
+    #[arg(long, default_value_t = 256 << 20, value_parser = mpa_cli::size::<u64>)]
     pub bytes: u64,
     /// Seed of the payload, loss and reordering.
     #[arg(long, default_value_t = 1)]
@@ -111,7 +119,7 @@ pub struct PipelineArgs {
     #[arg(long)]
     pub stages: bool,
     /// Print the one JSON document on stdout (the tables go to stderr).
-    #[arg(long)]
+    #[arg(short = 'J', long)]
     pub json: bool,
     /// Workers side by side (each its own worker, ring, flows and regions, pinned to its own
     /// CPU when there are enough), all started together; `--bytes` and `--flows` are per
@@ -539,7 +547,7 @@ pub struct PipelineRun {
 pub fn pipeline_run(a: &PipelineArgs) -> Result<(Document, PipelineRun)> {
     let configs = a.configs();
     if configs.is_empty() {
-        bail!("--mss and --sizes must each name at least one value");
+        mpa_cli::usage!("--mss and --sizes must each name at least one value");
     }
     let (reports, multi) = match a.workers {
         0 | 1 => (pipeline_many(&configs)?, Vec::new()),
@@ -719,14 +727,12 @@ pub fn run_cli(a: &PipelineArgs) -> Result<()> {
         text += "\nvariants (poll time only, Gbit/s from wall poll time):\n\n";
         text += &table(&run.variants);
     }
+    crate::report::text(a.json, &text);
     if a.json {
-        eprint!("{text}");
         crate::report::print(&doc)?;
-    } else {
-        print!("{text}");
     }
     if a.perf {
-        profile::profile(&a.configs()[0], a.perf_data.as_deref())?;
+        profile::profile(&a.configs()[0], a.perf_data.as_deref(), a.json)?;
     }
     Ok(())
 }

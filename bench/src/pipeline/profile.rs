@@ -19,9 +19,12 @@ fn perf_usable() -> bool {
 
 /// Records one round of `o`, only while the worker is polled (perf starts disabled and is
 /// enabled around each timed part through its control FIFO), and prints the top symbols.
-pub fn profile(o: &PipelineOpts, keep: Option<&std::path::Path>) -> Result<()> {
+pub fn profile(o: &PipelineOpts, keep: Option<&std::path::Path>, json: bool) -> Result<()> {
     if !perf_usable() {
-        println!("perf: not usable here (`perf record -e cpu-clock true` failed); no profile");
+        crate::report::line(
+            json,
+            "perf: not usable here (`perf record -e cpu-clock true` failed); no profile",
+        );
         return Ok(());
     }
     let p = gen::prepare(o)?;
@@ -99,11 +102,14 @@ pub fn profile(o: &PipelineOpts, keep: Option<&std::path::Path>) -> Result<()> {
     if keep.is_none() {
         let _ = std::fs::remove_file(&data);
     }
-    println!("\nperf (one round of {}; only while polling):", o.label());
+    crate::report::line(
+        json,
+        &format!("\nperf (one round of {}; only while polling):", o.label()),
+    );
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .take(30)
-        .for_each(|l| println!("{}", l.trim_end_matches([' ', '-'])));
+        .for_each(|l| crate::report::line(json, l.trim_end_matches([' ', '-'])));
     Ok(())
 }

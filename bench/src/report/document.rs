@@ -229,6 +229,9 @@ pub struct LatRecord {
 pub struct BwParams {
     pub sizes: Vec<usize>,
     pub bytes: u64,
+    /// `--duration`: each sender sent for this long instead of `bytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<f64>,
     pub rounds: u32,
     pub mtu: u32,
     pub loss_percent: u8,

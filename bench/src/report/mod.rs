@@ -57,10 +57,60 @@ pub fn default_out(experiment: &str) -> std::path::PathBuf {
     state.join("mpa-bench").join(experiment)
 }
 
-/// Prints `doc` as the one document on stdout.
-pub fn print(doc: &Document) -> Result<()> {
-    println!("{}", serde_json::to_string(doc)?);
+/// A document as printed: its own keys, then `"ok": true` (a failed run prints
+/// [`failure`] instead, with `"ok": false`). Readers of the documents (`check_shape`, `ab`,
+/// the suite) ignore the key.
+#[derive(Serialize)]
+struct Printed<'a, T: Serialize> {
+    #[serde(flatten)]
+    doc: &'a T,
+    ok: bool,
+}
+
+/// `doc` as the one document on stdout, `"ok": true` added.
+pub fn to_json<T: Serialize>(doc: &T) -> Result<String> {
+    Ok(serde_json::to_string(&Printed { doc, ok: true })?)
+}
+
+/// Prints `doc` as the one document on stdout ([`to_json`]).
+pub fn print<T: Serialize>(doc: &T) -> Result<()> {
+    mpa_cli::outln!("{}", to_json(doc)?);
     Ok(())
+}
+
+/// The one document a failed run prints with `--json`:
+/// `{"scenario": "bw", "error": "…", "ok": false}`.
+pub fn failure(scenario: &str, e: &anyhow::Error) -> String {
+    #[derive(Serialize)]
+    struct Failure<'a> {
+        scenario: &'a str,
+        error: String,
+        ok: bool,
+    }
+    serde_json::to_string(&Failure {
+        scenario,
+        error: format!("{e:#}"),
+        ok: false,
+    })
+    .expect("strings serialise")
+}
+
+/// Human text of a run: on stdout, or on stderr when stdout carries the JSON document.
+pub fn text(json: bool, t: &str) {
+    if json {
+        eprint!("{t}");
+    } else {
+        mpa_cli::out!("{t}");
+    }
+}
+
+/// [`text`] of one line.
+pub fn line(json: bool, l: &str) {
+    if json {
+        eprintln!("{l}");
+    } else {
+        mpa_cli::outln!("{l}");
+    }
 }
 
 #[cfg(test)]
@@ -90,6 +140,7 @@ mod tests {
         BwParams {
             sizes: vec![4096],
             bytes: 1 << 20,
+            duration_s: None,
             rounds: 3,
             mtu: 1500,
             loss_percent: 0,
@@ -157,6 +208,26 @@ mod tests {
         // Read back: NaN where null was written (NaN is not equal to itself: compare text).
         let back: Document = serde_json::from_value(v.clone()).unwrap();
         assert_eq!(serde_json::to_value(&back).unwrap(), v);
+    }
+
+    #[test]
+    fn printed_documents_say_ok_and_failures_say_why() {
+        let doc = Document::Bw {
+            params: bw_params(),
+            results: vec![bw_record()],
+        };
+        let v: serde_json::Value = serde_json::from_str(&to_json(&doc).unwrap()).unwrap();
+        assert_eq!(v["ok"], true);
+        assert_eq!(v["scenario"], "bw");
+        check_shape(&v).unwrap();
+        let back: Document = serde_json::from_value(v).unwrap();
+        assert_eq!(back.scenario(), Scenario::Bw);
+        let e = anyhow::anyhow!("digests differ").context("kernel, 4096 B");
+        let v: serde_json::Value = serde_json::from_str(&failure("bw", &e)).unwrap();
+        assert_eq!(
+            v,
+            json!({"scenario": "bw", "error": "kernel, 4096 B: digests differ", "ok": false})
+        );
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub struct SetupArgs {
     #[arg(long, default_value_t = 32)]
     pub parallel: usize,
     /// Print the one JSON document on stdout (the summary goes to stderr).
-    #[arg(long)]
+    #[arg(short = 'J', long)]
     pub json: bool,
 }
 
@@ -106,11 +106,9 @@ pub fn run_cli(s: &SetupArgs) -> Result<()> {
         r.handovers_per_s(),
         r.line()
     );
+    crate::report::line(s.json, &line);
     if s.json {
-        eprintln!("{line}");
         crate::report::print(&r.document())?;
-    } else {
-        println!("{line}");
     }
     Ok(())
 }
@@ -121,7 +119,7 @@ pub fn run_cli(s: &SetupArgs) -> Result<()> {
 pub fn setup(s: &SetupArgs) -> Result<SetupResult> {
     let n = s.connections;
     if n == 0 || s.parallel == 0 {
-        bail!("--connections and --parallel must be at least 1");
+        mpa_cli::usage!("--connections and --parallel must be at least 1");
     }
     // Descriptors: the Initiators' sockets here, the frozen ones in the daemon (which
     // inherits the limit); each process holds about `n`.

@@ -24,11 +24,11 @@ pub struct SoakArgs {
     /// Connections per wave, at once.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub connections: u32,
-    /// Octets each connection carries.
-    #[arg(long, default_value_t = 8 << 20)]
+    /// Octets each connection carries (a size: 8M).
+    #[arg(long, default_value_t = 8 << 20, value_parser = mpa_cli::size::<u64>)]
     pub bytes: u64,
-    /// ULPDU size.
-    #[arg(long, default_value_t = 4096)]
+    /// ULPDU size (4096 or 4K).
+    #[arg(short = 's', long, default_value_t = 4096, value_parser = mpa_cli::size::<usize>)]
     pub size: usize,
     // With loss or impairment the sender aligns FPDUs.
     #[command(flatten)]
@@ -46,8 +46,12 @@ pub struct SoakArgs {
     pub max_rss_growth_percent: f64,
     /// The datapath's memory budget, octets (default: the machine's; docs/limits.md). After
     /// every wave its charges must all be back, and its high water never above it.
-    #[arg(long, value_name = "OCTETS")]
+    #[arg(long, value_name = "OCTETS", value_parser = mpa_cli::size::<u64>)]
     pub memory_budget: Option<u64>,
+    /// Print one JSON document on stdout (`{"scenario": "soak", "summary", "ok"}`); the
+    /// text goes to stderr.
+    #[arg(short = 'J', long)]
+    pub json: bool,
 }
 
 /// One sample after a wave.
@@ -107,6 +111,8 @@ pub fn check_growth(baseline: Sample, later: &[Sample], max_rss_growth_mib: f64)
 pub fn soak(a: &SoakArgs) -> Result<String> {
     let r = Run {
         transfer: TransferArgs {
+            duration: None,
+            interval: None,
             bytes: a.bytes,
             op: Op::Write,
             region_bytes: 4 << 20,

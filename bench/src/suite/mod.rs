@@ -42,6 +42,10 @@ pub struct SuiteArgs {
     /// `<!-- headline:begin -->` and `<!-- headline:end -->` markers).
     #[arg(long, value_name = "FILE")]
     pub readme: Option<PathBuf>,
+    /// Print one JSON document on stdout (`{"scenario": "suite", "out", "ok"}`); the summary
+    /// goes to stderr.
+    #[arg(short = 'J', long)]
+    pub json: bool,
 }
 
 /// The standard set's experiments.
@@ -113,6 +117,8 @@ impl SuiteArgs {
                     vec![1024, 4096, 16384, 65536 - 1024]
                 },
                 transfer: TransferArgs {
+                    duration: None,
+                    interval: None,
                     bytes: if q { 32 << 20 } else { 256 << 20 },
                     ..self.bw_base(q).transfer
                 },
@@ -123,6 +129,8 @@ impl SuiteArgs {
                 .map(|loss| BwArgs {
                     sizes: vec![4096],
                     transfer: TransferArgs {
+                        duration: None,
+                        interval: None,
                         bytes: if q { 8 << 20 } else { 64 << 20 },
                         ..self.bw_base(q).transfer
                     },
@@ -162,6 +170,8 @@ impl SuiteArgs {
         BwArgs {
             sizes: vec![4096],
             transfer: TransferArgs {
+                duration: None,
+                interval: None,
                 bytes: 32 << 20,
                 op: Op::Write,
                 region_bytes: 16 << 20,

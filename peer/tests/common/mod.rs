@@ -11,6 +11,8 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_mpa-peer");
 pub struct Listener {
     pub child: Child,
     pub addr: String,
+    /// Its stderr after the first line, once it has exited.
+    stderr: Option<std::thread::JoinHandle<String>>,
 }
 
 impl Drop for Listener {
@@ -37,23 +39,34 @@ pub fn listen(args: &[&str]) -> Listener {
         .expect(&line)
         .to_string();
     // Keep draining stderr so the child never blocks on it.
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        while err.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {
-            sink.clear();
-        }
+    let stderr = std::thread::spawn(move || {
+        let mut all = String::new();
+        while err.read_line(&mut all).map(|n| n > 0).unwrap_or(false) {}
+        all
     });
-    Listener { child, addr }
+    Listener {
+        child,
+        addr,
+        stderr: Some(stderr),
+    }
 }
 
-pub fn finish(mut l: Listener) -> (Value, bool) {
+pub fn finish(l: Listener) -> (Value, bool) {
+    let (v, ok, _) = finish_with_stderr(l);
+    (v, ok)
+}
+
+/// [`finish`], and what the listener wrote on stderr after its first line.
+pub fn finish_with_stderr(mut l: Listener) -> (Value, bool, String) {
     let out = l.child.stdout.take().unwrap();
     let mut line = String::new();
     BufReader::new(out).read_line(&mut line).unwrap();
     let status = l.child.wait().unwrap();
+    let stderr = l.stderr.take().unwrap().join().unwrap();
     (
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}")),
         status.success(),
+        stderr,
     )
 }
 
