@@ -20,8 +20,27 @@ pub struct ControlDaemon {
 impl ControlDaemon {
     /// Starts it with `RUST_LOG` set to `filter`.
     pub fn start(bed: &TestBed, config: &Path, filter: &str) -> ControlDaemon {
-        let mut child = bed
-            .command(&bed.ns_b, &bin("mpa-control").to_string_lossy())
+        Self::start_wrapped(bed, &[], config, filter)
+    }
+
+    /// [`ControlDaemon::start`] run through `wrapper` (a program and its arguments that runs
+    /// the rest of its command line, such as `setpriv ...`) inside ns b.
+    pub fn start_wrapped(
+        bed: &TestBed,
+        wrapper: &[&str],
+        config: &Path,
+        filter: &str,
+    ) -> ControlDaemon {
+        let program = bin("mpa-control").to_string_lossy().into_owned();
+        let mut cmd = match wrapper.split_first() {
+            None => bed.command(&bed.ns_b, &program),
+            Some((w, rest)) => {
+                let mut c = bed.command(&bed.ns_b, w);
+                c.args(rest).arg(&program);
+                c
+            }
+        };
+        let mut child = cmd
             .args(["serve", "--config", &config.to_string_lossy()])
             .env("RUST_LOG", filter)
             .stdin(Stdio::null())

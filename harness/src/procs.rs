@@ -49,6 +49,13 @@ impl DatapathProcess {
         }
     }
 
+    /// [`DatapathProcess::start_with`] run through `wrapper` (a program and its arguments
+    /// that runs the rest of its command line, such as `setpriv ...`) inside ns b.
+    pub fn start_wrapped(bed: &TestBed, wrapper: &[&str], args: &[&str]) -> Result<Self, String> {
+        let mut p = Self::spawn_wrapped(bed, &[], wrapper, args);
+        p.wait_ready(Duration::from_secs(20)).map(|()| p)
+    }
+
     /// Starts it once, without retrying: for a start that is expected to fail.
     pub fn start_once(bed: &TestBed, envs: &[(&str, &str)]) -> Result<Self, String> {
         Self::start_once_with(bed, envs, &[])
@@ -66,8 +73,25 @@ impl DatapathProcess {
     }
 
     fn spawn(bed: &TestBed, envs: &[(&str, &str)], args: &[&str]) -> Self {
+        Self::spawn_wrapped(bed, envs, &[], args)
+    }
+
+    fn spawn_wrapped(
+        bed: &TestBed,
+        envs: &[(&str, &str)],
+        wrapper: &[&str],
+        args: &[&str],
+    ) -> Self {
         let socket = crate::temp_path("dp-proc.sock");
-        let mut cmd = bed.command(&bed.ns_b, &bin("mpa-datapath").to_string_lossy());
+        let program = bin("mpa-datapath").to_string_lossy().into_owned();
+        let mut cmd = match wrapper.split_first() {
+            None => bed.command(&bed.ns_b, &program),
+            Some((w, rest)) => {
+                let mut c = bed.command(&bed.ns_b, w);
+                c.args(rest).arg(&program);
+                c
+            }
+        };
         cmd.args(["--iface", &bed.if_b, "--socket", &socket.to_string_lossy()])
             .args(["--xdp-mode", "native", "--zero-copy", "off", "--digest"])
             .args(["--frames", "4096"])

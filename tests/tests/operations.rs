@@ -329,3 +329,112 @@ fn the_datapath_takes_its_options_from_a_file_and_names_a_bad_key() {
         "{err}"
     );
 }
+
+/// The capabilities a unit in packaging/systemd/ keeps (`CapabilityBoundingSet=`), as
+/// setpriv names them (`net_admin`).
+fn unit_capabilities(unit: &str) -> Vec<String> {
+    let path = format!(
+        "{}/../packaging/systemd/{unit}.in",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .unwrap_or_else(|| panic!("{path}: no CapabilityBoundingSet"));
+    line.split_whitespace()
+        .map(|c| c.trim_start_matches("CAP_").to_lowercase())
+        .collect()
+}
+
+/// The capability numbers of linux/capability.h for the names the units use.
+fn capability_mask(caps: &[String]) -> u64 {
+    caps.iter()
+        .map(|c| {
+            let bit = match c.as_str() {
+                "net_bind_service" => 10,
+                "net_admin" => 12,
+                "net_raw" => 13,
+                "ipc_lock" => 14,
+                "sys_nice" => 23,
+                "perfmon" => 38,
+                "bpf" => 39,
+                other => panic!("capability {other} not in this table"),
+            };
+            1u64 << bit
+        })
+        .sum()
+}
+
+/// `setpriv` that leaves root only `caps`, as systemd does with the unit's
+/// CapabilityBoundingSet (root keeps what the bounding set allows at exec).
+fn setpriv(caps: &[String]) -> Vec<String> {
+    let set = caps
+        .iter()
+        .map(|c| format!("+{c}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    vec![
+        "setpriv".into(),
+        format!("--bounding-set=-all,{set}"),
+        "--inh-caps=-all".into(),
+        "--".into(),
+    ]
+}
+
+/// The effective capabilities of a process (`CapEff` of /proc/PID/status).
+fn effective_capabilities(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .unwrap()
+        .trim();
+    u64::from_str_radix(hex, 16).unwrap()
+}
+
+#[test]
+fn both_programs_work_with_only_the_capabilities_their_units_keep() {
+    if !require_privileged("unit capabilities") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let dp_caps = unit_capabilities("mpa-datapath@.service");
+    let wrapper = setpriv(&dp_caps);
+    let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+    let dp = DatapathProcess::start_wrapped(&bed, &wrapper, &["--metrics", "127.0.0.1:0"])
+        .unwrap_or_else(|log| panic!("the datapath with {dp_caps:?} only:\n{log}"));
+    assert_eq!(effective_capabilities(dp.pid()), capability_mask(&dp_caps));
+
+    let ctl_caps = unit_capabilities("mpa-control.service");
+    let wrapper = setpriv(&ctl_caps);
+    let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+    let listen = SocketAddr::new(bed.addr_b(false), 7403);
+    let config = write_temp(
+        "ops-caps.toml",
+        &format!(
+            "datapath_socket = \"{}\"\n[[listener]]\nbind = \"{listen}\"\nmarkers_required = true\n",
+            dp.socket.display()
+        ),
+    );
+    let daemon = ControlDaemon::start_wrapped(&bed, &wrapper, &config, "info");
+    daemon.wait_for("the datapath", Duration::from_secs(10), |l| {
+        l.iter().any(|l| l.contains("datapath connected"))
+    });
+    // A whole connection: startup, TCP_REPAIR hand-over, placement, close.
+    let (initiator, half, go) = two_halves(&bed, listen);
+    half.recv_timeout(Duration::from_secs(30)).unwrap();
+    go.send(()).unwrap();
+    initiator.join().unwrap();
+    let addr = metrics_addr(&dp.log());
+    wait_until("the flow ended", || {
+        total(
+            &scrape(&bed, addr),
+            "mpa_datapath_flows_ended_without_error",
+        ) == 1.0
+    });
+    let s = scrape(&bed, addr);
+    assert!(total(&s, "mpa_datapath_rx_bytes") >= 200_000.0);
+    assert_eq!(daemon.count(&["handed over"]), 1, "{:#?}", daemon.log());
+    daemon.terminate();
+}
