@@ -9,7 +9,9 @@ mod endpoint;
 pub use endpoint::{Endpoint, CONTENT_TYPE};
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeMetric,
+};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::{Registry, Unit};
@@ -29,55 +31,47 @@ impl<'a, 'b> Families<'a, 'b> {
     }
 
     /// A counter family (the encoder adds `_total`, and the unit's suffix before it).
-    pub fn counter<V>(
+    pub fn counter<V: EncodeCounterValue>(
         &mut self,
         name: &str,
         help: &str,
         unit: Option<Unit>,
         samples: impl IntoIterator<Item = (Labels, V)>,
-    ) -> std::fmt::Result
-    where
-        V: prometheus_client::encoding::EncodeCounterValue,
-    {
-        // A family with no sample is left out: it says nothing, and some parsers take
-        // the next family's lines for its own.
-        let mut samples = samples.into_iter().peekable();
-        if samples.peek().is_none() {
-            return Ok(());
-        }
-        let probe = ConstCounter::new(0u64);
-        let mut family =
-            self.encoder
-                .encode_descriptor(name, help, unit.as_ref(), probe.metric_type())?;
-        for (labels, v) in samples {
-            ConstCounter::new(v).encode(family.encode_family(&labels)?)?;
-        }
-        Ok(())
+    ) -> std::fmt::Result {
+        let samples = samples.into_iter().map(|(l, v)| (l, ConstCounter::new(v)));
+        self.family(name, help, unit, samples)
     }
 
     /// A gauge family.
-    pub fn gauge<V>(
+    pub fn gauge<V: EncodeGaugeValue>(
         &mut self,
         name: &str,
         help: &str,
         unit: Option<Unit>,
         samples: impl IntoIterator<Item = (Labels, V)>,
-    ) -> std::fmt::Result
-    where
-        V: prometheus_client::encoding::EncodeGaugeValue,
-    {
-        // A family with no sample is left out: it says nothing, and some parsers take
-        // the next family's lines for its own.
-        let mut samples = samples.into_iter().peekable();
-        if samples.peek().is_none() {
+    ) -> std::fmt::Result {
+        let samples = samples.into_iter().map(|(l, v)| (l, ConstGauge::new(v)));
+        self.family(name, help, unit, samples)
+    }
+
+    fn family<M: EncodeMetric>(
+        &mut self,
+        name: &str,
+        help: &str,
+        unit: Option<Unit>,
+        samples: impl Iterator<Item = (Labels, M)>,
+    ) -> std::fmt::Result {
+        // A family with no sample is left out: it says nothing, and some parsers take the
+        // next family's lines for its own.
+        let mut samples = samples.peekable();
+        let Some(kind) = samples.peek().map(|(_, m)| m.metric_type()) else {
             return Ok(());
-        }
-        let probe = ConstGauge::new(0i64);
-        let mut family =
-            self.encoder
-                .encode_descriptor(name, help, unit.as_ref(), probe.metric_type())?;
-        for (labels, v) in samples {
-            ConstGauge::new(v).encode(family.encode_family(&labels)?)?;
+        };
+        let mut family = self
+            .encoder
+            .encode_descriptor(name, help, unit.as_ref(), kind)?;
+        for (labels, m) in samples {
+            m.encode(family.encode_family(&labels)?)?;
         }
         Ok(())
     }
