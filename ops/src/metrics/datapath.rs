@@ -222,7 +222,8 @@ impl DatapathCollector {
 
     fn interface(&self, f: &mut Families) -> std::fmt::Result {
         let s = &self.stats;
-        let one = |v: u64| [(self.if_label(), v)];
+        // A sample of the interface alone: every family of this function has one.
+        let sample = |v: u64| [(self.if_label(), v)];
         if let Some(x) = &s.xdp {
             let xdp: [(&str, &str, u64); 10] = [
                 ("seen", "Frames the XDP program ran on.", x.seen),
@@ -273,130 +274,129 @@ impl DatapathCollector {
                     &format!("mpa_datapath_xdp_{name}_frames"),
                     help,
                     None,
-                    one(v),
+                    sample(v),
                 )?;
             }
         }
-        let gauge = |v: u64| [(self.if_label(), v)];
         f.gauge(
             "mpa_datapath_xdp_attached",
             "1 while the XDP program is attached, 0 once someone else detached it.",
             None,
-            gauge(u64::from(!s.xdp_detached)),
+            sample(u64::from(!s.xdp_detached)),
         )?;
         f.gauge(
             "mpa_datapath_adopted_flows",
             "Flows handed over or waiting for their hand-over.",
             None,
-            gauge(s.adopted_flows as u64),
+            sample(s.adopted_flows as u64),
         )?;
         f.gauge(
             "mpa_datapath_regions",
             "Registered memory regions.",
             None,
-            gauge(s.registry.regions as u64),
+            sample(s.registry.regions as u64),
         )?;
         f.gauge(
             "mpa_datapath_registered",
             "Octets registered.",
             Some(Unit::Bytes),
-            gauge(s.registry.region_octets),
+            sample(s.registry.region_octets),
         )?;
         f.gauge(
             "mpa_datapath_registered_limit",
             "Octets that may be registered at most.",
             Some(Unit::Bytes),
-            gauge(s.registry.region_budget),
+            sample(s.registry.region_budget),
         )?;
         f.gauge(
             "mpa_datapath_buffers_waiting",
             "Receive buffers waiting in domains for their connection.",
             None,
-            gauge(s.registry.buffers_waiting as u64),
+            sample(s.registry.buffers_waiting as u64),
         )?;
         f.gauge(
             "mpa_datapath_subscribers",
             "Completion subscribers.",
             None,
-            gauge(s.registry.subscribers as u64),
+            sample(s.registry.subscribers as u64),
         )?;
         f.gauge(
             "mpa_datapath_control_clients",
             "Control-socket clients connected.",
             None,
-            gauge(s.control.clients as u64),
+            sample(s.control.clients as u64),
         )?;
         f.gauge(
             "mpa_datapath_control_clients_limit",
             "Control-socket clients allowed at once.",
             None,
-            gauge(s.control.max_clients as u64),
+            sample(s.control.max_clients as u64),
         )?;
         f.counter(
             "mpa_datapath_control_clients_refused",
             "Control-socket clients refused at the limit.",
             None,
-            one(s.control.clients_refused),
+            sample(s.control.clients_refused),
         )?;
         f.counter(
             "mpa_datapath_control_messages_dropped",
             "Messages for slow control clients dropped at their queue's bound.",
             None,
-            one(s.control.messages_dropped),
+            sample(s.control.messages_dropped),
         )?;
         f.gauge(
             "mpa_datapath_control_queued",
             "Octets queued for control clients.",
             Some(Unit::Bytes),
-            gauge(s.control.queued_octets),
+            sample(s.control.queued_octets),
         )?;
         f.counter(
             "mpa_datapath_handovers_ts_recent_inherited",
             "Hand-overs whose TS.Recent came from a recorded segment.",
             None,
-            one(s.handover.ts_recent_inherited),
+            sample(s.handover.ts_recent_inherited),
         )?;
         f.counter(
             "mpa_datapath_handovers_ts_recent_unknown",
             "Hand-overs whose TS.Recent stayed unknown.",
             None,
-            one(s.handover.ts_recent_unknown),
+            sample(s.handover.ts_recent_unknown),
         )?;
         f.gauge(
             "mpa_datapath_memory_limit",
             "The memory budget (docs/limits.md).",
             Some(Unit::Bytes),
-            gauge(s.memory.limit),
+            sample(s.memory.limit),
         )?;
         f.gauge(
             "mpa_datapath_memory_used",
             "Octets charged to the memory budget now.",
             Some(Unit::Bytes),
-            gauge(s.memory.used),
+            sample(s.memory.used),
         )?;
         f.gauge(
             "mpa_datapath_memory_high_water",
             "Most octets charged at once.",
             Some(Unit::Bytes),
-            gauge(s.memory.high_water),
+            sample(s.memory.high_water),
         )?;
         f.counter(
             "mpa_datapath_memory_dropped_segments",
             "Out-of-order segments dropped for want of room.",
             None,
-            one(s.memory.dropped_segments),
+            sample(s.memory.dropped_segments),
         )?;
         f.counter(
             "mpa_datapath_memory_refused",
             "Hand-overs and subscriptions refused for want of room.",
             None,
-            one(s.memory.refused),
+            sample(s.memory.refused),
         )?;
         f.gauge(
             "mpa_datapath_capture_running",
             "1 while a packet capture runs.",
             None,
-            gauge(u64::from(s.capture.is_some())),
+            sample(u64::from(s.capture.is_some())),
         )
     }
 
