@@ -1,7 +1,7 @@
 //! `mpa-control serve` as a process in ns b, its stderr log collected line by line.
 
 use crate::bin;
-use crate::procs::collect_stderr;
+use crate::procs::{collect_stderr, wrapped_command};
 use mpa_testbed::TestBed;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -32,15 +32,7 @@ impl ControlDaemon {
         filter: &str,
     ) -> ControlDaemon {
         let program = bin("mpa-control").to_string_lossy().into_owned();
-        let mut cmd = match wrapper.split_first() {
-            None => bed.command(&bed.ns_b, &program),
-            Some((w, rest)) => {
-                let mut c = bed.command(&bed.ns_b, w);
-                c.args(rest).arg(&program);
-                c
-            }
-        };
-        let mut child = cmd
+        let mut child = wrapped_command(bed, &bed.ns_b, wrapper, &program)
             .args(["serve", "--config", &config.to_string_lossy()])
             .env("RUST_LOG", filter)
             .stdin(Stdio::null())

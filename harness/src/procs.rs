@@ -5,7 +5,7 @@ use crate::bins::bin;
 use mpa_testbed::TestBed;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -84,14 +84,7 @@ impl DatapathProcess {
     ) -> Self {
         let socket = crate::temp_path("dp-proc.sock");
         let program = bin("mpa-datapath").to_string_lossy().into_owned();
-        let mut cmd = match wrapper.split_first() {
-            None => bed.command(&bed.ns_b, &program),
-            Some((w, rest)) => {
-                let mut c = bed.command(&bed.ns_b, w);
-                c.args(rest).arg(&program);
-                c
-            }
-        };
+        let mut cmd = wrapped_command(bed, &bed.ns_b, wrapper, &program);
         cmd.args(["--iface", &bed.if_b, "--socket", &socket.to_string_lossy()])
             .args(["--xdp-mode", "native", "--zero-copy", "off", "--digest"])
             .args(["--frames", "4096"])
@@ -210,6 +203,19 @@ impl Drop for DatapathProcess {
             let _ = r.join();
         }
         let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+/// `program` in namespace `ns`, run through `wrapper` (a program and its arguments that
+/// runs the rest of its command line, such as `setpriv ...`) when there is one.
+pub fn wrapped_command(bed: &TestBed, ns: &str, wrapper: &[&str], program: &str) -> Command {
+    match wrapper.split_first() {
+        None => bed.command(ns, program),
+        Some((w, rest)) => {
+            let mut c = bed.command(ns, w);
+            c.args(rest).arg(program);
+            c
+        }
     }
 }
 
