@@ -45,27 +45,57 @@ impl Refusal {
     }
 }
 
-/// Why a setup failed (the [`SetupError`] variant, or the setup's own plumbing).
-const FAILURES: [&str; 8] = [
-    "tcp",
-    "closed",
-    "startup",
-    "datapath",
-    "freeze",
-    "next_hop",
-    "not_quiet",
-    "resources",
-];
+/// Why a setup failed: the [`SetupError`] variant, or the setup's own plumbing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failure {
+    Tcp,
+    Closed,
+    Startup,
+    Datapath,
+    Freeze,
+    NextHop,
+    NotQuiet,
+    /// A socket pair or relay thread could not be had.
+    Resources,
+}
 
-fn failure_label(e: &SetupError) -> &'static str {
-    match e {
-        SetupError::Io(_) => "tcp",
-        SetupError::Closed => "closed",
-        SetupError::Startup(_) => "startup",
-        SetupError::Datapath(_) => "datapath",
-        SetupError::Freeze(_) => "freeze",
-        SetupError::Neighbour(_) => "next_hop",
-        SetupError::NotQuiet { .. } => "not_quiet",
+impl Failure {
+    const ALL: [Failure; 8] = [
+        Failure::Tcp,
+        Failure::Closed,
+        Failure::Startup,
+        Failure::Datapath,
+        Failure::Freeze,
+        Failure::NextHop,
+        Failure::NotQuiet,
+        Failure::Resources,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Failure::Tcp => "tcp",
+            Failure::Closed => "closed",
+            Failure::Startup => "startup",
+            Failure::Datapath => "datapath",
+            Failure::Freeze => "freeze",
+            Failure::NextHop => "next_hop",
+            Failure::NotQuiet => "not_quiet",
+            Failure::Resources => "resources",
+        }
+    }
+}
+
+impl From<&SetupError> for Failure {
+    fn from(e: &SetupError) -> Failure {
+        match e {
+            SetupError::Io(_) => Failure::Tcp,
+            SetupError::Closed => Failure::Closed,
+            SetupError::Startup(_) => Failure::Startup,
+            SetupError::Datapath(_) => Failure::Datapath,
+            SetupError::Freeze(_) => Failure::Freeze,
+            SetupError::Neighbour(_) => Failure::NextHop,
+            SetupError::NotQuiet { .. } => Failure::NotQuiet,
+        }
     }
 }
 
@@ -76,7 +106,7 @@ pub(crate) struct ListenerCounts {
     refused: [AtomicU64; Refusal::ALL.len()],
     handed_over: AtomicU64,
     rejected: AtomicU64,
-    failed: [AtomicU64; FAILURES.len()],
+    failed: [AtomicU64; Failure::ALL.len()],
 }
 
 impl ListenerCounts {
@@ -85,8 +115,8 @@ impl ListenerCounts {
     }
 
     pub(crate) fn refused(&self, why: Refusal) {
-        let i = Refusal::ALL.iter().position(|r| *r == why).unwrap_or(0);
-        self.refused[i].fetch_add(1, Ordering::Relaxed);
+        // ALL lists the variants in declaration order: the discriminant is the index.
+        self.refused[why as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn handed_over(&self) {
@@ -97,14 +127,8 @@ impl ListenerCounts {
         self.rejected.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn failed(&self, e: &SetupError) {
-        self.failed_as(failure_label(e));
-    }
-
-    /// A failure of the setup's plumbing (socket pair, relay thread, relay handshake).
-    pub(crate) fn failed_as(&self, label: &'static str) {
-        let i = FAILURES.iter().position(|f| *f == label).unwrap_or(0);
-        self.failed[i].fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn failed(&self, why: Failure) {
+        self.failed[why as usize].fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -156,8 +180,11 @@ impl Collector for DaemonCollector {
                 let labels = vec![("listener", bind.to_string()), ("reason", r.label().into())];
                 refused.push((labels, load(&l.refused[i])));
             }
-            for (i, why) in FAILURES.iter().enumerate() {
-                let labels = vec![("listener", bind.to_string()), ("reason", why.to_string())];
+            for (i, why) in Failure::ALL.iter().enumerate() {
+                let labels = vec![
+                    ("listener", bind.to_string()),
+                    ("reason", why.label().into()),
+                ];
                 failed.push((labels, load(&l.failed[i])));
             }
         }
@@ -192,5 +219,20 @@ impl Collector for DaemonCollector {
             None,
             [(Labels::new(), s.active.load(Ordering::Relaxed) as i64)],
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_reason_is_counted_under_its_own_label() {
+        for (i, r) in Refusal::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i, "{r:?}");
+        }
+        for (i, f) in Failure::ALL.iter().enumerate() {
+            assert_eq!(*f as usize, i, "{f:?}");
+        }
     }
 }

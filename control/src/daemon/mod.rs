@@ -30,7 +30,7 @@ use crate::freeze::FrozenSocket;
 use crate::responder::{respond_and_hand_over, Outcome};
 use crate::Placement;
 use admission::{NoSlot, Shared, Slot};
-use counters::{Counters, DaemonCollector, ListenerCounts, Refusal};
+use counters::{Counters, DaemonCollector, Failure, ListenerCounts, Refusal};
 use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
 use mpa_ctl_proto::{handshake, read_message, write_message, Message, VERSION};
 use std::collections::HashMap;
@@ -302,7 +302,7 @@ fn setup(
     let (ours, theirs) = match UnixStream::pair() {
         Ok(p) => p,
         Err(e) => {
-            counts.failed_as("resources");
+            counts.failed(Failure::Resources);
             return tracing::warn!(%peer, %e, "setup: socket pair");
         }
     };
@@ -315,7 +315,7 @@ fn setup(
         {
             Ok(h) => h,
             Err(e) => {
-                counts.failed_as("resources");
+                counts.failed(Failure::Resources);
                 return tracing::warn!(%peer, %e, "setup: cannot start a relay thread");
             }
         }
@@ -377,14 +377,14 @@ fn setup(
                     tracing::info!(%peer, %bind, %reason, "rejected by policy");
                 }
                 Err(e) => {
-                    counts.failed(&e);
+                    counts.failed(Failure::from(&e));
                     tracing::warn!(%peer, %bind, %e, "setup failed");
                 }
             }
             // Closing our end ends the relay, which then reports the setup done.
         }
         Err(e) => {
-            counts.failed_as("datapath");
+            counts.failed(Failure::Datapath);
             tracing::warn!(%peer, %bind, %e, "setup: relay handshake");
         }
     }
