@@ -48,6 +48,9 @@ pub struct RingStats {
     /// `XDP_USE_SG`).
     #[serde(default)]
     pub multi_buffer: bool,
+    /// The socket's UMEM is on huge pages (2 MiB: one TLB entry for 512 frames).
+    #[serde(default)]
+    pub huge_pages: bool,
 }
 
 impl RingStats {

@@ -98,6 +98,7 @@ fn run(a: &Args) -> Result<(), Failure> {
         worker_deadline: mpa_datapath::server::DEFAULT_WORKER_DEADLINE,
         memory_budget: None,
         caller_drives_queues: true,
+        queue_steering: Default::default(),
     })?;
     let mut driver = dp
         .take_queue_drivers()

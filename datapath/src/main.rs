@@ -3,7 +3,8 @@
 
 use clap::{CommandFactory, Parser};
 use mpa_bpf::AttachMode;
-use mpa_datapath::io::xsk::{BindMode, BusyPoll, XskConfig};
+use mpa_datapath::io::nic_queues::QueueSteering;
+use mpa_datapath::io::xsk::{BindMode, BusyPoll, HugePages, XskConfig};
 use mpa_datapath::server::{Datapath, DatapathConfig};
 use mpa_ops::logs::LogFormat;
 use mpa_stack::tcp::TcpConfig;
@@ -19,6 +20,17 @@ enum ZeroCopy {
     Auto,
     On,
     Off,
+}
+
+/// `--steer`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Steer {
+    /// Change nothing on the NIC (a warning when it has more RX queues than --queues).
+    Off,
+    /// Set the NIC's RX channel count to --queues.
+    Channels,
+    /// Ntuple rules sending TCP to the --steer-port ports to the served queues.
+    Ntuple,
 }
 
 #[derive(Parser)]
@@ -60,6 +72,16 @@ struct Args {
     /// any interface, slower), or `auto` (native, else generic).
     #[arg(long, default_value = "auto")]
     xdp_mode: String,
+    /// How MPA flows reach the queues that have a socket (docs/nics.md): `channels` sets the
+    /// NIC's RX channel count to --queues, `ntuple` installs rules sending TCP to the
+    /// --steer-port ports to those queues; both are undone on exit, and after a crash by the
+    /// next start.
+    #[arg(long, value_enum, default_value = "off")]
+    steer: Steer,
+    /// With --steer ntuple: the local ports of the listeners whose flows the datapath takes
+    /// (mpa-control's `--listen` ports).
+    #[arg(long, value_delimiter = ',', value_name = "PORT")]
+    steer_port: Vec<u16>,
     /// Control socket path.
     #[arg(long, default_value = "/run/mpa-datapath.sock")]
     socket: PathBuf,
@@ -69,6 +91,14 @@ struct Args {
     /// UMEM frames per queue.
     #[arg(long, default_value_t = 8192)]
     frames: u32,
+    /// Octets per UMEM frame: 4096 or 2048 (half the memory; frames above 1792 octets then
+    /// arrive as descriptor chains).
+    #[arg(long, default_value_t = 4096, value_parser = frame_size)]
+    frame_size: u32,
+    /// UMEM on huge pages: `auto` (where enough are free, else normal pages, logged), `on`
+    /// (or fail naming how many are needed), `off`.
+    #[arg(long, value_enum, default_value = "auto")]
+    huge_pages: HugePages,
     /// Skip software TCP checksum verification (only where the NIC verified it).
     #[arg(long)]
     no_verify_checksums: bool,
@@ -101,8 +131,10 @@ struct Args {
     /// Octets of registered memory regions allowed in all.
     #[arg(long, default_value_t = mpa_datapath::server::DEFAULT_MAX_REGION_BYTES)]
     max_region_bytes: u64,
-    /// Preferred busy polling on every AF_XDP socket: microseconds (0 = off).
-    #[arg(long, default_value_t = 0)]
+    /// Preferred busy polling on every AF_XDP socket (SO_PREFER_BUSY_POLL, SO_BUSY_POLL of
+    /// this many µs, SO_BUSY_POLL_BUDGET): the kernel runs the driver's receive from our
+    /// wake-ups instead of interrupts (0 = off).
+    #[arg(long, visible_alias = "busy-poll", default_value_t = 0)]
     busy_poll_us: u32,
     /// Busy-poll budget (packets per round) with --busy-poll-us.
     #[arg(long, default_value_t = 64)]
@@ -125,6 +157,15 @@ struct Args {
     /// [default: 15, as Linux tcp_retries2].
     #[arg(long)]
     persist_max_probes: Option<u32>,
+}
+
+/// `--frame-size`: the UMEM frame sizes the datapath's frame layout takes.
+fn frame_size(s: &str) -> Result<u32, String> {
+    match s {
+        "2048" | "2K" | "2k" => Ok(2048),
+        "4096" | "4K" | "4k" => Ok(4096),
+        o => Err(format!("{o}: 2048 or 4096")),
+    }
 }
 
 /// The TCP settings: the defaults (`TcpConfig::default`), with what the command line names.
@@ -184,6 +225,16 @@ fn main() -> ExitCode {
         eprintln!("mpa-datapath: --completion-ring {ring}: a power of two in {lo}..={hi}");
         return ExitCode::from(2);
     }
+    if !a.steer_port.is_empty() && !matches!(a.steer, Steer::Ntuple) {
+        eprintln!("mpa-datapath: --steer-port is for --steer ntuple");
+        return ExitCode::from(2);
+    }
+    if matches!(a.steer, Steer::Ntuple) && a.steer_port.is_empty() {
+        eprintln!(
+            "mpa-datapath: --steer ntuple needs the listeners' ports: --steer-port PORT[,PORT…]"
+        );
+        return ExitCode::from(2);
+    }
     let tcp = tcp_config(&a);
     let (iface, socket) = (a.iface.clone(), a.socket.clone());
     let cfg = DatapathConfig {
@@ -192,6 +243,8 @@ fn main() -> ExitCode {
         xdp_mode,
         xsk: XskConfig {
             frames: a.frames,
+            frame_size: a.frame_size,
+            huge_pages: a.huge_pages,
             bind_mode: match a.zero_copy {
                 ZeroCopy::Auto => BindMode::Auto,
                 ZeroCopy::On => BindMode::ZeroCopy,
@@ -215,6 +268,13 @@ fn main() -> ExitCode {
         worker_deadline: std::time::Duration::from_millis(a.worker_deadline_ms),
         memory_budget: a.memory_budget,
         caller_drives_queues: false,
+        queue_steering: match a.steer {
+            Steer::Off => QueueSteering::Off,
+            Steer::Channels => QueueSteering::Channels,
+            Steer::Ntuple => QueueSteering::Ntuple {
+                ports: a.steer_port.clone(),
+            },
+        },
     };
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {

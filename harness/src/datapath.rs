@@ -10,6 +10,7 @@ use mpa_control::responder::{respond_and_hand_over, Outcome};
 use mpa_control::Placement;
 use mpa_ctl_proto::stats::DatapathStats;
 use mpa_ctl_proto::Message;
+use mpa_datapath::io::nic_queues::QueueSteering;
 use mpa_datapath::io::xsk::{BindMode, XskConfig};
 use mpa_datapath::server::{
     Datapath, DatapathConfig, DEFAULT_COMPLETION_RING, DEFAULT_MAX_CONTROL_CLIENTS,
@@ -56,6 +57,8 @@ pub struct DatapathOptions {
     pub caller_drives_queues: bool,
     /// Where XDP attaches (native by default).
     pub xdp_mode: AttachMode,
+    /// How flows are put on the served queues (`DatapathConfig::queue_steering`).
+    pub queue_steering: QueueSteering,
 }
 
 impl Default for DatapathOptions {
@@ -73,6 +76,7 @@ impl Default for DatapathOptions {
             completion_ring: DEFAULT_COMPLETION_RING,
             memory_budget: None,
             caller_drives_queues: false,
+            queue_steering: Default::default(),
             xdp_mode: AttachMode::Driver,
         }
     }
@@ -112,6 +116,7 @@ pub fn start_datapath_on(
             worker_deadline: mpa_datapath::server::DEFAULT_WORKER_DEADLINE,
             memory_budget: opts.memory_budget,
             caller_drives_queues: opts.caller_drives_queues,
+            queue_steering: opts.queue_steering.clone(),
         };
         match run_in_netns(ns, move || Datapath::start(cfg))? {
             Ok(dp) => return Ok(dp),

@@ -87,7 +87,7 @@ impl DatapathProcess {
         let mut cmd = wrapped_command(bed, &bed.ns_b, wrapper, &program);
         cmd.args(["--iface", &bed.if_b, "--socket", &socket.to_string_lossy()])
             .args(["--xdp-mode", "native", "--zero-copy", "off", "--digest"])
-            .args(["--frames", "4096"])
+            .args(["--frames", "4096", "--huge-pages", "off"])
             .args(args)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")

@@ -555,6 +555,7 @@ fn a_run_to_completion_driver_reads_the_post_queues_at_every_turn() {
         &bed,
         &DatapathOptions {
             caller_drives_queues: true,
+            queue_steering: Default::default(),
             ..DatapathOptions::default()
         },
     );

@@ -29,6 +29,7 @@ fn steered_segments_reach_the_umem_and_frames_leave_through_it() {
             ring_size: 512,
             bind_mode: BindMode::Copy,
             busy_poll: None,
+            ..XskConfig::default()
         };
         let xsk = XskQueue::open(&if_b, 0, &cfg).unwrap();
         steer.set_xsk(0, xsk.as_fd()).unwrap();

@@ -1,8 +1,11 @@
 //! The device side of a worker: AF_XDP sockets, their UMEM and rings, the ring trait a worker
-//! runs on (and its in-memory form), multi-buffer descriptor chains, and frame capture.
+//! runs on (and its in-memory form), multi-buffer descriptor chains, frame capture, and the
+//! NIC's queues (channel counts and ntuple rules through the ethtool interface).
 
 pub mod capture;
 pub(crate) mod chain;
+pub mod ethtool;
+pub mod nic_queues;
 pub(crate) mod prefetch;
 pub mod ring;
 pub mod xsk;

@@ -48,9 +48,24 @@ pub struct XskConfig {
     pub ring_size: u32,
     /// Bind mode.
     pub bind_mode: BindMode,
+    /// Whether the UMEM goes on huge pages.
+    pub huge_pages: HugePages,
     /// Preferred busy polling (SO_PREFER_BUSY_POLL + SO_BUSY_POLL µs + SO_BUSY_POLL_BUDGET):
     /// the kernel runs the driver's NAPI from our wakeups instead of interrupts. Off: `None`.
     pub busy_poll: Option<BusyPoll>,
+}
+
+/// Huge pages for the UMEM: a 4 KiB page per frame costs a TLB miss at each frame's first
+/// touch; a 2 MiB page covers 512 frames (docs/nics.md, "Huge pages").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum HugePages {
+    /// On huge pages where the system has enough free, else on normal pages (logged).
+    Auto,
+    /// On huge pages, or fail naming how many are needed.
+    On,
+    /// On normal pages.
+    #[default]
+    Off,
 }
 
 /// Busy-polling parameters of an AF_XDP socket.
@@ -112,6 +127,7 @@ impl Default for XskConfig {
             frame_size: 4096,
             ring_size: 2048,
             bind_mode: BindMode::Auto,
+            huge_pages: HugePages::Off,
             busy_poll: None,
         }
     }
@@ -234,11 +250,39 @@ impl XskQueue {
             .map_err(|e| bad(&e))?;
         let frames =
             NonZeroU32::new(cfg.frames).ok_or_else(|| XskError::Config("0 frames".into()))?;
-        let (umem, mut descs) = Umem::new(umem_cfg, frames, false).map_err(|e| XskError::Umem {
+        let umem_err = |detail: String| XskError::Umem {
             frames: cfg.frames,
             frame_size: cfg.frame_size,
-            detail: format!("{e:?}"),
-        })?;
+            detail,
+        };
+        let huge_needed = (u64::from(cfg.frames) * u64::from(cfg.frame_size)).div_ceil(2 << 20);
+        let no_huge = |e: &dyn std::fmt::Debug| {
+            format!(
+                "no huge pages for it ({e:?}): it needs {huge_needed} free 2 MiB pages \
+                 (HugePages_Free in /proc/meminfo; reserve them with vm.nr_hugepages)"
+            )
+        };
+        let ((umem, mut descs), huge) = match cfg.huge_pages {
+            HugePages::Off => (
+                Umem::new(umem_cfg, frames, false).map_err(|e| umem_err(format!("{e:?}")))?,
+                false,
+            ),
+            HugePages::On => (
+                Umem::new(umem_cfg, frames, true).map_err(|e| umem_err(no_huge(&e)))?,
+                true,
+            ),
+            HugePages::Auto => match Umem::new(umem_cfg, frames, true) {
+                Ok(u) => (u, true),
+                Err(e) => {
+                    tracing::info!(iface, queue, reason = %no_huge(&e), "UMEM on normal pages");
+                    (
+                        Umem::new(umem_cfg, frames, false)
+                            .map_err(|e| umem_err(format!("{e:?}")))?,
+                        false,
+                    )
+                }
+            },
+        };
         let sock_cfg = |flags: BindFlags| {
             SocketConfig::builder()
                 .rx_queue_size(ring)
@@ -384,6 +428,7 @@ impl XskQueue {
             .map_err(|e| sock_err(format!("XDP_OPTIONS: {e}")))?;
         q.stats.zero_copy = options & xdp_options::XDP_OPTIONS_ZEROCOPY != 0;
         q.stats.multi_buffer = q.multi_buffer;
+        q.stats.huge_pages = huge;
         tracing::info!(
             iface,
             queue,
@@ -393,6 +438,7 @@ impl XskQueue {
                 "copy"
             },
             multi_buffer = q.multi_buffer,
+            huge_pages = huge,
             "AF_XDP socket bound"
         );
         Ok(q)

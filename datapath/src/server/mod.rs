@@ -22,6 +22,7 @@ mod subscriptions;
 pub use subscriptions::MAX_SUBSCRIPTIONS_PER_CLIENT;
 mod watch;
 
+use crate::io::nic_queues::{self, QueueSteering, Steered};
 use crate::io::xsk::{XskConfig, XskQueue};
 use crate::memory::registry::Registry;
 use crate::worker::{Command, Notification, QueueDriver, Worker, WorkerConfig};
@@ -85,6 +86,10 @@ pub struct DatapathConfig {
     /// Run-to-completion: no worker threads; the application turns each queue's worker in
     /// its own thread ([`Datapath::take_queue_drivers`], docs/latency.md).
     pub caller_drives_queues: bool,
+    /// How flows are put on the served RX queues (docs/nics.md). What it changes on the NIC
+    /// is recorded beside the control socket (in `SOCKET.steering`) and
+    /// undone on stop, or by the next start after a crash.
+    pub queue_steering: QueueSteering,
 }
 
 /// Default of [`DatapathConfig::completion_ring`]: 32,768 records (1.5 MiB per ring), a
@@ -118,6 +123,9 @@ pub enum StartError {
     /// AF_XDP failed.
     #[error(transparent)]
     Xsk(#[from] crate::io::xsk::XskError),
+    /// Queue steering could not be set up, or an earlier run's could not be undone.
+    #[error(transparent)]
+    Steering(#[from] nic_queues::SteeringError),
     /// The control socket could not be created.
     #[error("control socket {0}: {1}")]
     Socket(PathBuf, io::Error),
@@ -137,6 +145,8 @@ pub struct Datapath {
     failure: faults::Failure,
     /// Run-to-completion: the queues' workers, until the application takes them.
     drivers: Vec<QueueDriver>,
+    /// Undone after the sockets are closed and XDP is detached.
+    queue_steering: Option<Steered>,
 }
 
 impl Datapath {
@@ -147,6 +157,14 @@ impl Datapath {
         let ifindex = mpa_bpf::ifindex_of(&cfg.iface)
             .map_err(|e| StartError::Iface(cfg.iface.clone(), e.to_string()))?;
         let our_mac = interface_mac(&cfg.iface)?;
+        // Before the sockets bind: a channel count set here decides which queues exist.
+        let state = steering_state_path(&cfg.socket);
+        if let Some(done) = nic_queues::recover(&state)? {
+            tracing::warn!(state = %state.display(), "an earlier datapath's queue steering was left behind: {done}");
+        }
+        let queue_steering =
+            nic_queues::apply(&cfg.iface, cfg.queues, &cfg.queue_steering, &state)?;
+        tracing::info!(iface = %cfg.iface, "queue steering: {}", queue_steering.summary());
         let steering = XdpSteering::attach(ifindex, cfg.xdp_mode)?;
         let mtu = interface_mtu(&cfg.iface);
         let mut tcp = cfg.tcp.clone();
@@ -300,6 +318,7 @@ impl Datapath {
             socket: cfg.socket,
             failure,
             drivers,
+            queue_steering: Some(queue_steering),
         })
     }
 
@@ -327,6 +346,11 @@ impl Datapath {
         if let Some(h) = self.control.take() {
             let _ = h.join();
         }
+        // Run-to-completion sockets the application still holds close with their drivers.
+        self.drivers.clear();
+        if let Some(s) = self.queue_steering.take() {
+            s.undo();
+        }
         let _ = std::fs::remove_file(&self.socket);
     }
 }
@@ -335,6 +359,13 @@ impl Drop for Datapath {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// Where the queue steering of the datapath with control socket `socket` is recorded.
+pub fn steering_state_path(socket: &std::path::Path) -> PathBuf {
+    let mut p = socket.as_os_str().to_owned();
+    p.push(".steering");
+    PathBuf::from(p)
 }
 
 /// Makes `path` free for the control socket: nothing there, or a stale socket file (its

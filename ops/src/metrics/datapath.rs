@@ -217,6 +217,13 @@ impl DatapathCollector {
             None,
             qs.iter()
                 .map(|q| (self.queue_labels(q), i64::from(q.ring.multi_buffer))),
+        )?;
+        f.gauge(
+            "mpa_datapath_huge_pages",
+            "1 when the queue's UMEM is on huge pages.",
+            None,
+            qs.iter()
+                .map(|q| (self.queue_labels(q), i64::from(q.ring.huge_pages))),
         )
     }
 
