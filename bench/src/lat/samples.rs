@@ -1,6 +1,7 @@
 //! What a latency run measures and how it is shown: send stamps, the samples of one side,
 //! the rows of the table, `.hgrm` files and each row's JSON.
 
+use super::clock::Span;
 use crate::bed::options::DatapathMode;
 use crate::report::document::LatRecord;
 use crate::report::Receiver;
@@ -101,9 +102,91 @@ impl Samples {
         }
     }
 
+    /// Records a latency already computed (ns): below 0 (the clocks' error was larger than
+    /// the latency) or a minute and above is a bad stamp, as is `None` (no stamp).
+    pub fn record_latency(&mut self, ns: Option<i128>) {
+        match ns {
+            Some(ns) if (0..60_000_000_000).contains(&ns) => {
+                self.hist.saturating_record((ns as u64).max(1))
+            }
+            _ => self.bad += 1,
+        }
+    }
+
     pub fn add(&mut self, o: &Samples) {
         self.hist.add(&o.hist).expect("same bounds");
         self.bad += o.bad;
+    }
+}
+
+/// What a receiver gathers during a run. On one host's clock, the samples themselves; with
+/// the peer host's clock measured, each message's stamp (the peer's clock) and receipt (ours)
+/// until the offset measured after the run is known and every sample can be corrected
+/// (docs/latency.md, "Two hosts"). At most the run's expected number of messages is kept;
+/// more are counted as bad stamps.
+pub enum Receipts {
+    Direct(Samples),
+    Deferred {
+        /// (stamp, receipt), ns.
+        pairs: Vec<(u64, u64)>,
+        limit: usize,
+        /// Messages without a stamp, or past the limit.
+        bad: u64,
+    },
+}
+
+impl Receipts {
+    /// `deferred` when the sender's clock is another host's; `expected` messages.
+    pub fn new(deferred: bool, expected: u64) -> Receipts {
+        if !deferred {
+            return Receipts::Direct(Samples::default());
+        }
+        let limit = usize::try_from(expected).unwrap_or(usize::MAX);
+        Receipts::Deferred {
+            pairs: Vec::with_capacity(limit.min(1 << 20)),
+            limit,
+            bad: 0,
+        }
+    }
+
+    /// A message stamped `ts` (`None`: no stamp) received at `now`.
+    pub fn record(&mut self, ts: Option<u64>, now: u64) {
+        match self {
+            Receipts::Direct(s) => s.record(ts, now),
+            Receipts::Deferred { pairs, limit, bad } => match ts {
+                Some(ts) if ts > 0 && pairs.len() < *limit => pairs.push((ts, now)),
+                _ => *bad += 1,
+            },
+        }
+    }
+
+    /// Messages recorded, samples and bad stamps.
+    pub fn count(&self) -> u64 {
+        match self {
+            Receipts::Direct(s) => s.hist.len() + s.bad,
+            Receipts::Deferred { pairs, bad, .. } => pairs.len() as u64 + bad,
+        }
+    }
+
+    /// The samples: deferred stamps corrected by `span`'s offset at each receipt (with no
+    /// span, as on one clock).
+    pub fn finish(self, span: Option<&Span>) -> Samples {
+        match self {
+            Receipts::Direct(s) => s,
+            Receipts::Deferred { pairs, bad, .. } => {
+                let mut s = Samples {
+                    bad,
+                    ..Samples::default()
+                };
+                for (ts, now) in pairs {
+                    s.record_latency(Some(match span {
+                        Some(span) => span.latency(ts, now),
+                        None => i128::from(now) - i128::from(ts),
+                    }));
+                }
+                s
+            }
+        }
     }
 }
 
@@ -122,6 +205,13 @@ pub(crate) fn us(ns: u64) -> f64 {
 
 /// The perftest-style table (µs), then the ratio of the p50s per size.
 pub fn table(rows: &[Row]) -> String {
+    table_within(rows, None)
+}
+
+/// [`table`] of samples that are only as exact as `error_ns`, the error bound of the peer
+/// clock's offset they were corrected by (docs/latency.md, "Two hosts"); its units line
+/// says so.
+pub fn table_within(rows: &[Row], error_ns: Option<u64>) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -147,7 +237,19 @@ pub fn table(rows: &[Row]) -> String {
         }
         s.push('\n');
     }
-    let _ = writeln!(s, "(one-way latency, µs)");
+    match error_ns {
+        None => {
+            let _ = writeln!(s, "(one-way latency, µs)");
+        }
+        Some(e) => {
+            let _ = writeln!(
+                s,
+                "(one-way latency, µs; every sample ± {:.2} µs, the error bound of the peer \
+                 clock's offset)",
+                us(e)
+            );
+        }
+    }
     for r in rows.iter().filter(|r| r.side != Side::Kernel) {
         let k = rows
             .iter()
@@ -247,6 +349,7 @@ pub fn hgrm_name(side: Side, bytes: usize, rate: u64) -> String {
 mod tests {
     use super::*;
     use crate::lat::LatArgs;
+    use crate::report::document::LatClock;
     use crate::report::Document;
     use clap::Parser;
 
@@ -354,6 +457,7 @@ mod tests {
         let doc = Document::Lat {
             params: args.params(),
             results: r.iter().map(|r| record(r, 3)).collect(),
+            clock: Some(LatClock::SameHost),
         };
         let v = serde_json::to_value(&doc).unwrap();
         crate::report::check_shape(&v).unwrap();
@@ -369,6 +473,7 @@ mod tests {
             "{}",
             v["params"]
         );
+        assert_eq!(v["clock"], serde_json::json!({"source": "same-host"}));
         assert_eq!(v["results"][0]["receiver"], "kernel");
         assert_eq!(v["results"][1]["receiver"], "datapath");
         assert_eq!(v["results"][1]["samples"], 1000);
