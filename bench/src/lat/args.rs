@@ -219,3 +219,52 @@ impl LatArgs {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        lat: LatArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<LatArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("lat").chain(args.iter().copied())).map(|c| c.lat)
+    }
+
+    #[test]
+    fn the_clock_options_default_and_belong_to_two_hosts() {
+        // The defaults of the command line are ClockArgs::default(), also on the private bed
+        // (where they are not used), and with --pingpong.
+        for args in [&[][..], &["--pingpong"]] {
+            assert_eq!(parse(args).unwrap().clock, ClockArgs::default());
+        }
+        let d = ClockArgs::default();
+        assert_eq!(
+            (d.clock_port, d.clock_probes, d.max_clock_error_us),
+            (7778, 200, 50.0)
+        );
+        let two = ["--iface", "eth0", "--peer", "192.0.2.1"];
+        let a = parse(
+            &[
+                &two[..],
+                &["--clock-port", "9", "--max-clock-error-us", "2.5"],
+            ]
+            .concat(),
+        )
+        .unwrap();
+        assert_eq!((a.clock.clock_port, a.clock.max_clock_error_us), (9, 2.5));
+        for bad in [
+            &["--clock-port", "9"][..],
+            &[&two[..], &["--pingpong", "--clock-port", "9"]].concat(),
+            &[&two[..], &["--clock-probes", "0"]].concat(),
+            &[&two[..], &["--max-clock-error-us", "-1"]].concat(),
+            &[&two[..], &["--max-clock-error-us", "inf"]].concat(),
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}

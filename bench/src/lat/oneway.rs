@@ -93,7 +93,10 @@ pub fn lat(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
                 let span = clock
                     .measure()
                     .with_context(|| format!("the peer's clock after {}, {size} B", side.key()))?;
-                let smp = got.finish(span.as_ref());
+                let smp = got.finish(|stamp, now| match &span {
+                    Some(span) => span.latency(stamp, now),
+                    None => i128::from(now) - i128::from(stamp),
+                });
                 let p50 = us(smp.hist.value_at_quantile(0.5));
                 progress.done(format!("{} {size} B: p50 {p50:.1} µs", side.key()));
                 line += &format!(" {} {p50:.1} µs", side.key());

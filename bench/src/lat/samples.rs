@@ -1,7 +1,6 @@
 //! What a latency run measures and how it is shown: send stamps, the samples of one side,
 //! the rows of the table, `.hgrm` files and each row's JSON.
 
-use super::clock::Span;
 use crate::bed::options::DatapathMode;
 use crate::report::document::LatRecord;
 use crate::report::Receiver;
@@ -129,7 +128,8 @@ pub enum Receipts {
     Deferred {
         /// (stamp, receipt), ns.
         pairs: Vec<(u64, u64)>,
-        limit: usize,
+        /// Messages expected: stamps past them are not kept.
+        limit: u64,
         /// Messages without a stamp, or past the limit.
         bad: u64,
     },
@@ -141,10 +141,9 @@ impl Receipts {
         if !deferred {
             return Receipts::Direct(Samples::default());
         }
-        let limit = usize::try_from(expected).unwrap_or(usize::MAX);
         Receipts::Deferred {
-            pairs: Vec::with_capacity(limit.min(1 << 20)),
-            limit,
+            pairs: Vec::with_capacity(expected.min(1 << 20) as usize),
+            limit: expected,
             bad: 0,
         }
     }
@@ -154,7 +153,7 @@ impl Receipts {
         match self {
             Receipts::Direct(s) => s.record(ts, now),
             Receipts::Deferred { pairs, limit, bad } => match ts {
-                Some(ts) if ts > 0 && pairs.len() < *limit => pairs.push((ts, now)),
+                Some(ts) if ts > 0 && (pairs.len() as u64) + *bad < *limit => pairs.push((ts, now)),
                 _ => *bad += 1,
             },
         }
@@ -168,9 +167,9 @@ impl Receipts {
         }
     }
 
-    /// The samples: deferred stamps corrected by `span`'s offset at each receipt (with no
-    /// span, as on one clock).
-    pub fn finish(self, span: Option<&Span>) -> Samples {
+    /// The samples: each deferred stamp's latency is `latency(stamp, receipt)` (the stamp
+    /// corrected by the peer clock's offset at the receipt, `clock::Span::latency`).
+    pub fn finish(self, latency: impl Fn(u64, u64) -> i128) -> Samples {
         match self {
             Receipts::Direct(s) => s,
             Receipts::Deferred { pairs, bad, .. } => {
@@ -179,10 +178,7 @@ impl Receipts {
                     ..Samples::default()
                 };
                 for (ts, now) in pairs {
-                    s.record_latency(Some(match span {
-                        Some(span) => span.latency(ts, now),
-                        None => i128::from(now) - i128::from(ts),
-                    }));
+                    s.record_latency(Some(latency(ts, now)));
                 }
                 s
             }
@@ -374,6 +370,43 @@ mod tests {
         s.record(Some(1), 61_000_000_000);
         assert_eq!((s.hist.len(), s.bad), (1, 4));
         assert_eq!(s.hist.value_at_quantile(0.5), 2_000);
+    }
+
+    #[test]
+    fn deferred_receipts_are_corrected_by_the_span_and_bounded() {
+        use crate::lat::clock::estimate::{Estimate, Span};
+        // The peer's clock one second ahead of ours.
+        let est = |at| Estimate {
+            at,
+            offset_ns: 1_000_000_000,
+            error_ns: 5_000,
+            rtt_ns: 10_000,
+            answered: 1,
+            sent: 1,
+        };
+        let span = Span {
+            before: est(0),
+            after: est(10_000_000_000),
+        };
+        let peer = |ours: u64| ours + 1_000_000_000;
+        let mut r = Receipts::new(true, 4);
+        r.record(Some(peer(5_000_000 - 20_000)), 5_000_000); // 20 µs
+        r.record(Some(peer(5_000_000 + 3_000)), 5_000_000); // -3 µs: the clock's error
+        r.record(None, 6_000_000); // no stamp
+        r.record(Some(peer(7_000_000)), 7_000_000); // 0: recorded as 1 ns
+        r.record(Some(peer(8_000_000 - 1)), 8_000_000); // past the limit of 4
+        assert_eq!(r.count(), 5);
+        let s = r.finish(|ts, now| span.latency(ts, now));
+        assert_eq!((s.hist.len(), s.bad), (2, 3));
+        assert_eq!(s.hist.min(), 1);
+        assert!(s.hist.equivalent(s.hist.max(), 20_000), "{}", s.hist.max());
+        // On one clock, recorded at once as before.
+        let mut r = Receipts::new(false, 4);
+        r.record(Some(1_000), 3_000);
+        r.record(Some(5_000), 3_000);
+        assert_eq!(r.count(), 2);
+        let s = r.finish(|_, _| panic!("not deferred"));
+        assert_eq!((s.hist.len(), s.bad, s.hist.max()), (1, 1, 2_000));
     }
 
     fn rows() -> Vec<Row> {
