@@ -96,7 +96,7 @@ pub fn run_cli(a: &LatArgs) -> Result<()> {
 fn clock_line(clock: Option<&LatClock>) -> String {
     match clock {
         Some(LatClock::Measured(m)) => format!(
-            "clock: the peer's measured through {} (UDP, {} probes before the first run and \
+            "clock: the peer host's, measured through {} (UDP, {} probes before the first run and \
              after each, {} measurements): offset θ = peer − here = {:+.3} µs, error bound \
              ε = {:.2} µs, drift {:+.3} ppm (± {:.3} ppm); every sample corrected by θ \
              interpolated over its run\n",

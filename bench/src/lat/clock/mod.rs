@@ -122,7 +122,11 @@ impl Clock {
             command: e.command,
             reason: e.reason,
         })?;
-        let local = SocketAddr::new(bed.addr_b(ext.peer.is_ipv6()), 0);
+        // The route to the peer picks the source address, of the peer's family.
+        let local = match ext.peer {
+            IpAddr::V4(_) => SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0)),
+            IpAddr::V6(_) => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)),
+        };
         let io = |source| ClockError::Io {
             responder: addr,
             source,

@@ -100,12 +100,8 @@ impl Responder {
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     break format!("it did not say that it listens within {START_WITHIN:?}");
                 }
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    let status = child
-                        .wait()
-                        .map_or_else(|e| e.to_string(), |s| s.to_string());
-                    break format!("it ended ({status})");
-                }
+                // Its stderr closed: it ended, or is about to.
+                Err(mpsc::RecvTimeoutError::Disconnected) => break ended(&mut child),
             }
         };
         let _ = child.kill();
@@ -116,6 +112,19 @@ impl Responder {
         } else {
             format!("{reason}: {}", said.trim())
         }))
+    }
+}
+
+/// How a responder whose stderr closed ended (waiting at most a second for it).
+fn ended(child: &mut Child) -> String {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return format!("it ended ({status})"),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            Ok(None) => return "it closed its stderr without saying that it listens".into(),
+            Err(e) => return format!("it ended ({e})"),
+        }
     }
 }
 
