@@ -1,9 +1,11 @@
 //! The bench harness end to end: `mpa-bench suite --quick` leaves the summary, the JSON
 //! documents (each of the documented shape, both receivers where there is a kernel
-//! counterpart), PNG plots and `.hgrm` files; `bw` and `lat --pingpong` run on "real"
-//! interfaces (`--iface`, `--peer`, `--peer-exec`: here the bed's veth and its peer
-//! namespace); bad options are refused with a clear message. Values are not asserted (they are
-//! measurements), only that they exist and are positive.
+//! counterpart), PNG plots and `.hgrm` files; `bw`, `lat --pingpong` and one-way `lat` with
+//! the peer's clock measured run on "real" interfaces (`--iface`, `--peer`, `--peer-exec`:
+//! here the bed's veth and its peer namespace), and one-way `lat` refuses to run there
+//! without the peer's clock; bad options are refused with a clear message. Values are not
+//! asserted (they are measurements), only that they exist and are positive — except the
+//! measured clock offset, which on one host must lie within its own error bound.
 
 use mpa_bench::report::check_shape;
 use mpa_harness::bin;
@@ -160,27 +162,51 @@ fn suite_quick_writes_summary_documents_plots_and_hgrm_files() {
 }
 
 /// `mpa-bench ARGS --json` in ns b on the bed's interface as a host's NIC, with ns a as the
-/// peer host (`--iface`, `--peer`, `--peer-exec`): its document, of the documented shape and
-/// naming the interface.
-fn on_interface(bed: &TestBed, args: &[&str]) -> Value {
-    let run = bed
-        .command(&bed.ns_b, &bin("mpa-bench").to_string_lossy())
+/// peer host (`--iface`, `--peer`, `--peer-exec`).
+fn run_on_interface(bed: &TestBed, args: &[&str]) -> std::process::Output {
+    bed.command(&bed.ns_b, &bin("mpa-bench").to_string_lossy())
         .args(args)
         .args(["--json", "--iface", &bed.if_b, "--peer"])
         .arg(bed.addr_a(false).to_string())
         .args(["--peer-exec", &format!("ip netns exec {}", bed.ns_a)])
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// [`run_on_interface`], which must succeed: its document, of the documented shape and
+/// naming the interface, and its text (stderr).
+fn on_interface_with_text(bed: &TestBed, args: &[&str]) -> (Value, String) {
+    let run = run_on_interface(bed, args);
     let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(run.status.success(), "{stdout}\n{stderr}");
     let doc: Value = serde_json::from_str(stdout.trim()).unwrap();
     check_shape(&doc).unwrap();
     assert_eq!(doc["params"]["iface"], bed.if_b.as_str());
-    doc
+    (doc, stderr)
+}
+
+/// [`on_interface_with_text`]'s document.
+fn on_interface(bed: &TestBed, args: &[&str]) -> Value {
+    on_interface_with_text(bed, args).0
+}
+
+/// Every namespace name a bench on an interface gives its own namespace
+/// (`mpat<pid>x<n>-host`) belongs to a bench still running (another test's): none left
+/// behind.
+fn no_host_namespace_left() {
+    let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let list = String::from_utf8_lossy(&list.stdout);
+    for name in list.split_whitespace().filter(|n| n.ends_with("-host")) {
+        let pid = name
+            .strip_prefix("mpat")
+            .and_then(|r| r.split('x').next())
+            .unwrap_or("");
+        assert!(
+            !pid.is_empty() && Path::new(&format!("/proc/{pid}")).exists(),
+            "{name} left behind: {list}"
+        );
+    }
 }
 
 #[test]
@@ -199,20 +225,168 @@ fn bw_runs_on_an_interface_with_a_peer_host() {
         receivers(&doc),
         [("kernel".to_string(), 4096), ("datapath".to_string(), 4096)]
     );
-    // The name the bench gave ns b is gone: every "-host" name left belongs to a bench still
-    // running (another test's), named `mpat<pid>x<n>-host`.
-    let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    let list = String::from_utf8_lossy(&list.stdout);
-    for name in list.split_whitespace().filter(|n| n.ends_with("-host")) {
-        let pid = name
-            .strip_prefix("mpat")
-            .and_then(|r| r.split('x').next())
-            .unwrap_or("");
-        assert!(
-            !pid.is_empty() && Path::new(&format!("/proc/{pid}")).exists(),
-            "{name} left behind: {list}"
-        );
+    // The name the bench gave ns b is gone.
+    no_host_namespace_left();
+}
+
+#[test]
+fn lat_one_way_runs_on_an_interface_with_the_peers_clock_measured() {
+    if !require_privileged("one-way latency on an interface") {
+        return;
     }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    // The sender in ns a as the peer host, its clock measured through `mpa-peer clock` there.
+    // The two namespaces share one clock, so the offset really is 0: each measurement must
+    // find it within its own error bound, and the drift within its bound.
+    let out = std::env::temp_dir().join(format!("mpa-bench-ow-{}", std::process::id()));
+    let out_arg = out.to_string_lossy();
+    let (doc, text) = on_interface_with_text(
+        &bed,
+        &[
+            "lat",
+            "--sizes",
+            "64",
+            "--messages",
+            "200",
+            "--rounds",
+            "1",
+            "--spin-us",
+            "200",
+            "--clock-probes",
+            "100",
+            // Loose: a loaded machine's probes may be slow; the bound's refusal is tested
+            // below, and the measured offset must still lie within its own bound.
+            "--max-clock-error-us",
+            "500",
+            "--out",
+            &out_arg,
+        ],
+    );
+    let clock = &doc["clock"];
+    assert_eq!(clock["source"], "measured", "{clock}");
+    assert_eq!(
+        clock["responder"],
+        format!("{}:7778", bed.addr_a(false)),
+        "{clock}"
+    );
+    assert_eq!(clock["probes"], 100);
+    assert_eq!(clock["max_error_ns"], 500_000);
+    // Before the first run and after each of the four (kernel and three datapath modes).
+    let ms = clock["measurements"].as_array().unwrap();
+    assert_eq!(ms.len(), 5, "{clock}");
+    for m in ms {
+        let (offset, error) = (
+            m["offset_ns"].as_i64().unwrap(),
+            m["error_ns"].as_u64().unwrap(),
+        );
+        assert!(offset.unsigned_abs() <= error, "|θ| > ε: {m}");
+        assert!(error <= 500_000 && error > 0, "{m}");
+        let (answered, sent) = (m["answered"].as_u64().unwrap(), m["sent"].as_u64().unwrap());
+        assert!(answered >= 1 && answered <= sent && answered <= 100, "{m}");
+        assert!(m["rtt_ns"].as_u64().unwrap() >= 2 * error - 1, "{m}");
+    }
+    let worst = ms.iter().map(|m| m["error_ns"].as_u64().unwrap()).max();
+    assert_eq!(clock["error_ns"].as_u64(), worst);
+    assert_eq!(clock["offset_ns"], ms[0]["offset_ns"]);
+    let (drift, bound) = (
+        clock["drift_ppm"].as_f64().unwrap(),
+        clock["drift_error_ppm"].as_f64().unwrap(),
+    );
+    assert!(drift.abs() <= bound, "drift {drift} ± {bound} ppm");
+    let want: Vec<(String, u64)> = ["kernel", "datapath", "datapath-spin", "datapath-rtc"]
+        .iter()
+        .map(|r| (r.to_string(), 64))
+        .collect();
+    assert_eq!(receivers(&doc), want);
+    for r in doc["results"].as_array().unwrap() {
+        // Every message accounted for; samples there, positive.
+        let (samples, bad) = (
+            r["samples"].as_u64().unwrap(),
+            r["bad_stamps"].as_u64().unwrap(),
+        );
+        assert_eq!(samples + bad, 200, "{r}");
+        assert!(samples > 0, "{r}");
+        assert!(r["min_us"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["p50_us"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    // The table says what the samples are worth.
+    assert!(
+        text.contains("clock: the peer host's, measured through 10.99.0.1:7778"),
+        "{text}"
+    );
+    assert!(text.contains("every sample ±"), "{text}");
+    let _ = std::fs::remove_dir_all(&out);
+    no_host_namespace_left();
+}
+
+/// Drops UDP to `port` arriving in namespace `ns` (the peer host's firewall).
+fn drop_udp_port(ns: &str, port: u16) {
+    let rules = format!(
+        "table inet mpaclock {{\n chain input {{\n  type filter hook input priority 0; policy \
+         accept;\n  udp dport {port} counter drop\n }}\n}}\n"
+    );
+    let path = std::env::temp_dir().join(format!("{ns}-clock.nft"));
+    std::fs::write(&path, rules).unwrap();
+    mpa_testbed::run_in(ns, &["nft", "-f", &path.to_string_lossy()]).unwrap();
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn lat_one_way_on_two_hosts_refuses_without_the_peers_clock() {
+    if !require_privileged("one-way latency without the peer's clock") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    drop_udp_port(&bed.ns_a, 7778);
+    let refused = |args: &[&str]| {
+        let mut all = vec!["lat", "--sizes", "64", "--messages", "100", "--rounds", "1"];
+        all.extend(args);
+        let run = run_on_interface(&bed, &all);
+        let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(1), "{stdout}\n{stderr}");
+        let doc: Value = serde_json::from_str(stdout.trim()).unwrap();
+        assert_eq!(doc["ok"], false, "{doc}");
+        assert!(stderr.contains("lat: FAILED"), "{stderr}");
+        // The responder it started in the peer's namespace is gone with it.
+        let pids = mpa_testbed::run(&["ip", "netns", "pids", &bed.ns_a]).unwrap();
+        assert!(
+            pids.stdout.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&pids.stdout)
+        );
+        doc["error"].as_str().unwrap().to_string()
+    };
+    // The probes are dropped: nothing answers within the few seconds.
+    let e = refused(&[]);
+    for says in [
+        "the clock responder on the peer 10.99.0.1 did not answer on UDP port 7778",
+        "none answered",
+        "mpa-peer clock --listen 10.99.0.1:7778",
+        "--pingpong, which needs no common clock",
+    ] {
+        assert!(e.contains(says), "{says}: {e}");
+    }
+    // No mpa-peer where --peer-bin-dir says: the responder cannot be started.
+    let e = refused(&["--peer-bin-dir", "/nonexistent/mpa"]);
+    for says in [
+        "the clock responder could not be started on the peer 10.99.0.1 (UDP port 7778)",
+        "/nonexistent/mpa/mpa-peer clock --listen 10.99.0.1:7778",
+        "it ended",
+        "--pingpong, which needs no common clock",
+    ] {
+        assert!(e.contains(says), "{says}: {e}");
+    }
+    // Another port gets through, but no exchange is as exact as 1 ns.
+    let e = refused(&["--clock-port", "7779", "--max-clock-error-us", "0.001"]);
+    for says in [
+        "the peer 10.99.0.1's clock offset is known only to ±",
+        "more than --max-clock-error-us 0.001",
+        "--pingpong",
+    ] {
+        assert!(e.contains(says), "{says}: {e}");
+    }
+    no_host_namespace_left();
 }
 
 #[test]
@@ -322,6 +496,33 @@ fn bad_options_are_refused_with_a_reason() {
         text.contains("bw: FAILED --loss needs the private bed"),
         "{text}"
     );
+    // The peer's clock is measured only on two hosts, and not for round trips.
+    let (code, text) = run(&["lat", "--clock-port", "9000"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("--iface"), "{text}");
+    let (code, text) = run(&[
+        "lat",
+        "--pingpong",
+        "--iface",
+        "eth0",
+        "--peer",
+        "192.0.2.1",
+        "--clock-probes",
+        "5",
+    ]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("--clock-probes"), "{text}");
+    let (code, text) = run(&[
+        "lat",
+        "--iface",
+        "eth0",
+        "--peer",
+        "192.0.2.1",
+        "--max-clock-error-us",
+        "0",
+    ]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("must be more than 0 µs"), "{text}");
     // Sizes a latency stamp does not fit in.
     let (code, text) = run(&["lat", "--sizes", "16"]);
     assert_eq!(code, Some(2), "{text}");

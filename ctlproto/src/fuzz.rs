@@ -3,6 +3,7 @@
 //! decoding never panics, never allocates beyond one message's bound, and what decodes
 //! re-encodes to an equal message.
 
+use crate::clock_probe::ClockMessage;
 use crate::region_ad::RegionAd;
 use crate::ring::post::{decode_post, encode_post, POST_LEN};
 use crate::ring::{decode_record, encode_record, RECORD_LEN};
@@ -20,6 +21,10 @@ pub fn fuzz_control(data: &[u8]) {
     // A body alone.
     if let Ok(m) = serde_json::from_slice::<Message>(data) {
         round_trip(&m);
+    }
+    // A clock probe or answer.
+    if let Ok(m) = ClockMessage::parse(data) {
+        assert_eq!(&m.emit()[..], data);
     }
     // The region advertisement in a Reply's private data.
     if let Ok(Some(ad)) = RegionAd::parse(data) {

@@ -13,15 +13,17 @@
 //! (registered memory and what is reported about it), [`ring`] (completions and posts through
 //! shared memory), [`capture`], [`client`], [`consumer`].
 //!
-//! Two mpa-xdp conventions that are not MPA live here too, because every program taking part
+//! Three mpa-xdp conventions that are not MPA live here too, because every program taking part
 //! in a demo or benchmark (connection setup, reference peer, bench) shares this crate:
-//! [`pattern`] (the deterministic payload every tool sends and checks) and [`region_ad`] (a
+//! [`pattern`] (the deterministic payload every tool sends and checks), [`region_ad`] (a
 //! Responder's region advertisement in its Reply's private data, with the placement both
-//! sides derive from it).
+//! sides derive from it) and [`clock_probe`] (the probes by which the bench measures a peer
+//! host's clock offset).
 #![deny(unsafe_code)]
 
 pub mod capture;
 pub mod client;
+pub mod clock_probe;
 pub mod consumer;
 pub mod fuzz;
 pub mod pattern;

@@ -7,6 +7,8 @@
 //!   ([`mpa_ctl_proto::region_ad`]) the Writes go into the advertised region. `--op read`
 //!   reads from the advertised region instead (RDMA Read Requests, `read.rs`); `--op
 //!   pingpong` measures write ping-pong latency against `listen --echo` (`pingpong.rs`).
+//! * `clock`: the clock responder `mpa-bench lat` starts on a peer host to measure the
+//!   offset between the hosts' clocks (`clock.rs`).
 //! * `listen --advertise` keeps the advertised region in memory and is a real Data Sink for
 //!   it (`sink.rs`), with `--remote-read` a Data Source too, and with `--echo` writes every
 //!   RDMA Write back into the region the Initiator advertised (`echo.rs`).
@@ -30,6 +32,7 @@ use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+mod clock;
 mod connect;
 mod echo;
 mod interval;
@@ -59,6 +62,10 @@ enum Cmd {
     Listen(ListenArgs),
     /// Initiator: connect, run the startup phase, send RDMA Writes or Sends, close.
     Connect(ConnectArgs),
+    /// Clock responder: answer `mpa-bench lat`'s clock probes over UDP with this host's
+    /// CLOCK_MONOTONIC, so that one-way latency can be measured from another host; exits
+    /// when idle.
+    Clock(clock::ClockArgs),
 }
 
 #[derive(Args, Clone)]
@@ -332,6 +339,7 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Listen(a) => listen::listen(a),
         Cmd::Connect(a) => connect::connect(a),
+        Cmd::Clock(a) => clock::clock(a),
     };
     // 0 done, 1 failed at run time (a check, the peer, the network), 2 a usage error (clap's
     // own, or a combination of options it cannot check). A reader that closed stdout early

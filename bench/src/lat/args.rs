@@ -7,9 +7,10 @@ use crate::report::document::LatParams;
 use clap::Args;
 use std::path::PathBuf;
 
-/// `mpa-bench lat`'s options. On real NICs (`--iface`), one-way latency needs one clock on
-/// both ends (CLOCK_MONOTONIC is per host), so the peer must be this host (e.g. another
-/// namespace or a NIC looped back); stamps from the future are counted as bad.
+/// `mpa-bench lat`'s options. On real NICs (`--iface`), the sender's stamps are the peer
+/// host's CLOCK_MONOTONIC: one-way latency then measures the offset between the two clocks
+/// through a clock responder on the peer (`--clock-port`, `--clock-probes`,
+/// `--max-clock-error-us`; docs/latency.md, "Two hosts") and corrects every sample by it.
 #[derive(Args, Clone, Debug)]
 pub struct LatArgs {
     /// ULPDU sizes (DDP header included; 4096 or 4K; at least 22, at most 64768).
@@ -75,9 +76,73 @@ pub struct LatArgs {
     pub post_via: PostVia,
     /// RDMA Write ping-pong instead (perftest `ib_write_lat` style, RTT/2): the kernel
     /// `mpa-peer listen --echo` answers both a kernel-TCP Initiator and the datapath's
-    /// (docs/benchmarks.md, "lat"); `--messages` iterations, `--rate` unused.
+    /// (docs/benchmarks.md, "lat"); `--messages` iterations, `--rate` unused. Round trips
+    /// need no common clock.
     #[arg(long)]
     pub pingpong: bool,
+    #[command(flatten)]
+    pub clock: ClockArgs,
+}
+
+/// One-way `lat` on two hosts: how the peer host's clock is measured (docs/latency.md, "Two
+/// hosts"). Only with --iface; not with --pingpong, whose round trips need no common clock.
+#[derive(Args, Clone, Debug, PartialEq)]
+pub struct ClockArgs {
+    /// The UDP port of the clock responder (`mpa-peer clock`) that one-way `lat` starts on the
+    /// peer host through --peer-exec, to measure the offset between the hosts' clocks before
+    /// and after every run. On the private bed both ends share one clock and nothing is
+    /// measured.
+    #[arg(
+        long,
+        default_value_t = 7778,
+        value_name = "PORT",
+        requires = "iface",
+        conflicts_with = "pingpong"
+    )]
+    pub clock_port: u16,
+    /// Probes per clock measurement; the exchange with the smallest delay gives the offset.
+    #[arg(
+        long,
+        default_value_t = 200,
+        value_name = "N",
+        requires = "iface",
+        conflicts_with = "pingpong",
+        value_parser = clap::value_parser!(u32).range(1..=100_000)
+    )]
+    pub clock_probes: u32,
+    /// The largest error bound of a clock measurement that one-way latency accepts, µs (half
+    /// the best probe exchange's delay): every sample is only that exact. Above it the
+    /// experiment fails: past 50 µs, several times a LAN's one-way latency, the samples
+    /// would be mostly clock error.
+    #[arg(
+        long,
+        default_value_t = 50.0,
+        value_name = "US",
+        requires = "iface",
+        conflicts_with = "pingpong",
+        value_parser = positive_us
+    )]
+    pub max_clock_error_us: f64,
+}
+
+impl Default for ClockArgs {
+    /// The command line's defaults.
+    fn default() -> Self {
+        ClockArgs {
+            clock_port: 7778,
+            clock_probes: 200,
+            max_clock_error_us: 50.0,
+        }
+    }
+}
+
+/// A bound in µs: a finite number above 0.
+fn positive_us(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Ok(_) => Err(format!("{s:?}: must be more than 0 µs")),
+        Err(e) => Err(format!("{s:?}: {e}")),
+    }
 }
 
 impl LatArgs {
@@ -151,6 +216,55 @@ impl LatArgs {
             split_cpus: bed.split_cpus,
             iface: bed.nic.iface.clone(),
             peer: bed.nic.peer,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        lat: LatArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<LatArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("lat").chain(args.iter().copied())).map(|c| c.lat)
+    }
+
+    #[test]
+    fn the_clock_options_default_and_belong_to_two_hosts() {
+        // The defaults of the command line are ClockArgs::default(), also on the private bed
+        // (where they are not used), and with --pingpong.
+        for args in [&[][..], &["--pingpong"]] {
+            assert_eq!(parse(args).unwrap().clock, ClockArgs::default());
+        }
+        let d = ClockArgs::default();
+        assert_eq!(
+            (d.clock_port, d.clock_probes, d.max_clock_error_us),
+            (7778, 200, 50.0)
+        );
+        let two = ["--iface", "eth0", "--peer", "192.0.2.1"];
+        let a = parse(
+            &[
+                &two[..],
+                &["--clock-port", "9", "--max-clock-error-us", "2.5"],
+            ]
+            .concat(),
+        )
+        .unwrap();
+        assert_eq!((a.clock.clock_port, a.clock.max_clock_error_us), (9, 2.5));
+        for bad in [
+            &["--clock-port", "9"][..],
+            &[&two[..], &["--pingpong", "--clock-port", "9"]].concat(),
+            &[&two[..], &["--clock-probes", "0"]].concat(),
+            &[&two[..], &["--max-clock-error-us", "-1"]].concat(),
+            &[&two[..], &["--max-clock-error-us", "inf"]].concat(),
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
         }
     }
 }

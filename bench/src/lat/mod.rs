@@ -3,7 +3,8 @@
 //!
 //! The sender (`mpa-peer connect --timestamps --rate R`, ns a) starts every RDMA Write's
 //! payload with the CLOCK_MONOTONIC time in ns (u64 LE) taken right before the message is
-//! encoded and written; the namespaces share the host's clock. The receivers take
+//! encoded and written; the namespaces share the host's clock (on two hosts, `--iface`, the
+//! peer's clock is measured and every sample corrected: [`clock`]). The receivers take
 //! CLOCK_MONOTONIC again:
 //! * datapath: the bench's consumer, when it holds a completion (`Consumer::next_completions`
 //!   returned its batch) and has read the stamp from the mapped region at the completion's
@@ -19,18 +20,22 @@
 //! `--pingpong` runs the ping-pong of [`pingpong`] instead.
 
 mod args;
+pub mod clock;
 mod oneway;
 mod pingpong;
 mod samples;
 
 pub use crate::bed::options::{DatapathMode, PostVia};
-pub use args::LatArgs;
+pub use args::{ClockArgs, LatArgs};
 pub use oneway::lat;
 pub use pingpong::{pingpong, pingpong_table};
 pub use samples::{
-    decode_stamp, hgrm, hgrm_name, monotonic_ns, record, table, Row, Samples, Side, STAMP_LEN,
+    decode_stamp, hgrm, hgrm_name, monotonic_ns, record, table, table_within, Receipts, Row,
+    Samples, Side, STAMP_LEN,
 };
 
+use crate::report::document::LatClock;
+use crate::report::Document;
 use anyhow::Result;
 
 /// `mpa-bench lat`: the table (stdout, or stderr with `--json`) and the document with `--json`.
@@ -65,7 +70,16 @@ pub fn run_cli(a: &LatArgs) -> Result<()> {
             format!("{} msg/s", a.rate)
         }
     );
-    text += &table(&rows);
+    let clock = match &doc {
+        Document::Lat { clock: Some(c), .. } => Some(c),
+        _ => None,
+    };
+    text += &clock_line(clock);
+    let error_ns = match clock {
+        Some(LatClock::Measured(m)) => Some(m.error_ns),
+        _ => None,
+    };
+    text += &table_within(&rows, error_ns);
     text += &format!(
         "hgrm files: {}/lat-{{kernel,datapath}}-<bytes>{}.hgrm\n",
         a.out.display(),
@@ -76,6 +90,26 @@ pub fn run_cli(a: &LatArgs) -> Result<()> {
         crate::report::print(&doc)?;
     }
     Ok(())
+}
+
+/// The clock in the table's heading: one host's, or the peer's as measured.
+fn clock_line(clock: Option<&LatClock>) -> String {
+    match clock {
+        Some(LatClock::Measured(m)) => format!(
+            "clock: the peer host's, measured through {} (UDP, {} probes before the first run and \
+             after each, {} measurements): offset θ = peer − here = {:+.3} µs, error bound \
+             ε = {:.2} µs, drift {:+.3} ppm (± {:.3} ppm); every sample corrected by θ \
+             interpolated over its run\n",
+            m.responder,
+            m.probes,
+            m.measurements.len(),
+            m.offset_ns as f64 / 1e3,
+            m.error_ns as f64 / 1e3,
+            m.drift_ppm,
+            m.drift_error_ppm
+        ),
+        _ => "clock: same host (both ends read this host's CLOCK_MONOTONIC)\n".into(),
+    }
 }
 
 /// The bed in the table's heading: `bed: mtu 1500` and what differs from the direct veth pair.

@@ -1,9 +1,12 @@
 //! One-way latency: the stamped sender in ns a against the datapath's consumer and the
-//! kernel-TCP Responder in ns b.
+//! kernel-TCP Responder in ns b. On two hosts the sender's clock is measured before and after
+//! every run and the run's samples corrected by it ([`super::clock`]).
 
 use super::args::LatArgs;
+use super::clock::Clock;
 use super::samples::{
-    decode_stamp, hgrm, hgrm_name, monotonic_ns, record, us, Row, Samples, Side, STAMP_LEN,
+    decode_stamp, hgrm, hgrm_name, monotonic_ns, record, us, Receipts, Row, Samples, Side,
+    STAMP_LEN,
 };
 use crate::bed::options::{messages, DatapathMode, Run, PD, PORT};
 use crate::bed::peer::sender_with;
@@ -49,6 +52,9 @@ pub fn lat(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
     if a.wire_segments {
         crate::bed::wire_segments(&bed)?;
     }
+    // On two hosts: the responder started and the offset measured before the first run.
+    let mut clock = Clock::start(&bed, a)?;
+    let deferred = clock.deferred();
     let extra = a.sender_args();
     let sides: Vec<Side> = std::iter::once(Side::Kernel)
         .chain(a.modes.iter().map(|&m| Side::of(m)))
@@ -73,14 +79,24 @@ pub fn lat(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
             let mut line = format!("round {}, {size} B: p50", round + 1);
             for (j, &side) in sides.iter().enumerate() {
                 progress.running(format!("{at}: {}, {size} B", side.key()));
-                let smp = match side {
-                    Side::Kernel => kernel_lat(&bed, &a.run(size, DatapathMode::Sleep), &extra),
+                let got = match side {
+                    Side::Kernel => {
+                        kernel_lat(&bed, &a.run(size, DatapathMode::Sleep), &extra, deferred)
+                    }
                     _ => {
                         let mode = a.modes[j - 1];
-                        datapath_lat(&bed, &a.run(size, mode), &extra, a, mode)
+                        datapath_lat(&bed, &a.run(size, mode), &extra, a, mode, deferred)
                     }
                 }
                 .with_context(|| format!("{}, {size} B", side.key()))?;
+                // The offset after the run: with the one before, the run's correction.
+                let span = clock
+                    .measure()
+                    .with_context(|| format!("the peer's clock after {}, {size} B", side.key()))?;
+                let smp = got.finish(|stamp, now| match &span {
+                    Some(span) => span.latency(stamp, now),
+                    None => i128::from(now) - i128::from(stamp),
+                });
                 let p50 = us(smp.hist.value_at_quantile(0.5));
                 progress.done(format!("{} {size} B: p50 {p50:.1} µs", side.key()));
                 line += &format!(" {} {p50:.1} µs", side.key());
@@ -99,6 +115,7 @@ pub fn lat(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
     let doc = Document::Lat {
         params: a.params(),
         results: rows.iter().map(|r| record(r, a.rounds)).collect(),
+        clock: Some(clock.record()),
     };
     Ok((doc, rows))
 }
@@ -121,8 +138,9 @@ fn accept_within(listener: &TcpListener, wait: Duration) -> Result<std::net::Tcp
     }
 }
 
-/// The kernel side: an in-process blocking `MpaStream` Responder in ns b.
-fn kernel_lat(bed: &TestBed, r: &Run, extra: &[String]) -> Result<Samples> {
+/// The kernel side: an in-process blocking `MpaStream` Responder in ns b (`deferred`: the
+/// sender's clock is another host's).
+fn kernel_lat(bed: &TestBed, r: &Run, extra: &[String], deferred: bool) -> Result<Receipts> {
     let addr = SocketAddr::new(bed.addr_b(false), PORT);
     let listener = run_in_netns(&bed.ns_b, move || TcpListener::bind(addr))??;
     let cfg = EndpointConfig {
@@ -138,17 +156,18 @@ fn kernel_lat(bed: &TestBed, r: &Run, extra: &[String]) -> Result<Samples> {
         emss: 1448,
     };
     let payload = (r.size - TAGGED_HEADER_LEN) as u64;
+    let n = messages(r);
     // The Responder is the kernel side's receiver: with --split-cpus on the receiver's CPU,
     // as the datapath's workers are.
     let pin = split::applies(bed, r.bed.split_cpus);
-    let responder = std::thread::spawn(move || -> Result<(Samples, u64)> {
+    let responder = std::thread::spawn(move || -> Result<(Receipts, u64)> {
         if pin {
             split::pin_this_thread_to_receiver_cpu()?;
         }
         let sock = accept_within(&listener, Duration::from_secs(30))?;
         sock.set_nodelay(true)?;
         let mut s = MpaStream::accept(sock, &cfg)?;
-        let mut smp = Samples::default();
+        let mut smp = Receipts::new(deferred, n);
         let mut wrong = 0u64;
         while s
             .recv_with(Some(Duration::from_secs(60)), |u| {
@@ -169,13 +188,11 @@ fn kernel_lat(bed: &TestBed, r: &Run, extra: &[String]) -> Result<Samples> {
     let (smp, wrong) = responder
         .join()
         .map_err(|_| anyhow!("kernel Responder panicked"))??;
-    let n = messages(r);
-    if sent.ulpdus != n || smp.hist.len() + smp.bad != n || wrong > 0 {
+    if sent.ulpdus != n || smp.count() != n || wrong > 0 {
         bail!(
-            "kernel side: sent {} ULPDUs, {} stamped ones received ({} bad), {wrong} of the wrong length; {n} expected",
+            "kernel side: sent {} ULPDUs, {} received, {wrong} of the wrong length; {n} expected",
             sent.ulpdus,
-            smp.hist.len(),
-            smp.bad
+            smp.count(),
         );
     }
     Ok(smp)
@@ -190,7 +207,8 @@ fn datapath_lat(
     extra: &[String],
     a: &LatArgs,
     mode: DatapathMode,
-) -> Result<Samples> {
+    deferred: bool,
+) -> Result<Receipts> {
     let busy_poll = a.consumer_busy_poll;
     let socket = temp_path("lat.sock");
     let opts = DatapathOptions {
@@ -210,7 +228,7 @@ fn datapath_lat(
     }
     .and_then(|()| {
         let pin = split::applies(bed, r.bed.split_cpus);
-        datapath_lat_on(bed, &socket, r, extra, busy_poll, driver, pin)
+        datapath_lat_on(bed, &socket, r, extra, busy_poll, driver, pin, deferred)
     });
     dp.stop();
     result
@@ -218,6 +236,7 @@ fn datapath_lat(
 
 /// [`datapath_lat`] with the datapath running at `socket` (and its queue's driver in `rtc`
 /// mode; `pin`: the reading thread on the receiver's CPU, as the workers are).
+#[allow(clippy::too_many_arguments)]
 fn datapath_lat_on(
     bed: &TestBed,
     socket: &std::path::Path,
@@ -226,7 +245,8 @@ fn datapath_lat_on(
     busy_poll: bool,
     driver: Option<QueueDriver>,
     pin: bool,
-) -> Result<Samples> {
+    deferred: bool,
+) -> Result<Receipts> {
     let mut consumer = Consumer::connect(socket, Duration::from_secs(20))?;
     let region = consumer.create_region(r.transfer.region_bytes, PD, true, false)?;
     consumer.subscribe(PD)?;
@@ -241,14 +261,15 @@ fn datapath_lat_on(
         recv_buf_size: 0,
     };
     let payload = (r.size - TAGGED_HEADER_LEN) as u64;
+    let n = messages(r);
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     // Owns the consumer and the mapping (not shared: the mapping is Send, not Sync).
-    let collector = std::thread::spawn(move || -> Result<(Samples, u64)> {
+    let collector = std::thread::spawn(move || -> Result<(Receipts, u64)> {
         if pin && driver.is_some() {
             split::pin_this_thread_to_receiver_cpu()?;
         }
-        let mut smp = Samples::default();
+        let mut smp = Receipts::new(deferred, n);
         let mut wrong = 0u64;
         let mut take = |batch: &[mpa_ctl_proto::Completion]| {
             for c in batch {
@@ -342,12 +363,10 @@ fn datapath_lat_on(
             report.ulpdu_digest.as_deref().unwrap_or("none")
         );
     }
-    let n = messages(r);
-    if smp.hist.len() + smp.bad != n || wrong > 0 {
+    if smp.count() != n || wrong > 0 {
         bail!(
-            "datapath side: {} completions with stamps ({} bad), {wrong} wrong; {n} expected",
-            smp.hist.len(),
-            smp.bad
+            "datapath side: {} completions, {wrong} wrong; {n} expected",
+            smp.count(),
         );
     }
     Ok(smp)

@@ -394,6 +394,7 @@ pub fn pingpong(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
             ..a.params()
         },
         results: rows.iter().map(|r| record(r, a.rounds)).collect(),
+        clock: None,
     };
     Ok((doc, rows))
 }

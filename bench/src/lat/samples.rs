@@ -101,9 +101,88 @@ impl Samples {
         }
     }
 
+    /// Records a latency already computed (ns): below 0 (the clocks' error was larger than
+    /// the latency) or a minute and above is a bad stamp, as is `None` (no stamp).
+    pub fn record_latency(&mut self, ns: Option<i128>) {
+        match ns {
+            Some(ns) if (0..60_000_000_000).contains(&ns) => {
+                self.hist.saturating_record((ns as u64).max(1))
+            }
+            _ => self.bad += 1,
+        }
+    }
+
     pub fn add(&mut self, o: &Samples) {
         self.hist.add(&o.hist).expect("same bounds");
         self.bad += o.bad;
+    }
+}
+
+/// What a receiver gathers during a run. On one host's clock, the samples themselves; with
+/// the peer host's clock measured, each message's stamp (the peer's clock) and receipt (ours)
+/// until the offset measured after the run is known and every sample can be corrected
+/// (docs/latency.md, "Two hosts"). At most the run's expected number of messages is kept;
+/// more are counted as bad stamps.
+pub enum Receipts {
+    Direct(Samples),
+    Deferred {
+        /// (stamp, receipt), ns.
+        pairs: Vec<(u64, u64)>,
+        /// Messages expected: stamps past them are not kept.
+        limit: u64,
+        /// Messages without a stamp, or past the limit.
+        bad: u64,
+    },
+}
+
+impl Receipts {
+    /// `deferred` when the sender's clock is another host's; `expected` messages.
+    pub fn new(deferred: bool, expected: u64) -> Receipts {
+        if !deferred {
+            return Receipts::Direct(Samples::default());
+        }
+        Receipts::Deferred {
+            pairs: Vec::with_capacity(expected.min(1 << 20) as usize),
+            limit: expected,
+            bad: 0,
+        }
+    }
+
+    /// A message stamped `ts` (`None`: no stamp) received at `now`.
+    pub fn record(&mut self, ts: Option<u64>, now: u64) {
+        match self {
+            Receipts::Direct(s) => s.record(ts, now),
+            Receipts::Deferred { pairs, limit, bad } => match ts {
+                Some(ts) if ts > 0 && (pairs.len() as u64) + *bad < *limit => pairs.push((ts, now)),
+                _ => *bad += 1,
+            },
+        }
+    }
+
+    /// Messages recorded, samples and bad stamps.
+    pub fn count(&self) -> u64 {
+        match self {
+            Receipts::Direct(s) => s.hist.len() + s.bad,
+            Receipts::Deferred { pairs, bad, .. } => pairs.len() as u64 + bad,
+        }
+    }
+
+    /// The samples: each deferred stamp's latency is `latency(stamp, receipt)` (the stamp
+    /// corrected by the peer clock's offset at the receipt, `clock::Span::latency`).
+    pub fn finish(self, latency: impl Fn(u64, u64) -> i128) -> Samples {
+        match self {
+            Receipts::Direct(s) => s,
+            Receipts::Deferred { pairs, bad, .. } => {
+                let mut s = Samples {
+                    bad,
+                    ..Samples::default()
+                };
+                for (ts, now) in pairs {
+                    s.record_latency(Some(latency(ts, now)));
+                }
+                s
+            }
+        }
     }
 }
 
@@ -122,6 +201,13 @@ pub(crate) fn us(ns: u64) -> f64 {
 
 /// The perftest-style table (µs), then the ratio of the p50s per size.
 pub fn table(rows: &[Row]) -> String {
+    table_within(rows, None)
+}
+
+/// [`table`] of samples that are only as exact as `error_ns`, the error bound of the peer
+/// clock's offset they were corrected by (docs/latency.md, "Two hosts"); its units line
+/// says so.
+pub fn table_within(rows: &[Row], error_ns: Option<u64>) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -147,7 +233,19 @@ pub fn table(rows: &[Row]) -> String {
         }
         s.push('\n');
     }
-    let _ = writeln!(s, "(one-way latency, µs)");
+    match error_ns {
+        None => {
+            let _ = writeln!(s, "(one-way latency, µs)");
+        }
+        Some(e) => {
+            let _ = writeln!(
+                s,
+                "(one-way latency, µs; every sample ± {:.2} µs, the error bound of the peer \
+                 clock's offset)",
+                us(e)
+            );
+        }
+    }
     for r in rows.iter().filter(|r| r.side != Side::Kernel) {
         let k = rows
             .iter()
@@ -247,6 +345,7 @@ pub fn hgrm_name(side: Side, bytes: usize, rate: u64) -> String {
 mod tests {
     use super::*;
     use crate::lat::LatArgs;
+    use crate::report::document::LatClock;
     use crate::report::Document;
     use clap::Parser;
 
@@ -271,6 +370,43 @@ mod tests {
         s.record(Some(1), 61_000_000_000);
         assert_eq!((s.hist.len(), s.bad), (1, 4));
         assert_eq!(s.hist.value_at_quantile(0.5), 2_000);
+    }
+
+    #[test]
+    fn deferred_receipts_are_corrected_by_the_span_and_bounded() {
+        use crate::lat::clock::estimate::{Estimate, Span};
+        // The peer's clock one second ahead of ours.
+        let est = |at| Estimate {
+            at,
+            offset_ns: 1_000_000_000,
+            error_ns: 5_000,
+            rtt_ns: 10_000,
+            answered: 1,
+            sent: 1,
+        };
+        let span = Span {
+            before: est(0),
+            after: est(10_000_000_000),
+        };
+        let peer = |ours: u64| ours + 1_000_000_000;
+        let mut r = Receipts::new(true, 4);
+        r.record(Some(peer(5_000_000 - 20_000)), 5_000_000); // 20 µs
+        r.record(Some(peer(5_000_000 + 3_000)), 5_000_000); // -3 µs: the clock's error
+        r.record(None, 6_000_000); // no stamp
+        r.record(Some(peer(7_000_000)), 7_000_000); // 0: recorded as 1 ns
+        r.record(Some(peer(8_000_000 - 1)), 8_000_000); // past the limit of 4
+        assert_eq!(r.count(), 5);
+        let s = r.finish(|ts, now| span.latency(ts, now));
+        assert_eq!((s.hist.len(), s.bad), (2, 3));
+        assert_eq!(s.hist.min(), 1);
+        assert!(s.hist.equivalent(s.hist.max(), 20_000), "{}", s.hist.max());
+        // On one clock, recorded at once as before.
+        let mut r = Receipts::new(false, 4);
+        r.record(Some(1_000), 3_000);
+        r.record(Some(5_000), 3_000);
+        assert_eq!(r.count(), 2);
+        let s = r.finish(|_, _| panic!("not deferred"));
+        assert_eq!((s.hist.len(), s.bad, s.hist.max()), (1, 1, 2_000));
     }
 
     fn rows() -> Vec<Row> {
@@ -354,6 +490,7 @@ mod tests {
         let doc = Document::Lat {
             params: args.params(),
             results: r.iter().map(|r| record(r, 3)).collect(),
+            clock: Some(LatClock::SameHost),
         };
         let v = serde_json::to_value(&doc).unwrap();
         crate::report::check_shape(&v).unwrap();
@@ -369,6 +506,7 @@ mod tests {
             "{}",
             v["params"]
         );
+        assert_eq!(v["clock"], serde_json::json!({"source": "same-host"}));
         assert_eq!(v["results"][0]["receiver"], "kernel");
         assert_eq!(v["results"][1]["receiver"], "datapath");
         assert_eq!(v["results"][1]["samples"], 1000);

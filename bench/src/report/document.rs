@@ -44,6 +44,10 @@ pub enum Document {
     Lat {
         params: LatParams,
         results: Vec<LatRecord>,
+        /// One-way runs: how the sender's stamps and the receivers' clock relate (none for
+        /// `--pingpong`, whose round trips need no common clock).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        clock: Option<LatClock>,
     },
     Bw {
         params: BwParams,
@@ -77,7 +81,14 @@ pub fn check_shape(doc: &Value) -> Result<()> {
     let scenario =
         Scenario::deserialize(&doc["scenario"]).map_err(|e| anyhow!("\"scenario\": {e}"))?;
     match scenario {
-        Scenario::Lat => check::<LatParams>(scenario, doc, |r| LatRecord::deserialize(r).map(drop)),
+        Scenario::Lat => {
+            check::<LatParams>(scenario, doc, |r| LatRecord::deserialize(r).map(drop))?;
+            // One-way samples are only as good as the clock: a one-way document says which.
+            if doc["params"]["pingpong"] != true {
+                LatClock::deserialize(&doc["clock"]).map_err(|e| anyhow!("lat clock: {e}"))?;
+            }
+            Ok(())
+        }
         Scenario::Bw => check::<BwParams>(scenario, doc, |r| BwRecord::deserialize(r).map(drop)),
         Scenario::Setup => {
             check::<SetupParams>(scenario, doc, |r| SetupRecord::deserialize(r).map(drop))
@@ -204,6 +215,56 @@ pub struct LatParams {
     pub iface: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer: Option<IpAddr>,
+}
+
+/// How one-way `lat` samples relate the sender's clock to the receivers'
+/// (docs/latency.md, "Two hosts"): `{"source": "same-host"}` or `{"source": "measured", …}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "source", rename_all = "kebab-case")]
+pub enum LatClock {
+    /// Both ends read one host's CLOCK_MONOTONIC (the private bed's namespaces): nothing
+    /// measured, nothing corrected.
+    SameHost,
+    /// The peer host's clock, measured against this host's before and after every run; each
+    /// run's samples corrected by the offset interpolated between the two.
+    Measured(MeasuredClock),
+}
+
+/// The peer host's clock as `lat` measured it (`LatClock::Measured`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredClock {
+    /// The clock responder (`mpa-peer clock` on the peer host), `ADDR:PORT`, UDP.
+    pub responder: String,
+    /// Probes per measurement (`--clock-probes`).
+    pub probes: u32,
+    /// `--max-clock-error-us`, in ns.
+    pub max_error_ns: u64,
+    /// θ, the peer's clock minus this host's, at the first measurement, ns.
+    pub offset_ns: i64,
+    /// ε, the largest error bound of any measurement, ns: every sample is ± this.
+    pub error_ns: u64,
+    /// How fast θ changed from the first measurement to the last, ppm, and the bound on that
+    /// figure's error.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub drift_ppm: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub drift_error_ppm: f64,
+    /// Every measurement, in order: before the first run and after each.
+    pub measurements: Vec<ClockMeasurement>,
+}
+
+/// One measurement of the peer's clock: its best exchange.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClockMeasurement {
+    /// When, seconds after the first measurement.
+    pub at_s: f64,
+    pub offset_ns: i64,
+    pub error_ns: u64,
+    /// The best exchange's round trip, ns.
+    pub rtt_ns: u64,
+    /// Probes answered, of those sent.
+    pub answered: u32,
+    pub sent: u32,
 }
 
 /// One `lat` result: a receiver and a size over all rounds, latencies in µs.

@@ -13,7 +13,7 @@ pub mod plot;
 
 use crate::bed::options::{Align, BedArgs, FramingArgs, Op, TransferArgs};
 use crate::bw::{self, BwArgs, BwRow};
-use crate::lat::{self, DatapathMode, LatArgs, PostVia, Row, Side};
+use crate::lat::{self, ClockArgs, DatapathMode, LatArgs, PostVia, Row, Side};
 use crate::pipeline::{self, PipelineArgs};
 use crate::report::document::BwRecord;
 use crate::report::{check_shape, Document, Receiver};
@@ -109,6 +109,7 @@ impl SuiteArgs {
                 wire_segments: false,
                 busy_poll_us: 0,
                 pingpong: false,
+                clock: ClockArgs::default(),
             },
             bw: BwArgs {
                 sizes: if q {
@@ -157,6 +158,7 @@ impl SuiteArgs {
                 wire_segments: false,
                 busy_poll_us: 0,
                 pingpong: false,
+                clock: ClockArgs::default(),
             },
             setup: SetupArgs {
                 connections: if q { 100 } else { 1000 },

@@ -126,7 +126,9 @@ pub fn headline(r: &SuiteResults) -> String {
                     }
                 }
             }
-            Document::Lat { params, results } if params.rate > 0 && !params.pingpong => {
+            Document::Lat {
+                params, results, ..
+            } if params.rate > 0 && !params.pingpong => {
                 let get =
                     |who: Receiver| results.iter().find(|l| l.receiver == who && l.size == 64);
                 let modes = [
