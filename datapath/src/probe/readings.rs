@@ -298,7 +298,7 @@ fn xsk_names<S: Serializer>(bits: &u64, s: S) -> Result<S::Ok, S::Error> {
 /// One offload as ethtool features reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct Offload {
-    /// Its ethtool name (`large-receive-offload`).
+    /// Its name as `ethtool -k` shows it (`large-receive-offload`).
     pub name: String,
     /// On now.
     pub active: bool,
@@ -306,14 +306,47 @@ pub(crate) struct Offload {
     pub changeable: bool,
 }
 
-/// The offloads the probe reads (ethtool names): hardware ones merge segments before any XDP
-/// program; software ones before generic XDP (docs/operations.md, "Probing an interface").
-pub(crate) const OFFLOADS: [&str; 4] = [
-    "large-receive-offload",
-    "rx-gro-hw",
-    "generic-receive-offload",
-    "rx-gro-list",
+/// An offload's names: in the kernel's feature strings (what ethtool netlink's bitsets carry),
+/// as `ethtool -k` shows it, and as `ethtool -K` takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OffloadName {
+    /// `netdev_features_strings` (`rx-lro`).
+    pub kernel: &'static str,
+    /// `ethtool -k` (`large-receive-offload`).
+    pub shown: &'static str,
+    /// `ethtool -K` (`lro`).
+    pub short: &'static str,
+}
+
+/// The offloads the probe reads: hardware ones merge segments before any XDP program; software
+/// ones before generic XDP (docs/operations.md, "Probing an interface").
+pub(crate) const OFFLOADS: [OffloadName; 4] = [
+    OffloadName {
+        kernel: "rx-lro",
+        shown: "large-receive-offload",
+        short: "lro",
+    },
+    OffloadName {
+        kernel: "rx-gro-hw",
+        shown: "rx-gro-hw",
+        short: "rx-gro-hw",
+    },
+    OffloadName {
+        kernel: "rx-gro",
+        shown: "generic-receive-offload",
+        short: "gro",
+    },
+    OffloadName {
+        kernel: "rx-gro-list",
+        shown: "rx-gro-list",
+        short: "rx-gro-list",
+    },
 ];
+
+/// The names of the offload `ethtool -k` shows as `shown`.
+pub(crate) fn offload_name(shown: &str) -> Option<OffloadName> {
+    OFFLOADS.iter().copied().find(|o| o.shown == shown)
+}
 
 /// Interrupts of the device's queues.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -86,8 +86,10 @@ pub(crate) fn offloads(conn: &mut Conn, ifindex: u32) -> Result<Vec<Offload>, Nl
     offloads_of(&reply)
 }
 
-/// The offloads of a `FEATURES_GET` reply: active when in `active`, changeable when in `hw`
-/// and not in `nochange` (what `ethtool -k` shows as "[fixed]" otherwise).
+/// The offloads of a `FEATURES_GET` reply: active when set in `active`, changeable when set in
+/// `hw` and not in `nochange` (what `ethtool -k` shows as "[fixed]" otherwise). The kernel
+/// sends `hw` with a mask (every feature listed, the set ones with `VALUE`) and the others as
+/// lists.
 pub(crate) fn offloads_of(reply: &[u8]) -> Result<Vec<Offload>, NlError> {
     let set = |kind| {
         attrs::find(reply, kind)
@@ -102,10 +104,10 @@ pub(crate) fn offloads_of(reply: &[u8]) -> Result<Vec<Offload>, NlError> {
     let has = |bits: &[String], n: &str| bits.iter().any(|b| b == n);
     Ok(OFFLOADS
         .iter()
-        .map(|&name| Offload {
-            name: name.to_string(),
-            active: has(&active, name),
-            changeable: has(&hw, name) && !has(&nochange, name),
+        .map(|o| Offload {
+            name: o.shown.to_string(),
+            active: has(&active, o.kernel),
+            changeable: has(&hw, o.kernel) && !has(&nochange, o.kernel),
         })
         .collect())
 }
@@ -157,16 +159,34 @@ mod tests {
         )
     }
 
+    /// A masked bitset: every one of `all` listed, those in `set` with VALUE (as the kernel
+    /// sends `hw`).
+    fn masked(kind: u16, all: &[&str], set: &[&str]) -> DefaultNla {
+        let bits: Vec<_> = all
+            .iter()
+            .enumerate()
+            .map(|(i, n)| bit(i as u32, n, set.contains(n)))
+            .collect();
+        nest(kind, &[u32_attr(2, 64), nest(bitset::BITS, &bits)])
+    }
+
+    /// The kernel's names of every feature the tests mention.
+    const ALL: [&str; 6] = [
+        "rx-lro",
+        "rx-gro-hw",
+        "rx-gro",
+        "rx-gro-list",
+        "rx-checksum",
+        "rx-udp-gro-forwarding",
+    ];
+
     #[test]
     fn features_lists_give_active_and_fixed() {
         let reply = encode(&[
-            list(features::HW, &["rx-gro-hw", "generic-receive-offload"]),
+            masked(features::HW, &ALL, &["rx-gro-hw", "rx-gro", "rx-lro"]),
             list(3, &[]),
-            list(
-                features::ACTIVE,
-                &["large-receive-offload", "generic-receive-offload"],
-            ),
-            list(features::NOCHANGE, &["large-receive-offload"]),
+            list(features::ACTIVE, &["rx-lro", "rx-gro", "rx-checksum"]),
+            list(features::NOCHANGE, &["rx-lro"]),
         ]);
         let o = offloads_of(&reply).unwrap();
         let get = |n: &str| o.iter().find(|x| x.name == n).unwrap().clone();
@@ -183,19 +203,9 @@ mod tests {
 
     #[test]
     fn a_masked_bitset_counts_only_bits_with_value() {
-        let masked = nest(
-            features::ACTIVE,
-            &[nest(
-                bitset::BITS,
-                &[
-                    bit(0, "rx-gro-hw", true),
-                    bit(1, "large-receive-offload", false),
-                ],
-            )],
-        );
         let reply = encode(&[
-            list(features::HW, &[]),
-            masked,
+            masked(features::HW, &ALL, &[]),
+            masked(features::ACTIVE, &["rx-gro-hw", "rx-lro"], &["rx-gro-hw"]),
             list(features::NOCHANGE, &[]),
         ]);
         let o = offloads_of(&reply).unwrap();
@@ -210,7 +220,7 @@ mod tests {
 
     #[test]
     fn a_reply_without_its_bitsets_is_an_error_not_all_off() {
-        let reply = encode(&[list(features::HW, &["rx-gro-hw"])]);
+        let reply = encode(&[masked(features::HW, &ALL, &["rx-gro-hw"])]);
         assert!(matches!(offloads_of(&reply), Err(NlError::Missing(_))));
         assert!(matches!(offloads_of(&[1, 2, 3]), Err(NlError::Missing(_))));
     }

@@ -6,7 +6,9 @@ use super::{
     xdp_names, Blocker, Finding, Receive, Report, Topic, XdpMode, ZeroCopyAuto, FRAME_DATA,
 };
 use crate::io::xsk::XskConfig;
-use crate::probe::readings::{Device, DriverSource, Kernel, Offload, QueueSource, Readings};
+use crate::probe::readings::{
+    offload_name, Device, DriverSource, Kernel, Offload, QueueSource, Readings,
+};
 use crate::server::{link_mss, MAX_QUEUES};
 
 /// Interrupts named one by one in the text; the JSON has them all.
@@ -297,13 +299,9 @@ pub(super) fn xdp(d: &Device, rep: &mut Report) {
     push(rep, Topic::Xdp, reading, out);
 }
 
-/// The short name `ethtool -K` takes.
+/// The name `ethtool -K` takes for the offload `ethtool -k` shows as `name`.
 fn ethtool_k_name(name: &str) -> &str {
-    match name {
-        "large-receive-offload" => "lro",
-        "generic-receive-offload" => "gro",
-        other => other,
-    }
+    offload_name(name).map_or(name, |o| o.short)
 }
 
 /// Merged by the NIC (before any XDP) rather than by the stack (before generic XDP only).

@@ -18,10 +18,10 @@ fn offloads(on: &[&str], fixed: &[&str]) -> Reading<Vec<Offload>> {
     Reading::Got(
         OFFLOADS
             .iter()
-            .map(|n| Offload {
-                name: n.to_string(),
-                active: on.contains(n),
-                changeable: !fixed.contains(n),
+            .map(|o| Offload {
+                name: o.shown.to_string(),
+                active: on.contains(&o.shown),
+                changeable: !fixed.contains(&o.shown),
             })
             .collect(),
     )
