@@ -135,11 +135,12 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Command {
-    /// What this interface's NIC and driver can do for the datapath, read without changing
-    /// anything: driver and firmware, queues, MTU, XDP and AF_XDP zero-copy features, the
-    /// offloads that must be off, interrupts; each with what the datapath will do with it.
-    /// Exit status 0: the datapath can run there (the report says in which modes); 1: it
-    /// cannot (each reason named); 2: a usage error.
+    /// What an interface's NIC and driver can do for the datapath (changes nothing).
+    ///
+    /// Driver and firmware, queues, MTU, XDP and AF_XDP zero-copy features, the offloads that
+    /// must be off, interrupts; each with what the datapath will do with it, and a verdict.
+    /// Exit status 0: the datapath can run there (the report says in which modes and with
+    /// which options); 1: it cannot (each reason named, on stderr too); 2: a usage error.
     Probe(mpa_datapath::probe::ProbeArgs),
 }
 

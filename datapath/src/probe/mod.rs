@@ -5,7 +5,7 @@
 //! it cannot (each reason named), 2 for a usage error. docs/operations.md, "Probing an
 //! interface", shows an answer and what each line means.
 //!
-//! * [`netlink`]: the kernel's answers (rtnetlink, ethtool, netdev, devlink), read as hostile
+//! * `netlink`: the kernel's answers (rtnetlink, ethtool, netdev, devlink), read as hostile
 //!   input; `sysfs`: driver, bus address, interrupts, kernel release.
 //! * `readings`: what was read, as plain data; `verdict`: what it means for the datapath,
 //!   pure, so that it is tested on readings built by hand; `render`: text and JSON.
@@ -14,7 +14,7 @@
 //! interface in another; that also mounts the namespace's own sysfs).
 #![forbid(unsafe_code)]
 
-pub(crate) mod netlink;
+mod netlink;
 mod readings;
 mod render;
 mod sysfs;
