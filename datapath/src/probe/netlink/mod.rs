@@ -4,9 +4,10 @@
 //! receive timeout.
 //!
 //! Every answer is hostile input: one datagram of at most [`MAX_DATAGRAM`] octets at a time
-//! (a larger one is an error, not a larger buffer), at most [`MAX_MESSAGES`] messages looked at
-//! per request, [`TIMEOUT`] per wait, and attributes read only through the checked views of
-//! [`attrs`]: a missing, short or overlong attribute reads as absent, never as a panic.
+//! (a larger one is an error, not a larger buffer), at most [`MAX_MESSAGES`] datagrams and
+//! messages per request, [`TIMEOUT`] for the whole request, and attributes read only through
+//! the checked views of [`attrs`]: a missing, short or overlong attribute reads as absent,
+//! never as a panic.
 
 pub(crate) mod attrs;
 pub(crate) mod devlink;
@@ -23,13 +24,13 @@ use netlink_sys::{Socket, SocketAddr};
 use nix::sys::socket::{setsockopt, sockopt};
 use nix::sys::time::TimeVal;
 use std::fmt::Debug;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The longest wait for one answer.
 pub(crate) const TIMEOUT: Duration = Duration::from_secs(2);
 /// The largest datagram read (an ethtool features reply with names is about 12 KiB).
 pub(crate) const MAX_DATAGRAM: usize = 256 * 1024;
-/// Messages looked at for one request before giving up (others' sequence numbers, ACKs).
+/// Datagrams read, and messages looked at, for one request before giving up.
 pub(crate) const MAX_MESSAGES: usize = 64;
 
 /// Why a request got no usable answer.
@@ -86,8 +87,8 @@ impl Conn {
         socket
             .connect(&SocketAddr::new(0, 0))
             .map_err(NlError::Socket)?;
+        // Receives wait for what is left of their request's time (`request`).
         let t = TimeVal::new(TIMEOUT.as_secs() as _, 0);
-        setsockopt(&socket, sockopt::ReceiveTimeout, &t).map_err(|e| NlError::Socket(e.into()))?;
         setsockopt(&socket, sockopt::SendTimeout, &t).map_err(|e| NlError::Socket(e.into()))?;
         Ok(Conn {
             socket,
@@ -112,10 +113,20 @@ impl Conn {
         let mut out = vec![0u8; msg.buffer_len()];
         msg.serialize(&mut out);
         self.socket.send(&out, 0).map_err(NlError::Socket)?;
+        let deadline = Instant::now() + TIMEOUT;
         let mut seen = 0;
-        while seen < MAX_MESSAGES {
+        for _ in 0..MAX_MESSAGES {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(NlError::Timeout);
+            }
+            // The rest of the request's time, at least a millisecond (0 would wait forever).
+            let left = left.max(Duration::from_millis(1));
+            let t = TimeVal::new(left.as_secs() as _, left.subsec_micros() as _);
+            setsockopt(&self.socket, sockopt::ReceiveTimeout, &t)
+                .map_err(|e| NlError::Socket(e.into()))?;
             self.buf.clear();
-            let n = match self.socket.recv(&mut self.buf, libc_msg_trunc()) {
+            let n = match self.socket.recv(&mut self.buf, MSG_TRUNC) {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     return Err(NlError::Timeout)
@@ -130,17 +141,18 @@ impl Conn {
             while at < n && seen < MAX_MESSAGES {
                 seen += 1;
                 let rest = &self.buf[at..n];
-                let len = NetlinkBuffer::new_checked(rest)
-                    .map_err(|e| NlError::Decode(e.to_string()))?
-                    .length() as usize;
+                let header =
+                    NetlinkBuffer::new_checked(rest).map_err(|e| NlError::Decode(e.to_string()))?;
+                let len = header.length() as usize;
                 // Messages are 4-octet aligned within a datagram.
                 at = at.saturating_add(len.div_ceil(4) * 4);
-                let m = NetlinkMessage::<I>::deserialize(&rest[..len])
-                    .map_err(|e| NlError::Decode(e.to_string()))?;
-                // The socket is connected to the kernel (port 0), the only sender it takes.
-                if m.header.sequence_number != self.seq {
+                // The socket is connected to the kernel (port 0), the only sender it takes;
+                // a message of another request is skipped unread.
+                if header.sequence_number() != self.seq {
                     continue;
                 }
+                let m = NetlinkMessage::<I>::deserialize(&rest[..len])
+                    .map_err(|e| NlError::Decode(e.to_string()))?;
                 match m.payload {
                     NetlinkPayload::InnerMessage(i) => return Ok(i),
                     NetlinkPayload::Error(e) => match e.code {
@@ -162,6 +174,4 @@ impl Conn {
 }
 
 /// `MSG_TRUNC`: `recv` returns the datagram's whole length, so an overlong one is noticed.
-fn libc_msg_trunc() -> i32 {
-    nix::sys::socket::MsgFlags::MSG_TRUNC.bits()
-}
+const MSG_TRUNC: i32 = nix::sys::socket::MsgFlags::MSG_TRUNC.bits();
