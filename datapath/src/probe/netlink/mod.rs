@@ -137,36 +137,8 @@ impl Conn {
             if n > self.buf.len() {
                 return Err(NlError::TooLarge(n));
             }
-            let mut at = 0;
-            while at < n && seen < MAX_MESSAGES {
-                seen += 1;
-                let rest = &self.buf[at..n];
-                let header =
-                    NetlinkBuffer::new_checked(rest).map_err(|e| NlError::Decode(e.to_string()))?;
-                let len = header.length() as usize;
-                // Messages are 4-octet aligned within a datagram.
-                at = at.saturating_add(len.div_ceil(4) * 4);
-                // The socket is connected to the kernel (port 0), the only sender it takes;
-                // a message of another request is skipped unread.
-                if header.sequence_number() != self.seq {
-                    continue;
-                }
-                let m = NetlinkMessage::<I>::deserialize(&rest[..len])
-                    .map_err(|e| NlError::Decode(e.to_string()))?;
-                match m.payload {
-                    NetlinkPayload::InnerMessage(i) => return Ok(i),
-                    NetlinkPayload::Error(e) => match e.code {
-                        // An ACK: the answer, if any, came before it.
-                        None => return Err(NlError::NoAnswer(seen)),
-                        Some(code) => {
-                            // |code| without overflow on i32::MIN from a hostile sender.
-                            let errno = i32::try_from(code.get().unsigned_abs()).unwrap_or(0);
-                            return Err(NlError::Kernel(std::io::Error::from_raw_os_error(errno)));
-                        }
-                    },
-                    NetlinkPayload::Done(_) => return Err(NlError::NoAnswer(seen)),
-                    _ => {}
-                }
+            if let Some(answer) = answer_in(&self.buf[..n], self.seq, &mut seen) {
+                return answer;
             }
         }
         Err(NlError::NoAnswer(seen))
@@ -175,3 +147,145 @@ impl Conn {
 
 /// `MSG_TRUNC`: `recv` returns the datagram's whole length, so an overlong one is noticed.
 const MSG_TRUNC: i32 = nix::sys::socket::MsgFlags::MSG_TRUNC.bits();
+
+/// The answer to request `seq` in one datagram, if it holds one: the first message of that
+/// sequence number that is the reply, a refusal or the end. Messages of other requests are
+/// skipped unread; `seen` counts the messages looked at, up to [`MAX_MESSAGES`].
+fn answer_in<I: NetlinkDeserializable>(
+    datagram: &[u8],
+    seq: u32,
+    seen: &mut usize,
+) -> Option<Result<I, NlError>> {
+    let decode = |e: netlink_packet_core::DecodeError| NlError::Decode(e.to_string());
+    let mut at = 0;
+    while at < datagram.len() && *seen < MAX_MESSAGES {
+        *seen += 1;
+        let rest = &datagram[at..];
+        let header = match NetlinkBuffer::new_checked(rest) {
+            Ok(h) => h,
+            Err(e) => return Some(Err(decode(e))),
+        };
+        let len = header.length() as usize;
+        // Messages are 4-octet aligned within a datagram.
+        at = at.saturating_add(len.div_ceil(4) * 4);
+        // The socket is connected to the kernel (port 0), the only sender it takes.
+        if header.sequence_number() != seq {
+            continue;
+        }
+        let m = match NetlinkMessage::<I>::deserialize(&rest[..len]) {
+            Ok(m) => m,
+            Err(e) => return Some(Err(decode(e))),
+        };
+        match m.payload {
+            NetlinkPayload::InnerMessage(i) => return Some(Ok(i)),
+            NetlinkPayload::Error(e) => {
+                return Some(Err(match e.code {
+                    // An ACK: the answer, if any, came before it.
+                    None => NlError::NoAnswer(*seen),
+                    // |code| without overflow on i32::MIN from a hostile sender.
+                    Some(code) => NlError::Kernel(std::io::Error::from_raw_os_error(
+                        i32::try_from(code.get().unsigned_abs()).unwrap_or(0),
+                    )),
+                }));
+            }
+            NetlinkPayload::Done(_) => return Some(Err(NlError::NoAnswer(*seen))),
+            _ => {}
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::genl::{Ctrl, Msg};
+    use super::*;
+    use netlink_packet_generic::GenlMessage;
+
+    type Reply = GenlMessage<Msg<Ctrl>>;
+
+    /// A netlink message as the kernel frames it: header, then `payload`, padded to four.
+    fn message(kind: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
+        let len = 16 + payload.len() as u32;
+        let mut v = Vec::new();
+        v.extend_from_slice(&len.to_ne_bytes());
+        v.extend_from_slice(&kind.to_ne_bytes());
+        v.extend_from_slice(&0u16.to_ne_bytes());
+        v.extend_from_slice(&seq.to_ne_bytes());
+        v.extend_from_slice(&0u32.to_ne_bytes());
+        v.extend_from_slice(payload);
+        v.resize(v.len().div_ceil(4) * 4, 0);
+        v
+    }
+
+    /// A generic netlink reply of the controller: command 1, attributes `attrs`.
+    fn reply(seq: u32, attrs: &[u8]) -> Vec<u8> {
+        let mut p = vec![1, 2, 0, 0];
+        p.extend_from_slice(attrs);
+        message(0x10, seq, &p)
+    }
+
+    fn error(seq: u32, code: i32) -> Vec<u8> {
+        let mut p = code.to_ne_bytes().to_vec();
+        p.extend_from_slice(&message(0x10, seq, &[])[..16]);
+        message(2, seq, &p)
+    }
+
+    fn answer(datagram: &[u8], seq: u32) -> Option<Result<Reply, NlError>> {
+        answer_in::<Reply>(datagram, seq, &mut 0)
+    }
+
+    #[test]
+    fn the_reply_to_this_request_after_others() {
+        let mut d = reply(6, &[8, 0, 1, 0, 9, 0, 0, 0]);
+        d.extend(reply(7, &[8, 0, 1, 0, 16, 0, 0, 0]));
+        let r = answer(&d, 7).unwrap().unwrap();
+        assert_eq!(r.payload.reply, [8, 0, 1, 0, 16, 0, 0, 0]);
+        assert!(answer(&d, 8).is_none(), "no answer to another request");
+    }
+
+    #[test]
+    fn refusals_and_acks() {
+        let e = answer(&error(3, -19), 3).unwrap().unwrap_err();
+        assert_eq!(e.errno(), Some(19));
+        // The most negative code does not overflow.
+        let e = answer(&error(3, i32::MIN), 3).unwrap().unwrap_err();
+        assert!(matches!(e, NlError::Kernel(_)), "{e:?}");
+        let e = answer(&error(3, 0), 3).unwrap().unwrap_err();
+        assert!(matches!(e, NlError::NoAnswer(1)), "{e:?}");
+        let e = answer(&message(3, 3, &[0; 4]), 3).unwrap().unwrap_err();
+        assert!(matches!(e, NlError::NoAnswer(1)), "{e:?}");
+    }
+
+    #[test]
+    fn malformed_datagrams_are_errors_not_panics() {
+        // A length beyond the datagram, below a header, a datagram shorter than a header.
+        let mut long = reply(1, &[]);
+        long[0] = 200;
+        let mut short = reply(1, &[]);
+        short[..4].copy_from_slice(&8u32.to_ne_bytes());
+        for d in [long, short, vec![1, 2, 3], vec![0; 15]] {
+            assert!(
+                matches!(answer(&d, 1), Some(Err(NlError::Decode(_)))),
+                "{d:?}"
+            );
+        }
+        // A generic netlink reply without its own header; an error without its code.
+        assert!(matches!(
+            answer(&message(0x10, 1, &[1, 2]), 1),
+            Some(Err(NlError::Decode(_)))
+        ));
+        assert!(matches!(
+            answer(&message(2, 1, &[1, 2]), 1),
+            Some(Err(NlError::Decode(_)))
+        ));
+        assert!(answer(&[], 1).is_none());
+    }
+
+    #[test]
+    fn messages_looked_at_are_bounded() {
+        let many: Vec<u8> = (0..200).flat_map(|_| reply(1, &[])).collect();
+        let mut seen = 0;
+        assert!(answer_in::<Reply>(&many, 2, &mut seen).is_none());
+        assert_eq!(seen, MAX_MESSAGES);
+    }
+}
