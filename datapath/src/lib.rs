@@ -11,6 +11,8 @@
 //! * [`memory`]: registered memory (memfd regions, STags, posted buffers) and the
 //!   subscribers' shared-memory completion rings.
 //! * [`server`]: the datapath process: control socket, workers, XDP steering.
+//! * [`probe`]: `mpa-datapath probe`, what an interface's NIC and driver can do for the
+//!   datapath (read-only; netlink and sysfs).
 //!
 //! `unsafe` is allowed only for the boundary that needs it: [`io::xsk`] (the AF_XDP rings and
 //! UMEM) and `io::prefetch` (the prefetch of received frames). Registered memory is mapped
@@ -21,5 +23,6 @@
 
 pub mod io;
 pub mod memory;
+pub mod probe;
 pub mod server;
 pub mod worker;

@@ -1,7 +1,8 @@
-//! `mpa-datapath`: the AF_XDP MPA data path for one interface.
+//! `mpa-datapath`: the AF_XDP MPA data path for one interface; `mpa-datapath probe`: what an
+//! interface's NIC and driver can do for it (docs/operations.md, "Probing an interface").
 #![forbid(unsafe_code)]
 
-use clap::{CommandFactory, Parser};
+use clap::{CommandFactory, Parser, Subcommand};
 use mpa_bpf::AttachMode;
 use mpa_datapath::io::nic_queues::QueueSteering;
 use mpa_datapath::io::xsk::{BindMode, BusyPoll, HugePages, XskConfig};
@@ -38,12 +39,17 @@ enum Steer {
     args_override_self = true,
     name = "mpa-datapath",
     version,
-    about = "MPA over AF_XDP: steer, receive, place"
+    about = "MPA over AF_XDP: steer, receive, place",
+    // `mpa-datapath --iface X …` serves; `mpa-datapath probe --iface X` only reads.
+    subcommand_negates_reqs = true,
+    args_conflicts_with_subcommands = true
 )]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Interface to serve.
-    #[arg(long)]
-    iface: String,
+    #[arg(long, required = true)]
+    iface: Option<String>,
     /// TOML file of options: each key a long option of this command (`queues = 2`,
     /// `zero_copy = "auto"`, `pin_cpus = true`); options on the command line win.
     #[arg(long, value_name = "FILE")]
@@ -168,6 +174,17 @@ fn frame_size(s: &str) -> Result<u32, String> {
     }
 }
 
+#[derive(Subcommand)]
+enum Command {
+    /// What an interface's NIC and driver can do for the datapath (changes nothing).
+    ///
+    /// Driver and firmware, queues, MTU, XDP and AF_XDP zero-copy features, the offloads that
+    /// must be off, interrupts; each with what the datapath will do with it, and a verdict.
+    /// Exit status 0: the datapath can run there (the report says in which modes and with
+    /// which options); 1: it cannot (each reason named, on stderr too); 2: a usage error.
+    Probe(mpa_datapath::probe::ProbeArgs),
+}
+
 /// The TCP settings: the defaults (`TcpConfig::default`), with what the command line names.
 fn tcp_config(a: &Args) -> TcpConfig {
     let d = TcpConfig::default();
@@ -202,6 +219,15 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let iface = match (a.command.as_ref(), a.iface.clone()) {
+        (Some(Command::Probe(p)), _) => return mpa_datapath::probe::run(p),
+        (None, Some(iface)) => iface,
+        // clap requires --iface without a subcommand.
+        (None, None) => {
+            eprintln!("mpa-datapath: --iface is required");
+            return ExitCode::from(2);
+        }
+    };
     mpa_ops::logs::init(a.log_format, "info");
     let xdp_mode = match a.xdp_mode.as_str() {
         "native" | "driver" => AttachMode::Driver,
@@ -212,8 +238,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if a.queues == 0 || a.queues > 64 {
-        eprintln!("mpa-datapath: --queues {} out of 1..=64", a.queues);
+    let max_queues = mpa_datapath::server::MAX_QUEUES;
+    if a.queues == 0 || a.queues > max_queues {
+        eprintln!(
+            "mpa-datapath: --queues {} out of 1..={max_queues}",
+            a.queues
+        );
         return ExitCode::from(2);
     }
     let ring = a.completion_ring;
@@ -236,9 +266,9 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let tcp = tcp_config(&a);
-    let (iface, socket) = (a.iface.clone(), a.socket.clone());
+    let socket = a.socket.clone();
     let cfg = DatapathConfig {
-        iface: a.iface,
+        iface: iface.clone(),
         queues: a.queues,
         xdp_mode,
         xsk: XskConfig {

@@ -120,11 +120,16 @@ pub fn driver_of(iface: &str) -> Option<String> {
     Some(link.file_name()?.to_string_lossy().into_owned())
 }
 
+impl XskConfig {
+    /// Octets per UMEM frame by default: a page.
+    pub const DEFAULT_FRAME_SIZE: u32 = 4096;
+}
+
 impl Default for XskConfig {
     fn default() -> Self {
         XskConfig {
             frames: 8192,
-            frame_size: 4096,
+            frame_size: Self::DEFAULT_FRAME_SIZE,
             ring_size: 2048,
             bind_mode: BindMode::Auto,
             huge_pages: HugePages::Off,
@@ -223,7 +228,7 @@ impl std::fmt::Debug for XskQueue {
 const BURST: usize = 64;
 
 /// XDP_PACKET_HEADROOM (linux/bpf.h): the part of each UMEM frame before the packet data.
-const XDP_PACKET_HEADROOM: u32 = 256;
+pub(crate) const XDP_PACKET_HEADROOM: u32 = 256;
 
 impl AsFd for XskQueue {
     fn as_fd(&self) -> BorrowedFd<'_> {

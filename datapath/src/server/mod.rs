@@ -111,6 +111,9 @@ pub const CONTROL_PANIC_AT_STATS_ENV: &str = "MPA_DATAPATH_TEST_CONTROL_PANIC_AT
 /// Default of [`DatapathConfig::max_region_bytes`]: 4 GiB.
 pub const DEFAULT_MAX_REGION_BYTES: u64 = 4 << 30;
 
+/// The most RX queues (workers) one datapath serves (`--queues`).
+pub const MAX_QUEUES: u32 = 64;
+
 /// Why the datapath could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -431,7 +434,7 @@ fn interface_mtu(iface: &str) -> Option<u32> {
 
 /// The largest segment (TCP payload and options, IPv4 headers) our link and a UMEM frame carry:
 /// MTU − 40, and frame − XDP headroom − Ethernet − 40; 1460 when the MTU is unknown.
-fn link_mss(mtu: Option<u32>, frame_size: u32) -> u16 {
+pub(crate) fn link_mss(mtu: Option<u32>, frame_size: u32) -> u16 {
     const HEADROOM: u32 = 256;
     const ETHERNET: u32 = 14;
     const IPV4_TCP: u32 = 40;
@@ -442,7 +445,7 @@ fn link_mss(mtu: Option<u32>, frame_size: u32) -> u16 {
 
 /// The largest frame a peer may send us at `mtu`: the MTU plus Ethernet and one VLAN tag
 /// (1500 when the MTU is unknown).
-fn rx_frame_for_mtu(mtu: Option<u32>) -> usize {
+pub(crate) fn rx_frame_for_mtu(mtu: Option<u32>) -> usize {
     mtu.unwrap_or(1500) as usize + 14 + 4
 }
 
