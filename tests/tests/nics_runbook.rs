@@ -24,7 +24,7 @@ enum OnBed {
     /// A benchmark, run with these arguments appended to keep it short, exits 0.
     Bench(&'static [&'static str]),
     /// Needs a physical NIC or systemd as PID 1 (the page says so).
-    NotOnBed,
+    NeedsHardware,
 }
 
 const RUNBOOK: &[(&str, OnBed)] = &[
@@ -55,8 +55,11 @@ const RUNBOOK: &[(&str, OnBed)] = &[
     ),
     ("ethtool -n $IFACE", OnBed::Fails("Operation not supported")),
     ("grep -E \"$IFACE\" /proc/interrupts", OnBed::Fails("")),
-    ("echo 2 > /proc/irq/$IRQ/smp_affinity_list", OnBed::NotOnBed),
-    ("systemctl stop irqbalance", OnBed::NotOnBed),
+    (
+        "echo 2 > /proc/irq/$IRQ/smp_affinity_list",
+        OnBed::NeedsHardware,
+    ),
+    ("systemctl stop irqbalance", OnBed::NeedsHardware),
     (
         "mpa-datapath --iface $IFACE --queues 2 --pin-cpus",
         OnBed::Daemon,
@@ -118,7 +121,7 @@ const RUNBOOK: &[(&str, OnBed)] = &[
     ),
     (
         "systemctl enable --now mpa-datapath@$IFACE mpa-control",
-        OnBed::NotOnBed,
+        OnBed::NeedsHardware,
     ),
 ];
 
@@ -264,7 +267,7 @@ fn the_runbook_runs_on_a_namespace_bed() {
             panic!("`{line}` is not listed");
         };
         match on_bed {
-            OnBed::Variable | OnBed::NotOnBed => {}
+            OnBed::Variable | OnBed::NeedsHardware => {}
             OnBed::Succeeds | OnBed::Fails(_) => {
                 let out = shell(&bed, &line).output().unwrap();
                 let text = format!(

@@ -145,8 +145,8 @@ pub(super) fn queues(r: &Readings, d: &Device, rep: &mut Report) {
         n if n > MAX_QUEUES => {
             rep.options.push(format!("--queues {MAX_QUEUES}"));
             vec![format!(
-                "{n} RX queues; the datapath serves at most {MAX_QUEUES}: narrow the NIC ({}) \
-                 and run with --queues {MAX_QUEUES}",
+                "{n} RX queues; the datapath serves at most {MAX_QUEUES}: run with --queues \
+                 {MAX_QUEUES} --steer channels, or narrow the NIC ({})",
                 narrow(MAX_QUEUES)
             )]
         }
@@ -154,8 +154,8 @@ pub(super) fn queues(r: &Readings, d: &Device, rep: &mut Report) {
             rep.options.push(format!("--queues {n}"));
             vec![format!(
                 "one worker and one AF_XDP socket per RX queue: run with --queues {n}; with \
-                 fewer, flows the NIC hashes to a queue without a socket reach the kernel, not \
-                 the datapath (or narrow the NIC: {})",
+                 fewer, steered segments the NIC hashes to a queue without a socket are dropped \
+                 (steered_no_xsk): add --steer channels, or narrow the NIC: {}",
                 narrow(1)
             )]
         }
