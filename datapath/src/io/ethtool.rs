@@ -246,15 +246,25 @@ impl Ethtool {
     /// One SIOCETHTOOL call with `cmd`, a `#[repr(C)]` ethtool struct whose first field is
     /// the command, which the kernel reads and may write back.
     fn call<T>(&self, cmd: &mut T) -> io::Result<()> {
+        // SAFETY: `cmd` is a live, exclusively borrowed `#[repr(C)]` struct laid out as the
+        // kernel's struct for the command in its first field (checked by the layout tests
+        // below); the kernel reads and writes at most that struct's size for these commands.
+        unsafe { self.ioctl((cmd as *mut T).cast()) }
+    }
+
+    /// SIOCETHTOOL with `ifr_data` = `data`.
+    ///
+    /// # Safety
+    /// `data` must point to an ethtool command struct, valid for reads and writes of as many
+    /// octets as the kernel accesses for its command, for the duration of the call.
+    unsafe fn ioctl(&self, data: *mut libc::c_void) -> io::Result<()> {
         let mut req = IfReq {
             name: self.name,
-            data: (cmd as *mut T).cast(),
+            data,
             _pad: [0; 16],
         };
-        // SAFETY: `req` is a valid `struct ifreq` whose `ifr_data` points to `cmd`, a live,
-        // exclusively borrowed `#[repr(C)]` struct laid out as the kernel's struct for the
-        // command in its first field (checked by the layout tests below); the kernel reads and
-        // writes at most that struct's size for these commands. Both outlive the call.
+        // SAFETY: `req` is a valid `struct ifreq` that outlives the call; what `ifr_data`
+        // points to is the caller's promise.
         let rc = unsafe {
             libc::ioctl(
                 self.sock.as_raw_fd(),
@@ -347,24 +357,10 @@ impl Ethtool {
         // SAFETY: `buf` holds at least size_of::<RxNfc>() octets (see `words`), 8-aligned as
         // RxNfc needs; the header is written into it by value.
         unsafe { bytes.cast::<RxNfc>().write(head) };
-        let mut req = IfReq {
-            name: self.name,
-            data: bytes.cast(),
-            _pad: [0; 16],
-        };
-        // SAFETY: `ifr_data` points to `buf`, which holds the rxnfc header and room for the
-        // `rule_cnt` locations the kernel writes after it (at `locs_at`), and it outlives the
-        // call; the kernel refuses a table larger than `rule_cnt`.
-        let rc = unsafe {
-            libc::ioctl(
-                self.sock.as_raw_fd(),
-                SIOCETHTOOL as _,
-                &mut req as *mut IfReq,
-            )
-        };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        // SAFETY: `buf` holds the rxnfc header and room for the `rule_cnt` locations the
+        // kernel writes after it (at `locs_at`), and it outlives the call; the kernel refuses
+        // a table larger than `rule_cnt`.
+        unsafe { self.ioctl(bytes.cast())? };
         // SAFETY: as above; the kernel wrote the header back in place.
         let got = unsafe { bytes.cast::<RxNfc>().read() }
             .rule_cnt
