@@ -61,7 +61,7 @@ test:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --quiet
 	python3 tools/dev/check-layout
-	MPA_REQUIRE_PRIVILEGED=1 $(CARGO) test --workspace
+	MPA_REQUIRE_PRIVILEGED=1 $(CARGO) test --workspace --no-fail-fast
 	$(MAKE) check-install
 
 # Each fuzz target for FUZZ_SECONDS. Uses the nightly toolchain when present, else stable

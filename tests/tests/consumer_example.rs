@@ -22,9 +22,11 @@ fn the_minimal_consumer_prints_every_completion_and_leaves_nothing_behind() {
     if !require_privileged("the minimal consumer example") {
         return;
     }
+    // Built before the datapath starts: nothing waits on a build.
+    let program = example("mpa-ctl-proto", "minimal_consumer");
     let bed = TestBed::up(BedConfig::default()).unwrap();
     let (dp, path) = datapath(&bed, &DatapathOptions::default());
-    let mut child = Command::new(example("mpa-ctl-proto", "minimal_consumer"))
+    let mut child = Command::new(program)
         .arg(&path)
         .args(["1", "1048576", "6"])
         .stdin(Stdio::null())

@@ -9,6 +9,7 @@ use mpa_harness::example;
 use mpa_tests::{require_privileged, BedConfig, PeerListener, TestBed};
 use std::io::Read;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -38,7 +39,7 @@ fn read_all(r: Option<impl Read>) -> String {
     s
 }
 
-fn ping_pong(bed: &TestBed, port: u16, size: u64, iterations: u64, markers: bool) {
+fn ping_pong(bed: &TestBed, program: &Path, port: u16, size: u64, iterations: u64, markers: bool) {
     let payload = size - mpa::wire::ddp::TAGGED_HEADER_LEN as u64;
     let bind = SocketAddr::new(bed.addr_a(false), port);
     let advertise = format!("{ECHO_STAG:#x}:{payload}");
@@ -59,10 +60,7 @@ fn ping_pong(bed: &TestBed, port: u16, size: u64, iterations: u64, markers: bool
     let echo = PeerListener::start(bed, bind, &echo_args);
 
     let socket = mpa_harness::datapath::temp_path("rtc.sock");
-    let mut cmd = bed.command(
-        &bed.ns_b,
-        &example("mpa-datapath", "run_to_completion").to_string_lossy(),
-    );
+    let mut cmd = bed.command(&bed.ns_b, &program.to_string_lossy());
     cmd.args(["--iface", &bed.if_b, "--connect", &bind.to_string()])
         .args(["--size", &size.to_string()])
         .args(["--iterations", &iterations.to_string()])
@@ -102,8 +100,10 @@ fn an_application_thread_turning_the_queue_plays_ping_pong_with_a_kernel_peer() 
     if !require_privileged("run-to-completion ping-pong") {
         return;
     }
+    // Built before any peer listens: a build can outlast the peer's accept timeout.
+    let program = example("mpa-datapath", "run_to_completion");
     let bed = TestBed::up(BedConfig::default()).unwrap();
     // A small Write without markers, then one of several segments with markers both ways.
-    ping_pong(&bed, 7661, 64, 300, false);
-    ping_pong(&bed, 7662, 4096, 200, true);
+    ping_pong(&bed, &program, 7661, 64, 300, false);
+    ping_pong(&bed, &program, 7662, 4096, 200, true);
 }
