@@ -130,7 +130,7 @@ pub struct Consumer {
     busy_poll: bool,
     next_sub: usize,
     /// Per connection: the domain and ring of its latest completion (where to post).
-    flow_rings: std::collections::HashMap<u64, (u32, u32)>,
+    flow_rings: flow_rings::FlowRings,
     /// The ring of each completion of a poll (reused).
     ring_tags: Vec<u32>,
 }
@@ -143,6 +143,7 @@ struct Subscription {
     posts: Option<posts::PostQueues>,
 }
 
+mod flow_rings;
 mod posts;
 
 /// Completions returned by one [`Consumer::next_completions`] at most.
@@ -167,7 +168,7 @@ impl Consumer {
             pending_loss: None,
             busy_poll: false,
             next_sub: 0,
-            flow_rings: std::collections::HashMap::new(),
+            flow_rings: flow_rings::FlowRings::default(),
             ring_tags: Vec::new(),
         })
     }
@@ -362,7 +363,7 @@ impl Consumer {
             None => None,
         };
         self.subs.retain(|s| s.pd != pd);
-        self.flow_rings.retain(|_, (p, _)| *p != pd);
+        self.flow_rings.forget_domain(pd);
         self.subs.push(Subscription {
             pd,
             rings: RingSet::new(Arc::new(file)),

@@ -45,27 +45,17 @@ impl PostQueues {
 
 impl Consumer {
     /// Remembers, for each completion of domain `pd` read from `out[start..]`, the ring it
-    /// came from (`ring_tags`, in the same order): its connection's worker. Refusals are
-    /// left out: one may come through another domain's subscription (a post on a connection
-    /// not of that domain), which says nothing of where the connection's posts belong.
+    /// came from (`ring_tags`, in the same order): its connection's worker.
     pub(super) fn note_rings(&mut self, pd: u32, start: usize, out: &[Completion]) {
         for (c, &ring) in out[start.min(out.len())..].iter().zip(&self.ring_tags) {
-            if c.kind == crate::CompletionKind::PostRefused {
-                continue;
-            }
-            match self.flow_rings.get_mut(&c.flow_id) {
-                Some(e) => *e = (pd, ring),
-                None => {
-                    self.flow_rings.insert(c.flow_id, (pd, ring));
-                }
-            }
+            self.flow_rings.note(pd, ring, c);
         }
     }
 
     /// The post queue (worker) a post on `flow_id` goes to: the ring of the connection's
     /// latest completion, else queue 0 of the first subscription with post queues.
     pub fn post_queue_of(&self, flow_id: u64) -> Option<(u32, u32)> {
-        if let Some(&(pd, ring)) = self.flow_rings.get(&flow_id) {
+        if let Some((pd, ring)) = self.flow_rings.get(flow_id) {
             if self.subs.iter().any(|s| s.pd == pd && s.posts.is_some()) {
                 return Some((pd, ring));
             }
@@ -92,8 +82,8 @@ impl Consumer {
     /// [`Consumer::post`] through the post queues of domain `pd`'s subscription (queue of the
     /// connection's latest completion, else queue 0).
     pub fn post_in(&mut self, pd: u32, post: &PostRecord) -> Result<(), ConsumerError> {
-        let queue = match self.flow_rings.get(&post.flow_id) {
-            Some(&(p, ring)) if p == pd => ring,
+        let queue = match self.flow_rings.get(post.flow_id) {
+            Some((p, ring)) if p == pd => ring,
             _ => 0,
         };
         self.post_to(pd, queue, post)
