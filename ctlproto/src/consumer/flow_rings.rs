@@ -11,7 +11,7 @@ use std::collections::HashMap;
 /// (every connection's next completion puts it back). The datapath steers at most 16 384
 /// flows per interface, so the bound is only reached by a consumer of several datapaths or
 /// one that never posts on most of its connections.
-pub(super) const MAX_REMEMBERED_FLOWS: usize = 1 << 16;
+const MAX_REMEMBERED_FLOWS: usize = 1 << 16;
 
 /// Per connection: the domain and ring of its latest completion.
 #[derive(Debug, Default)]
@@ -34,11 +34,7 @@ impl FlowRings {
             }
             return;
         }
-        if let Some(e) = self.by_flow.get_mut(&c.flow_id) {
-            *e = (pd, ring);
-            return;
-        }
-        if self.by_flow.len() >= MAX_REMEMBERED_FLOWS {
+        if self.by_flow.len() >= MAX_REMEMBERED_FLOWS && !self.by_flow.contains_key(&c.flow_id) {
             self.by_flow.clear();
         }
         self.by_flow.insert(c.flow_id, (pd, ring));
