@@ -220,6 +220,39 @@ impl SharedMemory {
         true
     }
 
+    /// Copies `pieces`, one after the other, to offset `off`: one bounds check for all `len`
+    /// octets (a message placed in its pieces between markers). `false` (nothing written) when
+    /// `len` octets do not fit or the mapping is read-only; at most `len` octets are written
+    /// even if the pieces hold more, and `false` then too.
+    #[inline]
+    pub fn write_pieces<'p>(
+        &self,
+        off: u64,
+        len: usize,
+        pieces: impl Iterator<Item = &'p [u8]>,
+    ) -> bool {
+        if self.access != Access::ReadWrite {
+            return false;
+        }
+        let Some(off) = self.span(off, len) else {
+            return false;
+        };
+        let mut at = 0;
+        for p in pieces {
+            let n = p.len().min(len - at);
+            // SAFETY: off + at + n <= off + len <= self.len (checked above) and the mapping is
+            // writable; `p` is ordinary memory of this process, not part of the mapping.
+            unsafe {
+                std::ptr::copy_nonoverlapping(p.as_ptr(), self.ptr.as_ptr().add(off + at), n)
+            };
+            at += n;
+            if n < p.len() {
+                return false;
+            }
+        }
+        at == len
+    }
+
     /// Copies the octets at `off` into `dst`; `false` when out of bounds.
     pub fn read(&self, off: u64, dst: &mut [u8]) -> bool {
         let Some(off) = self.span(off, dst.len()) else {
@@ -254,6 +287,15 @@ mod tests {
         assert!(!m.write(9_991, &[7u8; 10]));
         assert!(!m.write(u64::MAX, &[1]));
         assert!(m.write(10_000, &[]));
+        // Pieces: one bounds check for the whole; never past `len`.
+        assert!(m.write_pieces(100, 6, [&b"ab"[..], b"cde", b"f"].into_iter()));
+        assert!(!m.write_pieces(9_995, 6, [&b"abcdef"[..]].into_iter()));
+        assert!(!m.write_pieces(200, 3, [&b"ab"[..], b"cd"].into_iter()));
+        let mut p = [0u8; 8];
+        assert!(m.read(99, &mut p));
+        assert_eq!(&p, b"\0abcdef\0");
+        assert!(m.read(199, &mut p[..5]));
+        assert_eq!(&p[..5], b"\0abc\0");
         assert!(m.ptr_at(9_992, 8).is_some());
         assert!(m.ptr_at(9_993, 8).is_none());
         assert!(m.ptr_at(usize::MAX, 1).is_none());

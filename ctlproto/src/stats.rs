@@ -98,6 +98,14 @@ pub struct RxStats {
     pub placed_in_order: u64,
     /// FPDUs placed from the reassembly store once a hole filled.
     pub placed_from_store: u64,
+    /// In-order FPDUs that spanned segments of one RX burst, verified and placed from the
+    /// segments themselves (one copy per octet).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub spanned_in_place: u64,
+    /// In-order FPDUs that spanned RX bursts, copied into the connection's FPDU buffer before
+    /// they were verified and placed (two copies per octet).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub staged: u64,
     /// Out-of-order FPDU candidates the locator dropped (CRC or marker check failed).
     pub located_rejected: u64,
     /// Out-of-order FPDUs that passed the locator but not the placement checks (left to the

@@ -142,6 +142,46 @@ pub(crate) fn receive_segment<S: SendSource, R: Regions + ?Sized>(
     out
 }
 
+/// [`receive_segment`] for a segment that stays in hand until `run` is ended: its in-order
+/// payload joins `run`, decoded later with the rest of the run
+/// ([`MpaReceiver::handle_in_order_run`]). Anything that must see the stream up to this point
+/// first (an out-of-order segment placed ahead, octets drained from the reassembly store)
+/// ends the run before it.
+pub(crate) fn receive_segment_in_run<'f, S: SendSource, R: Regions + ?Sized>(
+    tcp: &mut Connection<S>,
+    rx: &mut MpaReceiver,
+    now: Instant,
+    repr: &TcpRepr,
+    payload: &'f [u8],
+    run: &mut Vec<&'f [u8]>,
+    regions: &mut R,
+) -> SegmentOutcome {
+    let out = if rx.wants_segments_ahead() {
+        tcp.handle_segment_placing(now, repr, payload, &mut |seq, data, spans| {
+            if !run.is_empty() {
+                rx.handle_in_order_run(run, regions);
+                run.clear();
+            }
+            rx.handle_segment_ahead(seq, data, spans, regions)
+        })
+    } else {
+        tcp.handle_segment(now, repr, payload)
+    };
+    let served = tcp.source_mut().take_acked_read_responses();
+    if served > 0 {
+        rx.reads_served(served);
+    }
+    if let Some(b) = payload.get(out.in_order.clone()).filter(|b| !b.is_empty()) {
+        run.push(b);
+    }
+    if out.reassembled > 0 {
+        rx.handle_in_order_run(run, regions);
+        run.clear();
+        tcp.drain_reassembled(|b| rx.handle_in_order(b, InOrderSource::Store, regions));
+    }
+    out
+}
+
 /// `cfg.max_snd_mss` is for IPv4 headers (Ethernet + 20 octets): larger IP headers (IPv6)
 /// take their extra octets from it.
 fn clamp_mss(cfg: &TcpConfig, template: &FrameTemplate) -> TcpConfig {
@@ -305,6 +345,49 @@ impl Flow {
     ) {
         self.packets += 1;
         receive_segment(&mut self.tcp, &mut self.rx, now, repr, payload, regions);
+        self.after_receive(regions);
+    }
+
+    /// [`Flow::on_segment`] for a segment whose frame stays in hand until the end of the RX
+    /// burst: its in-order payload joins `run` (this flow's segments of the burst so far)
+    /// rather than being decoded now, so that an FPDU spanning segments is verified and placed
+    /// from them in place. The caller ends the run with [`Flow::end_run`] before the frames
+    /// go back, before a segment of this flow it does not keep, and before the flow's
+    /// end-of-burst; a run holds one flow's segments only.
+    pub fn on_segment_in_run<'f>(
+        &mut self,
+        now: Instant,
+        repr: &TcpRepr,
+        payload: &'f [u8],
+        run: &mut Vec<&'f [u8]>,
+        regions: &mut RegionTable,
+    ) {
+        self.packets += 1;
+        receive_segment_in_run(
+            &mut self.tcp,
+            &mut self.rx,
+            now,
+            repr,
+            payload,
+            run,
+            regions,
+        );
+        self.after_receive(regions);
+    }
+
+    /// Decodes and places what `run` holds ([`Flow::on_segment_in_run`]) and empties it.
+    pub fn end_run(&mut self, run: &mut Vec<&[u8]>, regions: &mut RegionTable) {
+        if run.is_empty() {
+            return;
+        }
+        self.rx.handle_in_order_run(run, regions);
+        run.clear();
+        self.after_receive(regions);
+    }
+
+    /// What the receiver asks for after octets went in: answers to RTRs and Read Requests,
+    /// and the end of the stream.
+    fn after_receive(&mut self, regions: &mut RegionTable) {
         let rtr_answered = self.rx.take_rtr_answered();
         if rtr_answered > 0 {
             self.reads_in_flight = self.reads_in_flight.saturating_sub(rtr_answered);

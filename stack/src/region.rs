@@ -80,6 +80,18 @@ impl RegionMemory {
         self.mem.write(off, src)
     }
 
+    /// Copies `pieces` one after the other to `off`, `len` octets in all, with one bounds
+    /// check (see [`SharedMemory::write_pieces`]).
+    #[inline]
+    pub fn write_pieces<'p>(
+        &self,
+        off: u64,
+        len: usize,
+        pieces: impl Iterator<Item = &'p [u8]>,
+    ) -> bool {
+        self.mem.write_pieces(off, len, pieces)
+    }
+
     /// Copies octets at `off` into `dst`; `false` when out of bounds.
     pub fn read(&self, off: u64, dst: &mut [u8]) -> bool {
         self.mem.read(off, dst)

@@ -90,6 +90,8 @@ fn add_rx(a: &mut RxStats, b: &RxStats) {
         gather_over_budget,
         placed_in_order,
         placed_from_store,
+        spanned_in_place,
+        staged,
         located_rejected,
         ahead_refused,
         ahead_offered,
@@ -108,6 +110,8 @@ fn add_rx(a: &mut RxStats, b: &RxStats) {
     a.gather_over_budget += gather_over_budget;
     a.placed_in_order += placed_in_order;
     a.placed_from_store += placed_from_store;
+    a.spanned_in_place += spanned_in_place;
+    a.staged += staged;
     a.located_rejected += located_rejected;
     a.ahead_refused += ahead_refused;
     a.ahead_offered += ahead_offered;

@@ -260,7 +260,8 @@ impl PipelineReport {
         format!(
             "{}: {:.0} ns/segment ({:.0}–{:.0}; CPU {:.0}), {:.2} Gbit/s payload/core ({:.2}–{:.2}), \
              {:.2} M segments/s, CPU/wall {:.2}, poll/loop {:.2}; {} segments ({} lost+resent, \
-             {} reordered), {} ACKs, FPDUs {} (direct {}, in order {}, from store {}), \
+             {} reordered), {} ACKs, FPDUs {} (direct {}, in order {}, from store {}; across segments in place {}, \
+             staged {}), \
              {} completions, {} region octets checked",
             self.opts.label(),
             self.ns_per_segment.median,
@@ -281,6 +282,8 @@ impl PipelineReport {
             r.placed_direct,
             r.placed_in_order,
             r.placed_from_store,
+            r.spanned_in_place,
+            r.staged,
             r.completions,
             r.compared,
         )
@@ -319,6 +322,8 @@ impl PipelineReport {
             placed_direct: r.placed_direct,
             placed_in_order: r.placed_in_order,
             placed_from_store: r.placed_from_store,
+            spanned_in_place: r.spanned_in_place,
+            staged: r.staged,
             out_of_order_segments: r.out_of_order_segments,
             store_high_water: r.store_high_water,
             completions: r.completions,

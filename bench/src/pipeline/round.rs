@@ -51,6 +51,8 @@ pub struct RoundResult {
     pub placed_direct: u64,
     pub placed_in_order: u64,
     pub placed_from_store: u64,
+    pub spanned_in_place: u64,
+    pub staged: u64,
     pub out_of_order_segments: u64,
     pub store_high_water: u64,
     /// Octets of region compared with what was sent.
@@ -345,6 +347,8 @@ pub fn run_round_on(
         r.placed_direct += rep.rx.placed_direct;
         r.placed_in_order += rep.rx.placed_in_order;
         r.placed_from_store += rep.rx.placed_from_store;
+        r.spanned_in_place += rep.rx.spanned_in_place;
+        r.staged += rep.rx.staged;
         r.out_of_order_segments += rep.out_of_order_segments;
         r.store_high_water = r.store_high_water.max(rep.store_high_water);
         r.payload_octets += plan.messages * plan.payload_len as u64;

@@ -415,6 +415,12 @@ pub struct PipelineConfigRecord {
     pub placed_direct: u64,
     pub placed_in_order: u64,
     pub placed_from_store: u64,
+    /// In-order FPDUs that spanned segments of one burst, placed from the frames in place.
+    #[serde(default)]
+    pub spanned_in_place: u64,
+    /// In-order FPDUs that spanned bursts, copied into the FPDU buffer first.
+    #[serde(default)]
+    pub staged: u64,
     pub out_of_order_segments: u64,
     pub store_high_water: u64,
     pub completions: u64,

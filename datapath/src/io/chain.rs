@@ -50,8 +50,10 @@ enum State {
 /// What became of one descriptor.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Step<'a> {
-    /// A whole frame: in place (one descriptor) or gathered.
-    Frame(&'a [u8]),
+    /// The descriptor's octets are a whole frame, handed over in place.
+    InPlace,
+    /// The last descriptor of a chain: the whole frame, gathered.
+    Gathered(&'a [u8]),
     /// Part of a chain still open.
     Pending,
     /// Part of a chain that was dropped.
@@ -104,7 +106,7 @@ impl Chain {
     /// octets, gathered frames and dropped chains in `stats`.
     pub(crate) fn push<'a>(
         &'a mut self,
-        data: &'a [u8],
+        data: &[u8],
         more: bool,
         stats: &mut RingStats,
     ) -> Step<'a> {
@@ -117,7 +119,7 @@ impl Chain {
                     return Step::Dropped;
                 }
                 deliver_stats(stats, data.len(), false);
-                Step::Frame(data)
+                Step::InPlace
             }
             (State::Idle, true) => {
                 self.scratch.clear();
@@ -152,7 +154,12 @@ impl Chain {
         }
         self.state = State::Idle;
         deliver_stats(stats, self.scratch.len(), true);
-        Step::Frame(&self.scratch)
+        Step::Gathered(&self.scratch)
+    }
+
+    /// The frame the last [`Chain::push`] that returned [`Step::Gathered`] gathered.
+    fn gathered(&self) -> &[u8] {
+        &self.scratch
     }
 
     /// The RX ring ran dry with a chain open: its rest will never come. Drops it (counted
@@ -184,39 +191,131 @@ fn deliver_stats(stats: &mut RingStats, len: usize, gathered: bool) {
     stats.rx_largest = stats.rx_largest.max(len as u64);
 }
 
-/// Hands the frames of one burst of RX descriptors to `f`: `octets(d)` gives a descriptor's
-/// data and whether `XDP_PKT_CONTD` is set; `asked` is how many descriptors the burst asked
-/// the ring for (fewer taken: the ring ran dry, so an open chain is cut). The caller gives
-/// every descriptor of `descs` back to the fill ring afterwards, exactly once: nothing here
-/// keeps one.
+/// One received frame of a burst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RxFrame<'u, 'g> {
+    /// A frame in its own buffer (one descriptor): its octets stay valid, unchanged, until
+    /// the burst ends, so a run of them can be decoded together.
+    InPlace(&'u [u8]),
+    /// A frame gathered from a chain of descriptors into the ring's scratch buffer: valid only
+    /// until the next frame is taken.
+    Gathered(&'g [u8]),
+}
+
+impl RxFrame<'_, '_> {
+    /// The frame's octets.
+    pub fn octets(&self) -> &[u8] {
+        match *self {
+            RxFrame::InPlace(b) | RxFrame::Gathered(b) => b,
+        }
+    }
+}
+
+/// The frames of one RX burst, taken one after the other ([`RxFrames::next`]): single-
+/// descriptor frames in place for the whole burst (`'u`), chains gathered. The ring gives every
+/// descriptor back to the fill ring after the burst, exactly once, whatever became of its
+/// frame: nothing here keeps one.
+pub struct RxFrames<'u, 's> {
+    chain: &'s mut Chain,
+    /// Each descriptor's octets and its `XDP_PKT_CONTD` flag.
+    descs: &'s [(&'u [u8], bool)],
+    /// Descriptors the burst asked the ring for (fewer taken: the ring ran dry, so an open
+    /// chain is cut at the end).
+    asked: usize,
+    at: usize,
+    /// The frame whose second half is to be prefetched when the next one is asked for.
+    second_half: Option<&'u [u8]>,
+    stats: &'s mut RingStats,
+}
+
+impl<'u, 's> RxFrames<'u, 's> {
+    pub(crate) fn new(
+        chain: &'s mut Chain,
+        descs: &'s [(&'u [u8], bool)],
+        asked: usize,
+        stats: &'s mut RingStats,
+    ) -> Self {
+        // Frames are asked for (their cache lines fetched) ahead of their turn: the first
+        // touch of a frame the kernel or NIC wrote misses the cache, and the pipeline
+        // (checksum, CRC, placement) of the frames before it is long enough to hide that.
+        // Two frames ahead, each in two halves on either side of a frame's processing: all ~24
+        // lines of a 1500-octet frame at once overran the line fill buffers (16 here, shared
+        // with the region copy's stores) and the worker waited on the prefetches themselves,
+        // ~10 % of its samples.
+        if let Some(d) = descs.get(1) {
+            crate::io::prefetch::prefetch(d.0);
+        }
+        RxFrames {
+            chain,
+            descs,
+            asked,
+            at: 0,
+            second_half: None,
+            stats,
+        }
+    }
+
+    /// The next whole frame of the burst, `None` after the last.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Option<RxFrame<'u, '_>> {
+        prefetch_half(self.second_half.take(), true);
+        loop {
+            let Some(&(data, more)) = self.descs.get(self.at) else {
+                if self.descs.len() < self.asked && self.chain.is_open() {
+                    self.chain.cut(self.stats);
+                }
+                return None;
+            };
+            let ahead = self.descs.get(self.at + 2).map(|a| a.0);
+            self.at += 1;
+            prefetch_half(ahead, false);
+            match self.chain.push(data, more, self.stats) {
+                Step::InPlace => {
+                    self.second_half = ahead;
+                    return Some(RxFrame::InPlace(data));
+                }
+                Step::Gathered(_) => {
+                    self.second_half = ahead;
+                    break;
+                }
+                Step::Pending | Step::Dropped => prefetch_half(ahead, true),
+            }
+        }
+        // The gathered frame, borrowed again now that the loop is done with the chain.
+        Some(RxFrame::Gathered(self.chain.gathered()))
+    }
+
+    /// Takes (and drops) the frames not taken yet, so that the chain state and the counters
+    /// are those of the whole burst.
+    pub(crate) fn finish(&mut self) {
+        while self.next().is_some() {}
+    }
+}
+
+/// `v` emptied, for slices of another lifetime, its allocation kept (an empty vector collected
+/// in place into one of the same layout): a ring lists each burst's descriptors in it.
+// `filter_map` rather than `filter`: the element type changes (to another lifetime).
+#[allow(clippy::unnecessary_filter_map)]
+pub(crate) fn reuse_descs<'b>(mut v: Vec<(&[u8], bool)>) -> Vec<(&'b [u8], bool)> {
+    v.clear();
+    v.into_iter().filter_map(|_| None).collect()
+}
+
+/// Hands every frame of one burst of RX descriptors to `f` (see [`RxFrames`]): `octets(d)`
+/// gives a descriptor's data and whether `XDP_PKT_CONTD` is set.
+#[cfg(test)]
 pub(crate) fn deliver<'u, D>(
     chain: &mut Chain,
     descs: &'u [D],
     asked: usize,
-    mut octets: impl FnMut(&'u D) -> (&'u [u8], bool),
+    octets: impl FnMut(&'u D) -> (&'u [u8], bool),
     mut f: impl FnMut(&[u8]),
     stats: &mut RingStats,
 ) {
-    // Frames are asked for (their cache lines fetched) ahead of their turn: the first touch
-    // of a frame the kernel or NIC wrote misses the cache, and the pipeline (checksum, CRC,
-    // placement) of the frames before it is long enough to hide that. Two frames ahead, each
-    // in two halves on either side of a frame's processing: all ~24 lines of a 1500-octet
-    // frame at once overran the line fill buffers (16 here, shared with the region copy's
-    // stores) and the worker waited on the prefetches themselves, ~10 % of its samples.
-    if let Some(d) = descs.get(1) {
-        crate::io::prefetch::prefetch(octets(d).0);
-    }
-    for (i, d) in descs.iter().enumerate() {
-        let ahead = descs.get(i + 2).map(|a| octets(a).0);
-        prefetch_half(ahead, false);
-        let (data, more) = octets(d);
-        if let Step::Frame(frame) = chain.push(data, more, stats) {
-            f(frame);
-        }
-        prefetch_half(ahead, true);
-    }
-    if descs.len() < asked && chain.is_open() {
-        chain.cut(stats);
+    let descs: Vec<(&[u8], bool)> = descs.iter().map(octets).collect();
+    let mut frames = RxFrames::new(chain, &descs, asked, stats);
+    while let Some(frame) = frames.next() {
+        f(frame.octets());
     }
 }
 
@@ -321,7 +420,7 @@ mod tests {
         let mut st = RingStats::default();
         let f = frame(1, 1514);
         match c.push(&f, false, &mut st) {
-            Step::Frame(out) => assert!(std::ptr::eq(out, f.as_slice()), "copied"),
+            Step::InPlace => {}
             s => panic!("{s:?}"),
         }
         assert_eq!(st.rx_frames, 1);

@@ -7,7 +7,7 @@
 
 #![forbid(unsafe_code)]
 
-use crate::io::chain::{self, Chain};
+use crate::io::chain::{reuse_descs, Chain, RxFrames};
 pub(crate) use mpa_ctl_proto::stats::RingStats;
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -22,9 +22,29 @@ pub trait FrameRing {
     fn queue(&self) -> u32;
 
     /// Receives up to one burst, waiting at most `timeout_ms` when none is there (0: never
-    /// wait), hands each frame to `f`, then gives the buffers back. Returns the descriptors
-    /// taken (a multi-buffer frame counts each of its descriptors; 0: nothing came).
-    fn rx_burst(&mut self, timeout_ms: i32, f: impl FnMut(&[u8])) -> Result<usize, Self::Error>;
+    /// wait), hands its frames to `f` (which takes them with [`RxFrames::next`]; those it
+    /// leaves are dropped), then gives the buffers back. Returns the descriptors taken (a
+    /// multi-buffer frame counts each of its descriptors; 0: nothing came) and what `f`
+    /// returned. A frame in place stays valid until `f` returns, so `f` may keep several.
+    fn rx_burst_frames<T>(
+        &mut self,
+        timeout_ms: i32,
+        f: impl for<'u, 's> FnOnce(&mut RxFrames<'u, 's>) -> T,
+    ) -> Result<(usize, T), Self::Error>;
+
+    /// [`FrameRing::rx_burst_frames`] handing each frame to `f` in turn.
+    fn rx_burst(
+        &mut self,
+        timeout_ms: i32,
+        mut f: impl FnMut(&[u8]),
+    ) -> Result<usize, Self::Error> {
+        self.rx_burst_frames(timeout_ms, |frames| {
+            while let Some(frame) = frames.next() {
+                f(frame.octets());
+            }
+        })
+        .map(|(n, ())| n)
+    }
 
     /// Copies `pkt` into a free TX buffer and queues it; `false` when none is free (the
     /// caller's retransmission logic covers the loss).
@@ -102,6 +122,8 @@ pub struct MemRing {
     burst: Vec<(Vec<u8>, bool)>,
     /// Gathers frames that came in several descriptors.
     chain: Chain,
+    /// The current burst's frames as the worker sees them (emptied between bursts).
+    descs: Vec<(&'static [u8], bool)>,
     /// TX frames queued by `send`, handed over by `flush`.
     tx_pending: Vec<Vec<u8>>,
     /// Spent buffers, reused for TX copies.
@@ -137,6 +159,7 @@ impl MemRing {
                 inner: inner.clone(),
                 burst: Vec::with_capacity(BURST),
                 chain: Chain::default(),
+                descs: Vec::with_capacity(BURST),
                 tx_pending: Vec::new(),
                 spare: Vec::new(),
                 scratch: vec![0; MEM_FRAME_CAPACITY].into_boxed_slice(),
@@ -155,11 +178,11 @@ impl FrameRing for MemRing {
         self.queue
     }
 
-    fn rx_burst(
+    fn rx_burst_frames<T>(
         &mut self,
         timeout_ms: i32,
-        mut f: impl FnMut(&[u8]),
-    ) -> Result<usize, MemRingError> {
+        f: impl for<'u, 's> FnOnce(&mut RxFrames<'u, 's>) -> T,
+    ) -> Result<(usize, T), MemRingError> {
         {
             let mut s = self.inner.lock();
             if s.rx.is_empty() && timeout_ms > 0 {
@@ -181,14 +204,12 @@ impl FrameRing for MemRing {
         }
         let n = self.burst.len();
         self.stats.count_burst(n, BURST);
-        chain::deliver(
-            &mut self.chain,
-            &self.burst,
-            BURST,
-            |(b, more)| (b.as_slice(), *more),
-            &mut f,
-            &mut self.stats,
-        );
+        let mut descs = reuse_descs(std::mem::take(&mut self.descs));
+        descs.extend(self.burst.iter().map(|(b, more)| (b.as_slice(), *more)));
+        let mut frames = RxFrames::new(&mut self.chain, &descs, BURST, &mut self.stats);
+        let t = f(&mut frames);
+        frames.finish();
+        self.descs = reuse_descs(descs);
         // Every buffer back exactly once, as the AF_XDP ring gives every descriptor back.
         for (frame, _) in self.burst.drain(..) {
             if self.spare.len() < BURST {
@@ -197,7 +218,7 @@ impl FrameRing for MemRing {
                 self.spent.push(frame);
             }
         }
-        Ok(n)
+        Ok((n, t))
     }
 
     fn send_with(&mut self, build: impl FnOnce(&mut [u8]) -> usize) -> bool {

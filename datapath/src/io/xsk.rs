@@ -4,7 +4,7 @@
 //! descriptors of the same UMEM, which the ownership here guarantees. One of the crate's two
 //! `unsafe` boundaries (the other is `region`, the registered memory).
 
-use crate::io::chain::{self, Chain, XDP_PKT_CONTD};
+use crate::io::chain::{self, reuse_descs, Chain, RxFrames, XDP_PKT_CONTD};
 use crate::io::ring::{FrameRing, RingStats};
 use std::num::NonZeroU32;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
@@ -190,6 +190,8 @@ pub struct XskQueue {
     /// RX frames the fill ring did not take yet (given back first on the next burst).
     fill_pending: Vec<FrameDesc>,
     rx_descs: Vec<FrameDesc>,
+    /// The current burst's frames as the worker sees them (emptied between bursts).
+    rx_octets: Vec<(&'static [u8], bool)>,
     comp_descs: Vec<FrameDesc>,
     /// Gathers frames that arrive in several descriptors (multi-buffer, jumbo frames).
     chain: Chain,
@@ -382,6 +384,7 @@ impl XskQueue {
             tx_free,
             fill_pending: Vec::with_capacity(BURST),
             rx_descs: vec![FrameDesc::default(); BURST],
+            rx_octets: Vec::with_capacity(BURST),
             comp_descs: vec![FrameDesc::default(); BURST],
             chain: Chain::default(),
             multi_buffer,
@@ -526,11 +529,11 @@ impl XskQueue {
 
     /// Receives up to one burst, waiting at most `timeout_ms` (0: no syscall) and hands each
     /// frame to `f`, then gives the frames back to the fill ring. Returns the frame count.
-    pub fn rx_burst(
+    pub fn rx_burst_frames<T>(
         &mut self,
         timeout_ms: i32,
-        mut f: impl FnMut(&[u8]),
-    ) -> Result<usize, XskError> {
+        f: impl for<'u, 's> FnOnce(&mut RxFrames<'u, 's>) -> T,
+    ) -> Result<(usize, T), XskError> {
         // Busy: take what the ring holds without a syscall. Idle: block in poll() up to
         // `timeout_ms`, so that an idle worker leaves the CPU to others.
         // SAFETY: `rx_descs` is ours; the ring writes descriptors of this UMEM into it.
@@ -544,20 +547,24 @@ impl XskQueue {
         }
         self.stats.count_burst(n, self.rx_descs.len());
         let umem = &self.umem;
-        chain::deliver(
+        let mut descs = reuse_descs(std::mem::take(&mut self.rx_octets));
+        descs.extend(self.rx_descs[..n].iter().map(|d| {
+            // SAFETY: the descriptor was just consumed from this socket's RX ring, so the
+            // frame belongs to this UMEM and the kernel no longer writes to it until we give
+            // it back to the fill ring below, after `f` returned and `descs` was emptied (`f`
+            // cannot keep a frame: it is generic over the frames' lifetime).
+            let data = unsafe { umem.data(d) };
+            (data.contents(), d.options() & XDP_PKT_CONTD != 0)
+        }));
+        let mut frames = RxFrames::new(
             &mut self.chain,
-            &self.rx_descs[..n],
+            &descs,
             self.rx_descs.len(),
-            |d| {
-                // SAFETY: the descriptor was just consumed from this socket's RX ring, so the
-                // frame belongs to this UMEM and the kernel no longer writes to it until we
-                // give it back to the fill ring below.
-                let data = unsafe { umem.data(d) };
-                (data.contents(), d.options() & XDP_PKT_CONTD != 0)
-            },
-            &mut f,
             &mut self.stats,
         );
+        let t = f(&mut frames);
+        frames.finish();
+        self.rx_octets = reuse_descs(descs);
         // Every descriptor of the burst goes back exactly once, whatever became of its
         // frame (delivered in place, gathered, or part of a dropped chain): `deliver` keeps
         // none, an open chain's octets are already in its scratch buffer.
@@ -579,7 +586,12 @@ impl XskQueue {
                 self.fill.wakeup(self.rx.fd_mut(), 0)?;
             }
         }
-        Ok(n)
+        Ok((n, t))
+    }
+
+    /// [`XskQueue::rx_burst_frames`] handing each frame to `f` in turn.
+    pub fn rx_burst(&mut self, timeout_ms: i32, f: impl FnMut(&[u8])) -> Result<usize, XskError> {
+        FrameRing::rx_burst(self, timeout_ms, f)
     }
 
     /// Builds a frame in place in a free TX frame (`build` writes it and returns its length,
@@ -681,8 +693,12 @@ impl FrameRing for XskQueue {
         XskQueue::queue(self)
     }
 
-    fn rx_burst(&mut self, timeout_ms: i32, f: impl FnMut(&[u8])) -> Result<usize, XskError> {
-        XskQueue::rx_burst(self, timeout_ms, f)
+    fn rx_burst_frames<T>(
+        &mut self,
+        timeout_ms: i32,
+        f: impl for<'u, 's> FnOnce(&mut RxFrames<'u, 's>) -> T,
+    ) -> Result<(usize, T), XskError> {
+        XskQueue::rx_burst_frames(self, timeout_ms, f)
     }
 
     fn send_with(&mut self, build: impl FnOnce(&mut [u8]) -> usize) -> bool {

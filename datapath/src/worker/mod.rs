@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use strays::Strays;
 
+mod burst;
 mod driver;
 mod messages;
 mod posts;
@@ -159,6 +160,9 @@ pub struct Worker<R: FrameRing> {
     turns: u64,
     /// The datapath's memory budget each flow draws from (`mpa_stack::budget`).
     budget: Option<Arc<mpa_stack::budget::MemoryBudget>>,
+    /// Where a burst keeps a flow's in-order payloads until it decodes them together
+    /// (`burst::Run`), emptied between bursts.
+    run_octets: Vec<&'static [u8]>,
 }
 
 /// Debug builds only (the system tests' binaries; release builds ignore it): a worker panics
@@ -211,6 +215,7 @@ impl<R: FrameRing> Worker<R> {
             heartbeat: None,
             turns: 0,
             budget: None,
+            run_octets: Vec::new(),
         }
     }
 
@@ -486,6 +491,7 @@ impl<R: FrameRing> Worker<R> {
             notify,
             regions,
             tap,
+            run_octets,
             ..
         } = self;
         if let Some(t) = tap.as_mut() {
@@ -496,53 +502,30 @@ impl<R: FrameRing> Worker<R> {
             xsk.flush()?;
         }
         strays.expire(now);
-        // Parsed into in place, frame after frame (`TcpRepr::parse_into`).
-        let mut repr = TcpRepr::default();
-        let n = xsk.rx_burst(timeout_ms, |frame| {
-            let f = match parse_tcp_frame(frame, cfg.verify_checksums) {
-                Ok(f) => f,
-                Err(_) => {
-                    stats.malformed += 1;
-                    if let Some(t) = tap.as_mut().filter(|t| t.all()) {
-                        t.push(CaptureDirection::Rx, frame, false);
-                    }
-                    return;
-                }
-            };
-            let key = (f.dst, f.src);
-            let Some(flow) = flows.get_mut(&key) else {
-                // XDP steered it here, so some worker owns it: ask for it once.
-                stats.unknown_flow += 1;
-                if let Some(t) = tap.as_mut().filter(|t| t.all()) {
-                    t.push(CaptureDirection::Rx, frame, false);
-                }
-                // Asked for when first seen and again at most once per interval: the flow
-                // may not have been handed over yet when the first one came.
-                if strays.on_frame(key, frame, now) {
-                    let _ = notify.send(Notification::Stray {
-                        queue,
-                        local: key.0,
-                        remote: key.1,
-                    });
-                }
-                return;
-            };
-            if let Some(t) = tap.as_mut().filter(|t| t.wants(flow.id)) {
-                t.push(CaptureDirection::Rx, frame, false);
-            }
-            if !flow.vlan_matches(f.vlan) {
-                stats.wrong_vlan += 1;
-                return;
-            }
-            if repr.parse_into(&f.tcp).is_err() {
-                stats.malformed += 1;
-                return;
-            }
-            flow.on_segment(now, &repr, f.tcp.payload(), &mut *regions);
-            if touched.last() != Some(&key) {
-                touched.push(key);
-            }
-        });
+        let mut cx = burst::BurstCx {
+            flows,
+            touched,
+            stats,
+            verify_checksums: cfg.verify_checksums,
+            strays,
+            notify,
+            regions,
+            tap: tap.as_mut(),
+            queue,
+            now,
+            repr: TcpRepr::default(),
+        };
+        let octets = burst::reuse_run(std::mem::take(run_octets));
+        let n = xsk
+            .rx_burst_frames(timeout_ms, |frames| {
+                let mut run = burst::Run::new(burst::reuse_run(octets));
+                cx.receive(frames, &mut run);
+                burst::reuse_run(run.into_octets())
+            })
+            .map(|(n, octets)| {
+                *run_octets = octets;
+                n
+            });
         if slept {
             // Woken (by a frame, a command, the doorbell or the timeout): posts that came
             // meanwhile are served in this pass, not the next.

@@ -1,13 +1,20 @@
 //! [`Chunk`]: one chunk of stream octets being decoded, handing out verified ULPDUs from a
-//! verified batch, from the chunk itself, or from the decoder's reassembly buffer.
+//! verified batch, from the chunk itself, in place across the chunks after it in the same run,
+//! or from the decoder's reassembly buffer.
 
 use super::batch::BATCH_MIN_WIRE;
+use super::scatter::Scatter;
 use super::{DecodeError, FpduDecoder, Ulpdu};
 
 /// One chunk of stream octets being decoded.
 pub struct Chunk<'d, 'a> {
     dec: &'d mut FpduDecoder,
     input: &'a [u8],
+    /// The chunks after `input` in the same run, still in hand: an FPDU that continues into
+    /// them is handed out in place, not buffered.
+    next: &'a [&'a [u8]],
+    /// Octets of `next` the last FPDU handed out took.
+    spill: usize,
     off: usize,
     done: bool,
     /// `dec.batch[batch_at..batch_n]` are the FPDUs at `off` that one batch pass verified.
@@ -18,10 +25,12 @@ pub struct Chunk<'d, 'a> {
 }
 
 impl<'d, 'a> Chunk<'d, 'a> {
-    pub(super) fn new(dec: &'d mut FpduDecoder, input: &'a [u8]) -> Self {
+    pub(super) fn new(dec: &'d mut FpduDecoder, input: &'a [u8], next: &'a [&'a [u8]]) -> Self {
         Chunk {
             dec,
             input,
+            next,
+            spill: 0,
             off: 0,
             done: false,
             batch_at: 0,
@@ -110,6 +119,36 @@ impl<'a> Chunk<'_, 'a> {
         }
         let want = match dec.wire_len_from(rest) {
             Ok(w) if w <= rest.len() => w,
+            w if !self.next.is_empty() => {
+                // The FPDU goes on into the next chunks of the run: verified and handed out
+                // where it lies when it ends inside them.
+                let sc = Scatter {
+                    head: rest,
+                    rest: self.next,
+                };
+                let pos = dec.pos;
+                let want = w.ok().or_else(|| sc.wire_len(pos, dec.markers));
+                if let Some(want) = want.filter(|&w| sc.has(w)) {
+                    self.off = self.input.len();
+                    self.done = true;
+                    return Some(match sc.verify(want, pos, dec.markers, dec.crc) {
+                        Ok(len) => {
+                            self.spill = want - rest.len();
+                            dec.advance(want, len);
+                            dec.stats.spanned += 1;
+                            Ok(Ulpdu::spanning(rest, self.next, pos, len, dec.markers))
+                        }
+                        Err(e) => {
+                            dec.error = Some(e);
+                            Err(e)
+                        }
+                    });
+                }
+                dec.buffer(rest, w.ok());
+                self.off = self.input.len();
+                self.done = true;
+                return None;
+            }
             w => {
                 // Incomplete: keep the tail (bounded by the largest FPDU) for the next chunk.
                 dec.buffer(rest, w.ok());
@@ -150,6 +189,12 @@ impl<'a> Chunk<'_, 'a> {
     /// Octets of this chunk not yet taken.
     pub fn remaining(&self) -> usize {
         self.input.len() - self.off
+    }
+
+    /// Octets of the run's next chunks that the last ULPDU handed out reached into (0 unless
+    /// it spanned chunks): decoding goes on that far into them.
+    pub fn spill(&self) -> usize {
+        self.spill
     }
 }
 

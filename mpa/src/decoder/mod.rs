@@ -3,16 +3,19 @@
 //!
 //! ULPDUs come out without copying: a [`Ulpdu`] borrows the caller's chunk when the FPDU lies
 //! inside it, or the decoder's own buffer when the FPDU spanned chunks, and exposes the ULPDU
-//! octets as the pieces between markers. Only an FPDU that spans chunks is copied (once, into
-//! a buffer bounded by the largest possible FPDU).
+//! octets as the pieces between markers. An FPDU that spans chunks fed as one run
+//! ([`FpduDecoder::feed_run`]) is handed out in place too; only an FPDU that spans runs is
+//! copied (once, into a buffer bounded by the largest possible FPDU).
 //!
 //! Modules: [`Chunk`] (`chunk`) walks one chunk; the batch path (`batch`) verifies many
 //! full-size FPDUs with one CRC call; `verify` checks one FPDU's CRC and markers; [`Ulpdu`]
-//! (`ulpdu`) reads a verified ULPDU around its markers; [`DecodeError`] (`error`).
+//! (`ulpdu`) reads a verified ULPDU around its markers (and across chunks); `scatter` reads
+//! and verifies an FPDU that spans chunks of a run where it lies; [`DecodeError`] (`error`).
 
 mod batch;
 mod chunk;
 mod error;
+mod scatter;
 #[cfg(test)]
 mod tests;
 mod ulpdu;
@@ -43,6 +46,8 @@ pub struct DecoderStats {
     pub wire_octets: u64,
     /// FPDUs that spanned chunks and were reassembled.
     pub reassembled: u64,
+    /// FPDUs that spanned chunks of one run and were handed out in place.
+    pub spanned: u64,
 }
 
 /// The in-order FPDU receiver of one half connection.
@@ -135,7 +140,16 @@ impl FpduDecoder {
     /// Offers the next octets of the stream. Take ULPDUs with [`Chunk::next_ulpdu`] until it
     /// returns `None`; octets of an incomplete FPDU at the end are kept for the next chunk.
     pub fn feed<'d, 'a>(&'d mut self, input: &'a [u8]) -> Chunk<'d, 'a> {
-        Chunk::new(self, input)
+        Chunk::new(self, input, &[])
+    }
+
+    /// [`FpduDecoder::feed`] for a chunk followed by `next`, the chunks after it that are still
+    /// in hand (a run of segments): an FPDU that starts in `input` and ends in `next` is
+    /// verified and handed out in place rather than buffered. After the chunk,
+    /// [`Chunk::spill`] says how many octets of `next` it took; decoding goes on from there.
+    /// Only an FPDU that does not end within the run is buffered.
+    pub fn feed_run<'d, 'a>(&'d mut self, input: &'a [u8], next: &'a [&'a [u8]]) -> Chunk<'d, 'a> {
+        Chunk::new(self, input, next)
     }
 
     /// Checks a whole FPDU wire image at the current position and advances past it.

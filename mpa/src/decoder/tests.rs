@@ -337,3 +337,120 @@ fn reassembly_agrees_with_whole_fpdus() {
         }
     }
 }
+
+/// Decodes `wire` cut into `cuts`-sized chunks fed as runs of `per_run` chunks each (the
+/// segments of one burst); returns the ULPDUs and how many were handed out in place across
+/// chunks.
+fn decode_runs(
+    dec: &mut FpduDecoder,
+    wire: &[u8],
+    cut: usize,
+    per_run: usize,
+) -> Result<(Vec<Vec<u8>>, u64), DecodeError> {
+    let chunks: Vec<&[u8]> = wire.chunks(cut.max(1)).collect();
+    let mut got = Vec::new();
+    let mut spanned = 0;
+    for run in chunks.chunks(per_run.max(1)) {
+        let (mut i, mut skip) = (0, 0);
+        while i < run.len() {
+            let mut ch = dec.feed_run(&run[i][skip..], &run[i + 1..]);
+            while let Some(r) = ch.next_ulpdu() {
+                let u = r?;
+                spanned += u64::from(u.spans_chunks());
+                got.push(u.to_vec());
+            }
+            let mut spill = ch.spill();
+            drop(ch);
+            i += 1;
+            while i < run.len() && spill >= run[i].len() {
+                spill -= run[i].len();
+                i += 1;
+            }
+            skip = spill;
+        }
+        assert_eq!(skip, 0, "an FPDU reached past its run");
+    }
+    Ok((got, spanned))
+}
+
+#[test]
+fn runs_hand_out_fpdus_spanning_chunks_in_place_at_every_cut() {
+    for markers in [false, true] {
+        let (wire, sent) = stream(markers, &[0, 1, 42, 508, 509, 1430, 3000, 2, 4096, 700]);
+        for cut in [1, 2, 3, 5, 64, 511, 512, 1448, wire.len()] {
+            for per_run in [1, 2, 3, 64] {
+                for crc in [false, true] {
+                    let mut dec = FpduDecoder::new(markers, crc);
+                    let (got, spanned) = decode_runs(&mut dec, &wire, cut, per_run).unwrap();
+                    assert_eq!(got, sent, "cut {cut} per run {per_run}");
+                    assert_eq!(dec.position() as usize, wire.len());
+                    assert_eq!(dec.buffered(), 0);
+                    let s = dec.stats();
+                    assert_eq!(s.fpdus, sent.len() as u64);
+                    assert_eq!(s.spanned, spanned);
+                    if per_run == 1 {
+                        assert_eq!(s.spanned, 0);
+                    }
+                    if per_run == 64 && cut >= 512 {
+                        // Every FPDU that spans chunks ends inside its run unless it spans
+                        // the run's end: nothing else is buffered.
+                        assert!(s.reassembled <= wire.len().div_ceil(cut * per_run) as u64);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_spanning_fpdu_with_a_bad_crc_or_marker_is_reported_exactly() {
+    for markers in [false, true] {
+        let (wire, _) = stream(markers, &[3000, 100]);
+        // One octet flipped in the ULPDU (past the first chunk): a CRC error; one in a
+        // marker's FPDUPTR, CRCs off (with them on, the CRC fails first): a marker error.
+        let mut targets = vec![(2000, true)];
+        if markers {
+            targets.push((1024 + 3, false));
+        }
+        for (at, crc) in targets {
+            let mut bad = wire.clone();
+            bad[at] ^= 0x10;
+            let mut whole = FpduDecoder::new(markers, crc);
+            let expected = decode_all(&mut whole, &bad, bad.len()).unwrap_err();
+            let mut dec = FpduDecoder::new(markers, crc);
+            let err = decode_runs(&mut dec, &bad, 700, 64).unwrap_err();
+            assert_eq!(err, expected, "markers {markers} at {at}");
+            if crc {
+                assert!(matches!(err, DecodeError::Crc { .. }), "{err:?}");
+            } else {
+                assert!(matches!(err, DecodeError::Marker { .. }), "{err:?}");
+            }
+            assert_eq!(dec.error(), Some(err), "sticky");
+        }
+    }
+}
+
+#[test]
+fn a_spanning_ulpdu_is_read_from_the_chunks_themselves() {
+    let (wire, sent) = stream(true, &[3000]);
+    let chunks: Vec<&[u8]> = wire.chunks(1000).collect();
+    let mut dec = FpduDecoder::new(true, true);
+    let mut ch = dec.feed_run(chunks[0], &chunks[1..]);
+    let u = ch.next_ulpdu().unwrap().unwrap();
+    assert!(u.spans_chunks());
+    let pieces: Vec<&[u8]> = u.pieces().collect();
+    // Every piece lies inside one of the chunks (nothing was copied).
+    for p in &pieces {
+        let inside = chunks.iter().any(|c| {
+            let (c0, p0) = (c.as_ptr() as usize, p.as_ptr() as usize);
+            p0 >= c0 && p0 + p.len() <= c0 + c.len()
+        });
+        assert!(inside);
+    }
+    assert_eq!(pieces.concat(), sent[0]);
+    let mut head = [0u8; 28];
+    assert_eq!(u.copy_prefix(&mut head), 28);
+    assert_eq!(&head[..], &sent[0][..28]);
+    assert!(ch.next_ulpdu().is_none());
+    assert_eq!(ch.spill(), wire.len() - 1000);
+}

@@ -1,5 +1,6 @@
 //! [`Ulpdu`]: a verified ULPDU inside its FPDU's wire image, read as the pieces between
-//! markers so that nothing is copied to strip them.
+//! markers (and between chunks, for an FPDU that spans chunks of one run) so that nothing is
+//! copied to strip them.
 
 use super::MARKER_INTERVAL;
 use crate::markers;
@@ -9,7 +10,10 @@ use crate::wire::marker::MARKER_LEN;
 /// A verified ULPDU inside an FPDU's wire image, markers still in place.
 #[derive(Debug, Clone, Copy)]
 pub struct Ulpdu<'a> {
+    /// The FPDU's wire image, or its first part when it spans chunks.
     wire: &'a [u8],
+    /// The chunks that hold the rest of an FPDU spanning chunks (empty otherwise).
+    more: &'a [&'a [u8]],
     pos: u32,
     len: u16,
     markers: bool,
@@ -19,6 +23,24 @@ impl<'a> Ulpdu<'a> {
     pub(crate) fn new(wire: &'a [u8], pos: u32, len: u16, markers: bool) -> Self {
         Ulpdu {
             wire,
+            more: &[],
+            pos,
+            len,
+            markers,
+        }
+    }
+
+    /// A ULPDU whose FPDU starts at `wire` and goes on in the chunks `more`.
+    pub(crate) fn spanning(
+        wire: &'a [u8],
+        more: &'a [&'a [u8]],
+        pos: u32,
+        len: u16,
+        markers: bool,
+    ) -> Self {
+        Ulpdu {
+            wire,
+            more,
             pos,
             len,
             markers,
@@ -40,9 +62,9 @@ impl<'a> Ulpdu<'a> {
         self.pos
     }
 
-    /// The FPDU's whole wire image (markers, header, ULPDU, PAD, CRC).
-    pub fn fpdu_wire(&self) -> &'a [u8] {
-        self.wire
+    /// Whether the FPDU spans chunks (its octets are not one slice).
+    pub fn spans_chunks(&self) -> bool {
+        !self.more.is_empty()
     }
 
     /// The ULPDU as one slice, when no marker falls inside it.
@@ -74,6 +96,8 @@ impl<'a> Ulpdu<'a> {
         };
         UlpduPieces {
             wire: self.wire,
+            more: self.more,
+            base: 0,
             cur,
             remaining: self.len(),
             next_marker,
@@ -125,7 +149,13 @@ impl<'a> Ulpdu<'a> {
 /// The pieces of a ULPDU between markers, in order.
 #[derive(Debug, Clone)]
 pub struct UlpduPieces<'a> {
+    /// The chunk holding wire offset `cur` (or the last one).
     wire: &'a [u8],
+    /// The chunks after it.
+    more: &'a [&'a [u8]],
+    /// Wire offset of `wire[0]`.
+    base: usize,
+    /// Wire offset of the next ULPDU octet.
     cur: usize,
     remaining: usize,
     next_marker: usize,
@@ -143,8 +173,18 @@ impl<'a> Iterator for UlpduPieces<'a> {
             self.cur += MARKER_LEN;
             self.next_marker += MARKER_INTERVAL;
         }
-        let n = self.remaining.min(self.next_marker - self.cur);
-        let piece = self.wire.get(self.cur..self.cur + n)?;
+        while self.cur >= self.base + self.wire.len() {
+            let (next, more) = self.more.split_first()?;
+            self.base += self.wire.len();
+            self.wire = next;
+            self.more = more;
+        }
+        let at = self.cur - self.base;
+        let n = self
+            .remaining
+            .min(self.next_marker - self.cur)
+            .min(self.wire.len() - at);
+        let piece = &self.wire[at..at + n];
         self.cur += n;
         self.remaining -= n;
         Some(piece)

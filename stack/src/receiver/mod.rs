@@ -335,11 +335,11 @@ impl MpaReceiver {
                 continue;
             }
             let Some(d) = self.ahead.next_within(bytes.len()) else {
-                self.decode(bytes, source, regions);
+                self.decode(bytes, &[], source, regions);
                 self.ahead.advance(bytes.len());
                 return;
             };
-            self.decode(&bytes[..d], source, regions);
+            self.decode(&bytes[..d], &[], source, regions);
             self.ahead.advance(d);
             bytes = &bytes[d..];
             if self.end.is_some() {
@@ -366,17 +366,50 @@ impl MpaReceiver {
         }
     }
 
-    /// In-order octets through the FPDU decoder.
+    /// The in-order payloads of consecutive segments that are all still in hand (a run: the
+    /// segments of one flow in one RX burst), in order. An FPDU that spans segments of the run
+    /// is verified and placed from the segments themselves, not copied first
+    /// (docs/architecture.md, "Runs of segments"); only one that reaches past the run's end is
+    /// buffered. With FPDUs placed ahead waiting, each payload goes through
+    /// [`Self::handle_in_order`] on its own.
+    pub(crate) fn handle_in_order_run<R: Regions + ?Sized>(
+        &mut self,
+        run: &[&[u8]],
+        regions: &mut R,
+    ) {
+        if self.ahead.len() > 0 || self.skip_left > 0 {
+            for b in run {
+                self.handle_in_order(b, InOrderSource::Segment, regions);
+            }
+            return;
+        }
+        let (mut i, mut skip) = (0, 0);
+        while i < run.len() && self.end.is_none() {
+            let bytes = &run[i][skip..];
+            let spill = self.decode(bytes, &run[i + 1..], InOrderSource::Segment, regions);
+            self.ahead.advance(bytes.len() + spill);
+            i += 1;
+            skip = spill;
+            while i < run.len() && skip >= run[i].len() {
+                skip -= run[i].len();
+                i += 1;
+            }
+        }
+    }
+
+    /// In-order octets through the FPDU decoder; `next`: the run's octets after them, still in
+    /// hand. Returns how many octets of `next` the last FPDU reached into.
     fn decode<R: Regions + ?Sized>(
         &mut self,
         bytes: &[u8],
+        next: &[&[u8]],
         source: InOrderSource,
         regions: &mut R,
-    ) {
+    ) -> usize {
         if self.end.is_some() || bytes.is_empty() {
-            return;
+            return 0;
         }
-        let mut chunk = self.decoder.feed(bytes);
+        let mut chunk = self.decoder.feed_run(bytes, next);
         while let Some(r) = chunk.next_ulpdu() {
             let u = match r {
                 Ok(u) => u,
@@ -502,6 +535,12 @@ impl MpaReceiver {
             }
         }
         while chunk.next_ulpdu().is_some() {}
+        let spill = chunk.spill();
+        drop(chunk);
+        let d = self.decoder.stats();
+        self.stats.spanned_in_place = d.spanned;
+        self.stats.staged = d.reassembled;
+        spill
     }
 
     /// Advances the in-order placement state past `plan` (placed now or ahead) and queues

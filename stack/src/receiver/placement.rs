@@ -457,21 +457,18 @@ impl Placer {
         plan: &SegmentPlan,
         ulpdu: &Ulpdu<'_>,
     ) -> bool {
-        let Some((stag, mut off)) = plan.target else {
+        let Some((stag, off)) = plan.target else {
             return false;
         };
+        // One region lookup and bounds check for the message's payload, however many pieces
+        // (between markers, across segments) it lies in.
         let mut skip = plan.header_len;
-        for piece in ulpdu.pieces() {
+        let mut pieces = ulpdu.pieces().filter_map(|piece| {
             let p = piece.get(skip.min(piece.len())..).unwrap_or(&[]);
             skip -= skip.min(piece.len());
-            if !p.is_empty() {
-                if !regions.write(stag, off, p) {
-                    return false;
-                }
-                off += p.len() as u64;
-            }
-        }
-        true
+            (!p.is_empty()).then_some(p)
+        });
+        regions.write_pieces(stag, off, plan.payload_len, &mut pieces)
     }
 
     /// Whether `plan`, the next segment in stream order, continues the tagged message being

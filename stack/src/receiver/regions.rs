@@ -19,6 +19,17 @@ pub(crate) trait Regions {
     /// Copies `src` to `offset` of region `stag`; `false` (nothing written) when the region
     /// is gone or the range is outside it.
     fn write(&mut self, stag: u32, offset: u64, src: &[u8]) -> bool;
+    /// Copies `pieces` one after the other to `offset` of region `stag`, `len` octets in all:
+    /// one region lookup and one bounds check for a whole message's payload (its pieces between
+    /// markers and segments). `false` when the region is gone, the range is outside it (nothing
+    /// written), or the pieces do not hold exactly `len` octets.
+    fn write_pieces(
+        &mut self,
+        stag: u32,
+        offset: u64,
+        len: usize,
+        pieces: &mut dyn Iterator<Item = &[u8]>,
+    ) -> bool;
     /// Copies `dst.len()` octets from `offset` of region `stag` into `dst`; `false` (`dst`
     /// unspecified) when the region is gone or the range is outside it. The sender reads
     /// what it sends through this.
@@ -68,6 +79,19 @@ impl Regions for RegionTable {
         self.map
             .get(&stag)
             .is_some_and(|r| r.mem.write(offset, src))
+    }
+
+    #[inline]
+    fn write_pieces(
+        &mut self,
+        stag: u32,
+        offset: u64,
+        len: usize,
+        pieces: &mut dyn Iterator<Item = &[u8]>,
+    ) -> bool {
+        self.map
+            .get(&stag)
+            .is_some_and(|r| r.mem.write_pieces(offset, len, pieces))
     }
 
     fn read(&self, stag: u32, offset: u64, dst: &mut [u8]) -> bool {
@@ -123,6 +147,35 @@ impl Regions for MemRegions {
             }
             None => false,
         }
+    }
+
+    fn write_pieces(
+        &mut self,
+        stag: u32,
+        offset: u64,
+        len: usize,
+        pieces: &mut dyn Iterator<Item = &[u8]>,
+    ) -> bool {
+        let Some((_, mem)) = self.map.get_mut(&stag) else {
+            return false;
+        };
+        let Some(dst) = usize::try_from(offset)
+            .ok()
+            .and_then(|start| Some(start..start.checked_add(len)?))
+            .and_then(|r| mem.get_mut(r))
+        else {
+            return false;
+        };
+        let mut at = 0;
+        for p in pieces {
+            let n = p.len().min(len - at);
+            dst[at..at + n].copy_from_slice(&p[..n]);
+            at += n;
+            if n < p.len() {
+                return false;
+            }
+        }
+        at == len
     }
 
     fn read(&self, stag: u32, offset: u64, dst: &mut [u8]) -> bool {

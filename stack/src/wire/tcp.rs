@@ -368,6 +368,15 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     }
 }
 
+impl<'a> TcpPacket<&'a [u8]> {
+    /// The payload, borrowed from the underlying buffer rather than from the view (it outlives
+    /// the view: a worker keeps the payloads of a burst's frames together).
+    pub fn payload_in_buffer(&self) -> &'a [u8] {
+        let buffer: &'a [u8] = self.buffer;
+        &buffer[self.header_len()..]
+    }
+}
+
 impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
     fn set_u16(&mut self, r: std::ops::Range<usize>, v: u16) {
         self.buffer.as_mut()[r].copy_from_slice(&v.to_be_bytes());

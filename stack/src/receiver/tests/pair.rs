@@ -4,7 +4,7 @@
 //! reported.
 
 use super::stream::{self, Segmentation, Stream, FLOW, PD};
-use crate::flow::receive_segment;
+use crate::flow::{receive_segment, receive_segment_in_run};
 use crate::receiver::{MemRegions, MpaReceiver, ReceiverConfig, RxStats};
 use crate::tcp::tests::harness::SEG;
 use crate::tcp::tests::pair::{handovers, LinkCfg, Pair, Rng, Sink};
@@ -20,12 +20,42 @@ struct MpaSink {
     regions: MemRegions,
     delivered: usize,
     completions: Vec<Completion>,
+    /// In-order octets decoded a burst at a time (`MpaReceiver::handle_in_order_run`), as the
+    /// worker does, rather than segment by segment.
+    runs: bool,
 }
 
 impl Sink for MpaSink {
     fn on_segment(&mut self, b: &mut Connection, now: Instant, repr: &TcpRepr, payload: &[u8]) {
         let out = receive_segment(b, &mut self.rx, now, repr, payload, &mut self.regions);
         self.delivered += out.in_order.len() + out.reassembled;
+        while let Some(c) = self.rx.poll_completion() {
+            self.completions.push(c);
+        }
+    }
+
+    fn on_segment_in_burst<'f>(
+        &mut self,
+        b: &mut Connection,
+        now: Instant,
+        repr: &TcpRepr,
+        payload: &'f [u8],
+        run: &mut Vec<&'f [u8]>,
+    ) {
+        if !self.runs {
+            return self.on_segment(b, now, repr, payload);
+        }
+        let out =
+            receive_segment_in_run(b, &mut self.rx, now, repr, payload, run, &mut self.regions);
+        self.delivered += out.in_order.len() + out.reassembled;
+        while let Some(c) = self.rx.poll_completion() {
+            self.completions.push(c);
+        }
+    }
+
+    fn end_burst(&mut self, run: &mut Vec<&[u8]>) {
+        self.rx.handle_in_order_run(run, &mut self.regions);
+        run.clear();
         while let Some(c) = self.rx.poll_completion() {
             self.completions.push(c);
         }
@@ -45,6 +75,7 @@ struct Case {
     loss: f64,
     reorder: f64,
     duplicate: f64,
+    runs: bool,
 }
 
 struct Outcome {
@@ -87,6 +118,7 @@ fn run(c: Case) -> Outcome {
         regions,
         delivered: 0,
         completions: Vec::new(),
+        runs: c.runs,
     };
     let link = LinkCfg {
         loss: c.loss,
@@ -155,8 +187,9 @@ proptest! {
         loss in prop_oneof![Just(0.0), Just(0.01), Just(0.05), Just(0.1), Just(0.2)],
         reorder in 0.0..0.1f64,
         duplicate in 0.0..0.05f64,
+        runs in any::<bool>(),
     ) {
-        let c = Case { seed, octets: 192 * 1024, markers, aligned, loss, reorder, duplicate };
+        let c = Case { seed, octets: 192 * 1024, markers, aligned, loss, reorder, duplicate, runs };
         let o = run(c);
         eprintln!(
             "{c:?}: {} FPDUs, {:.0} % placed directly, {} from the store, {} rejected by the locator",
@@ -180,6 +213,7 @@ fn out_of_order_segments_are_placed_directly_when_locatable() {
         loss: 0.05,
         reorder: 0.02,
         duplicate: 0.01,
+        runs: false,
     };
     let marked = run(base);
     let aligned = run(Case {
@@ -226,7 +260,43 @@ fn heavy_loss_still_places_every_octet() {
                 loss,
                 reorder: 0.05,
                 duplicate: 0.03,
+                runs: i % 2 == 1,
             });
+        }
+    }
+}
+
+/// Decoded a burst at a time, FPDUs that span the segments of a burst are verified and placed
+/// from the segments themselves: with no loss every FPDU that does not reach across bursts is,
+/// and the regions, completions and digest are those of segment-by-segment decoding.
+#[test]
+fn runs_place_fpdus_spanning_segments_in_place_and_octet_exact() {
+    for markers in [false, true] {
+        for (loss, reorder) in [(0.0, 0.0), (0.05, 0.05)] {
+            let c = Case {
+                seed: 7,
+                octets: 512 * 1024,
+                markers,
+                aligned: false,
+                loss,
+                reorder,
+                duplicate: 0.0,
+                runs: true,
+            };
+            let with = run(c);
+            let without = run(Case { runs: false, ..c });
+            assert_eq!(with.fpdus, without.fpdus);
+            assert_eq!(without.stats.spanned_in_place, 0, "{:?}", without.stats);
+            assert!(with.stats.spanned_in_place > 0, "{:?}", with.stats);
+            if loss == 0.0 {
+                // Unaligned 4000-octet segments: nearly every FPDU spans two; only those
+                // crossing a burst's end are staged.
+                assert!(
+                    with.stats.staged < with.stats.spanned_in_place,
+                    "{:?}",
+                    with.stats
+                );
+            }
         }
     }
 }

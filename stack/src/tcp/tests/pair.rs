@@ -78,6 +78,23 @@ pub(crate) trait Sink {
     fn on_segment(&mut self, b: &mut Connection, now: Instant, repr: &TcpRepr, payload: &[u8]);
     /// Stream octets delivered in order so far.
     fn delivered(&self) -> usize;
+    /// [`Sink::on_segment`] for a segment of a burst whose octets stay in hand until
+    /// [`Sink::end_burst`] (`run`: the burst's, empty at its start).
+    fn on_segment_in_burst<'f>(
+        &mut self,
+        b: &mut Connection,
+        now: Instant,
+        repr: &TcpRepr,
+        payload: &'f [u8],
+        run: &mut Vec<&'f [u8]>,
+    ) {
+        let _ = run;
+        self.on_segment(b, now, repr, payload);
+    }
+    /// The burst's segments were all handed over.
+    fn end_burst(&mut self, run: &mut Vec<&[u8]>) {
+        let _ = run;
+    }
 }
 
 /// Collects what B delivers.
@@ -380,6 +397,8 @@ impl<S: Sink> Pair<S> {
     fn deliver_due(&mut self) {
         let mut burst_a = false;
         let mut burst_b = false;
+        // The burst's packets stay in hand until it ends, as a worker's RX frames do.
+        let mut burst = Vec::new();
         while let Some(Reverse((at, _, _, _))) = self.in_flight.peek() {
             if *at > self.now {
                 break;
@@ -387,6 +406,11 @@ impl<S: Sink> Pair<S> {
             let Some(Reverse((_, _, dir, bytes))) = self.in_flight.pop() else {
                 break;
             };
+            burst.push((dir, bytes));
+        }
+        let mut run = Vec::new();
+        for (dir, bytes) in &burst {
+            let dir = *dir;
             let p = TcpPacket::new_checked(&bytes[..]).unwrap();
             let (src, dst) = match dir {
                 Dir::AtoB => (PEER_IP, OUR_IP),
@@ -394,12 +418,13 @@ impl<S: Sink> Pair<S> {
             };
             assert!(p.verify_checksum_v4(src, dst));
             let repr = TcpRepr::parse(&p).unwrap();
-            let payload = p.payload();
+            let payload = p.payload_in_buffer();
             match dir {
                 Dir::AtoB => {
                     burst_b = true;
                     let (ooo0, dup0) = (self.b.stats().ooo_segs, self.b.stats().dup_full);
-                    self.sink.on_segment(&mut self.b, self.now, &repr, payload);
+                    self.sink
+                        .on_segment_in_burst(&mut self.b, self.now, &repr, payload, &mut run);
                     let (s, e) = (repr.seq_number, repr.seq_number + payload.len());
                     if self.b.stats().ooo_segs > ooo0 {
                         self.waiting.push_back(Expect::Ooo(s, e));
@@ -426,6 +451,7 @@ impl<S: Sink> Pair<S> {
                 }
             }
         }
+        self.sink.end_burst(&mut run);
         if burst_a {
             self.a.end_of_burst(self.now);
         }

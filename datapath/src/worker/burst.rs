@@ -1,0 +1,156 @@
+//! One RX burst through the flows: each frame parsed in place, matched to its flow and handed
+//! to it. The in-order payloads of one flow's consecutive frames form a run that is decoded
+//! once the flow's frames stop coming (another flow's frame, a gathered frame, the end of the
+//! burst), while every frame of the run is still in hand: an FPDU that spans segments is then
+//! verified and placed from the frames themselves (docs/architecture.md, "Runs of segments").
+
+#![forbid(unsafe_code)]
+
+use super::Notification;
+use crate::io::capture::CaptureTap;
+use crate::io::chain::{RxFrame, RxFrames};
+use crossbeam_channel::Sender;
+use mpa_ctl_proto::stats::QueueStats;
+use mpa_ctl_proto::CaptureDirection;
+use mpa_stack::flow::Flow;
+use mpa_stack::flow_table::FlowTable;
+use mpa_stack::receiver::RegionTable;
+use mpa_stack::wire::frame::parse_tcp_frame;
+use mpa_stack::wire::tcp::TcpRepr;
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use super::strays::Strays;
+
+type Key = (SocketAddr, SocketAddr);
+
+/// One flow's in-order payloads of this burst not decoded yet.
+pub(super) struct Run<'f> {
+    key: Option<Key>,
+    octets: Vec<&'f [u8]>,
+}
+
+impl<'f> Run<'f> {
+    /// An empty run in `octets`'s allocation (see [`reuse_run`]).
+    pub(super) fn new(octets: Vec<&'f [u8]>) -> Self {
+        Run { key: None, octets }
+    }
+
+    /// The allocation, for the next burst.
+    pub(super) fn into_octets(self) -> Vec<&'f [u8]> {
+        self.octets
+    }
+
+    /// Decodes the run in its flow.
+    fn end(&mut self, flows: &mut FlowTable<Flow>, regions: &mut RegionTable) {
+        if let Some(k) = self.key.take() {
+            if let Some(f) = flows.get_mut(&k) {
+                f.end_run(&mut self.octets, regions);
+            }
+        }
+        self.octets.clear();
+    }
+}
+
+/// `v` emptied, for slices of another lifetime, its allocation kept (an empty vector collected
+/// in place into one of the same layout): the worker keeps it from burst to burst.
+// `filter_map` rather than `filter`: the element type changes (to another lifetime).
+#[allow(clippy::unnecessary_filter_map)]
+pub(super) fn reuse_run<'b>(mut v: Vec<&[u8]>) -> Vec<&'b [u8]> {
+    v.clear();
+    v.into_iter().filter_map(|_| None).collect()
+}
+
+/// What a burst reaches of the worker.
+pub(super) struct BurstCx<'w> {
+    pub(super) flows: &'w mut FlowTable<Flow>,
+    pub(super) touched: &'w mut Vec<Key>,
+    pub(super) stats: &'w mut QueueStats,
+    pub(super) verify_checksums: bool,
+    pub(super) strays: &'w mut Strays,
+    pub(super) notify: &'w Sender<Notification>,
+    pub(super) regions: &'w mut RegionTable,
+    pub(super) tap: Option<&'w mut CaptureTap>,
+    pub(super) queue: u32,
+    pub(super) now: Instant,
+    /// Parsed into in place, frame after frame (`TcpRepr::parse_into`).
+    pub(super) repr: TcpRepr,
+}
+
+impl BurstCx<'_> {
+    /// Every frame of the burst; `run` is empty before and after.
+    pub(super) fn receive<'u>(&mut self, frames: &mut RxFrames<'u, '_>, run: &mut Run<'u>) {
+        while let Some(frame) = frames.next() {
+            match frame {
+                RxFrame::InPlace(b) => self.frame(b, Some(&mut *run)),
+                RxFrame::Gathered(b) => {
+                    // Valid only until the next frame: handled on its own, after the run.
+                    run.end(self.flows, self.regions);
+                    self.frame(b, None);
+                }
+            }
+        }
+        run.end(self.flows, self.regions);
+    }
+
+    /// One frame; `run`: it stays in hand until the run ends.
+    fn frame<'f>(&mut self, frame: &'f [u8], run: Option<&mut Run<'f>>) {
+        let f = match parse_tcp_frame(frame, self.verify_checksums) {
+            Ok(f) => f,
+            Err(_) => {
+                self.stats.malformed += 1;
+                if let Some(t) = self.tap.as_mut().filter(|t| t.all()) {
+                    t.push(CaptureDirection::Rx, frame, false);
+                }
+                return;
+            }
+        };
+        let key = (f.dst, f.src);
+        let mut run = run;
+        if let Some(r) = run.as_deref_mut() {
+            if r.key.is_some_and(|k| k != key) {
+                // Another flow's frame: the run so far is decoded first (a run is one flow's).
+                r.end(self.flows, self.regions);
+            }
+        }
+        let Some(flow) = self.flows.get_mut(&key) else {
+            // XDP steered it here, so some worker owns it: ask for it once.
+            self.stats.unknown_flow += 1;
+            if let Some(t) = self.tap.as_mut().filter(|t| t.all()) {
+                t.push(CaptureDirection::Rx, frame, false);
+            }
+            // Asked for when first seen and again at most once per interval: the flow may not
+            // have been handed over yet when the first one came.
+            if self.strays.on_frame(key, frame, self.now) {
+                let _ = self.notify.send(Notification::Stray {
+                    queue: self.queue,
+                    local: key.0,
+                    remote: key.1,
+                });
+            }
+            return;
+        };
+        if let Some(t) = self.tap.as_mut().filter(|t| t.wants(flow.id)) {
+            t.push(CaptureDirection::Rx, frame, false);
+        }
+        if !flow.vlan_matches(f.vlan) {
+            self.stats.wrong_vlan += 1;
+            return;
+        }
+        if self.repr.parse_into(&f.tcp).is_err() {
+            self.stats.malformed += 1;
+            return;
+        }
+        let payload = f.tcp.payload_in_buffer();
+        match run {
+            Some(r) => {
+                flow.on_segment_in_run(self.now, &self.repr, payload, &mut r.octets, self.regions);
+                r.key = Some(key);
+            }
+            None => flow.on_segment(self.now, &self.repr, payload, self.regions),
+        }
+        if self.touched.last() != Some(&key) {
+            self.touched.push(key);
+        }
+    }
+}
