@@ -21,6 +21,8 @@ fn tiny(op: Op, markers: bool, aligned: bool, loss: f64, reorder: f64) -> Pipeli
         digest: true,
         verify_checksums: true,
         umem_chunk: 3840,
+        region_bytes: 16 << 20,
+        timestamps: true,
     }
 }
 
@@ -189,5 +191,25 @@ fn more_workers_than_cpus_run_unpinned_and_check_out() {
     for (w, (r, p)) in rs.iter().zip(&prepared).enumerate() {
         assert_eq!(r.frames, p.segments, "worker {w}");
         assert_eq!(r.completions, 128, "worker {w}");
+    }
+}
+
+#[test]
+fn frames_with_or_without_timestamps_place_spanning_fpdus_in_place() {
+    // Unaligned 4 KiB FPDUs over MSS 1448: nearly all span segments of one burst and are
+    // placed from the frames; only those that cross a burst's end are staged.
+    for timestamps in [true, false] {
+        let mut o = tiny(Op::Write, true, false, 0.0, 0.0);
+        o.timestamps = timestamps;
+        o.region_bytes = 64 << 20;
+        let r = pipeline(&o).expect("round checks pass");
+        assert_eq!(r.line().contains("no timestamps"), !timestamps);
+        assert!(r.line().contains("region 64 MiB"), "{}", r.line());
+        assert_eq!(r.last.completions, 512);
+        assert!(
+            r.last.spanned_in_place > 10 * r.last.staged && r.last.staged > 0,
+            "{}",
+            r.line()
+        );
     }
 }

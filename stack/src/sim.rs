@@ -8,7 +8,7 @@ use mpa::crc::crc32c_append;
 use mpa::encoder::{exact_fill, FpduEncoder};
 use mpa::startup::RtrType;
 use mpa::wire::ddp::{queue, DdpRepr, RdmapOpcode};
-use mpa_ctl_proto::{HandOver, MpaParams, Role, TcpSnapshot};
+use mpa_ctl_proto::{HandOver, MpaParams, Role, TcpSnapshot, TsSnapshot};
 use std::net::SocketAddr;
 
 /// splitmix64: small, seedable, good enough for link models and generated traffic.
@@ -192,6 +192,8 @@ pub struct SimHandover {
     pub ord: Option<u16>,
     /// The next hop's MAC.
     pub next_hop_mac: [u8; 6],
+    /// TCP timestamps negotiated: our clock and the peer's last TSval at hand-over.
+    pub timestamps: Option<TsSnapshot>,
 }
 
 impl Default for SimHandover {
@@ -213,6 +215,7 @@ impl Default for SimHandover {
             rtr: Vec::new(),
             ird: None,
             ord: None,
+            timestamps: None,
             next_hop_mac: [2, 0, 0, 0, 0, 1],
         }
     }
@@ -237,7 +240,7 @@ impl SimHandover {
                 rcv_wscale: Some(7),
                 snd_wscale: Some(7),
                 sack_permitted: true,
-                timestamps: None,
+                timestamps: self.timestamps,
                 send_queue: vec![],
                 recv_queue: vec![],
             },

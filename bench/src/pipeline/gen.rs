@@ -6,7 +6,7 @@
 
 use super::{PipelineOpts, OUR_MAC, PEER_MAC, RCV_NXT, SND_NXT};
 use anyhow::{anyhow, bail, Result};
-use etherparse::PacketBuilder;
+use etherparse::{PacketBuilder, TcpOptionElement};
 use mpa::wire::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use mpa_stack::sim::{send_segment, write_segment, FpduStream, SplitMix64};
 use std::net::SocketAddrV4;
@@ -79,20 +79,34 @@ pub fn header_len(op: Op) -> usize {
     }
 }
 
-/// Region slots (messages) per flow: about 16 MiB in all, at least 256 per flow (more than any
-/// reordering distance), at most the messages.
+/// Region slots (messages) per flow: about `--region-bytes` in all, at least 256 per flow (more
+/// than any reordering distance), at most the messages.
 fn slots(o: &PipelineOpts, payload_len: usize, messages: u64) -> u64 {
-    let per_flow = (16u64 << 20) / o.flows as u64 / payload_len as u64;
+    let per_flow = o.region_bytes / o.flows as u64 / payload_len as u64;
     per_flow.max(256).min(messages).max(1)
 }
 
-/// A segment from the peer `remote` to us.
-fn frame(remote: SocketAddrV4, seq: u32, payload: &[u8]) -> Vec<u8> {
+/// The peer's TSval in its first frame (`PipelineOpts::timestamps`); each frame's is one more.
+pub const PEER_TSVAL: u32 = 0x4000_0000;
+
+/// A segment from the peer `remote` to us, with the timestamps option when `tsval` is given.
+fn frame(remote: SocketAddrV4, seq: u32, payload: &[u8], tsval: Option<u32>) -> Vec<u8> {
     let local = super::local();
     let b = PacketBuilder::ethernet2(PEER_MAC, OUR_MAC)
         .ipv4(remote.ip().octets(), local.ip().octets(), 64)
         .tcp(remote.port(), local.port(), seq, 512)
         .ack(SND_NXT);
+    let b = match tsval {
+        // TSecr: our clock's first value (the hand-over's `tsval`).
+        Some(v) => b
+            .options(&[
+                TcpOptionElement::Noop,
+                TcpOptionElement::Noop,
+                TcpOptionElement::Timestamp(v, 1),
+            ])
+            .expect("the timestamps option fits"),
+        None => b,
+    };
     let mut v = Vec::with_capacity(b.size(payload.len()));
     b.write(&mut v, payload).expect("frame fits");
     v
@@ -159,8 +173,11 @@ fn build_flow(
             msg += 1;
         }
         let seq = RCV_NXT.wrapping_add(start as u32);
+        let tsval = o
+            .timestamps
+            .then(|| PEER_TSVAL.wrapping_add(frames.len() as u32));
         frames.push(Frame {
-            bytes: frame(remote, seq, &wire[start..end]),
+            bytes: frame(remote, seq, &wire[start..end], tsval),
             flow: f,
             msgs_upto: msg as u64,
         });

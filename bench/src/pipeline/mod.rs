@@ -96,6 +96,16 @@ pub struct PipelineArgs {
     /// every frame in one descriptor (what a UMEM chunk holding a whole jumbo frame would give).
     #[arg(long, default_value_t = 3840, value_parser = mpa_cli::size::<usize>)]
     pub umem_chunk: usize,
+    /// Registered memory per worker, octets (a size: 16M, 1G), shared by its flows: larger
+    /// than the last-level cache, every line placed into is a miss, as in an application's
+    /// large buffer.
+    #[arg(long, default_value_t = DEFAULT_REGION_BYTES, value_parser = mpa_cli::size::<u64>)]
+    pub region_bytes: u64,
+    /// Frames without the TCP timestamps option. By default every frame carries one, as Linux
+    /// peers send it (MSS 1448 at MTU 1500 is what remains with it), and the flows negotiated
+    /// it: the worker checks it (PAWS) and echoes it.
+    #[arg(long)]
+    pub no_timestamps: bool,
     /// Octets of messages per round (a size: 256M, 1G).
     #[arg(long, default_value_t = 256 << 20, value_parser = mpa_cli::size::<u64>)]
     pub bytes: u64,
@@ -129,6 +139,9 @@ pub struct PipelineArgs {
     pub workers: usize,
 }
 
+/// `PipelineArgs::region_bytes` by default: well inside this VM's last-level cache.
+pub const DEFAULT_REGION_BYTES: u64 = 16 << 20;
+
 /// One configuration of the pipeline (what the library runs).
 #[derive(Clone, Debug)]
 pub struct PipelineOpts {
@@ -150,6 +163,10 @@ pub struct PipelineOpts {
     pub verify_checksums: bool,
     /// Multi-buffer descriptor size (0: whole frames), `PipelineArgs::umem_chunk`.
     pub umem_chunk: usize,
+    /// Registered memory per worker, octets.
+    pub region_bytes: u64,
+    /// TCP timestamps in every frame.
+    pub timestamps: bool,
 }
 
 impl PipelineArgs {
@@ -183,6 +200,8 @@ impl PipelineArgs {
             digest: self.digest || self.op == Op::Count,
             verify_checksums: !self.no_verify_checksums,
             umem_chunk: self.umem_chunk,
+            region_bytes: self.region_bytes,
+            timestamps: !self.no_timestamps,
         }
     }
 }
@@ -207,6 +226,12 @@ impl PipelineOpts {
         }
         if !self.verify_checksums {
             s += ", no TCP checksum check";
+        }
+        if !self.timestamps {
+            s += ", no timestamps";
+        }
+        if self.region_bytes != DEFAULT_REGION_BYTES {
+            s += &format!(", region {} MiB", self.region_bytes >> 20);
         }
         if self.loss > 0.0 || self.reorder > 0.0 {
             s += &format!(", loss {} % reorder {} %", self.loss, self.reorder);

@@ -2,13 +2,15 @@
 //! registered region per flow, the prepared frames injected in bursts of at most a ring, the
 //! worker polled until each burst is drained (the timed part), then the checks.
 
-use super::gen::{header_len, payload, Prepared};
+use super::gen::{header_len, payload, Prepared, PEER_TSVAL};
 use super::{local, PipelineOpts, OUR_MAC, PEER_MAC, RCV_NXT, SND_NXT};
 use crate::bed::options::{Op, PD};
 use anyhow::{anyhow, bail, Result};
 use crossbeam_channel::{unbounded, Receiver};
 use mpa_ctl_proto::ring::{Producer, RingFile, RingSet, Waker};
-use mpa_ctl_proto::{stats::FlowReport, Completion, CompletionKind, HandOver, RegionInfo};
+use mpa_ctl_proto::{
+    stats::FlowReport, Completion, CompletionKind, HandOver, RegionInfo, TsSnapshot,
+};
 use mpa_datapath::io::ring::{MemRing, MemWire, MEM_RING_SIZE};
 use mpa_datapath::memory::completions::RingSubscription;
 use mpa_datapath::worker::{Command, Notification, Worker, WorkerConfig};
@@ -90,6 +92,14 @@ fn handover(o: &PipelineOpts, flow_id: u64, remote: std::net::SocketAddrV4) -> H
         pd: (o.op != Op::Count).then_some(PD),
         aligned_sender: o.aligned && !o.markers && o.crc,
         next_hop_mac: PEER_MAC,
+        timestamps: o.timestamps.then(|| TsSnapshot {
+            // Our TSval clock starts at 1 now; the peer's first frame is the first it echoes.
+            tsval: 1,
+            monotonic_ns: clock_gettime(ClockId::CLOCK_MONOTONIC)
+                .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+                .unwrap_or(0),
+            ts_recent: PEER_TSVAL.wrapping_sub(1),
+        }),
         ..SimHandover::default()
     }
     .build()
@@ -342,7 +352,7 @@ pub fn run_round_on(
             .iter()
             .find(|x| x.flow_id == plan.flow_id)
             .ok_or_else(|| anyhow!("flow {} gone", plan.flow_id))?;
-        check_flow(plan, rep)?;
+        check_flow(o, plan, rep)?;
         r.fpdus += rep.rx.fpdus;
         r.placed_direct += rep.rx.placed_direct;
         r.placed_in_order += rep.rx.placed_in_order;
@@ -360,9 +370,20 @@ pub fn run_round_on(
     Ok(r)
 }
 
-fn check_flow(plan: &super::gen::FlowPlan, rep: &FlowReport) -> Result<()> {
+fn check_flow(o: &PipelineOpts, plan: &super::gen::FlowPlan, rep: &FlowReport) -> Result<()> {
     let id = plan.flow_id;
     let rx = &rep.rx;
+    // With timestamps, the flow took them over and no frame failed their checks.
+    let ts = (
+        rep.ts_recent_inherited,
+        rep.tcp_drops.paws,
+        rep.tcp_drops.missing_timestamp,
+    );
+    if o.timestamps && ts != (Some(PEER_TSVAL.wrapping_sub(1)), 0, 0) {
+        bail!(
+            "flow {id}: timestamps not in force (TS.Recent inherited, PAWS drops, missing): {ts:?}"
+        );
+    }
     if rx.crc_errors + rx.marker_errors > 0 {
         bail!(
             "flow {id}: {} CRC and {} marker errors",

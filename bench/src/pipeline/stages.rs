@@ -136,6 +136,8 @@ mod tests {
             digest: true,
             verify_checksums: false,
             umem_chunk: 3840,
+            region_bytes: 16 << 20,
+            timestamps: true,
         };
         let l = ladder(&base);
         let key = |o: &PipelineOpts| (o.op, o.verify_checksums, o.crc, o.markers);

@@ -80,6 +80,8 @@ impl SuiteArgs {
                 digest: false,
                 no_verify_checksums: false,
                 umem_chunk: 3840,
+                region_bytes: 16 << 20,
+                no_timestamps: false,
                 bytes: if q { 16 << 20 } else { 256 << 20 },
                 seed: 1,
                 variants: false,

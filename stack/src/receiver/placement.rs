@@ -463,12 +463,12 @@ impl Placer {
         // One region lookup and bounds check for the message's payload, however many pieces
         // (between markers, across segments) it lies in.
         let mut skip = plan.header_len;
-        let mut pieces = ulpdu.pieces().filter_map(|piece| {
+        let pieces = ulpdu.pieces().filter_map(|piece| {
             let p = piece.get(skip.min(piece.len())..).unwrap_or(&[]);
             skip -= skip.min(piece.len());
             (!p.is_empty()).then_some(p)
         });
-        regions.write_pieces(stag, off, plan.payload_len, &mut pieces)
+        regions.write_pieces(stag, off, plan.payload_len, pieces)
     }
 
     /// Whether `plan`, the next segment in stream order, continues the tagged message being

@@ -23,12 +23,12 @@ pub(crate) trait Regions {
     /// one region lookup and one bounds check for a whole message's payload (its pieces between
     /// markers and segments). `false` when the region is gone, the range is outside it (nothing
     /// written), or the pieces do not hold exactly `len` octets.
-    fn write_pieces(
+    fn write_pieces<'p>(
         &mut self,
         stag: u32,
         offset: u64,
         len: usize,
-        pieces: &mut dyn Iterator<Item = &[u8]>,
+        pieces: impl Iterator<Item = &'p [u8]>,
     ) -> bool;
     /// Copies `dst.len()` octets from `offset` of region `stag` into `dst`; `false` (`dst`
     /// unspecified) when the region is gone or the range is outside it. The sender reads
@@ -82,12 +82,12 @@ impl Regions for RegionTable {
     }
 
     #[inline]
-    fn write_pieces(
+    fn write_pieces<'p>(
         &mut self,
         stag: u32,
         offset: u64,
         len: usize,
-        pieces: &mut dyn Iterator<Item = &[u8]>,
+        pieces: impl Iterator<Item = &'p [u8]>,
     ) -> bool {
         self.map
             .get(&stag)
@@ -149,12 +149,12 @@ impl Regions for MemRegions {
         }
     }
 
-    fn write_pieces(
+    fn write_pieces<'p>(
         &mut self,
         stag: u32,
         offset: u64,
         len: usize,
-        pieces: &mut dyn Iterator<Item = &[u8]>,
+        pieces: impl Iterator<Item = &'p [u8]>,
     ) -> bool {
         let Some((_, mem)) = self.map.get_mut(&stag) else {
             return false;
