@@ -1,7 +1,7 @@
 //! Fuzz entry points: ordinary functions, each also run by a unit test; the cargo-fuzz targets
 //! in `fuzz/` are one line each. None may panic on any input.
 
-use crate::decoder::FpduDecoder;
+use crate::decoder::{DecodeError, FpduDecoder};
 use crate::locator::FpduLocator;
 use crate::markers::MarkerGrid;
 use crate::seq::SeqNumber;
@@ -11,31 +11,66 @@ fn flags(b: u8) -> (bool, bool) {
     (b & 1 != 0, b & 2 != 0)
 }
 
-/// Feeds `data` to in-order decoders in chunks whose sizes come from the input itself.
+/// Feeds `data` to in-order decoders in chunks whose sizes come from the input itself: chunk
+/// by chunk, and as runs of chunks (`FpduDecoder::feed_run`, FPDUs spanning chunks handed out
+/// in place). Both must hand out the same ULPDUs and stop at the same error.
 pub fn fuzz_decoder(data: &[u8]) {
     let Some((&cfg, rest)) = data.split_first() else {
         return;
     };
+    let Some((&run_cfg, rest)) = rest.split_first() else {
+        return;
+    };
     let (markers, crc) = flags(cfg);
     let start = u32::from(cfg >> 2) * 4;
-    let mut dec = FpduDecoder::at_position(start, markers, crc);
     let chunk = usize::from(cfg >> 4) * 97 + 1;
-    let mut total = 0usize;
-    for c in rest.chunks(chunk) {
-        let mut ch = dec.feed(c);
-        while let Some(r) = ch.next_ulpdu() {
-            match r {
-                Ok(u) => {
-                    total += u.len();
-                    let mut head = [0u8; 18];
-                    u.copy_prefix(&mut head);
-                    let _ = DdpRepr::parse(&head[..u.len().min(18)], 1);
+    let per_run = usize::from(run_cfg) + 1;
+    let chunks: Vec<&[u8]> = rest.chunks(chunk).collect();
+    let mut by_chunk = FpduDecoder::at_position(start, markers, crc);
+    let mut by_run = FpduDecoder::at_position(start, markers, crc);
+    let a = decode_chunks(&mut by_chunk, &chunks, 1);
+    let b = decode_chunks(&mut by_run, &chunks, per_run);
+    assert_eq!(a, b, "chunk by chunk and by runs of {per_run}");
+    assert!(a.0.iter().map(Vec::len).sum::<usize>() <= rest.len());
+    if a.1.is_none() {
+        assert_eq!(by_chunk.position(), by_run.position());
+        assert_eq!(by_chunk.buffered(), by_run.buffered());
+    }
+}
+
+/// The ULPDUs `dec` hands out over `chunks` fed as runs of `per_run`, and the error it stopped
+/// at.
+fn decode_chunks(
+    dec: &mut FpduDecoder,
+    chunks: &[&[u8]],
+    per_run: usize,
+) -> (Vec<Vec<u8>>, Option<DecodeError>) {
+    let mut got = Vec::new();
+    for run in chunks.chunks(per_run) {
+        let (mut i, mut skip) = (0, 0);
+        while i < run.len() {
+            let mut ch = dec.feed_run(&run[i][skip..], &run[i + 1..]);
+            while let Some(r) = ch.next_ulpdu() {
+                match r {
+                    Ok(u) => {
+                        let mut head = [0u8; 18];
+                        u.copy_prefix(&mut head);
+                        let _ = DdpRepr::parse(&head[..u.len().min(18)], 1);
+                        got.push(u.to_vec());
+                    }
+                    Err(e) => return (got, Some(e)),
                 }
-                Err(_) => break,
             }
+            let mut spill = ch.spill();
+            i += 1;
+            while i < run.len() && spill >= run[i].len() {
+                spill -= run[i].len();
+                i += 1;
+            }
+            skip = spill;
         }
     }
-    assert!(total <= rest.len());
+    (got, None)
 }
 
 /// Runs the out-of-order locator over `data` as one segment at a sequence number taken from
@@ -100,6 +135,15 @@ mod tests {
                 })
                 .collect();
             samples.push(v);
+        }
+        // Valid streams too (start 0, one-octet chunks, runs of 200): FPDUs span chunks.
+        for markers in [false, true] {
+            let mut enc = crate::encoder::FpduEncoder::new(markers);
+            let mut wire = vec![u8::from(markers) | 2, 199];
+            for n in [0usize, 30, 600, 1500] {
+                enc.encode(&vec![7u8; n], &mut wire).unwrap();
+            }
+            samples.push(wire);
         }
         for s in &samples {
             fuzz_decoder(s);

@@ -7,7 +7,8 @@
 
 #![forbid(unsafe_code)]
 
-use crate::io::chain::{reuse_descs, Chain, RxFrames};
+use crate::io::chain::{reuse_descs, Chain};
+pub use crate::io::chain::{RxFrame, RxFrames};
 pub(crate) use mpa_ctl_proto::stats::RingStats;
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
