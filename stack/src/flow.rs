@@ -119,20 +119,7 @@ pub(crate) fn receive_segment<S: SendSource, R: Regions + ?Sized>(
     payload: &[u8],
     regions: &mut R,
 ) -> SegmentOutcome {
-    let out = if rx.wants_segments_ahead() {
-        tcp.handle_segment_placing(now, repr, payload, &mut |seq, data, spans| {
-            rx.handle_segment_ahead(seq, data, spans, regions)
-        })
-    } else {
-        tcp.handle_segment(now, repr, payload)
-    };
-    // The segment's ACK counts before its octets: a peer whose Read Response arrived whole
-    // may send its next Read Request in the very segment that acknowledges it (RFC 793's
-    // order: the ACK field, then the segment text).
-    let served = tcp.source_mut().take_acked_read_responses();
-    if served > 0 {
-        rx.reads_served(served);
-    }
+    let out = tcp_segment(tcp, rx, now, repr, payload, regions, |_, _| {});
     if let Some(b) = payload.get(out.in_order.clone()) {
         rx.handle_in_order(b, InOrderSource::Segment, regions);
     }
@@ -156,28 +143,51 @@ pub(crate) fn receive_segment_in_run<'f, S: SendSource, R: Regions + ?Sized>(
     run: &mut Vec<&'f [u8]>,
     regions: &mut R,
 ) -> SegmentOutcome {
+    let end_run = |rx: &mut MpaReceiver, regions: &mut R, run: &mut Vec<&[u8]>| {
+        if !run.is_empty() {
+            rx.handle_in_order_run(run, regions);
+            run.clear();
+        }
+    };
+    let out = tcp_segment(tcp, rx, now, repr, payload, regions, |rx, regions| {
+        end_run(rx, regions, run)
+    });
+    if let Some(b) = payload.get(out.in_order.clone()).filter(|b| !b.is_empty()) {
+        run.push(b);
+    }
+    if out.reassembled > 0 {
+        end_run(rx, regions, run);
+        tcp.drain_reassembled(|b| rx.handle_in_order(b, InOrderSource::Store, regions));
+    }
+    out
+}
+
+/// The TCP's part of a segment: out-of-order octets to
+/// [`MpaReceiver::handle_segment_ahead`], `before_ahead` first; then the Read Responses the
+/// segment acknowledged.
+fn tcp_segment<S: SendSource, R: Regions + ?Sized>(
+    tcp: &mut Connection<S>,
+    rx: &mut MpaReceiver,
+    now: Instant,
+    repr: &TcpRepr,
+    payload: &[u8],
+    regions: &mut R,
+    mut before_ahead: impl FnMut(&mut MpaReceiver, &mut R),
+) -> SegmentOutcome {
     let out = if rx.wants_segments_ahead() {
         tcp.handle_segment_placing(now, repr, payload, &mut |seq, data, spans| {
-            if !run.is_empty() {
-                rx.handle_in_order_run(run, regions);
-                run.clear();
-            }
+            before_ahead(rx, regions);
             rx.handle_segment_ahead(seq, data, spans, regions)
         })
     } else {
         tcp.handle_segment(now, repr, payload)
     };
+    // The segment's ACK counts before its octets: a peer whose Read Response arrived whole
+    // may send its next Read Request in the very segment that acknowledges it (RFC 793's
+    // order: the ACK field, then the segment text).
     let served = tcp.source_mut().take_acked_read_responses();
     if served > 0 {
         rx.reads_served(served);
-    }
-    if let Some(b) = payload.get(out.in_order.clone()).filter(|b| !b.is_empty()) {
-        run.push(b);
-    }
-    if out.reassembled > 0 {
-        rx.handle_in_order_run(run, regions);
-        run.clear();
-        tcp.drain_reassembled(|b| rx.handle_in_order(b, InOrderSource::Store, regions));
     }
     out
 }

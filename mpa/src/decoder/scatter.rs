@@ -3,6 +3,7 @@
 //! chunks of one run is located, verified and handed out from here in place
 //! (docs/architecture.md, "Runs of segments").
 
+use super::verify::{check_crc, check_marker};
 use super::{DecodeError, MARKER_INTERVAL};
 use crate::crc;
 use crate::markers;
@@ -95,13 +96,7 @@ impl<'a> Scatter<'a> {
         if crc {
             let computed = self.crc(wire_len - CRC_LEN);
             let received = self.u32_le(wire_len - CRC_LEN).unwrap_or(!computed);
-            if computed != received {
-                return Err(DecodeError::Crc {
-                    pos,
-                    received,
-                    computed,
-                });
-            }
+            check_crc(pos, received, computed)?;
         }
         if markers {
             // The markers in order, read from the chunk that holds them (one walk over the
@@ -122,13 +117,7 @@ impl<'a> Scatter<'a> {
                     Some([a, b, ..]) if w + 2 >= base => u16::from_be_bytes([*a, *b]),
                     _ => self.u16_be(w + 2).unwrap_or(!0),
                 } & !3;
-                if found != expected {
-                    return Err(DecodeError::Marker {
-                        marker_pos: pos.wrapping_add(w as u32),
-                        found,
-                        expected,
-                    });
-                }
+                check_marker(pos, w, found, expected)?;
                 w += MARKER_INTERVAL;
             }
         }

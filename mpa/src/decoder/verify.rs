@@ -32,13 +32,7 @@ pub(super) fn verify_fpdu_computed(
     // RFC 5044 §6: locate unambiguously and verify the CRC before passing the ULPDU on.
     if let Some(computed) = computed {
         let received = u32::from_le_bytes([wire[n - 4], wire[n - 3], wire[n - 2], wire[n - 1]]);
-        if computed != received {
-            return Err(DecodeError::Crc {
-                pos,
-                received,
-                computed,
-            });
-        }
+        check_crc(pos, received, computed)?;
     }
     if markers {
         check_markers(wire, pos, hoff)?;
@@ -58,16 +52,41 @@ fn check_markers(wire: &[u8], pos: u32, hoff: usize) -> Result<(), DecodeError> 
         // A leading marker (w == 0, hoff == 4) has FPDUPTR 0; the others point at the header.
         let expected = w.saturating_sub(hoff) as u16;
         let found = u16::from_be_bytes([wire[w + 2], wire[w + 3]]) & !3;
-        if found != expected {
-            return Err(DecodeError::Marker {
-                marker_pos: pos.wrapping_add(w as u32),
-                found,
-                expected,
-            });
-        }
+        check_marker(pos, w, found, expected)?;
         w += MARKER_INTERVAL;
     }
     Ok(())
+}
+
+/// Error 2 unless the FPDU at `pos` carries the CRC computed over it.
+#[inline]
+pub(super) fn check_crc(pos: u32, received: u32, computed: u32) -> Result<(), DecodeError> {
+    if computed == received {
+        return Ok(());
+    }
+    Err(DecodeError::Crc {
+        pos,
+        received,
+        computed,
+    })
+}
+
+/// Error 3 unless the marker `w` octets into the FPDU at `pos` has FPDUPTR `expected`.
+#[inline]
+pub(super) fn check_marker(
+    pos: u32,
+    w: usize,
+    found: u16,
+    expected: u16,
+) -> Result<(), DecodeError> {
+    if found == expected {
+        return Ok(());
+    }
+    Err(DecodeError::Marker {
+        marker_pos: pos.wrapping_add(w as u32),
+        found,
+        expected,
+    })
 }
 
 /// Whether every marker of the FPDU is right: [`check_markers`] without the error's details.
