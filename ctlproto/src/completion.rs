@@ -21,7 +21,8 @@ pub enum CompletionKind {
     SendSent,
     /// A post made through the shared-memory post queue ([`crate::ring::post`]) was refused
     /// and nothing of it was queued: `stag` is the post's local region, `offset` carries its
-    /// cookie and `len` the [`RefusalCode`] (read both with [`Completion::refusal`]).
+    /// cookie, `len` the [`RefusalCode`] (read both with [`Completion::refusal`]) and `msn`
+    /// the post's message count (none of which will complete).
     PostRefused,
 }
 
@@ -104,17 +105,36 @@ impl Completion {
         Some((self.offset, RefusalCode::from_code(self.len)?))
     }
 
-    /// The completion that reports the refusal of post `cookie` on `flow_id` (region
-    /// `stag`).
-    pub fn post_refused(flow_id: u64, stag: u32, cookie: u64, code: RefusalCode) -> Completion {
+    /// The completion that reports the refusal of post `cookie` of `count` messages on
+    /// `flow_id` (region `stag`).
+    pub fn post_refused(
+        flow_id: u64,
+        stag: u32,
+        cookie: u64,
+        count: u32,
+        code: RefusalCode,
+    ) -> Completion {
         Completion {
             flow_id,
             kind: CompletionKind::PostRefused,
             stag,
             offset: cookie,
             len: code.code(),
-            msn: None,
+            msn: Some(count),
             invalidate_stag: None,
+        }
+    }
+
+    /// How many messages of the consumer's own posts this completion accounts for: one for a
+    /// message sent (a Write or Send acknowledged, a Read's response placed), the post's
+    /// count for a refusal, none for what the peer sent.
+    pub fn posted_messages(&self) -> u64 {
+        match self.kind {
+            CompletionKind::WriteSent
+            | CompletionKind::SendSent
+            | CompletionKind::ReadResponsePlaced => 1,
+            CompletionKind::PostRefused => u64::from(self.msn.unwrap_or(0)),
+            CompletionKind::WritePlaced | CompletionKind::SendArrived => 0,
         }
     }
 }

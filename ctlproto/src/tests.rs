@@ -451,14 +451,18 @@ fn refusal_codes_round_trip_through_a_completion() {
         RefusalCode::Busy,
         RefusalCode::Closed,
     ] {
-        let c = Completion::post_refused(9, 0x44, 0xc00c1e, code);
+        let c = Completion::post_refused(9, 0x44, 0xc00c1e, 3, code);
         assert_eq!(c.kind, CompletionKind::PostRefused);
         assert_eq!(c.refusal(), Some((0xc00c1e, code)));
+        assert_eq!(c.posted_messages(), 3);
         assert_eq!(RefusalCode::from_code(code.code()), Some(code));
     }
     assert_eq!(RefusalCode::from_code(0), None);
     assert_eq!(RefusalCode::from_code(9), None);
-    let mut c = Completion::post_refused(9, 0x44, 1, RefusalCode::Busy);
+    let mut c = Completion::post_refused(9, 0x44, 1, 5, RefusalCode::Busy);
     c.kind = CompletionKind::WriteSent;
     assert_eq!(c.refusal(), None);
+    assert_eq!(c.posted_messages(), 1);
+    c.kind = CompletionKind::WritePlaced;
+    assert_eq!(c.posted_messages(), 0);
 }

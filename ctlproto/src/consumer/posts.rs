@@ -52,8 +52,9 @@ impl Consumer {
         }
     }
 
-    /// The post queue (worker) a post on `flow_id` goes to: the ring of the connection's
-    /// latest completion, else queue 0 of the first subscription with post queues.
+    /// The post queue (worker) a post on `flow_id` goes to: the queue of its messages not yet
+    /// completed, else the ring of the connection's latest completion, else queue 0 of the
+    /// first subscription with post queues.
     pub fn post_queue_of(&self, flow_id: u64) -> Option<(u32, u32)> {
         if let Some((pd, ring)) = self.flow_rings.get(flow_id) {
             if self.subs.iter().any(|s| s.pd == pd && s.posts.is_some()) {
@@ -104,9 +105,11 @@ impl Consumer {
         };
         p.try_post(post)
             .map_err(|_| ConsumerError::PostQueueFull { queue: p.queue() })?;
+        let queue = p.queue();
         if p.publish() {
             bell.wake();
         }
+        self.flow_rings.posted(post.flow_id, pd, queue, post.count);
         Ok(())
     }
 

@@ -357,7 +357,7 @@ fn poll_with_rings_names_the_ring_of_every_completion() {
 
 #[test]
 fn a_post_refusal_record_round_trips() {
-    let c = Completion::post_refused(5, 0x10, 0xfeed, crate::RefusalCode::WrongDomain);
+    let c = Completion::post_refused(5, 0x10, 0xfeed, 2, crate::RefusalCode::WrongDomain);
     let b = encode_record(&Record::Completion(c), 3);
     assert_eq!(b[44], 5, "kind 5");
     assert_eq!(u64::from_le_bytes(b[8..16].try_into().unwrap()), 0xfeed);

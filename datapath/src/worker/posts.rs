@@ -105,6 +105,7 @@ impl<R: FrameRing> Worker<R> {
                             bad.flow_id,
                             0,
                             bad.cookie,
+                            bad.count,
                             RefusalCode::Malformed,
                         ),
                     ),
@@ -118,7 +119,7 @@ impl<R: FrameRing> Worker<R> {
     /// through that subscription's ring. A flow this worker does not own goes to the
     /// control thread unless `forwarded` (it came from there: the flow is gone).
     pub(crate) fn post_from_queue(&mut self, sub: u64, pd: u32, p: &PostRecord, forwarded: bool) {
-        let refused = |code| Completion::post_refused(p.flow_id, p.stag, p.cookie, code);
+        let refused = |code| Completion::post_refused(p.flow_id, p.stag, p.cookie, p.count, code);
         let flow_pd = match self.ids.get(&p.flow_id).copied() {
             Some(k) => self.flows.get_mut(&k).map(|f| f.pd()),
             None => None,

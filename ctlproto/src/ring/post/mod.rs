@@ -144,6 +144,8 @@ pub struct PostRefused {
     pub flow_id: u64,
     /// The record's cookie.
     pub cookie: u64,
+    /// The record's message count, as written (what its poster counts as outstanding).
+    pub count: u32,
     /// Why.
     pub defect: PostDefect,
 }
@@ -172,10 +174,11 @@ pub fn encode_post(p: &PostRecord) -> [u8; POST_LEN] {
 pub fn decode_post(b: &[u8; POST_LEN]) -> Result<PostRecord, PostRefused> {
     let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
     let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or([0; 4]));
-    let (flow_id, cookie) = (u64_at(8), u64_at(40));
+    let (flow_id, cookie, count) = (u64_at(8), u64_at(40), u32_at(52));
     let refuse = |defect| PostRefused {
         flow_id,
         cookie,
+        count,
         defect,
     };
     let (remote_stag, remote_to) = (u32_at(56), u64_at(32));

@@ -322,11 +322,13 @@ fn garbage_records_are_refused_with_their_cookie() {
     for (got, (b, defect)) in out.iter().zip(&bad) {
         let cookie = u64::from_le_bytes(b[40..48].try_into().unwrap());
         let flow_id = u64::from_le_bytes(b[8..16].try_into().unwrap());
+        let count = u32::from_le_bytes(b[52..56].try_into().unwrap());
         assert_eq!(
             *got,
             Err(PostRefused {
                 flow_id,
                 cookie,
+                count,
                 defect: *defect
             })
         );
