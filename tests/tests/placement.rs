@@ -93,6 +93,9 @@ fn check(op: &str, framing: Framing, loss: u8) {
         let (in_place, staged) = (count("spanned_in_place"), count("staged"));
         eprintln!("{what}: {in_place} FPDUs placed from the frames, {staged} staged");
         assert!(in_place + staged >= messages / 2, "{what}");
+        // Frames of one burst stay in the UMEM until it ends: some FPDUs came whole in one
+        // (96 % of them on the development bed).
+        assert!(in_place > 0, "{what}");
     }
 }
 

@@ -283,6 +283,9 @@ fn writes_posted_through_shared_memory_reach_the_kernel_peer_and_refusals_come_b
     );
     for c in got.iter().filter(|c| c.kind == CompletionKind::PostRefused) {
         assert_eq!(c.flow_id, flow_id, "{c:?}");
+        // The refused post's message count: what the consumer stops counting as outstanding.
+        let posted = if c.offset == NO_MESSAGE { 0 } else { 1 };
+        assert_eq!(c.msn, Some(posted), "{c:?}");
     }
 
     // The second half (one post per message again), then Sends, all through shared memory.
