@@ -119,7 +119,7 @@ impl<'a> Chunk<'_, 'a> {
         }
         let want = match dec.wire_len_from(rest) {
             Ok(w) if w <= rest.len() => w,
-            w if !self.next.is_empty() => {
+            w => {
                 // The FPDU goes on into the next chunks of the run: verified and handed out
                 // where it lies when it ends inside them.
                 let sc = Scatter {
@@ -128,7 +128,7 @@ impl<'a> Chunk<'_, 'a> {
                 };
                 let pos = dec.pos;
                 let want = w.ok().or_else(|| sc.wire_len(pos, dec.markers));
-                if let Some(want) = want.filter(|&w| sc.has(w)) {
+                if let Some(want) = want.filter(|&w| !self.next.is_empty() && sc.has(w)) {
                     self.off = self.input.len();
                     self.done = true;
                     return Some(match sc.verify(want, pos, dec.markers, dec.crc) {
@@ -144,12 +144,6 @@ impl<'a> Chunk<'_, 'a> {
                         }
                     });
                 }
-                dec.buffer(rest, w.ok());
-                self.off = self.input.len();
-                self.done = true;
-                return None;
-            }
-            w => {
                 // Incomplete: keep the tail (bounded by the largest FPDU) for the next chunk.
                 dec.buffer(rest, w.ok());
                 self.off = self.input.len();

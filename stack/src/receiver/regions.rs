@@ -18,7 +18,10 @@ pub(crate) trait Regions {
     fn info(&self, stag: u32) -> Option<&RegionInfo>;
     /// Copies `src` to `offset` of region `stag`; `false` (nothing written) when the region
     /// is gone or the range is outside it.
-    fn write(&mut self, stag: u32, offset: u64, src: &[u8]) -> bool;
+    fn write(&mut self, stag: u32, offset: u64, src: &[u8]) -> bool {
+        self.write_pieces(stag, offset, src.len(), std::iter::once(src))
+    }
+
     /// Copies `pieces` one after the other to `offset` of region `stag`, `len` octets in all:
     /// one region lookup and one bounds check for a whole message's payload (its pieces between
     /// markers and segments). `false` when the region is gone, the range is outside it (nothing
@@ -75,12 +78,6 @@ impl Regions for RegionTable {
         self.map.get(&stag).map(|r| &r.info)
     }
 
-    fn write(&mut self, stag: u32, offset: u64, src: &[u8]) -> bool {
-        self.map
-            .get(&stag)
-            .is_some_and(|r| r.mem.write(offset, src))
-    }
-
     #[inline]
     fn write_pieces<'p>(
         &mut self,
@@ -128,25 +125,6 @@ impl MemRegions {
 impl Regions for MemRegions {
     fn info(&self, stag: u32) -> Option<&RegionInfo> {
         self.map.get(&stag).map(|(i, _)| i)
-    }
-
-    fn write(&mut self, stag: u32, offset: u64, src: &[u8]) -> bool {
-        let Some((_, mem)) = self.map.get_mut(&stag) else {
-            return false;
-        };
-        let Ok(start) = usize::try_from(offset) else {
-            return false;
-        };
-        match start
-            .checked_add(src.len())
-            .and_then(|end| mem.get_mut(start..end))
-        {
-            Some(dst) => {
-                dst.copy_from_slice(src);
-                true
-            }
-            None => false,
-        }
     }
 
     fn write_pieces<'p>(
