@@ -108,6 +108,12 @@ struct Args {
     /// Skip software TCP checksum verification (only where the NIC verified it).
     #[arg(long)]
     no_verify_checksums: bool,
+    /// Decode a jumbo frame from its receive descriptors (each a UMEM frame) instead of
+    /// gathering it into one buffer first: no copy, but FPDUs that span descriptors are
+    /// verified and placed piece by piece. Off by default (gathering measured faster,
+    /// docs/features.md "Jumbo frames"); for measuring on a NIC's own cache behaviour.
+    #[arg(long)]
+    chains_in_pieces: bool,
     /// Pin worker q to CPU q.
     #[arg(long)]
     pin_cpus: bool,
@@ -290,6 +296,7 @@ fn main() -> ExitCode {
         digest: a.digest,
         tcp,
         verify_checksums: !a.no_verify_checksums,
+        chains_in_pieces: a.chains_in_pieces,
         pin_cpus: a.pin_cpus,
         max_region_bytes: a.max_region_bytes,
         max_control_clients: a.max_control_clients,

@@ -189,6 +189,10 @@ fn worker_with_flow(markers: bool) -> Bench {
 }
 
 fn worker_with(markers: bool, tcp: TcpConfig) -> Bench {
+    worker_with_chains(markers, tcp, false)
+}
+
+fn worker_with_chains(markers: bool, tcp: TcpConfig, chains_in_pieces: bool) -> Bench {
     let (ring, wire) = MemRing::new(0);
     let (_cmd_tx, cmd_rx) = unbounded();
     let (note_tx, notes) = unbounded();
@@ -201,6 +205,7 @@ fn worker_with(markers: bool, tcp: TcpConfig) -> Bench {
             verify_checksums: true,
             spin: std::time::Duration::ZERO,
             defer_tx_kick: false,
+            chains_in_pieces,
         },
         cmd_rx,
         note_tx,
@@ -311,7 +316,24 @@ fn a_worker_on_an_in_memory_ring_places_out_of_order_segments_and_acks() {
 /// carried, sent again, is placed.
 #[test]
 fn jumbo_segments_arrive_as_descriptor_chains_and_are_gathered() {
-    let mut b = worker_with_flow(true);
+    let q = jumbo_segments_in_chains(false);
+    assert_eq!(
+        q.flows[0].rx.spanned_in_place, 0,
+        "gathered frames are decoded alone"
+    );
+}
+
+/// The same with `chains_in_pieces`: each chain that came whole in one burst is decoded from
+/// its descriptors, the FPDUs spanning them placed from the frames; the counts and the
+/// octets are the same.
+#[test]
+fn jumbo_segments_decoded_from_their_descriptors() {
+    let q = jumbo_segments_in_chains(true);
+    assert!(q.flows[0].rx.spanned_in_place > 0, "{:?}", q.flows[0].rx);
+}
+
+fn jumbo_segments_in_chains(chains_in_pieces: bool) -> mpa_ctl_proto::stats::QueueReport {
+    let mut b = worker_with_chains(true, TcpConfig::default(), chains_in_pieces);
     b.wire.set_chunk(Some(3840));
     let (n, len) = (12, 4000);
     let (stream, data) = writes(true, n, len);
@@ -347,6 +369,7 @@ fn jumbo_segments_arrive_as_descriptor_chains_and_are_gathered() {
         segs.len() as u64 - 1 + u64::from(segs.last().unwrap().len() > 3840)
     );
     assert_eq!(q.ring.rx_largest, 9002);
+    q
 }
 
 #[test]
@@ -737,6 +760,7 @@ fn a_flow_that_moves_to_another_worker_keeps_its_completions_in_order() {
             verify_checksums: true,
             spin: std::time::Duration::ZERO,
             defer_tx_kick: false,
+            chains_in_pieces: false,
         },
         cmd_rx,
         note_tx,
@@ -816,6 +840,7 @@ fn a_hand_over_the_memory_budget_has_no_room_for_is_refused() {
             verify_checksums: true,
             spin: std::time::Duration::ZERO,
             defer_tx_kick: false,
+            chains_in_pieces: false,
         },
         cmd_rx,
         note_tx,

@@ -41,6 +41,7 @@ fn bench() -> Bench {
             verify_checksums: true,
             spin: std::time::Duration::ZERO,
             defer_tx_kick: false,
+            chains_in_pieces: false,
         },
         cmd_rx,
         note_tx,

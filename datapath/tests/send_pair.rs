@@ -100,6 +100,7 @@ fn end_full(
             verify_checksums: true,
             spin: Duration::ZERO,
             defer_tx_kick: false,
+            chains_in_pieces: false,
         },
         cmd_rx,
         note_tx,

@@ -59,6 +59,8 @@ pub struct DatapathOptions {
     pub xdp_mode: AttachMode,
     /// How flows are put on the served queues (`DatapathConfig::queue_steering`).
     pub queue_steering: QueueSteering,
+    /// Jumbo frames decoded from their descriptors (`DatapathConfig::chains_in_pieces`).
+    pub chains_in_pieces: bool,
 }
 
 impl Default for DatapathOptions {
@@ -78,6 +80,7 @@ impl Default for DatapathOptions {
             caller_drives_queues: false,
             queue_steering: Default::default(),
             xdp_mode: AttachMode::Driver,
+            chains_in_pieces: false,
         }
     }
 }
@@ -108,6 +111,7 @@ pub fn start_datapath_on(
             digest: opts.digest,
             tcp: opts.tcp.clone(),
             verify_checksums: true,
+            chains_in_pieces: opts.chains_in_pieces,
             pin_cpus: false,
             max_region_bytes: DEFAULT_MAX_REGION_BYTES,
             max_control_clients: opts.max_control_clients,

@@ -162,6 +162,41 @@ pub(crate) fn receive_segment_in_run<'f, S: SendSource, R: Regions + ?Sized>(
     out
 }
 
+/// [`receive_segment_in_run`] for a segment whose payload lies in pieces (a frame in several
+/// receive descriptors): `pieces`, one after the other. Its in-order octets join `run` piece
+/// by piece. `None`, with nothing changed, for a segment that starts beyond RCV.NXT (out of
+/// order: the reassembly store and the placement ahead take octets in one piece).
+pub(crate) fn receive_pieces_in_run<'f, S: SendSource, R: Regions + ?Sized>(
+    tcp: &mut Connection<S>,
+    rx: &mut MpaReceiver,
+    now: Instant,
+    repr: &TcpRepr,
+    pieces: impl Iterator<Item = &'f [u8]> + Clone,
+    run: &mut Vec<&'f [u8]>,
+    regions: &mut R,
+) -> Option<SegmentOutcome> {
+    let len = pieces.clone().map(<[u8]>::len).sum();
+    let out = tcp.handle_segment_in_order(now, repr, len)?;
+    read_responses_acked(tcp, rx);
+    let mut at = 0;
+    for p in pieces {
+        let (start, end) = (at, at + p.len());
+        at = end;
+        let (lo, hi) = (out.in_order.start.max(start), out.in_order.end.min(end));
+        if lo < hi {
+            run.push(&p[lo - start..hi - start]);
+        }
+    }
+    if out.reassembled > 0 {
+        if !run.is_empty() {
+            rx.handle_in_order_run(run, regions);
+            run.clear();
+        }
+        tcp.drain_reassembled(|b| rx.handle_in_order(b, InOrderSource::Store, regions));
+    }
+    Some(out)
+}
+
 /// The TCP's part of a segment: out-of-order octets to
 /// [`MpaReceiver::handle_segment_ahead`], `before_ahead` first; then the Read Responses the
 /// segment acknowledged.
@@ -182,14 +217,18 @@ fn tcp_segment<S: SendSource, R: Regions + ?Sized>(
     } else {
         tcp.handle_segment(now, repr, payload)
     };
-    // The segment's ACK counts before its octets: a peer whose Read Response arrived whole
-    // may send its next Read Request in the very segment that acknowledges it (RFC 793's
-    // order: the ACK field, then the segment text).
+    read_responses_acked(tcp, rx);
+    out
+}
+
+/// The Read Responses a segment acknowledged, counted as served. The segment's ACK counts
+/// before its octets: a peer whose Read Response arrived whole may send its next Read Request
+/// in the very segment that acknowledges it (RFC 793's order: the ACK field, then the text).
+fn read_responses_acked<S: SendSource>(tcp: &mut Connection<S>, rx: &mut MpaReceiver) {
     let served = tcp.source_mut().take_acked_read_responses();
     if served > 0 {
         rx.reads_served(served);
     }
-    out
 }
 
 /// `cfg.max_snd_mss` is for IPv4 headers (Ethernet + 20 octets): larger IP headers (IPv6)
@@ -383,6 +422,28 @@ impl Flow {
             regions,
         );
         self.after_receive(regions);
+    }
+
+    /// [`Flow::on_segment_in_run`] for a segment whose payload lies in `pieces` (one after
+    /// the other: a frame in several receive descriptors, all valid until the run ends).
+    /// Returns false, with nothing changed, when the segment starts beyond RCV.NXT: the caller
+    /// then gathers it and hands it to [`Flow::on_segment`] (after ending the run).
+    pub fn on_segment_in_pieces_in_run<'f>(
+        &mut self,
+        now: Instant,
+        repr: &TcpRepr,
+        pieces: impl Iterator<Item = &'f [u8]> + Clone,
+        run: &mut Vec<&'f [u8]>,
+        regions: &mut RegionTable,
+    ) -> bool {
+        let taken =
+            receive_pieces_in_run(&mut self.tcp, &mut self.rx, now, repr, pieces, run, regions);
+        if taken.is_none() {
+            return false;
+        }
+        self.packets += 1;
+        self.after_receive(regions);
+        true
     }
 
     /// Decodes and places what `run` holds ([`Flow::on_segment_in_run`]) and empties it.

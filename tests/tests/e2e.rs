@@ -182,6 +182,17 @@ fn jumbo_mtu_and_every_size_up_to_mulpdu() {
 /// 8 KiB ULPDUs, v4 and v6, octet-exact, with frames larger than 4 KiB counted.
 #[test]
 fn jumbo_mtu_9000_through_multi_buffer() {
+    jumbo_mtu_9000(false, 7550);
+}
+
+/// The same with the chains decoded from their descriptors (`--chains-in-pieces`): FPDUs
+/// spanning descriptors are placed from the UMEM frames themselves.
+#[test]
+fn jumbo_mtu_9000_decoded_from_the_descriptors() {
+    jumbo_mtu_9000(true, 7560);
+}
+
+fn jumbo_mtu_9000(chains_in_pieces: bool, mut port: u16) {
     if !require_privileged("datapath e2e mtu 9000") {
         return;
     }
@@ -190,8 +201,16 @@ fn jumbo_mtu_9000_through_multi_buffer() {
         ..BedConfig::default()
     })
     .unwrap();
-    let (dp, path) = dp_on(&bed, 1);
-    let mut port = 7550;
+    let opts = DatapathOptions {
+        xsk: XskConfig {
+            frames: 4096,
+            bind_mode: BindMode::Copy,
+            ..XskConfig::default()
+        },
+        chains_in_pieces,
+        ..DatapathOptions::default()
+    };
+    let (dp, path) = datapath(&bed, &opts);
     for v6 in [false, true] {
         for size in [0, 8192] {
             let case = Case {
@@ -216,6 +235,12 @@ fn jumbo_mtu_9000_through_multi_buffer() {
     // Full-sized segments: MTU 9000 plus the Ethernet header.
     assert_eq!(ring.rx_largest, 9014, "{ring:?}");
     assert_eq!(ring.rx_chain_dropped, 0, "{ring:?}");
+    let spanned: u64 = (st.queues[0].flows.iter().chain(&st.ended_flows))
+        .map(|f| f.rx.spanned_in_place)
+        .sum();
+    if chains_in_pieces {
+        assert!(spanned > 0, "no FPDU placed across descriptors");
+    }
     dp.stop();
 }
 

@@ -96,6 +96,10 @@ pub struct PipelineArgs {
     /// every frame in one descriptor (what a UMEM chunk holding a whole jumbo frame would give).
     #[arg(long, default_value_t = 3840, value_parser = mpa_cli::size::<usize>)]
     pub umem_chunk: usize,
+    /// Decode chained frames from their descriptors instead of gathering them
+    /// (`mpa-datapath --chains-in-pieces`).
+    #[arg(long)]
+    pub chains_in_pieces: bool,
     /// Registered memory per worker, octets (a size: 16M, 1G), shared by its flows: larger
     /// than the last-level cache, every line placed into is a miss, as in an application's
     /// large buffer.
@@ -163,6 +167,8 @@ pub struct PipelineOpts {
     pub verify_checksums: bool,
     /// Multi-buffer descriptor size (0: whole frames), `PipelineArgs::umem_chunk`.
     pub umem_chunk: usize,
+    /// Chained frames decoded from their descriptors, not gathered.
+    pub chains_in_pieces: bool,
     /// Registered memory per worker, octets.
     pub region_bytes: u64,
     /// TCP timestamps in every frame.
@@ -200,6 +206,7 @@ impl PipelineArgs {
             digest: self.digest || self.op == Op::Count,
             verify_checksums: !self.no_verify_checksums,
             umem_chunk: self.umem_chunk,
+            chains_in_pieces: self.chains_in_pieces,
             region_bytes: self.region_bytes,
             timestamps: !self.no_timestamps,
         }
@@ -229,6 +236,9 @@ impl PipelineOpts {
         }
         if !self.timestamps {
             s += ", no timestamps";
+        }
+        if self.chains_in_pieces {
+            s += ", chains in pieces";
         }
         if self.region_bytes != DEFAULT_REGION_BYTES {
             s += &format!(", region {} MiB", self.region_bytes >> 20);
@@ -555,6 +565,7 @@ impl PipelineArgs {
             loss: o.loss,
             reorder: o.reorder,
             bytes: o.bytes,
+            chains_in_pieces: o.chains_in_pieces,
             verify_checksums: o.verify_checksums,
             digest: o.digest,
             seed: o.seed,

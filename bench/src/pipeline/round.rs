@@ -124,6 +124,7 @@ fn setup(o: &PipelineOpts, p: &Prepared) -> Result<Setup> {
             verify_checksums: o.verify_checksums,
             spin: std::time::Duration::ZERO,
             defer_tx_kick: false,
+            chains_in_pieces: o.chains_in_pieces,
         },
         cmd_rx,
         note_tx,

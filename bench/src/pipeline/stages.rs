@@ -136,6 +136,7 @@ mod tests {
             digest: true,
             verify_checksums: false,
             umem_chunk: 3840,
+            chains_in_pieces: false,
             region_bytes: 16 << 20,
             timestamps: true,
         };

@@ -370,6 +370,9 @@ pub struct PipelineParams {
     pub verify_checksums: bool,
     pub digest: bool,
     pub seed: u64,
+    /// `--chains-in-pieces`.
+    #[serde(default)]
+    pub chains_in_pieces: bool,
     /// `--workers`, only above 1 (one worker's document keeps its shape).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers: Option<usize>,

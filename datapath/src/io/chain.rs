@@ -197,16 +197,56 @@ pub enum RxFrame<'u, 'g> {
     /// A frame in its own buffer (one descriptor): its octets stay valid, unchanged, until
     /// the burst ends, so a run of them can be decoded together.
     InPlace(&'u [u8]),
-    /// A frame gathered from a chain of descriptors into the ring's scratch buffer: valid only
-    /// until the next frame is taken.
+    /// A frame in a chain of descriptors that all came in this burst: its pieces stay valid,
+    /// unchanged, until the burst ends.
+    Chained(ChainedFrame<'u, 'g>),
+    /// A frame gathered from a chain of descriptors into the ring's scratch buffer (the chain
+    /// began in the burst before): valid only until the next frame is taken.
     Gathered(&'g [u8]),
 }
 
 impl RxFrame<'_, '_> {
-    /// The frame's octets.
-    pub fn octets(&self) -> &[u8] {
-        match *self {
+    /// The frame's octets in one piece: `scratch` holds a chained frame's, gathered.
+    pub fn contiguous<'a>(&'a self, scratch: &'a mut Vec<u8>) -> &'a [u8] {
+        match self {
             RxFrame::InPlace(b) | RxFrame::Gathered(b) => b,
+            RxFrame::Chained(c) => {
+                c.gather_into(scratch);
+                scratch
+            }
+        }
+    }
+}
+
+/// A frame in several descriptors of one burst, in order; at least two, within the chain's
+/// bounds (the most descriptors and octets of one frame).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChainedFrame<'u, 'g> {
+    descs: &'g [(&'u [u8], bool)],
+    len: usize,
+}
+
+impl<'u, 'g> ChainedFrame<'u, 'g> {
+    /// The frame's length, octets.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never: a chained frame has at least two descriptors (one may be empty).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The descriptors' octets, in order.
+    pub fn pieces(self) -> impl Iterator<Item = &'u [u8]> + Clone + 'g {
+        self.descs.iter().map(|d| d.0)
+    }
+
+    /// The whole frame copied into `out` (emptied first).
+    pub fn gather_into(&self, out: &mut Vec<u8>) {
+        out.clear();
+        for p in self.pieces() {
+            out.extend_from_slice(p);
         }
     }
 }
@@ -266,6 +306,18 @@ impl<'u, 's> RxFrames<'u, 's> {
                 }
                 return None;
             };
+            if more && !self.chain.is_open() {
+                if let Some((n, len)) = self.whole_chain() {
+                    // The whole chain is in this burst: its pieces stay where they are.
+                    let descs = &self.descs[self.at..self.at + n];
+                    self.at += n;
+                    deliver_stats(self.stats, len, true);
+                    let ahead = self.descs.get(self.at + 1).map(|a| a.0);
+                    prefetch_half(ahead, false);
+                    self.second_half = ahead;
+                    return Some(RxFrame::Chained(ChainedFrame { descs, len }));
+                }
+            }
             let ahead = self.descs.get(self.at + 2).map(|a| a.0);
             self.at += 1;
             prefetch_half(ahead, false);
@@ -283,6 +335,23 @@ impl<'u, 's> RxFrames<'u, 's> {
         }
         // The gathered frame, borrowed again now that the loop is done with the chain.
         Some(RxFrame::Gathered(self.chain.gathered()))
+    }
+
+    /// The chain that starts at the next descriptor, when it ends in this burst within the
+    /// chain's bounds: its number of descriptors and octets. `None` for one the assembler is
+    /// to take (gathered across bursts, or dropped and counted).
+    fn whole_chain(&self) -> Option<(usize, usize)> {
+        let mut len = 0usize;
+        for (i, &(data, more)) in self.descs[self.at..].iter().enumerate() {
+            len += data.len();
+            if i + 1 > self.chain.max_descs || len > self.chain.max_frame {
+                return None;
+            }
+            if !more {
+                return Some((i + 1, len));
+            }
+        }
+        None
     }
 
     /// Takes (and drops) the frames not taken yet, so that the chain state and the counters
@@ -314,8 +383,9 @@ pub(crate) fn deliver<'u, D>(
 ) {
     let descs: Vec<(&[u8], bool)> = descs.iter().map(octets).collect();
     let mut frames = RxFrames::new(chain, &descs, asked, stats);
+    let mut scratch = Vec::new();
     while let Some(frame) = frames.next() {
-        f(frame.octets());
+        f(frame.contiguous(&mut scratch));
     }
 }
 
@@ -536,6 +606,60 @@ mod tests {
         assert!(got.is_empty());
         assert_eq!(st.rx_chain_dropped, 1);
         assert!(!c.is_open());
+    }
+
+    /// A chain whose descriptors all came in one burst is handed over as its descriptors
+    /// themselves (no copy); one that began in the burst before is gathered; one over the
+    /// bounds is dropped and counted as before.
+    #[test]
+    fn chains_within_a_burst_are_handed_over_in_their_descriptors() {
+        let (a, b, c, d) = (frame(1, 100), frame(2, 64), frame(3, 90), frame(4, 70));
+        let long = frame(5, 40);
+        let first: Vec<(&[u8], bool)> = vec![
+            (&a[..64], true),
+            (&a[64..90], true),
+            (&a[90..], false),
+            (&b, false),
+            (&long, true),
+            (&long, true),
+            (&long, true),
+            (&long, false),
+            (&c[..50], true),
+            (&c[50..], false),
+            (&d[..64], true),
+        ];
+        let mut chain = Chain::new(1024, 3);
+        let mut st = RingStats::default();
+        let mut frames = RxFrames::new(&mut chain, &first, first.len(), &mut st);
+        let Some(RxFrame::Chained(fa)) = frames.next() else {
+            panic!("a is not chained");
+        };
+        assert_eq!(fa.len(), 100);
+        let pieces: Vec<&[u8]> = fa.pieces().collect();
+        assert_eq!(pieces.len(), 3);
+        for (p, d) in pieces.iter().zip(&first) {
+            assert!(std::ptr::eq(*p, d.0), "a piece is its descriptor");
+        }
+        let mut scratch = Vec::new();
+        fa.gather_into(&mut scratch);
+        assert_eq!(scratch, a);
+        assert_eq!(frames.next(), Some(RxFrame::InPlace(&b[..])));
+        // Four descriptors where three are allowed: dropped whole, not chained.
+        let Some(RxFrame::Chained(fc)) = frames.next() else {
+            panic!("c is not chained");
+        };
+        assert_eq!(RxFrame::Chained(fc).contiguous(&mut scratch), &c[..]);
+        // The burst was full and ends inside d: d stays open for the next one.
+        assert_eq!(frames.next(), None);
+        assert!(chain.is_open());
+        assert_eq!(st.rx_chain_dropped, 1);
+        assert_eq!((st.rx_frames, st.rx_multi_buffer), (3, 2));
+        let second: Vec<(&[u8], bool)> = vec![(&d[64..], false)];
+        let mut frames = RxFrames::new(&mut chain, &second, 8, &mut st);
+        assert_eq!(frames.next(), Some(RxFrame::Gathered(&d[..])));
+        assert_eq!(frames.next(), None);
+        assert_eq!((st.rx_frames, st.rx_multi_buffer), (4, 3));
+        assert_eq!(st.rx_largest, 100);
     }
 
     #[test]

@@ -8,7 +8,7 @@
 #![forbid(unsafe_code)]
 
 use crate::io::chain::{reuse_descs, Chain};
-pub use crate::io::chain::{RxFrame, RxFrames};
+pub use crate::io::chain::{ChainedFrame, RxFrame, RxFrames};
 pub(crate) use mpa_ctl_proto::stats::RingStats;
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -40,8 +40,10 @@ pub trait FrameRing {
         mut f: impl FnMut(&[u8]),
     ) -> Result<usize, Self::Error> {
         self.rx_burst_frames(timeout_ms, |frames| {
+            // A chained frame is gathered here (allocated on the first one only).
+            let mut scratch = Vec::new();
             while let Some(frame) = frames.next() {
-                f(frame.octets());
+                f(frame.contiguous(&mut scratch));
             }
         })
         .map(|(n, ())| n)

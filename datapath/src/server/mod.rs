@@ -63,6 +63,9 @@ pub struct DatapathConfig {
     pub tcp: TcpConfig,
     /// Verify TCP checksums in software.
     pub verify_checksums: bool,
+    /// `WorkerConfig::chains_in_pieces`: jumbo frames decoded from their descriptors
+    /// rather than gathered.
+    pub chains_in_pieces: bool,
     /// Pin worker q to CPU q (right on a server with cores to spare; on a small machine that
     /// also runs the sender it only gets in the scheduler's way).
     pub pin_cpus: bool,
@@ -215,6 +218,7 @@ impl Datapath {
                 verify_checksums: cfg.verify_checksums,
                 spin: cfg.spin,
                 defer_tx_kick: false,
+                chains_in_pieces: cfg.chains_in_pieces,
             };
             let notify = notify_tx.clone();
             let pin = cfg.pin_cpus;

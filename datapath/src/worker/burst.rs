@@ -8,14 +8,14 @@
 
 use super::Notification;
 use crate::io::capture::CaptureTap;
-use crate::io::chain::{RxFrame, RxFrames};
+use crate::io::chain::{ChainedFrame, RxFrame, RxFrames};
 use crossbeam_channel::Sender;
 use mpa_ctl_proto::stats::QueueStats;
 use mpa_ctl_proto::CaptureDirection;
 use mpa_stack::flow::Flow;
 use mpa_stack::flow_table::FlowTable;
 use mpa_stack::receiver::RegionTable;
-use mpa_stack::wire::frame::parse_tcp_frame;
+use mpa_stack::wire::frame::{parse_tcp_frame, parse_tcp_frame_in_pieces};
 use mpa_stack::wire::tcp::TcpRepr;
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -75,6 +75,11 @@ pub(super) struct BurstCx<'w> {
     pub(super) now: Instant,
     /// Parsed into in place, frame after frame (`TcpRepr::parse_into`).
     pub(super) repr: TcpRepr,
+    /// Where a chained frame the run cannot take in pieces is gathered (the worker's, kept
+    /// from burst to burst).
+    pub(super) gather: &'w mut Vec<u8>,
+    /// `WorkerConfig::chains_in_pieces`.
+    pub(super) chains_in_pieces: bool,
 }
 
 impl BurstCx<'_> {
@@ -83,6 +88,16 @@ impl BurstCx<'_> {
         while let Some(frame) = frames.next() {
             match frame {
                 RxFrame::InPlace(b) => self.frame(b, Some(&mut *run)),
+                RxFrame::Chained(c) => {
+                    if !self.chained(c, run) {
+                        // Gathered, and handled on its own after the run, as below.
+                        run.end(self.flows, self.regions);
+                        let mut gather = std::mem::take(self.gather);
+                        c.gather_into(&mut gather);
+                        self.frame(&gather, None);
+                        *self.gather = gather;
+                    }
+                }
                 RxFrame::Gathered(b) => {
                     // Valid only until the next frame: handled on its own, after the run.
                     run.end(self.flows, self.regions);
@@ -91,6 +106,47 @@ impl BurstCx<'_> {
             }
         }
         run.end(self.flows, self.regions);
+    }
+
+    /// A frame in several descriptors of this burst, taken into the run piece by piece (no
+    /// copy: docs/architecture.md, "Runs of segments") when it is a well-formed, in-order
+    /// segment of a known flow whose headers lie in its first descriptor. Returns false, with
+    /// nothing counted or changed beyond ending another flow's run, for any other frame: the
+    /// caller gathers it and takes it as one piece, which counts and reports it exactly as
+    /// any frame.
+    fn chained<'u>(&mut self, c: ChainedFrame<'u, '_>, run: &mut Run<'u>) -> bool {
+        if !self.chains_in_pieces || self.tap.is_some() {
+            // Capture records frames whole.
+            return false;
+        }
+        let Ok((f, payload)) = parse_tcp_frame_in_pieces(c.pieces(), self.verify_checksums) else {
+            return false;
+        };
+        let key = (f.dst, f.src);
+        if run.key.is_some_and(|k| k != key) {
+            run.end(self.flows, self.regions);
+        }
+        let Some(flow) = self.flows.get_mut(&key) else {
+            return false;
+        };
+        if !flow.vlan_matches(f.vlan) || self.repr.parse_into(&f.tcp).is_err() {
+            return false;
+        }
+        let pieces = frame_range(c, payload);
+        if !flow.on_segment_in_pieces_in_run(
+            self.now,
+            &self.repr,
+            pieces,
+            &mut run.octets,
+            self.regions,
+        ) {
+            return false;
+        }
+        run.key = Some(key);
+        if self.touched.last() != Some(&key) {
+            self.touched.push(key);
+        }
+        true
     }
 
     /// One frame; `run`: it stays in hand until the run ends.
@@ -153,4 +209,18 @@ impl BurstCx<'_> {
             self.touched.push(key);
         }
     }
+}
+
+/// The octets of `c` in `range` (offsets in the whole frame), piece by piece.
+fn frame_range<'u, 'g>(
+    c: ChainedFrame<'u, 'g>,
+    range: std::ops::Range<usize>,
+) -> impl Iterator<Item = &'u [u8]> + Clone + 'g {
+    let mut at = 0usize;
+    c.pieces().filter_map(move |p| {
+        let start = at;
+        at += p.len();
+        let (lo, hi) = (range.start.max(start), range.end.min(at));
+        (lo < hi).then(|| &p[lo - start..hi - start])
+    })
 }

@@ -26,6 +26,19 @@ pub(crate) fn sum(acc: u64, data: &[u8]) -> u64 {
     acc + u64::from(u16::from_be_bytes(native))
 }
 
+/// [`sum`] of a piece that starts `odd` octets after an even offset of the data summed: at an
+/// odd offset every octet takes the other half of its 16-bit word, and the ones' complement
+/// sum of octets that swapped places is the swapped sum (RFC 1071 §2(B)). For data split
+/// into pieces of any length (a frame in several receive descriptors).
+#[inline]
+pub(crate) fn sum_at(acc: u64, data: &[u8], odd: bool) -> u64 {
+    if odd {
+        acc + u64::from(fold(sum(0, data)).swap_bytes())
+    } else {
+        sum(acc, data)
+    }
+}
+
 /// `a + b` with the carry out of bit 63 added back in (end-around carry). Cannot overflow
 /// twice: on a carry the wrapped sum is at most 2^64 - 2.
 #[inline(always)]

@@ -340,6 +340,7 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     }
 
     /// Whether the checksum is right for an IPv6 pseudo-header.
+    #[cfg(test)]
     pub(crate) fn verify_checksum_v6(&self, src: Ipv6Addr, dst: Ipv6Addr) -> bool {
         let b = self.buffer.as_ref();
         let acc = checksum::pseudo_header_v6(src, dst, b.len() as u32);

@@ -4,7 +4,7 @@
 //! reported.
 
 use super::stream::{self, Segmentation, Stream, FLOW, PD};
-use crate::flow::{receive_segment, receive_segment_in_run};
+use crate::flow::{receive_pieces_in_run, receive_segment, receive_segment_in_run};
 use crate::receiver::{MemRegions, MpaReceiver, ReceiverConfig, RxStats};
 use crate::tcp::tests::harness::SEG;
 use crate::tcp::tests::pair::{handovers, LinkCfg, Pair, Rng, Sink};
@@ -21,7 +21,9 @@ struct MpaSink {
     delivered: usize,
     completions: Vec<Completion>,
     /// In-order octets decoded a burst at a time (`MpaReceiver::handle_in_order_run`), as the
-    /// worker does, rather than segment by segment.
+    /// worker does, rather than segment by segment; and two segments in three taken in
+    /// pieces (as a frame in several receive descriptors), cut where their sequence number
+    /// says, falling back as the worker does when TCP wants the octets in one piece.
     runs: bool,
 }
 
@@ -43,6 +45,31 @@ impl Sink for MpaSink {
         run: &mut Vec<&'f [u8]>,
     ) {
         if !self.runs {
+            return self.on_segment(b, now, repr, payload);
+        }
+        let seq = repr.seq_number.0 as usize;
+        if !seq.is_multiple_of(3) {
+            // Cuts at an odd and an even offset, either may be 0 or the end (empty pieces).
+            let c1 = (seq / 3) % (payload.len() + 1);
+            let c2 = (c1 + (seq / 7) % 2000).min(payload.len());
+            let pieces = [&payload[..c1], &payload[c1..c2], &payload[c2..]];
+            if let Some(out) = receive_pieces_in_run(
+                b,
+                &mut self.rx,
+                now,
+                repr,
+                pieces.into_iter(),
+                run,
+                &mut self.regions,
+            ) {
+                self.delivered += out.in_order.len() + out.reassembled;
+                while let Some(c) = self.rx.poll_completion() {
+                    self.completions.push(c);
+                }
+                return;
+            }
+            // Out of order: the run so far first, then the segment in one piece.
+            self.end_burst(run);
             return self.on_segment(b, now, repr, payload);
         }
         let out =

@@ -33,16 +33,37 @@ impl<S: SendSource> Connection<S> {
         payload: &[u8],
         place: &mut dyn FnMut(SeqNumber, &[u8], &mut PlacedSpans<'_>),
     ) -> SegmentOutcome {
-        let out = self.handle_segment_inner(now, repr, payload, place);
+        let out = self.handle_segment_inner(now, repr, Text::Octets(payload), place);
         self.settle_budget(0);
         out
+    }
+
+    /// As [`Connection::handle_segment`] for a segment of `payload_len` octets whose octets
+    /// the caller holds in pieces (a frame in several receive descriptors), when the segment
+    /// cannot be out of order: it starts at or before RCV.NXT, so whatever of it is taken is
+    /// in order, and [`SegmentOutcome::in_order`] says which of its octets. `None`, with
+    /// nothing changed, for a segment that starts beyond RCV.NXT: the reassembly store would
+    /// need its octets in one piece.
+    pub(crate) fn handle_segment_in_order(
+        &mut self,
+        now: Instant,
+        repr: &TcpRepr,
+        payload_len: usize,
+    ) -> Option<SegmentOutcome> {
+        if repr.seq_number > self.rcv_nxt {
+            return None;
+        }
+        let out =
+            self.handle_segment_inner(now, repr, Text::Length(payload_len), &mut |_, _, _| {});
+        self.settle_budget(0);
+        Some(out)
     }
 
     fn handle_segment_inner(
         &mut self,
         now: Instant,
         repr: &TcpRepr,
-        payload: &[u8],
+        payload: Text<'_>,
         place: &mut dyn FnMut(SeqNumber, &[u8], &mut PlacedSpans<'_>),
     ) -> SegmentOutcome {
         self.now = now;
@@ -319,7 +340,7 @@ impl<S: SendSource> Connection<S> {
         now: Instant,
         seq: SeqNumber,
         flags: TcpFlags,
-        payload: &[u8],
+        payload: Text<'_>,
         place: &mut dyn FnMut(SeqNumber, &[u8], &mut PlacedSpans<'_>),
     ) -> SegmentOutcome {
         let mut out = SegmentOutcome::default();
@@ -423,7 +444,14 @@ impl<S: SendSource> Connection<S> {
             }
             self.ack_each = true;
             self.ooo_owed_end = Some(start + len);
-            let data = &payload[skip..skip + len];
+            let Text::Octets(octets) = payload else {
+                // Unreachable: only a segment starting at or before RCV.NXT comes without
+                // its octets (`handle_segment_in_order`), and what is left of it starts at
+                // RCV.NXT. Dropped rather than stored as octets it does not have.
+                debug_assert!(false, "out-of-order segment without its octets");
+                return self.drop(DropReason::OutOfWindow);
+            };
+            let data = &octets[skip..skip + len];
             let mut spans = PlacedSpans::default();
             if self.rcv_nxt + self.store.span() > start {
                 let mut shown = PlacedSpans::with_store(&self.store, self.rcv_nxt);
@@ -733,5 +761,28 @@ impl<S: SendSource> Connection<S> {
             self.adv_edge = edge;
         }
         field as u16
+    }
+}
+
+/// A received segment's text as the receive path takes it.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Text<'a> {
+    /// Its octets, in one piece.
+    Octets(&'a [u8]),
+    /// Its length only: the caller holds the octets, and the segment starts at or before
+    /// RCV.NXT (an in-order segment never needs them here).
+    Length(usize),
+}
+
+impl Text<'_> {
+    pub(super) fn len(&self) -> usize {
+        match *self {
+            Text::Octets(b) => b.len(),
+            Text::Length(n) => n,
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }

@@ -105,6 +105,72 @@ fn overlap_is_trimmed_and_duplicates_acked() {
     assert_eq!(c.stats().dup_full, 1);
 }
 
+/// A segment whose octets the caller holds in pieces (`handle_segment_in_order`, only its
+/// length given) is taken exactly as the same segment in one piece — in order, partly old,
+/// wholly old, with FIN — and one that starts beyond RCV.NXT is refused with nothing changed.
+#[test]
+fn a_segment_taken_by_length_is_taken_as_in_one_piece() {
+    let t0 = Instant::now();
+    let mut whole = conn(t0, true, &cfg());
+    let mut by_len = conn(t0, true, &cfg());
+    let p = Peer::new(true);
+    let script: [(u64, usize, bool); 7] = [
+        (0, 1000, false),
+        (500, 1000, false), // [500, 1000) old
+        (0, 1000, false),   // wholly old
+        (3000, 500, false), // beyond RCV.NXT: refused by length
+        (1500, 1500, false),
+        (2900, 700, false), // reaches into what the store holds
+        (3500, 100, true),
+    ];
+    for (i, &(off, len, fin)) in script.iter().enumerate() {
+        let (mut r, d) = p.data(off, len);
+        if fin {
+            r.flags = r.flags | TcpFlags::FIN;
+        }
+        let now = t0 + ms(i as u64);
+        let a = whole.handle_segment(now, &r, &d);
+        let before = (by_len.rcv_nxt(), by_len.stats().segs_in);
+        let b = match by_len.handle_segment_in_order(now, &r, len) {
+            Some(b) => {
+                assert!(off != 3000, "segment {i} is out of order");
+                b
+            }
+            None => {
+                assert_eq!(off, 3000, "segment {i} refused");
+                assert_eq!((by_len.rcv_nxt(), by_len.stats().segs_in), before);
+                by_len.handle_segment(now, &r, &d)
+            }
+        };
+        assert_eq!(
+            (a.in_order.clone(), a.reassembled, a.dropped),
+            (b.in_order.clone(), b.reassembled, b.dropped),
+            "segment {i}"
+        );
+        if a.reassembled > 0 {
+            let (mut x, mut y) = (Vec::new(), Vec::new());
+            whole.drain_reassembled(|s| x.extend_from_slice(s));
+            by_len.drain_reassembled(|s| y.extend_from_slice(s));
+            assert_eq!(x, y);
+        }
+        whole.end_of_burst(now);
+        by_len.end_of_burst(now);
+        let (ta, tb) = (drain_tx(&mut whole, now), drain_tx(&mut by_len, now));
+        assert_eq!(ta.len(), tb.len(), "segment {i}");
+        for (x, y) in ta.iter().zip(&tb) {
+            assert_eq!((x.ack(), x.sack()), (y.ack(), y.sack()), "segment {i}");
+        }
+    }
+    assert_eq!(whole.rcv_nxt(), p.base + 3600u32 + 1u32, "FIN taken");
+    assert_eq!(by_len.rcv_nxt(), whole.rcv_nxt());
+    let (a, b) = (whole.stats(), by_len.stats());
+    assert_eq!(
+        (a.in_order_segs, a.ooo_segs, a.dup_full, a.dup_partial),
+        (b.in_order_segs, b.ooo_segs, b.dup_full, b.dup_partial)
+    );
+    assert_eq!((a.dup_full, a.dup_partial, a.ooo_segs), (1, 2, 1));
+}
+
 #[test]
 fn out_of_order_sack_and_reassembly() {
     let t0 = Instant::now();

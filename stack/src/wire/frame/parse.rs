@@ -1,13 +1,14 @@
 //! Taking a received frame apart: [`parse_tcp_frame`] and the [`TcpFrame`] it yields.
 
 use super::FrameError;
-use crate::wire::checksum::PROTO_TCP;
+use crate::wire::checksum::{self, PROTO_TCP};
 #[cfg(test)]
 use crate::wire::ethernet::MacAddr;
 use crate::wire::ethernet::{EthernetFrame, VlanTag, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 use crate::wire::ip::{Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, IPV6_HEADER_LEN};
 use crate::wire::tcp::TcpPacket;
 use std::net::{IpAddr, SocketAddr};
+use std::ops::Range;
 
 /// A received TCP frame, taken apart. Borrows the frame.
 #[derive(Debug, Clone, Copy)]
@@ -33,7 +34,8 @@ pub struct TcpFrame<'a> {
     /// Offset of the TCP header in the frame.
     #[cfg(test)]
     pub(crate) tcp_offset: usize,
-    /// The TCP segment, exactly `ip_payload_len` octets; its header has passed
+    /// The TCP segment, exactly `ip_payload_len` octets (of a frame in pieces, its part in the
+    /// first piece: [`parse_tcp_frame_in_pieces`]); its header has passed
     /// `TcpPacket::check_len`.
     pub tcp: TcpPacket<&'a [u8]>,
 }
@@ -54,15 +56,84 @@ pub fn parse_tcp_frame(
     frame: &[u8],
     verify_tcp_checksum: bool,
 ) -> Result<TcpFrame<'_>, FrameError> {
-    let eth = EthernetFrame::new_checked(frame)?;
+    let head = parse_head(frame, frame.len())?;
+    let segment = &frame[head.tcp_at..head.tcp_end];
+    let tcp = TcpPacket::new_checked(segment)?;
+    if verify_tcp_checksum {
+        // RFC 9293 §3.1 (MUST-3): the receiver checks the checksum; a bad segment is dropped.
+        let acc = head.pseudo_header(segment.len());
+        if checksum::fold(checksum::sum(acc, segment)) != 0xffff {
+            return Err(FrameError::BadTcpChecksum);
+        }
+    }
+    Ok(head.frame(tcp))
+}
+
+/// [`parse_tcp_frame`] for a frame that arrived in several pieces (the receive descriptors of
+/// one multi-buffer frame, in order): the headers must lie in the first piece (else
+/// [`FrameError::Tcp`], truncated: the caller may gather the frame and parse that), the TCP
+/// checksum is verified over every piece. Returns the frame, whose `tcp` view holds the
+/// header and the part of the payload in the first piece, and the payload's range in the
+/// whole frame's octets (the pieces one after the other). The same checks and errors as
+/// [`parse_tcp_frame`] otherwise.
+pub fn parse_tcp_frame_in_pieces<'a>(
+    pieces: impl Iterator<Item = &'a [u8]> + Clone,
+    verify_tcp_checksum: bool,
+) -> Result<(TcpFrame<'a>, Range<usize>), FrameError> {
+    let mut rest = pieces.clone();
+    let first = rest.next().unwrap_or_default();
+    let frame_len = pieces.map(<[u8]>::len).sum();
+    let head = parse_head(first, frame_len)?;
+    let in_first = &first[head.tcp_at..head.tcp_end.min(first.len())];
+    let tcp = TcpPacket::new_checked(in_first)?;
+    let payload = head.tcp_at + tcp.header_len()..head.tcp_end;
+    if verify_tcp_checksum {
+        let mut acc = head.pseudo_header(head.tcp_end - head.tcp_at);
+        acc = checksum::sum(acc, in_first);
+        // Frame offsets: each piece's part of the segment, summed at its parity.
+        let mut at = first.len();
+        for piece in rest {
+            if at >= head.tcp_end {
+                break;
+            }
+            let part = &piece[..piece.len().min(head.tcp_end - at)];
+            acc = checksum::sum_at(acc, part, (at - head.tcp_at) % 2 == 1);
+            at += part.len();
+        }
+        if at < head.tcp_end || checksum::fold(acc) != 0xffff {
+            return Err(FrameError::BadTcpChecksum);
+        }
+    }
+    Ok((head.frame(tcp), payload))
+}
+
+/// What the Ethernet and IP headers say: the addresses and where the TCP segment lies.
+struct Head {
+    #[cfg(test)]
+    src_mac: MacAddr,
+    #[cfg(test)]
+    dst_mac: MacAddr,
+    vlan: Option<VlanTag>,
+    src_ip: IpAddr,
+    dst_ip: IpAddr,
+    /// The TCP segment's first and end offsets in the frame.
+    tcp_at: usize,
+    tcp_end: usize,
+}
+
+/// The Ethernet and IP headers, in `head` (the frame, or its first piece), of a frame of
+/// `frame_len` octets.
+#[inline(always)]
+fn parse_head(head: &[u8], frame_len: usize) -> Result<Head, FrameError> {
+    let eth = EthernetFrame::new_checked(head)?;
     let l3_offset = eth.header_len();
-    // Slices are cut from `frame` itself (the views' accessors borrow the view).
-    let ip = &frame[l3_offset..];
-    // The TCP segment's first and end offsets in `frame`.
+    // Slices are cut from `head` itself (the views' accessors borrow the view).
+    let ip = &head[l3_offset..];
+    let in_frame = frame_len.saturating_sub(l3_offset);
     let (src_ip, dst_ip, tcp_at, tcp_end) = match eth.ethertype() {
         ETHERTYPE_IPV4 => {
-            let p = Ipv4Packet::new_checked(ip)?;
-            let r = Ipv4Repr::parse(&p, true)?;
+            let p = Ipv4Packet::new_unchecked(ip);
+            let r = Ipv4Repr::parse_in(&p, in_frame, true)?;
             if r.protocol != PROTO_TCP {
                 return Err(FrameError::NotTcp {
                     protocol: r.protocol,
@@ -77,8 +148,8 @@ pub fn parse_tcp_frame(
             )
         }
         ETHERTYPE_IPV6 => {
-            let p = Ipv6Packet::new_checked(ip)?;
-            let r = Ipv6Repr::parse(&p)?;
+            let p = Ipv6Packet::new_unchecked(ip);
+            let r = Ipv6Repr::parse_in(&p, in_frame)?;
             if r.next_header != PROTO_TCP {
                 return Err(FrameError::NotTcp {
                     protocol: r.next_header,
@@ -93,31 +164,46 @@ pub fn parse_tcp_frame(
         }
         ethertype => return Err(FrameError::NotIp { ethertype }),
     };
-    let segment = &frame[tcp_at..tcp_end];
-    let tcp = TcpPacket::new_checked(segment)?;
-    if verify_tcp_checksum {
-        // RFC 9293 §3.1 (MUST-3): the receiver checks the checksum; a bad segment is dropped.
-        let ok = match (src_ip, dst_ip) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => tcp.verify_checksum_v4(s, d),
-            (IpAddr::V6(s), IpAddr::V6(d)) => tcp.verify_checksum_v6(s, d),
-            _ => false, // unreachable: both come from one header
-        };
-        if !ok {
-            return Err(FrameError::BadTcpChecksum);
-        }
-    }
-    Ok(TcpFrame {
+    Ok(Head {
         #[cfg(test)]
         src_mac: eth.src_addr(),
         #[cfg(test)]
         dst_mac: eth.dst_addr(),
         vlan: eth.vlan(),
-        src: SocketAddr::new(src_ip, tcp.src_port()),
-        dst: SocketAddr::new(dst_ip, tcp.dst_port()),
-        #[cfg(test)]
-        ip_payload_len: segment.len(),
-        #[cfg(test)]
-        tcp_offset: tcp_at,
-        tcp,
+        src_ip,
+        dst_ip,
+        tcp_at,
+        tcp_end,
     })
+}
+
+impl Head {
+    /// The unfolded sum of the pseudo-header for a segment of `tcp_len` octets.
+    #[inline(always)]
+    fn pseudo_header(&self, tcp_len: usize) -> u64 {
+        match (self.src_ip, self.dst_ip) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => checksum::pseudo_header_v4(s, d, tcp_len as u32),
+            (IpAddr::V6(s), IpAddr::V6(d)) => checksum::pseudo_header_v6(s, d, tcp_len as u32),
+            // Unreachable: both come from one header. A sum no segment matches.
+            _ => 0,
+        }
+    }
+
+    #[inline(always)]
+    fn frame(self, tcp: TcpPacket<&[u8]>) -> TcpFrame<'_> {
+        TcpFrame {
+            #[cfg(test)]
+            src_mac: self.src_mac,
+            #[cfg(test)]
+            dst_mac: self.dst_mac,
+            vlan: self.vlan,
+            src: SocketAddr::new(self.src_ip, tcp.src_port()),
+            dst: SocketAddr::new(self.dst_ip, tcp.dst_port()),
+            #[cfg(test)]
+            ip_payload_len: self.tcp_end - self.tcp_at,
+            #[cfg(test)]
+            tcp_offset: self.tcp_at,
+            tcp,
+        }
+    }
 }

@@ -579,3 +579,135 @@ fn known_good_tcp_checksums() {
         assert!(parse_tcp_frame(&f, true).is_ok(), "v6 len {len}");
     }
 }
+
+/// A frame of `payload_len` octets of payload (v4 or v6), as a jumbo frame arrives.
+fn jumbo(v6: bool, payload_len: usize) -> Vec<u8> {
+    let (a, b) = if v6 {
+        (sa("[2001:db8::1]:40001"), sa("[2001:db8::aa]:7777"))
+    } else {
+        (sa("10.1.2.3:40001"), sa("10.3.2.1:7777"))
+    };
+    let t = FrameTemplate::new(MAC_A, MAC_B, a, b).unwrap();
+    let r = repr(40001, 7777, 0xffff_f000);
+    let l = t.l2l3_len();
+    let mut buf = vec![0u8; l + 60 + payload_len];
+    let hl = r
+        .emit(&mut TcpPacket::new_unchecked(&mut buf[l..]))
+        .unwrap();
+    for (i, o) in buf[l + hl..l + hl + payload_len].iter_mut().enumerate() {
+        *o = (i * 7 + i / 251) as u8;
+    }
+    let n = t.finish(&mut buf, hl + payload_len).unwrap();
+    buf.truncate(n);
+    buf
+}
+
+/// `frame` cut at `cuts` (ascending offsets) into pieces.
+fn cut_at<'a>(frame: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
+    let mut pieces = Vec::new();
+    let mut at = 0;
+    for &c in cuts.iter().chain([frame.len()].iter()) {
+        pieces.push(&frame[at..c]);
+        at = c;
+    }
+    pieces
+}
+
+/// A frame in pieces parses as the whole frame: the same addresses, header and checksum
+/// verdict, and its payload range, read across the pieces, is the whole frame's payload —
+/// at every cut after the headers, even and odd, into two and three pieces, the fixtures'
+/// odd-length segment and Ethernet padding included.
+#[test]
+fn a_frame_in_pieces_parses_as_the_whole_frame() {
+    let frames = [
+        FRAME_V4.to_vec(),
+        FRAME_V6.to_vec(),
+        FRAME_MIN.to_vec(),
+        tagged(&FRAME_V4, 7),
+        jumbo(false, 8948),
+        jumbo(true, 8927),
+    ];
+    for frame in &frames {
+        let whole = parse_tcp_frame(frame, true).unwrap();
+        let header_end = whole.tcp_offset + whole.tcp.header_len();
+        let payload_at = whole.tcp.payload().as_ptr() as usize - frame.as_ptr() as usize;
+        let step = if frame.len() > 1000 { 331 } else { 1 };
+        let mut cuts: Vec<Vec<usize>> = (header_end..=frame.len())
+            .step_by(step)
+            .map(|c| vec![c])
+            .collect();
+        cuts.push(vec![header_end, header_end]); // an empty piece
+        cuts.extend(
+            (header_end..frame.len())
+                .step_by(step * 3)
+                .map(|c| vec![c, (c + 1 + step).min(frame.len())]),
+        );
+        for c in &cuts {
+            let pieces = cut_at(frame, c);
+            let (f, payload) = parse_tcp_frame_in_pieces(pieces.iter().copied(), true)
+                .unwrap_or_else(|e| panic!("cuts {c:?} of {}: {e}", frame.len()));
+            assert_eq!((f.src, f.dst, f.vlan), (whole.src, whole.dst, whole.vlan));
+            assert_eq!(f.tcp_offset, whole.tcp_offset);
+            assert_eq!(f.ip_payload_len, whole.ip_payload_len);
+            assert_eq!(
+                TcpRepr::parse(&f.tcp).unwrap(),
+                TcpRepr::parse(&whole.tcp).unwrap()
+            );
+            assert_eq!(payload.start, payload_at, "cuts {c:?}");
+            assert_eq!(&frame[payload], whole.tcp.payload(), "cuts {c:?}");
+        }
+    }
+}
+
+/// Any octet of the segment changed fails the checksum of the frame in pieces, wherever the
+/// pieces are cut (each parity of each piece's start); no checksum, no error.
+#[test]
+fn a_frame_in_pieces_fails_its_checksum_as_the_whole_frame() {
+    for v6 in [false, true] {
+        let frame = jumbo(v6, 3001);
+        let whole = parse_tcp_frame(&frame, true).unwrap();
+        let header_end = whole.tcp_offset + whole.tcp.header_len();
+        let tcp_end = whole.tcp_offset + whole.ip_payload_len;
+        for cuts in [
+            vec![header_end + 1],
+            vec![header_end + 2, header_end + 1001],
+            vec![header_end + 7, header_end + 8, header_end + 1500],
+        ] {
+            for i in (whole.tcp_offset..tcp_end).step_by(13) {
+                if i == whole.tcp_offset + 12 {
+                    continue; // the data offset: the header itself may change
+                }
+                let mut b = frame.clone();
+                b[i] ^= 0x5a;
+                let pieces = cut_at(&b, &cuts);
+                assert_eq!(
+                    parse_tcp_frame_in_pieces(pieces.iter().copied(), true).unwrap_err(),
+                    FrameError::BadTcpChecksum,
+                    "octet {i} cuts {cuts:?}"
+                );
+                assert!(parse_tcp_frame_in_pieces(pieces.iter().copied(), false).is_ok());
+            }
+        }
+    }
+}
+
+/// Headers that reach past the first piece, frames shorter than their IP header says, and
+/// no pieces at all are errors, never a panic.
+#[test]
+fn a_frame_in_pieces_needs_its_headers_in_the_first() {
+    let frame = jumbo(false, 2000);
+    let whole = parse_tcp_frame(&frame, true).unwrap();
+    let header_end = whole.tcp_offset + whole.tcp.header_len();
+    for cut in 0..header_end {
+        let pieces = cut_at(&frame, &[cut]);
+        assert!(
+            parse_tcp_frame_in_pieces(pieces.iter().copied(), true).is_err(),
+            "cut {cut}"
+        );
+    }
+    for len in 0..frame.len() {
+        let pieces = cut_at(&frame[..len], &[header_end.min(len)]);
+        assert!(parse_tcp_frame_in_pieces(pieces.iter().copied(), false).is_err());
+    }
+    assert!(parse_tcp_frame_in_pieces(std::iter::empty(), true).is_err());
+}

@@ -36,6 +36,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
 
     /// Wraps a buffer after [`Ipv4Packet::check_len`].
+    #[cfg(test)]
     pub(crate) fn new_checked(buffer: T) -> Result<Self, IpError> {
         let p = Self::new_unchecked(buffer);
         p.check_len()?;
@@ -45,7 +46,15 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// Checks the version (4), that IHL is at least 5 words and inside the buffer, and that
     /// the total length covers the header and lies inside the buffer (which may be longer:
     /// Ethernet padding).
+    #[cfg(test)]
     pub(crate) fn check_len(&self) -> Result<(), IpError> {
+        self.check_len_in(self.buffer.as_ref().len())
+    }
+
+    /// [`Ipv4Packet::check_len`] for a packet of which the buffer holds the first part (at
+    /// least the header) and the frame `in_frame` octets from the header on (a frame in
+    /// several receive descriptors): the total length is checked against `in_frame`.
+    pub(crate) fn check_len_in(&self, in_frame: usize) -> Result<(), IpError> {
         let have = self.buffer.as_ref().len();
         if have < IPV4_HEADER_LEN {
             return Err(IpError::Truncated {
@@ -75,6 +84,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
                 header_len,
             });
         }
+        let have = have.max(in_frame);
         if have < total_len {
             return Err(IpError::Truncated {
                 need: total_len,
@@ -248,16 +258,26 @@ impl Ipv4Repr {
         }
     }
 
-    /// Parses a packet: checks its lengths, then (when `verify_checksum`) its header
-    /// checksum, then rejects fragments.
-    // Forced inline: once per received frame, and a call returned the repr through memory
-    // (a failed store forward, see `parse_tcp_frame`).
-    #[inline(always)]
+    /// [`Ipv4Repr::parse_in`] of a packet the buffer holds whole.
+    #[cfg(test)]
     pub(crate) fn parse<T: AsRef<[u8]>>(
         packet: &Ipv4Packet<T>,
         verify_checksum: bool,
     ) -> Result<Ipv4Repr, IpError> {
-        packet.check_len()?;
+        Self::parse_in(packet, 0, verify_checksum)
+    }
+
+    /// Parses a packet: checks its lengths (as [`Ipv4Packet::check_len_in`] with
+    /// `in_frame`), then (when `verify_checksum`) its header checksum, then rejects fragments.
+    // Forced inline: once per received frame, and a call returned the repr through memory
+    // (a failed store forward, see `parse_tcp_frame`).
+    #[inline(always)]
+    pub(crate) fn parse_in<T: AsRef<[u8]>>(
+        packet: &Ipv4Packet<T>,
+        in_frame: usize,
+        verify_checksum: bool,
+    ) -> Result<Ipv4Repr, IpError> {
+        packet.check_len_in(in_frame)?;
         // RFC 1122 §3.2.1.2: a host MUST verify the header checksum and silently discard a
         // datagram with a bad one.
         if verify_checksum && !packet.verify_checksum() {

@@ -29,6 +29,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     }
 
     /// Wraps a buffer after [`Ipv6Packet::check_len`].
+    #[cfg(test)]
     pub(crate) fn new_checked(buffer: T) -> Result<Self, IpError> {
         let p = Self::new_unchecked(buffer);
         p.check_len()?;
@@ -37,7 +38,15 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
 
     /// Checks the version (6) and that the fixed header and the payload length it announces
     /// lie inside the buffer (which may be longer: Ethernet padding).
+    #[cfg(test)]
     pub(crate) fn check_len(&self) -> Result<(), IpError> {
+        self.check_len_in(self.buffer.as_ref().len())
+    }
+
+    /// [`Ipv6Packet::check_len`] for a packet of which the buffer holds the first part (at
+    /// least the fixed header) and the frame `in_frame` octets from the header on: the payload
+    /// length is checked against `in_frame`.
+    pub(crate) fn check_len_in(&self, in_frame: usize) -> Result<(), IpError> {
         let have = self.buffer.as_ref().len();
         if have < IPV6_HEADER_LEN {
             return Err(IpError::Truncated {
@@ -48,6 +57,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
         if self.version() != 6 {
             return Err(IpError::BadVersion(self.version()));
         }
+        let have = have.max(in_frame);
         let need = IPV6_HEADER_LEN + self.payload_len();
         if have < need {
             return Err(IpError::Truncated { need, have });
@@ -160,9 +170,20 @@ impl Ipv6Repr {
         }
     }
 
-    /// Parses a packet: checks its lengths and rejects extension headers.
+    /// [`Ipv6Repr::parse_in`] of a packet the buffer holds whole.
+    #[cfg(test)]
     pub(crate) fn parse<T: AsRef<[u8]>>(packet: &Ipv6Packet<T>) -> Result<Ipv6Repr, IpError> {
-        packet.check_len()?;
+        Self::parse_in(packet, 0)
+    }
+
+    /// Parses a packet: checks its lengths (as [`Ipv6Packet::check_len_in`] with
+    /// `in_frame`) and rejects extension headers.
+    #[inline(always)]
+    pub(crate) fn parse_in<T: AsRef<[u8]>>(
+        packet: &Ipv6Packet<T>,
+        in_frame: usize,
+    ) -> Result<Ipv6Repr, IpError> {
+        packet.check_len_in(in_frame)?;
         let next_header = packet.next_header();
         if is_ipv6_extension_header(next_header) {
             return Err(IpError::Unsupported { next_header });
