@@ -22,6 +22,7 @@ fn tiny(op: Op, markers: bool, aligned: bool, loss: f64, reorder: f64) -> Pipeli
         verify_checksums: true,
         umem_chunk: 3840,
         chains_in_pieces: false,
+        huge_pages: false,
         region_bytes: 16 << 20,
         timestamps: true,
     }
@@ -55,6 +56,21 @@ fn jumbo_chains_decoded_from_their_descriptors_check_out() {
     o.reorder = 0.0;
     let r = pipeline(&o).expect("round checks pass");
     assert!(r.last.spanned_in_place > 10 * r.last.staged, "{}", r.line());
+}
+
+#[test]
+fn frames_on_transparent_huge_pages_check_out() {
+    // The RX frames' arena advised onto transparent huge pages: the round checks out, and
+    // where the kernel allows them (not `[never]`) it gave some.
+    let mut o = tiny(Op::Write, true, false, 0.0, 0.0);
+    o.huge_pages = true;
+    let r = pipeline(&o).expect("round checks pass");
+    assert!(r.line().contains("frames on huge pages"), "{}", r.line());
+    let thp =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    if thp.contains('[') && !thp.contains("[never]") {
+        assert!(r.last.huge_page_octets >= 2 << 20, "{}", r.line());
+    }
 }
 
 #[test]

@@ -193,7 +193,7 @@ fn worker_with(markers: bool, tcp: TcpConfig) -> Bench {
 }
 
 fn worker_with_chains(markers: bool, tcp: TcpConfig, chains_in_pieces: bool) -> Bench {
-    let (ring, wire) = MemRing::new(0);
+    let (ring, wire) = MemRing::new(0).unwrap();
     let (_cmd_tx, cmd_rx) = unbounded();
     let (note_tx, notes) = unbounded();
     let mut worker = Worker::new(
@@ -748,7 +748,7 @@ fn a_silent_peer_is_reaped_by_keepalive_and_reported_gone() {
 fn a_flow_that_moves_to_another_worker_keeps_its_completions_in_order() {
     // Worker 0 owns the flow first; both workers write into one subscription's two rings.
     let mut a = worker_with_flow(false);
-    let (ring_b, wire_b) = MemRing::new(1);
+    let (ring_b, wire_b) = MemRing::new(1).unwrap();
     let (_cmd_tx, cmd_rx) = unbounded();
     let (note_tx, _notes_b) = unbounded();
     let mut b = Worker::new(
@@ -827,7 +827,7 @@ fn a_flow_that_moves_to_another_worker_keeps_its_completions_in_order() {
 fn a_hand_over_the_memory_budget_has_no_room_for_is_refused() {
     use mpa_datapath::worker::WorkerError;
     use mpa_stack::budget::{MemoryBudget, FLOW_CHARGE};
-    let (ring, _wire) = MemRing::new(0);
+    let (ring, _wire) = MemRing::new(0).unwrap();
     let (_cmd_tx, cmd_rx) = unbounded();
     let (note_tx, notes) = unbounded();
     let budget = MemoryBudget::new(FLOW_CHARGE + 1000);

@@ -29,7 +29,7 @@ struct Bench {
 
 /// A worker owning flow [`FLOW`] of domain 1, with region [`STAG`] of domain 1.
 fn bench() -> Bench {
-    let (ring, wire) = MemRing::new(0);
+    let (ring, wire) = MemRing::new(0).unwrap();
     let (_cmd_tx, cmd_rx) = unbounded();
     let (note_tx, notes) = unbounded();
     let mut worker = Worker::new(

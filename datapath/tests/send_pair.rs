@@ -88,7 +88,7 @@ fn end_full(
     ord: Option<u16>,
     rtr: Option<mpa::startup::RtrType>,
 ) -> End {
-    let (ring, wire) = MemRing::new(0);
+    let (ring, wire) = MemRing::new(0).unwrap();
     let (_cmd_tx, cmd_rx) = unbounded();
     let (note_tx, notes) = unbounded();
     let mut worker = Worker::new(

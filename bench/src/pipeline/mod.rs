@@ -100,6 +100,10 @@ pub struct PipelineArgs {
     /// (`mpa-datapath --chains-in-pieces`).
     #[arg(long)]
     pub chains_in_pieces: bool,
+    /// Put the RX frames on transparent huge pages (as a UMEM on huge pages: a TLB entry per
+    /// 2 MiB instead of per frame); the summary says how much the kernel gave.
+    #[arg(long)]
+    pub huge_pages: bool,
     /// Registered memory per worker, octets (a size: 16M, 1G), shared by its flows: larger
     /// than the last-level cache, every line placed into is a miss, as in an application's
     /// large buffer.
@@ -169,6 +173,8 @@ pub struct PipelineOpts {
     pub umem_chunk: usize,
     /// Chained frames decoded from their descriptors, not gathered.
     pub chains_in_pieces: bool,
+    /// RX frames on transparent huge pages.
+    pub huge_pages: bool,
     /// Registered memory per worker, octets.
     pub region_bytes: u64,
     /// TCP timestamps in every frame.
@@ -207,6 +213,7 @@ impl PipelineArgs {
             verify_checksums: !self.no_verify_checksums,
             umem_chunk: self.umem_chunk,
             chains_in_pieces: self.chains_in_pieces,
+            huge_pages: self.huge_pages,
             region_bytes: self.region_bytes,
             timestamps: !self.no_timestamps,
         }
@@ -239,6 +246,9 @@ impl PipelineOpts {
         }
         if self.chains_in_pieces {
             s += ", chains in pieces";
+        }
+        if self.huge_pages {
+            s += ", frames on huge pages";
         }
         if self.region_bytes != DEFAULT_REGION_BYTES {
             s += &format!(", region {} MiB", self.region_bytes >> 20);
@@ -297,7 +307,7 @@ impl PipelineReport {
              {:.2} M segments/s, CPU/wall {:.2}, poll/loop {:.2}; {} segments ({} lost+resent, \
              {} reordered), {} ACKs, FPDUs {} (direct {}, in order {}, from store {}; across segments in place {}, \
              staged {}), \
-             {} completions, {} region octets checked",
+             {} completions, {} region octets checked{}",
             self.opts.label(),
             self.ns_per_segment.median,
             self.ns_per_segment.min,
@@ -321,6 +331,14 @@ impl PipelineReport {
             r.staged,
             r.completions,
             r.compared,
+            if self.opts.huge_pages {
+                format!(
+                    ", {} MiB of frames on huge pages",
+                    r.huge_page_octets >> 20
+                )
+            } else {
+                String::new()
+            },
         )
     }
 
@@ -359,6 +377,7 @@ impl PipelineReport {
             placed_from_store: r.placed_from_store,
             spanned_in_place: r.spanned_in_place,
             staged: r.staged,
+            huge_page_octets: r.huge_page_octets,
             out_of_order_segments: r.out_of_order_segments,
             store_high_water: r.store_high_water,
             completions: r.completions,
@@ -565,6 +584,7 @@ impl PipelineArgs {
             loss: o.loss,
             reorder: o.reorder,
             bytes: o.bytes,
+            huge_pages: o.huge_pages,
             chains_in_pieces: o.chains_in_pieces,
             verify_checksums: o.verify_checksums,
             digest: o.digest,

@@ -11,7 +11,7 @@ use mpa_ctl_proto::ring::{Producer, RingFile, RingSet, Waker};
 use mpa_ctl_proto::{
     stats::FlowReport, Completion, CompletionKind, HandOver, RegionInfo, TsSnapshot,
 };
-use mpa_datapath::io::ring::{MemRing, MemWire, MEM_RING_SIZE};
+use mpa_datapath::io::ring::{MemRing, MemWire, MEM_FRAME_SIZE, MEM_RING_SIZE};
 use mpa_datapath::memory::completions::RingSubscription;
 use mpa_datapath::worker::{Command, Notification, Worker, WorkerConfig};
 use mpa_stack::receiver::{PostedBuf, Region};
@@ -55,6 +55,8 @@ pub struct RoundResult {
     pub placed_from_store: u64,
     pub spanned_in_place: u64,
     pub staged: u64,
+    /// Octets of the RX frames the kernel backed with transparent huge pages at the end.
+    pub huge_page_octets: u64,
     pub out_of_order_segments: u64,
     pub store_high_water: u64,
     /// Octets of region compared with what was sent.
@@ -106,7 +108,14 @@ fn handover(o: &PipelineOpts, flow_id: u64, remote: std::net::SocketAddrV4) -> H
 }
 
 fn setup(o: &PipelineOpts, p: &Prepared) -> Result<Setup> {
-    let (ring, wire) = MemRing::new(0);
+    // Frames laid out as in a UMEM: one per frame stride, the data after the headroom; with
+    // descriptors of `umem_chunk` octets, frames of `umem_chunk` + 256 (4096 for 3840).
+    let frame_size = match o.umem_chunk {
+        0 => MEM_FRAME_SIZE,
+        c => c + 256,
+    };
+    let (ring, wire) = MemRing::with_frames(0, frame_size, o.huge_pages)
+        .map_err(|e| anyhow!("frame arena of {frame_size}-octet frames: {e}"))?;
     wire.set_chunk((o.umem_chunk > 0).then_some(o.umem_chunk));
     let (cmd, cmd_rx) = unbounded();
     let (note_tx, notes) = unbounded();
@@ -347,6 +356,7 @@ pub fn run_round_on(
     if q.flows.len() != nflows {
         bail!("{} flows left of {nflows}", q.flows.len());
     }
+    r.huge_page_octets = s.wire.huge_page_octets().unwrap_or(0);
     for (f, plan) in p.flows.iter().enumerate() {
         let rep = q
             .flows

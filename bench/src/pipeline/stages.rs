@@ -137,6 +137,7 @@ mod tests {
             verify_checksums: false,
             umem_chunk: 3840,
             chains_in_pieces: false,
+            huge_pages: false,
             region_bytes: 16 << 20,
             timestamps: true,
         };

@@ -373,6 +373,9 @@ pub struct PipelineParams {
     /// `--chains-in-pieces`.
     #[serde(default)]
     pub chains_in_pieces: bool,
+    /// `--huge-pages`.
+    #[serde(default)]
+    pub huge_pages: bool,
     /// `--workers`, only above 1 (one worker's document keeps its shape).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers: Option<usize>,
@@ -424,6 +427,9 @@ pub struct PipelineConfigRecord {
     /// In-order FPDUs that spanned bursts, copied into the FPDU buffer first.
     #[serde(default)]
     pub staged: u64,
+    /// Octets of the RX frames on transparent huge pages at the end (`--huge-pages`).
+    #[serde(default)]
+    pub huge_page_octets: u64,
     pub out_of_order_segments: u64,
     pub store_high_water: u64,
     pub completions: u64,

@@ -81,6 +81,7 @@ impl SuiteArgs {
                 no_verify_checksums: false,
                 umem_chunk: 3840,
                 chains_in_pieces: false,
+                huge_pages: false,
                 region_bytes: 16 << 20,
                 no_timestamps: false,
                 bytes: if q { 16 << 20 } else { 256 << 20 },

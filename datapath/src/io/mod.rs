@@ -2,6 +2,7 @@
 //! runs on (and its in-memory form), multi-buffer descriptor chains, frame capture, and the
 //! NIC's queues (channel counts and ntuple rules through the ethtool interface).
 
+pub(crate) mod arena;
 pub mod capture;
 pub(crate) mod chain;
 pub mod ethtool;

@@ -7,10 +7,12 @@
 
 #![forbid(unsafe_code)]
 
+use crate::io::arena::{Arena, Frame};
 use crate::io::chain::{reuse_descs, Chain};
 pub use crate::io::chain::{ChainedFrame, RxFrame, RxFrames};
 pub(crate) use mpa_ctl_proto::stats::RingStats;
 use std::collections::VecDeque;
+use std::io;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -88,25 +90,40 @@ use mpa_stack::flow::MEM_FRAME_CAPACITY;
 /// Frames received per [`FrameRing::rx_burst`].
 const BURST: usize = 64;
 
-#[derive(Debug, Default)]
-struct Shared {
-    /// Descriptors: a buffer and whether more of its frame follow (XDP_PKT_CONTD).
-    rx: VecDeque<(Vec<u8>, bool)>,
-    /// Multi-buffer: frames above this many octets are cut into descriptors of it, as the
-    /// kernel does into UMEM frames (`MemWire::set_chunk`).
-    chunk: Option<usize>,
-    tx: VecDeque<Vec<u8>>,
-    /// Frames offered by the wire side while the RX ring was full.
-    rx_dropped: u64,
-    /// Spent RX buffers handed back by the worker's side, reused by [`MemWire::inject_copies`]
-    /// (no allocation or free per frame on either side once warm).
-    free: Vec<Vec<u8>>,
+/// Octets of a [`MemRing`]'s frames by default: a jumbo frame in one (as a UMEM of 16 KiB
+/// frames on huge pages would hold it).
+pub const MEM_FRAME_SIZE: usize = 16 << 10;
+
+/// An RX descriptor: a frame of the arena, its octets, and whether more of its packet follow
+/// (XDP_PKT_CONTD).
+#[derive(Debug)]
+struct Desc {
+    frame: Frame,
+    len: u32,
+    more: bool,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
+struct Shared {
+    rx: VecDeque<Desc>,
+    /// Multi-buffer: frames above this many octets are cut into descriptors of it, as the
+    /// kernel does into UMEM frames (`MemWire::set_chunk`); never more than a frame holds.
+    chunk: Option<usize>,
+    tx: VecDeque<Vec<u8>>,
+    /// Frames offered by the wire side while the RX ring (or the free list) was full (empty).
+    rx_dropped: u64,
+    /// Frames of the arena the wire side may fill, oldest first (a UMEM's fill ring: frames
+    /// are filled in the order they were given back, so a burst's frames are not the few the
+    /// last burst used, still in the cache).
+    free: VecDeque<Frame>,
+}
+
+#[derive(Debug)]
 struct Inner {
     shared: Mutex<Shared>,
     rx_ready: Condvar,
+    /// Where the RX descriptors' octets are (module `arena`: who may touch which frame).
+    arena: Arena,
 }
 
 impl Inner {
@@ -116,28 +133,28 @@ impl Inner {
     }
 }
 
-/// An in-memory frame ring: the worker's side.
+/// An in-memory frame ring: the worker's side. Its RX frames lie in an arena laid out as a
+/// UMEM (one frame per [`MemRing::with_frames`] stride, the data after a 256-octet headroom).
 #[derive(Debug)]
 pub struct MemRing {
     queue: u32,
     inner: Arc<Inner>,
-    /// Descriptors taken from the shared queue for the current burst (kept to reuse buffers).
-    burst: Vec<(Vec<u8>, bool)>,
+    /// Descriptors taken from the shared queue for the current burst: their frames are this
+    /// side's until given back.
+    burst: Vec<Desc>,
     /// Gathers frames that came in several descriptors.
     chain: Chain,
     /// The current burst's frames as the worker sees them (emptied between bursts).
     descs: Vec<(&'static [u8], bool)>,
-    /// TX frames queued by `send`, handed over by `flush`.
+    /// TX frames queued by `send`, handed over by `flush` (the wire side keeps them).
     tx_pending: Vec<Vec<u8>>,
-    /// Spent buffers, reused for TX copies.
-    spare: Vec<Vec<u8>>,
     /// Where frames are built (as in a UMEM frame: it holds the previous frame's octets),
     /// then copied into a buffer of their own length: zeroing a jumbo-sized buffer for
     /// every ACK was 8 % of the worker's time in `mpa-bench pipeline --loss 20`, which the
     /// AF_XDP path never pays.
     scratch: Box<[u8]>,
-    /// Spent RX buffers beyond `spare`, handed back to the wire side at the next burst.
-    spent: Vec<Vec<u8>>,
+    /// Frames of the last burst, handed back to the wire side at the next one.
+    spent: Vec<Frame>,
     stats: RingStats,
 }
 
@@ -153,10 +170,37 @@ pub struct MemWire {
 pub struct MemRingError;
 
 impl MemRing {
-    /// A ring for queue `queue` and the wire side that feeds it.
-    pub fn new(queue: u32) -> (MemRing, MemWire) {
-        let inner = Arc::new(Inner::default());
-        (
+    /// A ring for queue `queue` and the wire side that feeds it, on frames of
+    /// [`MEM_FRAME_SIZE`] octets.
+    pub fn new(queue: u32) -> io::Result<(MemRing, MemWire)> {
+        Self::with_frames(queue, MEM_FRAME_SIZE, false)
+    }
+
+    /// A ring whose RX frames are `frame_size` octets apart (more than the 256-octet
+    /// headroom; a frame holds `frame_size - 256` octets, longer frames arrive as descriptor
+    /// chains), on transparent huge pages when `huge_pages` (see
+    /// [`MemWire::huge_page_octets`] for whether the kernel gave them).
+    pub fn with_frames(
+        queue: u32,
+        frame_size: usize,
+        huge_pages: bool,
+    ) -> io::Result<(MemRing, MemWire)> {
+        // Every descriptor the RX queue holds, a burst in the worker's hands and the last
+        // burst's, not yet given back.
+        let frames = MEM_RING_SIZE + 2 * BURST;
+        let (arena, free) = Arena::new(frame_size, frames, huge_pages)?;
+        let inner = Arc::new(Inner {
+            shared: Mutex::new(Shared {
+                rx: VecDeque::with_capacity(MEM_RING_SIZE),
+                chunk: None,
+                tx: VecDeque::new(),
+                rx_dropped: 0,
+                free: free.into(),
+            }),
+            rx_ready: Condvar::new(),
+            arena,
+        });
+        Ok((
             MemRing {
                 queue,
                 inner: inner.clone(),
@@ -164,13 +208,12 @@ impl MemRing {
                 chain: Chain::default(),
                 descs: Vec::with_capacity(BURST),
                 tx_pending: Vec::new(),
-                spare: Vec::new(),
                 scratch: vec![0; MEM_FRAME_CAPACITY].into_boxed_slice(),
-                spent: Vec::new(),
+                spent: Vec::with_capacity(BURST),
                 stats: RingStats::default(),
             },
             MemWire { inner },
-        )
+        ))
     }
 }
 
@@ -200,27 +243,23 @@ impl FrameRing for MemRing {
             }
             let n = s.rx.len().min(BURST);
             self.burst.extend(s.rx.drain(..n));
-            let room = MEM_RING_SIZE.saturating_sub(s.free.len());
-            let back = self.spent.len().min(room);
-            s.free.extend(self.spent.drain(..back));
-            self.spent.clear();
+            s.free.extend(self.spent.drain(..));
         }
         let n = self.burst.len();
         self.stats.count_burst(n, BURST);
         let mut descs = reuse_descs(std::mem::take(&mut self.descs));
-        descs.extend(self.burst.iter().map(|(b, more)| (b.as_slice(), *more)));
+        let arena = &self.inner.arena;
+        descs.extend(
+            self.burst
+                .iter()
+                .map(|d| (arena.read(&d.frame, d.len as usize), d.more)),
+        );
         let mut frames = RxFrames::new(&mut self.chain, &descs, BURST, &mut self.stats);
         let t = f(&mut frames);
         frames.finish();
         self.descs = reuse_descs(descs);
-        // Every buffer back exactly once, as the AF_XDP ring gives every descriptor back.
-        for (frame, _) in self.burst.drain(..) {
-            if self.spare.len() < BURST {
-                self.spare.push(frame);
-            } else {
-                self.spent.push(frame);
-            }
-        }
+        // Every frame back exactly once, as the AF_XDP ring gives every descriptor back.
+        self.spent.extend(self.burst.drain(..).map(|d| d.frame));
         Ok((n, t))
     }
 
@@ -233,9 +272,7 @@ impl FrameRing for MemRing {
         if n == 0 {
             return false;
         }
-        let mut b = self.spare.pop().unwrap_or_default();
-        b.clear();
-        b.extend_from_slice(&self.scratch[..n]);
+        let b = self.scratch[..n].to_vec();
         self.stats.tx_frames += 1;
         self.stats.tx_octets += n as u64;
         self.tx_pending.push(b);
@@ -272,34 +309,44 @@ impl FrameRing for MemRing {
 }
 
 impl Shared {
-    /// Descriptors `frame` takes.
-    fn descs_for(&self, len: usize) -> usize {
-        match self.chunk {
-            Some(c) if len > c => len.div_ceil(c),
-            _ => 1,
-        }
+    /// Octets per descriptor: the chunk, at most what a frame of `arena` holds.
+    fn chunk(&self, arena: &Arena) -> usize {
+        self.chunk
+            .unwrap_or(usize::MAX)
+            .min(arena.capacity())
+            .max(1)
     }
 
     /// Queues `frame` as one descriptor or, above the chunk, a chain; all or nothing, as the
     /// kernel checks room for every descriptor of a packet first. Returns whether it fitted.
-    fn push_frame(&mut self, frame: &[u8]) -> bool {
-        let n = self.descs_for(frame.len());
-        if self.rx.len() + n > MEM_RING_SIZE {
+    fn push_frame(&mut self, arena: &Arena, frame: &[u8]) -> bool {
+        let chunk = self.chunk(arena);
+        let n = frame.len().div_ceil(chunk).max(1);
+        if self.rx.len() + n > MEM_RING_SIZE || self.free.len() < n {
             self.rx_dropped += 1;
             return false;
         }
-        let chunk = self.chunk.unwrap_or(frame.len());
-        let mut rest = frame;
+        let mut parts = frame.chunks(chunk);
         for i in 0..n {
-            let take = if i + 1 == n { rest.len() } else { chunk };
-            let (part, tail) = rest.split_at(take);
-            rest = tail;
-            let mut b = self.free.pop().unwrap_or_default();
-            b.clear();
-            b.extend_from_slice(part);
-            self.rx.push_back((b, i + 1 < n));
+            let part = parts.next().unwrap_or_default();
+            self.push_desc(arena, part, i + 1 < n);
         }
         true
+    }
+
+    /// Queues one descriptor of `octets` (cut at a frame's capacity); the caller checked
+    /// there is room and a free frame.
+    fn push_desc(&mut self, arena: &Arena, octets: &[u8], more: bool) {
+        let Some(mut frame) = self.free.pop_front() else {
+            self.rx_dropped += 1;
+            return;
+        };
+        let len = arena.write(&mut frame, octets);
+        self.rx.push_back(Desc {
+            frame,
+            len: len as u32,
+            more,
+        });
     }
 }
 
@@ -307,17 +354,7 @@ impl MemWire {
     /// Offers a frame to the worker; `false` (counted) when its RX ring is full.
     pub fn inject(&self, frame: Vec<u8>) -> bool {
         let mut s = self.inner.lock();
-        let ok = if s.descs_for(frame.len()) == 1 {
-            if s.rx.len() >= MEM_RING_SIZE {
-                s.rx_dropped += 1;
-                false
-            } else {
-                s.rx.push_back((frame, false));
-                true
-            }
-        } else {
-            s.push_frame(&frame)
-        };
+        let ok = s.push_frame(&self.inner.arena, &frame);
         drop(s);
         if ok {
             self.inner.rx_ready.notify_one();
@@ -327,9 +364,16 @@ impl MemWire {
 
     /// Multi-buffer, as AF_XDP with XDP_USE_SG: frames longer than `chunk` octets reach the
     /// worker as chains of `chunk`-octet descriptors (the kernel's copy mode cuts at the UMEM
-    /// frame's data size, 3840 for 4096-octet frames). `None`: every frame in one.
+    /// frame's data size, 3840 for 4096-octet frames). `None`: every frame in one, up to what
+    /// a frame of the ring holds.
     pub fn set_chunk(&self, chunk: Option<usize>) {
         self.inner.lock().chunk = chunk.filter(|&c| c > 0);
+    }
+
+    /// Octets of the ring's RX frames the kernel backs with transparent huge pages now, or
+    /// `None` if it cannot be read (/proc/self/smaps).
+    pub fn huge_page_octets(&self) -> Option<u64> {
+        self.inner.arena.huge_page_octets()
     }
 
     /// Offers raw descriptors (octets, XDP_PKT_CONTD) as they are, for chains the kernel
@@ -338,14 +382,11 @@ impl MemWire {
         let mut s = self.inner.lock();
         let mut n = 0;
         for (octets, more) in descs {
-            if s.rx.len() >= MEM_RING_SIZE {
+            if s.rx.len() >= MEM_RING_SIZE || s.free.is_empty() {
                 s.rx_dropped += 1;
                 continue;
             }
-            let mut b = s.free.pop().unwrap_or_default();
-            b.clear();
-            b.extend_from_slice(octets);
-            s.rx.push_back((b, more));
+            s.push_desc(&self.inner.arena, octets, more);
             n += 1;
         }
         drop(s);
@@ -355,14 +396,14 @@ impl MemWire {
         n
     }
 
-    /// Offers copies of `frames` in order, in buffers the worker's side gave back when there
-    /// are some (as a NIC fills free UMEM frames), under one lock and with one wake-up.
-    /// Returns how many were taken; the rest (counted) found the RX ring full.
+    /// Offers copies of `frames` in order, written into free frames of the arena as a NIC
+    /// fills UMEM frames, under one lock and with one wake-up. Returns how many were taken;
+    /// the rest (counted) found the RX ring full.
     pub fn inject_copies<'a>(&self, frames: impl IntoIterator<Item = &'a [u8]>) -> usize {
         let mut s = self.inner.lock();
         let mut n = 0;
         for frame in frames {
-            if s.push_frame(frame) {
+            if s.push_frame(&self.inner.arena, frame) {
                 n += 1;
             }
         }
@@ -393,10 +434,10 @@ mod tests {
         (0..len).map(|i| id ^ (i as u8).wrapping_mul(7)).collect()
     }
 
-    /// Buffers anywhere: RX ring, free list, the worker's spares and spent ones.
-    fn buffers(r: &MemRing) -> usize {
+    /// Frames anywhere: RX ring, free list, the worker's burst and spent ones.
+    fn frames(r: &MemRing) -> usize {
         let s = r.inner.lock();
-        s.rx.len() + s.free.len() + r.spare.len() + r.spent.len() + r.burst.len()
+        s.rx.len() + s.free.len() + r.spent.len() + r.burst.len()
     }
 
     fn drain(r: &mut MemRing) -> Vec<Vec<u8>> {
@@ -407,7 +448,7 @@ mod tests {
 
     #[test]
     fn multi_buffer_frames_reach_the_worker_whole() {
-        let (mut r, w) = MemRing::new(0);
+        let (mut r, w) = MemRing::new(0).unwrap();
         w.set_chunk(Some(3840));
         let sent: Vec<Vec<u8>> = (0..100u8)
             .map(|i| frame(i, [9014, 66, 3840, 3841, 1514][usize::from(i) % 5]))
@@ -428,13 +469,13 @@ mod tests {
             st.rx_octets,
             sent.iter().map(|f| f.len() as u64).sum::<u64>()
         );
-        // Frame accounting: every descriptor's buffer came back once (none lost, none twice).
-        assert_eq!(buffers(&r), 160);
+        // Frame accounting: every descriptor's frame came back once (none lost, none twice).
+        assert_eq!(frames(&r), r.inner.arena.frames());
     }
 
     #[test]
     fn cut_and_overlong_chains_are_dropped_and_counted() {
-        let (mut r, w) = MemRing::new(0);
+        let (mut r, w) = MemRing::new(0).unwrap();
         r.chain = Chain::new(1000, 3);
         let a = frame(1, 400);
         let ok = frame(2, 900);
@@ -456,7 +497,7 @@ mod tests {
         assert_eq!(st.rx_chain_dropped, 3);
         assert_eq!(st.rx_frames, 1);
         assert_eq!(st.rx_multi_buffer, 1);
-        assert_eq!(buffers(&r), n);
+        assert_eq!(frames(&r), r.inner.arena.frames());
         // What follows the cut chain stands alone.
         w.inject(frame(3, 60));
         assert_eq!(drain(&mut r), vec![frame(3, 60)]);
