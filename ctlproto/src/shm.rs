@@ -208,9 +208,10 @@ impl SharedMemory {
             return false;
         };
         // An ordinary copy: non-temporal (streaming) stores, which skip the read-for-ownership
-        // of each destination line, took 300 ns per 1400-octet copy into a 16 MiB region
-        // against 140 for this on the 2-vCPU VM of docs/environment.md, and would leave the
-        // octets out of cache for a consumer that reads at once.
+        // of each destination line, gain little into a region that fits the last-level cache,
+        // lose on the short pieces between markers, and leave the octets out of cache for a
+        // consumer that reads at once; they pay only for long contiguous messages into
+        // regions larger than the cache (docs/investigations/2026-12-03-non-temporal-stores.md).
         // SAFETY: off + src.len() <= len (checked above) and the mapping is writable, so the
         // destination lies inside our live mapping; `src` is ordinary memory of this process
         // and cannot overlap it (no reference into the mapping is ever handed out).
