@@ -18,7 +18,7 @@ use crate::sender::{FpduSource, MessageKind, PostError, Preamble, SenderConfig, 
 use crate::tcp::{
     Connection, Event, HandoverState, SegmentOutcome, SendSource, TcpConfig, TsHandover,
 };
-use crate::wire::frame::FrameTemplate;
+use crate::wire::frame::{octets_in, FrameTemplate};
 use crate::wire::tcp::{TcpRepr, TIMESTAMPS_OPTION_LEN};
 use mpa::seq::SeqNumber;
 use mpa::startup::{RtrSet, RtrType};
@@ -143,12 +143,6 @@ pub(crate) fn receive_segment_in_run<'f, S: SendSource, R: Regions + ?Sized>(
     run: &mut Vec<&'f [u8]>,
     regions: &mut R,
 ) -> SegmentOutcome {
-    let end_run = |rx: &mut MpaReceiver, regions: &mut R, run: &mut Vec<&[u8]>| {
-        if !run.is_empty() {
-            rx.handle_in_order_run(run, regions);
-            run.clear();
-        }
-    };
     let out = tcp_segment(tcp, rx, now, repr, payload, regions, |rx, regions| {
         end_run(rx, regions, run)
     });
@@ -156,8 +150,7 @@ pub(crate) fn receive_segment_in_run<'f, S: SendSource, R: Regions + ?Sized>(
         run.push(b);
     }
     if out.reassembled > 0 {
-        end_run(rx, regions, run);
-        tcp.drain_reassembled(|b| rx.handle_in_order(b, InOrderSource::Store, regions));
+        drain_after_run(tcp, rx, run, regions);
     }
     out
 }
@@ -178,23 +171,31 @@ pub(crate) fn receive_pieces_in_run<'f, S: SendSource, R: Regions + ?Sized>(
     let len = pieces.clone().map(<[u8]>::len).sum();
     let out = tcp.handle_segment_in_order(now, repr, len)?;
     read_responses_acked(tcp, rx);
-    let mut at = 0;
-    for p in pieces {
-        let (start, end) = (at, at + p.len());
-        at = end;
-        let (lo, hi) = (out.in_order.start.max(start), out.in_order.end.min(end));
-        if lo < hi {
-            run.push(&p[lo - start..hi - start]);
-        }
-    }
+    run.extend(octets_in(pieces, out.in_order.clone()));
     if out.reassembled > 0 {
-        if !run.is_empty() {
-            rx.handle_in_order_run(run, regions);
-            run.clear();
-        }
-        tcp.drain_reassembled(|b| rx.handle_in_order(b, InOrderSource::Store, regions));
+        drain_after_run(tcp, rx, run, regions);
     }
     Some(out)
+}
+
+/// Decodes what `run` holds, if anything, and empties it.
+fn end_run<R: Regions + ?Sized>(rx: &mut MpaReceiver, regions: &mut R, run: &mut Vec<&[u8]>) {
+    if !run.is_empty() {
+        rx.handle_in_order_run(run, regions);
+        run.clear();
+    }
+}
+
+/// Octets the reassembly store made in order, after the run (which comes before them in the
+/// stream).
+fn drain_after_run<S: SendSource, R: Regions + ?Sized>(
+    tcp: &mut Connection<S>,
+    rx: &mut MpaReceiver,
+    run: &mut Vec<&[u8]>,
+    regions: &mut R,
+) {
+    end_run(rx, regions, run);
+    tcp.drain_reassembled(|b| rx.handle_in_order(b, InOrderSource::Store, regions));
 }
 
 /// The TCP's part of a segment: out-of-order octets to

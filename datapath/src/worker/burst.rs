@@ -15,7 +15,7 @@ use mpa_ctl_proto::CaptureDirection;
 use mpa_stack::flow::Flow;
 use mpa_stack::flow_table::FlowTable;
 use mpa_stack::receiver::RegionTable;
-use mpa_stack::wire::frame::{parse_tcp_frame, parse_tcp_frame_in_pieces};
+use mpa_stack::wire::frame::{octets_in, parse_tcp_frame, parse_tcp_frame_in_pieces};
 use mpa_stack::wire::tcp::TcpRepr;
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -132,7 +132,7 @@ impl BurstCx<'_> {
         if !flow.vlan_matches(f.vlan) || self.repr.parse_into(&f.tcp).is_err() {
             return false;
         }
-        let pieces = frame_range(c, payload);
+        let pieces = octets_in(c.pieces(), payload);
         if !flow.on_segment_in_pieces_in_run(
             self.now,
             &self.repr,
@@ -209,18 +209,4 @@ impl BurstCx<'_> {
             self.touched.push(key);
         }
     }
-}
-
-/// The octets of `c` in `range` (offsets in the whole frame), piece by piece.
-fn frame_range<'u, 'g>(
-    c: ChainedFrame<'u, 'g>,
-    range: std::ops::Range<usize>,
-) -> impl Iterator<Item = &'u [u8]> + Clone + 'g {
-    let mut at = 0usize;
-    c.pieces().filter_map(move |p| {
-        let start = at;
-        at += p.len();
-        let (lo, hi) = (range.start.max(start), range.end.min(at));
-        (lo < hi).then(|| &p[lo - start..hi - start])
-    })
 }

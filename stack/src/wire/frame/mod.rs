@@ -15,7 +15,7 @@ mod template;
 #[cfg(test)]
 mod tests;
 
-pub use parse::{parse_tcp_frame, parse_tcp_frame_in_pieces, TcpFrame};
+pub use parse::{octets_in, parse_tcp_frame, parse_tcp_frame_in_pieces, TcpFrame};
 pub use template::FrameTemplate;
 
 use super::ethernet::{self, EthernetError};

@@ -107,6 +107,22 @@ pub fn parse_tcp_frame_in_pieces<'a>(
     Ok((head.frame(tcp), payload))
 }
 
+/// The octets in `range` of data split into `pieces` (offsets counted across the pieces, one
+/// after the other), piece by piece, empty parts left out: a frame's payload from
+/// [`parse_tcp_frame_in_pieces`], or part of it.
+pub fn octets_in<'p>(
+    pieces: impl Iterator<Item = &'p [u8]> + Clone,
+    range: Range<usize>,
+) -> impl Iterator<Item = &'p [u8]> + Clone {
+    let mut at = 0usize;
+    pieces.filter_map(move |p| {
+        let start = at;
+        at += p.len();
+        let (lo, hi) = (range.start.max(start), range.end.min(at));
+        (lo < hi).then(|| &p[lo - start..hi - start])
+    })
+}
+
 /// What the Ethernet and IP headers say: the addresses and where the TCP segment lies.
 struct Head {
     #[cfg(test)]
