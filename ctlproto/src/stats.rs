@@ -155,6 +155,11 @@ pub struct FlowReport {
     pub octets: u64,
     /// Out-of-order segments.
     pub out_of_order_segments: u64,
+    /// Segments the TCP took in one update with the one before them: consecutive in-order
+    /// segments of one receive burst whose headers differ only in the sequence number, as
+    /// GRO merges them (`packets` counts them too).
+    #[serde(default)]
+    pub segments_batched: u64,
     /// Duplicate segments (whole or partial).
     pub duplicates: u64,
     /// SACK blocks sent.

@@ -149,9 +149,14 @@ fn tcp_of(frame: &[u8]) -> Sent {
 
 /// A segment from the peer to us.
 fn segment(seq: u32, payload: &[u8]) -> Vec<u8> {
+    segment_with_window(seq, payload, 512)
+}
+
+/// [`segment`] with another window field.
+fn segment_with_window(seq: u32, payload: &[u8], window: u16) -> Vec<u8> {
     let b = PacketBuilder::ethernet2(PEER_MAC, OUR_MAC)
         .ipv4(remote().ip().octets(), local().ip().octets(), 64)
-        .tcp(remote().port(), local().port(), seq, 512)
+        .tcp(remote().port(), local().port(), seq, window)
         .ack(SND_NXT);
     let mut v = Vec::with_capacity(b.size(payload.len()));
     b.write(&mut v, payload).unwrap();
@@ -307,6 +312,53 @@ fn a_worker_on_an_in_memory_ring_places_out_of_order_segments_and_acks() {
     assert!(completions
         .iter()
         .all(|c| c.kind == CompletionKind::WritePlaced && c.len == len as u64 && c.flow_id == 3));
+}
+
+/// In-order segments of one burst are taken by the TCP in one update per batch: a frame whose
+/// header differs in more than its sequence number (here the window field) starts another
+/// batch, and out-of-order segments are taken one by one. Every octet is placed as without
+/// batching and the last ACK covers the stream.
+#[test]
+fn in_order_segments_of_a_burst_are_batched_for_the_tcp() {
+    let mut b = worker_with_flow(true);
+    let (n, len) = (24, 600);
+    let (stream, data) = writes(true, n, len);
+    let segs: Vec<(u32, &[u8])> = stream
+        .chunks(1448)
+        .enumerate()
+        .map(|(i, c)| (RCV_NXT.wrapping_add((i * 1448) as u32), c))
+        .collect();
+    assert!(segs.len() > 8);
+    // Burst 1: segments 0..6, the fourth with another window: batches [0, 1, 2], [3], [4, 5].
+    for (i, &(seq, p)) in segs[..6].iter().enumerate() {
+        let window = if i == 3 { 600 } else { 512 };
+        assert!(b.wire.inject(segment_with_window(seq, p, window)));
+    }
+    b.worker.poll_once().unwrap();
+    let f = b.worker.report().flows[0].clone();
+    assert_eq!((f.packets, f.segments_batched), (6, 3), "{f:?}");
+    // Burst 2: segments 7.. (6 is missing): out of order, one by one.
+    for &(seq, p) in &segs[7..] {
+        assert!(b.wire.inject(segment(seq, p)));
+    }
+    b.worker.poll_once().unwrap();
+    // Burst 3: segment 6 fills the hole.
+    assert!(b.wire.inject(segment(segs[6].0, segs[6].1)));
+    b.worker.poll_once().unwrap();
+    let acks: Vec<Sent> = b.wire.take_sent().iter().map(|f| tcp_of(f)).collect();
+    let end = RCV_NXT.wrapping_add(stream.len() as u32);
+    assert_eq!(acks.last().map(|a| a.ack), Some(end));
+    let f = b.worker.report().flows[0].clone();
+    assert_eq!(
+        (f.packets, f.segments_batched, f.out_of_order_segments),
+        (segs.len() as u64, 3, (segs.len() - 7) as u64),
+        "{f:?}"
+    );
+    let mut got = vec![0u8; data.len()];
+    assert!(b.mem.read(0, &mut got));
+    assert!(got == data, "region octet-equal to the Writes");
+    assert_eq!(f.rx.completions, n as u64);
+    assert_eq!(f.rx.crc_errors + f.rx.marker_errors, 0);
 }
 
 /// MTU 9000 over the in-memory ring cut as AF_XDP copy mode cuts into 4096-octet UMEM frames

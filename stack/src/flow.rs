@@ -16,7 +16,8 @@ use crate::receiver::{
 };
 use crate::sender::{FpduSource, MessageKind, PostError, Preamble, SenderConfig, MIN_EMSS};
 use crate::tcp::{
-    Connection, Event, HandoverState, SegmentOutcome, SendSource, TcpConfig, TsHandover,
+    Connection, Event, HandoverState, SegmentOutcome, SendSource, TcpConfig, TextLengths,
+    TsHandover,
 };
 use crate::wire::frame::{octets_in, FrameTemplate};
 use crate::wire::tcp::{TcpRepr, TIMESTAMPS_OPTION_LEN};
@@ -168,8 +169,40 @@ pub(crate) fn receive_pieces_in_run<'f, S: SendSource, R: Regions + ?Sized>(
     run: &mut Vec<&'f [u8]>,
     regions: &mut R,
 ) -> Option<SegmentOutcome> {
-    let len = pieces.clone().map(<[u8]>::len).sum();
-    let out = tcp.handle_segment_in_order(now, repr, len)?;
+    let text = TextLengths::one(pieces.clone().map(<[u8]>::len).sum());
+    receive_text_in_run(tcp, rx, now, repr, (pieces, text), run, regions)
+}
+
+/// [`receive_segment_in_run`] for consecutive segments whose headers are equal but for their
+/// sequence numbers, each starting where the one before ends: `repr` is the first one's,
+/// `payloads` theirs. The TCP takes them as one segment (as GRO merges them), and their
+/// octets join `run`. `None`, with nothing changed, unless that gives exactly what taking
+/// them one by one would (`Connection::handle_segment_in_order`): the caller then does.
+pub(crate) fn receive_segments_in_run<'f, S: SendSource, R: Regions + ?Sized>(
+    tcp: &mut Connection<S>,
+    rx: &mut MpaReceiver,
+    now: Instant,
+    repr: &TcpRepr,
+    payloads: &[&'f [u8]],
+    run: &mut Vec<&'f [u8]>,
+    regions: &mut R,
+) -> Option<SegmentOutcome> {
+    let text = TextLengths::of(payloads.iter().map(|p| p.len()));
+    let pieces = payloads.iter().copied();
+    receive_text_in_run(tcp, rx, now, repr, (pieces, text), run, regions)
+}
+
+/// In-order text in `pieces` of the given lengths through the TCP, its octets into `run`.
+fn receive_text_in_run<'f, S: SendSource, R: Regions + ?Sized>(
+    tcp: &mut Connection<S>,
+    rx: &mut MpaReceiver,
+    now: Instant,
+    repr: &TcpRepr,
+    (pieces, text): (impl Iterator<Item = &'f [u8]> + Clone, TextLengths),
+    run: &mut Vec<&'f [u8]>,
+    regions: &mut R,
+) -> Option<SegmentOutcome> {
+    let out = tcp.handle_segment_in_order(now, repr, text)?;
     read_responses_acked(tcp, rx);
     run.extend(octets_in(pieces, out.in_order.clone()));
     if out.reassembled > 0 {
@@ -445,6 +478,43 @@ impl Flow {
         self.packets += 1;
         self.after_receive(regions);
         true
+    }
+
+    /// [`Flow::on_segment_in_run`] for consecutive segments of one burst whose headers are
+    /// equal but for their sequence numbers, each starting where the one before ends (what GRO
+    /// merges): `repr` is the first one's, `payloads` theirs, all valid until the run ends. The
+    /// TCP takes them in one update. Returns false, with nothing changed, when that would not
+    /// give exactly what taking them one by one gives (not at RCV.NXT, octets held out of
+    /// order, an ACK owed per segment, ...): the caller then hands them to
+    /// [`Flow::on_segment_in_run`] one by one.
+    pub fn on_segments_in_run<'f>(
+        &mut self,
+        now: Instant,
+        repr: &TcpRepr,
+        payloads: &[&'f [u8]],
+        run: &mut Vec<&'f [u8]>,
+        regions: &mut RegionTable,
+    ) -> bool {
+        let taken = receive_segments_in_run(
+            &mut self.tcp,
+            &mut self.rx,
+            now,
+            repr,
+            payloads,
+            run,
+            regions,
+        );
+        if taken.is_none() {
+            return false;
+        }
+        self.packets += payloads.len() as u64;
+        self.after_receive(regions);
+        true
+    }
+
+    /// Whether a segment starting at `seq` is the next in order (RCV.NXT).
+    pub fn expects(&self, seq: SeqNumber) -> bool {
+        self.tcp.rcv_nxt() == seq
     }
 
     /// Decodes and places what `run` holds ([`Flow::on_segment_in_run`]) and empties it.
@@ -731,6 +801,7 @@ impl Flow {
             packets: self.packets,
             octets: t.octets_in,
             out_of_order_segments: t.ooo_segs,
+            segments_batched: t.segs_batched,
             duplicates: t.dup_full + t.dup_partial,
             sack_blocks_sent: t.sack_blocks_sent,
             acks_sent: t.acks_sent,

@@ -86,8 +86,12 @@ fn slots(o: &PipelineOpts, payload_len: usize, messages: u64) -> u64 {
     per_flow.max(256).min(messages).max(1)
 }
 
-/// The peer's TSval in its first frame (`PipelineOpts::timestamps`); each frame's is one more.
+/// The peer's TSval in its first frame (`PipelineOpts::timestamps`).
 pub const PEER_TSVAL: u32 = 0x4000_0000;
+
+/// Frames of a flow per tick of the peer's TSval: a Linux peer's TSval is a millisecond clock,
+/// and a millisecond of 1448-octet segments at ~12 Gbit/s is about this many.
+pub const FRAMES_PER_TSVAL_TICK: usize = 1024;
 
 /// A segment from the peer `remote` to us, with the timestamps option when `tsval` is given.
 fn frame(remote: SocketAddrV4, seq: u32, payload: &[u8], tsval: Option<u32>) -> Vec<u8> {
@@ -175,7 +179,7 @@ fn build_flow(
         let seq = RCV_NXT.wrapping_add(start as u32);
         let tsval = o
             .timestamps
-            .then(|| PEER_TSVAL.wrapping_add(frames.len() as u32));
+            .then(|| PEER_TSVAL.wrapping_add((frames.len() / FRAMES_PER_TSVAL_TICK) as u32));
         frames.push(Frame {
             bytes: frame(remote, seq, &wire[start..end], tsval),
             flow: f,

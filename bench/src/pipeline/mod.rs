@@ -305,7 +305,7 @@ impl PipelineReport {
         format!(
             "{}: {:.0} ns/segment ({:.0}–{:.0}; CPU {:.0}), {:.2} Gbit/s payload/core ({:.2}–{:.2}), \
              {:.2} M segments/s, CPU/wall {:.2}, poll/loop {:.2}; {} segments ({} lost+resent, \
-             {} reordered), {} ACKs, FPDUs {} (direct {}, in order {}, from store {}; across segments in place {}, \
+             {} reordered, {} batched into the one before), {} ACKs, FPDUs {} (direct {}, in order {}, from store {}; across segments in place {}, \
              staged {}), \
              {} completions, {} region octets checked{}",
             self.opts.label(),
@@ -322,6 +322,7 @@ impl PipelineReport {
             self.segments,
             self.dropped,
             self.reordered,
+            r.segments_batched,
             r.acks,
             r.fpdus,
             r.placed_direct,
@@ -379,6 +380,7 @@ impl PipelineReport {
             staged: r.staged,
             huge_page_octets: r.huge_page_octets,
             out_of_order_segments: r.out_of_order_segments,
+            segments_batched: r.segments_batched,
             store_high_water: r.store_high_water,
             completions: r.completions,
             region_octets_checked: r.compared,

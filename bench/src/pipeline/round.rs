@@ -58,6 +58,8 @@ pub struct RoundResult {
     /// Octets of the RX frames the kernel backed with transparent huge pages at the end.
     pub huge_page_octets: u64,
     pub out_of_order_segments: u64,
+    /// Segments the TCP took in one update with the one before them (`segments_batched`).
+    pub segments_batched: u64,
     pub store_high_water: u64,
     /// Octets of region compared with what was sent.
     pub compared: u64,
@@ -371,6 +373,7 @@ pub fn run_round_on(
         r.spanned_in_place += rep.rx.spanned_in_place;
         r.staged += rep.rx.staged;
         r.out_of_order_segments += rep.out_of_order_segments;
+        r.segments_batched += rep.segments_batched;
         r.store_high_water = r.store_high_water.max(rep.store_high_water);
         r.payload_octets += plan.messages * plan.payload_len as u64;
         if o.op != Op::Count {

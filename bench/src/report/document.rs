@@ -431,6 +431,9 @@ pub struct PipelineConfigRecord {
     #[serde(default)]
     pub huge_page_octets: u64,
     pub out_of_order_segments: u64,
+    /// Segments the TCP took in one update with the one before them.
+    #[serde(default)]
+    pub segments_batched: u64,
     pub store_high_water: u64,
     pub completions: u64,
     pub region_octets_checked: u64,

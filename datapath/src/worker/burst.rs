@@ -10,13 +10,15 @@ use super::Notification;
 use crate::io::capture::CaptureTap;
 use crate::io::chain::{ChainedFrame, RxFrame, RxFrames};
 use crossbeam_channel::Sender;
+use mpa::seq::SeqNumber;
 use mpa_ctl_proto::stats::QueueStats;
 use mpa_ctl_proto::CaptureDirection;
 use mpa_stack::flow::Flow;
 use mpa_stack::flow_table::FlowTable;
 use mpa_stack::receiver::RegionTable;
 use mpa_stack::wire::frame::{octets_in, parse_tcp_frame, parse_tcp_frame_in_pieces};
-use mpa_stack::wire::tcp::TcpRepr;
+use mpa_stack::wire::tcp::{TcpFlags, TcpRepr};
+use mpa_stack::wire::VlanTag;
 use std::net::SocketAddr;
 use std::time::Instant;
 
@@ -24,25 +26,124 @@ use super::strays::Strays;
 
 type Key = (SocketAddr, SocketAddr);
 
-/// One flow's in-order payloads of this burst not decoded yet.
+/// One flow's in-order payloads of this burst not decoded yet, and its latest segments not
+/// handed to the TCP yet (a [`Batch`]).
 pub(super) struct Run<'f> {
     key: Option<Key>,
     octets: Vec<&'f [u8]>,
+    batch: Batch<'f>,
+}
+
+/// Consecutive segments of the run's flow whose headers are equal but for the sequence
+/// number and PSH (`TcpRepr::continued_by`), kept until one that does not continue them (or
+/// the run's end), then handed to the TCP in one update (`Flow::on_segments_in_run`), as GRO
+/// merges them (docs/architecture.md, "Runs of segments").
+struct Batch<'f> {
+    /// The first one's header (`repr.seq_number` the first one's).
+    repr: TcpRepr,
+    /// Its frame's VLAN tag, which the flow matched.
+    vlan: Option<VlanTag>,
+    /// Where the next one must start.
+    end: SeqNumber,
+    /// Their payloads; empty: no batch.
+    payloads: Vec<&'f [u8]>,
+    /// Their control bits (they may differ in PSH), to hand them over one by one.
+    flags: Vec<TcpFlags>,
+}
+
+/// The allocations a run keeps from burst to burst (see [`reuse_run`]).
+pub(super) struct RunBuffers<'f> {
+    octets: Vec<&'f [u8]>,
+    payloads: Vec<&'f [u8]>,
+    flags: Vec<TcpFlags>,
+}
+
+impl RunBuffers<'_> {
+    /// No buffer allocated yet.
+    pub(super) fn new() -> Self {
+        RunBuffers {
+            octets: Vec::new(),
+            payloads: Vec::new(),
+            flags: Vec::new(),
+        }
+    }
+
+    /// The buffers emptied, for slices of another lifetime.
+    pub(super) fn reuse<'b>(self) -> RunBuffers<'b> {
+        let mut flags = self.flags;
+        flags.clear();
+        RunBuffers {
+            octets: reuse_run(self.octets),
+            payloads: reuse_run(self.payloads),
+            flags,
+        }
+    }
 }
 
 impl<'f> Run<'f> {
-    /// An empty run in `octets`'s allocation (see [`reuse_run`]).
-    pub(super) fn new(octets: Vec<&'f [u8]>) -> Self {
-        Run { key: None, octets }
+    /// An empty run in `bufs`'s allocations.
+    pub(super) fn new(bufs: RunBuffers<'f>) -> Self {
+        Run {
+            key: None,
+            octets: bufs.octets,
+            batch: Batch {
+                repr: TcpRepr::default(),
+                vlan: None,
+                end: SeqNumber(0),
+                payloads: bufs.payloads,
+                flags: bufs.flags,
+            },
+        }
     }
 
-    /// The allocation, for the next burst.
-    pub(super) fn into_octets(self) -> Vec<&'f [u8]> {
-        self.octets
+    /// The allocations, for the next burst.
+    pub(super) fn into_buffers(self) -> RunBuffers<'f> {
+        RunBuffers {
+            octets: self.octets,
+            payloads: self.batch.payloads,
+            flags: self.batch.flags,
+        }
     }
 
-    /// Decodes the run in its flow.
-    fn end(&mut self, flows: &mut FlowTable<Flow>, regions: &mut RegionTable) {
+    /// Hands the batch, if any, to the run's flow: in one TCP update when the TCP can take
+    /// its segments as one, else one by one.
+    fn hand_batch(&mut self, now: Instant, flows: &mut FlowTable<Flow>, regions: &mut RegionTable) {
+        if self.batch.payloads.is_empty() {
+            return;
+        }
+        let b = &mut self.batch;
+        if let Some(flow) = self.key.and_then(|k| flows.get_mut(&k)) {
+            match b.payloads[..] {
+                [one] => flow.on_segment_in_run(now, &b.repr, one, &mut self.octets, regions),
+                _ if flow.on_segments_in_run(
+                    now,
+                    &b.repr,
+                    &b.payloads,
+                    &mut self.octets,
+                    regions,
+                ) => {}
+                _ => {
+                    // Exactly the segments that came: the first one's header with each one's
+                    // sequence number and control bits.
+                    let (seq, flags) = (b.repr.seq_number, b.repr.flags);
+                    let mut at = seq;
+                    for (&p, &f) in b.payloads.iter().zip(&b.flags) {
+                        b.repr.seq_number = at;
+                        b.repr.flags = f;
+                        flow.on_segment_in_run(now, &b.repr, p, &mut self.octets, regions);
+                        at = at + p.len();
+                    }
+                    (b.repr.seq_number, b.repr.flags) = (seq, flags);
+                }
+            }
+        }
+        b.payloads.clear();
+        b.flags.clear();
+    }
+
+    /// Hands the batch over, then decodes the run in its flow.
+    fn end(&mut self, now: Instant, flows: &mut FlowTable<Flow>, regions: &mut RegionTable) {
+        self.hand_batch(now, flows, regions);
         if let Some(k) = self.key.take() {
             if let Some(f) = flows.get_mut(&k) {
                 f.end_run(&mut self.octets, regions);
@@ -56,7 +157,7 @@ impl<'f> Run<'f> {
 /// in place into one of the same layout): the worker keeps it from burst to burst.
 // `filter_map` rather than `filter`: the element type changes (to another lifetime).
 #[allow(clippy::unnecessary_filter_map)]
-pub(super) fn reuse_run<'b>(mut v: Vec<&[u8]>) -> Vec<&'b [u8]> {
+fn reuse_run<'b>(mut v: Vec<&[u8]>) -> Vec<&'b [u8]> {
     v.clear();
     v.into_iter().filter_map(|_| None).collect()
 }
@@ -91,7 +192,7 @@ impl BurstCx<'_> {
                 RxFrame::Chained(c) => {
                     if !self.chained(c, run) {
                         // Gathered, and handled on its own after the run, as below.
-                        run.end(self.flows, self.regions);
+                        run.end(self.now, self.flows, self.regions);
                         let mut gather = std::mem::take(self.gather);
                         c.gather_into(&mut gather);
                         self.frame(&gather, None);
@@ -100,12 +201,12 @@ impl BurstCx<'_> {
                 }
                 RxFrame::Gathered(b) => {
                     // Valid only until the next frame: handled on its own, after the run.
-                    run.end(self.flows, self.regions);
+                    run.end(self.now, self.flows, self.regions);
                     self.frame(b, None);
                 }
             }
         }
-        run.end(self.flows, self.regions);
+        run.end(self.now, self.flows, self.regions);
     }
 
     /// A frame in several descriptors of this burst, taken into the run piece by piece (no
@@ -124,7 +225,9 @@ impl BurstCx<'_> {
         };
         let key = (f.dst, f.src);
         if run.key.is_some_and(|k| k != key) {
-            run.end(self.flows, self.regions);
+            run.end(self.now, self.flows, self.regions);
+        } else {
+            run.hand_batch(self.now, self.flows, self.regions);
         }
         let Some(flow) = self.flows.get_mut(&key) else {
             return false;
@@ -163,10 +266,25 @@ impl BurstCx<'_> {
         };
         let key = (f.dst, f.src);
         let mut run = run;
+        let mut parsed = false;
         if let Some(r) = run.as_deref_mut() {
             if r.key.is_some_and(|k| k != key) {
                 // Another flow's frame: the run so far is decoded first (a run is one flow's).
-                r.end(self.flows, self.regions);
+                r.end(self.now, self.flows, self.regions);
+            } else if !r.batch.payloads.is_empty() {
+                parsed = self.repr.parse_into(&f.tcp).is_ok();
+                let payload = f.tcp.payload_in_buffer();
+                let b = &mut r.batch;
+                if parsed
+                    && f.vlan == b.vlan
+                    && b.repr.continued_by(b.end, &self.repr, payload.len())
+                {
+                    b.payloads.push(payload);
+                    b.flags.push(self.repr.flags);
+                    b.end = b.end + payload.len();
+                    return;
+                }
+                r.hand_batch(self.now, self.flows, self.regions);
             }
         }
         let Some(flow) = self.flows.get_mut(&key) else {
@@ -193,14 +311,33 @@ impl BurstCx<'_> {
             self.stats.wrong_vlan += 1;
             return;
         }
-        if self.repr.parse_into(&f.tcp).is_err() {
+        if !parsed && self.repr.parse_into(&f.tcp).is_err() {
             self.stats.malformed += 1;
             return;
         }
         let payload = f.tcp.payload_in_buffer();
         match run {
             Some(r) => {
-                flow.on_segment_in_run(self.now, &self.repr, payload, &mut r.octets, self.regions);
+                if self.tap.is_none()
+                    && self.repr.takes_followers(payload.len())
+                    && flow.expects(self.repr.seq_number)
+                {
+                    // The first of a batch (capture records each frame as it is handled).
+                    let b = &mut r.batch;
+                    std::mem::swap(&mut self.repr, &mut b.repr);
+                    b.vlan = f.vlan;
+                    b.end = b.repr.seq_number + payload.len();
+                    b.payloads.push(payload);
+                    b.flags.push(b.repr.flags);
+                } else {
+                    flow.on_segment_in_run(
+                        self.now,
+                        &self.repr,
+                        payload,
+                        &mut r.octets,
+                        self.regions,
+                    );
+                }
                 r.key = Some(key);
             }
             None => flow.on_segment(self.now, &self.repr, payload, self.regions),

@@ -167,7 +167,7 @@ pub struct Worker<R: FrameRing> {
     budget: Option<Arc<mpa_stack::budget::MemoryBudget>>,
     /// Where a burst keeps a flow's in-order payloads until it decodes them together
     /// (`burst::Run`), emptied between bursts.
-    run_octets: Vec<&'static [u8]>,
+    run_buffers: Option<burst::RunBuffers<'static>>,
     /// Where chained frames the burst cannot take in pieces are gathered (`burst::BurstCx`).
     gather: Vec<u8>,
 }
@@ -222,7 +222,7 @@ impl<R: FrameRing> Worker<R> {
             heartbeat: None,
             turns: 0,
             budget: None,
-            run_octets: Vec::new(),
+            run_buffers: Some(burst::RunBuffers::new()),
             gather: Vec::new(),
         }
     }
@@ -499,7 +499,7 @@ impl<R: FrameRing> Worker<R> {
             notify,
             regions,
             tap,
-            run_octets,
+            run_buffers,
             gather,
             ..
         } = self;
@@ -526,15 +526,15 @@ impl<R: FrameRing> Worker<R> {
             gather,
             chains_in_pieces: cfg.chains_in_pieces,
         };
-        let octets = burst::reuse_run(std::mem::take(run_octets));
+        let bufs = run_buffers.take().unwrap_or_else(burst::RunBuffers::new);
         let n = xsk
             .rx_burst_frames(timeout_ms, |frames| {
-                let mut run = burst::Run::new(burst::reuse_run(octets));
+                let mut run = burst::Run::new(bufs.reuse());
                 cx.receive(frames, &mut run);
-                burst::reuse_run(run.into_octets())
+                run.into_buffers().reuse()
             })
-            .map(|(n, octets)| {
-                *run_octets = octets;
+            .map(|(n, bufs)| {
+                *run_buffers = Some(bufs);
                 n
             });
         if slept {

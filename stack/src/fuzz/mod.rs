@@ -5,8 +5,9 @@
 //!
 //! Input: one octet of configuration (markers, CRC, aligned sender, Responder expecting an
 //! RTR, whether half of the segments carry well-formed FPDUs, whether segments arrive in three
-//! pieces as a frame in several receive descriptors, `flow::receive_pieces_in_run`), then
-//! records of
+//! pieces as a frame in several receive descriptors, `flow::receive_pieces_in_run`, whether
+//! each record is cut into three consecutive segments offered to the TCP as one batch,
+//! `flow::receive_segments_in_run`), then records of
 //! `kind u8 | offset u16 | len u16 | payload` (payload truncated to what is left). A segment's
 //! sequence number is RCV.NXT − 1024 + offset, so duplicates, in-order, out-of-order and
 //! out-of-window segments all occur; `kind` picks TCP flags, and whether the payload is taken
@@ -17,7 +18,7 @@
 mod sender;
 pub use sender::fuzz_sender;
 
-use crate::flow::{receive_pieces_in_run, receive_segment};
+use crate::flow::{receive_pieces_in_run, receive_segment, receive_segments_in_run};
 use crate::receiver::{MemRegions, MpaReceiver, PostedBuf, ReceiverConfig};
 use crate::tcp::{Connection, Event, HandoverState, TcpConfig, TsHandover};
 use crate::wire::tcp::{TcpFlags, TcpOptions, TcpRepr};
@@ -171,7 +172,34 @@ fn fuzz_flow_counting(data: &[u8]) -> u64 {
             options: TcpOptions::default(),
         };
         now += Duration::from_micros(u64::from(kind) * 50);
-        let in_pieces = cfg & 32 != 0 && {
+        let batched = cfg & 64 != 0 && {
+            // Three consecutive segments with this header but for their sequence numbers,
+            // offered to the TCP as one batch (`flow::receive_segments_in_run`); refused, they
+            // go one by one.
+            let c1 = usize::from(kind) * 37 % (payload.len() + 1);
+            let c2 = (c1 + (offset as usize >> 4)).min(payload.len());
+            let segs = [&payload[..c1], &payload[c1..c2], &payload[c2..]];
+            let mut run = Vec::new();
+            let taken = receive_segments_in_run(
+                &mut tcp,
+                &mut rx,
+                now,
+                &repr,
+                &segs,
+                &mut run,
+                &mut regions,
+            );
+            rx.handle_in_order_run(&run, &mut regions);
+            if taken.is_none() {
+                let mut r = repr;
+                for s in segs {
+                    receive_segment(&mut tcp, &mut rx, now, &r, s, &mut regions);
+                    r.seq_number = r.seq_number + s.len();
+                }
+            }
+            true
+        };
+        let in_pieces = !batched && cfg & 32 != 0 && {
             // Cut where the record says; a piece may be empty.
             let c1 = usize::from(kind) * 37 % (payload.len() + 1);
             let c2 = (c1 + (offset as usize >> 4)).min(payload.len());
@@ -189,7 +217,7 @@ fn fuzz_flow_counting(data: &[u8]) -> u64 {
             rx.handle_in_order_run(&run, &mut regions);
             taken.is_some()
         };
-        if !in_pieces {
+        if !in_pieces && !batched {
             receive_segment(&mut tcp, &mut rx, now, &repr, payload, &mut regions);
         }
         while let Some(c) = rx.poll_completion() {

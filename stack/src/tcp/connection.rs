@@ -61,6 +61,7 @@ use super::PlacedSpans;
 
 mod ack;
 mod rx;
+pub(crate) use rx::TextLengths;
 mod timers;
 mod tx;
 use crate::wire::tcp::{

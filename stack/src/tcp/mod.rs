@@ -54,7 +54,7 @@ pub use config::{HandoverState, TcpConfig, TsHandover};
 pub use connection::Connection;
 pub use source::{SendSource, SourceError};
 
-pub(crate) use connection::{Event, SegmentOutcome};
+pub(crate) use connection::{Event, SegmentOutcome, TextLengths};
 pub(crate) use error::TcpError;
 pub(crate) use source::MAX_VISIBLE;
 #[cfg(test)]

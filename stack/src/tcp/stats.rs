@@ -57,6 +57,9 @@ pub struct TcpStats {
     pub(crate) octets_in: u64,
     /// Segments whose payload started at RCV.NXT (after trimming old octets).
     pub in_order_segs: u64,
+    /// Segments taken in one update with the one before them
+    /// (`Connection::handle_segment_in_order` with several segments).
+    pub(crate) segs_batched: u64,
     /// Segments stored (wholly or partly) out of order.
     pub ooo_segs: u64,
     /// Segments with data every octet of which had been received already.

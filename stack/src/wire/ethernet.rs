@@ -52,7 +52,7 @@ pub enum EthernetError {
     },
 }
 
-/// One VLAN tag: its TPID ([`ETHERTYPE_VLAN`] or [`ETHERTYPE_QINQ`]) and tag control
+/// One VLAN tag: its TPID (0x8100, or 0x88a8 for the outer tag of QinQ) and tag control
 /// information (PCP, DEI, VID).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct VlanTag {

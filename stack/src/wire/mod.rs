@@ -11,6 +11,8 @@
 
 pub(crate) mod checksum;
 pub(crate) mod ethernet;
+/// A frame's VLAN tag ([`frame::TcpFrame::vlan`]).
+pub use ethernet::VlanTag;
 pub mod frame;
 pub(crate) mod ip;
 pub mod tcp;

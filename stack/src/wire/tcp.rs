@@ -494,6 +494,37 @@ impl TcpRepr {
         TcpOptions::parse_into(&mut self.options, packet.options())
     }
 
+    /// Whether a segment with this header and `len` octets of text may be taken together with
+    /// the ones that continue it ([`TcpRepr::continued_by`]; docs/architecture.md, "Runs of
+    /// segments"): it carries text and an ACK, no control bit but PSH (which the receive path
+    /// does not act on) and no option but timestamps.
+    pub fn takes_followers(&self, len: usize) -> bool {
+        let o = &self.options;
+        len > 0
+            && self.ack_number.is_some()
+            && self.flags.without(TcpFlags::PSH) == TcpFlags::empty()
+            && o.mss.is_none()
+            && o.window_scale.is_none()
+            && !o.sack_permitted
+            && o.sack.is_empty()
+    }
+
+    /// Whether `next`, with `len` octets of text, continues a segment with this header whose
+    /// text ends at `end`: it starts there, carries text, and its header is this one's but
+    /// for the sequence number and PSH — the same ports, ACK, window and options (GRO's rule).
+    #[inline]
+    pub fn continued_by(&self, end: SeqNumber, next: &TcpRepr, len: usize) -> bool {
+        len > 0
+            && next.seq_number == end
+            && next.ack_number == self.ack_number
+            && next.window_len == self.window_len
+            && next.flags.without(TcpFlags::PSH) == self.flags.without(TcpFlags::PSH)
+            && next.src_port == self.src_port
+            && next.dst_port == self.dst_port
+            && next.urgent_at == self.urgent_at
+            && next.options == self.options
+    }
+
     /// Octets of the header [`TcpRepr::emit`] writes.
     pub fn header_len(&self) -> usize {
         HEADER_LEN + self.options.emitted_len()

@@ -4,7 +4,9 @@
 //! reported.
 
 use super::stream::{self, Segmentation, Stream, FLOW, PD};
-use crate::flow::{receive_pieces_in_run, receive_segment, receive_segment_in_run};
+use crate::flow::{
+    receive_pieces_in_run, receive_segment, receive_segment_in_run, receive_segments_in_run,
+};
 use crate::receiver::{MemRegions, MpaReceiver, ReceiverConfig, RxStats};
 use crate::tcp::tests::harness::SEG;
 use crate::tcp::tests::pair::{handovers, LinkCfg, Pair, Rng, Sink};
@@ -21,9 +23,10 @@ struct MpaSink {
     delivered: usize,
     completions: Vec<Completion>,
     /// In-order octets decoded a burst at a time (`MpaReceiver::handle_in_order_run`), as the
-    /// worker does, rather than segment by segment; and two segments in three taken in
-    /// pieces (as a frame in several receive descriptors), cut where their sequence number
-    /// says, falling back as the worker does when TCP wants the octets in one piece.
+    /// worker does, rather than segment by segment; two segments in three taken in pieces
+    /// (as a frame in several receive descriptors), cut where their sequence number says,
+    /// falling back as the worker does when TCP wants the octets in one piece; and the third
+    /// cut in two consecutive segments offered as one batch (falling back to one by one).
     runs: bool,
 }
 
@@ -72,9 +75,29 @@ impl Sink for MpaSink {
             self.end_burst(run);
             return self.on_segment(b, now, repr, payload);
         }
-        let out =
-            receive_segment_in_run(b, &mut self.rx, now, repr, payload, run, &mut self.regions);
-        self.delivered += out.in_order.len() + out.reassembled;
+        if payload.len() >= 2 && repr.takes_followers(payload.len()) {
+            // The rest as two consecutive segments of one batch (the worker's batching:
+            // `receive_segments_in_run`), cut anywhere; refused, they go one by one.
+            let c = 1 + (seq / 5) % (payload.len() - 1);
+            let parts = [&payload[..c], &payload[c..]];
+            if let Some(out) =
+                receive_segments_in_run(b, &mut self.rx, now, repr, &parts, run, &mut self.regions)
+            {
+                self.delivered += out.in_order.len() + out.reassembled;
+            } else {
+                let mut r = *repr;
+                for p in parts {
+                    let out =
+                        receive_segment_in_run(b, &mut self.rx, now, &r, p, run, &mut self.regions);
+                    self.delivered += out.in_order.len() + out.reassembled;
+                    r.seq_number = r.seq_number + p.len();
+                }
+            }
+        } else {
+            let out =
+                receive_segment_in_run(b, &mut self.rx, now, repr, payload, run, &mut self.regions);
+            self.delivered += out.in_order.len() + out.reassembled;
+        }
         while let Some(c) = self.rx.poll_completion() {
             self.completions.push(c);
         }

@@ -96,6 +96,18 @@ impl<S: SendSource> Connection<S> {
         // RFC 9293 §3.10.7.4: update the send window if SND.WL1 < SEG.SEQ, or SND.WL1 =
         // SEG.SEQ and SND.WL2 =< SEG.ACK; also on any ACK of new data (as Linux does), so a
         // SND.WL1 left 2^31 behind by a long one-way transfer cannot freeze the window.
+        self.update_send_window(seq, ack, new_wnd, advanced);
+    }
+
+    /// RFC 9293 §3.10.7.4's send window update for a segment's SEQ, ACK and (scaled) window;
+    /// `advanced`: its ACK acknowledged new data.
+    pub(super) fn update_send_window(
+        &mut self,
+        seq: SeqNumber,
+        ack: SeqNumber,
+        new_wnd: u32,
+        advanced: bool,
+    ) {
         if advanced || self.snd_wl1 < seq || (self.snd_wl1 == seq && self.snd_wl2 <= ack) {
             self.snd_wnd = new_wnd;
             self.snd_wl1 = seq;

@@ -9,7 +9,8 @@ use proptest::prelude::*;
 
 use super::harness::*;
 use crate::tcp::{
-    Connection, DropReason, Event, HandoverState, State, TcpConfig, TcpError, TsHandover,
+    Connection, DropReason, Event, HandoverState, State, TcpConfig, TcpError, TextLengths,
+    TsHandover,
 };
 use crate::wire::tcp::{SackBlock, TcpFlags, TcpTimestamps};
 
@@ -131,7 +132,7 @@ fn a_segment_taken_by_length_is_taken_as_in_one_piece() {
         let now = t0 + ms(i as u64);
         let a = whole.handle_segment(now, &r, &d);
         let before = (by_len.rcv_nxt(), by_len.stats().segs_in);
-        let b = match by_len.handle_segment_in_order(now, &r, len) {
+        let b = match by_len.handle_segment_in_order(now, &r, TextLengths::one(len)) {
             Some(b) => {
                 assert!(off != 3000, "segment {i} is out of order");
                 b

@@ -2,6 +2,7 @@
 //! lossy, reordering, duplicating in-memory link (`pair`, in the manner of quinn's `Pair`).
 
 mod backlog;
+mod batched;
 mod budget;
 mod bulk;
 mod conn;
