@@ -263,16 +263,21 @@ fn writes(markers: bool, n: usize, len: usize) -> (Vec<u8>, Vec<u8>) {
     (wire, data)
 }
 
+/// `stream` cut into 1448-octet segments from RCV.NXT on: (sequence number, payload).
+fn segments_of(stream: &[u8]) -> Vec<(u32, &[u8])> {
+    stream
+        .chunks(1448)
+        .enumerate()
+        .map(|(i, c)| (RCV_NXT.wrapping_add((i * 1448) as u32), c))
+        .collect()
+}
+
 #[test]
 fn a_worker_on_an_in_memory_ring_places_out_of_order_segments_and_acks() {
     let mut b = worker_with_flow(true);
     let (n, len) = (24, 600);
     let (stream, data) = writes(true, n, len);
-    let segs: Vec<(u32, &[u8])> = stream
-        .chunks(1448)
-        .enumerate()
-        .map(|(i, c)| (RCV_NXT.wrapping_add((i * 1448) as u32), c))
-        .collect();
+    let segs = segments_of(&stream);
     // The first segment is late; one is duplicated.
     let mut order: Vec<usize> = (1..segs.len()).collect();
     order.insert(4, 3);
@@ -323,11 +328,7 @@ fn in_order_segments_of_a_burst_are_batched_for_the_tcp() {
     let mut b = worker_with_flow(true);
     let (n, len) = (24, 600);
     let (stream, data) = writes(true, n, len);
-    let segs: Vec<(u32, &[u8])> = stream
-        .chunks(1448)
-        .enumerate()
-        .map(|(i, c)| (RCV_NXT.wrapping_add((i * 1448) as u32), c))
-        .collect();
+    let segs = segments_of(&stream);
     assert!(segs.len() > 8);
     // Burst 1: segments 0..6, the fourth with another window: batches [0, 1, 2], [3], [4, 5].
     for (i, &(seq, p)) in segs[..6].iter().enumerate() {
