@@ -4,22 +4,23 @@
 
 #![forbid(unsafe_code)]
 
+mod receive;
 mod send;
 
+pub(crate) use receive::{
+    receive_pieces_in_run, receive_segment, receive_segment_in_run, receive_segments_in_run,
+};
 use send::WaitingRead;
 pub(crate) use send::MAX_OUTBOUND_READS;
 pub use send::{FrameSink, FrameVec, SendOp, SendPost, MEM_FRAME_CAPACITY};
 
 use crate::receiver::{
-    InOrderSource, MpaReceiver, PostRecvError, PostedBuf, ReadRequest, ReceiverConfig, Region,
-    RegionTable, Regions, RxEnd, RxError,
+    MpaReceiver, PostRecvError, PostedBuf, ReadRequest, ReceiverConfig, Region, RegionTable, RxEnd,
+    RxError,
 };
 use crate::sender::{FpduSource, MessageKind, PostError, Preamble, SenderConfig, MIN_EMSS};
-use crate::tcp::{
-    Connection, Event, HandoverState, SegmentOutcome, SendSource, TcpConfig, TextLengths,
-    TsHandover,
-};
-use crate::wire::frame::{octets_in, FrameTemplate};
+use crate::tcp::{Connection, Event, HandoverState, SendSource, TcpConfig, TsHandover};
+use crate::wire::frame::FrameTemplate;
 use crate::wire::tcp::{TcpRepr, TIMESTAMPS_OPTION_LEN};
 use mpa::seq::SeqNumber;
 use mpa::startup::{RtrSet, RtrType};
@@ -106,163 +107,6 @@ fn instant_of_monotonic(ns: u64, now: Instant) -> Instant {
         .unwrap_or(ns);
     now.checked_sub(Duration::from_nanos(now_ns.saturating_sub(ns)))
         .unwrap_or(now)
-}
-
-/// One received TCP segment through the TCP and the MPA receiver: out-of-order octets go
-/// to [`MpaReceiver::handle_segment_ahead`] (when it can locate FPDUs), in-order octets and
-/// those that became in order to [`MpaReceiver::handle_in_order`]. The one composition of the
-/// two, used by [`Flow`] and by the in-memory harnesses.
-pub(crate) fn receive_segment<S: SendSource, R: Regions + ?Sized>(
-    tcp: &mut Connection<S>,
-    rx: &mut MpaReceiver,
-    now: Instant,
-    repr: &TcpRepr,
-    payload: &[u8],
-    regions: &mut R,
-) -> SegmentOutcome {
-    let out = tcp_segment(tcp, rx, now, repr, payload, regions, |_, _| {});
-    if let Some(b) = payload.get(out.in_order.clone()) {
-        rx.handle_in_order(b, InOrderSource::Segment, regions);
-    }
-    if out.reassembled > 0 {
-        tcp.drain_reassembled(|b| rx.handle_in_order(b, InOrderSource::Store, regions));
-    }
-    out
-}
-
-/// [`receive_segment`] for a segment that stays in hand until `run` is ended: its in-order
-/// payload joins `run`, decoded later with the rest of the run
-/// ([`MpaReceiver::handle_in_order_run`]). Anything that must see the stream up to this point
-/// first (an out-of-order segment placed ahead, octets drained from the reassembly store)
-/// ends the run before it.
-pub(crate) fn receive_segment_in_run<'f, S: SendSource, R: Regions + ?Sized>(
-    tcp: &mut Connection<S>,
-    rx: &mut MpaReceiver,
-    now: Instant,
-    repr: &TcpRepr,
-    payload: &'f [u8],
-    run: &mut Vec<&'f [u8]>,
-    regions: &mut R,
-) -> SegmentOutcome {
-    let out = tcp_segment(tcp, rx, now, repr, payload, regions, |rx, regions| {
-        end_run(rx, regions, run)
-    });
-    if let Some(b) = payload.get(out.in_order.clone()).filter(|b| !b.is_empty()) {
-        run.push(b);
-    }
-    if out.reassembled > 0 {
-        drain_after_run(tcp, rx, run, regions);
-    }
-    out
-}
-
-/// [`receive_segment_in_run`] for a segment whose payload lies in pieces (a frame in several
-/// receive descriptors): `pieces`, one after the other. Its in-order octets join `run` piece
-/// by piece. `None`, with nothing changed, for a segment that starts beyond RCV.NXT (out of
-/// order: the reassembly store and the placement ahead take octets in one piece).
-pub(crate) fn receive_pieces_in_run<'f, S: SendSource, R: Regions + ?Sized>(
-    tcp: &mut Connection<S>,
-    rx: &mut MpaReceiver,
-    now: Instant,
-    repr: &TcpRepr,
-    pieces: impl Iterator<Item = &'f [u8]> + Clone,
-    run: &mut Vec<&'f [u8]>,
-    regions: &mut R,
-) -> Option<SegmentOutcome> {
-    let text = TextLengths::one(pieces.clone().map(<[u8]>::len).sum());
-    receive_text_in_run(tcp, rx, now, repr, (pieces, text), run, regions)
-}
-
-/// [`receive_segment_in_run`] for consecutive segments whose headers are equal but for their
-/// sequence numbers, each starting where the one before ends: `repr` is the first one's,
-/// `payloads` theirs. The TCP takes them as one segment (as GRO merges them), and their
-/// octets join `run`. `None`, with nothing changed, unless that gives exactly what taking
-/// them one by one would (`Connection::handle_segment_in_order`): the caller then does.
-pub(crate) fn receive_segments_in_run<'f, S: SendSource, R: Regions + ?Sized>(
-    tcp: &mut Connection<S>,
-    rx: &mut MpaReceiver,
-    now: Instant,
-    repr: &TcpRepr,
-    payloads: &[&'f [u8]],
-    run: &mut Vec<&'f [u8]>,
-    regions: &mut R,
-) -> Option<SegmentOutcome> {
-    let text = TextLengths::of(payloads.iter().map(|p| p.len()));
-    let pieces = payloads.iter().copied();
-    receive_text_in_run(tcp, rx, now, repr, (pieces, text), run, regions)
-}
-
-/// In-order text in `pieces` of the given lengths through the TCP, its octets into `run`.
-fn receive_text_in_run<'f, S: SendSource, R: Regions + ?Sized>(
-    tcp: &mut Connection<S>,
-    rx: &mut MpaReceiver,
-    now: Instant,
-    repr: &TcpRepr,
-    (pieces, text): (impl Iterator<Item = &'f [u8]> + Clone, TextLengths),
-    run: &mut Vec<&'f [u8]>,
-    regions: &mut R,
-) -> Option<SegmentOutcome> {
-    let out = tcp.handle_segment_in_order(now, repr, text)?;
-    read_responses_acked(tcp, rx);
-    run.extend(octets_in(pieces, out.in_order.clone()));
-    if out.reassembled > 0 {
-        drain_after_run(tcp, rx, run, regions);
-    }
-    Some(out)
-}
-
-/// Decodes what `run` holds, if anything, and empties it.
-fn end_run<R: Regions + ?Sized>(rx: &mut MpaReceiver, regions: &mut R, run: &mut Vec<&[u8]>) {
-    if !run.is_empty() {
-        rx.handle_in_order_run(run, regions);
-        run.clear();
-    }
-}
-
-/// Octets the reassembly store made in order, after the run (which comes before them in the
-/// stream).
-fn drain_after_run<S: SendSource, R: Regions + ?Sized>(
-    tcp: &mut Connection<S>,
-    rx: &mut MpaReceiver,
-    run: &mut Vec<&[u8]>,
-    regions: &mut R,
-) {
-    end_run(rx, regions, run);
-    tcp.drain_reassembled(|b| rx.handle_in_order(b, InOrderSource::Store, regions));
-}
-
-/// The TCP's part of a segment: out-of-order octets to
-/// [`MpaReceiver::handle_segment_ahead`], `before_ahead` first; then the Read Responses the
-/// segment acknowledged.
-fn tcp_segment<S: SendSource, R: Regions + ?Sized>(
-    tcp: &mut Connection<S>,
-    rx: &mut MpaReceiver,
-    now: Instant,
-    repr: &TcpRepr,
-    payload: &[u8],
-    regions: &mut R,
-    mut before_ahead: impl FnMut(&mut MpaReceiver, &mut R),
-) -> SegmentOutcome {
-    let out = if rx.wants_segments_ahead() {
-        tcp.handle_segment_placing(now, repr, payload, &mut |seq, data, spans| {
-            before_ahead(rx, regions);
-            rx.handle_segment_ahead(seq, data, spans, regions)
-        })
-    } else {
-        tcp.handle_segment(now, repr, payload)
-    };
-    read_responses_acked(tcp, rx);
-    out
-}
-
-/// The Read Responses a segment acknowledged, counted as served. The segment's ACK counts
-/// before its octets: a peer whose Read Response arrived whole may send its next Read Request
-/// in the very segment that acknowledges it (RFC 793's order: the ACK field, then the text).
-fn read_responses_acked<S: SendSource>(tcp: &mut Connection<S>, rx: &mut MpaReceiver) {
-    let served = tcp.source_mut().take_acked_read_responses();
-    if served > 0 {
-        rx.reads_served(served);
-    }
 }
 
 /// `cfg.max_snd_mss` is for IPv4 headers (Ethernet + 20 octets): larger IP headers (IPv6)

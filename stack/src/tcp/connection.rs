@@ -60,8 +60,10 @@ use super::timer::{Timer, Timers};
 use super::PlacedSpans;
 
 mod ack;
+mod in_order;
 mod rx;
-pub(crate) use rx::TextLengths;
+use in_order::Text;
+pub(crate) use in_order::TextLengths;
 mod timers;
 mod tx;
 use crate::wire::tcp::{
