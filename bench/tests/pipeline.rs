@@ -3,6 +3,7 @@
 
 use mpa_bench::bed::options::Op;
 use mpa_bench::{pipeline, PipelineOpts};
+use mpa_datapath::memory::streaming::StreamingStores;
 
 fn tiny(op: Op, markers: bool, aligned: bool, loss: f64, reorder: f64) -> PipelineOpts {
     PipelineOpts {
@@ -22,6 +23,7 @@ fn tiny(op: Op, markers: bool, aligned: bool, loss: f64, reorder: f64) -> Pipeli
         verify_checksums: true,
         umem_chunk: 3840,
         chains_in_pieces: false,
+        streaming_stores: Default::default(),
         huge_pages: false,
         region_bytes: 16 << 20,
         timestamps: true,
@@ -56,6 +58,25 @@ fn jumbo_chains_decoded_from_their_descriptors_check_out() {
     o.reorder = 0.0;
     let r = pipeline(&o).expect("round checks pass");
     assert!(r.last.spanned_in_place > 10 * r.last.staged, "{}", r.line());
+}
+
+#[test]
+fn streaming_stores_check_out() {
+    // Every region streamed (`--streaming-stores on`): messages cut by markers, segments and
+    // descriptors, some out of order, land octet for octet (each round checks the region).
+    for mss in [1448, 8948] {
+        let mut o = tiny(Op::Write, true, false, 3.0, 2.0);
+        o.mss = mss;
+        o.streaming_stores = StreamingStores::On;
+        let r = pipeline(&o).expect("round checks pass");
+        assert!(r.line().contains("streaming stores"), "{}", r.line());
+        assert_eq!(r.last.completions, 512);
+    }
+    // Off: the label says nothing of it.
+    let mut o = tiny(Op::Write, true, false, 0.0, 0.0);
+    o.streaming_stores = StreamingStores::Off;
+    let r = pipeline(&o).expect("round checks pass");
+    assert!(!r.line().contains("streaming stores"), "{}", r.line());
 }
 
 #[test]

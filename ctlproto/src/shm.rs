@@ -207,11 +207,8 @@ impl SharedMemory {
         let Some(off) = self.span(off, src.len()) else {
             return false;
         };
-        // An ordinary copy: non-temporal (streaming) stores, which skip the read-for-ownership
-        // of each destination line, gain little into a region that fits the last-level cache,
-        // lose on the short pieces between markers, and leave the octets out of cache for a
-        // consumer that reads at once; they pay only for long contiguous messages into
-        // regions larger than the cache (docs/investigations/2026-12-03-non-temporal-stores.md).
+        // An ordinary copy: streaming stores are `write_pieces_streaming`, for long messages
+        // into memory larger than the last-level cache (docs/features.md, "Streaming stores").
         // SAFETY: off + src.len() <= len (checked above) and the mapping is writable, so the
         // destination lies inside our live mapping; `src` is ordinary memory of this process
         // and cannot overlap it (no reference into the mapping is ever handed out).
@@ -254,6 +251,42 @@ impl SharedMemory {
         at == len
     }
 
+    /// [`SharedMemory::write_pieces`] with non-temporal (streaming) stores for every whole
+    /// 64-octet line of the destination, ordinary stores for the partial lines at its ends. A
+    /// line that straddles two pieces is put together in a line buffer first, so a message
+    /// cut by markers and segments is streamed whole. Streaming skips the read for ownership
+    /// of each destination line: it pays for long messages into memory larger than the
+    /// last-level cache (docs/features.md, "Streaming stores"). The stores are weakly ordered: call
+    /// [`settle_streamed_stores`] before anything tells another thread or process that the
+    /// octets are there.
+    #[inline]
+    pub fn write_pieces_streaming<'p>(
+        &self,
+        off: u64,
+        len: usize,
+        pieces: impl Iterator<Item = &'p [u8]>,
+    ) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if self.access != Access::ReadWrite {
+                return false;
+            }
+            let Some(off) = self.span(off, len) else {
+                return false;
+            };
+            let mut pieces = Pieces {
+                cur: &[],
+                rest: pieces,
+            };
+            // SAFETY: off + len <= self.len (checked above) and the mapping is writable, so
+            // the `len` octets at `off` lie inside our live mapping; the pieces are ordinary
+            // memory of this process, not part of the mapping.
+            unsafe { stream_pieces(self.ptr.as_ptr().add(off), len, &mut pieces) }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        self.write_pieces(off, len, pieces)
+    }
+
     /// Copies the octets at `off` into `dst`; `false` when out of bounds.
     pub fn read(&self, off: u64, dst: &mut [u8]) -> bool {
         let Some(off) = self.span(off, dst.len()) else {
@@ -265,6 +298,115 @@ impl SharedMemory {
         };
         true
     }
+}
+
+/// Makes every streaming store this thread issued ([`SharedMemory::write_pieces_streaming`])
+/// globally visible before any later store: call it before publishing what they wrote (a
+/// completion, a ring index, an answer to a control request).
+#[inline]
+pub fn settle_streamed_stores() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a store fence has no operands and SSE is part of every x86_64 CPU.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
+}
+
+/// A message's pieces as one stream of octets.
+#[cfg(target_arch = "x86_64")]
+struct Pieces<'p, I> {
+    /// What is left of the current piece.
+    cur: &'p [u8],
+    rest: I,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<'p, I: Iterator<Item = &'p [u8]>> Pieces<'p, I> {
+    /// The rest of the current piece, never empty; `None` when every piece is used up.
+    #[inline]
+    fn piece(&mut self) -> Option<&'p [u8]> {
+        while self.cur.is_empty() {
+            self.cur = self.rest.next()?;
+        }
+        Some(self.cur)
+    }
+
+    /// Copies the next octets, at most `n`, to `dst` with ordinary stores: how many there were.
+    ///
+    /// # Safety
+    /// `dst .. dst + n` is writable and does not overlap any piece.
+    #[inline]
+    unsafe fn copy_to(&mut self, dst: *mut u8, n: usize) -> usize {
+        let mut done = 0;
+        while done < n {
+            let Some(p) = self.piece() else { break };
+            let k = p.len().min(n - done);
+            // SAFETY: done + k <= n, inside the caller's range; `p` has k octets.
+            unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), dst.add(done), k) };
+            self.cur = &p[k..];
+            done += k;
+        }
+        done
+    }
+}
+
+/// One destination line put together from pieces, aligned as the line is.
+#[cfg(target_arch = "x86_64")]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// Writes `len` octets of `pieces` to `dst`: ordinary stores up to the first 64-octet boundary
+/// and after the last, streaming stores (SSE2, part of every x86_64 CPU) for the whole lines
+/// between. `true` when the pieces held exactly `len` octets; at most `len` are written.
+///
+/// # Safety
+/// `dst .. dst + len` is writable memory that no piece overlaps.
+#[cfg(target_arch = "x86_64")]
+unsafe fn stream_pieces<'p>(
+    dst: *mut u8,
+    len: usize,
+    pieces: &mut Pieces<'p, impl Iterator<Item = &'p [u8]>>,
+) -> bool {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+    let head = dst.align_offset(64).min(len);
+    // SAFETY: head <= len.
+    let mut at = unsafe { pieces.copy_to(dst, head) };
+    if at < head {
+        return false;
+    }
+    let mut line = Line([0; 64]);
+    while len - at >= 64 {
+        let Some(p) = pieces.piece() else {
+            return false;
+        };
+        let src = if p.len() >= 64 {
+            pieces.cur = &p[64..];
+            p.as_ptr()
+        } else {
+            // SAFETY: the line buffer has 64 octets and is ours.
+            let k = unsafe { pieces.copy_to(line.0.as_mut_ptr(), 64) };
+            if k < 64 {
+                // SAFETY: at + k < len: inside the caller's range.
+                unsafe { std::ptr::copy_nonoverlapping(line.0.as_ptr(), dst.add(at), k) };
+                return false;
+            }
+            line.0.as_ptr()
+        };
+        // SAFETY: `src` has 64 readable octets (a piece's or the line buffer's); dst + at is
+        // 64-aligned (at >= head, in steps of 64) with at + 64 <= len, inside the caller's
+        // range; unaligned loads, aligned streaming stores.
+        unsafe {
+            let d = dst.add(at).cast::<__m128i>();
+            let s = src.cast::<__m128i>();
+            for i in 0..4 {
+                _mm_stream_si128(d.add(i), _mm_loadu_si128(s.add(i)));
+            }
+        }
+        at += 64;
+    }
+    // SAFETY: at <= len: the rest of the caller's range.
+    at += unsafe { pieces.copy_to(dst.add(at), len - at) };
+    at == len && pieces.piece().is_none()
 }
 
 impl Drop for SharedMemory {
@@ -309,6 +451,69 @@ mod tests {
         assert!(m.read(9_998, &mut r));
         assert_eq!(r, [7, 7]);
         assert!(!m.read(9_999, &mut r));
+    }
+
+    proptest::proptest! {
+        /// Streaming writes change exactly what ordinary writes change, and say the same,
+        /// at every destination alignment, for pieces of any sizes (markers' 508-octet gaps,
+        /// segments, empty pieces), and when the pieces hold fewer or more than `len`.
+        #[test]
+        fn streaming_writes_equal_ordinary_writes(
+            off in 0u64..200,
+            cuts in proptest::collection::vec(0usize..300, 0..24),
+            len_delta in -70i64..70,
+            seed in proptest::prelude::any::<u8>(),
+        ) {
+            let src: Vec<u8> = (0..8000u32).map(|i| (i * 131 + seed as u32) as u8).collect();
+            let mut pieces = Vec::new();
+            let mut at = 0;
+            for c in cuts {
+                let end = (at + c).min(src.len());
+                pieces.push(&src[at..end]);
+                at = end;
+            }
+            let held = at as i64;
+            let len = (held + len_delta).clamp(0, 6000) as usize;
+            let ordinary = SharedMemory::create("test-ordinary", 8192, false).unwrap();
+            let streamed = SharedMemory::create("test-streamed", 8192, false).unwrap();
+            let a = ordinary.write_pieces(off, len, pieces.iter().copied());
+            let b = streamed.write_pieces_streaming(off, len, pieces.iter().copied());
+            settle_streamed_stores();
+            proptest::prop_assert_eq!(a, b);
+            let (mut x, mut y) = (vec![0u8; 8192], vec![0u8; 8192]);
+            proptest::prop_assert!(ordinary.read(0, &mut x) && streamed.read(0, &mut y));
+            if a {
+                // Exactly the message, nothing else.
+                proptest::prop_assert_eq!(&y[off as usize..][..len], &src[..len]);
+            }
+            // Where the pieces held more or fewer octets than `len`, each writes what it got
+            // to before it noticed: the ordinary copy as much as fits, the streaming one may
+            // stop short of it, never beyond it.
+            for (i, (p, q)) in x.iter().zip(&y).enumerate() {
+                proptest::prop_assert!(p == q || (!a && *q == 0), "octet {} differs", i);
+            }
+        }
+    }
+
+    #[test]
+    fn streaming_writes_are_bounded_and_refused_read_only() {
+        let m = SharedMemory::create("test-shm-stream", 10_000, false).unwrap();
+        let src = [9u8; 2000];
+        assert!(!m.write_pieces_streaming(9_000, 1_001, [&src[..1_001]].into_iter()));
+        assert!(!m.write_pieces_streaming(u64::MAX, 1, [&src[..1]].into_iter()));
+        assert!(m.write_pieces_streaming(8_000, 2_000, [&src[..700], &src[700..]].into_iter()));
+        settle_streamed_stores();
+        let mut r = [0u8; 2001];
+        assert!(m.read(7_999, &mut r));
+        assert_eq!(r[0], 0);
+        assert!(r[1..].iter().all(|&b| b == 9));
+        let ro = SharedMemory::open(
+            m.fd().try_clone_to_owned().unwrap(),
+            10_000,
+            Access::ReadOnly,
+        )
+        .unwrap();
+        assert!(!ro.write_pieces_streaming(0, 100, [&src[..100]].into_iter()));
     }
 
     #[test]

@@ -333,6 +333,9 @@ pub struct QueueStats {
     /// again.
     #[serde(default)]
     pub post_queues_corrupt: u64,
+    /// Messages placed with streaming stores (docs/features.md, "Streaming stores").
+    #[serde(default)]
+    pub streamed_messages: u64,
 }
 
 /// What the registry holds.

@@ -91,6 +91,7 @@ fn run(a: &Args) -> Result<(), Failure> {
         tcp: Default::default(),
         verify_checksums: true,
         chains_in_pieces: false,
+        streaming_stores: Default::default(),
         pin_cpus: false,
         max_region_bytes: mpa_datapath::server::DEFAULT_MAX_REGION_BYTES,
         max_control_clients: mpa_datapath::server::DEFAULT_MAX_CONTROL_CLIENTS,

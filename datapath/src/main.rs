@@ -6,6 +6,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 use mpa_bpf::AttachMode;
 use mpa_datapath::io::nic_queues::QueueSteering;
 use mpa_datapath::io::xsk::{BindMode, BusyPoll, HugePages, XskConfig};
+use mpa_datapath::memory::streaming::StreamingStores;
 use mpa_datapath::server::{Datapath, DatapathConfig};
 use mpa_ops::logs::LogFormat;
 use mpa_stack::tcp::TcpConfig;
@@ -114,6 +115,13 @@ struct Args {
     /// docs/features.md "Jumbo frames"); for measuring on a NIC's own cache behaviour.
     #[arg(long)]
     chains_in_pieces: bool,
+    /// Which registered regions take messages of 1 KiB or more with streaming
+    /// (non-temporal) stores, which skip reading each destination line first: `large-regions`
+    /// (larger than the last-level cache, where every line would miss anyway), `on` (every
+    /// region; a consumer that reads at once then finds the octets in memory, not in the
+    /// cache), `off` (docs/features.md "Streaming stores").
+    #[arg(long, value_enum, default_value_t = StreamingStores::default())]
+    streaming_stores: StreamingStores,
     /// Pin worker q to CPU q.
     #[arg(long)]
     pin_cpus: bool,
@@ -297,6 +305,7 @@ fn main() -> ExitCode {
         tcp,
         verify_checksums: !a.no_verify_checksums,
         chains_in_pieces: a.chains_in_pieces,
+        streaming_stores: a.streaming_stores,
         pin_cpus: a.pin_cpus,
         max_region_bytes: a.max_region_bytes,
         max_control_clients: a.max_control_clients,

@@ -42,6 +42,7 @@ fn bench() -> Bench {
             spin: std::time::Duration::ZERO,
             defer_tx_kick: false,
             chains_in_pieces: false,
+            streaming_stores: Default::default(),
         },
         cmd_rx,
         note_tx,

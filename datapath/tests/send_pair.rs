@@ -101,6 +101,7 @@ fn end_full(
             spin: Duration::ZERO,
             defer_tx_kick: false,
             chains_in_pieces: false,
+            streaming_stores: Default::default(),
         },
         cmd_rx,
         note_tx,

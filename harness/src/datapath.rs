@@ -12,6 +12,7 @@ use mpa_ctl_proto::stats::DatapathStats;
 use mpa_ctl_proto::Message;
 use mpa_datapath::io::nic_queues::QueueSteering;
 use mpa_datapath::io::xsk::{BindMode, XskConfig};
+use mpa_datapath::memory::streaming::StreamingStores;
 use mpa_datapath::server::{
     Datapath, DatapathConfig, DEFAULT_COMPLETION_RING, DEFAULT_MAX_CONTROL_CLIENTS,
     DEFAULT_MAX_REGION_BYTES,
@@ -61,6 +62,9 @@ pub struct DatapathOptions {
     pub queue_steering: QueueSteering,
     /// Jumbo frames decoded from their descriptors (`DatapathConfig::chains_in_pieces`).
     pub chains_in_pieces: bool,
+    /// Which regions take long messages with streaming stores
+    /// (`DatapathConfig::streaming_stores`).
+    pub streaming_stores: StreamingStores,
 }
 
 impl Default for DatapathOptions {
@@ -81,6 +85,7 @@ impl Default for DatapathOptions {
             queue_steering: Default::default(),
             xdp_mode: AttachMode::Driver,
             chains_in_pieces: false,
+            streaming_stores: StreamingStores::default(),
         }
     }
 }
@@ -112,6 +117,7 @@ pub fn start_datapath_on(
             tcp: opts.tcp.clone(),
             verify_checksums: true,
             chains_in_pieces: opts.chains_in_pieces,
+            streaming_stores: opts.streaming_stores,
             pin_cpus: false,
             max_region_bytes: DEFAULT_MAX_REGION_BYTES,
             max_control_clients: opts.max_control_clients,

@@ -92,6 +92,19 @@ impl RegionMemory {
         self.mem.write_pieces(off, len, pieces)
     }
 
+    /// As [`RegionMemory::write_pieces`] with streaming stores for the destination's whole
+    /// lines (see [`SharedMemory::write_pieces_streaming`]); visible to others only after
+    /// [`mpa_ctl_proto::shm::settle_streamed_stores`].
+    #[inline]
+    pub fn write_pieces_streaming<'p>(
+        &self,
+        off: u64,
+        len: usize,
+        pieces: impl Iterator<Item = &'p [u8]>,
+    ) -> bool {
+        self.mem.write_pieces_streaming(off, len, pieces)
+    }
+
     /// Copies octets at `off` into `dst`; `false` when out of bounds.
     pub fn read(&self, off: u64, dst: &mut [u8]) -> bool {
         self.mem.read(off, dst)

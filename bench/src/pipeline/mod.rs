@@ -25,6 +25,8 @@ use crate::report::Document;
 pub use crate::report::Spread;
 use anyhow::{bail, Result};
 use clap::Args;
+use clap::ValueEnum;
+use mpa_datapath::memory::streaming::StreamingStores;
 use round::RoundResult;
 use std::net::SocketAddrV4;
 
@@ -112,6 +114,11 @@ pub struct PipelineArgs {
     /// large buffer.
     #[arg(long, default_value_t = DEFAULT_REGION_BYTES, value_parser = mpa_cli::size::<u64>)]
     pub region_bytes: u64,
+    /// Which regions take messages of 1 KiB or more with streaming stores
+    /// (`mpa-datapath --streaming-stores`): by default those larger than the last-level
+    /// cache; the summary says when the region is one.
+    #[arg(long, value_enum, default_value_t = StreamingStores::default())]
+    pub streaming_stores: StreamingStores,
     /// Frames without the TCP timestamps option. By default every frame carries one, as Linux
     /// peers send it (MSS 1448 at MTU 1500 is what remains with it), and the flows negotiated
     /// it: the worker checks it (PAWS) and echoes it.
@@ -180,6 +187,8 @@ pub struct PipelineOpts {
     pub huge_pages: bool,
     /// Registered memory per worker, octets.
     pub region_bytes: u64,
+    /// Which regions take long messages with streaming stores.
+    pub streaming_stores: StreamingStores,
     /// TCP timestamps in every frame.
     pub timestamps: bool,
 }
@@ -218,6 +227,7 @@ impl PipelineArgs {
             chains_in_pieces: self.chains_in_pieces,
             huge_pages: self.huge_pages,
             region_bytes: self.region_bytes,
+            streaming_stores: self.streaming_stores,
             timestamps: !self.no_timestamps,
         }
     }
@@ -255,6 +265,13 @@ impl PipelineOpts {
         }
         if self.region_bytes != DEFAULT_REGION_BYTES {
             s += &format!(", region {} MiB", self.region_bytes >> 20);
+        }
+        if self
+            .streaming_stores
+            .streaming_from()
+            .is_some_and(|from| self.region_bytes >= from)
+        {
+            s += ", streaming stores";
         }
         if self.loss > 0.0 || self.reorder > 0.0 {
             s += &format!(", loss {} % reorder {} %", self.loss, self.reorder);
@@ -591,6 +608,10 @@ impl PipelineArgs {
             bytes: o.bytes,
             huge_pages: o.huge_pages,
             chains_in_pieces: o.chains_in_pieces,
+            streaming_stores: o
+                .streaming_stores
+                .to_possible_value()
+                .map(|v| v.get_name().to_string()),
             verify_checksums: o.verify_checksums,
             digest: o.digest,
             seed: o.seed,

@@ -136,6 +136,7 @@ fn setup(o: &PipelineOpts, p: &Prepared) -> Result<Setup> {
             spin: std::time::Duration::ZERO,
             defer_tx_kick: false,
             chains_in_pieces: o.chains_in_pieces,
+            streaming_stores: o.streaming_stores,
         },
         cmd_rx,
         note_tx,

@@ -139,6 +139,7 @@ mod tests {
             chains_in_pieces: false,
             huge_pages: false,
             region_bytes: 16 << 20,
+            streaming_stores: Default::default(),
             timestamps: true,
         };
         let l = ladder(&base);

@@ -376,6 +376,9 @@ pub struct PipelineParams {
     /// `--huge-pages`.
     #[serde(default)]
     pub huge_pages: bool,
+    /// `--streaming-stores` (absent in documents from before the option).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streaming_stores: Option<String>,
     /// `--workers`, only above 1 (one worker's document keeps its shape).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers: Option<usize>,

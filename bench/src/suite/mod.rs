@@ -83,6 +83,7 @@ impl SuiteArgs {
                 chains_in_pieces: false,
                 huge_pages: false,
                 region_bytes: 16 << 20,
+                streaming_stores: Default::default(),
                 no_timestamps: false,
                 bytes: if q { 16 << 20 } else { 256 << 20 },
                 seed: 1,

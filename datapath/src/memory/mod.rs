@@ -6,3 +6,4 @@
 
 pub mod completions;
 pub(crate) mod registry;
+pub mod streaming;

@@ -25,6 +25,7 @@ mod watch;
 use crate::io::nic_queues::{self, QueueSteering, Steered};
 use crate::io::xsk::{XskConfig, XskQueue};
 use crate::memory::registry::Registry;
+use crate::memory::streaming::StreamingStores;
 use crate::worker::{Command, Notification, QueueDriver, Worker, WorkerConfig};
 use capture::Capture;
 use clients::Client;
@@ -66,6 +67,9 @@ pub struct DatapathConfig {
     /// `WorkerConfig::chains_in_pieces`: jumbo frames decoded from their descriptors
     /// rather than gathered.
     pub chains_in_pieces: bool,
+    /// `WorkerConfig::streaming_stores`: which regions take long messages with streaming
+    /// stores.
+    pub streaming_stores: StreamingStores,
     /// Pin worker q to CPU q (right on a server with cores to spare; on a small machine that
     /// also runs the sender it only gets in the scheduler's way).
     pub pin_cpus: bool,
@@ -171,6 +175,17 @@ impl Datapath {
         let queue_steering =
             nic_queues::apply(&cfg.iface, cfg.queues, &cfg.queue_steering, &state)?;
         tracing::info!(iface = %cfg.iface, "queue steering: {}", queue_steering.summary());
+        match cfg.streaming_stores.streaming_from() {
+            None if cfg.streaming_stores == StreamingStores::LargeRegions => tracing::warn!(
+                "streaming stores: the last-level cache's size is unknown (sysfs): none used"
+            ),
+            None => tracing::info!("streaming stores: off"),
+            Some(0) => tracing::info!("streaming stores: into every region"),
+            Some(from) => tracing::info!(
+                "streaming stores: into regions of {from} octets or more (larger than the \
+                 last-level cache)"
+            ),
+        }
         let steering = XdpSteering::attach(ifindex, cfg.xdp_mode)?;
         let mtu = interface_mtu(&cfg.iface);
         let mut tcp = cfg.tcp.clone();
@@ -219,6 +234,7 @@ impl Datapath {
                 spin: cfg.spin,
                 defer_tx_kick: false,
                 chains_in_pieces: cfg.chains_in_pieces,
+                streaming_stores: cfg.streaming_stores,
             };
             let notify = notify_tx.clone();
             let pin = cfg.pin_cpus;

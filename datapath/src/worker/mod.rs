@@ -7,6 +7,7 @@
 use crate::io::capture::CaptureTap;
 use crate::io::ring::FrameRing;
 use crate::memory::completions::Outbox;
+use crate::memory::streaming::StreamingStores;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use mpa_ctl_proto::stats::{QueueReport, QueueStats};
 use mpa_ctl_proto::{CaptureDirection, HandOver};
@@ -112,6 +113,9 @@ pub struct WorkerConfig {
     /// frames"). Off by default: on the machines measured, gathering (one copy of octets the
     /// CPU then reads while they are hot) cost less than decoding FPDUs across descriptors.
     pub chains_in_pieces: bool,
+    /// Which regions take long messages with streaming stores (docs/features.md,
+    /// "Streaming stores").
+    pub streaming_stores: StreamingStores,
 }
 
 /// A worker bound to one queue.
@@ -192,7 +196,7 @@ impl<R: FrameRing> Worker<R> {
     ) -> Self {
         Worker {
             xsk,
-            regions: RegionTable::default(),
+            regions: RegionTable::with_streaming_from(cfg.streaming_stores.streaming_from()),
             flows: FlowTable::default(),
             ids: HashMap::default(),
             cfg,
@@ -306,6 +310,9 @@ impl<R: FrameRing> Worker<R> {
     }
 
     fn command(&mut self, c: Command) -> bool {
+        // Whatever the command answers or hands on (a released flow's completions, a removed
+        // region) comes after every octet placed so far.
+        self.regions.settle_stores();
         match c {
             Command::AddRegion(r) => self.regions.insert(r),
             Command::RemoveRegion(stag) => {
@@ -629,7 +636,9 @@ impl<R: FrameRing> Worker<R> {
         // sleeps), before any flow is reported gone, and before the TX kick: in copy mode
         // (veth) `sendto` carries our ACKs through the peer's stack inside the call, which
         // the consumer's wake-up need not wait for (the kernel, too, wakes a reader before it
-        // sends the ACK).
+        // sends the ACK). Octets placed with streaming stores are settled first: a consumer
+        // reads them as soon as it sees the ring's index.
+        self.regions.settle_stores();
         self.completions.publish();
         if !self.cfg.defer_tx_kick {
             self.xsk.flush()?;
@@ -710,6 +719,7 @@ impl<R: FrameRing> Worker<R> {
             stats: QueueStats {
                 completions_overflow: self.completions.overflow,
                 completions_unclaimed: self.completions.unclaimed,
+                streamed_messages: self.regions.streamed_messages(),
                 ..self.stats
             },
             cpu_seconds: thread_cpu_seconds(),

@@ -76,7 +76,7 @@ impl DatapathCollector {
 
     fn queues(&self, f: &mut Families) -> std::fmt::Result {
         let qs = &self.stats.queues;
-        let counters: [(&str, &str, Option<Unit>, QueueField); 20] = [
+        let counters: [(&str, &str, Option<Unit>, QueueField); 21] = [
             (
                 "rx_frames",
                 "Frames received on the queue's AF_XDP socket.",
@@ -185,6 +185,12 @@ impl DatapathCollector {
                 "Post queues abandoned because their producer corrupted them.",
                 None,
                 |q| q.stats.post_queues_corrupt,
+            ),
+            (
+                "streamed_messages",
+                "Messages placed with streaming stores (--streaming-stores).",
+                None,
+                |q| q.stats.streamed_messages,
             ),
         ];
         for (name, help, unit, get) in counters {

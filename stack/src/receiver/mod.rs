@@ -39,7 +39,7 @@ pub(crate) use placement::{
 };
 pub use placement::{PostError, PostedBuf, MAX_POSTED};
 pub(crate) use regions::{MemRegions, Regions};
-pub use regions::{Region, RegionTable};
+pub use regions::{Region, RegionTable, STREAMING_MIN_MESSAGE};
 use std::collections::VecDeque;
 
 /// FPDUs placed out of order and not yet completed in order, per connection.

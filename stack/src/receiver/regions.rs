@@ -48,34 +48,88 @@ pub struct Region {
     pub mem: Arc<RegionMemory>,
 }
 
+/// Messages shorter than this are placed with ordinary stores into every region: their
+/// destination lines are mostly partial ones, which streaming stores cannot skip the read of
+/// (docs/features.md, "Streaming stores").
+pub const STREAMING_MIN_MESSAGE: usize = 1024;
+
 /// The regions a worker knows (its own copy, updated by the control thread's commands).
 #[derive(Debug, Default)]
 pub struct RegionTable {
     /// Looked up at least once per placed FPDU: foldhash, not SipHash (see
     /// [`crate::flow_table::FlowHasher`]).
-    map: HashMap<u32, Region, crate::flow_table::FlowHasher>,
+    map: HashMap<u32, Entry, crate::flow_table::FlowHasher>,
+    /// Regions of at least this many octets take messages of [`STREAMING_MIN_MESSAGE`] or
+    /// more with streaming stores; `None`: none do.
+    streaming_from: Option<u64>,
+    /// Streaming stores were issued since the last [`RegionTable::settle_stores`].
+    unsettled: bool,
+    /// Messages placed with streaming stores.
+    streamed: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    region: Region,
+    streams: bool,
 }
 
 impl RegionTable {
-    /// Adds or replaces a region.
-    pub fn insert(&mut self, r: Region) {
-        self.map.insert(r.info.stag, r);
+    /// A table whose regions of at least `streaming_from` octets take messages of
+    /// [`STREAMING_MIN_MESSAGE`] or more with streaming stores (`None`: ordinary stores only).
+    /// Its owner calls [`RegionTable::settle_stores`] before it publishes anything placed.
+    pub fn with_streaming_from(streaming_from: Option<u64>) -> RegionTable {
+        RegionTable {
+            streaming_from,
+            ..RegionTable::default()
+        }
     }
 
-    /// Removes a region: later segments naming it get an invalid-STag Terminate.
+    /// Adds or replaces a region.
+    pub fn insert(&mut self, region: Region) {
+        let streams = self
+            .streaming_from
+            .is_some_and(|from| region.info.len >= from);
+        self.map.insert(region.info.stag, Entry { region, streams });
+    }
+
+    /// Removes a region: later segments naming it get an invalid-STag Terminate. Octets
+    /// already streamed into it are settled first.
     pub fn remove(&mut self, stag: u32) {
+        self.settle_stores();
         self.map.remove(&stag);
     }
 
     /// The region of `stag`.
     pub fn get(&self, stag: u32) -> Option<&Region> {
-        self.map.get(&stag)
+        self.map.get(&stag).map(|e| &e.region)
+    }
+
+    /// Whether region `stag` takes long messages with streaming stores.
+    pub fn streams(&self, stag: u32) -> bool {
+        self.map.get(&stag).is_some_and(|e| e.streams)
+    }
+
+    /// Messages placed with streaming stores so far.
+    pub fn streamed_messages(&self) -> u64 {
+        self.streamed
+    }
+
+    /// Makes every octet placed so far visible to other threads and processes before
+    /// anything this thread stores later (a completion, a ring index): a store fence when
+    /// streaming stores were issued since the last call, nothing otherwise.
+    #[inline]
+    pub fn settle_stores(&mut self) {
+        if self.unsettled {
+            mpa_ctl_proto::shm::settle_streamed_stores();
+            self.unsettled = false;
+        }
     }
 }
 
 impl Regions for RegionTable {
     fn info(&self, stag: u32) -> Option<&RegionInfo> {
-        self.map.get(&stag).map(|r| &r.info)
+        self.map.get(&stag).map(|e| &e.region.info)
     }
 
     #[inline]
@@ -86,13 +140,23 @@ impl Regions for RegionTable {
         len: usize,
         pieces: impl Iterator<Item = &'p [u8]>,
     ) -> bool {
-        self.map
-            .get(&stag)
-            .is_some_and(|r| r.mem.write_pieces(offset, len, pieces))
+        let Some(e) = self.map.get(&stag) else {
+            return false;
+        };
+        if e.streams && len >= STREAMING_MIN_MESSAGE {
+            let placed = e.region.mem.write_pieces_streaming(offset, len, pieces);
+            self.unsettled = true;
+            self.streamed += 1;
+            placed
+        } else {
+            e.region.mem.write_pieces(offset, len, pieces)
+        }
     }
 
     fn read(&self, stag: u32, offset: u64, dst: &mut [u8]) -> bool {
-        self.map.get(&stag).is_some_and(|r| r.mem.read(offset, dst))
+        self.map
+            .get(&stag)
+            .is_some_and(|e| e.region.mem.read(offset, dst))
     }
 }
 
@@ -173,5 +237,59 @@ impl Regions for MemRegions {
             }
             None => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn region(stag: u32, len: u64) -> Region {
+        Region {
+            info: RegionInfo {
+                stag,
+                len,
+                pd: 1,
+                remote_write: true,
+                remote_read: false,
+                huge_pages: false,
+            },
+            mem: Arc::new(RegionMemory::create("regions-test", len).unwrap()),
+        }
+    }
+
+    /// Regions from the threshold on stream long messages, smaller ones do not; either way
+    /// every message lands octet for octet, in pieces or whole, long or short.
+    #[test]
+    fn large_regions_stream_long_messages_and_every_message_lands_exactly() {
+        let mut t = RegionTable::with_streaming_from(Some(16_384));
+        t.insert(region(1, 8192));
+        t.insert(region(2, 16_384));
+        assert!(!t.streams(1) && t.streams(2) && !t.streams(3));
+        let src: Vec<u8> = (0..5000u32).map(|i| (i * 37 + 11) as u8).collect();
+        for stag in [1, 2] {
+            let pieces = src[..3000].chunks(508);
+            assert!(t.write_pieces(stag, 5, 3000, pieces));
+            assert!(t.write(stag, 4000, &src[..100]));
+            // Past the end of the small region: refused, nothing written.
+            assert_eq!(
+                t.write_pieces(stag, 8000, 1200, src[..1200].chunks(508)),
+                stag == 2
+            );
+            t.settle_stores();
+            let mut got = vec![0u8; 3000];
+            assert!(t.read(stag, 5, &mut got));
+            assert_eq!(got, &src[..3000]);
+            assert!(t.read(stag, 4000, &mut got[..100]));
+            assert_eq!(&got[..100], &src[..100]);
+        }
+        // Region 2's 3000-octet and 1200-octet messages; not the 100-octet one.
+        assert_eq!(t.streamed_messages(), 2);
+        t.remove(2);
+        assert!(!t.streams(2) && t.get(2).is_none());
+        // No threshold: nothing streams.
+        let mut t = RegionTable::with_streaming_from(None);
+        t.insert(region(1, 1 << 20));
+        assert!(!t.streams(1));
     }
 }
