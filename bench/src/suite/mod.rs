@@ -51,7 +51,11 @@ pub struct SuiteArgs {
 /// The standard set's experiments.
 pub struct Plan {
     pub pipeline: PipelineArgs,
+    /// Two workers side by side against one, MSS 1448, 4 KiB.
+    pub pipeline_workers: PipelineArgs,
     pub lat: LatArgs,
+    /// Ping-pong (half the round trip), 64 B and 4 KiB: needs no clock agreement.
+    pub lat_pingpong: LatArgs,
     pub bw: BwArgs,
     /// One `bw` per loss rate (the lossy bridge), 4 KiB ULPDUs, aligned sender.
     pub bw_loss: Vec<BwArgs>,
@@ -63,59 +67,74 @@ pub struct Plan {
 impl SuiteArgs {
     pub fn plan(&self) -> Plan {
         let q = self.quick;
+        let pipeline = PipelineArgs {
+            rounds: if q { 2 } else { 5 },
+            flows: 1,
+            sizes: vec![4096, 65536 - 1024],
+            mss: vec![1448, 8948],
+            markers: true,
+            no_markers: false,
+            crc: true,
+            no_crc: false,
+            op: Op::Write,
+            aligned: Align::Auto,
+            loss: 0.0,
+            reorder: 0.0,
+            digest: false,
+            no_verify_checksums: false,
+            umem_chunk: 3840,
+            chains_in_pieces: false,
+            huge_pages: false,
+            region_bytes: 16 << 20,
+            streaming_stores: Default::default(),
+            no_timestamps: false,
+            bytes: if q { 16 << 20 } else { 256 << 20 },
+            seed: 1,
+            variants: false,
+            perf: false,
+            perf_data: None,
+            stages: true,
+            json: false,
+            workers: 1,
+        };
+        let lat = LatArgs {
+            sizes: if q {
+                vec![64, 4096]
+            } else {
+                vec![64, 1024, 4096, 16384, 65536 - 1024]
+            },
+            messages: if q { 1000 } else { 10_000 },
+            rate: 10_000,
+            rounds: if q { 1 } else { 3 },
+            bed: BedArgs::default(),
+            framing: FramingArgs::default(),
+            out: self.out.clone(),
+            json: false,
+            consumer_busy_poll: false,
+            spin_us: 1000,
+            modes: vec![DatapathMode::Sleep, DatapathMode::Spin, DatapathMode::Rtc],
+            post_via: PostVia::Shm,
+            wire_segments: false,
+            busy_poll_us: 0,
+            pingpong: false,
+            clock: ClockArgs::default(),
+        };
         Plan {
-            pipeline: PipelineArgs {
-                rounds: if q { 2 } else { 5 },
-                flows: 1,
-                sizes: vec![4096, 65536 - 1024],
-                mss: vec![1448, 8948],
-                markers: true,
-                no_markers: false,
-                crc: true,
-                no_crc: false,
-                op: Op::Write,
-                aligned: Align::Auto,
-                loss: 0.0,
-                reorder: 0.0,
-                digest: false,
-                no_verify_checksums: false,
-                umem_chunk: 3840,
-                chains_in_pieces: false,
-                huge_pages: false,
-                region_bytes: 16 << 20,
-                streaming_stores: Default::default(),
-                no_timestamps: false,
-                bytes: if q { 16 << 20 } else { 256 << 20 },
-                seed: 1,
-                variants: false,
-                perf: false,
-                perf_data: None,
-                stages: true,
-                json: false,
-                workers: 1,
-            },
-            lat: LatArgs {
-                sizes: if q {
-                    vec![64, 4096]
-                } else {
-                    vec![64, 1024, 4096, 16384, 65536 - 1024]
-                },
-                messages: if q { 1000 } else { 10_000 },
-                rate: 10_000,
+            pipeline_workers: PipelineArgs {
                 rounds: if q { 1 } else { 3 },
-                bed: BedArgs::default(),
-                framing: FramingArgs::default(),
-                out: self.out.clone(),
-                json: false,
-                consumer_busy_poll: false,
-                spin_us: 1000,
-                modes: vec![DatapathMode::Sleep, DatapathMode::Spin, DatapathMode::Rtc],
-                post_via: PostVia::Shm,
-                wire_segments: false,
-                busy_poll_us: 0,
-                pingpong: false,
-                clock: ClockArgs::default(),
+                sizes: vec![4096],
+                mss: vec![1448],
+                stages: false,
+                workers: 2,
+                ..pipeline.clone()
             },
+            pipeline,
+            lat_pingpong: LatArgs {
+                sizes: vec![64, 4096],
+                pingpong: true,
+                ..lat.clone()
+            },
+            lat,
             bw: BwArgs {
                 sizes: if q {
                     vec![4096]
@@ -270,6 +289,18 @@ pub fn suite(a: &SuiteArgs) -> Result<String> {
     }
     docs.push(doc);
 
+    eprintln!("suite: pipeline, two workers");
+    let (doc, run) = pipeline::pipeline_run(&plan.pipeline_workers)?;
+    let _ = write!(
+        md,
+        "### Two workers (`mpa-bench pipeline --workers 2 --mss 1448 --sizes 4096 --rounds {}`)\n\n\
+         Each worker its own ring, flows, region and completion ring, pinned to its own CPU, \
+         started together; every round also runs one worker alone.\n{}\n",
+        plan.pipeline_workers.rounds,
+        pipeline::workers::table(&run.workers)
+    );
+    docs.push(doc);
+
     eprintln!("suite: lat");
     let (doc, rows) = lat::lat(&plan.lat)?;
     let _ = write!(
@@ -303,6 +334,20 @@ pub fn suite(a: &SuiteArgs) -> Result<String> {
         let _ = writeln!(md, "![latency CDF {size} B]({name})");
     }
     md.push('\n');
+    docs.push(doc);
+
+    eprintln!("suite: lat, ping-pong");
+    let (doc, rows) = lat::lat(&plan.lat_pingpong)?;
+    let _ = write!(
+        md,
+        "## Ping-pong latency (`mpa-bench lat --pingpong --sizes {} --messages {} --rounds {}`)\n\n\
+         RDMA Write ping-pong (as perftest's `ib_write_lat`) against the kernel's echo: half \
+         the round trip, µs; round trips need no common clock.\n\n```\n{}```\n\n",
+        join(&plan.lat_pingpong.sizes),
+        plan.lat_pingpong.messages,
+        plan.lat_pingpong.rounds,
+        lat::table(&rows)
+    );
     docs.push(doc);
 
     eprintln!("suite: bw");

@@ -58,6 +58,13 @@ pub fn relative_path(from_dir: &Path, to: &Path) -> Result<PathBuf> {
     Ok(rel)
 }
 
+/// The datapath's latency modes, as the headline names them.
+const MODES: [(Receiver, &str); 3] = [
+    (Receiver::Datapath, "sleeping workers"),
+    (Receiver::DatapathSpin, "spinning workers"),
+    (Receiver::RunToCompletion, "run-to-completion"),
+];
+
 /// The headline figures: a few rows of the run, each with both receivers where there are two.
 pub fn headline(r: &SuiteResults) -> String {
     let mut rows: Vec<[String; 4]> = Vec::new();
@@ -87,6 +94,26 @@ pub fn headline(r: &SuiteResults) -> String {
                             "{} Gbit/s ({:.0} ns/packet)",
                             f2(c.gbit_s_per_core),
                             c.ns_per_packet
+                        ),
+                        "—".into(),
+                    ]);
+                }
+                if let Some(w) = results.iter().find_map(|p| match p {
+                    PipelineRecord::Workers(w) => Some(w),
+                    _ => None,
+                }) {
+                    rows.push([
+                        format!(
+                            "receive pipeline, {} workers (MSS {}, {})",
+                            w.workers,
+                            w.mss,
+                            size_name(w.size)
+                        ),
+                        "—".into(),
+                        format!(
+                            "{} Gbit/s, {:.2}× one worker",
+                            f2(w.aggregate_gbit_s),
+                            w.scaling
                         ),
                         "—".into(),
                     ]);
@@ -131,18 +158,29 @@ pub fn headline(r: &SuiteResults) -> String {
             } if params.rate > 0 && !params.pingpong => {
                 let get =
                     |who: Receiver| results.iter().find(|l| l.receiver == who && l.size == 64);
-                let modes = [
-                    (Receiver::Datapath, "sleeping workers"),
-                    (Receiver::DatapathSpin, "spinning workers"),
-                    (Receiver::RunToCompletion, "run-to-completion"),
-                ];
-                for (who, mode) in modes {
+                for (who, mode) in MODES {
                     if let (Some(k), Some(d)) = (get(Receiver::Kernel), get(who)) {
                         rows.push([
                             format!(
                                 "one-way latency p50 / p99, 64 B at {} msg/s, {mode}",
                                 thousands(params.rate)
                             ),
+                            format!("{:.1} / {:.1} µs", k.p50_us, k.p99_us),
+                            format!("{:.1} / {:.1} µs", d.p50_us, d.p99_us),
+                            ratio(d.p50_us, k.p50_us),
+                        ]);
+                    }
+                }
+            }
+            Document::Lat {
+                params, results, ..
+            } if params.pingpong => {
+                let get =
+                    |who: Receiver| results.iter().find(|l| l.receiver == who && l.size == 64);
+                for (who, mode) in MODES {
+                    if let (Some(k), Some(d)) = (get(Receiver::Kernel), get(who)) {
+                        rows.push([
+                            format!("ping-pong latency p50 / p99 (RTT/2), 64 B, {mode}"),
                             format!("{:.1} / {:.1} µs", k.p50_us, k.p99_us),
                             format!("{:.1} / {:.1} µs", d.p50_us, d.p99_us),
                             ratio(d.p50_us, k.p50_us),
