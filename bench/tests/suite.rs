@@ -73,7 +73,24 @@ fn suite_quick_writes_summary_documents_plots_and_hgrm_files() {
         .iter()
         .map(|d| d["scenario"].as_str().unwrap())
         .collect();
-    assert_eq!(scenarios, ["pipeline", "lat", "bw", "bw", "lat", "setup"]);
+    assert_eq!(
+        scenarios,
+        ["pipeline", "pipeline", "lat", "lat", "bw", "bw", "lat", "setup"]
+    );
+    // Two workers against one; the ping-pong beside the one-way runs.
+    let workers = docs[1]["results"].as_array().unwrap();
+    assert!(
+        workers
+            .iter()
+            .any(|w| w["workers"] == 2 && w["scaling"].as_f64().unwrap() > 0.0),
+        "{workers:?}"
+    );
+    let pingpong: Vec<bool> = docs
+        .iter()
+        .filter(|d| d["scenario"] == "lat")
+        .map(|d| d["params"]["pingpong"] == true)
+        .collect();
+    assert_eq!(pingpong, [false, true, false]);
     for d in docs {
         check_shape(d).unwrap_or_else(|e| panic!("{e:#}: {d}"));
     }
@@ -146,6 +163,8 @@ fn suite_quick_writes_summary_documents_plots_and_hgrm_files() {
         "receive pipeline alone, one core (MSS 1448, 4 KiB)",
         "goodput, 5 % loss, 4 KiB",
         "one-way latency p50 / p99, 64 B",
+        "ping-pong latency p50 / p99 (RTT/2), 64 B, run-to-completion",
+        "receive pipeline, 2 workers (MSS 1448, 4 KiB)",
         "connection setup",
     ] {
         assert!(text.contains(row), "{row}: {text}");

@@ -1,5 +1,5 @@
 //! `mpa-bench suite` (what `make bench` runs): a bounded standard set of the experiments
-//! (about 8 minutes on the 2-core development VM), each side by side with kernel TCP where it
+//! (3 to 8 minutes on the 2-core development VM), each side by side with kernel TCP where it
 //! has a counterpart, written to one directory:
 //!
 //! * `summary.md`: the tables, the parameters, the machine and the commit;
@@ -337,7 +337,7 @@ pub fn suite(a: &SuiteArgs) -> Result<String> {
     docs.push(doc);
 
     eprintln!("suite: lat, ping-pong");
-    let (doc, rows) = lat::lat(&plan.lat_pingpong)?;
+    let (doc, rows) = lat::pingpong(&plan.lat_pingpong)?;
     let _ = write!(
         md,
         "## Ping-pong latency (`mpa-bench lat --pingpong --sizes {} --messages {} --rounds {}`)\n\n\
@@ -346,7 +346,7 @@ pub fn suite(a: &SuiteArgs) -> Result<String> {
         join(&plan.lat_pingpong.sizes),
         plan.lat_pingpong.messages,
         plan.lat_pingpong.rounds,
-        lat::table(&rows)
+        lat::pingpong_table(&rows)
     );
     docs.push(doc);
 
