@@ -1,5 +1,5 @@
-//! Placement's store pattern into a registered region: ordinary stores
-//! (`SharedMemory::write_pieces`) against streaming stores
+//! Placement's store pattern into a registered region: ordinary stores with the destination
+//! prefetched for writing (`SharedMemory::write_pieces`) against streaming stores
 //! (`SharedMemory::write_pieces_streaming`, one `settle_streamed_stores` per burst of 64
 //! messages). Messages are placed one after the other (each a contiguous destination, as
 //! consecutive Writes are), 4 KiB cut into the 508-octet pieces between markers, and 1,400 and

@@ -115,8 +115,8 @@ pub struct PipelineArgs {
     #[arg(long, default_value_t = DEFAULT_REGION_BYTES, value_parser = mpa_cli::size::<u64>)]
     pub region_bytes: u64,
     /// Which regions take messages of 1 KiB or more with streaming stores
-    /// (`mpa-datapath --streaming-stores`): by default those larger than the last-level
-    /// cache; the summary says when the region is one.
+    /// (`mpa-datapath --streaming-stores`; off by default); the summary says when the region
+    /// takes them.
     #[arg(long, value_enum, default_value_t = StreamingStores::default())]
     pub streaming_stores: StreamingStores,
     /// Frames without the TCP timestamps option. By default every frame carries one, as Linux

@@ -1,5 +1,5 @@
 //! Which regions placement writes with streaming stores (docs/features.md, "Streaming
-//! stores"): never, those larger than the last-level cache (the default), or every region.
+//! stores"): never (the default), those larger than the last-level cache, or every region.
 //! The last-level cache's size comes from sysfs.
 
 use std::io::Read;
@@ -8,11 +8,13 @@ use std::path::Path;
 /// Which regions take long messages with streaming (non-temporal) stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum StreamingStores {
-    /// Ordinary stores into every region.
+    /// Ordinary stores into every region, each message's destination lines prefetched for
+    /// writing first: on the machines measured, faster than streaming even into regions
+    /// larger than the last-level cache.
+    #[default]
     Off,
     /// Streaming stores into regions larger than the last-level cache: every line placed
     /// there would miss anyway, and streaming skips reading it first.
-    #[default]
     LargeRegions,
     /// Streaming stores into every region (a consumer that reads a message at once then
     /// finds it in memory, not in the cache).
