@@ -131,6 +131,19 @@ pub fn stats(dpc: &mut DatapathClient) -> DatapathStats {
     mpa_harness::datapath::stats(dpc).expect("statistics from the datapath")
 }
 
+/// Waits for the datapath's next notification on `dpc`: it must say that flow `flow_id` is
+/// gone without an MPA error.
+pub fn gone_cleanly(dpc: &mut DatapathClient, flow_id: u64) {
+    match dpc.next_notification().expect("a notification") {
+        mpa_ctl_proto::Message::FlowGone {
+            flow_id: id,
+            mpa_error: None,
+            ..
+        } => assert_eq!(id, flow_id),
+        m => panic!("flow {flow_id}: {m:?}"),
+    }
+}
+
 /// The final counters the datapath kept for the ended flow `flow_id`.
 pub fn ended_flow(dpc: &mut DatapathClient, flow_id: u64) -> FlowReport {
     let s = stats(dpc);

@@ -6,10 +6,9 @@
 
 use mpa_control::datapath_client::DatapathClient;
 use mpa_ctl_proto::consumer::Consumer;
-use mpa_ctl_proto::Message;
 use mpa_tests::{
-    ended_flow, hand_over, listen_in, require_privileged, stats, writes_from_a, BedConfig,
-    DatapathProcess, TestBed,
+    ended_flow, gone_cleanly, hand_over, listen_in, require_privileged, stats, writes_from_a,
+    BedConfig, DatapathProcess, TestBed,
 };
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -63,14 +62,7 @@ fn transfer_placed_exactly(bed: &TestBed, dp: &DatapathProcess, port: u16) {
     let peer = writes_from_a(bed, addr, region.info().stag, WRITES, LEN);
     let (flow, mut dpc, frozen) = hand_over(bed, &dp.socket, &listener, false, true, Some(1));
     peer.join().unwrap().unwrap();
-    match dpc.next_notification().unwrap() {
-        Message::FlowGone {
-            flow_id,
-            mpa_error: None,
-            ..
-        } => assert_eq!(flow_id, flow),
-        m => panic!("{m:?}"),
-    }
+    gone_cleanly(&mut dpc, flow);
     drop(frozen);
     let f = ended_flow(&mut dpc, flow);
     // Every message completed (in order or placed ahead when a segment came late), and every

@@ -5,10 +5,10 @@
 //! `dead_client_loses_its_regions_and_adoptions_and_other_flows_keep_placing`.)
 
 use mpa_ctl_proto::consumer::{Consumer, ConsumerError};
-use mpa_ctl_proto::{CompletionKind, Message};
+use mpa_ctl_proto::CompletionKind;
 use mpa_tests::{
-    datapath, ended_flow, hand_over, listen_in, require_privileged, stats, writes_from_a,
-    BedConfig, DatapathOptions, TestBed,
+    datapath, ended_flow, gone_cleanly, hand_over, listen_in, require_privileged, stats,
+    writes_from_a, BedConfig, DatapathOptions, TestBed,
 };
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -39,14 +39,7 @@ fn a_slow_consumer_sees_counted_overflow_while_the_flow_places_every_octet() {
     let (flow, mut dpc, frozen) = hand_over(&bed, &path, &listener, false, true, Some(1));
     // The consumer reads nothing until the flow has ended.
     peer.join().unwrap().unwrap();
-    match dpc.next_notification().unwrap() {
-        Message::FlowGone {
-            flow_id,
-            mpa_error: None,
-            ..
-        } => assert_eq!(flow_id, flow),
-        m => panic!("{m:?}"),
-    }
+    gone_cleanly(&mut dpc, flow);
     drop(frozen);
     let f = ended_flow(&mut dpc, flow);
     assert_eq!((f.rx.placed_in_order, f.rx.completions), (WRITES, WRITES));

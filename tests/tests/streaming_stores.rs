@@ -5,11 +5,10 @@
 //! `off` the same traffic streams nothing.
 
 use mpa_ctl_proto::consumer::Consumer;
-use mpa_ctl_proto::Message;
 use mpa_datapath::memory::streaming::StreamingStores;
 use mpa_tests::{
-    datapath, ended_flow, hand_over, listen_in, require_privileged, stats, writes_from_a,
-    BedConfig, DatapathOptions, TestBed,
+    datapath, ended_flow, gone_cleanly, hand_over, listen_in, require_privileged, stats,
+    writes_from_a, BedConfig, DatapathOptions, TestBed,
 };
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -63,14 +62,7 @@ fn streamed_writes_land_exactly_and_before_their_completions() {
             }
         }
         peer.join().unwrap().unwrap();
-        match dpc.next_notification().unwrap() {
-            Message::FlowGone {
-                flow_id,
-                mpa_error: None,
-                ..
-            } => assert_eq!(flow_id, flow),
-            m => panic!("{m:?}"),
-        }
+        gone_cleanly(&mut dpc, flow);
         drop(frozen);
         let f = ended_flow(&mut dpc, flow);
         assert_eq!((f.rx.placed_in_order, f.rx.completions), (WRITES, WRITES));

@@ -119,6 +119,13 @@ impl SuiteArgs {
             pingpong: false,
             clock: ClockArgs::default(),
         };
+        let lat_unpaced = LatArgs {
+            sizes: vec![64, 4096],
+            messages: if q { 1000 } else { 20_000 },
+            rate: 0,
+            rounds: 1,
+            ..lat.clone()
+        };
         Plan {
             pipeline_workers: PipelineArgs {
                 rounds: if q { 1 } else { 3 },
@@ -166,24 +173,7 @@ impl SuiteArgs {
                     ..self.bw_base(q)
                 })
                 .collect(),
-            lat_unpaced: LatArgs {
-                sizes: vec![64, 4096],
-                messages: if q { 1000 } else { 20_000 },
-                rate: 0,
-                rounds: 1,
-                bed: BedArgs::default(),
-                framing: FramingArgs::default(),
-                out: self.out.clone(),
-                json: false,
-                consumer_busy_poll: false,
-                spin_us: 1000,
-                modes: vec![DatapathMode::Sleep, DatapathMode::Spin, DatapathMode::Rtc],
-                post_via: PostVia::Shm,
-                wire_segments: false,
-                busy_poll_us: 0,
-                pingpong: false,
-                clock: ClockArgs::default(),
-            },
+            lat_unpaced,
             setup: SetupArgs {
                 connections: if q { 100 } else { 1000 },
                 parallel: 16,
