@@ -464,7 +464,9 @@ fn avx512_large_lengths_misalignments_and_chaining() {
 #[test]
 fn selection_follows_the_table() {
     let names: Vec<&str> = impls::all().iter().map(|i| i.name()).collect();
-    let lens = [0, 1, 64, 127, 128, 191, 192, 255, 256, 1448, 32_767, 32_768];
+    let lens = [
+        0, 1, 64, 127, 128, 191, 192, 255, 256, 1023, 1024, 1448, 32_767, 32_768,
+    ];
     for len in lens.into_iter().chain([1 << 20]) {
         let k = selected_kernel(len);
         assert!(names.contains(&k), "{k} for {len} not among {names:?}");
@@ -476,5 +478,11 @@ fn selection_follows_the_table() {
         assert_eq!(selected_kernel(256), "avx512");
         assert_eq!(selected_kernel(32_767), "avx512");
         assert_eq!(selected_kernel(32_768), "hybrid512");
+    } else if impls::vpclmul().is_some() {
+        assert_eq!(selected_kernel(191), "sse42");
+        assert_eq!(selected_kernel(192), "vpclmul");
+        assert_eq!(selected_kernel(1023), "vpclmul");
+        assert_eq!(selected_kernel(1024), "hybrid");
+        assert_eq!(selected_kernel(1 << 20), "hybrid");
     }
 }
