@@ -218,6 +218,24 @@ impl SharedMemory {
         true
     }
 
+    /// Asks for the lines of `off .. off + len` for writing (`prefetchw`) without waiting for
+    /// them: a hint for a write expected soon, which changes no octet and never faults. The
+    /// part of the range outside the mapping is left out; a read-only mapping asks for nothing.
+    #[inline]
+    pub fn prefetch_for_write(&self, off: u64, len: usize) {
+        if self.access != Access::ReadWrite {
+            return;
+        }
+        let Ok(off) = usize::try_from(off) else {
+            return;
+        };
+        if off >= self.len {
+            return;
+        }
+        let len = len.min(self.len - off);
+        prefetch_for_write(self.ptr.as_ptr().wrapping_add(off), len);
+    }
+
     /// Copies `pieces`, one after the other, to offset `off`: one bounds check for all `len`
     /// octets (a message placed in its pieces between markers). `false` (nothing written) when
     /// `len` octets do not fit or the mapping is read-only; at most `len` octets are written

@@ -92,6 +92,13 @@ impl RegionMemory {
         self.mem.write_pieces(off, len, pieces)
     }
 
+    /// Asks for the lines of `off .. off + len` for writing without waiting (see
+    /// [`SharedMemory::prefetch_for_write`]): no octet changes.
+    #[inline]
+    pub fn prefetch_for_write(&self, off: u64, len: usize) {
+        self.mem.prefetch_for_write(off, len)
+    }
+
     /// As [`RegionMemory::write_pieces`] with streaming stores for the destination's whole
     /// lines (see [`SharedMemory::write_pieces_streaming`]); visible to others only after
     /// [`mpa_ctl_proto::shm::settle_streamed_stores`].

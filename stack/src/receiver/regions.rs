@@ -37,6 +37,11 @@ pub(crate) trait Regions {
     /// unspecified) when the region is gone or the range is outside it. The sender reads
     /// what it sends through this.
     fn read(&self, stag: u32, offset: u64, dst: &mut [u8]) -> bool;
+    /// Asks for the lines of `len` octets at `offset` of region `stag` for writing, without
+    /// waiting: a placement expected there soon. A hint only (nothing when the region is gone
+    /// or the range outside it); its lines are left alone where messages of `len` octets take
+    /// streaming stores.
+    fn prefetch_for_write(&self, _stag: u32, _offset: u64, _len: usize) {}
 }
 
 /// One registered region as a worker sees it.
@@ -158,12 +163,24 @@ impl Regions for RegionTable {
             .get(&stag)
             .is_some_and(|e| e.region.mem.read(offset, dst))
     }
+
+    #[inline]
+    fn prefetch_for_write(&self, stag: u32, offset: u64, len: usize) {
+        if let Some(e) = self.map.get(&stag) {
+            if !(e.streams && len >= STREAMING_MIN_MESSAGE) {
+                e.region.mem.prefetch_for_write(offset, len);
+            }
+        }
+    }
 }
 
 /// Regions in ordinary memory: for tests, fuzzing and the in-memory pipeline.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct MemRegions {
     map: HashMap<u32, (RegionInfo, Vec<u8>)>,
+    /// Every placement hint asked for, in order: (STag, offset, octets).
+    #[cfg(test)]
+    hints: std::cell::RefCell<Vec<(u32, u64, usize)>>,
 }
 
 impl MemRegions {
@@ -183,6 +200,12 @@ impl MemRegions {
     #[cfg(test)]
     pub(crate) fn bytes(&self, stag: u32) -> Option<&[u8]> {
         self.map.get(&stag).map(|(_, b)| b.as_slice())
+    }
+
+    /// The placement hints asked for so far (see [`Regions::prefetch_for_write`]).
+    #[cfg(test)]
+    pub(crate) fn hints(&self) -> Vec<(u32, u64, usize)> {
+        self.hints.borrow().clone()
     }
 }
 
@@ -237,6 +260,11 @@ impl Regions for MemRegions {
             }
             None => false,
         }
+    }
+
+    #[cfg(test)]
+    fn prefetch_for_write(&self, stag: u32, offset: u64, len: usize) {
+        self.hints.borrow_mut().push((stag, offset, len));
     }
 }
 

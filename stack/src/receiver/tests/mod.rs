@@ -3,6 +3,7 @@
 //! into a receiver placing into in-memory regions. No AF_XDP, no namespace, no root.
 
 mod gather;
+mod hints;
 mod pair;
 mod stream;
 mod unit;

@@ -18,7 +18,7 @@ use mpa_ctl_proto::{CompletionKind, RegionInfo};
 
 const START: u32 = u32::MAX - 700;
 
-fn cfg(markers: bool, expect_rtr: Option<RtrSet>) -> ReceiverConfig {
+pub(super) fn cfg(markers: bool, expect_rtr: Option<RtrSet>) -> ReceiverConfig {
     ReceiverConfig {
         flow_id: 1,
         start: SeqNumber(START),
@@ -59,7 +59,7 @@ pub(super) fn write(stag: u32, to: u64, last: bool, payload: &[u8]) -> Vec<u8> {
     v
 }
 
-fn frame(enc: &mut FpduEncoder, ulpdus: &[Vec<u8>]) -> Vec<u8> {
+pub(super) fn frame(enc: &mut FpduEncoder, ulpdus: &[Vec<u8>]) -> Vec<u8> {
     let mut w = Vec::new();
     for u in ulpdus {
         enc.encode(u, &mut w).unwrap();
