@@ -17,7 +17,6 @@ mod ahead;
 mod out_of_order;
 pub(crate) mod placement;
 pub(crate) mod regions;
-
 #[cfg(test)]
 pub(crate) mod tests;
 

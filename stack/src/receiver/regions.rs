@@ -79,6 +79,14 @@ struct Entry {
     streams: bool,
 }
 
+impl Entry {
+    /// Whether a message of `len` octets goes into this region with streaming stores.
+    #[inline]
+    fn streams_message(&self, len: usize) -> bool {
+        self.streams && len >= STREAMING_MIN_MESSAGE
+    }
+}
+
 impl RegionTable {
     /// A table whose regions of at least `streaming_from` octets take messages of
     /// [`STREAMING_MIN_MESSAGE`] or more with streaming stores (`None`: ordinary stores only).
@@ -148,7 +156,7 @@ impl Regions for RegionTable {
         let Some(e) = self.map.get(&stag) else {
             return false;
         };
-        if e.streams && len >= STREAMING_MIN_MESSAGE {
+        if e.streams_message(len) {
             let placed = e.region.mem.write_pieces_streaming(offset, len, pieces);
             self.unsettled = true;
             self.streamed += 1;
@@ -167,7 +175,7 @@ impl Regions for RegionTable {
     #[inline]
     fn prefetch_for_write(&self, stag: u32, offset: u64, len: usize) {
         if let Some(e) = self.map.get(&stag) {
-            if !(e.streams && len >= STREAMING_MIN_MESSAGE) {
+            if !e.streams_message(len) {
                 e.region.mem.prefetch_for_write(offset, len);
             }
         }
