@@ -9,7 +9,7 @@ use mpa_harness::datapath::HandedOver;
 use std::time::Duration;
 
 /// How long a class that expects a Terminate waits for it.
-const TERMINATE_WAIT: Duration = Duration::from_secs(10);
+const TERMINATE_WAIT: Duration = Duration::from_secs(5);
 
 /// Checks a class; returns what happened and, when the flow already ended, its report.
 pub(super) fn check_class(
@@ -71,15 +71,17 @@ pub(super) fn check_class(
             ))
         }
         Expect::Terminate(l, t, c) => {
-            // Long enough for a Terminate queued behind answers the congestion window holds
-            // back until the script's ACKs open it (ird-overrun: 32 Read Responses first) on
-            // a loaded machine; a class that passes waits only as long as it takes.
+            // A class that passes waits only as long as the Terminate takes; one that fails
+            // says what came instead.
             let got = ctx
                 .p
                 .wait_for(TERMINATE_WAIT, |r| r.terminate().is_some())?
                 .and_then(|r| r.terminate());
             let Some(term) = got else {
-                bail!("a Terminate, got none within {TERMINATE_WAIT:?}");
+                bail!(
+                    "a Terminate, got none within {TERMINATE_WAIT:?} ({})",
+                    no_terminate_why(ctx, h)
+                );
             };
             if (term.layer, term.error_type, term.error_code) != (l, t, c) {
                 bail!(
@@ -186,4 +188,37 @@ fn alive(ctx: &mut Ctx) -> Result<()> {
     ctx.write(SLOT - 64, &data)?;
     ctx.wait_acked().context("the connection to live on")?;
     verify_placed(ctx)
+}
+
+/// What a class that waited in vain for a Terminate saw: the segments that came (data, or
+/// ACKs of how much of ours) and the flow's own counters, so that a failure says whether the
+/// datapath never took the script's last segment or answered and the answer went astray.
+fn no_terminate_why(ctx: &mut Ctx, h: &mut HandedOver) -> String {
+    let inbox = &ctx.p.inbox;
+    let data: Vec<String> = inbox
+        .iter()
+        .filter(|r| !r.payload.is_empty())
+        .map(|r| format!("{}+{}", r.seq, r.payload.len()))
+        .collect();
+    let best_ack = inbox.iter().filter_map(|r| r.ack).max();
+    let flow = match live_counters(&mut h.dpc, h.flow_id) {
+        Ok(s) => format!(
+            "flow {}: {} packets, {} out of order, {} duplicates, {} retransmissions, \
+             {} frames out, rx {:?}",
+            s.flow.state,
+            s.flow.packets,
+            s.flow.out_of_order_segments,
+            s.flow.duplicates,
+            s.flow.retransmissions,
+            s.flow.frames_sent,
+            s.flow.rx
+        ),
+        Err(e) => format!("flow counters: {e:#}"),
+    };
+    format!(
+        "{} segments came, data at {data:?}, highest ACK {best_ack:?} of SND.NXT {}, RCV.NXT {}; {flow}",
+        inbox.len(),
+        ctx.p.snd_nxt,
+        ctx.p.rcv_nxt
+    )
 }

@@ -103,7 +103,7 @@ fn receive_text_in_run<'f, S: SendSource, R: Regions + ?Sized>(
     regions: &mut R,
 ) -> Option<SegmentOutcome> {
     let out = tcp.handle_segment_in_order(now, repr, text)?;
-    read_responses_acked(tcp, rx);
+    read_responses_acked(tcp, rx, regions, |rx, regions| end_run(rx, regions, run));
     run.extend(octets_in(pieces, out.in_order.clone()));
     if out.reassembled > 0 {
         drain_after_run(tcp, rx, run, regions);
@@ -132,8 +132,9 @@ fn drain_after_run<S: SendSource, R: Regions + ?Sized>(
 }
 
 /// The TCP's part of a segment: out-of-order octets to
-/// [`MpaReceiver::handle_segment_ahead`], `before_ahead` first; then the Read Responses the
-/// segment acknowledged.
+/// [`MpaReceiver::handle_segment_ahead`]; then the Read Responses the segment acknowledged.
+/// `earlier` (ending a run) decodes the in-order octets of the segments before it first,
+/// before either.
 fn tcp_segment<S: SendSource, R: Regions + ?Sized>(
     tcp: &mut Connection<S>,
     rx: &mut MpaReceiver,
@@ -141,26 +142,35 @@ fn tcp_segment<S: SendSource, R: Regions + ?Sized>(
     repr: &TcpRepr,
     payload: &[u8],
     regions: &mut R,
-    mut before_ahead: impl FnMut(&mut MpaReceiver, &mut R),
+    mut earlier: impl FnMut(&mut MpaReceiver, &mut R),
 ) -> SegmentOutcome {
     let out = if rx.wants_segments_ahead() {
         tcp.handle_segment_placing(now, repr, payload, &mut |seq, data, spans| {
-            before_ahead(rx, regions);
+            earlier(rx, regions);
             rx.handle_segment_ahead(seq, data, spans, regions)
         })
     } else {
         tcp.handle_segment(now, repr, payload)
     };
-    read_responses_acked(tcp, rx);
+    read_responses_acked(tcp, rx, regions, earlier);
     out
 }
 
 /// The Read Responses a segment acknowledged, counted as served. The segment's ACK counts
 /// before its octets: a peer whose Read Response arrived whole may send its next Read Request
 /// in the very segment that acknowledges it (RFC 793's order: the ACK field, then the text).
-fn read_responses_acked<S: SendSource>(tcp: &mut Connection<S>, rx: &mut MpaReceiver) {
+/// It counts after the octets of the segments before it, though: `earlier` first decodes
+/// those a run still holds, so that an ACK the peer sent after a Read Request never makes room
+/// for that request under the IRD (RFC 5040 §6.1).
+fn read_responses_acked<S: SendSource, R: Regions + ?Sized>(
+    tcp: &mut Connection<S>,
+    rx: &mut MpaReceiver,
+    regions: &mut R,
+    earlier: impl FnOnce(&mut MpaReceiver, &mut R),
+) {
     let served = tcp.source_mut().take_acked_read_responses();
     if served > 0 {
+        earlier(rx, regions);
         rx.reads_served(served);
     }
 }
