@@ -204,14 +204,10 @@ fn worker_with_chains(markers: bool, tcp: TcpConfig, chains_in_pieces: bool) -> 
     let mut worker = Worker::new(
         ring,
         WorkerConfig {
-            our_mac: OUR_MAC,
             tcp,
             digest: true,
-            verify_checksums: true,
-            spin: std::time::Duration::ZERO,
-            defer_tx_kick: false,
             chains_in_pieces,
-            streaming_stores: Default::default(),
+            ..WorkerConfig::new(OUR_MAC)
         },
         cmd_rx,
         note_tx,
@@ -808,14 +804,8 @@ fn a_flow_that_moves_to_another_worker_keeps_its_completions_in_order() {
     let mut b = Worker::new(
         ring_b,
         WorkerConfig {
-            our_mac: OUR_MAC,
-            tcp: TcpConfig::default(),
             digest: true,
-            verify_checksums: true,
-            spin: std::time::Duration::ZERO,
-            defer_tx_kick: false,
-            chains_in_pieces: false,
-            streaming_stores: Default::default(),
+            ..WorkerConfig::new(OUR_MAC)
         },
         cmd_rx,
         note_tx,
@@ -886,22 +876,8 @@ fn a_hand_over_the_memory_budget_has_no_room_for_is_refused() {
     let (_cmd_tx, cmd_rx) = unbounded();
     let (note_tx, notes) = unbounded();
     let budget = MemoryBudget::new(FLOW_CHARGE + 1000);
-    let mut worker = Worker::new(
-        ring,
-        WorkerConfig {
-            our_mac: OUR_MAC,
-            tcp: TcpConfig::default(),
-            digest: false,
-            verify_checksums: true,
-            spin: std::time::Duration::ZERO,
-            defer_tx_kick: false,
-            chains_in_pieces: false,
-            streaming_stores: Default::default(),
-        },
-        cmd_rx,
-        note_tx,
-    )
-    .with_budget(budget.clone());
+    let mut worker =
+        Worker::new(ring, WorkerConfig::new(OUR_MAC), cmd_rx, note_tx).with_budget(budget.clone());
     let hand = |w: &mut Worker<MemRing>, id: u64, port: u16| {
         let mut h = SimHandover {
             flow_id: id,

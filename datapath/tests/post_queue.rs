@@ -14,7 +14,6 @@ use mpa_datapath::worker::{Command, Notification, Worker, WorkerConfig};
 use mpa_stack::receiver::Region;
 use mpa_stack::region::RegionMemory;
 use mpa_stack::sim::SimHandover;
-use mpa_stack::tcp::TcpConfig;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
@@ -32,21 +31,7 @@ fn bench() -> Bench {
     let (ring, wire) = MemRing::new(0).unwrap();
     let (_cmd_tx, cmd_rx) = unbounded();
     let (note_tx, notes) = unbounded();
-    let mut worker = Worker::new(
-        ring,
-        WorkerConfig {
-            our_mac: [2, 0, 0, 0, 0, 2],
-            tcp: TcpConfig::default(),
-            digest: false,
-            verify_checksums: true,
-            spin: std::time::Duration::ZERO,
-            defer_tx_kick: false,
-            chains_in_pieces: false,
-            streaming_stores: Default::default(),
-        },
-        cmd_rx,
-        note_tx,
-    );
+    let mut worker = Worker::new(ring, WorkerConfig::new([2, 0, 0, 0, 0, 2]), cmd_rx, note_tx);
     let mem = Arc::new(RegionMemory::create("post-queue-test", 64 * 1024).unwrap());
     worker.apply(Command::AddRegion(Region {
         info: RegionInfo {

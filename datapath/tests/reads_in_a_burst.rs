@@ -15,7 +15,6 @@ use mpa_datapath::worker::{Command, Worker, WorkerConfig};
 use mpa_stack::receiver::Region;
 use mpa_stack::region::RegionMemory;
 use mpa_stack::sim::SimHandover;
-use mpa_stack::tcp::TcpConfig;
 use std::net::SocketAddrV4;
 use std::sync::Arc;
 
@@ -45,21 +44,7 @@ fn worker() -> (Worker<MemRing>, MemWire) {
     let (ring, wire) = MemRing::new(0).unwrap();
     let (_cmd_tx, cmd_rx) = unbounded();
     let (note_tx, _notes) = unbounded();
-    let mut worker = Worker::new(
-        ring,
-        WorkerConfig {
-            our_mac: OUR_MAC,
-            tcp: TcpConfig::default(),
-            digest: false,
-            verify_checksums: true,
-            spin: std::time::Duration::ZERO,
-            defer_tx_kick: false,
-            chains_in_pieces: false,
-            streaming_stores: Default::default(),
-        },
-        cmd_rx,
-        note_tx,
-    );
+    let mut worker = Worker::new(ring, WorkerConfig::new(OUR_MAC), cmd_rx, note_tx);
     let len = 64 * 1024;
     let mem = Arc::new(RegionMemory::create("reads-in-a-burst", len).unwrap());
     assert!(mem.write(0, &[0x5a; 4096]));

@@ -17,7 +17,6 @@ use mpa_stack::flow::{SendOp, SendPost};
 use mpa_stack::receiver::Region;
 use mpa_stack::region::RegionMemory;
 use mpa_stack::sim::{SimHandover, SplitMix64};
-use mpa_stack::tcp::TcpConfig;
 use mpa_stack::wire::frame::parse_tcp_frame;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -94,14 +93,8 @@ fn end_full(
     let mut worker = Worker::new(
         ring,
         WorkerConfig {
-            our_mac: if a { A_MAC } else { B_MAC },
-            tcp: TcpConfig::default(),
             digest: true,
-            verify_checksums: true,
-            spin: Duration::ZERO,
-            defer_tx_kick: false,
-            chains_in_pieces: false,
-            streaming_stores: Default::default(),
+            ..WorkerConfig::new(if a { A_MAC } else { B_MAC })
         },
         cmd_rx,
         note_tx,

@@ -118,6 +118,24 @@ pub struct WorkerConfig {
     pub streaming_stores: StreamingStores,
 }
 
+impl WorkerConfig {
+    /// The datapath's defaults for an interface of MAC `our_mac`: default TCP settings, no
+    /// digest, TCP checksums verified, sleeping when idle, kicks made at once, jumbo chains
+    /// gathered, ordinary stores.
+    pub fn new(our_mac: [u8; 6]) -> Self {
+        WorkerConfig {
+            our_mac,
+            tcp: TcpConfig::default(),
+            digest: false,
+            verify_checksums: true,
+            spin: Duration::ZERO,
+            defer_tx_kick: false,
+            chains_in_pieces: false,
+            streaming_stores: StreamingStores::default(),
+        }
+    }
+}
+
 /// A worker bound to one queue.
 pub struct Worker<R: FrameRing> {
     xsk: R,
