@@ -128,6 +128,7 @@ pub struct Consumer {
     /// A loss found while records before it were returned: reported at the next call.
     pending_loss: Option<(u32, u64)>,
     busy_poll: bool,
+    busy_poll_yield_every: u32,
     next_sub: usize,
     /// Per connection: the domain and ring of its latest completion (where to post).
     flow_rings: flow_rings::FlowRings,
@@ -149,6 +150,10 @@ mod posts;
 /// Completions returned by one [`Consumer::next_completions`] at most.
 const BATCH: usize = 4096;
 
+/// [`Consumer::set_busy_poll_yield_every`] by default (as the datapath's workers yield while
+/// they spin).
+pub const DEFAULT_BUSY_POLL_YIELD_EVERY: u32 = 32;
+
 impl Consumer {
     /// The ring file of the subscription to `pd` (to inspect it; the workers write it), if
     /// subscribed.
@@ -167,6 +172,7 @@ impl Consumer {
             subs: Vec::new(),
             pending_loss: None,
             busy_poll: false,
+            busy_poll_yield_every: DEFAULT_BUSY_POLL_YIELD_EVERY,
             next_sub: 0,
             flow_rings: flow_rings::FlowRings::default(),
             ring_tags: Vec::new(),
@@ -379,6 +385,15 @@ impl Consumer {
         self.busy_poll = on;
     }
 
+    /// While busy polling, offer the core to other runnable threads every this many empty
+    /// polls of the rings (`sched_yield`; [`DEFAULT_BUSY_POLL_YIELD_EVERY`] by default, 0:
+    /// never). A spinner that never yields holds its core until its time slice ends, and the
+    /// worker or the peer woken there waits that long (docs/latency.md, "Polling and
+    /// sleeping").
+    pub fn set_busy_poll_yield_every(&mut self, polls: u32) {
+        self.busy_poll_yield_every = polls;
+    }
+
     /// Stop receiving domain `pd`'s completions. What the workers wrote into its rings before
     /// stays readable with [`Consumer::next_completions`] (the rings stay mapped until the
     /// domain is subscribed again or the consumer is dropped).
@@ -420,7 +435,12 @@ impl Consumer {
                 if now >= deadline {
                     return Ok(None);
                 }
-                std::hint::spin_loop();
+                let every = self.busy_poll_yield_every;
+                if every > 0 && spins.is_multiple_of(every) {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
                 continue;
             }
             let Some(left) = deadline

@@ -336,6 +336,10 @@ pub struct QueueStats {
     /// Messages placed with streaming stores (docs/features.md, "Streaming stores").
     #[serde(default)]
     pub streamed_messages: u64,
+    /// Times the worker offered its core to other threads while it spun (`sched_yield`,
+    /// docs/latency.md, "Polling and sleeping").
+    #[serde(default)]
+    pub spin_yields: u64,
 }
 
 /// What the registry holds.

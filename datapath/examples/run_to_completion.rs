@@ -97,6 +97,7 @@ fn run(a: &Args) -> Result<(), Failure> {
         max_control_clients: mpa_datapath::server::DEFAULT_MAX_CONTROL_CLIENTS,
         completion_ring: mpa_datapath::server::DEFAULT_COMPLETION_RING,
         spin: Duration::ZERO,
+        yield_every: mpa_datapath::worker::DEFAULT_YIELD_EVERY,
         worker_deadline: mpa_datapath::server::DEFAULT_WORKER_DEADLINE,
         memory_budget: None,
         caller_drives_queues: true,

@@ -131,6 +131,13 @@ struct Args {
     /// last (0: sleep after 256 empty polls).
     #[arg(long, default_value_t = 0)]
     spin_us: u64,
+    /// While a worker spins (the 256 empty polls before it sleeps, and --spin-us), it offers
+    /// its core to other runnable threads every this many empty polls (`sched_yield`), so
+    /// that a thread woken on its core — the application, the peer, the kernel's work for
+    /// either — does not wait for its time slice to end (0: never yield, for a core of its
+    /// own).
+    #[arg(long, default_value_t = mpa_datapath::worker::DEFAULT_YIELD_EVERY, value_name = "POLLS")]
+    spin_yield_polls: u32,
     /// A worker whose loop has not turned for this many ms is stuck: its flows are reported
     /// gone and the datapath exits non-zero (an idle worker turns at least every 10 ms).
     #[arg(long, default_value_t = mpa_datapath::server::DEFAULT_WORKER_DEADLINE.as_millis() as u64,
@@ -312,6 +319,7 @@ fn main() -> ExitCode {
         max_control_clients: a.max_control_clients,
         completion_ring: ring,
         spin: std::time::Duration::from_micros(a.spin_us),
+        yield_every: a.spin_yield_polls,
         worker_deadline: std::time::Duration::from_millis(a.worker_deadline_ms),
         memory_budget: a.memory_budget,
         caller_drives_queues: false,

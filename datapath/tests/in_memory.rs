@@ -915,3 +915,38 @@ fn a_hand_over_the_memory_budget_has_no_room_for_is_refused() {
     assert_eq!(budget.report().used, 0, "the closed flow's charge is back");
     hand(&mut worker, 3, 7003).expect("room again");
 }
+
+/// An idle worker with `yield_every` and `spin`, polled `polls` times on an empty ring: how
+/// often it offered its core to other threads.
+fn yields_after(yield_every: u32, spin: Duration, polls: u32) -> u64 {
+    let (ring, _wire) = MemRing::new(0).unwrap();
+    let (_cmd_tx, cmd_rx) = unbounded();
+    let (note_tx, _notes) = unbounded();
+    let mut worker = Worker::new(
+        ring,
+        WorkerConfig {
+            yield_every,
+            spin,
+            ..WorkerConfig::new(OUR_MAC)
+        },
+        cmd_rx,
+        note_tx,
+    );
+    for _ in 0..polls {
+        worker.poll_once().unwrap();
+    }
+    worker.report().stats.spin_yields
+}
+
+#[test]
+fn a_spinning_worker_yields_its_core_every_so_many_empty_polls_and_not_while_it_sleeps() {
+    // 256 empty polls spin, the 32nd, 64th, … 256th yield; the next three sleep in poll()
+    // (10 ms each on this ring) and do not.
+    assert_eq!(yields_after(32, Duration::ZERO, 256), 8);
+    assert_eq!(yields_after(32, Duration::ZERO, 259), 8);
+    // Within a spin window every empty poll spins: the 288th yields too.
+    assert_eq!(yields_after(32, Duration::from_secs(3600), 300), 9);
+    assert_eq!(yields_after(1, Duration::ZERO, 100), 100);
+    // 0: a spinner with a core of its own never yields.
+    assert_eq!(yields_after(0, Duration::from_secs(3600), 300), 0);
+}

@@ -51,6 +51,9 @@ pub struct DatapathOptions {
     pub completion_ring: u32,
     /// How long a worker keeps polling after its last frame (`DatapathConfig::spin`).
     pub spin: Duration,
+    /// While spinning, a worker yields its core every this many empty polls
+    /// (`DatapathConfig::yield_every`; 0: never).
+    pub yield_every: u32,
     /// The memory budget (`DatapathConfig::memory_budget`; `None`: the machine's default).
     pub memory_budget: Option<u64>,
     /// Run-to-completion: no worker threads; take the queues' drivers with
@@ -79,6 +82,7 @@ impl Default for DatapathOptions {
             },
             max_control_clients: DEFAULT_MAX_CONTROL_CLIENTS,
             spin: Duration::ZERO,
+            yield_every: mpa_datapath::worker::DEFAULT_YIELD_EVERY,
             completion_ring: DEFAULT_COMPLETION_RING,
             memory_budget: None,
             caller_drives_queues: false,
@@ -123,6 +127,7 @@ pub fn start_datapath_on(
             max_control_clients: opts.max_control_clients,
             completion_ring: opts.completion_ring,
             spin: opts.spin,
+            yield_every: opts.yield_every,
             worker_deadline: mpa_datapath::server::DEFAULT_WORKER_DEADLINE,
             memory_budget: opts.memory_budget,
             caller_drives_queues: opts.caller_drives_queues,

@@ -58,6 +58,11 @@ pub struct LatArgs {
     /// they may sleep, µs (`mpa-datapath --spin-us`).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     pub spin_us: u64,
+    /// While the datapath's workers spin (every mode), and while a busy-polling consumer
+    /// spins, each offers its core to other runnable threads every this many empty polls
+    /// (`mpa-datapath --spin-yield-polls`; 0: never).
+    #[arg(long, default_value_t = mpa_datapath::worker::DEFAULT_YIELD_EVERY, value_name = "POLLS")]
+    pub spin_yield_polls: u32,
     /// Preferred busy polling on the datapath's AF_XDP sockets, every mode: `SO_PREFER_BUSY_POLL`
     /// with `SO_BUSY_POLL` of this many µs and a budget of 64 (`mpa-datapath --busy-poll-us`;
     /// 0: off).
@@ -204,6 +209,7 @@ impl LatArgs {
             mtu: bed.mtu,
             consumer_busy_poll: self.consumer_busy_poll,
             spin_us: self.spin_us,
+            spin_yield_polls: self.spin_yield_polls,
             modes: self.modes.clone(),
             post_via: self.pingpong.then_some(self.post_via),
             wire_segments: self.wire_segments,

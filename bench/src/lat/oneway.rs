@@ -209,11 +209,13 @@ fn datapath_lat(
     mode: DatapathMode,
     deferred: bool,
 ) -> Result<Receipts> {
-    let busy_poll = a.consumer_busy_poll;
+    // Busy polling, yielding every so many empty polls.
+    let busy_poll = a.consumer_busy_poll.then_some(a.spin_yield_polls);
     let socket = temp_path("lat.sock");
     let opts = DatapathOptions {
         queues: r.bed.queues,
         spin: Duration::from_micros(r.transfer.spin_us),
+        yield_every: a.spin_yield_polls,
         caller_drives_queues: mode == DatapathMode::Rtc,
         xsk: a.xsk(),
         xdp_mode: a.bed.xdp_mode.attach(),
@@ -242,7 +244,7 @@ fn datapath_lat_on(
     socket: &std::path::Path,
     r: &Run,
     extra: &[String],
-    busy_poll: bool,
+    busy_poll: Option<u32>,
     driver: Option<QueueDriver>,
     pin: bool,
     deferred: bool,
@@ -251,7 +253,10 @@ fn datapath_lat_on(
     let region = consumer.create_region(r.transfer.region_bytes, PD, true, false)?;
     consumer.subscribe(PD)?;
     // Sleeping on the eventfd, or spinning on the ring with --consumer-busy-poll.
-    consumer.set_busy_poll(busy_poll);
+    consumer.set_busy_poll(busy_poll.is_some());
+    if let Some(every) = busy_poll {
+        consumer.set_busy_poll_yield_every(every);
+    }
     let ad = RegionAd {
         writes: true,
         sends: false,

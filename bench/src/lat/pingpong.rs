@@ -195,6 +195,7 @@ fn datapath_pingpong(
     let opts = DatapathOptions {
         queues: a.bed.queues,
         spin: Duration::from_micros(a.run(size, mode).transfer.spin_us),
+        yield_every: a.spin_yield_polls,
         caller_drives_queues: mode == DatapathMode::Rtc,
         xsk: a.xsk(),
         xdp_mode: a.bed.xdp_mode.attach(),
@@ -208,6 +209,7 @@ fn datapath_pingpong(
     let sink = consumer.create_region(payload, PD, true, false)?;
     consumer.subscribe(PD)?;
     consumer.set_busy_poll(a.consumer_busy_poll);
+    consumer.set_busy_poll_yield_every(a.spin_yield_polls);
     let sent: Vec<u8> = (0..payload as usize)
         .map(|i| mpa_ctl_proto::pattern::pattern(2, i))
         .collect();

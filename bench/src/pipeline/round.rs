@@ -129,14 +129,12 @@ fn setup(o: &PipelineOpts, p: &Prepared) -> Result<Setup> {
     let mut worker = Worker::new(
         ring,
         WorkerConfig {
-            our_mac: OUR_MAC,
             tcp,
             digest: o.digest,
             verify_checksums: o.verify_checksums,
-            spin: std::time::Duration::ZERO,
-            defer_tx_kick: false,
             chains_in_pieces: o.chains_in_pieces,
             streaming_stores: o.streaming_stores,
+            ..WorkerConfig::new(OUR_MAC)
         },
         cmd_rx,
         note_tx,

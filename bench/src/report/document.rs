@@ -187,6 +187,9 @@ pub struct LatParams {
     pub mtu: u32,
     pub consumer_busy_poll: bool,
     pub spin_us: u64,
+    /// `--spin-yield-polls`: empty polls between a spinner's yields (0: never).
+    #[serde(default)]
+    pub spin_yield_polls: u32,
     /// The datapath modes measured (`lat --modes`).
     #[serde(default)]
     pub modes: Vec<DatapathMode>,

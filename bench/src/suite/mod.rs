@@ -112,6 +112,7 @@ impl SuiteArgs {
             json: false,
             consumer_busy_poll: false,
             spin_us: 1000,
+            spin_yield_polls: mpa_datapath::worker::DEFAULT_YIELD_EVERY,
             modes: vec![DatapathMode::Sleep, DatapathMode::Spin, DatapathMode::Rtc],
             post_via: PostVia::Shm,
             wire_segments: false,

@@ -84,6 +84,10 @@ pub struct DatapathConfig {
     /// Each worker keeps polling this long after its last frame before it may sleep
     /// ([`WorkerConfig::spin`]; zero by default).
     pub spin: Duration,
+    /// While spinning, each worker thread yields its core every this many empty polls
+    /// ([`WorkerConfig::yield_every`]; [`crate::worker::DEFAULT_YIELD_EVERY`] by default,
+    /// 0: never).
+    pub yield_every: u32,
     /// A worker whose loop has not turned for this long is stuck: the datapath stops
     /// ([`DEFAULT_WORKER_DEADLINE`]; an idle worker turns at least every 10 ms).
     pub worker_deadline: Duration,
@@ -232,6 +236,7 @@ impl Datapath {
                 digest: cfg.digest,
                 verify_checksums: cfg.verify_checksums,
                 spin: cfg.spin,
+                yield_every: cfg.yield_every,
                 defer_tx_kick: false,
                 chains_in_pieces: cfg.chains_in_pieces,
                 streaming_stores: cfg.streaming_stores,
@@ -245,6 +250,9 @@ impl Datapath {
                 // Never sleeps: the application's loop is the polling.
                 let wcfg = WorkerConfig {
                     spin: Duration::MAX,
+                    // The application's thread: it yields only when it asks to
+                    // (`QueueDriver::set_yield_every`).
+                    yield_every: 0,
                     defer_tx_kick: true,
                     ..wcfg
                 };

@@ -61,6 +61,14 @@ impl<R: FrameRing> QueueDriver<R> {
         }
     }
 
+    /// Offer the core to other runnable threads every `polls` empty polls of
+    /// [`QueueDriver::poll`] (`sched_yield`; 0, the default: never). For a loop whose core
+    /// is shared with the peer's or the application's other threads; on a core of its own a
+    /// yield only adds its system call (docs/latency.md, "Polling and sleeping").
+    pub fn set_yield_every(&mut self, polls: u32) {
+        self.worker.set_yield_every(polls);
+    }
+
     /// The queue this driver serves.
     pub fn queue(&self) -> u32 {
         self.worker.xsk.queue()

@@ -76,6 +76,11 @@ impl<R: FrameRing> FrameSink for TxSink<'_, R> {
 /// Empty polls before an idle worker blocks in poll() instead of spinning.
 const SPIN_POLLS: u32 = 256;
 
+/// [`WorkerConfig::yield_every`] by default: a yield costs a system call (well under a µs)
+/// per 32 empty polls, and a thread woken on the spinner's core waits a few µs at most
+/// (docs/latency.md, "Polling and sleeping").
+pub const DEFAULT_YIELD_EVERY: u32 = 32;
+
 /// CPU time (user + system) of the calling thread: the worker's own cost, apart from the
 /// rest of the process.
 fn thread_cpu_seconds() -> f64 {
@@ -103,6 +108,12 @@ pub struct WorkerConfig {
     /// µs keep a worker awake between the messages of a request/response load, so that a
     /// frame does not wait for the worker to be woken from poll() (latency for a core).
     pub spin: Duration,
+    /// While it spins, every this many empty polls the worker offers its core to any other
+    /// runnable thread (`sched_yield`; 0: never). A thread woken on the core of a spinner
+    /// that never yields (the peer, the consumer, the kernel's work for either) may wait
+    /// until the spinner's time slice ends, hundreds of µs; when nothing else is runnable
+    /// the yield returns at once (docs/latency.md, "Polling and sleeping").
+    pub yield_every: u32,
     /// Run-to-completion: a turn's TX kick is made at the start of the next turn (or at once
     /// by a post), not at its end, so that the application reads the turn's completions
     /// before the kick's system call — which in copy mode carries the frames through the
@@ -120,8 +131,8 @@ pub struct WorkerConfig {
 
 impl WorkerConfig {
     /// The datapath's defaults for an interface of MAC `our_mac`: default TCP settings, no
-    /// digest, TCP checksums verified, sleeping when idle, kicks made at once, jumbo chains
-    /// gathered, ordinary stores.
+    /// digest, TCP checksums verified, sleeping when idle and yielding while spinning, kicks
+    /// made at once, jumbo chains gathered, ordinary stores.
     pub fn new(our_mac: [u8; 6]) -> Self {
         WorkerConfig {
             our_mac,
@@ -129,6 +140,7 @@ impl WorkerConfig {
             digest: false,
             verify_checksums: true,
             spin: Duration::ZERO,
+            yield_every: DEFAULT_YIELD_EVERY,
             defer_tx_kick: false,
             chains_in_pieces: false,
             streaming_stores: StreamingStores::default(),
@@ -261,6 +273,11 @@ impl<R: FrameRing> Worker<R> {
     pub(crate) fn with_heartbeat(mut self, beat: Arc<AtomicU64>) -> Self {
         self.heartbeat = Some(beat);
         self
+    }
+
+    /// [`WorkerConfig::yield_every`] from now on.
+    pub(crate) fn set_yield_every(&mut self, polls: u32) {
+        self.cfg.yield_every = polls;
     }
 
     /// Polls until told to stop.
@@ -575,6 +592,11 @@ impl<R: FrameRing> Worker<R> {
             self.last_frame_at = now;
         } else {
             self.empty_polls = self.empty_polls.saturating_add(1);
+            let every = self.cfg.yield_every;
+            if !slept && every > 0 && self.empty_polls.is_multiple_of(every) {
+                self.stats.spin_yields += 1;
+                std::thread::yield_now();
+            }
         }
         // ACK policy: one ACK per flow per burst (the TCP asks for more when it must).
         // Only flows with something to do are visited: touched ones and due timers, so an

@@ -76,7 +76,7 @@ impl DatapathCollector {
 
     fn queues(&self, f: &mut Families) -> std::fmt::Result {
         let qs = &self.stats.queues;
-        let counters: [(&str, &str, Option<Unit>, QueueField); 21] = [
+        let counters: [(&str, &str, Option<Unit>, QueueField); 22] = [
             (
                 "rx_frames",
                 "Frames received on the queue's AF_XDP socket.",
@@ -191,6 +191,12 @@ impl DatapathCollector {
                 "Messages placed with streaming stores (--streaming-stores).",
                 None,
                 |q| q.stats.streamed_messages,
+            ),
+            (
+                "spin_yields",
+                "Times the worker offered its core to other threads while it spun.",
+                None,
+                |q| q.stats.spin_yields,
             ),
         ];
         for (name, help, unit, get) in counters {
