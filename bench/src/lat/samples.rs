@@ -502,7 +502,7 @@ mod tests {
         );
         assert_eq!(
             v["params"].as_object().map(|o| o.len()),
-            Some(9),
+            Some(10),
             "{}",
             v["params"]
         );
