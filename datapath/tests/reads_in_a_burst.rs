@@ -7,7 +7,7 @@
 use crossbeam_channel::unbounded;
 use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
 use mpa::encoder::FpduEncoder;
-use mpa::wire::ddp::{DdpRepr, RdmapOpcode, TerminateRepr, READ_REQUEST_HEADER_LEN};
+use mpa::wire::ddp::{DdpRepr, RdmapOpcode, ReadRequestRepr, TerminateRepr};
 use mpa::wire::fpdu::{fpdu_len, Fpdu};
 use mpa_ctl_proto::RegionInfo;
 use mpa_datapath::io::ring::{MemRing, MemWire};
@@ -80,23 +80,14 @@ fn worker() -> (Worker<MemRing>, MemWire) {
 
 /// The FPDU of Read Request `msn` for [`READ_LEN`] octets at `msn * 64` of [`SRC_STAG`].
 fn read_request(msn: u32) -> Vec<u8> {
-    let mut u = vec![0u8; 18];
-    DdpRepr::Untagged {
-        last: true,
-        opcode: RdmapOpcode::RdmaReadRequest,
-        inv_stag: 0,
-        qn: 1,
-        msn,
-        mo: 0,
+    let u = ReadRequestRepr {
+        sink_stag: SINK_STAG,
+        sink_to: u64::from(msn * 1000),
+        size: READ_LEN,
+        src_stag: SRC_STAG,
+        src_to: u64::from(msn * READ_LEN),
     }
-    .emit(&mut u, 1)
-    .unwrap();
-    u.extend_from_slice(&SINK_STAG.to_be_bytes());
-    u.extend_from_slice(&u64::from(msn * 1000).to_be_bytes());
-    u.extend_from_slice(&READ_LEN.to_be_bytes());
-    u.extend_from_slice(&SRC_STAG.to_be_bytes());
-    u.extend_from_slice(&u64::from(msn * READ_LEN).to_be_bytes());
-    assert_eq!(u.len(), 18 + READ_REQUEST_HEADER_LEN);
+    .ulpdu(msn, 1);
     let mut wire = Vec::new();
     FpduEncoder::new(false).encode(&u, &mut wire).unwrap();
     wire

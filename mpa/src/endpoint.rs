@@ -11,7 +11,8 @@ use crate::startup::{
     StartupEvent, StartupPolicy,
 };
 use crate::wire::ddp::{
-    self, queue, terminate_ulpdu, DdpRepr, RdmapOpcode, TerminateRepr, READ_REQUEST_HEADER_LEN,
+    self, queue, terminate_ulpdu, DdpRepr, RdmapOpcode, ReadRequestRepr, TerminateRepr,
+    READ_REQUEST_HEADER_LEN,
 };
 use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
@@ -644,7 +645,6 @@ pub const RTR_STAG: u32 = 1;
 
 /// The ULPDU of a zero-length RTR indication (RFC 6581 §9.2).
 pub fn rtr_ulpdu(rtr: RtrType, version: u8) -> Vec<u8> {
-    let mut v = vec![0u8; ddp::UNTAGGED_HEADER_LEN + READ_REQUEST_HEADER_LEN];
     let repr = match rtr {
         RtrType::ZeroLengthSend => DdpRepr::Untagged {
             last: true,
@@ -660,27 +660,21 @@ pub fn rtr_ulpdu(rtr: RtrType, version: u8) -> Vec<u8> {
             stag: RTR_STAG,
             to: 0,
         },
-        RtrType::ZeroLengthReadRequest => DdpRepr::Untagged {
-            last: true,
-            opcode: RdmapOpcode::RdmaReadRequest,
-            inv_stag: 0,
-            qn: queue::READ_REQUEST,
-            msn: 1,
-            mo: 0,
-        },
+        RtrType::ZeroLengthReadRequest => {
+            // A Read of 0 octets; both STags non-zero (see RTR_STAG).
+            let read = ReadRequestRepr {
+                sink_stag: RTR_STAG,
+                sink_to: 0,
+                size: 0,
+                src_stag: RTR_STAG,
+                src_to: 0,
+            };
+            return read.ulpdu(1, version).to_vec();
+        }
     };
+    let mut v = vec![0u8; repr.header_len()];
     let n = repr.emit(&mut v, version).unwrap_or(0);
-    let extra = if rtr == RtrType::ZeroLengthReadRequest {
-        // RFC 5040 §4.4: sink STag, sink TO, RDMA Read message size (0), source STag, source
-        // TO; both STags non-zero (see RTR_STAG).
-        let stag = RTR_STAG.to_be_bytes();
-        v[n..n + 4].copy_from_slice(&stag);
-        v[n + 16..n + 20].copy_from_slice(&stag);
-        READ_REQUEST_HEADER_LEN
-    } else {
-        0
-    };
-    v.truncate(n + extra);
+    v.truncate(n);
     v
 }
 
@@ -711,7 +705,10 @@ pub fn classify_rtr(head: &[u8], ulpdu_len: usize, version: u8) -> Option<RtrTyp
             ..
         } if ulpdu_len == off + READ_REQUEST_HEADER_LEN
             // A zero-length Read: its RDMA Read Message Size (RFC 5040 §4.4) is 0.
-            && head.get(off + 12..off + 16) == Some(&[0u8; 4][..]) =>
+            && head
+                .get(off..)
+                .and_then(|h| ReadRequestRepr::parse(h).ok())
+                .is_some_and(|r| r.size == 0) =>
         {
             Some(RtrType::ZeroLengthReadRequest)
         }
@@ -736,12 +733,16 @@ mod tests {
                     assert_eq!((stag, to, u.len()), (RTR_STAG, 0, n));
                 }
                 (RtrType::ZeroLengthReadRequest, DdpRepr::Untagged { .. }) => {
-                    let rr = &u[n..];
-                    assert_eq!(rr.len(), READ_REQUEST_HEADER_LEN);
-                    let be32 = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
-                    assert_eq!(be32(&rr[0..4]), RTR_STAG, "sink STag");
-                    assert_eq!(be32(&rr[12..16]), 0, "read size");
-                    assert_eq!(be32(&rr[16..20]), RTR_STAG, "source STag");
+                    assert_eq!(u.len() - n, READ_REQUEST_HEADER_LEN);
+                    let rr = ReadRequestRepr::parse(&u[n..]).unwrap();
+                    assert_eq!(
+                        (rr.sink_stag, rr.size, rr.src_stag),
+                        (RTR_STAG, 0, RTR_STAG)
+                    );
+                    // The octets on the wire, as RFC 5040 §4.4 lays them out.
+                    assert_eq!(&u[n..n + 4], &RTR_STAG.to_be_bytes(), "sink STag");
+                    assert_eq!(&u[n + 12..n + 16], &[0; 4], "read size");
+                    assert_eq!(&u[n + 16..n + 20], &RTR_STAG.to_be_bytes(), "source STag");
                 }
                 (RtrType::ZeroLengthSend, DdpRepr::Untagged { msn, .. }) => {
                     assert_eq!((msn, u.len()), (1, n));

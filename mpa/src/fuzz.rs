@@ -5,7 +5,7 @@ use crate::decoder::{DecodeError, FpduDecoder};
 use crate::locator::FpduLocator;
 use crate::markers::MarkerGrid;
 use crate::seq::SeqNumber;
-use crate::wire::ddp::{DdpRepr, TerminateRepr};
+use crate::wire::ddp::{DdpRepr, ReadRequestRepr, TerminateRepr, READ_REQUEST_HEADER_LEN};
 
 fn flags(b: u8) -> (bool, bool) {
     (b & 1 != 0, b & 2 != 0)
@@ -100,7 +100,8 @@ pub fn fuzz_locator(data: &[u8]) {
     }
 }
 
-/// Parses `data` as a DDP/RDMAP header (both versions) and as a Terminate header.
+/// Parses `data` as a DDP/RDMAP header (both versions), then what follows as a Terminate
+/// header and as an RDMA Read Request header.
 pub fn fuzz_ddp(data: &[u8]) {
     for v in [0, 1] {
         if let Ok((repr, off)) = DdpRepr::parse(data, v) {
@@ -110,6 +111,10 @@ pub fn fuzz_ddp(data: &[u8]) {
             assert_eq!(n, off);
             if let Some(rest) = data.get(off..) {
                 let _ = TerminateRepr::parse(rest);
+                // What parses emits the same octets back.
+                if let Ok(rr) = ReadRequestRepr::parse(rest) {
+                    assert_eq!(rr.emit()[..], rest[..READ_REQUEST_HEADER_LEN]);
+                }
             }
         }
     }

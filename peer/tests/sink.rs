@@ -10,7 +10,7 @@ use common::{connect, finish, flag, listen, BIN};
 use mpa::crc::crc32c;
 use mpa::encoder::FpduEncoder;
 use mpa::endpoint::{EndpointConfig, MpaStream};
-use mpa::wire::ddp::{DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN};
+use mpa::wire::ddp::{DdpRepr, RdmapOpcode, ReadRequestRepr, TAGGED_HEADER_LEN};
 use mpa_ctl_proto::pattern::{pattern, PatternTable};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
@@ -248,23 +248,15 @@ fn write_ulpdu(stag: u32, to: u64, n: usize) -> Vec<u8> {
 
 /// An RDMA Read Request (QN 1, MSN `msn`) for `size` octets of `src_stag` at `src_to`.
 fn read_request(msn: u32, size: u32, src_stag: u32, src_to: u64) -> Vec<u8> {
-    let mut v = vec![0u8; 18];
-    DdpRepr::Untagged {
-        last: true,
-        opcode: RdmapOpcode::RdmaReadRequest,
-        inv_stag: 0,
-        qn: 1,
-        msn,
-        mo: 0,
+    ReadRequestRepr {
+        sink_stag: 0x5a5a_0001,
+        sink_to: u64::from(msn),
+        size,
+        src_stag,
+        src_to,
     }
-    .emit(&mut v, 1)
-    .unwrap();
-    v.extend_from_slice(&0x5a5a_0001u32.to_be_bytes());
-    v.extend_from_slice(&u64::from(msn).to_be_bytes());
-    v.extend_from_slice(&size.to_be_bytes());
-    v.extend_from_slice(&src_stag.to_be_bytes());
-    v.extend_from_slice(&src_to.to_be_bytes());
-    v
+    .ulpdu(msn, 1)
+    .to_vec()
 }
 
 /// Checks that `t` is a Terminate (untagged, QN 2, L) with control (layer, type, code),

@@ -6,7 +6,7 @@
 use super::classes::{term, write_not_placed};
 use super::{Class, Ctx, Expect as E, Setup};
 use anyhow::Result;
-use mpa::wire::ddp::{RdmapOpcode as Op, READ_REQUEST_HEADER_LEN};
+use mpa::wire::ddp::{RdmapOpcode as Op, ReadRequestRepr};
 use mpa_harness::hostile_peer::{fpdu_bytes, tagged_ulpdu, untagged_ulpdu};
 
 /// The Read classes.
@@ -132,13 +132,14 @@ fn read_request_fpdu(
     src_to: u64,
     size: u32,
 ) -> Vec<u8> {
-    let mut body = Vec::new();
-    body.extend_from_slice(&sink.to_be_bytes());
-    body.extend_from_slice(&sink_to.to_be_bytes());
-    body.extend_from_slice(&size.to_be_bytes());
-    body.extend_from_slice(&src.to_be_bytes());
-    body.extend_from_slice(&src_to.to_be_bytes());
-    debug_assert_eq!(body.len(), READ_REQUEST_HEADER_LEN);
+    let body = ReadRequestRepr {
+        sink_stag: sink,
+        sink_to,
+        size,
+        src_stag: src,
+        src_to,
+    }
+    .emit();
     let u = untagged_ulpdu(Op::RdmaReadRequest, 1, msn, 0, &body);
     fpdu_bytes(&u, true)
 }

@@ -359,6 +359,79 @@ impl DdpRepr {
 /// sink TO, read message size, source STag, source TO.
 pub const READ_REQUEST_HEADER_LEN: usize = 28;
 
+/// An RDMA Read Request (RFC 5040 §4.4): after its untagged DDP header (queue 1), the Data
+/// Sink's buffer, the size, and the Data Source's buffer the octets are read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadRequestRepr {
+    /// Data Sink STag: where the Read Response goes.
+    pub sink_stag: u32,
+    /// Data Sink Tagged Offset.
+    pub sink_to: u64,
+    /// RDMA Read Message Size.
+    pub size: u32,
+    /// Data Source STag: what is read.
+    pub src_stag: u32,
+    /// Data Source Tagged Offset.
+    pub src_to: u64,
+}
+
+/// An RDMA Read Request ULPDU: the untagged DDP header and the Read Request header.
+pub const READ_REQUEST_ULPDU_LEN: usize = UNTAGGED_HEADER_LEN + READ_REQUEST_HEADER_LEN;
+
+impl ReadRequestRepr {
+    /// Parses the [`READ_REQUEST_HEADER_LEN`] octets at the start of `buf` (the ULPDU's
+    /// payload, after its DDP header); what follows is not looked at.
+    pub fn parse(buf: &[u8]) -> Result<Self, Truncated> {
+        let h: &[u8; READ_REQUEST_HEADER_LEN] = buf
+            .get(..READ_REQUEST_HEADER_LEN)
+            .and_then(|b| b.try_into().ok())
+            .ok_or(Truncated {
+                what: "RDMA Read Request header",
+                need: READ_REQUEST_HEADER_LEN,
+                have: buf.len(),
+            })?;
+        let be32 = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+        let be64 = |i: usize| (u64::from(be32(i)) << 32) | u64::from(be32(i + 4));
+        Ok(ReadRequestRepr {
+            sink_stag: be32(0),
+            sink_to: be64(4),
+            size: be32(12),
+            src_stag: be32(16),
+            src_to: be64(20),
+        })
+    }
+
+    /// The Read Request header: Sink STag (4) | Sink TO (8) | RDMA Read Message Size (4) |
+    /// Source STag (4) | Source TO (8).
+    pub fn emit(&self) -> [u8; READ_REQUEST_HEADER_LEN] {
+        let mut h = [0u8; READ_REQUEST_HEADER_LEN];
+        h[0..4].copy_from_slice(&self.sink_stag.to_be_bytes());
+        h[4..12].copy_from_slice(&self.sink_to.to_be_bytes());
+        h[12..16].copy_from_slice(&self.size.to_be_bytes());
+        h[16..20].copy_from_slice(&self.src_stag.to_be_bytes());
+        h[20..28].copy_from_slice(&self.src_to.to_be_bytes());
+        h
+    }
+
+    /// The whole ULPDU: untagged, queue 1, MSN `msn`, L set, DDP/RDMAP version `version`,
+    /// then this header.
+    pub fn ulpdu(&self, msn: u32, version: u8) -> [u8; READ_REQUEST_ULPDU_LEN] {
+        let mut u = [0u8; READ_REQUEST_ULPDU_LEN];
+        let ddp = DdpRepr::Untagged {
+            last: true,
+            opcode: RdmapOpcode::RdmaReadRequest,
+            inv_stag: 0,
+            qn: queue::READ_REQUEST,
+            msn,
+            mo: 0,
+        };
+        // The array holds the untagged header: emit cannot fall short.
+        let _ = ddp.emit(&mut u, version);
+        u[UNTAGGED_HEADER_LEN..].copy_from_slice(&self.emit());
+        u
+    }
+}
+
 /// Terminate header (RFC 5040 §4.8): Terminate Control and reserved bits, 4 octets, then
 /// optional DDP segment length and terminated headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -513,6 +586,54 @@ mod tests {
         assert_eq!(&v[off + 6..], &WRITE_HDR);
         let v = terminate_ulpdu_for_segment(t, 1, 1, 100, &SEND_HDR);
         assert_eq!(&v[off + 6..], &SEND_HDR);
+    }
+
+    #[test]
+    fn read_request_octets_as_rfc_5040_lays_them_out() {
+        let r = ReadRequestRepr {
+            sink_stag: 0x0102_0304,
+            sink_to: 0x1112_1314_1516_1718,
+            size: 0x2122_2324,
+            src_stag: 0x3132_3334,
+            src_to: 0x4142_4344_4546_4748,
+        };
+        let u = r.ulpdu(9, 1);
+        // Untagged, L set, DV 1 | RV 1, Read Request (opcode 1), no Invalidate STag, QN 1,
+        // MSN 9, MO 0 (RFC 5041 §4.3, RFC 5040 §4.1).
+        assert_eq!(
+            u[..18],
+            [0x41, 0x41, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 9, 0, 0, 0, 0]
+        );
+        // Sink STag | Sink TO | RDMA Read Message Size | Source STag | Source TO (§4.4).
+        let h: Vec<u8> = (0x01..=0x04)
+            .chain(0x11..=0x18)
+            .chain(0x21..=0x24)
+            .chain(0x31..=0x34)
+            .chain(0x41..=0x48)
+            .collect();
+        assert_eq!(u[18..], h[..]);
+        assert_eq!(ReadRequestRepr::parse(&u[18..]), Ok(r));
+        assert_eq!(
+            ReadRequestRepr::parse(&u[18..45]),
+            Err(Truncated {
+                what: "RDMA Read Request header",
+                need: 28,
+                have: 27,
+            })
+        );
+        assert!(matches!(
+            DdpRepr::parse(&u, 1),
+            Ok((
+                DdpRepr::Untagged {
+                    opcode: RdmapOpcode::RdmaReadRequest,
+                    qn: queue::READ_REQUEST,
+                    msn: 9,
+                    last: true,
+                    ..
+                },
+                18
+            ))
+        ));
     }
 
     /// RFC 5044 Figure 5: untagged Send with L set, QN 0, MSN 1, MO 0.

@@ -11,7 +11,7 @@
 use super::regions::Regions;
 use mpa::decoder::Ulpdu;
 use mpa::wire::ddp::{
-    queue, DdpError, DdpRepr, RdmapOpcode, TerminateRepr, READ_REQUEST_HEADER_LEN,
+    queue, DdpError, DdpRepr, RdmapOpcode, ReadRequestRepr, TerminateRepr, READ_REQUEST_HEADER_LEN,
     TERMINATE_HEADER_LEN, UNTAGGED_HEADER_LEN,
 };
 use mpa_ctl_proto::{Completion, CompletionKind};
@@ -508,14 +508,10 @@ impl Placer {
         ulpdu_len: usize,
         regions: &R,
     ) -> Result<ReadRequest, PlacementError> {
-        let Some(h) = header else {
+        let Some(h) = header.and_then(|h| ReadRequestRepr::parse(h).ok()) else {
             return Err(PlacementError::Truncated { ulpdu_len });
         };
-        // Sink STag (4) | Sink TO (8) | RDMA Read Message Size (4) | Source STag (4) | Source TO (8).
-        let be32 = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
-        let size = be32(12);
-        let stag = be32(16);
-        let to = (u64::from(be32(20)) << 32) | u64::from(be32(24));
+        let (size, stag, to) = (h.size, h.src_stag, h.src_to);
         let Some(r) = regions.info(stag) else {
             return Err(PlacementError::ReadInvalidStag { stag });
         };
@@ -540,7 +536,7 @@ impl Placer {
         if !r.remote_read {
             return Err(PlacementError::NoRemoteRead { stag });
         }
-        let sink_to = (u64::from(be32(4)) << 32) | u64::from(be32(8));
+        let sink_to = h.sink_to;
         // The Read Response is a tagged message at the sink TO: one that would wrap cannot
         // be sent, so the request cannot be served (RFC 5041 §7.2's TO wrap, seen from the
         // Data Source).
@@ -552,7 +548,7 @@ impl Placer {
         }
         Ok(ReadRequest {
             msn: 0,
-            sink_stag: be32(0),
+            sink_stag: h.sink_stag,
             sink_to,
             size,
             src_stag: stag,

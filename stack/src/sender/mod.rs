@@ -39,9 +39,7 @@ use std::collections::VecDeque;
 
 use mpa::crc;
 use mpa::markers::{self, Piece, WireLayout};
-use mpa::wire::ddp::{
-    DdpRepr, RdmapOpcode, READ_REQUEST_HEADER_LEN, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
-};
+use mpa::wire::ddp::{DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use mpa::wire::fpdu::{self, CRC_LEN, HEADER_LEN};
 use mpa::wire::marker::{marker_bytes, MARKER_LEN};
 use tracing::trace;

@@ -4,6 +4,7 @@
 use super::*;
 use mpa::endpoint::rtr_ulpdu;
 use mpa::startup::RtrType;
+use mpa::wire::ddp::ReadRequestRepr;
 
 impl<R: Regions> FpduSource<R> {
     /// Queues an RDMA Write of `len` octets at `src_offset` of local region `src_stag` to
@@ -55,22 +56,14 @@ impl<R: Regions> FpduSource<R> {
         src_to: u64,
     ) -> Result<(u64, u32), PostError> {
         let msn = self.next_read_msn;
-        let mut u = [0u8; UNTAGGED_HEADER_LEN + READ_REQUEST_HEADER_LEN];
-        let ddp = DdpRepr::Untagged {
-            last: true,
-            opcode: RdmapOpcode::RdmaReadRequest,
-            inv_stag: 0,
-            qn: mpa::wire::ddp::queue::READ_REQUEST,
-            msn,
-            mo: 0,
-        };
-        let _ = ddp.emit(&mut u, self.cfg.ddp_rdmap_version);
-        let h = &mut u[UNTAGGED_HEADER_LEN..];
-        h[0..4].copy_from_slice(&sink_stag.to_be_bytes());
-        h[4..12].copy_from_slice(&sink_to.to_be_bytes());
-        h[12..16].copy_from_slice(&size.to_be_bytes());
-        h[16..20].copy_from_slice(&src_stag.to_be_bytes());
-        h[20..28].copy_from_slice(&src_to.to_be_bytes());
+        let u = ReadRequestRepr {
+            sink_stag,
+            sink_to,
+            size,
+            src_stag,
+            src_to,
+        }
+        .ulpdu(msn, self.cfg.ddp_rdmap_version);
         let id = self.post_ulpdu(&u)?;
         self.next_read_msn = msn.wrapping_add(1);
         Ok((id, msn))

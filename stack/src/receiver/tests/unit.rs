@@ -441,24 +441,15 @@ fn valid_read_requests_are_handed_on_in_order_within_ird() {
 
 /// An RDMA Read Request ULPDU (QN 1, `msn`) for `size` octets at (`src_stag`, `src_to`).
 fn read_request_msn(msn: u32, src_stag: u32, src_to: u64, size: u32) -> Vec<u8> {
-    let mut v = vec![0u8; mpa::wire::ddp::UNTAGGED_HEADER_LEN];
-    DdpRepr::Untagged {
-        last: true,
-        opcode: RdmapOpcode::RdmaReadRequest,
-        inv_stag: 0,
-        qn: queue::READ_REQUEST,
-        msn,
-        mo: 0,
+    mpa::wire::ddp::ReadRequestRepr {
+        sink_stag: 0x77,
+        sink_to: 0,
+        size,
+        src_stag,
+        src_to,
     }
-    .emit(&mut v, 1)
-    .unwrap();
-    // Sink STag | Sink TO | RDMA Read Message Size | Source STag | Source TO (RFC 5040 §4.4).
-    v.extend_from_slice(&0x77u32.to_be_bytes());
-    v.extend_from_slice(&0u64.to_be_bytes());
-    v.extend_from_slice(&size.to_be_bytes());
-    v.extend_from_slice(&src_stag.to_be_bytes());
-    v.extend_from_slice(&src_to.to_be_bytes());
-    v
+    .ulpdu(msn, 1)
+    .to_vec()
 }
 
 /// The Data Source's checks of a Read Request give RFC 5040's RDMAP Remote Protection
