@@ -134,6 +134,9 @@ fn setup(o: &PipelineOpts, p: &Prepared) -> Result<Setup> {
             verify_checksums: o.verify_checksums,
             chains_in_pieces: o.chains_in_pieces,
             streaming_stores: o.streaming_stores,
+            // The pipeline's own cost: an empty poll here is the end of a round, not a
+            // spinner sharing a core.
+            yield_every: 0,
             ..WorkerConfig::new(OUR_MAC)
         },
         cmd_rx,
