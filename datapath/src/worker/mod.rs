@@ -7,14 +7,12 @@
 use crate::io::capture::CaptureTap;
 use crate::io::ring::FrameRing;
 use crate::memory::completions::Outbox;
-use crate::memory::streaming::StreamingStores;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use mpa_ctl_proto::stats::{QueueReport, QueueStats};
 use mpa_ctl_proto::{CaptureDirection, HandOver};
 use mpa_stack::flow::{Flow, FlowEnd, FrameSink};
 use mpa_stack::flow_table::{FlowHasher, FlowTable};
 use mpa_stack::receiver::RegionTable;
-use mpa_stack::tcp::TcpConfig;
 use mpa_stack::wire::frame::parse_tcp_frame;
 use mpa_stack::wire::tcp::TcpRepr;
 use std::cmp::Reverse;
@@ -26,10 +24,13 @@ use std::time::{Duration, Instant};
 use strays::Strays;
 
 mod burst;
+mod config;
 mod driver;
 mod messages;
 mod posts;
 pub mod strays;
+use config::SPIN_POLLS;
+pub use config::{WorkerConfig, DEFAULT_YIELD_EVERY};
 pub use driver::{DriveError, QueueDriver, SendOp, SendPost};
 pub use messages::{Command, Notification, WorkerError};
 
@@ -73,14 +74,6 @@ impl<R: FrameRing> FrameSink for TxSink<'_, R> {
     }
 }
 
-/// Empty polls before an idle worker blocks in poll() instead of spinning.
-const SPIN_POLLS: u32 = 256;
-
-/// [`WorkerConfig::yield_every`] by default: a yield costs a system call (well under a µs)
-/// per 32 empty polls, and a thread woken on the spinner's core waits a few µs at most
-/// (docs/latency.md, "Polling and sleeping").
-pub const DEFAULT_YIELD_EVERY: u32 = 32;
-
 /// CPU time (user + system) of the calling thread: the worker's own cost, apart from the
 /// rest of the process.
 fn thread_cpu_seconds() -> f64 {
@@ -90,62 +83,6 @@ fn thread_cpu_seconds() -> f64 {
             t(u.user_time()) + t(u.system_time())
         })
         .unwrap_or(0.0)
-}
-
-/// Settings of a worker.
-#[derive(Debug, Clone)]
-pub struct WorkerConfig {
-    /// MAC address of the interface (source of our frames).
-    pub our_mac: [u8; 6],
-    /// TCP settings for every flow.
-    pub tcp: TcpConfig,
-    /// Keep a digest of the ULPDU octets of each flow.
-    pub digest: bool,
-    /// Verify TCP checksums (off only where the NIC did it).
-    pub verify_checksums: bool,
-    /// After the last frame, keep polling without sleeping for this long (on top of
-    /// `SPIN_POLLS` empty polls). Zero suits bulk traffic and a shared CPU; a few hundred
-    /// µs keep a worker awake between the messages of a request/response load, so that a
-    /// frame does not wait for the worker to be woken from poll() (latency for a core).
-    pub spin: Duration,
-    /// While it spins, every this many empty polls the worker offers its core to any other
-    /// runnable thread (`sched_yield`; 0: never). A thread woken on the core of a spinner
-    /// that never yields (the peer, the consumer, the kernel's work for either) may wait
-    /// until the spinner's time slice ends, hundreds of µs; when nothing else is runnable
-    /// the yield returns at once (docs/latency.md, "Polling and sleeping").
-    pub yield_every: u32,
-    /// Run-to-completion: a turn's TX kick is made at the start of the next turn (or at once
-    /// by a post), not at its end, so that the application reads the turn's completions
-    /// before the kick's system call — which in copy mode carries the frames through the
-    /// peer's stack inside the call (docs/latency.md).
-    pub defer_tx_kick: bool,
-    /// Take a multi-buffer frame whose descriptors all came in one burst into the decoder's
-    /// run descriptor by descriptor, without gathering it (docs/features.md, "Jumbo
-    /// frames"). Off by default: on the machines measured, gathering (one copy of octets the
-    /// CPU then reads while they are hot) cost less than decoding FPDUs across descriptors.
-    pub chains_in_pieces: bool,
-    /// Which regions take long messages with streaming stores (docs/features.md,
-    /// "Streaming stores").
-    pub streaming_stores: StreamingStores,
-}
-
-impl WorkerConfig {
-    /// The datapath's defaults for an interface of MAC `our_mac`: default TCP settings, no
-    /// digest, TCP checksums verified, sleeping when idle and yielding while spinning, kicks
-    /// made at once, jumbo chains gathered, ordinary stores.
-    pub fn new(our_mac: [u8; 6]) -> Self {
-        WorkerConfig {
-            our_mac,
-            tcp: TcpConfig::default(),
-            digest: false,
-            verify_checksums: true,
-            spin: Duration::ZERO,
-            yield_every: DEFAULT_YIELD_EVERY,
-            defer_tx_kick: false,
-            chains_in_pieces: false,
-            streaming_stores: StreamingStores::default(),
-        }
-    }
 }
 
 /// A worker bound to one queue.
