@@ -153,6 +153,8 @@ pub struct MpaStream<S: Transport> {
     stats: EndpointStats,
     /// Next MSN on the Terminate queue.
     term_msn: u32,
+    /// The read timeout set on `io`.
+    armed: ArmedTimeout,
 }
 
 impl<S: Transport> MpaStream<S> {
@@ -168,6 +170,7 @@ impl<S: Transport> MpaStream<S> {
         let mut rbuf = vec![0u8; READ_CHUNK];
         let mut rlen = 0;
         let mut consumed = 0;
+        let mut armed = ArmedTimeout::default();
         let negotiated = loop {
             if let Some(ev) = sm.poll_event() {
                 match ev {
@@ -186,7 +189,7 @@ impl<S: Transport> MpaStream<S> {
                 }
                 continue;
             }
-            let n = read_until(&mut io, &mut rbuf[rlen..], sm.poll_timeout())?;
+            let n = read_until(&mut io, &mut armed, &mut rbuf[rlen..], sm.poll_timeout())?;
             match n {
                 None => sm.handle_timeout(Instant::now()),
                 Some(0) => return Err(EndpointError::Closed),
@@ -194,7 +197,7 @@ impl<S: Transport> MpaStream<S> {
             }
         };
         rbuf.copy_within(consumed..rlen, 0);
-        let mut s = Self::full_operation(io, negotiated, rbuf, rlen - consumed, cfg.emss);
+        let mut s = Self::full_operation(io, armed, negotiated, rbuf, rlen - consumed, cfg.emss);
         s.may_send = true;
         if let Some(rtr) = s.negotiated.rtr {
             // RFC 6581 §9.2: the Initiator MUST send one of the negotiated RTRs first.
@@ -213,6 +216,7 @@ impl<S: Transport> MpaStream<S> {
         let mut rbuf = vec![0u8; READ_CHUNK];
         let mut rlen = 0;
         let mut consumed = 0;
+        let mut armed = ArmedTimeout::default();
         let negotiated = loop {
             while let Some(bytes) = sm.poll_transmit() {
                 io.write_all(&bytes)?;
@@ -244,20 +248,21 @@ impl<S: Transport> MpaStream<S> {
                 consumed += sm.handle_input(Instant::now(), &rbuf[consumed..rlen])?;
                 continue;
             }
-            match read_until(&mut io, &mut rbuf[rlen..], sm.poll_timeout())? {
+            match read_until(&mut io, &mut armed, &mut rbuf[rlen..], sm.poll_timeout())? {
                 None => sm.handle_timeout(Instant::now()),
                 Some(0) => return Err(EndpointError::Closed),
                 Some(n) => rlen += n,
             }
         };
         rbuf.copy_within(consumed..rlen, 0);
-        let mut s = Self::full_operation(io, negotiated, rbuf, rlen - consumed, cfg.emss);
+        let mut s = Self::full_operation(io, armed, negotiated, rbuf, rlen - consumed, cfg.emss);
         s.expect_rtr = s.negotiated.p2p;
         Ok(s)
     }
 
     fn full_operation(
         io: S,
+        armed: ArmedTimeout,
         negotiated: Negotiated,
         rbuf: Vec<u8>,
         rlen: usize,
@@ -285,6 +290,7 @@ impl<S: Transport> MpaStream<S> {
             eof: false,
             stats: EndpointStats::default(),
             term_msn: 1,
+            armed,
         }
     }
 
@@ -425,7 +431,7 @@ impl<S: Transport> MpaStream<S> {
                 return Ok(None);
             }
             let deadline = timeout.map(|t| Instant::now() + t);
-            match read_until(&mut self.io, &mut self.rbuf, deadline)? {
+            match read_until(&mut self.io, &mut self.armed, &mut self.rbuf, deadline)? {
                 None => return Err(EndpointError::Timeout),
                 Some(0) => {
                     self.eof = true;
@@ -606,9 +612,40 @@ impl Transport for std::os::unix::net::UnixStream {
     }
 }
 
+/// The read timeout last set on a transport. Setting it is a system call on a socket; a
+/// stream that reads with the same timeout every time (a request-response loop) would pay
+/// one per read, as many as the reads themselves. A timeout already set is kept while it
+/// ends no later than the caller's deadline and not much earlier (an early end only costs
+/// another turn of [`read_until`]'s loop).
+#[derive(Debug, Default)]
+struct ArmedTimeout {
+    /// `None`: not known (nothing set by us yet).
+    set: Option<Option<Duration>>,
+}
+
+impl ArmedTimeout {
+    /// Makes the transport's next read end within `left` (`None`: never).
+    fn arm<S: Transport>(&mut self, io: &mut S, left: Option<Duration>) -> io::Result<()> {
+        let keep = match (self.set, left) {
+            (Some(None), None) => true,
+            (Some(Some(set)), Some(left)) => set <= left && set >= left - left / 8,
+            _ => false,
+        };
+        if !keep {
+            // A little short of `left`, so that the following calls with about the same
+            // time left keep it.
+            let t = left.map(|l| l - l / 16);
+            io.set_read_timeout(t)?;
+            self.set = Some(t);
+        }
+        Ok(())
+    }
+}
+
 /// Reads into `buf`, giving up at `deadline`; `Ok(None)` on timeout.
 fn read_until<S: Transport>(
     io: &mut S,
+    armed: &mut ArmedTimeout,
     buf: &mut [u8],
     deadline: Option<Instant>,
 ) -> Result<Option<usize>, EndpointError> {
@@ -620,7 +657,7 @@ fn read_until<S: Transport>(
                 _ => return Ok(None),
             },
         };
-        io.set_read_timeout(timeout)?;
+        armed.arm(io, timeout)?;
         match io.read(buf) {
             Ok(n) => return Ok(Some(n)),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,

@@ -353,3 +353,99 @@ fn aligned_sending_writes_whole_segments_and_delivers_everything() {
         assert!(w.len() > 5, "{w:?}");
     }
 }
+
+/// A socket that records every read timeout the endpoint sets on it.
+struct TimeoutRecorder {
+    inner: UnixStream,
+    set: std::sync::Arc<std::sync::Mutex<Vec<Option<Duration>>>>,
+}
+
+impl std::io::Read for TimeoutRecorder {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        std::io::Read::read(&mut self.inner, buf)
+    }
+}
+
+impl Write for TimeoutRecorder {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.inner.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl mpa::endpoint::Transport for TimeoutRecorder {
+    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> std::io::Result<()> {
+        self.set.lock().unwrap().push(timeout);
+        self.inner.set_read_timeout(timeout)
+    }
+}
+
+/// A request-response loop reads with the same timeout every time: setting it is a system
+/// call on a socket, made once, not once per read; and a wait still ends at its deadline,
+/// never later (each timeout set is at most the time left).
+#[test]
+fn a_reading_loop_sets_its_read_timeout_once_and_waits_no_longer_than_asked() {
+    const ROUNDS: usize = 200;
+    let (a, b) = UnixStream::pair().unwrap();
+    let set = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let rec = TimeoutRecorder {
+        inner: b,
+        set: set.clone(),
+    };
+    let recorded = set.clone();
+    let server = thread::spawn(move || {
+        let mut s = MpaStream::accept(rec, &cfg(|_| {})).unwrap();
+        let before = recorded.lock().unwrap().len();
+        for i in 0..ROUNDS {
+            let mut got = Vec::new();
+            while got.is_empty() {
+                s.recv_with(WAIT, |u| got.push(u.to_vec()))
+                    .unwrap()
+                    .unwrap();
+            }
+            assert_eq!(got, vec![(i as u32).to_be_bytes().to_vec()]);
+            s.send(&got[0]).unwrap();
+            s.flush().unwrap();
+        }
+        let in_loop = recorded.lock().unwrap().len() - before;
+        // Nothing more comes: a short wait ends by itself.
+        let asked = Duration::from_millis(50);
+        let t0 = std::time::Instant::now();
+        let r = s.recv_with(Some(asked), |_| {});
+        (in_loop, before, t0.elapsed(), r.map(|_| ()))
+    });
+    let mut c = MpaStream::connect(a, &cfg(|_| {})).unwrap();
+    for i in 0..ROUNDS as u32 {
+        c.send(&i.to_be_bytes()).unwrap();
+        c.flush().unwrap();
+        let mut got = Vec::new();
+        while got.is_empty() {
+            c.recv_with(WAIT, |u| got.push(u.to_vec()))
+                .unwrap()
+                .unwrap();
+        }
+        assert_eq!(got, vec![i.to_be_bytes().to_vec()]);
+    }
+    let (in_loop, before, waited, r) = server.join().unwrap();
+    assert!(
+        in_loop <= 1,
+        "{in_loop} read timeouts set for {ROUNDS} reads"
+    );
+    assert!(matches!(r, Err(EndpointError::Timeout)), "{r:?}");
+    assert!(waited >= Duration::from_millis(50), "{waited:?}");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    let set = set.lock().unwrap();
+    for t in &set[before..] {
+        let t = t.expect("a read with a deadline never blocks forever");
+        assert!(t <= WAIT.unwrap() && !t.is_zero(), "{t:?}");
+    }
+    // The short wait's timeouts: each at most what was left of its 50 ms.
+    let short: Vec<Duration> = set[before + in_loop..].iter().map(|t| t.unwrap()).collect();
+    assert!(!short.is_empty());
+    assert!(
+        short.iter().all(|t| *t <= Duration::from_millis(50)),
+        "{short:?}"
+    );
+}
