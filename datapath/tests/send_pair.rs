@@ -70,7 +70,7 @@ fn end(a: bool, markers: bool, len: u64) -> End {
 
 /// [`end`] with the IRD and ORD revision 2 negotiated (`None`: not negotiated).
 fn end_with(a: bool, markers: bool, len: u64, ird: Option<u16>, ord: Option<u16>) -> End {
-    end_full(a, markers, len, ird, ord, None)
+    end_full(a, markers, len, ird, ord, None, false)
 }
 
 /// The Responder's accepting Reply in the tests' peer-to-peer streams: it precedes B's first
@@ -78,7 +78,9 @@ fn end_with(a: bool, markers: bool, len: u64, ird: Option<u16>, ord: Option<u16>
 const REPLY_LEN: u32 = 24;
 
 /// [`end_with`]; with `rtr`, the connection is peer-to-peer (RFC 6581 §9.2): A is the
-/// Initiator and sends `rtr` first, B the Responder that expects it (after its Reply).
+/// Initiator and sends `rtr` first, B the Responder that expects it (after its Reply). With
+/// `run_to_completion`, the worker is configured as a `QueueDriver`'s: a turn's frames are
+/// handed over at the next turn.
 fn end_full(
     a: bool,
     markers: bool,
@@ -86,6 +88,7 @@ fn end_full(
     ird: Option<u16>,
     ord: Option<u16>,
     rtr: Option<mpa::startup::RtrType>,
+    run_to_completion: bool,
 ) -> End {
     let (ring, wire) = MemRing::new(0).unwrap();
     let (_cmd_tx, cmd_rx) = unbounded();
@@ -94,6 +97,7 @@ fn end_full(
         ring,
         WorkerConfig {
             digest: true,
+            defer_tx_kick: run_to_completion,
             ..WorkerConfig::new(if a { A_MAC } else { B_MAC })
         },
         cmd_rx,
@@ -713,6 +717,111 @@ fn a_posted_message_is_sent_without_waiting_for_frames() {
     assert_eq!(data.len(), 1, "the Write left in that poll");
 }
 
+/// The TCP segments of `frames`: (acknowledgment number, payload length).
+fn acks_and_lengths(frames: &[Vec<u8>]) -> Vec<(u32, usize)> {
+    frames
+        .iter()
+        .map(|f| {
+            let p = parse_tcp_frame(f, true).expect("valid frames");
+            (p.tcp.ack_number().0, p.tcp.payload().len())
+        })
+        .collect()
+}
+
+/// Where the stream of the segments in `frames` ends (the ACK that covers them).
+fn stream_end(frames: &[Vec<u8>]) -> u32 {
+    let p = parse_tcp_frame(frames.last().expect("a segment"), true).expect("valid frames");
+    p.tcp
+        .seq_number()
+        .0
+        .wrapping_add(p.tcp.payload().len() as u32)
+}
+
+/// Run-to-completion holds the pure ACK a turn owes to in-order data until the next turn:
+/// a reply posted in between carries it (one segment, not an ACK and then the reply, as the
+/// kernel's delayed ACK does for request-response); without a reply the ACK leaves at the
+/// next turn. A worker thread (process mode) acknowledges in the same turn.
+#[test]
+fn a_run_to_completion_reply_carries_the_ack_of_the_message_it_answers() {
+    for run_to_completion in [true, false] {
+        let mut a = end(true, false, 1 << 16);
+        let mut b = end_full(false, false, 1 << 16, None, None, None, run_to_completion);
+        let now = Instant::now();
+        let write = |stag, sink_stag| SendPost {
+            op: SendOp::Write {
+                sink_stag,
+                sink_to: 0,
+            },
+            stag,
+            offset: 0,
+            len: 64,
+            count: 1,
+        };
+        for round in 0..3u64 {
+            // A's Write to B's sink: one segment.
+            assert_eq!(post(&mut a.worker, 1, write(SRC, SINK)).unwrap(), None);
+            a.worker.poll_once_at(now).unwrap();
+            let from_a = a.wire.take_sent();
+            assert_eq!(acks_and_lengths(&from_a).len(), 1);
+            let end_of_a = stream_end(&from_a);
+            for f in from_a {
+                assert!(b.wire.inject(f));
+            }
+            b.worker.poll_once_at(now).unwrap();
+            b.rings.poll(&mut b.completions, 64).unwrap();
+            let placed = |e: &End| {
+                e.completions
+                    .iter()
+                    .filter(|c| c.kind == CompletionKind::WritePlaced)
+                    .count() as u64
+            };
+            assert_eq!(placed(&b), round + 1, "the Write placed");
+            let sent = acks_and_lengths(&b.wire.take_sent());
+            if !run_to_completion {
+                assert_eq!(
+                    sent,
+                    vec![(end_of_a, 0)],
+                    "a worker thread acknowledges at once"
+                );
+                continue;
+            }
+            assert_eq!(sent, vec![], "the ACK is held (and nothing handed over)");
+            let sent = if round == 1 {
+                // No reply: the next turn sends the ACK on its own.
+                b.worker.poll_once_at(now).unwrap();
+                b.worker.poll_once_at(now).unwrap();
+                acks_and_lengths(&b.wire.take_sent())
+            } else {
+                // The reply (B's readable region to A's), posted before B's next turn.
+                assert_eq!(post(&mut b.worker, 2, write(READABLE, SRC)).unwrap(), None);
+                b.worker.poll_once_at(now).unwrap();
+                b.worker.poll_once_at(now).unwrap();
+                let sent = b.wire.take_sent();
+                for f in &sent {
+                    assert!(a.wire.inject(f.clone()));
+                }
+                a.worker.poll_once_at(now).unwrap();
+                let _ = a.wire.take_sent();
+                acks_and_lengths(&sent)
+            };
+            let want = if round == 1 { 0 } else { 64 + 14 + 6 };
+            assert_eq!(
+                sent,
+                vec![(end_of_a, want)],
+                "one segment acknowledges A's Write"
+            );
+        }
+        a.rings.poll(&mut a.completions, 64).unwrap();
+        let replies = if run_to_completion { 2 } else { 0 };
+        let placed = a
+            .completions
+            .iter()
+            .filter(|c| c.kind == CompletionKind::WritePlaced)
+            .count();
+        assert_eq!(placed, replies, "{:?}", a.completions);
+    }
+}
+
 /// Peer-to-peer (RFC 6581 §9.2), two datapaths: A (Initiator) sends each RTR type first, B
 /// (Responder) takes it; then Writes, Sends and Reads go each way. An untagged RTR takes MSN 1
 /// of its queue (RFC 5041 §5.1): A's first Send after a Send RTR carries MSN 2, its first Read
@@ -733,8 +842,8 @@ fn every_rtr_then_writes_sends_and_reads_both_ways_between_two_datapaths() {
                 let other = 1 - actor;
                 let what = format!("{rtr:?}: {op} by {}", ["A", "B"][actor]);
                 let mut ends = [
-                    end_full(true, true, LEN, Some(8), Some(8), Some(rtr)),
-                    end_full(false, true, LEN, Some(8), Some(8), Some(rtr)),
+                    end_full(true, true, LEN, Some(8), Some(8), Some(rtr), false),
+                    end_full(false, true, LEN, Some(8), Some(8), Some(rtr), false),
                 ];
                 let flow = |e: usize| e as u64 + 1;
                 // The octets: the actor's readable region (Writes, Sends), or the other's

@@ -524,6 +524,16 @@ impl Flow {
         self.tcp.poll_timeout()
     }
 
+    /// [`Flow::poll_frames`] without the pure ACK owed to in-order data, which waits for a
+    /// data segment to carry it (`Connection::set_hold_pure_ack`). Returns whether an ACK
+    /// is still owed: the caller sends it with a later [`Flow::poll_frames`].
+    pub fn poll_frames_holding_ack(&mut self, now: Instant, sink: &mut impl FrameSink) -> bool {
+        self.tcp.set_hold_pure_ack(true);
+        self.poll_frames(now, sink);
+        self.tcp.set_hold_pure_ack(false);
+        self.tcp.ack_owed()
+    }
+
     /// Builds every frame due now, each straight into a buffer of `sink` (the payload read
     /// from the region once, into the TX frame). Stops when `sink` has no free buffer: the
     /// rest waits for the next call ([`Flow::wants_to_send`]).

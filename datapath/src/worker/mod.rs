@@ -118,6 +118,10 @@ pub struct Worker<R: FrameRing> {
     /// Flows that ran out of TX frames with data to send, or had messages posted: visited at
     /// the next poll.
     tx_waiting: Vec<(SocketAddr, SocketAddr)>,
+    /// With [`WorkerConfig::defer_tx_kick`]: flows whose pure ACK the last turn held for a
+    /// post to carry; built at the next turn if none did (docs/latency.md, "When the ACKs
+    /// leave").
+    acks_held: Vec<(SocketAddr, SocketAddr)>,
     /// The packet capture, while one runs: `None` costs one branch per frame.
     tap: Option<CaptureTap>,
     /// The completion rings of subscribed domains.
@@ -179,6 +183,7 @@ impl<R: FrameRing> Worker<R> {
             touched: Vec::with_capacity(256),
             strays: Strays::default(),
             tx_waiting: Vec::new(),
+            acks_held: Vec::new(),
             completions: Outbox::default(),
             posts: posts::PostInbox::default(),
             tap: None,
@@ -468,6 +473,9 @@ impl<R: FrameRing> Worker<R> {
             })
         };
         let (timeout_ms, slept) = self.prepare_sleep(timeout_ms);
+        if !self.acks_held.is_empty() {
+            self.send_held_acks(now);
+        }
         let Worker {
             xsk,
             flows,
@@ -572,8 +580,11 @@ impl<R: FrameRing> Worker<R> {
             queued,
             tap,
             completions,
+            acks_held,
+            cfg,
             ..
         } = self;
+        let hold_acks = cfg.defer_tx_kick;
         for key in due.iter() {
             let Some(f) = flows.get_mut(key) else {
                 continue;
@@ -588,8 +599,18 @@ impl<R: FrameRing> Worker<R> {
             };
             // Twice: events seen at the end of the first pass (the peer's FIN, an error) queue
             // our FIN or a Terminate, which must leave now, not at the flow's next visit.
+            // Run-to-completion holds the pure ACK of in-order data: the application's reply,
+            // posted before the next turn, carries it.
+            let mut ack_owed = false;
             for _ in 0..2 {
-                f.poll_frames(now, &mut sink);
+                if hold_acks {
+                    ack_owed = f.poll_frames_holding_ack(now, &mut sink);
+                } else {
+                    f.poll_frames(now, &mut sink);
+                }
+            }
+            if ack_owed {
+                acks_held.push(*key);
             }
             if f.wants_to_send() && sink.ring.tx_room() == 0 {
                 // Out of TX frames with data the window allows: back at the next poll.
@@ -645,6 +666,23 @@ impl<R: FrameRing> Worker<R> {
             }
         }
         Ok(n)
+    }
+
+    /// Builds the pure ACKs the last turn held that no post carried since.
+    fn send_held_acks(&mut self, now: Instant) {
+        for key in self.acks_held.drain(..) {
+            let Some(f) = self.flows.get_mut(&key) else {
+                continue;
+            };
+            let mut sink = TxSink {
+                ring: &mut self.xsk,
+                tap: self.tap.as_mut().filter(|t| t.wants(f.id)),
+            };
+            f.poll_frames(now, &mut sink);
+            if f.wants_to_send() && sink.ring.tx_room() == 0 {
+                self.tx_waiting.push(key);
+            }
+        }
     }
 
     /// Entries of flows that ended or moved, and deadlines that moved earlier, stay in the

@@ -200,6 +200,9 @@ pub struct Connection<S: SendSource = SendBuffer> {
     peer_fin_done: bool,
     segs_unacked: u32,
     ack_now: bool,
+    /// While set, `ack_now` alone builds no segment: the ACK waits for data to carry it
+    /// (`Connection::set_hold_pure_ack`).
+    hold_pure_ack: bool,
     /// The latest segment is owed its own ACK (out of order, hole filling, duplicate).
     ack_each: bool,
     /// The owed ACK is for an out-of-order segment ending here (may be shared with the next
@@ -415,6 +418,7 @@ impl<S: SendSource> Connection<S> {
             peer_fin_done: false,
             segs_unacked: 0,
             ack_now: false,
+            hold_pure_ack: false,
             ack_each: false,
             ooo_owed_end: None,
             ooo_shared: 0,

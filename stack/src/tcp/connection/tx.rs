@@ -310,6 +310,21 @@ impl<S: SendSource> Connection<S> {
         o
     }
 
+    /// Holds (or stops holding) the pure ACK owed to in-order data: while held,
+    /// [`Connection::poll_transmit`] builds it only inside a data segment, so that a reply
+    /// posted soon after a message carries its ACK instead of following one. The caller that
+    /// holds must release and poll again before long ([`Connection::ack_owed`] says whether
+    /// an ACK still waits); ACKs owed to out-of-order, duplicate or hole-filling segments,
+    /// and window updates, are never held.
+    pub fn set_hold_pure_ack(&mut self, hold: bool) {
+        self.hold_pure_ack = hold;
+    }
+
+    /// Whether an ACK is owed and not sent yet.
+    pub fn ack_owed(&self) -> bool {
+        self.ack_now || self.ack_each || !self.ack_queue.is_empty()
+    }
+
     /// Writes the next segment to send into `buf` (TCP header, then payload; checksum zero)
     /// and describes it; `None` when there is nothing to send. Call until `None` after every
     /// input. `buf` should hold at least 60 octets plus an MSS; a smaller one gets smaller
@@ -437,6 +452,10 @@ impl<S: SendSource> Connection<S> {
             return self.transmit(now, buf, opts, seq, 0, false, None);
         }
         if self.ack_now || self.ack_each {
+            if self.hold_pure_ack && !self.ack_each && !self.window_update {
+                // Left for the data that follows (or for the caller to release).
+                return None;
+            }
             if self.window_update {
                 self.stats.window_updates += 1;
             }

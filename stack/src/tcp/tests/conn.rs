@@ -1535,3 +1535,54 @@ fn window_tracks_free_capacity_and_reopens() {
         "window reopened at once"
     );
 }
+
+/// A held pure ACK: in-order data's ACK waits (owed) until data carries it or the hold ends;
+/// the ACK an out-of-order segment is owed is never held.
+#[test]
+fn a_held_pure_ack_rides_on_data_and_out_of_order_acks_are_not_held() {
+    let t0 = Instant::now();
+    let mut c = conn(t0, true, &cfg());
+    let p = Peer::new(true);
+    let s = SEG as u64;
+    let hold_and_drain = |c: &mut Connection| {
+        c.set_hold_pure_ack(true);
+        let tx = drain_tx(c, t0);
+        c.set_hold_pure_ack(false);
+        tx
+    };
+
+    // Two in-order segments (an ACK owed at once), then the burst's end: held.
+    for k in 0..2 {
+        feed(&mut c, t0, &p.data(k * s, SEG).0, &p.data(k * s, SEG).1);
+    }
+    c.end_of_burst(t0);
+    assert!(hold_and_drain(&mut c).is_empty());
+    assert!(c.ack_owed());
+    // Data to send carries it: one segment, with the ACK.
+    assert_eq!(c.send(&[7u8; 100]), 100);
+    let tx = hold_and_drain(&mut c);
+    assert_eq!(tx.len(), 1);
+    assert_eq!(
+        (tx[0].payload.len(), tx[0].ack()),
+        (100, p.base + 2 * SEG as u32)
+    );
+    assert!(!c.ack_owed());
+
+    // Held, then released: the pure ACK.
+    feed(&mut c, t0, &p.data(2 * s, SEG).0, &p.data(2 * s, SEG).1);
+    c.end_of_burst(t0);
+    assert!(hold_and_drain(&mut c).is_empty());
+    let tx = drain_tx(&mut c, t0);
+    assert_eq!(tx.len(), 1);
+    assert!(tx[0].is_pure_ack());
+    assert_eq!(tx[0].ack(), p.base + 3 * SEG as u32);
+
+    // Out of order (segment 3 missing): its duplicate ACK with SACK leaves despite the hold.
+    feed(&mut c, t0, &p.data(4 * s, SEG).0, &p.data(4 * s, SEG).1);
+    let tx = hold_and_drain(&mut c);
+    assert_eq!(tx.len(), 1);
+    assert!(tx[0].is_pure_ack());
+    assert_eq!(tx[0].ack(), p.base + 3 * SEG as u32);
+    assert_eq!(tx[0].sack().len(), 1);
+    assert!(!c.ack_owed());
+}
