@@ -22,8 +22,8 @@ use mpa::crc::crc32c_append;
 use mpa::endpoint::{EndpointError, MpaStream, Transport};
 use mpa::startup::{Negotiated, RtrType, NO_IRD_ORD_NEGOTIATION};
 use mpa::wire::ddp::{
-    terminate_ulpdu_for_segment, DdpRepr, RdmapOpcode, TerminateRepr, TAGGED_HEADER_LEN,
-    UNTAGGED_HEADER_LEN,
+    terminate_ulpdu_for_segment, DdpRepr, RdmapOpcode, ReadRequestRepr, TerminateRepr,
+    TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
 };
 use mpa_ctl_proto::region_ad::RegionAd;
 use std::time::Duration;
@@ -64,8 +64,8 @@ pub(crate) fn respond<S: Transport>(
         DdpRepr::Tagged {
             last,
             opcode: RdmapOpcode::RdmaReadResponse,
-            stag: rr.sink_stag,
-            to: rr.sink_to.wrapping_add(at as u64),
+            stag: rr.header.sink_stag,
+            to: rr.header.sink_to.wrapping_add(at as u64),
         }
         .emit(&mut h, version);
         s.send_parts(&[&h, &data[at..at + take]])?;
@@ -209,11 +209,13 @@ impl Reader {
         let off = source_offset(i, u64::from(self.size), self.ad.len);
         let rr = ReadRequest {
             msn: self.next_msn,
-            sink_stag: SINK_STAG,
-            sink_to: i.wrapping_mul(u64::from(self.size)),
-            size: self.size,
-            src_stag: self.ad.stag,
-            src_to: self.ad.base_to + off,
+            header: ReadRequestRepr {
+                sink_stag: SINK_STAG,
+                sink_to: i.wrapping_mul(u64::from(self.size)),
+                size: self.size,
+                src_stag: self.ad.stag,
+                src_to: self.ad.base_to + off,
+            },
         };
         self.issued += 1;
         self.next_msn = self.next_msn.wrapping_add(1);
@@ -439,11 +441,13 @@ mod tests {
     fn read_request_round_trip() {
         let rr = ReadRequest {
             msn: 7,
-            sink_stag: SINK_STAG,
-            sink_to: 0x0102_0304_0506_0708,
-            size: 4096,
-            src_stag: 0x42,
-            src_to: u64::MAX - 1,
+            header: ReadRequestRepr {
+                sink_stag: SINK_STAG,
+                sink_to: 0x0102_0304_0506_0708,
+                size: 4096,
+                src_stag: 0x42,
+                src_to: u64::MAX - 1,
+            },
         };
         let u = rr.ulpdu(1);
         let (h, off) = DdpRepr::parse(&u, 1).unwrap();
@@ -519,13 +523,17 @@ mod tests {
         let a = r.next_request().unwrap();
         let b = r.next_request().unwrap();
         assert!(r.next_request().is_none(), "ORD 2");
-        assert_eq!((a.msn, a.sink_to, a.src_to, a.src_stag), (1, 0, 1000, 0x42));
-        assert_eq!((b.msn, b.sink_to, b.src_to), (2, 10, 1010));
+        let (ah, bh) = (a.header, b.header);
+        assert_eq!(
+            (a.msn, ah.sink_to, ah.src_to, ah.src_stag),
+            (1, 0, 1000, 0x42)
+        );
+        assert_eq!((b.msn, bh.sink_to, bh.src_to), (2, 10, 1010));
         // Read 0 in two segments.
         feed(&mut r, &response(SINK_STAG, 0, false, &pat(0, 4))).unwrap();
         feed(&mut r, &response(SINK_STAG, 4, true, &pat(4, 6))).unwrap();
         let c = r.next_request().unwrap();
-        assert_eq!((c.msn, c.sink_to, c.src_to), (3, 20, 1004));
+        assert_eq!((c.msn, c.header.sink_to, c.header.src_to), (3, 20, 1004));
         assert!(r.next_request().is_none());
         feed(&mut r, &response(SINK_STAG, 10, true, &pat(10, 10))).unwrap();
         // Wrong octets are counted, not fatal.

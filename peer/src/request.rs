@@ -12,37 +12,18 @@ pub(crate) const HEAD_LEN: usize = READ_REQUEST_ULPDU_LEN;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ReadRequest {
     pub msn: u32,
-    pub sink_stag: u32,
-    pub sink_to: u64,
-    /// RDMA Read Message Size (RDMARDSZ).
-    pub size: u32,
-    pub src_stag: u32,
-    pub src_to: u64,
+    pub header: ReadRequestRepr,
 }
 
 impl ReadRequest {
-    /// Reads the RDMA Read Request Header `h` (`mpa::wire::ddp::ReadRequestRepr`).
+    /// Reads the RDMA Read Request Header `h`.
     pub(crate) fn parse(msn: u32, h: &[u8]) -> Option<Self> {
-        let r = ReadRequestRepr::parse(h).ok()?;
-        Some(ReadRequest {
-            msn,
-            sink_stag: r.sink_stag,
-            sink_to: r.sink_to,
-            size: r.size,
-            src_stag: r.src_stag,
-            src_to: r.src_to,
-        })
+        let header = ReadRequestRepr::parse(h).ok()?;
+        Some(ReadRequest { msn, header })
     }
 
     /// The whole ULPDU: untagged DDP header (L, QN 1, MO 0) and the Read Request Header.
     pub(crate) fn ulpdu(&self, version: u8) -> [u8; HEAD_LEN] {
-        ReadRequestRepr {
-            sink_stag: self.sink_stag,
-            sink_to: self.sink_to,
-            size: self.size,
-            src_stag: self.src_stag,
-            src_to: self.src_to,
-        }
-        .ulpdu(self.msn, version)
+        self.header.ulpdu(self.msn, version)
     }
 }

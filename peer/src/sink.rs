@@ -329,6 +329,7 @@ impl Sink {
     /// order: source STag, TO wrap, bounds, then remote read access. A zero-length Read is
     /// not checked ("for non-zero length RDMA Read Request Messages").
     fn check_read(&self, rr: &ReadRequest) -> Result<(), Violation> {
+        let rr = &rr.header;
         if rr.size == 0 {
             return Ok(());
         }
@@ -371,6 +372,7 @@ impl Sink {
     }
 
     fn source_range(&self, rr: &ReadRequest) -> Range<usize> {
+        let rr = &rr.header;
         match locate(self.ad.base_to, self.ad.len, rr.src_to, u64::from(rr.size)) {
             Ok(off) => off as usize..off as usize + rr.size as usize,
             // Zero-length Reads are not checked: they read nothing.
@@ -422,6 +424,7 @@ pub(crate) fn tagged_ulpdu(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mpa::wire::ddp::ReadRequestRepr;
 
     fn ad(base_to: u64, len: u64) -> RegionAd {
         RegionAd {
@@ -533,11 +536,13 @@ mod tests {
     fn rr(size: u32, src_stag: u32, src_to: u64) -> ReadRequest {
         ReadRequest {
             msn: 1,
-            sink_stag: 0x5a5a_0001,
-            sink_to: 0,
-            size,
-            src_stag,
-            src_to,
+            header: ReadRequestRepr {
+                sink_stag: 0x5a5a_0001,
+                sink_to: 0,
+                size,
+                src_stag,
+                src_to,
+            },
         }
     }
 
@@ -552,10 +557,10 @@ mod tests {
         assert_eq!((t.layer, t.error_type, t.error_code), (0, 2, 7));
         assert!(!v.carries_rdma_header());
         let (r, data) = s.next_read().unwrap();
-        assert_eq!((r.size, data.len()), (100, 100));
+        assert_eq!((r.header.size, data.len()), (100, 100));
         assert_eq!(RegionPattern::new().mismatches(500, data), 0);
         let (r, data) = s.next_read().unwrap();
-        assert_eq!((r.size, data.len()), (0, 0));
+        assert_eq!((r.header.size, data.len()), (0, 0));
         assert!(s.next_read().is_none());
     }
 

@@ -10,7 +10,6 @@ mod send;
 pub(crate) use receive::{
     receive_pieces_in_run, receive_segment, receive_segment_in_run, receive_segments_in_run,
 };
-use send::WaitingRead;
 pub(crate) use send::MAX_OUTBOUND_READS;
 pub use send::{FrameSink, FrameVec, SendOp, SendPost, MEM_FRAME_CAPACITY};
 
@@ -24,6 +23,7 @@ use crate::wire::frame::FrameTemplate;
 use crate::wire::tcp::{TcpRepr, TIMESTAMPS_OPTION_LEN};
 use mpa::seq::SeqNumber;
 use mpa::startup::{RtrSet, RtrType};
+use mpa::wire::ddp::ReadRequestRepr;
 use mpa::MpaErrorCode;
 use mpa_ctl_proto::stats::{EndReport, FlowReport, TxStats};
 use mpa_ctl_proto::{Completion, CompletionKind, HandOver, Role, TerminateInfo};
@@ -94,7 +94,7 @@ pub struct Flow {
     /// Our ORD: at most this many `reads_in_flight`.
     ord: usize,
     /// Our Read Requests waiting for ORD room.
-    reads_waiting: std::collections::VecDeque<WaitingRead>,
+    reads_waiting: std::collections::VecDeque<ReadRequestRepr>,
     /// The flow's fixed charge on the datapath's memory budget (`crate::budget`), given
     /// back when the flow goes.
     charge: Option<crate::budget::Charge>,

@@ -50,16 +50,6 @@ pub(crate) const MAX_OUTBOUND_READS: usize = mpa_ctl_proto::DATAPATH_MAX_ORD as 
 /// Reads posted and not yet sent, per flow, at most.
 const MAX_WAITING_READS: usize = 4096;
 
-/// One RDMA Read a consumer posted, not yet sent for want of ORD.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct WaitingRead {
-    sink_stag: u32,
-    sink_to: u64,
-    size: u32,
-    src_stag: u32,
-    src_to: u64,
-}
-
 /// Where a TX frame is built: the UMEM frame itself in the worker (one copy from the region),
 /// a buffer in tests.
 pub trait FrameSink {
@@ -203,7 +193,7 @@ impl Flow {
             return None;
         };
         for i in 0..u64::from(post.count) {
-            self.reads_waiting.push_back(WaitingRead {
+            self.reads_waiting.push_back(ReadRequestRepr {
                 sink_stag: post.stag,
                 sink_to: post.offset + i * post.len,
                 size: post.len as u32,
@@ -233,7 +223,7 @@ impl Flow {
                 break;
             }
             let src = self.tcp.source_mut().inner_mut();
-            match src.post_read_request(r.sink_stag, r.sink_to, r.size, r.src_stag, r.src_to) {
+            match src.post_read_request(&r) {
                 Ok(_) => self.reads_in_flight += 1,
                 Err(e) => {
                     tracing::warn!(flow = self.id, %e, "Read Request not queued");
@@ -250,6 +240,7 @@ impl Flow {
         if !self.tcp.can_queue() {
             return;
         }
+        let r = &r.header;
         let Some(region) = regions.get(r.src_stag) else {
             return;
         };

@@ -72,21 +72,14 @@ pub(crate) enum SegmentKind {
 }
 
 /// A valid RDMA Read Request (RFC 5040 §4.4): read `size` octets of local region `src_stag`
-/// at `src_to` and send them as a Read Response to the peer's `sink_stag` at `sink_to`.
+/// at `src_to` (the region offset: our regions start at TO 0) and send them as a Read
+/// Response to the peer's `sink_stag` at `sink_to`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ReadRequest {
     /// Its MSN on queue 1.
     pub(crate) msn: u32,
-    /// The peer's buffer.
-    pub(crate) sink_stag: u32,
-    /// Tagged offset in it.
-    pub(crate) sink_to: u64,
-    /// RDMA Read Message Size.
-    pub(crate) size: u32,
-    /// Our region.
-    pub(crate) src_stag: u32,
-    /// Tagged offset in it (the region offset: our regions start at TO 0).
-    pub(crate) src_to: u64,
+    /// Its RDMA Read Request Header.
+    pub(crate) header: ReadRequestRepr,
 }
 
 /// A validated segment: what it is, its payload length, and where the payload goes.
@@ -390,13 +383,13 @@ impl Placer {
                                 expected: self.read_msn,
                             });
                         }
-                        let r = self.check_read_request(
+                        let header = self.check_read_request(
                             head.get(header_len..header_len + READ_REQUEST_HEADER_LEN),
                             ulpdu_len,
                             regions,
                         )?;
                         return Ok(plan(
-                            SegmentKind::ReadRequest(ReadRequest { msn, ..r }),
+                            SegmentKind::ReadRequest(ReadRequest { msn, header }),
                             None,
                         ));
                     }
@@ -507,7 +500,7 @@ impl Placer {
         header: Option<&[u8]>,
         ulpdu_len: usize,
         regions: &R,
-    ) -> Result<ReadRequest, PlacementError> {
+    ) -> Result<ReadRequestRepr, PlacementError> {
         let Some(h) = header.and_then(|h| ReadRequestRepr::parse(h).ok()) else {
             return Err(PlacementError::Truncated { ulpdu_len });
         };
@@ -546,14 +539,7 @@ impl Placer {
                 len: size,
             });
         }
-        Ok(ReadRequest {
-            msn: 0,
-            sink_stag: h.sink_stag,
-            sink_to,
-            size,
-            src_stag: stag,
-            src_to: to,
-        })
+        Ok(h)
     }
 
     /// Advances the in-order state past a placed segment; returns the completion of the

@@ -43,27 +43,16 @@ impl<R: Regions> FpduSource<R> {
         Ok(self.push(kind, TAGGED_HEADER_LEN, src_stag, src_offset, len))
     }
 
-    /// Queues an RDMA Read Request (RFC 5040 §4.4; queue 1, the next MSN of that queue) for
-    /// `size` octets of the peer's `src_stag` at `src_to`, to land in our `sink_stag` at
-    /// `sink_to`; returns its id and MSN. The caller bounds how many are outstanding (the
+    /// Queues an RDMA Read Request (RFC 5040 §4.4; queue 1, the next MSN of that queue):
+    /// `read.size` octets of the peer's `read.src_stag` at `read.src_to`, to land in our
+    /// `read.sink_stag` at `read.sink_to`; returns its id and MSN. The caller bounds how many are outstanding (the
     /// peer's IRD).
     pub(crate) fn post_read_request(
         &mut self,
-        sink_stag: u32,
-        sink_to: u64,
-        size: u32,
-        src_stag: u32,
-        src_to: u64,
+        read: &ReadRequestRepr,
     ) -> Result<(u64, u32), PostError> {
         let msn = self.next_read_msn;
-        let u = ReadRequestRepr {
-            sink_stag,
-            sink_to,
-            size,
-            src_stag,
-            src_to,
-        }
-        .ulpdu(msn, self.cfg.ddp_rdmap_version);
+        let u = read.ulpdu(msn, self.cfg.ddp_rdmap_version);
         let id = self.post_ulpdu(&u)?;
         self.next_read_msn = msn.wrapping_add(1);
         Ok((id, msn))

@@ -11,7 +11,7 @@ use mpa::endpoint::rtr_ulpdu;
 use mpa::seq::SeqNumber;
 use mpa::startup::{RtrSet, RtrType};
 use mpa::wire::ddp::{
-    queue, terminate_ulpdu, DdpRepr, RdmapOpcode, TerminateRepr, TAGGED_HEADER_LEN,
+    queue, terminate_ulpdu, DdpRepr, RdmapOpcode, ReadRequestRepr, TerminateRepr, TAGGED_HEADER_LEN,
 };
 use mpa::MpaErrorCode;
 use mpa_ctl_proto::{CompletionKind, RegionInfo};
@@ -380,11 +380,13 @@ fn valid_read_requests_are_handed_on_in_order_within_ird() {
             got,
             crate::receiver::ReadRequest {
                 msn: m,
-                sink_stag: 0x77,
-                sink_to: 0,
-                size: 100,
-                src_stag: 0x30,
-                src_to: 64 * u64::from(m),
+                header: ReadRequestRepr {
+                    sink_stag: 0x77,
+                    sink_to: 0,
+                    size: 100,
+                    src_stag: 0x30,
+                    src_to: 64 * u64::from(m),
+                },
             }
         );
     }
