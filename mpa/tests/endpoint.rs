@@ -253,10 +253,12 @@ fn peer_close_inside_an_fpdu_is_error_1() {
     assert_eq!(e.code(), Some(MpaErrorCode::TcpClosed));
 }
 
-/// A socket that records the writes the endpoint makes (length, record boundary).
+/// A socket that records the writes the endpoint makes (length, record boundary) and the
+/// read timeouts it sets.
 struct Recorder {
     inner: UnixStream,
     writes: std::sync::Arc<std::sync::Mutex<Vec<(usize, bool)>>>,
+    timeouts: std::sync::Arc<std::sync::Mutex<Vec<Option<Duration>>>>,
 }
 
 impl std::io::Read for Recorder {
@@ -281,6 +283,7 @@ impl Write for Recorder {
 
 impl mpa::endpoint::Transport for Recorder {
     fn set_read_timeout(&mut self, timeout: Option<Duration>) -> std::io::Result<()> {
+        self.timeouts.lock().unwrap().push(timeout);
         self.inner.set_read_timeout(timeout)
     }
     fn write_record(&mut self, buf: &[u8]) -> std::io::Result<()> {
@@ -299,6 +302,7 @@ fn aligned_sending_writes_whole_segments_and_delivers_everything() {
         let rec = Recorder {
             inner: a,
             writes: writes.clone(),
+            timeouts: Default::default(),
         };
         let mut c = MpaStream::connect(rec, &cfg(|_| {})).unwrap();
         c.set_aligned(true).unwrap();
@@ -354,34 +358,6 @@ fn aligned_sending_writes_whole_segments_and_delivers_everything() {
     }
 }
 
-/// A socket that records every read timeout the endpoint sets on it.
-struct TimeoutRecorder {
-    inner: UnixStream,
-    set: std::sync::Arc<std::sync::Mutex<Vec<Option<Duration>>>>,
-}
-
-impl std::io::Read for TimeoutRecorder {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        std::io::Read::read(&mut self.inner, buf)
-    }
-}
-
-impl Write for TimeoutRecorder {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.inner.write(buf)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-}
-
-impl mpa::endpoint::Transport for TimeoutRecorder {
-    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> std::io::Result<()> {
-        self.set.lock().unwrap().push(timeout);
-        self.inner.set_read_timeout(timeout)
-    }
-}
-
 /// A request-response loop reads with the same timeout every time: setting it is a system
 /// call on a socket, made once, not once per read; and a wait still ends at its deadline,
 /// never later (each timeout set is at most the time left).
@@ -390,9 +366,10 @@ fn a_reading_loop_sets_its_read_timeout_once_and_waits_no_longer_than_asked() {
     const ROUNDS: usize = 200;
     let (a, b) = UnixStream::pair().unwrap();
     let set = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let rec = TimeoutRecorder {
+    let rec = Recorder {
         inner: b,
-        set: set.clone(),
+        writes: Default::default(),
+        timeouts: set.clone(),
     };
     let recorded = set.clone();
     let server = thread::spawn(move || {
