@@ -203,6 +203,8 @@ pub struct Connection<S: SendSource = SendBuffer> {
     /// While set, `ack_now` alone builds no segment: the ACK waits for data to carry it
     /// (`Connection::set_hold_pure_ack`).
     hold_pure_ack: bool,
+    /// A pure ACK was held and no segment has left since.
+    ack_held: bool,
     /// The latest segment is owed its own ACK (out of order, hole filling, duplicate).
     ack_each: bool,
     /// The owed ACK is for an out-of-order segment ending here (may be shared with the next
@@ -419,6 +421,7 @@ impl<S: SendSource> Connection<S> {
             segs_unacked: 0,
             ack_now: false,
             hold_pure_ack: false,
+            ack_held: false,
             ack_each: false,
             ooo_owed_end: None,
             ooo_shared: 0,

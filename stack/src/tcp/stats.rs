@@ -91,6 +91,9 @@ pub struct TcpStats {
     pub(crate) octets_out: u64,
     /// Segments sent without payload, SYN or FIN: pure ACKs, window updates, probes.
     pub(crate) acks_sent: u64,
+    /// Pure ACKs held (`Connection::set_hold_pure_ack`) that a data segment then carried:
+    /// segments not sent.
+    pub(crate) acks_carried: u64,
     /// SACK blocks sent, summed over segments.
     pub sack_blocks_sent: u64,
     /// Segments sent whose first SACK block is a D-SACK (RFC 2883).

@@ -661,11 +661,12 @@ impl<S: SendSource> Connection<S> {
             dsack: self.dsack.is_some() && !sack.is_empty(),
         });
         self.stats.acks_queued += 1;
-        // That ACK acknowledges everything so far.
+        // That ACK acknowledges everything so far (a held one too).
         self.ack_each = false;
         self.ooo_shared = 0;
         self.changed_len = 0;
         self.ack_now = false;
+        self.ack_held = false;
         self.dsack = None;
         self.segs_unacked = 0;
         self.timers.clear(Timer::DelayedAck);

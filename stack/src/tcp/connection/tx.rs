@@ -454,6 +454,7 @@ impl<S: SendSource> Connection<S> {
         if self.ack_now || self.ack_each {
             if self.hold_pure_ack && !self.ack_each && !self.window_update {
                 // Left for the data that follows (or for the caller to release).
+                self.ack_held = true;
                 return None;
             }
             if self.window_update {
@@ -615,6 +616,13 @@ impl<S: SendSource> Connection<S> {
             }
         } else {
             self.stats.acks_sent += 1;
+        }
+        if self.ack_held {
+            // The held ACK leaves now: inside data, or on its own once released.
+            self.ack_held = false;
+            if len > 0 {
+                self.stats.acks_carried += 1;
+            }
         }
         trace!(seq = %seq, len, fin, ack = %self.rcv_nxt, wnd = window_len, "tcp: tx");
         Some(Transmit {

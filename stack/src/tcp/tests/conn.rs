@@ -1567,6 +1567,7 @@ fn a_held_pure_ack_rides_on_data_and_out_of_order_acks_are_not_held() {
         (100, p.base + 2 * SEG as u32)
     );
     assert!(!c.ack_owed());
+    assert_eq!(c.stats().acks_carried, 1);
 
     // Held, then released: the pure ACK.
     feed(&mut c, t0, &p.data(2 * s, SEG).0, &p.data(2 * s, SEG).1);
@@ -1585,4 +1586,6 @@ fn a_held_pure_ack_rides_on_data_and_out_of_order_acks_are_not_held() {
     assert_eq!(tx[0].ack(), p.base + 3 * SEG as u32);
     assert_eq!(tx[0].sack().len(), 1);
     assert!(!c.ack_owed());
+    // Only the ACK the data carried counts; the released and the unheld ones do not.
+    assert_eq!(c.stats().acks_carried, 1);
 }
