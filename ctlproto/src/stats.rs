@@ -166,10 +166,6 @@ pub struct FlowReport {
     pub sack_blocks_sent: u64,
     /// ACKs sent.
     pub acks_sent: u64,
-    /// Pure ACKs run-to-completion held for a reply that carried them instead (segments not
-    /// sent; docs/latency.md, "When the ACKs leave").
-    #[serde(default)]
-    pub acks_carried: u64,
     /// Retransmissions.
     pub retransmissions: u64,
     /// Frames sent.
