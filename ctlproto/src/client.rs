@@ -3,6 +3,7 @@
 //! connection-setup process) and by [`crate::consumer`]. Every read takes the descriptor a
 //! message may carry (SCM_RIGHTS), so none is ever lost.
 
+use crate::stats::{DatapathStats, PageError};
 use crate::{handshake, read_message_with_fds, write_message, ErrorCode, Message, ProtoError};
 use nix::sys::socket::{recv, MsgFlags};
 use std::collections::VecDeque;
@@ -30,6 +31,9 @@ pub enum ClientError {
     /// An answer that does not fit the request.
     #[error("unexpected answer from the datapath: {0:?}")]
     Unexpected(Box<Message>),
+    /// The pages of a statistics document do not fit together.
+    #[error(transparent)]
+    Page(#[from] PageError),
 }
 
 /// A connection to the datapath's control socket.
@@ -128,6 +132,35 @@ impl ControlClient {
                 }
                 Some(_) => return Err(ClientError::Unexpected(Box::new(m))),
             }
+        }
+    }
+
+    /// The whole statistics document: page after page until every live flow is listed
+    /// (docs/consumer.md, "Statistics in pages"). The counters are those of the first page.
+    pub fn stats(&mut self) -> Result<DatapathStats, ClientError> {
+        let mut doc = self.stats_page(None, None)?;
+        doc.check_page()?;
+        while let Some(after) = doc.flow_page.next {
+            let page = self.stats_page(Some(after), None)?;
+            doc.append_page(page)?;
+        }
+        Ok(doc)
+    }
+
+    /// One page of the statistics document: at most `max_flows` live flows (`None`: as many
+    /// as an answer holds), those with the lowest ids above `flows_after`.
+    pub fn stats_page(
+        &mut self,
+        flows_after: Option<u64>,
+        max_flows: Option<u32>,
+    ) -> Result<DatapathStats, ClientError> {
+        match self.request(|id| Message::GetStats {
+            id,
+            flows_after,
+            max_flows,
+        })? {
+            Message::Stats { stats, .. } => Ok(*stats),
+            other => Err(ClientError::Unexpected(Box::new(other))),
         }
     }
 

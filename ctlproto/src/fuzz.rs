@@ -75,7 +75,11 @@ mod tests {
                 version: 1,
                 agent: "x".into(),
             },
-            Message::GetStats { id: 7 },
+            Message::GetStats {
+                id: 7,
+                flows_after: Some(3),
+                max_flows: Some(2),
+            },
             Message::Error {
                 id: 1,
                 code: crate::ErrorCode::Limit,

@@ -317,10 +317,19 @@ pub enum Message {
         #[serde(default)]
         post_capacity: u32,
     },
-    /// Ask for statistics.
+    /// Ask for statistics. The answer lists at most `max_flows` live flows, those with the
+    /// lowest ids above `flows_after`; [`crate::stats::FlowPage`] says where the next page
+    /// starts (docs/consumer.md, "Statistics in pages").
     GetStats {
         /// Request id.
         id: u64,
+        /// List only flows whose id is above this one; `None`: from the lowest.
+        #[serde(default)]
+        flows_after: Option<u64>,
+        /// List at most this many flows, 1 ..= [`crate::stats::MAX_FLOWS_PER_ANSWER`];
+        /// `None`: that bound.
+        #[serde(default)]
+        max_flows: Option<u32>,
     },
     /// Statistics: per queue and per flow counters, registry and capture.
     Stats {
@@ -381,4 +390,16 @@ pub enum Message {
         /// Details.
         message: String,
     },
+}
+
+impl Message {
+    /// A statistics request for the first page: the flows of lowest id, as many as one answer
+    /// holds.
+    pub fn get_stats(id: u64) -> Message {
+        Message::GetStats {
+            id,
+            flows_after: None,
+            max_flows: None,
+        }
+    }
 }

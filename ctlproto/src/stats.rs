@@ -166,6 +166,10 @@ pub struct FlowReport {
     pub sack_blocks_sent: u64,
     /// ACKs sent.
     pub acks_sent: u64,
+    /// Pure ACKs run-to-completion held for a reply that carried them instead (segments not
+    /// sent; docs/latency.md, "When the ACKs leave").
+    #[serde(default)]
+    pub acks_carried: u64,
     /// Retransmissions.
     pub retransmissions: u64,
     /// Frames sent.
@@ -297,8 +301,11 @@ pub struct QueueReport {
     pub stats: QueueStats,
     /// CPU seconds of the worker thread.
     pub cpu_seconds: f64,
-    /// Every flow.
+    /// The queue's live flows this answer lists, by ascending id ([`FlowPage`]).
     pub flows: Vec<FlowReport>,
+    /// Live flows of the queue, listed in this answer or not.
+    #[serde(default)]
+    pub flow_count: u64,
 }
 
 /// Counters of one queue.
@@ -436,6 +443,50 @@ pub struct DatapathStats {
     /// Every flow that ended since the datapath started, by how it ended.
     #[serde(default)]
     pub ended: EndedCounts,
+    /// Which live flows `queues[].flows` lists.
+    #[serde(default)]
+    pub flow_page: FlowPage,
+}
+
+/// Live flows listed in one answer at most: with every counter at its largest, that many
+/// flows and [`MAX_ENDED_FLOWS`] ended ones still fit one control message
+/// ([`crate::MAX_MESSAGE`]).
+pub const MAX_FLOWS_PER_ANSWER: u32 = 2048;
+
+/// Final reports of ended flows a datapath keeps (the most recent ones).
+pub const MAX_ENDED_FLOWS: usize = 256;
+
+/// Which live flows one statistics answer lists: those of lowest id above `after`, at most
+/// the `max_flows` asked for. Pages are made one after another, so a flow may end or begin
+/// between two of them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowPage {
+    /// The flows listed have ids above this one; `None`: from the lowest.
+    pub after: Option<u64>,
+    /// Live flows with ids above this one (the last listed) were not listed: ask again with
+    /// `flows_after` set to it. `None`: none were left out.
+    pub next: Option<u64>,
+}
+
+/// Why the pages of one statistics document do not fit together.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PageError {
+    /// The page does not start where the previous one said the next would.
+    #[error("statistics page starts after {got:?}, the previous one said after {expected:?}")]
+    OutOfSequence {
+        /// Where the previous page said the next starts.
+        expected: Option<u64>,
+        /// Where this one starts.
+        got: Option<u64>,
+    },
+    /// A page lists a flow at or below where it starts, or above where it says the next one
+    /// starts.
+    #[error("statistics page lists flow {0} outside its range")]
+    OutOfRange(u64),
+    /// A page says more flows follow but lists none (the next page would start where this
+    /// one did).
+    #[error("statistics page after {0:?} lists no flow but says more follow")]
+    NoProgress(Option<u64>),
 }
 
 /// Flows that ended since the datapath started, by how: closed without an error, with an
@@ -559,5 +610,43 @@ impl DatapathStats {
     /// The final report of flow `id`, once it has ended (among the most recent ones kept).
     pub fn ended_flow(&self, id: u64) -> Option<&FlowReport> {
         self.ended_flows.iter().find(|f| f.flow_id == id)
+    }
+
+    /// Checks that this answer is a page of its own: every flow it lists lies in its range,
+    /// and it lists one when it says more follow.
+    pub fn check_page(&self) -> Result<(), PageError> {
+        let FlowPage { after, next } = self.flow_page;
+        let mut any = false;
+        for (_, f) in self.live_flows() {
+            any = true;
+            if after.is_some_and(|a| f.flow_id <= a) || next.is_some_and(|n| f.flow_id > n) {
+                return Err(PageError::OutOfRange(f.flow_id));
+            }
+        }
+        if next.is_some() && !any {
+            return Err(PageError::NoProgress(after));
+        }
+        Ok(())
+    }
+
+    /// Adds the flows of the page that follows this document (the one its
+    /// [`FlowPage::next`] asked for): each to its queue, and the page's range to this one.
+    /// The counters stay those of this document.
+    pub fn append_page(&mut self, page: DatapathStats) -> Result<(), PageError> {
+        page.check_page()?;
+        if self.flow_page.next.is_none() || page.flow_page.after != self.flow_page.next {
+            return Err(PageError::OutOfSequence {
+                expected: self.flow_page.next,
+                got: page.flow_page.after,
+            });
+        }
+        for q in page.queues {
+            match self.queues.iter_mut().find(|mine| mine.queue == q.queue) {
+                Some(mine) => mine.flows.extend(q.flows),
+                None => self.queues.push(q),
+            }
+        }
+        self.flow_page.next = page.flow_page.next;
+        Ok(())
     }
 }

@@ -188,7 +188,7 @@ fn round_trip_every_message() {
             frames: 2,
             dropped: 1,
         },
-        Message::GetStats { id: 4 },
+        Message::get_stats(4),
         Message::Stats {
             id: 4,
             stats: Box::new(crate::stats::DatapathStats {
@@ -222,6 +222,10 @@ fn round_trip_every_message() {
                     ts_recent_inherited: 1,
                     ts_recent_unknown: 2,
                     watched_ports: vec![7777],
+                },
+                flow_page: crate::stats::FlowPage {
+                    after: Some(9),
+                    next: None,
                 },
             }),
         },
@@ -465,4 +469,192 @@ fn refusal_codes_round_trip_through_a_completion() {
     assert_eq!(c.posted_messages(), 1);
     c.kind = CompletionKind::WritePlaced;
     assert_eq!(c.posted_messages(), 0);
+}
+
+/// A struct of only u64 counters with every one at its largest, whatever their number
+/// (serde takes a struct from a sequence of its fields in order; counters left out of the
+/// JSON when 0 are then present).
+fn every_counter_largest<T: serde::de::DeserializeOwned>() -> T {
+    (1..200)
+        .find_map(|n| serde_json::from_value(serde_json::json!(vec![u64::MAX; n])).ok())
+        .expect("a struct of u64 counters")
+}
+
+/// A flow's report as long as one can be: every counter at its largest, every optional part
+/// present, strings longer than the datapath makes them.
+fn largest_flow_report(flow_id: u64) -> stats::FlowReport {
+    let long = "x".repeat(256);
+    stats::FlowReport {
+        flow_id,
+        state: long.clone(),
+        packets: u64::MAX,
+        octets: u64::MAX,
+        out_of_order_segments: u64::MAX,
+        segments_batched: u64::MAX,
+        duplicates: u64::MAX,
+        sack_blocks_sent: u64::MAX,
+        acks_sent: u64::MAX,
+        acks_carried: u64::MAX,
+        retransmissions: u64::MAX,
+        frames_sent: u64::MAX,
+        octets_out: u64::MAX,
+        ulpdu_digest: Some(long.clone()),
+        pd: Some(u32::MAX),
+        placed_ahead_waiting: usize::MAX,
+        posted_buffers: Some(usize::MAX),
+        store_high_water: u64::MAX,
+        dropped_reassembly_full: u64::MAX,
+        dropped_out_of_window: u64::MAX,
+        keepalive_probes: u64::MAX,
+        window_probes: u64::MAX,
+        tcp_drops: every_counter_largest(),
+        ts_recent_inherited: Some(u32::MAX),
+        rx: every_counter_largest(),
+        tx: stats::TxStats {
+            messages_posted: u64::MAX,
+            messages_completed: u64::MAX,
+            messages_queued: u64::MAX,
+            fpdus_sent: u64::MAX,
+            octets_read: u64::MAX,
+            partial_fpdus: u64::MAX,
+            cwnd: u64::MAX,
+            srtt_us: Some(u64::MAX),
+            read_responses: u64::MAX,
+            ulpdu_digest: Some(long.clone()),
+            ird: u32::MAX,
+            ord: u32::MAX,
+        },
+        ended: Some(stats::EndReport {
+            mpa_error: Some(u8::MAX),
+            reason: long,
+            terminate: Some(TerminateInfo {
+                layer: u8::MAX,
+                error_type: u8::MAX,
+                error_code: u8::MAX,
+                sent: false,
+            }),
+        }),
+    }
+}
+
+/// A queue's report listing `flows`.
+fn queue_with(queue: u32, flows: &[u64]) -> stats::QueueReport {
+    let mut q: stats::QueueReport = serde_json::from_value(serde_json::json!({
+        "queue": queue, "rx_frames": 0, "rx_octets": 0, "tx_frames": 0, "tx_octets": 0,
+        "tx_no_frame": 0, "wakeups": 0, "malformed": 0, "unknown_flow": 0, "bursts": 0,
+        "cpu_seconds": 0.0, "flows": []
+    }))
+    .unwrap();
+    q.flows = flows.iter().map(|&id| largest_flow_report(id)).collect();
+    q.flow_count = flows.len() as u64;
+    q
+}
+
+/// A statistics page of `queues` covering (after, next].
+fn page(queues: Vec<stats::QueueReport>, after: Option<u64>, next: Option<u64>) -> DatapathStats {
+    DatapathStats {
+        queues,
+        xdp: None,
+        adopted_flows: 0,
+        registry: Default::default(),
+        ended_flows: vec![],
+        capture: None,
+        xdp_detached: false,
+        control: Default::default(),
+        handover: Default::default(),
+        memory: Default::default(),
+        ended: Default::default(),
+        flow_page: stats::FlowPage { after, next },
+    }
+}
+
+use stats::DatapathStats;
+
+#[test]
+fn the_largest_page_of_flows_fits_one_control_message() {
+    let n = stats::MAX_FLOWS_PER_ANSWER as u64;
+    let ids: Vec<u64> = (u64::MAX - n..u64::MAX).collect();
+    // Every queue a datapath may have (one per worker, 64 at most), the page's flows spread
+    // over them, and every ended flow kept.
+    let mut queues: Vec<_> = (0..64).map(|q| queue_with(q, &[])).collect();
+    for (i, id) in ids.iter().enumerate() {
+        queues[i % 64].flows.push(largest_flow_report(*id));
+    }
+    let mut doc = page(queues, Some(0), Some(u64::MAX));
+    doc.ended_flows = (0..stats::MAX_ENDED_FLOWS as u64)
+        .map(largest_flow_report)
+        .collect();
+    let frame = encode_message(&Message::Stats {
+        id: u64::MAX,
+        stats: Box::new(doc),
+    })
+    .expect("the largest page encodes");
+    // Room left for the rest of the document (registry, control, handover, Terminate
+    // kinds: each bounded and small).
+    assert!(
+        frame.len() + (256 << 10) <= MAX_MESSAGE,
+        "largest page {} octets, limit {MAX_MESSAGE}",
+        frame.len()
+    );
+}
+
+#[test]
+fn pages_join_in_sequence_and_a_page_out_of_its_range_is_refused() {
+    let mut doc = page(
+        vec![queue_with(0, &[1, 4]), queue_with(1, &[2])],
+        None,
+        Some(4),
+    );
+    doc.check_page().unwrap();
+    // The next page: flows on both queues and on a queue the first did not list.
+    let next = page(
+        vec![queue_with(1, &[6]), queue_with(3, &[5]), queue_with(0, &[])],
+        Some(4),
+        None,
+    );
+    doc.append_page(next).unwrap();
+    let listed: Vec<(u32, u64)> = doc.live_flows().map(|(q, f)| (q, f.flow_id)).collect();
+    assert_eq!(listed, vec![(0, 1), (0, 4), (1, 2), (1, 6), (3, 5)]);
+    assert_eq!(
+        doc.flow_page,
+        stats::FlowPage {
+            after: None,
+            next: None
+        }
+    );
+    // Nothing follows the last page.
+    assert_eq!(
+        doc.append_page(page(vec![], None, None)),
+        Err(stats::PageError::OutOfSequence {
+            expected: None,
+            got: None
+        })
+    );
+
+    let mut doc = page(vec![queue_with(0, &[1, 4])], None, Some(4));
+    // A page that does not start where the last one ended.
+    assert_eq!(
+        doc.append_page(page(vec![queue_with(0, &[9])], Some(5), None)),
+        Err(stats::PageError::OutOfSequence {
+            expected: Some(4),
+            got: Some(5)
+        })
+    );
+    // Flows at or below where the page starts, or above where the next one would.
+    assert_eq!(
+        doc.append_page(page(vec![queue_with(0, &[4])], Some(4), None)),
+        Err(stats::PageError::OutOfRange(4))
+    );
+    assert_eq!(
+        page(vec![queue_with(0, &[8])], Some(4), Some(7)).check_page(),
+        Err(stats::PageError::OutOfRange(8))
+    );
+    // More said to follow, none listed: asking again would never end.
+    assert_eq!(
+        doc.append_page(page(vec![queue_with(0, &[])], Some(4), Some(4))),
+        Err(stats::PageError::NoProgress(Some(4)))
+    );
+    // The document is as it was after every refused page.
+    assert_eq!(doc.live_flows().count(), 2);
+    assert_eq!(doc.flow_page.next, Some(4));
 }

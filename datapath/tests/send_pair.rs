@@ -811,6 +811,9 @@ fn a_run_to_completion_reply_carries_the_ack_of_the_message_it_answers() {
                 "one segment acknowledges A's Write"
             );
         }
+        // The two replies each carried the ACK B held; the ACK sent on its own is not counted.
+        let carried = b.worker.report().flows[0].acks_carried;
+        assert_eq!(carried, if run_to_completion { 2 } else { 0 });
         a.rings.poll(&mut a.completions, 64).unwrap();
         let replies = if run_to_completion { 2 } else { 0 };
         let placed = a

@@ -9,7 +9,6 @@ use mpa_control::freeze::FrozenSocket;
 use mpa_control::responder::{respond_and_hand_over, Outcome};
 use mpa_control::Placement;
 use mpa_ctl_proto::stats::DatapathStats;
-use mpa_ctl_proto::Message;
 use mpa_datapath::io::nic_queues::QueueSteering;
 use mpa_datapath::io::xsk::{BindMode, XskConfig};
 use mpa_datapath::memory::streaming::StreamingStores;
@@ -231,12 +230,9 @@ pub fn accept_and_hand_over(
     }
 }
 
-/// The datapath's statistics document, asked for on `dpc`.
+/// The datapath's statistics document with every live flow, asked for on `dpc`.
 pub fn stats(dpc: &mut DatapathClient) -> Result<DatapathStats> {
-    match dpc.request(|id| Message::GetStats { id })? {
-        Message::Stats { stats, .. } => Ok(*stats),
-        m => bail!("no stats: {m:?}"),
-    }
+    Ok(dpc.stats()?)
 }
 
 /// The datapath behind `socket` as Initiator: connects from ns b to `to` with `policy` and

@@ -659,6 +659,7 @@ impl Flow {
             duplicates: t.dup_full + t.dup_partial,
             sack_blocks_sent: t.sack_blocks_sent,
             acks_sent: t.acks_sent,
+            acks_carried: t.acks_carried,
             retransmissions: t.retransmissions,
             frames_sent: self.frames_sent,
             octets_out: t.octets_out,

@@ -57,7 +57,7 @@ fn clients_beyond_the_limit_are_refused_and_a_flooder_is_bounded() {
     let mut w = flooder.try_clone().unwrap();
     let flood = std::thread::spawn(move || {
         for id in 1..=200_000u64 {
-            if write_message(&mut w, &Message::GetStats { id }).is_err() {
+            if write_message(&mut w, &Message::get_stats(id)).is_err() {
                 return id;
             }
         }

@@ -417,7 +417,7 @@ fn a_control_thread_panic_ends_the_process_non_zero() {
     let mut dp = start(&bed, &[(CONTROL_PANIC_AT_STATS_ENV, "1")]);
     assert!(xdp_on_b(&bed));
     let mut dpc = DatapathClient::connect(&dp.socket, Duration::from_secs(5)).unwrap();
-    assert!(dpc.request(|id| Message::GetStats { id }).is_err());
+    assert!(dpc.request(Message::get_stats).is_err());
     let status = dp.wait_exit(Duration::from_secs(20));
     assert_eq!(status.code(), Some(70), "{status}");
     assert!(

@@ -158,7 +158,7 @@ pub fn stray_descriptors(c: &mut Ctx) -> Result<()> {
         let file = std::fs::File::create(&path)?;
         let _ = std::fs::remove_file(&path);
         let s = hello(p)?;
-        let frame = encode_message(&Message::GetStats { id: 1 })?;
+        let frame = encode_message(&Message::get_stats(1))?;
         let fds = [file.as_raw_fd(); 8];
         sendmsg::<()>(
             s.as_raw_fd(),
@@ -249,7 +249,7 @@ pub fn flood_unread(c: &mut Ctx) -> Result<()> {
             s.set_write_timeout(None)?;
             std::thread::spawn(move || -> u64 {
                 let mut sent = 0u64;
-                while let Ok(f) = encode_message(&Message::GetStats { id: sent + 1 }) {
+                while let Ok(f) = encode_message(&Message::get_stats(sent + 1)) {
                     if s.write_all(&f).is_err() {
                         break;
                     }

@@ -2,18 +2,14 @@
 //! tables (or as JSON).
 
 use crate::cli::Target;
-use mpa_ctl_proto::Message;
 use serde_json::Value;
 
 /// Asks for the statistics document. It arrives typed; the tables below print it by column
 /// name from its JSON form (the same document `--json` prints).
 fn get_stats(target: &Target) -> Result<Value, String> {
     let (mut c, path) = target.connect()?;
-    match c.request(|id| Message::GetStats { id }) {
-        Ok(Message::Stats { stats, .. }) => {
-            serde_json::to_value(&*stats).map_err(|e| e.to_string())
-        }
-        Ok(m) => Err(format!("unexpected answer from {}: {m:?}", path.display())),
+    match c.stats() {
+        Ok(stats) => serde_json::to_value(&stats).map_err(|e| e.to_string()),
         Err(e) => Err(format!("datapath at {}: {e}", path.display())),
     }
 }

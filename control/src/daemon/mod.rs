@@ -444,7 +444,7 @@ fn id_mut(m: &mut Message) -> Option<&mut u64> {
         | Message::HandedOver { id, .. }
         | Message::CloseFlow { id, .. }
         | Message::FinishFlow { id, .. }
-        | Message::GetStats { id }
+        | Message::GetStats { id, .. }
         | Message::Stats { id, .. }
         | Message::Ok { id }
         | Message::Error { id, .. }

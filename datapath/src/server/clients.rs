@@ -406,14 +406,14 @@ mod tests {
     use mpa_ctl_proto::Message;
 
     fn msg(client: u64, id: u64) -> Incoming {
-        Incoming::Msg(client, Message::GetStats { id }, 30)
+        Incoming::Msg(client, Message::get_stats(id), 30)
     }
 
     /// What `turns` gives, as (client, request id) with id 0 for the client's end.
     fn drain(turns: &mut Turns) -> Vec<(u64, u64)> {
         std::iter::from_fn(|| turns.next())
             .map(|m| match m {
-                Incoming::Msg(c, Message::GetStats { id }, _) => (c, id),
+                Incoming::Msg(c, Message::GetStats { id, .. }, _) => (c, id),
                 Incoming::Msg(c, m, _) => panic!("client {c}: unexpected {m:?}"),
                 Incoming::Gone(c) => (c, 0),
             })

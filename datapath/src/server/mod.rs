@@ -562,7 +562,7 @@ struct Server {
 const CLIENT_FLUSH: Duration = Duration::from_secs(1);
 
 /// Ended flows whose final counters stay readable over the control socket.
-const FINISHED_KEPT: usize = 256;
+const FINISHED_KEPT: usize = mpa_ctl_proto::stats::MAX_ENDED_FLOWS;
 
 enum Incoming {
     /// A client's message and the octets it took (its reader waits for them to be handled

@@ -4,7 +4,9 @@
 use super::{Adopted, Command, Server};
 use crate::memory::registry::Refusal;
 use mpa_bpf::{FlowKey, FlowValue};
-use mpa_ctl_proto::stats::{CaptureStats, DatapathStats};
+use mpa_ctl_proto::stats::{
+    CaptureStats, DatapathStats, FlowPage, QueueReport, MAX_FLOWS_PER_ANSWER,
+};
 use mpa_ctl_proto::{ErrorCode, HandOver, Message, PostTarget, VERSION};
 use mpa_stack::flow::{SendOp, SendPost};
 use std::net::SocketAddr;
@@ -37,12 +39,16 @@ impl Server {
             Message::HandOver { id, handover } => self.hand_over(client, id, handover),
             Message::CloseFlow { id, flow_id } => self.close_flow(client, id, flow_id),
             Message::FinishFlow { id, flow_id } => self.finish_flow(client, id, flow_id),
-            Message::GetStats { id } => {
+            Message::GetStats {
+                id,
+                flows_after,
+                max_flows,
+            } => {
                 #[cfg(debug_assertions)]
                 if std::env::var_os(super::CONTROL_PANIC_AT_STATS_ENV).is_some() {
                     panic!("fault injected by {}", super::CONTROL_PANIC_AT_STATS_ENV);
                 }
-                self.get_stats(client, id)
+                self.get_stats(client, id, flows_after, max_flows)
             }
             Message::CreateRegion {
                 id,
@@ -401,17 +407,36 @@ impl Server {
     }
 
     /// GetStats: every worker's counters, the XDP program's, the registry's, the ended flows
-    /// kept and the capture running.
-    fn get_stats(&mut self, client: u64, id: u64) {
+    /// kept, the capture running, and a page of the live flows: the `max_flows` of lowest id
+    /// above `flows_after`.
+    fn get_stats(&mut self, client: u64, id: u64, flows_after: Option<u64>, max: Option<u32>) {
+        let max = match max.unwrap_or(MAX_FLOWS_PER_ANSWER) {
+            m @ 1..=MAX_FLOWS_PER_ANSWER => m as usize,
+            m => {
+                let message =
+                    format!("max_flows {m}: an answer lists 1 ..= {MAX_FLOWS_PER_ANSWER} flows");
+                return self.answer(client, id, Err((ErrorCode::BadRequest, message)));
+            }
+        };
         let mut queues = Vec::new();
         for w in &self.workers {
             let (tx, rx) = crossbeam_channel::bounded(1);
-            if w.send(Command::Stats(tx)).is_ok() {
+            // One more than the page holds: whether any is left out is then known.
+            let ask = Command::Stats {
+                after: flows_after,
+                max: max + 1,
+                answer: tx,
+            };
+            if w.send(ask).is_ok() {
                 if let Ok(v) = rx.recv_timeout(Duration::from_secs(2)) {
                     queues.push(v);
                 }
             }
         }
+        let flow_page = FlowPage {
+            after: flows_after,
+            next: keep_lowest_flows(&mut queues, max),
+        };
         let unclaimed_completions = queues.iter().map(|q| q.stats.completions_unclaimed).sum();
         let xdp = self
             .steering
@@ -456,6 +481,7 @@ impl Server {
             handover: self.handover_stats(),
             memory: self.budget.report(),
             ended: self.ended.clone(),
+            flow_page,
         });
         self.reply(client, Message::Stats { id, stats });
     }
@@ -665,4 +691,20 @@ impl Server {
             }
         }
     }
+}
+
+/// Keeps the `max` flows of lowest id among the queues' reports (each lists its lowest ones,
+/// by ascending id); returns the id of the last kept when any was left out.
+fn keep_lowest_flows(queues: &mut [QueueReport], max: usize) -> Option<u64> {
+    let mut ids: Vec<u64> = (queues.iter())
+        .flat_map(|q| q.flows.iter().map(|f| f.flow_id))
+        .collect();
+    if ids.len() <= max {
+        return None;
+    }
+    let (_, &mut last, _) = ids.select_nth_unstable(max - 1);
+    for q in queues {
+        q.flows.retain(|f| f.flow_id <= last);
+    }
+    Some(last)
 }

@@ -62,8 +62,15 @@ pub enum Command {
         /// The subscription.
         id: u64,
     },
-    /// Report counters.
-    Stats(Sender<QueueReport>),
+    /// Report counters and the live flows of lowest id above `after`, at most `max` of them.
+    Stats {
+        /// List flows whose id is above this one (`None`: from the lowest).
+        after: Option<u64>,
+        /// List at most this many.
+        max: usize,
+        /// Where the report goes.
+        answer: Sender<QueueReport>,
+    },
     /// Start capturing (replacing any capture running).
     StartCapture(CaptureSpec),
     /// Stop capturing: hand over what is held ([`Notification::Captured`]), then answer with

@@ -8,7 +8,7 @@ use crate::io::capture::CaptureTap;
 use crate::io::ring::FrameRing;
 use crate::memory::completions::Outbox;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
-use mpa_ctl_proto::stats::{QueueReport, QueueStats};
+use mpa_ctl_proto::stats::QueueStats;
 use mpa_ctl_proto::{CaptureDirection, HandOver};
 use mpa_stack::flow::{Flow, FlowEnd, FrameSink};
 use mpa_stack::flow_table::{FlowHasher, FlowTable};
@@ -28,6 +28,7 @@ mod config;
 mod driver;
 mod messages;
 mod posts;
+mod report;
 pub mod strays;
 use config::SPIN_POLLS;
 pub use config::{WorkerConfig, DEFAULT_YIELD_EVERY};
@@ -51,6 +52,16 @@ struct TxSink<'a, R: FrameRing> {
     tap: Option<&'a mut CaptureTap>,
 }
 
+impl<'a, R: FrameRing> TxSink<'a, R> {
+    /// The sink of flow `flow`'s frames: the ring, and the capture if it wants that flow.
+    fn of_flow(ring: &'a mut R, tap: &'a mut Option<CaptureTap>, flow: u64) -> Self {
+        TxSink {
+            ring,
+            tap: tap.as_mut().filter(|t| t.wants(flow)),
+        }
+    }
+}
+
 impl<R: FrameRing> FrameSink for TxSink<'_, R> {
     fn room(&mut self) -> usize {
         self.ring.tx_room()
@@ -72,17 +83,6 @@ impl<R: FrameRing> FrameSink for TxSink<'_, R> {
             n
         })
     }
-}
-
-/// CPU time (user + system) of the calling thread: the worker's own cost, apart from the
-/// rest of the process.
-fn thread_cpu_seconds() -> f64 {
-    nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_THREAD)
-        .map(|u| {
-            let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
-            t(u.user_time()) + t(u.system_time())
-        })
-        .unwrap_or(0.0)
 }
 
 /// A worker bound to one queue.
@@ -391,8 +391,8 @@ impl<R: FrameRing> Worker<R> {
                     self.touched.push(*key);
                 }
             }
-            Command::Stats(answer) => {
-                let _ = answer.send(self.report());
+            Command::Stats { after, max, answer } => {
+                let _ = answer.send(self.report_page(after, max));
             }
             Command::StartCapture(spec) => {
                 tracing::debug!(
@@ -593,10 +593,7 @@ impl<R: FrameRing> Worker<R> {
                 completions.deliver(f);
             }
             f.on_timer(now);
-            let mut sink = TxSink {
-                ring: &mut *xsk,
-                tap: tap.as_mut().filter(|t| t.wants(f.id)),
-            };
+            let mut sink = TxSink::of_flow(xsk, tap, f.id);
             // Twice: events seen at the end of the first pass (the peer's FIN, an error) queue
             // our FIN or a Terminate, which must leave now, not at the flow's next visit.
             // Run-to-completion holds the pure ACK of in-order data: the application's reply,
@@ -674,10 +671,7 @@ impl<R: FrameRing> Worker<R> {
             let Some(f) = self.flows.get_mut(&key) else {
                 continue;
             };
-            let mut sink = TxSink {
-                ring: &mut self.xsk,
-                tap: self.tap.as_mut().filter(|t| t.wants(f.id)),
-            };
+            let mut sink = TxSink::of_flow(&mut self.xsk, &mut self.tap, f.id);
             f.poll_frames(now, &mut sink);
             if f.wants_to_send() && sink.ring.tx_room() == 0 {
                 self.tx_waiting.push(key);
@@ -723,22 +717,6 @@ impl<R: FrameRing> Worker<R> {
                     flow.on_segment(now, &repr, f.tcp.payload(), &mut self.regions);
                 }
             }
-        }
-    }
-
-    /// Counters and every flow's report.
-    pub fn report(&self) -> QueueReport {
-        QueueReport {
-            queue: self.xsk.queue(),
-            ring: self.xsk.stats(),
-            stats: QueueStats {
-                completions_overflow: self.completions.overflow,
-                completions_unclaimed: self.completions.unclaimed,
-                streamed_messages: self.regions.streamed_messages(),
-                ..self.stats
-            },
-            cpu_seconds: thread_cpu_seconds(),
-            flows: self.flows.values().map(Flow::report).collect(),
         }
     }
 

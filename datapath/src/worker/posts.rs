@@ -195,10 +195,7 @@ impl<R: FrameRing> Worker<R> {
             Err(e) => return Ok(Err(e)),
         };
         if let Some(f) = self.ids.get(&id).and_then(|k| self.flows.get_mut(k)) {
-            let mut sink = TxSink {
-                ring: &mut self.xsk,
-                tap: self.tap.as_mut().filter(|t| t.wants(f.id)),
-            };
+            let mut sink = TxSink::of_flow(&mut self.xsk, &mut self.tap, f.id);
             f.poll_frames(Instant::now(), &mut sink);
         }
         self.xsk.flush()?;

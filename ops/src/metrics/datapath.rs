@@ -6,7 +6,6 @@
 use super::{Families, Labels};
 use mpa_ctl_proto::client::ControlClient;
 use mpa_ctl_proto::stats::{DatapathStats, FlowReport, QueueReport};
-use mpa_ctl_proto::Message;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Unit;
@@ -46,11 +45,14 @@ pub fn scrape(socket: &Path, interface: &str, per_flow: bool) -> Result<String, 
     let agent = concat!("mpa-ops metrics ", env!("CARGO_PKG_VERSION"));
     let mut client = ControlClient::connect_as(socket, SCRAPE_TIMEOUT, agent)
         .map_err(|e| format!("datapath control socket {}: {e}", socket.display()))?;
-    let stats = match client.request(|id| Message::GetStats { id }) {
-        Ok(Message::Stats { stats, .. }) => *stats,
-        Ok(other) => return Err(format!("unexpected answer to GetStats: {other:?}")),
-        Err(e) => return Err(format!("statistics: {e}")),
-    };
+    // Without per-flow metrics a page of one flow is enough: each queue's flow count comes
+    // with it.
+    let stats = if per_flow {
+        client.stats()
+    } else {
+        client.stats_page(None, Some(1))
+    }
+    .map_err(|e| format!("statistics: {e}"))?;
     let collector = DatapathCollector {
         interface: interface.to_string(),
         stats,
@@ -214,7 +216,7 @@ impl DatapathCollector {
             "Live flows on the queue.",
             None,
             qs.iter()
-                .map(|q| (self.queue_labels(q), q.flows.len() as i64)),
+                .map(|q| (self.queue_labels(q), q.flow_count as i64)),
         )?;
         f.gauge(
             "mpa_datapath_zero_copy",
@@ -619,6 +621,7 @@ mod tests {
             handover: Default::default(),
             memory: Default::default(),
             ended,
+            flow_page: Default::default(),
         }
     }
 
