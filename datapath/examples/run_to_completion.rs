@@ -4,7 +4,8 @@
 //! and hands the connection over, then plays RDMA Write ping-pong: post a Write, turn the
 //! queue until the echo's Write is placed, again — posts, AF_XDP rings, TCP, MPA, placement
 //! and completions all in the one loop. At the end it checks the echoed octets, closes the
-//! connection and prints the round trips.
+//! connection and prints the round trips. With `--sleep-when-idle` the loop sleeps in the
+//! kernel whenever a poll finds nothing, instead of spinning.
 //!
 //! ```text
 //! mpa-peer listen --echo --bind 10.0.0.1:7000 --advertise 0xec0001:4074 --rev 2 --markers &
@@ -51,6 +52,10 @@ struct Args {
     /// Markers in both directions.
     #[arg(long)]
     markers: bool,
+    /// Sleep in the kernel whenever a poll finds nothing, instead of spinning (for a thread
+    /// that shares its core).
+    #[arg(long)]
+    sleep_when_idle: bool,
     /// The datapath's control socket (created; this program's own consumer connects to it).
     #[arg(long, default_value = "/tmp/mpa-run-to-completion.sock")]
     socket: PathBuf,
@@ -107,6 +112,9 @@ fn run(a: &Args) -> Result<(), Failure> {
         .take_queue_drivers()
         .pop()
         .ok_or("the datapath gave no queue driver")?;
+    if a.sleep_when_idle {
+        driver.set_sleep_after(Some(Duration::ZERO));
+    }
     let r = ping_pong(a, &mut driver);
     drop(driver);
     dp.stop();
@@ -232,11 +240,13 @@ fn ping_pong(a: &Args, driver: &mut QueueDriver) -> Result<(), Failure> {
         rtts[i].as_secs_f64() * 1e6 / 2.0
     };
     println!(
-        "echo verified: {} round trips of {} octets; RTT/2 p50 {:.2} µs, p99 {:.2} µs",
+        "echo verified: {} round trips of {} octets; RTT/2 p50 {:.2} µs, p99 {:.2} µs; \
+         the thread slept {} times",
         rtts.len(),
         a.size,
         half_us(0.5),
-        half_us(0.99)
+        half_us(0.99),
+        driver.report().ring.rx_waits
     );
     Ok(())
 }

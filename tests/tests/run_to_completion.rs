@@ -3,7 +3,8 @@
 //! thread — no worker thread — and plays RDMA Write ping-pong with the kernel-TCP
 //! `mpa-peer listen --echo` in ns a. Every echo must come back placed, the echoed octets must
 //! equal those sent, the connection must close, and the echo server must count exactly the
-//! Writes the example posted.
+//! Writes the example posted. Its thread either spins (it must never block) or sleeps in the
+//! kernel whenever a poll finds nothing (it must have blocked while echoes were on their way).
 
 use mpa_harness::example;
 use mpa_tests::{require_privileged, BedConfig, PeerListener, TestBed};
@@ -39,7 +40,22 @@ fn read_all(r: Option<impl Read>) -> String {
     s
 }
 
-fn ping_pong(bed: &TestBed, program: &Path, port: u16, size: u64, iterations: u64, markers: bool) {
+/// How the example's thread waits for the echo.
+#[derive(Clone, Copy, PartialEq)]
+enum Waiting {
+    Spins,
+    SleepsWhenIdle,
+}
+
+fn ping_pong(
+    bed: &TestBed,
+    program: &Path,
+    port: u16,
+    size: u64,
+    iterations: u64,
+    markers: bool,
+    waiting: Waiting,
+) {
     let payload = size - mpa::wire::ddp::TAGGED_HEADER_LEN as u64;
     let bind = SocketAddr::new(bed.addr_a(false), port);
     let advertise = format!("{ECHO_STAG:#x}:{payload}");
@@ -69,6 +85,9 @@ fn ping_pong(bed: &TestBed, program: &Path, port: u16, size: u64, iterations: u6
     if markers {
         cmd.arg("--markers");
     }
+    if waiting == Waiting::SleepsWhenIdle {
+        cmd.arg("--sleep-when-idle");
+    }
     let mut rtc = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -87,6 +106,16 @@ fn ping_pong(bed: &TestBed, program: &Path, port: u16, size: u64, iterations: u6
         )),
         "{out}"
     );
+    // A spinning loop never blocks; one that sleeps when idle does, at least while each echo
+    // is on its way.
+    let slept: u64 = (out.trim().rsplit_once("; the thread slept "))
+        .and_then(|(_, rest)| rest.strip_suffix(" times"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no sleep count in {out}"));
+    match waiting {
+        Waiting::Spins => assert_eq!(slept, 0, "{out}"),
+        Waiting::SleepsWhenIdle => assert!(slept >= iterations / 2, "{out}"),
+    }
     // The control socket is removed when the datapath stops.
     assert!(!socket.exists(), "{} left behind", socket.display());
 
@@ -104,6 +133,33 @@ fn an_application_thread_turning_the_queue_plays_ping_pong_with_a_kernel_peer() 
     let program = example("mpa-datapath", "run_to_completion");
     let bed = TestBed::up(BedConfig::default()).unwrap();
     // A small Write without markers, then one of several segments with markers both ways.
-    ping_pong(&bed, &program, 7661, 64, 300, false);
-    ping_pong(&bed, &program, 7662, 4096, 200, true);
+    ping_pong(&bed, &program, 7661, 64, 300, false, Waiting::Spins);
+    ping_pong(&bed, &program, 7662, 4096, 200, true, Waiting::Spins);
+}
+
+#[test]
+fn an_application_thread_that_sleeps_when_idle_plays_ping_pong_with_a_kernel_peer() {
+    if !require_privileged("run-to-completion ping-pong, sleeping when idle") {
+        return;
+    }
+    let program = example("mpa-datapath", "run_to_completion");
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    ping_pong(
+        &bed,
+        &program,
+        7663,
+        64,
+        300,
+        false,
+        Waiting::SleepsWhenIdle,
+    );
+    ping_pong(
+        &bed,
+        &program,
+        7664,
+        4096,
+        200,
+        true,
+        Waiting::SleepsWhenIdle,
+    );
 }

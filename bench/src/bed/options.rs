@@ -531,6 +531,16 @@ pub enum DatapathMode {
     Spin,
     /// Run-to-completion: the measuring thread is the worker.
     Rtc,
+    /// Run-to-completion whose thread sleeps in the kernel as soon as a poll finds nothing
+    /// (`QueueDriver::set_sleep_after`).
+    RtcSleep,
+}
+
+impl DatapathMode {
+    /// The measuring thread turns the queue (no worker thread).
+    pub fn runs_to_completion(self) -> bool {
+        matches!(self, DatapathMode::Rtc | DatapathMode::RtcSleep)
+    }
 }
 
 /// How a consumer posts (`lat --pingpong --post-via`).

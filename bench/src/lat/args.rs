@@ -45,7 +45,9 @@ pub struct LatArgs {
     /// (docs/latency.md): `sleep` (worker threads that sleep when idle, the datapath's
     /// default), `spin` (worker threads that keep polling `--spin-us` after their last frame),
     /// `rtc` (run-to-completion: the measuring thread turns the queue itself, no worker
-    /// thread, no control-socket request per post).
+    /// thread, no control-socket request per post), `rtc-sleep` (the same, its thread
+    /// sleeping in the kernel as soon as a poll finds nothing: for a thread that shares its
+    /// core).
     #[arg(long, value_enum, value_delimiter = ',', default_values = ["sleep", "spin", "rtc"])]
     pub modes: Vec<DatapathMode>,
     /// In the `sleep` and `spin` modes, the consumer busy-polls its completion ring instead

@@ -45,8 +45,10 @@ pub fn lat(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
             );
         }
     }
-    if a.modes.contains(&DatapathMode::Rtc) && a.bed.queues != 1 {
-        mpa_cli::usage!("--modes rtc turns one queue from the measuring thread: --queues 1");
+    if a.modes.iter().any(|m| m.runs_to_completion()) && a.bed.queues != 1 {
+        mpa_cli::usage!(
+            "--modes rtc and rtc-sleep turn one queue from the measuring thread: --queues 1"
+        );
     }
     let bed = a.bed.bed()?;
     if a.wire_segments {
@@ -216,13 +218,19 @@ fn datapath_lat(
         queues: r.bed.queues,
         spin: Duration::from_micros(r.transfer.spin_us),
         yield_every: a.spin_yield_polls,
-        caller_drives_queues: mode == DatapathMode::Rtc,
+        caller_drives_queues: mode.runs_to_completion(),
         xsk: a.xsk(),
         xdp_mode: a.bed.xdp_mode.attach(),
         ..DatapathOptions::default()
     };
     let mut dp = start_datapath(bed, &socket, &opts)?;
-    let driver = dp.take_queue_drivers().into_iter().next();
+    let mut driver = dp.take_queue_drivers().into_iter().next();
+    if let Some(d) = driver.as_mut() {
+        d.set_yield_every(a.spin_yield_polls);
+        if mode == DatapathMode::RtcSleep {
+            d.set_sleep_after(Some(Duration::ZERO));
+        }
+    }
     let result = if driver.is_some() {
         Ok(())
     } else {

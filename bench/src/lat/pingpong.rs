@@ -196,13 +196,19 @@ fn datapath_pingpong(
         queues: a.bed.queues,
         spin: Duration::from_micros(a.run(size, mode).transfer.spin_us),
         yield_every: a.spin_yield_polls,
-        caller_drives_queues: mode == DatapathMode::Rtc,
+        caller_drives_queues: mode.runs_to_completion(),
         xsk: a.xsk(),
         xdp_mode: a.bed.xdp_mode.attach(),
         ..DatapathOptions::default()
     };
     let mut dp = start_datapath(bed, &socket, &opts)?;
     let mut driver = dp.take_queue_drivers().into_iter().next();
+    if let Some(d) = driver.as_mut() {
+        d.set_yield_every(a.spin_yield_polls);
+        if mode == DatapathMode::RtcSleep {
+            d.set_sleep_after(Some(Duration::ZERO));
+        }
+    }
     let mut consumer = Consumer::connect(&socket, Duration::from_secs(20))?;
     // Our source (what we send) and our sink (where the echo lands), one region each.
     let src = consumer.create_region(payload, PD, false, false)?;
@@ -351,8 +357,10 @@ pub fn pingpong(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
             TAGGED_HEADER_LEN + 1
         );
     }
-    if a.modes.contains(&DatapathMode::Rtc) && a.bed.queues != 1 {
-        mpa_cli::usage!("--modes rtc turns one queue from the measuring thread: --queues 1");
+    if a.modes.iter().any(|m| m.runs_to_completion()) && a.bed.queues != 1 {
+        mpa_cli::usage!(
+            "--modes rtc and rtc-sleep turn one queue from the measuring thread: --queues 1"
+        );
     }
     let bed = a.bed.bed()?;
     if a.wire_segments {

@@ -36,6 +36,8 @@ pub enum Side {
     /// No worker thread: the measuring thread turns the queue itself
     /// (`mpa_datapath::worker::QueueDriver`).
     RunToCompletion,
+    /// The same, sleeping in the kernel whenever a poll finds nothing.
+    RunToCompletionSleeping,
 }
 
 impl Side {
@@ -45,6 +47,7 @@ impl Side {
             Side::Datapath => "datapath, sleeping",
             Side::DatapathSpin => "datapath, spinning",
             Side::RunToCompletion => "datapath, run-to-compl.",
+            Side::RunToCompletionSleeping => "datapath, rtc sleeping",
         }
     }
 
@@ -60,6 +63,7 @@ impl Side {
             Side::Datapath => Receiver::Datapath,
             Side::DatapathSpin => Receiver::DatapathSpin,
             Side::RunToCompletion => Receiver::RunToCompletion,
+            Side::RunToCompletionSleeping => Receiver::RunToCompletionSleeping,
         }
     }
 
@@ -69,6 +73,7 @@ impl Side {
             DatapathMode::Sleep => Side::Datapath,
             DatapathMode::Spin => Side::DatapathSpin,
             DatapathMode::Rtc => Side::RunToCompletion,
+            DatapathMode::RtcSleep => Side::RunToCompletionSleeping,
         }
     }
 }

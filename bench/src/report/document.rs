@@ -161,6 +161,9 @@ pub enum Receiver {
     /// `lat`: the datapath turned by the measuring thread (run-to-completion).
     #[serde(rename = "datapath-rtc")]
     RunToCompletion,
+    /// `lat`: run-to-completion whose thread sleeps when the queue is idle.
+    #[serde(rename = "datapath-rtc-sleep")]
+    RunToCompletionSleeping,
 }
 
 impl Receiver {
@@ -172,6 +175,7 @@ impl Receiver {
             Receiver::DatapathToDatapath => "dp→dp",
             Receiver::DatapathSpin => "datapath-spin",
             Receiver::RunToCompletion => "datapath-rtc",
+            Receiver::RunToCompletionSleeping => "datapath-rtc-sleep",
         }
     }
 }

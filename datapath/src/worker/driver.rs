@@ -11,7 +11,9 @@
 use super::{Turn, Worker, WorkerError};
 use crate::io::ring::FrameRing;
 use crate::io::xsk::XskQueue;
+use mpa_ctl_proto::stats::QueueReport;
 pub use mpa_stack::flow::{SendOp, SendPost};
+use std::time::Duration;
 
 /// Why a driven queue cannot go on.
 #[derive(Debug, thiserror::Error)]
@@ -46,8 +48,9 @@ pub enum DriveError {
 ///
 /// It must be polled at least once per worker deadline (`--worker-deadline-ms`, 10 s by
 /// default) — the datapath's watchdog takes a queue whose loop stops turning for stuck, and
-/// stops — and it never sleeps: polling is the application's loop, at a core's cost. Dropped,
-/// it aborts its flows (RST to each peer).
+/// stops — and unless told to ([`QueueDriver::set_sleep_after`]) it never sleeps: polling is
+/// the application's loop, at a core's cost. Dropped, it aborts its flows (RST to each
+/// peer).
 pub struct QueueDriver<R: FrameRing = XskQueue> {
     worker: Worker<R>,
     stopped: bool,
@@ -69,9 +72,25 @@ impl<R: FrameRing> QueueDriver<R> {
         self.worker.set_yield_every(polls);
     }
 
+    /// Let [`QueueDriver::poll`] sleep when the queue is idle: once no frame came for `spin`,
+    /// a poll waits in the kernel (`poll()` on the
+    /// AF_XDP socket) until a frame arrives, the control thread has a command, or the queue's
+    /// next timer is due, at most 10 ms, and then does its turn. `None`, the default: it never
+    /// sleeps. For a thread that shares its core: it then pays a wake-up per message after
+    /// an idle spell, as a blocking socket does, instead of holding the core
+    /// (docs/latency.md, "Run-to-completion that sleeps").
+    pub fn set_sleep_after(&mut self, spin: Option<Duration>) {
+        self.worker.set_sleep_after(spin);
+    }
+
     /// The queue this driver serves.
     pub fn queue(&self) -> u32 {
         self.worker.xsk.queue()
+    }
+
+    /// The queue's counters and every flow's report (as `GetStats` gives them).
+    pub fn report(&self) -> QueueReport {
+        self.worker.report()
     }
 
     /// Flows the queue owns.

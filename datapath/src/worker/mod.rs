@@ -95,8 +95,11 @@ pub struct Worker<R: FrameRing> {
     commands: Receiver<Command>,
     notify: Sender<Notification>,
     stats: QueueStats,
-    /// Polls in a row that found nothing: past [`SPIN_POLLS`] the worker sleeps in poll().
+    /// Polls in a row that found nothing: past `spin_polls` the worker sleeps in poll().
     empty_polls: u32,
+    /// Empty polls before it may sleep: [`SPIN_POLLS`], or none for a run-to-completion
+    /// loop told to sleep when idle.
+    spin_polls: u32,
     /// When the last frame came (the [`WorkerConfig::spin`] window starts there).
     last_frame_at: Instant,
     /// Flow timers: (deadline, flow id), earliest first. A flow has at most one live entry,
@@ -175,6 +178,7 @@ impl<R: FrameRing> Worker<R> {
             notify,
             stats: QueueStats::default(),
             empty_polls: 0,
+            spin_polls: SPIN_POLLS,
             last_frame_at: Instant::now(),
             timers: BinaryHeap::new(),
             armed: HashMap::default(),
@@ -220,6 +224,14 @@ impl<R: FrameRing> Worker<R> {
     /// [`WorkerConfig::yield_every`] from now on.
     pub(crate) fn set_yield_every(&mut self, polls: u32) {
         self.cfg.yield_every = polls;
+    }
+
+    /// Run-to-completion: sleep in poll() once no frame came for `spin`, without spinning
+    /// [`SPIN_POLLS`] empty polls first (the application's loop polls as often as it likes);
+    /// `None`: never sleep.
+    pub(crate) fn set_sleep_after(&mut self, spin: Option<Duration>) {
+        self.cfg.spin = spin.unwrap_or(Duration::MAX);
+        self.spin_polls = if spin.is_some() { 0 } else { SPIN_POLLS };
     }
 
     /// Polls until told to stop.
@@ -453,7 +465,7 @@ impl<R: FrameRing> Worker<R> {
         self.read_posts();
         let queue = self.xsk.queue();
         // Spin while traffic flows; once idle, sleep in poll() until a frame or the next timer.
-        let spinning = self.empty_polls < SPIN_POLLS
+        let spinning = self.empty_polls < self.spin_polls
             || now.saturating_duration_since(self.last_frame_at) < self.cfg.spin;
         // Flows with frames to send (posted messages, a TX ring that was full) must not wait
         // for the poll() below: they are served in this pass.
