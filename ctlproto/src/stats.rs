@@ -412,7 +412,7 @@ pub struct XdpCounters {
 }
 
 /// The whole statistics document.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DatapathStats {
     /// Every queue with its flows.
     pub queues: Vec<QueueReport>,

@@ -554,17 +554,8 @@ fn queue_with(queue: u32, flows: &[u64]) -> stats::QueueReport {
 fn page(queues: Vec<stats::QueueReport>, after: Option<u64>, next: Option<u64>) -> DatapathStats {
     DatapathStats {
         queues,
-        xdp: None,
-        adopted_flows: 0,
-        registry: Default::default(),
-        ended_flows: vec![],
-        capture: None,
-        xdp_detached: false,
-        control: Default::default(),
-        handover: Default::default(),
-        memory: Default::default(),
-        ended: Default::default(),
         flow_page: stats::FlowPage { after, next },
+        ..Default::default()
     }
 }
 

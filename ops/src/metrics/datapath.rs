@@ -577,7 +577,7 @@ impl DatapathCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mpa_ctl_proto::stats::{EndedCounts, RegistryStats, TerminateCount, XdpCounters};
+    use mpa_ctl_proto::stats::{EndedCounts, TerminateCount, XdpCounters};
     use mpa_ctl_proto::TerminateInfo;
     use openmetrics_parser::OpenMetricsValue;
 
@@ -612,16 +612,8 @@ mod tests {
                 redirected: 10,
                 ..Default::default()
             }),
-            adopted_flows: 0,
-            registry: RegistryStats::default(),
-            ended_flows: vec![],
-            capture: None,
-            xdp_detached: false,
-            control: Default::default(),
-            handover: Default::default(),
-            memory: Default::default(),
             ended,
-            flow_page: Default::default(),
+            ..Default::default()
         }
     }
 
