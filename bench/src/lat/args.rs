@@ -5,7 +5,10 @@ use crate::bed::options::{
 };
 use crate::report::document::LatParams;
 use clap::Args;
+use mpa_datapath::server::Datapath;
+use mpa_datapath::worker::QueueDriver;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// `mpa-bench lat`'s options. On real NICs (`--iface`), the sender's stamps are the peer
 /// host's CLOCK_MONOTONIC: one-way latency then measures the offset between the two clocks
@@ -153,6 +156,27 @@ fn positive_us(s: &str) -> Result<f64, String> {
 }
 
 impl LatArgs {
+    /// The run-to-completion modes turn one queue from the measuring thread: any other
+    /// queue count is a usage error.
+    pub fn require_one_queue_for_run_to_completion(&self) -> anyhow::Result<()> {
+        if self.modes.iter().any(|m| m.runs_to_completion()) && self.bed.queues != 1 {
+            mpa_cli::usage!(
+                "--modes rtc and rtc-sleep turn one queue from the measuring thread: --queues 1"
+            );
+        }
+        Ok(())
+    }
+
+    /// In a run-to-completion `mode`, `dp`'s queue driver, yielding as `--spin-yield-polls`
+    /// says and, in `rtc-sleep`, sleeping whenever a poll finds nothing; `None` otherwise.
+    pub fn queue_driver(&self, dp: &mut Datapath, mode: DatapathMode) -> Option<QueueDriver> {
+        let mut driver = dp.take_queue_drivers().into_iter().next()?;
+        driver.set_yield_every(self.spin_yield_polls);
+        if mode == DatapathMode::RtcSleep {
+            driver.set_sleep_after(Some(Duration::ZERO));
+        }
+        Some(driver)
+    }
     /// The transfer of one size in `mode`, as the other experiments describe it.
     pub fn run(&self, size: usize, mode: DatapathMode) -> Run {
         Run {

@@ -45,11 +45,7 @@ pub fn lat(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
             );
         }
     }
-    if a.modes.iter().any(|m| m.runs_to_completion()) && a.bed.queues != 1 {
-        mpa_cli::usage!(
-            "--modes rtc and rtc-sleep turn one queue from the measuring thread: --queues 1"
-        );
-    }
+    a.require_one_queue_for_run_to_completion()?;
     let bed = a.bed.bed()?;
     if a.wire_segments {
         crate::bed::wire_segments(&bed)?;
@@ -224,13 +220,7 @@ fn datapath_lat(
         ..DatapathOptions::default()
     };
     let mut dp = start_datapath(bed, &socket, &opts)?;
-    let mut driver = dp.take_queue_drivers().into_iter().next();
-    if let Some(d) = driver.as_mut() {
-        d.set_yield_every(a.spin_yield_polls);
-        if mode == DatapathMode::RtcSleep {
-            d.set_sleep_after(Some(Duration::ZERO));
-        }
-    }
+    let driver = a.queue_driver(&mut dp, mode);
     let result = if driver.is_some() {
         Ok(())
     } else {
