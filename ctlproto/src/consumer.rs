@@ -572,6 +572,13 @@ impl MappedRegion {
         &self.info
     }
 
+    /// The region's memfd (sealed against resizing), e.g. to map it elsewhere. Once the
+    /// region is destroyed and the datapath has let go of it, the file holds no page: what
+    /// is read through it then is zeros.
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.mem.fd()
+    }
+
     /// Copies the octets at `off` into `dst`; `false` when out of bounds.
     pub fn read(&self, off: u64, dst: &mut [u8]) -> bool {
         self.mem.read(off, dst)

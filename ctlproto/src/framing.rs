@@ -69,10 +69,23 @@ pub fn read_message_counted(r: &mut impl Read) -> Result<(Message, usize), Proto
     if n > MAX_MESSAGE {
         return Err(ProtoError::TooLarge(n));
     }
-    let mut body = vec![0u8; n];
-    r.read_exact(&mut body)?;
-    Ok((serde_json::from_slice(&body)?, 4 + n))
+    Ok((serde_json::from_slice(&read_body(r, n)?)?, 4 + n))
 }
+
+/// The `n` octets of a body, the buffer grown as they arrive: a peer that announces a large
+/// message and sends nothing holds no more than it has sent (a length prefix alone costs
+/// [`BODY_CHUNK`] at most).
+fn read_body(r: &mut impl Read, n: usize) -> Result<Vec<u8>, ProtoError> {
+    let mut body = Vec::with_capacity(n.min(BODY_CHUNK));
+    r.take(n as u64).read_to_end(&mut body)?;
+    if body.len() < n {
+        return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+    }
+    Ok(body)
+}
+
+/// The buffer a body is read into before its octets arrive.
+const BODY_CHUNK: usize = 64 << 10;
 
 /// Writes one framed message with a file descriptor attached to its first octet
 /// (SCM_RIGHTS). The reader must use [`read_message_with_fd`].
@@ -182,10 +195,8 @@ pub fn read_message_with_fds(
     if n > MAX_MESSAGE {
         return Err(ProtoError::TooLarge(n));
     }
-    let mut body = vec![0u8; n];
     let mut r = s;
-    r.read_exact(&mut body)?;
-    Ok((serde_json::from_slice(&body)?, taken))
+    Ok((serde_json::from_slice(&read_body(&mut r, n)?)?, taken))
 }
 
 /// Sends our Hello and checks the peer's.

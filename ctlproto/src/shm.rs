@@ -9,15 +9,21 @@
 //! holder of the descriptor that `ftruncate`s it gets EPERM instead of turning the next
 //! access into a SIGBUS. [`SharedMemory::open`] maps a received descriptor only when it
 //! carries those seals and has the announced size.
+//!
+//! The creator's drop frees the file's pages (a hole punched over all of it) after unmapping:
+//! the other process may keep its descriptor and mapping as long as it likes, but it then
+//! holds no page the creator populated; any page it touches again is a new, zeroed one
+//! charged to it (docs/limits.md, "Shared memory after it is released").
 #![allow(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
-use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+use nix::fcntl::{fallocate, fcntl, FallocateFlags, FcntlArg, SealFlag};
 use nix::sys::memfd::{memfd_create, MFdFlags};
 use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Why shared memory could not be made or mapped.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +69,28 @@ pub struct SharedMemory {
     fd: OwnedFd,
     access: Access,
     huge: bool,
+    /// Made by [`SharedMemory::create`]: its drop frees the file's pages.
+    creator: bool,
+}
+
+/// Files this process created and has not dropped, and their octets.
+static CREATED_FILES: AtomicU64 = AtomicU64::new(0);
+static CREATED_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// The shared memory this process created and still holds: (files, octets). Memory it
+/// released is not counted, whoever still holds a descriptor to it: none of its pages are
+/// left.
+pub fn created_now() -> (u64, u64) {
+    (
+        CREATED_FILES.load(Ordering::Relaxed),
+        CREATED_BYTES.load(Ordering::Relaxed),
+    )
+}
+
+/// Octets of the file `fd` has pages for (st_blocks), whoever populated them.
+pub fn resident_bytes(fd: BorrowedFd<'_>) -> Result<u64, ShmError> {
+    let st = nix::sys::stat::fstat(fd).map_err(sys("fstat"))?;
+    Ok(u64::try_from(st.st_blocks).unwrap_or(0) * 512)
 }
 
 // SAFETY: the mapping is owned by this value until drop and reached only through raw copies
@@ -116,6 +144,9 @@ impl SharedMemory {
         fcntl(&fd, FcntlArg::F_ADD_SEALS(SEALS)).map_err(sys("seal"))?;
         let mut m = Self::map(fd, size, Access::ReadWrite)?;
         m.huge = huge;
+        m.creator = true;
+        CREATED_FILES.fetch_add(1, Ordering::Relaxed);
+        CREATED_BYTES.fetch_add(m.len as u64, Ordering::Relaxed);
         Ok(m)
     }
 
@@ -159,6 +190,7 @@ impl SharedMemory {
             fd,
             access,
             huge: false,
+            creator: false,
         })
     }
 
@@ -454,6 +486,16 @@ impl Drop for SharedMemory {
         // SAFETY: unmaps exactly the mapping `map` made, once; no reference into it exists
         // and the raw pointers handed out may not outlive `self`.
         let _ = unsafe { munmap(self.ptr.cast(), self.len) };
+        if self.creator {
+            // Every page goes, also from the other process's mapping: a descriptor it kept
+            // holds nothing the creator populated.
+            let punch = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+            if let Err(e) = fallocate(&self.fd, punch, 0, self.len as i64) {
+                tracing::warn!(%e, len = self.len, "shared memory: pages not freed");
+            }
+            CREATED_FILES.fetch_sub(1, Ordering::Relaxed);
+            CREATED_BYTES.fetch_sub(self.len as u64, Ordering::Relaxed);
+        }
     }
 }
 

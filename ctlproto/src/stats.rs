@@ -567,6 +567,14 @@ pub struct MemoryStats {
     pub dropped_segments: u64,
     /// Hand-overs and subscriptions refused for want of room.
     pub refused: u64,
+    /// Shared-memory files (regions, completion rings, post queues) the datapath holds now.
+    /// One it released holds no page, whoever kept its descriptor (docs/limits.md).
+    #[serde(default)]
+    pub shared_files: u64,
+    /// Their octets: the registered regions' and the subscriptions' memory together, all
+    /// populated at creation.
+    #[serde(default)]
+    pub shared_bytes: u64,
 }
 
 /// Hand-overs and the TS.Recent they inherit (docs/environment.md, "Why TS.Recent must be
@@ -592,6 +600,25 @@ pub struct ControlStats {
     pub max_clients: usize,
     /// Clients refused so far because of `max_clients`.
     pub clients_refused: u64,
+    /// Slots beyond `max_clients` that only operators (CAP_NET_ADMIN) may take, so that
+    /// `mpa-control` and the operator's tools always get in.
+    #[serde(default)]
+    pub operator_slots: usize,
+    /// Clients closed to make room for a new one while every slot was taken: each had not
+    /// said Hello, or was not an operator, held nothing and had said nothing for a while.
+    #[serde(default)]
+    pub clients_evicted: u64,
+    /// Clients closed at a deadline: no Hello within `hello_deadline_ms` of connecting, or
+    /// (not an operator, holding nothing) nothing said for `idle_deadline_ms`.
+    #[serde(default)]
+    pub clients_timed_out: u64,
+    /// A client that has not said Hello this long after connecting is closed.
+    #[serde(default)]
+    pub hello_deadline_ms: u64,
+    /// A client that is not an operator, holds nothing (no region, subscription, flow, watch
+    /// or capture) and has said nothing for this long is closed.
+    #[serde(default)]
+    pub idle_deadline_ms: u64,
     /// Messages for clients dropped because the client's queue held its octet bound (it does
     /// not read fast enough); completions among them are lost to that client.
     pub messages_dropped: u64,

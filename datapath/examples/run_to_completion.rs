@@ -100,6 +100,7 @@ fn run(a: &Args) -> Result<(), Failure> {
         pin_cpus: false,
         max_region_bytes: mpa_datapath::server::DEFAULT_MAX_REGION_BYTES,
         max_control_clients: mpa_datapath::server::DEFAULT_MAX_CONTROL_CLIENTS,
+        control_deadlines: Default::default(),
         completion_ring: mpa_datapath::server::DEFAULT_COMPLETION_RING,
         spin: Duration::ZERO,
         yield_every: mpa_datapath::worker::DEFAULT_YIELD_EVERY,

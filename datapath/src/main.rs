@@ -151,6 +151,13 @@ struct Args {
     /// Control-socket clients connected at once at most (more are refused).
     #[arg(long, default_value_t = mpa_datapath::server::DEFAULT_MAX_CONTROL_CLIENTS)]
     max_control_clients: usize,
+    /// Close a control client that has not said Hello this long after connecting.
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = mpa_cli::seconds)]
+    control_hello_timeout: std::time::Duration,
+    /// Close a control client without CAP_NET_ADMIN that holds nothing (no region,
+    /// subscription, flow or watch) and has said nothing this long.
+    #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = mpa_cli::seconds)]
+    control_idle_timeout: std::time::Duration,
     /// Records per completion ring (one ring per worker and subscribing consumer, in shared
     /// memory): a power of two; a consumer that falls this far behind loses completions
     /// (counted, and reported to it as an overflow).
@@ -317,6 +324,10 @@ fn main() -> ExitCode {
         pin_cpus: a.pin_cpus,
         max_region_bytes: a.max_region_bytes,
         max_control_clients: a.max_control_clients,
+        control_deadlines: mpa_datapath::server::ControlDeadlines {
+            hello: a.control_hello_timeout,
+            idle: a.control_idle_timeout,
+        },
         completion_ring: ring,
         spin: std::time::Duration::from_micros(a.spin_us),
         yield_every: a.spin_yield_polls,

@@ -46,6 +46,10 @@ pub struct DatapathOptions {
     pub xsk: XskConfig,
     /// Control clients at once at most.
     pub max_control_clients: usize,
+    /// When control clients that only hold a slot are closed.
+    pub control_deadlines: mpa_datapath::server::ControlDeadlines,
+    /// Octets of registered regions allowed in all.
+    pub max_region_bytes: u64,
     /// Records per completion ring.
     pub completion_ring: u32,
     /// How long a worker keeps polling after its last frame (`DatapathConfig::spin`).
@@ -80,6 +84,8 @@ impl Default for DatapathOptions {
                 ..XskConfig::default()
             },
             max_control_clients: DEFAULT_MAX_CONTROL_CLIENTS,
+            control_deadlines: Default::default(),
+            max_region_bytes: DEFAULT_MAX_REGION_BYTES,
             spin: Duration::ZERO,
             yield_every: mpa_datapath::worker::DEFAULT_YIELD_EVERY,
             completion_ring: DEFAULT_COMPLETION_RING,
@@ -122,8 +128,9 @@ pub fn start_datapath_on(
             chains_in_pieces: opts.chains_in_pieces,
             streaming_stores: opts.streaming_stores,
             pin_cpus: false,
-            max_region_bytes: DEFAULT_MAX_REGION_BYTES,
+            max_region_bytes: opts.max_region_bytes,
             max_control_clients: opts.max_control_clients,
+            control_deadlines: opts.control_deadlines,
             completion_ring: opts.completion_ring,
             spin: opts.spin,
             yield_every: opts.yield_every,

@@ -103,6 +103,7 @@ impl MemoryBudget {
             high_water: self.high_water.load(Ordering::Relaxed),
             dropped_segments: self.dropped_segments.load(Ordering::Relaxed),
             refused: self.refused.load(Ordering::Relaxed),
+            ..Default::default()
         }
     }
 }

@@ -149,6 +149,50 @@ pub fn probe(p: &Path) -> String {
     }
 }
 
+/// The idle probe (`--probe-idle`): a client that says Hello, holds `nothing` or a `region`
+/// (4 KiB in a domain of its own), then says nothing for `silent`. Prints the message of the
+/// datapath's `Error` (id 0) when it closes the client meanwhile, `served` when a request
+/// after the silence is answered, or what happened instead.
+pub fn probe_idle(p: &Path, hold: &str, silent: Duration) -> String {
+    let run = || -> Result<String> {
+        let mut s = hello(p)?;
+        match hold {
+            "nothing" => {}
+            "region" => {
+                let pd = 0x7_0000 + std::process::id() % 0x1_0000;
+                let create = Message::CreateRegion {
+                    id: 1,
+                    len: 4096,
+                    pd,
+                    remote_write: true,
+                    remote_read: false,
+                };
+                s.write_all(&encode_message(&create)?)?;
+                let (answer, _fds) = mpa_ctl_proto::read_message_with_fds(&s)?;
+                if !matches!(answer, Message::RegionCreated { .. }) {
+                    bail!("CreateRegion answered {answer:?}");
+                }
+            }
+            other => bail!("no such hold: {other}"),
+        }
+        s.set_read_timeout(Some(silent))?;
+        match read_message(&mut s) {
+            Ok(Message::Error { id: 0, message, .. }) => return Ok(message),
+            Ok(m) => bail!("unasked: {m:?}"),
+            Err(mpa_ctl_proto::ProtoError::Io(e))
+                if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) => bail!("{e}"),
+        }
+        s.set_read_timeout(Some(WAIT))?;
+        s.write_all(&encode_message(&Message::get_stats(2))?)?;
+        match read_message(&mut s)? {
+            Message::Stats { .. } => Ok("served".into()),
+            m => Ok(format!("answered {m:?}")),
+        }
+    };
+    run().unwrap_or_else(|e| format!("failed: {e:#}"))
+}
+
 /// Eight descriptors (SCM_RIGHTS) attached to a GetStats request: answered, and none of them
 /// stays open in the datapath (it runs in this process: /proc/self/fd).
 pub fn stray_descriptors(c: &mut Ctx) -> Result<()> {

@@ -112,6 +112,14 @@ pub struct HostileArgs {
     /// (Internal.) The flow `--probe-foreign` names.
     #[arg(long, hide = true)]
     pub probe_flow: Option<u64>,
+    /// (Internal: the idle-client checks run this without CAP_NET_ADMIN.) With
+    /// `--probe-socket`: say Hello, hold `nothing` or a `region`, stay silent for
+    /// `--probe-idle-ms`, and print the datapath's last words or `served`.
+    #[arg(long, hide = true, requires = "probe_socket")]
+    pub probe_idle: Option<String>,
+    /// (Internal.) How long `--probe-idle` stays silent.
+    #[arg(long, hide = true, default_value_t = 4000)]
+    pub probe_idle_ms: u64,
     /// Print one JSON document on stdout (`{"scenario": "hostile", "classes", "bystander",
     /// "ok"}`); the lines go to stderr.
     #[arg(short = 'J', long)]
@@ -530,6 +538,11 @@ pub(crate) fn verify_placed(ctx: &Ctx) -> Result<()> {
 pub fn hostile(a: &HostileArgs) -> Result<bool> {
     if let (Some(p), Some(op), Some(flow)) = (&a.probe_socket, &a.probe_foreign, a.probe_flow) {
         mpa_cli::outln!("{}", ctl::probe_foreign(p, op, flow));
+        return Ok(true);
+    }
+    if let (Some(p), Some(hold)) = (&a.probe_socket, &a.probe_idle) {
+        let silent = std::time::Duration::from_millis(a.probe_idle_ms);
+        mpa_cli::outln!("{}", ctl::probe_idle(p, hold, silent));
         return Ok(true);
     }
     if let Some(p) = &a.probe_socket {

@@ -94,8 +94,9 @@ impl Registry {
             return Err((
                 ErrorCode::Limit,
                 format!(
-                    "{len} more octets exceed the region budget ({} of {} in use)",
-                    self.bytes, self.max_bytes
+                    "{len} more octets exceed the region budget (--max-region-bytes {}, {} in \
+                     use)",
+                    self.max_bytes, self.bytes
                 ),
             ));
         }
@@ -135,6 +136,11 @@ impl Registry {
             )),
             _ => Ok(()),
         }
+    }
+
+    /// Whether `client` owns a domain (a region or a subscription in it).
+    pub(crate) fn owns_any(&self, client: u64) -> bool {
+        self.domains.values().any(|&c| c == client)
     }
 
     /// The control client owning domain `pd`, if any.

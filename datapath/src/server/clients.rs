@@ -13,7 +13,7 @@ use std::io;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub(super) struct Client {
     /// To the client's writer thread (bounded): the control thread never blocks on a slow
@@ -32,7 +32,48 @@ pub(super) struct Client {
     /// close`, `capture`), who may end, finish and capture any flow (docs/limits.md,
     /// "Ownership").
     pub(super) operator: bool,
+    /// When it connected (its Hello is due within [`ControlDeadlines::hello`]).
+    connected: Instant,
+    /// When its last message was handled (or it connected).
+    pub(super) last_heard: Instant,
+    /// Its socket: shut for reading when the datapath closes the client, so that its reader
+    /// sees the end at once.
+    socket: std::os::unix::net::UnixStream,
 }
+
+/// When the datapath closes a control client that only holds a slot
+/// ([`DatapathConfig::control_deadlines`](super::DatapathConfig::control_deadlines)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControlDeadlines {
+    /// A client that has not said Hello this long after connecting is closed: every real
+    /// client says it first thing, so a connection that does not only holds a slot.
+    pub hello: Duration,
+    /// A client that is not an operator, holds nothing (no region, subscription, flow, watch
+    /// or capture) and has said nothing for this long is closed: it costs a slot and two
+    /// threads and gives the datapath nothing to keep.
+    pub idle: Duration,
+}
+
+impl Default for ControlDeadlines {
+    fn default() -> Self {
+        ControlDeadlines {
+            hello: Duration::from_secs(5),
+            idle: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Slots beyond `--max-control-clients` that only operators may take: however many other
+/// clients hold the socket, `mpa-control` and the operator's tools get in.
+pub const OPERATOR_SLOTS: usize = 8;
+
+/// With every slot taken, a new client takes the slot of one that has been silent at least
+/// this long and has not said Hello, or is not an operator and holds nothing
+/// ([`Server::evictable`]).
+const EVICTABLE_AFTER: Duration = Duration::from_secs(1);
+
+/// How often the control thread looks for clients past a deadline.
+pub(super) const SWEEP_EVERY: Duration = Duration::from_millis(250);
 
 /// CAP_NET_ADMIN's bit in a capability set (linux/capability.h).
 const CAP_NET_ADMIN: u32 = 12;
@@ -217,10 +258,11 @@ impl Server {
                 );
                 continue;
             }
-            if self.clients.len() >= self.control.max_clients {
+            if let Err(message) = self.make_room(operator) {
                 self.control.clients_refused += 1;
                 tracing::warn!(
                     clients = self.clients.len(),
+                    operator,
                     "control client refused: too many clients"
                 );
                 let _ = write_message(
@@ -228,14 +270,14 @@ impl Server {
                     &Message::Error {
                         id: 0,
                         code: ErrorCode::Limit,
-                        message: format!(
-                            "too many control clients: {} at most",
-                            self.control.max_clients
-                        ),
+                        message,
                     },
                 );
                 continue;
             }
+            let Ok(socket) = stream.try_clone() else {
+                continue;
+            };
             let _ = w.set_write_timeout(None);
             let id = self.next_client;
             self.next_client += 1;
@@ -275,9 +317,125 @@ impl Server {
                     in_octets,
                     closed,
                     operator,
+                    connected: Instant::now(),
+                    last_heard: Instant::now(),
+                    socket,
                 },
             );
         }
+    }
+
+    /// A slot for a new client (an operator when `operator`): a free one; for an operator
+    /// one of the [`OPERATOR_SLOTS`]; else the slot of the client [`Server::evictable`] names,
+    /// which is closed. The refusal's words when there is none.
+    fn make_room(&mut self, operator: bool) -> Result<(), String> {
+        let max = self.control.max_clients;
+        let n = self.clients.len();
+        if n < max || (operator && n < max + OPERATOR_SLOTS) {
+            return Ok(());
+        }
+        if let Some(victim) = self.evictable(Instant::now()) {
+            self.control.clients_evicted += 1;
+            let silent = self.clients[&victim].last_heard.elapsed();
+            tracing::info!(
+                client = victim,
+                silent_ms = silent.as_millis() as u64,
+                "control client closed to make room for a new one"
+            );
+            let why = format!(
+                "closed to make room for a new client: every control slot was taken and this \
+                 client had said nothing for {} ms and held nothing",
+                silent.as_millis()
+            );
+            self.close_client(victim, why);
+            return Ok(());
+        }
+        Err(if operator {
+            format!(
+                "too many control clients: {max} at most, and the {OPERATOR_SLOTS} slots kept \
+                 for operators are taken"
+            )
+        } else {
+            format!("too many control clients: {max} at most")
+        })
+    }
+
+    /// The client whose slot a new client may take: silent for at least [`EVICTABLE_AFTER`]
+    /// and either without a Hello, or not an operator and holding nothing; the longest
+    /// silent of them.
+    fn evictable(&self, now: Instant) -> Option<u64> {
+        self.clients
+            .iter()
+            .filter(|(&id, c)| {
+                now.saturating_duration_since(c.last_heard) >= EVICTABLE_AFTER
+                    && (!c.hello || (!c.operator && !self.holds_anything(id)))
+            })
+            .min_by_key(|(&id, c)| (c.last_heard, id))
+            .map(|(&id, _)| id)
+    }
+
+    /// Whether `client` holds something the datapath keeps for it: a domain (a region or a
+    /// subscription), a flow it adopted, a watched port, or the capture.
+    fn holds_anything(&self, client: u64) -> bool {
+        self.registry.owns_any(client)
+            || self.adopted.values().any(|a| a.client == client)
+            || self.watches_any(client)
+            || self.capture.as_ref().is_some_and(|c| c.client == client)
+    }
+
+    /// Closes the clients past a deadline ([`ControlDeadlines`]): no Hello in time after
+    /// connecting; not an operator, holding nothing and silent too long.
+    pub(super) fn sweep_clients(&mut self, now: Instant) {
+        let ControlDeadlines { hello, idle } = self.deadlines;
+        let late: Vec<(u64, String)> = self
+            .clients
+            .iter()
+            .filter_map(|(&id, c)| {
+                if !c.hello && now.saturating_duration_since(c.connected) >= hello {
+                    Some((
+                        id,
+                        format!("closed: no Hello within {} ms", hello.as_millis()),
+                    ))
+                } else if c.hello
+                    && !c.operator
+                    && now.saturating_duration_since(c.last_heard) >= idle
+                    && !self.holds_anything(id)
+                {
+                    Some((
+                        id,
+                        format!(
+                            "closed: nothing said for {} ms and nothing held",
+                            idle.as_millis()
+                        ),
+                    ))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        for (id, why) in late {
+            self.control.clients_timed_out += 1;
+            tracing::info!(client = id, %why, "control client closed");
+            self.close_client(id, why);
+        }
+    }
+
+    /// Ends `client` from our side: `why` is its last message (Error, id 0, `Limit`), its
+    /// reader is woken with the end of the stream and what it held goes
+    /// ([`Server::client_gone`]); its writer sends what is queued and ends.
+    fn close_client(&mut self, client: u64, why: String) {
+        self.reply(
+            client,
+            Message::Error {
+                id: 0,
+                code: ErrorCode::Limit,
+                message: why,
+            },
+        );
+        if let Some(c) = self.clients.get(&client) {
+            let _ = c.socket.shutdown(std::net::Shutdown::Read);
+        }
+        self.client_gone(client);
     }
 
     /// The control socket's counters now.
@@ -285,6 +443,9 @@ impl Server {
         mpa_ctl_proto::stats::ControlStats {
             clients: self.clients.len(),
             queued_octets: self.clients.values().map(|c| c.queued() as u64).sum(),
+            operator_slots: OPERATOR_SLOTS,
+            hello_deadline_ms: self.deadlines.hello.as_millis() as u64,
+            idle_deadline_ms: self.deadlines.idle.as_millis() as u64,
             ..self.control.clone()
         }
     }

@@ -19,6 +19,7 @@ mod migration;
 mod notifications;
 mod requests;
 mod subscriptions;
+pub use clients::{ControlDeadlines, OPERATOR_SLOTS};
 pub use subscriptions::MAX_SUBSCRIPTIONS_PER_CLIENT;
 mod watch;
 
@@ -78,6 +79,9 @@ pub struct DatapathConfig {
     /// Control clients connected at once at most; more are refused with an `Error` of code
     /// `Limit` ([`DEFAULT_MAX_CONTROL_CLIENTS`]).
     pub max_control_clients: usize,
+    /// When a control client that only holds a slot is closed (docs/limits.md, "Control
+    /// clients").
+    pub control_deadlines: ControlDeadlines,
     /// Records per completion ring (one ring per worker and subscription; a power of two,
     /// [`DEFAULT_COMPLETION_RING`]).
     pub completion_ring: u32,
@@ -316,6 +320,7 @@ impl Datapath {
             completion_ring: cfg.completion_ring,
             doorbells,
             next_subscription: 1,
+            deadlines: cfg.control_deadlines,
             watch: watch::Watches::default(),
             budget,
             subscription_charges: HashMap::new(),
@@ -549,6 +554,8 @@ struct Server {
     /// Each worker's post queue doorbell (passed to every subscriber).
     doorbells: Vec<mpa_ctl_proto::ring::Waker>,
     next_subscription: u64,
+    /// When clients that only hold a slot are closed.
+    deadlines: ControlDeadlines,
     /// Ports watched for TS.Recent, by client, and what hand-overs inherited.
     watch: watch::Watches,
     /// The memory budget flows and subscriptions draw from.
@@ -575,6 +582,7 @@ impl Server {
     fn run(mut self) {
         let (in_tx, in_rx) = unbounded::<Incoming>();
         let mut turns = clients::Turns::default();
+        let mut last_sweep = Instant::now();
         while !self.stop.load(Ordering::Relaxed) {
             self.accept(&in_tx);
             // Cheap: each reader passes on at most CLIENT_IN_OCTETS unhandled.
@@ -596,8 +604,9 @@ impl Server {
             }
             match turns.next() {
                 Some(Incoming::Msg(c, m, octets)) => {
-                    if let Some(client) = self.clients.get(&c) {
+                    if let Some(client) = self.clients.get_mut(&c) {
                         client.handled(octets);
+                        client.last_heard = Instant::now();
                     }
                     self.handle(c, m)
                 }
@@ -605,7 +614,12 @@ impl Server {
                 None => {}
             }
             self.capture_tick();
-            self.check_faults(std::time::Instant::now());
+            let now = Instant::now();
+            self.check_faults(now);
+            if now.saturating_duration_since(last_sweep) >= clients::SWEEP_EVERY {
+                last_sweep = now;
+                self.sweep_clients(now);
+            }
         }
         if self.capture.is_some() {
             self.finish_capture("datapath stopping");

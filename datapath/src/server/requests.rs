@@ -479,7 +479,14 @@ impl Server {
             xdp_detached: self.faults.xdp_detached,
             control: self.control_stats(),
             handover: self.handover_stats(),
-            memory: self.budget.report(),
+            memory: {
+                let (shared_files, shared_bytes) = mpa_ctl_proto::shm::created_now();
+                mpa_ctl_proto::stats::MemoryStats {
+                    shared_files,
+                    shared_bytes,
+                    ..self.budget.report()
+                }
+            },
             ended: self.ended.clone(),
             flow_page,
         });

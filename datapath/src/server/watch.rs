@@ -75,6 +75,11 @@ impl Server {
         self.reply(client, Message::Ok { id });
     }
 
+    /// Whether `client` watches a port.
+    pub(super) fn watches_any(&self, client: u64) -> bool {
+        self.watch.ports.values().any(|c| c.contains(&client))
+    }
+
     /// A client went away: its watches end.
     pub(super) fn unwatch_all(&mut self, client: u64) {
         let ports: Vec<u16> = self

@@ -1,6 +1,6 @@
 //! The worker's reading of the shared-memory post queues (`mpa_ctl_proto::ring::post`): every
-//! turn, a bounded number of posts from each subscription's queue, each posted on its flow
-//! or refused through the subscription's completion ring. A post for a flow this worker does
+//! turn, a bounded number of posts across all subscriptions' queues, taken in turn, each
+//! posted on its flow or refused through the subscription's completion ring. A post for a flow this worker does
 //! not own (it moved, or the consumer guessed the queue) goes to the control thread, which
 //! passes it to the owner ([`Command::Post`](super::Command::Post)); nothing is lost.
 
@@ -16,8 +16,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Posts read from one queue per turn at most: a consumer that keeps its queue full cannot
-/// hold the worker away from its frames for longer than this many.
+/// Posts read per turn at most, from all queues together: consumers that keep their queues
+/// full (however many) cannot hold the worker away from its frames for longer than this
+/// many. Each queue is visited in turn for an equal share (at least one), and a turn that
+/// spends the budget ends where the next one starts: a neighbour's refused posts cost its own
+/// share, not the others' (docs/limits.md, "Posts").
 pub(crate) const POSTS_PER_TURN: usize = 64;
 
 /// Posts a worker may have handed to the control thread and not yet seen passed on: beyond,
@@ -31,6 +34,8 @@ pub(crate) struct PostInbox {
     batch: Vec<Result<PostRecord, mpa_ctl_proto::ring::post::PostRefused>>,
     /// Posts forwarded to the control thread and not yet passed on.
     pub(crate) forwarding: Arc<AtomicUsize>,
+    /// The subscription the next turn's reading starts at.
+    next: usize,
 }
 
 impl Default for PostInbox {
@@ -38,6 +43,7 @@ impl Default for PostInbox {
         PostInbox {
             batch: Vec::with_capacity(POSTS_PER_TURN),
             forwarding: Arc::default(),
+            next: 0,
         }
     }
 }
@@ -77,42 +83,72 @@ pub(crate) fn refusal_code(e: &WorkerError) -> RefusalCode {
 }
 
 impl<R: FrameRing> Worker<R> {
-    /// Up to [`POSTS_PER_TURN`] posts from each subscription's post queue, each posted,
-    /// forwarded or refused.
+    /// Up to [`POSTS_PER_TURN`] posts from the subscriptions' post queues, each posted,
+    /// forwarded or refused: rounds over the queues from where the last turn stopped, each
+    /// queue taking an equal share per round, until the budget is spent or every queue is
+    /// empty.
     pub(super) fn read_posts(&mut self) {
         let subs = self.completions.subscriptions();
         if subs == 0 {
             return;
         }
+        let share = (POSTS_PER_TURN / subs).max(1);
+        let start = self.posts.next % subs;
+        let mut left = POSTS_PER_TURN;
         let mut batch = std::mem::take(&mut self.posts.batch);
-        for i in 0..subs {
-            batch.clear();
-            let Some((pd, sub)) = self.completions.take_posts(
-                i,
-                &mut batch,
-                POSTS_PER_TURN,
-                &mut self.stats.post_queues_corrupt,
-            ) else {
-                continue;
-            };
-            for r in batch.drain(..) {
-                self.stats.posts_shm += 1;
-                match r {
-                    Ok(p) => self.post_from_queue(sub, pd, &p, false),
-                    Err(bad) => self.refuse_post(
-                        sub,
-                        Completion::post_refused(
-                            bad.flow_id,
-                            0,
-                            bad.cookie,
-                            bad.count,
-                            RefusalCode::Malformed,
-                        ),
-                    ),
+        'rounds: loop {
+            let mut more = false;
+            for k in 0..subs {
+                if left == 0 {
+                    // The next turn starts with the queue this one could not reach.
+                    self.posts.next = (start + k) % subs;
+                    break 'rounds;
                 }
+                let i = (start + k) % subs;
+                let want = share.min(left);
+                batch.clear();
+                let Some((pd, sub)) = self.completions.take_posts(
+                    i,
+                    &mut batch,
+                    want,
+                    &mut self.stats.post_queues_corrupt,
+                ) else {
+                    continue;
+                };
+                left -= batch.len();
+                more |= batch.len() == want;
+                self.handle_posts(pd, sub, &mut batch);
+            }
+            if !more {
+                break;
             }
         }
         self.posts.batch = batch;
+    }
+
+    /// The posts just taken from subscription `sub`'s queue (domain `pd`).
+    fn handle_posts(
+        &mut self,
+        pd: u32,
+        sub: u64,
+        batch: &mut Vec<Result<PostRecord, mpa_ctl_proto::ring::post::PostRefused>>,
+    ) {
+        for r in batch.drain(..) {
+            self.stats.posts_shm += 1;
+            match r {
+                Ok(p) => self.post_from_queue(sub, pd, &p, false),
+                Err(bad) => self.refuse_post(
+                    sub,
+                    Completion::post_refused(
+                        bad.flow_id,
+                        0,
+                        bad.cookie,
+                        bad.count,
+                        RefusalCode::Malformed,
+                    ),
+                ),
+            }
+        }
     }
 
     /// Posts `p` (read from subscription `sub` of domain `pd`) on its flow, or refuses it
