@@ -359,6 +359,24 @@ impl DatapathCollector {
             None,
             sample(s.control.clients_refused),
         )?;
+        f.gauge(
+            "mpa_datapath_control_operator_slots",
+            "Control-socket slots beyond the limit kept for operators.",
+            None,
+            sample(s.control.operator_slots as u64),
+        )?;
+        f.counter(
+            "mpa_datapath_control_clients_evicted",
+            "Silent control clients closed to make room for a new one.",
+            None,
+            sample(s.control.clients_evicted),
+        )?;
+        f.counter(
+            "mpa_datapath_control_clients_timed_out",
+            "Control clients closed at the Hello or idle deadline.",
+            None,
+            sample(s.control.clients_timed_out),
+        )?;
         f.counter(
             "mpa_datapath_control_messages_dropped",
             "Messages for slow control clients dropped at their queue's bound.",
@@ -400,6 +418,18 @@ impl DatapathCollector {
             "Most octets charged at once.",
             Some(Unit::Bytes),
             sample(s.memory.high_water),
+        )?;
+        f.gauge(
+            "mpa_datapath_shared_memory_files",
+            "Shared-memory files (regions, completion rings, post queues) held.",
+            None,
+            sample(s.memory.shared_files),
+        )?;
+        f.gauge(
+            "mpa_datapath_shared_memory",
+            "Octets of shared memory held (regions, completion rings, post queues).",
+            Some(Unit::Bytes),
+            sample(s.memory.shared_bytes),
         )?;
         f.counter(
             "mpa_datapath_memory_dropped_segments",
