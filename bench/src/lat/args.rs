@@ -90,6 +90,14 @@ pub struct LatArgs {
     /// need no common clock.
     #[arg(long)]
     pub pingpong: bool,
+    /// With `--pingpong`: the fairness check. Each process-mode ping-pong runs twice per
+    /// round, alone and beside a neighbour that keeps the post queues of DOMAINS domains of
+    /// its own full of posts the datapath refuses (Writes on the ping-pong's connection,
+    /// which is not in its domains); prints both and the ratio of their p99 (docs/limits.md,
+    /// "Posts").
+    #[arg(long, value_name = "DOMAINS", requires = "pingpong", conflicts_with = "json",
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub flood_neighbour: Option<u32>,
     #[command(flatten)]
     pub clock: ClockArgs,
 }

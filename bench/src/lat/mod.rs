@@ -40,6 +40,14 @@ use anyhow::Result;
 
 /// `mpa-bench lat`: the table (stdout, or stderr with `--json`) and the document with `--json`.
 pub fn run_cli(a: &LatArgs) -> Result<()> {
+    if let (true, Some(domains)) = (a.pingpong, a.flood_neighbour) {
+        let text = pingpong::beside_a_flooding_neighbour(a, domains)?;
+        crate::report::text(
+            false,
+            &format!("{}; {}\n{text}", bed_line(a), a.framing.framing().words()),
+        );
+        return Ok(());
+    }
     if a.pingpong {
         let (doc, rows) = pingpong::pingpong(a)?;
         let text = format!(

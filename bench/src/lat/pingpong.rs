@@ -189,6 +189,7 @@ fn datapath_pingpong(
     a: &LatArgs,
     size: usize,
     mode: DatapathMode,
+    neighbour: Option<u32>,
 ) -> Result<Samples> {
     let payload = (size - TAGGED_HEADER_LEN) as u64;
     let socket = temp_path("pingpong.sock");
@@ -224,6 +225,9 @@ fn datapath_pingpong(
     let (flow_id, peer, frozen) = drive_while(driver.as_mut(), || {
         mpa_harness::datapath::initiate(bed, &socket, to, pol, ad, PD)
     })??;
+    let flooder = neighbour
+        .map(|domains| Flooder::start(&socket, domains, flow_id))
+        .transpose()?;
     let post = SendPost {
         op: SendOp::Write {
             sink_stag: peer.stag,
@@ -307,6 +311,12 @@ fn datapath_pingpong(
             smp.hist.saturating_record((rtt / 2).max(1));
         }
     }
+    if let Some(f) = flooder {
+        let posted = f.stop()?;
+        if posted == 0 {
+            bail!("the neighbour posted nothing");
+        }
+    }
     if sink.to_vec() != sent {
         bail!("the echoed region differs from what was sent");
     }
@@ -379,7 +389,7 @@ pub fn pingpong(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
                 progress.running(format!("round {}: {}, {size} B", round + 1, side.key()));
                 let smp = match side {
                     Side::Kernel => kernel_pingpong(&bed, a, size),
-                    _ => datapath_pingpong(&bed, a, size, a.modes[j - 1]),
+                    _ => datapath_pingpong(&bed, a, size, a.modes[j - 1], None),
                 }
                 .with_context(|| format!("{}, {size} B", side.key()))?;
                 rows[i * sides.len() + j].samples.add(&smp);
@@ -404,4 +414,159 @@ pub fn pingpong_table(rows: &[Row]) -> String {
     table(rows)
         .replace("(one-way latency, µs)", "(Write ping-pong, RTT/2, µs)")
         .replace("receiver", "initiator")
+}
+
+/// A neighbour of the ping-pong on the same datapath: consumers holding `domains` domains of
+/// their own, each subscription's post queues kept full of RDMA Writes on the ping-pong's
+/// connection, which the workers refuse (`WrongDomain`: the connection is not in the
+/// neighbour's domains). It tops the queues up every millisecond and never reads its rings
+/// (refusals past a full ring are lost and counted): the cost lands on the workers.
+struct Flooder {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Result<u64>>,
+}
+
+impl Flooder {
+    fn start(socket: &std::path::Path, domains: u32, victim: u64) -> Result<Flooder> {
+        use mpa_ctl_proto::ring::post::{PostOp, PostRecord};
+        let per = mpa_datapath::server::MAX_SUBSCRIPTIONS_PER_CLIENT as u32;
+        let mut consumers = Vec::new();
+        for first in (0..domains).step_by(per as usize) {
+            let mut c = Consumer::connect(socket, WAIT)?;
+            let pds: Vec<u32> = (first..domains.min(first + per))
+                .map(|k| 0x0f10_0000 + k)
+                .collect();
+            for &pd in &pds {
+                c.subscribe(pd)
+                    .with_context(|| format!("the neighbour's domain {pd:#x}"))?;
+            }
+            consumers.push((c, pds));
+        }
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let halt = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("flooding-neighbour".into())
+            .spawn(move || -> Result<u64> {
+                let mut posted = 0u64;
+                while !halt.load(std::sync::atomic::Ordering::Relaxed) {
+                    for (c, pds) in &mut consumers {
+                        for &pd in pds.iter() {
+                            let p = PostRecord {
+                                flow_id: victim,
+                                cookie: posted,
+                                stag: 1,
+                                offset: 0,
+                                len: 64,
+                                count: 1,
+                                op: PostOp::Write {
+                                    sink_stag: 1,
+                                    sink_to: 0,
+                                },
+                            };
+                            while c.post_in(pd, &p).is_ok() {
+                                posted += 1;
+                            }
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Ok(posted)
+            })?;
+        Ok(Flooder { stop, thread })
+    }
+
+    /// Stops it; the posts it made.
+    fn stop(self) -> Result<u64> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread
+            .join()
+            .map_err(|_| anyhow!("the flooding neighbour panicked"))?
+    }
+}
+
+/// `lat --pingpong --flood-neighbour DOMAINS`: each process mode's ping-pong alone and beside
+/// a [`Flooder`] of `domains` domains, alternating within every round and size; the table of
+/// both and the ratio of their p99.
+pub fn beside_a_flooding_neighbour(a: &LatArgs, domains: u32) -> Result<String> {
+    a.require_one_queue_for_run_to_completion()?;
+    if a.modes.iter().any(|m| m.runs_to_completion()) {
+        mpa_cli::usage!(
+            "--flood-neighbour measures the process modes (sleep, spin): the neighbour's posts \
+             go to a worker thread; leave rtc out of --modes"
+        );
+    }
+    let bed = a.bed.bed()?;
+    let mut alone: Vec<Row> = Vec::new();
+    let mut flooded: Vec<Row> = Vec::new();
+    for &bytes in &a.sizes {
+        for &m in &a.modes {
+            for rows in [&mut alone, &mut flooded] {
+                rows.push(Row {
+                    side: Side::of(m),
+                    bytes,
+                    samples: Samples::default(),
+                });
+            }
+        }
+    }
+    let progress = Progress::new(
+        "lat --pingpong --flood-neighbour",
+        u64::from(a.rounds) * (a.sizes.len() * a.modes.len() * 2) as u64,
+    );
+    for round in 0..a.rounds {
+        for (i, &size) in a.sizes.iter().enumerate() {
+            for (j, &m) in a.modes.iter().enumerate() {
+                let k = i * a.modes.len() + j;
+                for (rows, neighbour) in [(&mut alone, None), (&mut flooded, Some(domains))] {
+                    let what = if neighbour.is_some() {
+                        "beside the neighbour"
+                    } else {
+                        "alone"
+                    };
+                    progress.running(format!(
+                        "round {}: {}, {size} B, {what}",
+                        round + 1,
+                        Side::of(m).key()
+                    ));
+                    let smp = datapath_pingpong(&bed, a, size, m, neighbour)
+                        .with_context(|| format!("{}, {size} B, {what}", Side::of(m).key()))?;
+                    rows[k].samples.add(&smp);
+                    progress.done(format!("{} {size} B {what}", Side::of(m).key()));
+                }
+            }
+        }
+    }
+    drop(progress);
+    let mut t = format!(
+        "RDMA Write ping-pong (RTT/2, µs), alone and beside a neighbour keeping {domains} \
+         domains' post queues full of refused posts; {} iterations per size, mode and round, {} \
+         rounds\n{:23} {:>6} {:>11} {:>11} {:>11} {:>11} {:>9}\n",
+        a.messages,
+        a.rounds,
+        "mode",
+        "bytes",
+        "p50 alone",
+        "p50 beside",
+        "p99 alone",
+        "p99 beside",
+        "p99 ×"
+    );
+    for (x, y) in alone.iter().zip(&flooded) {
+        let us = |v: u64| v as f64 / 1000.0;
+        let (p99a, p99f) = (
+            x.samples.hist.value_at_quantile(0.99),
+            y.samples.hist.value_at_quantile(0.99),
+        );
+        t.push_str(&format!(
+            "{:23} {:>6} {:>11.2} {:>11.2} {:>11.2} {:>11.2} {:>9.2}\n",
+            x.side.name(),
+            x.bytes,
+            us(x.samples.hist.value_at_quantile(0.5)),
+            us(y.samples.hist.value_at_quantile(0.5)),
+            us(p99a),
+            us(p99f),
+            p99f as f64 / p99a.max(1) as f64
+        ));
+    }
+    Ok(t)
 }

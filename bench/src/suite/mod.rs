@@ -118,6 +118,7 @@ impl SuiteArgs {
             wire_segments: false,
             busy_poll_us: 0,
             pingpong: false,
+            flood_neighbour: None,
             clock: ClockArgs::default(),
         };
         let lat_unpaced = LatArgs {
