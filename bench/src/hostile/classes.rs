@@ -484,6 +484,21 @@ pub static CLASSES: &[Class] = &[
         E::Placed,
         super::ctl::consumer_never_reads,
     ),
+    class(
+        "control-silent-slot-holders",
+        E::Lives,
+        super::ctl::silent_slot_holders,
+    ),
+    class(
+        "released-memory-descriptors-kept",
+        E::Lives,
+        super::ctl::released_memory_descriptors_kept,
+    ),
+    class(
+        "post-queues-flooding-neighbour",
+        E::Placed,
+        super::ctl::post_queues_flooding_neighbour,
+    ),
     // ---- load ----
     class("out-of-order-flood", E::Placed, |c| {
         // Every other 64-octet piece of the whole window ahead of RCV.NXT (a hole before

@@ -722,3 +722,173 @@ fn write_bursts(c: &mut Ctx, n: u32, slots: u32, mix: u32) -> Result<()> {
     }
     Ok(())
 }
+
+/// Connections that never say Hello take every control slot, the operators' too: a new
+/// client is still served within 10 s (it takes the slot of the longest silent one, which is
+/// told why) and the rest are closed at the Hello deadline, each told why.
+pub fn silent_slot_holders(c: &mut Ctx) -> Result<()> {
+    witnessed(c, |p| {
+        let mut w = DatapathClient::connect(p, WAIT)?;
+        let ctl0 = stats(&mut w)?.control;
+        let free = (ctl0.max_clients + ctl0.operator_slots).saturating_sub(ctl0.clients);
+        let mut silent = Vec::with_capacity(free);
+        for _ in 0..free {
+            let s = UnixStream::connect(p)?;
+            s.set_read_timeout(Some(Duration::from_millis(ctl0.hello_deadline_ms) + WAIT))?;
+            silent.push(s);
+        }
+        let t0 = std::time::Instant::now();
+        let mut newcomer = loop {
+            match DatapathClient::connect(p, WAIT) {
+                Ok(n) => break n,
+                Err(e) if t0.elapsed() > Duration::from_secs(10) => {
+                    bail!("no slot for a new client within 10 s beside {free} silent ones: {e}")
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        };
+        let served = t0.elapsed();
+        let evicted = stats(&mut newcomer)?.control.clients_evicted - ctl0.clients_evicted;
+        drop((newcomer, w));
+        let (mut made_room, mut timed_out) = (0, 0);
+        for mut s in silent {
+            let words = match read_message(&mut s) {
+                Ok(Message::Error {
+                    id: 0,
+                    code: ErrorCode::Limit,
+                    message,
+                }) => message,
+                other => bail!("a silent connection is told why it is closed, got {other:?}"),
+            };
+            if words.starts_with("closed to make room") {
+                made_room += 1;
+            } else if words.starts_with("closed: no Hello within") {
+                timed_out += 1;
+            } else {
+                bail!("unexpected words: {words}");
+            }
+            expect_closed(s)?;
+        }
+        if made_room != evicted || made_room == 0 || made_room + timed_out != free {
+            bail!(
+                "{free} silent connections: each closed once, one or more to make room; got \
+                 {made_room} making room ({evicted} counted), {timed_out} at the deadline"
+            );
+        }
+        Ok(format!(
+            "{free} silent connections held every slot: a new client served after {} ms, \
+             {made_room} closed to make room, {timed_out} at the Hello deadline",
+            served.as_millis()
+        ))
+    })
+}
+
+/// A consumer that keeps a descriptor of every region it destroys and of every subscription's
+/// rings it ends (64 cycles each of 1 MiB regions): once the datapath lets go, none of those
+/// files has a page left, and the datapath's shared memory is back where it was.
+pub fn released_memory_descriptors_kept(c: &mut Ctx) -> Result<()> {
+    use std::os::fd::AsFd;
+    const CYCLES: u32 = 64;
+    witnessed(c, |p| {
+        let mut w = DatapathClient::connect(p, WAIT)?;
+        let before = stats(&mut w)?.memory;
+        let mut con = Consumer::connect(p, WAIT)?;
+        let mut kept = Vec::new();
+        let pd = 0x7_1000;
+        for _ in 0..CYCLES {
+            let r = con.create_region(1 << 20, pd, true, false)?;
+            kept.push(r.fd().try_clone_to_owned()?);
+            con.destroy_region(r.info().stag)?;
+        }
+        for _ in 0..CYCLES {
+            con.subscribe(pd + 1)?;
+            let rings = con.ring_file(pd + 1).context("the subscription's rings")?;
+            kept.push(rings.fd().try_clone_to_owned()?);
+            con.unsubscribe(pd + 1)?;
+        }
+        let held = |k: &[std::os::fd::OwnedFd]| -> Result<u64> {
+            k.iter()
+                .map(|f| Ok(mpa_ctl_proto::shm::resident_bytes(f.as_fd())?))
+                .sum()
+        };
+        let t0 = std::time::Instant::now();
+        while held(&kept)? > 0 {
+            if t0.elapsed() > WAIT {
+                bail!(
+                    "{} octets held through {} descriptors of released memory",
+                    held(&kept)?,
+                    kept.len()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let after = stats(&mut w)?.memory;
+        if (after.shared_files, after.shared_bytes) != (before.shared_files, before.shared_bytes) {
+            bail!("shared memory before {before:?}, after {after:?}");
+        }
+        Ok(format!(
+            "{} descriptors of released regions and rings kept: 0 octets held, {} shared \
+             octets before and after",
+            kept.len(),
+            after.shared_bytes
+        ))
+    })
+}
+
+/// A neighbour with 64 domains keeps their post queues full of Writes on the hostile
+/// connection (not in its domains: every one refused) while the runner's Write is placed on
+/// that connection: the workers read a bounded number of posts per turn across all queues,
+/// the refusals are counted, and nothing of the connection waits for them.
+pub fn post_queues_flooding_neighbour(c: &mut Ctx) -> Result<()> {
+    use mpa_ctl_proto::ring::post::{PostOp, PostRecord};
+    let mut w = DatapathClient::connect(&c.env.socket, WAIT)?;
+    let refused = |s: &mpa_ctl_proto::stats::DatapathStats| -> u64 {
+        s.queues.iter().map(|q| q.stats.posts_refused).sum()
+    };
+    let refused0 = refused(&stats(&mut w)?);
+    let mut con = Consumer::connect(&c.env.socket, WAIT)?;
+    let pds: Vec<u32> = (0..64).map(|k| 0x7_2000 + k).collect();
+    for &pd in &pds {
+        con.subscribe(pd)?;
+    }
+    let post = PostRecord {
+        flow_id: c.flow_id,
+        cookie: 0,
+        stag: c.env.stag(),
+        offset: 0,
+        len: 64,
+        count: 1,
+        op: PostOp::Write {
+            sink_stag: 1,
+            sink_to: 0,
+        },
+    };
+    let mut posted = 0u64;
+    let deadline = std::time::Instant::now() + Duration::from_millis(500);
+    while std::time::Instant::now() < deadline {
+        for &pd in &pds {
+            while con.post_in(pd, &post).is_ok() {
+                posted += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // A Write on the connection while the queues are still full.
+    for &pd in &pds {
+        while con.post_in(pd, &post).is_ok() {
+            posted += 1;
+        }
+    }
+    let d: Vec<u8> = (0..64u8).map(|b| b ^ 0x3c).collect();
+    c.write(256, &d)?;
+    let now = refused(&stats(&mut w)?) - refused0;
+    if now == 0 {
+        bail!("{posted} posts of another domain's connection, none refused");
+    }
+    drop(con);
+    c.note = format!(
+        "{posted} posts from 64 domains on a connection of another domain, {now} refused so \
+         far; the connection's own Write placed meanwhile; "
+    );
+    Ok(())
+}
