@@ -11,6 +11,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 
 const SIOCETHTOOL: libc::c_ulong = 0x8946;
 const ETHTOOL_GDRVINFO: u32 = 0x03;
+const ETHTOOL_GPERMADDR: u32 = 0x20;
 const ETHTOOL_GRXCLSRLCNT: u32 = 0x2e;
 const ETHTOOL_GRXCLSRULE: u32 = 0x2f;
 const ETHTOOL_GRXCLSRLALL: u32 = 0x30;
@@ -28,6 +29,8 @@ const RX_CLS_LOC_ANY: u32 = 0xffff_ffff;
 const RX_CLS_LOC_SPECIAL: u64 = 0x8000_0000;
 /// More rules than any NIC's table holds: a bound on what is read back.
 const MAX_RULES: u32 = 1 << 16;
+/// `MAX_ADDR_LEN`: the longest hardware address of any device.
+const MAX_ADDR_LEN: usize = 32;
 
 /// `struct ifreq` with `ifr_data` (40 octets on 64-bit Linux).
 #[repr(C)]
@@ -83,6 +86,14 @@ struct DrvInfo {
     testinfo_len: u32,
     eedump_len: u32,
     regdump_len: u32,
+}
+
+/// `struct ethtool_perm_addr` with room for the longest address after it.
+#[repr(C)]
+struct PermAddr {
+    cmd: u32,
+    size: u32,
+    data: [u8; MAX_ADDR_LEN],
 }
 
 /// What the driver says of itself (`ethtool -i`).
@@ -159,6 +170,26 @@ pub struct TcpRule {
     pub src_mask: u16,
     /// The RX queue.
     pub queue: u32,
+}
+
+/// What a location of the rule table holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleAt {
+    /// No rule.
+    Absent,
+    /// A rule of the datapath's kind.
+    Ours(TcpRule),
+    /// A rule of another kind (someone else's).
+    Other,
+}
+
+/// The NIC's rule table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuleTable {
+    /// Its size (locations 0 to `size` − 1).
+    pub size: u32,
+    /// The driver chooses a new rule's location itself (`RX_CLS_LOC_SPECIAL`).
+    pub driver_chooses: bool,
 }
 
 /// Offsets of the ports in `tcp_ip4_spec` / `tcp_ip6_spec` (source, then destination).
@@ -308,6 +339,18 @@ impl Ethtool {
         })
     }
 
+    /// `ethtool -P`: the permanent hardware address, as long as the device's addresses are
+    /// (all zeros for a device that has none, such as veth).
+    pub fn permanent_address(&self) -> io::Result<Vec<u8>> {
+        let mut a = PermAddr {
+            cmd: ETHTOOL_GPERMADDR,
+            size: MAX_ADDR_LEN as u32,
+            data: [0; MAX_ADDR_LEN],
+        };
+        self.call(&mut a)?;
+        Ok(a.data[..(a.size as usize).min(MAX_ADDR_LEN)].to_vec())
+    }
+
     /// `ethtool -l`.
     pub fn channels(&self) -> io::Result<Channels> {
         let mut c = Channels {
@@ -328,17 +371,17 @@ impl Ethtool {
     }
 
     /// The rule table: its size, and whether the driver chooses locations itself.
-    fn rule_table(&self) -> io::Result<(u32, bool)> {
+    pub fn rule_table(&self) -> io::Result<RuleTable> {
         let mut r = RxNfc::new(ETHTOOL_GRXCLSRLCNT);
         self.call(&mut r)?;
-        Ok((
-            r.data.min(u64::from(MAX_RULES)) as u32,
-            r.data & RX_CLS_LOC_SPECIAL != 0,
-        ))
+        Ok(RuleTable {
+            size: (r.data & !RX_CLS_LOC_SPECIAL).min(u64::from(MAX_RULES)) as u32,
+            driver_chooses: r.data & RX_CLS_LOC_SPECIAL != 0,
+        })
     }
 
     /// The locations in use.
-    fn rule_locations(&self) -> io::Result<Vec<u32>> {
+    pub fn rule_locations(&self) -> io::Result<Vec<u32>> {
         let mut count = RxNfc::new(ETHTOOL_GRXCLSRLCNT);
         self.call(&mut count)?;
         let n = count.rule_cnt.min(MAX_RULES) as usize;
@@ -372,36 +415,26 @@ impl Ethtool {
             .collect())
     }
 
-    /// The rule at `location`, when there is one of the datapath's kind there.
-    pub fn rule(&self, location: u32) -> io::Result<Option<TcpRule>> {
+    /// What the rule table holds at `location`.
+    pub fn rule(&self, location: u32) -> io::Result<RuleAt> {
         let mut r = RxNfc::new(ETHTOOL_GRXCLSRULE);
         r.fs.location = location;
         match self.call(&mut r) {
-            Ok(()) => Ok(TcpRule::decode(&r.fs)),
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            Ok(()) => Ok(TcpRule::decode(&r.fs).map_or(RuleAt::Other, RuleAt::Ours)),
+            // Drivers answer an empty location with either (mlx5: ENOENT; ice, i40e, ixgbe:
+            // EINVAL).
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINVAL)) => {
+                Ok(RuleAt::Absent)
+            }
             Err(e) => Err(e),
         }
     }
 
-    /// Installs `rule`: where the driver chooses, or at the first free location; returns
-    /// the location.
-    pub fn insert_rule(&self, rule: &TcpRule) -> io::Result<u32> {
-        let (size, driver_chooses) = self.rule_table()?;
-        let location = if driver_chooses {
-            RX_CLS_LOC_ANY
-        } else {
-            let used = self.rule_locations()?;
-            // The last free location, as ethtool's rule manager picks, so that rules of
-            // lower locations (higher priority on most NICs) set by the administrator win.
-            (0..size).rev().find(|l| !used.contains(l)).ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::OutOfMemory,
-                    format!("the NIC's rule table is full ({size} rules)"),
-                )
-            })?
-        };
+    /// Installs `rule` at `location`, or where the driver chooses (`None`, only where
+    /// [`RuleTable::driver_chooses`]); returns the location.
+    pub fn insert_rule(&self, rule: &TcpRule, location: Option<u32>) -> io::Result<u32> {
         let mut r = RxNfc::new(ETHTOOL_SRXCLSRLINS);
-        r.fs = rule.encode(location);
+        r.fs = rule.encode(location.unwrap_or(RX_CLS_LOC_ANY));
         self.call(&mut r)?;
         Ok(r.fs.location)
     }
@@ -425,6 +458,7 @@ mod tests {
         assert_eq!(size_of::<IfReq>(), 40);
         assert_eq!(size_of::<Channels>(), 36);
         assert_eq!(size_of::<DrvInfo>(), 196);
+        assert_eq!(offset_of!(PermAddr, data), 8);
         assert_eq!(offset_of!(DrvInfo, n_priv_flags), 176);
         assert_eq!(offset_of!(FlowSpec, h_ext), 56);
         assert_eq!(offset_of!(FlowSpec, m_u), 76);

@@ -4,16 +4,25 @@
 //! (`steered_no_xsk`). Either the NIC gets exactly as many RX channels as the datapath serves
 //! (`channels`), or ntuple rules send the listeners' ports to the served queues (`ntuple`).
 //!
-//! What is changed is written to a state file first and undone when the datapath stops; a
+//! Every change is written to a state file before it is made (the file replaced atomically
+//! and synced), and marked done after, so that whatever moment the datapath is killed at, the
+//! file names everything that may be on the NIC. The datapath undoes it when it stops; a
 //! datapath that was killed leaves the file, and the next one to start with the same file
 //! undoes it before anything else — only what is still as it was left, so that a rule or a
 //! channel count an administrator changed since is kept.
+//!
+//! The file names the device by its identity (ifindex, permanent hardware address, bus
+//! address, driver) beside its interface name: names move (a rename, a replaced NIC), and an
+//! undo applied to another device would remove someone else's rules or channels. Recovery
+//! finds the device by that identity, follows it to a new name, and refuses, keeping the file,
+//! when no interface or more than one is that device, or when the file does not say.
 
 #![forbid(unsafe_code)]
 
-use crate::io::ethtool::{Channels, Ethtool, TcpRule};
-use serde::{Deserialize, Serialize};
-use std::io;
+use crate::io::ethtool::{Channels, Ethtool, RuleAt, RuleTable, TcpRule};
+use serde::{Deserialize, Deserializer, Serialize};
+use std::fmt;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 /// How flows are put on the served queues.
@@ -61,6 +70,31 @@ pub enum SteeringError {
         /// What went wrong.
         detail: String,
     },
+    /// The device the state file records is not one interface of this host now, or the
+    /// file does not say which device it was: nothing is undone and the file is kept.
+    #[error("steering state {path}: {why}; nothing undone, the file is kept")]
+    Device {
+        /// The file.
+        path: PathBuf,
+        /// What differed.
+        why: Box<DeviceMismatch>,
+    },
+    /// Undoing what the state file records failed on the NIC.
+    #[error(
+        "steering state {path}: {iface}: {what}: {error}; the file is kept: check the NIC \
+         (`ethtool -l {iface}`, `ethtool -n {iface}`) and start again, or undo the rest by \
+         hand and remove the file"
+    )]
+    Undo {
+        /// The file.
+        path: PathBuf,
+        /// The interface the device has now.
+        iface: String,
+        /// What was asked.
+        what: String,
+        /// The kernel's answer.
+        error: io::Error,
+    },
 }
 
 /// Why a steering request was refused.
@@ -90,23 +124,415 @@ pub enum RefusedWhy {
     },
 }
 
-/// What the datapath changed on the NIC: the state file's content.
+/// How the state file's device compares with the interfaces there are now.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceMismatch {
+    /// The file names the interface but not the device.
+    #[error(
+        "it names interface {iface} but not its device (ifindex, permanent address, bus), so \
+         whether {iface} is still the device it changed cannot be told. It records: {changes}. \
+         Check that device (`ethtool -l {iface}`, `ethtool -n {iface}`), undo what is left \
+         (`ethtool -L {iface} …`, `ethtool -N {iface} delete LOCATION`), then remove the file"
+    )]
+    Unknown {
+        /// The interface named.
+        iface: String,
+        /// What the file records.
+        changes: String,
+    },
+    /// No interface is the recorded device.
+    #[error("{}", gone_text(iface, recorded, now.as_ref()))]
+    Gone {
+        /// The interface name recorded.
+        iface: String,
+        /// The device recorded.
+        recorded: Identity,
+        /// The device under the recorded name now, if any.
+        now: Option<Identity>,
+    },
+    /// Several interfaces have the recorded identity.
+    #[error(
+        "interfaces {} all have the identity recorded for {iface} ({recorded}), none its \
+         ifindex: which one it is cannot be told; check them (`ethtool -l`, `ethtool -n`), \
+         undo by hand, then remove the file",
+        names.join(", ")
+    )]
+    Ambiguous {
+        /// The interface name recorded.
+        iface: String,
+        /// The device recorded.
+        recorded: Identity,
+        /// The interfaces that have it.
+        names: Vec<String>,
+    },
+}
+
+fn gone_text(iface: &str, recorded: &Identity, now: Option<&Identity>) -> String {
+    let head = match now {
+        Some(now) => format!(
+            "{iface} is another device now ({}), and no interface is the one recorded \
+             ({recorded})",
+            recorded.differences(now)
+        ),
+        None => format!("no interface {iface}, and no interface is its device ({recorded})"),
+    };
+    format!(
+        "{head}: if that device is gone, what was changed on it went with it: remove the file; \
+         if it is in another network namespace, start the datapath there"
+    )
+}
+
+/// What tells a device apart from others, whatever its interface is named.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    /// Interface index in the network namespace (a new one when the device is re-created).
+    pub ifindex: u32,
+    /// Permanent hardware address (`ethtool -P`), `None` for a device without one.
+    pub permanent_address: Option<String>,
+    /// Bus address (`ethtool -i` bus-info; a PCI address), `None` for a virtual device.
+    pub bus: Option<String>,
+    /// Driver (`ethtool -i`).
+    pub driver: Option<String>,
+}
+
+impl Identity {
+    /// A hardware identity, which survives the device being re-created (a driver reload);
+    /// without one the ifindex is all there is.
+    fn is_hardware(&self) -> bool {
+        self.permanent_address.is_some() || self.bus.is_some()
+    }
+
+    /// Whether `now` is this device.
+    fn matches(&self, now: &Identity) -> bool {
+        if self.is_hardware() {
+            self.permanent_address == now.permanent_address
+                && self.bus == now.bus
+                && self.driver == now.driver
+        } else {
+            self == now
+        }
+    }
+
+    /// What differs from `now`, as "field was → is".
+    fn differences(&self, now: &Identity) -> String {
+        let text = |v: &Option<String>| v.clone().unwrap_or_else(|| "none".into());
+        let mut d = Vec::new();
+        if self.ifindex != now.ifindex {
+            d.push(format!("ifindex {} → {}", self.ifindex, now.ifindex));
+        }
+        for (what, was, is) in [
+            (
+                "permanent address",
+                &self.permanent_address,
+                &now.permanent_address,
+            ),
+            ("bus", &self.bus, &now.bus),
+            ("driver", &self.driver, &now.driver),
+        ] {
+            if was != is {
+                d.push(format!("{what} {} → {}", text(was), text(is)));
+            }
+        }
+        d.join(", ")
+    }
+}
+
+impl fmt::Display for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = |v: &Option<String>| v.clone().unwrap_or_else(|| "none".into());
+        write!(
+            f,
+            "ifindex {}, permanent address {}, bus {}, driver {}",
+            self.ifindex,
+            text(&self.permanent_address),
+            text(&self.bus),
+            text(&self.driver)
+        )
+    }
+}
+
+/// An interface and its device's identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Netdev {
+    name: String,
+    id: Identity,
+}
+
+/// Which of `now` is the device recorded as `iface` with `id`.
+fn find_device<'a>(
+    iface: &str,
+    id: &Identity,
+    now: &'a [Netdev],
+) -> Result<&'a Netdev, Box<DeviceMismatch>> {
+    let same: Vec<&Netdev> = now.iter().filter(|d| id.matches(&d.id)).collect();
+    match same[..] {
+        [one] => Ok(one),
+        [] => Err(Box::new(DeviceMismatch::Gone {
+            iface: iface.to_string(),
+            recorded: id.clone(),
+            now: now.iter().find(|d| d.name == iface).map(|d| d.id.clone()),
+        })),
+        _ => same
+            .iter()
+            .find(|d| d.id.ifindex == id.ifindex)
+            .copied()
+            .ok_or_else(|| {
+                Box::new(DeviceMismatch::Ambiguous {
+                    iface: iface.to_string(),
+                    recorded: id.clone(),
+                    names: same.iter().map(|d| d.name.clone()).collect(),
+                })
+            }),
+    }
+}
+
+/// Where a rule is, or is to be.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Place {
+    /// This location.
+    At(u32),
+    /// Wherever the driver puts it: it is the rule equal to it at a location that was not
+    /// in use before.
+    ChosenByDriver {
+        /// The locations in use before the rule was inserted.
+        in_use_before: Vec<u32>,
+    },
+}
+
+impl Place {
+    fn location(&self) -> Option<u32> {
+        match self {
+            Place::At(l) => Some(*l),
+            Place::ChosenByDriver { .. } => None,
+        }
+    }
+}
+
+/// One ntuple rule: recorded before it is inserted, marked inserted after.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct RuleRecord {
+    rule: TcpRule,
+    place: Place,
+    inserted: bool,
+}
+
+/// A rule as state files hold it: a record, or a (location, rule) pair of a file that
+/// names the interface only.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RuleOnDisk {
+    Record(RuleRecord),
+    Located(u32, TcpRule),
+}
+
+fn rules_on_disk<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<RuleRecord>, D::Error> {
+    Ok(Vec::<RuleOnDisk>::deserialize(d)?
+        .into_iter()
+        .map(|r| match r {
+            RuleOnDisk::Record(r) => r,
+            RuleOnDisk::Located(loc, rule) => RuleRecord {
+                rule,
+                place: Place::At(loc),
+                inserted: true,
+            },
+        })
+        .collect())
+}
+
+/// What the datapath changed on the NIC, or is about to: the state file's content.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct Changes {
+    /// The interface's name when the change was recorded.
     iface: String,
-    /// The channels before, and as set.
+    /// Its device; `None` in a file that names the interface only.
+    #[serde(default)]
+    device: Option<Identity>,
+    /// The channels before, and as set (recorded before they are set).
+    #[serde(default)]
     channels: Option<(Channels, Channels)>,
-    /// Installed rules and their locations.
-    rules: Vec<(u32, TcpRule)>,
+    /// Rules, in the order they were inserted.
+    #[serde(default, deserialize_with = "rules_on_disk")]
+    rules: Vec<RuleRecord>,
+}
+
+impl Changes {
+    fn is_empty(&self) -> bool {
+        self.channels.is_none() && self.rules.is_empty()
+    }
+
+    /// What is recorded, for an operator undoing it by hand.
+    fn describe(&self) -> String {
+        let mut d = Vec::new();
+        if let Some((before, set)) = &self.channels {
+            d.push(format!(
+                "RX channels set {} → {}",
+                before.rx_queues(),
+                set.rx_queues()
+            ));
+        }
+        for r in &self.rules {
+            let at = match &r.place {
+                Place::At(l) => format!("at {l}"),
+                Place::ChosenByDriver { .. } => "at a location the driver chose".into(),
+            };
+            d.push(format!("{} {at}", describe_rule(&r.rule)));
+        }
+        if d.is_empty() {
+            "no change".into()
+        } else {
+            d.join("; ")
+        }
+    }
+}
+
+fn describe_rule(r: &TcpRule) -> String {
+    format!(
+        "ntuple rule tcp{} dst-port {} src-port {:#x}/{:#x} → queue {}",
+        if r.ipv6 { 6 } else { 4 },
+        r.dst_port,
+        r.src_bits,
+        r.src_mask,
+        r.queue
+    )
 }
 
 /// The largest state file read (a few hundred rules).
 const MAX_STATE: u64 = 1 << 20;
 
+/// One NIC's channels and rule table, as steering uses them; [`Ethtool`] is the real one.
+trait Nic {
+    fn driver(&self) -> String;
+    fn channels(&self) -> io::Result<Channels>;
+    fn set_channels(&self, c: &Channels) -> io::Result<()>;
+    fn rule_table(&self) -> io::Result<RuleTable>;
+    fn rule_locations(&self) -> io::Result<Vec<u32>>;
+    fn rule(&self, location: u32) -> io::Result<RuleAt>;
+    fn insert_rule(&self, rule: &TcpRule, location: Option<u32>) -> io::Result<u32>;
+    fn delete_rule(&self, location: u32) -> io::Result<()>;
+}
+
+impl Nic for Ethtool {
+    fn driver(&self) -> String {
+        self.driver_info().map(|d| d.driver).unwrap_or_default()
+    }
+    fn channels(&self) -> io::Result<Channels> {
+        Ethtool::channels(self)
+    }
+    fn set_channels(&self, c: &Channels) -> io::Result<()> {
+        Ethtool::set_channels(self, c)
+    }
+    fn rule_table(&self) -> io::Result<RuleTable> {
+        Ethtool::rule_table(self)
+    }
+    fn rule_locations(&self) -> io::Result<Vec<u32>> {
+        Ethtool::rule_locations(self)
+    }
+    fn rule(&self, location: u32) -> io::Result<RuleAt> {
+        Ethtool::rule(self, location)
+    }
+    fn insert_rule(&self, rule: &TcpRule, location: Option<u32>) -> io::Result<u32> {
+        Ethtool::insert_rule(self, rule, location)
+    }
+    fn delete_rule(&self, location: u32) -> io::Result<()> {
+        Ethtool::delete_rule(self, location)
+    }
+}
+
+/// The host as steering sees it: its interfaces, their NICs, and the state file's storage.
+/// [`System`] is the real one; tests put an in-memory host (and its crashes) in its place.
+trait Host: Send {
+    /// The interface `iface` and its device's identity.
+    fn netdev(&self, iface: &str) -> io::Result<Netdev>;
+    /// Every interface of the network namespace.
+    fn netdevs(&self) -> io::Result<Vec<Netdev>>;
+    /// The NIC of `iface`.
+    fn nic(&self, iface: &str) -> io::Result<Box<dyn Nic>>;
+    /// Replaces the state file's content with `text`, whole or not at all, durably.
+    fn write_state(&self, path: &Path, text: &[u8]) -> io::Result<()>;
+}
+
+/// The calling thread's network namespace, through ethtool and the interface index calls.
+struct System;
+
+impl System {
+    fn identity(name: &str, ifindex: u32) -> io::Result<Netdev> {
+        let et = Ethtool::new(name)?;
+        let addr = et.permanent_address()?;
+        let permanent_address = (addr.iter().any(|&b| b != 0)).then(|| {
+            addr.iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(":")
+        });
+        // Not every device has driver information (the loopback has none).
+        let info = et.driver_info().ok();
+        let nonempty = |s: String| (!s.is_empty()).then_some(s);
+        Ok(Netdev {
+            name: name.to_string(),
+            id: Identity {
+                ifindex,
+                permanent_address,
+                bus: info.as_ref().and_then(|i| nonempty(i.bus.clone())),
+                driver: info.and_then(|i| nonempty(i.driver)),
+            },
+        })
+    }
+}
+
+impl Host for System {
+    fn netdev(&self, iface: &str) -> io::Result<Netdev> {
+        let ifindex = nix::net::if_::if_nametoindex(iface).map_err(io::Error::from)?;
+        System::identity(iface, ifindex)
+    }
+
+    fn netdevs(&self) -> io::Result<Vec<Netdev>> {
+        let all = nix::net::if_::if_nameindex().map_err(io::Error::from)?;
+        Ok(all
+            .iter()
+            .filter_map(|i| {
+                let name = i.name().to_str().ok()?;
+                // An interface deleted since the listing is not a candidate.
+                System::identity(name, i.index()).ok()
+            })
+            .collect())
+    }
+
+    fn nic(&self, iface: &str) -> io::Result<Box<dyn Nic>> {
+        Ok(Box::new(Ethtool::new(iface)?))
+    }
+
+    fn write_state(&self, path: &Path, text: &[u8]) -> io::Result<()> {
+        write_atomically(path, text)
+    }
+}
+
+/// Writes `text` to `path` through a temporary file beside it, synced before it replaces
+/// `path` and the directory synced after: a crash, or a power loss, leaves the old content
+/// or the new, never half of one.
+fn write_atomically(path: &Path, text: &[u8]) -> io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(text)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir)?.sync_all()
+}
+
 /// Steering in place; undone by [`undo`](Self::undo) or on drop.
 pub struct Steered {
+    host: Box<dyn Host>,
     path: PathBuf,
     changes: Changes,
+    /// The state file exists (it is removed once what it records is undone).
+    written: bool,
     summary: String,
 }
 
@@ -122,21 +548,71 @@ impl Steered {
     }
 
     fn undo_in_place(&mut self) {
-        if self.changes == Changes::default() {
+        if !self.written {
             return;
         }
+        self.written = false;
         let changes = std::mem::take(&mut self.changes);
-        match undo_changes(&changes) {
+        match undo_recorded(&*self.host, &self.path, &changes) {
             Ok(done) => {
                 if !done.is_empty() {
                     tracing::info!(iface = %changes.iface, "queue steering undone: {done}");
                 }
-                let _ = std::fs::remove_file(&self.path);
+                if let Err(e) = std::fs::remove_file(&self.path) {
+                    tracing::warn!(state = %self.path.display(), "steering state not removed: {e}");
+                }
             }
-            Err(e) => tracing::error!(
-                "queue steering not undone ({e}); {} kept",
-                self.path.display()
-            ),
+            Err(e) => tracing::error!("queue steering not undone: {e}"),
+        }
+    }
+
+    /// Records the changes in the state file.
+    fn save(&mut self) -> Result<(), SteeringError> {
+        let text = serde_json::to_vec(&self.changes).map_err(|e| SteeringError::State {
+            path: self.path.clone(),
+            detail: e.to_string(),
+        })?;
+        self.written = true;
+        self.host
+            .write_state(&self.path, &text)
+            .map_err(|e| SteeringError::State {
+                path: self.path.clone(),
+                detail: e.to_string(),
+            })
+    }
+
+    /// Inserts `rule` on `nic`, recorded as intended first and as inserted after; the inner
+    /// result is the NIC's answer (an error: nothing inserted, nothing recorded).
+    fn insert_recorded(
+        &mut self,
+        nic: &dyn Nic,
+        rule: TcpRule,
+    ) -> Result<io::Result<u32>, SteeringError> {
+        let place = match plan_place(nic) {
+            Ok(p) => p,
+            Err(e) => return Ok(Err(e)),
+        };
+        let location = place.location();
+        self.changes.rules.push(RuleRecord {
+            rule,
+            place,
+            inserted: false,
+        });
+        self.save()?;
+        match nic.insert_rule(&rule, location) {
+            Ok(loc) => {
+                if let Some(r) = self.changes.rules.last_mut() {
+                    r.place = Place::At(loc);
+                    r.inserted = true;
+                }
+                self.save()?;
+                Ok(Ok(loc))
+            }
+            Err(e) => {
+                self.changes.rules.pop();
+                self.save()?;
+                Ok(Err(e))
+            }
         }
     }
 }
@@ -147,6 +623,29 @@ impl Drop for Steered {
     }
 }
 
+/// Where the next rule goes: where the driver chooses, or the last free location, as
+/// ethtool's rule manager picks, so that rules at lower locations (higher priority on most
+/// NICs) set by the administrator win.
+fn plan_place(nic: &dyn Nic) -> io::Result<Place> {
+    let table = nic.rule_table()?;
+    let used = nic.rule_locations()?;
+    if table.driver_chooses {
+        return Ok(Place::ChosenByDriver {
+            in_use_before: used,
+        });
+    }
+    (0..table.size)
+        .rev()
+        .find(|l| !used.contains(l))
+        .map(Place::At)
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!("the NIC's rule table is full ({} rules)", table.size),
+            )
+        })
+}
+
 fn ethtool_err(iface: &str, what: impl Into<String>) -> impl FnOnce(io::Error) -> SteeringError {
     let (iface, what) = (iface.to_string(), what.into());
     move |error| SteeringError::Ethtool { iface, what, error }
@@ -155,6 +654,10 @@ fn ethtool_err(iface: &str, what: impl Into<String>) -> impl FnOnce(io::Error) -
 /// Undoes what an earlier datapath left in `path` (it was killed), then removes the file;
 /// says what was undone (`None`: no file).
 pub fn recover(path: &Path) -> Result<Option<String>, SteeringError> {
+    recover_on(&System, path)
+}
+
+fn recover_on(host: &dyn Host, path: &Path) -> Result<Option<String>, SteeringError> {
     let state_err = |detail: String| SteeringError::State {
         path: path.to_path_buf(),
         detail,
@@ -175,88 +678,211 @@ pub fn recover(path: &Path) -> Result<Option<String>, SteeringError> {
             "{e}: check the NIC's channels and rules (`ethtool -l`, `ethtool -n`) and remove the file"
         ))
     })?;
-    let done = undo_changes(&changes)?;
+    let done = undo_recorded(host, path, &changes)?;
     std::fs::remove_file(path).map_err(|e| state_err(e.to_string()))?;
-    Ok(Some(done))
+    Ok(Some(if done.is_empty() {
+        "nothing had been changed yet".into()
+    } else {
+        done
+    }))
 }
 
-/// Undoes `changes` where the NIC still is as they left it; says what was done.
-fn undo_changes(c: &Changes) -> Result<String, SteeringError> {
-    let iface = &c.iface;
-    let et = Ethtool::new(iface).map_err(ethtool_err(iface, "open"))?;
+/// Finds the device `c` records and undoes `c` on it where the NIC still is as `c` left it;
+/// says what was done. Every error names `path`.
+fn undo_recorded(host: &dyn Host, path: &Path, c: &Changes) -> Result<String, SteeringError> {
+    if c.is_empty() {
+        return Ok(String::new());
+    }
+    let Some(id) = &c.device else {
+        return Err(SteeringError::Device {
+            path: path.to_path_buf(),
+            why: Box::new(DeviceMismatch::Unknown {
+                iface: c.iface.clone(),
+                changes: c.describe(),
+            }),
+        });
+    };
+    let undo_err = |iface: &str, what: String| {
+        let (path, iface) = (path.to_path_buf(), iface.to_string());
+        move |error| SteeringError::Undo {
+            path,
+            iface,
+            what,
+            error,
+        }
+    };
+    let now = host
+        .netdevs()
+        .map_err(undo_err(&c.iface, "list the interfaces".into()))?;
+    let dev = find_device(&c.iface, id, &now).map_err(|why| SteeringError::Device {
+        path: path.to_path_buf(),
+        why,
+    })?;
     let mut done = Vec::new();
-    for &(loc, rule) in &c.rules {
-        match et.rule(loc) {
-            Ok(Some(r)) if r == rule => {
-                et.delete_rule(loc)
-                    .map_err(ethtool_err(iface, format!("remove the rule at {loc}")))?;
-                done.push(format!("rule {loc} removed"));
+    if dev.name != c.iface {
+        tracing::warn!(state = %path.display(), recorded = %c.iface, now = %dev.name,
+            "the interface was renamed since its steering was recorded: the same device ({id}), undone under its new name");
+        done.push(format!(
+            "{} was renamed {} (the same device: {id})",
+            c.iface, dev.name
+        ));
+    }
+    if dev.id.ifindex != id.ifindex {
+        done.push(format!(
+            "the device was re-created (ifindex {} → {})",
+            id.ifindex, dev.id.ifindex
+        ));
+    }
+    let nic = host
+        .nic(&dev.name)
+        .map_err(undo_err(&dev.name, "open".into()))?;
+    undo_changes(&*nic, c, &mut done).map_err(|(what, e)| undo_err(&dev.name, what)(e))?;
+    Ok(done.join(", "))
+}
+
+/// Undoes `c` on `nic` where it still is as `c` left it, saying what was done in `done`; an
+/// error says what was asked.
+fn undo_changes(
+    nic: &dyn Nic,
+    c: &Changes,
+    done: &mut Vec<String>,
+) -> Result<(), (String, io::Error)> {
+    let remove = |loc: u32, done: &mut Vec<String>, how: &str| match nic.delete_rule(loc) {
+        Ok(()) => {
+            done.push(format!("rule {loc} removed{how}"));
+            Ok(())
+        }
+        Err(e) if e.raw_os_error() == Some(nix::libc::ENOENT) => {
+            tracing::info!(location = loc, "ntuple rule absent already");
+            done.push(format!("rule {loc} absent already"));
+            Ok(())
+        }
+        Err(e) => Err((format!("remove the rule at {loc}"), e)),
+    };
+    for r in &c.rules {
+        let how = if r.inserted {
+            ""
+        } else {
+            " (inserted, not yet recorded as such)"
+        };
+        match &r.place {
+            Place::At(loc) => match nic.rule(*loc) {
+                Ok(RuleAt::Ours(now)) if now == r.rule => remove(*loc, done, how)?,
+                Ok(RuleAt::Absent) => {
+                    let what = if r.inserted {
+                        "absent already"
+                    } else {
+                        "absent (its insertion had not happened)"
+                    };
+                    tracing::info!(location = loc, "ntuple rule {what}");
+                    done.push(format!("rule {loc} {what}"));
+                }
+                Ok(_) => done.push(format!("rule {loc} changed since, kept")),
+                Err(e) => return Err((format!("read the rule at {loc}"), e)),
+            },
+            Place::ChosenByDriver { in_use_before } => {
+                let locs = nic
+                    .rule_locations()
+                    .map_err(|e| ("read the rule locations".to_string(), e))?;
+                let mut found = false;
+                for loc in locs.into_iter().filter(|l| !in_use_before.contains(l)) {
+                    match nic.rule(loc) {
+                        Ok(RuleAt::Ours(now)) if now == r.rule => {
+                            remove(loc, done, how)?;
+                            found = true;
+                        }
+                        Ok(_) => {}
+                        Err(e) => return Err((format!("read the rule at {loc}"), e)),
+                    }
+                }
+                if !found {
+                    let rule = describe_rule(&r.rule);
+                    tracing::info!("{rule} absent (its insertion had not happened)");
+                    done.push(format!("{rule} absent (its insertion had not happened)"));
+                }
             }
-            Ok(_) => done.push(format!("rule {loc} changed since, kept")),
-            Err(e) => return Err(ethtool_err(iface, format!("read the rule at {loc}"))(e)),
         }
     }
     if let Some((before, set)) = c.channels {
-        let now = et
+        let now = nic
             .channels()
-            .map_err(ethtool_err(iface, "read the channels"))?;
+            .map_err(|e| ("read the channels".to_string(), e))?;
         if counts(&now) == counts(&set) {
-            et.set_channels(&before)
-                .map_err(ethtool_err(iface, "restore the channels"))?;
+            nic.set_channels(&before)
+                .map_err(|e| ("restore the channels".to_string(), e))?;
             done.push(format!(
                 "RX channels {} → {} restored",
                 set.rx_queues(),
+                before.rx_queues()
+            ));
+        } else if counts(&now) == counts(&before) {
+            done.push(format!(
+                "RX channels at {} as before (not set, or put back)",
                 before.rx_queues()
             ));
         } else {
             done.push("channels changed since, kept".to_string());
         }
     }
-    Ok(done.join(", "))
+    Ok(())
 }
 
 fn counts(c: &Channels) -> [u32; 4] {
     [c.rx_count, c.tx_count, c.other_count, c.combined_count]
 }
 
-/// Writes `c` to `path` (through a temporary file, so that a crash leaves the old or the new
-/// content, never half of one).
-fn save(path: &Path, c: &Changes) -> Result<(), SteeringError> {
-    let state_err = |e: io::Error| SteeringError::State {
-        path: path.to_path_buf(),
-        detail: e.to_string(),
-    };
-    let tmp = path.with_extension("tmp");
-    let text = serde_json::to_string(c).map_err(|e| state_err(io::Error::other(e)))?;
-    std::fs::write(&tmp, text).map_err(state_err)?;
-    std::fs::rename(&tmp, path).map_err(state_err)
-}
-
 /// Sets up `how` for `queues` served queues on `iface`, recording each change in `path`
-/// before the next.
+/// before it is made.
 pub fn apply(
     iface: &str,
     queues: u32,
     how: &QueueSteering,
     path: &Path,
 ) -> Result<Steered, SteeringError> {
-    let et = Ethtool::new(iface).map_err(ethtool_err(iface, "open"))?;
+    apply_on(Box::new(System), iface, queues, how, path)
+}
+
+fn apply_on(
+    host: Box<dyn Host>,
+    iface: &str,
+    queues: u32,
+    how: &QueueSteering,
+    path: &Path,
+) -> Result<Steered, SteeringError> {
     let refused = |why| SteeringError::Refused {
         iface: iface.to_string(),
         why,
     };
+    if let QueueSteering::Ntuple { ports } = how {
+        if ports.is_empty() {
+            return Err(refused(RefusedWhy::NoPorts));
+        }
+        if !queues.is_power_of_two() {
+            return Err(refused(RefusedWhy::NotPowerOfTwo(queues)));
+        }
+    }
+    let nic = host.nic(iface).map_err(ethtool_err(iface, "open"))?;
     let mut steered = Steered {
+        host,
         path: path.to_path_buf(),
         changes: Changes {
             iface: iface.to_string(),
             ..Changes::default()
         },
+        written: false,
         summary: String::new(),
     };
+    if *how != QueueSteering::Off {
+        let dev = steered
+            .host
+            .netdev(iface)
+            .map_err(ethtool_err(iface, "read the device's identity"))?;
+        steered.changes.device = Some(dev.id);
+    }
     match how {
         QueueSteering::Off => {
             // Not every driver reports channels (and then it is not ours to guess).
-            if let Ok(ch) = et.channels() {
+            if let Ok(ch) = nic.channels() {
                 if ch.rx_queues() > queues {
                     tracing::warn!(iface, served = queues, rx_queues = ch.rx_queues(),
                         "the NIC has more RX queues than are served: steered segments hashed to the others are dropped (steered_no_xsk); use --steer channels or ntuple, or --queues {}", ch.rx_queues());
@@ -267,7 +893,7 @@ pub fn apply(
             }
         }
         QueueSteering::Channels => {
-            let before = et
+            let before = nic
                 .channels()
                 .map_err(ethtool_err(iface, "read the channels"))?;
             let mut set = before;
@@ -292,22 +918,16 @@ pub fn apply(
             }
             if counts(&set) != counts(&before) {
                 steered.changes.channels = Some((before, set));
-                save(path, &steered.changes)?;
-                if let Err(e) = et.set_channels(&set) {
+                steered.save()?;
+                if let Err(e) = nic.set_channels(&set) {
+                    // Not set: the state file goes with `steered`, nothing to undo.
                     steered.changes.channels = None;
-                    let _ = std::fs::remove_file(path);
                     return Err(ethtool_err(iface, "set the channels")(e));
                 }
             }
             steered.summary = format!("channels: RX {} → {}", before.rx_queues(), set.rx_queues());
         }
         QueueSteering::Ntuple { ports } => {
-            if ports.is_empty() {
-                return Err(refused(RefusedWhy::NoPorts));
-            }
-            if !queues.is_power_of_two() {
-                return Err(refused(RefusedWhy::NotPowerOfTwo(queues)));
-            }
             let mask = (queues - 1) as u16;
             for &port in ports {
                 for ipv6 in [false, true] {
@@ -319,14 +939,14 @@ pub fn apply(
                             src_mask: mask,
                             queue: q,
                         };
-                        match et.insert_rule(&rule) {
-                            Ok(loc) => {
-                                steered.changes.rules.push((loc, rule));
-                                save(path, &steered.changes)?;
-                            }
-                            Err(e) if steered.changes.rules.is_empty() && unsupported(&e) => {
-                                let driver = et.driver_info().map(|d| d.driver).unwrap_or_default();
-                                return Err(refused(RefusedWhy::NoNtuple { driver, error: e }));
+                        let none_yet = !steered.changes.rules.iter().any(|r| r.inserted);
+                        match steered.insert_recorded(&*nic, rule)? {
+                            Ok(_) => {}
+                            Err(e) if none_yet && unsupported(&e) => {
+                                return Err(refused(RefusedWhy::NoNtuple {
+                                    driver: nic.driver(),
+                                    error: e,
+                                }));
                             }
                             // Some NICs take IPv4 rules only: IPv6 flows then go by RSS.
                             Err(e) if ipv6 && unsupported(&e) => {
@@ -347,7 +967,7 @@ pub fn apply(
                 .changes
                 .rules
                 .iter()
-                .map(|(l, _)| l.to_string())
+                .filter_map(|r| r.place.location().map(|l| l.to_string()))
                 .collect();
             steered.summary = format!("ntuple: {} rules at {}", locs.len(), locs.join(","));
         }
@@ -363,37 +983,4 @@ fn unsupported(e: &io::Error) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn no_state_file_is_nothing_to_recover() {
-        let p = std::env::temp_dir().join(format!("mpa-steer-none-{}", std::process::id()));
-        assert_eq!(recover(&p).unwrap(), None);
-    }
-
-    #[test]
-    fn an_unreadable_state_file_is_an_error_naming_it_and_is_kept() {
-        let p = std::env::temp_dir().join(format!("mpa-steer-bad-{}", std::process::id()));
-        std::fs::write(&p, "{not json").unwrap();
-        let e = recover(&p).unwrap_err().to_string();
-        assert!(
-            e.contains(&p.display().to_string()) && e.contains("ethtool -n"),
-            "{e}"
-        );
-        assert!(p.exists());
-        std::fs::remove_file(&p).unwrap();
-    }
-
-    #[test]
-    fn ntuple_needs_ports_and_a_power_of_two() {
-        let p = std::env::temp_dir().join(format!("mpa-steer-ntuple-{}", std::process::id()));
-        let none = QueueSteering::Ntuple { ports: vec![] };
-        let e = apply("lo", 1, &none, &p).err().unwrap().to_string();
-        assert!(e.contains("--steer-port"), "{e}");
-        let three = QueueSteering::Ntuple { ports: vec![5000] };
-        let e = apply("lo", 3, &three, &p).err().unwrap().to_string();
-        assert!(e.contains("power of two"), "{e}");
-        assert!(!p.exists());
-    }
-}
+mod tests;
