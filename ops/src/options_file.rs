@@ -9,10 +9,20 @@
 //! spin_us = 1000
 //! pin_cpus = true        # a flag: true sets it, false leaves it out
 //! ```
+//!
+//! Only a regular file of at most [`MAX_LEN`] octets is read: a FIFO would hold the start
+//! until someone writes to it, and a device such as `/dev/zero` never ends.
 
 use clap::{ArgAction, Command};
+use nix::fcntl::OFlag;
 use std::ffi::OsString;
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+
+/// The largest options file read (1 MiB): a few hundred options take a few KiB.
+pub const MAX_LEN: u64 = 1 << 20;
 
 /// Why the options file cannot be used; every message names the file and, where there is
 /// one, the key.
@@ -25,6 +35,20 @@ pub enum OptionsFileError {
         path: PathBuf,
         /// Why.
         source: std::io::Error,
+    },
+    /// A FIFO, a device, a directory or a socket: only a regular file is read.
+    #[error("{path}: not a regular file (a {kind})")]
+    NotRegular {
+        /// The file.
+        path: PathBuf,
+        /// What it is.
+        kind: &'static str,
+    },
+    /// More than [`MAX_LEN`] octets.
+    #[error("{path}: larger than 1 MiB")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
     },
     /// Not TOML.
     #[error("{path}: {source}")]
@@ -92,10 +116,7 @@ pub fn read(
     file_option: &str,
     path: &Path,
 ) -> Result<Vec<OsString>, OptionsFileError> {
-    let text = std::fs::read_to_string(path).map_err(|source| OptionsFileError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = read_text(path)?;
     let table: toml::Table = text.parse().map_err(|source| OptionsFileError::Toml {
         path: path.to_path_buf(),
         source: Box::new(source),
@@ -136,6 +157,55 @@ pub fn read(
         }
     }
     Ok(out)
+}
+
+/// The text of `path` if it is a regular file of at most [`MAX_LEN`] octets. The type is
+/// checked on the opened file, so what is read is what was checked; O_NONBLOCK lets the open
+/// of a FIFO return at once instead of waiting for a writer.
+fn read_text(path: &Path) -> Result<String, OptionsFileError> {
+    let io = |source| OptionsFileError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags((OFlag::O_NONBLOCK | OFlag::O_NOCTTY).bits())
+        .open(path)
+        .map_err(io)?;
+    let kind = file.metadata().map_err(io)?.file_type();
+    if !kind.is_file() {
+        return Err(OptionsFileError::NotRegular {
+            path: path.to_path_buf(),
+            kind: kind_name(kind),
+        });
+    }
+    let mut octets = Vec::new();
+    File::take(file, MAX_LEN + 1)
+        .read_to_end(&mut octets)
+        .map_err(io)?;
+    if octets.len() as u64 > MAX_LEN {
+        return Err(OptionsFileError::TooLarge {
+            path: path.to_path_buf(),
+        });
+    }
+    String::from_utf8(octets)
+        .map_err(|e| io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
+}
+
+fn kind_name(kind: std::fs::FileType) -> &'static str {
+    if kind.is_dir() {
+        "directory"
+    } else if kind.is_fifo() {
+        "FIFO"
+    } else if kind.is_char_device() {
+        "character device"
+    } else if kind.is_block_device() {
+        "block device"
+    } else if kind.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    }
 }
 
 #[cfg(test)]
@@ -215,5 +285,49 @@ mod tests {
         assert_eq!(e.to_string(), "--config needs a file");
         let e = read(&cmd(), "config", Path::new("/nonexistent/x.toml")).unwrap_err();
         assert!(matches!(e, OptionsFileError::Read { .. }), "{e}");
+    }
+
+    /// Each is refused at once with its path and reason; before the checks a FIFO held the
+    /// read until a writer came, and `/dev/zero` was read until memory ran out.
+    #[test]
+    fn only_a_regular_file_of_at_most_1_mib_is_read() {
+        let dir = std::env::temp_dir().join(format!("mpa-ops-opts-special-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo.toml");
+        let _ = std::fs::remove_file(&fifo);
+        nix::unistd::mkfifo(
+            &fifo,
+            nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+        )
+        .unwrap();
+        let large = dir.join("large.toml");
+        // Valid TOML throughout, so that only the size refuses it.
+        let line = format!("# {}\n", "x".repeat(1021));
+        std::fs::write(&large, line.repeat(1025)).unwrap();
+        let cases: [(&Path, &str); 4] = [
+            (&fifo, "not a regular file (a FIFO)"),
+            (
+                Path::new("/dev/zero"),
+                "not a regular file (a character device)",
+            ),
+            (&dir, "not a regular file (a directory)"),
+            (&large, "larger than 1 MiB"),
+        ];
+        for (path, why) in cases {
+            let start = std::time::Instant::now();
+            let e = read(&cmd(), "config", path).unwrap_err();
+            assert_eq!(e.to_string(), format!("{}: {why}", path.display()));
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(1),
+                "{}: {:?}",
+                path.display(),
+                start.elapsed()
+            );
+        }
+        // The same file at the bound is read.
+        let line_count = MAX_LEN as usize / line.len();
+        std::fs::write(&large, line.repeat(line_count)).unwrap();
+        assert!(read(&cmd(), "config", &large).unwrap().is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
