@@ -1,12 +1,16 @@
 //! Metrics for Prometheus and other OpenMetrics scrapers (docs/operations.md, "Metrics"):
 //! [`Endpoint`] answers `GET /metrics` with what a render function returns, encoded by the
-//! `prometheus-client` crate; [`datapath`] turns the datapath's statistics document into
+//! `prometheus-client` crate, to several scrapers at once within bounds of time, size and
+//! connections; [`datapath`] turns the datapath's statistics document into
 //! metric families; [`Families`] is how a program writes its own.
 
 pub mod datapath;
 mod endpoint;
 
-pub use endpoint::{Endpoint, CONTENT_TYPE};
+pub use endpoint::{
+    Endpoint, EndpointStats, CONTENT_TYPE, MAX_CONNECTIONS, MAX_REQUEST, REQUEST_DEADLINE,
+    WRITE_DEADLINE,
+};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
