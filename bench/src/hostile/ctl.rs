@@ -769,7 +769,7 @@ pub fn silent_slot_holders(c: &mut Ctx) -> Result<()> {
             }
             expect_closed(s)?;
         }
-        if made_room != evicted || made_room == 0 || made_room + timed_out != free {
+        if made_room != evicted || made_room == 0 || made_room + timed_out != free as u64 {
             bail!(
                 "{free} silent connections: each closed once, one or more to make room; got \
                  {made_room} making room ({evicted} counted), {timed_out} at the deadline"
