@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 /// The consumer side of a placing run: the region, what the sender will do with it, and a
 /// thread that reads completions as they come (a consumer must keep up).
 pub struct Placement {
-    collector: std::thread::JoinHandle<Result<Vec<Completion>>>,
+    /// Reads the completions until stopped; gives back the consumer with them, so that the
+    /// region stays registered (and its memory whole) until it is compared.
+    collector: std::thread::JoinHandle<Result<(Vec<Completion>, Consumer)>>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     region: MappedRegion,
     /// The region's advertisement (the hand-over Reply's private data).
@@ -60,7 +62,7 @@ impl Placement {
         };
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = stop.clone();
-        let collector = std::thread::spawn(move || -> Result<Vec<Completion>> {
+        let collector = std::thread::spawn(move || -> Result<(Vec<Completion>, Consumer)> {
             let mut all = Vec::new();
             let mut quiet_since_stop = 0;
             loop {
@@ -70,7 +72,7 @@ impl Placement {
                     None if flag.load(std::sync::atomic::Ordering::Relaxed) => {
                         quiet_since_stop += 1;
                         if quiet_since_stop >= 5 {
-                            return Ok(all);
+                            return Ok((all, consumer));
                         }
                     }
                     None => {}
@@ -94,7 +96,7 @@ impl Placement {
             _ => r.size - ddp::UNTAGGED_HEADER_LEN,
         } as u64;
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let all = self
+        let (all, _consumer) = self
             .collector
             .join()
             .map_err(|_| anyhow!("completion reader panicked"))??;

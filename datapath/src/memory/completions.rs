@@ -54,7 +54,16 @@ struct Sub {
     dirty: bool,
     /// The post queue was found corrupt: reported once, never read again.
     posts_failed: bool,
+    /// Its posts are not read before this (every post of its last visits was refused).
+    posts_paused_until: Option<std::time::Instant>,
+    /// How long the next pause lasts (doubling while every visit's posts are refused).
+    posts_pause: std::time::Duration,
 }
+
+/// The longest pause of a post queue whose posts are all refused: a consumer that only
+/// sends what the datapath refuses is read at most this seldom, so it cannot keep a worker
+/// busy (docs/limits.md, "Posts").
+pub(crate) const MAX_POSTS_PAUSE: std::time::Duration = std::time::Duration::from_millis(64);
 
 /// The subscriptions of a worker, and its completion counters.
 #[derive(Default)]
@@ -77,6 +86,8 @@ impl Outbox {
             s,
             dirty: false,
             posts_failed: false,
+            posts_paused_until: None,
+            posts_pause: std::time::Duration::ZERO,
         });
     }
 
@@ -133,6 +144,34 @@ impl Outbox {
         self.subs.len()
     }
 
+    /// Whether subscription `i`'s post queue is paused at `now` (its posts were all refused:
+    /// [`Outbox::posts_refused`]).
+    pub(crate) fn posts_paused(&self, i: usize, now: std::time::Instant) -> bool {
+        self.subs
+            .get(i)
+            .and_then(|x| x.posts_paused_until)
+            .is_some_and(|until| now < until)
+    }
+
+    /// After a visit to subscription `i`'s post queue: `all_refused` when each post taken
+    /// was refused for a fault of the poster's. Such a queue is paused, 1 ms at first, twice
+    /// as long after each further such visit, up to [`MAX_POSTS_PAUSE`]; a visit with a post
+    /// taken ends the pauses.
+    pub(crate) fn posts_refused(&mut self, i: usize, all_refused: bool, now: std::time::Instant) {
+        let Some(x) = self.subs.get_mut(i) else {
+            return;
+        };
+        if all_refused {
+            x.posts_pause = (x.posts_pause * 2)
+                .max(std::time::Duration::from_millis(1))
+                .min(MAX_POSTS_PAUSE);
+            x.posts_paused_until = Some(now + x.posts_pause);
+        } else {
+            x.posts_pause = std::time::Duration::ZERO;
+            x.posts_paused_until = None;
+        }
+    }
+
     /// Takes up to `max` posts of subscription `i`'s post queue into `out`; its domain and id
     /// (`None`: no queue, or one found corrupt). A corrupt queue is logged and counted in
     /// `corrupt` once, then left alone.
@@ -183,9 +222,14 @@ impl Outbox {
 
     /// Before the worker sleeps: every readable post queue's `waiting` flag set; `false` (all
     /// cleared again) when one has posts, and the worker must not sleep.
-    pub(crate) fn prepare_post_sleep(&mut self) -> bool {
+    pub(crate) fn prepare_post_sleep(&mut self, now: std::time::Instant) -> bool {
         for i in 0..self.subs.len() {
             let x = &mut self.subs[i];
+            // A paused queue is read when its pause ends (the sleep is no longer:
+            // [`Outbox::posts_pause_left`]), whatever it holds.
+            if x.posts_paused_until.is_some_and(|until| now < until) {
+                continue;
+            }
             let Some(r) = x.s.posts.as_mut().filter(|_| !x.posts_failed) else {
                 continue;
             };
@@ -195,6 +239,16 @@ impl Outbox {
             }
         }
         true
+    }
+
+    /// The time until the first pause of a post queue ends, if one is paused at `now`.
+    pub(crate) fn posts_pause_left(&self, now: std::time::Instant) -> Option<std::time::Duration> {
+        self.subs
+            .iter()
+            .filter_map(|x| x.posts_paused_until)
+            .filter(|&until| now < until)
+            .map(|until| until - now)
+            .min()
     }
 
     /// After sleeping: the `waiting` flags the consumers did not clear, cleared.

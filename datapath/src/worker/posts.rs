@@ -36,6 +36,9 @@ pub(crate) struct PostInbox {
     pub(crate) forwarding: Arc<AtomicUsize>,
     /// The subscription the next turn's reading starts at.
     next: usize,
+    /// Posts refused for a fault of the poster's (not `Busy`), counted to tell a visit whose
+    /// posts were all refused.
+    poster_faults: u64,
 }
 
 impl Default for PostInbox {
@@ -44,6 +47,7 @@ impl Default for PostInbox {
             batch: Vec::with_capacity(POSTS_PER_TURN),
             forwarding: Arc::default(),
             next: 0,
+            poster_faults: 0,
         }
     }
 }
@@ -94,6 +98,7 @@ impl<R: FrameRing> Worker<R> {
         }
         let share = (POSTS_PER_TURN / subs).max(1);
         let start = self.posts.next % subs;
+        let now = Instant::now();
         let mut left = POSTS_PER_TURN;
         let mut batch = std::mem::take(&mut self.posts.batch);
         'rounds: loop {
@@ -105,6 +110,9 @@ impl<R: FrameRing> Worker<R> {
                     break 'rounds;
                 }
                 let i = (start + k) % subs;
+                if self.completions.posts_paused(i, now) {
+                    continue;
+                }
                 let want = share.min(left);
                 batch.clear();
                 let Some((pd, sub)) = self.completions.take_posts(
@@ -115,9 +123,15 @@ impl<R: FrameRing> Worker<R> {
                 ) else {
                     continue;
                 };
-                left -= batch.len();
-                more |= batch.len() == want;
+                let taken = batch.len();
+                left -= taken;
+                more |= taken == want;
+                let faults = self.posts.poster_faults;
                 self.handle_posts(pd, sub, &mut batch);
+                if taken > 0 {
+                    let all_refused = self.posts.poster_faults - faults == taken as u64;
+                    self.completions.posts_refused(i, all_refused, now);
+                }
             }
             if !more {
                 break;
@@ -164,6 +178,9 @@ impl<R: FrameRing> Worker<R> {
             None if forwarded => self.refuse_post(sub, refused(RefusalCode::UnknownFlow)),
             None => {
                 if self.posts.forwarding.load(Ordering::Acquire) >= MAX_FORWARDED {
+                    // Posts on connections this worker does not have, faster than they can be
+                    // passed on: the poster's doing (flows move seldom).
+                    self.posts.poster_faults += 1;
                     return self.refuse_post(sub, refused(RefusalCode::Busy));
                 }
                 self.posts.forwarding.fetch_add(1, Ordering::AcqRel);
@@ -189,6 +206,10 @@ impl<R: FrameRing> Worker<R> {
 
     fn refuse_post(&mut self, sub: u64, c: Completion) {
         self.stats.posts_refused += 1;
+        // Busy is the datapath's state (a full send queue), not the poster's fault.
+        if !matches!(c.refusal(), Some((_, RefusalCode::Busy))) {
+            self.posts.poster_faults += 1;
+        }
         self.completions.refuse(sub, &c);
     }
 
@@ -196,7 +217,13 @@ impl<R: FrameRing> Worker<R> {
     /// posts meanwhile rings the doorbell, which ends the wait (ring::post). The timeout to
     /// use (0 when posts came) and whether the flags are to be cleared after the wait.
     pub(super) fn prepare_sleep(&mut self, timeout_ms: i32) -> (i32, bool) {
-        if timeout_ms > 0 && self.completions.prepare_post_sleep() {
+        let now = Instant::now();
+        if timeout_ms > 0 && self.completions.prepare_post_sleep(now) {
+            // Awake when a paused post queue's pause ends (rounded up to a millisecond).
+            let timeout_ms = match self.completions.posts_pause_left(now) {
+                Some(left) => timeout_ms.min(left.as_micros().div_ceil(1000).max(1) as i32),
+                None => timeout_ms,
+            };
             (timeout_ms, true)
         } else {
             (0, false)
