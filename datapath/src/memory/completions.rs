@@ -54,10 +54,48 @@ struct Sub {
     dirty: bool,
     /// The post queue was found corrupt: reported once, never read again.
     posts_failed: bool,
-    /// Its posts are not read before this (every post of its last visits was refused).
-    posts_paused_until: Option<std::time::Instant>,
-    /// How long the next pause lasts (doubling while every visit's posts are refused).
-    posts_pause: std::time::Duration,
+    /// When its posts are read again (every post of its last visits was refused).
+    pause: PostsPause,
+}
+
+/// The pause of a post queue whose posts are all refused for the poster's fault: 1 ms at
+/// first, twice as long after each further such visit, up to [`MAX_POSTS_PAUSE`]. A visit
+/// with a post taken ends it, and so does quiet: a queue that stayed silent after its pause
+/// ended for as long as that pause lasted is not flooding, and starts again at 1 ms.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PostsPause {
+    until: Option<std::time::Instant>,
+    length: std::time::Duration,
+}
+
+impl PostsPause {
+    /// Whether the queue is not to be read at `now`.
+    pub(crate) fn paused(&self, now: std::time::Instant) -> bool {
+        self.until.is_some_and(|until| now < until)
+    }
+
+    /// The time left of the pause at `now`, if it has not ended.
+    pub(crate) fn left(&self, now: std::time::Instant) -> Option<std::time::Duration> {
+        self.until
+            .filter(|&until| now < until)
+            .map(|until| until - now)
+    }
+
+    /// After a visit that took posts: `all_refused` when each was refused for a fault of
+    /// the poster's.
+    pub(crate) fn visited(&mut self, all_refused: bool, now: std::time::Instant) {
+        if self.until.is_some_and(|until| now >= until + self.length) {
+            self.length = std::time::Duration::ZERO;
+        }
+        if all_refused {
+            self.length = (self.length * 2)
+                .max(std::time::Duration::from_millis(1))
+                .min(MAX_POSTS_PAUSE);
+            self.until = Some(now + self.length);
+        } else {
+            *self = Self::default();
+        }
+    }
 }
 
 /// The longest pause of a post queue whose posts are all refused: a consumer that only
@@ -86,8 +124,7 @@ impl Outbox {
             s,
             dirty: false,
             posts_failed: false,
-            posts_paused_until: None,
-            posts_pause: std::time::Duration::ZERO,
+            pause: PostsPause::default(),
         });
     }
 
@@ -147,28 +184,14 @@ impl Outbox {
     /// Whether subscription `i`'s post queue is paused at `now` (its posts were all refused:
     /// [`Outbox::posts_refused`]).
     pub(crate) fn posts_paused(&self, i: usize, now: std::time::Instant) -> bool {
-        self.subs
-            .get(i)
-            .and_then(|x| x.posts_paused_until)
-            .is_some_and(|until| now < until)
+        self.subs.get(i).is_some_and(|x| x.pause.paused(now))
     }
 
-    /// After a visit to subscription `i`'s post queue: `all_refused` when each post taken
-    /// was refused for a fault of the poster's. Such a queue is paused, 1 ms at first, twice
-    /// as long after each further such visit, up to [`MAX_POSTS_PAUSE`]; a visit with a post
-    /// taken ends the pauses.
+    /// After a visit to subscription `i`'s post queue that took posts: `all_refused` when
+    /// each was refused for a fault of the poster's ([`PostsPause`]).
     pub(crate) fn posts_refused(&mut self, i: usize, all_refused: bool, now: std::time::Instant) {
-        let Some(x) = self.subs.get_mut(i) else {
-            return;
-        };
-        if all_refused {
-            x.posts_pause = (x.posts_pause * 2)
-                .max(std::time::Duration::from_millis(1))
-                .min(MAX_POSTS_PAUSE);
-            x.posts_paused_until = Some(now + x.posts_pause);
-        } else {
-            x.posts_pause = std::time::Duration::ZERO;
-            x.posts_paused_until = None;
+        if let Some(x) = self.subs.get_mut(i) {
+            x.pause.visited(all_refused, now);
         }
     }
 
@@ -227,7 +250,7 @@ impl Outbox {
             let x = &mut self.subs[i];
             // A paused queue is read when its pause ends (the sleep is no longer:
             // [`Outbox::posts_pause_left`]), whatever it holds.
-            if x.posts_paused_until.is_some_and(|until| now < until) {
+            if x.pause.paused(now) {
                 continue;
             }
             let Some(r) = x.s.posts.as_mut().filter(|_| !x.posts_failed) else {
@@ -243,12 +266,7 @@ impl Outbox {
 
     /// The time until the first pause of a post queue ends, if one is paused at `now`.
     pub(crate) fn posts_pause_left(&self, now: std::time::Instant) -> Option<std::time::Duration> {
-        self.subs
-            .iter()
-            .filter_map(|x| x.posts_paused_until)
-            .filter(|&until| now < until)
-            .map(|until| until - now)
-            .min()
+        self.subs.iter().filter_map(|x| x.pause.left(now)).min()
     }
 
     /// After sleeping: the `waiting` flags the consumers did not clear, cleared.
@@ -302,5 +320,59 @@ impl Outbox {
         if !self.moved.is_empty() {
             self.moved.retain(|(id, _)| *id != flow_id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_flooding_queue_is_paused_doubling_up_to_the_longest_pause() {
+        let mut p = PostsPause::default();
+        let mut now = Instant::now();
+        assert!(!p.paused(now));
+        let mut lengths = Vec::new();
+        for _ in 0..9 {
+            p.visited(true, now);
+            let left = p.left(now).unwrap();
+            lengths.push(left);
+            assert!(p.paused(now + left - Duration::from_nanos(1)));
+            assert!(!p.paused(now + left));
+            // The flooder's next posts are there the moment the pause ends.
+            now += left;
+        }
+        let want: Vec<Duration> = [1, 2, 4, 8, 16, 32, 64, 64, 64].map(|m| m * MS).into();
+        assert_eq!(lengths, want);
+        assert_eq!(MAX_POSTS_PAUSE, 64 * MS);
+    }
+
+    #[test]
+    fn a_post_taken_or_quiet_as_long_as_the_pause_ends_the_pauses() {
+        let mut p = PostsPause::default();
+        let mut now = Instant::now();
+        for _ in 0..4 {
+            p.visited(true, now);
+            now += p.left(now).unwrap();
+        }
+        // 8 ms pause ended at `now`; a post taken ends the pauses at once.
+        p.visited(false, now);
+        assert_eq!(p, PostsPause::default());
+        assert!(!p.paused(now));
+
+        for _ in 0..4 {
+            p.visited(true, now);
+            now += p.left(now).unwrap();
+        }
+        // Quiet for less than the 8 ms it lasted: the next refusal doubles.
+        p.visited(true, now + 7 * MS);
+        assert_eq!(p.left(now + 7 * MS), Some(16 * MS));
+        now += 7 * MS + 16 * MS;
+        // Quiet for as long as the 16 ms it lasted: a refusal then starts again at 1 ms.
+        p.visited(true, now + 16 * MS);
+        assert_eq!(p.left(now + 16 * MS), Some(MS));
     }
 }
