@@ -460,6 +460,31 @@ pub static CLASSES: &[Class] = &[
         super::ctl::handover_anothers_flow,
     ),
     class(
+        "control-adopt-without-capability",
+        E::Lives,
+        super::ctl::adopt_without_capability,
+    ),
+    class(
+        "control-made-up-handover",
+        E::Lives,
+        super::ctl::made_up_handover,
+    ),
+    class(
+        "control-watch-without-capability",
+        E::Lives,
+        super::ctl::watch_without_capability,
+    ),
+    class(
+        "control-list-anothers-regions",
+        E::Lives,
+        super::ctl::list_anothers_regions,
+    ),
+    class(
+        "control-stats-of-anothers-flows",
+        E::Lives,
+        super::ctl::stats_of_anothers_flows,
+    ),
+    class(
         "control-subscription-flood",
         E::Lives,
         super::ctl::subscription_flood,

@@ -384,8 +384,23 @@ pub fn consumer_never_reads(c: &mut Ctx) -> Result<()> {
 /// a Write on it). The client is this binary run by `setpriv` without CAP_NET_ADMIN
 /// (`--probe-foreign`).
 fn foreign(c: &mut Ctx, op: &'static str) -> Result<()> {
+    foreign_expecting(c, op, "Forbidden")
+}
+
+/// As [`foreign`], the probe's line to be `want`; the datapath's adopted flows and regions
+/// must be as many after it as before (nothing steered, nothing handed over).
+fn foreign_expecting(c: &mut Ctx, op: &'static str, want: &'static str) -> Result<()> {
     let flow_id = c.flow_id;
     witnessed(c, |p| {
+        let mut op_client = DatapathClient::connect(p, WAIT)?;
+        let held = |s: &mpa_ctl_proto::stats::DatapathStats| {
+            (
+                s.adopted_flows,
+                s.registry.regions,
+                s.handover.watched_ports.clone(),
+            )
+        };
+        let before = held(&stats(&mut op_client)?);
         let out = std::process::Command::new("setpriv")
             .args(["--inh-caps=-net_admin", "--bounding-set=-net_admin", "--"])
             .arg(std::env::current_exe()?)
@@ -395,14 +410,18 @@ fn foreign(c: &mut Ctx, op: &'static str) -> Result<()> {
             .output()
             .context("the probe without CAP_NET_ADMIN (setpriv, util-linux)")?;
         let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        if line != "Forbidden" {
+        if line != want {
             bail!(
-                "{op} of another client's flow: Forbidden, got `{line}` {}",
+                "{op} by a client without CAP_NET_ADMIN: `{want}`, got `{line}` {}",
                 String::from_utf8_lossy(&out.stderr)
             );
         }
+        let after = held(&stats(&mut op_client)?);
+        if after != before {
+            bail!("(adopted flows, regions, watched ports) {before:?} before the probe, {after:?} after");
+        }
         Ok(format!(
-            "{op} of flow {flow_id} by another client without CAP_NET_ADMIN: {line}"
+            "{op} (flow {flow_id}) by another client without CAP_NET_ADMIN: {line}"
         ))
     })
 }
@@ -441,8 +460,73 @@ pub fn probe_foreign(p: &Path, op: &str, flow_id: u64) -> String {
                 .build(),
             ),
         }),
+        // A 4-tuple the probe has no connection for (TEST-NET addresses).
+        "AdoptFlow" => ask(&mut dpc, &|id| Message::AdoptFlow {
+            id,
+            local: "192.0.2.1:4791".parse().expect("address"),
+            remote: "192.0.2.2:40000".parse().expect("address"),
+        }),
+        // A hand-over made up whole, of a flow nobody adopted.
+        "HandOver-made-up" => ask(&mut dpc, &|id| Message::HandOver {
+            id,
+            handover: Box::new(
+                mpa_stack::sim::SimHandover {
+                    flow_id: flow_id + 1_000_000,
+                    ..Default::default()
+                }
+                .build(),
+            ),
+        }),
+        "WatchPort" => ask(&mut dpc, &|id| Message::WatchPort { id, port: 4791 }),
+        "ListRegions" => match dpc.request(|id| Message::ListRegions { id, pd: None }) {
+            Ok(Message::Regions { regions, .. }) => format!("regions {}", regions.len()),
+            Ok(m) => format!("answered: {m:?}"),
+            Err(e) => format!("failed: {e}"),
+        },
+        "GetStats" => match stats(&mut dpc) {
+            Ok(s) => format!(
+                "flows {} ended {} capture {}",
+                s.queues.iter().map(|q| q.flows.len()).sum::<usize>(),
+                s.ended_flows.len(),
+                s.capture.is_some()
+            ),
+            Err(e) => format!("failed: {e}"),
+        },
         other => format!("no such probe: {other}"),
     }
+}
+
+/// AdoptFlow of a 4-tuple by a client without CAP_NET_ADMIN (it could steer a live kernel
+/// connection's segments away from it): only the connection manager adopts.
+pub fn adopt_without_capability(c: &mut Ctx) -> Result<()> {
+    foreign(c, "AdoptFlow")
+}
+
+/// A HandOver made up whole (the message carries the TCP state) by a client without
+/// CAP_NET_ADMIN: refused, and nothing handed over anywhere.
+pub fn made_up_handover(c: &mut Ctx) -> Result<()> {
+    foreign(c, "HandOver-made-up")
+}
+
+/// WatchPort (recording other connections' segments) by a client without CAP_NET_ADMIN.
+pub fn watch_without_capability(c: &mut Ctx) -> Result<()> {
+    foreign(c, "WatchPort")
+}
+
+/// ListRegions by a client that owns no domain, while others hold regions: it sees none.
+pub fn list_anothers_regions(c: &mut Ctx) -> Result<()> {
+    let mut op = DatapathClient::connect(&c.env.socket, WAIT)?;
+    let regions = stats(&mut op)?.registry.regions;
+    if regions == 0 {
+        bail!("the run's consumers hold no region to hide");
+    }
+    foreign_expecting(c, "ListRegions", "regions 0")
+}
+
+/// GetStats by a client that owns no domain, beside live flows: every queue's counters but
+/// none of the others' flows, ended flows or capture.
+pub fn stats_of_anothers_flows(c: &mut Ctx) -> Result<()> {
+    foreign_expecting(c, "GetStats", "flows 0 ended 0 capture false")
 }
 
 /// CloseFlow of another client's flow.

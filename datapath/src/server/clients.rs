@@ -78,17 +78,48 @@ pub(super) const SWEEP_EVERY: Duration = Duration::from_millis(250);
 /// CAP_NET_ADMIN's bit in a capability set (linux/capability.h).
 const CAP_NET_ADMIN: u32 = 12;
 
-/// Whether process `pid` holds CAP_NET_ADMIN in its effective set now (`/proc/PID/status`,
-/// `CapEff`); `false` when it cannot be read.
-fn holds_net_admin(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
+/// Whether the process at the other end of `stream` holds CAP_NET_ADMIN in its effective
+/// set: an operator. Decided without a race on the pid: the kernel's pidfd of the process that
+/// connected (SO_PEERPIDFD, Linux 6.5; before it, a pidfd opened on SO_PEERCRED's pid, which
+/// leaves the window between the connect and that open), the pid the pidfd names now, that
+/// pid's `/proc/PID/status`, then the pidfd asked again: when it still names the same pid,
+/// the process was alive all along and the status was its own. `false` whenever any step
+/// fails (docs/consumer.md, "Who may do what").
+pub(super) fn peer_is_operator(stream: &std::os::unix::net::UnixStream, pid: Option<i32>) -> bool {
+    use nix::sys::socket::{getsockopt, sockopt::PeerPidfd};
+    let pidfd = match getsockopt(stream, PeerPidfd) {
+        Ok(fd) => fd,
+        Err(_) => {
+            let Some(pid) = pid.and_then(rustix::process::Pid::from_raw) else {
+                return false;
+            };
+            match rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
+                Ok(fd) => fd,
+                Err(_) => return false,
+            }
+        }
+    };
+    let Some(pid) = pidfd_pid(&pidfd) else {
+        return false;
+    };
+    let caps = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
                 .find_map(|l| l.strip_prefix("CapEff:"))
                 .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        })
-        .is_some_and(|caps| caps & (1 << CAP_NET_ADMIN) != 0)
+        });
+    caps.is_some_and(|caps| caps & (1 << CAP_NET_ADMIN) != 0) && pidfd_pid(&pidfd) == Some(pid)
+}
+
+/// The pid a pidfd names (its `fdinfo`), `None` once the process is gone.
+fn pidfd_pid(pidfd: &std::os::fd::OwnedFd) -> Option<i32> {
+    use std::os::fd::AsRawFd;
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd())).ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("Pid:"))
+        .and_then(|v| v.trim().parse::<i32>().ok())
+        .filter(|&p| p > 0)
 }
 
 /// A framed message for a client, with the region whose descriptor goes along (SCM_RIGHTS),
@@ -242,7 +273,7 @@ impl Server {
                     .ok();
             let allowed =
                 cred.is_some_and(|c| c.uid() == nix::unistd::geteuid().as_raw() || c.uid() == 0);
-            let operator = cred.is_some_and(|c| holds_net_admin(c.pid()));
+            let operator = allowed && peer_is_operator(&stream, cred.map(|c| c.pid()));
             let mut w = match stream.try_clone() {
                 Ok(w) => w,
                 Err(_) => continue,

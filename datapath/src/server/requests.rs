@@ -34,6 +34,27 @@ impl Server {
                 _ => {}
             }
         }
+        // Steering a 4-tuple, handing a connection over and watching a port's segments are
+        // the connection manager's: a client without CAP_NET_ADMIN could black-hole a live
+        // kernel connection or put a made-up one into another application's domain
+        // (docs/consumer.md, "Who may do what").
+        if let Message::AdoptFlow { id, .. }
+        | Message::HandOver { id, .. }
+        | Message::WatchPort { id, .. } = &m
+        {
+            if !self.is_operator(client) {
+                let what = match &m {
+                    Message::AdoptFlow { .. } => "AdoptFlow",
+                    Message::HandOver { .. } => "HandOver",
+                    _ => "WatchPort",
+                };
+                let message = format!(
+                    "{what} is the connection manager's: the client's process lacked \
+                     CAP_NET_ADMIN when it connected"
+                );
+                return self.answer(client, *id, Err((ErrorCode::Forbidden, message)));
+            }
+        }
         match m {
             Message::AdoptFlow { id, local, remote } => self.adopt_flow(client, id, local, remote),
             Message::HandOver { id, handover } => self.hand_over(client, id, handover),
@@ -437,6 +458,16 @@ impl Server {
             after: flows_after,
             next: keep_lowest_flows(&mut queues, max),
         };
+        // A client that is not an operator sees the counters of every queue but only its own
+        // flows (the page stays the same, so its `next` still covers every flow).
+        let operator = self.is_operator(client);
+        if !operator {
+            for q in &mut queues {
+                let mut flows = std::mem::take(&mut q.flows);
+                flows.retain(|f| self.sees_flow(client, f));
+                q.flows = flows;
+            }
+        }
         let unclaimed_completions = queues.iter().map(|q| q.stats.completions_unclaimed).sum();
         let xdp = self
             .steering
@@ -474,8 +505,13 @@ impl Server {
                 unclaimed_completions,
                 ..self.registry.stats()
             },
-            ended_flows: self.finished.iter().cloned().collect(),
-            capture,
+            ended_flows: self
+                .finished
+                .iter()
+                .filter(|f| operator || self.sees_flow(client, f))
+                .cloned()
+                .collect(),
+            capture: capture.filter(|c| operator || c.client == client),
             xdp_detached: self.faults.xdp_detached,
             control: self.control_stats(),
             handover: self.handover_stats(),
@@ -542,9 +578,13 @@ impl Server {
         }
     }
 
-    /// ListRegions: the regions of one protection domain, or all.
+    /// ListRegions: the regions of one protection domain, or all; a client that is not an
+    /// operator sees only those of the domains it owns.
     fn list_regions(&mut self, client: u64, id: u64, pd: Option<u32>) {
-        let regions = self.registry.list(pd);
+        let mut regions = self.registry.list(pd);
+        if !self.is_operator(client) {
+            regions.retain(|r| self.registry.domain_owner(r.pd) == Some(client));
+        }
         self.reply(client, Message::Regions { id, regions });
     }
 
@@ -574,6 +614,21 @@ impl Server {
         }
     }
 
+    /// Whether `client`'s process held CAP_NET_ADMIN when it connected (`clients.rs`).
+    pub(super) fn is_operator(&self, client: u64) -> bool {
+        self.clients.get(&client).is_some_and(|c| c.operator)
+    }
+
+    /// Whether a client that is not an operator may see flow `f` in statistics: one it
+    /// adopted, or one of a domain it owns.
+    fn sees_flow(&self, client: u64, f: &mpa_ctl_proto::stats::FlowReport) -> bool {
+        self.adopted
+            .get(&f.flow_id)
+            .is_some_and(|a| a.client == client)
+            || f.pd
+                .is_some_and(|pd| self.registry.domain_owner(pd) == Some(client))
+    }
+
     /// Whether `client` may end, finish or capture flow `flow_id`: the client that adopted
     /// it (`mpa-control`, for hand-overs), the one that owns its protection domain (its
     /// consumer), or an operator (a process with CAP_NET_ADMIN: `mpa-control close`,
@@ -584,7 +639,7 @@ impl Server {
         let Some(a) = self.adopted.get(&flow_id) else {
             return Ok(());
         };
-        if self.clients.get(&client).is_some_and(|c| c.operator) {
+        if self.is_operator(client) {
             return Ok(());
         }
         let owns_domain =
