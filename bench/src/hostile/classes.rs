@@ -520,6 +520,11 @@ pub static CLASSES: &[Class] = &[
         super::ctl::released_memory_descriptors_kept,
     ),
     class(
+        "metrics-silent-connections",
+        E::Lives,
+        super::ctl::metrics_silent_connections,
+    ),
+    class(
         "post-queues-flooding-neighbour",
         E::Placed,
         super::ctl::post_queues_flooding_neighbour,

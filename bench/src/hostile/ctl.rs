@@ -976,3 +976,48 @@ pub fn post_queues_flooding_neighbour(c: &mut Ctx) -> Result<()> {
     );
     Ok(())
 }
+
+/// Silent connections to the metrics endpoint (the datapath's own, `--metrics`): more than its
+/// slots, held open while three scrapes are made; each is answered 200 with the datapath's
+/// figures within 2 s (docs/operations.md, "Metrics").
+pub fn metrics_silent_connections(c: &mut Ctx) -> Result<()> {
+    use std::net::TcpStream;
+    const SILENT: usize = 24;
+    const WITHIN: Duration = Duration::from_secs(2);
+    witnessed(c, |p| {
+        let socket = p.to_path_buf();
+        let ep = mpa_ops::metrics::Endpoint::start("127.0.0.1:0".parse()?, move || {
+            mpa_ops::metrics::datapath::scrape(&socket, "hostile", false)
+        })?;
+        let addr = ep.local_addr();
+        let silent = (0..SILENT)
+            .map(|_| TcpStream::connect_timeout(&addr, WAIT))
+            .collect::<std::io::Result<Vec<_>>>()
+            .context("the silent connections")?;
+        let mut slowest = Duration::ZERO;
+        for i in 0..3 {
+            let t0 = std::time::Instant::now();
+            let mut s = TcpStream::connect_timeout(&addr, WAIT)?;
+            s.set_read_timeout(Some(WITHIN))?;
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: hostile\r\nConnection: close\r\n\r\n")?;
+            let mut answer = String::new();
+            s.read_to_string(&mut answer)
+                .with_context(|| format!("scrape {i} beside {SILENT} silent connections"))?;
+            let took = t0.elapsed();
+            if !answer.starts_with("HTTP/1.1 200") || !answer.contains("mpa_datapath_") {
+                let head = answer.lines().next().unwrap_or("nothing");
+                bail!("scrape {i}: 200 with the datapath's figures, got `{head}`");
+            }
+            if took > WITHIN {
+                bail!("scrape {i} took {took:?} (within {WITHIN:?} expected)");
+            }
+            slowest = slowest.max(took);
+        }
+        let evicted = ep.stats().evicted;
+        drop(silent);
+        Ok(format!(
+            "{SILENT} silent connections to the metrics endpoint: 3 scrapes answered 200, \
+             slowest {slowest:.1?}, {evicted} silent connection(s) evicted"
+        ))
+    })
+}
