@@ -11,7 +11,7 @@ FUZZ_TARGETS := startup decoder locator ddp flow sender control
 DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev m4 pkg-config iproute2 ethtool nftables \
 	bpftool tcpdump tshark fonts-dejavu-core python3 systemd man-db
 
-.PHONY: all deps build test demo compare hostile fuzz bench bench-quick microbench soak clean \
+.PHONY: all deps build check test demo compare hostile fuzz bench bench-quick microbench soak clean \
 	install deb check-install
 
 all: build
@@ -51,6 +51,15 @@ compare: deps build
 ONLY ?=
 hostile: deps build
 	./target/release/mpa-bench hostile $(if $(ONLY),--only $(ONLY))
+
+# The quick tier for every change: fmt check, clippy with warnings as errors, the layout rules,
+# and every test that needs no bed (unit, property and in-memory tests; the whole-system tests
+# skip quietly, as root too). No root, no namespaces; `make test` is the whole suite.
+check:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	python3 tools/dev/check-layout
+	MPA_QUICK=1 $(CARGO) test --workspace
 
 # fmt check, clippy and rustdoc with warnings as errors, the layout rules
 # (tools/dev/check-layout: no import circle, the sans-I/O stack without AF_XDP or libbpf, no

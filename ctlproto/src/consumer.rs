@@ -99,6 +99,9 @@ pub enum ConsumerError {
         /// Why.
         err: crate::ring::post::PostQueueError,
     },
+    /// No subscription to the domain.
+    #[error("not subscribed to domain {0}")]
+    NotSubscribed(u32),
     /// No subscription with post queues to carry the post (not subscribed to its domain, or
     /// a datapath without post queues): post over the control socket.
     #[error("no shared-memory post queue for connection {0}")]
@@ -394,11 +397,15 @@ impl Consumer {
         self.busy_poll_yield_every = polls;
     }
 
-    /// Stop receiving domain `pd`'s completions. What the workers wrote into its rings before
-    /// stays readable with [`Consumer::next_completions`] (the rings stay mapped until the
-    /// domain is subscribed again or the consumer is dropped).
+    /// Stop receiving domain `pd`'s completions and give its rings and post queues back.
+    /// Completions not read by then are discarded, as `ibv_destroy_cq` discards them: read
+    /// them first. The datapath releases the rings' memory (docs/limits.md, "Shared memory
+    /// after it is released"), so the consumer no longer reads them.
     pub fn unsubscribe(&mut self, pd: u32) -> Result<(), ConsumerError> {
-        self.expect_ok(|id| Message::Unsubscribe { id, pd })
+        self.expect_ok(|id| Message::Unsubscribe { id, pd })?;
+        self.subs.retain(|s| s.pd != pd);
+        self.next_sub = 0;
+        Ok(())
     }
 
     fn expect_ok(&mut self, build: impl FnOnce(u64) -> Message) -> Result<(), ConsumerError> {
@@ -406,6 +413,45 @@ impl Consumer {
             Message::Ok { .. } => Ok(()),
             m => Err(Self::unexpected(m)),
         }
+    }
+
+    /// The eventfd the workers write when a completion of `pd`'s connections arrives while
+    /// the subscription is armed ([`Consumer::arm`]): for the application's own epoll or
+    /// poll loop, as `ibv_comp_channel`'s descriptor (docs/consumer.md, "Waiting in your own
+    /// event loop"). `None` when not subscribed to `pd`. It stays the consumer's: do not
+    /// close it.
+    pub fn completion_fd(&self, pd: u32) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.subs
+            .iter()
+            .find(|s| s.pd == pd)
+            .map(|s| s.wake.as_fd())
+    }
+
+    /// Asks for a wake-up of [`Consumer::completion_fd`] at the next completion of `pd`'s
+    /// connections (`ibv_req_notify_cq`). `Ok(true)`: armed, wait on the descriptor, then
+    /// [`Consumer::ack_notify`] and poll ([`Consumer::poll_completions`]). `Ok(false)`:
+    /// completions are waiting already and nothing was armed: poll them now. One arming
+    /// brings at most one wake-up.
+    pub fn arm(&mut self, pd: u32) -> Result<bool, ConsumerError> {
+        let s = self
+            .subs
+            .iter_mut()
+            .find(|s| s.pd == pd)
+            .ok_or(ConsumerError::NotSubscribed(pd))?;
+        Ok(s.rings.prepare_sleep())
+    }
+
+    /// After [`Consumer::completion_fd`] became readable, or to give up waiting: reads the
+    /// eventfd empty and disarms `pd`'s subscription (`ibv_ack_cq_events`).
+    pub fn ack_notify(&mut self, pd: u32) -> Result<(), ConsumerError> {
+        let s = self
+            .subs
+            .iter()
+            .find(|s| s.pd == pd)
+            .ok_or(ConsumerError::NotSubscribed(pd))?;
+        drain_eventfd(s.wake.as_fd());
+        s.rings.finish_sleep();
+        Ok(())
     }
 
     /// The next batch of completions (in order per connection), or `None` when none arrives

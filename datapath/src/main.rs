@@ -86,7 +86,7 @@ struct Args {
     #[arg(long, value_enum, default_value = "off")]
     steer: Steer,
     /// With --steer ntuple: the local ports of the listeners whose flows the datapath takes
-    /// (mpa-control's `--listen` ports).
+    /// (the `port` of mpa-control's `[[listener]]` tables).
     #[arg(long, value_delimiter = ',', value_name = "PORT")]
     steer_port: Vec<u16>,
     /// Control socket path.

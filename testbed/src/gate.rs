@@ -8,6 +8,11 @@ use std::process::Command;
 /// Whether this process may build beds: root, network namespaces, and the tools a bed runs
 /// (`ip`, `ethtool`; `make deps` installs them).
 pub fn privileged() -> Result<(), BedError> {
+    if quick_tier() {
+        return Err(BedError::Unprivileged(
+            "the quick tier (MPA_QUICK=1, `make check`) runs no bed".into(),
+        ));
+    }
     if !nix::unistd::Uid::effective().is_root() {
         return Err(BedError::Unprivileged(
             "not root (needs CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN)".into(),
@@ -26,6 +31,12 @@ pub fn privileged() -> Result<(), BedError> {
     Ok(())
 }
 
+/// Whether this is the quick tier (`MPA_QUICK=1`, `make check`): whole-system tests skip
+/// quietly, even as root.
+fn quick_tier() -> bool {
+    std::env::var("MPA_QUICK").as_deref() == Ok("1")
+}
+
 /// Whether privileged tests must run rather than skip (`MPA_REQUIRE_PRIVILEGED=1`).
 fn privilege_required() -> bool {
     std::env::var("MPA_REQUIRE_PRIVILEGED").as_deref() == Ok("1")
@@ -36,6 +47,9 @@ fn privilege_required() -> bool {
 pub fn skip_or_fail(test: &str, reason: &str) {
     if privilege_required() {
         panic!("{test}: MPA_REQUIRE_PRIVILEGED=1 but {reason}");
+    }
+    if quick_tier() {
+        return;
     }
     // Straight to fd 2, not eprintln!: the test harness captures eprintln! output of passing
     // tests, and a skip must be seen.

@@ -18,26 +18,61 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
 
+/// The classes `mpa-bench hostile` has (docs/hostile.md): a class lost from its tables fails
+/// here, and one added must be counted here too.
+const CLASSES: usize = 124;
+
+/// Left out of the run here (see the module's comment).
+const SKIPPED: [&str; 2] = ["locator-amplification", "control-flood-unread"];
+
 #[test]
 fn every_hostile_class_as_specified_and_the_bystander_octet_exact() {
     if !require_privileged("hostile classes") {
         return;
     }
+    let list = Command::new(mpa_tests::bin("mpa-bench"))
+        .args(["hostile", "--list"])
+        .output()
+        .expect("run mpa-bench hostile --list");
+    let list = String::from_utf8_lossy(&list.stdout);
+    let names: Vec<&str> = list
+        .lines()
+        .filter_map(|l| l.strip_prefix("class "))
+        .filter_map(|l| l.split_once(": expect ").map(|(name, _)| name))
+        .collect();
+    assert_eq!(names.len(), CLASSES, "{list}");
+    for skipped in SKIPPED {
+        assert!(names.contains(&skipped), "{skipped} is no class:\n{list}");
+    }
+    let mut args = vec!["hostile"];
+    for skipped in SKIPPED {
+        args.extend(["--skip", skipped]);
+    }
     let out = Command::new(mpa_tests::bin("mpa-bench"))
-        .args([
-            "hostile",
-            "--skip",
-            "locator-amplification",
-            "--skip",
-            "control-flood-unread",
-        ])
+        .args(&args)
         .output()
         .expect("run mpa-bench hostile");
     let text = String::from_utf8_lossy(&out.stdout);
     let last = text.lines().last().unwrap_or_default();
     assert!(out.status.success(), "mpa-bench hostile failed:\n{text}");
-    let n = text.lines().filter(|l| l.starts_with("class ")).count();
-    assert!(n >= 35, "only {n} classes:\n{text}");
+    let ran: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("class "))
+        .collect();
+    // Each class by name, as specified, in the order of the tables.
+    let want: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| !SKIPPED.contains(n))
+        .collect();
+    assert_eq!(ran.len(), want.len(), "{text}");
+    for (line, name) in ran.iter().zip(&want) {
+        assert!(
+            line.starts_with(&format!("{name}: OK")),
+            "class {name}: OK expected, got `class {line}`"
+        );
+    }
+    let n = want.len();
     assert_eq!(
         last,
         format!("hostile: {n}/{n} classes as specified; bystander octet-exact"),

@@ -626,3 +626,116 @@ fn a_run_to_completion_driver_reads_the_post_queues_at_every_turn() {
     drop(driver);
     dp.stop();
 }
+
+/// The completion descriptor in the application's own epoll set: an armed subscription wakes
+/// it at its next completion, once; a disarmed one does not; arming with completions waiting
+/// says so instead of arming.
+#[test]
+fn an_armed_subscription_wakes_the_applications_own_epoll_once() {
+    use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+    if !require_privileged("completion descriptor in epoll") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let (dp, path) = datapath(&bed, &DatapathOptions::default());
+    let mut consumer = Consumer::connect(&path, Duration::from_secs(10)).unwrap();
+    let _region = consumer.create_region(4096, PD, false, false).unwrap();
+    consumer.subscribe(PD).unwrap();
+    assert!(matches!(
+        consumer.arm(OTHER_PD),
+        Err(ConsumerError::NotSubscribed(OTHER_PD))
+    ));
+    assert!(consumer.completion_fd(OTHER_PD).is_none());
+    let bind = SocketAddr::new(bed.addr_a(false), 7940);
+    let advertise = format!("{PEER_STAG:#x}:4096");
+    let listener = Listener::start(&bed, bind, &["--timeout", "30", "--advertise", &advertise]);
+    let (flow_id, negotiated, frozen) = initiator(&bed, &path, bind, PD);
+    let ad = RegionAd::parse(&negotiated.peer_private_data)
+        .unwrap()
+        .unwrap();
+    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).unwrap();
+    let fd = consumer
+        .completion_fd(PD)
+        .unwrap()
+        .try_clone_to_owned()
+        .unwrap();
+    epoll
+        .add(&fd, EpollEvent::new(EpollFlags::EPOLLIN, u64::from(PD)))
+        .unwrap();
+    let wait = |ms: u16| {
+        let mut ev = [EpollEvent::empty(); 4];
+        let n = epoll.wait(&mut ev, EpollTimeout::from(ms)).unwrap();
+        ev[..n].iter().map(|e| e.data()).collect::<Vec<_>>()
+    };
+    // A post the datapath refuses (no region 0xdead0000) comes back as a completion.
+    let refused = |consumer: &mut Consumer, cookie: u64| {
+        consumer
+            .post_write_shm(flow_id, 0xdead_0000, 0, 64, 1, ad.stag, ad.base_to, cookie)
+            .unwrap();
+    };
+    let mut got = Vec::new();
+    while consumer.poll_completions(&mut got).unwrap() > 0 {}
+
+    // Armed: the completion makes the descriptor readable, in our own epoll set.
+    assert!(consumer.arm(PD).unwrap());
+    assert_eq!(wait(0), Vec::<u64>::new(), "readable before any completion");
+    refused(&mut consumer, 1);
+    assert_eq!(wait(5000), vec![u64::from(PD)], "armed, no wake-up in 5 s");
+    consumer.ack_notify(PD).unwrap();
+    assert_eq!(
+        wait(0),
+        Vec::<u64>::new(),
+        "still readable after ack_notify"
+    );
+    got.clear();
+    while got.is_empty() {
+        consumer.poll_completions(&mut got).unwrap();
+    }
+    assert_eq!(
+        got[0].refusal(),
+        Some((1, RefusalCode::UnknownRegion)),
+        "{got:#?}"
+    );
+
+    // Not armed: the next completion arrives in the ring without touching the descriptor.
+    refused(&mut consumer, 2);
+    got.clear();
+    let t0 = Instant::now();
+    while got.is_empty() {
+        consumer.poll_completions(&mut got).unwrap();
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "no completion in 5 s"
+        );
+    }
+    assert_eq!(
+        got[0].refusal(),
+        Some((2, RefusalCode::UnknownRegion)),
+        "{got:#?}"
+    );
+    assert_eq!(wait(0), Vec::<u64>::new(), "woken while not armed");
+
+    // Arming while a completion waits in the ring says so, and arms nothing.
+    refused(&mut consumer, 3);
+    let t0 = Instant::now();
+    while consumer.arm(PD).unwrap() {
+        consumer.ack_notify(PD).unwrap();
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "no completion in 5 s"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    got.clear();
+    consumer.poll_completions(&mut got).unwrap();
+    assert_eq!(
+        got[0].refusal(),
+        Some((3, RefusalCode::UnknownRegion)),
+        "{got:#?}"
+    );
+
+    consumer.finish_flow(flow_id).unwrap();
+    let _ = listener.report(Duration::from_secs(30));
+    drop(frozen);
+    dp.stop();
+}

@@ -1,7 +1,7 @@
 //! The kernel's ethtool interface (`SIOCETHTOOL`, <linux/ethtool.h>) for what the datapath
 //! sets up on a NIC before it binds its AF_XDP sockets: the channel (queue) count and ntuple
 //! classification rules that put MPA flows on the queues that have a socket
-//! (docs/nics.md, "Steering flows to the served queues"). Ntuple rules have no netlink
+//! (docs/nics.md, "4. Queues, and putting MPA flows on them"). Ntuple rules have no netlink
 //! interface in Linux, so this is the ioctl; it is one of the crate's `unsafe` boundaries:
 //! each call hands the kernel a pointer to a `#[repr(C)]` struct laid out as the kernel's.
 

@@ -1,5 +1,5 @@
-//! Putting MPA flows on the RX queues that have an AF_XDP socket (docs/nics.md, "Steering
-//! flows to the served queues"). A NIC hashes each flow to one of its RX queues; a steered
+//! Putting MPA flows on the RX queues that have an AF_XDP socket (docs/nics.md, "4.
+//! Queues, and putting MPA flows on them"). A NIC hashes each flow to one of its RX queues; a steered
 //! flow whose segments land on a queue without a socket is dropped by the XDP program
 //! (`steered_no_xsk`). Either the NIC gets exactly as many RX channels as the datapath serves
 //! (`channels`), or ntuple rules send the listeners' ports to the served queues (`ntuple`).
