@@ -51,40 +51,77 @@ struct Args {
     /// Interface to serve.
     #[arg(long, required = true)]
     iface: Option<String>,
+    /// TOML file of options.
+    ///
     /// TOML file of options: each key a long option of this command (`queues = 2`,
     /// `zero_copy = "auto"`, `pin_cpus = true`); options on the command line win.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Serve OpenMetrics at http://ADDR/metrics.
+    ///
     /// Serve metrics for Prometheus (OpenMetrics text) at http://ADDR/metrics, e.g.
     /// `127.0.0.1:9464` (port 0: any free port, logged). docs/operations.md lists them.
     #[arg(long, value_name = "ADDR")]
     metrics: Option<std::net::SocketAddr>,
+    /// Also metrics per live flow.
+    ///
     /// With --metrics: also a set of metrics per live flow (one label set per flow; for
     /// small numbers of flows).
     #[arg(long, requires = "metrics")]
     metrics_flows: bool,
+    /// Log lines as text or JSON.
+    ///
     /// Log lines on stderr as text (coloured only on a terminal) or as one JSON object per
     /// line (for journald and log collectors).
-    #[arg(long, value_enum, default_value = "text")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "text",
+        value_name = "FORMAT",
+        hide_possible_values = true
+    )]
     log_format: LogFormat,
+    /// RX queues, a worker each.
+    ///
     /// RX queues (one worker and one AF_XDP socket each).
     #[arg(long, default_value_t = 1)]
+    #[arg(value_name = "N")]
     queues: u32,
+    /// AF_XDP zero-copy: auto, on, off.
+    ///
     /// AF_XDP zero-copy: `auto` (zero-copy where the driver has it, else copy mode, the reason
     /// logged), `on` (zero-copy or fail, naming the interface, its driver and the kernel's
     /// reason), `off` (copy mode). `mpa-control stats` shows what each queue got.
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "auto",
+        value_name = "MODE",
+        hide_possible_values = true
+    )]
     zero_copy: ZeroCopy,
+    /// XDP mode: native, generic, auto.
+    ///
     /// XDP attach mode: `native` (in the driver; `driver` is the same), `generic` (skb mode,
     /// any interface, slower), or `auto` (native, else generic).
-    #[arg(long, default_value = "auto")]
+    #[arg(long, default_value = "auto", value_name = "MODE")]
     xdp_mode: String,
+    /// Steer MPA flows to served queues.
+    ///
     /// How MPA flows reach the queues that have a socket (docs/nics.md): `channels` sets the
     /// NIC's RX channel count to --queues, `ntuple` installs rules sending TCP to the
     /// --steer-port ports to those queues; both are undone on exit, and after a crash by the
     /// next start.
-    #[arg(long, value_enum, default_value = "off")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "off",
+        value_name = "HOW",
+        hide_possible_values = true
+    )]
     steer: Steer,
+    /// Listener ports for --steer ntuple.
+    ///
     /// With --steer ntuple: the local ports of the listeners whose flows the datapath takes
     /// (the `port` of mpa-control's `[[listener]]` tables).
     #[arg(long, value_delimiter = ',', value_name = "PORT")]
@@ -92,45 +129,70 @@ struct Args {
     /// Control socket path.
     #[arg(long, default_value = "/run/mpa-datapath.sock")]
     socket: PathBuf,
+    /// Keep a CRC32c digest per flow.
+    ///
     /// Keep a CRC32c digest of each flow's ULPDU octets (for tests and demos).
     #[arg(long)]
     digest: bool,
     /// UMEM frames per queue.
     #[arg(long, default_value_t = 8192)]
+    #[arg(value_name = "N")]
     frames: u32,
+    /// UMEM frame octets: 4096 or 2048.
+    ///
     /// Octets per UMEM frame: 4096 or 2048 (half the memory; frames above 1792 octets then
     /// arrive as descriptor chains).
     #[arg(long, default_value_t = 4096, value_parser = frame_size)]
+    #[arg(value_name = "OCTETS")]
     frame_size: u32,
+    /// UMEM on huge pages: auto, on, off.
+    ///
     /// UMEM on huge pages: `auto` (where enough are free, else normal pages, logged), `on`
     /// (or fail naming how many are needed), `off`.
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "auto",
+        value_name = "MODE",
+        hide_possible_values = true
+    )]
     huge_pages: HugePages,
+    /// Skip TCP checksum verification.
+    ///
     /// Skip software TCP checksum verification (only where the NIC verified it).
     #[arg(long)]
     no_verify_checksums: bool,
+    /// Decode jumbo frames per descriptor.
+    ///
     /// Decode a jumbo frame from its receive descriptors (each a UMEM frame) instead of
     /// gathering it into one buffer first: no copy, but FPDUs that span descriptors are
     /// verified and placed piece by piece. Off by default (gathering measured faster,
     /// docs/features.md "Jumbo frames"); for measuring on a NIC's own cache behaviour.
     #[arg(long)]
     chains_in_pieces: bool,
+    /// Streaming stores: which regions.
+    ///
     /// Which registered regions take messages of 1 KiB or more with streaming
     /// (non-temporal) stores, which skip reading each destination line first: `off` (ordinary
     /// stores with the destination prefetched for writing, measured faster on our machines),
     /// `large-regions` (larger than the last-level cache, where every line would miss anyway),
     /// `on` (every region; a consumer that reads at once then finds the octets in memory, not
     /// in the cache). Measure before turning it on (docs/features.md "Streaming stores").
-    #[arg(long, value_enum, default_value_t = StreamingStores::default())]
+    #[arg(long, value_enum, default_value_t = StreamingStores::default(), value_name = "WHICH", hide_possible_values = true)]
     streaming_stores: StreamingStores,
     /// Pin worker q to CPU q.
     #[arg(long)]
     pin_cpus: bool,
+    /// Poll this many µs before sleeping.
+    ///
     /// Keep each worker polling this many µs after its last frame before it may sleep in
     /// poll(): lower latency for request/response loads, a core's worth of CPU while they
     /// last (0: sleep after 256 empty polls).
     #[arg(long, default_value_t = 0)]
+    #[arg(value_name = "US")]
     spin_us: u64,
+    /// Yield every this many empty polls.
+    ///
     /// While a worker spins (the 256 empty polls before it sleeps, and --spin-us), it offers
     /// its core to other runnable threads every this many empty polls (`sched_yield`), so
     /// that a thread woken on its core — the application, the peer, the kernel's work for
@@ -138,59 +200,98 @@ struct Args {
     /// own).
     #[arg(long, default_value_t = mpa_datapath::worker::DEFAULT_YIELD_EVERY, value_name = "POLLS")]
     spin_yield_polls: u32,
+    /// Stuck-worker deadline, ms.
+    ///
     /// A worker whose loop has not turned for this many ms is stuck: its flows are reported
     /// gone and the datapath exits non-zero (an idle worker turns at least every 10 ms).
     #[arg(long, default_value_t = mpa_datapath::server::DEFAULT_WORKER_DEADLINE.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(100..))]
+    #[arg(value_name = "MS")]
     worker_deadline_ms: u64,
+    /// Octets flows and rings may hold.
+    ///
     /// Octets all flows and completion rings may hold together: out-of-order octets copied
     /// for reassembly, 256 KiB of fixed state per flow, the completion rings of each
     /// subscription (default: a quarter of the machine's memory; docs/limits.md).
     #[arg(long, value_name = "OCTETS")]
     memory_budget: Option<u64>,
+    /// Control clients at once at most.
+    ///
     /// Control-socket clients connected at once at most (more are refused).
     #[arg(long, default_value_t = mpa_datapath::server::DEFAULT_MAX_CONTROL_CLIENTS)]
+    #[arg(value_name = "N")]
     max_control_clients: usize,
+    /// Seconds a client has to say Hello.
+    ///
     /// Close a control client that has not said Hello this long after connecting.
     #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = mpa_cli::seconds)]
     control_hello_timeout: std::time::Duration,
+    /// Idle limit, holding nothing, s.
+    ///
     /// Close a control client without CAP_NET_ADMIN that holds nothing (no region,
     /// subscription, flow or watch) and has said nothing this long.
     #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = mpa_cli::seconds)]
     control_idle_timeout: std::time::Duration,
+    /// Records per completion ring.
+    ///
     /// Records per completion ring (one ring per worker and subscribing consumer, in shared
     /// memory): a power of two; a consumer that falls this far behind loses completions
     /// (counted, and reported to it as an overflow).
     #[arg(long, default_value_t = mpa_datapath::server::DEFAULT_COMPLETION_RING)]
+    #[arg(value_name = "RECORDS")]
     completion_ring: u32,
+    /// Registered region octets.
+    ///
     /// Octets of registered memory regions allowed in all.
     #[arg(long, default_value_t = mpa_datapath::server::DEFAULT_MAX_REGION_BYTES)]
+    #[arg(value_name = "OCTETS")]
     max_region_bytes: u64,
+    /// Busy polling, µs (0: off).
+    ///
     /// Preferred busy polling on every AF_XDP socket (SO_PREFER_BUSY_POLL, SO_BUSY_POLL of
     /// this many µs, SO_BUSY_POLL_BUDGET): the kernel runs the driver's receive from our
-    /// wake-ups instead of interrupts (0 = off).
-    #[arg(long, visible_alias = "busy-poll", default_value_t = 0)]
+    /// wake-ups instead of interrupts (0 = off). Also `--busy-poll`.
+    #[arg(long, alias = "busy-poll", default_value_t = 0)]
+    #[arg(value_name = "US")]
     busy_poll_us: u32,
+    /// Busy-poll budget, packets per round.
+    ///
     /// Busy-poll budget (packets per round) with --busy-poll-us.
     #[arg(long, default_value_t = 64)]
+    #[arg(value_name = "N")]
     busy_poll_budget: u32,
+    /// Keepalive idle time, ms (0: never).
+    ///
     /// Keepalive: probe a flow whose peer sent nothing for this long, in milliseconds; 0 =
     /// never [default: 7200000, RFC 1122's 2 h].
     #[arg(long)]
+    #[arg(value_name = "MS")]
     keepalive_idle_ms: Option<u64>,
+    /// Keepalive probe interval, ms.
+    ///
     /// Keepalive: between unanswered probes, ms; at least 500 (Linux peers answer such
     /// probes at most every 0.5 s) [default: 75000].
     #[arg(long)]
+    #[arg(value_name = "MS")]
     keepalive_interval_ms: Option<u64>,
+    /// Keepalive probes that end a flow.
+    ///
     /// Keepalive: unanswered probes that end the flow [default: 9].
     #[arg(long)]
+    #[arg(value_name = "N")]
     keepalive_probes: Option<u32>,
+    /// Longest FIN-WAIT-2, ms.
+    ///
     /// The longest FIN-WAIT-2 lasts, ms [default: 60000, as Linux tcp_fin_timeout].
     #[arg(long)]
+    #[arg(value_name = "MS")]
     fin_wait2_timeout_ms: Option<u64>,
+    /// Zero-window probes that end a flow.
+    ///
     /// Zero-window probes, while the peer's window stays closed, that end the flow
     /// [default: 15, as Linux tcp_retries2].
     #[arg(long)]
+    #[arg(value_name = "N")]
     persist_max_probes: Option<u32>,
 }
 
