@@ -164,6 +164,11 @@ impl ControlClient {
         }
     }
 
+    /// A notification already read (while waiting for an answer), without reading more.
+    pub fn queued_notification(&mut self) -> Option<Message> {
+        self.notifications.pop_front()
+    }
+
     /// The next notification, waiting at most the socket timeout.
     pub fn next_notification(&mut self) -> Result<Message, ClientError> {
         if let Some(m) = self.notifications.pop_front() {

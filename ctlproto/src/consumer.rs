@@ -137,6 +137,28 @@ pub struct Consumer {
     flow_rings: flow_rings::FlowRings,
     /// The ring of each completion of a poll (reused).
     ring_tags: Vec<u32>,
+    /// Connections of its domains that ended, not yet taken ([`Consumer::connection_events`]).
+    ended: std::collections::VecDeque<ConnectionEnded>,
+    /// Ends not kept because [`MAX_CONNECTION_EVENTS`] were waiting.
+    ended_dropped: u64,
+}
+
+/// Connection ends a consumer keeps until [`Consumer::connection_events`] takes them; more
+/// are counted ([`Consumer::connection_events_dropped`]), not kept.
+pub const MAX_CONNECTION_EVENTS: usize = 4096;
+
+/// A connection of one of the consumer's domains ended (however it ended: a graceful close,
+/// a reset, a Terminate either way, an MPA error, a timer): no more of its completions come.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionEnded {
+    /// The connection.
+    pub flow_id: u64,
+    /// The MPA error code (RFC 5044 §8), if it ended with one.
+    pub mpa_error: Option<u8>,
+    /// The Terminate that ended it, sent or received.
+    pub terminate: Option<crate::TerminateInfo>,
+    /// Why, in words.
+    pub reason: String,
 }
 
 /// One subscribed domain: its rings and eventfd, and its post queues.
@@ -177,6 +199,8 @@ impl Consumer {
             busy_poll: false,
             busy_poll_yield_every: DEFAULT_BUSY_POLL_YIELD_EVERY,
             next_sub: 0,
+            ended: std::collections::VecDeque::new(),
+            ended_dropped: 0,
             flow_rings: flow_rings::FlowRings::default(),
             ring_tags: Vec::new(),
         })
@@ -580,16 +604,56 @@ impl Consumer {
         Ok((self.poll_completions(out)? > 0).then(|| std::mem::take(out)))
     }
 
-    /// The control socket without waiting: notifications are not for consumers (dropped);
-    /// a closed socket (the datapath went away) is an error.
+    /// The connections of the consumer's domains that ended since the last call, oldest
+    /// first (as `RDMA_CM_EVENT_DISCONNECTED` and friends tell a verbs application): reads
+    /// what the datapath sent without waiting. A datapath that went away is an error.
+    pub fn connection_events(&mut self) -> Result<Vec<ConnectionEnded>, ConsumerError> {
+        self.check_socket()?;
+        Ok(self.ended.drain(..).collect())
+    }
+
+    /// Connection ends not kept because [`MAX_CONNECTION_EVENTS`] were waiting untaken.
+    pub fn connection_events_dropped(&self) -> u64 {
+        self.ended_dropped
+    }
+
+    /// Keeps a connection end the datapath sent; other notifications are not for consumers.
+    fn note(&mut self, m: Message) {
+        if let Message::FlowGone {
+            flow_id,
+            mpa_error,
+            reason,
+            terminate,
+        } = m
+        {
+            if self.ended.len() >= MAX_CONNECTION_EVENTS {
+                self.ended_dropped += 1;
+                return;
+            }
+            self.ended.push_back(ConnectionEnded {
+                flow_id,
+                mpa_error,
+                terminate,
+                reason,
+            });
+        }
+    }
+
+    /// The control socket without waiting: connection ends kept, other notifications
+    /// dropped; a closed socket (the datapath went away) is an error.
     fn check_socket(&mut self) -> Result<(), ConsumerError> {
+        while let Some(m) = self.client.queued_notification() {
+            self.note(m);
+        }
         loop {
             let mut f = [PollFd::new(self.client.as_fd(), PollFlags::POLLIN)];
             if !matches!(poll(&mut f, PollTimeout::ZERO), Ok(n) if n > 0) {
                 return Ok(());
             }
-            // Readable: a message (read and dropped) or the end of the stream (an error).
-            self.client.wait_notification(None)?;
+            // Readable: a message or the end of the stream (an error).
+            if let Some(m) = self.client.wait_notification(None)? {
+                self.note(m);
+            }
         }
     }
 }

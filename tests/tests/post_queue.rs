@@ -739,3 +739,77 @@ fn an_armed_subscription_wakes_the_applications_own_epoll_once() {
     drop(frozen);
     dp.stop();
 }
+
+/// The application that owns a connection's domain (not the connection manager that adopted
+/// it) learns that the connection ended, and how: a close of its own, and a Terminate the
+/// peer sent for a Write to an STag it never advertised.
+#[test]
+fn the_domains_owner_learns_that_its_connections_ended_and_how() {
+    if !require_privileged("connection ends to the domain's owner") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let (dp, path) = datapath(&bed, &DatapathOptions::default());
+    let mut consumer = Consumer::connect(&path, Duration::from_secs(10)).unwrap();
+    let region = consumer.create_region(4096, PD, false, false).unwrap();
+    consumer.subscribe(PD).unwrap();
+    let ended = |consumer: &mut Consumer, flow_id: u64| {
+        let t0 = Instant::now();
+        loop {
+            let mut ev = consumer.connection_events().unwrap();
+            if !ev.is_empty() {
+                assert_eq!(ev.len(), 1, "{ev:#?}");
+                let e = ev.pop().unwrap();
+                assert_eq!(e.flow_id, flow_id, "{e:?}");
+                return e;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "no end of flow {flow_id}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let advertise = format!("{PEER_STAG:#x}:4096");
+
+    // Closed by the application: no error, no Terminate.
+    let bind = SocketAddr::new(bed.addr_a(false), 7950);
+    let listener = Listener::start(&bed, bind, &["--timeout", "30", "--advertise", &advertise]);
+    let (flow_id, _, frozen) = initiator(&bed, &path, bind, PD);
+    assert_eq!(consumer.connection_events().unwrap(), vec![]);
+    consumer.finish_flow(flow_id).unwrap();
+    let _ = listener.report(Duration::from_secs(30));
+    let e = ended(&mut consumer, flow_id);
+    assert_eq!((e.mpa_error, e.terminate), (None, None), "{e:?}");
+    drop(frozen);
+
+    // A Write to an STag the peer never advertised: its Terminate (DDP, tagged buffer error,
+    // invalid STag: RFC 5041 §7.2) ends the connection.
+    let bind = SocketAddr::new(bed.addr_a(false), 7951);
+    let listener = Listener::start(&bed, bind, &["--timeout", "30", "--advertise", &advertise]);
+    let (flow_id, _, frozen) = initiator(&bed, &path, bind, PD);
+    assert!(region.write(0, &[0x5a; 64]));
+    consumer
+        .post_write_shm(
+            flow_id,
+            region.info().stag,
+            0,
+            64,
+            1,
+            PEER_STAG ^ 0xff00,
+            0,
+            1,
+        )
+        .unwrap();
+    let e = ended(&mut consumer, flow_id);
+    let t = e.terminate.unwrap_or_else(|| panic!("no Terminate: {e:?}"));
+    assert_eq!(
+        (t.layer, t.error_type, t.error_code, t.sent),
+        (1, 1, 0, false),
+        "{e:?}"
+    );
+    let _ = listener.report(Duration::from_secs(30));
+    drop(frozen);
+    assert_eq!(consumer.connection_events_dropped(), 0);
+    dp.stop();
+}

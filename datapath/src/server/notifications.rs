@@ -45,17 +45,28 @@ impl Server {
                 ..
             } => {
                 let client = self.adopted.get(&flow_id).map(|a| a.client);
+                // The application that owns the flow's domain learns of the end too (when it
+                // is not the adopter itself).
+                let owner = self
+                    .adopted
+                    .get(&flow_id)
+                    .and_then(|a| a.pd)
+                    .and_then(|pd| self.registry.domain_owner(pd))
+                    .filter(|&o| Some(o) != client);
                 self.forget(flow_id);
                 let mpa_error = end.mpa_error.map(mpa::MpaErrorCode::code);
                 self.ended.count(mpa_error, end.terminate);
                 tracing::info!(flow_id, ?end, ?stats, "flow gone");
+                let m = Message::FlowGone {
+                    flow_id,
+                    mpa_error,
+                    terminate: end.terminate,
+                    reason: end.reason,
+                };
+                if let Some(o) = owner {
+                    self.reply(o, m.clone());
+                }
                 if let Some(c) = client {
-                    let m = Message::FlowGone {
-                        flow_id,
-                        mpa_error,
-                        terminate: end.terminate,
-                        reason: end.reason,
-                    };
                     self.reply(c, m);
                 }
                 if self.finished.len() == FINISHED_KEPT {
