@@ -72,6 +72,33 @@ fn initiator(
     (flow_id, negotiated, frozen)
 }
 
+/// A kernel `mpa-peer listen` in ns a and the datapath's connection to it.
+struct Connected {
+    listener: Listener,
+    flow_id: u64,
+    /// The region the listener advertised.
+    ad: RegionAd,
+    frozen: mpa_control::freeze::FrozenSocket,
+}
+
+/// Starts `mpa-peer listen` on `port` of ns a, advertising `len` octets at [`PEER_STAG`], and
+/// connects the datapath at `path` to it in domain [`PD`].
+fn connect_to_peer(bed: &TestBed, path: &Path, port: u16, len: u64) -> Connected {
+    let bind = SocketAddr::new(bed.addr_a(false), port);
+    let advertise = format!("{PEER_STAG:#x}:{len}");
+    let listener = Listener::start(bed, bind, &["--timeout", "30", "--advertise", &advertise]);
+    let (flow_id, negotiated, frozen) = initiator(bed, path, bind, PD);
+    let ad = RegionAd::parse(&negotiated.peer_private_data)
+        .expect("a valid advertisement")
+        .expect("the listener's advertisement");
+    Connected {
+        listener,
+        flow_id,
+        ad,
+        frozen,
+    }
+}
+
 /// Every queue's counters, summed.
 fn queue_totals(path: &Path) -> QueueStats {
     let mut dpc = DatapathClient::connect(path, Duration::from_secs(5)).unwrap();
@@ -156,13 +183,12 @@ fn writes_posted_through_shared_memory_reach_the_kernel_peer_and_refusals_come_b
     let src: Vec<u8> = (0..LEN).map(|_| rng.next_u64() as u8).collect();
     assert!(region.write(0, &src));
 
-    let bind = SocketAddr::new(bed.addr_a(false), 7900);
-    let advertise = format!("{PEER_STAG:#x}:{LEN}");
-    let listener = Listener::start(&bed, bind, &["--timeout", "30", "--advertise", &advertise]);
-    let (flow_id, negotiated, frozen) = initiator(&bed, &path, bind, PD);
-    let ad = RegionAd::parse(&negotiated.peer_private_data)
-        .expect("a valid advertisement")
-        .expect("the listener's advertisement");
+    let Connected {
+        listener,
+        flow_id,
+        ad,
+        frozen,
+    } = connect_to_peer(&bed, &path, 7900, LEN);
     assert_eq!((ad.stag, ad.len), (PEER_STAG, LEN));
     let stag = region.info().stag;
     let write = |i: u64, cookie: u64| PostRecord {
@@ -391,13 +417,12 @@ fn a_consumer_scribbling_over_its_post_queue_does_not_hurt_the_datapath() {
     consumer.subscribe(PD).unwrap();
     let src: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
     assert!(region.write(0, &src));
-    let bind = SocketAddr::new(bed.addr_a(false), 7910);
-    let advertise = format!("{PEER_STAG:#x}:{len}");
-    let listener = Listener::start(&bed, bind, &["--timeout", "30", "--advertise", &advertise]);
-    let (flow_id, negotiated, frozen) = initiator(&bed, &path, bind, PD);
-    let ad = RegionAd::parse(&negotiated.peer_private_data)
-        .unwrap()
-        .unwrap();
+    let Connected {
+        listener,
+        flow_id,
+        ad,
+        frozen,
+    } = connect_to_peer(&bed, &path, 7910, len);
     let count = (len / MSG) as u32;
     consumer
         .post_write_shm(
@@ -467,13 +492,12 @@ fn a_sleeping_worker_sets_its_waiting_flag_and_wakes_on_its_doorbell() {
     let mut consumer = Consumer::connect(&path, Duration::from_secs(10)).unwrap();
     let region = consumer.create_region(4096, PD, false, false).unwrap();
     consumer.subscribe(PD).unwrap();
-    let bind = SocketAddr::new(bed.addr_a(false), 7920);
-    let advertise = format!("{PEER_STAG:#x}:4096");
-    let listener = Listener::start(&bed, bind, &["--timeout", "30", "--advertise", &advertise]);
-    let (flow_id, negotiated, frozen) = initiator(&bed, &path, bind, PD);
-    let ad = RegionAd::parse(&negotiated.peer_private_data)
-        .unwrap()
-        .unwrap();
+    let Connected {
+        listener,
+        flow_id,
+        ad,
+        frozen,
+    } = connect_to_peer(&bed, &path, 7920, 4096);
     let file = std::fs::File::from(
         consumer
             .post_queue_file(PD)
@@ -578,13 +602,12 @@ fn a_run_to_completion_driver_reads_the_post_queues_at_every_turn() {
         let mut rng = SplitMix64(5);
         let src: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
         assert!(region.write(0, &src));
-        let bind = SocketAddr::new(bed.addr_a(false), 7930);
-        let advertise = format!("{PEER_STAG:#x}:{len}");
-        let listener = Listener::start(&bed, bind, &["--timeout", "30", "--advertise", &advertise]);
-        let (flow_id, negotiated, frozen) = initiator(&bed, &path, bind, PD);
-        let ad = RegionAd::parse(&negotiated.peer_private_data)
-            .unwrap()
-            .unwrap();
+        let Connected {
+            listener,
+            flow_id,
+            ad,
+            frozen,
+        } = connect_to_peer(&bed, &path, 7930, len);
         let count = len / MSG;
         let mut seen = Vec::new();
         for i in 0..count {
@@ -646,13 +669,12 @@ fn an_armed_subscription_wakes_the_applications_own_epoll_once() {
         Err(ConsumerError::NotSubscribed(OTHER_PD))
     ));
     assert!(consumer.completion_fd(OTHER_PD).is_none());
-    let bind = SocketAddr::new(bed.addr_a(false), 7940);
-    let advertise = format!("{PEER_STAG:#x}:4096");
-    let listener = Listener::start(&bed, bind, &["--timeout", "30", "--advertise", &advertise]);
-    let (flow_id, negotiated, frozen) = initiator(&bed, &path, bind, PD);
-    let ad = RegionAd::parse(&negotiated.peer_private_data)
-        .unwrap()
-        .unwrap();
+    let Connected {
+        listener,
+        flow_id,
+        ad,
+        frozen,
+    } = connect_to_peer(&bed, &path, 7940, 4096);
     let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).unwrap();
     let fd = consumer
         .completion_fd(PD)
@@ -770,12 +792,14 @@ fn the_domains_owner_learns_that_its_connections_ended_and_how() {
             std::thread::sleep(Duration::from_millis(10));
         }
     };
-    let advertise = format!("{PEER_STAG:#x}:4096");
 
     // Closed by the application: no error, no Terminate.
-    let bind = SocketAddr::new(bed.addr_a(false), 7950);
-    let listener = Listener::start(&bed, bind, &["--timeout", "30", "--advertise", &advertise]);
-    let (flow_id, _, frozen) = initiator(&bed, &path, bind, PD);
+    let Connected {
+        listener,
+        flow_id,
+        frozen,
+        ..
+    } = connect_to_peer(&bed, &path, 7950, 4096);
     assert_eq!(consumer.connection_events().unwrap(), vec![]);
     consumer.finish_flow(flow_id).unwrap();
     let _ = listener.report(Duration::from_secs(30));
@@ -785,9 +809,12 @@ fn the_domains_owner_learns_that_its_connections_ended_and_how() {
 
     // A Write to an STag the peer never advertised: its Terminate (DDP, tagged buffer error,
     // invalid STag: RFC 5041 §7.2) ends the connection.
-    let bind = SocketAddr::new(bed.addr_a(false), 7951);
-    let listener = Listener::start(&bed, bind, &["--timeout", "30", "--advertise", &advertise]);
-    let (flow_id, _, frozen) = initiator(&bed, &path, bind, PD);
+    let Connected {
+        listener,
+        flow_id,
+        frozen,
+        ..
+    } = connect_to_peer(&bed, &path, 7951, 4096);
     assert!(region.write(0, &[0x5a; 64]));
     consumer
         .post_write_shm(

@@ -1,8 +1,9 @@
 //! Putting MPA flows on the RX queues that have an AF_XDP socket (docs/nics.md, "4.
-//! Queues, and putting MPA flows on them"). A NIC hashes each flow to one of its RX queues; a steered
-//! flow whose segments land on a queue without a socket is dropped by the XDP program
-//! (`steered_no_xsk`). Either the NIC gets exactly as many RX channels as the datapath serves
-//! (`channels`), or ntuple rules send the listeners' ports to the served queues (`ntuple`).
+//! Queues, and putting MPA flows on them"). A NIC hashes each flow to one of its RX
+//! queues; a steered flow whose segments land on a queue without a socket is dropped by the
+//! XDP program (`steered_no_xsk`). Either the NIC gets exactly as many RX channels as the
+//! datapath serves (`channels`), or ntuple rules send the listeners' ports to the served
+//! queues (`ntuple`).
 //!
 //! Every change is written to a state file before it is made (the file replaced atomically
 //! and synced), and marked done after, so that whatever moment the datapath is killed at, the

@@ -56,7 +56,8 @@ pub struct XskConfig {
 }
 
 /// Huge pages for the UMEM: a 4 KiB page per frame costs a TLB miss at each frame's first
-/// touch; a 2 MiB page covers 512 frames (docs/nics.md, "6. Zero-copy, huge pages, busy polling").
+/// touch; a 2 MiB page covers 512 frames (docs/nics.md, "6. Zero-copy, huge pages, busy
+/// polling").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum HugePages {
     /// On huge pages where the system has enough free, else on normal pages (logged).
