@@ -91,7 +91,8 @@ pub struct Config {
     pub max_connections: usize,
     /// Of those, from one peer address at most.
     pub max_connections_per_source: usize,
-    /// At least one.
+    /// The operator's listeners; none when the daemon serves applications' Listen and
+    /// Connect only.
     pub listeners: Vec<ListenerConfig>,
     /// Where to serve metrics (`--metrics` overrides).
     pub metrics: Option<SocketAddr>,
@@ -194,12 +195,6 @@ impl Config {
                     "{max_connections_per_source} is not between 1 and max_connections \
                      ({max_connections})"
                 ),
-            ));
-        }
-        if raw.listener.is_empty() {
-            return Err(invalid(
-                "listener",
-                "no [[listener]] table: nothing to serve".into(),
             ));
         }
         let mut listeners: Vec<ListenerConfig> = Vec::new();
@@ -555,7 +550,6 @@ mod tests {
                 format!("datapath_socket = \"\"\n{L}"),
                 &["datapath_socket: must not be empty"],
             ),
-            (String::new(), &["listener: no [[listener]] table"]),
             (
                 "[[listener]]\nbind = \"10.0.0.2\"\n".into(),
                 &["listener[0].bind: \"10.0.0.2\" is not ADDR:PORT"],

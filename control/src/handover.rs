@@ -8,7 +8,8 @@ use crate::neighbour;
 use crate::setup_error::SetupError;
 use mpa::startup::{Negotiated, NO_IRD_ORD_NEGOTIATION};
 use mpa::wire::startup::{HEADER_LEN, MAX_FRAME_LEN, MAX_PRIVATE_DATA};
-use mpa_ctl_proto::{HandOver, Message, MpaParams, Role};
+use mpa_ctl_proto::cm::PeerParams;
+use mpa_ctl_proto::{AppHandOver, HandOver, Message, MpaParams, Role};
 use std::io::{self, Read};
 use std::net::TcpStream;
 use std::time::Instant;
@@ -94,13 +95,16 @@ pub struct Placement {
     /// The peer aligns FPDUs with TCP segments: without markers, out-of-order segments whose
     /// leading FPDU verifies by CRC are placed at once (opt-in, RFC 5044 §5.1).
     pub aligned_sender: bool,
+    /// An application's setup (its Listen or Connect): the hand-over names it, so that the
+    /// datapath places into the domain the application asked for and tells it.
+    pub conn_id: Option<u64>,
 }
 
 impl From<Option<u32>> for Placement {
     fn from(pd: Option<u32>) -> Self {
         Placement {
             pd,
-            aligned_sender: false,
+            ..Placement::default()
         }
     }
 }
@@ -148,11 +152,26 @@ pub(crate) fn hand_over(
             ird: negotiated_bound(negotiated, negotiated.ird),
             ord: negotiated_bound(negotiated, negotiated.ord),
         };
+        let app = placement.conn_id.map(|conn_id| AppHandOver {
+            conn_id,
+            params: PeerParams {
+                peer: remote,
+                local,
+                revision: negotiated.rev,
+                markers_rx: negotiated.markers_rx,
+                markers_tx: negotiated.markers_tx,
+                crc: negotiated.crc,
+                ird: mpa.ird,
+                ord: mpa.ord,
+                private_data: negotiated.peer_private_data.clone(),
+            },
+        });
         let handover = Box::new(HandOver {
             flow_id,
             tcp,
             mpa,
             next_hop_mac,
+            app,
         });
         // 3. The datapath owns the connection from here (and sends the Reply or the RTR).
         match dp.request(|id| Message::HandOver { id, handover })? {
@@ -173,6 +192,6 @@ pub(crate) fn hand_over(
 /// An IRD or ORD the startup negotiated (RFC 6581 §9.1): only revision 2's enhanced
 /// connection setup carries them, and 0x3FFF leaves them to the ULP; otherwise `None` (the
 /// datapath's own bounds apply).
-fn negotiated_bound(n: &Negotiated, value: u16) -> Option<u16> {
+pub(crate) fn negotiated_bound(n: &Negotiated, value: u16) -> Option<u16> {
     (n.peer_enhanced.is_some() && value != NO_IRD_ORD_NEGOTIATION).then_some(value)
 }

@@ -46,9 +46,63 @@ pub fn connect_and_hand_over(
     placement: impl Into<Placement>,
     dp: &mut DatapathClient,
 ) -> Result<InitiatorOutcome, SetupError> {
-    let timeout = policy.startup_timeout;
+    let sock = connect_tcp(None, to, policy.startup_timeout)?;
+    start_and_hand_over_on(sock, policy, private_data, placement.into(), dp)
+}
+
+/// A TCP connection to `to` from `local` (`None`: the kernel's choice), within `timeout`.
+pub fn connect_tcp(
+    local: Option<SocketAddr>,
+    to: SocketAddr,
+    timeout: std::time::Duration,
+) -> std::io::Result<TcpStream> {
+    let Some(local) = local else {
+        return TcpStream::connect_timeout(&to, timeout);
+    };
+    use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, SockaddrStorage};
+    use std::os::fd::AsFd;
+    let family = if to.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    };
+    let flags = SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK;
+    let fd = socket::socket(family, SockType::Stream, flags, None)?;
+    use std::os::fd::AsRawFd;
+    socket::bind(fd.as_raw_fd(), &SockaddrStorage::from(local))?;
+    match socket::connect(fd.as_raw_fd(), &SockaddrStorage::from(to)) {
+        Ok(()) => {}
+        Err(nix::errno::Errno::EINPROGRESS) => {
+            let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+            let mut fds = [nix::poll::PollFd::new(
+                fd.as_fd(),
+                nix::poll::PollFlags::POLLOUT,
+            )];
+            if nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms))? == 0 {
+                return Err(std::io::ErrorKind::TimedOut.into());
+            }
+            let err = socket::getsockopt(&fd, socket::sockopt::SocketError)?;
+            if err != 0 {
+                return Err(std::io::Error::from_raw_os_error(err));
+            }
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let s = TcpStream::from(fd);
+    s.set_nonblocking(false)?;
+    Ok(s)
+}
+
+/// The Initiator startup with our ULP `private_data` on the connected `sock`, and the
+/// hand-over (see [`connect_and_hand_over`]).
+pub fn start_and_hand_over_on(
+    sock: TcpStream,
+    policy: StartupPolicy,
+    private_data: Vec<u8>,
+    placement: Placement,
+    dp: &mut DatapathClient,
+) -> Result<InitiatorOutcome, SetupError> {
     let sm = InitiatorStartup::new(policy, private_data, Instant::now())?;
-    let sock = TcpStream::connect_timeout(&to, timeout)?;
     // The Reply is the peer's last segment to the kernel before the hand-over: watch our
     // port before the Request goes out, so that its TSval is recorded (docs/environment.md,
     // "Why TS.Recent must be inherited"); a refusal only costs that.
@@ -60,7 +114,7 @@ pub fn connect_and_hand_over(
             false
         }
     };
-    let r = start_and_hand_over(sock, sm, placement.into(), dp);
+    let r = start_and_hand_over(sock, sm, placement, dp);
     if watched {
         let _ = dp.request(|id| Message::UnwatchPort { id, port });
     }

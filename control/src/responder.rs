@@ -5,7 +5,7 @@
 use crate::datapath_client::DatapathClient;
 use crate::freeze::FrozenSocket;
 use crate::handover::{hand_over, read_frame_step, FrameRead, Placement, StartupWire};
-use mpa::startup::{Negotiated, ResponderStartup, StartupEvent, StartupPolicy};
+use mpa::startup::{Negotiated, RequestInfo, ResponderStartup, StartupEvent, StartupPolicy};
 use mpa_ctl_proto::Role;
 use std::io::Write;
 use std::net::TcpStream;
@@ -33,16 +33,58 @@ pub enum Outcome {
     },
 }
 
+/// An application's answer to a Request ([`decide_and_hand_over`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Accept with this Reply private data.
+    Accept(Vec<u8>),
+    /// Reject with this private data.
+    Reject(Vec<u8>),
+    /// Neither: close the connection (the application went away or took too long).
+    Abandon(String),
+}
+
 /// Runs the Responder startup on `sock` and hands the connection to the datapath; its flow
 /// places into protection domain `pd` (when given).
 pub fn respond_and_hand_over(
-    mut sock: TcpStream,
+    sock: TcpStream,
     policy: StartupPolicy,
     reply_private_data: Vec<u8>,
     placement: impl Into<Placement>,
     dp: &mut DatapathClient,
 ) -> Result<Outcome, SetupError> {
-    let mut sm = ResponderStartup::auto(policy, reply_private_data, Instant::now());
+    let sm = ResponderStartup::auto(policy, reply_private_data, Instant::now());
+    run(
+        sock,
+        sm,
+        |_, _| Verdict::Abandon("no decision".into()),
+        placement.into(),
+        dp,
+    )
+}
+
+/// The Responder startup in explicit mode: a Request that passes `policy` goes to `decide`
+/// (with the Request and the Placement to fill in), whose verdict accepts, rejects or
+/// abandons it; an accepted connection is handed over.
+pub fn decide_and_hand_over(
+    sock: TcpStream,
+    policy: StartupPolicy,
+    decide: impl FnOnce(&RequestInfo, &mut Placement) -> Verdict,
+    placement: Placement,
+    dp: &mut DatapathClient,
+) -> Result<Outcome, SetupError> {
+    let sm = ResponderStartup::new(policy, Instant::now());
+    run(sock, sm, decide, placement, dp)
+}
+
+fn run(
+    mut sock: TcpStream,
+    mut sm: ResponderStartup,
+    decide: impl FnOnce(&RequestInfo, &mut Placement) -> Verdict,
+    mut placement: Placement,
+    dp: &mut DatapathClient,
+) -> Result<Outcome, SetupError> {
+    let mut decide = Some(decide);
     // Read exactly the Request: octets after it belong to Full Operation (none can come
     // before our Reply from a compliant Initiator, and we never swallow them).
     let mut frame: Vec<u8> = Vec::with_capacity(mpa::wire::startup::MAX_FRAME_LEN);
@@ -61,7 +103,21 @@ pub fn respond_and_hand_over(
                     });
                 }
                 StartupEvent::Failed(e) => return Err(e.into()),
-                StartupEvent::RequestReceived(_) => continue,
+                StartupEvent::RequestReceived(info) => {
+                    let verdict = match decide.take() {
+                        Some(d) => d(&info, &mut placement),
+                        None => Verdict::Abandon("a second Request".into()),
+                    };
+                    match verdict {
+                        Verdict::Accept(pd) => sm.accept(pd)?,
+                        Verdict::Reject(pd) => sm.reject(pd)?,
+                        Verdict::Abandon(why) => {
+                            let _ = sock.shutdown(std::net::Shutdown::Both);
+                            return Err(SetupError::Abandoned(why));
+                        }
+                    }
+                    continue;
+                }
             }
         }
         let Some(deadline) = sm.poll_timeout() else {
@@ -83,15 +139,8 @@ pub fn respond_and_hand_over(
         request: frame,
         reply_received: Vec::new(),
     };
-    let (flow_id, frozen) = hand_over(
-        sock,
-        dp,
-        Role::Responder,
-        &negotiated,
-        wire,
-        rtr,
-        placement.into(),
-    )?;
+    let (flow_id, frozen) =
+        hand_over(sock, dp, Role::Responder, &negotiated, wire, rtr, placement)?;
     Ok(Outcome::HandedOver {
         flow_id,
         frozen,

@@ -7,6 +7,16 @@ use crate::neighbour::NeighbourError;
 use mpa::startup::StartupError;
 use std::io;
 
+impl SetupError {
+    /// The MPA error code (RFC 5044 §8) the failure amounts to, when it is a startup error.
+    pub fn mpa_error(&self) -> Option<u8> {
+        match self {
+            SetupError::Startup(e) => Some(e.code().code()),
+            _ => None,
+        }
+    }
+}
+
 /// Why a connection could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
@@ -28,6 +38,10 @@ pub enum SetupError {
     /// No next-hop MAC.
     #[error("next hop: {0}")]
     Neighbour(#[from] NeighbourError),
+    /// The application that owned the setup cancelled it or went away, or decided nothing
+    /// in time.
+    #[error("abandoned: {0}")]
+    Abandoned(String),
     /// Octets were queued in the kernel socket at freeze time: they would be lost.
     #[error("kernel socket not quiet at hand-over: {recv} octets unread, {send} unsent")]
     NotQuiet {

@@ -242,6 +242,10 @@ fn answer_id(m: &Message) -> Option<u64> {
         | Message::RegionCreated { id, .. }
         | Message::Subscribed { id, .. }
         | Message::Posted { id, .. }
+        | Message::PdAllocated { id, .. }
+        | Message::Listening { id, .. }
+        | Message::Connecting { id, .. }
+        | Message::ConnectionQueued { id, .. }
         | Message::Ok { id }
         | Message::Error { id, .. } => Some(*id),
         // Requests and notifications: no wildcard, so that a new answer cannot be missed
@@ -267,6 +271,23 @@ fn answer_id(m: &Message) -> Option<u64> {
         | Message::StartCapture { .. }
         | Message::StopCapture { .. }
         | Message::Captured { .. }
-        | Message::CaptureDone { .. } => None,
+        | Message::CaptureDone { .. }
+        | Message::AllocPd { .. }
+        | Message::DeallocPd { .. }
+        | Message::Listen { .. }
+        | Message::StopListening { .. }
+        | Message::Connect { .. }
+        | Message::Accept { .. }
+        | Message::Reject { .. }
+        | Message::CmEvent { .. }
+        | Message::ServeConnections { .. }
+        | Message::ManagerListen { .. }
+        | Message::ListenResult { .. }
+        | Message::ManagerStopListening { .. }
+        | Message::ConnectionRequested { .. }
+        | Message::ManagerDecision { .. }
+        | Message::ManagerConnect { .. }
+        | Message::ManagerCancel { .. }
+        | Message::SetupEnded { .. } => None,
     }
 }

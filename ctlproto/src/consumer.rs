@@ -50,6 +50,7 @@
 //! ```
 
 use crate::client::{ClientError, ControlClient};
+use crate::cm::{CmEvent, ConnectOptions, ListenOptions};
 use crate::ring::{drain_eventfd, RingError, RingFile, RingSet};
 use crate::shm::{Access, SharedMemory, ShmError};
 use crate::{Completion, Message, PostTarget, RegionInfo};
@@ -137,8 +138,8 @@ pub struct Consumer {
     flow_rings: flow_rings::FlowRings,
     /// The ring of each completion of a poll (reused).
     ring_tags: Vec<u32>,
-    /// Connections of its domains that ended, not yet taken ([`Consumer::connection_events`]).
-    ended: std::collections::VecDeque<ConnectionEnded>,
+    /// Connection events not yet taken ([`Consumer::connection_events`]).
+    ended: std::collections::VecDeque<ConnectionEvent>,
     /// Ends not kept because [`MAX_CONNECTION_EVENTS`] were waiting.
     ended_dropped: u64,
 }
@@ -159,6 +160,16 @@ pub struct ConnectionEnded {
     pub terminate: Option<crate::TerminateInfo>,
     /// Why, in words.
     pub reason: String,
+}
+
+/// What happened to a listener or connection of the consumer's (rdma_cm's events): from the
+/// connection manager, or the end of an established connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnectionEvent {
+    /// A listener's connection request, an outcome of a setup, or a listener's end.
+    Cm(CmEvent),
+    /// An established connection ended.
+    Ended(ConnectionEnded),
 }
 
 /// One subscribed domain: its rings and eventfd, and its post queues.
@@ -604,12 +615,119 @@ impl Consumer {
         Ok((self.poll_completions(out)? > 0).then(|| std::mem::take(out)))
     }
 
-    /// The connections of the consumer's domains that ended since the last call, oldest
-    /// first (as `RDMA_CM_EVENT_DISCONNECTED` and friends tell a verbs application): reads
-    /// what the datapath sent without waiting. A datapath that went away is an error.
-    pub fn connection_events(&mut self) -> Result<Vec<ConnectionEnded>, ConsumerError> {
+    /// The connection events since the last call, oldest first (as rdma_cm's event channel
+    /// tells a verbs application): requests at its listeners, setups' outcomes, and the ends
+    /// of the connections of its domains. Reads what the datapath sent without waiting. A
+    /// datapath that went away is an error.
+    pub fn connection_events(&mut self) -> Result<Vec<ConnectionEvent>, ConsumerError> {
         self.check_socket()?;
         Ok(self.ended.drain(..).collect())
+    }
+
+    /// The next connection event, waiting at most `timeout` (`Ok(None)`: none came).
+    pub fn wait_connection_event(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<ConnectionEvent>, ConsumerError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.check_socket()?;
+            if let Some(e) = self.ended.pop_front() {
+                return Ok(Some(e));
+            }
+            match self.client.wait_notification(Some(deadline))? {
+                Some(m) => self.note(m),
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// The descriptor that becomes readable when a connection event may have come: put it in
+    /// an epoll set, then call [`Consumer::connection_events`] (like `rdma_event_channel`'s
+    /// fd). Events already read while waiting for an answer are returned at once by that
+    /// call without the descriptor becoming readable: call it after every request too.
+    pub fn event_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.client.as_fd()
+    }
+
+    /// Allocates a protection domain that only this consumer may name (`ibv_alloc_pd`).
+    pub fn alloc_pd(&mut self) -> Result<u32, ConsumerError> {
+        match self.client.request(|id| Message::AllocPd { id })? {
+            Message::PdAllocated { pd, .. } => Ok(pd),
+            m => Err(Self::unexpected(m)),
+        }
+    }
+
+    /// Releases an allocated domain (`ibv_dealloc_pd`); refused while anything is in it.
+    pub fn dealloc_pd(&mut self, pd: u32) -> Result<(), ConsumerError> {
+        self.expect_ok(|id| Message::DeallocPd { id, pd })
+    }
+
+    /// Listens for MPA connections on `bind` for domain `pd` (`rdma_bind_addr` +
+    /// `rdma_listen`); returns the listener and where it is bound. Requests arrive as
+    /// [`CmEvent::ConnectRequest`].
+    pub fn listen(
+        &mut self,
+        pd: u32,
+        bind: std::net::SocketAddr,
+        options: ListenOptions,
+    ) -> Result<(u64, std::net::SocketAddr), ConsumerError> {
+        match self.client.request(|id| Message::Listen {
+            id,
+            pd,
+            bind,
+            options,
+        })? {
+            Message::Listening {
+                listen_id, bound, ..
+            } => Ok((listen_id, bound)),
+            m => Err(Self::unexpected(m)),
+        }
+    }
+
+    /// Stops listener `listen_id` (`rdma_destroy_id` of a listening id).
+    pub fn stop_listening(&mut self, listen_id: u64) -> Result<(), ConsumerError> {
+        self.expect_ok(|id| Message::StopListening { id, listen_id })
+    }
+
+    /// Connects to `remote` for domain `pd` (`rdma_resolve_addr` … `rdma_connect`); returns
+    /// the connection whose outcome comes as a [`CmEvent`].
+    pub fn connect_to(
+        &mut self,
+        pd: u32,
+        remote: std::net::SocketAddr,
+        options: ConnectOptions,
+    ) -> Result<u64, ConsumerError> {
+        match self.client.request(|id| Message::Connect {
+            id,
+            pd,
+            remote,
+            options,
+        })? {
+            Message::Connecting { conn_id, .. } => Ok(conn_id),
+            m => Err(Self::unexpected(m)),
+        }
+    }
+
+    /// Accepts connection request `conn_id` with this Reply private data (`rdma_accept`);
+    /// [`CmEvent::Established`] follows.
+    pub fn accept(&mut self, conn_id: u64, private_data: &[u8]) -> Result<(), ConsumerError> {
+        let private_data = private_data.to_vec();
+        self.expect_ok(|id| Message::Accept {
+            id,
+            conn_id,
+            private_data,
+        })
+    }
+
+    /// Rejects connection request `conn_id` with this private data (`rdma_reject`).
+    pub fn reject(&mut self, conn_id: u64, private_data: &[u8]) -> Result<(), ConsumerError> {
+        let private_data = private_data.to_vec();
+        self.expect_ok(|id| Message::Reject {
+            id,
+            conn_id,
+            private_data,
+        })
     }
 
     /// Connection ends not kept because [`MAX_CONNECTION_EVENTS`] were waiting untaken.
@@ -617,26 +735,29 @@ impl Consumer {
         self.ended_dropped
     }
 
-    /// Keeps a connection end the datapath sent; other notifications are not for consumers.
+    /// Keeps a connection event the datapath sent; other notifications are not for
+    /// consumers.
     fn note(&mut self, m: Message) {
-        if let Message::FlowGone {
-            flow_id,
-            mpa_error,
-            reason,
-            terminate,
-        } = m
-        {
-            if self.ended.len() >= MAX_CONNECTION_EVENTS {
-                self.ended_dropped += 1;
-                return;
-            }
-            self.ended.push_back(ConnectionEnded {
+        let e = match m {
+            Message::FlowGone {
+                flow_id,
+                mpa_error,
+                reason,
+                terminate,
+            } => ConnectionEvent::Ended(ConnectionEnded {
                 flow_id,
                 mpa_error,
                 terminate,
                 reason,
-            });
+            }),
+            Message::CmEvent { event } => ConnectionEvent::Cm(event),
+            _ => return,
+        };
+        if self.ended.len() >= MAX_CONNECTION_EVENTS {
+            self.ended_dropped += 1;
+            return;
         }
+        self.ended.push_back(e);
     }
 
     /// The control socket without waiting: connection ends kept, other notifications

@@ -133,10 +133,24 @@ pub struct HandOver {
     pub mpa: MpaParams,
     /// Next-hop MAC address (from the neighbour table).
     pub next_hop_mac: [u8; 6],
+    /// An application's connection (it asked by Listen or Connect): the setup it ends and
+    /// what the application is told. `None`: a listener of the operator's configuration.
+    #[serde(default)]
+    pub app: Option<AppHandOver>,
+}
+
+/// The application's side of a hand-over.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppHandOver {
+    /// The setup (from [`crate::Message::ConnectionQueued`] or
+    /// [`crate::Message::ManagerConnect`]).
+    pub conn_id: u64,
+    /// What [`crate::cm::CmEvent::Established`] reports.
+    pub params: crate::cm::PeerParams,
 }
 
 /// RTR indications by name: the control protocol is JSON read by people as well.
-mod rtr_names {
+pub(crate) mod rtr_names {
     use mpa::startup::RtrType;
     use serde::{de::Error, Deserialize, Deserializer, Serializer};
 

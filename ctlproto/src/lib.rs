@@ -24,6 +24,7 @@
 pub mod capture;
 pub mod client;
 pub mod clock_probe;
+pub mod cm;
 pub mod consumer;
 pub mod fuzz;
 pub mod pattern;
@@ -48,10 +49,16 @@ pub use framing::{
     write_message_with_fd, ProtoError, MAX_FDS,
 };
 pub use handover::{
-    HandOver, MpaParams, Role, TcpSnapshot, TsSnapshot, DATAPATH_MAX_IRD, DATAPATH_MAX_ORD,
+    AppHandOver, HandOver, MpaParams, Role, TcpSnapshot, TsSnapshot, DATAPATH_MAX_IRD,
+    DATAPATH_MAX_ORD,
 };
 pub use message::{ErrorCode, Message, TerminateInfo};
 pub use region::{PostTarget, RegionInfo};
+
+/// The lowest protection domain [`Message::AllocPd`] hands out; lower numbers are the
+/// domains an operator's configuration names (a TOML listener's `pd`), owned by the first
+/// client to use them.
+pub const FIRST_ALLOCATED_PD: u32 = 0x0100_0000;
 
 /// Protocol version. Bump on any incompatible change.
 pub const VERSION: u32 = 2;

@@ -1,5 +1,6 @@
 //! Every message of the protocol, and the error codes and Terminate details they carry.
 
+use crate::cm::{CmEvent, ConnectOptions, Decision, ListenOptions, PeerParams, SetupOutcome};
 use crate::{CapturedFrame, HandOver, PostTarget, RegionInfo};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -35,6 +36,8 @@ pub enum ErrorCode {
     Forbidden,
     /// The datapath failed internally.
     Internal,
+    /// What the request needs is not running: no connection manager serves applications.
+    Unavailable,
 }
 
 /// Every message of the protocol.
@@ -375,6 +378,201 @@ pub enum Message {
         frames: u64,
         /// Frames seen but not sent: worker buffers full, or the client's queue full.
         dropped: u64,
+    },
+    /// application → datapath: allocate a protection domain owned by this client. Its
+    /// number is the datapath's choice (at least [`crate::FIRST_ALLOCATED_PD`]); every
+    /// request of another client naming it is refused. Answered by [`Message::PdAllocated`].
+    AllocPd {
+        /// Request id.
+        id: u64,
+    },
+    /// datapath → application: the domain.
+    PdAllocated {
+        /// Request id.
+        id: u64,
+        /// The domain.
+        pd: u32,
+    },
+    /// application → datapath: release an allocated domain; refused while a region, a
+    /// subscription, a listener, a setup or a connection of it remains. Answered by Ok.
+    DeallocPd {
+        /// Request id.
+        id: u64,
+        /// The domain.
+        pd: u32,
+    },
+    /// application → datapath: listen for MPA connections on `bind`; the connection manager
+    /// binds a kernel socket there and each Request arrives as
+    /// [`CmEvent::ConnectRequest`]. Answered by [`Message::Listening`] once bound.
+    Listen {
+        /// Request id.
+        id: u64,
+        /// The domain accepted connections place into (this client's).
+        pd: u32,
+        /// Address and port (port 0: one is chosen).
+        bind: SocketAddr,
+        /// The listener's policy.
+        #[serde(default)]
+        options: ListenOptions,
+    },
+    /// datapath → application: the listener is bound.
+    Listening {
+        /// Request id.
+        id: u64,
+        /// The listener.
+        listen_id: u64,
+        /// Where it listens (the port chosen for port 0).
+        bound: SocketAddr,
+    },
+    /// application → datapath: stop listening; requests not yet decided are rejected.
+    /// Answered by Ok.
+    StopListening {
+        /// Request id.
+        id: u64,
+        /// The listener.
+        listen_id: u64,
+    },
+    /// application → datapath: connect to `remote` as an MPA Initiator; the connection
+    /// manager does, and the outcome arrives as a [`CmEvent`]. Answered by
+    /// [`Message::Connecting`] at once.
+    Connect {
+        /// Request id.
+        id: u64,
+        /// The domain the connection places into (this client's).
+        pd: u32,
+        /// The Responder.
+        remote: SocketAddr,
+        /// The Request's parameters.
+        #[serde(default)]
+        options: ConnectOptions,
+    },
+    /// datapath → application: the setup started.
+    Connecting {
+        /// Request id.
+        id: u64,
+        /// The connection, named by its events.
+        conn_id: u64,
+    },
+    /// application → datapath: accept connection request `conn_id` (its accepting Reply
+    /// carries `private_data`); [`CmEvent::Established`] follows. Answered by Ok.
+    Accept {
+        /// Request id.
+        id: u64,
+        /// The request.
+        conn_id: u64,
+        /// The Reply's private data. (IRD and ORD are the listener's, see
+        /// [`ListenOptions`].)
+        #[serde(default)]
+        private_data: Vec<u8>,
+    },
+    /// application → datapath: reject connection request `conn_id` (a Reply with R=1
+    /// carrying `private_data`). Answered by Ok.
+    Reject {
+        /// Request id.
+        id: u64,
+        /// The request.
+        conn_id: u64,
+        /// The rejecting Reply's private data.
+        #[serde(default)]
+        private_data: Vec<u8>,
+    },
+    /// datapath → application (id 0): what happened to a listener or connection of its.
+    CmEvent {
+        /// The event.
+        event: CmEvent,
+    },
+    /// connection manager → datapath: this client sets up the applications' connections
+    /// (one at a time; an operator only). Answered by Ok.
+    ServeConnections {
+        /// Request id.
+        id: u64,
+    },
+    /// datapath → connection manager (id 0): bind a listener for an application and answer
+    /// with [`Message::ListenResult`].
+    ManagerListen {
+        /// The listener.
+        listen_id: u64,
+        /// The application's domain, which the hand-overs name.
+        pd: u32,
+        /// Where.
+        bind: SocketAddr,
+        /// Its policy.
+        options: ListenOptions,
+    },
+    /// connection manager → datapath: the listener is bound (`bound`) or could not be
+    /// (`error`). Answered by Ok.
+    ListenResult {
+        /// Request id.
+        id: u64,
+        /// The listener.
+        listen_id: u64,
+        /// Where it listens.
+        bound: Option<SocketAddr>,
+        /// Why it could not.
+        error: Option<String>,
+    },
+    /// datapath → connection manager (id 0): close the listener (requests in setup are
+    /// rejected).
+    ManagerStopListening {
+        /// The listener.
+        listen_id: u64,
+    },
+    /// connection manager → datapath: an MPA Request arrived at an application's listener.
+    /// Answered by [`Message::ConnectionQueued`] (the application was told) or an error
+    /// (reject the connection).
+    ConnectionRequested {
+        /// Request id.
+        id: u64,
+        /// The listener.
+        listen_id: u64,
+        /// The Request.
+        params: PeerParams,
+        /// Revision 2: the Initiator's IRD and ORD.
+        peer_ird_ord: Option<(u16, u16)>,
+    },
+    /// datapath → connection manager: the request's connection.
+    ConnectionQueued {
+        /// Request id.
+        id: u64,
+        /// The connection.
+        conn_id: u64,
+    },
+    /// datapath → connection manager (id 0): the application accepted or rejected.
+    ManagerDecision {
+        /// The connection.
+        conn_id: u64,
+        /// What to do.
+        decision: Decision,
+    },
+    /// datapath → connection manager (id 0): connect for an application; the hand-over
+    /// names `conn_id`, or [`Message::SetupEnded`] says why there is none.
+    ManagerConnect {
+        /// The connection.
+        conn_id: u64,
+        /// The application's domain, which the hand-over names.
+        pd: u32,
+        /// The Responder.
+        remote: SocketAddr,
+        /// The Request's parameters.
+        options: ConnectOptions,
+    },
+    /// datapath → connection manager (id 0): abandon the setup of `conn_id` (its
+    /// application is gone or stopped listening, or it took too long).
+    ManagerCancel {
+        /// The connection.
+        conn_id: u64,
+        /// Why.
+        reason: String,
+    },
+    /// connection manager → datapath: an application's setup ended without a hand-over.
+    /// Answered by Ok.
+    SetupEnded {
+        /// Request id.
+        id: u64,
+        /// The connection.
+        conn_id: u64,
+        /// How.
+        outcome: SetupOutcome,
     },
     /// Plain success.
     Ok {

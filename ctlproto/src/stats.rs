@@ -624,6 +624,15 @@ pub struct ControlStats {
     pub messages_dropped: u64,
     /// Octets queued for all clients now.
     pub queued_octets: u64,
+    /// A connection manager serves applications' Listen and Connect.
+    #[serde(default)]
+    pub connection_manager: bool,
+    /// Applications' listeners now.
+    #[serde(default)]
+    pub app_listeners: usize,
+    /// Applications' connections in setup now (requested or connecting).
+    #[serde(default)]
+    pub app_setups: usize,
 }
 
 impl DatapathStats {

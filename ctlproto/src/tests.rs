@@ -43,6 +43,7 @@ fn snapshot() -> HandOver {
             ord: Some(0),
         },
         next_hop_mac: [2, 0, 0, 0, 0, 1],
+        app: None,
     }
 }
 
@@ -224,6 +225,9 @@ fn round_trip_every_message() {
                     idle_deadline_ms: 60_000,
                     messages_dropped: 3,
                     queued_octets: 4096,
+                    connection_manager: true,
+                    app_listeners: 2,
+                    app_setups: 1,
                 },
                 handover: crate::stats::HandoverStats {
                     ts_recent_inherited: 1,

@@ -157,6 +157,7 @@ fn ping_pong(a: &Args, driver: &mut QueueDriver) -> Result<(), Failure> {
         let placement = Placement {
             pd: Some(PD),
             aligned_sender: false,
+            conn_id: None,
         };
         Ok(connect_and_hand_over(
             to,

@@ -263,6 +263,7 @@ pub fn initiate(
             Placement {
                 pd: Some(pd),
                 aligned_sender: false,
+                conn_id: None,
             },
             &mut dpc,
         )

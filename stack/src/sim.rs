@@ -261,6 +261,7 @@ impl SimHandover {
                 ord: self.ord,
             },
             next_hop_mac: self.next_hop_mac,
+            app: None,
         }
     }
 }

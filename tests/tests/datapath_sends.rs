@@ -48,6 +48,7 @@ fn initiator(
             mpa_control::Placement {
                 pd: Some(PD),
                 aligned_sender: false,
+                conn_id: None,
             },
             &mut dpc,
         )
@@ -457,6 +458,7 @@ fn mpa_peer_reads_a_region_through_the_datapath() {
             placement: mpa_control::Placement {
                 pd: Some(PD),
                 aligned_sender: false,
+                conn_id: None,
             },
             ..mpa_tests::Responder::framing(markers, true)
         };
@@ -648,6 +650,7 @@ fn read_responses_beyond_2_gib_outstanding_are_all_served() {
         placement: mpa_control::Placement {
             pd: Some(PD),
             aligned_sender: false,
+            conn_id: None,
         },
         ..mpa_tests::Responder::framing(false, true)
     };

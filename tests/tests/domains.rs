@@ -48,6 +48,7 @@ fn another_client_cannot_touch_a_domain_and_the_owner_keeps_its_completions() {
         placement: mpa_control::Placement {
             pd: Some(PD),
             aligned_sender: false,
+            conn_id: None,
         },
         ..Responder::framing(false, true)
     };

@@ -100,6 +100,7 @@ fn hostile_peer_drives_a_frozen_connection_with_exact_sequence_numbers() {
         placement: mpa_control::Placement {
             pd: Some(7),
             aligned_sender: false,
+            conn_id: None,
         },
         ..Responder::framing(false, true)
     };

@@ -14,7 +14,7 @@ use mpa::startup::StartupPolicy;
 use mpa_control::datapath_client::DatapathClient;
 use mpa_control::initiator::{connect_and_hand_over, InitiatorOutcome};
 use mpa_ctl_proto::client::ControlClient;
-use mpa_ctl_proto::consumer::{Consumer, ConsumerError};
+use mpa_ctl_proto::consumer::{ConnectionEvent, Consumer, ConsumerError};
 use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::ring::post::{PostOp, PostRecord};
 use mpa_ctl_proto::stats::QueueStats;
@@ -55,6 +55,7 @@ fn initiator(
             mpa_control::Placement {
                 pd: Some(pd),
                 aligned_sender: false,
+                conn_id: None,
             },
             &mut dpc,
         )
@@ -777,20 +778,16 @@ fn the_domains_owner_learns_that_its_connections_ended_and_how() {
     consumer.subscribe(PD).unwrap();
     let ended = |consumer: &mut Consumer, flow_id: u64| {
         let t0 = Instant::now();
-        loop {
-            let mut ev = consumer.connection_events().unwrap();
-            if !ev.is_empty() {
-                assert_eq!(ev.len(), 1, "{ev:#?}");
-                let e = ev.pop().unwrap();
-                assert_eq!(e.flow_id, flow_id, "{e:?}");
-                return e;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(20),
-                "no end of flow {flow_id}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let ev = consumer
+            .wait_connection_event(Duration::from_secs(20))
+            .unwrap();
+        assert!(t0.elapsed() < Duration::from_secs(21));
+        let Some(ConnectionEvent::Ended(e)) = ev else {
+            panic!("no end of flow {flow_id}: {ev:?}");
+        };
+        assert_eq!(e.flow_id, flow_id, "{e:?}");
+        assert_eq!(consumer.connection_events().unwrap(), vec![]);
+        e
     };
 
     // Closed by the application: no error, no Terminate.

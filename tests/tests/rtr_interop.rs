@@ -70,6 +70,7 @@ fn every_rtr_then_writes_sends_and_reads_from_mpa_peer() {
                 placement: mpa_control::Placement {
                     pd: Some(pd),
                     aligned_sender: false,
+                    conn_id: None,
                 },
                 ..mpa_tests::Responder::framing(false, true)
             };

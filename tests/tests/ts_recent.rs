@@ -26,6 +26,7 @@ fn connect(bed: &TestBed, socket: &Path, port: u16) -> (HandedOver, HostilePeer)
         placement: mpa_control::Placement {
             pd: Some(PD),
             aligned_sender: false,
+            conn_id: None,
         },
         ..Responder::framing(false, true)
     };

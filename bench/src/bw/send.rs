@@ -283,6 +283,7 @@ fn datapath_to_datapath(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> R
         placement: mpa_control::Placement {
             pd: Some(PD),
             aligned_sender: false,
+            conn_id: None,
         },
         ..mpa_harness::datapath::Responder::framing(a.framing.markers(), a.framing.crc())
     };

@@ -194,6 +194,7 @@ pub fn transfer(bed: &TestBed, socket: &std::path::Path, r: &Run) -> Result<DpRe
                 placement: mpa_control::Placement {
                     pd: p.map(|_| PD + i),
                     aligned_sender: r.aligned() && !markers && crc,
+                    conn_id: None,
                 },
                 wait: Duration::from_secs(120),
                 ..Responder::framing(markers, crc)

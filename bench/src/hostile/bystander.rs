@@ -54,6 +54,7 @@ impl Bystander {
             placement: mpa_control::Placement {
                 pd: Some(crate::bed::options::PD),
                 aligned_sender: false,
+                conn_id: None,
             },
             wait: Duration::from_secs(seconds + 120),
             ..Responder::framing(run.markers(), true)

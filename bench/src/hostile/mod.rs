@@ -453,6 +453,7 @@ fn run_class(
         placement: mpa_control::Placement {
             pd: Some(pd),
             aligned_sender: class.setup == Setup::Aligned,
+            conn_id: None,
         },
         wait: Duration::from_secs(10),
         ..Responder::framing(class.setup == Setup::Markers, true)

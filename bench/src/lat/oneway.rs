@@ -325,6 +325,7 @@ fn datapath_lat_on(
         placement: mpa_control::Placement {
             pd: Some(PD),
             aligned_sender: false,
+            conn_id: None,
         },
         wait: Duration::from_secs(120),
         ..Responder::framing(markers, r.framing.crc())

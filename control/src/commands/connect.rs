@@ -55,6 +55,7 @@ pub(crate) fn connect(a: &ConnectArgs) -> Result<(), String> {
         mpa_control::Placement {
             pd: a.pd,
             aligned_sender: a.aligned_sender,
+            conn_id: None,
         },
         &mut dp,
     )

@@ -57,10 +57,12 @@ pub(crate) enum Failure {
     NotQuiet,
     /// A socket pair or relay thread could not be had.
     Resources,
+    /// An application's setup that its application cancelled, left or never decided.
+    Abandoned,
 }
 
 impl Failure {
-    const ALL: [Failure; 8] = [
+    const ALL: [Failure; 9] = [
         Failure::Tcp,
         Failure::Closed,
         Failure::Startup,
@@ -69,6 +71,7 @@ impl Failure {
         Failure::NextHop,
         Failure::NotQuiet,
         Failure::Resources,
+        Failure::Abandoned,
     ];
 
     fn label(self) -> &'static str {
@@ -81,6 +84,7 @@ impl Failure {
             Failure::NextHop => "next_hop",
             Failure::NotQuiet => "not_quiet",
             Failure::Resources => "resources",
+            Failure::Abandoned => "abandoned",
         }
     }
 }
@@ -95,6 +99,7 @@ impl From<&SetupError> for Failure {
             SetupError::Freeze(_) => Failure::Freeze,
             SetupError::Neighbour(_) => Failure::NextHop,
             SetupError::NotQuiet { .. } => Failure::NotQuiet,
+            SetupError::Abandoned(_) => Failure::Abandoned,
         }
     }
 }

@@ -22,6 +22,7 @@
 //! datapath keeps serving established flows.
 
 mod admission;
+mod applications;
 pub mod counters;
 
 use crate::config::{Config, ListenerConfig};
@@ -32,6 +33,7 @@ use crate::Placement;
 use admission::{NoSlot, Shared, Slot};
 use counters::{Counters, DaemonCollector, Failure, ListenerCounts, Refusal};
 use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
+use mpa_ctl_proto::cm::Decision;
 use mpa_ctl_proto::{handshake, read_message, write_message, Message, VERSION};
 use std::collections::HashMap;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -93,6 +95,9 @@ enum LinkMsg {
         epoch: Option<u64>,
         msg: Message,
         answer: Sender<(u64, Message)>,
+        /// An application's connection request (its listener): where the application's
+        /// decision goes once the datapath queued it.
+        decision: Option<(u64, Sender<Decision>)>,
     },
     /// A connection was handed over: hold its socket until the flow is gone.
     Register {
@@ -150,6 +155,8 @@ impl Daemon {
             cfg.datapath_socket.clone(),
             shared.clone(),
             counters.clone(),
+            link_tx.clone(),
+            cfg.startup_timeout,
         );
         // The listeners' ports are watched for TS.Recent from before the first accept.
         link.watch = listeners
@@ -340,6 +347,7 @@ fn setup(
                 Placement {
                     pd: lc.pd,
                     aligned_sender: lc.aligned_sender,
+                    conn_id: None,
                 },
                 &mut dp,
             ) {
@@ -412,6 +420,7 @@ fn relay(mut s: UnixStream, link: Sender<LinkMsg>, epoch_out: Arc<AtomicU64>) {
             epoch,
             msg: m,
             answer: tx,
+            decision: None,
         };
         if link.send(request).is_err() {
             break;
@@ -464,11 +473,32 @@ fn id_mut(m: &mut Message) -> Option<&mut u64> {
         | Message::WatchPort { id, .. }
         | Message::UnwatchPort { id, .. }
         | Message::StartCapture { id, .. }
-        | Message::StopCapture { id } => Some(id),
+        | Message::StopCapture { id }
+        | Message::AllocPd { id }
+        | Message::PdAllocated { id, .. }
+        | Message::DeallocPd { id, .. }
+        | Message::Listen { id, .. }
+        | Message::Listening { id, .. }
+        | Message::StopListening { id, .. }
+        | Message::Connect { id, .. }
+        | Message::Connecting { id, .. }
+        | Message::Accept { id, .. }
+        | Message::Reject { id, .. }
+        | Message::ServeConnections { id }
+        | Message::ListenResult { id, .. }
+        | Message::ConnectionRequested { id, .. }
+        | Message::ConnectionQueued { id, .. }
+        | Message::SetupEnded { id, .. } => Some(id),
         Message::Hello { .. }
         | Message::FlowGone { .. }
         | Message::Captured { .. }
-        | Message::CaptureDone { .. } => None,
+        | Message::CaptureDone { .. }
+        | Message::CmEvent { .. }
+        | Message::ManagerListen { .. }
+        | Message::ManagerStopListening { .. }
+        | Message::ManagerDecision { .. }
+        | Message::ManagerConnect { .. }
+        | Message::ManagerCancel { .. } => None,
     }
 }
 
@@ -479,6 +509,8 @@ struct Waiting {
     /// The relay's id, put back into the answer.
     their_id: u64,
     sent: Instant,
+    /// See [`LinkMsg::Request`].
+    decision: Option<(u64, Sender<Decision>)>,
 }
 
 /// The one datapath connection.
@@ -506,12 +538,27 @@ struct Link {
     watch: Vec<u16>,
     /// Counts the outages.
     counters: Arc<Counters>,
+    /// The link's own channel, for the application setups it starts.
+    tx: Sender<LinkMsg>,
+    /// Each wait of an application's setup (the configuration's `startup_timeout_ms`).
+    app_timeout: Duration,
+    /// Applications' listeners and setups.
+    apps: applications::AppService,
 }
 
 impl Link {
-    fn new(socket: PathBuf, shared: Arc<Shared>, counters: Arc<Counters>) -> Link {
+    fn new(
+        socket: PathBuf,
+        shared: Arc<Shared>,
+        counters: Arc<Counters>,
+        tx: Sender<LinkMsg>,
+        app_timeout: Duration,
+    ) -> Link {
         let (dp_tx, dp_rx) = unbounded();
         Link {
+            tx,
+            app_timeout,
+            apps: Default::default(),
             socket,
             shared,
             counters,
@@ -547,6 +594,25 @@ impl Link {
                 }
                 m => return Err(format!("unexpected answer to WatchPort: {m:?}")),
             }
+        }
+        Ok(())
+    }
+
+    /// Asks the fresh connection `s` to send the applications' Listen and Connect here. A
+    /// refusal (another manager serves them, or a datapath without them) is logged: the
+    /// configured listeners work without.
+    fn serve_connections(&mut self, s: &mut UnixStream) -> Result<(), String> {
+        let id = self.next_id;
+        self.next_id += 1;
+        write_message(s, &Message::ServeConnections { id }).map_err(|e| e.to_string())?;
+        match read_message(s).map_err(|e| e.to_string())? {
+            Message::Ok { id: got } if got == id => {
+                tracing::info!("serving applications' Listen and Connect");
+            }
+            Message::Error { message, .. } => {
+                tracing::warn!(%message, "not serving applications' Listen and Connect")
+            }
+            m => return Err(format!("unexpected answer to ServeConnections: {m:?}")),
         }
         Ok(())
     }
@@ -613,6 +679,7 @@ impl Link {
                     answer: None,
                     their_id: 0,
                     sent: now,
+                    decision: None,
                 },
             );
         }
@@ -625,6 +692,7 @@ impl Link {
             .map_err(|e| e.to_string())?;
         let agent = handshake(&mut s, AGENT).map_err(|e| e.to_string())?;
         self.watch_ports(&mut s)?;
+        self.serve_connections(&mut s)?;
         // The reader waits for notifications as long as it takes; liveness is the probe's job.
         s.set_read_timeout(None).map_err(|e| e.to_string())?;
         let mut reader = s.try_clone().map_err(|e| e.to_string())?;
@@ -677,6 +745,7 @@ impl Link {
         self.held.clear();
         self.waiting.clear();
         self.adopting.clear();
+        self.applications_lost();
         self.last_attempt = Some(Instant::now());
         self.log_outage(why, closed);
     }
@@ -699,6 +768,7 @@ impl Link {
                 epoch,
                 mut msg,
                 answer,
+                decision,
             } => {
                 // Dropping `answer` tells the relay the datapath it talked to is gone.
                 if self.conn.is_none() || epoch.is_some_and(|e| e != self.epoch) {
@@ -714,6 +784,7 @@ impl Link {
                     answer: Some(answer),
                     their_id,
                     sent: Instant::now(),
+                    decision,
                 };
                 self.send(id, msg, waiting);
             }
@@ -749,6 +820,9 @@ impl Link {
     }
 
     fn on_datapath_msg(&mut self, mut m: Message) {
+        if self.on_manager_msg(&m) {
+            return;
+        }
         if let Message::FlowGone {
             flow_id,
             mpa_error,
@@ -775,6 +849,10 @@ impl Link {
         *id = w.their_id;
         if let Message::FlowAdopted { flow_id, .. } = m {
             self.adopting.insert(flow_id, false);
+        }
+        if let (Message::ConnectionQueued { conn_id, .. }, Some((listen_id, tx))) = (&m, w.decision)
+        {
+            self.await_decision(*conn_id, listen_id, tx);
         }
         if let Some(a) = w.answer {
             let _ = a.send((self.epoch, m));

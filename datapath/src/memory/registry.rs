@@ -46,7 +46,15 @@ pub(crate) struct Registry {
     /// it or subscribe to it. Other clients' requests naming it are refused; it is released
     /// when its owner has neither a region in it nor its subscription (or is gone).
     domains: HashMap<u32, u64>,
+    /// Domains handed out by [`Registry::alloc_pd`] (numbers from
+    /// [`mpa_ctl_proto::FIRST_ALLOCATED_PD`]), by owner: held until deallocated or the owner
+    /// is gone, whatever is in them.
+    allocated: HashMap<u32, u64>,
+    next_pd: u32,
 }
+
+/// Allocated domains one client may hold at once.
+pub(crate) const MAX_PDS_PER_CLIENT: usize = 64;
 
 impl Registry {
     /// An empty registry allowing `max_bytes` of regions in all.
@@ -61,7 +69,60 @@ impl Registry {
             subscribers: HashMap::new(),
             owners: HashMap::new(),
             domains: HashMap::new(),
+            allocated: HashMap::new(),
+            next_pd: mpa_ctl_proto::FIRST_ALLOCATED_PD,
         }
+    }
+
+    /// Allocates a protection domain for `client`: a number no client names yet, owned by
+    /// `client` from now on (docs/consumer.md, "Who may do what").
+    pub(crate) fn alloc_pd(&mut self, client: u64) -> Result<u32, Refusal> {
+        if self.allocated.values().filter(|&&c| c == client).count() >= MAX_PDS_PER_CLIENT {
+            return Err((
+                ErrorCode::Limit,
+                format!("this client holds {MAX_PDS_PER_CLIENT} protection domains already"),
+            ));
+        }
+        // Numbers are not reused while the datapath runs (a stale handle names nothing); the
+        // space is 2^32 − 2^24 allocations.
+        loop {
+            let pd = self.next_pd;
+            self.next_pd = self
+                .next_pd
+                .checked_add(1)
+                .unwrap_or(mpa_ctl_proto::FIRST_ALLOCATED_PD);
+            if !self.allocated.contains_key(&pd) && !self.domains.contains_key(&pd) {
+                self.allocated.insert(pd, client);
+                self.domains.insert(pd, client);
+                return Ok(pd);
+            }
+        }
+    }
+
+    /// Releases allocated domain `pd` of `client`; refused while a region or subscription of
+    /// it remains (the caller checks connections, listeners and setups).
+    pub(crate) fn dealloc_pd(&mut self, pd: u32, client: u64) -> Result<(), Refusal> {
+        if self.allocated.get(&pd) != Some(&client) {
+            return Err((
+                ErrorCode::Forbidden,
+                format!("protection domain {pd} was not allocated to this client"),
+            ));
+        }
+        let regions = self.regions.values().filter(|r| r.info.pd == pd).count();
+        if regions > 0 || self.subscribers.contains_key(&pd) {
+            return Err(bad(format!(
+                "protection domain {pd} is in use: {regions} region(s){}",
+                if self.subscribers.contains_key(&pd) {
+                    " and a subscription"
+                } else {
+                    ""
+                }
+            )));
+        }
+        self.allocated.remove(&pd);
+        self.domains.remove(&pd);
+        self.waiting.remove(&pd);
+        Ok(())
     }
 
     /// Creates a region for control client `owner`. STags are a 24-bit index and an 8-bit random key (RFC 5040 §2.1
@@ -129,6 +190,15 @@ impl Registry {
 
     /// Refuses `client` a request naming domain `pd` when another client owns it.
     pub(crate) fn check_domain(&self, pd: u32, client: u64) -> Result<(), Refusal> {
+        if pd >= mpa_ctl_proto::FIRST_ALLOCATED_PD {
+            return match self.allocated.get(&pd) {
+                Some(&owner) if owner == client => Ok(()),
+                _ => Err((
+                    ErrorCode::Forbidden,
+                    format!("protection domain {pd} was not allocated to this control client"),
+                )),
+            };
+        }
         match self.domains.get(&pd) {
             Some(&owner) if owner != client => Err((
                 ErrorCode::Forbidden,
@@ -151,6 +221,9 @@ impl Registry {
     /// Releases domain `pd` once nothing of its owner's is left in it: no region, no
     /// subscription.
     fn release_if_idle(&mut self, pd: u32) {
+        if self.allocated.contains_key(&pd) {
+            return;
+        }
         let used =
             self.subscribers.contains_key(&pd) || self.regions.values().any(|r| r.info.pd == pd);
         if !used {
@@ -326,6 +399,16 @@ impl Registry {
             let _ = self.destroy(stag);
         }
         self.domains.retain(|_, c| *c != client);
+        let gone: Vec<u32> = self
+            .allocated
+            .iter()
+            .filter(|(_, &c)| c == client)
+            .map(|(&pd, _)| pd)
+            .collect();
+        for pd in gone {
+            self.allocated.remove(&pd);
+            self.waiting.remove(&pd);
+        }
         stags
     }
 
@@ -388,6 +471,46 @@ mod tests {
         assert_eq!(g.stats().region_octets, 1_000);
         assert_eq!(g.take_waiting(3).len(), 2);
         assert!(g.client_gone(7).is_empty());
+    }
+
+    /// An allocated domain is its allocator's from the start: nobody else may name it, even
+    /// before anything is in it; it stays until deallocated, and deallocation waits for its
+    /// regions and subscription to go.
+    #[test]
+    fn allocated_domains_are_their_allocators_only() {
+        let mut g = Registry::new(1 << 20);
+        let pd = g.alloc_pd(1).unwrap();
+        assert!(pd >= mpa_ctl_proto::FIRST_ALLOCATED_PD);
+        assert_ne!(g.alloc_pd(1).unwrap(), pd);
+        assert_eq!(g.domain_owner(pd), Some(1));
+        assert_eq!(g.check_domain(pd, 2).unwrap_err().0, ErrorCode::Forbidden);
+        assert_eq!(
+            g.create(100, pd, true, false, 2).unwrap_err().0,
+            ErrorCode::Forbidden
+        );
+        assert_eq!(g.subscribe(pd, 2, 9).unwrap_err().0, ErrorCode::Forbidden);
+        // A number in the allocated range that nobody was given is nobody's to claim.
+        assert_eq!(
+            g.create(100, pd + 100, true, false, 1).unwrap_err().0,
+            ErrorCode::Forbidden
+        );
+        let r = g.create(100, pd, true, false, 1).unwrap();
+        assert_eq!(g.dealloc_pd(pd, 2).unwrap_err().0, ErrorCode::Forbidden);
+        assert_eq!(g.dealloc_pd(pd, 1).unwrap_err().0, ErrorCode::BadRequest);
+        g.destroy_for(r.info.stag, 1).unwrap();
+        // Empty, the domain is still held.
+        assert_eq!(g.domain_owner(pd), Some(1));
+        g.dealloc_pd(pd, 1).unwrap();
+        assert_eq!(g.domain_owner(pd), None);
+        assert_eq!(g.check_domain(pd, 1).unwrap_err().0, ErrorCode::Forbidden);
+        // The owner going releases what it allocated.
+        let other = g.alloc_pd(3).unwrap();
+        g.client_gone(3);
+        assert_eq!(g.domain_owner(other), None);
+        for _ in 0..MAX_PDS_PER_CLIENT {
+            g.alloc_pd(4).unwrap();
+        }
+        assert_eq!(g.alloc_pd(4).unwrap_err().0, ErrorCode::Limit);
     }
 
     /// A domain belongs to the first client that creates a region in it or subscribes to

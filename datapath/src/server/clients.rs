@@ -477,6 +477,9 @@ impl Server {
             operator_slots: OPERATOR_SLOTS,
             hello_deadline_ms: self.deadlines.hello.as_millis() as u64,
             idle_deadline_ms: self.deadlines.idle.as_millis() as u64,
+            connection_manager: self.apps.has_manager(),
+            app_listeners: self.apps.counts().0,
+            app_setups: self.apps.counts().1,
             ..self.control.clone()
         }
     }

@@ -12,6 +12,7 @@
 
 #![forbid(unsafe_code)]
 
+mod applications;
 mod capture;
 mod clients;
 mod faults;
@@ -324,6 +325,7 @@ impl Datapath {
             watch: watch::Watches::default(),
             budget,
             subscription_charges: HashMap::new(),
+            apps: Default::default(),
         };
         let control_failure = failure.clone();
         let control_stop = stop.clone();
@@ -562,6 +564,8 @@ struct Server {
     budget: Arc<mpa_stack::budget::MemoryBudget>,
     /// Each subscription's completion rings, charged to `budget`, by subscription id.
     subscription_charges: HashMap<u64, mpa_stack::budget::Charge>,
+    /// Applications' listeners and connections in setup, and their connection manager.
+    apps: applications::AppConnections,
 }
 
 /// How long a stopping datapath waits for its clients' writers to send what is queued (the
@@ -619,6 +623,7 @@ impl Server {
             if now.saturating_duration_since(last_sweep) >= clients::SWEEP_EVERY {
                 last_sweep = now;
                 self.sweep_clients(now);
+                self.sweep_applications(now);
             }
         }
         if self.capture.is_some() {
@@ -656,6 +661,7 @@ impl Server {
             c.close();
         }
         self.close_subscriptions(client);
+        self.applications_client_gone(client);
         let stags = self.registry.client_gone(client);
         self.unwatch_all(client);
         for &stag in &stags {

@@ -55,6 +55,9 @@ impl Server {
                 return self.answer(client, *id, Err((ErrorCode::Forbidden, message)));
             }
         }
+        let Some(m) = self.handle_application(client, m) else {
+            return;
+        };
         match m {
             Message::AdoptFlow { id, local, remote } => self.adopt_flow(client, id, local, remote),
             Message::HandOver { id, handover } => self.hand_over(client, id, handover),
@@ -175,7 +178,7 @@ impl Server {
     }
 
     /// Ok, or the refusal, for request `id`.
-    fn answer(&mut self, client: u64, id: u64, r: Result<(), Refusal>) {
+    pub(super) fn answer(&mut self, client: u64, id: u64, r: Result<(), Refusal>) {
         match r {
             Ok(()) => self.reply(client, Message::Ok { id }),
             Err((code, message)) => self.reply(client, Message::Error { id, code, message }),
@@ -325,6 +328,16 @@ impl Server {
                 },
             );
         }
+        let app_owner = match self.check_hand_over_domain(&handover) {
+            Ok(o) => o,
+            Err((code, message)) => {
+                // A refused hand-over leaves nothing steered: the manager rolls back.
+                return self.reply(client, Message::Error { id, code, message });
+            }
+        };
+        let Some(a) = self.adopted.get_mut(&flow_id) else {
+            return;
+        };
         let key = a.key;
         // Queue choice: RSS decides where the peer's segments arrive, which nothing
         // tells us yet. Spread hand-overs; the first segment on another queue makes
@@ -339,45 +352,34 @@ impl Server {
             .pd
             .map(|pd| self.registry.take_waiting(pd))
             .unwrap_or_default();
+        let app = handover.app.clone();
         let (tx, rx) = crossbeam_channel::bounded(1);
-        if self.workers[w]
+        let r = if self.workers[w]
             .send(Command::HandOver(handover, bufs, tx))
             .is_err()
         {
-            return self.reply(
-                client,
-                Message::Error {
-                    id,
-                    code: ErrorCode::Internal,
-                    message: "worker gone".into(),
-                },
-            );
-        }
-        match rx.recv_timeout(Duration::from_secs(2)) {
-            Ok(Ok(())) => self.reply(client, Message::HandedOver { id, flow_id }),
-            Ok(Err(e)) => {
-                self.forget(flow_id);
-                let code = match e {
-                    crate::worker::WorkerError::MemoryBudget { .. } => ErrorCode::Limit,
-                    _ => ErrorCode::BadRequest,
-                };
-                self.reply(
-                    client,
-                    Message::Error {
-                        id,
-                        code,
-                        message: e.to_string(),
-                    },
-                )
+            Err((ErrorCode::Internal, "worker gone".to_string()))
+        } else {
+            match rx.recv_timeout(Duration::from_secs(2)) {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => {
+                    self.forget(flow_id);
+                    let code = match e {
+                        crate::worker::WorkerError::MemoryBudget { .. } => ErrorCode::Limit,
+                        _ => ErrorCode::BadRequest,
+                    };
+                    Err((code, e.to_string()))
+                }
+                Err(_) => Err((ErrorCode::Internal, "worker did not answer".to_string())),
             }
-            Err(_) => self.reply(
-                client,
-                Message::Error {
-                    id,
-                    code: ErrorCode::Internal,
-                    message: "worker did not answer".into(),
-                },
-            ),
+        };
+        if let (Some(app), Some(owner)) = (&app, app_owner) {
+            let done = r.as_ref().map(|()| flow_id).map_err(|(_, m)| m.clone());
+            self.app_hand_over_done(owner, app, done);
+        }
+        match r {
+            Ok(()) => self.reply(client, Message::HandedOver { id, flow_id }),
+            Err((code, message)) => self.reply(client, Message::Error { id, code, message }),
         }
     }
 
