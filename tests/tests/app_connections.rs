@@ -95,8 +95,9 @@ fn initiator(
     std::thread::spawn(move || h.join().unwrap().map(|(reply, _)| reply))
 }
 
-/// An Initiator's connection in ns a.
-type Stream = MpaStream<TcpStream>;
+/// What [`initiator_kept`] gives: the Reply's private data and the open connection, or the
+/// rejecting Reply's private data.
+type Kept = Result<(Vec<u8>, MpaStream<TcpStream>), Vec<u8>>;
 
 /// [`initiator`], and the connection kept open.
 fn initiator_kept(
@@ -105,7 +106,7 @@ fn initiator_kept(
     private_data: &[u8],
     stag: u32,
     n: usize,
-) -> std::thread::JoinHandle<Result<(Vec<u8>, Stream), Vec<u8>>> {
+) -> std::thread::JoinHandle<Kept> {
     let mut cfg = EndpointConfig::default();
     cfg.policy.revision = 2;
     cfg.policy.startup_timeout = Duration::from_secs(15);
