@@ -23,6 +23,11 @@ impl ControlDaemon {
         Self::start_wrapped(bed, &[], config, filter)
     }
 
+    /// [`ControlDaemon::start`] in namespace `ns` (ns a, for a datapath on each side).
+    pub fn start_in(bed: &TestBed, ns: &str, config: &Path, filter: &str) -> ControlDaemon {
+        Self::spawn(bed, ns, &[], config, filter)
+    }
+
     /// [`ControlDaemon::start`] run through `wrapper` (a program and its arguments that runs
     /// the rest of its command line, such as `setpriv ...`) inside ns b.
     pub fn start_wrapped(
@@ -31,8 +36,18 @@ impl ControlDaemon {
         config: &Path,
         filter: &str,
     ) -> ControlDaemon {
+        Self::spawn(bed, &bed.ns_b, wrapper, config, filter)
+    }
+
+    fn spawn(
+        bed: &TestBed,
+        ns: &str,
+        wrapper: &[&str],
+        config: &Path,
+        filter: &str,
+    ) -> ControlDaemon {
         let program = bin("mpa-control").to_string_lossy().into_owned();
-        let mut child = wrapped_command(bed, &bed.ns_b, wrapper, &program)
+        let mut child = wrapped_command(bed, ns, wrapper, &program)
             .args(["serve", "--config", &config.to_string_lossy()])
             .env("RUST_LOG", filter)
             .stdin(Stdio::null())

@@ -1,0 +1,169 @@
+//! The Write ping-pong example (`ctlproto/examples/write_pingpong.rs`, walked through in
+//! docs/verbs.md) listens and connects by itself: between two datapaths (one in each
+//! namespace, each with its connection manager), and against `mpa-peer` in both roles
+//! (`listen --echo`, `connect --op pingpong`). Every echo is checked octet for octet by
+//! whichever side measures.
+
+use mpa_datapath::server::Datapath;
+use mpa_harness::datapath::start_datapath_on;
+use mpa_harness::example;
+use mpa_tests::{
+    bin, datapath, require_privileged, BedConfig, ControlDaemon, DatapathOptions, PeerListener,
+    TestBed,
+};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const SIZE: &str = "64";
+const ITERS: &str = "300";
+
+/// A connection manager for the datapath at `socket`, in namespace `ns`.
+fn manager(bed: &TestBed, ns: &str, socket: &Path) -> ControlDaemon {
+    let config = mpa_harness::temp_path("pingpong-cm.toml");
+    std::fs::write(
+        &config,
+        format!("datapath_socket = \"{}\"\n", socket.display()),
+    )
+    .unwrap();
+    let d = ControlDaemon::start_in(bed, ns, &config, "info");
+    d.wait_line(&["serving applications"]);
+    d
+}
+
+fn pingpong(program: &Path, socket: &Path, role: &str, addr: SocketAddr) -> Child {
+    Command::new(program)
+        .arg(socket)
+        .args([role, &addr.to_string(), SIZE, ITERS])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits (bounded) for `child`; its output, which must be a success.
+fn finished(child: Child, what: &str) -> String {
+    let t0 = Instant::now();
+    let pid = child.id();
+    let watchdog = std::thread::spawn(move || {
+        while t0.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(100));
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                return;
+            }
+        }
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+    });
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = child.wait_with_output().unwrap();
+    let _ = watchdog.join();
+    let out = String::from_utf8_lossy(&stdout).into_owned();
+    assert!(
+        status.success(),
+        "{what}: {status}\n{out}\n{}",
+        String::from_utf8_lossy(&stderr)
+    );
+    out
+}
+
+/// The measuring side's table: perftest's header and one row of SIZE and ITERS.
+fn latency_table(out: &str) {
+    let mut lines = out.lines().skip_while(|l| !l.contains("#bytes"));
+    let header = lines.next().unwrap_or_else(|| panic!("no table: {out}"));
+    assert!(header.contains("t_typical[usec]") && header.contains("99.9% percentile[usec]"));
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(&row[..2], &[SIZE, ITERS], "{out}");
+    let values: Vec<f64> = row[2..].iter().map(|v| v.parse().unwrap()).collect();
+    assert_eq!(values.len(), 7, "{out}");
+    assert!(
+        values[0] > 0.0 && values[0] <= values[1],
+        "t_min ≤ t_max: {out}"
+    );
+}
+
+#[test]
+fn the_example_pings_between_two_datapaths() {
+    if !require_privileged("the ping-pong example between two datapaths") {
+        return;
+    }
+    let program = example("mpa-ctl-proto", "write_pingpong");
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let (_dp_b, socket_b) = datapath(&bed, &DatapathOptions::default());
+    let socket_a: PathBuf = mpa_harness::temp_path("dp-a.sock");
+    let _dp_a: Datapath =
+        start_datapath_on(&bed.ns_a, &bed.if_a, &socket_a, &DatapathOptions::default()).unwrap();
+    let _cm_b = manager(&bed, &bed.ns_b, &socket_b);
+    let _cm_a = manager(&bed, &bed.ns_a, &socket_a);
+
+    let at = SocketAddr::new(bed.addr_b(false), 7931);
+    let mut server = pingpong(&program, &socket_b, "listen", at);
+    // Ready once it says where it listens.
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(server.stdout.as_mut().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    assert_eq!(first.trim(), format!("listening on {at}"));
+    let client = pingpong(&program, &socket_a, "connect", at);
+    latency_table(&finished(client, "connect side"));
+    let out = finished(server, "listen side");
+    assert!(out.contains(&format!("{ITERS} echoes")), "{out}");
+}
+
+#[test]
+fn the_example_pings_mpa_peer_and_echoes_for_it() {
+    if !require_privileged("the ping-pong example against mpa-peer") {
+        return;
+    }
+    let program = example("mpa-ctl-proto", "write_pingpong");
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let (_dp, socket) = datapath(&bed, &DatapathOptions::default());
+    let _cm = manager(&bed, &bed.ns_b, &socket);
+
+    // The example measures; mpa-peer echoes.
+    let at = SocketAddr::new(bed.addr_a(false), 7932);
+    let peer = PeerListener::start(
+        &bed,
+        at,
+        &["--echo", "--advertise", "0xec0001:64", "--rev", "2"],
+    );
+    let client = pingpong(&program, &socket, "connect", at);
+    latency_table(&finished(client, "connect side"));
+    let report = peer.report(Duration::from_secs(30));
+    assert_eq!(report["error"], serde_json::Value::Null, "{report}");
+    assert_eq!(report["echoes"], ITERS.parse::<u64>().unwrap(), "{report}");
+
+    // mpa-peer measures (it checks every echo); the example echoes.
+    let at = SocketAddr::new(bed.addr_b(false), 7933);
+    let mut server = pingpong(&program, &socket, "listen", at);
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(server.stdout.as_mut().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    let size = (64 + mpa::wire::ddp::TAGGED_HEADER_LEN).to_string();
+    let out = bed
+        .command(&bed.ns_a, &bin("mpa-peer").to_string_lossy())
+        .args(["connect", "--to", &at.to_string(), "--op", "pingpong"])
+        .args(["--size", &size, "--count", ITERS, "--warmup", "10"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mpa-peer connect --op pingpong: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().next().unwrap()).unwrap();
+    assert_eq!(report["error"], serde_json::Value::Null, "{report}");
+    assert_eq!(report["iterations"], ITERS.parse::<u64>().unwrap(), "{report}");
+    let out = finished(server, "listen side");
+    assert!(out.contains(&format!("{} echoes", 300 + 10)), "{out}");
+}
