@@ -39,7 +39,7 @@ pub struct ListenOptions {
     /// Our ORD offered.
     pub ord: u16,
     /// The RTR indications accepted from a peer-to-peer Initiator (at least one).
-    #[serde(with = "crate::handover::rtr_names")]
+    #[serde(with = "crate::rtr_names")]
     pub rtr_support: Vec<RtrType>,
     /// Peers align FPDUs with segments: without markers, place out-of-order segments whose
     /// first FPDU verifies by CRC (RFC 5044 §5.1).

@@ -84,7 +84,7 @@ pub struct MpaParams {
     /// The RTR the Initiator sends first (none or one), or the ones a Responder accepts. On
     /// the wire: their names (`"ZeroLengthSend"`, `"ZeroLengthWrite"`,
     /// `"ZeroLengthReadRequest"`); an unknown name fails the whole message.
-    #[serde(with = "rtr_names")]
+    #[serde(with = "crate::rtr_names")]
     pub rtr: Vec<RtrType>,
     /// The protection domain whose registered regions the peer's RDMA messages may target
     /// and whose posted receive buffers its Sends use; `None`: no placement (payloads are
@@ -147,35 +147,4 @@ pub struct AppHandOver {
     pub conn_id: u64,
     /// What [`crate::cm::CmEvent::Established`] reports.
     pub params: crate::cm::PeerParams,
-}
-
-/// RTR indications by name: the control protocol is JSON read by people as well.
-pub(crate) mod rtr_names {
-    use mpa::startup::RtrType;
-    use serde::{de::Error, Deserialize, Deserializer, Serializer};
-
-    fn name(t: RtrType) -> &'static str {
-        match t {
-            RtrType::ZeroLengthSend => "ZeroLengthSend",
-            RtrType::ZeroLengthWrite => "ZeroLengthWrite",
-            RtrType::ZeroLengthReadRequest => "ZeroLengthReadRequest",
-        }
-    }
-
-    pub fn serialize<S: Serializer>(v: &[RtrType], s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(v.iter().map(|t| name(*t)))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<RtrType>, D::Error> {
-        let names = Vec::<String>::deserialize(d)?;
-        names
-            .iter()
-            .map(|n| {
-                RtrType::ALL
-                    .into_iter()
-                    .find(|t| name(*t).eq_ignore_ascii_case(n.trim()))
-                    .ok_or_else(|| D::Error::custom(format!("unknown RTR indication {n:?}")))
-            })
-            .collect()
-    }
 }

@@ -38,6 +38,7 @@ mod framing;
 mod handover;
 mod message;
 mod region;
+mod rtr_names;
 #[cfg(test)]
 mod tests;
 

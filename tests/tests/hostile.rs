@@ -20,7 +20,7 @@ use std::time::Duration;
 
 /// The classes `mpa-bench hostile` has (docs/hostile.md): a class lost from its tables fails
 /// here, and one added must be counted here too.
-const CLASSES: usize = 124;
+const CLASSES: usize = 127;
 
 /// Left out of the run here (see the module's comment).
 const SKIPPED: [&str; 2] = ["locator-amplification", "control-flood-unread"];

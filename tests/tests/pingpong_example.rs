@@ -163,7 +163,11 @@ fn the_example_pings_mpa_peer_and_echoes_for_it() {
     let report: serde_json::Value =
         serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().next().unwrap()).unwrap();
     assert_eq!(report["error"], serde_json::Value::Null, "{report}");
-    assert_eq!(report["iterations"], ITERS.parse::<u64>().unwrap(), "{report}");
+    assert_eq!(
+        report["iterations"],
+        ITERS.parse::<u64>().unwrap(),
+        "{report}"
+    );
     let out = finished(server, "listen side");
     assert!(out.contains(&format!("{} echoes", 300 + 10)), "{out}");
 }

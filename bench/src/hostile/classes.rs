@@ -485,6 +485,21 @@ pub static CLASSES: &[Class] = &[
         super::ctl::stats_of_anothers_flows,
     ),
     class(
+        "application-names-anothers-domain",
+        E::Lives,
+        super::applications::names_anothers_domain,
+    ),
+    class(
+        "application-decides-anothers-request",
+        E::Lives,
+        super::applications::decides_anothers_request,
+    ),
+    class(
+        "handover-into-unasked-application-domain",
+        E::Lives,
+        super::applications::handover_into_unasked_domain,
+    ),
+    class(
         "control-subscription-flood",
         E::Lives,
         super::ctl::subscription_flood,

@@ -43,7 +43,7 @@ fn expect_closed(mut s: UnixStream) -> Result<&'static str> {
 
 /// Runs `hostile` beside a witness client; the witness must be answered after it and the
 /// client count must be back where it was. Notes what `hostile` returned.
-fn witnessed(c: &mut Ctx, hostile: impl FnOnce(&Path) -> Result<String>) -> Result<()> {
+pub(super) fn witnessed(c: &mut Ctx, hostile: impl FnOnce(&Path) -> Result<String>) -> Result<()> {
     let mut w = DatapathClient::connect(&c.env.socket, WAIT)?;
     let before = stats(&mut w)?.control.clients;
     let what = hostile(&c.env.socket)?;

@@ -8,6 +8,7 @@
 //! runs the script, checks the outcome on the wire and in the datapath's counters, and closes
 //! the connection.
 
+pub mod applications;
 mod bystander;
 mod check;
 pub mod classes;
