@@ -11,7 +11,8 @@
 //! Modules: `message` (every [`Message`]), `framing` (length prefix, descriptors, handshake),
 //! `handover` (the frozen TCP and MPA state of one connection), `region` and `completion`
 //! (registered memory and what is reported about it), [`ring`] (completions and posts through
-//! shared memory), [`capture`], [`client`], [`consumer`].
+//! shared memory), [`cm`] (applications' listen, accept, reject, connect and their events),
+//! [`capture`], [`client`], [`consumer`].
 //!
 //! Three mpa-xdp conventions that are not MPA live here too, because every program taking part
 //! in a demo or benchmark (connection setup, reference peer, bench) shares this crate:
