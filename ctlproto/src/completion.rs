@@ -74,6 +74,38 @@ impl RefusalCode {
     }
 }
 
+/// How a work request ended (`ibv_wc_status`'s counterparts). Every completion has one;
+/// a failed one always comes, signaled or not.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompletionStatus {
+    /// Done (`IBV_WC_SUCCESS`).
+    #[default]
+    Success = 0,
+    /// The connection ended before the work request was done (`IBV_WC_WR_FLUSH_ERR`):
+    /// closed, reset, a Terminate either way, an MPA error, a timer. Its octets may or may
+    /// not have reached the peer. Why the connection ended (a Terminate's layer, type and
+    /// code) comes with its end (`FlowGone`), as verbs reports a queue pair's error as an
+    /// asynchronous event.
+    Flushed = 4,
+}
+
+impl CompletionStatus {
+    /// The code a completion record carries.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The status of a record's code, if known.
+    pub fn from_code(c: u8) -> Option<CompletionStatus> {
+        Some(match c {
+            0 => CompletionStatus::Success,
+            4 => CompletionStatus::Flushed,
+            _ => return None,
+        })
+    }
+}
+
 /// One completed message, delivered in order per connection (RFC 5041 §4.1: after all its
 /// segments and all earlier messages were placed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,6 +125,14 @@ pub struct Completion {
     pub msn: Option<u32>,
     /// Send with Invalidate variants: the STag named.
     pub invalidate_stag: Option<u32>,
+    /// The work request's id as the application posted it (a post of `count` messages:
+    /// `wr_id + i` for message `i`; a receive buffer: likewise); 0 for what the peer sent
+    /// into a region (`WritePlaced`).
+    #[serde(default)]
+    pub wr_id: u64,
+    /// How it ended.
+    #[serde(default)]
+    pub status: CompletionStatus,
 }
 
 impl Completion {
@@ -122,6 +162,8 @@ impl Completion {
             len: code.code(),
             msn: Some(count),
             invalidate_stag: None,
+            wr_id: cookie,
+            status: CompletionStatus::Success,
         }
     }
 

@@ -272,6 +272,7 @@ impl Consumer {
             offset,
             len,
             count,
+            wr_id: 0,
         })
     }
 
@@ -298,6 +299,8 @@ impl Consumer {
             count,
             sink_stag,
             sink_to,
+            wr_id: 0,
+            signaled: true,
         })? {
             Message::Posted { .. } => Ok(()),
             m => Err(Self::unexpected(m)),
@@ -333,6 +336,8 @@ impl Consumer {
             count,
             src_stag,
             src_to,
+            wr_id: 0,
+            signaled: true,
         })? {
             Message::Posted { .. } => Ok(()),
             m => Err(Self::unexpected(m)),
@@ -357,6 +362,8 @@ impl Consumer {
             offset,
             len,
             count,
+            wr_id: 0,
+            signaled: true,
         })? {
             Message::Posted {
                 first_msn: Some(msn),

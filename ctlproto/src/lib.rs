@@ -44,7 +44,7 @@ mod rtr_names;
 mod tests;
 
 pub use capture::{CaptureDirection, CapturedFrame};
-pub use completion::{Completion, CompletionKind, RefusalCode};
+pub use completion::{Completion, CompletionKind, CompletionStatus, RefusalCode};
 pub use framing::{
     encode_message, handshake, read_message, read_message_counted, read_message_with_fd,
     read_message_with_fds, write_frame, write_frame_with_fd, write_frame_with_fds, write_message,

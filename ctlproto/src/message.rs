@@ -172,6 +172,9 @@ pub enum Message {
         len: u32,
         /// Buffers.
         count: u32,
+        /// The work request id: message (or buffer) `i` completes with `wr_id + i`.
+        #[serde(default)]
+        wr_id: u64,
     },
     /// consumer → datapath: post `count` RDMA Writes of `len` octets each on connection
     /// `flow_id`: write `i` reads region `stag` from `offset + i·len` and writes the peer's
@@ -195,6 +198,13 @@ pub enum Message {
         sink_stag: u32,
         /// The peer's tagged offset of the first write.
         sink_to: u64,
+        /// The work request id: message (or buffer) `i` completes with `wr_id + i`.
+        #[serde(default)]
+        wr_id: u64,
+        /// Complete each message when done (the default); otherwise only a failure
+        /// completes.
+        #[serde(default = "signaled")]
+        signaled: bool,
     },
     /// consumer → datapath: post `count` Sends (queue 0, consecutive MSNs) of `len` octets
     /// each from region `stag` at `offset + i·len`. Answered by [`Message::Posted`];
@@ -212,6 +222,13 @@ pub enum Message {
         len: u64,
         /// Sends.
         count: u32,
+        /// The work request id: message (or buffer) `i` completes with `wr_id + i`.
+        #[serde(default)]
+        wr_id: u64,
+        /// Complete each message when done (the default); otherwise only a failure
+        /// completes.
+        #[serde(default = "signaled")]
+        signaled: bool,
     },
     /// consumer → datapath: post `count` RDMA Reads of `len` octets each on connection
     /// `flow_id`: read `i` fetches the peer's `src_stag` at `src_to + i·len` into our region
@@ -235,6 +252,13 @@ pub enum Message {
         src_stag: u32,
         /// The peer's tagged offset of the first read.
         src_to: u64,
+        /// The work request id: message (or buffer) `i` completes with `wr_id + i`.
+        #[serde(default)]
+        wr_id: u64,
+        /// Complete each message when done (the default); otherwise only a failure
+        /// completes.
+        #[serde(default = "signaled")]
+        signaled: bool,
     },
     /// datapath → consumer: the messages of a PostWrite, PostSend or PostRead are queued.
     Posted {
@@ -588,6 +612,11 @@ pub enum Message {
         /// Details.
         message: String,
     },
+}
+
+/// `signaled` when a post does not say.
+fn signaled() -> bool {
+    true
 }
 
 impl Message {

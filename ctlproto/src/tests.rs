@@ -109,6 +109,7 @@ fn round_trip_every_message() {
             offset: 0,
             len: 4096,
             count: 16,
+            wr_id: 7,
         },
         Message::PostWrite {
             id: 12,
@@ -119,6 +120,8 @@ fn round_trip_every_message() {
             count: 8,
             sink_stag: 0x5a,
             sink_to: 1 << 40,
+            wr_id: 8,
+            signaled: false,
         },
         Message::PostSend {
             id: 13,
@@ -127,6 +130,8 @@ fn round_trip_every_message() {
             offset: 0,
             len: 100,
             count: 2,
+            wr_id: 9,
+            signaled: true,
         },
         Message::PostRead {
             id: 14,
@@ -137,6 +142,8 @@ fn round_trip_every_message() {
             count: 3,
             src_stag: 0x77,
             src_to: 1 << 33,
+            wr_id: 10,
+            signaled: true,
         },
         Message::Posted {
             id: 13,

@@ -194,6 +194,8 @@ fn ping_pong(a: &Args, driver: &mut QueueDriver) -> Result<(), Failure> {
         offset: 0,
         len: payload,
         count: 1,
+        wr_id: 0,
+        signaled: true,
     };
     let mut rtts = Vec::with_capacity(a.iterations as usize);
     let mut batch: Vec<Completion> = Vec::with_capacity(64);

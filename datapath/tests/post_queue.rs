@@ -99,6 +99,7 @@ fn write(cookie: u64, stag: u32) -> PostRecord {
             sink_stag: 0x77,
             sink_to: 0,
         },
+        signaled: true,
     }
 }
 
@@ -245,6 +246,8 @@ fn a_corrupt_post_queue_is_counted_once_and_left_alone() {
         offset: 0,
         len: 10,
         count: 1,
+        wr_id: 0,
+        signaled: true,
     };
     assert!(b.worker.apply(Command::PostSend(FLOW, sp, answer)));
     assert!(result.recv().unwrap().is_ok());

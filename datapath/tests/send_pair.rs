@@ -5,289 +5,18 @@
 //! exactly, each side's completions arrive once, in order, with the right offsets, and the
 //! segments A sent each start with an FPDU (RFC 5044 §5.1).
 
-use crossbeam_channel::{unbounded, Receiver};
+mod pair;
+
+use crossbeam_channel::unbounded;
 use mpa::wire::fpdu;
-use mpa_ctl_proto::ring::{Producer, RingFile, RingSet, Waker};
 use mpa_ctl_proto::stats::FlowReport;
-use mpa_ctl_proto::{Completion, CompletionKind, RegionInfo, Role};
-use mpa_datapath::io::ring::{MemRing, MemWire};
-use mpa_datapath::memory::completions::RingSubscription;
-use mpa_datapath::worker::{Command, Notification, Worker, WorkerConfig, WorkerError};
+use mpa_ctl_proto::CompletionKind;
+use mpa_datapath::worker::{Command, WorkerError};
 use mpa_stack::flow::{SendOp, SendPost};
-use mpa_stack::receiver::Region;
-use mpa_stack::region::RegionMemory;
-use mpa_stack::sim::{SimHandover, SplitMix64};
+use mpa_stack::sim::SplitMix64;
 use mpa_stack::wire::frame::parse_tcp_frame;
-use std::sync::Arc;
+use pair::*;
 use std::time::{Duration, Instant};
-
-const A_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
-const B_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
-const A_ISN: u32 = u32::MAX - 20_000; // A's stream wraps early
-const B_ISN: u32 = 7_000;
-const SRC: u32 = 0x10;
-const SINK: u32 = 0x20;
-const BUFS: u32 = 0x30;
-/// B's region the peer may read.
-const READABLE: u32 = 0x40;
-
-struct End {
-    worker: Worker<MemRing>,
-    wire: MemWire,
-    mem: Arc<RegionMemory>,
-    /// B's region of receive buffers for Sends.
-    bufs: Option<Arc<RegionMemory>>,
-    /// B's region with remote read.
-    readable: Option<Arc<RegionMemory>>,
-    rings: RingSet,
-    completions: Vec<Completion>,
-    /// The worker's notifications (a flow's final report when it ends).
-    notes: Receiver<Notification>,
-    /// The flow's final report, once it ended.
-    gone: Option<FlowReport>,
-}
-
-fn region(stag: u32, len: u64, name: &str) -> (Region, Arc<RegionMemory>) {
-    let mem = Arc::new(RegionMemory::create(name, len).unwrap());
-    let r = Region {
-        info: RegionInfo {
-            stag,
-            len,
-            pd: 1,
-            remote_write: stag != READABLE,
-            remote_read: stag == READABLE,
-            huge_pages: false,
-        },
-        mem: mem.clone(),
-    };
-    (r, mem)
-}
-
-/// A worker owning one end: `a` is the sending end (flow 1), else the receiving end (flow 2).
-fn end(a: bool, markers: bool, len: u64) -> End {
-    end_with(a, markers, len, None, None)
-}
-
-/// [`end`] with the IRD and ORD revision 2 negotiated (`None`: not negotiated).
-fn end_with(a: bool, markers: bool, len: u64, ird: Option<u16>, ord: Option<u16>) -> End {
-    end_full(a, markers, len, ird, ord, None, false)
-}
-
-/// The Responder's accepting Reply in the tests' peer-to-peer streams: it precedes B's first
-/// FPDU, so A's stream starts after it.
-const REPLY_LEN: u32 = 24;
-
-/// [`end_with`]; with `rtr`, the connection is peer-to-peer (RFC 6581 §9.2): A is the
-/// Initiator and sends `rtr` first, B the Responder that expects it (after its Reply). With
-/// `run_to_completion`, the worker is configured as a `QueueDriver`'s: a turn's frames are
-/// handed over at the next turn.
-fn end_full(
-    a: bool,
-    markers: bool,
-    len: u64,
-    ird: Option<u16>,
-    ord: Option<u16>,
-    rtr: Option<mpa::startup::RtrType>,
-    run_to_completion: bool,
-) -> End {
-    let (ring, wire) = MemRing::new(0).unwrap();
-    let (_cmd_tx, cmd_rx) = unbounded();
-    let (note_tx, notes) = unbounded();
-    let mut worker = Worker::new(
-        ring,
-        WorkerConfig {
-            digest: true,
-            defer_tx_kick: run_to_completion,
-            ..WorkerConfig::new(if a { A_MAC } else { B_MAC })
-        },
-        cmd_rx,
-        note_tx,
-    );
-    let (r, mem) = region(if a { SRC } else { SINK }, len, "send-pair");
-    worker.apply(Command::AddRegion(r));
-    let bufs = (!a).then(|| {
-        let (r, mem) = region(BUFS, 1 << 20, "send-pair-bufs");
-        worker.apply(Command::AddRegion(r));
-        mem
-    });
-    let readable = (!a || rtr.is_some()).then(|| {
-        let (r, mem) = region(READABLE, len, "send-pair-readable");
-        worker.apply(Command::AddRegion(r));
-        mem
-    });
-    let (ours, theirs) = ("10.99.0.2:40000", "10.99.0.1:7777");
-    let reply = if rtr.is_some() { REPLY_LEN } else { 0 };
-    let mut h = SimHandover {
-        flow_id: if a { 1 } else { 2 },
-        local: if a { ours } else { theirs }.parse().unwrap(),
-        remote: if a { theirs } else { ours }.parse().unwrap(),
-        rcv_nxt: if a { B_ISN.wrapping_add(reply) } else { A_ISN },
-        snd_nxt: if a { A_ISN } else { B_ISN },
-        role: if a || rtr.is_none() {
-            Role::Initiator
-        } else {
-            Role::Responder
-        },
-        rtr: rtr.into_iter().collect(),
-        markers_rx: markers,
-        markers_tx: markers,
-        pd: Some(1),
-        next_hop_mac: if a { B_MAC } else { A_MAC },
-        ird,
-        ord,
-        ..SimHandover::default()
-    }
-    .build();
-    if h.mpa.role == Role::Responder {
-        h.mpa.reply_frame = vec![0x5a; REPLY_LEN as usize];
-    }
-    let (answer, result) = unbounded();
-    assert!(worker.apply(Command::HandOver(Box::new(h), vec![], answer)));
-    result.recv().unwrap().expect("hand-over accepted");
-    let file = Arc::new(RingFile::create("send-pair-completions", 1, 1 << 14).unwrap());
-    assert!(worker.apply(Command::Subscribe(Box::new(RingSubscription {
-        pd: 1,
-        id: 1,
-        producer: Producer::new(file.clone(), 0).unwrap(),
-        waker: Waker::create().unwrap(),
-        posts: None,
-    }))));
-    End {
-        worker,
-        wire,
-        mem,
-        bufs,
-        readable,
-        rings: RingSet::new(file),
-        completions: Vec::new(),
-        notes,
-        gone: None,
-    }
-}
-
-fn post(w: &mut Worker<MemRing>, flow: u64, p: SendPost) -> Result<Option<u32>, WorkerError> {
-    let (answer, result) = unbounded();
-    assert!(w.apply(Command::PostSend(flow, p, answer)));
-    result.recv().unwrap()
-}
-
-/// Carries frames one way: each lost with probability `loss`, and one in `reorder` held
-/// back behind the next (0: none).
-fn carry(
-    from: &MemWire,
-    to: &MemWire,
-    rng: &mut SplitMix64,
-    loss: f64,
-    held: &mut Vec<Vec<u8>>,
-) -> usize {
-    let frames = from.take_sent();
-    let n = frames.len();
-    for f in frames {
-        if rng.chance(loss) {
-            continue;
-        }
-        if rng.chance(0.02) {
-            held.push(f);
-            continue;
-        }
-        assert!(to.inject(f));
-        for h in held.drain(..) {
-            assert!(to.inject(h));
-        }
-    }
-    n
-}
-
-struct Run {
-    a: End,
-    b: End,
-    /// TCP payloads A sent (each one segment).
-    segments: Vec<Vec<u8>>,
-}
-
-/// Runs both workers until A has `want_a` completions and B `want_b`, in virtual time.
-fn run(a: End, b: End, loss: f64, seed: u64, want_a: usize, want_b: usize) -> Run {
-    run_until(a, b, loss, seed, |a, b| {
-        a.completions.len() >= want_a && b.completions.len() >= want_b
-    })
-}
-
-/// Runs both workers until `done` holds, in virtual time.
-fn run_until(
-    mut a: End,
-    mut b: End,
-    loss: f64,
-    seed: u64,
-    done: impl Fn(&End, &End) -> bool,
-) -> Run {
-    let mut rng = SplitMix64(seed);
-    let mut now = Instant::now();
-    let (mut held_ab, mut held_ba) = (Vec::new(), Vec::new());
-    let mut segments = Vec::new();
-    for round in 0..200_000 {
-        a.worker.poll_once_at(now).unwrap();
-        // What A sent, recorded before the link may drop it.
-        let sent = a.wire.take_sent();
-        for f in &sent {
-            let p = parse_tcp_frame(f, true).expect("A's frames are valid");
-            if !p.tcp.payload().is_empty() {
-                segments.push(p.tcp.payload().to_vec());
-            }
-        }
-        let mut busy = sent.len();
-        for f in sent {
-            if rng.chance(loss) {
-                continue;
-            }
-            if rng.chance(0.02) {
-                held_ab.push(f);
-                continue;
-            }
-            assert!(b.wire.inject(f));
-            for h in held_ab.drain(..) {
-                assert!(b.wire.inject(h));
-            }
-        }
-        b.worker.poll_once_at(now).unwrap();
-        busy += carry(&b.wire, &a.wire, &mut rng, loss, &mut held_ba);
-        for e in [&mut a, &mut b] {
-            e.rings.poll(&mut e.completions, 1 << 14).unwrap();
-            while let Ok(n) = e.notes.try_recv() {
-                if let Notification::FlowGone { stats, .. } = n {
-                    e.gone = Some(*stats);
-                }
-            }
-        }
-        if done(&a, &b) {
-            return Run { a, b, segments };
-        }
-        // Busy: a link of a few µs; idle: on to the next timer (an RTO after a tail loss).
-        now += if busy > 0 {
-            Duration::from_micros(20)
-        } else {
-            Duration::from_millis(20)
-        };
-        assert!(
-            round < 199_999,
-            "stuck: A {} completions, B {}",
-            a.completions.len(),
-            b.completions.len()
-        );
-    }
-    unreachable!()
-}
-
-fn fill_pattern(mem: &RegionMemory, len: u64, seed: u64) {
-    let mut rng = SplitMix64(seed);
-    let v: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
-    assert!(mem.write(0, &v));
-}
-
-fn contents(mem: &RegionMemory) -> Vec<u8> {
-    let mut v = vec![0u8; mem.len() as usize];
-    assert!(mem.read(0, &mut v));
-    v
-}
 
 fn writes_arrive_exactly(markers: bool, loss: f64, seed: u64) {
     const LEN: u64 = 1 << 20;
@@ -309,6 +38,8 @@ fn writes_arrive_exactly(markers: bool, loss: f64, seed: u64) {
             offset: 0,
             len: MSG,
             count,
+            wr_id: 0,
+            signaled: true,
         },
     );
     assert_eq!(first.unwrap(), None);
@@ -422,6 +153,7 @@ fn sends_land_in_posted_buffers_in_msn_order() {
             stag: BUFS,
             offset: u64::from(i) * 4096,
             len: 4096,
+            wr_id: 0,
         })
         .collect();
     let (answer, result) = unbounded();
@@ -436,6 +168,8 @@ fn sends_land_in_posted_buffers_in_msn_order() {
             offset: 100,
             len: MSG,
             count,
+            wr_id: 0,
+            signaled: true,
         },
     );
     assert_eq!(first.unwrap(), Some(1));
@@ -481,6 +215,8 @@ fn posts_are_checked_and_refused_whole() {
         offset,
         len,
         count,
+        wr_id: 0,
+        signaled: true,
     };
     let err = |r: Result<Option<u32>, WorkerError>| r.unwrap_err().to_string();
     assert_eq!(
@@ -526,6 +262,8 @@ fn reads_fetch_the_peers_region_octet_exact() {
         offset: 0,
         len: READ,
         count,
+        wr_id: 0,
+        signaled: true,
     };
     assert_eq!(post(&mut a.worker, 1, p).unwrap(), None);
     let r = run(a, b, 0.02, 21, count as usize, 0);
@@ -572,6 +310,8 @@ fn reads(count: u32, len: u64) -> SendPost {
         offset: 0,
         len,
         count,
+        wr_id: 0,
+        signaled: true,
     }
 }
 
@@ -619,8 +359,20 @@ fn a_read_beyond_the_negotiated_ird_ends_the_stream() {
     );
     let ea = flow_report(&r.a).ended.expect("A ended");
     assert!(ea.terminate.is_some(), "A saw B's Terminate: {ea:?}");
-    // Whatever B answered before the fourth landed; nothing after.
-    assert!(r.a.completions.len() <= 3, "{:?}", r.a.completions);
+    // Every Read completes once, in order, with its work request id: what B answered before
+    // the fourth landed, then the rest flushed (B's Terminate comes with A's end).
+    use mpa_ctl_proto::CompletionStatus as S;
+    let c = &r.a.completions;
+    assert_eq!(c.len(), 16, "{c:?}");
+    for (i, c) in c.iter().enumerate() {
+        assert_eq!(c.kind, CompletionKind::ReadResponsePlaced, "{c:?}");
+        assert_eq!(
+            (c.wr_id, c.offset, c.len),
+            (i as u64, i as u64 * 1024, 1024)
+        );
+        let want = if i < 3 { S::Success } else { S::Flushed };
+        assert_eq!(c.status, want, "read {i}: {c:?}");
+    }
 }
 
 /// An ORD of 0 negotiated: a Read is refused when posted, nothing is sent.
@@ -656,6 +408,8 @@ fn reads_are_checked_where_they_land() {
         offset,
         len,
         count,
+        wr_id: 0,
+        signaled: true,
     };
     let err = |r: Result<Option<u32>, WorkerError>| r.unwrap_err().to_string();
     assert_eq!(
@@ -700,6 +454,8 @@ fn a_posted_message_is_sent_without_waiting_for_frames() {
         offset: 0,
         len: 1000,
         count: 1,
+        wr_id: 0,
+        signaled: true,
     };
     assert_eq!(post(&mut a.worker, 1, p).unwrap(), None);
     a.worker.poll_once_at(now).unwrap();
@@ -756,6 +512,8 @@ fn a_run_to_completion_reply_carries_the_ack_of_the_message_it_answers() {
             offset: 0,
             len: 64,
             count: 1,
+            wr_id: 0,
+            signaled: true,
         };
         for round in 0..3u64 {
             // A's Write to B's sink: one segment.
@@ -869,6 +627,7 @@ fn every_rtr_then_writes_sends_and_reads_both_ways_between_two_datapaths() {
                                 stag: main_stag(dest),
                                 offset: u64::from(i) * 4096,
                                 len: 4096,
+                                wr_id: 0,
                             })
                             .collect();
                         let (answer, result) = unbounded();
@@ -895,6 +654,8 @@ fn every_rtr_then_writes_sends_and_reads_both_ways_between_two_datapaths() {
                         offset: 0,
                         len: MSG,
                         count: COUNT,
+                        wr_id: 0,
+                        signaled: true,
                     },
                 )
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -964,6 +725,8 @@ fn posts_beyond_the_send_budget_are_refused_whole() {
         offset,
         len: 768 * MIB,
         count,
+        wr_id: 0,
+        signaled: true,
     };
     let err = |r: Result<Option<u32>, WorkerError>| r.unwrap_err().to_string();
     assert_eq!(

@@ -6,6 +6,7 @@
 
 mod receive;
 mod send;
+mod work;
 
 pub(crate) use receive::{
     receive_pieces_in_run, receive_segment, receive_segment_in_run, receive_segments_in_run,
@@ -95,6 +96,8 @@ pub struct Flow {
     ord: usize,
     /// Our Read Requests waiting for ORD room.
     reads_waiting: std::collections::VecDeque<ReadRequestRepr>,
+    /// The consumer's work requests not yet completed.
+    work: work::Work,
     /// The flow's fixed charge on the datapath's memory budget (`crate::budget`), given
     /// back when the flow goes.
     charge: Option<crate::budget::Charge>,
@@ -258,6 +261,7 @@ impl Flow {
             reads_in_flight,
             ord,
             reads_waiting: Default::default(),
+            work: Default::default(),
             charge: None,
         })
     }
@@ -468,15 +472,28 @@ impl Flow {
         self.rx.pd()
     }
 
-    /// Hands the completions produced since the last call to `f`, in order.
+    /// Hands the completions produced since the last call to `f`, in order: each with its
+    /// work request's id; an unsignaled request's only when it failed; after the flow ended,
+    /// the flushed ones ([`Flow::flush_work`]).
     #[inline]
     pub fn drain_completions(&mut self, mut f: impl FnMut(&Completion)) {
+        self.drain_due(&mut f);
+        while let Some(c) = self.work.flushed.pop_front() {
+            f(&c);
+        }
+    }
+
+    /// The completions the receiver and the sender produced, with their work requests.
+    #[inline]
+    fn drain_due(&mut self, mut f: impl FnMut(&Completion)) {
         let mut answered = 0;
-        while let Some(c) = self.rx.poll_completion() {
+        while let Some(mut c) = self.rx.poll_completion() {
             if c.kind == CompletionKind::ReadResponsePlaced {
                 answered += 1;
             }
-            f(&c);
+            if self.complete_work(&mut c, None) {
+                f(&c);
+            }
         }
         if answered > 0 {
             self.reads_in_flight = self.reads_in_flight.saturating_sub(answered);
@@ -490,7 +507,7 @@ impl Flow {
                 // Its IRD slot was freed as the ACK arrived (`receive_segment`).
                 MessageKind::ReadResponse { .. } => continue,
             };
-            f(&Completion {
+            let mut done = Completion {
                 flow_id: self.id,
                 kind,
                 stag: c.src_stag,
@@ -498,13 +515,20 @@ impl Flow {
                 len: c.len,
                 msn,
                 invalidate_stag: None,
-            });
+                wr_id: 0,
+                status: mpa_ctl_proto::CompletionStatus::Success,
+            };
+            if self.complete_work(&mut done, Some(c.id)) {
+                f(&done);
+            }
         }
     }
 
     /// Whether completions are waiting.
     pub fn has_completions(&self) -> bool {
-        self.rx.has_completions() || self.tcp.source().inner().has_completions()
+        self.rx.has_completions()
+            || self.tcp.source().inner().has_completions()
+            || !self.work.flushed.is_empty()
     }
 
     /// Called at the end of each RX burst that touched this flow.

@@ -203,6 +203,7 @@ fn writes_posted_through_shared_memory_reach_the_kernel_peer_and_refusals_come_b
             sink_stag: ad.stag,
             sink_to: ad.base_to + i * MSG,
         },
+        signaled: true,
     };
     let count = LEN / MSG;
     let half = count / 2;
@@ -623,6 +624,7 @@ fn a_run_to_completion_driver_reads_the_post_queues_at_every_turn() {
                     sink_stag: ad.stag,
                     sink_to: ad.base_to + i * MSG,
                 },
+                signaled: true,
             };
             post_retrying(&mut consumer, &p, &mut seen);
         }

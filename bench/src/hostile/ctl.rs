@@ -945,6 +945,7 @@ pub fn post_queues_flooding_neighbour(c: &mut Ctx) -> Result<()> {
             sink_stag: 1,
             sink_to: 0,
         },
+        signaled: true,
     };
     let mut posted = 0u64;
     let deadline = std::time::Instant::now() + Duration::from_millis(500);

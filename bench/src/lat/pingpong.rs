@@ -237,6 +237,8 @@ fn datapath_pingpong(
         offset: 0,
         len: payload,
         count: 1,
+        wr_id: 0,
+        signaled: true,
     };
     let mut smp = Samples::default();
     let mut batch = Vec::with_capacity(64);
@@ -462,6 +464,7 @@ impl Flooder {
                                     sink_stag: 1,
                                     sink_to: 0,
                                 },
+                                signaled: true,
                             };
                             while c.post_in(pd, &p).is_ok() {
                                 posted += 1;

@@ -305,6 +305,7 @@ pub fn run_round_on(
                             stag: plan.stag,
                             offset: (m % plan.slots) * plan.payload_len as u64,
                             len: plan.payload_len as u32,
+                            wr_id: 0,
                         })
                         .collect();
                     let (answer, result) = unbounded();

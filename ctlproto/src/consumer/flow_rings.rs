@@ -101,6 +101,7 @@ impl FlowRings {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::CompletionStatus;
 
     fn placed(flow_id: u64) -> Completion {
         Completion {
@@ -111,6 +112,8 @@ mod tests {
             len: 64,
             msn: None,
             invalidate_stag: None,
+            wr_id: 0,
+            status: CompletionStatus::Success,
         }
     }
 

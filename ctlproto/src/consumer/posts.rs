@@ -137,6 +137,7 @@ impl Consumer {
             len,
             count,
             op: PostOp::Write { sink_stag, sink_to },
+            signaled: true,
         })
     }
 
@@ -159,6 +160,7 @@ impl Consumer {
             len,
             count,
             op: PostOp::Send,
+            signaled: true,
         })
     }
 
@@ -184,6 +186,7 @@ impl Consumer {
             len,
             count,
             op: PostOp::Read { src_stag, src_to },
+            signaled: true,
         })
     }
 

@@ -25,9 +25,9 @@
 //! behind a head it saw before ([`RingError::Corrupt`] otherwise); a producer believes a tail
 //! only within a ring behind its own head (the ring looks full otherwise).
 //!
-//! A completion record (little endian, [`MAGIC`] `"MPAC"`, [`LAYOUT_VERSION`] 1):
+//! A completion record (little endian, [`MAGIC`] `"MPAC"`, [`LAYOUT_VERSION`] 2):
 //! `flow_id u64 | offset u64 | len u64 | lost u64 | stag u32 | msn u32 | invalidate_stag u32 |
-//! kind u8 | flags u8 (1: msn, 2: invalidate_stag) | 2 × 0`, where `lost` is the ring's lost
+//! kind u8 | flags u8 (1: msn, 2: invalidate_stag) | status u8 | 0 | wr_id u64 | 8 × 0`, where `lost` is the ring's lost
 //! count when the record was written: a reader that sees it rise knows exactly how many
 //! records were lost right before this one. Kinds 0–5 are the [`CompletionKind`]s (Write
 //! placed, Read Response placed, Send arrived, Write sent, Send sent, post refused); kind
@@ -62,7 +62,7 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 use crate::shm::ShmError;
-use crate::{Completion, CompletionKind};
+use crate::{Completion, CompletionKind, CompletionStatus};
 use spsc::{ring_bytes_of, ReadEnd, RecordLayout, Rings, WriteEnd, OFF_LOST};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
@@ -71,13 +71,13 @@ use std::sync::Arc;
 use {spsc::OFF_HEAD, spsc::OFF_TAIL, std::sync::atomic::AtomicU64};
 
 /// Octets of one completion record.
-pub const RECORD_LEN: usize = 48;
+pub const RECORD_LEN: usize = 64;
 /// Octets of a ring's header (three 128-octet lines).
 pub const HEADER_LEN: usize = 384;
 /// `"MPAC"`.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"MPAC");
 /// Version of the completion ring layout.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 /// Smallest capacity (records).
 pub const MIN_CAPACITY: u32 = 2;
 /// Largest capacity (records): 48 MiB per ring.
@@ -149,7 +149,7 @@ pub enum Record {
 /// The octets of `r` in a slot, with the ring's lost count `lost` (see the module).
 pub fn encode_record(r: &Record, lost: u64) -> [u8; RECORD_LEN] {
     let mut b = [0u8; RECORD_LEN];
-    let (flow_id, offset, len, stag, msn, inv, kind, flags) = match *r {
+    let (flow_id, offset, len, stag, msn, inv, kind, flags, status, wr_id) = match *r {
         Record::Completion(c) => (
             c.flow_id,
             c.offset,
@@ -166,12 +166,14 @@ pub fn encode_record(r: &Record, lost: u64) -> [u8; RECORD_LEN] {
                 CompletionKind::PostRefused => 5,
             },
             u8::from(c.msn.is_some()) | (u8::from(c.invalidate_stag.is_some()) << 1),
+            c.status.code(),
+            c.wr_id,
         ),
         Record::Moved {
             flow_id,
             from_ring,
             position,
-        } => (flow_id, position, 0, from_ring, 0, 0, KIND_MOVED, 0),
+        } => (flow_id, position, 0, from_ring, 0, 0, KIND_MOVED, 0, 0, 0),
     };
     b[0..8].copy_from_slice(&flow_id.to_le_bytes());
     b[8..16].copy_from_slice(&offset.to_le_bytes());
@@ -182,6 +184,8 @@ pub fn encode_record(r: &Record, lost: u64) -> [u8; RECORD_LEN] {
     b[40..44].copy_from_slice(&inv.to_le_bytes());
     b[44] = kind;
     b[45] = flags;
+    b[46] = status;
+    b[48..56].copy_from_slice(&wr_id.to_le_bytes());
     b
 }
 
@@ -190,9 +194,10 @@ pub fn decode_record(b: &[u8; RECORD_LEN]) -> Option<(Record, u64)> {
     let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
     let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or([0; 4]));
     let (kind, flags) = (b[44], b[45]);
-    if flags & !3 != 0 || b[46..48] != [0, 0] {
+    if flags & !3 != 0 || b[47] != 0 || b[56..64] != [0; 8] {
         return None;
     }
+    let status = CompletionStatus::from_code(b[46])?;
     let lost = u64_at(24);
     let kind = match kind {
         0 => CompletionKind::WritePlaced,
@@ -201,7 +206,7 @@ pub fn decode_record(b: &[u8; RECORD_LEN]) -> Option<(Record, u64)> {
         3 => CompletionKind::WriteSent,
         4 => CompletionKind::SendSent,
         5 => CompletionKind::PostRefused,
-        KIND_MOVED if flags == 0 => {
+        KIND_MOVED if flags == 0 && status == CompletionStatus::Success => {
             return Some((
                 Record::Moved {
                     flow_id: u64_at(0),
@@ -221,6 +226,8 @@ pub fn decode_record(b: &[u8; RECORD_LEN]) -> Option<(Record, u64)> {
         len: u64_at(16),
         msn: (flags & 1 != 0).then(|| u32_at(36)),
         invalidate_stag: (flags & 2 != 0).then(|| u32_at(40)),
+        wr_id: u64_at(48),
+        status,
     };
     Some((Record::Completion(c), lost))
 }

@@ -15,6 +15,8 @@ fn rec(seq: u64) -> Record {
         len: 1,
         msn: None,
         invalidate_stag: None,
+        wr_id: seq,
+        status: CompletionStatus::Success,
     })
 }
 
@@ -314,16 +316,19 @@ proptest! {
         invalidate_stag in proptest::option::of(any::<u32>()),
         k in 0usize..3,
         lost in any::<u64>(),
+        wr_id in any::<u64>(),
+        st in 0usize..2,
     ) {
         let kind = [CompletionKind::WritePlaced, CompletionKind::ReadResponsePlaced, CompletionKind::SendArrived][k];
-        let r = Record::Completion(Completion { flow_id, kind, stag, offset, len, msn, invalidate_stag });
+        let status = [CompletionStatus::Success, CompletionStatus::Flushed][st];
+        let r = Record::Completion(Completion { flow_id, kind, stag, offset, len, msn, invalidate_stag, wr_id, status });
         prop_assert_eq!(decode_record(&encode_record(&r, lost)), Some((r, lost)));
         let m = Record::Moved { flow_id, from_ring: stag, position: offset };
         prop_assert_eq!(decode_record(&encode_record(&m, lost)), Some((m, lost)));
     }
 
     #[test]
-    fn arbitrary_slots_never_panic(b in proptest::array::uniform32(any::<u8>()), c in proptest::array::uniform16(any::<u8>())) {
+    fn arbitrary_slots_never_panic(b in proptest::array::uniform32(any::<u8>()), c in proptest::array::uniform32(any::<u8>())) {
         let mut s = [0u8; RECORD_LEN];
         s[..32].copy_from_slice(&b);
         s[32..].copy_from_slice(&c);

@@ -271,7 +271,7 @@ impl Registry {
     }
 
     /// Checks and builds `count` buffers of `len` octets from `offset` in region `stag`,
-    /// for a connection of domain `pd`.
+    /// for a connection of domain `pd`; buffer `i` completes with work request `wr_id + i`.
     pub(crate) fn buffers(
         &self,
         pd: u32,
@@ -279,6 +279,7 @@ impl Registry {
         offset: u64,
         len: u32,
         count: u32,
+        wr_id: u64,
     ) -> Result<Vec<PostedBuf>, Refusal> {
         let r = self
             .regions
@@ -309,6 +310,7 @@ impl Registry {
                 stag,
                 offset: offset + i * u64::from(len),
                 len,
+                wr_id: wr_id.wrapping_add(i),
             })
             .collect())
     }
@@ -447,11 +449,11 @@ mod tests {
         assert_eq!(g.list(Some(2)), vec![b.info.clone()]);
         assert_eq!(g.list(None).len(), 2);
         // Buffers: domain, bounds and count are checked.
-        assert!(g.buffers(2, a.info.stag, 0, 100, 1).is_err());
-        assert!(g.buffers(1, a.info.stag, 0, 100, 0).is_err());
-        assert!(g.buffers(1, a.info.stag, 1, 1000, 6).is_err());
-        assert!(g.buffers(1, a.info.stag, u64::MAX, 1, 1).is_err());
-        let bufs = g.buffers(1, a.info.stag, 0, 1000, 6).unwrap();
+        assert!(g.buffers(2, a.info.stag, 0, 100, 1, 0).is_err());
+        assert!(g.buffers(1, a.info.stag, 0, 100, 0, 0).is_err());
+        assert!(g.buffers(1, a.info.stag, 1, 1000, 6, 0).is_err());
+        assert!(g.buffers(1, a.info.stag, u64::MAX, 1, 1, 0).is_err());
+        let bufs = g.buffers(1, a.info.stag, 0, 1000, 6, 0).unwrap();
         assert_eq!(bufs[5].offset, 5000);
         g.wait(1, bufs).unwrap();
         g.destroy(a.info.stag).unwrap();
@@ -462,7 +464,7 @@ mod tests {
         assert_eq!(g.subscribe(1, 7, 1).unwrap(), None);
         assert_eq!(g.subscriber(1), Some(7));
         assert_eq!(g.subscriptions_of(7), vec![(1, 1)]);
-        let bufs = g.buffers(3, d.info.stag, 0, 100, 2).unwrap();
+        let bufs = g.buffers(3, d.info.stag, 0, 100, 2, 0).unwrap();
         g.wait(3, bufs).unwrap();
         // Client 7 goes: its subscription and its regions (only those) with it.
         assert_eq!(g.client_gone(7), vec![b.info.stag, c.info.stag]);

@@ -90,8 +90,9 @@ impl Server {
                 offset,
                 len,
                 count,
+                wr_id,
             } => {
-                let r = self.post_recv(client, target, stag, offset, len, count);
+                let r = self.post_recv(client, target, stag, offset, len, count, wr_id);
                 self.answer(client, id, r);
             }
             Message::PostWrite {
@@ -103,6 +104,8 @@ impl Server {
                 count,
                 sink_stag,
                 sink_to,
+                wr_id,
+                signaled,
             } => {
                 let op = SendOp::Write { sink_stag, sink_to };
                 let post = SendPost {
@@ -111,6 +114,8 @@ impl Server {
                     offset,
                     len,
                     count,
+                    wr_id,
+                    signaled,
                 };
                 self.post_send(client, id, flow_id, post);
             }
@@ -121,6 +126,8 @@ impl Server {
                 offset,
                 len,
                 count,
+                wr_id,
+                signaled,
             } => {
                 let post = SendPost {
                     op: SendOp::Send,
@@ -128,6 +135,8 @@ impl Server {
                     offset,
                     len,
                     count,
+                    wr_id,
+                    signaled,
                 };
                 self.post_send(client, id, flow_id, post);
             }
@@ -140,6 +149,8 @@ impl Server {
                 count,
                 src_stag,
                 src_to,
+                wr_id,
+                signaled,
             } => {
                 let op = SendOp::Read { src_stag, src_to };
                 let post = SendPost {
@@ -148,6 +159,8 @@ impl Server {
                     offset,
                     len,
                     count,
+                    wr_id,
+                    signaled,
                 };
                 self.post_send(client, id, flow_id, post);
             }
@@ -715,6 +728,7 @@ impl Server {
 
     /// PostRecv: receive buffers for Sends, posted to a protection domain (they wait there
     /// for its next flow) or to one flow (through its worker).
+    #[allow(clippy::too_many_arguments)]
     fn post_recv(
         &mut self,
         client: u64,
@@ -723,11 +737,12 @@ impl Server {
         offset: u64,
         len: u32,
         count: u32,
+        wr_id: u64,
     ) -> Result<(), crate::memory::registry::Refusal> {
         match target {
             PostTarget::Pd(pd) => {
                 self.registry.check_domain(pd, client)?;
-                let bufs = self.registry.buffers(pd, stag, offset, len, count)?;
+                let bufs = self.registry.buffers(pd, stag, offset, len, count, wr_id)?;
                 self.registry.wait(pd, bufs)
             }
             PostTarget::Flow(flow_id) => {
@@ -742,7 +757,7 @@ impl Server {
                     ));
                 };
                 self.registry.check_domain(pd, client)?;
-                let bufs = self.registry.buffers(pd, stag, offset, len, count)?;
+                let bufs = self.registry.buffers(pd, stag, offset, len, count, wr_id)?;
                 let (tx, rx) = crossbeam_channel::bounded(1);
                 self.workers[w]
                     .send(Command::PostRecv(flow_id, bufs, tx))

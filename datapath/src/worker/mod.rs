@@ -639,6 +639,14 @@ impl<R: FrameRing> Worker<R> {
             }
         }
         self.compact_timers();
+        // A flow that ended completes every work request it still holds (flushed, docs/
+        // consumer.md "Completions") before its end is reported.
+        for key in &gone {
+            if let Some(f) = self.flows.get_mut(key) {
+                f.flush_work();
+                self.completions.deliver(f);
+            }
+        }
         // Each ring written in this burst is published once (and its consumer woken if it
         // sleeps), before any flow is reported gone, and before the TX kick: in copy mode
         // (veth) `sendto` carries our ACKs through the peer's stack inside the call, which

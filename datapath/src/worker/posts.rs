@@ -65,6 +65,8 @@ pub(crate) fn send_post(p: &PostRecord) -> SendPost {
         offset: p.offset,
         len: p.len,
         count: p.count,
+        wr_id: p.cookie,
+        signaled: p.signaled,
     }
 }
 

@@ -1,6 +1,7 @@
 //! The send side of a flow: what a consumer posts (Writes, Sends, Reads), the Read
 //! Responses the flow owes its peer, and where its frames are built.
 
+use super::work::PostedWork;
 use super::*;
 
 /// A consumer's post of `count` messages of `len` octets each, back to back in one region.
@@ -16,6 +17,10 @@ pub struct SendPost {
     pub len: u64,
     /// Messages.
     pub count: u32,
+    /// The application's work request id: message `i` completes with `wr_id + i`.
+    pub wr_id: u64,
+    /// Complete when done; otherwise only a failure completes (as `IBV_SEND_SIGNALED`).
+    pub signaled: bool,
 }
 
 /// What a [`SendPost`] sends.
@@ -167,22 +172,34 @@ impl Flow {
         let mut first_msn = None;
         for i in 0..count {
             let offset = post.offset + i * post.len;
-            match post.op {
+            let (msg, kind, msn) = match post.op {
                 SendOp::Write { sink_stag, sink_to } => {
-                    src.post_write(
+                    let id = src.post_write(
                         post.stag,
                         offset,
                         post.len,
                         sink_stag,
                         sink_to + i * post.len,
                     )?;
+                    (id, CompletionKind::WriteSent, None)
                 }
                 SendOp::Send => {
-                    let (_, msn) = src.post_send(post.stag, offset, post.len)?;
+                    let (id, msn) = src.post_send(post.stag, offset, post.len)?;
                     first_msn.get_or_insert(msn);
+                    (id, CompletionKind::SendSent, Some(msn))
                 }
-                SendOp::Read { .. } => {}
-            }
+                SendOp::Read { .. } => continue,
+            };
+            self.work.sends.push_back(PostedWork {
+                msg,
+                wr_id: post.wr_id.wrapping_add(i),
+                signaled: post.signaled,
+                kind,
+                stag: post.stag,
+                offset,
+                len: post.len,
+                msn,
+            });
         }
         Ok(first_msn)
     }
@@ -199,6 +216,16 @@ impl Flow {
                 size: post.len as u32,
                 src_stag,
                 src_to: src_to + i * post.len,
+            });
+            self.work.reads.push_back(PostedWork {
+                msg: 0,
+                wr_id: post.wr_id.wrapping_add(i),
+                signaled: post.signaled,
+                kind: CompletionKind::ReadResponsePlaced,
+                stag: post.stag,
+                offset: post.offset + i * post.len,
+                len: post.len,
+                msn: None,
             });
         }
         self.release_reads();

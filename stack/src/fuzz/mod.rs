@@ -99,6 +99,7 @@ fn fuzz_flow_counting(data: &[u8]) -> u64 {
             stag: REGION,
             offset: i * 1024,
             len: 1024,
+            wr_id: 0,
         })
         .collect();
     rx.post_recv(&bufs).expect("64 buffers fit");

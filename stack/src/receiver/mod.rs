@@ -246,6 +246,14 @@ impl MpaReceiver {
         p.post(bufs.iter().copied()).map_err(PostRecvError::Full)
     }
 
+    /// Takes the posted buffers no Send used (the connection ended: they are flushed).
+    pub(crate) fn take_posted(&mut self) -> std::collections::VecDeque<PostedBuf> {
+        self.placer
+            .as_mut()
+            .map(|p| p.take_posted())
+            .unwrap_or_default()
+    }
+
     /// Whether out-of-order segments should go through [`Self::handle_segment_ahead`]:
     /// locatable framing, a domain, the first FPDU (the RTR) seen, no error, room left.
     pub(crate) fn wants_segments_ahead(&self) -> bool {

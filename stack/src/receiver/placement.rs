@@ -14,7 +14,7 @@ use mpa::wire::ddp::{
     queue, DdpError, DdpRepr, RdmapOpcode, ReadRequestRepr, TerminateRepr, READ_REQUEST_HEADER_LEN,
     TERMINATE_HEADER_LEN, UNTAGGED_HEADER_LEN,
 };
-use mpa_ctl_proto::{Completion, CompletionKind};
+use mpa_ctl_proto::{Completion, CompletionKind, CompletionStatus};
 use std::collections::VecDeque;
 
 mod error;
@@ -36,6 +36,8 @@ pub struct PostedBuf {
     pub offset: u64,
     /// Octets.
     pub len: u32,
+    /// The application's work request id: its completion carries it.
+    pub wr_id: u64,
 }
 
 /// What a validated segment is.
@@ -198,6 +200,11 @@ impl Placer {
     /// Posted buffers not yet used.
     pub(crate) fn posted(&self) -> usize {
         self.recv.len()
+    }
+
+    /// Takes the posted buffers not yet used (the connection ended: they are flushed).
+    pub(crate) fn take_posted(&mut self) -> VecDeque<PostedBuf> {
+        std::mem::take(&mut self.recv)
     }
 
     /// Appends receive buffers (in MSN order); refused beyond [`MAX_POSTED`].
@@ -597,6 +604,8 @@ impl Placer {
                     len: n,
                     msn: None,
                     invalidate_stag: None,
+                    wr_id: 0,
+                    status: CompletionStatus::Success,
                 })
             }
             SegmentKind::Send {
@@ -613,6 +622,8 @@ impl Placer {
                 self.front_msn = self.front_msn.wrapping_add(1);
                 Some(Completion {
                     flow_id,
+                    wr_id: buf.wr_id,
+                    status: CompletionStatus::Success,
                     kind: CompletionKind::SendArrived,
                     stag: buf.stag,
                     offset: buf.offset,

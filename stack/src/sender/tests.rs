@@ -389,6 +389,7 @@ fn run(c: Case) -> Outcome {
                 stag: SEND_STAG,
                 offset: send_off,
                 len: s.len as u32 + 8,
+                wr_id: 0,
             });
             expect_completions.push(Completion {
                 flow_id: FLOW,
@@ -398,6 +399,8 @@ fn run(c: Case) -> Outcome {
                 len: s.len,
                 msn: Some(msn),
                 invalidate_stag: None,
+                wr_id: 0,
+                status: mpa_ctl_proto::CompletionStatus::Success,
             });
             send_off += s.len + 8;
             msn += 1;
@@ -411,6 +414,8 @@ fn run(c: Case) -> Outcome {
                 len: s.len,
                 msn: None,
                 invalidate_stag: None,
+                wr_id: 0,
+                status: mpa_ctl_proto::CompletionStatus::Success,
             });
             to += s.len;
         }

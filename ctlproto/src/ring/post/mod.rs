@@ -12,12 +12,13 @@
 //! | offset | field | meaning |
 //! |---|---|---|
 //! | 0 | op u8 | 1 Write, 2 Send, 3 Read |
-//! | 1 | 7 × 0 | |
+//! | 1 | flags u8 | bit 0: unsignaled (the messages complete only when they fail); other bits 0 |
+//! | 2 | 6 × 0 | |
 //! | 8 | flow_id u64 | the connection |
 //! | 16 | offset u64 | offset in the local region of the first message's octets |
 //! | 24 | len u64 | octets per message (≥ 1) |
 //! | 32 | remote_to u64 | Write: the sink's tagged offset; Read: the source's; Send: 0 |
-//! | 40 | cookie u64 | the application's, echoed back if the post is refused ([`crate::CompletionKind::PostRefused`]) |
+//! | 40 | cookie u64 | the work request id: message `i` completes with `cookie + i`; a refusal ([`crate::CompletionKind::PostRefused`]) carries it |
 //! | 48 | stag u32 | the local region |
 //! | 52 | count u32 | messages (≥ 1), message `i` at `offset + i·len` (and `remote_to + i·len`) |
 //! | 56 | remote stag u32 | Write: the peer's sink STag; Read: the peer's source STag; Send: 0 |
@@ -101,7 +102,8 @@ pub enum PostOp {
 pub struct PostRecord {
     /// The connection.
     pub flow_id: u64,
-    /// The application's, echoed back if the post is refused.
+    /// The work request id: message `i` completes with `cookie + i` (a refusal carries it
+    /// too).
     pub cookie: u64,
     /// The local region.
     pub stag: u32,
@@ -113,6 +115,8 @@ pub struct PostRecord {
     pub count: u32,
     /// Write, Send or Read.
     pub op: PostOp,
+    /// Complete each message when done; otherwise only a failure completes.
+    pub signaled: bool,
 }
 
 /// What is wrong with a post record.
@@ -159,6 +163,7 @@ pub fn encode_post(p: &PostRecord) -> [u8; POST_LEN] {
     };
     let mut b = [0u8; POST_LEN];
     b[0] = op;
+    b[1] = u8::from(!p.signaled);
     b[8..16].copy_from_slice(&p.flow_id.to_le_bytes());
     b[16..24].copy_from_slice(&p.offset.to_le_bytes());
     b[24..32].copy_from_slice(&p.len.to_le_bytes());
@@ -194,7 +199,7 @@ pub fn decode_post(b: &[u8; POST_LEN]) -> Result<PostRecord, PostRefused> {
         },
         op => return Err(refuse(PostDefect::UnknownOp(op))),
     };
-    if b[1..8].iter().chain(&b[60..64]).any(|&x| x != 0) {
+    if b[1] & !1 != 0 || b[2..8].iter().chain(&b[60..64]).any(|&x| x != 0) {
         return Err(refuse(PostDefect::Padding));
     }
     if op == PostOp::Send && (remote_stag != 0 || remote_to != 0) {
@@ -208,6 +213,7 @@ pub fn decode_post(b: &[u8; POST_LEN]) -> Result<PostRecord, PostRefused> {
         len: u64_at(24),
         count: u32_at(52),
         op,
+        signaled: b[1] & 1 == 0,
     };
     if p.count == 0 {
         return Err(refuse(PostDefect::ZeroCount));

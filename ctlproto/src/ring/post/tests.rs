@@ -32,6 +32,7 @@ fn post(seq: u64) -> PostRecord {
         len: 1 + seq % 4096,
         count: 1 + (seq % 16) as u32,
         op,
+        signaled: true,
     }
 }
 
@@ -297,7 +298,11 @@ fn garbage_records_are_refused_with_their_cookie() {
         b[0] = op;
         bad.push((b, PostDefect::UnknownOp(op)));
     }
-    for i in (1..8).chain(60..64) {
+    // Octet 1 holds the flags (bit 0 unsignaled): its other bits, and every padding octet.
+    let mut b = good;
+    b[1] = 2;
+    bad.push((b, PostDefect::Padding));
+    for i in (2..8).chain(60..64) {
         let mut b = good;
         b[i] = 1;
         bad.push((b, PostDefect::Padding));
@@ -372,7 +377,7 @@ fn the_application_checks_what_it_maps() {
     assert_eq!(nix::unistd::ftruncate(fd(), 0), Err(nix::Error::EPERM));
     // A completion ring file is not a post queue file of the same size, nor the reverse.
     let c = RingFile::create("c", 1, 64).unwrap();
-    assert_eq!(c.len(), queue_bytes(2));
+    assert_eq!(c.len(), queue_bytes(64));
     let cfd = c.fd().try_clone_to_owned().unwrap();
     assert!(matches!(
         PostQueueFile::open(cfd, 1, 2),
@@ -402,7 +407,7 @@ proptest! {
             1 => PostOp::Send,
             _ => PostOp::Read { src_stag: remote_stag, src_to: remote_to },
         };
-        let p = PostRecord { flow_id, cookie, stag, offset, len: len.max(1), count: count.max(1), op };
+        let p = PostRecord { flow_id, cookie, stag, offset, len: len.max(1), count: count.max(1), op, signaled: true };
         prop_assert_eq!(decode_post(&encode_post(&p)), Ok(p));
     }
 

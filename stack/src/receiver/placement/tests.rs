@@ -111,6 +111,7 @@ fn untagged_violations_give_the_rfc_codes() {
             stag: 0x10,
             offset: 100,
             len: 50,
+            wr_id: 0,
         }]
         .into_iter(),
     )
@@ -144,7 +145,8 @@ fn untagged_violations_give_the_rfc_codes() {
         .post((0..MAX_POSTED).map(|_| PostedBuf {
             stag: 0x10,
             offset: 0,
-            len: 1
+            len: 1,
+            wr_id: 0,
         }))
         .is_ok());
     assert!(p
@@ -152,7 +154,8 @@ fn untagged_violations_give_the_rfc_codes() {
             [PostedBuf {
                 stag: 0x10,
                 offset: 0,
-                len: 1
+                len: 1,
+                wr_id: 0,
             }]
             .into_iter()
         )

@@ -98,6 +98,7 @@ pub(crate) fn build(seed: u64, octets: usize, markers: bool, seg: Segmentation) 
                 stag: SEND_STAG,
                 offset: send_off,
                 len: len as u32 + rng.below(64) as u32,
+                wr_id: 0,
             });
             completions.push(Completion {
                 flow_id: FLOW,
@@ -107,6 +108,8 @@ pub(crate) fn build(seed: u64, octets: usize, markers: bool, seg: Segmentation) 
                 len: len as u64,
                 msn: Some(msn),
                 invalidate_stag: None,
+                wr_id: 0,
+                status: mpa_ctl_proto::CompletionStatus::Success,
             });
             send_off += len as u64 + 64;
             msn += 1;
@@ -124,6 +127,8 @@ pub(crate) fn build(seed: u64, octets: usize, markers: bool, seg: Segmentation) 
                 len: len as u64,
                 msn: None,
                 invalidate_stag: None,
+                wr_id: 0,
+                status: mpa_ctl_proto::CompletionStatus::Success,
             });
             to += len as u64 + rng.below(8);
         }

@@ -770,6 +770,7 @@ fn an_untagged_rtr_takes_msn_1_of_its_queue() {
         stag: 0x10,
         offset: 256,
         len: 64,
+        wr_id: 0,
     }])
     .unwrap();
     let mut send = vec![0u8; mpa::wire::ddp::UNTAGGED_HEADER_LEN];

@@ -1,0 +1,168 @@
+//! Work requests end to end between two in-memory workers (the `pair` fixture): every
+//! completion carries its work request's id; an unsignaled request completes only when it
+//! fails; and when a connection ends — a local close, the peer's reset, a Terminate either way
+//! — every request still outstanding and every receive buffer no Send used completes, once,
+//! in order, with a failure status (docs/consumer.md, "Completions").
+
+mod pair;
+
+use crossbeam_channel::unbounded;
+use mpa_ctl_proto::{Completion, CompletionKind, CompletionStatus as S};
+use mpa_datapath::worker::Command;
+use mpa_stack::flow::{SendOp, SendPost};
+use mpa_stack::receiver::PostedBuf;
+use pair::*;
+
+fn write(wr_id: u64, count: u32, signaled: bool, sink_stag: u32) -> SendPost {
+    SendPost {
+        op: SendOp::Write {
+            sink_stag,
+            sink_to: 0,
+        },
+        stag: SRC,
+        offset: 0,
+        len: 2000,
+        count,
+        wr_id,
+        signaled,
+    }
+}
+
+fn send(wr_id: u64, count: u32) -> SendPost {
+    SendPost {
+        op: SendOp::Send,
+        stag: SRC,
+        offset: 0,
+        len: 1000,
+        count,
+        wr_id,
+        signaled: true,
+    }
+}
+
+/// Posts `count` 4 KiB receive buffers on B's flow, work requests `wr_id ..`.
+fn post_recv(b: &mut End, wr_id: u64, count: u64) {
+    let bufs = (0..count)
+        .map(|i| PostedBuf {
+            stag: BUFS,
+            offset: i * 4096,
+            len: 4096,
+            wr_id: wr_id + i,
+        })
+        .collect();
+    let (answer, result) = unbounded();
+    assert!(b.worker.apply(Command::PostRecv(2, bufs, answer)));
+    result.recv().unwrap().unwrap();
+}
+
+fn ids(c: &[Completion], kind: CompletionKind) -> Vec<(u64, S)> {
+    c.iter()
+        .filter(|c| c.kind == kind)
+        .map(|c| (c.wr_id, c.status))
+        .collect()
+}
+
+#[test]
+fn completions_carry_their_work_request_ids_and_unsignaled_ones_stay_silent() {
+    let mut a = end(true, false, 1 << 16);
+    let mut b = end(false, false, 1 << 16);
+    post_recv(&mut b, 900, 3);
+    post(&mut a.worker, 1, write(100, 4, true, SINK)).unwrap();
+    post(&mut a.worker, 1, write(200, 4, false, SINK)).unwrap();
+    post(&mut a.worker, 1, send(300, 3)).unwrap();
+    // A: 4 signaled Writes and 3 Sends; B: 8 Writes placed and 3 Sends arrived.
+    let r = run(a, b, 0.02, 5, 7, 11);
+    let ok = |ids: std::ops::Range<u64>| ids.map(|i| (i, S::Success)).collect::<Vec<_>>();
+    assert_eq!(
+        ids(&r.a.completions, CompletionKind::WriteSent),
+        ok(100..104)
+    );
+    assert_eq!(
+        ids(&r.a.completions, CompletionKind::SendSent),
+        ok(300..303)
+    );
+    assert_eq!(r.a.completions.len(), 7, "{:?}", r.a.completions);
+    assert_eq!(
+        ids(&r.b.completions, CompletionKind::SendArrived),
+        ok(900..903)
+    );
+    // Writes the peer placed are no request of B's: id 0.
+    assert_eq!(
+        ids(&r.b.completions, CompletionKind::WritePlaced),
+        vec![(0, S::Success); 8]
+    );
+}
+
+/// A closes its end at once (a reset) with Writes and Sends posted and not yet sent: each
+/// completes flushed, the unsignaled ones too; B, reset by A, flushes its receive buffers.
+#[test]
+fn a_local_close_and_the_peers_reset_flush_everything_outstanding() {
+    let mut a = end(true, false, 1 << 16);
+    let mut b = end(false, false, 1 << 16);
+    post_recv(&mut b, 50, 4);
+    post(&mut a.worker, 1, write(10, 3, true, SINK)).unwrap();
+    post(&mut a.worker, 1, write(20, 2, false, SINK)).unwrap();
+    post(&mut a.worker, 1, send(30, 1)).unwrap();
+    assert!(a.worker.apply(Command::Close(1)));
+    let r = run_until(a, b, 0.0, 7, |a, b| a.gone.is_some() && b.gone.is_some());
+    let flushed = |ids: &[u64]| ids.iter().map(|&i| (i, S::Flushed)).collect::<Vec<_>>();
+    let a_ids: Vec<(u64, S)> =
+        r.a.completions
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect();
+    assert_eq!(
+        a_ids,
+        flushed(&[10, 11, 12, 20, 21, 30]),
+        "{:?}",
+        r.a.completions
+    );
+    assert_eq!(
+        ids(&r.b.completions, CompletionKind::SendArrived),
+        flushed(&[50, 51, 52, 53])
+    );
+    let b0 = &r.b.completions[0];
+    assert_eq!((b0.stag, b0.offset, b0.len, b0.msn), (BUFS, 0, 4096, None));
+}
+
+/// A writes into an STag B does not have, then asks for Reads: B ends the stream with a
+/// Terminate at the Write (sent: its receive buffers flushed) and answers no Read; A receives
+/// the Terminate with every Read outstanding (each flushed). Every request completes exactly
+/// once, in order.
+#[test]
+fn a_terminate_either_way_flushes_both_ends() {
+    let mut a = end(true, false, 1 << 16);
+    let mut b = end(false, false, 1 << 16);
+    post_recv(&mut b, 60, 2);
+    post(&mut a.worker, 1, write(70, 1, true, 0xdead_0000)).unwrap();
+    let reads = SendPost {
+        op: SendOp::Read {
+            src_stag: READABLE,
+            src_to: 0,
+        },
+        stag: SRC,
+        offset: 0,
+        len: 1024,
+        count: 8,
+        wr_id: 500,
+        signaled: false,
+    };
+    post(&mut a.worker, 1, reads).unwrap();
+    let r = run_until(a, b, 0.0, 8, |a, b| a.gone.is_some() && b.gone.is_some());
+    let ended = r.a.gone.as_ref().unwrap().ended.clone().unwrap();
+    let t = ended.terminate.expect("A's end names B's Terminate");
+    assert!(!t.sent && t.layer < 2, "{ended:?}");
+    let eb = r.b.gone.as_ref().unwrap().ended.clone().unwrap();
+    assert!(eb.terminate.is_some_and(|t| t.sent), "{eb:?}");
+    // The bad Write was acknowledged before B judged it (a success); the Reads, unsignaled,
+    // all complete because all failed.
+    let c = &r.a.completions;
+    assert_eq!((c[0].wr_id, c[0].status), (70, S::Success), "{c:?}");
+    let reads: Vec<(u64, S)> = (500..508).map(|i| (i, S::Flushed)).collect();
+    assert_eq!(ids(c, CompletionKind::ReadResponsePlaced), reads, "{c:?}");
+    assert_eq!(c.len(), 9, "{c:?}");
+    assert_eq!(
+        ids(&r.b.completions, CompletionKind::SendArrived),
+        vec![(60, S::Flushed), (61, S::Flushed)]
+    );
+}
