@@ -263,6 +263,7 @@ fn answer_id(m: &Message) -> Option<u64> {
         | Message::PostWrite { .. }
         | Message::PostSend { .. }
         | Message::PostRead { .. }
+        | Message::Post { .. }
         | Message::Subscribe { .. }
         | Message::Unsubscribe { .. }
         | Message::WatchPort { .. }

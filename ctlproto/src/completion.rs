@@ -21,7 +21,7 @@ pub enum CompletionKind {
     SendSent,
     /// A post made through the shared-memory post queue ([`crate::ring::post`]) was refused
     /// and nothing of it was queued: `stag` is the post's local region, `offset` carries its
-    /// cookie, `len` the [`RefusalCode`] (read both with [`Completion::refusal`]) and `msn`
+    /// wr_id, `len` the [`RefusalCode`] (read both with [`Completion::refusal`]) and `msn`
     /// the post's message count (none of which will complete).
     PostRefused,
 }
@@ -136,7 +136,7 @@ pub struct Completion {
 }
 
 impl Completion {
-    /// A refused post's cookie and why it was refused; `None` for other kinds (and for a
+    /// A refused post's wr_id and why it was refused; `None` for other kinds (and for a
     /// code this version does not know).
     pub fn refusal(&self) -> Option<(u64, RefusalCode)> {
         if self.kind != CompletionKind::PostRefused {
@@ -145,12 +145,12 @@ impl Completion {
         Some((self.offset, RefusalCode::from_code(self.len)?))
     }
 
-    /// The completion that reports the refusal of post `cookie` of `count` messages on
+    /// The completion that reports the refusal of post `wr_id` of `count` messages on
     /// `flow_id` (region `stag`).
     pub fn post_refused(
         flow_id: u64,
         stag: u32,
-        cookie: u64,
+        wr_id: u64,
         count: u32,
         code: RefusalCode,
     ) -> Completion {
@@ -158,11 +158,11 @@ impl Completion {
             flow_id,
             kind: CompletionKind::PostRefused,
             stag,
-            offset: cookie,
+            offset: wr_id,
             len: code.code(),
             msn: Some(count),
             invalidate_stag: None,
-            wr_id: cookie,
+            wr_id,
             status: CompletionStatus::Success,
         }
     }

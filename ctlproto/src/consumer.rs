@@ -27,7 +27,7 @@
 //! datapath passes a misrouted post on to the owner) — with no system call unless that worker
 //! sleeps. A full queue is [`ConsumerError::PostQueueFull`] (nothing written: post again once
 //! the worker has read). A post the datapath refuses comes back as a
-//! [`crate::CompletionKind::PostRefused`] completion with its cookie
+//! [`crate::CompletionKind::PostRefused`] completion with its wr_id
 //! ([`crate::Completion::refusal`]). Posts on one connection keep their order while they go
 //! through one queue; one passed on by a worker that does not own the connection may be
 //! overtaken by a later post written straight into the owner's queue (after the connection's
@@ -305,6 +305,42 @@ impl Consumer {
             Message::Posted { .. } => Ok(()),
             m => Err(Self::unexpected(m)),
         }
+    }
+
+    /// Posts work request `wr` over the control socket (a round trip; the shared-memory way
+    /// is [`Consumer::post`]); returns the first Send's MSN for Sends. Each message completes
+    /// with `wr.wr_id + i` (unsignaled ones only when they fail).
+    pub fn post_via_socket(
+        &mut self,
+        wr: &crate::ring::post::WorkRequest,
+    ) -> Result<Option<u32>, ConsumerError> {
+        let wr = *wr;
+        match self.client.request(|id| Message::Post { id, wr })? {
+            Message::Posted { first_msn, .. } => Ok(first_msn),
+            m => Err(Self::unexpected(m)),
+        }
+    }
+
+    /// [`Consumer::post_recv`] with work request ids: buffer `i` completes with `wr_id + i`
+    /// (and with status flushed if the connection ends before a Send fills it).
+    pub fn post_recv_wr(
+        &mut self,
+        target: PostTarget,
+        stag: u32,
+        offset: u64,
+        len: u32,
+        count: u32,
+        wr_id: u64,
+    ) -> Result<(), ConsumerError> {
+        self.expect_ok(|id| Message::PostRecv {
+            id,
+            target,
+            stag,
+            offset,
+            len,
+            count,
+            wr_id,
+        })
     }
 
     /// Closes connection `flow_id` gracefully: what is posted goes out, then a FIN

@@ -260,6 +260,15 @@ pub enum Message {
         #[serde(default = "signaled")]
         signaled: bool,
     },
+    /// consumer → datapath: work request `wr` (a Write, Send or Read post, the type the
+    /// shared-memory post queue carries) over the control socket. Answered by
+    /// [`Message::Posted`] once all its messages are queued, or by an error with none queued.
+    Post {
+        /// Request id.
+        id: u64,
+        /// The work request.
+        wr: crate::ring::post::WorkRequest,
+    },
     /// datapath → consumer: the messages of a PostWrite, PostSend or PostRead are queued.
     Posted {
         /// Request id.

@@ -1,11 +1,11 @@
 //! A worker reading a subscription's shared-memory post queue, without AF_XDP: posts become
 //! frames at the next poll; what it must refuse (unknown region, a flow of another domain
 //! than the subscription's, a malformed record, a flow nobody has) comes back as a
-//! `PostRefused` completion with the post's cookie; a post for a flow it does not own goes
+//! `PostRefused` completion with the post's wr_id; a post for a flow it does not own goes
 //! to the control thread; a corrupt queue is counted once and never read again.
 
 use crossbeam_channel::{unbounded, Receiver};
-use mpa_ctl_proto::ring::post::{PostOp, PostProducer, PostQueueFile, PostReader, PostRecord};
+use mpa_ctl_proto::ring::post::{PostOp, PostProducer, PostQueueFile, PostReader, WorkRequest};
 use mpa_ctl_proto::ring::{Producer, RingFile, RingSet, Waker};
 use mpa_ctl_proto::{Completion, CompletionKind, RefusalCode, RegionInfo};
 use mpa_datapath::io::ring::{MemRing, MemWire};
@@ -87,10 +87,10 @@ fn subscribe(w: &mut Worker<MemRing>, pd: u32, id: u64) -> (PostProducer, RingSe
     )
 }
 
-fn write(cookie: u64, stag: u32) -> PostRecord {
-    PostRecord {
+fn write(wr_id: u64, stag: u32) -> WorkRequest {
+    WorkRequest {
         flow_id: FLOW,
-        cookie,
+        wr_id,
         stag,
         offset: 0,
         len: 100,
@@ -103,7 +103,7 @@ fn write(cookie: u64, stag: u32) -> PostRecord {
     }
 }
 
-fn post(p: &mut PostProducer, r: &PostRecord) {
+fn post(p: &mut PostProducer, r: &WorkRequest) {
     p.try_post(r).unwrap();
     let _ = p.publish();
 }
@@ -114,8 +114,8 @@ fn refusals(rings: &mut RingSet) -> Vec<(u64, u64, RefusalCode)> {
     out.iter()
         .filter(|c| c.kind == CompletionKind::PostRefused)
         .map(|c| {
-            let (cookie, code) = c.refusal().unwrap();
-            (c.flow_id, cookie, code)
+            let (wr_id, code) = c.refusal().unwrap();
+            (c.flow_id, wr_id, code)
         })
         .collect()
 }
@@ -137,14 +137,14 @@ fn a_posted_write_leaves_at_the_next_poll_and_bad_posts_are_refused_with_their_c
     post(&mut p, &write(8, 0xdead));
     post(
         &mut p,
-        &PostRecord {
+        &WorkRequest {
             count: 0,
             ..write(9, STAG)
         },
     );
     post(
         &mut p,
-        &PostRecord {
+        &WorkRequest {
             offset: 1 << 30,
             ..write(10, STAG)
         },
@@ -183,7 +183,7 @@ fn a_post_through_another_domains_queue_is_refused() {
 fn a_post_for_a_flow_the_worker_does_not_own_goes_to_the_control_thread() {
     let mut b = bench();
     let (mut p, mut rings, _) = subscribe(&mut b.worker, 1, 1);
-    let other = PostRecord {
+    let other = WorkRequest {
         flow_id: 99,
         ..write(11, STAG)
     };

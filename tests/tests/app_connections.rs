@@ -499,3 +499,109 @@ fn probe_as_application() {
     };
     println!("PROBE: {answer}");
 }
+
+/// An application's work requests on a connection it made, against a kernel peer in ns a:
+/// a Write posted over the control socket completes with its id and success; receive buffers
+/// posted with ids complete flushed, with those ids, when the peer resets the connection;
+/// then the connection's end comes, and a post on it is refused.
+#[test]
+fn work_requests_complete_with_their_ids_and_a_reset_flushes_the_rest() {
+    if !require_privileged("application work requests") {
+        return;
+    }
+    use mpa_ctl_proto::ring::post::{PostOp, WorkRequest};
+    use mpa_ctl_proto::{CompletionStatus, PostTarget};
+    let b = bed();
+    let (mut c, pd, region) = app_with_region(&b);
+    let stag = region.info().stag;
+    let listener = listen_in(&b.bed.ns_a, SocketAddr::new(b.bed.addr_a(false), 0));
+    let at = listener.local_addr().unwrap();
+    let (reset_tx, reset_rx) = std::sync::mpsc::channel::<()>();
+    let peer = std::thread::spawn(move || {
+        let (sock, _) = listener.accept().unwrap();
+        let mut s = MpaStream::accept(sock, &EndpointConfig::default()).unwrap();
+        // The application's Write arrives whole.
+        let mut got = 0;
+        while got < 1000 {
+            let more = s
+                .recv_with(Some(WAIT), |u| {
+                    got += u.len() - mpa::wire::ddp::TAGGED_HEADER_LEN;
+                })
+                .unwrap();
+            assert!(more.is_some(), "the Write");
+        }
+        reset_rx.recv_timeout(WAIT).unwrap();
+        // A reset: SO_LINGER 0, then close.
+        let linger = libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        nix::sys::socket::setsockopt(s.get_ref(), nix::sys::socket::sockopt::Linger, &linger)
+            .unwrap();
+    });
+    let conn_id = c.connect_to(pd, at, ConnectOptions::default()).unwrap();
+    let CmEvent::Established { flow_id, .. } = cm_event(&mut c) else {
+        panic!("Established expected");
+    };
+    assert!(conn_id > 0);
+    c.post_recv_wr(PostTarget::Flow(flow_id), stag, 8192, 1024, 3, 700)
+        .unwrap();
+    let wr = WorkRequest {
+        flow_id,
+        wr_id: 42,
+        stag,
+        offset: 0,
+        len: 1000,
+        count: 1,
+        op: PostOp::Write {
+            sink_stag: 0x77,
+            sink_to: 0,
+        },
+        signaled: true,
+    };
+    assert_eq!(c.post_via_socket(&wr).unwrap(), None);
+    let done = c
+        .next_completions(std::time::Instant::now() + WAIT)
+        .unwrap()
+        .expect("the Write's completion");
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert_eq!(
+        (done[0].kind, done[0].wr_id, done[0].status),
+        (CompletionKind::WriteSent, 42, CompletionStatus::Success)
+    );
+    reset_tx.send(()).unwrap();
+    peer.join().unwrap();
+    // The reset: the three buffers flushed with their ids, then the end.
+    let mut flushed = Vec::new();
+    let t0 = std::time::Instant::now();
+    while flushed.len() < 3 && t0.elapsed() < WAIT {
+        if let Some(batch) = c
+            .next_completions(std::time::Instant::now() + WAIT)
+            .unwrap()
+        {
+            flushed.extend(batch);
+        }
+    }
+    let got: Vec<_> = flushed
+        .iter()
+        .map(|c| (c.kind, c.wr_id, c.status, c.offset))
+        .collect();
+    let flushed_buf = |i: u64| {
+        (
+            CompletionKind::SendArrived,
+            700 + i,
+            CompletionStatus::Flushed,
+            8192 + i * 1024,
+        )
+    };
+    assert_eq!(got, vec![flushed_buf(0), flushed_buf(1), flushed_buf(2)]);
+    match c.wait_connection_event(WAIT).unwrap() {
+        Some(ConnectionEvent::Ended(e)) => assert_eq!(e.flow_id, flow_id, "{e:?}"),
+        e => panic!("the connection's end expected, got {e:?}"),
+    }
+    refused(
+        "a post on the ended connection",
+        ErrorCode::UnknownFlow,
+        c.post_via_socket(&wr),
+    );
+}

@@ -4,7 +4,7 @@
 //! places the Writes into the region it advertised. The listener's region must end up octet
 //! for octet the consumer's and every post must complete. Posts the datapath must refuse (an
 //! unknown STag, a flow of another domain than the subscription's, a malformed record) come
-//! back as `PostRefused` completions with their cookies while the connection goes on
+//! back as `PostRefused` completions with their work request ids while the connection goes on
 //! working; posts written into the queue of a worker that does not own the flow are passed
 //! on, not lost; and a consumer that scribbles over its post queue neither crashes nor stalls
 //! the datapath.
@@ -16,7 +16,7 @@ use mpa_control::initiator::{connect_and_hand_over, InitiatorOutcome};
 use mpa_ctl_proto::client::ControlClient;
 use mpa_ctl_proto::consumer::{ConnectionEvent, Consumer, ConsumerError};
 use mpa_ctl_proto::region_ad::RegionAd;
-use mpa_ctl_proto::ring::post::{PostOp, PostRecord};
+use mpa_ctl_proto::ring::post::{PostOp, WorkRequest};
 use mpa_ctl_proto::stats::QueueStats;
 use mpa_ctl_proto::{Completion, CompletionKind, Message, RefusalCode};
 use mpa_stack::sim::SplitMix64;
@@ -136,7 +136,7 @@ fn completions_until(
 
 /// `post`, retried while its queue is full (reading completions into `seen` meanwhile: the
 /// worker reads the queue on its own, the consumer only has to wait).
-fn post_retrying(consumer: &mut Consumer, post: &PostRecord, seen: &mut Vec<Completion>) {
+fn post_retrying(consumer: &mut Consumer, post: &WorkRequest, seen: &mut Vec<Completion>) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         match consumer.post(post) {
@@ -192,9 +192,9 @@ fn writes_posted_through_shared_memory_reach_the_kernel_peer_and_refusals_come_b
     } = connect_to_peer(&bed, &path, 7900, LEN);
     assert_eq!((ad.stag, ad.len), (PEER_STAG, LEN));
     let stag = region.info().stag;
-    let write = |i: u64, cookie: u64| PostRecord {
+    let write = |i: u64, wr_id: u64| WorkRequest {
         flow_id,
-        cookie,
+        wr_id,
         stag,
         offset: i * MSG,
         len: MSG,
@@ -276,7 +276,7 @@ fn writes_posted_through_shared_memory_reach_the_kernel_peer_and_refusals_come_b
     consumer
         .post_in(
             OTHER_PD,
-            &PostRecord {
+            &WorkRequest {
                 stag: other.info().stag,
                 offset: 0,
                 ..write(0, FOREIGN_QUEUE)
@@ -284,7 +284,7 @@ fn writes_posted_through_shared_memory_reach_the_kernel_peer_and_refusals_come_b
         )
         .unwrap();
     consumer
-        .post(&PostRecord {
+        .post(&WorkRequest {
             count: 0,
             ..write(0, NO_MESSAGE)
         })
@@ -613,9 +613,9 @@ fn a_run_to_completion_driver_reads_the_post_queues_at_every_turn() {
         let count = len / MSG;
         let mut seen = Vec::new();
         for i in 0..count {
-            let p = PostRecord {
+            let p = WorkRequest {
                 flow_id,
-                cookie: i,
+                wr_id: i,
                 stag: region.info().stag,
                 offset: i * MSG,
                 len: MSG,
@@ -693,9 +693,9 @@ fn an_armed_subscription_wakes_the_applications_own_epoll_once() {
         ev[..n].iter().map(|e| e.data()).collect::<Vec<_>>()
     };
     // A post the datapath refuses (no region 0xdead0000) comes back as a completion.
-    let refused = |consumer: &mut Consumer, cookie: u64| {
+    let refused = |consumer: &mut Consumer, wr_id: u64| {
         consumer
-            .post_write_shm(flow_id, 0xdead_0000, 0, 64, 1, ad.stag, ad.base_to, cookie)
+            .post_write_shm(flow_id, 0xdead_0000, 0, 64, 1, ad.stag, ad.base_to, wr_id)
             .unwrap();
     };
     let mut got = Vec::new();

@@ -923,7 +923,7 @@ pub fn released_memory_descriptors_kept(c: &mut Ctx) -> Result<()> {
 /// that connection: the workers read a bounded number of posts per turn across all queues,
 /// the refusals are counted, and nothing of the connection waits for them.
 pub fn post_queues_flooding_neighbour(c: &mut Ctx) -> Result<()> {
-    use mpa_ctl_proto::ring::post::{PostOp, PostRecord};
+    use mpa_ctl_proto::ring::post::{PostOp, WorkRequest};
     let mut w = DatapathClient::connect(&c.env.socket, WAIT)?;
     let refused = |s: &mpa_ctl_proto::stats::DatapathStats| -> u64 {
         s.queues.iter().map(|q| q.stats.posts_refused).sum()
@@ -934,9 +934,9 @@ pub fn post_queues_flooding_neighbour(c: &mut Ctx) -> Result<()> {
     for &pd in &pds {
         con.subscribe(pd)?;
     }
-    let post = PostRecord {
+    let post = WorkRequest {
         flow_id: c.flow_id,
-        cookie: 0,
+        wr_id: 0,
         stag: c.env.stag(),
         offset: 0,
         len: 64,

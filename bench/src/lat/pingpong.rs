@@ -430,7 +430,7 @@ struct Flooder {
 
 impl Flooder {
     fn start(socket: &std::path::Path, domains: u32, victim: u64) -> Result<Flooder> {
-        use mpa_ctl_proto::ring::post::{PostOp, PostRecord};
+        use mpa_ctl_proto::ring::post::{PostOp, WorkRequest};
         let per = mpa_datapath::server::MAX_SUBSCRIPTIONS_PER_CLIENT as u32;
         let mut consumers = Vec::new();
         for first in (0..domains).step_by(per as usize) {
@@ -453,9 +453,9 @@ impl Flooder {
                 while !halt.load(std::sync::atomic::Ordering::Relaxed) {
                     for (c, pds) in &mut consumers {
                         for &pd in pds.iter() {
-                            let p = PostRecord {
+                            let p = WorkRequest {
                                 flow_id: victim,
-                                cookie: posted,
+                                wr_id: posted,
                                 stag: 1,
                                 offset: 0,
                                 len: 64,

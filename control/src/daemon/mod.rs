@@ -466,6 +466,7 @@ fn id_mut(m: &mut Message) -> Option<&mut u64> {
         | Message::PostWrite { id, .. }
         | Message::PostSend { id, .. }
         | Message::PostRead { id, .. }
+        | Message::Post { id, .. }
         | Message::Posted { id, .. }
         | Message::Subscribe { id, .. }
         | Message::Subscribed { id, .. }

@@ -2,7 +2,7 @@
 //! workers' doorbells, and the [`Consumer`] methods that write them.
 
 use super::{Consumer, ConsumerError};
-use crate::ring::post::{PostOp, PostProducer, PostQueueFile, PostRecord};
+use crate::ring::post::{PostOp, PostProducer, PostQueueFile, WorkRequest};
 use crate::ring::Waker;
 use crate::Completion;
 use std::os::fd::OwnedFd;
@@ -72,8 +72,8 @@ impl Consumer {
     /// the first subscription's queue 0; use [`Consumer::post_in`] to name the domain). No
     /// system call unless the worker sleeps. [`ConsumerError::PostQueueFull`]: nothing was
     /// written, post again once the worker has read. What the datapath refuses comes back as
-    /// a [`crate::CompletionKind::PostRefused`] completion carrying `post.cookie`.
-    pub fn post(&mut self, post: &PostRecord) -> Result<(), ConsumerError> {
+    /// a [`crate::CompletionKind::PostRefused`] completion carrying `post.wr_id`.
+    pub fn post(&mut self, post: &WorkRequest) -> Result<(), ConsumerError> {
         let (pd, queue) = self
             .post_queue_of(post.flow_id)
             .ok_or(ConsumerError::NoPostQueue(post.flow_id))?;
@@ -82,7 +82,7 @@ impl Consumer {
 
     /// [`Consumer::post`] through the post queues of domain `pd`'s subscription (queue of the
     /// connection's latest completion, else queue 0).
-    pub fn post_in(&mut self, pd: u32, post: &PostRecord) -> Result<(), ConsumerError> {
+    pub fn post_in(&mut self, pd: u32, post: &WorkRequest) -> Result<(), ConsumerError> {
         let queue = match self.flow_rings.get(post.flow_id) {
             Some((p, ring)) if p == pd => ring,
             _ => 0,
@@ -92,7 +92,12 @@ impl Consumer {
 
     /// [`Consumer::post`] into queue `queue` of domain `pd`'s subscription (a queue whose
     /// worker does not own the connection passes the post on: slower, never lost).
-    pub fn post_to(&mut self, pd: u32, queue: u32, post: &PostRecord) -> Result<(), ConsumerError> {
+    pub fn post_to(
+        &mut self,
+        pd: u32,
+        queue: u32,
+        post: &WorkRequest,
+    ) -> Result<(), ConsumerError> {
         let q = self
             .subs
             .iter_mut()
@@ -116,7 +121,7 @@ impl Consumer {
     /// [`Consumer::post_write`] through shared memory ([`Consumer::post`]): `count` RDMA
     /// Writes of `len` octets, write `i` from `offset + i·len` of region `stag` to the peer's
     /// `sink_stag` at `sink_to + i·len`; each completes as
-    /// [`crate::CompletionKind::WriteSent`], a refusal carries `cookie`.
+    /// [`crate::CompletionKind::WriteSent`], a refusal carries `wr_id`.
     #[allow(clippy::too_many_arguments)]
     pub fn post_write_shm(
         &mut self,
@@ -127,11 +132,11 @@ impl Consumer {
         count: u32,
         sink_stag: u32,
         sink_to: u64,
-        cookie: u64,
+        wr_id: u64,
     ) -> Result<(), ConsumerError> {
-        self.post(&PostRecord {
+        self.post(&WorkRequest {
             flow_id,
-            cookie,
+            wr_id,
             stag,
             offset,
             len,
@@ -150,11 +155,11 @@ impl Consumer {
         offset: u64,
         len: u64,
         count: u32,
-        cookie: u64,
+        wr_id: u64,
     ) -> Result<(), ConsumerError> {
-        self.post(&PostRecord {
+        self.post(&WorkRequest {
             flow_id,
-            cookie,
+            wr_id,
             stag,
             offset,
             len,
@@ -176,11 +181,11 @@ impl Consumer {
         count: u32,
         src_stag: u32,
         src_to: u64,
-        cookie: u64,
+        wr_id: u64,
     ) -> Result<(), ConsumerError> {
-        self.post(&PostRecord {
+        self.post(&WorkRequest {
             flow_id,
-            cookie,
+            wr_id,
             stag,
             offset,
             len,

@@ -39,7 +39,7 @@
 //! | field | holds |
 //! |---|---|
 //! | flow_id | the post's connection (as the post named it) |
-//! | offset | the post's cookie |
+//! | offset | the post's wr_id |
 //! | len | the [`crate::RefusalCode`]: 1 malformed, 2 unknown flow, 3 wrong domain, 4 unknown region, 5 out of bounds, 6 invalid, 7 busy, 8 closed |
 //! | stag | the post's local region |
 //! | flags | 0 |

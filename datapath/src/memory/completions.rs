@@ -16,7 +16,7 @@
 
 #![forbid(unsafe_code)]
 
-use mpa_ctl_proto::ring::post::{PostQueueError, PostReader, PostRecord, PostRefused};
+use mpa_ctl_proto::ring::post::{PostQueueError, PostReader, PostRefused, WorkRequest};
 use mpa_ctl_proto::ring::{Producer, Record, Waker};
 use mpa_ctl_proto::Completion;
 use mpa_stack::flow::Flow;
@@ -201,7 +201,7 @@ impl Outbox {
     pub(crate) fn take_posts(
         &mut self,
         i: usize,
-        out: &mut Vec<Result<PostRecord, PostRefused>>,
+        out: &mut Vec<Result<WorkRequest, PostRefused>>,
         max: usize,
         corrupt: &mut u64,
     ) -> Option<(u32, u64)> {

@@ -95,6 +95,10 @@ impl Server {
                 let r = self.post_recv(client, target, stag, offset, len, count, wr_id);
                 self.answer(client, id, r);
             }
+            Message::Post { id, wr } => {
+                let post = crate::worker::posts::send_post(&wr);
+                self.post_send(client, id, wr.flow_id, post);
+            }
             Message::PostWrite {
                 id,
                 flow_id,

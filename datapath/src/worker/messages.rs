@@ -4,7 +4,7 @@
 use crate::io::capture::{CaptureBatch, CaptureSpec};
 use crate::memory::completions::{RingMark, RingSubscription};
 use crossbeam_channel::Sender;
-use mpa_ctl_proto::ring::post::PostRecord;
+use mpa_ctl_proto::ring::post::WorkRequest;
 use mpa_ctl_proto::stats::{FlowReport, QueueReport};
 use mpa_ctl_proto::HandOver;
 use mpa_stack::flow::{Flow, FlowEnd, FlowError, SendPost};
@@ -53,7 +53,7 @@ pub enum Command {
         /// Its domain.
         pd: u32,
         /// The post.
-        post: PostRecord,
+        post: WorkRequest,
     },
     /// A subscription ended (its consumer is gone): unmap its ring.
     Unsubscribe {
@@ -117,7 +117,7 @@ pub enum Notification {
         /// Its domain.
         pd: u32,
         /// The post.
-        post: PostRecord,
+        post: WorkRequest,
         /// The reading worker's count of posts in transit: decremented once passed on.
         forwarding: Arc<AtomicUsize>,
     },

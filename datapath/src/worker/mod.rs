@@ -27,7 +27,7 @@ mod burst;
 mod config;
 mod driver;
 mod messages;
-mod posts;
+pub(crate) mod posts;
 mod report;
 pub mod strays;
 use config::SPIN_POLLS;

@@ -8,7 +8,7 @@
 
 use super::{Notification, TxSink, Worker, WorkerError};
 use crate::io::ring::FrameRing;
-use mpa_ctl_proto::ring::post::{PostOp, PostRecord};
+use mpa_ctl_proto::ring::post::{PostOp, WorkRequest};
 use mpa_ctl_proto::{Completion, RefusalCode};
 use mpa_stack::flow::{SendOp, SendPost};
 use mpa_stack::sender::PostError;
@@ -31,7 +31,7 @@ pub(crate) const MAX_FORWARDED: usize = 1024;
 #[derive(Debug)]
 pub(crate) struct PostInbox {
     /// Where one queue's posts are taken into (reused: no allocation once warm).
-    batch: Vec<Result<PostRecord, mpa_ctl_proto::ring::post::PostRefused>>,
+    batch: Vec<Result<WorkRequest, mpa_ctl_proto::ring::post::PostRefused>>,
     /// Posts forwarded to the control thread and not yet passed on.
     pub(crate) forwarding: Arc<AtomicUsize>,
     /// The subscription the next turn's reading starts at.
@@ -53,7 +53,7 @@ impl Default for PostInbox {
 }
 
 /// The stack's post of a queue's record.
-pub(crate) fn send_post(p: &PostRecord) -> SendPost {
+pub(crate) fn send_post(p: &WorkRequest) -> SendPost {
     let op = match p.op {
         PostOp::Write { sink_stag, sink_to } => SendOp::Write { sink_stag, sink_to },
         PostOp::Send => SendOp::Send,
@@ -65,7 +65,7 @@ pub(crate) fn send_post(p: &PostRecord) -> SendPost {
         offset: p.offset,
         len: p.len,
         count: p.count,
-        wr_id: p.cookie,
+        wr_id: p.wr_id,
         signaled: p.signaled,
     }
 }
@@ -147,7 +147,7 @@ impl<R: FrameRing> Worker<R> {
         &mut self,
         pd: u32,
         sub: u64,
-        batch: &mut Vec<Result<PostRecord, mpa_ctl_proto::ring::post::PostRefused>>,
+        batch: &mut Vec<Result<WorkRequest, mpa_ctl_proto::ring::post::PostRefused>>,
     ) {
         for r in batch.drain(..) {
             self.stats.posts_shm += 1;
@@ -158,7 +158,7 @@ impl<R: FrameRing> Worker<R> {
                     Completion::post_refused(
                         bad.flow_id,
                         0,
-                        bad.cookie,
+                        bad.wr_id,
                         bad.count,
                         RefusalCode::Malformed,
                     ),
@@ -170,8 +170,8 @@ impl<R: FrameRing> Worker<R> {
     /// Posts `p` (read from subscription `sub` of domain `pd`) on its flow, or refuses it
     /// through that subscription's ring. A flow this worker does not own goes to the
     /// control thread unless `forwarded` (it came from there: the flow is gone).
-    pub(crate) fn post_from_queue(&mut self, sub: u64, pd: u32, p: &PostRecord, forwarded: bool) {
-        let refused = |code| Completion::post_refused(p.flow_id, p.stag, p.cookie, p.count, code);
+    pub(crate) fn post_from_queue(&mut self, sub: u64, pd: u32, p: &WorkRequest, forwarded: bool) {
+        let refused = |code| Completion::post_refused(p.flow_id, p.stag, p.wr_id, p.count, code);
         let flow_pd = match self.ids.get(&p.flow_id).copied() {
             Some(k) => self.flows.get_mut(&k).map(|f| f.pd()),
             None => None,
@@ -199,7 +199,7 @@ impl<R: FrameRing> Worker<R> {
             Some(f) if f != Some(pd) => self.refuse_post(sub, refused(RefusalCode::WrongDomain)),
             Some(_) => {
                 if let Err(e) = self.post(p.flow_id, &send_post(p)) {
-                    tracing::debug!(flow = p.flow_id, cookie = p.cookie, %e, "post refused");
+                    tracing::debug!(flow = p.flow_id, wr_id = p.wr_id, %e, "post refused");
                     self.refuse_post(sub, refused(refusal_code(&e)));
                 }
             }

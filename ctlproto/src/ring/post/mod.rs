@@ -18,7 +18,7 @@
 //! | 16 | offset u64 | offset in the local region of the first message's octets |
 //! | 24 | len u64 | octets per message (≥ 1) |
 //! | 32 | remote_to u64 | Write: the sink's tagged offset; Read: the source's; Send: 0 |
-//! | 40 | cookie u64 | the work request id: message `i` completes with `cookie + i`; a refusal ([`crate::CompletionKind::PostRefused`]) carries it |
+//! | 40 | wr_id u64 | the work request id: message `i` completes with `wr_id + i`; a refusal ([`crate::CompletionKind::PostRefused`]) carries it |
 //! | 48 | stag u32 | the local region |
 //! | 52 | count u32 | messages (≥ 1), message `i` at `offset + i·len` (and `remote_to + i·len`) |
 //! | 56 | remote stag u32 | Write: the peer's sink STag; Read: the peer's source STag; Send: 0 |
@@ -76,7 +76,8 @@ pub fn queue_bytes(capacity: u32) -> usize {
 }
 
 /// What a post asks for, with what only that kind names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
 pub enum PostOp {
     /// RDMA Writes into the peer's region.
     Write {
@@ -96,15 +97,17 @@ pub enum PostOp {
     },
 }
 
-/// One post: `count` messages of `len` octets each on connection `flow_id`, message `i`
-/// reading (Write, Send) or filling (Read) region `stag` at `offset + i·len`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PostRecord {
+/// One work request: `count` messages of `len` octets each on connection `flow_id`, message
+/// `i` reading (Write, Send) or filling (Read) region `stag` at `offset + i·len`. The same
+/// type travels through the shared-memory post queue ([`encode_post`]) and over the control
+/// socket ([`crate::Message::Post`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WorkRequest {
     /// The connection.
     pub flow_id: u64,
-    /// The work request id: message `i` completes with `cookie + i` (a refusal carries it
+    /// The work request id: message `i` completes with `wr_id + i` (a refusal carries it
     /// too).
-    pub cookie: u64,
+    pub wr_id: u64,
     /// The local region.
     pub stag: u32,
     /// Offset of the first message's octets in it.
@@ -142,12 +145,12 @@ pub enum PostDefect {
 /// A record the worker refuses, with what identifies it to the application (as read: the
 /// octets were the application's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("post {cookie:#x} on connection {flow_id} refused: {defect}")]
+#[error("post {wr_id:#x} on connection {flow_id} refused: {defect}")]
 pub struct PostRefused {
     /// The flow the record names.
     pub flow_id: u64,
-    /// The record's cookie.
-    pub cookie: u64,
+    /// The record's wr_id.
+    pub wr_id: u64,
     /// The record's message count, as written (what its poster counts as outstanding).
     pub count: u32,
     /// Why.
@@ -155,7 +158,7 @@ pub struct PostRefused {
 }
 
 /// The octets of `p` in a slot.
-pub fn encode_post(p: &PostRecord) -> [u8; POST_LEN] {
+pub fn encode_post(p: &WorkRequest) -> [u8; POST_LEN] {
     let (op, remote_stag, remote_to) = match p.op {
         PostOp::Write { sink_stag, sink_to } => (OP_WRITE, sink_stag, sink_to),
         PostOp::Send => (OP_SEND, 0, 0),
@@ -168,7 +171,7 @@ pub fn encode_post(p: &PostRecord) -> [u8; POST_LEN] {
     b[16..24].copy_from_slice(&p.offset.to_le_bytes());
     b[24..32].copy_from_slice(&p.len.to_le_bytes());
     b[32..40].copy_from_slice(&remote_to.to_le_bytes());
-    b[40..48].copy_from_slice(&p.cookie.to_le_bytes());
+    b[40..48].copy_from_slice(&p.wr_id.to_le_bytes());
     b[48..52].copy_from_slice(&p.stag.to_le_bytes());
     b[52..56].copy_from_slice(&p.count.to_le_bytes());
     b[56..60].copy_from_slice(&remote_stag.to_le_bytes());
@@ -176,13 +179,13 @@ pub fn encode_post(p: &PostRecord) -> [u8; POST_LEN] {
 }
 
 /// The post in a slot's octets (a copy: never the shared slot itself), or why not.
-pub fn decode_post(b: &[u8; POST_LEN]) -> Result<PostRecord, PostRefused> {
+pub fn decode_post(b: &[u8; POST_LEN]) -> Result<WorkRequest, PostRefused> {
     let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
     let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or([0; 4]));
-    let (flow_id, cookie, count) = (u64_at(8), u64_at(40), u32_at(52));
+    let (flow_id, wr_id, count) = (u64_at(8), u64_at(40), u32_at(52));
     let refuse = |defect| PostRefused {
         flow_id,
-        cookie,
+        wr_id,
         count,
         defect,
     };
@@ -205,9 +208,9 @@ pub fn decode_post(b: &[u8; POST_LEN]) -> Result<PostRecord, PostRefused> {
     if op == PostOp::Send && (remote_stag != 0 || remote_to != 0) {
         return Err(refuse(PostDefect::SendRemote));
     }
-    let p = PostRecord {
+    let p = WorkRequest {
         flow_id,
-        cookie,
+        wr_id,
         stag: u32_at(48),
         offset: u64_at(16),
         len: u64_at(24),
@@ -361,7 +364,7 @@ impl PostProducer {
     /// [`PostProducer::publish`]); no system call. [`PostQueueFull`] when the worker has not
     /// freed a slot: nothing was written.
     #[inline]
-    pub fn try_post(&mut self, post: &PostRecord) -> Result<(), PostQueueFull> {
+    pub fn try_post(&mut self, post: &WorkRequest) -> Result<(), PostQueueFull> {
         if !self.end.has_room(&self.file.0) {
             return Err(PostQueueFull);
         }
@@ -430,7 +433,7 @@ impl PostReader {
     /// every later call.
     pub fn take(
         &mut self,
-        out: &mut Vec<Result<PostRecord, PostRefused>>,
+        out: &mut Vec<Result<WorkRequest, PostRefused>>,
         max: usize,
     ) -> Result<usize, PostQueueError> {
         if let Some(what) = self.failed {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 /// Post number `seq`: its fields all derived from it, so that a torn or misplaced record
 /// shows.
-fn post(seq: u64) -> PostRecord {
+fn post(seq: u64) -> WorkRequest {
     let op = match seq % 3 {
         0 => PostOp::Write {
             sink_stag: seq as u32 ^ 0x5a5a,
@@ -24,9 +24,9 @@ fn post(seq: u64) -> PostRecord {
             src_to: seq.wrapping_mul(11),
         },
     };
-    PostRecord {
+    WorkRequest {
         flow_id: seq.wrapping_mul(3),
-        cookie: seq,
+        wr_id: seq,
         stag: 9,
         offset: seq.wrapping_mul(5),
         len: 1 + seq % 4096,
@@ -36,10 +36,10 @@ fn post(seq: u64) -> PostRecord {
     }
 }
 
-fn seq_of(r: &Result<PostRecord, PostRefused>) -> u64 {
+fn seq_of(r: &Result<WorkRequest, PostRefused>) -> u64 {
     let p = r.as_ref().expect("a well-formed post");
-    assert_eq!(*p, post(p.cookie), "record torn");
-    p.cookie
+    assert_eq!(*p, post(p.wr_id), "record torn");
+    p.wr_id
 }
 
 /// SplitMix64.
@@ -325,14 +325,14 @@ fn garbage_records_are_refused_with_their_cookie() {
     let mut out = Vec::new();
     assert_eq!(r.take(&mut out, 100).unwrap(), bad.len());
     for (got, (b, defect)) in out.iter().zip(&bad) {
-        let cookie = u64::from_le_bytes(b[40..48].try_into().unwrap());
+        let wr_id = u64::from_le_bytes(b[40..48].try_into().unwrap());
         let flow_id = u64::from_le_bytes(b[8..16].try_into().unwrap());
         let count = u32::from_le_bytes(b[52..56].try_into().unwrap());
         assert_eq!(
             *got,
             Err(PostRefused {
                 flow_id,
-                cookie,
+                wr_id,
                 count,
                 defect: *defect
             })
@@ -398,7 +398,7 @@ fn the_application_checks_what_it_maps() {
 proptest! {
     #[test]
     fn posts_round_trip(
-        (flow_id, cookie, offset, len) in any::<(u64, u64, u64, u64)>(),
+        (flow_id, wr_id, offset, len) in any::<(u64, u64, u64, u64)>(),
         (stag, count, remote_stag, remote_to) in any::<(u32, u32, u32, u64)>(),
         op in 0u8..3,
     ) {
@@ -407,7 +407,7 @@ proptest! {
             1 => PostOp::Send,
             _ => PostOp::Read { src_stag: remote_stag, src_to: remote_to },
         };
-        let p = PostRecord { flow_id, cookie, stag, offset, len: len.max(1), count: count.max(1), op, signaled: true };
+        let p = WorkRequest { flow_id, wr_id, stag, offset, len: len.max(1), count: count.max(1), op, signaled: true };
         prop_assert_eq!(decode_post(&encode_post(&p)), Ok(p));
     }
 
@@ -419,7 +419,7 @@ proptest! {
         s[0] = op;
         match decode_post(&s) {
             Ok(p) => prop_assert_eq!(encode_post(&p), s),
-            Err(r) => prop_assert_eq!(r.cookie, u64::from_le_bytes(s[40..48].try_into().unwrap())),
+            Err(r) => prop_assert_eq!(r.wr_id, u64::from_le_bytes(s[40..48].try_into().unwrap())),
         }
     }
 }
