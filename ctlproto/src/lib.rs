@@ -12,7 +12,7 @@
 //! `handover` (the frozen TCP and MPA state of one connection), `region` and `completion`
 //! (registered memory and what is reported about it), [`ring`] (completions and posts through
 //! shared memory), [`cm`] (applications' listen, accept, reject, connect and their events),
-//! [`capture`], [`client`], [`consumer`].
+//! [`capture`], [`client`]. The application's API over all of it is the `mpa-app` crate.
 //!
 //! Three mpa-xdp conventions that are not MPA live here too, because every program taking part
 //! in a demo or benchmark (connection setup, reference peer, bench) shares this crate:
@@ -26,7 +26,6 @@ pub mod capture;
 pub mod client;
 pub mod clock_probe;
 pub mod cm;
-pub mod consumer;
 pub mod fuzz;
 pub mod pattern;
 pub mod region_ad;

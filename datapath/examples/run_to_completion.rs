@@ -20,10 +20,10 @@
 use clap::Parser;
 use mpa::startup::StartupPolicy;
 use mpa::wire::ddp::TAGGED_HEADER_LEN;
+use mpa_app::Consumer;
 use mpa_control::datapath_client::DatapathClient;
 use mpa_control::initiator::{connect_and_hand_over, InitiatorOutcome};
 use mpa_control::Placement;
-use mpa_ctl_proto::consumer::Consumer;
 use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::{Completion, CompletionKind};
 use mpa_datapath::io::xsk::XskConfig;

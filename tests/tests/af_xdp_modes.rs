@@ -4,8 +4,8 @@
 //! statistics say so; `--xdp-mode generic` attaches in skb mode and places a transfer exactly;
 //! UMEM frames of 2 KiB and UMEM on huge pages place transfers exactly too.
 
+use mpa_app::Consumer;
 use mpa_control::datapath_client::DatapathClient;
-use mpa_ctl_proto::consumer::Consumer;
 use mpa_tests::{
     ended_flow, gone_cleanly, hand_over, listen_in, require_privileged, stats, writes_from_a,
     BedConfig, DatapathProcess, TestBed,

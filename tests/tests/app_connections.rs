@@ -7,9 +7,9 @@
 
 use mpa::endpoint::{EndpointConfig, EndpointError, MpaStream};
 use mpa::startup::PrivateDataRule;
+use mpa_app::{ConnectionEvent, Consumer, ConsumerError, MappedRegion};
 use mpa_ctl_proto::client::ClientError;
 use mpa_ctl_proto::cm::{CmEvent, ConnectOptions, ListenOptions};
-use mpa_ctl_proto::consumer::{ConnectionEvent, Consumer, ConsumerError, MappedRegion};
 use mpa_ctl_proto::{CompletionKind, ErrorCode};
 use mpa_datapath::server::Datapath;
 use mpa_tests::{

@@ -4,7 +4,7 @@
 //! get are in order. (A dead consumer's rings are released: `faults.rs`,
 //! `dead_client_loses_its_regions_and_adoptions_and_other_flows_keep_placing`.)
 
-use mpa_ctl_proto::consumer::{Consumer, ConsumerError};
+use mpa_app::{Consumer, ConsumerError};
 use mpa_ctl_proto::CompletionKind;
 use mpa_tests::{
     datapath, ended_flow, gone_cleanly, hand_over, listen_in, require_privileged, stats,

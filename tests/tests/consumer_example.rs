@@ -1,4 +1,4 @@
-//! The minimal consumer of docs/consumer.md (`ctlproto/examples/minimal_consumer.rs`) against
+//! The minimal consumer of docs/consumer.md (`app/examples/minimal_consumer.rs`) against
 //! a live datapath: it creates its region and subscribes; a kernel-TCP peer in ns a writes RDMA
 //! Writes into that region over a handed-over connection; the example prints one line per
 //! completion (kind, offset, length, first octets placed), then unsubscribes, destroys its
@@ -23,7 +23,7 @@ fn the_minimal_consumer_prints_every_completion_and_leaves_nothing_behind() {
         return;
     }
     // Built before the datapath starts: nothing waits on a build.
-    let program = example("mpa-ctl-proto", "minimal_consumer");
+    let program = example("mpa-app", "minimal_consumer");
     let bed = TestBed::up(BedConfig::default()).unwrap();
     let (dp, path) = datapath(&bed, &DatapathOptions::default());
     let mut child = Command::new(program)

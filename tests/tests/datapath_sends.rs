@@ -8,9 +8,9 @@
 
 use mpa::crc::crc32c;
 use mpa::startup::StartupPolicy;
+use mpa_app::Consumer;
 use mpa_control::datapath_client::DatapathClient;
 use mpa_control::initiator::{connect_and_hand_over, InitiatorOutcome};
-use mpa_ctl_proto::consumer::Consumer;
 use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::stats::FlowReport;
 use mpa_ctl_proto::CompletionKind;

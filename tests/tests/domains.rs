@@ -4,8 +4,8 @@
 //! with `Forbidden`, and the owner keeps its subscription and receives its completions. mpa-control's hand-over naming
 //! the domain is not a consumer request and is allowed.
 
+use mpa_app::{Consumer, ConsumerError};
 use mpa_ctl_proto::client::ClientError;
-use mpa_ctl_proto::consumer::{Consumer, ConsumerError};
 use mpa_ctl_proto::{CompletionKind, ErrorCode, PostTarget};
 use mpa_harness::hostile_peer::{fpdu_bytes, write_ulpdu};
 use mpa_tests::{accept_and_hand_over, datapath, listen_in, require_privileged, stats};

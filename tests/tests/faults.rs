@@ -15,9 +15,9 @@
 
 use mpa::crc::crc32c_append;
 use mpa::endpoint::{EndpointConfig, EndpointError, MpaStream};
+use mpa_app::Consumer;
 use mpa_bpf::{AttachMode, XdpSteering};
 use mpa_control::datapath_client::DatapathClient;
-use mpa_ctl_proto::consumer::Consumer;
 use mpa_ctl_proto::Message;
 use mpa_datapath::server::CONTROL_PANIC_AT_STATS_ENV;
 use mpa_datapath::worker::{HANG_AT_HANDOVER_ENV, PANIC_AT_HANDOVER_ENV};

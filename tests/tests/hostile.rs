@@ -9,7 +9,7 @@
 //! bounds are asserted without timing by `tests/tests/control_limits.rs`).
 
 use mpa::wire::ddp::RdmapOpcode;
-use mpa_ctl_proto::consumer::Consumer;
+use mpa_app::Consumer;
 use mpa_harness::hostile_peer::{fpdu_bytes, tagged_ulpdu, write_ulpdu};
 use mpa_tests::{accept_and_hand_over, datapath, listen_in, require_privileged, stats};
 use mpa_tests::{BedConfig, DatapathOptions, Responder, TestBed};

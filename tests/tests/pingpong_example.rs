@@ -1,4 +1,4 @@
-//! The Write ping-pong example (`ctlproto/examples/write_pingpong.rs`, walked through in
+//! The Write ping-pong example (`app/examples/write_pingpong.rs`, walked through in
 //! docs/verbs.md) listens and connects by itself: between two datapaths (one in each
 //! namespace, each with its connection manager), and against `mpa-peer` in both roles
 //! (`listen --echo`, `connect --op pingpong`). Every echo is checked octet for octet by
@@ -91,7 +91,7 @@ fn the_example_pings_between_two_datapaths() {
     if !require_privileged("the ping-pong example between two datapaths") {
         return;
     }
-    let program = example("mpa-ctl-proto", "write_pingpong");
+    let program = example("mpa-app", "write_pingpong");
     let bed = TestBed::up(BedConfig::default()).unwrap();
     let (_dp_b, socket_b) = datapath(&bed, &DatapathOptions::default());
     let socket_a: PathBuf = mpa_harness::temp_path("dp-a.sock");
@@ -121,7 +121,7 @@ fn the_example_pings_mpa_peer_and_echoes_for_it() {
     if !require_privileged("the ping-pong example against mpa-peer") {
         return;
     }
-    let program = example("mpa-ctl-proto", "write_pingpong");
+    let program = example("mpa-app", "write_pingpong");
     let bed = TestBed::up(BedConfig::default()).unwrap();
     let (_dp, socket) = datapath(&bed, &DatapathOptions::default());
     let _cm = manager(&bed, &bed.ns_b, &socket);

@@ -11,10 +11,10 @@
 
 use mpa::crc::crc32c;
 use mpa::startup::StartupPolicy;
+use mpa_app::{ConnectionEvent, Consumer, ConsumerError};
 use mpa_control::datapath_client::DatapathClient;
 use mpa_control::initiator::{connect_and_hand_over, InitiatorOutcome};
 use mpa_ctl_proto::client::ControlClient;
-use mpa_ctl_proto::consumer::{ConnectionEvent, Consumer, ConsumerError};
 use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::ring::post::{PostOp, WorkRequest};
 use mpa_ctl_proto::stats::QueueStats;

@@ -3,9 +3,9 @@
 //! datapath gave back is all there was (docs/limits.md, "Shared memory after it is
 //! released").
 
+use mpa_app::{Consumer, ConsumerError};
 use mpa_control::datapath_client::DatapathClient;
 use mpa_ctl_proto::client::ClientError;
-use mpa_ctl_proto::consumer::{Consumer, ConsumerError};
 use mpa_ctl_proto::shm::resident_bytes;
 use mpa_ctl_proto::ErrorCode;
 use mpa_tests::{datapath, require_privileged, stats, BedConfig, DatapathOptions, TestBed};

@@ -9,7 +9,7 @@
 
 use mpa::startup::{RtrSet, RtrType};
 use mpa::wire::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
-use mpa_ctl_proto::consumer::Consumer;
+use mpa_app::Consumer;
 use mpa_ctl_proto::pattern::PatternTable;
 use mpa_ctl_proto::region_ad::{self, RegionAd};
 use mpa_ctl_proto::{CompletionKind, PostTarget};

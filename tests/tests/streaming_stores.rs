@@ -4,7 +4,7 @@
 //! completion shows finds all of its octets (the worker fences before it publishes); with
 //! `off` the same traffic streams nothing.
 
-use mpa_ctl_proto::consumer::Consumer;
+use mpa_app::Consumer;
 use mpa_datapath::memory::streaming::StreamingStores;
 use mpa_tests::{
     datapath, ended_flow, gone_cleanly, hand_over, listen_in, require_privileged, stats,

@@ -5,8 +5,8 @@
 //! RCV.NXT with a TSval half the space away then fails PAWS, and data after it is placed
 //! octet-exact. Without a watch the TS.Recent stays unknown, and that is counted.
 
+use mpa_app::Consumer;
 use mpa_control::datapath_client::DatapathClient;
-use mpa_ctl_proto::consumer::Consumer;
 use mpa_ctl_proto::stats::FlowReport;
 use mpa_ctl_proto::Message;
 use mpa_harness::hostile_peer::{fpdu_bytes, write_ulpdu};

@@ -4,7 +4,7 @@
 use crate::bed::options::{messages, Op, Run, PD};
 use anyhow::{anyhow, bail, Result};
 use mpa::wire::ddp;
-use mpa_ctl_proto::consumer::{Consumer, MappedRegion};
+use mpa_app::{Consumer, MappedRegion};
 use mpa_ctl_proto::pattern::PatternTable;
 use mpa_ctl_proto::region_ad::{self, RegionAd};
 use mpa_ctl_proto::{Completion, CompletionKind, PostTarget};

@@ -7,10 +7,10 @@
 use super::ctl::witnessed;
 use super::Ctx;
 use anyhow::{bail, Result};
+use mpa_app::{Consumer, ConsumerError};
 use mpa_control::datapath_client::DatapathClient;
 use mpa_ctl_proto::client::ClientError;
 use mpa_ctl_proto::cm::{ConnectOptions, ListenOptions};
-use mpa_ctl_proto::consumer::{Consumer, ConsumerError};
 use mpa_ctl_proto::{AppHandOver, ErrorCode, Message};
 use mpa_harness::datapath::stats;
 use std::time::Duration;

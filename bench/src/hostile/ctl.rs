@@ -6,9 +6,9 @@
 
 use super::{Ctx, PD_OTHER};
 use anyhow::{anyhow, bail, Context, Result};
+use mpa_app::{Consumer, ConsumerError};
 use mpa_control::datapath_client::DatapathClient;
 use mpa_ctl_proto::client::ClientError;
-use mpa_ctl_proto::consumer::{Consumer, ConsumerError};
 use mpa_ctl_proto::{encode_message, handshake, read_message, ErrorCode, Message, MAX_MESSAGE};
 use mpa_harness::datapath::{stats, temp_path};
 use std::io::{ErrorKind, Read, Write};

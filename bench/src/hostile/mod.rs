@@ -27,7 +27,7 @@ pub use mpa_harness::hostile_peer::{HostileConfig, HostilePeer, Rx, Seg};
 use crate::bed::options::PORT;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use mpa_ctl_proto::consumer::{Consumer, MappedRegion};
+use mpa_app::{Consumer, MappedRegion};
 use mpa_ctl_proto::stats::{DatapathStats, FlowReport};
 use mpa_ctl_proto::{Message, PostTarget};
 use mpa_harness::datapath::{accept_and_hand_over, start_datapath, stats, temp_path, HandedOver};

@@ -18,7 +18,7 @@ use mpa::endpoint::{EndpointConfig, MpaStream};
 use mpa::startup::StartupPolicy;
 use mpa::wire::ddp::TAGGED_HEADER_LEN;
 use mpa::wire::fpdu::MAX_ULPDU;
-use mpa_ctl_proto::consumer::Consumer;
+use mpa_app::Consumer;
 use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::CompletionKind;
 use mpa_datapath::worker::QueueDriver;

@@ -27,7 +27,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use mpa::endpoint::{EndpointConfig, MpaStream};
 use mpa::startup::StartupPolicy;
 use mpa::wire::ddp::{DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN};
-use mpa_ctl_proto::consumer::Consumer;
+use mpa_app::Consumer;
 use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::CompletionKind;
 use mpa_datapath::worker::{QueueDriver, SendOp, SendPost};

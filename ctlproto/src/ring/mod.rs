@@ -92,6 +92,11 @@ pub fn ring_bytes(capacity: u32) -> usize {
     ring_bytes_of(RECORD_LEN, capacity)
 }
 
+/// Polls of the rings between two `sched_yield`s of a side that spins on them (a worker with
+/// `--spin`, a consumer busy-polling): both sides of a ring yield alike, so that two spinners
+/// sharing a core still hand it over.
+pub const SPIN_YIELD_EVERY: u32 = 32;
+
 /// Why a ring file could not be made, mapped or read.
 #[derive(Debug, thiserror::Error)]
 pub enum RingError {

@@ -11,7 +11,7 @@ pub(super) const SPIN_POLLS: u32 = 256;
 /// [`WorkerConfig::yield_every`] by default, the same as a busy-polling consumer's: a yield
 /// costs a system call (well under a µs) per 32 empty polls, and a thread woken on the
 /// spinner's core waits a few µs at most (docs/latency.md, "Polling and sleeping").
-pub const DEFAULT_YIELD_EVERY: u32 = mpa_ctl_proto::consumer::DEFAULT_BUSY_POLL_YIELD_EVERY;
+pub const DEFAULT_YIELD_EVERY: u32 = mpa_ctl_proto::ring::SPIN_YIELD_EVERY;
 
 /// Settings of a worker.
 #[derive(Debug, Clone)]

@@ -2,9 +2,9 @@
 //! workers' doorbells, and the [`Consumer`] methods that write them.
 
 use super::{Consumer, ConsumerError};
-use crate::ring::post::{PostOp, PostProducer, PostQueueFile, WorkRequest};
-use crate::ring::Waker;
-use crate::Completion;
+use mpa_ctl_proto::ring::post::{PostOp, PostProducer, PostQueueFile, WorkRequest};
+use mpa_ctl_proto::ring::Waker;
+use mpa_ctl_proto::Completion;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
@@ -72,7 +72,7 @@ impl Consumer {
     /// the first subscription's queue 0; use [`Consumer::post_in`] to name the domain). No
     /// system call unless the worker sleeps. [`ConsumerError::PostQueueFull`]: nothing was
     /// written, post again once the worker has read. What the datapath refuses comes back as
-    /// a [`crate::CompletionKind::PostRefused`] completion carrying `post.wr_id`.
+    /// a [`mpa_ctl_proto::CompletionKind::PostRefused`] completion carrying `post.wr_id`.
     pub fn post(&mut self, post: &WorkRequest) -> Result<(), ConsumerError> {
         let (pd, queue) = self
             .post_queue_of(post.flow_id)
@@ -121,7 +121,7 @@ impl Consumer {
     /// [`Consumer::post_write`] through shared memory ([`Consumer::post`]): `count` RDMA
     /// Writes of `len` octets, write `i` from `offset + i·len` of region `stag` to the peer's
     /// `sink_stag` at `sink_to + i·len`; each completes as
-    /// [`crate::CompletionKind::WriteSent`], a refusal carries `wr_id`.
+    /// [`mpa_ctl_proto::CompletionKind::WriteSent`], a refusal carries `wr_id`.
     #[allow(clippy::too_many_arguments)]
     pub fn post_write_shm(
         &mut self,
@@ -147,7 +147,7 @@ impl Consumer {
     }
 
     /// [`Consumer::post_send`] through shared memory ([`Consumer::post`]); each Send
-    /// completes as [`crate::CompletionKind::SendSent`] (with its MSN).
+    /// completes as [`mpa_ctl_proto::CompletionKind::SendSent`] (with its MSN).
     pub fn post_send_shm(
         &mut self,
         flow_id: u64,
@@ -170,7 +170,7 @@ impl Consumer {
     }
 
     /// [`Consumer::post_read`] through shared memory ([`Consumer::post`]); each Read
-    /// completes as [`crate::CompletionKind::ReadResponsePlaced`].
+    /// completes as [`mpa_ctl_proto::CompletionKind::ReadResponsePlaced`].
     #[allow(clippy::too_many_arguments)]
     pub fn post_read_shm(
         &mut self,

@@ -4,7 +4,7 @@
 //! connection.
 //!
 //! Completions come through shared memory: at [`Consumer::subscribe`] the datapath passes a
-//! sealed memfd of completion rings (one per worker, [`crate::ring`]) and an eventfd; the
+//! sealed memfd of completion rings (one per worker, [`mpa_ctl_proto::ring`]) and an eventfd; the
 //! consumer maps the rings and reads them without any system call while records are there.
 //! When none are, [`Consumer::next_completions`] sleeps on the eventfd (after setting each
 //! ring's `waiting` flag, which is the only time a worker makes the system call that wakes
@@ -21,21 +21,21 @@
 //! Posts (RDMA Writes, Sends, Reads) go either over the control socket
 //! ([`Consumer::post_write`], one request and answer each) or through shared memory
 //! ([`Consumer::post`], [`Consumer::post_write_shm`], ...): at subscribe the datapath also
-//! passes a post queue per worker ([`crate::ring::post`]) and each worker's doorbell eventfd.
+//! passes a post queue per worker ([`mpa_ctl_proto::ring::post`]) and each worker's doorbell eventfd.
 //! A post is written into the queue of the worker that owns its connection — the one whose
 //! ring its latest completion came from; queue 0 for a connection that has had none yet (the
 //! datapath passes a misrouted post on to the owner) — with no system call unless that worker
 //! sleeps. A full queue is [`ConsumerError::PostQueueFull`] (nothing written: post again once
 //! the worker has read). A post the datapath refuses comes back as a
-//! [`crate::CompletionKind::PostRefused`] completion with its wr_id
-//! ([`crate::Completion::refusal`]). Posts on one connection keep their order while they go
+//! [`mpa_ctl_proto::CompletionKind::PostRefused`] completion with its wr_id
+//! ([`mpa_ctl_proto::Completion::refusal`]). Posts on one connection keep their order while they go
 //! through one queue; one passed on by a worker that does not own the connection may be
 //! overtaken by a later post written straight into the owner's queue (after the connection's
 //! first completion, or after it moved): when the order matters (Sends), post a connection's
 //! first messages once it has had a completion, or over the control socket.
 //!
 //! ```no_run
-//! use mpa_ctl_proto::consumer::Consumer;
+//! use mpa_app::Consumer;
 //! use std::time::{Duration, Instant};
 //! let mut c = Consumer::connect("/run/mpa-datapath.sock".as_ref(), Duration::from_secs(5))?;
 //! let region = c.create_region(1 << 20, 1, true, false)?;
@@ -46,14 +46,14 @@
 //! }
 //! let mut first = [0u8; 16];
 //! region.read(0, &mut first);
-//! # Ok::<(), mpa_ctl_proto::consumer::ConsumerError>(())
+//! # Ok::<(), mpa_app::ConsumerError>(())
 //! ```
 
-use crate::client::{ClientError, ControlClient};
-use crate::cm::{CmEvent, ConnectOptions, ListenOptions};
-use crate::ring::{drain_eventfd, RingError, RingFile, RingSet};
-use crate::shm::{Access, SharedMemory, ShmError};
-use crate::{Completion, Message, PostTarget, RegionInfo};
+use mpa_ctl_proto::client::{ClientError, ControlClient};
+use mpa_ctl_proto::cm::{CmEvent, ConnectOptions, ListenOptions};
+use mpa_ctl_proto::ring::{drain_eventfd, RingError, RingFile, RingSet};
+use mpa_ctl_proto::shm::{Access, SharedMemory, ShmError};
+use mpa_ctl_proto::{Completion, Message, PostTarget, RegionInfo};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use std::os::fd::AsFd;
 use std::os::fd::OwnedFd;
@@ -98,7 +98,7 @@ pub enum ConsumerError {
         /// Domain.
         pd: u32,
         /// Why.
-        err: crate::ring::post::PostQueueError,
+        err: mpa_ctl_proto::ring::post::PostQueueError,
     },
     /// No subscription to the domain.
     #[error("not subscribed to domain {0}")]
@@ -157,7 +157,7 @@ pub struct ConnectionEnded {
     /// The MPA error code (RFC 5044 §8), if it ended with one.
     pub mpa_error: Option<u8>,
     /// The Terminate that ended it, sent or received.
-    pub terminate: Option<crate::TerminateInfo>,
+    pub terminate: Option<mpa_ctl_proto::TerminateInfo>,
     /// Why, in words.
     pub reason: String,
 }
@@ -188,12 +188,12 @@ const BATCH: usize = 4096;
 
 /// [`Consumer::set_busy_poll_yield_every`] by default (as the datapath's workers yield while
 /// they spin).
-pub const DEFAULT_BUSY_POLL_YIELD_EVERY: u32 = 32;
+pub const DEFAULT_BUSY_POLL_YIELD_EVERY: u32 = mpa_ctl_proto::ring::SPIN_YIELD_EVERY;
 
 impl Consumer {
     /// The ring file of the subscription to `pd` (to inspect it; the workers write it), if
     /// subscribed.
-    pub fn ring_file(&self, pd: u32) -> Option<&crate::ring::RingFile> {
+    pub fn ring_file(&self, pd: u32) -> Option<&mpa_ctl_proto::ring::RingFile> {
         self.subs
             .iter()
             .find(|s| s.pd == pd)
@@ -278,7 +278,7 @@ impl Consumer {
 
     /// Posts `count` RDMA Writes of `len` octets on connection `flow_id`, write `i` from
     /// `offset + i·len` of region `stag` to the peer's `sink_stag` at `sink_to + i·len`
-    /// (see [`Message::PostWrite`]); each completes as [`crate::CompletionKind::WriteSent`].
+    /// (see [`Message::PostWrite`]); each completes as [`mpa_ctl_proto::CompletionKind::WriteSent`].
     #[allow(clippy::too_many_arguments)]
     pub fn post_write(
         &mut self,
@@ -312,7 +312,7 @@ impl Consumer {
     /// with `wr.wr_id + i` (unsignaled ones only when they fail).
     pub fn post_via_socket(
         &mut self,
-        wr: &crate::ring::post::WorkRequest,
+        wr: &mpa_ctl_proto::ring::post::WorkRequest,
     ) -> Result<Option<u32>, ConsumerError> {
         let wr = *wr;
         match self.client.request(|id| Message::Post { id, wr })? {
@@ -351,7 +351,7 @@ impl Consumer {
 
     /// Posts `count` RDMA Reads of `len` octets on connection `flow_id`: read `i` fetches the
     /// peer's `src_stag` at `src_to + i·len` into region `stag` at `offset + i·len` (see
-    /// [`Message::PostRead`]); each completes as [`crate::CompletionKind::ReadResponsePlaced`].
+    /// [`Message::PostRead`]); each completes as [`mpa_ctl_proto::CompletionKind::ReadResponsePlaced`].
     #[allow(clippy::too_many_arguments)]
     pub fn post_read(
         &mut self,
@@ -382,7 +382,7 @@ impl Consumer {
 
     /// Posts `count` Sends of `len` octets on connection `flow_id` from `offset + i·len` of
     /// region `stag`; returns the first one's MSN. Each completes as
-    /// [`crate::CompletionKind::SendSent`].
+    /// [`mpa_ctl_proto::CompletionKind::SendSent`].
     pub fn post_send(
         &mut self,
         flow_id: u64,
@@ -600,7 +600,9 @@ impl Consumer {
             }
             match r {
                 Ok(_) | Err(nix::Error::EINTR) => {}
-                Err(e) => return Err(ClientError::Proto(crate::ProtoError::Io(e.into())).into()),
+                Err(e) => {
+                    return Err(ClientError::Proto(mpa_ctl_proto::ProtoError::Io(e.into())).into())
+                }
             }
             if socket_ready {
                 self.check_socket()?;

@@ -5,7 +5,7 @@
 //! region and exits.
 //!
 //! ```text
-//! cargo run -p mpa-ctl-proto --example minimal_consumer -- SOCKET [PD] [LEN] [SECONDS]
+//! cargo run -p mpa-app --example minimal_consumer -- SOCKET [PD] [LEN] [SECONDS]
 //! ```
 //!
 //! SOCKET is the datapath's control socket (`mpa-datapath --socket`, by default
@@ -13,7 +13,7 @@
 //! octets (default 16 MiB); SECONDS how long to wait for completions (default 30). Every wait
 //! is bounded; a failure is reported on stderr and the exit status is non-zero.
 
-use mpa_ctl_proto::consumer::{Consumer, ConsumerError, MappedRegion};
+use mpa_app::{Consumer, ConsumerError, MappedRegion};
 use mpa_ctl_proto::{Completion, CompletionKind};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -26,8 +26,8 @@
 //!
 //! Every wait is bounded; a failure is printed on stderr and the exit status is non-zero.
 
+use mpa_app::{ConnectionEvent, Consumer, ConsumerError, MappedRegion};
 use mpa_ctl_proto::cm::{CmEvent, ConnectOptions, ListenOptions};
-use mpa_ctl_proto::consumer::{ConnectionEvent, Consumer, ConsumerError, MappedRegion};
 use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::{Completion, CompletionKind};
 use std::net::SocketAddr;

@@ -7,7 +7,7 @@
 //! forgets connections the datapath says are gone and is bounded: a consumer that sees many
 //! short connections never grows it without end.
 
-use crate::{Completion, CompletionKind, RefusalCode};
+use mpa_ctl_proto::{Completion, CompletionKind, RefusalCode};
 use std::collections::HashMap;
 
 /// At most this many connections are remembered; past it the table starts again empty
@@ -101,7 +101,7 @@ impl FlowRings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::CompletionStatus;
+    use mpa_ctl_proto::CompletionStatus;
 
     fn placed(flow_id: u64) -> Completion {
         Completion {
