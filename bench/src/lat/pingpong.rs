@@ -3,8 +3,9 @@
 //! it receives back into the region the Initiator advertised — and Initiators in ns b:
 //! * kernel: an in-process blocking `MpaStream` (kernel TCP): write a Write, read until the
 //!   echoed Write is whole;
-//! * datapath, sleeping or spinning workers: this process as the datapath's consumer posts one
-//!   Write on the flow the datapath made (its Request advertising the consumer's region)
+//! * datapath, sleeping or spinning workers: this process as the datapath's application (it
+//!   allocates its domain and connects itself through `mpa-app`, `mpa-control serve` running
+//!   the kernel side; its Request advertises its region) posts one Write on the connection
 //!   through its shared-memory post queue (`--post-via control`: a `PostWrite` request over
 //!   the control socket), then takes the echo's `WritePlaced` completion from its ring
 //!   (busy-polled with `--consumer-busy-poll`, else the eventfd wake-up);
@@ -17,8 +18,8 @@
 
 use super::args::LatArgs;
 use super::samples::{monotonic_ns, record, table, Row, Samples, Side};
+use crate::bed::options::PORT;
 use crate::bed::options::{DatapathMode, PostVia};
-use crate::bed::options::{PD, PORT};
 use crate::bed::peer::{PeerListen, PeerReport};
 use crate::report::document::LatParams;
 use crate::report::progress::Progress;
@@ -27,11 +28,12 @@ use anyhow::{anyhow, bail, Context, Result};
 use mpa::endpoint::{EndpointConfig, MpaStream};
 use mpa::startup::StartupPolicy;
 use mpa::wire::ddp::{DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN};
-use mpa_app::Consumer;
+use mpa_app::{CmEvent, ConnectOptions, ConnectionEvent, Consumer};
 use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::CompletionKind;
 use mpa_datapath::worker::{QueueDriver, SendOp, SendPost};
 use mpa_harness::datapath::{start_datapath, temp_path, DatapathOptions};
+use mpa_harness::ControlDaemon;
 use mpa_testbed::{run_in_netns, TestBed};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -205,10 +207,12 @@ fn datapath_pingpong(
     let mut dp = start_datapath(bed, &socket, &opts)?;
     let mut driver = a.queue_driver(&mut dp, mode);
     let mut consumer = Consumer::connect(&socket, Duration::from_secs(20))?;
-    // Our source (what we send) and our sink (where the echo lands), one region each.
-    let src = consumer.create_region(payload, PD, false, false)?;
-    let sink = consumer.create_region(payload, PD, true, false)?;
-    consumer.subscribe(PD)?;
+    // The application's own domain; our source (what we send) and our sink (where the echo
+    // lands), one region each.
+    let pd = consumer.alloc_pd()?;
+    let src = consumer.create_region(payload, pd, false, false)?;
+    let sink = consumer.create_region(payload, pd, true, false)?;
+    consumer.subscribe(pd)?;
     consumer.set_busy_poll(a.consumer_busy_poll);
     consumer.set_busy_poll_yield_every(a.spin_yield_polls);
     let sent: Vec<u8> = (0..payload as usize)
@@ -219,11 +223,19 @@ fn datapath_pingpong(
     }
     let echo = echo_server(bed, a, payload)?;
     let to = SocketAddr::new(bed.addr_a(false), PORT);
-    let ad = our_ad(sink.info().stag, payload).emit().to_vec();
-    let pol = policy(a);
-    // The hand-over needs the queue's worker: in `rtc` mode it is turned while setup runs.
-    let (flow_id, peer, frozen) = drive_while(driver.as_mut(), || {
-        mpa_harness::datapath::initiate(bed, &socket, to, pol, ad, PD)
+    let options = ConnectOptions {
+        revision: 2,
+        crc: a.framing.crc(),
+        private_data: our_ad(sink.info().stag, payload).emit().to_vec(),
+        timeout_ms: 20_000,
+        ..ConnectOptions::default()
+    };
+    // The application connects itself, as an application of the datapath does: the
+    // connection manager (`mpa-control serve` in ns b) runs the kernel side. The hand-over
+    // needs the queue's worker: in `rtc` mode it is turned while setup runs.
+    let manager = connection_manager(bed, &socket)?;
+    let (flow_id, peer) = drive_while(driver.as_mut(), || {
+        connect_as_application(&mut consumer, pd, to, options)
     })??;
     let flooder = neighbour
         .map(|domains| Flooder::start(&socket, domains, flow_id))
@@ -327,10 +339,55 @@ fn datapath_pingpong(
     let report = drive_while(driver.as_mut(), move || {
         echo.report(Duration::from_secs(40))
     })??;
-    drop(frozen);
     dp.stop();
+    drop(manager);
     check_echo(report, WARMUP + a.messages)?;
     Ok(smp)
+}
+
+/// `mpa-control serve` in ns b serving the datapath at `socket` for applications (no
+/// configured listener), once it says so.
+fn connection_manager(bed: &TestBed, socket: &std::path::Path) -> Result<ControlDaemon> {
+    let config = temp_path("pingpong-cm.toml");
+    std::fs::write(
+        &config,
+        format!("datapath_socket = \"{}\"\n", socket.display()),
+    )?;
+    let d = ControlDaemon::start(bed, &config, "info");
+    let t0 = Instant::now();
+    while !d.log().iter().any(|l| l.contains("serving applications")) {
+        if t0.elapsed() > WAIT {
+            bail!(
+                "the connection manager did not serve applications within {WAIT:?}:\n{}",
+                d.log().join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(d)
+}
+
+/// Connects to `to` for domain `pd` through the interface and waits for the connection: its
+/// flow and the region the peer advertised in its Reply.
+fn connect_as_application(
+    consumer: &mut Consumer,
+    pd: u32,
+    to: SocketAddr,
+    options: ConnectOptions,
+) -> Result<(u64, RegionAd)> {
+    let conn_id = consumer.connect_to(pd, to, options)?;
+    match consumer.wait_connection_event(WAIT)? {
+        Some(ConnectionEvent::Cm(CmEvent::Established {
+            conn_id: c,
+            flow_id,
+            params,
+        })) if c == conn_id => {
+            let ad = RegionAd::parse(&params.private_data)?
+                .ok_or_else(|| anyhow!("{to} advertised no region"))?;
+            Ok((flow_id, ad))
+        }
+        e => bail!("connection {conn_id} to {to} not established: {e:?}"),
+    }
 }
 
 /// Runs `work`; with a driver (`rtc` mode), while this thread turns the queue, which `work`
