@@ -206,6 +206,8 @@ fn datapath_pingpong(
     };
     let mut dp = start_datapath(bed, &socket, &opts)?;
     let mut driver = a.queue_driver(&mut dp, mode);
+    // Started before the echo server, whose accept timeout runs from its start.
+    let manager = connection_manager(bed, &socket)?;
     let mut consumer = Consumer::connect(&socket, Duration::from_secs(20))?;
     // The application's own domain; our source (what we send) and our sink (where the echo
     // lands), one region each.
@@ -233,7 +235,6 @@ fn datapath_pingpong(
     // The application connects itself, as an application of the datapath does: the
     // connection manager (`mpa-control serve` in ns b) runs the kernel side. The hand-over
     // needs the queue's worker: in `rtc` mode it is turned while setup runs.
-    let manager = connection_manager(bed, &socket)?;
     let (flow_id, peer) = drive_while(driver.as_mut(), || {
         connect_as_application(&mut consumer, pd, to, options)
     })??;
