@@ -6,7 +6,7 @@
 //! no-op when they are fresh).
 
 use anyhow::{anyhow, Result};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -39,10 +39,16 @@ pub fn example(package: &str, name: &str) -> PathBuf {
 /// profile's directory (`target/<profile dir>`).
 fn cargo_build(args: &[&str]) -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    // target/<profile dir>/deps/<test>-<hash>
-    let profile_dir = exe
+    let dir = exe
         .parent()
-        .and_then(Path::parent)
+        .ok_or_else(|| format!("{} has no directory", exe.display()))?;
+    // A workspace binary (`mpa-bench` running a connection manager) has its siblings beside
+    // it already: build nothing (a test executable is in target/<profile dir>/deps).
+    if dir.file_name().is_none_or(|n| n != "deps") {
+        return Ok(dir.to_path_buf());
+    }
+    let profile_dir = dir
+        .parent()
         .ok_or_else(|| format!("{} is not in target/<profile>/deps", exe.display()))?;
     // Run by hand rather than by cargo: use what is there.
     let Some(cargo) = std::env::var_os("CARGO") else {
