@@ -52,12 +52,13 @@ ONLY ?=
 hostile: deps build
 	./target/release/mpa-bench hostile $(if $(ONLY),--only $(ONLY))
 
-# The quick tier for every change: fmt check, clippy with warnings as errors, the layout rules,
-# and every test that needs no bed (unit, property and in-memory tests; the whole-system tests
+# The quick tier for every change: fmt check, clippy and rustdoc with warnings as errors, the
+# layout rules, and every test that needs no bed (unit, property and in-memory tests; the whole-system tests
 # skip quietly, as root too). No root, no namespaces; `make test` is the whole suite.
 check:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --quiet
 	python3 tools/dev/check-layout
 	MPA_QUICK=1 $(CARGO) test --workspace
 

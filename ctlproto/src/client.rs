@@ -1,7 +1,7 @@
 //! A client of the datapath's control socket: requests matched to their answers by id,
 //! notifications (id 0) queued while waiting, every wait bounded. Used by `mpa-control` (the
-//! connection-setup process) and by [`crate::consumer`]. Every read takes the descriptor a
-//! message may carry (SCM_RIGHTS), so none is ever lost.
+//! connection-setup process) and by the application interface (crate `mpa-app`). Every read
+//! takes the descriptor a message may carry (SCM_RIGHTS), so none is ever lost.
 
 use crate::stats::{DatapathStats, PageError};
 use crate::{handshake, read_message_with_fds, write_message, ErrorCode, Message, ProtoError};
