@@ -118,7 +118,20 @@ fn steered_flow_is_dropped(test: &str, server_ip: IpAddr, client_ip: IpAddr) {
     c1.client.write_all(b"steered").expect("client write");
     c1.server.set_read_timeout(Some(STALL)).unwrap();
     let mut buf = [0u8; 7];
-    let r = c1.server.read(&mut buf);
+    // A read interrupted (the process stopped and continued, as a frozen VM is) is no
+    // answer either way: read again for the rest of the wait.
+    let t0 = Instant::now();
+    let r = loop {
+        match c1.server.read(&mut buf) {
+            Err(e) if e.kind() == ErrorKind::Interrupted && t0.elapsed() < STALL => {
+                let left = STALL
+                    .saturating_sub(t0.elapsed())
+                    .max(Duration::from_millis(1));
+                c1.server.set_read_timeout(Some(left)).unwrap();
+            }
+            r => break r,
+        }
+    };
     match r {
         Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
         other => panic!("a steered segment reached the kernel socket: {other:?}"),
