@@ -10,7 +10,7 @@
 
 use super::admission::Slot;
 use super::counters::{Failure, ListenerCounts, Refusal};
-use super::{refuse, relay, Held, Link, LinkMsg, ANSWER_TIMEOUT};
+use super::{refuse, with_relay, Held, Link, LinkMsg, ANSWER_TIMEOUT};
 use crate::datapath_client::DatapathClient;
 use crate::handover::{negotiated_bound, Placement};
 use crate::initiator::{connect_tcp, start_and_hand_over_on, InitiatorOutcome};
@@ -18,7 +18,7 @@ use crate::responder::{decide_and_hand_over, Outcome, Verdict};
 use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
 use mpa::startup::{RtrSet, StartupPolicy};
 use mpa_ctl_proto::cm::{ConnectOptions, Decision, ListenOptions, PeerParams, SetupOutcome};
-use mpa_ctl_proto::Message;
+use mpa_ctl_proto::{read_message, write_message, Message};
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
@@ -120,6 +120,25 @@ impl Link {
             _ => return false,
         }
         true
+    }
+
+    /// Asks the fresh connection `s` to send the applications' Listen and Connect here. A
+    /// refusal (another manager serves them, or a datapath without them) is logged: the
+    /// configured listeners work without.
+    pub(super) fn serve_connections(&mut self, s: &mut UnixStream) -> Result<(), String> {
+        let id = self.next_id;
+        self.next_id += 1;
+        write_message(s, &Message::ServeConnections { id }).map_err(|e| e.to_string())?;
+        match read_message(s).map_err(|e| e.to_string())? {
+            Message::Ok { id: got } if got == id => {
+                tracing::info!("serving applications' Listen and Connect");
+            }
+            Message::Error { message, .. } => {
+                tracing::warn!(%message, "not serving applications' Listen and Connect")
+            }
+            m => return Err(format!("unexpected answer to ServeConnections: {m:?}")),
+        }
+        Ok(())
     }
 
     /// A request of the link itself, whose answer nobody waits for.
@@ -444,48 +463,6 @@ fn accept_setup(sock: TcpStream, peer: SocketAddr, ctx: &ListenCtx, slot: Slot) 
             }
         }
     });
-}
-
-/// Runs `f` with a [`DatapathClient`] relayed through the link (as the configured listeners'
-/// setups do) and the epoch of the datapath connection its requests went to.
-fn with_relay(
-    link: &Sender<LinkMsg>,
-    counts: &ListenerCounts,
-    f: impl FnOnce(&mut DatapathClient, &AtomicU64),
-) {
-    let (ours, theirs) = match UnixStream::pair() {
-        Ok(p) => p,
-        Err(e) => {
-            counts.failed(Failure::Resources);
-            return tracing::warn!(%e, "application's setup: socket pair");
-        }
-    };
-    let epoch = Arc::new(AtomicU64::new(0));
-    let handle = {
-        let (link, epoch) = (link.clone(), epoch.clone());
-        match std::thread::Builder::new()
-            .name("mpa-relay".into())
-            .spawn(move || relay(theirs, link, epoch))
-        {
-            Ok(h) => h,
-            Err(e) => {
-                counts.failed(Failure::Resources);
-                return tracing::warn!(%e, "application's setup: cannot start a relay thread");
-            }
-        }
-    };
-    match DatapathClient::over(ours, 2 * ANSWER_TIMEOUT) {
-        Ok(mut dp) => {
-            f(&mut dp, &epoch);
-            // Closing our end ends the relay.
-            drop(dp);
-        }
-        Err(e) => {
-            counts.failed(Failure::Datapath);
-            tracing::warn!(%e, "application's setup: relay handshake");
-        }
-    }
-    let _ = handle.join();
 }
 
 fn register(

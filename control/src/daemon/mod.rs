@@ -23,6 +23,8 @@
 
 mod admission;
 mod applications;
+mod request_ids;
+use request_ids::id_mut;
 pub mod counters;
 
 use crate::config::{Config, ListenerConfig};
@@ -306,15 +308,81 @@ fn setup(
     link: Sender<LinkMsg>,
     slot: Slot,
 ) {
+    let bind = lc.bind;
+    with_relay(&link, counts, |dp, epoch| {
+        let reply_pd = match reply_private_data(lc, dp) {
+            Ok(pd) => pd,
+            Err(e) => {
+                // Closing without a Reply: the Initiator's startup fails at once.
+                counts.refused(Refusal::NoAdvertisement);
+                tracing::warn!(%peer, %bind, "refused: {e}");
+                return;
+            }
+        };
+        let placement = Placement {
+            pd: lc.pd,
+            aligned_sender: lc.aligned_sender,
+            conn_id: None,
+        };
+        match respond_and_hand_over(sock, lc.policy.clone(), reply_pd, placement, dp) {
+            Ok(Outcome::HandedOver {
+                flow_id,
+                frozen,
+                negotiated: n,
+            }) => {
+                counts.handed_over();
+                tracing::info!(
+                    flow_id,
+                    %peer,
+                    %bind,
+                    rev = n.rev,
+                    markers_rx = n.markers_rx,
+                    markers_tx = n.markers_tx,
+                    crc = n.crc,
+                    "handed over"
+                );
+                let held = Held {
+                    _frozen: frozen,
+                    peer,
+                    _slot: slot,
+                };
+                let epoch = epoch.load(Ordering::Acquire);
+                let _ = link.send(LinkMsg::Register {
+                    epoch,
+                    flow_id,
+                    held,
+                });
+            }
+            Ok(Outcome::Rejected { reason }) => {
+                counts.rejected();
+                let reason = String::from_utf8_lossy(&reason);
+                tracing::info!(%peer, %bind, %reason, "rejected by policy");
+            }
+            Err(e) => {
+                counts.failed(Failure::from(&e));
+                tracing::warn!(%peer, %bind, %e, "setup failed");
+            }
+        }
+    });
+}
+
+/// Runs `f` with a [`DatapathClient`] whose other end is a relay thread to the link (an
+/// in-process socket pair), and the epoch of the datapath connection its requests went to;
+/// closing the client when `f` returns ends the relay, which then reports the setup done.
+fn with_relay(
+    link: &Sender<LinkMsg>,
+    counts: &ListenerCounts,
+    f: impl FnOnce(&mut DatapathClient, &AtomicU64),
+) {
     let (ours, theirs) = match UnixStream::pair() {
         Ok(p) => p,
         Err(e) => {
             counts.failed(Failure::Resources);
-            return tracing::warn!(%peer, %e, "setup: socket pair");
+            return tracing::warn!(%e, "setup: socket pair");
         }
     };
     let epoch = Arc::new(AtomicU64::new(0));
-    let relay = {
+    let handle = {
         let (link, epoch) = (link.clone(), epoch.clone());
         match std::thread::Builder::new()
             .name("mpa-relay".into())
@@ -323,80 +391,22 @@ fn setup(
             Ok(h) => h,
             Err(e) => {
                 counts.failed(Failure::Resources);
-                return tracing::warn!(%peer, %e, "setup: cannot start a relay thread");
+                return tracing::warn!(%e, "setup: cannot start a relay thread");
             }
         }
     };
-    let bind = lc.bind;
     // Longer than the link's own limit: the link decides when the datapath is gone.
     match DatapathClient::over(ours, 2 * ANSWER_TIMEOUT) {
         Ok(mut dp) => {
-            let reply_pd = match reply_private_data(lc, &mut dp) {
-                Ok(pd) => pd,
-                Err(e) => {
-                    // Closing without a Reply: the Initiator's startup fails at once.
-                    counts.refused(Refusal::NoAdvertisement);
-                    tracing::warn!(%peer, %bind, "refused: {e}");
-                    return;
-                }
-            };
-            match respond_and_hand_over(
-                sock,
-                lc.policy.clone(),
-                reply_pd,
-                Placement {
-                    pd: lc.pd,
-                    aligned_sender: lc.aligned_sender,
-                    conn_id: None,
-                },
-                &mut dp,
-            ) {
-                Ok(Outcome::HandedOver {
-                    flow_id,
-                    frozen,
-                    negotiated: n,
-                }) => {
-                    counts.handed_over();
-                    tracing::info!(
-                        flow_id,
-                        %peer,
-                        %bind,
-                        rev = n.rev,
-                        markers_rx = n.markers_rx,
-                        markers_tx = n.markers_tx,
-                        crc = n.crc,
-                        "handed over"
-                    );
-                    let held = Held {
-                        _frozen: frozen,
-                        peer,
-                        _slot: slot,
-                    };
-                    let epoch = epoch.load(Ordering::Acquire);
-                    let _ = link.send(LinkMsg::Register {
-                        epoch,
-                        flow_id,
-                        held,
-                    });
-                }
-                Ok(Outcome::Rejected { reason }) => {
-                    counts.rejected();
-                    let reason = String::from_utf8_lossy(&reason);
-                    tracing::info!(%peer, %bind, %reason, "rejected by policy");
-                }
-                Err(e) => {
-                    counts.failed(Failure::from(&e));
-                    tracing::warn!(%peer, %bind, %e, "setup failed");
-                }
-            }
-            // Closing our end ends the relay, which then reports the setup done.
+            f(&mut dp, &epoch);
+            drop(dp);
         }
         Err(e) => {
             counts.failed(Failure::Datapath);
-            tracing::warn!(%peer, %bind, %e, "setup: relay handshake");
+            tracing::warn!(%e, "setup: relay handshake");
         }
     }
-    let _ = relay.join();
+    let _ = handle.join();
 }
 
 /// Serves one setup's [`DatapathClient`] over the in-process socket pair: answers the Hello
@@ -441,65 +451,6 @@ fn relay(mut s: UnixStream, link: Sender<LinkMsg>, epoch_out: Arc<AtomicU64>) {
             epoch,
             flows: adopted,
         });
-    }
-}
-
-/// The id field of any message that has one (requests and answers).
-fn id_mut(m: &mut Message) -> Option<&mut u64> {
-    match m {
-        Message::AdoptFlow { id, .. }
-        | Message::FlowAdopted { id, .. }
-        | Message::HandOver { id, .. }
-        | Message::HandedOver { id, .. }
-        | Message::CloseFlow { id, .. }
-        | Message::FinishFlow { id, .. }
-        | Message::GetStats { id, .. }
-        | Message::Stats { id, .. }
-        | Message::Ok { id }
-        | Message::Error { id, .. }
-        | Message::CreateRegion { id, .. }
-        | Message::RegionCreated { id, .. }
-        | Message::DestroyRegion { id, .. }
-        | Message::ListRegions { id, .. }
-        | Message::Regions { id, .. }
-        | Message::PostRecv { id, .. }
-        | Message::PostWrite { id, .. }
-        | Message::PostSend { id, .. }
-        | Message::PostRead { id, .. }
-        | Message::Post { id, .. }
-        | Message::Posted { id, .. }
-        | Message::Subscribe { id, .. }
-        | Message::Subscribed { id, .. }
-        | Message::Unsubscribe { id, .. }
-        | Message::WatchPort { id, .. }
-        | Message::UnwatchPort { id, .. }
-        | Message::StartCapture { id, .. }
-        | Message::StopCapture { id }
-        | Message::AllocPd { id }
-        | Message::PdAllocated { id, .. }
-        | Message::DeallocPd { id, .. }
-        | Message::Listen { id, .. }
-        | Message::Listening { id, .. }
-        | Message::StopListening { id, .. }
-        | Message::Connect { id, .. }
-        | Message::Connecting { id, .. }
-        | Message::Accept { id, .. }
-        | Message::Reject { id, .. }
-        | Message::ServeConnections { id }
-        | Message::ListenResult { id, .. }
-        | Message::ConnectionRequested { id, .. }
-        | Message::ConnectionQueued { id, .. }
-        | Message::SetupEnded { id, .. } => Some(id),
-        Message::Hello { .. }
-        | Message::FlowGone { .. }
-        | Message::Captured { .. }
-        | Message::CaptureDone { .. }
-        | Message::CmEvent { .. }
-        | Message::ManagerListen { .. }
-        | Message::ManagerStopListening { .. }
-        | Message::ManagerDecision { .. }
-        | Message::ManagerConnect { .. }
-        | Message::ManagerCancel { .. } => None,
     }
 }
 
@@ -595,25 +546,6 @@ impl Link {
                 }
                 m => return Err(format!("unexpected answer to WatchPort: {m:?}")),
             }
-        }
-        Ok(())
-    }
-
-    /// Asks the fresh connection `s` to send the applications' Listen and Connect here. A
-    /// refusal (another manager serves them, or a datapath without them) is logged: the
-    /// configured listeners work without.
-    fn serve_connections(&mut self, s: &mut UnixStream) -> Result<(), String> {
-        let id = self.next_id;
-        self.next_id += 1;
-        write_message(s, &Message::ServeConnections { id }).map_err(|e| e.to_string())?;
-        match read_message(s).map_err(|e| e.to_string())? {
-            Message::Ok { id: got } if got == id => {
-                tracing::info!("serving applications' Listen and Connect");
-            }
-            Message::Error { message, .. } => {
-                tracing::warn!(%message, "not serving applications' Listen and Connect")
-            }
-            m => return Err(format!("unexpected answer to ServeConnections: {m:?}")),
         }
         Ok(())
     }
