@@ -51,6 +51,7 @@
 
 use mpa_ctl_proto::client::{ClientError, ControlClient};
 use mpa_ctl_proto::cm::{CmEvent, ConnectOptions, ListenOptions};
+use mpa_ctl_proto::ring::post::{PostOp, WorkRequest};
 use mpa_ctl_proto::ring::{drain_eventfd, RingError, RingFile, RingSet};
 use mpa_ctl_proto::shm::{Access, SharedMemory, ShmError};
 use mpa_ctl_proto::{Completion, Message, PostTarget, RegionInfo};
@@ -172,6 +173,27 @@ pub enum ConnectionEvent {
     Ended(ConnectionEnded),
 }
 
+/// A signaled work request of id 0: what the per-operation shorthands post.
+pub(crate) fn work(
+    flow_id: u64,
+    stag: u32,
+    offset: u64,
+    len: u64,
+    count: u32,
+    op: PostOp,
+) -> WorkRequest {
+    WorkRequest {
+        flow_id,
+        wr_id: 0,
+        stag,
+        offset,
+        len,
+        count,
+        op,
+        signaled: true,
+    }
+}
+
 /// One subscribed domain: its rings and eventfd, and its post queues.
 struct Subscription {
     pd: u32,
@@ -265,15 +287,7 @@ impl Consumer {
         len: u32,
         count: u32,
     ) -> Result<(), ConsumerError> {
-        self.expect_ok(|id| Message::PostRecv {
-            id,
-            target,
-            stag,
-            offset,
-            len,
-            count,
-            wr_id: 0,
-        })
+        self.post_recv_wr(target, stag, offset, len, count, 0)
     }
 
     /// Posts `count` RDMA Writes of `len` octets on connection `flow_id`, write `i` from
@@ -290,21 +304,9 @@ impl Consumer {
         sink_stag: u32,
         sink_to: u64,
     ) -> Result<(), ConsumerError> {
-        match self.client.request(|id| Message::PostWrite {
-            id,
-            flow_id,
-            stag,
-            offset,
-            len,
-            count,
-            sink_stag,
-            sink_to,
-            wr_id: 0,
-            signaled: true,
-        })? {
-            Message::Posted { .. } => Ok(()),
-            m => Err(Self::unexpected(m)),
-        }
+        let op = PostOp::Write { sink_stag, sink_to };
+        self.post_via_socket(&work(flow_id, stag, offset, len, count, op))
+            .map(|_| ())
     }
 
     /// Posts work request `wr` over the control socket (a round trip; the shared-memory way
@@ -363,21 +365,9 @@ impl Consumer {
         src_stag: u32,
         src_to: u64,
     ) -> Result<(), ConsumerError> {
-        match self.client.request(|id| Message::PostRead {
-            id,
-            flow_id,
-            stag,
-            offset,
-            len,
-            count,
-            src_stag,
-            src_to,
-            wr_id: 0,
-            signaled: true,
-        })? {
-            Message::Posted { .. } => Ok(()),
-            m => Err(Self::unexpected(m)),
-        }
+        let op = PostOp::Read { src_stag, src_to };
+        self.post_via_socket(&work(flow_id, stag, offset, len, count, op))
+            .map(|_| ())
     }
 
     /// Posts `count` Sends of `len` octets on connection `flow_id` from `offset + i·len` of
@@ -391,16 +381,8 @@ impl Consumer {
         len: u64,
         count: u32,
     ) -> Result<u32, ConsumerError> {
-        match self.client.request(|id| Message::PostSend {
-            id,
-            flow_id,
-            stag,
-            offset,
-            len,
-            count,
-            wr_id: 0,
-            signaled: true,
-        })? {
+        let wr = work(flow_id, stag, offset, len, count, PostOp::Send);
+        match self.client.request(|id| Message::Post { id, wr })? {
             Message::Posted {
                 first_msn: Some(msn),
                 ..

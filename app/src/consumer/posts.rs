@@ -134,15 +134,10 @@ impl Consumer {
         sink_to: u64,
         wr_id: u64,
     ) -> Result<(), ConsumerError> {
+        let op = PostOp::Write { sink_stag, sink_to };
         self.post(&WorkRequest {
-            flow_id,
             wr_id,
-            stag,
-            offset,
-            len,
-            count,
-            op: PostOp::Write { sink_stag, sink_to },
-            signaled: true,
+            ..super::work(flow_id, stag, offset, len, count, op)
         })
     }
 
@@ -157,15 +152,10 @@ impl Consumer {
         count: u32,
         wr_id: u64,
     ) -> Result<(), ConsumerError> {
+        let op = PostOp::Send;
         self.post(&WorkRequest {
-            flow_id,
             wr_id,
-            stag,
-            offset,
-            len,
-            count,
-            op: PostOp::Send,
-            signaled: true,
+            ..super::work(flow_id, stag, offset, len, count, op)
         })
     }
 
@@ -183,15 +173,10 @@ impl Consumer {
         src_to: u64,
         wr_id: u64,
     ) -> Result<(), ConsumerError> {
+        let op = PostOp::Read { src_stag, src_to };
         self.post(&WorkRequest {
-            flow_id,
             wr_id,
-            stag,
-            offset,
-            len,
-            count,
-            op: PostOp::Read { src_stag, src_to },
-            signaled: true,
+            ..super::work(flow_id, stag, offset, len, count, op)
         })
     }
 
