@@ -315,7 +315,7 @@ impl Server {
     /// whether it took the flow.
     fn hand_over(&mut self, client: u64, id: u64, handover: Box<HandOver>) {
         let flow_id = handover.flow_id;
-        let Some(a) = self.adopted.get_mut(&flow_id) else {
+        let Some(a) = self.adopted.get(&flow_id) else {
             return self.reply(
                 client,
                 Message::Error {
@@ -352,16 +352,15 @@ impl Server {
                 return self.reply(client, Message::Error { id, code, message });
             }
         };
-        let Some(a) = self.adopted.get_mut(&flow_id) else {
-            return;
-        };
         let key = a.key;
         // Queue choice: RSS decides where the peer's segments arrive, which nothing
         // tells us yet. Spread hand-overs; the first segment on another queue makes
         // that queue's worker ask for the flow (Notification::Stray) and it moves.
         let w = (flow_id as usize) % self.workers.len();
-        a.worker = Some(w);
-        a.pd = handover.mpa.pd;
+        if let Some(a) = self.adopted.get_mut(&flow_id) {
+            a.worker = Some(w);
+            a.pd = handover.mpa.pd;
+        }
         let mut handover = handover;
         self.inherit_ts_recent(&key, &mut handover);
         let bufs = handover
