@@ -60,17 +60,20 @@ check:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --quiet
 	python3 tools/dev/check-layout
+	python3 tools/dev/check-citations
 	MPA_QUICK=1 $(CARGO) test --workspace
 
 # fmt check, clippy and rustdoc with warnings as errors, the layout rules
 # (tools/dev/check-layout: no import circle, the sans-I/O stack without AF_XDP or libbpf, no
-# development vocabulary), then every test. MPA_REQUIRE_PRIVILEGED=1 makes tests that need root
+# development vocabulary), the citations (tools/dev/check-citations: every cited docs page,
+# heading, link and path exists; the dependency table is cargo's), then every test. MPA_REQUIRE_PRIVILEGED=1 makes tests that need root
 # and namespaces fail instead of skipping.
 test:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --quiet
 	python3 tools/dev/check-layout
+	python3 tools/dev/check-citations
 	MPA_REQUIRE_PRIVILEGED=1 $(CARGO) test --workspace --no-fail-fast
 	$(MAKE) check-install
 

@@ -2,7 +2,7 @@
 //! equal frames, each descriptor's octets at its frame's start plus the XDP headroom. A frame's
 //! first touch then costs what it costs over AF_XDP — a page, and a TLB entry, per 4096-octet
 //! frame — or, with transparent huge pages asked for, what it costs in a UMEM on huge pages
-//! (docs/benchmarks.md, "pipeline").
+//! (docs/benchmarks.md, "The receive pipeline alone").
 //!
 //! A frame is reached only through its [`Frame`], one per frame and neither `Clone` nor `Copy`:
 //! it passes from side to side as a UMEM frame's address passes through the fill and RX rings,
