@@ -26,8 +26,14 @@ deps:
 		apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing; \
 	else echo "deps: all Debian packages present"; fi
 
+# The cargo profile `make build`, `make install` and `make deb` use. `make test` checks the
+# install tree with BUILD_PROFILE=test, the binaries its tests ran (the same sources; built as
+# the workspace's binaries and examples, the set the tests build, so nothing builds twice).
+BUILD_PROFILE ?= release
+PROFILE_DIR := target/$(if $(filter dev test,$(BUILD_PROFILE)),debug,$(if $(filter bench,$(BUILD_PROFILE)),release,$(BUILD_PROFILE)))
 build:
-	$(CARGO) build --workspace --release
+	$(CARGO) build --workspace --profile $(BUILD_PROFILE) \
+		$(if $(filter test,$(BUILD_PROFILE)),--bins --examples)
 
 # The demo: builds, makes a namespace bed, runs the datapath and the hand-over listener in b
 # and `mpa-peer connect` in a (256 MiB as 4 KiB ULPDUs, markers and CRC), checks the digest.
@@ -75,7 +81,7 @@ test:
 	python3 tools/dev/check-layout
 	python3 tools/dev/check-citations
 	MPA_REQUIRE_PRIVILEGED=1 $(CARGO) test --workspace --no-fail-fast
-	$(MAKE) check-install
+	$(MAKE) check-install BUILD_PROFILE=test
 
 # Each fuzz target for FUZZ_SECONDS. Uses the nightly toolchain when present, else stable
 # with RUSTC_BOOTSTRAP and no sanitizer.
@@ -124,13 +130,12 @@ DATADIR ?= $(PREFIX)/share
 DOCDIR ?= $(DATADIR)/doc/mpa-xdp
 PROGRAMS := mpa-datapath mpa-control mpa-peer mpa-bench
 DAEMONS := mpa-datapath mpa-control
-RELEASE := target/release
 install: build
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/mpa-xdp \
 		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(DOCDIR) \
 		$(DESTDIR)$(DATADIR)/bash-completion/completions \
 		$(DESTDIR)$(DATADIR)/zsh/vendor-completions $(DESTDIR)$(DATADIR)/fish/vendor_completions.d
-	install -m 755 $(addprefix $(RELEASE)/,$(PROGRAMS)) $(DESTDIR)$(BINDIR)/
+	install -m 755 $(addprefix $(PROFILE_DIR)/,$(PROGRAMS)) $(DESTDIR)$(BINDIR)/
 	for u in packaging/systemd/*.service.in; do \
 		sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' $$u \
 			> $(DESTDIR)$(UNITDIR)/$$(basename $$u .in) && chmod 644 $(DESTDIR)$(UNITDIR)/$$(basename $$u .in); \
@@ -142,11 +147,11 @@ install: build
 	set -e; tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
 	for p in $(PROGRAMS); do \
 		sec=1; case " $(DAEMONS) " in *" $$p "*) sec=8;; esac; \
-		$(RELEASE)/$$p --generate man $(DESTDIR)$(MANDIR)/man$$sec; \
-		$(RELEASE)/$$p --generate bash $$tmp; \
+		$(PROFILE_DIR)/$$p --generate man $(DESTDIR)$(MANDIR)/man$$sec; \
+		$(PROFILE_DIR)/$$p --generate bash $$tmp; \
 		install -m 644 $$tmp/$$p.bash $(DESTDIR)$(DATADIR)/bash-completion/completions/$$p; \
-		$(RELEASE)/$$p --generate zsh $(DESTDIR)$(DATADIR)/zsh/vendor-completions; \
-		$(RELEASE)/$$p --generate fish $(DESTDIR)$(DATADIR)/fish/vendor_completions.d; \
+		$(PROFILE_DIR)/$$p --generate zsh $(DESTDIR)$(DATADIR)/zsh/vendor-completions; \
+		$(PROFILE_DIR)/$$p --generate fish $(DESTDIR)$(DATADIR)/fish/vendor_completions.d; \
 	done
 	gzip -9nf $(DESTDIR)$(MANDIR)/man1/mpa-*.1 $(DESTDIR)$(MANDIR)/man8/mpa-*.8
 	install -m 644 README.md LICENSE-MIT LICENSE-APACHE packaging/copyright $(DESTDIR)$(DOCDIR)/

@@ -1,26 +1,26 @@
 //! The workspace's binaries (`mpa-peer`, `mpa-control`, `mpa-bench`, `mpa-datapath`) for the
 //! tests and experiments that run them as processes: [`sibling`] finds one beside the running
 //! executable; [`bin`] (tests) builds them first, [`example`] an example program.
-//! `cargo test --workspace` builds them before any test runs; under `cargo test -p mpa-tests`
-//! the first test that needs one builds them (with the profile the tests were built with: a
-//! no-op when they are fresh).
+//! Under `cargo test --workspace` they are fresh already; under `cargo test -p mpa-tests` the
+//! first test that needs one builds them (with the profile the tests were built with).
 
 use anyhow::{anyhow, Result};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// The packages whose binaries the tests run.
-const PACKAGES: [&str; 4] = ["mpa-peer", "mpa-control", "mpa-bench", "mpa-datapath"];
+/// The workspace's binaries and examples, built once per test process: as the whole
+/// workspace with its examples, so that cargo resolves features as `cargo test --workspace`
+/// does (dev-dependencies included) and finds fresh what that command built — built for a
+/// narrower set, every crate under `nix` or `serde` would build a second time.
+fn built() -> &'static Result<PathBuf, String> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT.get_or_init(|| cargo_build(&["--workspace", "--bins", "--examples"]))
+}
 
 /// The path of workspace binary `name`, built if needed.
 pub fn bin(name: &str) -> PathBuf {
-    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let mut args = vec!["--bins"];
-    for p in PACKAGES {
-        args.extend(["-p", p]);
-    }
-    if let Err(e) = BUILT.get_or_init(|| cargo_build(&args)) {
+    if let Err(e) = built() {
         panic!("building the workspace binaries: {e}");
     }
     sibling(name).unwrap_or_else(|e| panic!("{e:#}"))
@@ -29,8 +29,16 @@ pub fn bin(name: &str) -> PathBuf {
 /// The path of example `name` of workspace package `package` (e.g. the consumer API's
 /// `minimal_consumer`), built first.
 pub fn example(package: &str, name: &str) -> PathBuf {
-    match cargo_build(&["--example", name, "-p", package]) {
-        Ok(profile_dir) => profile_dir.join("examples").join(name),
+    match built() {
+        Ok(profile_dir) => {
+            let path = profile_dir.join("examples").join(name);
+            assert!(
+                path.is_file(),
+                "{package} has no example {name} ({} missing)",
+                path.display()
+            );
+            path
+        }
         Err(e) => panic!("building example {name} of {package}: {e}"),
     }
 }
