@@ -1,12 +1,17 @@
-//! `mpa-bench hostile`: hostile-input classes against the live datapath, each with its
+//! The hostile suite: hostile-input classes against the live datapath, each with its
 //! expected outcome, while a bystander connection on the same worker places RDMA Writes and
-//! must finish octet-exact.
+//! must finish octet-exact (docs/hostile.md). `mpa-bench hostile` is its command; the
+//! whole-system tests call [`run`] and check every class by name.
 //!
 //! Every class is one entry of [`classes::CLASSES`]: a name, what must happen ([`Expect`])
 //! and a script that drives a [`HostilePeer`] (a real MPA connection, our kernel socket in ns a
 //! frozen, every frame crafted). The runner here opens a fresh hostile connection per class,
 //! runs the script, checks the outcome on the wire and in the datapath's counters, and closes
 //! the connection.
+
+#![forbid(unsafe_code)]
+// A line goes through the caller's `say`: the suite never prints on its own.
+#![deny(clippy::print_stdout)]
 
 pub mod applications;
 mod bystander;
@@ -24,7 +29,6 @@ pub mod window;
 pub use counters::{Counter, Snapshot};
 pub use mpa_harness::hostile_peer::{HostileConfig, HostilePeer, Rx, Seg};
 
-use crate::bed::options::PORT;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use mpa_app::{Consumer, MappedRegion};
@@ -38,8 +42,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The port of the bystander's hand-over listener in ns b.
+pub const BYSTANDER_PORT: u16 = 7777;
+/// The protection domain of the bystander's region.
+pub const PD_BYSTANDER: u32 = 1;
 /// The port the hostile connections' hand-over listener uses in ns b (the bystander's is
-/// [`PORT`]).
+/// [`BYSTANDER_PORT`]).
 pub const HOSTILE_PORT: u16 = 7778;
 /// Protection domain of the hostile connections' region and posted buffers.
 pub const PD_HOSTILE: u32 = 20;
@@ -82,7 +90,7 @@ pub fn all_classes() -> impl Iterator<Item = &'static Class> {
         .chain(reads::CLASSES)
 }
 
-/// `mpa-bench hostile`'s options.
+/// The suite's options (`mpa-bench hostile`'s).
 #[derive(Args, Clone, Debug)]
 pub struct HostileArgs {
     /// Run only the classes whose name contains this.
@@ -96,7 +104,7 @@ pub struct HostileArgs {
     #[arg(long)]
     pub list: bool,
     /// The bystander's pace, RDMA Writes of 4 KiB per second.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = DEFAULT_BYSTANDER_RATE)]
     pub bystander_rate: u64,
     /// The bystander's length in seconds (it should outlast the classes; default: 0.5 s per
     /// class and 10 s more).
@@ -119,12 +127,36 @@ pub struct HostileArgs {
     #[arg(long, hide = true, requires = "probe_socket")]
     pub probe_idle: Option<String>,
     /// (Internal.) How long `--probe-idle` stays silent.
-    #[arg(long, hide = true, default_value_t = 4000)]
+    #[arg(long, hide = true, default_value_t = DEFAULT_PROBE_IDLE_MS)]
     pub probe_idle_ms: u64,
     /// Print one JSON document on stdout (`{"scenario": "hostile", "classes", "bystander",
     /// "ok"}`); the lines go to stderr.
     #[arg(short = 'J', long)]
     pub json: bool,
+}
+
+/// The bystander's default pace, Writes a second.
+const DEFAULT_BYSTANDER_RATE: u64 = 1000;
+/// How long `--probe-idle` stays silent by default, ms.
+const DEFAULT_PROBE_IDLE_MS: u64 = 4000;
+
+impl Default for HostileArgs {
+    /// What `mpa-bench hostile` runs with no option: every class.
+    fn default() -> Self {
+        HostileArgs {
+            only: None,
+            skip: Vec::new(),
+            list: false,
+            bystander_rate: DEFAULT_BYSTANDER_RATE,
+            bystander_seconds: None,
+            probe_socket: None,
+            probe_foreign: None,
+            probe_flow: None,
+            probe_idle: None,
+            probe_idle_ms: DEFAULT_PROBE_IDLE_MS,
+            json: false,
+        }
+    }
 }
 
 /// What must happen after a class's script.
@@ -393,12 +425,41 @@ impl Ctx<'_> {
     }
 }
 
-/// One class's result line.
-#[derive(serde::Serialize)]
+/// One class's result.
+#[derive(serde::Serialize, Debug, Clone)]
 pub struct Outcome {
+    /// The class's name.
     pub name: &'static str,
+    /// Whether it behaved as specified.
     pub ok: bool,
+    /// What was seen (or, failed, what was expected and what happened instead).
     pub text: String,
+}
+
+/// What a run of the suite found.
+#[derive(Debug)]
+pub struct Report {
+    /// Every class run, in the order of the tables.
+    pub outcomes: Vec<Outcome>,
+    /// The bystander's end: what it placed, or why it failed.
+    pub bystander: std::result::Result<String, String>,
+    /// The last line: `N/N classes as specified; bystander octet-exact`, or what failed.
+    pub summary: String,
+}
+
+impl Report {
+    /// Every class as specified and the bystander octet-exact.
+    pub fn ok(&self) -> bool {
+        self.bystander.is_ok() && self.outcomes.iter().all(|o| o.ok)
+    }
+}
+
+/// The classes `a` selects (`--only`, `--skip`), in the order of the tables.
+pub fn selected(a: &HostileArgs) -> Vec<&'static Class> {
+    all_classes()
+        .filter(|c| a.only.as_ref().is_none_or(|o| c.name.contains(o.as_str())))
+        .filter(|c| !a.skip.iter().any(|s| c.name.contains(s.as_str())))
+        .collect()
 }
 
 fn live_counters(
@@ -535,43 +596,14 @@ pub(crate) fn verify_placed(ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
-/// Runs the classes on a fresh bed; prints one line per class and the summary line. Ok(true)
-/// when every class behaved as specified and the bystander finished octet-exact.
-pub fn hostile(a: &HostileArgs) -> Result<bool> {
-    if let (Some(p), Some(op), Some(flow)) = (&a.probe_socket, &a.probe_foreign, a.probe_flow) {
-        mpa_cli::outln!("{}", ctl::probe_foreign(p, op, flow));
-        return Ok(true);
-    }
-    if let (Some(p), Some(hold)) = (&a.probe_socket, &a.probe_idle) {
-        let silent = std::time::Duration::from_millis(a.probe_idle_ms);
-        mpa_cli::outln!("{}", ctl::probe_idle(p, hold, silent));
-        return Ok(true);
-    }
-    if let Some(p) = &a.probe_socket {
-        mpa_cli::outln!("{}", ctl::probe(p));
-        return Ok(true);
-    }
-    // The lines go to stderr when stdout carries the document.
-    let say = |l: &str| crate::report::line(a.json, l);
-    let classes: Vec<&Class> = all_classes()
-        .filter(|c| a.only.as_ref().is_none_or(|o| c.name.contains(o.as_str())))
-        .filter(|c| !a.skip.iter().any(|s| c.name.contains(s.as_str())))
-        .collect();
-    if a.list {
-        for c in &classes {
-            say(&format!("class {}: expect {}", c.name, c.expect));
-        }
-        if a.json {
-            let list: Vec<serde_json::Value> = classes
-                .iter()
-                .map(|c| serde_json::json!({"name": c.name, "expect": c.expect.to_string()}))
-                .collect();
-            crate::report::print(&serde_json::json!({"scenario": "hostile", "classes": list}))?;
-        }
-        return Ok(true);
-    }
+/// Runs the selected classes on a fresh bed of their own, calling `say` with each class's line
+/// (`class NAME: OK …` or `class NAME: FAILED …`), the bystander's and the summary
+/// (`hostile: …`) as they come. An error is a bed that could not be built; a class or the
+/// bystander failing is in the [`Report`].
+pub fn run(a: &HostileArgs, say: &mut dyn FnMut(&str)) -> Result<Report> {
+    let classes = selected(a);
     let bed = Arc::new(TestBed::up(BedConfig {
-        loss_port: PORT,
+        loss_port: BYSTANDER_PORT,
         ..BedConfig::default()
     })?);
     let socket = temp_path("hostile.sock");
@@ -582,7 +614,7 @@ pub fn hostile(a: &HostileArgs) -> Result<bool> {
     let dp = start_datapath(&bed, &socket, &opts)?;
     let env = Env::prepare(&socket)?;
     let seconds = a.bystander_seconds.unwrap_or(10 + classes.len() as u64 / 3);
-    let bystander = bystander::Bystander::start(&bed, &socket, a, seconds)?;
+    let bystander = bystander::Bystander::start(&bed, &socket, a.bystander_rate, seconds)?;
     let addr = SocketAddr::new(bed.addr_b(false), HOSTILE_PORT);
     let addr6 = SocketAddr::new(bed.addr_b(true), HOSTILE_PORT);
     let listeners = Listeners {
@@ -628,7 +660,7 @@ pub fn hostile(a: &HostileArgs) -> Result<bool> {
         outcomes.push(o);
     }
     let secs = t0.elapsed().as_secs_f64();
-    let by = bystander.finish();
+    let by = bystander.finish().map_err(|e| format!("{e:#}"));
     dp.stop();
     let ok = outcomes.iter().filter(|o| o.ok).count();
     let n = outcomes.len();
@@ -638,8 +670,8 @@ pub fn hostile(a: &HostileArgs) -> Result<bool> {
             "bystander octet-exact".to_string()
         }
         Err(e) => {
-            say(&format!("bystander: FAILED {e:#}"));
-            format!("bystander FAILED: {e:#}")
+            say(&format!("bystander: FAILED {e}"));
+            format!("bystander FAILED: {e}")
         }
     };
     let summary = if ok == n {
@@ -652,26 +684,24 @@ pub fn hostile(a: &HostileArgs) -> Result<bool> {
         )
     };
     say(&format!("hostile: {summary}"));
-    let all_ok = ok == n && by.is_ok();
-    if a.json {
-        let doc = serde_json::json!({
-            "scenario": "hostile",
-            "classes": outcomes,
-            "bystander": {
-                "ok": by.is_ok(),
-                "text": match &by { Ok(t) => t.to_string(), Err(e) => format!("{e:#}") },
-            },
-            "summary": summary,
-        });
-        if all_ok {
-            crate::report::print(&doc)?;
-        } else {
-            // The failure document, with what was measured.
-            let mut doc = doc;
-            doc["error"] = summary.clone().into();
-            doc["ok"] = false.into();
-            mpa_cli::outln!("{doc}");
-        }
+    Ok(Report {
+        outcomes,
+        bystander: by,
+        summary,
+    })
+}
+
+/// The hidden probe modes (`--probe-socket` …): the classes that need a client of another
+/// user or without CAP_NET_ADMIN run `mpa-bench hostile` so. `Some(line)` to print when `a`
+/// asks for one.
+pub fn probe_line(a: &HostileArgs) -> Option<String> {
+    let p = a.probe_socket.as_ref()?;
+    if let (Some(op), Some(flow)) = (&a.probe_foreign, a.probe_flow) {
+        return Some(ctl::probe_foreign(p, op, flow));
     }
-    Ok(all_ok)
+    if let Some(hold) = &a.probe_idle {
+        let silent = std::time::Duration::from_millis(a.probe_idle_ms);
+        return Some(ctl::probe_idle(p, hold, silent));
+    }
+    Some(ctl::probe(p))
 }

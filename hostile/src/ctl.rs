@@ -112,9 +112,15 @@ pub fn other_uid(c: &mut Ctx) -> Result<()> {
     })
 }
 
-/// Runs this binary's `hostile --probe-socket` as uid/gid 65534; its one line.
+/// `mpa-bench`, whose hidden `hostile --probe-…` modes are the probes: a client of another
+/// user or without CAP_NET_ADMIN is another process.
+fn bench_program() -> std::path::PathBuf {
+    mpa_harness::bin("mpa-bench")
+}
+
+/// Runs `mpa-bench hostile --probe-socket` as uid/gid 65534; its one line.
 fn probe_as_nobody(p: &Path) -> Result<String> {
-    let out = std::process::Command::new(std::env::current_exe()?)
+    let out = std::process::Command::new(bench_program())
         .args(["hostile", "--probe-socket"])
         .arg(p)
         .uid(65534)
@@ -402,7 +408,7 @@ fn foreign_expecting(c: &mut Ctx, op: &'static str, want: &'static str) -> Resul
         let before = held(&stats(&mut op_client)?);
         let out = std::process::Command::new("setpriv")
             .args(["--inh-caps=-net_admin", "--bounding-set=-net_admin", "--"])
-            .arg(std::env::current_exe()?)
+            .arg(bench_program())
             .args(["hostile", "--probe-socket"])
             .arg(p)
             .args(["--probe-foreign", op, "--probe-flow", &flow_id.to_string()])
