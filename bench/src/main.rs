@@ -44,33 +44,49 @@ struct Cli {
 enum Cmd {
     /// One transfer through the datapath, checked byte for byte.
     Demo(Run),
+    /// Goodput and CPU per octet, datapath vs kernel TCP.
+    ///
     /// Goodput and CPU per octet: datapath vs the blocking kernel-TCP Responder, same bed and
     /// sender, rounds alternating; median and min–max.
     #[command(alias = "compare")]
     Bw(BwArgs),
+    /// One-way latency (or --pingpong round trips), datapath vs kernel TCP.
+    ///
     /// One-way latency per message: datapath vs the blocking kernel-TCP Responder, same bed
     /// and paced sender; percentiles per size, `.hgrm` files.
     Lat(LatArgs),
+    /// Connection setup: hand-overs per second and their latency.
+    ///
     /// Many connections at once through `mpa-control serve`: hand-overs per second and
     /// hand-over latency percentiles; all carry data.
     #[command(alias = "scale")]
     Setup(SetupArgs),
+    /// The receive pipeline alone, in memory: Gbit/s per core.
+    ///
     /// The receive pipeline alone: a Worker on an in-memory ring fed prepared frames; Gbit/s
     /// per core, ns per packet, memcpy and CRC alone over the same octets (no namespace, no
     /// root).
     Pipeline(PipelineArgs),
+    /// Hostile-input classes against the live datapath.
+    ///
     /// Hostile-input classes against the live datapath, each with its expected outcome,
     /// beside a bystander connection that must finish octet-exact (`make hostile`).
     Hostile(mpa_bench::hostile::HostileArgs),
     /// The standard set (`make bench`): summary.md, results.json, PNG plots, `.hgrm` files.
     Suite(SuiteArgs),
+    /// One datapath for minutes under waves of connections.
+    ///
     /// One datapath for `--minutes` while waves of connections open, transfer (checked octet
     /// for octet) and close; memory and descriptors sampled and bounded.
     Soak(mpa_bench::soak::SoakArgs),
+    /// An old build against a new one, in alternation.
+    ///
     /// An old build against a new one: the same experiment from each in alternation, each
     /// headline value's median and range per build and their ratio
     /// (`mpa-bench ab OLD NEW -- pipeline --rounds 3`).
     Ab(mpa_bench::ab::AbArgs),
+    /// ACK timing per connection from a capture.
+    ///
     /// From a capture (pcap or pcapng), per connection: µs from each data segment's
     /// transmission to the first ACK that reports it, first transmissions and
     /// retransmissions apart.

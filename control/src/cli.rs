@@ -18,6 +18,8 @@ use std::time::Duration;
     about = "mpa-xdp connection setup: the MPA Responder daemon, and datapath operations"
 )]
 pub(crate) struct Cli {
+    /// Log lines as text or JSON.
+    ///
     /// Log lines on stderr as text (coloured only on a terminal) or as one JSON object per
     /// line (for journald and log collectors).
     #[arg(long, value_enum, default_value = "text", global = true)]
@@ -54,6 +56,8 @@ pub(crate) enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// MPA Initiator: connect, start MPA and hand the connection to the datapath.
+    ///
     /// MPA Initiator: connect to a Responder with a kernel socket, send the Request, validate
     /// the Reply and hand the connection to the datapath (which sends the agreed RTR first
     /// when --p2p). Prints one line (the flow and what was negotiated), then holds the frozen
@@ -74,6 +78,8 @@ pub(crate) enum Cmd {
         /// The flow id (from `flows`).
         id: u64,
     },
+    /// Capture a flow's frames (or all) into a pcap file.
+    ///
     /// Capture the frames the datapath receives and sends (one flow, or all) into a pcap file
     /// for Wireshark/tshark. Bounded in time and size; one capture at a time per datapath.
     /// The MPA startup frames, which the kernel carried before the hand-over, are rebuilt

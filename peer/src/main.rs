@@ -62,6 +62,8 @@ enum Cmd {
     Listen(ListenArgs),
     /// Initiator: connect, run the startup phase, send RDMA Writes or Sends, close.
     Connect(ConnectArgs),
+    /// Clock responder for `mpa-bench lat` from another host.
+    ///
     /// Clock responder: answer `mpa-bench lat`'s clock probes over UDP with this host's
     /// CLOCK_MONOTONIC, so that one-way latency can be measured from another host; exits
     /// when idle.
@@ -234,6 +236,8 @@ struct ConnectArgs {
     /// a receiver's region no longer equals the pattern; the digest covers the stamps.
     #[arg(long)]
     timestamps: bool,
+    /// Pacing in messages per second (0: unpaced).
+    ///
     /// Pacing in messages per second (0: unpaced). Default: 10000 with --timestamps (so no
     /// queue builds up), unpaced otherwise.
     #[arg(long, value_name = "MSG_PER_S")]

@@ -18,6 +18,8 @@ pub struct BedArgs {
     /// Loss in the bridge namespace, percent (0: direct veth pair).
     #[arg(long, default_value_t = 0)]
     pub loss: u8,
+    /// Impair with our bridge instead: drop, reorder, duplicate, delay, corrupt.
+    ///
     /// The impairment bridge instead of the Linux bridge, both directions possible, seeded:
     /// e.g. `drop=20,reorder=5,dup=2,corrupt=0.1,delay-us=100,seed=7,both` (rates in percent
     /// of TCP frames to/from the port; the syntax: docs/benchmarks.md, "Impairment bridge").

@@ -90,6 +90,8 @@ pub struct LatArgs {
     /// need no common clock.
     #[arg(long)]
     pub pingpong: bool,
+    /// With `--pingpong`: the fairness check.
+    ///
     /// With `--pingpong`: the fairness check. Each process-mode ping-pong runs twice per
     /// round, alone and beside a neighbour that keeps the post queues of DOMAINS domains of
     /// its own full of posts the datapath refuses (Writes on the ping-pong's connection,

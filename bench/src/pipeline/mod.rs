@@ -119,6 +119,8 @@ pub struct PipelineArgs {
     /// takes them.
     #[arg(long, value_enum, default_value_t = StreamingStores::default())]
     pub streaming_stores: StreamingStores,
+    /// Frames without the TCP timestamps option.
+    ///
     /// Frames without the TCP timestamps option. By default every frame carries one, as Linux
     /// peers send it (MSS 1448 at MTU 1500 is what remains with it), and the flows negotiated
     /// it: the worker checks it (PAWS) and echoes it.

@@ -44,6 +44,8 @@ pub struct SoakArgs {
     /// smaller of the two bounds holds).
     #[arg(long, default_value_t = 5.0)]
     pub max_rss_growth_percent: f64,
+    /// The datapath's memory budget, octets (default: the machine's; docs/limits.md).
+    ///
     /// The datapath's memory budget, octets (default: the machine's; docs/limits.md). After
     /// every wave its charges must all be back, and its high water never above it.
     #[arg(long, value_name = "OCTETS", value_parser = mpa_cli::size::<u64>)]
