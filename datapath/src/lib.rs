@@ -11,8 +11,8 @@
 //! * [`memory`]: registered memory (memfd regions, STags, posted buffers) and the
 //!   subscribers' shared-memory completion rings.
 //! * [`server`]: the datapath process: control socket, workers, XDP steering.
-//! * [`probe`]: `mpa-datapath probe`, what an interface's NIC and driver can do for the
-//!   datapath (read-only; netlink and sysfs).
+//! * [`probe_needs`]: what `mpa-datapath probe` (the `mpa-probe` crate) judges an interface
+//!   against.
 //!
 //! `unsafe` is allowed only for the boundary that needs it: [`io::xsk`] (the AF_XDP rings and
 //! UMEM) and `io::prefetch` (the prefetch of received frames). Registered memory is mapped
@@ -23,6 +23,27 @@
 
 pub mod io;
 pub mod memory;
-pub mod probe;
 pub mod server;
 pub mod worker;
+
+/// What this datapath needs of an interface, for `mpa-datapath probe` (`mpa_probe`): its queue
+/// limit, its UMEM frames, the frames a peer sends at an MTU, the segments it sends, and the
+/// ethtool driver query.
+pub fn probe_needs() -> mpa_probe::Datapath {
+    mpa_probe::Datapath {
+        max_queues: server::MAX_QUEUES,
+        frame_size: io::xsk::XskConfig::DEFAULT_FRAME_SIZE,
+        headroom: io::xsk::XDP_PACKET_HEADROOM,
+        rx_frame_for_mtu: server::rx_frame_for_mtu,
+        link_mss: server::link_mss,
+        driver_info: |iface| {
+            let info = io::ethtool::Ethtool::new(iface)
+                .and_then(|e| e.driver_info())
+                .ok()?;
+            Some(mpa_probe::DriverInfo {
+                driver: info.driver,
+                firmware: info.firmware,
+            })
+        },
+    }
+}

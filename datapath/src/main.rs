@@ -312,7 +312,7 @@ enum Command {
     /// must be off, interrupts; each with what the datapath will do with it, and a verdict.
     /// Exit status 0: the datapath can run there (the report says in which modes and with
     /// which options); 1: it cannot (each reason named, on stderr too); 2: a usage error.
-    Probe(mpa_datapath::probe::ProbeArgs),
+    Probe(mpa_probe::ProbeArgs),
 }
 
 /// The TCP settings: the defaults (`TcpConfig::default`), with what the command line names.
@@ -350,7 +350,7 @@ fn main() -> ExitCode {
         }
     };
     let iface = match (a.command.as_ref(), a.iface.clone()) {
-        (Some(Command::Probe(p)), _) => return mpa_datapath::probe::run(p),
+        (Some(Command::Probe(p)), _) => return mpa_probe::run(p, &mpa_datapath::probe_needs()),
         (None, Some(iface)) => iface,
         // clap requires --iface without a subcommand.
         (None, None) => {

@@ -3,8 +3,8 @@
 //! and `"ok"` as in every `--json` document of the tools: true exactly when the exit status
 //! is 0).
 
-use crate::probe::readings::{Device, Kernel, Readings};
-use crate::probe::verdict::{Finding, Predictions, Report, Topic, XdpMode, ZeroCopyAuto};
+use crate::readings::{Device, Kernel, Readings};
+use crate::verdict::{Finding, Predictions, Report, Topic, XdpMode, ZeroCopyAuto};
 use serde::Serialize;
 
 /// Width of the label column.
@@ -98,7 +98,7 @@ pub(crate) fn json(r: &Readings, rep: &Report) -> String {
             reason: b.code(),
             message: b.to_string(),
             fix: match b {
-                crate::probe::verdict::Blocker::OffloadOn { fix, .. } => Some(fix.clone()),
+                crate::verdict::Blocker::OffloadOn { fix, .. } => Some(fix.clone()),
                 _ => None,
             },
         })

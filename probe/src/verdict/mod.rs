@@ -4,12 +4,11 @@
 //! it cannot run there. Pure: the readings in, the report out (docs/operations.md, "Probing an
 //! interface").
 
-use crate::io::xsk::{XskConfig, XDP_PACKET_HEADROOM};
-use crate::probe::readings::{
+use crate::readings::{
     bit_names, Device, Kernel, Readings, XdpFeatures, RX_METADATA, XDP_ACT, XDP_BASIC,
     XDP_REDIRECT, XDP_RX_SG, XDP_XSK_ZEROCOPY,
 };
-use crate::server::{rx_frame_for_mtu, MAX_QUEUES};
+use crate::Datapath;
 use serde::Serialize;
 
 mod findings;
@@ -125,7 +124,7 @@ pub(crate) enum Blocker {
     /// Frames at the MTU exceed what the datapath receives on this kernel.
     #[error(
         "MTU {mtu}: frames of up to {frame} octets need multi-buffer AF_XDP (Linux 6.6), and \
-         this is {release}: the datapath receives frames of up to {FRAME_DATA} octets; lower \
+         this is {release}: the datapath receives frames of up to {frame_data} octets; lower \
          the MTU to {max_mtu}"
     )]
     MtuBeyondLimit {
@@ -135,6 +134,8 @@ pub(crate) enum Blocker {
         frame: u64,
         /// The kernel.
         release: String,
+        /// Octets of a frame one UMEM frame holds.
+        frame_data: u64,
         /// The largest MTU whose frames fit.
         max_mtu: u64,
     },
@@ -236,6 +237,15 @@ pub(crate) struct Predictions {
     pub descriptors: u64,
     /// The largest `--queues` worth giving (every RX queue in use), if known.
     pub queues_max: Option<u32>,
+    /// Octets of a frame one UMEM frame holds (a frame less the XDP headroom).
+    #[serde(skip)]
+    pub frame_data: u64,
+    /// The largest MTU whose frames fit one UMEM frame.
+    #[serde(skip)]
+    pub single_buffer_mtu: u64,
+    /// The largest segment the datapath sends at the MTU (TCP payload and options).
+    #[serde(skip)]
+    pub sent_mss: u16,
 }
 
 /// The whole verdict.
@@ -258,11 +268,8 @@ impl Report {
     }
 }
 
-/// Octets of a frame one UMEM frame holds (a frame less the XDP headroom): 3840.
-pub(crate) const FRAME_DATA: u64 = (XskConfig::DEFAULT_FRAME_SIZE - XDP_PACKET_HEADROOM) as u64;
-
-/// The verdict on `r`.
-pub(crate) fn judge(r: &Readings) -> Report {
+/// The verdict on `r` for datapath `dp`.
+pub(crate) fn judge(r: &Readings, dp: &Datapath) -> Report {
     let mut rep = Report {
         findings: Vec::new(),
         predictions: None,
@@ -276,8 +283,9 @@ pub(crate) fn judge(r: &Readings) -> Report {
     let mode = xdp_mode(d);
     // Where XDP will run: generic also when the driver's native XDP cannot redirect.
     let generic = mode == XdpMode::Generic || d.xdp.got().is_some_and(native_without_redirect);
-    let frame = u64::try_from(rx_frame_for_mtu(Some(d.link.mtu))).unwrap_or(u64::MAX);
-    let descriptors = frame.div_ceil(FRAME_DATA).max(1);
+    let frame = u64::try_from((dp.rx_frame_for_mtu)(Some(d.link.mtu))).unwrap_or(u64::MAX);
+    let frame_data = dp.frame_data();
+    let descriptors = frame.div_ceil(frame_data).max(1);
     let multi_buffer_kernel = r.kernel.as_ref().is_none_or(|k| k.at_least(6, 6));
     let receive = if descriptors == 1 {
         Receive::SingleBuffer
@@ -287,7 +295,7 @@ pub(crate) fn judge(r: &Readings) -> Report {
         Receive::Dropped
     };
     let (zero_copy_auto, zero_copy_on) = zero_copy(d, mode, descriptors);
-    let queues_max = d.queues.got().map(|q| q.rx_in_use().min(MAX_QUEUES));
+    let queues_max = d.queues.got().map(|q| q.rx_in_use().min(dp.max_queues));
     rep.predictions = Some(Predictions {
         xdp_mode_auto: mode,
         zero_copy_auto,
@@ -296,11 +304,14 @@ pub(crate) fn judge(r: &Readings) -> Report {
         frame_octets: frame,
         descriptors,
         queues_max,
+        frame_data,
+        single_buffer_mtu: single_buffer_mtu(dp),
+        sent_mss: (dp.link_mss)(Some(d.link.mtu), dp.frame_size),
     });
     findings::interface(r, d, &mut rep);
     findings::driver(d, &mut rep);
-    findings::kernel(r.kernel.as_ref(), &mut rep);
-    findings::queues(r, d, &mut rep);
+    findings::kernel(r.kernel.as_ref(), frame_data, &mut rep);
+    findings::queues(r, d, dp.max_queues, &mut rep);
     findings::mtu(r, d, &mut rep);
     findings::xdp(d, &mut rep);
     findings::offloads(r, d, generic, &mut rep);
@@ -368,10 +379,11 @@ pub(crate) fn rx_sg(f: &XdpFeatures) -> bool {
     f.xdp & XDP_RX_SG != 0
 }
 
-/// The largest MTU whose frames fit one UMEM frame.
-pub(crate) fn single_buffer_mtu() -> u64 {
+/// The largest MTU whose frames fit one UMEM frame of `dp`.
+pub(crate) fn single_buffer_mtu(dp: &Datapath) -> u64 {
     // The frame at MTU 0 is the link header alone.
-    FRAME_DATA.saturating_sub(rx_frame_for_mtu(Some(0)) as u64)
+    dp.frame_data()
+        .saturating_sub((dp.rx_frame_for_mtu)(Some(0)) as u64)
 }
 
 /// The kernel's release, or "an unknown kernel".

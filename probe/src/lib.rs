@@ -1,5 +1,5 @@
-//! `mpa-datapath probe --iface IF [--json]`: what an interface's NIC and driver can do for the
-//! datapath, read without changing anything (in the spirit of `xdp-loader features` and
+//! The NIC probe, `mpa-datapath probe --iface IF [--json]`: what an interface's NIC and driver
+//! can do for the datapath, read without changing anything (in the spirit of `xdp-loader features` and
 //! `ethtool -i`), each reading with what the datapath will do with it, and a verdict: exit
 //! status 0 when the datapath can run there (perhaps in copy or generic mode, said so), 1 when
 //! it cannot (each reason named), 2 for a usage error. docs/operations.md, "Probing an
@@ -9,6 +9,10 @@
 //!   input; `sysfs`: driver, bus address, interrupts, kernel release.
 //! * `readings`: what was read, as plain data; `verdict`: what it means for the datapath,
 //!   pure, so that it is tested on readings built by hand; `render`: text and JSON.
+//!
+//! The datapath gives what it needs of an interface ([`Datapath`]: its queue limit, its UMEM
+//! frames, how large a frame at an MTU is, the segments it sends, the ethtool driver query);
+//! the probe depends on nothing of the datapath's.
 //!
 //! Everything is read in the caller's network namespace (run it as `ip netns exec NS …` for an
 //! interface in another; that also mounts the namespace's own sysfs).
@@ -24,6 +28,41 @@ use netlink::{Conn, NlError};
 use netlink_sys::constants::{NETLINK_GENERIC, NETLINK_ROUTE};
 use readings::{Device, Reading, Readings};
 use std::process::ExitCode;
+
+/// What the datapath that runs the probe needs of an interface: the verdict judges the
+/// readings against it.
+#[derive(Debug, Clone, Copy)]
+pub struct Datapath {
+    /// RX queues it serves at most.
+    pub max_queues: u32,
+    /// Octets of each UMEM frame (`--frame-size`'s default).
+    pub frame_size: u32,
+    /// Octets of a UMEM frame before the packet (the XDP headroom).
+    pub headroom: u32,
+    /// The largest frame a peer may send at an MTU (`None`: unknown).
+    pub rx_frame_for_mtu: fn(Option<u32>) -> usize,
+    /// The largest segment (TCP payload and options) it sends at an MTU with UMEM frames of
+    /// a size.
+    pub link_mss: fn(Option<u32>, u32) -> u16,
+    /// The driver's name and firmware version as `ethtool -i` gives them, when it does.
+    pub driver_info: fn(&str) -> Option<DriverInfo>,
+}
+
+impl Datapath {
+    /// Octets of a frame one UMEM frame holds.
+    pub(crate) fn frame_data(&self) -> u64 {
+        u64::from(self.frame_size.saturating_sub(self.headroom))
+    }
+}
+
+/// The ethtool driver query's answer (`ethtool -i`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverInfo {
+    /// The driver's name.
+    pub driver: String,
+    /// The firmware version ("" when the driver gives none).
+    pub firmware: String,
+}
 
 /// `mpa-datapath probe`.
 #[derive(Debug, clap::Args)]
@@ -51,10 +90,11 @@ fn interface_name(s: &str) -> Result<String, String> {
     }
 }
 
-/// Probes `args.iface`, prints the report (text or JSON) on stdout, and returns the exit status:
-/// 0 usable, 1 not (the reasons also on stderr) or the probe could not read the interface.
-pub fn run(args: &ProbeArgs) -> ExitCode {
-    let readings = match gather(&args.iface) {
+/// Probes `args.iface` for `dp`, prints the report (text or JSON) on stdout, and returns the
+/// exit status: 0 usable, 1 not (the reasons also on stderr) or the probe could not read the
+/// interface.
+pub fn run(args: &ProbeArgs, dp: &Datapath) -> ExitCode {
+    let readings = match gather(&args.iface, dp) {
         Ok(r) => r,
         Err(e) => {
             if args.json {
@@ -64,7 +104,7 @@ pub fn run(args: &ProbeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let report = verdict::judge(&readings);
+    let report = verdict::judge(&readings, dp);
     if args.json {
         mpa_cli::outln!("{}", render::json(&readings, &report));
     } else {
@@ -85,7 +125,7 @@ pub fn run(args: &ProbeArgs) -> ExitCode {
 
 /// Everything there is to read about `iface`. Only the link itself is required (without
 /// rtnetlink there is nothing to say); every other reading that fails says why instead.
-fn gather(iface: &str) -> Result<Readings, NlError> {
+fn gather(iface: &str, dp: &Datapath) -> Result<Readings, NlError> {
     let mut readings = Readings {
         iface: iface.to_string(),
         kernel: sysfs::kernel(),
@@ -114,9 +154,8 @@ fn gather(iface: &str) -> Result<Readings, NlError> {
     };
     // Drivers without devlink still tell `ethtool -i` their firmware.
     let firmware = match firmware {
-        Reading::NotReported { not_reported } => {
-            firmware_from_ethtool(iface).map_or_else(|| Reading::not(not_reported), Reading::Got)
-        }
+        Reading::NotReported { not_reported } => firmware_from_ethtool(iface, dp)
+            .map_or_else(|| Reading::not(not_reported), Reading::Got),
         got => got,
     };
     let xdp = ask(&mut genl, |c| netlink::netdev::features(c, ifindex));
@@ -135,10 +174,8 @@ fn gather(iface: &str) -> Result<Readings, NlError> {
 
 /// The firmware version the driver gives the ethtool interface (`ethtool -i`), when it gives
 /// one.
-fn firmware_from_ethtool(iface: &str) -> Option<readings::Firmware> {
-    let info = crate::io::ethtool::Ethtool::new(iface)
-        .and_then(|e| e.driver_info())
-        .ok()?;
+fn firmware_from_ethtool(iface: &str, dp: &Datapath) -> Option<readings::Firmware> {
+    let info = (dp.driver_info)(iface)?;
     (!info.firmware.is_empty()).then(|| readings::Firmware {
         driver: Some(info.driver),
         running: vec![readings::Version {

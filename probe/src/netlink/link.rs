@@ -2,7 +2,7 @@
 //! index, kind, MTU and its range, queues allocated, parent device, an XDP program attached.
 
 use super::{Conn, NlError};
-use crate::probe::readings::{Link, XdpAttached};
+use crate::readings::{Link, XdpAttached};
 use netlink_packet_route::link::{
     InfoKind, LinkAttribute, LinkExtentMask, LinkFlags, LinkInfo, LinkLayerType, LinkMessage,
     LinkXdp, State, XdpAttached as Attached,

@@ -3,12 +3,32 @@
 //! kernel did not give.
 
 use super::*;
-use crate::probe::readings::{
+use crate::readings::{
     Driver, DriverSource, Firmware, Irq, Irqs, Link, Offload, QueueSource, Queues, Reading,
     Version, XdpAttached, OFFLOADS, XDP_BASIC, XDP_REDIRECT, XDP_RX_SG, XDP_XSK_ZEROCOPY,
 };
-use crate::probe::render;
+use crate::render;
+use crate::Datapath;
 use serde_json::Value;
+
+/// A datapath as mpa-datapath is by default: 64 queues, 4096-octet UMEM frames with 256 of
+/// headroom, frames of MTU + Ethernet + one VLAN tag, segments bounded by MTU and frame.
+const DATAPATH: Datapath = Datapath {
+    max_queues: 64,
+    frame_size: 4096,
+    headroom: 256,
+    rx_frame_for_mtu: |mtu| mtu.unwrap_or(1500) as usize + 14 + 4,
+    link_mss: |mtu, frame| {
+        let by_mtu = mtu.unwrap_or(1500).saturating_sub(40);
+        let by_frame = frame.saturating_sub(256 + 14 + 40);
+        by_mtu.min(by_frame).clamp(64, u32::from(u16::MAX)) as u16
+    },
+    driver_info: |_| None,
+};
+
+fn judge_here(r: &Readings) -> Report {
+    judge(r, &DATAPATH)
+}
 
 fn kernel(major: u32, minor: u32) -> Option<Kernel> {
     Kernel::parse(&format!("{major}.{minor}.3-test"))
@@ -143,7 +163,7 @@ fn predictions(rep: &Report) -> &Predictions {
 }
 
 fn json(r: &Readings) -> Value {
-    serde_json::from_str(&render::json(r, &judge(r))).unwrap()
+    serde_json::from_str(&render::json(r, &judge_here(r))).unwrap()
 }
 
 fn finding(rep: &Report, t: Topic) -> &Finding {
@@ -152,7 +172,7 @@ fn finding(rep: &Report, t: Topic) -> &Finding {
 
 #[test]
 fn a_nic_with_zero_copy_is_usable_in_zero_copy_on_every_queue() {
-    let rep = judge(&nic(1500));
+    let rep = judge_here(&nic(1500));
     assert!(rep.usable(), "{:?}", rep.blockers);
     let p = predictions(&rep);
     assert_eq!(p.xdp_mode_auto, XdpMode::Native);
@@ -186,7 +206,7 @@ fn a_nic_with_zero_copy_is_usable_in_zero_copy_on_every_queue() {
 #[test]
 fn a_veth_has_no_zero_copy_and_zero_copy_on_fails() {
     let r = veth();
-    let rep = judge(&r);
+    let rep = judge_here(&r);
     assert!(rep.usable(), "{:?}", rep.blockers);
     let p = predictions(&rep);
     assert_eq!(p.xdp_mode_auto, XdpMode::Native);
@@ -242,7 +262,7 @@ fn a_veth_has_no_zero_copy_and_zero_copy_on_fails() {
 fn lro_on_must_be_turned_off_and_says_how() {
     let mut r = nic(1500);
     device(&mut r).offloads = offloads(&["large-receive-offload", "rx-gro-hw"], &[]);
-    let rep = judge(&r);
+    let rep = judge_here(&r);
     assert!(!rep.usable());
     assert_eq!(
         rep.blockers,
@@ -282,7 +302,7 @@ fn lro_on_must_be_turned_off_and_says_how() {
 fn an_offload_the_driver_keeps_on_cannot_be_fixed_by_ethtool() {
     let mut r = nic(1500);
     device(&mut r).offloads = offloads(&["rx-gro-hw"], &["rx-gro-hw"]);
-    let rep = judge(&r);
+    let rep = judge_here(&r);
     assert_eq!(
         rep.blockers,
         [Blocker::OffloadFixed {
@@ -296,7 +316,7 @@ fn gro_matters_only_when_xdp_runs_in_generic_mode() {
     // Native XDP runs before GRO: GRO on is said, not held against the interface.
     let mut r = veth();
     device(&mut r).offloads = offloads(&["generic-receive-offload"], &[]);
-    let rep = judge(&r);
+    let rep = judge_here(&r);
     assert!(rep.usable(), "{:?}", rep.blockers);
     let off = finding(&rep, Topic::Offloads);
     assert!(off.datapath[0].contains("runs after native XDP"), "{off:?}");
@@ -309,7 +329,7 @@ fn gro_matters_only_when_xdp_runs_in_generic_mode() {
         rx_metadata: 0,
         xsk: 0,
     });
-    let rep = judge(&r);
+    let rep = judge_here(&r);
     assert_eq!(predictions(&rep).xdp_mode_auto, XdpMode::Generic);
     assert_eq!(predictions(&rep).zero_copy_on, ZeroCopyOn::Fails);
     assert_eq!(
@@ -335,7 +355,7 @@ fn native_xdp_without_redirect_needs_generic_mode() {
         xsk: 0,
     });
     device(&mut r).offloads = offloads(&["rx-gro-list"], &[]);
-    let rep = judge(&r);
+    let rep = judge_here(&r);
     assert_eq!(rep.options, ["--queues 4", "--xdp-mode generic"]);
     assert_eq!(predictions(&rep).zero_copy_on, ZeroCopyOn::Fails);
     // Generic XDP runs after GRO: rx-gro-list must be off.
@@ -347,7 +367,7 @@ fn native_xdp_without_redirect_needs_generic_mode() {
 fn jumbo_frames_beyond_what_an_old_kernel_receives() {
     let mut r = nic(9000);
     r.kernel = kernel(6, 1);
-    let rep = judge(&r);
+    let rep = judge_here(&r);
     assert_eq!(predictions(&rep).receive, Receive::Dropped);
     assert_eq!(
         rep.blockers,
@@ -355,6 +375,7 @@ fn jumbo_frames_beyond_what_an_old_kernel_receives() {
             mtu: 9000,
             frame: 9018,
             release: "6.1.3-test".into(),
+            frame_data: 3840,
             max_mtu: 3822,
         }]
     );
@@ -362,15 +383,15 @@ fn jumbo_frames_beyond_what_an_old_kernel_receives() {
     // The largest MTU that fits a UMEM frame is fine there.
     let mut r = nic(3822);
     r.kernel = kernel(6, 1);
-    assert!(judge(&r).usable());
+    assert!(judge_here(&r).usable());
     let mut r = nic(3823);
     r.kernel = kernel(6, 1);
-    assert!(!judge(&r).usable());
+    assert!(!judge_here(&r).usable());
 }
 
 #[test]
 fn jumbo_frames_with_enough_zero_copy_segments_and_with_too_few() {
-    let rep = judge(&nic(9000));
+    let rep = judge_here(&nic(9000));
     assert!(rep.usable());
     let p = predictions(&rep);
     assert_eq!((p.receive, p.descriptors), (Receive::MultiBuffer, 3));
@@ -383,7 +404,7 @@ fn jumbo_frames_with_enough_zero_copy_segments_and_with_too_few() {
         rx_metadata: 0,
         xsk: 0,
     });
-    let rep = judge(&r);
+    let rep = judge_here(&r);
     assert!(rep.usable(), "copy mode receives them: {:?}", rep.blockers);
     let p = predictions(&rep);
     assert_eq!(p.zero_copy_auto, ZeroCopyAuto::ZeroCopyWithoutMultiBuffer);
@@ -403,7 +424,7 @@ fn no_such_interface_is_the_one_reason() {
         cpus: 2,
         device: None,
     };
-    let rep = judge(&r);
+    let rep = judge_here(&r);
     assert_eq!(rep.blockers, [Blocker::NoSuchInterface("nosuch0".into())]);
     assert!(rep.findings.is_empty() && rep.predictions.is_none());
     let text = render::text(&r, &rep);
@@ -426,9 +447,9 @@ fn other_reasons_an_interface_cannot_be_used() {
     });
     device(&mut r).link.ethernet = false;
     r.kernel = kernel(5, 15);
-    let codes: Vec<_> = judge(&r).blockers.iter().map(Blocker::code).collect();
+    let codes: Vec<_> = judge_here(&r).blockers.iter().map(Blocker::code).collect();
     assert_eq!(codes, ["not-ethernet", "xdp-attached", "old-kernel"]);
-    let b = &judge(&r).blockers[1];
+    let b = &judge_here(&r).blockers[1];
     assert!(b
         .to_string()
         .starts_with("an XDP program (id 31) is attached in driver mode"));
@@ -442,7 +463,7 @@ fn readings_the_kernel_did_not_give_leave_the_choice_to_the_datapath() {
     d.xdp = Reading::not("the kernel has no netdev generic netlink family");
     d.offloads = Reading::not("the driver does not report it");
     d.queues = Reading::not("the driver does not report it");
-    let rep = judge(&r);
+    let rep = judge_here(&r);
     assert!(rep.usable(), "{:?}", rep.blockers);
     let p = predictions(&rep);
     assert_eq!(p.xdp_mode_auto, XdpMode::NativeElseGeneric);
@@ -473,7 +494,7 @@ fn more_queues_than_the_datapath_serves() {
         tx_max: None,
         combined_max: Some(128),
     });
-    let rep = judge(&r);
+    let rep = judge_here(&r);
     assert_eq!(rep.options, ["--queues 64"]);
     assert_eq!(predictions(&rep).queues_max, Some(64));
     let q = finding(&rep, Topic::Queues);
@@ -494,7 +515,7 @@ fn hostile_values_do_not_overflow() {
         rx_metadata: u64::MAX,
         xsk: u64::MAX,
     });
-    let rep = judge(&r);
+    let rep = judge_here(&r);
     let p = predictions(&rep);
     assert_eq!(p.frame_octets, u64::from(u32::MAX) + 18);
     assert_eq!(p.descriptors, (u64::from(u32::MAX) + 18).div_ceil(3840));
@@ -512,7 +533,7 @@ fn hostile_values_do_not_overflow() {
             .collect(),
     };
     device(&mut r).irqs = many;
-    let rep = judge(&r);
+    let rep = judge_here(&r);
     assert!(finding(&rep, Topic::Irqs).reading.ends_with("and 12 more"));
 }
 

@@ -3,7 +3,7 @@
 //! release. Every file is read with a size bound and every directory listing with a count
 //! bound; the interface name was checked to be a plain name (no `/`) before it gets here.
 
-use crate::probe::readings::{Driver, DriverSource, Irq, Irqs, Kernel, QueueSource, Queues};
+use crate::readings::{Driver, DriverSource, Irq, Irqs, Kernel, QueueSource, Queues};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 

@@ -2,14 +2,10 @@
 //! blockers and the options each topic adds to the report.
 
 use super::{
-    names_or_none, native_without_redirect, release, rx_metadata_names, rx_sg, single_buffer_mtu,
-    xdp_names, Blocker, Finding, Receive, Report, Topic, XdpMode, ZeroCopyAuto, FRAME_DATA,
+    names_or_none, native_without_redirect, release, rx_metadata_names, rx_sg, xdp_names, Blocker,
+    Finding, Receive, Report, Topic, XdpMode, ZeroCopyAuto,
 };
-use crate::io::xsk::XskConfig;
-use crate::probe::readings::{
-    offload_name, Device, DriverSource, Kernel, Offload, QueueSource, Readings,
-};
-use crate::server::{link_mss, MAX_QUEUES};
+use crate::readings::{offload_name, Device, DriverSource, Kernel, Offload, QueueSource, Readings};
 
 /// Interrupts named one by one in the text; the JSON has them all.
 const IRQS_SHOWN: usize = 8;
@@ -86,13 +82,13 @@ pub(super) fn driver(d: &Device, rep: &mut Report) {
     push(rep, Topic::Firmware, reading, Vec::new());
 }
 
-pub(super) fn kernel(k: Option<&Kernel>, rep: &mut Report) {
+pub(super) fn kernel(k: Option<&Kernel>, frame_data: u64, rep: &mut Report) {
     let mut out = Vec::new();
     match k {
         None => out.push("unknown: taken to have what the datapath needs".into()),
         Some(k) if !k.at_least(6, 1) => rep.blockers.push(Blocker::OldKernel(k.release.clone())),
         Some(k) if !k.at_least(6, 6) => out.push(format!(
-            "no multi-buffer AF_XDP (6.6): frames above {FRAME_DATA} octets are dropped"
+            "no multi-buffer AF_XDP (6.6): frames above {frame_data} octets are dropped"
         )),
         Some(_) => out.push(
             "multi-buffer AF_XDP (6.6 and later): frames larger than a UMEM frame arrive as \
@@ -103,7 +99,7 @@ pub(super) fn kernel(k: Option<&Kernel>, rep: &mut Report) {
     push(rep, Topic::Kernel, release(k), out);
 }
 
-pub(super) fn queues(r: &Readings, d: &Device, rep: &mut Report) {
+pub(super) fn queues(r: &Readings, d: &Device, max_queues: u32, rep: &mut Report) {
     let Some(q) = d.queues.got() else {
         let why = d.queues.why_not().unwrap_or("");
         push(
@@ -142,12 +138,12 @@ pub(super) fn queues(r: &Readings, d: &Device, rep: &mut Report) {
     let out = match n {
         0 => vec!["no RX queue in use: nothing would reach a worker".to_string()],
         1 => vec!["one worker and one AF_XDP socket, on queue 0: --queues 1 (the default)".into()],
-        n if n > MAX_QUEUES => {
-            rep.options.push(format!("--queues {MAX_QUEUES}"));
+        n if n > max_queues => {
+            rep.options.push(format!("--queues {max_queues}"));
             vec![format!(
-                "{n} RX queues; the datapath serves at most {MAX_QUEUES}: run with --queues \
-                 {MAX_QUEUES} --steer channels, or narrow the NIC ({})",
-                narrow(MAX_QUEUES)
+                "{n} RX queues; the datapath serves at most {max_queues}: run with --queues \
+                 {max_queues} --steer channels, or narrow the NIC ({})",
+                narrow(max_queues)
             )]
         }
         n => {
@@ -180,19 +176,19 @@ pub(super) fn mtu(r: &Readings, d: &Device, rep: &mut Report) {
     let mut out = Vec::new();
     match p.receive {
         Receive::SingleBuffer => out.push(format!(
-            "each frame fits one UMEM frame ({FRAME_DATA} octets: MTU {} and below) and is \
+            "each frame fits one UMEM frame ({} octets: MTU {} and below) and is \
              received in place",
-            single_buffer_mtu()
+            p.frame_data, p.single_buffer_mtu
         )),
         Receive::MultiBuffer => {
             out.push(format!(
-                "frames above {FRAME_DATA} octets arrive as chains of up to {} UMEM frames and \
+                "frames above {} octets arrive as chains of up to {} UMEM frames and \
                  are gathered into one (one extra copy; docs/architecture.md, \"Receive path\")",
-                p.descriptors
+                p.frame_data, p.descriptors
             ));
             out.push(format!(
                 "segments it sends fit one UMEM frame: at most {} octets of TCP payload and options",
-                link_mss(Some(l.mtu), XskConfig::DEFAULT_FRAME_SIZE)
+                p.sent_mss
             ));
             if let Some(f) = d.xdp.got() {
                 if p.xdp_mode_auto == XdpMode::Native && !rx_sg(f) {
@@ -208,7 +204,8 @@ pub(super) fn mtu(r: &Readings, d: &Device, rep: &mut Report) {
             mtu: l.mtu,
             frame: p.frame_octets,
             release: release(r.kernel.as_ref()),
-            max_mtu: single_buffer_mtu(),
+            frame_data: p.frame_data,
+            max_mtu: p.single_buffer_mtu,
         }),
     }
     push(rep, Topic::Mtu, reading, out);
@@ -261,7 +258,7 @@ pub(super) fn xdp(d: &Device, rep: &mut Report) {
         _ => out.push(format!(
             "no native XDP (the driver reports {}): --xdp-mode auto attaches in generic (skb) \
              mode, after GRO and slower; --xdp-mode native fails",
-            names_or_none(f.xdp, &crate::probe::readings::XDP_ACT)
+            names_or_none(f.xdp, &crate::readings::XDP_ACT)
         )),
     }
     let segs = f.zc_max_segs.unwrap_or(1);
@@ -282,8 +279,8 @@ pub(super) fn xdp(d: &Device, rep: &mut Report) {
             out.push(format!(
                 "AF_XDP zero-copy of up to {segs} segments a frame, and frames at this MTU take \
                  {}: --zero-copy auto and on bind zero-copy without multi-buffer and drop frames \
-                 above {FRAME_DATA} octets: run with --zero-copy off (copy mode gathers them)",
-                p.descriptors
+                 above {} octets: run with --zero-copy off (copy mode gathers them)",
+                p.descriptors, p.frame_data
             ));
         }
         _ if p.xdp_mode_auto != XdpMode::Native || native_without_redirect(f) => out.push(

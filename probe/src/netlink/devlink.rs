@@ -3,7 +3,7 @@
 
 use super::genl::{ask, Family};
 use super::{attrs, Conn, NlError};
-use crate::probe::readings::{Firmware, Version};
+use crate::readings::{Firmware, Version};
 
 /// The devlink family.
 #[derive(Debug)]
@@ -72,7 +72,7 @@ pub(crate) fn firmware_of(reply: &[u8]) -> Firmware {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::netlink::attrs::{encode, nest, string_attr};
+    use crate::netlink::attrs::{encode, nest, string_attr};
 
     fn version(kind: u16, name: &str, value: &str) -> netlink_packet_core::DefaultNla {
         nest(

@@ -4,7 +4,7 @@
 
 use super::genl::{ask, Family};
 use super::{attrs, Conn, NlError};
-use crate::probe::readings::{Offload, QueueSource, Queues, OFFLOADS};
+use crate::readings::{Offload, QueueSource, Queues, OFFLOADS};
 
 /// The ethtool family.
 #[derive(Debug)]
@@ -130,7 +130,7 @@ fn set_bits(bitset_attr: &[u8]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::netlink::attrs::{encode, nest, string_attr, u32_attr};
+    use crate::netlink::attrs::{encode, nest, string_attr, u32_attr};
     use netlink_packet_core::DefaultNla;
 
     /// A verbose bit: index, name, and VALUE when `value` (masked bitsets only).

@@ -4,7 +4,7 @@
 
 use super::genl::{ask, Family};
 use super::{attrs, Conn, NlError};
-use crate::probe::readings::XdpFeatures;
+use crate::readings::XdpFeatures;
 
 /// The netdev family.
 #[derive(Debug)]
@@ -57,7 +57,7 @@ pub(crate) fn features_of(reply: &[u8], ifindex: u32) -> Result<XdpFeatures, NlE
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::netlink::attrs::{encode, u32_attr};
+    use crate::netlink::attrs::{encode, u32_attr};
     use netlink_packet_core::DefaultNla;
 
     fn u64_attr(kind: u16, v: u64) -> DefaultNla {
