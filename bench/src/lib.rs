@@ -36,9 +36,7 @@ pub mod setup;
 pub mod soak;
 pub mod suite;
 
-pub use bed::options::{Align, Op, Run};
-pub use bw::BwArgs;
-pub use demo::demo;
-pub use lat::{lat, LatArgs};
-pub use pipeline::{pipeline, pipeline_many, PipelineArgs, PipelineOpts, PipelineReport};
-pub use setup::{setup, SetupArgs};
+pub use bed::options::Run;
+pub use lat::LatArgs;
+pub use pipeline::PipelineArgs;
+pub use setup::SetupArgs;

@@ -15,7 +15,7 @@ const ROW_KEYS: [&str; 7] = [
 ];
 
 /// The values `ab` compares when none is named, by experiment.
-pub fn headline_metrics(scenario: &str) -> &'static [&'static str] {
+pub(crate) fn headline_metrics(scenario: &str) -> &'static [&'static str] {
     match scenario {
         "lat" => &["p50_us", "p99_us"],
         "bw" => &["gbit_s", "process_cpu_ns_per_octet"],
@@ -28,7 +28,7 @@ pub fn headline_metrics(scenario: &str) -> &'static [&'static str] {
 
 /// The JSON document in an experiment's stdout: the whole output, else its last line that is
 /// a JSON object (older builds printed `result: {...}` after their text).
-pub fn document_in(out: &str) -> Option<Value> {
+pub(crate) fn document_in(out: &str) -> Option<Value> {
     if let Ok(v @ Value::Object(_)) = serde_json::from_str::<Value>(out.trim()) {
         return Some(v);
     }
@@ -44,11 +44,11 @@ pub fn document_in(out: &str) -> Option<Value> {
 
 /// One result's values.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RowValues {
+pub(crate) struct RowValues {
     /// Its identifying fields, `key=value` joined by spaces.
-    pub row: String,
+    pub(crate) row: String,
     /// (metric, value) for each metric it carries as a number.
-    pub values: Vec<(String, f64)>,
+    pub(crate) values: Vec<(String, f64)>,
 }
 
 fn lookup<'a>(v: &'a Value, dotted: &str) -> Option<&'a Value> {
@@ -57,7 +57,7 @@ fn lookup<'a>(v: &'a Value, dotted: &str) -> Option<&'a Value> {
 
 /// The values of `metrics` in each result of `doc` (a `{"scenario","params","results"}`
 /// document), or of the document itself when it has no results array.
-pub fn values_of(doc: &Value, metrics: &[String]) -> Vec<RowValues> {
+pub(crate) fn values_of(doc: &Value, metrics: &[String]) -> Vec<RowValues> {
     let results: Vec<&Value> = match doc.get("results").and_then(Value::as_array) {
         Some(rs) => rs.iter().collect(),
         None => vec![doc],

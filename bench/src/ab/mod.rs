@@ -26,52 +26,52 @@ use std::time::{Duration, Instant};
 #[derive(Args, Clone, Debug)]
 pub struct AbArgs {
     /// The old build: a directory holding mpa-bench (and its siblings), or mpa-bench itself.
-    pub old: PathBuf,
+    pub(crate) old: PathBuf,
     /// The new build, likewise.
-    pub new: PathBuf,
+    pub(crate) new: PathBuf,
     /// Rounds: each runs both builds once.
     #[arg(short = 'n', long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
-    pub rounds: u32,
+    pub(crate) rounds: u32,
     /// A value to compare, by its key in the documents' results (e.g. `p50_us`, `gbit_s`,
     /// `ns_per_packet`; `flow.worker_cpu_seconds` for a nested one). Repeatable; default:
     /// the experiment's headline values.
     #[arg(long = "metric", value_name = "KEY")]
-    pub metrics: Vec<String>,
+    pub(crate) metrics: Vec<String>,
     /// Longest one run may take, seconds; a run past it is killed and the comparison fails.
     #[arg(long, default_value_t = 1800)]
-    pub timeout_s: u64,
+    pub(crate) timeout_s: u64,
     /// Print one JSON document on stdout instead of the table.
     #[arg(short = 'J', long)]
     pub json: bool,
     /// The experiment and its arguments, after `--`: e.g. `-- pipeline --mss 1448 --rounds 3`.
     #[arg(last = true, required = true, value_name = "SCENARIO ARGS")]
-    pub experiment: Vec<String>,
+    pub(crate) experiment: Vec<String>,
 }
 
 /// One value compared.
 #[derive(Serialize, Clone, Debug, PartialEq)]
-pub struct Comparison {
+pub(crate) struct Comparison {
     /// Which result: its identifying fields (`receiver=datapath size=4096`), empty for a
     /// document with one result.
-    pub row: String,
+    pub(crate) row: String,
     /// The key compared.
-    pub metric: String,
+    pub(crate) metric: String,
     /// Over the rounds, old build.
-    pub old: Option<Spread>,
+    pub(crate) old: Option<Spread>,
     /// Over the rounds, new build.
-    pub new: Option<Spread>,
+    pub(crate) new: Option<Spread>,
     /// New median / old median.
-    pub ratio: Option<f64>,
+    pub(crate) ratio: Option<f64>,
 }
 
 /// The document `ab --json` prints.
 #[derive(Serialize, Clone, Debug)]
-pub struct AbReport {
-    pub old: String,
-    pub new: String,
-    pub experiment: Vec<String>,
-    pub rounds: u32,
-    pub comparisons: Vec<Comparison>,
+pub(crate) struct AbReport {
+    pub(crate) old: String,
+    pub(crate) new: String,
+    pub(crate) experiment: Vec<String>,
+    pub(crate) rounds: u32,
+    pub(crate) comparisons: Vec<Comparison>,
 }
 
 /// The `mpa-bench` of a build argument.
@@ -151,7 +151,7 @@ fn run_once(bin: &Path, experiment: &[String], timeout: Duration) -> Result<serd
 }
 
 /// Runs the comparison; each run's values go to stderr as they come.
-pub fn ab(a: &AbArgs) -> Result<AbReport> {
+pub(crate) fn ab(a: &AbArgs) -> Result<AbReport> {
     let bins = [binary(&a.old)?, binary(&a.new)?];
     let timeout = Duration::from_secs(a.timeout_s);
     let metrics = if a.metrics.is_empty() {
@@ -225,7 +225,7 @@ pub fn ab(a: &AbArgs) -> Result<AbReport> {
 }
 
 /// The table `ab` prints.
-pub fn table(r: &AbReport) -> String {
+pub(crate) fn table(r: &AbReport) -> String {
     let mut s = format!(
         "{} rounds of `mpa-bench {}`, builds alternating\nold: {}\nnew: {}\n",
         r.rounds,

@@ -9,14 +9,14 @@ const HALF_SPACE: u32 = 1 << 31;
 
 /// Percentiles of the time from a segment's transmission to the first ACK reporting it.
 #[derive(Serialize, Clone, Debug, Default, PartialEq)]
-pub struct Percentiles {
+pub(crate) struct Percentiles {
     /// Segments measured.
-    pub count: u64,
+    pub(crate) count: u64,
     /// µs; `None` when `count` is 0.
-    pub p10_us: Option<f64>,
-    pub p50_us: Option<f64>,
-    pub p90_us: Option<f64>,
-    pub p99_us: Option<f64>,
+    pub(crate) p10_us: Option<f64>,
+    pub(crate) p50_us: Option<f64>,
+    pub(crate) p90_us: Option<f64>,
+    pub(crate) p99_us: Option<f64>,
 }
 
 impl Percentiles {
@@ -40,7 +40,7 @@ impl Percentiles {
 
 /// What one connection's frames told so far.
 #[derive(Debug, Default)]
-pub struct Connection {
+pub(crate) struct Connection {
     /// The sequence number of the first data segment seen: offsets are taken from it.
     base: Option<u32>,
     /// Segments sent and not yet reported, by relative sequence number: (time of the latest
@@ -60,7 +60,7 @@ impl Connection {
     }
 
     /// A data segment starting at `seq`, sent at `t_ns`.
-    pub fn data(&mut self, t_ns: u64, seq: u32) {
+    pub(crate) fn data(&mut self, t_ns: u64, seq: u32) {
         self.data_segments += 1;
         self.base.get_or_insert(seq);
         let Some(s) = self.rel(seq) else { return };
@@ -69,7 +69,7 @@ impl Connection {
     }
 
     /// An ACK at `t_ns`: cumulative `ack`, and SACK blocks `[left, right)`.
-    pub fn ack(&mut self, t_ns: u64, ack: u32, sack: &[(u32, u32)]) {
+    pub(crate) fn ack(&mut self, t_ns: u64, ack: u32, sack: &[(u32, u32)]) {
         let Some(a) = self.rel(ack) else { return };
         let mut spans = vec![(0, a)];
         spans.extend(
@@ -95,22 +95,22 @@ impl Connection {
     }
 
     /// Data segments seen.
-    pub fn data_segments(&self) -> u64 {
+    pub(crate) fn data_segments(&self) -> u64 {
         self.data_segments
     }
 
     /// Segments still pending.
-    pub fn unreported(&self) -> u64 {
+    pub(crate) fn unreported(&self) -> u64 {
         self.pending.len() as u64
     }
 
     /// First transmissions reported.
-    pub fn first(&self) -> Percentiles {
+    pub(crate) fn first(&self) -> Percentiles {
         Percentiles::of(self.first_ns.clone())
     }
 
     /// Retransmissions reported.
-    pub fn retransmitted(&self) -> Percentiles {
+    pub(crate) fn retransmitted(&self) -> Percentiles {
         Percentiles::of(self.again_ns.clone())
     }
 }

@@ -32,13 +32,13 @@ use std::path::PathBuf;
 #[derive(Args, Clone, Debug)]
 pub struct AckTimingArgs {
     /// The capture (pcap or pcapng).
-    pub capture: PathBuf,
+    pub(crate) capture: PathBuf,
     /// The receiver's TCP port: data goes to it, ACKs come from it.
     #[arg(short = 'p', long, default_value_t = crate::bed::options::PORT)]
-    pub port: u16,
+    pub(crate) port: u16,
     /// Connections with fewer data segments than this are left out.
     #[arg(long, default_value_t = 1000)]
-    pub min_segments: u64,
+    pub(crate) min_segments: u64,
     /// Print one JSON document on stdout instead of the table.
     #[arg(short = 'J', long)]
     pub json: bool,
@@ -46,32 +46,32 @@ pub struct AckTimingArgs {
 
 /// One connection's result.
 #[derive(Serialize, Clone, Debug, PartialEq)]
-pub struct ConnectionTiming {
+pub(crate) struct ConnectionTiming {
     /// The data sender's address and port.
-    pub sender: SocketAddr,
+    pub(crate) sender: SocketAddr,
     /// The receiver's.
-    pub receiver: SocketAddr,
+    pub(crate) receiver: SocketAddr,
     /// Data segments seen (transmissions, retransmissions included).
-    pub data_segments: u64,
+    pub(crate) data_segments: u64,
     /// Segments reported by an ACK after their first transmission.
-    pub first: Percentiles,
+    pub(crate) first: Percentiles,
     /// Segments reported by an ACK after a retransmission.
-    pub retransmitted: Percentiles,
+    pub(crate) retransmitted: Percentiles,
     /// Segments still unreported when the capture ended.
-    pub unreported: u64,
+    pub(crate) unreported: u64,
 }
 
 /// The document `--json` prints.
 #[derive(Serialize, Clone, Debug)]
-pub struct AckTimingReport {
+pub(crate) struct AckTimingReport {
     /// The capture read.
-    pub capture: String,
+    pub(crate) capture: String,
     /// The receiver's port.
-    pub port: u16,
+    pub(crate) port: u16,
     /// TCP frames read.
-    pub tcp_frames: u64,
+    pub(crate) tcp_frames: u64,
     /// Connections with at least `--min-segments` data segments, in order of their first frame.
-    pub connections: Vec<ConnectionTiming>,
+    pub(crate) connections: Vec<ConnectionTiming>,
 }
 
 /// The frames of a capture, whatever its format: (timestamp in ns, link type, octets).
@@ -241,7 +241,7 @@ fn tcp_frame(link: DataLink, data: &[u8]) -> Result<Option<TcpFrame>> {
 }
 
 /// Reads the capture and matches every connection's segments with their ACKs.
-pub fn ack_timing(a: &AckTimingArgs) -> Result<AckTimingReport> {
+pub(crate) fn ack_timing(a: &AckTimingArgs) -> Result<AckTimingReport> {
     let mut conns: HashMap<(SocketAddr, SocketAddr), Connection> = HashMap::new();
     let mut order: Vec<(SocketAddr, SocketAddr)> = Vec::new();
     let mut tcp_frames = 0u64;
@@ -293,7 +293,7 @@ pub fn ack_timing(a: &AckTimingArgs) -> Result<AckTimingReport> {
 }
 
 /// The table `ack-timing` prints.
-pub fn table(r: &AckTimingReport) -> String {
+pub(crate) fn table(r: &AckTimingReport) -> String {
     let mut s = format!(
         "{}: {} TCP frames; per connection with data to port {}, µs from a segment's (latest) \
          transmission to the first ACK reporting it\n",

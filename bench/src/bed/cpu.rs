@@ -13,20 +13,20 @@ use anyhow::{anyhow, bail, Context, Result};
 
 /// The aggregate `cpu` line of `/proc/stat`, in clock ticks (USER_HZ).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CpuTicks {
-    pub user: u64,
-    pub nice: u64,
-    pub system: u64,
-    pub idle: u64,
-    pub iowait: u64,
-    pub irq: u64,
-    pub softirq: u64,
-    pub steal: u64,
+pub(crate) struct CpuTicks {
+    pub(crate) user: u64,
+    pub(crate) nice: u64,
+    pub(crate) system: u64,
+    pub(crate) idle: u64,
+    pub(crate) iowait: u64,
+    pub(crate) irq: u64,
+    pub(crate) softirq: u64,
+    pub(crate) steal: u64,
 }
 
 impl CpuTicks {
     /// Parses the first (`cpu `, all cores) line of a `/proc/stat` text.
-    pub fn parse(proc_stat: &str) -> Result<CpuTicks> {
+    pub(crate) fn parse(proc_stat: &str) -> Result<CpuTicks> {
         let line = proc_stat
             .lines()
             .find(|l| l.starts_with("cpu "))
@@ -53,23 +53,23 @@ impl CpuTicks {
     }
 
     /// Reads `/proc/stat` now.
-    pub fn now() -> Result<CpuTicks> {
+    pub(crate) fn now() -> Result<CpuTicks> {
         CpuTicks::parse(&std::fs::read_to_string("/proc/stat").context("read /proc/stat")?)
     }
 
     /// Busy ticks: user + nice + system + irq + softirq (guest time is inside user).
-    pub fn busy(&self) -> u64 {
+    pub(crate) fn busy(&self) -> u64 {
         self.user + self.nice + self.system + self.irq + self.softirq
     }
 
     /// Busy ticks from `self` until `later` (0 where a counter went backwards).
-    pub fn busy_since(&self, later: &CpuTicks) -> u64 {
+    pub(crate) fn busy_since(&self, later: &CpuTicks) -> u64 {
         later.busy().saturating_sub(self.busy())
     }
 }
 
 /// Clock ticks per second of `/proc/stat`.
-pub fn ticks_per_second() -> f64 {
+pub(crate) fn ticks_per_second() -> f64 {
     nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
         .ok()
         .flatten()
@@ -79,18 +79,18 @@ pub fn ticks_per_second() -> f64 {
 
 /// The CPU of one side's transfer.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct CpuUse {
+pub(crate) struct CpuUse {
     /// Whole-system busy CPU seconds during the transfer.
-    pub system: f64,
+    pub(crate) system: f64,
     /// The receiver process's CPU seconds (rusage: user + system).
-    pub receiver: f64,
+    pub(crate) receiver: f64,
     /// The sender process's CPU seconds.
-    pub sender: f64,
+    pub(crate) sender: f64,
 }
 
 impl CpuUse {
     /// ns of CPU per octet carried.
-    pub fn ns_per_octet(seconds: f64, octets: f64) -> f64 {
+    pub(crate) fn ns_per_octet(seconds: f64, octets: f64) -> f64 {
         if octets > 0.0 {
             seconds * 1e9 / octets
         } else {
@@ -100,19 +100,19 @@ impl CpuUse {
 }
 
 /// A running measurement of whole-system busy time.
-pub struct SystemCpu {
+pub(crate) struct SystemCpu {
     start: CpuTicks,
 }
 
 impl SystemCpu {
-    pub fn start() -> Result<SystemCpu> {
+    pub(crate) fn start() -> Result<SystemCpu> {
         Ok(SystemCpu {
             start: CpuTicks::now()?,
         })
     }
 
     /// Busy CPU seconds since `start`.
-    pub fn seconds(&self) -> Result<f64> {
+    pub(crate) fn seconds(&self) -> Result<f64> {
         Ok(self.start.busy_since(&CpuTicks::now()?) as f64 / ticks_per_second())
     }
 }

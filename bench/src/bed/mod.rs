@@ -4,17 +4,17 @@
 //! a placing run, CPU accounting, the Linux sender's TCP counters, and the bed split over two
 //! CPUs.
 
-pub mod cpu;
-pub mod options;
-pub mod peer;
-pub mod placement;
-pub mod sender_tcp;
-pub mod split;
+pub(crate) mod cpu;
+pub(crate) mod options;
+pub(crate) mod peer;
+pub(crate) mod placement;
+pub(crate) mod sender_tcp;
+pub(crate) mod split;
 
 use anyhow::{Context, Result};
 
 /// `--wire-segments`: the sender's veth end without TSO, the receiver's with GRO.
-pub fn wire_segments(bed: &mpa_testbed::TestBed) -> Result<()> {
+pub(crate) fn wire_segments(bed: &mpa_testbed::TestBed) -> Result<()> {
     if bed.ns_r.is_some() || bed.external.is_some() {
         mpa_cli::usage!(
             "--wire-segments needs the direct veth pair (no --loss, --impair or --iface)"

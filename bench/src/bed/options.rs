@@ -11,39 +11,39 @@ use serde::{Deserialize, Serialize};
 /// loss or impairment bridge, RX queues, split over two CPUs) or, with `--iface`, this host's
 /// interface and a peer host.
 #[derive(Args, Clone, Debug, PartialEq)]
-pub struct BedArgs {
+pub(crate) struct BedArgs {
     /// MTU of the bed (jumbo frames up to 9000 and beyond: the XDP program is frags-aware).
     #[arg(long, default_value_t = 1500)]
-    pub mtu: u32,
+    pub(crate) mtu: u32,
     /// Loss in the bridge namespace, percent (0: direct veth pair).
     #[arg(long, default_value_t = 0)]
-    pub loss: u8,
+    pub(crate) loss: u8,
     /// Impair with our bridge instead: drop, reorder, duplicate, delay, corrupt.
     ///
     /// The impairment bridge instead of the Linux bridge, both directions possible, seeded:
     /// e.g. `drop=20,reorder=5,dup=2,corrupt=0.1,delay-us=100,seed=7,both` (rates in percent
     /// of TCP frames to/from the port; the syntax: docs/benchmarks.md, "Impairment bridge").
     #[arg(long, value_name = "SPEC", conflicts_with = "loss")]
-    pub impair: Option<Impairment>,
+    pub(crate) impair: Option<Impairment>,
     /// RX queues of the bed's interfaces and of the datapath.
     #[arg(long, default_value_t = 1)]
-    pub queues: u32,
+    pub(crate) queues: u32,
     /// The bed as two hosts on two CPUs: the sender and its veth's RX (the ACKs, by RPS) on
     /// CPU 0, the receiver (the kernel Responder, or the datapath's workers) on CPU 1
     /// (docs/benchmarks.md, "bw"). Both receivers alike; not with --iface.
     #[arg(long)]
-    pub split_cpus: bool,
+    pub(crate) split_cpus: bool,
     /// Where the datapath attaches its XDP program: `native` (in the driver) or `generic`
     /// (skb mode: any interface, slower; for drivers without native XDP).
     #[arg(long, value_enum, default_value = "native")]
-    pub xdp_mode: XdpMode,
+    pub(crate) xdp_mode: XdpMode,
     #[command(flatten)]
-    pub nic: NicArgs,
+    pub(crate) nic: NicArgs,
 }
 
 /// `--xdp-mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum XdpMode {
+pub(crate) enum XdpMode {
     /// In the driver.
     Native,
     /// On the skb path.
@@ -52,7 +52,7 @@ pub enum XdpMode {
 
 impl XdpMode {
     /// The attach mode the datapath is started with.
-    pub fn attach(self) -> mpa_bpf::AttachMode {
+    pub(crate) fn attach(self) -> mpa_bpf::AttachMode {
         match self {
             XdpMode::Native => mpa_bpf::AttachMode::Driver,
             XdpMode::Generic => mpa_bpf::AttachMode::Generic,
@@ -78,13 +78,13 @@ impl Default for BedArgs {
 impl BedArgs {
     /// Whether frames are lost, reordered or otherwise impaired on the way (the bridge
     /// namespace is in between).
-    pub fn impaired(&self) -> bool {
+    pub(crate) fn impaired(&self) -> bool {
         self.loss > 0 || self.impair.is_some()
     }
 
     /// Brings the bed up: the peer host through real NICs when `--iface` names one, else the
     /// private namespace bed (the direct veth pair, or the bridge with loss or impairment).
-    pub fn bed(&self) -> Result<TestBed> {
+    pub(crate) fn bed(&self) -> Result<TestBed> {
         match self.nic.external() {
             Some(_) if self.loss > 0 => mpa_cli::usage!(
                 "--loss needs the private bed's bridge; on real interfaces impose loss on the \
@@ -124,28 +124,28 @@ impl BedArgs {
 
 /// How FPDUs are framed both ways: markers and CRC (the default), CRC alone, or neither.
 #[derive(Args, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FramingArgs {
+pub(crate) struct FramingArgs {
     /// No markers, no CRC (default: markers and CRC both ways).
     #[arg(long)]
-    pub plain: bool,
+    pub(crate) plain: bool,
     /// CRC but no markers; with an aligned sender the datapath then places out-of-order
     /// segments whose first FPDU verifies by CRC (the listener's `aligned_sender`).
     #[arg(long, conflicts_with = "plain")]
-    pub no_markers: bool,
+    pub(crate) no_markers: bool,
 }
 
 impl FramingArgs {
     /// Markers both ways.
-    pub fn markers(&self) -> bool {
+    pub(crate) fn markers(&self) -> bool {
         !self.plain && !self.no_markers
     }
 
     /// CRC both ways.
-    pub fn crc(&self) -> bool {
+    pub(crate) fn crc(&self) -> bool {
         !self.plain
     }
 
-    pub fn framing(&self) -> Framing {
+    pub(crate) fn framing(&self) -> Framing {
         match (self.plain, self.no_markers) {
             (true, _) => Framing::Plain,
             (false, true) => Framing::Crc,
@@ -156,7 +156,7 @@ impl FramingArgs {
 
 /// The framing a run used, as documents record it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Framing {
+pub(crate) enum Framing {
     #[serde(rename = "markers+crc")]
     MarkersCrc,
     #[serde(rename = "crc")]
@@ -167,7 +167,7 @@ pub enum Framing {
 
 impl Framing {
     /// As documents name it.
-    pub fn key(self) -> &'static str {
+    pub(crate) fn key(self) -> &'static str {
         match self {
             Framing::MarkersCrc => "markers+crc",
             Framing::Crc => "crc",
@@ -176,7 +176,7 @@ impl Framing {
     }
 
     /// In words, for the tables' heading.
-    pub fn words(self) -> &'static str {
+    pub(crate) fn words(self) -> &'static str {
         match self {
             Framing::MarkersCrc => "markers + CRC",
             Framing::Crc => "CRC, no markers",
@@ -190,13 +190,13 @@ impl Framing {
 pub struct Run {
     /// ULPDU size (4096 or 4K; as perftest's -s).
     #[arg(short = 's', long, default_value_t = 4096, value_parser = mpa_cli::size::<usize>)]
-    pub size: usize,
+    pub(crate) size: usize,
     #[command(flatten)]
-    pub bed: BedArgs,
+    pub(crate) bed: BedArgs,
     #[command(flatten)]
-    pub framing: FramingArgs,
+    pub(crate) framing: FramingArgs,
     #[command(flatten)]
-    pub transfer: TransferArgs,
+    pub(crate) transfer: TransferArgs,
     /// Print one JSON document with every measured value on stdout (the text goes to
     /// stderr).
     #[arg(short = 'J', long)]
@@ -206,10 +206,10 @@ pub struct Run {
 /// What the sender sends and how the receiving datapath is set up: the same on `demo` and
 /// `bw` (`soak` and `lat` choose their own).
 #[derive(Args, Clone, Debug)]
-pub struct TransferArgs {
+pub(crate) struct TransferArgs {
     /// Octets each connection sends (per run; a size: 256M, 1G).
     #[arg(long, default_value_t = 256 << 20, value_parser = mpa_cli::size::<u64>)]
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// Send for SECONDS instead of --bytes (as iperf3's -t, perftest's -D): each sender sends
     /// until the time is up; the results count what was sent. Not with --op send (its buffers
     /// are posted for a known count).
@@ -220,47 +220,47 @@ pub struct TransferArgs {
         value_name = "SECONDS",
         value_parser = mpa_cli::seconds
     )]
-    pub duration: Option<std::time::Duration>,
+    pub(crate) duration: Option<std::time::Duration>,
     /// Every SECONDS, a line on stderr per sender with the octets it sent in the interval and
     /// their Gbit/s (as iperf3's -i; `mpa-peer connect --interval`).
     #[arg(short = 'i', long, value_name = "SECONDS", value_parser = mpa_cli::seconds)]
-    pub interval: Option<std::time::Duration>,
+    pub(crate) interval: Option<std::time::Duration>,
     /// What the sender does: RDMA Writes into a registered region (checked byte for byte),
     /// Sends into posted buffers (checked likewise), or `count`: no placement (payloads only
     /// counted and digested).
     #[arg(long, value_enum, default_value = "write")]
-    pub op: Op,
+    pub(crate) op: Op,
     /// Region size for `--op write` (writes wrap around in whole slots).
     #[arg(long, default_value_t = 16 << 20, value_parser = mpa_cli::size::<u64>)]
-    pub region_bytes: u64,
+    pub(crate) region_bytes: u64,
     /// Whether the sender aligns FPDUs with TCP segments (RFC 5044 §5.1; what lets segments
     /// that arrive out of order be placed on their own). `auto`: when there is loss. Aligned
     /// sending cuts messages so that FPDUs fill every TCP segment exactly.
     #[arg(long, value_enum, default_value = "auto")]
-    pub align: Align,
+    pub(crate) align: Align,
     /// Connections at once, each with its own sender carrying `--bytes` (and, when placing,
     /// its own region in its own protection domain); goodput is their sum.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
-    pub connections: u32,
+    pub(crate) connections: u32,
     /// The datapath TCP's receive buffer and reassembly limit, octets (default: TcpConfig's).
     #[arg(long, value_parser = mpa_cli::size::<usize>)]
-    pub rcv_buf: Option<usize>,
+    pub(crate) rcv_buf: Option<usize>,
     /// The datapath TCP's `ooo_ack_every` (default: TcpConfig's).
     #[arg(long)]
-    pub ooo_ack_every: Option<u32>,
+    pub(crate) ooo_ack_every: Option<u32>,
     /// Keep each datapath worker polling this many µs after its last frame before it may
     /// sleep (`mpa-datapath --spin-us`; 0: sleep after 256 empty polls).
     #[arg(long, default_value_t = 0)]
-    pub spin_us: u64,
+    pub(crate) spin_us: u64,
     /// The sender's TCP congestion control (`mpa-peer connect --congestion`: cubic, bbr, …;
     /// default: the sender namespace's, which follows the host's). Both receivers alike.
     #[arg(long, value_name = "NAME")]
-    pub sender_cc: Option<String>,
+    pub(crate) sender_cc: Option<String>,
 }
 
 /// `--align`: whether the sender aligns FPDUs with TCP segments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Align {
+pub(crate) enum Align {
     Auto,
     On,
     Off,
@@ -268,12 +268,12 @@ pub enum Align {
 
 impl Run {
     /// Markers both ways.
-    pub fn markers(&self) -> bool {
+    pub(crate) fn markers(&self) -> bool {
         self.framing.markers()
     }
 
     /// Whether the sender aligns FPDUs with TCP segments.
-    pub fn aligned(&self) -> bool {
+    pub(crate) fn aligned(&self) -> bool {
         match self.transfer.align {
             Align::Auto => self.bed.impaired(),
             Align::On => true,
@@ -285,7 +285,7 @@ impl Run {
 /// `--op`: what the sender does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Op {
+pub(crate) enum Op {
     Write,
     Send,
     Count,
@@ -294,7 +294,7 @@ pub enum Op {
 /// `bw --sender`: which side sends.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum SenderSide {
+pub(crate) enum SenderSide {
     /// Kernel TCP (`mpa-peer connect`) sends; the datapath and the kernel Responder receive.
     Kernel,
     /// The datapath sends; the kernel `mpa-peer listen` receives.
@@ -303,36 +303,36 @@ pub enum SenderSide {
 
 /// Protection domain of the bench's (first) connection and region; connection `i` of a run
 /// with several uses `PD + i`.
-pub const PD: u32 = 1;
+pub(crate) const PD: u32 = 1;
 
 /// The port the hand-over listener (or the kernel Responder) listens on in ns b.
-pub const PORT: u16 = 7777;
+pub(crate) const PORT: u16 = 7777;
 
 /// The experiments on real NICs instead of the private bed: XDP on this host's `--iface`, the
 /// sender (`mpa-peer connect`) on the peer host, started through `--peer-exec`.
 #[derive(Args, Clone, Debug, Default, PartialEq)]
-pub struct NicArgs {
+pub(crate) struct NicArgs {
     /// Run on this interface of this host instead of the private namespace bed (the datapath
     /// attaches XDP here; the kernel Responder listens on its address).
     #[arg(long, requires = "peer")]
-    pub iface: Option<String>,
+    pub(crate) iface: Option<String>,
     /// The sender host's address.
     #[arg(long, requires = "iface")]
-    pub peer: Option<std::net::IpAddr>,
+    pub(crate) peer: Option<std::net::IpAddr>,
     /// This host's address on --iface (default: the interface's first IPv4 address).
     #[arg(long, requires = "iface")]
-    pub local: Option<std::net::IpAddr>,
+    pub(crate) local: Option<std::net::IpAddr>,
     /// The command prefix that runs the sender on the peer host (default: `ssh root@PEER`).
     #[arg(long, requires = "iface")]
-    pub peer_exec: Option<String>,
+    pub(crate) peer_exec: Option<String>,
     /// The directory of `mpa-peer` on the peer host (default: the same path as here).
     #[arg(long, requires = "iface")]
-    pub peer_bin_dir: Option<String>,
+    pub(crate) peer_bin_dir: Option<String>,
 }
 
 impl NicArgs {
     /// The external bed these options name, if any.
-    pub fn external(&self) -> Option<mpa_testbed::ExternalPeer> {
+    pub(crate) fn external(&self) -> Option<mpa_testbed::ExternalPeer> {
         let (iface, peer) = (self.iface.clone()?, self.peer?);
         let exec = match &self.peer_exec {
             Some(p) => p.split_whitespace().map(String::from).collect(),
@@ -352,14 +352,14 @@ impl NicArgs {
 
 /// The messages a run sends (with `--duration`: what `--bytes` would send; the senders'
 /// reports say how many they sent).
-pub fn messages(r: &Run) -> u64 {
+pub(crate) fn messages(r: &Run) -> u64 {
     (r.transfer.bytes / r.size as u64).max(1)
 }
 
 impl TransferArgs {
     /// Refuses what `--duration` cannot go with: `--op send` posts its receive buffers for a
     /// known number of messages before the sender starts.
-    pub fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         if self.duration.is_some() && self.op == Op::Send {
             mpa_cli::usage!(
                 "--duration needs --op write or count: --op send posts a buffer per message \
@@ -526,7 +526,7 @@ mod tests {
     Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
 )]
 #[serde(rename_all = "kebab-case")]
-pub enum DatapathMode {
+pub(crate) enum DatapathMode {
     /// Worker threads that sleep when idle (the datapath's default).
     Sleep,
     /// Worker threads that spin `--spin-us` after their last frame.
@@ -540,7 +540,7 @@ pub enum DatapathMode {
 
 impl DatapathMode {
     /// The measuring thread turns the queue (no worker thread).
-    pub fn runs_to_completion(self) -> bool {
+    pub(crate) fn runs_to_completion(self) -> bool {
         matches!(self, DatapathMode::Rtc | DatapathMode::RtcSleep)
     }
 }
@@ -550,7 +550,7 @@ impl DatapathMode {
     Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
 )]
 #[serde(rename_all = "kebab-case")]
-pub enum PostVia {
+pub(crate) enum PostVia {
     /// The shared-memory post queue.
     Shm,
     /// A control-socket request per post.

@@ -15,57 +15,57 @@ use std::process::Stdio;
 /// The JSON line `mpa-peer` prints per connection (peer/src/report.rs `Report`): the fields
 /// the experiments read. Fields only one role or mode reports are `None` when absent.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct PeerReport {
+pub(crate) struct PeerReport {
     /// The other end's address.
-    pub peer: String,
+    pub(crate) peer: String,
     /// ULPDUs sent (connect) or received (listen), and their octets.
-    pub ulpdus: u64,
+    pub(crate) ulpdus: u64,
     /// connect: messages sent (several ULPDUs each when aligned).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub messages: Option<u64>,
-    pub ulpdu_bytes: u64,
+    pub(crate) messages: Option<u64>,
+    pub(crate) ulpdu_bytes: u64,
     /// CRC32c of the ULPDU octets in order (hex).
-    pub ulpdu_digest: String,
+    pub(crate) ulpdu_digest: String,
     /// The MPA error code (RFC 5044 §8) the connection ended with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_code: Option<u8>,
+    pub(crate) error_code: Option<u8>,
     /// Why the connection failed, in words; `None` when it did not.
     #[serde(default)]
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     /// From the start until the end of the connection.
-    pub seconds: f64,
+    pub(crate) seconds: f64,
     /// connect: from the first ULPDU written until the peer closed after the last one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub transfer_seconds: Option<f64>,
+    pub(crate) transfer_seconds: Option<f64>,
     /// connect: the connection's TCP congestion control.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub congestion: Option<String>,
+    pub(crate) congestion: Option<String>,
     /// listen: RDMA Write messages placed into the region, and their payload octets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub writes: Option<u64>,
+    pub(crate) writes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub write_octets: Option<u64>,
+    pub(crate) write_octets: Option<u64>,
     /// listen: Send messages received, and their payload octets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sends: Option<u64>,
+    pub(crate) sends: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub send_octets: Option<u64>,
+    pub(crate) send_octets: Option<u64>,
     /// listen --advertise: CRC32c of the whole region when the connection ended (hex).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub region_digest: Option<String>,
+    pub(crate) region_digest: Option<String>,
     /// listen --advertise: every octet written equalled the region pattern at its place.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub region_pattern_ok: Option<bool>,
+    pub(crate) region_pattern_ok: Option<bool>,
     /// listen --echo: RDMA Write messages written back to the Initiator.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub echoes: Option<u64>,
+    pub(crate) echoes: Option<u64>,
 }
 
 impl PeerReport {
     /// Several connections' reports as one: counters summed, `seconds` and
     /// `transfer_seconds` the longest, the rest from the first (the default report when there
     /// is none).
-    pub fn aggregate(reports: &[PeerReport]) -> PeerReport {
+    pub(crate) fn aggregate(reports: &[PeerReport]) -> PeerReport {
         let Some((first, rest)) = reports.split_first() else {
             return PeerReport::default();
         };
@@ -104,7 +104,7 @@ impl std::fmt::Display for PeerReport {
 
 /// What carries the CRC32c of the ULPDU octets it sent or received: an `mpa-peer` report, or
 /// a datapath flow's (`None` when the datapath kept no digest).
-pub trait UlpduDigest {
+pub(crate) trait UlpduDigest {
     fn ulpdu_digest(&self) -> Option<&str>;
 }
 
@@ -121,7 +121,7 @@ impl UlpduDigest for FlowReport {
 }
 
 /// CPU seconds (user + system) used so far by this process / by waited-for children.
-pub fn cpu_seconds(who: nix::sys::resource::UsageWho) -> f64 {
+pub(crate) fn cpu_seconds(who: nix::sys::resource::UsageWho) -> f64 {
     nix::sys::resource::getrusage(who)
         .map(|u| {
             let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
@@ -131,12 +131,12 @@ pub fn cpu_seconds(who: nix::sys::resource::UsageWho) -> f64 {
 }
 
 /// Runs `mpa-peer connect` in ns a; returns its report.
-pub fn sender(bed: &TestBed, r: &Run) -> Result<PeerReport> {
+pub(crate) fn sender(bed: &TestBed, r: &Run) -> Result<PeerReport> {
     sender_with(bed, r, &[])
 }
 
 /// [`sender`] with `extra` arguments for `mpa-peer connect` (e.g. `--timestamps`).
-pub fn sender_with(bed: &TestBed, r: &Run, extra: &[String]) -> Result<PeerReport> {
+pub(crate) fn sender_with(bed: &TestBed, r: &Run, extra: &[String]) -> Result<PeerReport> {
     let peer = sibling("mpa-peer")?;
     let count = (r.transfer.bytes / r.size as u64).max(1).to_string();
     let to = SocketAddr::new(bed.addr_b(false), PORT).to_string();
@@ -187,21 +187,21 @@ pub fn sender_with(bed: &TestBed, r: &Run, extra: &[String]) -> Result<PeerRepor
 }
 
 /// What one kernel-TCP Responder run measured.
-pub struct KernelResult {
+pub(crate) struct KernelResult {
     /// The sender's report (several: summed, the longest transfer; see
     /// [`PeerReport::aggregate`]).
-    pub sent: PeerReport,
+    pub(crate) sent: PeerReport,
     /// The Responder's report (several connections: summed).
-    pub got: PeerReport,
+    pub(crate) got: PeerReport,
     /// Every sender's and every connection's report.
-    pub senders: Vec<PeerReport>,
-    pub receivers: Vec<PeerReport>,
+    pub(crate) senders: Vec<PeerReport>,
+    pub(crate) receivers: Vec<PeerReport>,
     /// CPU seconds: whole system during the transfer, the Responder process, the sender.
-    pub cpu: CpuUse,
+    pub(crate) cpu: CpuUse,
 }
 
 /// The blocking kernel-TCP Responder in ns b, same sender.
-pub fn kernel_run(bed: &TestBed, r: &Run) -> Result<KernelResult> {
+pub(crate) fn kernel_run(bed: &TestBed, r: &Run) -> Result<KernelResult> {
     let peer_bin = sibling("mpa-peer")?;
     let bind = SocketAddr::new(bed.addr_b(false), PORT).to_string();
     let connections = r.transfer.connections.max(1).to_string();
@@ -294,13 +294,13 @@ fn wait_listening(child: &mut std::process::Child) -> Result<()> {
 
 /// `mpa-peer listen` for one connection in namespace `ns` (its arguments after `listen`),
 /// ready once it says it listens; killed when dropped.
-pub struct PeerListen {
+pub(crate) struct PeerListen {
     child: std::process::Child,
 }
 
 impl PeerListen {
     /// Starts it and waits for its "listening on" line.
-    pub fn start(bed: &TestBed, ns: &str, args: &[&str]) -> Result<PeerListen> {
+    pub(crate) fn start(bed: &TestBed, ns: &str, args: &[&str]) -> Result<PeerListen> {
         use std::io::{BufRead, BufReader, Read};
         let bin = sibling("mpa-peer")?;
         let mut child = bed
@@ -332,7 +332,7 @@ impl PeerListen {
     }
 
     /// Its report of the connection once it exited, waiting at most `within`.
-    pub fn report(mut self, within: std::time::Duration) -> Result<PeerReport> {
+    pub(crate) fn report(mut self, within: std::time::Duration) -> Result<PeerReport> {
         use std::io::Read;
         let t0 = std::time::Instant::now();
         while self.child.try_wait()?.is_none() {
@@ -361,7 +361,7 @@ impl Drop for PeerListen {
 }
 
 /// Runs `r.connections` senders (`mpa-peer connect`) at once in ns a; their reports in order.
-pub fn senders(bed: &TestBed, r: &Run) -> Result<Vec<PeerReport>> {
+pub(crate) fn senders(bed: &TestBed, r: &Run) -> Result<Vec<PeerReport>> {
     if r.transfer.connections <= 1 {
         return Ok(vec![sender(bed, r)?]);
     }
@@ -378,7 +378,10 @@ pub fn senders(bed: &TestBed, r: &Run) -> Result<Vec<PeerReport>> {
 
 /// Whether the receivers' ULPDU digests are the senders' (as multisets: with several
 /// connections any sender may have met any receiver); a missing digest matches none.
-pub fn digests_match<S: UlpduDigest, R: UlpduDigest>(senders: &[S], receivers: &[R]) -> bool {
+pub(crate) fn digests_match<S: UlpduDigest, R: UlpduDigest>(
+    senders: &[S],
+    receivers: &[R],
+) -> bool {
     let (a, b) = (sorted_digests(senders), sorted_digests(receivers));
     !a.is_empty() && a.iter().all(Option::is_some) && a == b
 }

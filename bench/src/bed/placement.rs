@@ -1,7 +1,7 @@
 //! The consumer side of a placing run: a region (or posted buffers) for the peer's RDMA Writes
 //! (or Sends), completions read as they come, and the check of what landed.
 
-use crate::bed::options::{messages, Op, Run, PD};
+use crate::bed::options::{messages, Op, Run};
 use anyhow::{anyhow, bail, Result};
 use mpa::wire::ddp;
 use mpa_app::{Consumer, MappedRegion};
@@ -13,26 +13,21 @@ use std::time::{Duration, Instant};
 
 /// The consumer side of a placing run: the region, what the sender will do with it, and a
 /// thread that reads completions as they come (a consumer must keep up).
-pub struct Placement {
+pub(crate) struct Placement {
     /// Reads the completions until stopped; gives back the consumer with them, so that the
     /// region stays registered (and its memory whole) until it is compared.
     collector: std::thread::JoinHandle<Result<(Vec<Completion>, Consumer)>>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     region: MappedRegion,
     /// The region's advertisement (the hand-over Reply's private data).
-    pub ad: RegionAd,
+    pub(crate) ad: RegionAd,
     op: Op,
 }
 
 impl Placement {
     /// Creates the region (and posts receive buffers for Sends) before the connection, in
-    /// protection domain [`PD`].
-    pub fn prepare(socket: &std::path::Path, r: &Run) -> Result<Placement> {
-        Placement::prepare_in(socket, r, PD)
-    }
-
-    /// [`Placement::prepare`] in protection domain `pd`.
-    pub fn prepare_in(socket: &std::path::Path, r: &Run, pd: u32) -> Result<Placement> {
+    /// protection domain `pd`.
+    pub(crate) fn prepare_in(socket: &std::path::Path, r: &Run, pd: u32) -> Result<Placement> {
         let mut consumer = Consumer::connect(socket, Duration::from_secs(20))?;
         let count = messages(r);
         let (len, recv) = match r.transfer.op {
@@ -90,7 +85,7 @@ impl Placement {
 
     /// After the flow ended: every message completed, in order, where it belongs, and the
     /// region holds exactly what the sender wrote. Returns (messages, octets compared).
-    pub fn verify(self, r: &Run) -> Result<(u64, u64)> {
+    pub(crate) fn verify(self, r: &Run) -> Result<(u64, u64)> {
         let payload = match self.op {
             Op::Write => r.size - ddp::TAGGED_HEADER_LEN,
             _ => r.size - ddp::UNTAGGED_HEADER_LEN,

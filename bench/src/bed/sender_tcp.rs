@@ -25,24 +25,24 @@ const COUNTERS: [(&str, &str, Counter); 7] = [
 /// A snapshot of the sender namespace's counters (or, from [`SenderTcp::since`], what
 /// happened between two); as `bw` documents record it per round.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SenderTcp {
+pub(crate) struct SenderTcp {
     /// Segments sent, and of them retransmitted.
-    pub out_segs: u64,
-    pub retrans_segs: u64,
+    pub(crate) out_segs: u64,
+    pub(crate) retrans_segs: u64,
     /// Retransmission timeouts, and those undone as spurious.
-    pub rtos: u64,
-    pub spurious_rtos: u64,
+    pub(crate) rtos: u64,
+    pub(crate) spurious_rtos: u64,
     /// Tail loss probes.
-    pub loss_probes: u64,
+    pub(crate) loss_probes: u64,
     /// Recoveries by SACK.
-    pub sack_recoveries: u64,
+    pub(crate) sack_recoveries: u64,
     /// D-SACKs received (the receiver got a segment twice).
-    pub dsacks_received: u64,
+    pub(crate) dsacks_received: u64,
 }
 
 impl SenderTcp {
     /// Reads the counters of network namespace `ns`.
-    pub fn read(ns: &str) -> Result<SenderTcp> {
+    pub(crate) fn read(ns: &str) -> Result<SenderTcp> {
         let mut text = String::new();
         for f in ["/proc/net/snmp", "/proc/net/netstat"] {
             let out = mpa_testbed::run_in(ns, &["cat", f]).with_context(|| format!("{ns}: {f}"))?;
@@ -53,7 +53,7 @@ impl SenderTcp {
 
     /// Parses the `/proc/net/snmp` and `/proc/net/netstat` layout: per group a line of names
     /// and a line of values, both prefixed by `Group:`.
-    pub fn parse(text: &str) -> Result<SenderTcp> {
+    pub(crate) fn parse(text: &str) -> Result<SenderTcp> {
         let mut groups: BTreeMap<&str, (Vec<&str>, Vec<&str>)> = BTreeMap::new();
         for line in text.lines() {
             let Some((group, rest)) = line.split_once(':') else {
@@ -86,7 +86,7 @@ impl SenderTcp {
     }
 
     /// What happened between `before` and `self` (counters only grow; a reset reads as 0).
-    pub fn since(&self, before: &SenderTcp) -> SenderTcp {
+    pub(crate) fn since(&self, before: &SenderTcp) -> SenderTcp {
         let (mut now, mut then) = (*self, *before);
         let mut d = SenderTcp::default();
         for (_, _, field) in COUNTERS {
@@ -96,7 +96,7 @@ impl SenderTcp {
     }
 
     /// Retransmitted segments per 100 sent.
-    pub fn retrans_percent(&self) -> f64 {
+    pub(crate) fn retrans_percent(&self) -> f64 {
         100.0 * self.retrans_segs as f64 / self.out_segs.max(1) as f64
     }
 }

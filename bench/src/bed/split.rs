@@ -16,17 +16,17 @@ use nix::unistd::Pid;
 use std::process::Command;
 
 /// The sender's CPU (and its veth's RX processing).
-pub const SENDER_CPU: usize = 0;
+pub(crate) const SENDER_CPU: usize = 0;
 /// The receiver's CPU.
-pub const RECEIVER_CPU: usize = 1;
+pub(crate) const RECEIVER_CPU: usize = 1;
 
 /// Whether the bed can be split: a namespace bed on a machine with at least two CPUs.
-pub fn applies(bed: &TestBed, split: bool) -> bool {
+pub(crate) fn applies(bed: &TestBed, split: bool) -> bool {
     split && bed.external.is_none()
 }
 
 /// `program` in `ns`, pinned to `cpu` (through `taskset`) when `pin`.
-pub fn command(bed: &TestBed, ns: &str, program: &str, pin: Option<usize>) -> Command {
+pub(crate) fn command(bed: &TestBed, ns: &str, program: &str, pin: Option<usize>) -> Command {
     match pin {
         Some(cpu) => {
             let mut c = bed.command(ns, "taskset");
@@ -39,7 +39,7 @@ pub fn command(bed: &TestBed, ns: &str, program: &str, pin: Option<usize>) -> Co
 
 /// Steers the RX processing of the sender's interface (the ACKs it receives) to
 /// [`SENDER_CPU`] with RPS.
-pub fn steer_sender_rx(bed: &TestBed) -> Result<()> {
+pub(crate) fn steer_sender_rx(bed: &TestBed) -> Result<()> {
     let mask = format!("{:x}", 1u64 << SENDER_CPU);
     let script = format!(
         "for q in /sys/class/net/{}/queues/rx-*/rps_cpus; do echo {mask} > $q || exit 1; done",
@@ -58,7 +58,7 @@ pub fn steer_sender_rx(bed: &TestBed) -> Result<()> {
 
 /// With `--split-cpus` on a namespace bed: pins the datapath's `queues` worker threads (one per
 /// queue) that this process just started to [`RECEIVER_CPU`]; `Err` when fewer showed up.
-pub fn pin_datapath_workers(bed: &TestBed, split: bool, queues: u32) -> Result<()> {
+pub(crate) fn pin_datapath_workers(bed: &TestBed, split: bool, queues: u32) -> Result<()> {
     if !applies(bed, split) {
         return Ok(());
     }
@@ -72,7 +72,7 @@ pub fn pin_datapath_workers(bed: &TestBed, split: bool, queues: u32) -> Result<(
 
 /// Pins the calling thread to [`RECEIVER_CPU`]: an in-process receiver (the kernel side of
 /// `lat`) where a separate process would be pinned by [`command`].
-pub fn pin_this_thread_to_receiver_cpu() -> Result<()> {
+pub(crate) fn pin_this_thread_to_receiver_cpu() -> Result<()> {
     let mut set = CpuSet::new();
     set.set(RECEIVER_CPU).context("cpu set")?;
     sched_setaffinity(Pid::from_raw(0), &set)
@@ -81,7 +81,7 @@ pub fn pin_this_thread_to_receiver_cpu() -> Result<()> {
 
 /// Pins this process's datapath worker threads (`mpa-worker-*`) to [`RECEIVER_CPU`],
 /// waiting up to 2 s for `expected` of them; returns how many it pinned.
-pub fn pin_workers(expected: usize) -> Result<usize> {
+pub(crate) fn pin_workers(expected: usize) -> Result<usize> {
     // A worker names itself (its comm) once it runs, which may be just after the datapath
     // started: look again until every expected one is there, or a deadline passes.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
@@ -117,7 +117,7 @@ fn pin_named_workers() -> Result<usize> {
 }
 
 /// Fails unless the machine has the two CPUs the split needs.
-pub fn check_cpus() -> Result<()> {
+pub(crate) fn check_cpus() -> Result<()> {
     let n = std::thread::available_parallelism().map_or(1, |n| n.get());
     if n < 2 {
         bail!("--split-cpus needs 2 CPUs, this machine has {n}");

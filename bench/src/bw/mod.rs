@@ -7,12 +7,12 @@
 //! the sender wrote; the kernel Responder reads every FPDU, checks it (CRC, markers) and
 //! digests the ULPDUs. Every run checks the ULPDU digest end to end; a run that fails a check
 //! fails the experiment. Goodput is ULPDU octets over the same sender's transfer time on both
-//! sides ([`transfer_seconds`]). CPU: [`crate::bed::cpu`].
+//! sides (`transfer_seconds`). CPU: `bed::cpu`.
 
-pub mod send;
+pub(crate) mod send;
 
 use crate::bed::cpu::CpuUse;
-pub use crate::bed::options::SenderSide;
+pub(crate) use crate::bed::options::SenderSide;
 use crate::bed::options::{messages, BedArgs, FramingArgs, Op, Run, TransferArgs};
 use crate::bed::peer::{digests_match, kernel_run, PeerReport};
 use crate::bed::sender_tcp::SenderTcp;
@@ -36,16 +36,16 @@ pub struct BwArgs {
         default_values_t = [4096usize, 64512],
         value_parser = mpa_cli::size::<usize>
     )]
-    pub sizes: Vec<usize>,
+    pub(crate) sizes: Vec<usize>,
     /// Rounds; each runs every size on the kernel side, then on the datapath.
     #[arg(long, default_value_t = 3)]
-    pub rounds: u32,
+    pub(crate) rounds: u32,
     #[command(flatten)]
-    pub bed: BedArgs,
+    pub(crate) bed: BedArgs,
     #[command(flatten)]
-    pub framing: FramingArgs,
+    pub(crate) framing: FramingArgs,
     #[command(flatten)]
-    pub transfer: TransferArgs,
+    pub(crate) transfer: TransferArgs,
     /// Print the one JSON document on stdout (the table goes to stderr).
     #[arg(short = 'J', long)]
     pub json: bool,
@@ -54,19 +54,19 @@ pub struct BwArgs {
     /// the kernel `mpa-peer listen`, against `mpa-peer connect` doing the same
     /// (docs/benchmarks.md, "bw").
     #[arg(long, value_enum, default_value = "kernel")]
-    pub sender: SenderSide,
+    pub(crate) sender: SenderSide,
     /// Both receivers get MTU-sized segments, as from a NIC: the kernel sender's veth
     /// without TSO (attaching any XDP program to a veth turns its peer's TSO off, so the
     /// datapath never sees 64 KB GSO packets while the kernel Responder does) and the kernel
     /// receiver's veth with GRO on (as NIC drivers coalesce). A diagnostic of where the gap
     /// lies, not the default comparison. Direct veth bed only.
     #[arg(long)]
-    pub wire_segments: bool,
+    pub(crate) wire_segments: bool,
 }
 
 impl BwArgs {
     /// The transfer of one size.
-    pub fn run(&self, size: usize) -> Run {
+    pub(crate) fn run(&self, size: usize) -> Run {
         Run {
             size,
             bed: self.bed.clone(),
@@ -77,7 +77,7 @@ impl BwArgs {
     }
 
     /// The document's parameters.
-    pub fn params(&self) -> BwParams {
+    pub(crate) fn params(&self) -> BwParams {
         BwParams {
             sizes: self.sizes.clone(),
             bytes: self.transfer.bytes,
@@ -105,29 +105,29 @@ impl BwArgs {
 
 /// One side's run.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct BwSample {
-    pub octets: f64,
-    pub messages: f64,
-    pub seconds: f64,
-    pub cpu: CpuUse,
+pub(crate) struct BwSample {
+    pub(crate) octets: f64,
+    pub(crate) messages: f64,
+    pub(crate) seconds: f64,
+    pub(crate) cpu: CpuUse,
 }
 
 impl BwSample {
-    pub fn gbit_s(&self) -> f64 {
+    pub(crate) fn gbit_s(&self) -> f64 {
         gbit(self.octets, self.seconds.max(1e-9))
     }
 }
 
 /// One row: a receiver and a size over all rounds.
 #[derive(Clone, Debug)]
-pub struct BwRow {
-    pub receiver: Receiver,
-    pub size: usize,
-    pub samples: Vec<BwSample>,
+pub(crate) struct BwRow {
+    pub(crate) receiver: Receiver,
+    pub(crate) size: usize,
+    pub(crate) samples: Vec<BwSample>,
     /// Share of the out-of-order FPDUs placed directly (datapath under loss), per round.
-    pub placed_direct_percent: Vec<f64>,
+    pub(crate) placed_direct_percent: Vec<f64>,
     /// What the Linux sender's TCP did, per round (not on an external bed).
-    pub sender: Vec<SenderTcp>,
+    pub(crate) sender: Vec<SenderTcp>,
 }
 
 impl BwRow {
@@ -137,7 +137,7 @@ impl BwRow {
 
     /// The row's result in the document (docs/benchmarks.md, "JSON"), without the pairing
     /// with the kernel's rounds ([`paired_goodput`]).
-    pub fn record(&self) -> BwRecord {
+    pub(crate) fn record(&self) -> BwRecord {
         let nan = f64::NAN;
         let g = self.spread(BwSample::gbit_s);
         let per = |f: &dyn Fn(&BwSample) -> f64| {
@@ -178,7 +178,7 @@ impl BwRow {
 /// The transfer time both sides are measured by: the sender's, from its first ULPDU until the
 /// receiver closed after the last (`mpa-peer connect`'s `transfer_seconds`), so that a SYN or
 /// MPA Request lost under loss (a retransmission timeout before any data) counts on neither.
-pub fn transfer_seconds(sender: &PeerReport) -> f64 {
+pub(crate) fn transfer_seconds(sender: &PeerReport) -> f64 {
     sender.transfer_seconds.unwrap_or(sender.seconds)
 }
 
@@ -192,7 +192,7 @@ fn mean(v: impl Iterator<Item = f64>) -> f64 {
 }
 
 /// The perftest-style table of `rows`, then the ratio per size.
-pub fn table(rows: &[BwRow]) -> String {
+pub(crate) fn table(rows: &[BwRow]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -277,7 +277,7 @@ pub fn table(rows: &[BwRow]) -> String {
 /// their median and range: under loss single rounds of either side swing 2× or more between
 /// rounds (the sender's recovery, this VM's speed), and a ratio of the two medians mixes
 /// rounds that did not run side by side.
-pub fn paired_goodput(d: &BwRow, k: &BwRow) -> Option<Spread> {
+pub(crate) fn paired_goodput(d: &BwRow, k: &BwRow) -> Option<Spread> {
     if d.samples.len() != k.samples.len() {
         return None;
     }
@@ -291,7 +291,7 @@ pub fn paired_goodput(d: &BwRow, k: &BwRow) -> Option<Spread> {
 }
 
 /// Runs the experiment and returns its document (the caller prints it).
-pub fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
+pub(crate) fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
     if a.sizes.is_empty() || a.rounds == 0 {
         mpa_cli::usage!("--sizes and --rounds must not be empty / 0");
     }

@@ -37,7 +37,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// Writes posted and not yet completed at most (the datapath queues up to 4096 per flow).
-pub const IN_FLIGHT: u32 = 2048;
+pub(crate) const IN_FLIGHT: u32 = 2048;
 /// Writes per PostWrite request.
 const BATCH: u32 = 512;
 const PD: u32 = 11;
@@ -341,7 +341,7 @@ fn datapath_to_datapath(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> R
 
 /// Runs `bw --sender datapath`: kernel and datapath senders alternating, every size, every
 /// round.
-pub fn bw_send(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
+pub(crate) fn bw_send(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
     if a.sizes
         .iter()
         .any(|&s| s <= TAGGED || s > mpa::wire::fpdu::MAX_ULPDU)

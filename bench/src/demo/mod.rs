@@ -18,36 +18,36 @@ use std::time::{Duration, Instant};
 /// The counters of a run's flows summed (what `demo` prints and `bw` and `soak` use), the
 /// digest and the end from one flow, and the workers' CPU.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct FlowTotals {
+pub(crate) struct FlowTotals {
     /// Frames and TCP payload octets received.
-    pub packets: u64,
-    pub octets: u64,
-    pub out_of_order_segments: u64,
-    pub duplicates: u64,
-    pub sack_blocks_sent: u64,
-    pub acks_sent: u64,
-    pub retransmissions: u64,
+    pub(crate) packets: u64,
+    pub(crate) octets: u64,
+    pub(crate) out_of_order_segments: u64,
+    pub(crate) duplicates: u64,
+    pub(crate) sack_blocks_sent: u64,
+    pub(crate) acks_sent: u64,
+    pub(crate) retransmissions: u64,
     /// Frames and TCP payload octets sent.
-    pub frames_sent: u64,
-    pub octets_out: u64,
+    pub(crate) frames_sent: u64,
+    pub(crate) octets_out: u64,
     /// The reassembly stores' high-water marks, added up.
-    pub store_high_water: u64,
-    pub dropped_reassembly_full: u64,
-    pub dropped_out_of_window: u64,
+    pub(crate) store_high_water: u64,
+    pub(crate) dropped_reassembly_full: u64,
+    pub(crate) dropped_out_of_window: u64,
     /// The MPA receive counters (FPDUs, ULPDU octets, CRC and marker errors, placement).
     #[serde(flatten)]
-    pub rx: RxStats,
+    pub(crate) rx: RxStats,
     /// The first flow's ULPDU digest (`None` when the datapath kept none).
-    pub ulpdu_digest: Option<String>,
+    pub(crate) ulpdu_digest: Option<String>,
     /// How the first flow that ended with an error ended, else how the first flow ended.
-    pub ended: Option<EndReport>,
+    pub(crate) ended: Option<EndReport>,
     /// CPU seconds of the datapath's workers (all queues).
-    pub worker_cpu_seconds: f64,
+    pub(crate) worker_cpu_seconds: f64,
 }
 
 impl FlowTotals {
     /// `flows` summed; `worker_cpu_seconds` left at 0.
-    pub fn of(flows: &[FlowReport]) -> FlowTotals {
+    pub(crate) fn of(flows: &[FlowReport]) -> FlowTotals {
         let mut t = FlowTotals {
             ulpdu_digest: flows.first().and_then(|f| f.ulpdu_digest.clone()),
             ended: flows
@@ -123,34 +123,34 @@ fn add_rx(a: &mut RxStats, b: &RxStats) {
 }
 
 /// What one datapath run measured.
-pub struct DpResult {
+pub(crate) struct DpResult {
     /// The sender's report (with several connections: summed, see
     /// [`PeerReport::aggregate`]).
-    pub peer: PeerReport,
+    pub(crate) peer: PeerReport,
     /// Every sender's report.
-    pub peers: Vec<PeerReport>,
+    pub(crate) peers: Vec<PeerReport>,
     /// The flows' final counters in the datapath, summed.
-    pub flow: FlowTotals,
+    pub(crate) flow: FlowTotals,
     /// Every flow's final counters.
-    pub flows: Vec<FlowReport>,
+    pub(crate) flows: Vec<FlowReport>,
     /// CPU seconds of this process (datapath, listener, consumer) during the transfer.
-    pub cpu: f64,
+    pub(crate) cpu: f64,
     /// Whole-system busy CPU seconds during the transfer (`/proc/stat`).
-    pub system_cpu: f64,
+    pub(crate) system_cpu: f64,
     /// CPU seconds of the sender processes (`mpa-peer connect`).
-    pub sender_cpu: f64,
+    pub(crate) sender_cpu: f64,
     /// The XDP program's counters, when readable.
-    pub xdp: Option<mpa_ctl_proto::stats::XdpCounters>,
+    pub(crate) xdp: Option<mpa_ctl_proto::stats::XdpCounters>,
     /// Each queue's ring counters (frames, multi-buffer frames, dropped chains, largest).
-    pub rings: Vec<RingStats>,
+    pub(crate) rings: Vec<RingStats>,
     /// Placement check: (messages completed, region octets compared) summed over the
     /// connections, when placing.
-    pub placement: Option<(u64, u64)>,
+    pub(crate) placement: Option<(u64, u64)>,
 }
 
 /// One transfer through the datapath on `bed`: the datapath and the hand-over listener in ns
 /// b, `r.connections` × `mpa-peer connect` in ns a.
-pub fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
+pub(crate) fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
     let socket = temp_path("bench.sock");
     let mut opts = DatapathOptions {
         queues: r.bed.queues,
@@ -174,7 +174,7 @@ pub fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
 
 /// One transfer of `r.connections` connections through the datapath already running on `bed`
 /// with its control socket at `socket` (what [`datapath_run`] and `soak` do each time).
-pub fn transfer(bed: &TestBed, socket: &std::path::Path, r: &Run) -> Result<DpResult> {
+pub(crate) fn transfer(bed: &TestBed, socket: &std::path::Path, r: &Run) -> Result<DpResult> {
     let n = r.transfer.connections.max(1);
     // One region, consumer and protection domain per connection, so that each consumer's
     // completions are its connection's.
@@ -285,7 +285,7 @@ pub fn transfer(bed: &TestBed, socket: &std::path::Path, r: &Run) -> Result<DpRe
 
 /// CPU seconds of each live thread of this process, by name (MPA_BENCH_THREADS=1): where a
 /// run's CPU went (on stderr).
-pub fn print_thread_cpu() {
+pub(crate) fn print_thread_cpu() {
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
         return;
     };
@@ -311,46 +311,46 @@ pub fn print_thread_cpu() {
     }
 }
 
-pub fn gbit(octets: f64, seconds: f64) -> f64 {
+pub(crate) fn gbit(octets: f64, seconds: f64) -> f64 {
     octets * 8.0 / seconds / 1e9
 }
 
 /// The document `demo --json` prints: every measured value.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DemoDocument {
+pub(crate) struct DemoDocument {
     /// Goodput: ULPDU octets over the sender's transfer time.
-    pub gbit_per_s: f64,
-    pub seconds: f64,
-    pub ulpdu_octets: u64,
+    pub(crate) gbit_per_s: f64,
+    pub(crate) seconds: f64,
+    pub(crate) ulpdu_octets: u64,
     /// CPU seconds of this process (datapath, listener, consumers) during the transfer.
-    pub cpu_seconds: f64,
-    pub op: Op,
-    pub loss_percent: u8,
+    pub(crate) cpu_seconds: f64,
+    pub(crate) op: Op,
+    pub(crate) loss_percent: u8,
     /// Frames the bridge dropped (loss or impairment).
-    pub bridge_dropped: u64,
+    pub(crate) bridge_dropped: u64,
     /// The impairment bridge's counters, when it ran.
-    pub impairment: Option<String>,
+    pub(crate) impairment: Option<String>,
     /// FPDUs that arrived out of order: placed straight from their segment, from the
     /// reassembly store, gathered from stored pieces on arrival of the last; the shares
     /// placed on arrival straight from one segment and on arrival at all (`None`: nothing
     /// arrived out of order).
-    pub placed_direct: u64,
-    pub placed_from_store: u64,
-    pub placed_direct_percent: Option<f64>,
-    pub placed_gathered: u64,
-    pub placed_ahead_percent: Option<f64>,
+    pub(crate) placed_direct: u64,
+    pub(crate) placed_from_store: u64,
+    pub(crate) placed_direct_percent: Option<f64>,
+    pub(crate) placed_gathered: u64,
+    pub(crate) placed_ahead_percent: Option<f64>,
     /// What the placement check compared, when placing.
-    pub placement_checked: Option<PlacementChecked>,
+    pub(crate) placement_checked: Option<PlacementChecked>,
     /// The flows' counters, summed.
-    pub flow: FlowTotals,
+    pub(crate) flow: FlowTotals,
 }
 
 /// The placement check of a run: messages completed in order and region octets compared,
 /// over all connections.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PlacementChecked {
-    pub messages: u64,
-    pub region_octets: u64,
+pub(crate) struct PlacementChecked {
+    pub(crate) messages: u64,
+    pub(crate) region_octets: u64,
 }
 
 /// Prints a line of the demo's text: on stdout, or on stderr when stdout carries the
@@ -372,7 +372,7 @@ pub fn run_cli(r: &Run) -> Result<()> {
 
 /// Runs the demo, printing what it measured as it goes; returns the document and the verdict
 /// line's text.
-pub fn demo(r: &Run) -> Result<(DemoDocument, String)> {
+pub(crate) fn demo(r: &Run) -> Result<(DemoDocument, String)> {
     r.transfer.check()?;
     let bed = r.bed.bed()?;
     let t0 = Instant::now();

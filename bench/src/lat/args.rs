@@ -24,23 +24,23 @@ pub struct LatArgs {
         default_values_t = [64usize, 1024, 4096, 16384],
         value_parser = mpa_cli::size::<usize>
     )]
-    pub sizes: Vec<usize>,
+    pub(crate) sizes: Vec<usize>,
     /// Messages per size, side and round (as perftest's -n).
     #[arg(short = 'n', long, default_value_t = 20_000)]
-    pub messages: u64,
+    pub(crate) messages: u64,
     /// The sender's pacing, messages per second (0: unpaced; queues then build up).
     #[arg(long, default_value_t = 10_000)]
-    pub rate: u64,
+    pub(crate) rate: u64,
     /// Rounds; each runs every size on the kernel side, then on the datapath.
     #[arg(long, default_value_t = 3)]
-    pub rounds: u32,
+    pub(crate) rounds: u32,
     #[command(flatten)]
-    pub bed: BedArgs,
+    pub(crate) bed: BedArgs,
     #[command(flatten)]
-    pub framing: FramingArgs,
+    pub(crate) framing: FramingArgs,
     /// Where the `.hgrm` percentile distributions go (one per side and size).
     #[arg(long, default_value_os_t = crate::report::default_out("lat"))]
-    pub out: PathBuf,
+    pub(crate) out: PathBuf,
     /// Print the one JSON document on stdout (the table goes to stderr).
     #[arg(short = 'J', long)]
     pub json: bool,
@@ -52,44 +52,44 @@ pub struct LatArgs {
     /// sleeping in the kernel as soon as a poll finds nothing: for a thread that shares its
     /// core).
     #[arg(long, value_enum, value_delimiter = ',', default_values = ["sleep", "spin", "rtc"])]
-    pub modes: Vec<DatapathMode>,
+    pub(crate) modes: Vec<DatapathMode>,
     /// In the `sleep` and `spin` modes, the consumer busy-polls its completion ring instead
     /// of sleeping on the ring's eventfd until the worker wakes it: it then needs a core of
     /// its own, which a 2-core bed that also runs the peer, the worker and the kernel's veth
     /// work does not have.
     #[arg(long)]
-    pub consumer_busy_poll: bool,
+    pub(crate) consumer_busy_poll: bool,
     /// In the `spin` mode, how long the workers keep polling after their last frame before
     /// they may sleep, µs (`mpa-datapath --spin-us`).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
-    pub spin_us: u64,
+    pub(crate) spin_us: u64,
     /// While the datapath's workers spin (every mode), and while a busy-polling consumer
     /// spins, each offers its core to other runnable threads every this many empty polls
     /// (`mpa-datapath --spin-yield-polls`; 0: never).
     #[arg(long, default_value_t = mpa_datapath::worker::DEFAULT_YIELD_EVERY, value_name = "POLLS")]
-    pub spin_yield_polls: u32,
+    pub(crate) spin_yield_polls: u32,
     /// Preferred busy polling on the datapath's AF_XDP sockets, every mode: `SO_PREFER_BUSY_POLL`
     /// with `SO_BUSY_POLL` of this many µs and a budget of 64 (`mpa-datapath --busy-poll-us`;
     /// 0: off).
     #[arg(long, default_value_t = 0)]
-    pub busy_poll_us: u32,
+    pub(crate) busy_poll_us: u32,
     /// Every receiver gets MTU-sized segments, as from a NIC: the kernel sender's veth
     /// without TSO (attaching XDP to a veth turns its peer's TSO off, so only the kernel
     /// receiver would otherwise get whole messages as one GSO packet) and the kernel
     /// receiver's veth with GRO on. A diagnostic of where a gap lies. Direct veth bed only.
     #[arg(long)]
-    pub wire_segments: bool,
+    pub(crate) wire_segments: bool,
     /// With `--pingpong`, how the process modes' consumer posts each Write: `shm` (the
     /// subscription's shared-memory post queue: no system call unless the worker sleeps) or
     /// `control` (a PostWrite request over the control socket, answered by the worker).
     #[arg(long, value_enum, default_value = "shm")]
-    pub post_via: PostVia,
+    pub(crate) post_via: PostVia,
     /// RDMA Write ping-pong instead (perftest `ib_write_lat` style, RTT/2): the kernel
     /// `mpa-peer listen --echo` answers both a kernel-TCP Initiator and the datapath's
     /// (docs/benchmarks.md, "lat"); `--messages` iterations, `--rate` unused. Round trips
     /// need no common clock.
     #[arg(long)]
-    pub pingpong: bool,
+    pub(crate) pingpong: bool,
     /// With `--pingpong`: the fairness check.
     ///
     /// With `--pingpong`: the fairness check. Each process-mode ping-pong runs twice per
@@ -99,9 +99,9 @@ pub struct LatArgs {
     /// "Posts").
     #[arg(long, value_name = "DOMAINS", requires = "pingpong", conflicts_with = "json",
           value_parser = clap::value_parser!(u32).range(1..=1024))]
-    pub flood_neighbour: Option<u32>,
+    pub(crate) flood_neighbour: Option<u32>,
     #[command(flatten)]
-    pub clock: ClockArgs,
+    pub(crate) clock: ClockArgs,
 }
 
 /// One-way `lat` on two hosts: how the peer host's clock is measured (docs/latency.md, "Two
@@ -119,7 +119,7 @@ pub struct ClockArgs {
         requires = "iface",
         conflicts_with = "pingpong"
     )]
-    pub clock_port: u16,
+    pub(crate) clock_port: u16,
     /// Probes per clock measurement; the exchange with the smallest delay gives the offset.
     #[arg(
         long,
@@ -129,7 +129,7 @@ pub struct ClockArgs {
         conflicts_with = "pingpong",
         value_parser = clap::value_parser!(u32).range(1..=100_000)
     )]
-    pub clock_probes: u32,
+    pub(crate) clock_probes: u32,
     /// The largest error bound of a clock measurement that one-way latency accepts, µs (half
     /// the best probe exchange's delay): every sample is only that exact. Above it the
     /// experiment fails: past 50 µs, several times a LAN's one-way latency, the samples
@@ -142,7 +142,7 @@ pub struct ClockArgs {
         conflicts_with = "pingpong",
         value_parser = positive_us
     )]
-    pub max_clock_error_us: f64,
+    pub(crate) max_clock_error_us: f64,
 }
 
 impl Default for ClockArgs {
@@ -168,7 +168,7 @@ fn positive_us(s: &str) -> Result<f64, String> {
 impl LatArgs {
     /// The run-to-completion modes turn one queue from the measuring thread: any other
     /// queue count is a usage error.
-    pub fn require_one_queue_for_run_to_completion(&self) -> anyhow::Result<()> {
+    pub(crate) fn require_one_queue_for_run_to_completion(&self) -> anyhow::Result<()> {
         if self.modes.iter().any(|m| m.runs_to_completion()) && self.bed.queues != 1 {
             mpa_cli::usage!(
                 "--modes rtc and rtc-sleep turn one queue from the measuring thread: --queues 1"
@@ -179,7 +179,11 @@ impl LatArgs {
 
     /// In a run-to-completion `mode`, `dp`'s queue driver, yielding as `--spin-yield-polls`
     /// says and, in `rtc-sleep`, sleeping whenever a poll finds nothing; `None` otherwise.
-    pub fn queue_driver(&self, dp: &mut Datapath, mode: DatapathMode) -> Option<QueueDriver> {
+    pub(crate) fn queue_driver(
+        &self,
+        dp: &mut Datapath,
+        mode: DatapathMode,
+    ) -> Option<QueueDriver> {
         let mut driver = dp.take_queue_drivers().into_iter().next()?;
         driver.set_yield_every(self.spin_yield_polls);
         if mode == DatapathMode::RtcSleep {
@@ -188,7 +192,7 @@ impl LatArgs {
         Some(driver)
     }
     /// The transfer of one size in `mode`, as the other experiments describe it.
-    pub fn run(&self, size: usize, mode: DatapathMode) -> Run {
+    pub(crate) fn run(&self, size: usize, mode: DatapathMode) -> Run {
         Run {
             transfer: TransferArgs {
                 duration: None,
@@ -235,7 +239,7 @@ impl LatArgs {
     }
 
     /// The document's parameters (the bed's only where it is not the default one).
-    pub fn params(&self) -> LatParams {
+    pub(crate) fn params(&self) -> LatParams {
         let bed = &self.bed;
         LatParams {
             sizes: self.sizes.clone(),

@@ -4,7 +4,7 @@
 //! The sender (`mpa-peer connect --timestamps --rate R`, ns a) starts every RDMA Write's
 //! payload with the CLOCK_MONOTONIC time in ns (u64 LE) taken right before the message is
 //! encoded and written; the namespaces share the host's clock (on two hosts, `--iface`, the
-//! peer's clock is measured and every sample corrected: [`clock`]). The receivers take
+//! peer's clock is measured and every sample corrected: `clock`). The receivers take
 //! CLOCK_MONOTONIC again:
 //! * datapath: the bench's consumer, when it holds a completion (`Consumer::next_completions`
 //!   returned its batch) and has read the stamp from the mapped region at the completion's
@@ -17,22 +17,20 @@
 //! Latency runs check counts, lengths, offsets and the ULPDU digest (which covers the
 //! stamps), not the region against the pattern (the stamps overwrite its first 8 octets).
 //!
-//! `--pingpong` runs the ping-pong of [`pingpong`] instead.
+//! `--pingpong` runs the ping-pong of `pingpong` instead.
 
 mod args;
-pub mod clock;
+pub(crate) mod clock;
 mod oneway;
 mod pingpong;
 mod samples;
 
-pub use crate::bed::options::{DatapathMode, PostVia};
-pub use args::{ClockArgs, LatArgs};
-pub use oneway::lat;
-pub use pingpong::{pingpong, pingpong_table};
-pub use samples::{
-    decode_stamp, hgrm, hgrm_name, monotonic_ns, record, table, table_within, Receipts, Row,
-    Samples, Side, STAMP_LEN,
-};
+pub(crate) use crate::bed::options::{DatapathMode, PostVia};
+pub(crate) use args::ClockArgs;
+pub use args::LatArgs;
+pub(crate) use oneway::lat;
+pub(crate) use pingpong::{pingpong, pingpong_table};
+pub(crate) use samples::{table, table_within, Row, Side};
 
 use crate::report::document::LatClock;
 use crate::report::Document;

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 /// Runs `lat`: every size on both sides, `rounds` times; writes the `.hgrm` files; returns
 /// the document and the rows.
-pub fn lat(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
+pub(crate) fn lat(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
     if a.sizes.is_empty() || a.rounds == 0 {
         mpa_cli::usage!("--sizes and --rounds must not be empty / 0");
     }

@@ -404,7 +404,7 @@ fn drive_while<T: Send>(
 }
 
 /// Runs the ping-pong: every size, both sides, `rounds` times, alternating.
-pub fn pingpong(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
+pub(crate) fn pingpong(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
     if a.bed.split_cpus {
         mpa_cli::usage!(
             "--pingpong does not split its echo server and Initiators over the CPUs: no \
@@ -470,7 +470,7 @@ pub fn pingpong(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
 }
 
 /// The table of a ping-pong run.
-pub fn pingpong_table(rows: &[Row]) -> String {
+pub(crate) fn pingpong_table(rows: &[Row]) -> String {
     table(rows)
         .replace("(one-way latency, µs)", "(Write ping-pong, RTT/2, µs)")
         .replace("receiver", "initiator")
@@ -548,7 +548,7 @@ impl Flooder {
 /// `lat --pingpong --flood-neighbour DOMAINS`: each process mode's ping-pong alone and beside
 /// a [`Flooder`] of `domains` domains, alternating within every round and size; the table of
 /// both and the ratio of their p99.
-pub fn beside_a_flooding_neighbour(a: &LatArgs, domains: u32) -> Result<String> {
+pub(crate) fn beside_a_flooding_neighbour(a: &LatArgs, domains: u32) -> Result<String> {
     a.require_one_queue_for_run_to_completion()?;
     if a.modes.iter().any(|m| m.runs_to_completion()) {
         mpa_cli::usage!(

@@ -8,17 +8,17 @@ use hdrhistogram::Histogram;
 use std::fmt::Write as _;
 
 /// Octets of the send timestamp at the start of each payload.
-pub const STAMP_LEN: usize = 8;
+pub(crate) const STAMP_LEN: usize = 8;
 
 /// The send timestamp at the start of a payload (u64 LE), if it is long enough.
-pub fn decode_stamp(payload: &[u8]) -> Option<u64> {
+pub(crate) fn decode_stamp(payload: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(
         payload.get(..STAMP_LEN)?.try_into().ok()?,
     ))
 }
 
 /// CLOCK_MONOTONIC in nanoseconds, the sender's clock.
-pub fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
         .expect("CLOCK_MONOTONIC is always available");
     t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
@@ -26,7 +26,7 @@ pub fn monotonic_ns() -> u64 {
 
 /// The receivers: kernel TCP, and the datapath in each of its modes (docs/latency.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Side {
+pub(crate) enum Side {
     Kernel,
     /// Worker threads that sleep in poll() when idle; the consumer posts over the control
     /// socket and waits on the completion ring's eventfd.
@@ -41,7 +41,7 @@ pub enum Side {
 }
 
 impl Side {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Side::Kernel => "kernel-tcp MpaStream",
             Side::Datapath => "datapath, sleeping",
@@ -52,12 +52,12 @@ impl Side {
     }
 
     /// For file names and JSON.
-    pub fn key(self) -> &'static str {
+    pub(crate) fn key(self) -> &'static str {
         self.receiver().key()
     }
 
     /// The receiver a document names.
-    pub fn receiver(self) -> Receiver {
+    pub(crate) fn receiver(self) -> Receiver {
         match self {
             Side::Kernel => Receiver::Kernel,
             Side::Datapath => Receiver::Datapath,
@@ -68,7 +68,7 @@ impl Side {
     }
 
     /// The side of a datapath mode.
-    pub fn of(mode: DatapathMode) -> Side {
+    pub(crate) fn of(mode: DatapathMode) -> Side {
         match mode {
             DatapathMode::Sleep => Side::Datapath,
             DatapathMode::Spin => Side::DatapathSpin,
@@ -79,10 +79,10 @@ impl Side {
 }
 
 /// One-way latencies in ns, and the stamps that could not be used.
-pub struct Samples {
-    pub hist: Histogram<u64>,
+pub(crate) struct Samples {
+    pub(crate) hist: Histogram<u64>,
     /// Missing, zero, in the future, or older than a minute.
-    pub bad: u64,
+    pub(crate) bad: u64,
 }
 
 impl Default for Samples {
@@ -97,7 +97,7 @@ impl Default for Samples {
 
 impl Samples {
     /// Records `now - ts` (ns).
-    pub fn record(&mut self, ts: Option<u64>, now: u64) {
+    pub(crate) fn record(&mut self, ts: Option<u64>, now: u64) {
         match ts {
             Some(ts) if ts > 0 && ts <= now && now - ts < 60_000_000_000 => {
                 self.hist.saturating_record((now - ts).max(1))
@@ -108,7 +108,7 @@ impl Samples {
 
     /// Records a latency already computed (ns): below 0 (the clocks' error was larger than
     /// the latency) or a minute and above is a bad stamp, as is `None` (no stamp).
-    pub fn record_latency(&mut self, ns: Option<i128>) {
+    pub(crate) fn record_latency(&mut self, ns: Option<i128>) {
         match ns {
             Some(ns) if (0..60_000_000_000).contains(&ns) => {
                 self.hist.saturating_record((ns as u64).max(1))
@@ -117,7 +117,7 @@ impl Samples {
         }
     }
 
-    pub fn add(&mut self, o: &Samples) {
+    pub(crate) fn add(&mut self, o: &Samples) {
         self.hist.add(&o.hist).expect("same bounds");
         self.bad += o.bad;
     }
@@ -128,7 +128,7 @@ impl Samples {
 /// until the offset measured after the run is known and every sample can be corrected
 /// (docs/latency.md, "Two hosts"). At most the run's expected number of messages is kept;
 /// more are counted as bad stamps.
-pub enum Receipts {
+pub(crate) enum Receipts {
     Direct(Samples),
     Deferred {
         /// (stamp, receipt), ns.
@@ -142,7 +142,7 @@ pub enum Receipts {
 
 impl Receipts {
     /// `deferred` when the sender's clock is another host's; `expected` messages.
-    pub fn new(deferred: bool, expected: u64) -> Receipts {
+    pub(crate) fn new(deferred: bool, expected: u64) -> Receipts {
         if !deferred {
             return Receipts::Direct(Samples::default());
         }
@@ -154,7 +154,7 @@ impl Receipts {
     }
 
     /// A message stamped `ts` (`None`: no stamp) received at `now`.
-    pub fn record(&mut self, ts: Option<u64>, now: u64) {
+    pub(crate) fn record(&mut self, ts: Option<u64>, now: u64) {
         match self {
             Receipts::Direct(s) => s.record(ts, now),
             Receipts::Deferred { pairs, limit, bad } => match ts {
@@ -165,7 +165,7 @@ impl Receipts {
     }
 
     /// Messages recorded, samples and bad stamps.
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         match self {
             Receipts::Direct(s) => s.hist.len() + s.bad,
             Receipts::Deferred { pairs, bad, .. } => pairs.len() as u64 + bad,
@@ -174,7 +174,7 @@ impl Receipts {
 
     /// The samples: each deferred stamp's latency is `latency(stamp, receipt)` (the stamp
     /// corrected by the peer clock's offset at the receipt, `clock::Span::latency`).
-    pub fn finish(self, latency: impl Fn(u64, u64) -> i128) -> Samples {
+    pub(crate) fn finish(self, latency: impl Fn(u64, u64) -> i128) -> Samples {
         match self {
             Receipts::Direct(s) => s,
             Receipts::Deferred { pairs, bad, .. } => {
@@ -192,10 +192,10 @@ impl Receipts {
 }
 
 /// One row of the table: a side and a size, all rounds.
-pub struct Row {
-    pub side: Side,
-    pub bytes: usize,
-    pub samples: Samples,
+pub(crate) struct Row {
+    pub(crate) side: Side,
+    pub(crate) bytes: usize,
+    pub(crate) samples: Samples,
 }
 
 const QUANTILES: [(&str, f64); 4] = [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p99.9", 0.999)];
@@ -205,14 +205,14 @@ pub(crate) fn us(ns: u64) -> f64 {
 }
 
 /// The perftest-style table (µs), then the ratio of the p50s per size.
-pub fn table(rows: &[Row]) -> String {
+pub(crate) fn table(rows: &[Row]) -> String {
     table_within(rows, None)
 }
 
 /// [`table`] of samples that are only as exact as `error_ns`, the error bound of the peer
 /// clock's offset they were corrected by (docs/latency.md, "Two hosts"); its units line
 /// says so.
-pub fn table_within(rows: &[Row], error_ns: Option<u64>) -> String {
+pub(crate) fn table_within(rows: &[Row], error_ns: Option<u64>) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -275,7 +275,7 @@ pub fn table_within(rows: &[Row], error_ns: Option<u64>) -> String {
 
 /// HdrHistogram's percentile distribution text format (`.hgrm`, as
 /// `outputPercentileDistribution` writes it), values in µs.
-pub fn hgrm(h: &Histogram<u64>) -> String {
+pub(crate) fn hgrm(h: &Histogram<u64>) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -321,7 +321,7 @@ pub fn hgrm(h: &Histogram<u64>) -> String {
 }
 
 /// A row's result in the document (docs/benchmarks.md, "JSON").
-pub fn record(r: &Row, rounds: u32) -> LatRecord {
+pub(crate) fn record(r: &Row, rounds: u32) -> LatRecord {
     let h = &r.samples.hist;
     let at = |q: f64| us(h.value_at_quantile(q));
     LatRecord {
@@ -341,7 +341,7 @@ pub fn record(r: &Row, rounds: u32) -> LatRecord {
 }
 
 /// The `.hgrm` file of a side and size (`-unpaced` when the sender was not paced).
-pub fn hgrm_name(side: Side, bytes: usize, rate: u64) -> String {
+pub(crate) fn hgrm_name(side: Side, bytes: usize, rate: u64) -> String {
     let pace = if rate == 0 { "-unpaced" } else { "" };
     format!("lat-{}-{bytes}{pace}.hgrm", side.key())
 }

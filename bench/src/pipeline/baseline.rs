@@ -23,10 +23,10 @@ const DST_BYTES: usize = 16 << 20;
 /// the in-memory ring's heap buffers lie. (One frame per 4 KiB page, as in a UMEM, made the
 /// warm copy slower than the cold one at MSS 1448: the hardware prefetcher stops at page
 /// boundaries, docs/investigations/2026-12-02-warm-baselines.md.)
-pub const SLOT_ALIGN: usize = 64;
+pub(crate) const SLOT_ALIGN: usize = 64;
 
 /// Where each frame's TCP payload is, the copy destination, and the warm passes' ring.
-pub struct Payloads {
+pub(crate) struct Payloads {
     spans: Vec<(usize, usize)>,
     dst: Vec<u8>,
     ring: Vec<u8>,
@@ -36,16 +36,16 @@ pub struct Payloads {
 
 /// One round's passes.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct OctetPasses {
-    pub memcpy: Duration,
-    pub crc: Duration,
+pub(crate) struct OctetPasses {
+    pub(crate) memcpy: Duration,
+    pub(crate) crc: Duration,
     /// The same passes over frames just written into a ring, burst by burst.
-    pub memcpy_warm: Duration,
-    pub crc_warm: Duration,
+    pub(crate) memcpy_warm: Duration,
+    pub(crate) crc_warm: Duration,
 }
 
 /// The TCP payload offset of an Ethernet/IPv4/TCP frame, `None` if it is not one.
-pub fn tcp_payload_offset(frame: &[u8]) -> Option<usize> {
+pub(crate) fn tcp_payload_offset(frame: &[u8]) -> Option<usize> {
     let ip = 14usize;
     let ihl = usize::from(*frame.get(ip)? & 0x0f) * 4;
     let tcp = ip + ihl;
@@ -57,7 +57,7 @@ pub fn tcp_payload_offset(frame: &[u8]) -> Option<usize> {
 impl Payloads {
     /// The passes over `p`'s frames; the warm ones `burst` frames at a time (the pipeline's
     /// ring size).
-    pub fn of(p: &Prepared, burst: usize) -> Payloads {
+    pub(crate) fn of(p: &Prepared, burst: usize) -> Payloads {
         let spans: Vec<(usize, usize)> = p
             .frames
             .iter()
@@ -120,7 +120,7 @@ impl Payloads {
     }
 
     /// Times one memcpy pass and one CRC pass.
-    pub fn time(&mut self, p: &Prepared) -> OctetPasses {
+    pub(crate) fn time(&mut self, p: &Prepared) -> OctetPasses {
         let t = Instant::now();
         let mut at = 0usize;
         for &(i, off) in &self.spans {

@@ -6,16 +6,16 @@ use super::PipelineReport;
 /// Cost per packet and per payload octet, fitted (least squares) over configurations that differ
 /// in MSS: `ns per segment = ns_per_packet + ns_per_kib × payload KiB per segment`.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct CostFit {
-    pub ns_per_packet: f64,
-    pub ns_per_kib: f64,
+pub(crate) struct CostFit {
+    pub(crate) ns_per_packet: f64,
+    pub(crate) ns_per_kib: f64,
     /// Configurations fitted.
-    pub points: usize,
+    pub(crate) points: usize,
 }
 
 /// The fit over `reports` of ULPDU size `size`; `None` with fewer than two distinct payload
 /// sizes per segment.
-pub fn cost_fit(reports: &[PipelineReport], size: usize) -> Option<CostFit> {
+pub(crate) fn cost_fit(reports: &[PipelineReport], size: usize) -> Option<CostFit> {
     let pts: Vec<(f64, f64)> = reports
         .iter()
         .filter(|r| r.opts.size == size && r.last.frames > 0)

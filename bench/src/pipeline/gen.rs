@@ -17,62 +17,62 @@ use crate::bed::options::Op;
 const MAX_UNALIGNED_ULPDU: usize = 16 * 1024;
 
 /// One flow of the pre-recorded sender and what the receiver must make of it.
-pub struct FlowPlan {
+pub(crate) struct FlowPlan {
     /// The datapath's id of the flow.
-    pub flow_id: u64,
+    pub(crate) flow_id: u64,
     /// The peer's address (our side is `super::local`).
-    pub remote: SocketAddrV4,
+    pub(crate) remote: SocketAddrV4,
     /// The region it writes into / its posted buffers are in (none for `count`).
-    pub stag: u32,
+    pub(crate) stag: u32,
     /// Region octets.
-    pub region_len: u64,
+    pub(crate) region_len: u64,
     /// Message slots in the region (writes and receive buffers wrap around).
-    pub slots: u64,
+    pub(crate) slots: u64,
     /// Messages sent.
-    pub messages: u64,
+    pub(crate) messages: u64,
     /// Payload octets of each message.
-    pub payload_len: usize,
+    pub(crate) payload_len: usize,
     /// CRC32c over every ULPDU octet in order.
-    pub digest: u32,
+    pub(crate) digest: u32,
     /// FPDUs in the stream.
-    pub fpdus: u64,
+    pub(crate) fpdus: u64,
     /// TCP payload octets in the stream.
-    pub wire_octets: u64,
+    pub(crate) wire_octets: u64,
 }
 
 /// One prepared frame: its octets, its flow and the messages begun by its end (for posting
 /// receive buffers ahead of a burst).
-pub struct Frame {
-    pub bytes: Vec<u8>,
-    pub flow: usize,
-    pub msgs_upto: u64,
+pub(crate) struct Frame {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) flow: usize,
+    pub(crate) msgs_upto: u64,
 }
 
 /// Everything the sender sends in one round, in sending order, and the flows' plans.
-pub struct Prepared {
-    pub flows: Vec<FlowPlan>,
-    pub frames: Vec<Frame>,
+pub(crate) struct Prepared {
+    pub(crate) flows: Vec<FlowPlan>,
+    pub(crate) frames: Vec<Frame>,
     /// Frames sent twice (the first copy dropped) and frames moved later.
-    pub dropped: u64,
-    pub reordered: u64,
+    pub(crate) dropped: u64,
+    pub(crate) reordered: u64,
     /// Segments per flow before loss (the frames of the stream).
-    pub segments: u64,
+    pub(crate) segments: u64,
     /// The payload table messages are cut from (see [`payload`]).
-    pub table: Vec<u8>,
+    pub(crate) table: Vec<u8>,
     /// The global index of `flows[0]`: with several workers (`pipeline --workers`) each
     /// worker's flows have their own 4-tuples, STags, flow ids and payloads; 0 with one.
-    pub first_flow: usize,
+    pub(crate) first_flow: usize,
 }
 
 /// Payload of message `m` of flow `f`: a window of the random table, shifted per message so
 /// that a misplaced message shows.
-pub fn payload(table: &[u8], len: usize, f: usize, m: u64) -> &[u8] {
+pub(crate) fn payload(table: &[u8], len: usize, f: usize, m: u64) -> &[u8] {
     let off = ((f as u64 * 7919 + m * 131) % 4096) as usize;
     &table[off..off + len]
 }
 
 /// The header length of the op's DDP segments.
-pub fn header_len(op: Op) -> usize {
+pub(crate) fn header_len(op: Op) -> usize {
     match op {
         Op::Send => UNTAGGED_HEADER_LEN,
         _ => TAGGED_HEADER_LEN,
@@ -87,11 +87,11 @@ fn slots(o: &PipelineOpts, payload_len: usize, messages: u64) -> u64 {
 }
 
 /// The peer's TSval in its first frame (`PipelineOpts::timestamps`).
-pub const PEER_TSVAL: u32 = 0x4000_0000;
+pub(crate) const PEER_TSVAL: u32 = 0x4000_0000;
 
 /// Frames of a flow per tick of the peer's TSval: a Linux peer's TSval is a millisecond clock,
 /// and a millisecond of 1448-octet segments at ~12 Gbit/s is about this many.
-pub const FRAMES_PER_TSVAL_TICK: usize = 1024;
+pub(crate) const FRAMES_PER_TSVAL_TICK: usize = 1024;
 
 /// A segment from the peer `remote` to us, with the timestamps option when `tsval` is given.
 fn frame(remote: SocketAddrV4, seq: u32, payload: &[u8], tsval: Option<u32>) -> Vec<u8> {
@@ -204,14 +204,14 @@ fn build_flow(
 
 /// Every flow's frames, round-robin, then loss (each lost frame is sent again 32–287 frames
 /// later) and reordering (a frame moved 1–8 frames later), from `o.seed`.
-pub fn prepare(o: &PipelineOpts) -> Result<Prepared> {
+pub(crate) fn prepare(o: &PipelineOpts) -> Result<Prepared> {
     prepare_worker(o, 0)
 }
 
 /// [`prepare`] for worker `w` of `pipeline --workers`: its `o.flows` flows are global flows
 /// `w × o.flows ..`, so that no two workers share a 4-tuple, STag, flow id or payload; the
 /// volume, loss and reordering are each worker's own, as if it ran alone.
-pub fn prepare_worker(o: &PipelineOpts, w: usize) -> Result<Prepared> {
+pub(crate) fn prepare_worker(o: &PipelineOpts, w: usize) -> Result<Prepared> {
     let first_flow = w * o.flows;
     let mut rng = SplitMix64(o.seed);
     let table: Vec<u8> = (0..o.size + 4096).map(|_| rng.next_u64() as u8).collect();

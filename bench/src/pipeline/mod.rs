@@ -11,18 +11,18 @@
 
 mod baseline;
 mod fit;
-pub mod gen;
+pub(crate) mod gen;
 mod profile;
-pub mod round;
-pub mod stages;
-pub mod workers;
+pub(crate) mod round;
+pub(crate) mod stages;
+pub(crate) mod workers;
 
-pub use fit::{cost_fit, CostFit};
+pub(crate) use fit::cost_fit;
 
 use crate::bed::options::{Align, Op};
 use crate::report::document::{PipelineConfigRecord, PipelineParams, PipelineRecord};
 use crate::report::Document;
-pub use crate::report::Spread;
+pub(crate) use crate::report::Spread;
 use anyhow::{bail, Result};
 use clap::Args;
 use clap::ValueEnum;
@@ -45,10 +45,10 @@ pub(crate) fn local() -> SocketAddrV4 {
 pub struct PipelineArgs {
     /// Timed rounds (each on a fresh worker; the same frames).
     #[arg(long, default_value_t = 5)]
-    pub rounds: usize,
+    pub(crate) rounds: usize,
     /// Flows; segments are interleaved round-robin across them.
     #[arg(long, default_value_t = 1)]
-    pub flows: usize,
+    pub(crate) flows: usize,
     /// ULPDU (message) sizes, DDP header included (sizes: 4K, 63K); every size runs at every
     /// MSS.
     #[arg(
@@ -59,95 +59,95 @@ pub struct PipelineArgs {
         default_values_t = [4096usize],
         value_parser = mpa_cli::size::<usize>
     )]
-    pub sizes: Vec<usize>,
+    pub(crate) sizes: Vec<usize>,
     /// TCP payload octets per segment (MSS 1448: MTU 1500; 3454: MTU 3506; 8948: MTU 9000).
     #[arg(long, value_delimiter = ',', default_values_t = [1448usize, 8948], value_parser = mpa_cli::size::<usize>)]
-    pub mss: Vec<usize>,
+    pub(crate) mss: Vec<usize>,
     /// Markers (the default).
     #[arg(long, overrides_with = "no_markers")]
-    pub markers: bool,
+    pub(crate) markers: bool,
     /// No markers.
     #[arg(long)]
-    pub no_markers: bool,
+    pub(crate) no_markers: bool,
     /// CRC (the default).
     #[arg(long, overrides_with = "no_crc")]
-    pub crc: bool,
+    pub(crate) crc: bool,
     /// No CRC (the receiver does not check it).
     #[arg(long)]
-    pub no_crc: bool,
+    pub(crate) no_crc: bool,
     /// RDMA Writes into a region, Sends into posted buffers, or `count`: no protection
     /// domain, payloads only decoded and digested.
     #[arg(long, value_enum, default_value = "write")]
-    pub op: Op,
+    pub(crate) op: Op,
     /// FPDUs aligned with segments by exact fill; `auto`: when there is loss or reordering.
     #[arg(long, value_enum, default_value = "auto")]
-    pub aligned: Align,
+    pub(crate) aligned: Align,
     /// Segments lost, percent (each is sent again 32–287 segments later).
     #[arg(long, default_value_t = 0.0)]
-    pub loss: f64,
+    pub(crate) loss: f64,
     /// Segments moved 1–8 segments later, percent.
     #[arg(long, default_value_t = 0.0)]
-    pub reorder: f64,
+    pub(crate) reorder: f64,
     /// Keep the flows' ULPDU digest (CRC32c over every ULPDU octet, checked after each round)
     /// when placing too; `--op count` always keeps it. `mpa-datapath` keeps none by default.
     #[arg(long)]
-    pub digest: bool,
+    pub(crate) digest: bool,
     /// Skip software TCP checksum verification (`mpa-datapath --no-verify-checksums`: where
     /// the NIC verified it).
     #[arg(long)]
-    pub no_verify_checksums: bool,
+    pub(crate) no_verify_checksums: bool,
     /// Octets of packet data per UMEM frame: larger frames reach the worker as multi-buffer
     /// descriptor chains and are gathered, as over AF_XDP with 4096-octet frames (3840); 0:
     /// every frame in one descriptor (what a UMEM chunk holding a whole jumbo frame would give).
     #[arg(long, default_value_t = 3840, value_parser = mpa_cli::size::<usize>)]
-    pub umem_chunk: usize,
+    pub(crate) umem_chunk: usize,
     /// Decode chained frames from their descriptors instead of gathering them
     /// (`mpa-datapath --chains-in-pieces`).
     #[arg(long)]
-    pub chains_in_pieces: bool,
+    pub(crate) chains_in_pieces: bool,
     /// Put the RX frames on transparent huge pages (as a UMEM on huge pages: a TLB entry per
     /// 2 MiB instead of per frame); the summary says how much the kernel gave.
     #[arg(long)]
-    pub huge_pages: bool,
+    pub(crate) huge_pages: bool,
     /// Registered memory per worker, octets (a size: 16M, 1G), shared by its flows: larger
     /// than the last-level cache, every line placed into is a miss, as in an application's
     /// large buffer.
     #[arg(long, default_value_t = DEFAULT_REGION_BYTES, value_parser = mpa_cli::size::<u64>)]
-    pub region_bytes: u64,
+    pub(crate) region_bytes: u64,
     /// Which regions take messages of 1 KiB or more with streaming stores
     /// (`mpa-datapath --streaming-stores`; off by default); the summary says when the region
     /// takes them.
     #[arg(long, value_enum, default_value_t = StreamingStores::default())]
-    pub streaming_stores: StreamingStores,
+    pub(crate) streaming_stores: StreamingStores,
     /// Frames without the TCP timestamps option.
     ///
     /// Frames without the TCP timestamps option. By default every frame carries one, as Linux
     /// peers send it (MSS 1448 at MTU 1500 is what remains with it), and the flows negotiated
     /// it: the worker checks it (PAWS) and echoes it.
     #[arg(long)]
-    pub no_timestamps: bool,
+    pub(crate) no_timestamps: bool,
     /// Octets of messages per round (a size: 256M, 1G).
     #[arg(long, default_value_t = 256 << 20, value_parser = mpa_cli::size::<u64>)]
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// Seed of the payload, loss and reordering.
     #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// Also run the per-stage variants (count vs placing, markers+CRC vs CRC vs plain, 1 vs
     /// 16 flows, loss aligned vs not, Sends) and print them side by side.
     #[arg(long)]
-    pub variants: bool,
+    pub(crate) variants: bool,
     /// Record one more round with `perf record` and print the top symbols (skipped when perf
     /// is not usable).
     #[arg(long)]
-    pub perf: bool,
+    pub(crate) perf: bool,
     /// With `--perf`: keep the recording at this path (for `perf annotate -i PATH`) instead of
     /// deleting it.
     #[arg(long, value_name = "PATH")]
-    pub perf_data: Option<std::path::PathBuf>,
+    pub(crate) perf_data: Option<std::path::PathBuf>,
     /// Also run the stage ladder at the first MSS and size (see [`stages`]) and print the
     /// per-stage breakdown.
     #[arg(long)]
-    pub stages: bool,
+    pub(crate) stages: bool,
     /// Print the one JSON document on stdout (the tables go to stderr).
     #[arg(short = 'J', long)]
     pub json: bool,
@@ -156,48 +156,48 @@ pub struct PipelineArgs {
     /// worker. Above 1, every round also runs 1 worker alone, and the report shows each
     /// worker, the aggregate and the scaling instead of the single-worker table.
     #[arg(long, default_value_t = 1)]
-    pub workers: usize,
+    pub(crate) workers: usize,
 }
 
 /// `PipelineArgs::region_bytes` by default: well inside this VM's last-level cache.
-pub const DEFAULT_REGION_BYTES: u64 = 16 << 20;
+pub(crate) const DEFAULT_REGION_BYTES: u64 = 16 << 20;
 
 /// One configuration of the pipeline (what the library runs).
 #[derive(Clone, Debug)]
-pub struct PipelineOpts {
-    pub rounds: usize,
-    pub flows: usize,
-    pub size: usize,
-    pub mss: usize,
-    pub markers: bool,
-    pub crc: bool,
-    pub op: Op,
-    pub aligned: bool,
-    pub loss: f64,
-    pub reorder: f64,
-    pub bytes: u64,
-    pub seed: u64,
+pub(crate) struct PipelineOpts {
+    pub(crate) rounds: usize,
+    pub(crate) flows: usize,
+    pub(crate) size: usize,
+    pub(crate) mss: usize,
+    pub(crate) markers: bool,
+    pub(crate) crc: bool,
+    pub(crate) op: Op,
+    pub(crate) aligned: bool,
+    pub(crate) loss: f64,
+    pub(crate) reorder: f64,
+    pub(crate) bytes: u64,
+    pub(crate) seed: u64,
     /// Keep (and check) the flows' ULPDU digests.
-    pub digest: bool,
+    pub(crate) digest: bool,
     /// Verify TCP checksums in software.
-    pub verify_checksums: bool,
+    pub(crate) verify_checksums: bool,
     /// Multi-buffer descriptor size (0: whole frames), `PipelineArgs::umem_chunk`.
-    pub umem_chunk: usize,
+    pub(crate) umem_chunk: usize,
     /// Chained frames decoded from their descriptors, not gathered.
-    pub chains_in_pieces: bool,
+    pub(crate) chains_in_pieces: bool,
     /// RX frames on transparent huge pages.
-    pub huge_pages: bool,
+    pub(crate) huge_pages: bool,
     /// Registered memory per worker, octets.
-    pub region_bytes: u64,
+    pub(crate) region_bytes: u64,
     /// Which regions take long messages with streaming stores.
-    pub streaming_stores: StreamingStores,
+    pub(crate) streaming_stores: StreamingStores,
     /// TCP timestamps in every frame.
-    pub timestamps: bool,
+    pub(crate) timestamps: bool,
 }
 
 impl PipelineArgs {
     /// The configurations the options name: every size at every MSS.
-    pub fn configs(&self) -> Vec<PipelineOpts> {
+    pub(crate) fn configs(&self) -> Vec<PipelineOpts> {
         self.mss
             .iter()
             .flat_map(|&mss| self.sizes.iter().map(move |&size| self.opts(mss, size)))
@@ -205,7 +205,7 @@ impl PipelineArgs {
     }
 
     /// The configuration of one MSS and size.
-    pub fn opts(&self, mss: usize, size: usize) -> PipelineOpts {
+    pub(crate) fn opts(&self, mss: usize, size: usize) -> PipelineOpts {
         PipelineOpts {
             rounds: self.rounds.max(1),
             flows: self.flows.max(1),
@@ -237,7 +237,7 @@ impl PipelineArgs {
 
 impl PipelineOpts {
     /// A short name of the configuration.
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         let framing = match (self.markers, self.crc) {
             (true, true) => "markers+CRC",
             (false, true) => "CRC only",
@@ -289,35 +289,35 @@ impl PipelineOpts {
 
 /// What a configuration measured over its rounds (every round checked).
 #[derive(Debug, Clone)]
-pub struct PipelineReport {
-    pub opts: PipelineOpts,
+pub(crate) struct PipelineReport {
+    pub(crate) opts: PipelineOpts,
     /// Segments (frames) per round and the prepared stream's loss/reordering.
-    pub segments: u64,
-    pub dropped: u64,
-    pub reordered: u64,
+    pub(crate) segments: u64,
+    pub(crate) dropped: u64,
+    pub(crate) reordered: u64,
     /// Poll time per segment, ns.
-    pub ns_per_segment: Spread,
+    pub(crate) ns_per_segment: Spread,
     /// The thread's CPU time in polls per segment, ns (not inflated by preemption).
-    pub cpu_ns_per_segment: Spread,
+    pub(crate) cpu_ns_per_segment: Spread,
     /// ULPDU payload Gbit/s on one core (payload octets over poll time).
-    pub gbits: Spread,
+    pub(crate) gbits: Spread,
     /// Segments per second (poll time).
-    pub segments_per_s: Spread,
+    pub(crate) segments_per_s: Spread,
     /// Thread CPU time over wall time of the whole loop (1.0: never preempted).
-    pub cpu_over_wall: Spread,
+    pub(crate) cpu_over_wall: Spread,
     /// Poll time over the whole loop's wall time.
-    pub poll_share: Spread,
+    pub(crate) poll_share: Spread,
     /// Copying every segment's TCP payload alone (memcpy), and CRC32c alone over the same
     /// octets, each expressed as the round's ULPDU payload over that time: what the pipeline
     /// would run at if it cost only that octet pass.
-    pub memcpy_gbits: Spread,
-    pub crc_gbits: Spread,
+    pub(crate) memcpy_gbits: Spread,
+    pub(crate) crc_gbits: Spread,
     /// The same over frames just written into a ring, burst by burst (`baseline`): the floor
     /// the pipeline, which reads such frames, is judged against.
-    pub memcpy_warm_gbits: Spread,
-    pub crc_warm_gbits: Spread,
+    pub(crate) memcpy_warm_gbits: Spread,
+    pub(crate) crc_warm_gbits: Spread,
     /// The last round.
-    pub last: RoundResult,
+    pub(crate) last: RoundResult,
 }
 
 impl PipelineReport {
@@ -366,7 +366,7 @@ impl PipelineReport {
     }
 
     /// Every value, for `--json`.
-    pub fn record(&self) -> PipelineConfigRecord {
+    pub(crate) fn record(&self) -> PipelineConfigRecord {
         let o = &self.opts;
         let r = &self.last;
         PipelineConfigRecord {
@@ -427,16 +427,10 @@ impl PipelineReport {
     }
 }
 
-/// Prepares the frames once, then runs `o.rounds` checked rounds. `Err` names the first
-/// round whose check failed.
-pub fn pipeline(o: &PipelineOpts) -> Result<PipelineReport> {
-    Ok(pipeline_many(std::slice::from_ref(o))?.remove(0))
-}
-
 /// Several configurations side by side: all frames prepared first, then round `i` of every
 /// configuration before round `i + 1` of any, so that load from elsewhere on the machine falls
 /// on all of them alike. The rounds of the first configuration decide their number.
-pub fn pipeline_many(configs: &[PipelineOpts]) -> Result<Vec<PipelineReport>> {
+pub(crate) fn pipeline_many(configs: &[PipelineOpts]) -> Result<Vec<PipelineReport>> {
     let prepared = configs
         .iter()
         .map(gen::prepare)
@@ -511,7 +505,7 @@ fn report(
 }
 
 /// The per-stage variants of `base`, in the order of the table.
-pub fn variants(base: &PipelineOpts) -> Vec<PipelineOpts> {
+pub(crate) fn variants(base: &PipelineOpts) -> Vec<PipelineOpts> {
     let v = |f: &dyn Fn(&mut PipelineOpts)| {
         let mut o = base.clone();
         o.loss = 0.0;
@@ -561,7 +555,7 @@ pub fn variants(base: &PipelineOpts) -> Vec<PipelineOpts> {
 }
 
 /// The table of `reports`, side by side (markdown).
-pub fn table(reports: &[PipelineReport]) -> String {
+pub(crate) fn table(reports: &[PipelineReport]) -> String {
     let mut s = String::from(
         "| configuration | ns/segment median (min–max) | CPU ns/segment median (min–max) \
          | Gbit/s payload/core median (min–max) | M segments/s | CPU/wall | ACKs/segment \
@@ -594,7 +588,7 @@ pub fn table(reports: &[PipelineReport]) -> String {
 
 impl PipelineArgs {
     /// The document's parameters.
-    pub fn params(&self) -> PipelineParams {
+    pub(crate) fn params(&self) -> PipelineParams {
         let o = self.opts(0, 0);
         PipelineParams {
             mss: self.mss.clone(),
@@ -624,16 +618,16 @@ impl PipelineArgs {
 }
 
 /// The pipeline's results: every configuration, then (with `stages`) the ladder.
-pub struct PipelineRun {
-    pub reports: Vec<PipelineReport>,
-    pub stages: Option<stages::StageTable>,
-    pub variants: Vec<PipelineReport>,
+pub(crate) struct PipelineRun {
+    pub(crate) reports: Vec<PipelineReport>,
+    pub(crate) stages: Option<stages::StageTable>,
+    pub(crate) variants: Vec<PipelineReport>,
     /// `--workers` above 1: one report per configuration (then `reports` is empty).
-    pub workers: Vec<workers::WorkersReport>,
+    pub(crate) workers: Vec<workers::WorkersReport>,
 }
 
 /// Runs what `a` asks for and builds the document.
-pub fn pipeline_run(a: &PipelineArgs) -> Result<(Document, PipelineRun)> {
+pub(crate) fn pipeline_run(a: &PipelineArgs) -> Result<(Document, PipelineRun)> {
     let configs = a.configs();
     if configs.is_empty() {
         mpa_cli::usage!("--mss and --sizes must each name at least one value");
@@ -695,7 +689,7 @@ pub fn pipeline_run(a: &PipelineArgs) -> Result<(Document, PipelineRun)> {
 
 /// The per-configuration summary table (markdown): Gbit/s per core against memcpy and CRC,
 /// over frames just written (warm: what the pipeline reads) and from memory (cold).
-pub fn summary_table(reports: &[PipelineReport]) -> String {
+pub(crate) fn summary_table(reports: &[PipelineReport]) -> String {
     let mut s = String::from(
         "| MSS | ULPDU | Gbit/s payload/core median (min–max) | ns/packet | Mpps \
          | memcpy warm / cold Gbit/s | CRC32c warm / cold Gbit/s | pipeline / warm memcpy \
@@ -781,3 +775,6 @@ pub fn run_cli(a: &PipelineArgs) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -19,7 +19,7 @@ fn perf_usable() -> bool {
 
 /// Records one round of `o`, only while the worker is polled (perf starts disabled and is
 /// enabled around each timed part through its control FIFO), and prints the top symbols.
-pub fn profile(o: &PipelineOpts, keep: Option<&std::path::Path>, json: bool) -> Result<()> {
+pub(crate) fn profile(o: &PipelineOpts, keep: Option<&std::path::Path>, json: bool) -> Result<()> {
     if !perf_usable() {
         crate::report::line(
             json,

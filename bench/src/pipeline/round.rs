@@ -28,47 +28,47 @@ const RCV_BUF: usize = 4 << 20;
 
 /// What one round measured.
 #[derive(Debug, Clone, Default)]
-pub struct RoundResult {
+pub(crate) struct RoundResult {
     /// Time inside `poll_once` (frame parsing to ACK frames and completions).
-    pub poll: Duration,
+    pub(crate) poll: Duration,
     /// This thread's CPU time inside `poll_once` (CLOCK_THREAD_CPUTIME_ID): what preemption
     /// by other load on the machine does not inflate.
-    pub poll_cpu: Duration,
+    pub(crate) poll_cpu: Duration,
     /// Wall time of the whole loop (also injecting, posting, taking ACKs and completions).
-    pub wall: Duration,
+    pub(crate) wall: Duration,
     /// This thread's CPU time over the whole loop (CLOCK_THREAD_CPUTIME_ID: the exact form of
     /// getrusage(RUSAGE_THREAD), which is tick-granular on this kernel and read above 1.0 of
     /// wall time on short rounds).
-    pub cpu: f64,
+    pub(crate) cpu: f64,
     /// Frames the worker received.
-    pub frames: u64,
+    pub(crate) frames: u64,
     /// Payload octets placed or counted (messages × payload).
-    pub payload_octets: u64,
+    pub(crate) payload_octets: u64,
     /// ACK frames the worker sent.
-    pub acks: u64,
+    pub(crate) acks: u64,
     /// Bursts injected (each at most a ring).
-    pub injections: u64,
+    pub(crate) injections: u64,
     /// Summed flow counters.
-    pub fpdus: u64,
-    pub placed_direct: u64,
-    pub placed_in_order: u64,
-    pub placed_from_store: u64,
-    pub spanned_in_place: u64,
-    pub staged: u64,
+    pub(crate) fpdus: u64,
+    pub(crate) placed_direct: u64,
+    pub(crate) placed_in_order: u64,
+    pub(crate) placed_from_store: u64,
+    pub(crate) spanned_in_place: u64,
+    pub(crate) staged: u64,
     /// Octets of the RX frames the kernel backed with transparent huge pages at the end.
-    pub huge_page_octets: u64,
-    pub out_of_order_segments: u64,
+    pub(crate) huge_page_octets: u64,
+    pub(crate) out_of_order_segments: u64,
     /// Segments the TCP took in one update with the one before them (`segments_batched`).
-    pub segments_batched: u64,
-    pub store_high_water: u64,
+    pub(crate) segments_batched: u64,
+    pub(crate) store_high_water: u64,
     /// Octets of region compared with what was sent.
-    pub compared: u64,
+    pub(crate) compared: u64,
     /// Completions checked.
-    pub completions: u64,
+    pub(crate) completions: u64,
     /// When the loop began and ended (`wall` apart): with several workers, the span from the
     /// first start to the last end is the aggregate's loop time.
-    pub began: Option<Instant>,
-    pub ended: Option<Instant>,
+    pub(crate) began: Option<Instant>,
+    pub(crate) ended: Option<Instant>,
 }
 
 struct Setup {
@@ -254,12 +254,12 @@ fn descriptors(o: &PipelineOpts, len: usize) -> usize {
 }
 
 /// Runs one round; `Err` when any check fails.
-pub fn run_round(o: &PipelineOpts, p: &Prepared) -> Result<RoundResult> {
+pub(crate) fn run_round(o: &PipelineOpts, p: &Prepared) -> Result<RoundResult> {
     run_round_with(o, p, &mut |_| {})
 }
 
 /// [`run_round`], calling `timing(true)` before and `timing(false)` after each timed part.
-pub fn run_round_with(
+pub(crate) fn run_round_with(
     o: &PipelineOpts,
     p: &Prepared,
     timing: &mut dyn FnMut(bool),
@@ -272,7 +272,7 @@ pub fn run_round_with(
 /// allocator arena, as a worker thread's own would), then every worker waits at `start`
 /// before its loop begins. A failed setup still meets the others at `start` (none of them
 /// waits forever) and then returns its error.
-pub fn run_round_on(
+pub(crate) fn run_round_on(
     o: &PipelineOpts,
     p: &Prepared,
     timing: &mut dyn FnMut(bool),

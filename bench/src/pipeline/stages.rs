@@ -21,7 +21,7 @@ use crate::report::document::PipelineConfigRecord;
 use anyhow::Result;
 
 /// The rungs' names, in order.
-pub const STAGES: [&str; 5] = [
+pub(crate) const STAGES: [&str; 5] = [
     "parse + flow + TCP + FPDU decode",
     "+ TCP checksum",
     "+ CRC32c",
@@ -30,7 +30,7 @@ pub const STAGES: [&str; 5] = [
 ];
 
 /// The ladder of configurations at `base`'s MSS, size, flows and volume.
-pub fn ladder(base: &PipelineOpts) -> Vec<PipelineOpts> {
+pub(crate) fn ladder(base: &PipelineOpts) -> Vec<PipelineOpts> {
     let rung = |i: usize| {
         let mut o = base.clone();
         o.loss = 0.0;
@@ -47,12 +47,12 @@ pub fn ladder(base: &PipelineOpts) -> Vec<PipelineOpts> {
 }
 
 /// The ladder's reports.
-pub struct StageTable {
-    pub reports: Vec<PipelineReport>,
+pub(crate) struct StageTable {
+    pub(crate) reports: Vec<PipelineReport>,
 }
 
 /// Runs the ladder.
-pub fn run(base: &PipelineOpts) -> Result<StageTable> {
+pub(crate) fn run(base: &PipelineOpts) -> Result<StageTable> {
     Ok(StageTable {
         reports: pipeline_many(&ladder(base))?,
     })
@@ -60,7 +60,7 @@ pub fn run(base: &PipelineOpts) -> Result<StageTable> {
 
 impl StageTable {
     /// ns per packet of each stage: the first rung's whole cost, then differences.
-    pub fn stage_ns(&self) -> Vec<(&'static str, f64)> {
+    pub(crate) fn stage_ns(&self) -> Vec<(&'static str, f64)> {
         stage_costs(
             &self
                 .reports
@@ -71,7 +71,7 @@ impl StageTable {
     }
 
     /// The table (markdown).
-    pub fn table(&self) -> String {
+    pub(crate) fn table(&self) -> String {
         let Some(last) = self.reports.last() else {
             return String::new();
         };
@@ -91,7 +91,7 @@ impl StageTable {
     }
 
     /// One result per rung, with its stage and the stage's own cost.
-    pub fn records(&self) -> Vec<PipelineConfigRecord> {
+    pub(crate) fn records(&self) -> Vec<PipelineConfigRecord> {
         self.stage_ns()
             .iter()
             .zip(&self.reports)
@@ -105,7 +105,7 @@ impl StageTable {
 }
 
 /// Stage costs from the rungs' cumulative costs.
-pub fn stage_costs(cumulative: &[f64]) -> Vec<(&'static str, f64)> {
+pub(crate) fn stage_costs(cumulative: &[f64]) -> Vec<(&'static str, f64)> {
     STAGES
         .iter()
         .zip(cumulative)

@@ -18,7 +18,7 @@ use anyhow::{anyhow, bail, Result};
 use std::sync::Barrier;
 
 /// The CPUs this process may run on, in order.
-pub fn allowed_cpus() -> Vec<usize> {
+pub(crate) fn allowed_cpus() -> Vec<usize> {
     use nix::sched::{sched_getaffinity, CpuSet};
     use nix::unistd::Pid;
     let Ok(set) = sched_getaffinity(Pid::from_raw(0)) else {
@@ -39,7 +39,7 @@ fn pin(cpu: usize) -> Result<()> {
 }
 
 /// One CPU per worker when there are enough, else none (`None`: not pinned).
-pub fn placement(workers: usize) -> Option<Vec<usize>> {
+pub(crate) fn placement(workers: usize) -> Option<Vec<usize>> {
     let cpus = allowed_cpus();
     (workers <= cpus.len()).then(|| cpus[..workers].to_vec())
 }
@@ -47,7 +47,7 @@ pub fn placement(workers: usize) -> Option<Vec<usize>> {
 /// One multi-worker round: worker `w` runs `prepared[w]` on its own thread (pinned to
 /// `cpus[w]` when given). Returns every worker's result; `Err` names the first worker whose
 /// round failed.
-pub fn run_workers_round(
+pub(crate) fn run_workers_round(
     o: &PipelineOpts,
     prepared: &[Prepared],
     cpus: Option<&[usize]>,
@@ -89,49 +89,49 @@ pub fn run_workers_round(
 
 /// What one worker measured over the rounds.
 #[derive(Debug, Clone)]
-pub struct WorkerReport {
+pub(crate) struct WorkerReport {
     /// Its index, and the CPU it was pinned to.
-    pub worker: usize,
-    pub cpu: Option<usize>,
+    pub(crate) worker: usize,
+    pub(crate) cpu: Option<usize>,
     /// Its flows' ids and STags.
-    pub flow_ids: Vec<u64>,
-    pub stags: Vec<u32>,
+    pub(crate) flow_ids: Vec<u64>,
+    pub(crate) stags: Vec<u32>,
     /// Segments it was sent per round.
-    pub segments: u64,
-    pub ns_per_segment: Spread,
-    pub cpu_ns_per_segment: Spread,
-    pub gbits: Spread,
-    pub cpu_over_wall: Spread,
+    pub(crate) segments: u64,
+    pub(crate) ns_per_segment: Spread,
+    pub(crate) cpu_ns_per_segment: Spread,
+    pub(crate) gbits: Spread,
+    pub(crate) cpu_over_wall: Spread,
     /// The last round.
-    pub last: RoundResult,
+    pub(crate) last: RoundResult,
 }
 
 /// What `pipeline --workers N` measured for one configuration.
 #[derive(Debug, Clone)]
-pub struct WorkersReport {
-    pub opts: PipelineOpts,
-    pub workers: usize,
+pub(crate) struct WorkersReport {
+    pub(crate) opts: PipelineOpts,
+    pub(crate) workers: usize,
     /// The CPUs the workers were pinned to (`None`: more workers than CPUs, not pinned).
-    pub cpus: Option<Vec<usize>>,
+    pub(crate) cpus: Option<Vec<usize>>,
     /// Payload of all workers over the slowest worker's poll time, per round.
-    pub aggregate_gbits: Spread,
+    pub(crate) aggregate_gbits: Spread,
     /// Payload of all workers over the span from the first start to the last end.
-    pub aggregate_loop_gbits: Spread,
+    pub(crate) aggregate_loop_gbits: Spread,
     /// The 1-worker reference of the same rounds (worker 0's frames, CPU and code path).
-    pub one: WorkerReport,
-    pub one_loop_gbits: Spread,
+    pub(crate) one: WorkerReport,
+    pub(crate) one_loop_gbits: Spread,
     /// Aggregate over the 1-worker reference, round by round.
-    pub scaling: Spread,
+    pub(crate) scaling: Spread,
     /// The same from the threads' CPU time in polls instead of wall time: what preemption
     /// by other load does not inflate (contention for caches and memory between the workers
     /// still does, which is what this should show).
-    pub aggregate_cpu_gbits: Spread,
-    pub one_cpu_gbits: Spread,
-    pub scaling_cpu: Spread,
-    pub per_worker: Vec<WorkerReport>,
+    pub(crate) aggregate_cpu_gbits: Spread,
+    pub(crate) one_cpu_gbits: Spread,
+    pub(crate) scaling_cpu: Spread,
+    pub(crate) per_worker: Vec<WorkerReport>,
     /// Octet passes alone over worker 0's frames, as in the single-worker table.
-    pub memcpy_gbits: Spread,
-    pub crc_gbits: Spread,
+    pub(crate) memcpy_gbits: Spread,
+    pub(crate) crc_gbits: Spread,
 }
 
 fn spread(v: Vec<f64>) -> Spread {
@@ -190,7 +190,7 @@ fn aggregate(rs: &[RoundResult]) -> (f64, f64, f64) {
 /// Prepares every worker's frames, then runs `o.rounds` rounds, each the 1-worker reference
 /// (with `workers` > 1) followed by all `workers` together. `Err` names the first round and
 /// worker whose checks failed.
-pub fn run(o: &PipelineOpts, workers: usize) -> Result<WorkersReport> {
+pub(crate) fn run(o: &PipelineOpts, workers: usize) -> Result<WorkersReport> {
     let workers = workers.max(1);
     let prepared = (0..workers)
         .map(|w| gen::prepare_worker(o, w))
@@ -268,7 +268,7 @@ pub fn run(o: &PipelineOpts, workers: usize) -> Result<WorkersReport> {
 }
 
 /// Several configurations, one after the other.
-pub fn run_many(configs: &[PipelineOpts], workers: usize) -> Result<Vec<WorkersReport>> {
+pub(crate) fn run_many(configs: &[PipelineOpts], workers: usize) -> Result<Vec<WorkersReport>> {
     if configs.is_empty() {
         bail!("no configuration");
     }
@@ -335,7 +335,7 @@ impl WorkersReport {
 
     /// Every value, for `--json` (with the keys every pipeline result carries: the per-worker
     /// medians as `gbit_s_per_core` and `ns_per_packet`).
-    pub fn record(&self) -> PipelineWorkersRecord {
+    pub(crate) fn record(&self) -> PipelineWorkersRecord {
         let o = &self.opts;
         let median = |f: &dyn Fn(&WorkerReport) -> f64| {
             spread(self.per_worker.iter().map(f).collect()).median
@@ -377,7 +377,7 @@ impl WorkersReport {
 }
 
 /// The table of `reports` (markdown): the 1-worker reference, each worker, the aggregate.
-pub fn table(reports: &[WorkersReport]) -> String {
+pub(crate) fn table(reports: &[WorkersReport]) -> String {
     let mut s = String::new();
     for r in reports {
         s += &format!(

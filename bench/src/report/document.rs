@@ -19,7 +19,7 @@ use std::net::IpAddr;
 /// The experiments that print a document.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Scenario {
+pub(crate) enum Scenario {
     Lat,
     Bw,
     Pipeline,
@@ -27,7 +27,7 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    pub fn key(self) -> &'static str {
+    pub(crate) fn key(self) -> &'static str {
         match self {
             Scenario::Lat => "lat",
             Scenario::Bw => "bw",
@@ -40,7 +40,7 @@ impl Scenario {
 /// The document of one experiment.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "scenario", rename_all = "lowercase")]
-pub enum Document {
+pub(crate) enum Document {
     Lat {
         params: LatParams,
         results: Vec<LatRecord>,
@@ -64,7 +64,7 @@ pub enum Document {
 }
 
 impl Document {
-    pub fn scenario(&self) -> Scenario {
+    pub(crate) fn scenario(&self) -> Scenario {
         match self {
             Document::Lat { .. } => Scenario::Lat,
             Document::Bw { .. } => Scenario::Bw,
@@ -75,7 +75,7 @@ impl Document {
 }
 
 /// Checks that `doc` has the shape docs/benchmarks.md documents: a known scenario, and
-/// params and results that read as that scenario's ([`Document`]), headline values numbers.
+/// params and results that read as that scenario's (`Document`), headline values numbers.
 /// An error names the part and the result that does not, and why.
 pub fn check_shape(doc: &Value) -> Result<()> {
     let scenario =
@@ -148,7 +148,7 @@ fn is_false(b: &bool) -> bool {
 /// The receiver a `lat` or `bw` result is of (with `bw --sender datapath`: the sender, and
 /// `dp→dp` the datapath sending to a second datapath).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Receiver {
+pub(crate) enum Receiver {
     #[serde(rename = "kernel")]
     Kernel,
     #[serde(rename = "datapath")]
@@ -168,7 +168,7 @@ pub enum Receiver {
 
 impl Receiver {
     /// As documents and tables name it.
-    pub fn key(self) -> &'static str {
+    pub(crate) fn key(self) -> &'static str {
         match self {
             Receiver::Kernel => "kernel",
             Receiver::Datapath => "datapath",
@@ -183,52 +183,52 @@ impl Receiver {
 /// `lat`'s options. The bed's loss, impairment, queues, CPU split and interface are recorded
 /// only when they differ from the private bed's defaults.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LatParams {
-    pub sizes: Vec<usize>,
-    pub messages: u64,
-    pub rate: u64,
-    pub rounds: u32,
-    pub mtu: u32,
-    pub consumer_busy_poll: bool,
-    pub spin_us: u64,
+pub(crate) struct LatParams {
+    pub(crate) sizes: Vec<usize>,
+    pub(crate) messages: u64,
+    pub(crate) rate: u64,
+    pub(crate) rounds: u32,
+    pub(crate) mtu: u32,
+    pub(crate) consumer_busy_poll: bool,
+    pub(crate) spin_us: u64,
     /// `--spin-yield-polls`: empty polls between a spinner's yields (0: never).
     #[serde(default)]
-    pub spin_yield_polls: u32,
+    pub(crate) spin_yield_polls: u32,
     /// The datapath modes measured (`lat --modes`).
     #[serde(default)]
-    pub modes: Vec<DatapathMode>,
+    pub(crate) modes: Vec<DatapathMode>,
     /// `--pingpong`: how the process modes' consumer posts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub post_via: Option<PostVia>,
+    pub(crate) post_via: Option<PostVia>,
     /// `--wire-segments`: the kernel side's sender without TSO, its receiver with GRO.
     #[serde(default, skip_serializing_if = "is_false")]
-    pub wire_segments: bool,
+    pub(crate) wire_segments: bool,
     /// `--busy-poll-us`: preferred busy polling on the datapath's sockets (0: off).
     #[serde(default, skip_serializing_if = "is_zero")]
-    pub busy_poll_us: u32,
-    pub framing: Framing,
+    pub(crate) busy_poll_us: u32,
+    pub(crate) framing: Framing,
     /// `--pingpong`: RTT/2 of RDMA Write ping-pong instead of one-way latency.
     #[serde(default, skip_serializing_if = "is_false")]
-    pub pingpong: bool,
+    pub(crate) pingpong: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub loss_percent: Option<u8>,
+    pub(crate) loss_percent: Option<u8>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub impair: Option<String>,
+    pub(crate) impair: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queues: Option<u32>,
+    pub(crate) queues: Option<u32>,
     #[serde(default, skip_serializing_if = "is_false")]
-    pub split_cpus: bool,
+    pub(crate) split_cpus: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub iface: Option<String>,
+    pub(crate) iface: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peer: Option<IpAddr>,
+    pub(crate) peer: Option<IpAddr>,
 }
 
 /// How one-way `lat` samples relate the sender's clock to the receivers'
 /// (docs/latency.md, "Two hosts"): `{"source": "same-host"}` or `{"source": "measured", …}`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "source", rename_all = "kebab-case")]
-pub enum LatClock {
+pub(crate) enum LatClock {
     /// Both ends read one host's CLOCK_MONOTONIC (the private bed's namespaces): nothing
     /// measured, nothing corrected.
     SameHost,
@@ -239,337 +239,337 @@ pub enum LatClock {
 
 /// The peer host's clock as `lat` measured it (`LatClock::Measured`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct MeasuredClock {
+pub(crate) struct MeasuredClock {
     /// The clock responder (`mpa-peer clock` on the peer host), `ADDR:PORT`, UDP.
-    pub responder: String,
+    pub(crate) responder: String,
     /// Probes per measurement (`--clock-probes`).
-    pub probes: u32,
+    pub(crate) probes: u32,
     /// `--max-clock-error-us`, in ns.
-    pub max_error_ns: u64,
+    pub(crate) max_error_ns: u64,
     /// θ, the peer's clock minus this host's, at the first measurement, ns.
-    pub offset_ns: i64,
+    pub(crate) offset_ns: i64,
     /// ε, the largest error bound of any measurement, ns: every sample is ± this.
-    pub error_ns: u64,
+    pub(crate) error_ns: u64,
     /// How fast θ changed from the first measurement to the last, ppm, and the bound on that
     /// figure's error.
     #[serde(deserialize_with = "nan_if_null")]
-    pub drift_ppm: f64,
+    pub(crate) drift_ppm: f64,
     #[serde(deserialize_with = "nan_if_null")]
-    pub drift_error_ppm: f64,
+    pub(crate) drift_error_ppm: f64,
     /// Every measurement, in order: before the first run and after each.
-    pub measurements: Vec<ClockMeasurement>,
+    pub(crate) measurements: Vec<ClockMeasurement>,
 }
 
 /// One measurement of the peer's clock: its best exchange.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ClockMeasurement {
+pub(crate) struct ClockMeasurement {
     /// When, seconds after the first measurement.
-    pub at_s: f64,
-    pub offset_ns: i64,
-    pub error_ns: u64,
+    pub(crate) at_s: f64,
+    pub(crate) offset_ns: i64,
+    pub(crate) error_ns: u64,
     /// The best exchange's round trip, ns.
-    pub rtt_ns: u64,
+    pub(crate) rtt_ns: u64,
     /// Probes answered, of those sent.
-    pub answered: u32,
-    pub sent: u32,
+    pub(crate) answered: u32,
+    pub(crate) sent: u32,
 }
 
 /// One `lat` result: a receiver and a size over all rounds, latencies in µs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LatRecord {
-    pub receiver: Receiver,
-    pub size: usize,
-    pub rounds: u32,
-    pub samples: u64,
-    pub bad_stamps: u64,
-    pub min_us: f64,
-    pub p50_us: f64,
-    pub p90_us: f64,
-    pub p99_us: f64,
-    pub p999_us: f64,
-    pub max_us: f64,
+pub(crate) struct LatRecord {
+    pub(crate) receiver: Receiver,
+    pub(crate) size: usize,
+    pub(crate) rounds: u32,
+    pub(crate) samples: u64,
+    pub(crate) bad_stamps: u64,
+    pub(crate) min_us: f64,
+    pub(crate) p50_us: f64,
+    pub(crate) p90_us: f64,
+    pub(crate) p99_us: f64,
+    pub(crate) p999_us: f64,
+    pub(crate) max_us: f64,
     #[serde(deserialize_with = "nan_if_null")]
-    pub mean_us: f64,
+    pub(crate) mean_us: f64,
 }
 
 /// `bw`'s options.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct BwParams {
-    pub sizes: Vec<usize>,
-    pub bytes: u64,
+pub(crate) struct BwParams {
+    pub(crate) sizes: Vec<usize>,
+    pub(crate) bytes: u64,
     /// `--duration`: each sender sent for this long instead of `bytes`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub duration_s: Option<f64>,
-    pub rounds: u32,
-    pub mtu: u32,
-    pub loss_percent: u8,
-    pub queues: u32,
-    pub framing: Framing,
+    pub(crate) duration_s: Option<f64>,
+    pub(crate) rounds: u32,
+    pub(crate) mtu: u32,
+    pub(crate) loss_percent: u8,
+    pub(crate) queues: u32,
+    pub(crate) framing: Framing,
     /// The impairment's configuration (its `Debug` form).
-    pub impair: Option<String>,
-    pub connections: u32,
-    pub op: Op,
-    pub aligned: bool,
-    pub iface: Option<String>,
-    pub peer: Option<IpAddr>,
-    pub split_cpus: bool,
-    pub sender_cc: Option<String>,
-    pub sender: SenderSide,
-    pub wire_segments: bool,
+    pub(crate) impair: Option<String>,
+    pub(crate) connections: u32,
+    pub(crate) op: Op,
+    pub(crate) aligned: bool,
+    pub(crate) iface: Option<String>,
+    pub(crate) peer: Option<IpAddr>,
+    pub(crate) split_cpus: bool,
+    pub(crate) sender_cc: Option<String>,
+    pub(crate) sender: SenderSide,
+    pub(crate) wire_segments: bool,
 }
 
 /// One `bw` result: a receiver and a size over all rounds. Goodput in Gbit/s of ULPDU octets
 /// (median, min, max, mean, each round's); CPU in ns per octet (medians).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct BwRecord {
-    pub receiver: Receiver,
-    pub size: usize,
-    pub rounds: usize,
-    pub gbit_s: f64,
-    pub gbit_s_min: f64,
-    pub gbit_s_max: f64,
+pub(crate) struct BwRecord {
+    pub(crate) receiver: Receiver,
+    pub(crate) size: usize,
+    pub(crate) rounds: usize,
+    pub(crate) gbit_s: f64,
+    pub(crate) gbit_s_min: f64,
+    pub(crate) gbit_s_max: f64,
     #[serde(deserialize_with = "nan_if_null")]
-    pub gbit_s_mean: f64,
+    pub(crate) gbit_s_mean: f64,
     #[serde(deserialize_with = "nan_if_null")]
-    pub msg_per_s: f64,
+    pub(crate) msg_per_s: f64,
     /// Messages and ULPDU octets of one round.
     #[serde(deserialize_with = "nan_if_null")]
-    pub messages: f64,
+    pub(crate) messages: f64,
     #[serde(deserialize_with = "nan_if_null")]
-    pub octets: f64,
+    pub(crate) octets: f64,
     /// Whole-system CPU, the receiver process's, and the sender's.
-    pub system_cpu_ns_per_octet: f64,
-    pub process_cpu_ns_per_octet: f64,
+    pub(crate) system_cpu_ns_per_octet: f64,
+    pub(crate) process_cpu_ns_per_octet: f64,
     #[serde(deserialize_with = "nan_if_null")]
-    pub sender_cpu_ns_per_octet: f64,
+    pub(crate) sender_cpu_ns_per_octet: f64,
     /// Share of the out-of-order FPDUs placed on arrival (the datapath under loss).
-    pub placed_direct_percent: Option<f64>,
+    pub(crate) placed_direct_percent: Option<f64>,
     /// The Linux sender's TCP: retransmitted segments per 100, RTOs (medians of rounds).
-    pub sender_retrans_percent: Option<f64>,
-    pub sender_rtos: Option<f64>,
+    pub(crate) sender_retrans_percent: Option<f64>,
+    pub(crate) sender_rtos: Option<f64>,
     /// The Linux sender's TCP counters of each round.
-    pub round_sender_tcp: Vec<SenderTcp>,
+    pub(crate) round_sender_tcp: Vec<SenderTcp>,
     #[serde(deserialize_with = "nans_if_null")]
-    pub round_gbit_s: Vec<f64>,
+    pub(crate) round_gbit_s: Vec<f64>,
     /// The datapath's goodput over the kernel's, paired by round (datapath results only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub paired_goodput_ratio: Option<f64>,
+    pub(crate) paired_goodput_ratio: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub paired_goodput_ratio_min: Option<f64>,
+    pub(crate) paired_goodput_ratio_min: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub paired_goodput_ratio_max: Option<f64>,
+    pub(crate) paired_goodput_ratio_max: Option<f64>,
 }
 
 /// `pipeline`'s options.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PipelineParams {
-    pub mss: Vec<usize>,
-    pub sizes: Vec<usize>,
-    pub rounds: usize,
-    pub flows: usize,
-    pub markers: bool,
-    pub crc: bool,
-    pub op: Op,
-    pub aligned: bool,
-    pub loss: f64,
-    pub reorder: f64,
-    pub bytes: u64,
-    pub verify_checksums: bool,
-    pub digest: bool,
-    pub seed: u64,
+pub(crate) struct PipelineParams {
+    pub(crate) mss: Vec<usize>,
+    pub(crate) sizes: Vec<usize>,
+    pub(crate) rounds: usize,
+    pub(crate) flows: usize,
+    pub(crate) markers: bool,
+    pub(crate) crc: bool,
+    pub(crate) op: Op,
+    pub(crate) aligned: bool,
+    pub(crate) loss: f64,
+    pub(crate) reorder: f64,
+    pub(crate) bytes: u64,
+    pub(crate) verify_checksums: bool,
+    pub(crate) digest: bool,
+    pub(crate) seed: u64,
     /// `--chains-in-pieces`.
     #[serde(default)]
-    pub chains_in_pieces: bool,
+    pub(crate) chains_in_pieces: bool,
     /// `--huge-pages`.
     #[serde(default)]
-    pub huge_pages: bool,
+    pub(crate) huge_pages: bool,
     /// `--streaming-stores` (absent in documents from before the option).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub streaming_stores: Option<String>,
+    pub(crate) streaming_stores: Option<String>,
     /// `--workers`, only above 1 (one worker's document keeps its shape).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workers: Option<usize>,
+    pub(crate) workers: Option<usize>,
 }
 
 /// One `pipeline` result: a configuration on one worker, or (`--workers`) on several side by
 /// side.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
-pub enum PipelineRecord {
+pub(crate) enum PipelineRecord {
     Workers(Box<PipelineWorkersRecord>),
     Config(Box<PipelineConfigRecord>),
 }
 
 /// One configuration on one worker over its rounds; the counters are the last round's.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PipelineConfigRecord {
-    pub label: String,
-    pub flows: usize,
-    pub size: usize,
-    pub mss: usize,
-    pub markers: bool,
-    pub crc: bool,
-    pub op: Op,
-    pub aligned: bool,
-    pub loss: f64,
-    pub reorder: f64,
-    pub bytes: u64,
-    pub rounds: usize,
-    pub digest: bool,
-    pub verify_checksums: bool,
-    pub segments: u64,
-    pub dropped: u64,
-    pub reordered: u64,
-    pub ns_per_segment: Spread,
-    pub cpu_ns_per_segment: Spread,
-    pub gbits: Spread,
-    pub segments_per_s: Spread,
-    pub cpu_over_wall: Spread,
-    pub poll_share: Spread,
-    pub acks: u64,
-    pub fpdus: u64,
-    pub placed_direct: u64,
-    pub placed_in_order: u64,
-    pub placed_from_store: u64,
+pub(crate) struct PipelineConfigRecord {
+    pub(crate) label: String,
+    pub(crate) flows: usize,
+    pub(crate) size: usize,
+    pub(crate) mss: usize,
+    pub(crate) markers: bool,
+    pub(crate) crc: bool,
+    pub(crate) op: Op,
+    pub(crate) aligned: bool,
+    pub(crate) loss: f64,
+    pub(crate) reorder: f64,
+    pub(crate) bytes: u64,
+    pub(crate) rounds: usize,
+    pub(crate) digest: bool,
+    pub(crate) verify_checksums: bool,
+    pub(crate) segments: u64,
+    pub(crate) dropped: u64,
+    pub(crate) reordered: u64,
+    pub(crate) ns_per_segment: Spread,
+    pub(crate) cpu_ns_per_segment: Spread,
+    pub(crate) gbits: Spread,
+    pub(crate) segments_per_s: Spread,
+    pub(crate) cpu_over_wall: Spread,
+    pub(crate) poll_share: Spread,
+    pub(crate) acks: u64,
+    pub(crate) fpdus: u64,
+    pub(crate) placed_direct: u64,
+    pub(crate) placed_in_order: u64,
+    pub(crate) placed_from_store: u64,
     /// In-order FPDUs that spanned segments of one burst, placed from the frames in place.
     #[serde(default)]
-    pub spanned_in_place: u64,
+    pub(crate) spanned_in_place: u64,
     /// In-order FPDUs that spanned bursts, copied into the FPDU buffer first.
     #[serde(default)]
-    pub staged: u64,
+    pub(crate) staged: u64,
     /// Octets of the RX frames on transparent huge pages at the end (`--huge-pages`).
     #[serde(default)]
-    pub huge_page_octets: u64,
-    pub out_of_order_segments: u64,
+    pub(crate) huge_page_octets: u64,
+    pub(crate) out_of_order_segments: u64,
     /// Segments the TCP took in one update with the one before them.
     #[serde(default)]
-    pub segments_batched: u64,
-    pub store_high_water: u64,
-    pub completions: u64,
-    pub region_octets_checked: u64,
-    pub payload_octets: u64,
+    pub(crate) segments_batched: u64,
+    pub(crate) store_high_water: u64,
+    pub(crate) completions: u64,
+    pub(crate) region_octets_checked: u64,
+    pub(crate) payload_octets: u64,
     /// Payload Gbit/s on one core (median, min, max), poll ns per packet and Mpps (medians).
-    pub gbit_s_per_core: f64,
+    pub(crate) gbit_s_per_core: f64,
     #[serde(deserialize_with = "nan_if_null")]
-    pub gbit_s_per_core_min: f64,
+    pub(crate) gbit_s_per_core_min: f64,
     #[serde(deserialize_with = "nan_if_null")]
-    pub gbit_s_per_core_max: f64,
-    pub ns_per_packet: f64,
+    pub(crate) gbit_s_per_core_max: f64,
+    pub(crate) ns_per_packet: f64,
     #[serde(deserialize_with = "nan_if_null")]
-    pub mpps: f64,
+    pub(crate) mpps: f64,
     /// memcpy alone and CRC32c alone over the same octets, and the pipeline's share of each.
-    pub memcpy_gbit_s: f64,
-    pub crc_gbit_s: f64,
+    pub(crate) memcpy_gbit_s: f64,
+    pub(crate) crc_gbit_s: f64,
     /// The same over frames just written into a ring, burst by burst (what the pipeline
     /// reads).
     #[serde(default = "nan", deserialize_with = "nan_if_null")]
-    pub memcpy_warm_gbit_s: f64,
+    pub(crate) memcpy_warm_gbit_s: f64,
     #[serde(default = "nan", deserialize_with = "nan_if_null")]
-    pub crc_warm_gbit_s: f64,
+    pub(crate) crc_warm_gbit_s: f64,
     #[serde(deserialize_with = "nan_if_null")]
-    pub share_of_memcpy: f64,
+    pub(crate) share_of_memcpy: f64,
     #[serde(deserialize_with = "nan_if_null")]
-    pub share_of_crc: f64,
+    pub(crate) share_of_crc: f64,
     /// A rung of the stage ladder: its stage, and the stage's own ns per packet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stage: Option<String>,
+    pub(crate) stage: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stage_ns_per_packet: Option<f64>,
+    pub(crate) stage_ns_per_packet: Option<f64>,
     /// The cost model fitted over the run's configurations of this ULPDU size at several MSS:
     /// ns per segment = `fit_ns_per_packet` + `fit_ns_per_kib` × payload KiB per segment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fit_ns_per_packet: Option<f64>,
+    pub(crate) fit_ns_per_packet: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fit_ns_per_kib: Option<f64>,
+    pub(crate) fit_ns_per_kib: Option<f64>,
     /// One of the per-stage variants (`--variants`).
     #[serde(default, skip_serializing_if = "is_false")]
-    pub variant: bool,
+    pub(crate) variant: bool,
 }
 
 /// One configuration on several workers side by side (`--workers`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PipelineWorkersRecord {
-    pub label: String,
-    pub workers: usize,
-    pub pinned: bool,
-    pub cpus: Option<Vec<usize>>,
-    pub flows_per_worker: usize,
-    pub size: usize,
-    pub mss: usize,
-    pub markers: bool,
-    pub crc: bool,
-    pub op: Op,
-    pub aligned: bool,
-    pub loss: f64,
-    pub reorder: f64,
-    pub bytes_per_worker: u64,
-    pub rounds: usize,
+pub(crate) struct PipelineWorkersRecord {
+    pub(crate) label: String,
+    pub(crate) workers: usize,
+    pub(crate) pinned: bool,
+    pub(crate) cpus: Option<Vec<usize>>,
+    pub(crate) flows_per_worker: usize,
+    pub(crate) size: usize,
+    pub(crate) mss: usize,
+    pub(crate) markers: bool,
+    pub(crate) crc: bool,
+    pub(crate) op: Op,
+    pub(crate) aligned: bool,
+    pub(crate) loss: f64,
+    pub(crate) reorder: f64,
+    pub(crate) bytes_per_worker: u64,
+    pub(crate) rounds: usize,
     /// The per-worker medians, under the keys every pipeline result carries.
-    pub gbit_s_per_core: f64,
-    pub ns_per_packet: f64,
-    pub memcpy_gbit_s: f64,
-    pub crc_gbit_s: f64,
+    pub(crate) gbit_s_per_core: f64,
+    pub(crate) ns_per_packet: f64,
+    pub(crate) memcpy_gbit_s: f64,
+    pub(crate) crc_gbit_s: f64,
     #[serde(deserialize_with = "nan_if_null")]
-    pub aggregate_gbit_s: f64,
-    pub aggregate_gbit_s_spread: Spread,
-    pub aggregate_loop_gbit_s: Spread,
-    pub one_worker_gbit_s: Spread,
-    pub one_worker_ns_per_packet: Spread,
-    pub one_worker_loop_gbit_s: Spread,
+    pub(crate) aggregate_gbit_s: f64,
+    pub(crate) aggregate_gbit_s_spread: Spread,
+    pub(crate) aggregate_loop_gbit_s: Spread,
+    pub(crate) one_worker_gbit_s: Spread,
+    pub(crate) one_worker_ns_per_packet: Spread,
+    pub(crate) one_worker_loop_gbit_s: Spread,
     #[serde(deserialize_with = "nan_if_null")]
-    pub scaling: f64,
-    pub scaling_spread: Spread,
-    pub aggregate_cpu_gbit_s: Spread,
-    pub one_worker_cpu_gbit_s: Spread,
-    pub scaling_cpu: Spread,
-    pub per_worker: Vec<PipelineWorkerRecord>,
+    pub(crate) scaling: f64,
+    pub(crate) scaling_spread: Spread,
+    pub(crate) aggregate_cpu_gbit_s: Spread,
+    pub(crate) one_worker_cpu_gbit_s: Spread,
+    pub(crate) scaling_cpu: Spread,
+    pub(crate) per_worker: Vec<PipelineWorkerRecord>,
 }
 
 /// One worker of [`PipelineWorkersRecord`]; the counters are the last round's.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PipelineWorkerRecord {
-    pub worker: usize,
-    pub cpu: Option<usize>,
-    pub flow_ids: Vec<u64>,
-    pub stags: Vec<u32>,
-    pub segments: u64,
-    pub ns_per_packet: Spread,
-    pub cpu_ns_per_packet: Spread,
-    pub gbit_s: Spread,
-    pub cpu_over_wall: Spread,
-    pub frames: u64,
-    pub acks: u64,
-    pub fpdus: u64,
-    pub completions: u64,
-    pub region_octets_checked: u64,
-    pub payload_octets: u64,
+pub(crate) struct PipelineWorkerRecord {
+    pub(crate) worker: usize,
+    pub(crate) cpu: Option<usize>,
+    pub(crate) flow_ids: Vec<u64>,
+    pub(crate) stags: Vec<u32>,
+    pub(crate) segments: u64,
+    pub(crate) ns_per_packet: Spread,
+    pub(crate) cpu_ns_per_packet: Spread,
+    pub(crate) gbit_s: Spread,
+    pub(crate) cpu_over_wall: Spread,
+    pub(crate) frames: u64,
+    pub(crate) acks: u64,
+    pub(crate) fpdus: u64,
+    pub(crate) completions: u64,
+    pub(crate) region_octets_checked: u64,
+    pub(crate) payload_octets: u64,
 }
 
 /// `setup`'s options.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SetupParams {
-    pub connections: usize,
-    pub parallel: usize,
+pub(crate) struct SetupParams {
+    pub(crate) connections: usize,
+    pub(crate) parallel: usize,
 }
 
 /// The `setup` result: hand-overs per second and hand-over latency (ms).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SetupRecord {
-    pub connections: usize,
-    pub parallel: usize,
+pub(crate) struct SetupRecord {
+    pub(crate) connections: usize,
+    pub(crate) parallel: usize,
     #[serde(deserialize_with = "nan_if_null")]
-    pub seconds: f64,
-    pub handovers_per_s: f64,
+    pub(crate) seconds: f64,
+    pub(crate) handovers_per_s: f64,
     #[serde(deserialize_with = "nan_if_null")]
-    pub min_ms: f64,
-    pub p50_ms: f64,
-    pub p90_ms: f64,
-    pub p99_ms: f64,
+    pub(crate) min_ms: f64,
+    pub(crate) p50_ms: f64,
+    pub(crate) p90_ms: f64,
+    pub(crate) p99_ms: f64,
     #[serde(deserialize_with = "nan_if_null")]
-    pub p999_ms: f64,
-    pub max_ms: f64,
+    pub(crate) p999_ms: f64,
+    pub(crate) max_ms: f64,
     #[serde(deserialize_with = "nan_if_null")]
-    pub rss_mib: f64,
+    pub(crate) rss_mib: f64,
     #[serde(deserialize_with = "nan_if_null")]
-    pub close_seconds: f64,
+    pub(crate) close_seconds: f64,
 }

@@ -1,28 +1,29 @@
 //! What every experiment hands back: the one JSON document `--json` prints on stdout
-//! (`{"scenario", "params", "results"}`, typed in [`document`]), the spread of a value over
+//! (`{"scenario", "params", "results"}`, typed in `document`), the spread of a value over
 //! rounds, and the check of a document's shape (the keys docs/benchmarks.md documents for each
 //! scenario).
 
-pub mod document;
-pub mod progress;
+pub(crate) mod document;
+pub(crate) mod progress;
 
-pub use document::{check_shape, Document, Receiver, Scenario};
+pub use document::check_shape;
+pub(crate) use document::{Document, Receiver};
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 /// Median, min and max of a value over rounds (`{"median", "min", "max"}` in documents).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Spread {
-    pub median: f64,
-    pub min: f64,
-    pub max: f64,
+pub(crate) struct Spread {
+    pub(crate) median: f64,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
 }
 
 impl Spread {
     /// The spread of `v` (the median of an even count is the mean of the middle two); `None`
     /// when `v` is empty or holds a NaN.
-    pub fn of(mut v: Vec<f64>) -> Option<Spread> {
+    pub(crate) fn of(mut v: Vec<f64>) -> Option<Spread> {
         if v.is_empty() || v.iter().any(|x| x.is_nan()) {
             return None;
         }
@@ -44,7 +45,7 @@ impl Spread {
 /// Where an experiment writes its files unless `--out` says otherwise: outside any checkout,
 /// in the user's state directory (`$XDG_STATE_HOME/mpa-bench/<experiment>`, else
 /// `~/.local/state/mpa-bench/<experiment>`, else the temporary directory's `mpa-bench`).
-pub fn default_out(experiment: &str) -> std::path::PathBuf {
+pub(crate) fn default_out(experiment: &str) -> std::path::PathBuf {
     let state = std::env::var_os("XDG_STATE_HOME")
         .filter(|v| !v.is_empty())
         .map(std::path::PathBuf::from)
@@ -68,11 +69,11 @@ struct Printed<'a, T: Serialize> {
 }
 
 /// `doc` as the one document on stdout, `"ok": true` added.
-pub fn to_json<T: Serialize>(doc: &T) -> Result<String> {
+pub(crate) fn to_json<T: Serialize>(doc: &T) -> Result<String> {
     Ok(serde_json::to_string(&Printed { doc, ok: true })?)
 }
 
-/// Prints `doc` as the one document on stdout ([`to_json`]).
+/// Prints `doc` as the one document on stdout (`to_json`).
 pub fn print<T: Serialize>(doc: &T) -> Result<()> {
     mpa_cli::outln!("{}", to_json(doc)?);
     Ok(())

@@ -5,12 +5,12 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::time::Duration;
 
 /// A progress line over `total` runs.
-pub struct Progress {
+pub(crate) struct Progress {
     bar: ProgressBar,
 }
 
 impl Progress {
-    pub fn new(scenario: &str, total: u64) -> Progress {
+    pub(crate) fn new(scenario: &str, total: u64) -> Progress {
         let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
         bar.set_style(
             ProgressStyle::with_template(
@@ -24,18 +24,18 @@ impl Progress {
     }
 
     /// What is running now.
-    pub fn running(&self, what: impl Into<String>) {
+    pub(crate) fn running(&self, what: impl Into<String>) {
         self.bar.set_message(what.into());
     }
 
     /// One run done; `result` stays on the line until the next.
-    pub fn done(&self, result: impl Into<String>) {
+    pub(crate) fn done(&self, result: impl Into<String>) {
         self.bar.set_message(result.into());
         self.bar.inc(1);
     }
 
     /// A line above the progress line (plain stderr when it is hidden).
-    pub fn println(&self, line: impl AsRef<str>) {
+    pub(crate) fn println(&self, line: impl AsRef<str>) {
         if self.bar.is_hidden() {
             eprintln!("{}", line.as_ref());
         } else {

@@ -25,33 +25,33 @@ use std::time::{Duration, Instant};
 pub struct SetupArgs {
     /// Connections to hand over and keep open.
     #[arg(long, default_value_t = 10_000)]
-    pub connections: usize,
+    pub(crate) connections: usize,
     /// Initiator threads connecting in parallel (in ns a).
     #[arg(long, default_value_t = 32)]
-    pub parallel: usize,
+    pub(crate) parallel: usize,
     /// Print the one JSON document on stdout (the summary goes to stderr).
     #[arg(short = 'J', long)]
     pub json: bool,
 }
 
 /// What `setup` measured.
-pub struct SetupResult {
-    pub connections: usize,
-    pub parallel: usize,
-    pub seconds: f64,
+pub(crate) struct SetupResult {
+    pub(crate) connections: usize,
+    pub(crate) parallel: usize,
+    pub(crate) seconds: f64,
     /// Hand-over latency, µs.
-    pub latency: Histogram<u64>,
-    pub rss_mib: f64,
-    pub close_seconds: f64,
+    pub(crate) latency: Histogram<u64>,
+    pub(crate) rss_mib: f64,
+    pub(crate) close_seconds: f64,
 }
 
 impl SetupResult {
-    pub fn handovers_per_s(&self) -> f64 {
+    pub(crate) fn handovers_per_s(&self) -> f64 {
         self.connections as f64 / self.seconds.max(1e-9)
     }
 
     /// The document (docs/benchmarks.md, "JSON").
-    pub fn document(&self) -> Document {
+    pub(crate) fn document(&self) -> Document {
         let ms = |q: f64| self.latency.value_at_quantile(q) as f64 / 1000.0;
         Document::Setup {
             params: SetupParams {
@@ -116,7 +116,7 @@ pub fn run_cli(s: &SetupArgs) -> Result<()> {
 /// Runs `setup`: the datapath in ns b (in this process), `mpa-control serve` (child, ns b),
 /// `connections` MPA Initiators in ns a (threads). Measures the hand-over rate, checks that
 /// every connection carries an FPDU through the datapath, then closes them all.
-pub fn setup(s: &SetupArgs) -> Result<SetupResult> {
+pub(crate) fn setup(s: &SetupArgs) -> Result<SetupResult> {
     let n = s.connections;
     if n == 0 || s.parallel == 0 {
         mpa_cli::usage!("--connections and --parallel must be at least 1");

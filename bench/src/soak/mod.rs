@@ -20,36 +20,36 @@ use std::time::{Duration, Instant};
 pub struct SoakArgs {
     /// How long to run.
     #[arg(long, default_value_t = 10.0)]
-    pub minutes: f64,
+    pub(crate) minutes: f64,
     /// Connections per wave, at once.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
-    pub connections: u32,
+    pub(crate) connections: u32,
     /// Octets each connection carries (a size: 8M).
     #[arg(long, default_value_t = 8 << 20, value_parser = mpa_cli::size::<u64>)]
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// ULPDU size (4096 or 4K).
     #[arg(short = 's', long, default_value_t = 4096, value_parser = mpa_cli::size::<usize>)]
-    pub size: usize,
+    pub(crate) size: usize,
     // With loss or impairment the sender aligns FPDUs.
     #[command(flatten)]
-    pub bed: BedArgs,
+    pub(crate) bed: BedArgs,
     /// Waves before the memory and descriptor baseline is taken: the allocator's arenas and
     /// the threads' stacks settle over the first twenty or so (RSS then stays within 1 %).
     #[arg(long, default_value_t = 20)]
-    pub warmup_waves: u32,
+    pub(crate) warmup_waves: u32,
     /// Resident memory growth allowed after the warm-up, MiB.
     #[arg(long, default_value_t = 64.0)]
-    pub max_rss_growth_mib: f64,
+    pub(crate) max_rss_growth_mib: f64,
     /// Resident memory growth allowed after the warm-up, percent of the baseline (the
     /// smaller of the two bounds holds).
     #[arg(long, default_value_t = 5.0)]
-    pub max_rss_growth_percent: f64,
+    pub(crate) max_rss_growth_percent: f64,
     /// The datapath's memory budget, octets (default: the machine's; docs/limits.md).
     ///
     /// The datapath's memory budget, octets (default: the machine's; docs/limits.md). After
     /// every wave its charges must all be back, and its high water never above it.
     #[arg(long, value_name = "OCTETS", value_parser = mpa_cli::size::<u64>)]
-    pub memory_budget: Option<u64>,
+    pub(crate) memory_budget: Option<u64>,
     /// Print one JSON document on stdout (`{"scenario": "soak", "summary", "ok"}`); the
     /// text goes to stderr.
     #[arg(short = 'J', long)]
@@ -58,13 +58,13 @@ pub struct SoakArgs {
 
 /// One sample after a wave.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Sample {
-    pub rss_mib: f64,
-    pub fds: usize,
+pub(crate) struct Sample {
+    pub(crate) rss_mib: f64,
+    pub(crate) fds: usize,
 }
 
 /// This process's resident memory (MiB) and open descriptors.
-pub fn sample() -> Result<Sample> {
+pub(crate) fn sample() -> Result<Sample> {
     let status = std::fs::read_to_string("/proc/self/status").context("read /proc/self/status")?;
     Ok(Sample {
         rss_mib: vm_rss_mib(&status).context("no VmRSS in /proc/self/status")?,
@@ -75,7 +75,7 @@ pub fn sample() -> Result<Sample> {
 }
 
 /// `VmRSS` of a `/proc/<pid>/status` text, MiB.
-pub fn vm_rss_mib(status: &str) -> Option<f64> {
+pub(crate) fn vm_rss_mib(status: &str) -> Option<f64> {
     status
         .lines()
         .find(|l| l.starts_with("VmRSS:"))
@@ -86,7 +86,11 @@ pub fn vm_rss_mib(status: &str) -> Option<f64> {
 /// What the samples after the warm-up say: `Err` naming the growth when it exceeds the bounds
 /// (memory by more than `max_rss_growth_mib`, descriptors at all beyond a small slack for
 /// threads' transient ones).
-pub fn check_growth(baseline: Sample, later: &[Sample], max_rss_growth_mib: f64) -> Result<()> {
+pub(crate) fn check_growth(
+    baseline: Sample,
+    later: &[Sample],
+    max_rss_growth_mib: f64,
+) -> Result<()> {
     const FD_SLACK: usize = 8;
     for (i, s) in later.iter().enumerate() {
         if s.rss_mib > baseline.rss_mib + max_rss_growth_mib {

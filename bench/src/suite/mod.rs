@@ -8,8 +8,8 @@
 //! * `lat-cdf-<size>.png`, `bw-by-size.png`, `pipeline-stages.png`: the plots;
 //! * `lat-{kernel,datapath}-<size>.hgrm`: the latency distributions.
 
-pub mod pages;
-pub mod plot;
+pub(crate) mod pages;
+pub(crate) mod plot;
 
 use crate::bed::options::{Align, BedArgs, FramingArgs, Op, TransferArgs};
 use crate::bw::{self, BwArgs, BwRow};
@@ -33,15 +33,15 @@ pub struct SuiteArgs {
     pub out: PathBuf,
     /// A much smaller set (a minute or two): to check the harness, not to quote.
     #[arg(long)]
-    pub quick: bool,
+    pub(crate) quick: bool,
     /// Also write the performance page (every table of this run, its plots linked from
     /// `--out`), e.g. docs/performance.md.
     #[arg(long, value_name = "FILE")]
-    pub performance_page: Option<PathBuf>,
+    pub(crate) performance_page: Option<PathBuf>,
     /// Also replace the headline figures in this README (the lines between its
     /// `<!-- headline:begin -->` and `<!-- headline:end -->` markers).
     #[arg(long, value_name = "FILE")]
-    pub readme: Option<PathBuf>,
+    pub(crate) readme: Option<PathBuf>,
     /// Print one JSON document on stdout (`{"scenario": "suite", "out", "ok"}`); the summary
     /// goes to stderr.
     #[arg(short = 'J', long)]
@@ -49,23 +49,23 @@ pub struct SuiteArgs {
 }
 
 /// The standard set's experiments.
-pub struct Plan {
-    pub pipeline: PipelineArgs,
+pub(crate) struct Plan {
+    pub(crate) pipeline: PipelineArgs,
     /// Two workers side by side against one, MSS 1448, 4 KiB.
-    pub pipeline_workers: PipelineArgs,
-    pub lat: LatArgs,
+    pub(crate) pipeline_workers: PipelineArgs,
+    pub(crate) lat: LatArgs,
     /// Ping-pong (half the round trip), 64 B and 4 KiB: needs no clock agreement.
-    pub lat_pingpong: LatArgs,
-    pub bw: BwArgs,
+    pub(crate) lat_pingpong: LatArgs,
+    pub(crate) bw: BwArgs,
     /// One `bw` per loss rate (the lossy bridge), 4 KiB ULPDUs, aligned sender.
-    pub bw_loss: Vec<BwArgs>,
+    pub(crate) bw_loss: Vec<BwArgs>,
     /// Unpaced latency (queues build up): what batching does under load.
-    pub lat_unpaced: LatArgs,
-    pub setup: SetupArgs,
+    pub(crate) lat_unpaced: LatArgs,
+    pub(crate) setup: SetupArgs,
 }
 
 impl SuiteArgs {
-    pub fn plan(&self) -> Plan {
+    pub(crate) fn plan(&self) -> Plan {
         let q = self.quick;
         let pipeline = PipelineArgs {
             rounds: if q { 2 } else { 5 },
@@ -437,15 +437,15 @@ pub fn suite(a: &SuiteArgs) -> Result<String> {
 
 /// `results.json`: the machine, the commit, the set's duration and every document.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SuiteResults {
-    pub machine: String,
-    pub commit: String,
-    pub seconds: f64,
-    pub documents: Vec<Document>,
+pub(crate) struct SuiteResults {
+    pub(crate) machine: String,
+    pub(crate) commit: String,
+    pub(crate) seconds: f64,
+    pub(crate) documents: Vec<Document>,
 }
 
 /// The loss table (markdown): per loss rate, both receivers' goodput and the ratio.
-pub fn loss_table(rows: &[(u8, Vec<BwRow>)]) -> String {
+pub(crate) fn loss_table(rows: &[(u8, Vec<BwRow>)]) -> String {
     let mut s = String::from(
         "| loss | kernel-TCP receiver Gbit/s | datapath Gbit/s | datapath / kernel | \
          out-of-order FPDUs placed directly |\n|---|---|---|---|---|\n",
@@ -483,7 +483,7 @@ fn join(v: &[usize]) -> String {
 }
 
 /// The goodput plot's series from `bw` rows.
-pub fn bw_series(rows: &[BwRow]) -> Vec<plot::BwSeries> {
+pub(crate) fn bw_series(rows: &[BwRow]) -> Vec<plot::BwSeries> {
     [Side::Kernel, Side::Datapath]
         .into_iter()
         .map(|side| plot::BwSeries {

@@ -11,8 +11,8 @@ use std::fmt::Write as _;
 use std::path::{Component, Path, PathBuf};
 
 /// The lines README.md's headline figures sit between.
-pub const HEADLINE_BEGIN: &str = "<!-- headline:begin -->";
-pub const HEADLINE_END: &str = "<!-- headline:end -->";
+pub(crate) const HEADLINE_BEGIN: &str = "<!-- headline:begin -->";
+pub(crate) const HEADLINE_END: &str = "<!-- headline:end -->";
 /// Columns of the pages' prose.
 const WIDTH: usize = 96;
 
@@ -22,7 +22,7 @@ fn today() -> String {
 }
 
 /// `to` as a path relative to the directory `from` (both made absolute first).
-pub fn relative_path(from_dir: &Path, to: &Path) -> Result<PathBuf> {
+pub(crate) fn relative_path(from_dir: &Path, to: &Path) -> Result<PathBuf> {
     let abs = |p: &Path| -> Result<PathBuf> {
         let p = if p.is_absolute() {
             p.to_path_buf()
@@ -66,7 +66,7 @@ const MODES: [(Receiver, &str); 3] = [
 ];
 
 /// The headline figures: a few rows of the run, each with both receivers where there are two.
-pub fn headline(r: &SuiteResults) -> String {
+pub(crate) fn headline(r: &SuiteResults) -> String {
     let mut rows: Vec<[String; 4]> = Vec::new();
     let f2 = |x: f64| format!("{x:.2}");
     let ratio = |d: f64, k: f64| {
@@ -274,7 +274,7 @@ fn thousands(n: u64) -> String {
 }
 
 /// `readme` with the lines between the headline markers replaced by `block`.
-pub fn replace_headline(readme: &str, block: &str) -> Result<String> {
+pub(crate) fn replace_headline(readme: &str, block: &str) -> Result<String> {
     let (Some(b), Some(e)) = (readme.find(HEADLINE_BEGIN), readme.find(HEADLINE_END)) else {
         bail!("no {HEADLINE_BEGIN} … {HEADLINE_END} block to replace");
     };
@@ -291,7 +291,7 @@ pub fn replace_headline(readme: &str, block: &str) -> Result<String> {
 
 /// The performance page: how the figures were made and every table of the run's summary,
 /// its plots linked from `results_rel` (the run's directory, relative to the page).
-pub fn performance_page(summary: &str, r: &SuiteResults, results_rel: &Path) -> String {
+pub(crate) fn performance_page(summary: &str, r: &SuiteResults, results_rel: &Path) -> String {
     let rel = results_rel.display().to_string();
     let about = format!(
         "Measured {} on build {}: {}. Every figure below comes from that one run of the standard \
@@ -336,7 +336,7 @@ pub fn performance_page(summary: &str, r: &SuiteResults, results_rel: &Path) -> 
 }
 
 /// Writes the performance page and README.md's headline block.
-pub fn write_pages(
+pub(crate) fn write_pages(
     summary: &str,
     r: &SuiteResults,
     out: &Path,

@@ -45,13 +45,13 @@ fn err<E: std::fmt::Debug>(what: &'static str) -> impl Fn(E) -> anyhow::Error {
 }
 
 /// One receiver's latency distribution: (µs, percentile 0..100) points.
-pub struct CdfSeries {
-    pub receiver: &'static str,
-    pub points: Vec<(f64, f64)>,
+pub(crate) struct CdfSeries {
+    pub(crate) receiver: &'static str,
+    pub(crate) points: Vec<(f64, f64)>,
 }
 
 /// The CDF points of a histogram of ns values.
-pub fn cdf_points(h: &hdrhistogram::Histogram<u64>) -> Vec<(f64, f64)> {
+pub(crate) fn cdf_points(h: &hdrhistogram::Histogram<u64>) -> Vec<(f64, f64)> {
     if h.is_empty() {
         return Vec::new();
     }
@@ -66,7 +66,7 @@ pub fn cdf_points(h: &hdrhistogram::Histogram<u64>) -> Vec<(f64, f64)> {
 }
 
 /// Latency CDF of both receivers for one size.
-pub fn latency_cdf(path: &Path, title: &str, series: &[CdfSeries]) -> Result<()> {
+pub(crate) fn latency_cdf(path: &Path, title: &str, series: &[CdfSeries]) -> Result<()> {
     font()?;
     let pts = || series.iter().flat_map(|s| s.points.iter());
     let lo = pts().map(|p| p.0).fold(f64::INFINITY, f64::min).max(0.1);
@@ -110,13 +110,13 @@ pub fn latency_cdf(path: &Path, title: &str, series: &[CdfSeries]) -> Result<()>
 }
 
 /// One receiver's goodput by size: (size, median, min, max).
-pub struct BwSeries {
-    pub receiver: &'static str,
-    pub points: Vec<(f64, f64, f64, f64)>,
+pub(crate) struct BwSeries {
+    pub(crate) receiver: &'static str,
+    pub(crate) points: Vec<(f64, f64, f64, f64)>,
 }
 
 /// Goodput against message size of both receivers, min–max as whiskers.
-pub fn goodput_by_size(path: &Path, title: &str, series: &[BwSeries]) -> Result<()> {
+pub(crate) fn goodput_by_size(path: &Path, title: &str, series: &[BwSeries]) -> Result<()> {
     font()?;
     let pts = || series.iter().flat_map(|s| s.points.iter());
     let (lo, hi) = pts().fold((f64::INFINITY, 0.0f64), |(l, h), p| {
@@ -179,7 +179,7 @@ pub fn goodput_by_size(path: &Path, title: &str, series: &[BwSeries]) -> Result<
 }
 
 /// The pipeline's ns per packet by stage, as horizontal bars.
-pub fn stages(path: &Path, title: &str, stages: &[(&str, f64)]) -> Result<()> {
+pub(crate) fn stages(path: &Path, title: &str, stages: &[(&str, f64)]) -> Result<()> {
     font()?;
     if stages.is_empty() {
         bail!("{title}: no stages to plot");

@@ -21,18 +21,18 @@
 /// One probe and its answer, in ns of CLOCK_MONOTONIC: `sent` and `received` this host's,
 /// `peer_received` and `peer_answered` the peer's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Exchange {
-    pub sent: u64,
-    pub peer_received: u64,
-    pub peer_answered: u64,
-    pub received: u64,
+pub(crate) struct Exchange {
+    pub(crate) sent: u64,
+    pub(crate) peer_received: u64,
+    pub(crate) peer_answered: u64,
+    pub(crate) received: u64,
 }
 
 impl Exchange {
     /// The round trip without the peer's own time: `(received − sent) − (peer_answered −
     /// peer_received)`; `None` when the times cannot be (an answer before its probe, or a
     /// peer that took longer than the whole round trip).
-    pub fn delay(&self) -> Option<u64> {
+    pub(crate) fn delay(&self) -> Option<u64> {
         let rtt = self.received.checked_sub(self.sent)?;
         let turn = self.peer_answered.checked_sub(self.peer_received)?;
         rtt.checked_sub(turn)
@@ -40,7 +40,7 @@ impl Exchange {
 
     /// θ, the peer's clock minus ours, at the middle of the bound; `None` as for
     /// [`Exchange::delay`], or when θ does not fit 63 bits.
-    pub fn offset(&self) -> Option<i64> {
+    pub(crate) fn offset(&self) -> Option<i64> {
         self.delay()?;
         let up = i128::from(self.peer_received) - i128::from(self.sent);
         let down = i128::from(self.peer_answered) - i128::from(self.received);
@@ -50,24 +50,24 @@ impl Exchange {
 
 /// The offset one measurement found: its best exchange's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Estimate {
+pub(crate) struct Estimate {
     /// When it holds, on this host's clock: the middle of the best exchange.
-    pub at: u64,
+    pub(crate) at: u64,
     /// θ, the peer's clock minus ours, ns.
-    pub offset_ns: i64,
+    pub(crate) offset_ns: i64,
     /// The bound on θ's error, ns (half the best exchange's delay, rounded up).
-    pub error_ns: u64,
+    pub(crate) error_ns: u64,
     /// The best exchange's whole round trip, ns.
-    pub rtt_ns: u64,
+    pub(crate) rtt_ns: u64,
     /// Exchanges that could be used, of the probes sent.
-    pub answered: u32,
-    pub sent: u32,
+    pub(crate) answered: u32,
+    pub(crate) sent: u32,
 }
 
 impl Estimate {
     /// The estimate of the exchange with the smallest delay (the first of equals); `None`
     /// when no exchange is usable. `sent` is the number of probes sent.
-    pub fn best(exchanges: &[Exchange], sent: u32) -> Option<Estimate> {
+    pub(crate) fn best(exchanges: &[Exchange], sent: u32) -> Option<Estimate> {
         let usable = exchanges
             .iter()
             .filter_map(|e| Some((e, e.delay()?, e.offset()?)));
@@ -86,15 +86,15 @@ impl Estimate {
 
 /// The offset between two measurements, interpolated (and beyond them, extrapolated).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Span {
-    pub before: Estimate,
-    pub after: Estimate,
+pub(crate) struct Span {
+    pub(crate) before: Estimate,
+    pub(crate) after: Estimate,
 }
 
 impl Span {
     /// θ at this host's time `t`, ns: on the line through the two estimates (the first's
     /// offset when both were taken at the same time).
-    pub fn offset_at(&self, t: u64) -> i128 {
+    pub(crate) fn offset_at(&self, t: u64) -> i128 {
         let (b, a) = (&self.before, &self.after);
         let (tb, ta) = (i128::from(b.at), i128::from(a.at));
         let (ob, oa) = (i128::from(b.offset_ns), i128::from(a.offset_ns));
@@ -106,13 +106,14 @@ impl Span {
 
     /// The bound on an interpolated θ's error: the larger of the two estimates' (a mean of
     /// two values weighted by λ and 1 − λ errs by at most the larger error).
-    pub fn error_ns(&self) -> u64 {
+    #[cfg(test)]
+    fn error_ns(&self) -> u64 {
         self.before.error_ns.max(self.after.error_ns)
     }
 
     /// The peer's clock rate against ours, in parts per million: how much θ grows per second
     /// of our time; 0 when both estimates were taken at the same time.
-    pub fn drift_ppm(&self) -> f64 {
+    pub(crate) fn drift_ppm(&self) -> f64 {
         let dt = self.after.at as f64 - self.before.at as f64;
         if dt == 0.0 {
             return 0.0;
@@ -122,7 +123,7 @@ impl Span {
 
     /// The bound on [`Span::drift_ppm`]'s error: the two offsets' errors over the time
     /// between them (infinite when there is none).
-    pub fn drift_error_ppm(&self) -> f64 {
+    pub(crate) fn drift_error_ppm(&self) -> f64 {
         let dt = self.after.at.abs_diff(self.before.at) as f64;
         (self.before.error_ns + self.after.error_ns) as f64 / dt * 1e6
     }
@@ -130,7 +131,7 @@ impl Span {
     /// The one-way latency of a message stamped `stamp` on the peer's clock and received at
     /// `now` on ours, ns: `now − (stamp − θ(now))`. Negative when the clock's error is larger
     /// than the latency.
-    pub fn latency(&self, stamp: u64, now: u64) -> i128 {
+    pub(crate) fn latency(&self, stamp: u64, now: u64) -> i128 {
         i128::from(now) - (i128::from(stamp) - self.offset_at(now))
     }
 }

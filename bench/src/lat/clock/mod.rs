@@ -10,7 +10,7 @@
 //! ends the experiment ([`ClockError`]): samples on an unknown clock would be numbers without
 //! meaning.
 
-pub mod estimate;
+pub(crate) mod estimate;
 mod probe;
 mod responder;
 
@@ -18,7 +18,7 @@ use super::args::LatArgs;
 use crate::report::document::{ClockMeasurement, LatClock, MeasuredClock};
 use anyhow::Result;
 use estimate::Estimate;
-pub use estimate::Span;
+pub(crate) use estimate::Span;
 use mpa_testbed::{run_in_netns, TestBed};
 use probe::Prober;
 use responder::Responder;
@@ -30,7 +30,7 @@ pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why one-way latency cannot be measured from the peer host.
 #[derive(Debug, thiserror::Error)]
-pub enum ClockError {
+pub(crate) enum ClockError {
     /// `mpa-peer clock` did not start on the peer.
     #[error(
         "one-way latency from another host needs the offset between the two hosts' clocks, and \
@@ -85,7 +85,7 @@ pub enum ClockError {
 }
 
 /// The sender's clock against ours.
-pub enum Clock {
+pub(crate) enum Clock {
     /// One host's clock on both ends.
     SameHost,
     /// The peer host's, measured.
@@ -93,7 +93,7 @@ pub enum Clock {
 }
 
 /// The peer host's clock: its responder, the prober and every measurement so far.
-pub struct PeerClock {
+pub(crate) struct PeerClock {
     responder: Responder,
     prober: Prober,
     addr: SocketAddr,
@@ -105,7 +105,7 @@ pub struct PeerClock {
 impl Clock {
     /// The private bed: [`Clock::SameHost`]. On an external bed: the responder started on the
     /// peer host and probed once (the offset before the first run).
-    pub fn start(bed: &TestBed, a: &LatArgs) -> Result<Clock> {
+    pub(crate) fn start(bed: &TestBed, a: &LatArgs) -> Result<Clock> {
         let Some(ext) = &bed.external else {
             return Ok(Clock::SameHost);
         };
@@ -151,13 +151,13 @@ impl Clock {
     }
 
     /// Whether samples wait for the measurement after their run ([`super::Receipts`]).
-    pub fn deferred(&self) -> bool {
+    pub(crate) fn deferred(&self) -> bool {
         matches!(self, Clock::Measured(_))
     }
 
     /// Measures the offset now (after a run); the span from the previous measurement to this
     /// one, which the run's samples are corrected by. `None` on one host's clock.
-    pub fn measure(&mut self) -> Result<Option<Span>> {
+    pub(crate) fn measure(&mut self) -> Result<Option<Span>> {
         let Clock::Measured(c) = self else {
             return Ok(None);
         };
@@ -168,7 +168,7 @@ impl Clock {
     }
 
     /// What the document says about the clock.
-    pub fn record(&self) -> LatClock {
+    pub(crate) fn record(&self) -> LatClock {
         let Clock::Measured(c) = self else {
             return LatClock::SameHost;
         };

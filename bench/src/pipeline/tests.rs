@@ -1,8 +1,13 @@
-//! `pipeline` as a library: a tiny round through the real `Worker<MemRing>` (no root, no
-//! namespace) passes its own checks, and its report is sane.
+//! A tiny round through the real `Worker<MemRing>` (no root, no namespace) passes its own
+//! checks, and its report is sane.
 
-use mpa_bench::bed::options::Op;
-use mpa_bench::{pipeline, PipelineOpts};
+use super::{pipeline_many, PipelineOpts, PipelineReport};
+use crate::bed::options::Op;
+
+/// One configuration's checked rounds.
+fn pipeline(o: &PipelineOpts) -> anyhow::Result<PipelineReport> {
+    Ok(pipeline_many(std::slice::from_ref(o))?.remove(0))
+}
 use mpa_datapath::memory::streaming::StreamingStores;
 
 fn tiny(op: Op, markers: bool, aligned: bool, loss: f64, reorder: f64) -> PipelineOpts {
@@ -125,7 +130,7 @@ fn unaligned_reordered_sends_and_counting_flows_check_out() {
 
 #[test]
 fn a_round_that_misses_or_mangles_a_segment_fails_its_checks() {
-    use mpa_bench::pipeline::{gen, round};
+    use crate::pipeline::{gen, round};
     let o = tiny(Op::Write, true, true, 0.0, 0.0);
     let mut p = gen::prepare(&o).unwrap();
     round::run_round(&o, &p).expect("intact");
@@ -142,7 +147,7 @@ fn a_round_that_misses_or_mangles_a_segment_fails_its_checks() {
 
 #[test]
 fn two_workers_side_by_side_each_check_out_with_their_own_flows() {
-    use mpa_bench::pipeline::{gen, workers};
+    use crate::pipeline::{gen, workers};
     // Two flows per worker, with loss and reordering: each worker's own 4-tuples, STags and
     // payloads (a message placed by the wrong worker or flow would show in the region).
     let mut o = tiny(Op::Write, true, true, 2.0, 1.0);
@@ -189,7 +194,7 @@ fn two_workers_side_by_side_each_check_out_with_their_own_flows() {
 
 #[test]
 fn the_workers_report_has_each_worker_the_aggregate_and_the_reference() {
-    use mpa_bench::pipeline::workers;
+    use crate::pipeline::workers;
     let mut o = tiny(Op::Write, true, false, 0.0, 0.0);
     o.rounds = 2;
     let r = workers::run(&o, 2).expect("rounds check out");
@@ -219,22 +224,22 @@ fn the_workers_report_has_each_worker_the_aggregate_and_the_reference() {
     #[derive(clap::Parser)]
     struct Cli {
         #[command(flatten)]
-        pipeline: mpa_bench::PipelineArgs,
+        pipeline: crate::PipelineArgs,
     }
     let args = <Cli as clap::Parser>::parse_from(["pipeline", "--workers", "2"]).pipeline;
-    let doc = mpa_bench::report::Document::Pipeline {
+    let doc = crate::report::Document::Pipeline {
         params: args.params(),
-        results: vec![mpa_bench::report::document::PipelineRecord::Workers(
-            Box::new(v),
-        )],
+        results: vec![crate::report::document::PipelineRecord::Workers(Box::new(
+            v,
+        ))],
     };
-    mpa_bench::report::check_shape(&serde_json::to_value(&doc).unwrap()).unwrap();
+    crate::report::check_shape(&serde_json::to_value(&doc).unwrap()).unwrap();
     assert!(workers::table(&[r]).contains("aggregate"));
 }
 
 #[test]
 fn more_workers_than_cpus_run_unpinned_and_check_out() {
-    use mpa_bench::pipeline::{gen, workers};
+    use crate::pipeline::{gen, workers};
     let n = workers::allowed_cpus().len() + 1;
     assert_eq!(workers::placement(n), None, "no pinning with {n} workers");
     assert_eq!(workers::placement(1).map(|c| c.len()), Some(1));
