@@ -70,7 +70,7 @@ struct Documented {
 
 /// The families docs/operations.md lists.
 fn documented(prefix: &str) -> Vec<Documented> {
-    let page = include_str!("../../docs/operations.md");
+    let page = include_str!("../../../docs/operations.md");
     let mut out = Vec::new();
     for line in page.lines() {
         let cells: Vec<&str> = line.split('|').map(str::trim).collect();

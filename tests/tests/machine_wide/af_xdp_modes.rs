@@ -25,6 +25,7 @@ fn modes(dp: &DatapathProcess) -> Vec<(bool, bool)> {
 
 #[test]
 fn zero_copy_on_veth_is_refused_with_the_reason_and_auto_falls_back_to_copy() {
+    let _machine = crate::one_at_a_time();
     if !require_privileged("AF_XDP zero-copy modes") {
         return;
     }
@@ -78,6 +79,7 @@ fn transfer_placed_exactly(bed: &TestBed, dp: &DatapathProcess, port: u16) {
 
 #[test]
 fn generic_xdp_places_a_transfer_exactly() {
+    let _machine = crate::one_at_a_time();
     if !require_privileged("generic XDP") {
         return;
     }
@@ -90,6 +92,7 @@ fn generic_xdp_places_a_transfer_exactly() {
 
 #[test]
 fn half_size_umem_frames_place_a_transfer_exactly() {
+    let _machine = crate::one_at_a_time();
     if !require_privileged("2 KiB UMEM frames") {
         return;
     }
@@ -157,6 +160,7 @@ fn free_huge_pages() -> u64 {
 
 #[test]
 fn umem_on_huge_pages_when_asked_and_a_clear_failure_without_them() {
+    let _machine = crate::one_at_a_time();
     if !require_privileged("huge pages") {
         return;
     }

@@ -444,7 +444,7 @@ fn as_application(b: &Bed, op: &str, arg: u64) -> String {
         .args(["--inh-caps=-net_admin", "--bounding-set=-net_admin", "--"])
         .arg(std::env::current_exe().unwrap())
         .args([
-            "probe_as_application",
+            "app_connections::probe_as_application",
             "--exact",
             "--nocapture",
             "--test-threads=1",

@@ -9,7 +9,7 @@
 //! `locator-amplification` (its bound is on worker CPU time, a measurement) and
 //! `control-flood-unread` (the debug build's control thread answers the flood too slowly for
 //! the class's socket timeouts; the same bounds are asserted without timing by
-//! `tests/tests/control_limits.rs`).
+//! `tests/tests/system/control_limits.rs`).
 
 use mpa::wire::ddp::RdmapOpcode;
 use mpa_app::Consumer;

@@ -145,6 +145,7 @@ fn runbook_lines() -> Vec<String> {
 
 #[test]
 fn every_runbook_command_is_listed_here_and_every_listed_one_is_in_the_page() {
+    let _machine = crate::one_at_a_time();
     let page = runbook_lines();
     for l in &page {
         assert!(
@@ -262,6 +263,7 @@ fn run(mut cmd: Command) -> (bool, String) {
 
 #[test]
 fn the_runbook_runs_on_a_namespace_bed() {
+    let _machine = crate::one_at_a_time();
     if !require_privileged("the NIC runbook") {
         return;
     }
