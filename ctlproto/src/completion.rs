@@ -74,7 +74,7 @@ impl RefusalCode {
     }
 }
 
-/// How a work request ended (`ibv_wc_status`'s counterparts). Every completion has one;
+/// How a work request ended, with the numbers of verbs' `ibv_wc_status`. Every completion has one;
 /// a failed one always comes, signaled or not.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -87,7 +87,22 @@ pub enum CompletionStatus {
     /// not have reached the peer. Why the connection ended (a Terminate's layer, type and
     /// code) comes with its end (`FlowGone`), as verbs reports a queue pair's error as an
     /// asynchronous event.
-    Flushed = 4,
+    Flushed = 5,
+    /// The peer's Terminate named this request as one it could not take: an untagged buffer
+    /// error (DDP layer, type 2: no buffer posted, invalid queue, MSN or offset, a message
+    /// too long) (`IBV_WC_REM_INV_REQ_ERR`).
+    RemoteInvalidRequest = 9,
+    /// The peer's Terminate named this request as one that broke its memory's protection: a
+    /// remote protection error (RDMAP layer, type 1) or a tagged buffer error (DDP layer,
+    /// type 1): invalid STag, bounds, access rights, domain (`IBV_WC_REM_ACCESS_ERR`).
+    RemoteAccess = 10,
+    /// The peer's Terminate named this request with another error: a remote operation error
+    /// or a catastrophic one (`IBV_WC_REM_OP_ERR`).
+    RemoteOperation = 11,
+    /// The oldest request outstanding when the connection gave up waiting for the peer:
+    /// retransmissions, keepalive probes or zero-window probes ran out
+    /// (`IBV_WC_RETRY_EXC_ERR`).
+    RetryExceeded = 12,
 }
 
 impl CompletionStatus {
@@ -100,7 +115,11 @@ impl CompletionStatus {
     pub fn from_code(c: u8) -> Option<CompletionStatus> {
         Some(match c {
             0 => CompletionStatus::Success,
-            4 => CompletionStatus::Flushed,
+            5 => CompletionStatus::Flushed,
+            9 => CompletionStatus::RemoteInvalidRequest,
+            10 => CompletionStatus::RemoteAccess,
+            11 => CompletionStatus::RemoteOperation,
+            12 => CompletionStatus::RetryExceeded,
             _ => return None,
         })
     }
@@ -177,6 +196,32 @@ impl Completion {
             | CompletionKind::ReadResponsePlaced => 1,
             CompletionKind::PostRefused => u64::from(self.msn.unwrap_or(0)),
             CompletionKind::WritePlaced | CompletionKind::SendArrived => 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CompletionStatus as S;
+
+    #[test]
+    fn statuses_carry_verbs_numbers_and_read_back() {
+        // ibv_wc_status: SUCCESS 0, WR_FLUSH_ERR 5, REM_INV_REQ_ERR 9, REM_ACCESS_ERR 10,
+        // REM_OP_ERR 11, RETRY_EXC_ERR 12.
+        let all = [
+            (S::Success, 0),
+            (S::Flushed, 5),
+            (S::RemoteInvalidRequest, 9),
+            (S::RemoteAccess, 10),
+            (S::RemoteOperation, 11),
+            (S::RetryExceeded, 12),
+        ];
+        for (s, code) in all {
+            assert_eq!(s.code(), code);
+            assert_eq!(S::from_code(code), Some(s));
+        }
+        for code in (0..=255u8).filter(|c| !all.iter().any(|(_, k)| k == c)) {
+            assert_eq!(S::from_code(code), None, "{code}");
         }
     }
 }

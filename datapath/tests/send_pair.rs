@@ -360,7 +360,8 @@ fn a_read_beyond_the_negotiated_ird_ends_the_stream() {
     let ea = flow_report(&r.a).ended.expect("A ended");
     assert!(ea.terminate.is_some(), "A saw B's Terminate: {ea:?}");
     // Every Read completes once, in order, with its work request id: what B answered before
-    // the fourth landed, then the rest flushed (B's Terminate comes with A's end).
+    // the fourth landed; the fourth, which B's Terminate names (queue 1, MSN 4), with its
+    // status (a remote operation error); then the rest flushed.
     use mpa_ctl_proto::CompletionStatus as S;
     let c = &r.a.completions;
     assert_eq!(c.len(), 16, "{c:?}");
@@ -370,7 +371,11 @@ fn a_read_beyond_the_negotiated_ird_ends_the_stream() {
             (c.wr_id, c.offset, c.len),
             (i as u64, i as u64 * 1024, 1024)
         );
-        let want = if i < 3 { S::Success } else { S::Flushed };
+        let want = match i {
+            0..3 => S::Success,
+            3 => S::RemoteOperation,
+            _ => S::Flushed,
+        };
         assert_eq!(c.status, want, "read {i}: {c:?}");
     }
 }

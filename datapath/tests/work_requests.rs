@@ -2,16 +2,19 @@
 //! completion carries its work request's id; an unsignaled request completes only when it
 //! fails; and when a connection ends — a local close, the peer's reset, a Terminate either way
 //! — every request still outstanding and every receive buffer no Send used completes, once,
-//! in order, with a failure status (docs/consumer.md, "Completions").
+//! in order, with a failure status: the one the peer's Terminate names with its status, the
+//! oldest with "retry exceeded" when retransmissions ran out, the rest flushed
+//! (docs/consumer.md, "Completions").
 
 mod pair;
 
 use crossbeam_channel::unbounded;
 use mpa_ctl_proto::{Completion, CompletionKind, CompletionStatus as S};
-use mpa_datapath::worker::Command;
+use mpa_datapath::worker::{Command, Notification};
 use mpa_stack::flow::{SendOp, SendPost};
 use mpa_stack::receiver::PostedBuf;
 use pair::*;
+use std::time::{Duration, Instant};
 
 fn write(wr_id: u64, count: u32, signaled: bool, sink_stag: u32) -> SendPost {
     SendPost {
@@ -164,5 +167,90 @@ fn a_terminate_either_way_flushes_both_ends() {
     assert_eq!(
         ids(&r.b.completions, CompletionKind::SendArrived),
         vec![(60, S::Flushed), (61, S::Flushed)]
+    );
+}
+
+/// A reads from an STag B does not have: B's Terminate names that Read Request (its copied
+/// header: queue 1, MSN 1), so that Read completes with "remote access"; the Reads behind it
+/// are flushed, and a Write acknowledged before stays a success.
+#[test]
+fn the_read_a_peers_terminate_names_fails_with_remote_access() {
+    let mut a = end(true, false, 1 << 16);
+    let b = end(false, false, 1 << 16);
+    post(&mut a.worker, 1, write(40, 1, true, SINK)).unwrap();
+    let reads = SendPost {
+        op: SendOp::Read {
+            src_stag: 0xbad_0000,
+            src_to: 0,
+        },
+        stag: SRC,
+        offset: 0,
+        len: 512,
+        count: 3,
+        wr_id: 900,
+        signaled: true,
+    };
+    post(&mut a.worker, 1, reads).unwrap();
+    let r = run_until(a, b, 0.0, 11, |a, b| a.gone.is_some() && b.gone.is_some());
+    let ended = r.a.gone.as_ref().unwrap().ended.clone().unwrap();
+    let t = ended.terminate.expect("A's end names B's Terminate");
+    assert!(!t.sent, "{ended:?}");
+    let c: Vec<(u64, S)> =
+        r.a.completions
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect();
+    assert_eq!(
+        c,
+        vec![
+            (40, S::Success),
+            (900, S::RemoteAccess),
+            (901, S::Flushed),
+            (902, S::Flushed)
+        ],
+        "{:?} after {t:?}",
+        r.a.completions
+    );
+}
+
+/// Everything A sends is lost: A's Writes stay unacknowledged through every retransmission
+/// timeout until the connection gives up. The oldest completes with "retry exceeded", the
+/// rest flushed; the flow's end says why.
+#[test]
+fn the_oldest_request_fails_with_retry_exceeded_when_retransmissions_run_out() {
+    let mut a = end(true, false, 1 << 16);
+    post(&mut a.worker, 1, write(10, 2, true, SINK)).unwrap();
+    post(&mut a.worker, 1, write(20, 1, false, SINK)).unwrap();
+    // Virtual time a second a turn: the backed-off timeouts (up to two minutes each) pass in
+    // a few thousand turns; every frame A sends is lost.
+    let mut now = Instant::now();
+    for _ in 0..10_000 {
+        a.worker.poll_once_at(now).unwrap();
+        drop(a.wire.take_sent());
+        a.rings.poll(&mut a.completions, 1 << 14).unwrap();
+        while let Ok(n) = a.notes.try_recv() {
+            if let Notification::FlowGone { stats, .. } = n {
+                a.gone = Some(*stats);
+            }
+        }
+        if a.gone.is_some() {
+            break;
+        }
+        now += Duration::from_secs(1);
+    }
+    let ended = a
+        .gone
+        .as_ref()
+        .expect("the flow gave up")
+        .ended
+        .clone()
+        .unwrap();
+    assert!(ended.reason.contains("retransmission"), "{ended:?}");
+    let c: Vec<(u64, S)> = a.completions.iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(
+        c,
+        vec![(10, S::RetryExceeded), (11, S::Flushed), (20, S::Flushed)],
+        "{:?}",
+        a.completions
     );
 }

@@ -19,7 +19,7 @@ use crate::receiver::{
     RxError,
 };
 use crate::sender::{FpduSource, MessageKind, PostError, Preamble, SenderConfig, MIN_EMSS};
-use crate::tcp::{Connection, Event, HandoverState, SendSource, TcpConfig, TsHandover};
+use crate::tcp::{Connection, Event, HandoverState, SendSource, TcpConfig, TcpError, TsHandover};
 use crate::wire::frame::FrameTemplate;
 use crate::wire::tcp::{TcpRepr, TIMESTAMPS_OPTION_LEN};
 use mpa::seq::SeqNumber;
@@ -423,8 +423,11 @@ impl Flow {
                     }),
                 });
             }
-            RxEnd::Peer(t) => {
+            RxEnd::Peer(t, named) => {
                 self.tcp.close();
+                self.work
+                    .failure
+                    .get_or_insert(work::WorkFailure::terminate(&t, named));
                 self.ending = Some(FlowEnd {
                     mpa_error: None,
                     reason: format!(
@@ -616,6 +619,16 @@ impl Flow {
                     self.finish(Some(MpaErrorCode::TcpClosed), reason);
                 }
                 Event::Failed(e) => {
+                    if matches!(
+                        e,
+                        TcpError::RetransmissionLimit { .. }
+                            | TcpError::KeepaliveTimeout { .. }
+                            | TcpError::PersistLimit { .. }
+                    ) {
+                        self.work
+                            .failure
+                            .get_or_insert(work::WorkFailure::retry_exceeded());
+                    }
                     self.finish(Some(MpaErrorCode::TcpClosed), format!("TCP: {e}"));
                 }
                 Event::Closed => {

@@ -317,10 +317,17 @@ proptest! {
         k in 0usize..3,
         lost in any::<u64>(),
         wr_id in any::<u64>(),
-        st in 0usize..2,
+        st in 0usize..6,
     ) {
         let kind = [CompletionKind::WritePlaced, CompletionKind::ReadResponsePlaced, CompletionKind::SendArrived][k];
-        let status = [CompletionStatus::Success, CompletionStatus::Flushed][st];
+        let status = [
+            CompletionStatus::Success,
+            CompletionStatus::Flushed,
+            CompletionStatus::RemoteInvalidRequest,
+            CompletionStatus::RemoteAccess,
+            CompletionStatus::RemoteOperation,
+            CompletionStatus::RetryExceeded,
+        ][st];
         let r = Record::Completion(Completion { flow_id, kind, stag, offset, len, msn, invalidate_stag, wr_id, status });
         prop_assert_eq!(decode_record(&encode_record(&r, lost)), Some((r, lost)));
         let m = Record::Moved { flow_id, from_ring: stag, position: offset };

@@ -444,6 +444,25 @@ pub struct TerminateRepr {
     pub error_code: u8,
 }
 
+/// The DDP segment a Terminate names by its copied header (RFC 5040 §4.8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TerminatedSegment {
+    /// A tagged segment (an RDMA Write or a Read Response): its STag and tagged offset.
+    Tagged {
+        /// The STag.
+        stag: u32,
+        /// The tagged offset.
+        to: u64,
+    },
+    /// An untagged segment: its queue (0 Sends, 1 Read Requests) and message sequence number.
+    Untagged {
+        /// The queue number.
+        qn: u32,
+        /// The message sequence number.
+        msn: u32,
+    },
+}
+
 /// Terminate layer for errors found by the LLP (MPA).
 pub const TERMINATE_LAYER_LLP: u8 = 2;
 /// Terminate control octets (no terminated headers included).
@@ -471,6 +490,30 @@ impl TerminateRepr {
             error_type: b[0] & 0x0f,
             error_code: b[1],
         })
+    }
+
+    /// The DDP segment a Terminate names, when its HdrCt D bit says the segment's DDP header
+    /// is copied into it and it is there (RFC 5040 §4.8): `buf` starts at the Terminate
+    /// Control field; the DDP Segment Length (16 bits) follows it, then the header.
+    pub fn terminated_segment(buf: &[u8]) -> Option<TerminatedSegment> {
+        if buf.get(2)? & HDRCT_D == 0 {
+            return None;
+        }
+        let h = buf.get(TERMINATE_HEADER_LEN + 2..)?;
+        let be32 = |r: std::ops::Range<usize>| -> Option<u32> {
+            Some(u32::from_be_bytes(h.get(r)?.try_into().ok()?))
+        };
+        if h.first()? & FLAG_TAGGED != 0 {
+            Some(TerminatedSegment::Tagged {
+                stag: be32(field::STAG)?,
+                to: u64::from_be_bytes(h.get(field::TO)?.try_into().ok()?),
+            })
+        } else {
+            Some(TerminatedSegment::Untagged {
+                qn: be32(field::QN)?,
+                msn: be32(field::MSN)?,
+            })
+        }
     }
 
     /// Writes the Terminate Control field (HdrCt = 0: no headers included).
@@ -559,6 +602,43 @@ pub fn terminate_ulpdu_for_segment(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_segment_a_terminate_names_is_read_back_from_its_copied_header() {
+        let t = TerminateRepr {
+            layer: 0,
+            error_type: 1,
+            error_code: 0,
+        };
+        // A Write's tagged header: STag 0x1234_5678, TO 0x9_0000_0001.
+        let mut w = [0u8; TAGGED_HEADER_LEN];
+        w[0] = FLAG_TAGGED | FLAG_LAST | DDP_VERSION;
+        w[field::STAG].copy_from_slice(&0x1234_5678u32.to_be_bytes());
+        w[field::TO].copy_from_slice(&0x9_0000_0001u64.to_be_bytes());
+        let u = terminate_ulpdu_for_segment(t, 1, 1, 100, &w);
+        assert_eq!(
+            TerminateRepr::terminated_segment(&u[UNTAGGED_HEADER_LEN..]),
+            Some(TerminatedSegment::Tagged {
+                stag: 0x1234_5678,
+                to: 0x9_0000_0001
+            })
+        );
+        // A Read Request's untagged header: queue 1, MSN 7.
+        let mut r = [0u8; UNTAGGED_HEADER_LEN];
+        r[0] = FLAG_LAST | DDP_VERSION;
+        r[field::QN].copy_from_slice(&1u32.to_be_bytes());
+        r[field::MSN].copy_from_slice(&7u32.to_be_bytes());
+        let u = terminate_ulpdu_for_segment(t, 1, 1, 46, &r);
+        assert_eq!(
+            TerminateRepr::terminated_segment(&u[UNTAGGED_HEADER_LEN..]),
+            Some(TerminatedSegment::Untagged { qn: 1, msn: 7 })
+        );
+        // Without D, or cut short, it names nothing.
+        assert_eq!(TerminateRepr::terminated_segment(&t.emit()), None);
+        let mut cut = u[UNTAGGED_HEADER_LEN..].to_vec();
+        cut.truncate(TERMINATE_HEADER_LEN + 2 + 10);
+        assert_eq!(TerminateRepr::terminated_segment(&cut), None);
+    }
 
     #[test]
     fn terminate_for_a_segment_carries_its_header() {

@@ -172,21 +172,16 @@ impl Flow {
         let mut first_msn = None;
         for i in 0..count {
             let offset = post.offset + i * post.len;
-            let (msg, kind, msn) = match post.op {
+            let (msg, kind, msn, sink) = match post.op {
                 SendOp::Write { sink_stag, sink_to } => {
-                    let id = src.post_write(
-                        post.stag,
-                        offset,
-                        post.len,
-                        sink_stag,
-                        sink_to + i * post.len,
-                    )?;
-                    (id, CompletionKind::WriteSent, None)
+                    let to = sink_to + i * post.len;
+                    let id = src.post_write(post.stag, offset, post.len, sink_stag, to)?;
+                    (id, CompletionKind::WriteSent, None, Some((sink_stag, to)))
                 }
                 SendOp::Send => {
                     let (id, msn) = src.post_send(post.stag, offset, post.len)?;
                     first_msn.get_or_insert(msn);
-                    (id, CompletionKind::SendSent, Some(msn))
+                    (id, CompletionKind::SendSent, Some(msn), None)
                 }
                 SendOp::Read { .. } => continue,
             };
@@ -199,6 +194,8 @@ impl Flow {
                 offset,
                 len: post.len,
                 msn,
+                sink,
+                read_msn: None,
             });
         }
         Ok(first_msn)
@@ -226,6 +223,8 @@ impl Flow {
                 offset: post.offset + i * post.len,
                 len: post.len,
                 msn: None,
+                sink: None,
+                read_msn: None,
             });
         }
         self.release_reads();
@@ -251,7 +250,13 @@ impl Flow {
             }
             let src = self.tcp.source_mut().inner_mut();
             match src.post_read_request(&r) {
-                Ok(_) => self.reads_in_flight += 1,
+                Ok((_, msn)) => {
+                    self.reads_in_flight += 1;
+                    // Reads go out in the order they were posted: the first not yet sent.
+                    if let Some(w) = self.work.reads.iter_mut().find(|w| w.read_msn.is_none()) {
+                        w.read_msn = Some(msn);
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(flow = self.id, %e, "Read Request not queued");
                     break;

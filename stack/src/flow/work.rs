@@ -1,10 +1,13 @@
 //! The consumer's work requests on a flow: what each posted message's completion reports (its
 //! `wr_id`, whether it is signaled), and the flush when the flow ends — every message posted
 //! and not done, every Read outstanding or waiting and every receive buffer no Send used
-//! completes with a failure status, as verbs flushes a queue pair in error
-//! (docs/consumer.md, "Completions").
+//! completes with a failure status, as verbs flushes a queue pair in error: the request the
+//! peer's Terminate names with the Terminate's status, the oldest with "retry exceeded" when
+//! the connection gave up on a silent peer, the rest "flushed" (docs/consumer.md,
+//! "Completions").
 
 use super::*;
+use mpa::wire::ddp::{queue, TerminateRepr, TerminatedSegment};
 use mpa_ctl_proto::CompletionStatus;
 use std::collections::VecDeque;
 
@@ -21,6 +24,78 @@ pub(super) struct PostedWork {
     pub(super) offset: u64,
     pub(super) len: u64,
     pub(super) msn: Option<u32>,
+    /// A Write's sink: the peer's STag and tagged offset.
+    pub(super) sink: Option<(u32, u64)>,
+    /// A Read's Read Request MSN (queue 1), once the request was sent.
+    pub(super) read_msn: Option<u32>,
+}
+
+/// Which request a flow's end fails with a status of its own; every other one is flushed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct WorkFailure {
+    status: CompletionStatus,
+    names: Named,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Named {
+    /// The segment the peer's Terminate copied back: the request that sent it, if still
+    /// outstanding (a Write or Send completes when TCP acknowledged it, which may have come
+    /// before the Terminate).
+    Segment(TerminatedSegment),
+    /// The oldest request outstanding: the one the silent peer left waiting.
+    Oldest,
+    /// None: the Terminate named no segment of ours.
+    Nothing,
+}
+
+impl WorkFailure {
+    /// The peer's Terminate `t`, which named `segment`: RFC 5040 §7.2 and RFC 5041 §7.2's
+    /// layers and error types, as verbs' statuses.
+    pub(super) fn terminate(t: &TerminateRepr, segment: Option<TerminatedSegment>) -> Self {
+        const RDMAP: u8 = 0;
+        const DDP: u8 = 1;
+        let status = match (t.layer, t.error_type) {
+            // Remote protection error; tagged buffer error.
+            (RDMAP, 1) | (DDP, 1) => CompletionStatus::RemoteAccess,
+            // Untagged buffer error.
+            (DDP, 2) => CompletionStatus::RemoteInvalidRequest,
+            _ => CompletionStatus::RemoteOperation,
+        };
+        WorkFailure {
+            status,
+            names: segment.map_or(Named::Nothing, Named::Segment),
+        }
+    }
+
+    /// Retransmissions, keepalives or zero-window probes ran out.
+    pub(super) fn retry_exceeded() -> Self {
+        WorkFailure {
+            status: CompletionStatus::RetryExceeded,
+            names: Named::Oldest,
+        }
+    }
+
+    /// Whether it names `w`, the `oldest` request outstanding or not.
+    fn names(&self, w: &PostedWork, oldest: bool) -> bool {
+        match self.names {
+            Named::Oldest => oldest,
+            Named::Nothing => false,
+            Named::Segment(TerminatedSegment::Tagged { stag, to }) => {
+                w.kind == CompletionKind::WriteSent
+                    && w.sink.is_some_and(|(s, first)| {
+                        s == stag && to >= first && to - first < w.len.max(1)
+                    })
+            }
+            Named::Segment(TerminatedSegment::Untagged { qn, msn }) => match qn {
+                queue::SEND => w.kind == CompletionKind::SendSent && w.msn == Some(msn),
+                queue::READ_REQUEST => {
+                    w.kind == CompletionKind::ReadResponsePlaced && w.read_msn == Some(msn)
+                }
+                _ => false,
+            },
+        }
+    }
 }
 
 /// The work requests of one flow, in the order they complete.
@@ -32,6 +107,8 @@ pub(super) struct Work {
     pub(super) reads: VecDeque<PostedWork>,
     /// Completions the end of the flow produced, not yet taken.
     pub(super) flushed: VecDeque<Completion>,
+    /// What ended the flow makes of one request, if anything (the first cause wins).
+    pub(super) failure: Option<WorkFailure>,
 }
 
 impl PostedWork {
@@ -75,19 +152,30 @@ impl Flow {
         }
     }
 
-    /// The flow ended: every work request not done completes now with
-    /// [`CompletionStatus::Flushed`], signaled or not, after the completions already due (in
-    /// their order): Writes and Sends not acknowledged, then Reads not answered, then receive
-    /// buffers no Send used (Send arrived, no MSN, their own length). A Write or Send
-    /// completes when the peer's TCP acknowledged it, so the one a peer's Terminate names may
-    /// have completed already: why the flow ended travels with its end, not in a status.
-    /// Idempotent: a second call finds nothing.
+    /// The flow ended: every work request not done completes now, signaled or not, after the
+    /// completions already due (in their order): Writes and Sends not acknowledged, then
+    /// Reads not answered, then receive buffers no Send used (Send arrived, no MSN, their own
+    /// length). The one request the end names (the peer's Terminate's segment, or the oldest
+    /// when the peer went silent) completes with that status, every other with
+    /// [`CompletionStatus::Flushed`]. A Write or Send completes when the peer's TCP
+    /// acknowledged it, so the one a peer's Terminate names may have completed already; why
+    /// the flow ended travels with its end too. Idempotent: a second call finds nothing.
     pub fn flush_work(&mut self) {
         let mut due = VecDeque::new();
         self.drain_due(|c| due.push_back(*c));
         let id = self.id;
+        let mut failure = self.work.failure.take();
+        let mut oldest = true;
         for w in self.work.sends.drain(..).chain(self.work.reads.drain(..)) {
-            due.push_back(w.completion(id, CompletionStatus::Flushed));
+            let status = match failure {
+                Some(f) if f.names(&w, oldest) => {
+                    failure = None;
+                    f.status
+                }
+                _ => CompletionStatus::Flushed,
+            };
+            oldest = false;
+            due.push_back(w.completion(id, status));
         }
         for b in self.rx.take_posted() {
             due.push_back(Completion {

@@ -30,6 +30,7 @@ use mpa::seq::SeqNumber;
 use mpa::startup::{RtrSet, RtrType};
 use mpa::wire::ddp::{
     self, terminate_ulpdu, terminate_ulpdu_for_segment, DdpRepr, RdmapOpcode, TerminateRepr,
+    TerminatedSegment,
 };
 use mpa::MpaErrorCode;
 pub(crate) use mpa_ctl_proto::stats::RxStats;
@@ -111,8 +112,8 @@ pub(crate) enum RxEnd {
         /// The Terminate ULPDU to send.
         ulpdu: Vec<u8>,
     },
-    /// The peer sent a Terminate.
-    Peer(TerminateRepr),
+    /// The peer sent a Terminate, naming this segment of ours when it copied its header.
+    Peer(TerminateRepr, Option<TerminatedSegment>),
 }
 
 /// Where in-order octets come from (for the placement counters only).
@@ -492,8 +493,8 @@ impl MpaReceiver {
                         break;
                     }
                 };
-                if let SegmentKind::PeerTerminate(t) = plan.kind {
-                    self.end = Some(RxEnd::Peer(t));
+                if let SegmentKind::PeerTerminate(t, named) = plan.kind {
+                    self.end = Some(RxEnd::Peer(t, named));
                     break;
                 }
                 if let SegmentKind::ReadRequest(req) = plan.kind {

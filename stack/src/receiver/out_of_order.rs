@@ -148,7 +148,7 @@ impl MpaReceiver {
             Ok(p)
                 if !matches!(
                     p.kind,
-                    SegmentKind::PeerTerminate(_) | SegmentKind::ReadRequest(_)
+                    SegmentKind::PeerTerminate(..) | SegmentKind::ReadRequest(_)
                 ) =>
             {
                 p

@@ -11,8 +11,8 @@
 use super::regions::Regions;
 use mpa::decoder::Ulpdu;
 use mpa::wire::ddp::{
-    queue, DdpError, DdpRepr, RdmapOpcode, ReadRequestRepr, TerminateRepr, READ_REQUEST_HEADER_LEN,
-    TERMINATE_HEADER_LEN, UNTAGGED_HEADER_LEN,
+    queue, DdpError, DdpRepr, RdmapOpcode, ReadRequestRepr, TerminateRepr, TerminatedSegment,
+    READ_REQUEST_HEADER_LEN, UNTAGGED_HEADER_LEN,
 };
 use mpa_ctl_proto::{Completion, CompletionKind, CompletionStatus};
 use std::collections::VecDeque;
@@ -67,8 +67,8 @@ pub(crate) enum SegmentKind {
         /// Invalidate STag (Send with Invalidate variants).
         inv_stag: u32,
     },
-    /// The peer's Terminate: the connection ends.
-    PeerTerminate(TerminateRepr),
+    /// The peer's Terminate, and the segment of ours it names: the connection ends.
+    PeerTerminate(TerminateRepr, Option<TerminatedSegment>),
     /// An RDMA Read Request that passed the Data Source's checks: to be answered.
     ReadRequest(ReadRequest),
 }
@@ -372,15 +372,14 @@ impl Placer {
                 }
                 match opcode {
                     RdmapOpcode::Terminate => {
-                        let t = head
-                            .get(header_len..header_len + TERMINATE_HEADER_LEN)
-                            .and_then(|b| TerminateRepr::parse(b).ok())
-                            .unwrap_or(TerminateRepr {
-                                layer: 0,
-                                error_type: 0,
-                                error_code: 0,
-                            });
-                        return Ok(plan(SegmentKind::PeerTerminate(t), None));
+                        let body = head.get(header_len..).unwrap_or_default();
+                        let t = TerminateRepr::parse(body).unwrap_or(TerminateRepr {
+                            layer: 0,
+                            error_type: 0,
+                            error_code: 0,
+                        });
+                        let named = TerminateRepr::terminated_segment(body);
+                        return Ok(plan(SegmentKind::PeerTerminate(t, named), None));
                     }
                     RdmapOpcode::RdmaReadRequest => {
                         // RFC 5041 §5.1: queue 1 has its own MSNs, from 1, in order.
@@ -637,7 +636,7 @@ impl Placer {
                     .then_some(inv_stag),
                 })
             }
-            SegmentKind::PeerTerminate(_) | SegmentKind::ReadRequest(_) => None,
+            SegmentKind::PeerTerminate(..) | SegmentKind::ReadRequest(_) => None,
         }
     }
 }

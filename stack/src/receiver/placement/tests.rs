@@ -183,10 +183,13 @@ fn tagged_messages_complete_over_their_segments() {
     let plan = p.plan(&t, &term, term.len(), true).unwrap();
     assert_eq!(
         plan.kind,
-        SegmentKind::PeerTerminate(TerminateRepr {
-            layer: 1,
-            error_type: 2,
-            error_code: 3
-        })
+        SegmentKind::PeerTerminate(
+            TerminateRepr {
+                layer: 1,
+                error_type: 2,
+                error_code: 3
+            },
+            None
+        )
     );
 }

@@ -171,7 +171,10 @@ fn a_peer_terminate_ends_placement() {
     feed(&mut rx, &mut r, &wire);
     assert_eq!(
         rx.poll_terminate(),
-        Some(&RxEnd::Peer(TerminateRepr::mpa(MpaErrorCode::CrcMismatch)))
+        Some(&RxEnd::Peer(
+            TerminateRepr::mpa(MpaErrorCode::CrcMismatch),
+            None
+        ))
     );
     assert!(
         r.bytes(0x10).unwrap().iter().all(|&x| x == 0),
