@@ -8,15 +8,15 @@ use mpa::wire::ddp;
 use mpa_app::{Consumer, MappedRegion};
 use mpa_ctl_proto::pattern::PatternTable;
 use mpa_ctl_proto::region_ad::{self, RegionAd};
-use mpa_ctl_proto::{Completion, CompletionKind};
+use mpa_ctl_proto::CompletionKind;
 use mpa_harness::datapath::{accept_and_hand_over, HandedOver, Responder};
+use mpa_harness::CompletionReader;
 use mpa_testbed::{run_in_netns, TestBed};
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Octets of each Write's ULPDU.
 const SIZE: usize = 4096;
@@ -35,10 +35,8 @@ pub(super) struct Bystander {
     messages: u64,
     ad: RegionAd,
     region: MappedRegion,
-    /// Reads the completions until stopped; gives back the consumer with them, so that the
-    /// region stays registered (and its memory whole) until it is compared.
-    collector: std::thread::JoinHandle<Result<(Vec<Completion>, Consumer)>>,
-    stop: Arc<AtomicBool>,
+    /// The completions, read as they come.
+    reader: CompletionReader,
     sender: std::thread::JoinHandle<Result<SenderReport>>,
     handed: HandedOver,
 }
@@ -64,25 +62,7 @@ impl Bystander {
             base_to: 0,
             recv_buf_size: 0,
         };
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let collector = std::thread::spawn(move || -> Result<(Vec<Completion>, Consumer)> {
-            let mut all = Vec::new();
-            let mut quiet_since_stop = 0;
-            loop {
-                let deadline = Instant::now() + Duration::from_millis(100);
-                match consumer.next_completions(deadline)? {
-                    Some(b) => all.extend(b),
-                    None if flag.load(Ordering::Relaxed) => {
-                        quiet_since_stop += 1;
-                        if quiet_since_stop >= 5 {
-                            return Ok((all, consumer));
-                        }
-                    }
-                    None => {}
-                }
-            }
-        });
+        let reader = CompletionReader::start(consumer);
         let resp = Responder {
             reply_private_data: ad.emit().to_vec(),
             placement: mpa_control::Placement {
@@ -107,8 +87,7 @@ impl Bystander {
             messages,
             ad,
             region,
-            collector,
-            stop,
+            reader,
             sender,
             handed,
         })
@@ -142,11 +121,7 @@ impl Bystander {
                 end.ulpdu_digest
             );
         }
-        self.stop.store(true, Ordering::Relaxed);
-        let (all, _consumer) = self
-            .collector
-            .join()
-            .map_err(|_| anyhow!("completion reader panicked"))??;
+        let (all, _consumer) = self.reader.finish()?;
         let payload = (SIZE - ddp::TAGGED_HEADER_LEN) as u64;
         if all.len() as u64 != self.messages {
             bail!("{} completions for {} Writes", all.len(), self.messages);

@@ -2,22 +2,21 @@
 //! (or Sends), completions read as they come, and the check of what landed.
 
 use crate::bed::options::{messages, Op, Run};
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 use mpa::wire::ddp;
 use mpa_app::{Consumer, MappedRegion};
 use mpa_ctl_proto::pattern::PatternTable;
 use mpa_ctl_proto::region_ad::{self, RegionAd};
-use mpa_ctl_proto::{Completion, CompletionKind, PostTarget};
+use mpa_ctl_proto::{CompletionKind, PostTarget};
+use mpa_harness::CompletionReader;
 use mpa_stack::receiver::MAX_POSTED;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The consumer side of a placing run: the region, what the sender will do with it, and a
 /// thread that reads completions as they come (a consumer must keep up).
 pub(crate) struct Placement {
-    /// Reads the completions until stopped; gives back the consumer with them, so that the
-    /// region stays registered (and its memory whole) until it is compared.
-    collector: std::thread::JoinHandle<Result<(Vec<Completion>, Consumer)>>,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The completions, read as they come.
+    reader: CompletionReader,
     region: MappedRegion,
     /// The region's advertisement (the hand-over Reply's private data).
     pub(crate) ad: RegionAd,
@@ -55,28 +54,9 @@ impl Placement {
             base_to: 0,
             recv_buf_size: recv,
         };
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = stop.clone();
-        let collector = std::thread::spawn(move || -> Result<(Vec<Completion>, Consumer)> {
-            let mut all = Vec::new();
-            let mut quiet_since_stop = 0;
-            loop {
-                let deadline = Instant::now() + Duration::from_millis(100);
-                match consumer.next_completions(deadline)? {
-                    Some(b) => all.extend(b),
-                    None if flag.load(std::sync::atomic::Ordering::Relaxed) => {
-                        quiet_since_stop += 1;
-                        if quiet_since_stop >= 5 {
-                            return Ok((all, consumer));
-                        }
-                    }
-                    None => {}
-                }
-            }
-        });
+        let reader = CompletionReader::start(consumer);
         Ok(Placement {
-            collector,
-            stop,
+            reader,
             region,
             ad,
             op: r.transfer.op,
@@ -90,11 +70,7 @@ impl Placement {
             Op::Write => r.size - ddp::TAGGED_HEADER_LEN,
             _ => r.size - ddp::UNTAGGED_HEADER_LEN,
         } as u64;
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let (all, _consumer) = self
-            .collector
-            .join()
-            .map_err(|_| anyhow!("completion reader panicked"))??;
+        let (all, _consumer) = self.reader.finish()?;
         // With --duration the sender's count is known only from its report: every
         // completion is still checked in order and in place, and the caller checks their
         // number against the senders' (`demo::transfer`).
