@@ -19,7 +19,7 @@ use crate::receiver::{
     RxError,
 };
 use crate::sender::{FpduSource, MessageKind, PostError, Preamble, SenderConfig, MIN_EMSS};
-use crate::tcp::{Connection, Event, HandoverState, SendSource, TcpConfig, TcpError, TsHandover};
+use crate::tcp::{Connection, Event, HandoverState, SendSource, TcpConfig, TsHandover};
 use crate::wire::frame::FrameTemplate;
 use crate::wire::tcp::{TcpRepr, TIMESTAMPS_OPTION_LEN};
 use mpa::seq::SeqNumber;
@@ -619,12 +619,7 @@ impl Flow {
                     self.finish(Some(MpaErrorCode::TcpClosed), reason);
                 }
                 Event::Failed(e) => {
-                    if matches!(
-                        e,
-                        TcpError::RetransmissionLimit { .. }
-                            | TcpError::KeepaliveTimeout { .. }
-                            | TcpError::PersistLimit { .. }
-                    ) {
+                    if e.gave_up_on_silent_peer() {
                         self.work
                             .failure
                             .get_or_insert(work::WorkFailure::retry_exceeded());

@@ -49,7 +49,18 @@ pub enum TcpError {
     InvalidHandover(&'static str),
 }
 
-impl TcpError {}
+impl TcpError {
+    /// The connection gave up waiting for a silent peer: retransmissions, keepalive probes or
+    /// zero-window probes ran out (what verbs calls "retry exceeded").
+    pub(crate) fn gave_up_on_silent_peer(&self) -> bool {
+        matches!(
+            self,
+            TcpError::RetransmissionLimit { .. }
+                | TcpError::KeepaliveTimeout { .. }
+                | TcpError::PersistLimit { .. }
+        )
+    }
+}
 
 impl From<&TcpError> for MpaErrorCode {
     /// Every TCP failure is MPA error 1: "TCP connection closed, terminated or lost".
