@@ -13,7 +13,7 @@ use mpa::MpaErrorCode;
 use mpa_harness::hostile_peer::{
     fpdu_bytes, fpdu_claiming, tagged_ulpdu, untagged_ulpdu, write_ulpdu, Seg,
 };
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The table. Order: TCP and frame level, MPA framing, DDP/RDMAP, after a Terminate, load.
 pub static CLASSES: &[Class] = &[
@@ -442,47 +442,47 @@ pub static CLASSES: &[Class] = &[
     class(
         "control-close-anothers-flow",
         E::Lives,
-        super::ctl::close_anothers_flow,
+        super::foreign::close_anothers_flow,
     ),
     class(
         "control-finish-anothers-flow",
         E::Lives,
-        super::ctl::finish_anothers_flow,
+        super::foreign::finish_anothers_flow,
     ),
     class(
         "control-capture-anothers-flow",
         E::Lives,
-        super::ctl::capture_anothers_flow,
+        super::foreign::capture_anothers_flow,
     ),
     class(
         "control-handover-anothers-flow",
         E::Lives,
-        super::ctl::handover_anothers_flow,
+        super::foreign::handover_anothers_flow,
     ),
     class(
         "control-adopt-without-capability",
         E::Lives,
-        super::ctl::adopt_without_capability,
+        super::foreign::adopt_without_capability,
     ),
     class(
         "control-made-up-handover",
         E::Lives,
-        super::ctl::made_up_handover,
+        super::foreign::made_up_handover,
     ),
     class(
         "control-watch-without-capability",
         E::Lives,
-        super::ctl::watch_without_capability,
+        super::foreign::watch_without_capability,
     ),
     class(
         "control-list-anothers-regions",
         E::Lives,
-        super::ctl::list_anothers_regions,
+        super::foreign::list_anothers_regions,
     ),
     class(
         "control-stats-of-anothers-flows",
         E::Lives,
-        super::ctl::stats_of_anothers_flows,
+        super::foreign::stats_of_anothers_flows,
     ),
     class(
         "application-names-anothers-domain",
@@ -517,12 +517,12 @@ pub static CLASSES: &[Class] = &[
     class(
         "consumer-garbage-ring-indices",
         E::Placed,
-        super::ctl::garbage_ring_indices,
+        super::rings::garbage_ring_indices,
     ),
     class(
         "consumer-never-reads",
         E::Placed,
-        super::ctl::consumer_never_reads,
+        super::rings::consumer_never_reads,
     ),
     class(
         "control-silent-slot-holders",
@@ -566,7 +566,7 @@ pub static CLASSES: &[Class] = &[
         name: "locator-amplification",
         expect: E::Placed,
         setup: Setup::Aligned,
-        script: locator_amplification,
+        script: super::locator::amplification,
         after: nothing,
     },
     // docs/environment.md, "Why TS.Recent must be inherited": the hand-over gave the flow
@@ -774,47 +774,4 @@ pub(super) fn write_not_placed(c: &mut Ctx) -> Result<()> {
     c.p.send_data(&f)?;
     c.p.poll(Duration::from_millis(200))?;
     c.untouched(SLOT / 2, d.len())
-}
-
-/// RFC 5044 §5.1 aligned sender trusted: an out-of-order segment is searched for an FPDU
-/// header. A crafted segment where every 4-aligned offset announces an FPDU ending exactly at
-/// the segment's end (none with a valid CRC) must cost work linear in its length, not
-/// quadratic; it is sent 500 times (duplicates), then a valid write must land. The worker's
-/// CPU for the 500 must stay under 20 µs per segment (a linear locator needs ~1 µs).
-fn locator_amplification(c: &mut Ctx) -> Result<()> {
-    let len = 1444usize;
-    let mut seg = vec![0u8; len];
-    for o in (0..len - 6).step_by(4) {
-        let ulpdu = (len - o - 6) as u16;
-        seg[o..o + 2].copy_from_slice(&ulpdu.to_be_bytes());
-    }
-    let cpu0 = worker_cpu(c)?;
-    let t0 = Instant::now();
-    for _ in 0..500 {
-        let mut s = c.p.seg(&seg);
-        s.seq = c.p.snd_nxt.wrapping_add(len as u32);
-        c.p.send_seg(&s)?;
-    }
-    c.p.poll(Duration::from_millis(200))?;
-    c.p.inbox.clear();
-    let cpu = worker_cpu(c)? - cpu0;
-    let per = cpu / 500.0 * 1e6;
-    tracing::info!(cpu, per_segment_us = per, elapsed = ?t0.elapsed(), "locator amplification");
-    if per > 20.0 {
-        bail!("worker CPU ≤ 20 µs per crafted segment, got {per:.0} µs ({cpu:.3} s for 500)");
-    }
-    // The flood sat one segment ahead; fill exactly that hole with a valid write... of the
-    // crafted segment's length would be placed as junk: instead write in order and let the
-    // store's junk stay out of order (above what the liveness write needs).
-    let d = c.pattern(8);
-    c.write(0, &d)
-}
-
-fn worker_cpu(c: &Ctx) -> Result<f64> {
-    let mut dpc = mpa_control::datapath_client::DatapathClient::connect(
-        &c.env.socket,
-        Duration::from_secs(5),
-    )?;
-    let s = mpa_harness::datapath::stats(&mut dpc)?;
-    Ok(s.queues.iter().map(|q| q.cpu_seconds).sum())
 }

@@ -20,10 +20,13 @@ pub mod classes;
 mod counters;
 pub mod ctl;
 pub mod ended;
+pub mod foreign;
 pub mod frames;
 pub mod ipv6;
+mod locator;
 pub mod markers_ooo;
 pub mod reads;
+pub mod rings;
 pub mod window;
 
 pub use counters::{Counter, Snapshot};
@@ -106,8 +109,8 @@ pub struct HostileArgs {
     /// The bystander's pace, RDMA Writes of 4 KiB per second.
     #[arg(long, default_value_t = DEFAULT_BYSTANDER_RATE)]
     pub bystander_rate: u64,
-    /// The bystander's length in seconds (it should outlast the classes; default: 0.5 s per
-    /// class and 10 s more).
+    /// The bystander's length in seconds (it should outlast the classes; default: a third of
+    /// a second per class and 10 s more).
     #[arg(long)]
     pub bystander_seconds: Option<u64>,
     /// (Internal: the `control-other-uid` class runs this as another user.) Connect to this
@@ -697,7 +700,7 @@ pub fn run(a: &HostileArgs, say: &mut dyn FnMut(&str)) -> Result<Report> {
 pub fn probe_line(a: &HostileArgs) -> Option<String> {
     let p = a.probe_socket.as_ref()?;
     if let (Some(op), Some(flow)) = (&a.probe_foreign, a.probe_flow) {
-        return Some(ctl::probe_foreign(p, op, flow));
+        return Some(foreign::probe_foreign(p, op, flow));
     }
     if let Some(hold) = &a.probe_idle {
         let silent = std::time::Duration::from_millis(a.probe_idle_ms);
