@@ -144,7 +144,7 @@ pub struct Consumer {
     ended_dropped: u64,
 }
 
-/// A signaled work request of id 0: what the per-operation shorthands post.
+/// A signaled work request of id 0 from one range: what the per-operation shorthands post.
 pub(crate) fn work(
     flow_id: u64,
     stag: u32,
@@ -153,16 +153,7 @@ pub(crate) fn work(
     count: u32,
     op: PostOp,
 ) -> WorkRequest {
-    WorkRequest {
-        flow_id,
-        wr_id: 0,
-        stag,
-        offset,
-        len,
-        count,
-        op,
-        signaled: true,
-    }
+    WorkRequest::new(flow_id, 0, op, stag, offset, len, count)
 }
 
 /// One subscribed domain: its rings and eventfd, and its post queues.
@@ -345,7 +336,8 @@ impl Consumer {
     }
 
     /// Posts `count` Sends of `len` octets on connection `flow_id` from `offset + i·len` of
-    /// region `stag`; returns the first one's MSN. Each completes as
+    /// region `stag`; returns the first one's MSN (`None` when they wait behind a Read posted
+    /// before: their MSNs are given when they go). Each completes as
     /// [`mpa_ctl_proto::CompletionKind::SendSent`].
     pub fn post_send(
         &mut self,
@@ -354,15 +346,8 @@ impl Consumer {
         offset: u64,
         len: u64,
         count: u32,
-    ) -> Result<u32, ConsumerError> {
-        let wr = work(flow_id, stag, offset, len, count, PostOp::Send);
-        match self.client.request(|id| Message::Post { id, wr })? {
-            Message::Posted {
-                first_msn: Some(msn),
-                ..
-            } => Ok(msn),
-            m => Err(Self::unexpected(m)),
-        }
+    ) -> Result<Option<u32>, ConsumerError> {
+        self.post_via_socket(&work(flow_id, stag, offset, len, count, PostOp::Send))
     }
 
     /// Receive the completions of domain `pd`'s connections on this consumer: maps the

@@ -260,9 +260,6 @@ fn answer_id(m: &Message) -> Option<u64> {
         | Message::DestroyRegion { .. }
         | Message::ListRegions { .. }
         | Message::PostRecv { .. }
-        | Message::PostWrite { .. }
-        | Message::PostSend { .. }
-        | Message::PostRead { .. }
         | Message::Post { .. }
         | Message::Subscribe { .. }
         | Message::Unsubscribe { .. }

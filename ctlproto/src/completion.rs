@@ -58,6 +58,19 @@ impl RefusalCode {
         self as u64
     }
 
+    /// The status of the completion that reports it.
+    pub fn status(self) -> CompletionStatus {
+        match self {
+            RefusalCode::Malformed | RefusalCode::Invalid => CompletionStatus::LocalQpOperation,
+            RefusalCode::UnknownRegion | RefusalCode::WrongDomain | RefusalCode::OutOfBounds => {
+                CompletionStatus::LocalProtection
+            }
+            RefusalCode::Busy => CompletionStatus::QueueFull,
+            // Verbs completes a post on a queue pair in error as flushed.
+            RefusalCode::UnknownFlow | RefusalCode::Closed => CompletionStatus::Flushed,
+        }
+    }
+
     /// The code a completion record carries, if known.
     pub fn from_code(c: u64) -> Option<RefusalCode> {
         Some(match c {
@@ -82,6 +95,16 @@ pub enum CompletionStatus {
     /// Done (`IBV_WC_SUCCESS`).
     #[default]
     Success = 0,
+    /// The work request makes no sense for its connection (`IBV_WC_LOC_QP_OP_ERR`): a
+    /// malformed record, a Read of a size the protocol cannot carry, a Read on a connection
+    /// whose ORD is 0, a message too long for its header (a refused shared-memory post,
+    /// [`RefusalCode::Malformed`], [`RefusalCode::Invalid`]).
+    LocalQpOperation = 2,
+    /// A local region of the request is not the application's to use (`IBV_WC_LOC_PROT_ERR`):
+    /// no such STag, another domain's, outside the region, or destroyed while the request
+    /// waited ([`RefusalCode::UnknownRegion`], [`RefusalCode::WrongDomain`],
+    /// [`RefusalCode::OutOfBounds`]).
+    LocalProtection = 4,
     /// The connection ended before the work request was done (`IBV_WC_WR_FLUSH_ERR`):
     /// closed, reset, a Terminate either way, an MPA error, a timer. Its octets may or may
     /// not have reached the peer. Why the connection ended (a Terminate's layer, type and
@@ -103,6 +126,12 @@ pub enum CompletionStatus {
     /// retransmissions, keepalive probes or zero-window probes ran out
     /// (`IBV_WC_RETRY_EXC_ERR`).
     RetryExceeded = 12,
+    /// The connection's send queue or send budget was full when the worker read the post
+    /// ([`RefusalCode::Busy`]): post again once completions arrive. Verbs has no status for
+    /// it (`ibv_post_send` refuses with `ENOMEM` before returning); a post through shared
+    /// memory is read after the application's call returned, so its refusal is a
+    /// completion.
+    QueueFull = 64,
 }
 
 impl CompletionStatus {
@@ -115,11 +144,14 @@ impl CompletionStatus {
     pub fn from_code(c: u8) -> Option<CompletionStatus> {
         Some(match c {
             0 => CompletionStatus::Success,
+            2 => CompletionStatus::LocalQpOperation,
+            4 => CompletionStatus::LocalProtection,
             5 => CompletionStatus::Flushed,
             9 => CompletionStatus::RemoteInvalidRequest,
             10 => CompletionStatus::RemoteAccess,
             11 => CompletionStatus::RemoteOperation,
             12 => CompletionStatus::RetryExceeded,
+            64 => CompletionStatus::QueueFull,
             _ => return None,
         })
     }
@@ -182,7 +214,7 @@ impl Completion {
             msn: Some(count),
             invalidate_stag: None,
             wr_id,
-            status: CompletionStatus::Success,
+            status: code.status(),
         }
     }
 
@@ -205,11 +237,34 @@ mod tests {
     use super::CompletionStatus as S;
 
     #[test]
+    fn every_refusal_completes_with_a_failure_status() {
+        use super::{Completion, RefusalCode as R};
+        let all = [
+            (R::Malformed, S::LocalQpOperation),
+            (R::UnknownFlow, S::Flushed),
+            (R::WrongDomain, S::LocalProtection),
+            (R::UnknownRegion, S::LocalProtection),
+            (R::OutOfBounds, S::LocalProtection),
+            (R::Invalid, S::LocalQpOperation),
+            (R::Busy, S::QueueFull),
+            (R::Closed, S::Flushed),
+        ];
+        for (code, status) in all {
+            let c = Completion::post_refused(1, 2, 3, 4, code);
+            assert_eq!((c.status, c.refusal()), (status, Some((3, code))));
+        }
+    }
+
+    #[test]
     fn statuses_carry_verbs_numbers_and_read_back() {
-        // ibv_wc_status: SUCCESS 0, WR_FLUSH_ERR 5, REM_INV_REQ_ERR 9, REM_ACCESS_ERR 10,
-        // REM_OP_ERR 11, RETRY_EXC_ERR 12.
+        // ibv_wc_status: SUCCESS 0, LOC_QP_OP_ERR 2, LOC_PROT_ERR 4, WR_FLUSH_ERR 5,
+        // REM_INV_REQ_ERR 9, REM_ACCESS_ERR 10, REM_OP_ERR 11, RETRY_EXC_ERR 12; queue full
+        // has no verbs number.
         let all = [
             (S::Success, 0),
+            (S::LocalQpOperation, 2),
+            (S::LocalProtection, 4),
+            (S::QueueFull, 64),
             (S::Flushed, 5),
             (S::RemoteInvalidRequest, 9),
             (S::RemoteAccess, 10),

@@ -176,106 +176,26 @@ pub enum Message {
         #[serde(default)]
         wr_id: u64,
     },
-    /// consumer → datapath: post `count` RDMA Writes of `len` octets each on connection
-    /// `flow_id`: write `i` reads region `stag` from `offset + i·len` and writes the peer's
-    /// `sink_stag` at tagged offset `sink_to + i·len`. Answered by [`Message::Posted`] once
-    /// all are queued, or by an error with none queued. Each completes
-    /// ([`crate::CompletionKind::WriteSent`]) when the peer has acknowledged its every octet.
-    PostWrite {
-        /// Request id.
-        id: u64,
-        /// The connection.
-        flow_id: u64,
-        /// Local region to read (its domain must be the connection's).
-        stag: u32,
-        /// Offset of the first write's octets in it.
-        offset: u64,
-        /// Octets per write.
-        len: u64,
-        /// Writes.
-        count: u32,
-        /// The peer's STag.
-        sink_stag: u32,
-        /// The peer's tagged offset of the first write.
-        sink_to: u64,
-        /// The work request id: message (or buffer) `i` completes with `wr_id + i`.
-        #[serde(default)]
-        wr_id: u64,
-        /// Complete each message when done (the default); otherwise only a failure
-        /// completes.
-        #[serde(default = "signaled")]
-        signaled: bool,
-    },
-    /// consumer → datapath: post `count` Sends (queue 0, consecutive MSNs) of `len` octets
-    /// each from region `stag` at `offset + i·len`. Answered by [`Message::Posted`];
-    /// each completes ([`crate::CompletionKind::SendSent`]) when acknowledged.
-    PostSend {
-        /// Request id.
-        id: u64,
-        /// The connection.
-        flow_id: u64,
-        /// Local region to read.
-        stag: u32,
-        /// Offset of the first Send's octets.
-        offset: u64,
-        /// Octets per Send.
-        len: u64,
-        /// Sends.
-        count: u32,
-        /// The work request id: message (or buffer) `i` completes with `wr_id + i`.
-        #[serde(default)]
-        wr_id: u64,
-        /// Complete each message when done (the default); otherwise only a failure
-        /// completes.
-        #[serde(default = "signaled")]
-        signaled: bool,
-    },
-    /// consumer → datapath: post `count` RDMA Reads of `len` octets each on connection
-    /// `flow_id`: read `i` fetches the peer's `src_stag` at `src_to + i·len` into our region
-    /// `stag` at `offset + i·len`. A bounded number are outstanding at once (the rest are sent
-    /// as answers arrive); each completes as [`crate::CompletionKind::ReadResponsePlaced`]
-    /// when its Read Response is placed. Answered by [`Message::Posted`].
-    PostRead {
-        /// Request id.
-        id: u64,
-        /// The connection.
-        flow_id: u64,
-        /// Our region the octets land in.
-        stag: u32,
-        /// Offset of the first read's octets in it.
-        offset: u64,
-        /// Octets per read (1 ..= 2^32 − 1).
-        len: u64,
-        /// Reads.
-        count: u32,
-        /// The peer's STag.
-        src_stag: u32,
-        /// The peer's tagged offset of the first read.
-        src_to: u64,
-        /// The work request id: message (or buffer) `i` completes with `wr_id + i`.
-        #[serde(default)]
-        wr_id: u64,
-        /// Complete each message when done (the default); otherwise only a failure
-        /// completes.
-        #[serde(default = "signaled")]
-        signaled: bool,
-    },
-    /// consumer → datapath: work request `wr` (a Write, Send or Read post, the type the
+    /// consumer → datapath: work request `wr` (RDMA Writes, Sends or Reads: the type the
     /// shared-memory post queue carries) over the control socket. Answered by
-    /// [`Message::Posted`] once all its messages are queued, or by an error with none queued.
+    /// [`Message::Posted`] once all its messages are queued (or wait their turn behind a Read
+    /// or a fence), or by an error with none queued. A Write or Send completes
+    /// ([`crate::CompletionKind::WriteSent`], [`crate::CompletionKind::SendSent`]) when the
+    /// peer has acknowledged its every octet, a Read ([`crate::CompletionKind::ReadResponsePlaced`])
+    /// when its Read Response is placed; at most the connection's ORD Reads are outstanding.
     Post {
         /// Request id.
         id: u64,
         /// The work request.
         wr: crate::ring::post::WorkRequest,
     },
-    /// datapath → consumer: the messages of a PostWrite, PostSend or PostRead are queued.
+    /// datapath → consumer: the messages of a [`Message::Post`] are queued.
     Posted {
         /// Request id.
         id: u64,
         /// Messages queued.
         count: u32,
-        /// The MSN of the first Send (PostSend only).
+        /// The MSN of the first Send (Sends given to the sender at once only).
         first_msn: Option<u32>,
     },
     /// consumer → datapath: send this client the completions of the domain's connections
@@ -621,11 +541,6 @@ pub enum Message {
         /// Details.
         message: String,
     },
-}
-
-/// `signaled` when a post does not say.
-fn signaled() -> bool {
-    true
 }
 
 impl Message {

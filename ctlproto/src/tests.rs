@@ -111,39 +111,48 @@ fn round_trip_every_message() {
             count: 16,
             wr_id: 7,
         },
-        Message::PostWrite {
+        Message::Post {
             id: 12,
-            flow_id: 4,
-            stag: 0x100,
-            offset: 64,
-            len: 4096,
-            count: 8,
-            sink_stag: 0x5a,
-            sink_to: 1 << 40,
-            wr_id: 8,
-            signaled: false,
+            wr: crate::ring::post::WorkRequest {
+                flow_id: 4,
+                wr_id: 8,
+                sg_list: crate::ring::post::SgList::new(&[
+                    crate::ring::post::Sge {
+                        stag: 0x100,
+                        offset: 64,
+                        len: 4096,
+                    },
+                    crate::ring::post::Sge {
+                        stag: 0x101,
+                        offset: 0,
+                        len: 1,
+                    },
+                ])
+                .unwrap(),
+                count: 1,
+                op: crate::ring::post::PostOp::Write {
+                    sink_stag: 0x5a,
+                    sink_to: 1 << 40,
+                },
+                signaled: false,
+                solicited: false,
+                fence: true,
+            },
         },
-        Message::PostSend {
+        Message::Post {
             id: 13,
-            flow_id: 4,
-            stag: 0x100,
-            offset: 0,
-            len: 100,
-            count: 2,
-            wr_id: 9,
-            signaled: true,
-        },
-        Message::PostRead {
-            id: 14,
-            flow_id: 4,
-            stag: 0x100,
-            offset: 0,
-            len: 4096,
-            count: 3,
-            src_stag: 0x77,
-            src_to: 1 << 33,
-            wr_id: 10,
-            signaled: true,
+            wr: crate::ring::post::WorkRequest {
+                solicited: true,
+                ..crate::ring::post::WorkRequest::new(
+                    4,
+                    9,
+                    crate::ring::post::PostOp::Send,
+                    0x100,
+                    0,
+                    100,
+                    2,
+                )
+            },
         },
         Message::Posted {
             id: 13,

@@ -28,7 +28,7 @@ use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::{Completion, CompletionKind};
 use mpa_datapath::io::xsk::XskConfig;
 use mpa_datapath::server::{Datapath, DatapathConfig};
-use mpa_datapath::worker::{QueueDriver, SendOp, SendPost};
+use mpa_datapath::worker::{QueueDriver, SendOp, SendPost, SgList};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -190,12 +190,12 @@ fn ping_pong(a: &Args, driver: &mut QueueDriver) -> Result<(), Failure> {
             sink_stag: echo.stag,
             sink_to: echo.base_to,
         },
-        stag: src.info().stag,
-        offset: 0,
-        len: payload,
+        sg: SgList::one(src.info().stag, 0, payload),
         count: 1,
         wr_id: 0,
         signaled: true,
+        solicited: false,
+        fence: false,
     };
     let mut rtts = Vec::with_capacity(a.iterations as usize);
     let mut batch: Vec<Completion> = Vec::with_capacity(64);

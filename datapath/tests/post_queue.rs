@@ -5,7 +5,9 @@
 //! to the control thread; a corrupt queue is counted once and never read again.
 
 use crossbeam_channel::{unbounded, Receiver};
-use mpa_ctl_proto::ring::post::{PostOp, PostProducer, PostQueueFile, PostReader, WorkRequest};
+use mpa_ctl_proto::ring::post::{
+    PostOp, PostProducer, PostQueueFile, PostReader, SgList, Sge, WorkRequest,
+};
 use mpa_ctl_proto::ring::{Producer, RingFile, RingSet, Waker};
 use mpa_ctl_proto::{Completion, CompletionKind, RefusalCode, RegionInfo};
 use mpa_datapath::io::ring::{MemRing, MemWire};
@@ -91,15 +93,15 @@ fn write(wr_id: u64, stag: u32) -> WorkRequest {
     WorkRequest {
         flow_id: FLOW,
         wr_id,
-        stag,
-        offset: 0,
-        len: 100,
+        sg_list: SgList::one(stag, 0, 100),
         count: 1,
         op: PostOp::Write {
             sink_stag: 0x77,
             sink_to: 0,
         },
         signaled: true,
+        solicited: false,
+        fence: false,
     }
 }
 
@@ -145,8 +147,62 @@ fn a_posted_write_leaves_at_the_next_poll_and_bad_posts_are_refused_with_their_c
     post(
         &mut p,
         &WorkRequest {
-            offset: 1 << 30,
+            sg_list: SgList::one(STAG, 1 << 30, 100),
             ..write(10, STAG)
+        },
+    );
+    // A gather is checked entry by entry: one bad entry refuses the whole request.
+    let gather = |entries: &[Sge]| SgList::new(entries).unwrap();
+    let fine = Sge {
+        stag: STAG,
+        offset: 0,
+        len: 10,
+    };
+    post(
+        &mut p,
+        &WorkRequest {
+            sg_list: gather(&[
+                fine,
+                Sge {
+                    stag: 0xdead,
+                    ..fine
+                },
+            ]),
+            ..write(11, STAG)
+        },
+    );
+    post(
+        &mut p,
+        &WorkRequest {
+            sg_list: gather(&[
+                fine,
+                fine,
+                Sge {
+                    offset: 1 << 30,
+                    ..fine
+                },
+            ]),
+            ..write(12, STAG)
+        },
+    );
+    // A Read fills one entry; a gather is one message.
+    post(
+        &mut p,
+        &WorkRequest {
+            sg_list: gather(&[fine, fine]),
+            op: PostOp::Read {
+                src_stag: 0x77,
+                src_to: 0,
+            },
+            ..write(13, STAG)
+        },
+    );
+    post(
+        &mut p,
+        &WorkRequest {
+            sg_list: gather(&[fine, fine]),
+            count: 2,
+            ..write(14, STAG)
         },
     );
     b.worker.poll_once().unwrap();
@@ -156,10 +212,16 @@ fn a_posted_write_leaves_at_the_next_poll_and_bad_posts_are_refused_with_their_c
             (FLOW, 8, RefusalCode::UnknownRegion),
             (FLOW, 9, RefusalCode::Malformed),
             (FLOW, 10, RefusalCode::OutOfBounds),
+            (FLOW, 11, RefusalCode::UnknownRegion),
+            (FLOW, 12, RefusalCode::OutOfBounds),
+            (FLOW, 13, RefusalCode::Malformed),
+            (FLOW, 14, RefusalCode::Malformed),
         ]
     );
     let s = b.worker.report().stats;
-    assert_eq!((s.posts_shm, s.posts_refused), (4, 3));
+    assert_eq!((s.posts_shm, s.posts_refused), (8, 7));
+    let octets: usize = b.wire.take_sent().iter().map(Vec::len).sum();
+    assert_eq!(octets, 0, "nothing of a refused gather is sent");
 }
 
 #[test]
@@ -204,7 +266,11 @@ fn a_post_for_a_flow_the_worker_does_not_own_goes_to_the_control_thread() {
     assert_eq!((queue, sub, pd, fwd), (0, 1, 1, other));
     assert_eq!(forwarding.load(std::sync::atomic::Ordering::Acquire), 1);
     // Nobody has the flow: the control thread hands it back, and it is refused.
-    assert!(b.worker.apply(Command::Post { sub, pd, post: fwd }));
+    assert!(b.worker.apply(Command::Post {
+        sub,
+        pd,
+        post: Box::new(fwd)
+    }));
     b.worker.poll_once().unwrap();
     assert_eq!(
         refusals(&mut rings),
@@ -215,7 +281,7 @@ fn a_post_for_a_flow_the_worker_does_not_own_goes_to_the_control_thread() {
     assert!(b.worker.apply(Command::Post {
         sub,
         pd,
-        post: write(12, STAG)
+        post: Box::new(write(12, STAG))
     }));
     b.worker.poll_once().unwrap();
     assert!(b.wire.take_sent().iter().map(Vec::len).sum::<usize>() > 100);
@@ -242,14 +308,16 @@ fn a_corrupt_post_queue_is_counted_once_and_left_alone() {
     let (answer, result) = unbounded();
     let sp = mpa_stack::flow::SendPost {
         op: mpa_stack::flow::SendOp::Send,
-        stag: STAG,
-        offset: 0,
-        len: 10,
+        sg: SgList::one(STAG, 0, 10),
         count: 1,
         wr_id: 0,
         signaled: true,
+        solicited: false,
+        fence: false,
     };
-    assert!(b.worker.apply(Command::PostSend(FLOW, sp, answer)));
+    assert!(b
+        .worker
+        .apply(Command::PostSend(FLOW, Box::new(sp), answer)));
     assert!(result.recv().unwrap().is_ok());
 }
 

@@ -12,7 +12,7 @@ use mpa::wire::fpdu;
 use mpa_ctl_proto::stats::FlowReport;
 use mpa_ctl_proto::CompletionKind;
 use mpa_datapath::worker::{Command, WorkerError};
-use mpa_stack::flow::{SendOp, SendPost};
+use mpa_stack::flow::{SendOp, SendPost, SgList};
 use mpa_stack::sim::SplitMix64;
 use mpa_stack::wire::frame::parse_tcp_frame;
 use pair::*;
@@ -34,12 +34,12 @@ fn writes_arrive_exactly(markers: bool, loss: f64, seed: u64) {
         1,
         SendPost {
             op,
-            stag: SRC,
-            offset: 0,
-            len: MSG,
+            sg: SgList::one(SRC, 0, MSG),
             count,
             wr_id: 0,
             signaled: true,
+            solicited: false,
+            fence: false,
         },
     );
     assert_eq!(first.unwrap(), None);
@@ -164,12 +164,12 @@ fn sends_land_in_posted_buffers_in_msn_order() {
         1,
         SendPost {
             op: SendOp::Send,
-            stag: SRC,
-            offset: 100,
-            len: MSG,
+            sg: SgList::one(SRC, 100, MSG),
             count,
             wr_id: 0,
             signaled: true,
+            solicited: false,
+            fence: false,
         },
     );
     assert_eq!(first.unwrap(), Some(1));
@@ -211,12 +211,12 @@ fn posts_are_checked_and_refused_whole() {
             sink_stag: SINK,
             sink_to: 0,
         },
-        stag,
-        offset,
-        len,
+        sg: SgList::one(stag, offset, len),
         count,
         wr_id: 0,
         signaled: true,
+        solicited: false,
+        fence: false,
     };
     let err = |r: Result<Option<u32>, WorkerError>| r.unwrap_err().to_string();
     assert_eq!(
@@ -258,12 +258,12 @@ fn reads_fetch_the_peers_region_octet_exact() {
     };
     let p = SendPost {
         op,
-        stag: SRC,
-        offset: 0,
-        len: READ,
+        sg: SgList::one(SRC, 0, READ),
         count,
         wr_id: 0,
         signaled: true,
+        solicited: false,
+        fence: false,
     };
     assert_eq!(post(&mut a.worker, 1, p).unwrap(), None);
     let r = run(a, b, 0.02, 21, count as usize, 0);
@@ -306,12 +306,12 @@ fn reads(count: u32, len: u64) -> SendPost {
             src_stag: READABLE,
             src_to: 0,
         },
-        stag: SRC,
-        offset: 0,
-        len,
+        sg: SgList::one(SRC, 0, len),
         count,
         wr_id: 0,
         signaled: true,
+        solicited: false,
+        fence: false,
     }
 }
 
@@ -409,12 +409,12 @@ fn reads_are_checked_where_they_land() {
             src_stag: READABLE,
             src_to: 0,
         },
-        stag,
-        offset,
-        len,
+        sg: SgList::one(stag, offset, len),
         count,
         wr_id: 0,
         signaled: true,
+        solicited: false,
+        fence: false,
     };
     let err = |r: Result<Option<u32>, WorkerError>| r.unwrap_err().to_string();
     assert_eq!(
@@ -455,12 +455,12 @@ fn a_posted_message_is_sent_without_waiting_for_frames() {
     };
     let p = SendPost {
         op,
-        stag: SRC,
-        offset: 0,
-        len: 1000,
+        sg: SgList::one(SRC, 0, 1000),
         count: 1,
         wr_id: 0,
         signaled: true,
+        solicited: false,
+        fence: false,
     };
     assert_eq!(post(&mut a.worker, 1, p).unwrap(), None);
     a.worker.poll_once_at(now).unwrap();
@@ -513,12 +513,12 @@ fn a_run_to_completion_reply_carries_the_ack_of_the_message_it_answers() {
                 sink_stag,
                 sink_to: 0,
             },
-            stag,
-            offset: 0,
-            len: 64,
+            sg: SgList::one(stag, 0, 64),
             count: 1,
             wr_id: 0,
             signaled: true,
+            solicited: false,
+            fence: false,
         };
         for round in 0..3u64 {
             // A's Write to B's sink: one segment.
@@ -651,16 +651,20 @@ fn every_rtr_then_writes_sends_and_reads_both_ways_between_two_datapaths() {
                     flow(actor),
                     SendPost {
                         op: post_op,
-                        stag: if op == "read" {
-                            main_stag(actor)
-                        } else {
-                            READABLE
-                        },
-                        offset: 0,
-                        len: MSG,
+                        sg: SgList::one(
+                            if op == "read" {
+                                main_stag(actor)
+                            } else {
+                                READABLE
+                            },
+                            0,
+                            MSG,
+                        ),
                         count: COUNT,
                         wr_id: 0,
                         signaled: true,
+                        solicited: false,
+                        fence: false,
                     },
                 )
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -726,12 +730,12 @@ fn posts_beyond_the_send_budget_are_refused_whole() {
             sink_stag: SINK,
             sink_to: 0,
         },
-        stag: SRC,
-        offset,
-        len: 768 * MIB,
+        sg: SgList::one(SRC, offset, 768 * MIB),
         count,
         wr_id: 0,
         signaled: true,
+        solicited: false,
+        fence: false,
     };
     let err = |r: Result<Option<u32>, WorkerError>| r.unwrap_err().to_string();
     assert_eq!(

@@ -11,7 +11,7 @@ mod pair;
 use crossbeam_channel::unbounded;
 use mpa_ctl_proto::{Completion, CompletionKind, CompletionStatus as S};
 use mpa_datapath::worker::{Command, Notification};
-use mpa_stack::flow::{SendOp, SendPost};
+use mpa_stack::flow::{SendOp, SendPost, SgList};
 use mpa_stack::receiver::PostedBuf;
 use pair::*;
 use std::time::{Duration, Instant};
@@ -22,24 +22,24 @@ fn write(wr_id: u64, count: u32, signaled: bool, sink_stag: u32) -> SendPost {
             sink_stag,
             sink_to: 0,
         },
-        stag: SRC,
-        offset: 0,
-        len: 2000,
+        sg: SgList::one(SRC, 0, 2000),
         count,
         wr_id,
         signaled,
+        solicited: false,
+        fence: false,
     }
 }
 
 fn send(wr_id: u64, count: u32) -> SendPost {
     SendPost {
         op: SendOp::Send,
-        stag: SRC,
-        offset: 0,
-        len: 1000,
+        sg: SgList::one(SRC, 0, 1000),
         count,
         wr_id,
         signaled: true,
+        solicited: false,
+        fence: false,
     }
 }
 
@@ -143,12 +143,12 @@ fn a_terminate_either_way_flushes_both_ends() {
             src_stag: READABLE,
             src_to: 0,
         },
-        stag: SRC,
-        offset: 0,
-        len: 1024,
+        sg: SgList::one(SRC, 0, 1024),
         count: 8,
         wr_id: 500,
         signaled: false,
+        solicited: false,
+        fence: false,
     };
     post(&mut a.worker, 1, reads).unwrap();
     let r = run_until(a, b, 0.0, 8, |a, b| a.gone.is_some() && b.gone.is_some());
@@ -183,12 +183,12 @@ fn the_read_a_peers_terminate_names_fails_with_remote_access() {
             src_stag: 0xbad_0000,
             src_to: 0,
         },
-        stag: SRC,
-        offset: 0,
-        len: 512,
+        sg: SgList::one(SRC, 0, 512),
         count: 3,
         wr_id: 900,
         signaled: true,
+        solicited: false,
+        fence: false,
     };
     post(&mut a.worker, 1, reads).unwrap();
     let r = run_until(a, b, 0.0, 11, |a, b| a.gone.is_some() && b.gone.is_some());

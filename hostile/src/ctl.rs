@@ -638,7 +638,7 @@ pub fn released_memory_descriptors_kept(c: &mut Ctx) -> Result<()> {
 /// that connection: the workers read a bounded number of posts per turn across all queues,
 /// the refusals are counted, and nothing of the connection waits for them.
 pub fn post_queues_flooding_neighbour(c: &mut Ctx) -> Result<()> {
-    use mpa_ctl_proto::ring::post::{PostOp, WorkRequest};
+    use mpa_ctl_proto::ring::post::{PostOp, SgList, WorkRequest};
     let mut w = DatapathClient::connect(&c.env.socket, WAIT)?;
     let refused = |s: &mpa_ctl_proto::stats::DatapathStats| -> u64 {
         s.queues.iter().map(|q| q.stats.posts_refused).sum()
@@ -652,15 +652,15 @@ pub fn post_queues_flooding_neighbour(c: &mut Ctx) -> Result<()> {
     let post = WorkRequest {
         flow_id: c.flow_id,
         wr_id: 0,
-        stag: c.env.stag(),
-        offset: 0,
-        len: 64,
+        sg_list: SgList::one(c.env.stag(), 0, 64),
         count: 1,
         op: PostOp::Write {
             sink_stag: 1,
             sink_to: 0,
         },
         signaled: true,
+        solicited: false,
+        fence: false,
     };
     let mut posted = 0u64;
     let deadline = std::time::Instant::now() + Duration::from_millis(500);

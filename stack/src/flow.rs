@@ -8,6 +8,7 @@ mod receive;
 mod send;
 mod work;
 
+pub use mpa_ctl_proto::ring::post::{SgList, Sge};
 pub(crate) use receive::{
     receive_pieces_in_run, receive_segment, receive_segment_in_run, receive_segments_in_run,
 };
@@ -15,8 +16,7 @@ pub(crate) use send::MAX_OUTBOUND_READS;
 pub use send::{FrameSink, FrameVec, SendOp, SendPost, MEM_FRAME_CAPACITY};
 
 use crate::receiver::{
-    MpaReceiver, PostRecvError, PostedBuf, ReadRequest, ReceiverConfig, Region, RegionTable, RxEnd,
-    RxError,
+    MpaReceiver, PostRecvError, PostedBuf, ReadRequest, ReceiverConfig, RegionTable, RxEnd, RxError,
 };
 use crate::sender::{FpduSource, MessageKind, PostError, Preamble, SenderConfig, MIN_EMSS};
 use crate::tcp::{Connection, Event, HandoverState, SendSource, TcpConfig, TsHandover};
@@ -94,8 +94,9 @@ pub struct Flow {
     reads_in_flight: usize,
     /// Our ORD: at most this many `reads_in_flight`.
     ord: usize,
-    /// Our Read Requests waiting for ORD room.
-    reads_waiting: std::collections::VecDeque<ReadRequestRepr>,
+    /// Work requests' messages waiting their turn (a Read for ORD room, what was posted
+    /// behind it or behind a fence).
+    waiting: std::collections::VecDeque<send::Waiting>,
     /// The consumer's work requests not yet completed.
     work: work::Work,
     /// The flow's fixed charge on the datapath's memory budget (`crate::budget`), given
@@ -260,7 +261,7 @@ impl Flow {
             reads_served: 0,
             reads_in_flight,
             ord,
-            reads_waiting: Default::default(),
+            waiting: Default::default(),
             work: Default::default(),
             charge: None,
         })
@@ -381,7 +382,7 @@ impl Flow {
         let rtr_answered = self.rx.take_rtr_answered();
         if rtr_answered > 0 {
             self.reads_in_flight = self.reads_in_flight.saturating_sub(rtr_answered);
-            self.release_reads();
+            self.release_waiting();
         }
         if let Some(h) = self.rx.poll_reply() {
             // Our first FPDU, allowed now that one arrived (RFC 5044 §7.1.2). It answers the
@@ -500,12 +501,14 @@ impl Flow {
         }
         if answered > 0 {
             self.reads_in_flight = self.reads_in_flight.saturating_sub(answered);
-            self.release_reads();
+            self.release_waiting();
         }
+        let mut acked = false;
         while let Some(c) = self.tcp.source_mut().inner_mut().poll_completion() {
+            acked = true;
             let (kind, msn) = match c.kind {
                 MessageKind::Write { .. } => (CompletionKind::WriteSent, None),
-                MessageKind::Send { msn } => (CompletionKind::SendSent, Some(msn)),
+                MessageKind::Send { msn, .. } => (CompletionKind::SendSent, Some(msn)),
                 MessageKind::Control => continue,
                 // Its IRD slot was freed as the ACK arrived (`receive_segment`).
                 MessageKind::ReadResponse { .. } => continue,
@@ -524,6 +527,10 @@ impl Flow {
             if self.complete_work(&mut done, Some(c.id)) {
                 f(&done);
             }
+        }
+        // Acknowledged messages made room in the sender for what waits.
+        if acked && !self.waiting.is_empty() {
+            self.release_waiting();
         }
     }
 

@@ -31,7 +31,7 @@ use mpa::wire::ddp::{DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN};
 use mpa_app::{CmEvent, ConnectOptions, ConnectionEvent, Consumer};
 use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::CompletionKind;
-use mpa_datapath::worker::{QueueDriver, SendOp, SendPost};
+use mpa_datapath::worker::{QueueDriver, SendOp, SendPost, SgList};
 use mpa_harness::datapath::{start_datapath, temp_path, DatapathOptions};
 use mpa_harness::ControlDaemon;
 use mpa_testbed::{run_in_netns, TestBed};
@@ -246,12 +246,12 @@ fn datapath_pingpong(
             sink_stag: peer.stag,
             sink_to: peer.base_to,
         },
-        stag: src.info().stag,
-        offset: 0,
-        len: payload,
+        sg: SgList::one(src.info().stag, 0, payload),
         count: 1,
         wr_id: 0,
         signaled: true,
+        solicited: false,
+        fence: false,
     };
     let mut smp = Samples::default();
     let mut batch = Vec::with_capacity(64);
@@ -514,15 +514,15 @@ impl Flooder {
                             let p = WorkRequest {
                                 flow_id: victim,
                                 wr_id: posted,
-                                stag: 1,
-                                offset: 0,
-                                len: 64,
+                                sg_list: SgList::one(1, 0, 64),
                                 count: 1,
                                 op: PostOp::Write {
                                     sink_stag: 1,
                                     sink_to: 0,
                                 },
                                 signaled: true,
+                                solicited: false,
+                                fence: false,
                             };
                             while c.post_in(pd, &p).is_ok() {
                                 posted += 1;

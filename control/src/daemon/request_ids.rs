@@ -22,9 +22,6 @@ pub(super) fn id_mut(m: &mut Message) -> Option<&mut u64> {
         | Message::ListRegions { id, .. }
         | Message::Regions { id, .. }
         | Message::PostRecv { id, .. }
-        | Message::PostWrite { id, .. }
-        | Message::PostSend { id, .. }
-        | Message::PostRead { id, .. }
         | Message::Post { id, .. }
         | Message::Posted { id, .. }
         | Message::Subscribe { id, .. }

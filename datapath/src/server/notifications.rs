@@ -30,7 +30,11 @@ impl Server {
                     .filter(|&w| w < self.workers.len())
                     .unwrap_or(queue as usize);
                 if let Some(w) = self.workers.get(owner) {
-                    let _ = w.send(crate::worker::Command::Post { sub, pd, post });
+                    let _ = w.send(crate::worker::Command::Post {
+                        sub,
+                        pd,
+                        post: Box::new(post),
+                    });
                 }
             }
             Notification::Stray {

@@ -8,7 +8,7 @@ use mpa_ctl_proto::stats::{
     CaptureStats, DatapathStats, FlowPage, QueueReport, MAX_FLOWS_PER_ANSWER,
 };
 use mpa_ctl_proto::{ErrorCode, HandOver, Message, PostTarget, VERSION};
-use mpa_stack::flow::{SendOp, SendPost};
+use mpa_stack::flow::SendPost;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -98,75 +98,6 @@ impl Server {
             Message::Post { id, wr } => {
                 let post = crate::worker::posts::send_post(&wr);
                 self.post_send(client, id, wr.flow_id, post);
-            }
-            Message::PostWrite {
-                id,
-                flow_id,
-                stag,
-                offset,
-                len,
-                count,
-                sink_stag,
-                sink_to,
-                wr_id,
-                signaled,
-            } => {
-                let op = SendOp::Write { sink_stag, sink_to };
-                let post = SendPost {
-                    op,
-                    stag,
-                    offset,
-                    len,
-                    count,
-                    wr_id,
-                    signaled,
-                };
-                self.post_send(client, id, flow_id, post);
-            }
-            Message::PostSend {
-                id,
-                flow_id,
-                stag,
-                offset,
-                len,
-                count,
-                wr_id,
-                signaled,
-            } => {
-                let post = SendPost {
-                    op: SendOp::Send,
-                    stag,
-                    offset,
-                    len,
-                    count,
-                    wr_id,
-                    signaled,
-                };
-                self.post_send(client, id, flow_id, post);
-            }
-            Message::PostRead {
-                id,
-                flow_id,
-                stag,
-                offset,
-                len,
-                count,
-                src_stag,
-                src_to,
-                wr_id,
-                signaled,
-            } => {
-                let op = SendOp::Read { src_stag, src_to };
-                let post = SendPost {
-                    op,
-                    stag,
-                    offset,
-                    len,
-                    count,
-                    wr_id,
-                    signaled,
-                };
-                self.post_send(client, id, flow_id, post);
             }
             Message::Subscribe {
                 id,
@@ -708,7 +639,7 @@ impl Server {
             }
             let (tx, rx) = crossbeam_channel::bounded(1);
             self.workers[w]
-                .send(Command::PostSend(flow_id, post, tx))
+                .send(Command::PostSend(flow_id, Box::new(post), tx))
                 .map_err(|_| (ErrorCode::Internal, "worker gone".to_string()))?;
             match rx.recv_timeout(Duration::from_secs(2)) {
                 Ok(Ok(first_msn)) => Ok(first_msn),

@@ -12,7 +12,7 @@ use super::{Turn, Worker, WorkerError};
 use crate::io::ring::FrameRing;
 use crate::io::xsk::XskQueue;
 use mpa_ctl_proto::stats::QueueReport;
-pub use mpa_stack::flow::{SendOp, SendPost};
+pub use mpa_stack::flow::{SendOp, SendPost, SgList};
 use std::time::Duration;
 
 /// Why a driven queue cannot go on.

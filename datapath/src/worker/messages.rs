@@ -30,7 +30,7 @@ pub enum Command {
     /// Post receive buffers to a flow.
     PostRecv(u64, Vec<PostedBuf>, Sender<Result<(), WorkerError>>),
     /// Post Writes or Sends on a flow; the answer carries the first Send's MSN.
-    PostSend(u64, SendPost, Sender<Result<Option<u32>, WorkerError>>),
+    PostSend(u64, Box<SendPost>, Sender<Result<Option<u32>, WorkerError>>),
     /// Abort a flow (RST to the peer).
     Close(u64),
     /// Close a flow gracefully: a FIN after what is queued.
@@ -53,7 +53,7 @@ pub enum Command {
         /// Its domain.
         pd: u32,
         /// The post.
-        post: WorkRequest,
+        post: Box<WorkRequest>,
     },
     /// A subscription ended (its consumer is gone): unmap its ring.
     Unsubscribe {

@@ -32,7 +32,7 @@ mod report;
 pub mod strays;
 use config::SPIN_POLLS;
 pub use config::{WorkerConfig, DEFAULT_YIELD_EVERY};
-pub use driver::{DriveError, QueueDriver, SendOp, SendPost};
+pub use driver::{DriveError, QueueDriver, SendOp, SendPost, SgList};
 pub use messages::{Command, Notification, WorkerError};
 
 /// What one turn of a worker's loop did.

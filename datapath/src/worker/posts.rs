@@ -52,7 +52,7 @@ impl Default for PostInbox {
     }
 }
 
-/// The stack's post of a queue's record.
+/// The stack's post of a work request.
 pub(crate) fn send_post(p: &WorkRequest) -> SendPost {
     let op = match p.op {
         PostOp::Write { sink_stag, sink_to } => SendOp::Write { sink_stag, sink_to },
@@ -61,12 +61,12 @@ pub(crate) fn send_post(p: &WorkRequest) -> SendPost {
     };
     SendPost {
         op,
-        stag: p.stag,
-        offset: p.offset,
-        len: p.len,
+        sg: p.sg_list,
         count: p.count,
         wr_id: p.wr_id,
         signaled: p.signaled,
+        solicited: p.solicited,
+        fence: p.fence,
     }
 }
 
@@ -78,9 +78,10 @@ pub(crate) fn refusal_code(e: &WorkerError) -> RefusalCode {
             PostError::UnknownRegion { .. } => RefusalCode::UnknownRegion,
             PostError::WrongDomain { .. } => RefusalCode::WrongDomain,
             PostError::OutOfBounds { .. } => RefusalCode::OutOfBounds,
-            PostError::TooLong { .. } | PostError::ReadSize { .. } | PostError::NoReads => {
-                RefusalCode::Invalid
-            }
+            PostError::TooLong { .. }
+            | PostError::ReadSize { .. }
+            | PostError::NoReads
+            | PostError::Gather => RefusalCode::Invalid,
             PostError::QueueFull(_) | PostError::SendBudget { .. } => RefusalCode::Busy,
             PostError::Closed => RefusalCode::Closed,
         },
@@ -171,7 +172,8 @@ impl<R: FrameRing> Worker<R> {
     /// through that subscription's ring. A flow this worker does not own goes to the
     /// control thread unless `forwarded` (it came from there: the flow is gone).
     pub(crate) fn post_from_queue(&mut self, sub: u64, pd: u32, p: &WorkRequest, forwarded: bool) {
-        let refused = |code| Completion::post_refused(p.flow_id, p.stag, p.wr_id, p.count, code);
+        let stag = p.sg_list.first().stag;
+        let refused = |code| Completion::post_refused(p.flow_id, stag, p.wr_id, p.count, code);
         let flow_pd = match self.ids.get(&p.flow_id).copied() {
             Some(k) => self.flows.get_mut(&k).map(|f| f.pd()),
             None => None,
@@ -236,12 +238,8 @@ impl<R: FrameRing> Worker<R> {
     pub(crate) fn post(&mut self, id: u64, post: &SendPost) -> Result<Option<u32>, WorkerError> {
         let key = *self.ids.get(&id).ok_or(WorkerError::NoFlow(id))?;
         let f = self.flows.get_mut(&key).ok_or(WorkerError::NoFlow(id))?;
-        let region = self.regions.get(post.stag).ok_or(WorkerError::Post {
-            flow: id,
-            error: PostError::UnknownRegion { stag: post.stag },
-        })?;
         let first_msn = f
-            .post(region, post)
+            .post(&self.regions, post)
             .map_err(|error| WorkerError::Post { flow: id, error })?;
         // Sent in this turn's TX pass, not at the flow's next segment or timer.
         self.tx_waiting.push(key);

@@ -165,7 +165,7 @@ pub fn end_full(
 
 pub fn post(w: &mut Worker<MemRing>, flow: u64, p: SendPost) -> Result<Option<u32>, WorkerError> {
     let (answer, result) = unbounded();
-    assert!(w.apply(Command::PostSend(flow, p, answer)));
+    assert!(w.apply(Command::PostSend(flow, Box::new(p), answer)));
     result.recv().unwrap()
 }
 

@@ -3,24 +3,80 @@
 
 use super::work::PostedWork;
 use super::*;
+use mpa_ctl_proto::ring::post::SgList;
+use mpa_ctl_proto::CompletionStatus;
 
-/// A consumer's post of `count` messages of `len` octets each, back to back in one region.
+/// Message `i`'s entries of a post of `len`-octet messages: with one entry, its `i`-th
+/// slice; a list of more is one message.
+fn message_sg(sg: &SgList, i: u64, len: u64) -> SgList {
+    match sg.entries() {
+        [one] => SgList::one(one.stag, one.offset + i * len, len),
+        _ => *sg,
+    }
+}
+
+/// Message `i`'s op of a post of `len`-octet messages: a Write's `i`-th sink range.
+fn message_op(op: SendOp, i: u64, len: u64) -> SendOp {
+    match op {
+        SendOp::Write { sink_stag, sink_to } => SendOp::Write {
+            sink_stag,
+            sink_to: sink_to + i * len,
+        },
+        op => op,
+    }
+}
+
+/// What message `i` (of `len` octets, from `sg`) of `post` completes with.
+fn posted_work(
+    post: &SendPost,
+    i: u64,
+    len: u64,
+    sg: &SgList,
+    msg: Option<u64>,
+    msn: Option<u32>,
+) -> PostedWork {
+    let first = sg.first();
+    let (kind, sink) = match post.op {
+        SendOp::Write { sink_stag, sink_to } => (
+            CompletionKind::WriteSent,
+            Some((sink_stag, sink_to + i * len)),
+        ),
+        SendOp::Send => (CompletionKind::SendSent, None),
+        SendOp::Read { .. } => (CompletionKind::ReadResponsePlaced, None),
+    };
+    PostedWork {
+        msg,
+        wr_id: post.wr_id.wrapping_add(i),
+        signaled: post.signaled,
+        kind,
+        stag: first.stag,
+        offset: first.offset,
+        len,
+        msn,
+        sink,
+        read_msn: None,
+    }
+}
+
+/// A consumer's work request: `count` messages, each gathering its payload from `sg`'s
+/// entries (Write, Send) or filling its one entry (Read); with one entry, message `i` reads
+/// or fills `offset + i·len` of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SendPost {
-    /// Write or Send.
+    /// Write, Send or Read.
     pub op: SendOp,
-    /// Local region to read.
-    pub stag: u32,
-    /// Offset of the first message's octets.
-    pub offset: u64,
-    /// Octets per message.
-    pub len: u64,
-    /// Messages.
+    /// Where the octets are (a Read: one entry).
+    pub sg: SgList,
+    /// Messages (1 when `sg` has more than one entry).
     pub count: u32,
     /// The application's work request id: message `i` completes with `wr_id + i`.
     pub wr_id: u64,
     /// Complete when done; otherwise only a failure completes (as `IBV_SEND_SIGNALED`).
     pub signaled: bool,
+    /// Sends with Solicited Event (`IBV_SEND_SOLICITED`).
+    pub solicited: bool,
+    /// Start only once every Read posted before is answered (`IBV_SEND_FENCE`).
+    pub fence: bool,
 }
 
 /// What a [`SendPost`] sends.
@@ -52,8 +108,29 @@ pub enum SendOp {
 /// listen`'s bound). A negotiated ORD is used up to this.
 pub(crate) const MAX_OUTBOUND_READS: usize = mpa_ctl_proto::DATAPATH_MAX_ORD as usize;
 
-/// Reads posted and not yet sent, per flow, at most.
-const MAX_WAITING_READS: usize = 4096;
+/// Work requests' messages waiting per flow at most (Reads for ORD room, and whatever was
+/// posted behind them or behind a fence).
+const MAX_WAITING: usize = 4096;
+
+/// A message posted and not yet given to the sender: it keeps its place behind a Read that
+/// waits for ORD room or behind a fence (verbs start a queue pair's work requests in order).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Waiting {
+    /// A Read Request.
+    Read {
+        req: ReadRequestRepr,
+        /// Not before every earlier Read is answered.
+        fence: bool,
+    },
+    /// A Write or Send.
+    Message {
+        op: SendOp,
+        sg: SgList,
+        solicited: bool,
+        /// Not before every earlier Read is answered.
+        fence: bool,
+    },
+}
 
 /// Where a TX frame is built: the UMEM frame itself in the worker (one copy from the region),
 /// a buffer in tests.
@@ -112,155 +189,253 @@ impl Flow {
         }
     }
 
-    /// Queues a consumer's Writes or Sends reading `region` (the worker's entry for
-    /// `post.stag`); all or none. Returns the first Send's MSN (for Sends).
-    pub fn post(&mut self, region: &Region, post: &SendPost) -> Result<Option<u32>, PostError> {
+    /// Queues a consumer's work request on the flow, all of its messages or none, every
+    /// entry checked against `regions` (the worker's table) now. A message goes to the
+    /// sender at once unless something posted before it still waits or it is fenced behind
+    /// a Read outstanding; then it waits its turn ([`Flow::release_waiting`]). Returns the
+    /// first Send's MSN when the Sends went out at once.
+    pub fn post(
+        &mut self,
+        regions: &RegionTable,
+        post: &SendPost,
+    ) -> Result<Option<u32>, PostError> {
         if !self.tcp.can_queue() || self.ending.is_some() || self.ended.is_some() {
             return Err(PostError::Closed);
         }
-        let src = self.tcp.source_mut().inner_mut();
-        let count = u64::from(post.count);
+        let entries = post.sg.entries();
+        if post.count == 0 || (entries.len() > 1 && post.count > 1) {
+            return Err(PostError::Gather);
+        }
         // All or none: the whole run is checked before the first is queued.
-        let total = post
-            .len
-            .checked_mul(count)
-            .ok_or(PostError::TooLong { len: u64::MAX })?;
-        let end = post.offset.checked_add(total);
-        if end.is_none_or(|e| e > region.info.len) {
-            return Err(PostError::OutOfBounds {
-                stag: post.stag,
-                offset: post.offset,
-                len: total,
-                region_len: region.info.len,
-            });
-        }
-        if let SendOp::Write { sink_to, .. } = post.op {
-            if sink_to.checked_add(total).is_none() {
-                return Err(PostError::TooLong { len: total });
-            }
-        }
-        if let SendOp::Read { src_to, .. } = post.op {
-            if post.len == 0 || post.len > u64::from(u32::MAX) {
-                return Err(PostError::ReadSize { len: post.len });
-            }
-            if src_to.checked_add(total).is_none() {
-                return Err(PostError::TooLong { len: total });
+        let count = u64::from(post.count);
+        let mut total = 0u64;
+        for e in entries {
+            let region = regions
+                .get(e.stag)
+                .ok_or(PostError::UnknownRegion { stag: e.stag })?;
+            let span = e
+                .len
+                .checked_mul(count)
+                .ok_or(PostError::TooLong { len: u64::MAX })?;
+            if e.offset
+                .checked_add(span)
+                .is_none_or(|end| end > region.info.len)
+            {
+                return Err(PostError::OutOfBounds {
+                    stag: e.stag,
+                    offset: e.offset,
+                    len: span,
+                    region_len: region.info.len,
+                });
             }
             if let Some(pd) = self.rx.pd() {
                 if region.info.pd != pd {
                     return Err(PostError::WrongDomain {
-                        stag: post.stag,
+                        stag: e.stag,
                         region_pd: region.info.pd,
                         pd,
                     });
                 }
             }
-            if self.ord == 0 {
-                return Err(PostError::NoReads);
-            }
-            if self.reads_waiting.len() + post.count as usize > MAX_WAITING_READS {
-                return Err(PostError::QueueFull(MAX_WAITING_READS));
-            }
-            return Ok(self.queue_reads(post));
+            total = total
+                .checked_add(span)
+                .ok_or(PostError::TooLong { len: u64::MAX })?;
         }
+        // Octets per message.
+        let len = total / count;
+        match post.op {
+            SendOp::Write { sink_to, .. } if sink_to.checked_add(total).is_none() => {
+                return Err(PostError::TooLong { len: total });
+            }
+            SendOp::Send if len > u64::from(u32::MAX) + 1 => {
+                return Err(PostError::TooLong { len });
+            }
+            SendOp::Read { src_to, .. } => {
+                if entries.len() > 1 {
+                    return Err(PostError::Gather);
+                }
+                if len == 0 || len > u64::from(u32::MAX) {
+                    return Err(PostError::ReadSize { len });
+                }
+                if src_to.checked_add(total).is_none() {
+                    return Err(PostError::TooLong { len: total });
+                }
+                if self.ord == 0 {
+                    return Err(PostError::NoReads);
+                }
+            }
+            _ => {}
+        }
+        let src = self.tcp.source_mut().inner_mut();
+        for e in entries {
+            if let Some(region) = regions.get(e.stag) {
+                src.regions_mut().insert(region.clone());
+            }
+        }
+        let wait = matches!(post.op, SendOp::Read { .. })
+            || !self.waiting.is_empty()
+            || (post.fence && self.reads_in_flight > 0);
+        if wait {
+            if self.waiting.len() + post.count as usize > MAX_WAITING {
+                return Err(PostError::QueueFull(MAX_WAITING));
+            }
+            self.queue_waiting(post, len);
+            return Ok(None);
+        }
+        let src = self.tcp.source_mut().inner_mut();
         let room = src.max_messages().saturating_sub(src.queued_messages());
         if post.count as usize > room {
             return Err(PostError::QueueFull(src.max_messages()));
         }
         src.check_budget(total)?;
-        src.regions_mut().insert(region.clone());
         let mut first_msn = None;
         for i in 0..count {
-            let offset = post.offset + i * post.len;
-            let (msg, kind, msn, sink) = match post.op {
-                SendOp::Write { sink_stag, sink_to } => {
-                    let to = sink_to + i * post.len;
-                    let id = src.post_write(post.stag, offset, post.len, sink_stag, to)?;
-                    (id, CompletionKind::WriteSent, None, Some((sink_stag, to)))
-                }
-                SendOp::Send => {
-                    let (id, msn) = src.post_send(post.stag, offset, post.len)?;
-                    first_msn.get_or_insert(msn);
-                    (id, CompletionKind::SendSent, Some(msn), None)
-                }
-                SendOp::Read { .. } => continue,
-            };
-            self.work.sends.push_back(PostedWork {
-                msg,
-                wr_id: post.wr_id.wrapping_add(i),
-                signaled: post.signaled,
-                kind,
-                stag: post.stag,
-                offset,
-                len: post.len,
-                msn,
-                sink,
-                read_msn: None,
-            });
+            let sg = message_sg(&post.sg, i, len);
+            let (msg, msn) = self.send_message(message_op(post.op, i, len), &sg, post.solicited)?;
+            first_msn = first_msn.or(msn);
+            self.work
+                .sends
+                .push_back(posted_work(post, i, len, &sg, Some(msg), msn));
         }
         Ok(first_msn)
     }
 
-    /// Queues checked reads and sends what ORD allows; `None` (reads have no Send MSN).
-    fn queue_reads(&mut self, post: &SendPost) -> Option<u32> {
-        let SendOp::Read { src_stag, src_to } = post.op else {
-            return None;
-        };
-        for i in 0..u64::from(post.count) {
-            self.reads_waiting.push_back(ReadRequestRepr {
-                sink_stag: post.stag,
-                sink_to: post.offset + i * post.len,
-                size: post.len as u32,
-                src_stag,
-                src_to: src_to + i * post.len,
-            });
-            self.work.reads.push_back(PostedWork {
-                msg: 0,
-                wr_id: post.wr_id.wrapping_add(i),
-                signaled: post.signaled,
-                kind: CompletionKind::ReadResponsePlaced,
-                stag: post.stag,
-                offset: post.offset + i * post.len,
-                len: post.len,
-                msn: None,
-                sink: None,
-                read_msn: None,
-            });
+    /// Gives one Write or Send to the sender: its id, and a Send's MSN.
+    fn send_message(
+        &mut self,
+        op: SendOp,
+        sg: &SgList,
+        solicited: bool,
+    ) -> Result<(u64, Option<u32>), PostError> {
+        let src = self.tcp.source_mut().inner_mut();
+        match op {
+            SendOp::Write { sink_stag, sink_to } => {
+                Ok((src.post_write_from(sg, sink_stag, sink_to)?, None))
+            }
+            SendOp::Send => {
+                let (id, msn) = src.post_send_from(sg, solicited)?;
+                Ok((id, Some(msn)))
+            }
+            SendOp::Read { .. } => Err(PostError::Gather),
         }
-        self.release_reads();
-        None
     }
 
-    /// Sends waiting Read Requests while fewer than the flow's ORD are outstanding.
-    pub(super) fn release_reads(&mut self) {
-        while self.reads_in_flight < self.ord && self.tcp.can_queue() {
-            let Some(r) = self.reads_waiting.pop_front() else {
-                break;
-            };
-            if !self
-                .rx
-                .expect_read_response(r.sink_stag, r.sink_to, u64::from(r.size))
-            {
-                tracing::warn!(
-                    flow = self.id,
-                    "Read Request not sent: its answer cannot be tracked"
-                );
-                self.reads_waiting.push_front(r);
-                break;
-            }
-            let src = self.tcp.source_mut().inner_mut();
-            match src.post_read_request(&r) {
-                Ok((_, msn)) => {
-                    self.reads_in_flight += 1;
-                    // Reads go out in the order they were posted: the first not yet sent.
-                    if let Some(w) = self.work.reads.iter_mut().find(|w| w.read_msn.is_none()) {
-                        w.read_msn = Some(msn);
+    /// Puts a checked post's messages behind what waits, and sends what may go.
+    fn queue_waiting(&mut self, post: &SendPost, len: u64) {
+        for i in 0..u64::from(post.count) {
+            let sg = message_sg(&post.sg, i, len);
+            let fence = post.fence && i == 0;
+            let w = match post.op {
+                SendOp::Read { src_stag, src_to } => {
+                    let first = sg.first();
+                    self.work
+                        .reads
+                        .push_back(posted_work(post, i, len, &sg, None, None));
+                    Waiting::Read {
+                        req: ReadRequestRepr {
+                            sink_stag: first.stag,
+                            sink_to: first.offset,
+                            size: len as u32,
+                            src_stag,
+                            src_to: src_to + i * len,
+                        },
+                        fence,
                     }
                 }
-                Err(e) => {
-                    tracing::warn!(flow = self.id, %e, "Read Request not queued");
-                    break;
+                op => {
+                    self.work
+                        .sends
+                        .push_back(posted_work(post, i, len, &sg, None, None));
+                    Waiting::Message {
+                        op: message_op(op, i, len),
+                        sg,
+                        solicited: post.solicited,
+                        fence,
+                    }
                 }
+            };
+            self.waiting.push_back(w);
+        }
+        self.release_waiting();
+    }
+
+    /// Gives the sender what waits, in order, while it may go: a Read while fewer than the
+    /// flow's ORD are outstanding, a fenced request once every earlier Read is answered, a
+    /// Write or Send while the sender has room (otherwise it waits for acknowledgments). A
+    /// message whose region went meanwhile fails with a local protection error.
+    pub(super) fn release_waiting(&mut self) {
+        while let Some(&w) = self.waiting.front() {
+            if !self.tcp.can_queue() {
+                break;
+            }
+            match w {
+                Waiting::Read { req, fence } => {
+                    if self.reads_in_flight >= self.ord || (fence && self.reads_in_flight > 0) {
+                        break;
+                    }
+                    if !self.send_read(&req) {
+                        break;
+                    }
+                }
+                Waiting::Message {
+                    op,
+                    sg,
+                    solicited,
+                    fence,
+                } => {
+                    if fence && self.reads_in_flight > 0 {
+                        break;
+                    }
+                    match self.send_message(op, &sg, solicited) {
+                        Ok((msg, msn)) => {
+                            if let Some(p) = self.work.sends.iter_mut().find(|p| p.msg.is_none()) {
+                                p.msg = Some(msg);
+                                p.msn = msn;
+                            }
+                        }
+                        Err(PostError::QueueFull(_) | PostError::SendBudget { .. }) => break,
+                        Err(e) => {
+                            tracing::debug!(flow = self.id, %e, "waiting message failed");
+                            if let Some(i) = self.work.sends.iter().position(|p| p.msg.is_none()) {
+                                if let Some(p) = self.work.sends.remove(i) {
+                                    self.work.flushed.push_back(
+                                        p.completion(self.id, CompletionStatus::LocalProtection),
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            self.waiting.pop_front();
+        }
+    }
+
+    /// Sends one Read Request (room checked); `false` when it cannot go now.
+    fn send_read(&mut self, r: &ReadRequestRepr) -> bool {
+        if !self
+            .rx
+            .expect_read_response(r.sink_stag, r.sink_to, u64::from(r.size))
+        {
+            tracing::warn!(
+                flow = self.id,
+                "Read Request not sent: its answer cannot be tracked"
+            );
+            return false;
+        }
+        let src = self.tcp.source_mut().inner_mut();
+        match src.post_read_request(r) {
+            Ok((_, msn)) => {
+                self.reads_in_flight += 1;
+                // Reads go out in the order they were posted: the first not yet sent.
+                if let Some(w) = self.work.reads.iter_mut().find(|w| w.read_msn.is_none()) {
+                    w.read_msn = Some(msn);
+                }
+                true
+            }
+            Err(e) => {
+                tracing::warn!(flow = self.id, %e, "Read Request not queued");
+                false
             }
         }
     }

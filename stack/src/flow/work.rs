@@ -14,8 +14,9 @@ use std::collections::VecDeque;
 /// A consumer's message not yet completed: what its completion reports.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct PostedWork {
-    /// The sender's message id (Writes and Sends); 0 for Reads.
-    pub(super) msg: u64,
+    /// The sender's message id (Writes and Sends given to the sender); `None` for Reads and
+    /// for what still waits ([`super::send::Waiting`]).
+    pub(super) msg: Option<u64>,
     pub(super) wr_id: u64,
     pub(super) signaled: bool,
     /// The completion's kind when it succeeds.
@@ -112,7 +113,7 @@ pub(super) struct Work {
 }
 
 impl PostedWork {
-    fn completion(&self, flow_id: u64, status: CompletionStatus) -> Completion {
+    pub(super) fn completion(&self, flow_id: u64, status: CompletionStatus) -> Completion {
         Completion {
             flow_id,
             kind: self.kind,
@@ -139,7 +140,7 @@ impl Flow {
         };
         // Messages complete in the order they were posted; a completion of no posted work
         // (none should come) is reported as it is.
-        if msg.is_some_and(|m| queue.front().is_some_and(|w| w.msg != m)) {
+        if msg.is_some_and(|m| queue.front().is_some_and(|w| w.msg != Some(m))) {
             tracing::debug!(flow = self.id, ?msg, "completion of no posted work request");
             return true;
         }
@@ -190,7 +191,7 @@ impl Flow {
                 status: CompletionStatus::Flushed,
             });
         }
-        self.reads_waiting.clear();
+        self.waiting.clear();
         self.work.flushed.extend(due);
     }
 }

@@ -35,6 +35,7 @@ mod tests;
 
 pub(crate) use preamble::Preamble;
 
+use mpa_ctl_proto::ring::post::SgList;
 use std::collections::VecDeque;
 
 use mpa::crc;
@@ -174,6 +175,10 @@ pub enum PostError {
     /// The connection can take no more (closing or closed).
     #[error("connection not open for sending")]
     Closed,
+    /// A scatter-gather list the request cannot use: more than one entry for a Read (it
+    /// fills one range) or with a count above 1, or no message.
+    #[error("a Read fills one scatter-gather entry, and a list of more is one message")]
+    Gather,
 }
 
 /// What a message is.
@@ -190,6 +195,8 @@ pub(crate) enum MessageKind {
     Send {
         /// Its message sequence number (1 for the first, RFC 5041 §5.1).
         msn: u32,
+        /// With Solicited Event (RFC 5040 §4.3).
+        solicited: bool,
     },
     /// An RDMA Read Response (RFC 5040 §4.5) answering the peer's Read Request: read from a
     /// local region like a Write, to the peer's sink buffer; it completes silently (the
@@ -245,6 +252,9 @@ struct Msg {
     src_stag: u32,
     src_offset: u64,
     len: u64,
+    /// Its payload is gathered from the entries kept in [`FpduSource::gathers`] (`src_stag`
+    /// and `src_offset` are the first's).
+    gathered: bool,
     /// DDP header octets.
     hdr: usize,
     /// Payload octets per FPDU (the last carries the rest).
@@ -304,6 +314,9 @@ pub(crate) struct FpduSource<R: Regions> {
     next_read_msn: u32,
     /// The octets of queued [`MessageKind::Control`] messages, oldest first, by id.
     controls: VecDeque<(u64, Box<[u8]>)>,
+    /// The scatter-gather lists of queued messages of more than one entry, oldest first,
+    /// by id.
+    gathers: VecDeque<(u64, SgList)>,
     completions: VecDeque<SendCompletion>,
     /// Read Responses wholly acknowledged since [`SendSource::take_acked_read_responses`].
     read_responses_acked: usize,
@@ -349,6 +362,7 @@ impl<R: Regions> FpduSource<R> {
             consumer_octets: 0,
             next_read_msn: 1,
             controls: VecDeque::new(),
+            gathers: VecDeque::new(),
             completions: VecDeque::new(),
             read_responses_acked: 0,
             scratch: Vec::new(),
@@ -472,6 +486,48 @@ impl<R: Regions> FpduSource<R> {
         (self.boundary(cs), self.boundary(ce))
     }
 
+    /// Reads `dst.len()` octets of message `m`'s payload from its offset `msg_off`: from its
+    /// one range, or across its scatter-gather entries.
+    fn read_payload(&self, m: &Msg, msg_off: u64, dst: &mut [u8]) -> Result<(), SourceError> {
+        let unreadable = |stag, offset, len| SourceError::RegionUnreadable { stag, offset, len };
+        if !m.gathered {
+            let src_off = m.src_offset + msg_off;
+            return match self.regions.read(m.src_stag, src_off, dst) {
+                true => Ok(()),
+                false => Err(unreadable(m.src_stag, src_off, dst.len())),
+            };
+        }
+        let sg = self
+            .gathers
+            .iter()
+            .find(|(id, _)| *id == m.id)
+            .map(|(_, sg)| sg)
+            .ok_or(unreadable(m.src_stag, m.src_offset, dst.len()))?;
+        let (mut at, mut skip) = (0, msg_off);
+        for e in sg.entries() {
+            if at == dst.len() {
+                break;
+            }
+            if skip >= e.len {
+                skip -= e.len;
+                continue;
+            }
+            let n = ((e.len - skip) as usize).min(dst.len() - at);
+            if !self
+                .regions
+                .read(e.stag, e.offset + skip, &mut dst[at..at + n])
+            {
+                return Err(unreadable(e.stag, e.offset + skip, n));
+            }
+            at += n;
+            skip = 0;
+        }
+        match at == dst.len() {
+            true => Ok(()),
+            false => Err(unreadable(m.src_stag, m.src_offset + msg_off, dst.len())),
+        }
+    }
+
     /// Writes FPDU `k` of message `i`, whose wire image starts at wire offset `ws`, into
     /// `out` (exactly its wire length).
     fn write_fpdu(&mut self, i: usize, k: u64, ws: u64, out: &mut [u8]) -> Result<(), SourceError> {
@@ -497,9 +553,13 @@ impl<R: Regions> FpduSource<R> {
                 stag: sink_stag,
                 to: sink_to + off,
             }),
-            MessageKind::Send { msn } => Some(DdpRepr::Untagged {
+            MessageKind::Send { msn, solicited } => Some(DdpRepr::Untagged {
                 last,
-                opcode: RdmapOpcode::Send,
+                opcode: if solicited {
+                    RdmapOpcode::SendWithSolicitedEvent
+                } else {
+                    RdmapOpcode::Send
+                },
                 inv_stag: 0,
                 qn: 0,
                 msn,
@@ -547,14 +607,8 @@ impl<R: Regions> FpduSource<R> {
                     // Payload part, straight from the region.
                     if at < len && c < payload_end {
                         let n = (payload_end - c).min(len - at);
-                        let src_off = m.src_offset + off + (c - head.len()) as u64;
-                        if !self.regions.read(m.src_stag, src_off, &mut dst[at..at + n]) {
-                            return Err(SourceError::RegionUnreadable {
-                                stag: m.src_stag,
-                                offset: src_off,
-                                len: n,
-                            });
-                        }
+                        let msg_off = off + (c - head.len()) as u64;
+                        self.read_payload(&m, msg_off, &mut dst[at..at + n])?;
                         self.stats.octets_read += n as u64;
                         at += n;
                     }
@@ -682,6 +736,9 @@ impl<R: Regions> SendSource for FpduSource<R> {
                     self.controls.pop_front();
                 }
                 continue;
+            }
+            if m.gathered && self.gathers.front().is_some_and(|(id, _)| *id == m.id) {
+                self.gathers.pop_front();
             }
             self.stats.completed += 1;
             if let MessageKind::Write { .. } | MessageKind::Send { .. } = m.kind {

@@ -5,6 +5,7 @@ use super::*;
 use mpa::endpoint::rtr_ulpdu;
 use mpa::startup::RtrType;
 use mpa::wire::ddp::ReadRequestRepr;
+use mpa_ctl_proto::ring::post::SgList;
 
 impl<R: Regions> FpduSource<R> {
     /// Queues an RDMA Write of `len` octets at `src_offset` of local region `src_stag` to
@@ -20,8 +21,23 @@ impl<R: Regions> FpduSource<R> {
         if sink_to.checked_add(len).is_none() {
             return Err(PostError::TooLong { len });
         }
+        self.post_write_from(&SgList::one(src_stag, src_offset, len), sink_stag, sink_to)
+    }
+
+    /// Queues an RDMA Write of the octets of `sg`'s entries one after the other to the
+    /// peer's `sink_stag` at tagged offset `sink_to`; returns its id.
+    pub(crate) fn post_write_from(
+        &mut self,
+        sg: &SgList,
+        sink_stag: u32,
+        sink_to: u64,
+    ) -> Result<u64, PostError> {
+        let len = sg.total_len().ok_or(PostError::TooLong { len: u64::MAX })?;
+        if sink_to.checked_add(len).is_none() {
+            return Err(PostError::TooLong { len });
+        }
         let kind = MessageKind::Write { sink_stag, sink_to };
-        self.post(kind, TAGGED_HEADER_LEN, src_stag, src_offset, len)
+        self.post(kind, TAGGED_HEADER_LEN, sg)
     }
 
     /// Queues the Read Response to a Read Request of the peer: `len` octets at `src_offset`
@@ -40,7 +56,7 @@ impl<R: Regions> FpduSource<R> {
         }
         let kind = MessageKind::ReadResponse { sink_stag, sink_to };
         self.check(src_stag, src_offset, len)?;
-        Ok(self.push(kind, TAGGED_HEADER_LEN, src_stag, src_offset, len))
+        Ok(self.push(kind, TAGGED_HEADER_LEN, src_stag, src_offset, len, false))
     }
 
     /// Queues an RDMA Read Request (RFC 5040 §4.4; queue 1, the next MSN of that queue):
@@ -66,13 +82,24 @@ impl<R: Regions> FpduSource<R> {
         src_offset: u64,
         len: u64,
     ) -> Result<(u64, u32), PostError> {
+        self.post_send_from(&SgList::one(src_stag, src_offset, len), false)
+    }
+
+    /// Queues a Send (QN 0, the next MSN; with Solicited Event when `solicited`, RFC 5040
+    /// §4.3) of the octets of `sg`'s entries one after the other; returns its id and MSN.
+    pub(crate) fn post_send_from(
+        &mut self,
+        sg: &SgList,
+        solicited: bool,
+    ) -> Result<(u64, u32), PostError> {
+        let len = sg.total_len().ok_or(PostError::TooLong { len: u64::MAX })?;
         // RFC 5041 §5: MO is 32 bits, so a Send holds at most 2^32 octets.
         if len > u64::from(u32::MAX) + 1 {
             return Err(PostError::TooLong { len });
         }
         let msn = self.next_msn;
-        let kind = MessageKind::Send { msn };
-        let id = self.post(kind, UNTAGGED_HEADER_LEN, src_stag, src_offset, len)?;
+        let kind = MessageKind::Send { msn, solicited };
+        let id = self.post(kind, UNTAGGED_HEADER_LEN, sg)?;
         // RFC 5041 §5.1: the MSN increases by one per message, wrapping.
         self.next_msn = msn.wrapping_add(1);
         Ok((id, msn))
@@ -104,26 +131,30 @@ impl<R: Regions> FpduSource<R> {
                 len: ulpdu.len() as u64,
             });
         }
-        let id = self.push(MessageKind::Control, ulpdu.len(), 0, 0, 0);
+        let id = self.push(MessageKind::Control, ulpdu.len(), 0, 0, 0, false);
         self.controls.push_back((id, ulpdu.into()));
         Ok(id)
     }
 
-    fn post(
-        &mut self,
-        kind: MessageKind,
-        hdr: usize,
-        src_stag: u32,
-        src_offset: u64,
-        len: u64,
-    ) -> Result<u64, PostError> {
+    /// Queues a consumer's message reading `sg`'s entries (each checked), all of them or
+    /// nothing.
+    fn post(&mut self, kind: MessageKind, hdr: usize, sg: &SgList) -> Result<u64, PostError> {
         if self.msgs.len() >= self.cfg.max_messages {
             return Err(PostError::QueueFull(self.cfg.max_messages));
         }
+        let len = sg.total_len().ok_or(PostError::TooLong { len: u64::MAX })?;
         self.check_budget(len)?;
-        self.check(src_stag, src_offset, len)?;
+        for e in sg.entries() {
+            self.check(e.stag, e.offset, e.len)?;
+        }
         self.consumer_octets += len;
-        Ok(self.push(kind, hdr, src_stag, src_offset, len))
+        let first = sg.first();
+        let gathered = sg.entries().len() > 1;
+        let id = self.push(kind, hdr, first.stag, first.offset, len, gathered);
+        if gathered {
+            self.gathers.push_back((id, *sg));
+        }
+        Ok(id)
     }
 
     /// The region exists, is of the connection's domain, and holds the range.
@@ -160,6 +191,7 @@ impl<R: Regions> FpduSource<R> {
         src_stag: u32,
         src_offset: u64,
         len: u64,
+        gathered: bool,
     ) -> u64 {
         // A control message is all header (its ULPDU), so its chunk may be 0: one FPDU.
         let content_start = self.content_tail;
@@ -185,6 +217,7 @@ impl<R: Regions> FpduSource<R> {
             src_stag,
             src_offset,
             len,
+            gathered,
             hdr,
             chunk,
             fpdus,

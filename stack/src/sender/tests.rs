@@ -594,7 +594,13 @@ fn run(c: Case) -> Outcome {
         assert_eq!(d.id, i as u64 + 1);
         assert_eq!((d.src_stag, d.src_offset, d.len), (SRC_STAG, s.src, s.len));
         if s.send {
-            assert_eq!(d.kind, MessageKind::Send { msn });
+            assert_eq!(
+                d.kind,
+                MessageKind::Send {
+                    msn,
+                    solicited: false
+                }
+            );
             msn += 1;
         } else {
             assert_eq!(

@@ -509,7 +509,7 @@ fn work_requests_complete_with_their_ids_and_a_reset_flushes_the_rest() {
     if !require_privileged("application work requests") {
         return;
     }
-    use mpa_ctl_proto::ring::post::{PostOp, WorkRequest};
+    use mpa_ctl_proto::ring::post::{PostOp, SgList, WorkRequest};
     use mpa_ctl_proto::{CompletionStatus, PostTarget};
     let b = bed();
     let (mut c, pd, region) = app_with_region(&b);
@@ -549,15 +549,15 @@ fn work_requests_complete_with_their_ids_and_a_reset_flushes_the_rest() {
     let wr = WorkRequest {
         flow_id,
         wr_id: 42,
-        stag,
-        offset: 0,
-        len: 1000,
+        sg_list: SgList::one(stag, 0, 1000),
         count: 1,
         op: PostOp::Write {
             sink_stag: 0x77,
             sink_to: 0,
         },
         signaled: true,
+        solicited: false,
+        fence: false,
     };
     assert_eq!(c.post_via_socket(&wr).unwrap(), None);
     let done = c

@@ -143,6 +143,7 @@ fn writes_reach_the_kernel_peer(bed: &TestBed, path: &Path, port: u16, c: &Case)
     let send_len = c.msg.min(3000);
     let msn = consumer
         .post_send(flow_id, region.info().stag, 0, send_len, SENDS)
+        .map(|m| m.expect("no Read waits"))
         .unwrap();
     assert_eq!(msn, 1, "{what}");
     let mut sent = 0;

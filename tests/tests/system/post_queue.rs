@@ -16,9 +16,9 @@ use mpa_control::datapath_client::DatapathClient;
 use mpa_control::initiator::{connect_and_hand_over, InitiatorOutcome};
 use mpa_ctl_proto::client::ControlClient;
 use mpa_ctl_proto::region_ad::RegionAd;
-use mpa_ctl_proto::ring::post::{PostOp, WorkRequest};
+use mpa_ctl_proto::ring::post::{PostOp, SgList, WorkRequest};
 use mpa_ctl_proto::stats::QueueStats;
-use mpa_ctl_proto::{Completion, CompletionKind, Message, RefusalCode};
+use mpa_ctl_proto::{Completion, CompletionKind, CompletionStatus, Message, RefusalCode};
 use mpa_stack::sim::SplitMix64;
 use mpa_tests::PeerListener as Listener;
 use mpa_tests::{datapath, require_privileged, run_in_netns, BedConfig, DatapathOptions, TestBed};
@@ -195,15 +195,15 @@ fn writes_posted_through_shared_memory_reach_the_kernel_peer_and_refusals_come_b
     let write = |i: u64, wr_id: u64| WorkRequest {
         flow_id,
         wr_id,
-        stag,
-        offset: i * MSG,
-        len: MSG,
+        sg_list: SgList::one(stag, i * MSG, MSG),
         count: 1,
         op: PostOp::Write {
             sink_stag: ad.stag,
             sink_to: ad.base_to + i * MSG,
         },
         signaled: true,
+        solicited: false,
+        fence: false,
     };
     let count = LEN / MSG;
     let half = count / 2;
@@ -277,8 +277,7 @@ fn writes_posted_through_shared_memory_reach_the_kernel_peer_and_refusals_come_b
         .post_in(
             OTHER_PD,
             &WorkRequest {
-                stag: other.info().stag,
-                offset: 0,
+                sg_list: SgList::one(other.info().stag, 0, MSG),
                 ..write(0, FOREIGN_QUEUE)
             },
         )
@@ -314,6 +313,13 @@ fn writes_posted_through_shared_memory_reach_the_kernel_peer_and_refusals_come_b
         // The refused post's message count: what the consumer stops counting as outstanding.
         let posted = if c.offset == NO_MESSAGE { 0 } else { 1 };
         assert_eq!(c.msn, Some(posted), "{c:?}");
+        // Verbs' statuses: a region not the poster's is a local protection error, a record
+        // that makes no sense a local QP operation error.
+        let status = match c.offset {
+            NO_MESSAGE => CompletionStatus::LocalQpOperation,
+            _ => CompletionStatus::LocalProtection,
+        };
+        assert_eq!(c.status, status, "{c:?}");
     }
 
     // The second half (one post per message again), then Sends, all through shared memory.
@@ -616,15 +622,15 @@ fn a_run_to_completion_driver_reads_the_post_queues_at_every_turn() {
             let p = WorkRequest {
                 flow_id,
                 wr_id: i,
-                stag: region.info().stag,
-                offset: i * MSG,
-                len: MSG,
+                sg_list: SgList::one(region.info().stag, i * MSG, MSG),
                 count: 1,
                 op: PostOp::Write {
                     sink_stag: ad.stag,
                     sink_to: ad.base_to + i * MSG,
                 },
                 signaled: true,
+                solicited: false,
+                fence: false,
             };
             post_retrying(&mut consumer, &p, &mut seen);
         }

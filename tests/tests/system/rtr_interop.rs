@@ -206,7 +206,10 @@ fn every_rtr_then_writes_sends_and_reads_to_mpa_peer_listen() {
                     (K::WriteSent, None)
                 }
                 "send" => {
-                    let msn = consumer.post_send(flow_id, stag, 0, MSG, N).unwrap();
+                    let msn = consumer
+                        .post_send(flow_id, stag, 0, MSG, N)
+                        .unwrap()
+                        .expect("no Read waits");
                     (K::SendSent, Some(msn))
                 }
                 _ => {

@@ -12,20 +12,19 @@
 //! | offset | field | meaning |
 //! |---|---|---|
 //! | 0 | op u8 | 1 Write, 2 Send, 3 Read |
-//! | 1 | flags u8 | bit 0: unsignaled (the messages complete only when they fail); other bits 0 |
-//! | 2 | 6 × 0 | |
+//! | 1 | flags u8 | bit 0: unsignaled (the messages complete only when they fail); bit 1: solicited (a Send with Solicited Event); bit 2: fence (wait for the Reads posted before); other bits 0 |
+//! | 2 | num_sge u8 | entries of the scatter-gather list, 1 ..= [`MAX_SGE`] (a Read: 1) |
+//! | 3 | 5 × 0 | |
 //! | 8 | flow_id u64 | the connection |
-//! | 16 | offset u64 | offset in the local region of the first message's octets |
-//! | 24 | len u64 | octets per message (≥ 1) |
-//! | 32 | remote_to u64 | Write: the sink's tagged offset; Read: the source's; Send: 0 |
-//! | 40 | wr_id u64 | the work request id: message `i` completes with `wr_id + i`; a refusal ([`crate::CompletionKind::PostRefused`]) carries it |
-//! | 48 | stag u32 | the local region |
-//! | 52 | count u32 | messages (≥ 1), message `i` at `offset + i·len` (and `remote_to + i·len`) |
-//! | 56 | remote stag u32 | Write: the peer's sink STag; Read: the peer's source STag; Send: 0 |
-//! | 60 | 4 × 0 | |
+//! | 16 | remote_to u64 | Write: the sink's tagged offset; Read: the source's; Send: 0 |
+//! | 24 | wr_id u64 | the work request id: message `i` completes with `wr_id + i`; a refusal ([`crate::CompletionKind::PostRefused`]) carries it |
+//! | 32 | remote stag u32 | Write: the peer's sink STag; Read: the peer's source STag; Send: 0 |
+//! | 36 | count u32 | messages (≥ 1; 1 with more than one entry), message `i` at the entry's `offset + i·len` (and `remote_to + i·len`) |
+//! | 40 | 8 × 0 | |
+//! | 48 + 20·k | entry k: stag u32, offset u64, len u64 | the local region, the offset in it, octets (≥ 1); entries from `num_sge` on all 0 |
 //!
-//! A post means what [`crate::Message::PostWrite`], [`crate::Message::PostSend`] and
-//! [`crate::Message::PostRead`] mean.
+//! A message's payload is its entries' octets one after the other (a Write or Send gathers
+//! them; a Read fills its one entry).
 //!
 //! The application never loses a post silently: [`PostProducer::try_post`] refuses one that
 //! does not fit ([`PostQueueFull`]), and it tries again once the worker has read. It
@@ -36,10 +35,11 @@
 //!
 //! Every octet of the file is the application's to scribble on at any time. The worker copies
 //! each record out of the slot once and decodes the copy ([`decode_post`] refuses an
-//! unknown op, a non-zero padding octet, a Send naming a remote region, a count or length of
-//! 0); a head that goes back or runs more than a queue ahead of the worker's own tail is
-//! [`PostQueueError::Corrupt`], after which the reader refuses to read that queue again.
-//! Create each [`PostReader`] before passing the descriptor: its tail is then the creator's.
+//! unknown op or flag, a non-zero padding octet, a Send naming a remote region, a count,
+//! entry count or length of 0, and what [`PostDefect`] lists); a head that goes back or runs
+//! more than a queue ahead of the worker's own tail is [`PostQueueError::Corrupt`], after
+//! which the reader refuses to read that queue again. Create each [`PostReader`] before
+//! passing the descriptor: its tail is then the creator's.
 //!
 //! No `unsafe` here: every access to the shared octets goes through the ring code shared
 //! with the completion rings.
@@ -51,15 +51,24 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 /// Octets of one post record.
-pub const POST_LEN: usize = 64;
+pub const POST_LEN: usize = 128;
 /// `"MPAQ"`.
 pub const POST_MAGIC: u32 = u32::from_le_bytes(*b"MPAQ");
 /// Version of the post queue layout.
-pub const POST_LAYOUT_VERSION: u32 = 1;
+pub const POST_LAYOUT_VERSION: u32 = 2;
+/// Entries of a work request's scatter-gather list at most (as a device's `max_sge`).
+pub const MAX_SGE: usize = 4;
 
 const OP_WRITE: u8 = 1;
 const OP_SEND: u8 = 2;
 const OP_READ: u8 = 3;
+
+const FLAG_UNSIGNALED: u8 = 1;
+const FLAG_SOLICITED: u8 = 2;
+const FLAG_FENCE: u8 = 4;
+
+const SGE_AT: usize = 48;
+const SGE_LEN: usize = 20;
 
 /// The post queues' kind of ring file.
 pub(crate) enum Posts {}
@@ -97,10 +106,95 @@ pub enum PostOp {
     },
 }
 
-/// One work request: `count` messages of `len` octets each on connection `flow_id`, message
-/// `i` reading (Write, Send) or filling (Read) region `stag` at `offset + i·len`. The same
-/// type travels through the shared-memory post queue ([`encode_post`]) and over the control
-/// socket ([`crate::Message::Post`]).
+/// One entry of a scatter-gather list: `len` octets at `offset` of local region `stag` (as
+/// verbs' `ibv_sge`, whose `lkey` is our STag).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Sge {
+    /// The local region.
+    pub stag: u32,
+    /// Offset in it.
+    pub offset: u64,
+    /// Octets.
+    pub len: u64,
+}
+
+/// A scatter-gather list of 1 ..= [`MAX_SGE`] entries: a message's payload is their octets
+/// one after the other.
+#[derive(Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "Vec<Sge>", into = "Vec<Sge>")]
+pub struct SgList {
+    entries: [Sge; MAX_SGE],
+    n: u8,
+}
+
+impl std::fmt::Debug for SgList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.entries()).finish()
+    }
+}
+
+/// A list of no entry or more than [`MAX_SGE`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a scatter-gather list holds 1 ..= {MAX_SGE} entries, not {0}")]
+pub struct SgListLength(pub usize);
+
+impl SgList {
+    /// One entry.
+    pub fn one(stag: u32, offset: u64, len: u64) -> SgList {
+        let mut entries = [Sge::default(); MAX_SGE];
+        entries[0] = Sge { stag, offset, len };
+        SgList { entries, n: 1 }
+    }
+
+    /// `entries` (1 ..= [`MAX_SGE`]).
+    pub fn new(entries: &[Sge]) -> Result<SgList, SgListLength> {
+        if entries.is_empty() || entries.len() > MAX_SGE {
+            return Err(SgListLength(entries.len()));
+        }
+        let mut l = SgList {
+            entries: [Sge::default(); MAX_SGE],
+            n: entries.len() as u8,
+        };
+        l.entries[..entries.len()].copy_from_slice(entries);
+        Ok(l)
+    }
+
+    /// The entries.
+    pub fn entries(&self) -> &[Sge] {
+        &self.entries[..usize::from(self.n).min(MAX_SGE)]
+    }
+
+    /// The first entry (every list has one).
+    pub fn first(&self) -> Sge {
+        self.entries[0]
+    }
+
+    /// Octets of all entries, if they fit a `u64`.
+    pub fn total_len(&self) -> Option<u64> {
+        self.entries()
+            .iter()
+            .try_fold(0u64, |t, e| t.checked_add(e.len))
+    }
+}
+
+impl TryFrom<Vec<Sge>> for SgList {
+    type Error = SgListLength;
+    fn try_from(v: Vec<Sge>) -> Result<SgList, SgListLength> {
+        SgList::new(&v)
+    }
+}
+
+impl From<SgList> for Vec<Sge> {
+    fn from(l: SgList) -> Vec<Sge> {
+        l.entries().to_vec()
+    }
+}
+
+/// One work request (verbs' `ibv_send_wr`): `count` messages on connection `flow_id`, each
+/// gathering its payload from `sg_list` (Write, Send) or filling its one entry (Read);
+/// with one entry, message `i` reads or fills `offset + i·len`. The same type travels
+/// through the shared-memory post queue ([`encode_post`]) and over the control socket
+/// ([`crate::Message::Post`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct WorkRequest {
     /// The connection.
@@ -108,18 +202,47 @@ pub struct WorkRequest {
     /// The work request id: message `i` completes with `wr_id + i` (a refusal carries it
     /// too).
     pub wr_id: u64,
-    /// The local region.
-    pub stag: u32,
-    /// Offset of the first message's octets in it.
-    pub offset: u64,
-    /// Octets per message (≥ 1).
-    pub len: u64,
-    /// Messages (≥ 1).
+    /// Where the octets are: 1 ..= [`MAX_SGE`] entries (a Read: 1).
+    pub sg_list: SgList,
+    /// Messages (≥ 1; 1 when the list has more than one entry).
     pub count: u32,
     /// Write, Send or Read.
     pub op: PostOp,
-    /// Complete each message when done; otherwise only a failure completes.
+    /// Complete each message when done; otherwise only a failure completes
+    /// (`IBV_SEND_SIGNALED`).
     pub signaled: bool,
+    /// A Send with Solicited Event (RFC 5040 §4.3; `IBV_SEND_SOLICITED`): the peer's
+    /// consumer is to be woken for it. Sends only.
+    #[serde(default)]
+    pub solicited: bool,
+    /// Start only once every Read posted before on the connection is answered
+    /// (`IBV_SEND_FENCE`).
+    #[serde(default)]
+    pub fence: bool,
+}
+
+impl WorkRequest {
+    /// A signaled request of `count` messages from one range, no solicited event, no fence.
+    pub fn new(
+        flow_id: u64,
+        wr_id: u64,
+        op: PostOp,
+        stag: u32,
+        offset: u64,
+        len: u64,
+        count: u32,
+    ) -> WorkRequest {
+        WorkRequest {
+            flow_id,
+            wr_id,
+            sg_list: SgList::one(stag, offset, len),
+            count,
+            op,
+            signaled: true,
+            solicited: false,
+            fence: false,
+        }
+    }
 }
 
 /// What is wrong with a post record.
@@ -128,7 +251,7 @@ pub enum PostDefect {
     /// An op other than 1 (Write), 2 (Send), 3 (Read).
     #[error("unknown op {0}")]
     UnknownOp(u8),
-    /// A padding octet is not 0.
+    /// A padding octet, an unknown flag or an entry past the list's end is not 0.
     #[error("non-zero padding")]
     Padding,
     /// A Send with a remote STag or tagged offset.
@@ -137,9 +260,21 @@ pub enum PostDefect {
     /// No message.
     #[error("count 0")]
     ZeroCount,
-    /// Messages of no octet.
+    /// An entry of no octet.
     #[error("length 0")]
     ZeroLen,
+    /// A list of no entry or more than [`MAX_SGE`].
+    #[error("{0} scatter-gather entries (1 ..= {MAX_SGE})")]
+    SgeCount(u8),
+    /// More than one message from a list of more than one entry.
+    #[error("a count above 1 with more than one scatter-gather entry")]
+    CountWithGather,
+    /// A Read scatters into more than one entry.
+    #[error("a Read fills one scatter-gather entry")]
+    ReadGather,
+    /// The solicited flag on a Write or Read.
+    #[error("only a Send can be solicited")]
+    SolicitedNotSend,
 }
 
 /// A record the worker refuses, with what identifies it to the application (as read: the
@@ -157,6 +292,26 @@ pub struct PostRefused {
     pub defect: PostDefect,
 }
 
+impl WorkRequest {
+    /// What is wrong with it as a record would say it ([`decode_post`]'s checks).
+    pub fn defect(&self) -> Option<PostDefect> {
+        let n = self.sg_list.entries().len();
+        if self.count == 0 {
+            Some(PostDefect::ZeroCount)
+        } else if self.sg_list.entries().iter().any(|e| e.len == 0) {
+            Some(PostDefect::ZeroLen)
+        } else if n > 1 && self.count > 1 {
+            Some(PostDefect::CountWithGather)
+        } else if n > 1 && matches!(self.op, PostOp::Read { .. }) {
+            Some(PostDefect::ReadGather)
+        } else if self.solicited && self.op != PostOp::Send {
+            Some(PostDefect::SolicitedNotSend)
+        } else {
+            None
+        }
+    }
+}
+
 /// The octets of `p` in a slot.
 pub fn encode_post(p: &WorkRequest) -> [u8; POST_LEN] {
     let (op, remote_stag, remote_to) = match p.op {
@@ -166,15 +321,21 @@ pub fn encode_post(p: &WorkRequest) -> [u8; POST_LEN] {
     };
     let mut b = [0u8; POST_LEN];
     b[0] = op;
-    b[1] = u8::from(!p.signaled);
+    b[1] = if p.signaled { 0 } else { FLAG_UNSIGNALED }
+        | if p.solicited { FLAG_SOLICITED } else { 0 }
+        | if p.fence { FLAG_FENCE } else { 0 };
+    b[2] = p.sg_list.entries().len() as u8;
     b[8..16].copy_from_slice(&p.flow_id.to_le_bytes());
-    b[16..24].copy_from_slice(&p.offset.to_le_bytes());
-    b[24..32].copy_from_slice(&p.len.to_le_bytes());
-    b[32..40].copy_from_slice(&remote_to.to_le_bytes());
-    b[40..48].copy_from_slice(&p.wr_id.to_le_bytes());
-    b[48..52].copy_from_slice(&p.stag.to_le_bytes());
-    b[52..56].copy_from_slice(&p.count.to_le_bytes());
-    b[56..60].copy_from_slice(&remote_stag.to_le_bytes());
+    b[16..24].copy_from_slice(&remote_to.to_le_bytes());
+    b[24..32].copy_from_slice(&p.wr_id.to_le_bytes());
+    b[32..36].copy_from_slice(&remote_stag.to_le_bytes());
+    b[36..40].copy_from_slice(&p.count.to_le_bytes());
+    for (k, e) in p.sg_list.entries().iter().enumerate() {
+        let at = SGE_AT + k * SGE_LEN;
+        b[at..at + 4].copy_from_slice(&e.stag.to_le_bytes());
+        b[at + 4..at + 12].copy_from_slice(&e.offset.to_le_bytes());
+        b[at + 12..at + 20].copy_from_slice(&e.len.to_le_bytes());
+    }
     b
 }
 
@@ -182,14 +343,14 @@ pub fn encode_post(p: &WorkRequest) -> [u8; POST_LEN] {
 pub fn decode_post(b: &[u8; POST_LEN]) -> Result<WorkRequest, PostRefused> {
     let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
     let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or([0; 4]));
-    let (flow_id, wr_id, count) = (u64_at(8), u64_at(40), u32_at(52));
+    let (flow_id, wr_id, count) = (u64_at(8), u64_at(24), u32_at(36));
     let refuse = |defect| PostRefused {
         flow_id,
         wr_id,
         count,
         defect,
     };
-    let (remote_stag, remote_to) = (u32_at(56), u64_at(32));
+    let (remote_stag, remote_to) = (u32_at(32), u64_at(16));
     let op = match b[0] {
         OP_WRITE => PostOp::Write {
             sink_stag: remote_stag,
@@ -202,29 +363,47 @@ pub fn decode_post(b: &[u8; POST_LEN]) -> Result<WorkRequest, PostRefused> {
         },
         op => return Err(refuse(PostDefect::UnknownOp(op))),
     };
-    if b[1] & !1 != 0 || b[2..8].iter().chain(&b[60..64]).any(|&x| x != 0) {
+    let n = b[2];
+    if n == 0 || usize::from(n) > MAX_SGE {
+        return Err(refuse(PostDefect::SgeCount(n)));
+    }
+    let entries_end = SGE_AT + usize::from(n) * SGE_LEN;
+    let flags = FLAG_UNSIGNALED | FLAG_SOLICITED | FLAG_FENCE;
+    if b[1] & !flags != 0
+        || b[3..8]
+            .iter()
+            .chain(&b[40..48])
+            .chain(&b[entries_end..])
+            .any(|&x| x != 0)
+    {
         return Err(refuse(PostDefect::Padding));
     }
     if op == PostOp::Send && (remote_stag != 0 || remote_to != 0) {
         return Err(refuse(PostDefect::SendRemote));
     }
+    let mut entries = [Sge::default(); MAX_SGE];
+    for (k, e) in entries.iter_mut().take(usize::from(n)).enumerate() {
+        let at = SGE_AT + k * SGE_LEN;
+        *e = Sge {
+            stag: u32_at(at),
+            offset: u64_at(at + 4),
+            len: u64_at(at + 12),
+        };
+    }
     let p = WorkRequest {
         flow_id,
         wr_id,
-        stag: u32_at(48),
-        offset: u64_at(16),
-        len: u64_at(24),
-        count: u32_at(52),
+        sg_list: SgList { entries, n },
+        count,
         op,
-        signaled: b[1] & 1 == 0,
+        signaled: b[1] & FLAG_UNSIGNALED == 0,
+        solicited: b[1] & FLAG_SOLICITED != 0,
+        fence: b[1] & FLAG_FENCE != 0,
     };
-    if p.count == 0 {
-        return Err(refuse(PostDefect::ZeroCount));
+    match p.defect() {
+        Some(d) => Err(refuse(d)),
+        None => Ok(p),
     }
-    if p.len == 0 {
-        return Err(refuse(PostDefect::ZeroLen));
-    }
-    Ok(p)
 }
 
 /// Why a post queue file could not be made, mapped or read.

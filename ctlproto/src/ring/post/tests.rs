@@ -27,12 +27,12 @@ fn post(seq: u64) -> WorkRequest {
     WorkRequest {
         flow_id: seq.wrapping_mul(3),
         wr_id: seq,
-        stag: 9,
-        offset: seq.wrapping_mul(5),
-        len: 1 + seq % 4096,
+        sg_list: SgList::one(9, seq.wrapping_mul(5), 1 + seq % 4096),
         count: 1 + (seq % 16) as u32,
         op,
         signaled: true,
+        solicited: false,
+        fence: false,
     }
 }
 
@@ -81,10 +81,13 @@ fn every_op_crosses_the_queue_unchanged() {
     // The layout of the module's table.
     let b = encode_post(&posts[0]);
     assert_eq!(b[0], 1);
+    assert_eq!(b[2], 1, "one entry");
     assert_eq!(b[8..16], 0u64.to_le_bytes());
-    assert_eq!(b[56..60], 0x5a5au32.to_le_bytes());
+    assert_eq!(b[32..36], 0x5a5au32.to_le_bytes());
+    assert_eq!(b[48..52], 9u32.to_le_bytes(), "the entry's STag");
+    assert_eq!(b[60..68], 1u64.to_le_bytes(), "the entry's length");
     assert_eq!(encode_post(&posts[1])[0], 2);
-    assert_eq!(encode_post(&posts[2])[52..56], 3u32.to_le_bytes());
+    assert_eq!(encode_post(&posts[2])[36..40], 3u32.to_le_bytes());
 }
 
 #[test]
@@ -290,7 +293,7 @@ fn a_corrupt_head_stops_the_queue_without_panic() {
 
 #[test]
 fn garbage_records_are_refused_with_their_cookie() {
-    let (f, mut p, mut r) = queue(32, 0);
+    let (f, mut p, mut r) = queue(128, 0);
     let good = encode_post(&post(0x77));
     let mut bad = Vec::new();
     for op in [0u8, 4, 0x80, 0xff] {
@@ -298,24 +301,52 @@ fn garbage_records_are_refused_with_their_cookie() {
         b[0] = op;
         bad.push((b, PostDefect::UnknownOp(op)));
     }
-    // Octet 1 holds the flags (bit 0 unsignaled): its other bits, and every padding octet.
-    let mut b = good;
-    b[1] = 2;
-    bad.push((b, PostDefect::Padding));
-    for i in (2..8).chain(60..64) {
+    // Octet 1 holds the flags (bits 0–2): its other bits, and every padding octet,
+    // including the entries past the list's end.
+    for flag in [8u8, 0x10, 0x80] {
+        let mut b = good;
+        b[1] = flag;
+        bad.push((b, PostDefect::Padding));
+    }
+    for i in (3..8).chain(40..48).chain(68..128) {
         let mut b = good;
         b[i] = 1;
         bad.push((b, PostDefect::Padding));
     }
     let mut send = encode_post(&post(1));
-    send[56] = 1;
+    send[32] = 1;
     bad.push((send, PostDefect::SendRemote));
     let mut b = good;
-    b[52..56].fill(0);
+    b[36..40].fill(0);
     bad.push((b, PostDefect::ZeroCount));
     let mut b = good;
-    b[24..32].fill(0);
+    b[60..68].fill(0);
     bad.push((b, PostDefect::ZeroLen));
+    for n in [0u8, 5, 0xff] {
+        let mut b = good;
+        b[2] = n;
+        bad.push((b, PostDefect::SgeCount(n)));
+    }
+    // Two entries: a second, valid entry makes a gather, which takes a count of 1 and no
+    // Read; the solicited flag belongs to Sends.
+    let two = |op: u8, count: u32| {
+        let mut b = good;
+        b[0] = op;
+        b[2] = 2;
+        b[68..72].copy_from_slice(&9u32.to_le_bytes());
+        b[80..88].copy_from_slice(&1u64.to_le_bytes());
+        b[36..40].copy_from_slice(&count.to_le_bytes());
+        if op == 2 {
+            b[16..24].fill(0);
+            b[32..36].fill(0);
+        }
+        b
+    };
+    bad.push((two(1, 2), PostDefect::CountWithGather));
+    bad.push((two(3, 1), PostDefect::ReadGather));
+    let mut b = good;
+    b[1] = 2;
+    bad.push((b, PostDefect::SolicitedNotSend));
     // Written straight into the slots, as an application scribbling on the file would.
     for (b, _) in &bad {
         assert!(p.end.has_room(&f.0));
@@ -323,11 +354,11 @@ fn garbage_records_are_refused_with_their_cookie() {
     }
     let _ = p.publish();
     let mut out = Vec::new();
-    assert_eq!(r.take(&mut out, 100).unwrap(), bad.len());
+    assert_eq!(r.take(&mut out, 128).unwrap(), bad.len());
     for (got, (b, defect)) in out.iter().zip(&bad) {
-        let wr_id = u64::from_le_bytes(b[40..48].try_into().unwrap());
+        let wr_id = u64::from_le_bytes(b[24..32].try_into().unwrap());
         let flow_id = u64::from_le_bytes(b[8..16].try_into().unwrap());
-        let count = u32::from_le_bytes(b[52..56].try_into().unwrap());
+        let count = u32::from_le_bytes(b[36..40].try_into().unwrap());
         assert_eq!(
             *got,
             Err(PostRefused {
@@ -377,17 +408,17 @@ fn the_application_checks_what_it_maps() {
     assert_eq!(nix::unistd::ftruncate(fd(), 0), Err(nix::Error::EPERM));
     // A completion ring file is not a post queue file of the same size, nor the reverse.
     let c = RingFile::create("c", 1, 64).unwrap();
-    assert_eq!(c.len(), queue_bytes(64));
+    assert_eq!(c.len(), queue_bytes(32));
     let cfd = c.fd().try_clone_to_owned().unwrap();
     assert!(matches!(
-        PostQueueFile::open(cfd, 1, 2),
+        PostQueueFile::open(cfd, 1, 32),
         Err(PostQueueError::Layout(_))
     ));
     let q = PostQueueFile::create("q", 1, 4).unwrap();
-    assert_eq!(q.len(), super::super::ring_bytes(2));
+    assert_eq!(q.len(), super::super::ring_bytes(8));
     let qfd = q.fd().try_clone_to_owned().unwrap();
     assert!(matches!(
-        RingFile::open(qfd, 1, 2),
+        RingFile::open(qfd, 1, 8),
         Err(RingError::Layout(_))
     ));
     assert!(PostQueueFile::create("z", 0, 16).is_err());
@@ -395,31 +426,95 @@ fn the_application_checks_what_it_maps() {
     assert!(PostProducer::new(Arc::new(q), 1).is_none());
 }
 
+#[test]
+fn a_gathered_solicited_fenced_send_crosses_the_queue() {
+    let (_f, mut p, mut r) = queue(4, 0);
+    let sg = SgList::new(&[
+        Sge {
+            stag: 1,
+            offset: 10,
+            len: 100,
+        },
+        Sge {
+            stag: 2,
+            offset: 0,
+            len: 1,
+        },
+        Sge {
+            stag: 1,
+            offset: 500,
+            len: 7,
+        },
+        Sge {
+            stag: 3,
+            offset: u64::MAX - 1,
+            len: 1,
+        },
+    ])
+    .unwrap();
+    let wr = WorkRequest {
+        sg_list: sg,
+        solicited: true,
+        fence: true,
+        signaled: false,
+        ..WorkRequest::new(5, 6, PostOp::Send, 0, 0, 1, 1)
+    };
+    assert_eq!(sg.total_len(), Some(109));
+    p.try_post(&wr).unwrap();
+    let _ = p.publish();
+    let mut out = Vec::new();
+    r.take(&mut out, 4).unwrap();
+    assert_eq!(out, [Ok::<_, PostRefused>(wr)]);
+    assert_eq!(SgList::new(&[]), Err(SgListLength(0)));
+    assert_eq!(SgList::new(&[Sge::default(); 5]), Err(SgListLength(5)));
+    // The control socket's JSON carries the list as an array.
+    let json = serde_json::to_string(&wr).unwrap();
+    assert_eq!(serde_json::from_str::<WorkRequest>(&json).unwrap(), wr);
+    let empty = json.replace(&serde_json::to_string(&sg).unwrap(), "[]");
+    assert!(serde_json::from_str::<WorkRequest>(&empty).is_err());
+}
+
 proptest! {
     #[test]
     fn posts_round_trip(
-        (flow_id, wr_id, offset, len) in any::<(u64, u64, u64, u64)>(),
-        (stag, count, remote_stag, remote_to) in any::<(u32, u32, u32, u64)>(),
-        op in 0u8..3,
+        (flow_id, wr_id, remote_to) in any::<(u64, u64, u64)>(),
+        (count, remote_stag) in any::<(u32, u32)>(),
+        entries in proptest::collection::vec(any::<(u32, u64, u64)>(), 1..=MAX_SGE),
+        (op, flags) in (0u8..3, 0u8..8),
     ) {
         let op = match op {
             0 => PostOp::Write { sink_stag: remote_stag, sink_to: remote_to },
             1 => PostOp::Send,
             _ => PostOp::Read { src_stag: remote_stag, src_to: remote_to },
         };
-        let p = WorkRequest { flow_id, wr_id, stag, offset, len: len.max(1), count: count.max(1), op, signaled: true };
+        let entries: Vec<Sge> = entries
+            .iter()
+            .map(|&(stag, offset, len)| Sge { stag, offset, len: len.max(1) })
+            .collect();
+        let n = if op == PostOp::Send || matches!(op, PostOp::Write { .. }) { entries.len() } else { 1 };
+        let p = WorkRequest {
+            flow_id,
+            wr_id,
+            sg_list: SgList::new(&entries[..n]).unwrap(),
+            count: if n > 1 { 1 } else { count.max(1) },
+            op,
+            signaled: flags & 1 == 0,
+            solicited: flags & 2 != 0 && op == PostOp::Send,
+            fence: flags & 4 != 0,
+        };
         prop_assert_eq!(decode_post(&encode_post(&p)), Ok(p));
     }
 
     #[test]
-    fn arbitrary_post_slots_never_panic(a in proptest::array::uniform32(any::<u8>()), b in proptest::array::uniform32(any::<u8>()), op in 0u8..5) {
+    fn arbitrary_post_slots_never_panic(a in proptest::array::uniform32(any::<u8>()), b in proptest::array::uniform32(any::<u8>()), n in 0u8..6, op in 0u8..5) {
         let mut s = [0u8; POST_LEN];
         s[..32].copy_from_slice(&a);
-        s[32..].copy_from_slice(&b);
+        s[48..80].copy_from_slice(&b);
         s[0] = op;
+        s[2] = n;
         match decode_post(&s) {
             Ok(p) => prop_assert_eq!(encode_post(&p), s),
-            Err(r) => prop_assert_eq!(r.wr_id, u64::from_le_bytes(s[40..48].try_into().unwrap())),
+            Err(r) => prop_assert_eq!(r.wr_id, u64::from_le_bytes(s[24..32].try_into().unwrap())),
         }
     }
 }
