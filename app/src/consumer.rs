@@ -257,7 +257,7 @@ impl Consumer {
 
     /// Posts `count` RDMA Writes of `len` octets on connection `flow_id`, write `i` from
     /// `offset + i·len` of region `stag` to the peer's `sink_stag` at `sink_to + i·len`
-    /// (see [`Message::PostWrite`]); each completes as [`mpa_ctl_proto::CompletionKind::WriteSent`].
+    /// (a [`Message::Post`]); each completes as [`mpa_ctl_proto::CompletionKind::WriteSent`].
     #[allow(clippy::too_many_arguments)]
     pub fn post_write(
         &mut self,
@@ -318,7 +318,7 @@ impl Consumer {
 
     /// Posts `count` RDMA Reads of `len` octets on connection `flow_id`: read `i` fetches the
     /// peer's `src_stag` at `src_to + i·len` into region `stag` at `offset + i·len` (see
-    /// [`Message::PostRead`]); each completes as [`mpa_ctl_proto::CompletionKind::ReadResponsePlaced`].
+    /// [`Message::Post`]); each completes as [`mpa_ctl_proto::CompletionKind::ReadResponsePlaced`].
     #[allow(clippy::too_many_arguments)]
     pub fn post_read(
         &mut self,

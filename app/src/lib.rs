@@ -17,7 +17,7 @@ pub use consumer::{
     DEFAULT_BUSY_POLL_YIELD_EVERY, MAX_CONNECTION_EVENTS,
 };
 pub use mpa_ctl_proto::cm::{CmEvent, ConnectOptions, ListenOptions, PeerParams};
-pub use mpa_ctl_proto::ring::post::{PostOp, WorkRequest};
+pub use mpa_ctl_proto::ring::post::{PostOp, SgList, Sge, WorkRequest, MAX_SGE};
 pub use mpa_ctl_proto::{
     Completion, CompletionKind, CompletionStatus, PostTarget, RefusalCode, RegionInfo,
     TerminateInfo, FIRST_ALLOCATED_PD,

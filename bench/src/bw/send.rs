@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 /// Writes posted and not yet completed at most (the datapath queues up to 4096 per flow).
 pub(crate) const IN_FLIGHT: u32 = 2048;
-/// Writes per PostWrite request.
+/// Writes per `Post` request.
 const BATCH: u32 = 512;
 const PD: u32 = 11;
 const PEER_STAG: u32 = 0x5e_0001;

@@ -81,7 +81,7 @@ pub struct LatArgs {
     pub(crate) wire_segments: bool,
     /// With `--pingpong`, how the process modes' consumer posts each Write: `shm` (the
     /// subscription's shared-memory post queue: no system call unless the worker sleeps) or
-    /// `control` (a PostWrite request over the control socket, answered by the worker).
+    /// `control` (a `Post` request over the control socket, answered by the worker).
     #[arg(long, value_enum, default_value = "shm")]
     pub(crate) post_via: PostVia,
     /// RDMA Write ping-pong instead (perftest `ib_write_lat` style, RTT/2): the kernel

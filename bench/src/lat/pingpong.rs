@@ -6,7 +6,7 @@
 //! * datapath, sleeping or spinning workers: this process as the datapath's application (it
 //!   allocates its domain and connects itself through `mpa-app`, `mpa-control serve` running
 //!   the kernel side; its Request advertises its region) posts one Write on the connection
-//!   through its shared-memory post queue (`--post-via control`: a `PostWrite` request over
+//!   through its shared-memory post queue (`--post-via control`: a `Post` request over
 //!   the control socket), then takes the echo's `WritePlaced` completion from its ring
 //!   (busy-polled with `--consumer-busy-poll`, else the eventfd wake-up);
 //! * datapath, run-to-completion: the measuring thread posts with `QueueDriver::post` and

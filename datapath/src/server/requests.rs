@@ -616,7 +616,7 @@ impl Server {
         );
     }
 
-    /// PostWrite / PostSend: messages to send on one flow, from a region of its domain,
+    /// Post: messages to send on one flow, from a region of its domain,
     /// through its worker; answered with Posted or the reason none was queued.
     fn post_send(&mut self, client: u64, id: u64, flow_id: u64, post: SendPost) {
         let r = (|| -> Result<Option<u32>, Refusal> {

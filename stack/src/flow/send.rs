@@ -192,7 +192,7 @@ impl Flow {
     /// Queues a consumer's work request on the flow, all of its messages or none, every
     /// entry checked against `regions` (the worker's table) now. A message goes to the
     /// sender at once unless something posted before it still waits or it is fenced behind
-    /// a Read outstanding; then it waits its turn ([`Flow::release_waiting`]). Returns the
+    /// a Read outstanding; then it waits its turn (docs/consumer.md, "Work requests"). Returns the
     /// first Send's MSN when the Sends went out at once.
     pub fn post(
         &mut self,

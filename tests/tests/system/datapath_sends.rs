@@ -532,7 +532,7 @@ fn mpa_peer_reads_a_region_through_the_datapath() {
     dp.stop();
 }
 
-/// The datapath reads: a consumer posts RDMA Reads (`PostRead`) of the kernel `mpa-peer
+/// The datapath reads: a consumer posts RDMA Reads (a `Post` of Reads) of the kernel `mpa-peer
 /// listen --remote-read` region; every Read Response lands in the consumer's region
 /// (completed as `ReadResponsePlaced`, in order) and equals the listener's pattern, more reads
 /// posted at once than the datapath keeps outstanding (its ORD).
