@@ -16,7 +16,7 @@ use mpa_control::datapath_client::DatapathClient;
 use mpa_control::initiator::{connect_and_hand_over, InitiatorOutcome};
 use mpa_ctl_proto::client::ControlClient;
 use mpa_ctl_proto::region_ad::RegionAd;
-use mpa_ctl_proto::ring::post::{PostOp, SgList, WorkRequest};
+use mpa_ctl_proto::ring::post::{PostOp, SgList, Sge, WorkRequest};
 use mpa_ctl_proto::stats::QueueStats;
 use mpa_ctl_proto::{Completion, CompletionKind, CompletionStatus, Message, RefusalCode};
 use mpa_stack::sim::SplitMix64;
@@ -372,6 +372,130 @@ fn writes_posted_through_shared_memory_reach_the_kernel_peer_and_refusals_come_b
     dp.stop();
 }
 
+/// Writes whose scatter-gather lists take their octets from two regions, in pieces of odd
+/// lengths and out of order, reach the kernel `mpa-peer listen` octet-exact; a gathered,
+/// solicited Send arrives as a Send.
+#[test]
+fn gathered_writes_reach_the_kernel_peer_octet_exact() {
+    if !require_privileged("scatter-gather posts") {
+        return;
+    }
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let (dp, path) = datapath(&bed, &DatapathOptions::default());
+    let mut consumer = Consumer::connect(&path, Duration::from_secs(10)).unwrap();
+    const HALF: u64 = LEN / 2;
+    let first = consumer.create_region(HALF, PD, false, false).unwrap();
+    let second = consumer.create_region(HALF, PD, false, false).unwrap();
+    consumer.subscribe(PD).unwrap();
+    let mut rng = SplitMix64(5);
+    let a: Vec<u8> = (0..HALF).map(|_| rng.next_u64() as u8).collect();
+    let b: Vec<u8> = (0..HALF).map(|_| rng.next_u64() as u8).collect();
+    assert!(first.write(0, &a) && second.write(0, &b));
+    let Connected {
+        listener,
+        flow_id,
+        ad,
+        frozen,
+    } = connect_to_peer(&bed, &path, 7910, LEN);
+    let (sa, sb) = (first.info().stag, second.info().stag);
+    // Write i fills the sink's [i·MSG, (i+1)·MSG) with: 1000 octets of the second region's
+    // message i, 7 of the first's, then the rest of the first's message i (the sink's image is
+    // the pieces one after the other).
+    let count = LEN / MSG;
+    let mut want = Vec::with_capacity(LEN as usize);
+    let mut seen = Vec::new();
+    for i in 0..count {
+        let at = (i * MSG / 2) % (HALF - MSG);
+        let entries = [
+            Sge {
+                stag: sb,
+                offset: at,
+                len: 1000,
+            },
+            Sge {
+                stag: sa,
+                offset: HALF - 7,
+                len: 7,
+            },
+            Sge {
+                stag: sa,
+                offset: at,
+                len: MSG - 1007,
+            },
+        ];
+        for e in &entries {
+            let src = if e.stag == sa { &a } else { &b };
+            want.extend_from_slice(&src[e.offset as usize..(e.offset + e.len) as usize]);
+        }
+        let wr = WorkRequest {
+            sg_list: SgList::new(&entries).unwrap(),
+            ..WorkRequest::new(
+                flow_id,
+                i,
+                PostOp::Write {
+                    sink_stag: ad.stag,
+                    sink_to: ad.base_to + i * MSG,
+                },
+                0,
+                0,
+                1,
+                1,
+            )
+        };
+        post_retrying(&mut consumer, &wr, &mut seen);
+    }
+    let send = WorkRequest {
+        sg_list: SgList::new(&[
+            Sge {
+                stag: sa,
+                offset: 0,
+                len: 10,
+            },
+            Sge {
+                stag: sb,
+                offset: 0,
+                len: 990,
+            },
+        ])
+        .unwrap(),
+        solicited: true,
+        ..WorkRequest::new(flow_id, 0x5e, PostOp::Send, 0, 0, 1, 1)
+    };
+    post_retrying(&mut consumer, &send, &mut seen);
+    let done = |all: &[Completion]| {
+        all.iter()
+            .filter(|c| c.status == CompletionStatus::Success)
+            .count() as u64
+    };
+    let more = completions_until(&mut consumer, Duration::from_secs(60), |all| {
+        done(&seen) + done(all) >= count + 1
+    });
+    seen.extend(more);
+    let mut lens: Vec<(CompletionKind, u64)> = seen.iter().map(|c| (c.kind, c.len)).collect();
+    lens.dedup();
+    assert_eq!(
+        lens,
+        [
+            (CompletionKind::WriteSent, MSG),
+            (CompletionKind::SendSent, 1000)
+        ],
+        "{seen:#?}"
+    );
+    consumer.finish_flow(flow_id).unwrap();
+    let report = listener.report(Duration::from_secs(30));
+    drop(frozen);
+    assert_eq!(report["error"], Value::Null, "{report}");
+    assert_eq!(report["writes"], count, "{report}");
+    assert_eq!(report["sends"], 1, "{report}");
+    assert_eq!(
+        report["region_digest"],
+        format!("{:08x}", crc32c(&want)),
+        "the listener's region is not the gathered image: {report}"
+    );
+    assert_eq!(dp.failure(), None);
+    dp.stop();
+}
+
 #[test]
 fn a_consumer_scribbling_over_its_post_queue_does_not_hurt_the_datapath() {
     if !require_privileged("a corrupt post queue") {
@@ -392,9 +516,9 @@ fn a_consumer_scribbling_over_its_post_queue_does_not_hurt_the_datapath() {
             .unwrap(),
     );
     let mut rng = SplitMix64(99);
-    // Queue 0: header of three 128-octet lines (head at 128), then 64-octet records. Four
+    // Queue 0: header of three 128-octet lines (head at 128), then 128-octet records. Four
     // records of garbage published: each is refused as malformed.
-    let garbage: Vec<u8> = (0..4 * 64).map(|_| rng.next_u64() as u8).collect();
+    let garbage: Vec<u8> = (0..4 * 128).map(|_| rng.next_u64() as u8).collect();
     file.write_at(&garbage, 384).unwrap();
     file.write_at(&4u64.to_le_bytes(), 128).unwrap();
     let got = completions_until(&mut vandal, Duration::from_secs(10), |all| all.len() >= 4);
