@@ -4,6 +4,7 @@
 //! a placing run, CPU accounting, the Linux sender's TCP counters, and the bed split over two
 //! CPUs.
 
+pub(crate) mod application;
 pub(crate) mod cpu;
 pub(crate) mod options;
 pub(crate) mod peer;

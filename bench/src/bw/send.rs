@@ -3,9 +3,10 @@
 //! advertises, and a second datapath in ns a for the third (`dp→dp`); the senders, in ns b,
 //! are:
 //! * kernel: `mpa-peer connect --op write` (kernel TCP, the `mpa` encoder);
-//! * datapath: this process as the consumer — a registered region filled with random octets,
-//!   the flow made by `connect_and_hand_over` (the datapath's Initiator), Writes posted in
-//!   batches (`Consumer::post_write`) and kept at most [`IN_FLIGHT`] outstanding, each
+//! * datapath: this process as an application of the datapath — its own domain
+//!   (`alloc_pd`), a registered region filled with random octets, the connection it asks for
+//!   itself (`connect_to`, `mpa-control serve` in ns b running the kernel side), Writes posted
+//!   in batches (`Consumer::post_write`) and kept at most [`IN_FLIGHT`] outstanding, each
 //!   completed when the peer acknowledged it; then `FinishFlow` (a FIN after the last FPDU).
 //!
 //! Both send `--bytes` of payload in messages of `size − 14` payload octets (a `size`-octet
@@ -17,6 +18,7 @@
 //! post to last completion). CPU: whole system (`crate::bed::cpu`) around each transfer; `proc`
 //! is the sending process (mpa-peer connect / this process with the datapath).
 
+use crate::bed::application::{connect_as_application, connection_manager};
 use crate::bed::cpu::{CpuUse, SystemCpu};
 use crate::bed::options::PORT;
 use crate::bed::peer::{PeerListen, PeerReport};
@@ -24,8 +26,7 @@ use crate::bw::{transfer_seconds, BwArgs, BwRow, BwSample};
 use crate::report::progress::Progress;
 use crate::report::{Document, Receiver};
 use anyhow::{anyhow, bail, Context, Result};
-use mpa::startup::StartupPolicy;
-use mpa_app::Consumer;
+use mpa_app::{ConnectOptions, Consumer};
 use mpa_control::datapath_client::DatapathClient;
 use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::CompletionKind;
@@ -180,16 +181,31 @@ fn kernel_send(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> Result<BwS
     })
 }
 
-/// The datapath sender: this process as its consumer.
+/// What the sending application asks for: revision 2, no markers toward us, CRCs as the
+/// framing says.
+fn connect_options(a: &BwArgs) -> ConnectOptions {
+    ConnectOptions {
+        revision: 2,
+        markers_required: false,
+        crc: a.framing.crc(),
+        timeout_ms: 20_000,
+        ..ConnectOptions::default()
+    }
+}
+
+/// The datapath sender: this process as an application of the datapath (its own domain, and
+/// the connection it asks for through `mpa-control serve`).
 fn datapath_send(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> Result<BwSample> {
     let payload = (size - TAGGED) as u64;
     let sink = sink_len(a, payload);
     let slots = sink / payload;
     let socket = temp_path("bw-send.sock");
     let dp = start_datapath(bed, &socket, &DatapathOptions::default())?;
+    let manager = connection_manager(bed, &socket)?;
     let mut consumer = Consumer::connect(&socket, Duration::from_secs(20))?;
-    let region = consumer.create_region(sink, PD, false, false)?;
-    consumer.subscribe(PD)?;
+    let pd = consumer.alloc_pd()?;
+    let region = consumer.create_region(sink, pd, false, false)?;
+    consumer.subscribe(pd)?;
     let mut rng = mpa_stack::sim::SplitMix64(size as u64);
     let src: Vec<u8> = (0..sink).map(|_| rng.next_u64() as u8).collect();
     if !region.write(0, &src) {
@@ -197,13 +213,7 @@ fn datapath_send(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> Result<B
     }
     let listener = listener(bed, a, sink)?;
     let to = SocketAddr::new(bed.addr_a(false), PORT);
-    let policy = StartupPolicy {
-        markers_required: false,
-        crc_suppressed_by_admin: !a.framing.crc(),
-        ..StartupPolicy::default()
-    };
-    let (flow_id, ad, frozen) =
-        mpa_harness::datapath::initiate(bed, &socket, to, policy, Vec::new(), PD)?;
+    let (flow_id, ad) = connect_as_application(&mut consumer, pd, to, connect_options(a))?;
     let stag = region.info().stag;
     let system = SystemCpu::start()?;
     let c0 = cpu_self();
@@ -213,7 +223,6 @@ fn datapath_send(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> Result<B
     let system = system.seconds()?;
     consumer.finish_flow(flow_id)?;
     let got = listener.report(Duration::from_secs(60))?;
-    drop(frozen);
     // The sender's view, for the log: how its TCP ran.
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(10) {
@@ -232,6 +241,7 @@ fn datapath_send(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> Result<B
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    drop(manager);
     dp.stop();
     let want = format!("{:08x}", mpa::crc::crc32c(&src));
     let whole = count >= slots;
@@ -296,20 +306,17 @@ fn datapath_to_datapath(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> R
     // The sender: datapath B in ns b.
     let socket_b = temp_path("bw-dp-b.sock");
     let dp_b = start_datapath(bed, &socket_b, &DatapathOptions::default())?;
+    let manager = connection_manager(bed, &socket_b)?;
     let mut consumer = Consumer::connect(&socket_b, Duration::from_secs(20))?;
-    let region = consumer.create_region(sink, PD, false, false)?;
-    consumer.subscribe(PD)?;
+    let pd = consumer.alloc_pd()?;
+    let region = consumer.create_region(sink, pd, false, false)?;
+    consumer.subscribe(pd)?;
     let mut rng = mpa_stack::sim::SplitMix64(size as u64 ^ 0xd00d);
     let src: Vec<u8> = (0..sink).map(|_| rng.next_u64() as u8).collect();
     if !region.write(0, &src) {
         bail!("cannot fill the consumer's region");
     }
-    let policy = StartupPolicy {
-        crc_suppressed_by_admin: !a.framing.crc(),
-        ..StartupPolicy::default()
-    };
-    let (flow_id, _, frozen) =
-        mpa_harness::datapath::initiate(bed, &socket_b, addr, policy, Vec::new(), PD)?;
+    let (flow_id, _) = connect_as_application(&mut consumer, pd, addr, connect_options(a))?;
     let handed_a = setup
         .join()
         .map_err(|_| anyhow!("the Responder thread panicked"))??;
@@ -323,8 +330,8 @@ fn datapath_to_datapath(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> R
     if count >= slots && region_a.to_vec() != src {
         bail!("datapath to datapath: the receiver's region differs from the sender's");
     }
-    drop(frozen);
     drop(handed_a);
+    drop(manager);
     dp_b.stop();
     dp_a.stop();
     Ok(BwSample {

@@ -18,6 +18,7 @@
 
 use super::args::LatArgs;
 use super::samples::{monotonic_ns, record, table, Row, Samples, Side};
+use crate::bed::application::{connect_as_application, connection_manager, WAIT};
 use crate::bed::options::PORT;
 use crate::bed::options::{DatapathMode, PostVia};
 use crate::bed::peer::{PeerListen, PeerReport};
@@ -28,12 +29,11 @@ use anyhow::{anyhow, bail, Context, Result};
 use mpa::endpoint::{EndpointConfig, MpaStream};
 use mpa::startup::StartupPolicy;
 use mpa::wire::ddp::{DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN};
-use mpa_app::{CmEvent, ConnectOptions, ConnectionEvent, Consumer};
+use mpa_app::{ConnectOptions, Consumer};
 use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::CompletionKind;
 use mpa_datapath::worker::{QueueDriver, SendOp, SendPost, SgList};
 use mpa_harness::datapath::{start_datapath, temp_path, DatapathOptions};
-use mpa_harness::ControlDaemon;
 use mpa_testbed::{run_in_netns, TestBed};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -42,9 +42,6 @@ use std::time::{Duration, Instant};
 const ECHO_STAG: u32 = 0xec_0001;
 /// Iterations before the measured ones, per side, size and round.
 const WARMUP: u64 = 100;
-/// Each wait.
-const WAIT: Duration = Duration::from_secs(10);
-
 /// `mpa-peer listen --echo` in ns a, for one connection.
 fn echo_server(bed: &TestBed, a: &LatArgs, payload: u64) -> Result<PeerListen> {
     let bind = SocketAddr::new(bed.addr_a(false), PORT).to_string();
@@ -344,51 +341,6 @@ fn datapath_pingpong(
     drop(manager);
     check_echo(report, WARMUP + a.messages)?;
     Ok(smp)
-}
-
-/// `mpa-control serve` in ns b serving the datapath at `socket` for applications (no
-/// configured listener), once it says so.
-fn connection_manager(bed: &TestBed, socket: &std::path::Path) -> Result<ControlDaemon> {
-    let config = temp_path("pingpong-cm.toml");
-    std::fs::write(
-        &config,
-        format!("datapath_socket = \"{}\"\n", socket.display()),
-    )?;
-    let d = ControlDaemon::start(bed, &config, "info");
-    let t0 = Instant::now();
-    while !d.log().iter().any(|l| l.contains("serving applications")) {
-        if t0.elapsed() > WAIT {
-            bail!(
-                "the connection manager did not serve applications within {WAIT:?}:\n{}",
-                d.log().join("\n")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Ok(d)
-}
-
-/// Connects to `to` for domain `pd` through the interface and waits for the connection: its
-/// flow and the region the peer advertised in its Reply.
-fn connect_as_application(
-    consumer: &mut Consumer,
-    pd: u32,
-    to: SocketAddr,
-    options: ConnectOptions,
-) -> Result<(u64, RegionAd)> {
-    let conn_id = consumer.connect_to(pd, to, options)?;
-    match consumer.wait_connection_event(WAIT)? {
-        Some(ConnectionEvent::Cm(CmEvent::Established {
-            conn_id: c,
-            flow_id,
-            params,
-        })) if c == conn_id => {
-            let ad = RegionAd::parse(&params.private_data)?
-                .ok_or_else(|| anyhow!("{to} advertised no region"))?;
-            Ok((flow_id, ad))
-        }
-        e => bail!("connection {conn_id} to {to} not established: {e:?}"),
-    }
 }
 
 /// Runs `work`; with a driver (`rtc` mode), while this thread turns the queue, which `work`
