@@ -114,6 +114,38 @@ pub enum ConsumerError {
         /// The queue (the worker).
         queue: u32,
     },
+    /// No completion queue of this consumer has the id.
+    #[error("no completion queue {0}")]
+    UnknownCq(u32),
+    /// A connection's send and receive CQs must be of one domain.
+    #[error("completion queues {send} and {recv} are of different domains")]
+    CqDomains {
+        /// The send CQ.
+        send: u32,
+        /// The receive CQ.
+        recv: u32,
+    },
+    /// A CQ's capacity out of 1 ..= [`cqs::MAX_CQ_CAPACITY`].
+    #[error("completion queue capacity {0} (1 ..= {max})", max = cqs::MAX_CQ_CAPACITY)]
+    CqCapacity(u32),
+    /// [`cqs::MAX_CQS`] CQs exist already.
+    #[error("{max} completion queues exist already", max = cqs::MAX_CQS)]
+    TooManyCqs,
+    /// The CQ is bound to a connection or a domain: unbind first.
+    #[error("completion queue {0} is in use by a connection or a domain")]
+    CqBusy(u32),
+    /// [`cqs::MAX_BOUND_CONNECTIONS`] connections have CQs of their own already.
+    #[error("{max} connections have completion queues of their own already", max = cqs::MAX_BOUND_CONNECTIONS)]
+    TooManyBindings,
+    /// Completions bound for CQ `cq` did not fit it (it was polled too seldom): `lost`
+    /// records, at this place in its stream.
+    #[error("{lost} completions of completion queue {cq} lost: it was full")]
+    CqOverflow {
+        /// The CQ.
+        cq: u32,
+        /// Records lost here.
+        lost: u64,
+    },
     /// The region could not be mapped (or its descriptor is not the sealed memfd of the
     /// announced length).
     #[error("mapping region {stag:#x}: {err}")]
@@ -142,6 +174,10 @@ pub struct Consumer {
     ended: std::collections::VecDeque<ConnectionEvent>,
     /// Ends not kept because [`MAX_CONNECTION_EVENTS`] were waiting.
     ended_dropped: u64,
+    /// The completion queues the domains' streams are split into.
+    cqs: cqs::Cqs,
+    /// Records of the domains' streams read while polling a CQ (reused).
+    stream_scratch: Vec<Completion>,
 }
 
 /// A signaled work request of id 0 from one range: what the per-operation shorthands post.
@@ -165,6 +201,7 @@ struct Subscription {
 }
 
 mod connections;
+pub mod cqs;
 mod flow_rings;
 mod posts;
 
@@ -199,6 +236,8 @@ impl Consumer {
             next_sub: 0,
             ended: std::collections::VecDeque::new(),
             ended_dropped: 0,
+            cqs: cqs::Cqs::default(),
+            stream_scratch: Vec::new(),
             flow_rings: flow_rings::FlowRings::default(),
             ring_tags: Vec::new(),
         })
@@ -490,65 +529,79 @@ impl Consumer {
             if let Some(v) = self.poll_rings(&mut out)? {
                 return Ok(Some(v));
             }
-            let now = Instant::now();
-            if self.busy_poll {
-                spins = spins.wrapping_add(1);
-                // Now and then (and at the end), whether the datapath is still there.
-                if now >= deadline || spins.is_multiple_of(1 << 16) {
-                    self.check_socket()?;
-                }
-                if now >= deadline {
-                    return Ok(None);
-                }
-                let every = self.busy_poll_yield_every;
-                if every > 0 && spins.is_multiple_of(every) {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
-                continue;
-            }
-            let Some(left) = deadline
-                .checked_duration_since(now)
-                .filter(|d| !d.is_zero())
-            else {
-                self.check_socket()?;
+            if !self.wait_for_records(deadline, &mut spins)? {
                 return Ok(None);
-            };
-            if !self.subs.iter_mut().all(|s| s.rings.prepare_sleep()) {
-                for s in &self.subs {
-                    s.rings.finish_sleep();
-                }
-                continue;
-            }
-            let timeout = PollTimeout::try_from(left.as_millis().clamp(1, 60_000) as i32)
-                .unwrap_or(PollTimeout::MAX);
-            let mut fds: Vec<PollFd<'_>> = self
-                .subs
-                .iter()
-                .map(|s| PollFd::new(s.wake.as_fd(), PollFlags::POLLIN))
-                .collect();
-            fds.push(PollFd::new(self.client.as_fd(), PollFlags::POLLIN));
-            let r = poll(&mut fds, timeout);
-            let socket_ready = fds
-                .last()
-                .and_then(|f| f.revents())
-                .is_some_and(|e| !e.is_empty());
-            drop(fds);
-            for s in &self.subs {
-                drain_eventfd(s.wake.as_fd());
-                s.rings.finish_sleep();
-            }
-            match r {
-                Ok(_) | Err(nix::Error::EINTR) => {}
-                Err(e) => {
-                    return Err(ClientError::Proto(mpa_ctl_proto::ProtoError::Io(e.into())).into())
-                }
-            }
-            if socket_ready {
-                self.check_socket()?;
             }
         }
+    }
+
+    /// Waits for the rings to have records (or for a while, spinning with
+    /// [`Consumer::set_busy_poll`]): `false` once `deadline` has passed. A datapath that went
+    /// away is an error.
+    pub(crate) fn wait_for_records(
+        &mut self,
+        deadline: Instant,
+        spins: &mut u32,
+    ) -> Result<bool, ConsumerError> {
+        let now = Instant::now();
+        if self.busy_poll {
+            *spins = spins.wrapping_add(1);
+            // Now and then (and at the end), whether the datapath is still there.
+            if now >= deadline || spins.is_multiple_of(1 << 16) {
+                self.check_socket()?;
+            }
+            if now >= deadline {
+                return Ok(false);
+            }
+            let every = self.busy_poll_yield_every;
+            if every > 0 && spins.is_multiple_of(every) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+            return Ok(true);
+        }
+        let Some(left) = deadline
+            .checked_duration_since(now)
+            .filter(|d| !d.is_zero())
+        else {
+            self.check_socket()?;
+            return Ok(false);
+        };
+        if !self.subs.iter_mut().all(|s| s.rings.prepare_sleep()) {
+            for s in &self.subs {
+                s.rings.finish_sleep();
+            }
+            return Ok(true);
+        }
+        let timeout = PollTimeout::try_from(left.as_millis().clamp(1, 60_000) as i32)
+            .unwrap_or(PollTimeout::MAX);
+        let mut fds: Vec<PollFd<'_>> = self
+            .subs
+            .iter()
+            .map(|s| PollFd::new(s.wake.as_fd(), PollFlags::POLLIN))
+            .collect();
+        fds.push(PollFd::new(self.client.as_fd(), PollFlags::POLLIN));
+        let r = poll(&mut fds, timeout);
+        let socket_ready = fds
+            .last()
+            .and_then(|f| f.revents())
+            .is_some_and(|e| !e.is_empty());
+        drop(fds);
+        for s in &self.subs {
+            drain_eventfd(s.wake.as_fd());
+            s.rings.finish_sleep();
+        }
+        match r {
+            Ok(_) | Err(nix::Error::EINTR) => {}
+            Err(e) => {
+                return Err(ClientError::Proto(mpa_ctl_proto::ProtoError::Io(e.into())).into())
+            }
+        }
+        if socket_ready {
+            self.check_socket()?;
+        }
+        Ok(true)
     }
 
     /// The completions in the rings now, appended to `out` (at most 4096), without waiting
@@ -558,6 +611,19 @@ impl Consumer {
     /// control socket: a datapath that went away shows as no more completions, and as an
     /// error of the loop's next control request or of its queue driver.
     pub fn poll_completions(&mut self, out: &mut Vec<Completion>) -> Result<usize, ConsumerError> {
+        if !self.cqs.unrouted.is_empty() {
+            let n = self.cqs.unrouted.len().min(BATCH);
+            out.extend(self.cqs.unrouted.drain(..n));
+            return Ok(n);
+        }
+        if let Some((pd, lost)) = self.cqs.unrouted_lost.take() {
+            return Err(ConsumerError::Overflow { pd, lost });
+        }
+        self.read_rings(out)
+    }
+
+    /// The rings' records now into `out`, those of connections with CQs into their CQs.
+    fn read_rings(&mut self, out: &mut Vec<Completion>) -> Result<usize, ConsumerError> {
         if let Some((pd, lost)) = self.pending_loss.take() {
             return Err(ConsumerError::Overflow { pd, lost });
         }
@@ -574,6 +640,7 @@ impl Consumer {
                 .poll_with_rings(out, &mut self.ring_tags, before + BATCH)
                 .map_err(|err| ConsumerError::Ring { pd, err })?;
             self.note_rings(pd, start, out);
+            self.route_to_cqs(pd, start, out);
             if lost > 0 {
                 self.next_sub = i;
                 if out.len() == before {
@@ -588,6 +655,20 @@ impl Consumer {
             }
         }
         Ok(out.len() - before)
+    }
+
+    /// Moves the records of `out[start..]` (read from domain `pd`'s rings) that belong to a CQ
+    /// into it, keeping the others in order.
+    fn route_to_cqs(&mut self, pd: u32, start: usize, out: &mut Vec<Completion>) {
+        let mut keep = start;
+        for i in start..out.len() {
+            let c = out[i];
+            if !self.cqs.route(pd, &c) {
+                out[keep] = c;
+                keep += 1;
+            }
+        }
+        out.truncate(keep);
     }
 
     /// Reads the rings, each subscription in turn: `Some` batch when there were records;

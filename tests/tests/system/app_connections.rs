@@ -605,3 +605,137 @@ fn work_requests_complete_with_their_ids_and_a_reset_flushes_the_rest() {
         c.post_via_socket(&wr),
     );
 }
+
+/// Completion queues: with a send CQ and a receive CQ set for its domain before it connects,
+/// a connection's own Write completes on the send CQ, the peer's Write and Send on the receive
+/// CQ, and so does the receive buffer its reset flushes; the domain's stream stays empty. CQs
+/// of two domains make no pair, and a CQ in use is not destroyed.
+#[test]
+fn a_connections_completions_split_into_its_send_and_receive_cqs() {
+    if !require_privileged("completion queues") {
+        return;
+    }
+    use mpa::wire::ddp::{DdpRepr, RdmapOpcode};
+    use mpa_ctl_proto::ring::post::{PostOp, WorkRequest};
+    use mpa_ctl_proto::{Completion, CompletionStatus as S, PostTarget};
+    let b = bed();
+    let (mut c, pd, region) = app_with_region(&b);
+    let stag = region.info().stag;
+    let send_cq = c.create_cq(pd, 64).unwrap();
+    let recv_cq = c.create_cq(pd, 64).unwrap();
+    c.set_domain_cqs(send_cq, recv_cq).unwrap();
+    // What CQs refuse.
+    let other_pd = c.alloc_pd().unwrap();
+    assert!(matches!(
+        c.create_cq(other_pd, 64),
+        Err(ConsumerError::NotSubscribed(p)) if p == other_pd
+    ));
+    c.subscribe(other_pd).unwrap();
+    let foreign = c.create_cq(other_pd, 64).unwrap();
+    assert!(matches!(
+        c.bind_cqs(1, send_cq, foreign),
+        Err(ConsumerError::CqDomains { .. })
+    ));
+    assert!(matches!(
+        c.create_cq(pd, 0),
+        Err(ConsumerError::CqCapacity(0))
+    ));
+    assert!(matches!(
+        c.destroy_cq(send_cq),
+        Err(ConsumerError::CqBusy(_))
+    ));
+    assert!(matches!(
+        c.poll_cq(999, &mut Vec::new(), 1),
+        Err(ConsumerError::UnknownCq(999))
+    ));
+    c.destroy_cq(foreign).unwrap();
+
+    let listener = listen_in(&b.bed.ns_a, SocketAddr::new(b.bed.addr_a(false), 0));
+    let at = listener.local_addr().unwrap();
+    let (reset_tx, reset_rx) = std::sync::mpsc::channel::<()>();
+    let peer = std::thread::spawn(move || {
+        let (sock, _) = listener.accept().unwrap();
+        let mut s = MpaStream::accept(sock, &EndpointConfig::default()).unwrap();
+        let mut got = 0;
+        while got < 1000 {
+            let more = s
+                .recv_with(Some(WAIT), |u| {
+                    got += u.len() - mpa::wire::ddp::TAGGED_HEADER_LEN;
+                })
+                .unwrap();
+            assert!(more.is_some(), "the Write");
+        }
+        // A Write into the application's region, then a Send into its first buffer.
+        s.send(&mpa_tests::frames::rdma_write(stag, 0, 500))
+            .unwrap();
+        let h = DdpRepr::Untagged {
+            last: true,
+            opcode: RdmapOpcode::Send,
+            inv_stag: 0,
+            qn: 0,
+            msn: 1,
+            mo: 0,
+        };
+        let mut send = vec![7u8; h.header_len() + 100];
+        h.emit(&mut send, 1).unwrap();
+        s.send(&send).unwrap();
+        s.flush().unwrap();
+        reset_rx.recv_timeout(WAIT).unwrap();
+        let linger = libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        nix::sys::socket::setsockopt(s.get_ref(), nix::sys::socket::sockopt::Linger, &linger)
+            .unwrap();
+    });
+    c.connect_to(pd, at, ConnectOptions::default()).unwrap();
+    let CmEvent::Established { flow_id, .. } = cm_event(&mut c) else {
+        panic!("Established expected");
+    };
+    c.post_recv_wr(PostTarget::Flow(flow_id), stag, 8192, 1024, 2, 700)
+        .unwrap();
+    let wr = WorkRequest::new(
+        flow_id,
+        42,
+        PostOp::Write {
+            sink_stag: 0x77,
+            sink_to: 0,
+        },
+        stag,
+        0,
+        1000,
+        1,
+    );
+    c.post_via_socket(&wr).unwrap();
+    let until = |c: &mut mpa_app::Consumer, cq: u32, n: usize| -> Vec<(CompletionKind, u64, S)> {
+        let mut got: Vec<Completion> = Vec::new();
+        let deadline = std::time::Instant::now() + WAIT;
+        while got.len() < n && std::time::Instant::now() < deadline {
+            c.wait_cq(cq, &mut got, 16, deadline).unwrap();
+        }
+        got.iter().map(|x| (x.kind, x.wr_id, x.status)).collect()
+    };
+    assert_eq!(
+        until(&mut c, send_cq, 1),
+        [(CompletionKind::WriteSent, 42, S::Success)]
+    );
+    assert_eq!(
+        until(&mut c, recv_cq, 2),
+        [
+            (CompletionKind::WritePlaced, 0, S::Success),
+            (CompletionKind::SendArrived, 700, S::Success)
+        ]
+    );
+    reset_tx.send(()).unwrap();
+    peer.join().unwrap();
+    assert_eq!(
+        until(&mut c, recv_cq, 1),
+        [(CompletionKind::SendArrived, 701, S::Flushed)]
+    );
+    let mut stream = Vec::new();
+    assert_eq!(c.poll_completions(&mut stream).unwrap(), 0, "{stream:?}");
+    assert!(
+        c.poll_cq(send_cq, &mut stream, 16).unwrap() == 0,
+        "{stream:?}"
+    );
+}
