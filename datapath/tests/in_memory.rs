@@ -226,7 +226,7 @@ fn worker_with_chains(markers: bool, tcp: TcpConfig, chains_in_pieces: bool) -> 
     }));
     let (answer, result) = unbounded();
     let h = handover(&[], markers, false, Some(1));
-    assert!(worker.apply(Command::HandOver(Box::new(h), vec![], answer)));
+    assert!(worker.apply(Command::HandOver(Box::new(h), None, answer)));
     result.recv().unwrap().expect("hand-over accepted");
     let (sub, rings) = subscription(1, 1024);
     assert!(worker.apply(sub));
@@ -622,9 +622,7 @@ fn stray_frames_are_replayed_on_hand_over_and_freed_after_the_flow_ends() {
     h.flow_id = 4;
     h.tcp.remote.set_port(7778);
     let (answer, result) = unbounded();
-    assert!(b
-        .worker
-        .apply(Command::HandOver(Box::new(h), vec![], answer)));
+    assert!(b.worker.apply(Command::HandOver(Box::new(h), None, answer)));
     result.recv().unwrap().expect("hand-over accepted");
     assert_eq!(b.worker.strays(), (0, 0), "freed by the hand-over");
     b.worker.poll_once_at(t0).unwrap();
@@ -665,9 +663,7 @@ fn a_hand_over_with_ipv4_mapped_addresses_owns_the_ipv4_frames() {
     h.tcp.local = mapped(local());
     h.tcp.remote = mapped(peer);
     let (answer, result) = unbounded();
-    assert!(b
-        .worker
-        .apply(Command::HandOver(Box::new(h), vec![], answer)));
+    assert!(b.worker.apply(Command::HandOver(Box::new(h), None, answer)));
     result.recv().unwrap().expect("hand-over accepted");
     let (stream, data) = writes(false, 1, 400);
     assert!(b.wire.inject(segment_from(7779, RCV_NXT, &stream)));
@@ -889,7 +885,7 @@ fn a_hand_over_the_memory_budget_has_no_room_for_is_refused() {
         .build();
         h.flow_id = id;
         let (answer, result) = unbounded();
-        assert!(w.apply(Command::HandOver(Box::new(h), vec![], answer)));
+        assert!(w.apply(Command::HandOver(Box::new(h), None, answer)));
         result.recv().unwrap()
     };
     hand(&mut worker, 1, 7001).expect("room for one flow");

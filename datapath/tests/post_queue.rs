@@ -58,7 +58,7 @@ fn bench() -> Bench {
     }
     .build();
     let (answer, result) = unbounded();
-    assert!(worker.apply(Command::HandOver(Box::new(h), vec![], answer)));
+    assert!(worker.apply(Command::HandOver(Box::new(h), None, answer)));
     result.recv().unwrap().expect("hand-over accepted");
     Bench {
         worker,

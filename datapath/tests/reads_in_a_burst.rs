@@ -73,7 +73,7 @@ fn worker() -> (Worker<MemRing>, MemWire) {
     }
     .build();
     let (answer, result) = unbounded();
-    assert!(worker.apply(Command::HandOver(Box::new(h), vec![], answer)));
+    assert!(worker.apply(Command::HandOver(Box::new(h), None, answer)));
     result.recv().unwrap().expect("hand-over accepted");
     (worker, wire)
 }

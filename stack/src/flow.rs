@@ -458,6 +458,15 @@ impl Flow {
         self.rx.post_recv(bufs)
     }
 
+    /// Draws every receive buffer from its domain's shared receive queue `q` from now on (at
+    /// the hand-over, before any of its own is posted).
+    pub fn attach_shared_receive_queue(
+        &mut self,
+        q: std::sync::Arc<dyn crate::receiver::SharedReceiveQueue>,
+    ) -> Result<(), PostRecvError> {
+        self.rx.attach_shared(q)
+    }
+
     /// The VLAN its frames carry (VID), `None` for untagged: always untagged, as the frames we
     /// build are and as a hand-over names no VLAN. A frame of the 4-tuple with another tag
     /// belongs to another network and is not the flow's.

@@ -182,7 +182,7 @@ fn setup(o: &PipelineOpts, p: &Prepared) -> Result<Setup> {
         }
         let (answer, result) = unbounded();
         let h = handover(o, f.flow_id, f.remote);
-        worker.apply(Command::HandOver(Box::new(h), vec![], answer));
+        worker.apply(Command::HandOver(Box::new(h), None, answer));
         result
             .recv()?
             .map_err(|e| anyhow!("hand-over of flow {}: {e}", f.flow_id))?;

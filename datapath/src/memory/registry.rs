@@ -1,17 +1,63 @@
-//! The control thread's registry of memory regions, receive buffers waiting for a
-//! connection of their protection domain, and completion subscribers. Workers get copies of
-//! what they need through commands (docs/architecture.md, "Fast-path rules": no shared mutable state with workers).
+//! The control thread's registry of memory regions, the domains' shared receive queues, and
+//! completion subscribers. Workers get copies of what they need through commands
+//! (docs/architecture.md, "Fast-path rules": no shared mutable state with workers); a shared
+//! receive queue is the one exception, a bounded lock-free queue its connections draw from,
+//! once per Send at most.
 
 #![forbid(unsafe_code)]
 
 use mpa_ctl_proto::stats::RegistryStats;
 use mpa_ctl_proto::{ErrorCode, RegionInfo};
-use mpa_stack::receiver::{PostedBuf, Region, MAX_POSTED};
+use mpa_stack::receiver::{PostedBuf, Region, SharedReceiveQueue, MAX_POSTED};
 use mpa_stack::region::RegionMemory;
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
+
+/// A domain's shared receive queue (docs/consumer.md, "Receive buffers for Sends"): the
+/// control thread posts into it, the connections of the domain, on any worker, draw from it.
+/// Bounded: [`MAX_POSTED`] buffers are admitted at most, and room for as many drawn and given
+/// back.
+#[derive(Debug)]
+pub(crate) struct DomainReceiveQueue {
+    tx: crossbeam_channel::Sender<PostedBuf>,
+    rx: crossbeam_channel::Receiver<PostedBuf>,
+}
+
+impl DomainReceiveQueue {
+    fn new() -> Self {
+        let (tx, rx) = crossbeam_channel::bounded(2 * MAX_POSTED);
+        DomainReceiveQueue { tx, rx }
+    }
+
+    /// Buffers waiting.
+    pub(crate) fn len(&self) -> usize {
+        self.rx.len()
+    }
+
+    fn push(&self, b: PostedBuf) {
+        let _ = self.tx.try_send(b);
+    }
+
+    /// Drops the waiting buffers in region `stag` (destroyed), keeping the others' order.
+    fn forget_region(&self, stag: u32) {
+        let keep: Vec<PostedBuf> = self.rx.try_iter().filter(|b| b.stag != stag).collect();
+        for b in keep {
+            self.push(b);
+        }
+    }
+}
+
+impl SharedReceiveQueue for DomainReceiveQueue {
+    fn take(&self) -> Option<PostedBuf> {
+        self.rx.try_recv().ok()
+    }
+
+    fn give_back(&self, buf: PostedBuf) -> bool {
+        self.tx.try_send(buf).is_ok()
+    }
+}
 
 /// Regions one datapath holds at once.
 const MAX_REGIONS: usize = 4096;
@@ -37,7 +83,8 @@ pub(crate) struct Registry {
     next_index: u32,
     keys: RandomState,
     /// Receive buffers posted to a domain, taken by its next connection.
-    waiting: HashMap<u32, Vec<PostedBuf>>,
+    /// Each domain's shared receive queue, made by its first `PostRecv` to the domain.
+    shared: HashMap<u32, Arc<DomainReceiveQueue>>,
     /// Subscriber (control client id) of each domain's completions, and the subscription.
     subscribers: HashMap<u32, (u64, u64)>,
     /// The control client that created each region (by STag): the region goes with it.
@@ -65,7 +112,7 @@ impl Registry {
             max_bytes,
             next_index: 1,
             keys: RandomState::new(),
-            waiting: HashMap::new(),
+            shared: HashMap::new(),
             subscribers: HashMap::new(),
             owners: HashMap::new(),
             domains: HashMap::new(),
@@ -121,7 +168,7 @@ impl Registry {
         }
         self.allocated.remove(&pd);
         self.domains.remove(&pd);
-        self.waiting.remove(&pd);
+        self.shared.remove(&pd);
         Ok(())
     }
 
@@ -251,8 +298,8 @@ impl Registry {
             .ok_or_else(|| bad(format!("no region with STag {stag:#x}")))?;
         self.bytes -= r.info.len;
         self.owners.remove(&stag);
-        for bufs in self.waiting.values_mut() {
-            bufs.retain(|b| b.stag != stag);
+        for q in self.shared.values() {
+            q.forget_region(stag);
         }
         self.release_if_idle(r.info.pd);
         Ok(())
@@ -315,26 +362,32 @@ impl Registry {
             .collect())
     }
 
-    /// Adds buffers to a domain's waiting list.
+    /// Adds buffers to a domain's shared receive queue (made by the first).
     pub(crate) fn wait(&mut self, pd: u32, bufs: Vec<PostedBuf>) -> Result<(), Refusal> {
-        let w = self.waiting.entry(pd).or_default();
-        if w.len() + bufs.len() > MAX_POSTED {
+        let q = self
+            .shared
+            .entry(pd)
+            .or_insert_with(|| Arc::new(DomainReceiveQueue::new()));
+        let queued = q.len();
+        if queued + bufs.len() > MAX_POSTED {
             return Err((
                 ErrorCode::Limit,
                 format!(
-                    "domain {pd} has {} buffers waiting; {} more exceed {MAX_POSTED}",
-                    w.len(),
+                    "domain {pd} has {queued} buffers waiting; {} more exceed {MAX_POSTED}",
                     bufs.len()
                 ),
             ));
         }
-        w.extend(bufs);
+        for b in bufs {
+            q.push(b);
+        }
         Ok(())
     }
 
-    /// The buffers waiting for domain `pd` (the next connection takes them all).
-    pub(crate) fn take_waiting(&mut self, pd: u32) -> Vec<PostedBuf> {
-        self.waiting.remove(&pd).unwrap_or_default()
+    /// Domain `pd`'s shared receive queue, if anything was ever posted to it: every connection
+    /// handed over into the domain from then on draws from it.
+    pub(crate) fn shared_queue(&self, pd: u32) -> Option<Arc<DomainReceiveQueue>> {
+        self.shared.get(&pd).cloned()
     }
 
     /// Makes `client` the subscriber of `pd`'s completions through subscription `sub`,
@@ -409,7 +462,7 @@ impl Registry {
             .collect();
         for pd in gone {
             self.allocated.remove(&pd);
-            self.waiting.remove(&pd);
+            self.shared.remove(&pd);
         }
         stags
     }
@@ -420,7 +473,7 @@ impl Registry {
             regions: self.regions.len(),
             region_octets: self.bytes,
             region_budget: self.max_bytes,
-            buffers_waiting: self.waiting.values().map(Vec::len).sum::<usize>(),
+            buffers_waiting: self.shared.values().map(|q| q.len()).sum::<usize>(),
             subscribers: self.subscribers.len(),
             unclaimed_completions: 0,
         }
@@ -457,7 +510,7 @@ mod tests {
         assert_eq!(bufs[5].offset, 5000);
         g.wait(1, bufs).unwrap();
         g.destroy(a.info.stag).unwrap();
-        assert!(g.take_waiting(1).is_empty());
+        assert_eq!(g.shared_queue(1).unwrap().len(), 0);
         assert!(g.destroy(a.info.stag).is_err());
         let c = g.create(5_000, 1, true, false, 7).unwrap();
         let d = g.create(1_000, 3, true, false, 8).unwrap();
@@ -471,7 +524,7 @@ mod tests {
         assert_eq!(g.subscriber(1), None);
         assert_eq!(g.list(None), vec![d.info.clone()]);
         assert_eq!(g.stats().region_octets, 1_000);
-        assert_eq!(g.take_waiting(3).len(), 2);
+        assert_eq!(g.shared_queue(3).unwrap().len(), 2);
         assert!(g.client_gone(7).is_empty());
     }
 

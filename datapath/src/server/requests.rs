@@ -294,15 +294,15 @@ impl Server {
         }
         let mut handover = handover;
         self.inherit_ts_recent(&key, &mut handover);
-        let bufs = handover
+        let shared = handover
             .mpa
             .pd
-            .map(|pd| self.registry.take_waiting(pd))
-            .unwrap_or_default();
+            .and_then(|pd| self.registry.shared_queue(pd))
+            .map(|q| q as std::sync::Arc<dyn mpa_stack::receiver::SharedReceiveQueue>);
         let app = handover.app.clone();
         let (tx, rx) = crossbeam_channel::bounded(1);
         let r = if self.workers[w]
-            .send(Command::HandOver(handover, bufs, tx))
+            .send(Command::HandOver(handover, shared, tx))
             .is_err()
         {
             Err((ErrorCode::Internal, "worker gone".to_string()))

@@ -16,11 +16,11 @@ use std::sync::Arc;
 
 /// What the control thread asks of a worker.
 pub enum Command {
-    /// Start owning a flow from its hand-over, with the receive buffers its domain had
-    /// waiting; the answer says whether it worked.
+    /// Start owning a flow from its hand-over, drawing its receive buffers from its domain's
+    /// shared receive queue if it has one; the answer says whether it worked.
     HandOver(
         Box<HandOver>,
-        Vec<PostedBuf>,
+        Option<Arc<dyn mpa_stack::receiver::SharedReceiveQueue>>,
         Sender<Result<(), WorkerError>>,
     ),
     /// A region to place into (every worker gets its own copy).

@@ -322,7 +322,7 @@ impl<R: FrameRing> Worker<R> {
                 };
                 let _ = answer.send(r);
             }
-            Command::HandOver(h, bufs, answer) => {
+            Command::HandOver(h, shared, answer) => {
                 #[cfg(debug_assertions)]
                 if self.panic_at_handover == Some(self.flows.len()) {
                     panic!(
@@ -365,9 +365,9 @@ impl<R: FrameRing> Worker<R> {
                             if let Some(t) = self.tap.as_mut().filter(|t| t.wants(f.id)) {
                                 capture_startup(t, &h, self.cfg.our_mac);
                             }
-                            if !bufs.is_empty() {
-                                if let Err(e) = f.post_recv(&bufs) {
-                                    tracing::warn!(flow = f.id, %e, "buffers waiting in the domain not posted");
+                            if let Some(q) = shared {
+                                if let Err(e) = f.attach_shared_receive_queue(q) {
+                                    tracing::warn!(flow = f.id, %e, "the domain's shared receive queue not attached");
                                 }
                             }
                             self.replay_strays(&mut f, key, Instant::now());

@@ -140,7 +140,7 @@ pub fn end_full(
         h.mpa.reply_frame = vec![0x5a; REPLY_LEN as usize];
     }
     let (answer, result) = unbounded();
-    assert!(worker.apply(Command::HandOver(Box::new(h), vec![], answer)));
+    assert!(worker.apply(Command::HandOver(Box::new(h), None, answer)));
     result.recv().unwrap().expect("hand-over accepted");
     let file = Arc::new(RingFile::create("send-pair-completions", 1, 1 << 14).unwrap());
     assert!(worker.apply(Command::Subscribe(Box::new(RingSubscription {

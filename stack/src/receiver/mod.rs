@@ -38,7 +38,7 @@ use mpa_ctl_proto::Completion;
 pub(crate) use placement::{
     PlacementError, Placer, ReadRequest, SegmentKind, SegmentPlan, PLAN_PREFIX,
 };
-pub use placement::{PostError, PostedBuf, MAX_POSTED};
+pub use placement::{PostError, PostedBuf, SharedReceiveQueue, MAX_POSTED};
 pub(crate) use regions::{MemRegions, Regions};
 pub use regions::{Region, RegionTable, STREAMING_MIN_MESSAGE};
 use std::collections::VecDeque;
@@ -244,7 +244,19 @@ impl MpaReceiver {
     /// Posts receive buffers for the peer's Sends (in MSN order).
     pub(crate) fn post_recv(&mut self, bufs: &[PostedBuf]) -> Result<(), PostRecvError> {
         let p = self.placer.as_mut().ok_or(PostRecvError::NoDomain)?;
+        if p.is_shared() {
+            return Err(PostRecvError::Shared);
+        }
         p.post(bufs.iter().copied()).map_err(PostRecvError::Full)
+    }
+
+    /// Draws every receive buffer from the domain's shared receive queue `q` from now on.
+    pub(crate) fn attach_shared(
+        &mut self,
+        q: std::sync::Arc<dyn placement::SharedReceiveQueue>,
+    ) -> Result<(), PostRecvError> {
+        let p = self.placer.as_mut().ok_or(PostRecvError::NoDomain)?;
+        p.attach_shared(q).map_err(PostRecvError::Full)
     }
 
     /// Takes the posted buffers no Send used (the connection ended: they are flushed).
@@ -484,8 +496,15 @@ impl MpaReceiver {
                     continue;
                 }
             }
-            if let Some(placer) = self.placer.as_ref() {
-                let plan = match placer.plan(regions, &head[..n], u.len(), true) {
+            if let Some(placer) = self.placer.as_mut() {
+                let mut planned = placer.plan(regions, &head[..n], u.len(), true);
+                if let Err(e) = &planned {
+                    if placer.draw_for(e) {
+                        planned = placer.plan(regions, &head[..n], u.len(), true);
+                    }
+                }
+                let placer = &*placer;
+                let plan = match planned {
                     Ok(p) => p,
                     Err(error) => {
                         let e = RxError::Placement(error);
@@ -630,6 +649,9 @@ pub enum PostRecvError {
     /// Too many buffers.
     #[error(transparent)]
     Full(PostError),
+    /// The connection draws its buffers from its domain's shared receive queue: post there.
+    #[error("the connection receives from its domain's shared receive queue: post to the domain")]
+    Shared,
 }
 
 /// After an in-order placement that began where the one before it ended (`placed_end`: the

@@ -141,10 +141,16 @@ impl MpaReceiver {
         u: &Ulpdu<'_>,
         regions: &mut R,
     ) -> Option<PlacedAhead> {
-        let placer = self.placer.as_ref()?;
+        let placer = self.placer.as_mut()?;
         let mut head = [0u8; PLAN_PREFIX];
         let n = u.copy_prefix(&mut head);
-        let plan = match placer.plan(regions, &head[..n], u.len(), false) {
+        let mut planned = placer.plan(regions, &head[..n], u.len(), false);
+        if let Err(e) = &planned {
+            if placer.draw_for(e) {
+                planned = placer.plan(regions, &head[..n], u.len(), false);
+            }
+        }
+        let plan = match planned {
             Ok(p)
                 if !matches!(
                     p.kind,

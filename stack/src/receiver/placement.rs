@@ -40,6 +40,18 @@ pub struct PostedBuf {
     pub wr_id: u64,
 }
 
+/// A protection domain's shared receive queue (verbs' SRQ): buffers every connection attached
+/// to it draws from, in posting order, as its Sends need them. Drawn in MSN order by the
+/// connection that takes them, so each connection's Sends still fill its buffers in MSN
+/// order; a connection that ends gives back what it drew and did not use.
+pub trait SharedReceiveQueue: Send + Sync + std::fmt::Debug {
+    /// The oldest buffer waiting, if any.
+    fn take(&self) -> Option<PostedBuf>;
+    /// A buffer drawn and not used goes back (behind the ones waiting); `false` when it
+    /// found no room (then its connection completes it as flushed).
+    fn give_back(&self, buf: PostedBuf) -> bool;
+}
+
 /// What a validated segment is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SegmentKind {
@@ -104,6 +116,9 @@ pub(crate) struct Placer {
     version: u8,
     /// Posted receive buffers for QN 0; `recv[0]` is for MSN `front_msn`.
     recv: VecDeque<PostedBuf>,
+    /// The domain's shared receive queue the connection draws its buffers from, if attached
+    /// (then it posts none of its own).
+    shared: Option<std::sync::Arc<dyn SharedReceiveQueue>>,
     front_msn: u32,
     /// The tagged message being completed in order: (STag, TO of its first octet, octets).
     tagged: Option<(u32, u64, u64)>,
@@ -130,6 +145,7 @@ impl Placer {
             pd,
             version,
             recv: VecDeque::new(),
+            shared: None,
             // RFC 5041 §5.1: the first MSN of each queue is 1.
             front_msn: 1,
             tagged: None,
@@ -202,9 +218,54 @@ impl Placer {
         self.recv.len()
     }
 
-    /// Takes the posted buffers not yet used (the connection ended: they are flushed).
+    /// Takes the posted buffers not yet used (the connection ended: they are flushed); those
+    /// drawn from a shared receive queue go back to it instead.
     pub(crate) fn take_posted(&mut self) -> VecDeque<PostedBuf> {
-        std::mem::take(&mut self.recv)
+        let bufs = std::mem::take(&mut self.recv);
+        match &self.shared {
+            Some(q) => bufs.into_iter().filter(|&b| !q.give_back(b)).collect(),
+            None => bufs,
+        }
+    }
+
+    /// Draws every buffer from now on from `q` (none of its own may be posted, nor be
+    /// posted already).
+    pub(crate) fn attach_shared(
+        &mut self,
+        q: std::sync::Arc<dyn SharedReceiveQueue>,
+    ) -> Result<(), PostError> {
+        if !self.recv.is_empty() {
+            return Err(PostError {
+                posted: self.recv.len(),
+                more: 0,
+            });
+        }
+        self.shared = Some(q);
+        Ok(())
+    }
+
+    /// Whether it draws from a shared receive queue.
+    pub(crate) fn is_shared(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// The Send `error` found no buffer: draws from the shared receive queue, in MSN order,
+    /// up to the one it needs; whether it has it now (then plan again).
+    pub(crate) fn draw_for(&mut self, error: &PlacementError) -> bool {
+        let (PlacementError::NoBuffer { msn, .. }, Some(q)) = (error, &self.shared) else {
+            return false;
+        };
+        let idx = msn.wrapping_sub(self.front_msn) as usize;
+        if idx >= MAX_POSTED {
+            return false;
+        }
+        while self.recv.len() <= idx {
+            match q.take() {
+                Some(b) => self.recv.push_back(b),
+                None => return false,
+            }
+        }
+        true
     }
 
     /// Appends receive buffers (in MSN order); refused beyond [`MAX_POSTED`].

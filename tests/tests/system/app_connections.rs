@@ -739,3 +739,102 @@ fn a_connections_completions_split_into_its_send_and_receive_cqs() {
         "{stream:?}"
     );
 }
+
+/// A domain's shared receive queue: buffers posted to the domain before its connections
+/// exist are drawn by both of them as their Sends arrive, each connection's in MSN order; a
+/// connection that draws from it posts no buffers of its own.
+#[test]
+fn two_connections_draw_from_their_domains_shared_receive_queue() {
+    if !require_privileged("a shared receive queue") {
+        return;
+    }
+    use mpa::wire::ddp::{DdpRepr, RdmapOpcode};
+    use mpa_ctl_proto::PostTarget;
+    let b = bed();
+    let (mut c, pd, region) = app_with_region(&b);
+    let stag = region.info().stag;
+    c.post_recv_wr(PostTarget::Pd(pd), stag, 0, 1024, 4, 100)
+        .unwrap();
+    let (_listen_id, bound) = c
+        .listen(
+            pd,
+            SocketAddr::new(b.bed.addr_b(false), 0),
+            ListenOptions::default(),
+        )
+        .unwrap();
+    // Two Initiators, each two Sends of its own octets (MSN 1 and 2), then it waits.
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let done_rx = std::sync::Arc::new(std::sync::Mutex::new(done_rx));
+    let peer = |fill: u8| {
+        let mut cfg = EndpointConfig::default();
+        cfg.policy.revision = 2;
+        cfg.policy.startup_timeout = Duration::from_secs(15);
+        let done = done_rx.clone();
+        initiator_in_a(&b.bed, bound, cfg, move |_, s| {
+            let mut s = s.expect("accepted");
+            for msn in 1..=2u32 {
+                let h = DdpRepr::Untagged {
+                    last: true,
+                    opcode: RdmapOpcode::Send,
+                    inv_stag: 0,
+                    qn: 0,
+                    msn,
+                    mo: 0,
+                };
+                let mut u = vec![fill + msn as u8; h.header_len() + 200];
+                h.emit(&mut u, 1).unwrap();
+                s.send(&u).unwrap();
+            }
+            s.flush().unwrap();
+            let _ = done.lock().unwrap().recv_timeout(WAIT);
+        })
+    };
+    let mut flows = Vec::new();
+    let mut peers = Vec::new();
+    for fill in [0x10u8, 0x20] {
+        peers.push(peer(fill));
+        let CmEvent::ConnectRequest { conn_id, .. } = cm_event(&mut c) else {
+            panic!("ConnectRequest expected");
+        };
+        c.accept(conn_id, b"").unwrap();
+        let CmEvent::Established { flow_id, .. } = cm_event(&mut c) else {
+            panic!("Established expected");
+        };
+        flows.push(flow_id);
+    }
+    let mut got = Vec::new();
+    let deadline = std::time::Instant::now() + WAIT;
+    while got.len() < 4 && std::time::Instant::now() < deadline {
+        if let Some(batch) = c.next_completions(deadline).unwrap() {
+            got.extend(batch);
+        }
+    }
+    assert_eq!(got.len(), 4, "{got:#?}");
+    // Every buffer used once; each connection's two Sends in MSN order into buffers it drew in
+    // that order; each buffer holds its Send's octets.
+    let mut ids: Vec<u64> = got.iter().map(|x| x.wr_id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [100, 101, 102, 103]);
+    for (flow, fill) in flows.iter().zip([0x10u8, 0x20]) {
+        let mine: Vec<_> = got.iter().filter(|x| x.flow_id == *flow).collect();
+        assert_eq!(mine.len(), 2, "{got:#?}");
+        assert_eq!((mine[0].msn, mine[1].msn), (Some(1), Some(2)));
+        assert!(mine[0].wr_id < mine[1].wr_id, "{mine:?}");
+        for (m, x) in mine.iter().enumerate() {
+            assert_eq!(
+                (x.kind, x.len, x.offset),
+                (CompletionKind::SendArrived, 200, (x.wr_id - 100) * 1024)
+            );
+            let mut octets = vec![0u8; 200];
+            assert!(region.read(x.offset, &mut octets));
+            assert!(octets.iter().all(|&o| o == fill + 1 + m as u8), "{x:?}");
+        }
+    }
+    let r = c.post_recv_wr(PostTarget::Flow(flows[0]), stag, 8192, 1024, 1, 9);
+    let message = refused("a connection's own buffer", ErrorCode::BadRequest, r);
+    assert!(message.contains("shared receive queue"), "{message}");
+    drop(done_tx);
+    for p in peers {
+        p.join().unwrap();
+    }
+}

@@ -193,3 +193,76 @@ fn tagged_messages_complete_over_their_segments() {
         )
     );
 }
+
+/// A shared receive queue of at most `room` buffers.
+#[derive(Debug)]
+struct Srq {
+    bufs: std::sync::Mutex<std::collections::VecDeque<PostedBuf>>,
+    room: usize,
+}
+
+impl SharedReceiveQueue for Srq {
+    fn take(&self) -> Option<PostedBuf> {
+        self.bufs.lock().unwrap().pop_front()
+    }
+    fn give_back(&self, buf: PostedBuf) -> bool {
+        let mut q = self.bufs.lock().unwrap();
+        let fits = q.len() < self.room;
+        if fits {
+            q.push_back(buf);
+        }
+        fits
+    }
+}
+
+/// A connection attached to its domain's shared receive queue draws buffers as its Sends need
+/// them, in MSN order (a Send ahead draws those of the MSNs before it too), posts none of its
+/// own, and gives back at its end what it drew and did not use; one that finds no room going
+/// back is returned to be flushed.
+#[test]
+fn a_shared_receive_queue_is_drawn_in_msn_order_and_given_back() {
+    let mut t = table();
+    let buf = |i: u64| PostedBuf {
+        stag: 0x10,
+        offset: i * 100,
+        len: 100,
+        wr_id: 50 + i,
+    };
+    let q = Arc::new(Srq {
+        bufs: std::sync::Mutex::new((0..5).map(buf).collect()),
+        room: 3,
+    });
+    let mut p = Placer::new(1, 1);
+    p.attach_shared(q.clone()).unwrap();
+    // MSN 1 in order: one buffer drawn, the oldest.
+    let first = send(0, 1, 0, true, &[1; 10]);
+    let e = p.plan(&t, &first, first.len(), true).unwrap_err();
+    assert!(p.draw_for(&e));
+    let c = place_via_fpdu(&mut p, &mut t, &first).unwrap();
+    assert_eq!((c.wr_id, c.offset, c.msn), (50, 0, Some(1)));
+    // MSN 4 ahead: the buffers of MSNs 2, 3 and 4 drawn, in that order.
+    let ahead = send(0, 4, 0, true, &[4; 10]);
+    let e = p.plan(&t, &ahead, ahead.len(), false).unwrap_err();
+    assert!(p.draw_for(&e));
+    let plan = p.plan(&t, &ahead, ahead.len(), false).unwrap();
+    assert_eq!(
+        plan.target,
+        Some((0x10, 300)),
+        "MSN 4 takes the fourth buffer drawn"
+    );
+    assert_eq!(q.bufs.lock().unwrap().len(), 1);
+    // MSN 6 ahead finds MSN 5's buffer and no more: it fails as before.
+    let far = send(0, 6, 0, true, &[6; 10]);
+    let e = p.plan(&t, &far, far.len(), false).unwrap_err();
+    assert!(!p.draw_for(&e));
+    assert_eq!(q.bufs.lock().unwrap().len(), 0, "MSN 5's buffer was drawn");
+    // The end: MSNs 2–5's buffers go back, as many as fit (3), the fourth is for flushing.
+    let flushed: Vec<u64> = p.take_posted().iter().map(|b| b.wr_id).collect();
+    assert_eq!(flushed, [54]);
+    let back: Vec<u64> = q.bufs.lock().unwrap().iter().map(|b| b.wr_id).collect();
+    assert_eq!(back, [51, 52, 53]);
+    // A placer with buffers of its own cannot attach.
+    let mut own = Placer::new(1, 1);
+    own.post([buf(0)].into_iter()).unwrap();
+    assert!(own.attach_shared(q).is_err());
+}
