@@ -110,6 +110,8 @@ fn post(p: &mut PostProducer, r: &WorkRequest) {
     let _ = p.publish();
 }
 
+/// The refusals in the rings: (flow, wr_id, code), each checked to complete with its code's
+/// status.
 fn refusals(rings: &mut RingSet) -> Vec<(u64, u64, RefusalCode)> {
     let mut out: Vec<Completion> = Vec::new();
     rings.poll(&mut out, 64).unwrap();
@@ -117,6 +119,7 @@ fn refusals(rings: &mut RingSet) -> Vec<(u64, u64, RefusalCode)> {
         .filter(|c| c.kind == CompletionKind::PostRefused)
         .map(|c| {
             let (wr_id, code) = c.refusal().unwrap();
+            assert_eq!(c.status, code.status(), "{c:?}");
             (c.flow_id, wr_id, code)
         })
         .collect()
@@ -205,6 +208,15 @@ fn a_posted_write_leaves_at_the_next_poll_and_bad_posts_are_refused_with_their_c
             ..write(14, STAG)
         },
     );
+    // More messages than the connection's send queue holds (4,096): busy, a full queue.
+    post(
+        &mut p,
+        &WorkRequest {
+            sg_list: SgList::one(STAG, 0, 1),
+            count: 5000,
+            ..write(15, STAG)
+        },
+    );
     b.worker.poll_once().unwrap();
     assert_eq!(
         refusals(&mut rings),
@@ -216,10 +228,11 @@ fn a_posted_write_leaves_at_the_next_poll_and_bad_posts_are_refused_with_their_c
             (FLOW, 12, RefusalCode::OutOfBounds),
             (FLOW, 13, RefusalCode::Malformed),
             (FLOW, 14, RefusalCode::Malformed),
+            (FLOW, 15, RefusalCode::Busy),
         ]
     );
     let s = b.worker.report().stats;
-    assert_eq!((s.posts_shm, s.posts_refused), (8, 7));
+    assert_eq!((s.posts_shm, s.posts_refused), (9, 8));
     let octets: usize = b.wire.take_sent().iter().map(Vec::len).sum();
     assert_eq!(octets, 0, "nothing of a refused gather is sent");
 }

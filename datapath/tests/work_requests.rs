@@ -254,3 +254,28 @@ fn the_oldest_request_fails_with_retry_exceeded_when_retransmissions_run_out() {
         a.completions
     );
 }
+
+/// A Send larger than one segment to a peer that posted no buffer: the peer refuses its first
+/// segment with an untagged buffer error (DDP 2/x) before it has all of the Send, so the Send
+/// is still outstanding when the Terminate names it (queue 0, MSN 1): it completes with
+/// "remote invalid request".
+#[test]
+fn a_send_the_peer_has_no_buffer_for_fails_with_remote_invalid_request() {
+    let mut a = end(true, false, 1 << 16);
+    let b = end(false, false, 1 << 16);
+    let big = SendPost {
+        sg: SgList::one(SRC, 0, 60_000),
+        ..send(77, 1)
+    };
+    post(&mut a.worker, 1, big).unwrap();
+    let r = run_until(a, b, 0.0, 13, |a, b| a.gone.is_some() && b.gone.is_some());
+    let ended = r.a.gone.as_ref().unwrap().ended.clone().unwrap();
+    let t = ended.terminate.expect("A's end names B's Terminate");
+    assert_eq!((t.layer, t.error_type, t.sent), (1, 2, false), "{ended:?}");
+    let c: Vec<(u64, S)> =
+        r.a.completions
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect();
+    assert_eq!(c, vec![(77, S::RemoteInvalidRequest)]);
+}

@@ -429,6 +429,10 @@ impl Flow {
                 self.work
                     .failure
                     .get_or_insert(work::WorkFailure::terminate(&t, named));
+                // The queue pair is in error from now on (RFC 5040 §5.4's Terminate ends the
+                // stream): what is outstanding fails now, not when acknowledgments that
+                // still come would complete it.
+                self.flush_work();
                 self.ending = Some(FlowEnd {
                     mpa_error: None,
                     reason: format!(
@@ -533,7 +537,7 @@ impl Flow {
                 wr_id: 0,
                 status: mpa_ctl_proto::CompletionStatus::Success,
             };
-            if self.complete_work(&mut done, Some(c.id)) {
+            if !self.work.in_error && self.complete_work(&mut done, Some(c.id)) {
                 f(&done);
             }
         }

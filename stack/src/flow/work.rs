@@ -110,6 +110,10 @@ pub(super) struct Work {
     pub(super) flushed: VecDeque<Completion>,
     /// What ended the flow makes of one request, if anything (the first cause wins).
     pub(super) failure: Option<WorkFailure>,
+    /// Flushed: the queue pair is in error, as verbs' after a Terminate either way; what the
+    /// sender still completes (the peer acknowledging octets of a request already flushed)
+    /// reports nothing.
+    pub(super) in_error: bool,
 }
 
 impl PostedWork {
@@ -192,6 +196,7 @@ impl Flow {
             });
         }
         self.waiting.clear();
+        self.work.in_error = true;
         self.work.flushed.extend(due);
     }
 }
