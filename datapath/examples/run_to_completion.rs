@@ -28,7 +28,7 @@ use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::{Completion, CompletionKind};
 use mpa_datapath::io::xsk::XskConfig;
 use mpa_datapath::server::{Datapath, DatapathConfig};
-use mpa_datapath::worker::{QueueDriver, SendOp, SendPost, SgList};
+use mpa_datapath::worker::{PostOp, QueueDriver, SgList, WorkRequest};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -185,12 +185,13 @@ fn ping_pong(a: &Args, driver: &mut QueueDriver) -> Result<(), Failure> {
         )
         .into());
     }
-    let post = SendPost {
-        op: SendOp::Write {
+    let post = WorkRequest {
+        flow_id,
+        op: PostOp::Write {
             sink_stag: echo.stag,
             sink_to: echo.base_to,
         },
-        sg: SgList::one(src.info().stag, 0, payload),
+        sg_list: SgList::one(src.info().stag, 0, payload),
         count: 1,
         wr_id: 0,
         signaled: true,
@@ -201,7 +202,7 @@ fn ping_pong(a: &Args, driver: &mut QueueDriver) -> Result<(), Failure> {
     let mut batch: Vec<Completion> = Vec::with_capacity(64);
     for i in 0..a.iterations {
         let t0 = Instant::now();
-        driver.post(flow_id, &post)?;
+        driver.post(&post)?;
         let mut placed = false;
         while !placed {
             driver.poll()?;

@@ -10,7 +10,7 @@ mod pair;
 use mpa::wire::fpdu;
 use mpa_ctl_proto::{CompletionKind, CompletionStatus as S};
 use mpa_datapath::worker::Command;
-use mpa_stack::flow::{SendOp, SendPost, SgList, Sge};
+use mpa_stack::flow::{PostOp, SgList, Sge, WorkRequest};
 use mpa_stack::receiver::PostedBuf;
 use mpa_stack::wire::frame::parse_tcp_frame;
 use pair::*;
@@ -19,10 +19,11 @@ use std::time::{Duration, Instant};
 /// A second region of A's, of another STag.
 const OTHER: u32 = 0x50;
 
-fn post_with(op: SendOp, sg: SgList, wr_id: u64) -> SendPost {
-    SendPost {
+fn post_with(op: PostOp, sg: SgList, wr_id: u64) -> WorkRequest {
+    WorkRequest {
+        flow_id: 1,
         op,
-        sg,
+        sg_list: sg,
         count: 1,
         wr_id,
         signaled: true,
@@ -31,8 +32,8 @@ fn post_with(op: SendOp, sg: SgList, wr_id: u64) -> SendPost {
     }
 }
 
-fn write_to(sink_to: u64) -> SendOp {
-    SendOp::Write {
+fn write_to(sink_to: u64) -> PostOp {
+    PostOp::Write {
         sink_stag: SINK,
         sink_to,
     }
@@ -111,7 +112,7 @@ fn gathered_writes_and_sends_place_their_entries_octet_exact() {
     ];
     let sg = |e: &[Sge]| SgList::new(e).unwrap();
     post(&mut a.worker, 1, post_with(write_to(64), sg(&write), 1)).unwrap();
-    post(&mut a.worker, 1, post_with(SendOp::Send, sg(&send), 2)).unwrap();
+    post(&mut a.worker, 1, post_with(PostOp::Send, sg(&send), 2)).unwrap();
     // Loss makes A read the entries again for its retransmissions.
     let r = run(a, b, 0.03, 17, 2, 2);
     let gathered = |entries: &[Sge]| -> Vec<u8> {
@@ -173,8 +174,8 @@ fn a_solicited_send_goes_out_as_send_with_solicited_event() {
         .collect();
     assert!(b.worker.apply(Command::PostRecv(2, bufs, answer)));
     result.recv().unwrap().unwrap();
-    let plain = post_with(SendOp::Send, SgList::one(SRC, 0, 100), 1);
-    let solicited = SendPost {
+    let plain = post_with(PostOp::Send, SgList::one(SRC, 0, 100), 1);
+    let solicited = WorkRequest {
         solicited: true,
         wr_id: 2,
         ..plain
@@ -206,14 +207,14 @@ fn a_fenced_write_waits_for_the_reads_posted_before_it() {
         let mut a = end(true, false, 1 << 16);
         let b = end(false, false, 1 << 16);
         fill_pattern(b.readable.as_ref().unwrap(), 1 << 16, 9);
-        let read = SendPost {
-            op: SendOp::Read {
+        let read = WorkRequest {
+            op: PostOp::Read {
                 src_stag: READABLE,
                 src_to: 0,
             },
-            ..post_with(SendOp::Send, SgList::one(SRC, 0, 4096), 1)
+            ..post_with(PostOp::Send, SgList::one(SRC, 0, 4096), 1)
         };
-        let write = SendPost {
+        let write = WorkRequest {
             fence,
             ..post_with(write_to(0), SgList::one(SRC, 8192, 1000), 2)
         };
@@ -257,19 +258,19 @@ fn a_fenced_write_waits_for_the_reads_posted_before_it() {
 fn what_is_posted_behind_a_waiting_read_keeps_its_place_and_is_flushed_with_it() {
     let mut a = end_with(true, false, 1 << 16, None, Some(1));
     let b = end_with(false, false, 1 << 16, Some(1), None);
-    let read = |wr_id, at| SendPost {
-        op: SendOp::Read {
+    let read = |wr_id, at| WorkRequest {
+        op: PostOp::Read {
             src_stag: READABLE,
             src_to: at,
         },
-        ..post_with(SendOp::Send, SgList::one(SRC, at, 512), wr_id)
+        ..post_with(PostOp::Send, SgList::one(SRC, at, 512), wr_id)
     };
     post(&mut a.worker, 1, read(1, 0)).unwrap();
     post(&mut a.worker, 1, read(2, 512)).unwrap();
     let first_msn = post(
         &mut a.worker,
         1,
-        post_with(SendOp::Send, SgList::one(SRC, 4096, 100), 3),
+        post_with(PostOp::Send, SgList::one(SRC, 4096, 100), 3),
     )
     .unwrap();
     assert_eq!(first_msn, None, "the Send waits: no MSN yet");
@@ -322,9 +323,9 @@ fn what_is_posted_behind_a_waiting_read_keeps_its_place_and_is_flushed_with_it()
     let mut a = end_with(true, false, 1 << 16, None, Some(1));
     post(&mut a.worker, 1, read(1, 0)).unwrap();
     post(&mut a.worker, 1, read(2, 512)).unwrap();
-    let send = SendPost {
+    let send = WorkRequest {
         signaled: false,
-        ..post_with(SendOp::Send, SgList::one(SRC, 4096, 100), 3)
+        ..post_with(PostOp::Send, SgList::one(SRC, 4096, 100), 3)
     };
     post(&mut a.worker, 1, send).unwrap();
     assert!(a.worker.apply(Command::Close(1)));

@@ -319,18 +319,8 @@ fn a_corrupt_post_queue_is_counted_once_and_left_alone() {
     assert_eq!(refusals(&mut rings), vec![]);
     assert_eq!(b.worker.report().stats.post_queues_corrupt, 1);
     let (answer, result) = unbounded();
-    let sp = mpa_stack::flow::SendPost {
-        op: mpa_stack::flow::SendOp::Send,
-        sg: SgList::one(STAG, 0, 10),
-        count: 1,
-        wr_id: 0,
-        signaled: true,
-        solicited: false,
-        fence: false,
-    };
-    assert!(b
-        .worker
-        .apply(Command::PostSend(FLOW, Box::new(sp), answer)));
+    let sp = WorkRequest::new(FLOW, 0, PostOp::Send, STAG, 0, 10, 1);
+    assert!(b.worker.apply(Command::PostSend(Box::new(sp), answer)));
     assert!(result.recv().unwrap().is_ok());
 }
 

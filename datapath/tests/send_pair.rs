@@ -12,7 +12,7 @@ use mpa::wire::fpdu;
 use mpa_ctl_proto::stats::FlowReport;
 use mpa_ctl_proto::CompletionKind;
 use mpa_datapath::worker::{Command, WorkerError};
-use mpa_stack::flow::{SendOp, SendPost, SgList};
+use mpa_stack::flow::{PostOp, SgList, WorkRequest};
 use mpa_stack::sim::SplitMix64;
 use mpa_stack::wire::frame::parse_tcp_frame;
 use pair::*;
@@ -25,16 +25,17 @@ fn writes_arrive_exactly(markers: bool, loss: f64, seed: u64) {
     let mut a = end(true, markers, LEN);
     let b = end(false, markers, LEN);
     fill_pattern(&a.mem, LEN, seed);
-    let op = SendOp::Write {
+    let op = PostOp::Write {
         sink_stag: SINK,
         sink_to: 0,
     };
     let first = post(
         &mut a.worker,
         1,
-        SendPost {
+        WorkRequest {
+            flow_id: 1,
             op,
-            sg: SgList::one(SRC, 0, MSG),
+            sg_list: SgList::one(SRC, 0, MSG),
             count,
             wr_id: 0,
             signaled: true,
@@ -162,9 +163,10 @@ fn sends_land_in_posted_buffers_in_msn_order() {
     let first = post(
         &mut a.worker,
         1,
-        SendPost {
-            op: SendOp::Send,
-            sg: SgList::one(SRC, 100, MSG),
+        WorkRequest {
+            flow_id: 1,
+            op: PostOp::Send,
+            sg_list: SgList::one(SRC, 100, MSG),
             count,
             wr_id: 0,
             signaled: true,
@@ -206,12 +208,13 @@ fn sends_land_in_posted_buffers_in_msn_order() {
 #[test]
 fn posts_are_checked_and_refused_whole() {
     let mut a = end(true, false, 1 << 16);
-    let p = |stag, offset, len, count| SendPost {
-        op: SendOp::Write {
+    let p = |stag, offset, len, count| WorkRequest {
+        flow_id: 1,
+        op: PostOp::Write {
             sink_stag: SINK,
             sink_to: 0,
         },
-        sg: SgList::one(stag, offset, len),
+        sg_list: SgList::one(stag, offset, len),
         count,
         wr_id: 0,
         signaled: true,
@@ -252,13 +255,14 @@ fn reads_fetch_the_peers_region_octet_exact() {
     let mut a = end(true, true, LEN);
     let b = end(false, true, LEN);
     fill_pattern(b.readable.as_ref().unwrap(), LEN, 21);
-    let op = SendOp::Read {
+    let op = PostOp::Read {
         src_stag: READABLE,
         src_to: 0,
     };
-    let p = SendPost {
+    let p = WorkRequest {
+        flow_id: 1,
         op,
-        sg: SgList::one(SRC, 0, READ),
+        sg_list: SgList::one(SRC, 0, READ),
         count,
         wr_id: 0,
         signaled: true,
@@ -300,13 +304,14 @@ fn flow_report(e: &End) -> FlowReport {
 }
 
 /// Reads of `READ` octets each, `count` of them, from B's readable region into A's.
-fn reads(count: u32, len: u64) -> SendPost {
-    SendPost {
-        op: SendOp::Read {
+fn reads(count: u32, len: u64) -> WorkRequest {
+    WorkRequest {
+        flow_id: 1,
+        op: PostOp::Read {
             src_stag: READABLE,
             src_to: 0,
         },
-        sg: SgList::one(SRC, 0, len),
+        sg_list: SgList::one(SRC, 0, len),
         count,
         wr_id: 0,
         signaled: true,
@@ -391,8 +396,8 @@ fn no_reads_with_a_negotiated_ord_of_zero() {
         "flow 1: the connection's negotiated ORD is 0: no RDMA Read may be sent"
     );
     // Writes still go.
-    let w = SendPost {
-        op: SendOp::Write {
+    let w = WorkRequest {
+        op: PostOp::Write {
             sink_stag: SINK,
             sink_to: 0,
         },
@@ -404,12 +409,13 @@ fn no_reads_with_a_negotiated_ord_of_zero() {
 #[test]
 fn reads_are_checked_where_they_land() {
     let mut a = end(true, false, 1 << 16);
-    let read = |stag, offset, len, count| SendPost {
-        op: SendOp::Read {
+    let read = |stag, offset, len, count| WorkRequest {
+        flow_id: 1,
+        op: PostOp::Read {
             src_stag: READABLE,
             src_to: 0,
         },
-        sg: SgList::one(stag, offset, len),
+        sg_list: SgList::one(stag, offset, len),
         count,
         wr_id: 0,
         signaled: true,
@@ -449,13 +455,14 @@ fn a_posted_message_is_sent_without_waiting_for_frames() {
     let waits = a.worker.report().ring.rx_waits;
     assert!(waits > 0, "the idle worker never blocked");
     let _ = a.wire.take_sent();
-    let op = SendOp::Write {
+    let op = PostOp::Write {
         sink_stag: SINK,
         sink_to: 0,
     };
-    let p = SendPost {
+    let p = WorkRequest {
+        flow_id: 1,
         op,
-        sg: SgList::one(SRC, 0, 1000),
+        sg_list: SgList::one(SRC, 0, 1000),
         count: 1,
         wr_id: 0,
         signaled: true,
@@ -508,12 +515,13 @@ fn a_run_to_completion_reply_carries_the_ack_of_the_message_it_answers() {
         let mut a = end(true, false, 1 << 16);
         let mut b = end_full(false, false, 1 << 16, None, None, None, run_to_completion);
         let now = Instant::now();
-        let write = |stag, sink_stag| SendPost {
-            op: SendOp::Write {
+        let write = |stag, sink_stag| WorkRequest {
+            flow_id: 1,
+            op: PostOp::Write {
                 sink_stag,
                 sink_to: 0,
             },
-            sg: SgList::one(stag, 0, 64),
+            sg_list: SgList::one(stag, 0, 64),
             count: 1,
             wr_id: 0,
             signaled: true,
@@ -622,7 +630,7 @@ fn every_rtr_then_writes_sends_and_reads_both_ways_between_two_datapaths() {
                 let src_mem = ends[source].readable.clone().unwrap();
                 fill_pattern(&src_mem, LEN, 77);
                 let post_op = match op {
-                    "write" => SendOp::Write {
+                    "write" => PostOp::Write {
                         sink_stag: main_stag(dest),
                         sink_to: 0,
                     },
@@ -639,9 +647,9 @@ fn every_rtr_then_writes_sends_and_reads_both_ways_between_two_datapaths() {
                         let w = &mut ends[dest].worker;
                         assert!(w.apply(Command::PostRecv(flow(dest), bufs, answer)));
                         result.recv().unwrap().unwrap();
-                        SendOp::Send
+                        PostOp::Send
                     }
-                    _ => SendOp::Read {
+                    _ => PostOp::Read {
                         src_stag: READABLE,
                         src_to: 0,
                     },
@@ -649,9 +657,10 @@ fn every_rtr_then_writes_sends_and_reads_both_ways_between_two_datapaths() {
                 let first = post(
                     &mut ends[actor].worker,
                     flow(actor),
-                    SendPost {
+                    WorkRequest {
+                        flow_id: 1,
                         op: post_op,
-                        sg: SgList::one(
+                        sg_list: SgList::one(
                             if op == "read" {
                                 main_stag(actor)
                             } else {
@@ -725,12 +734,13 @@ fn posts_beyond_the_send_budget_are_refused_whole() {
     const MIB: u64 = 1 << 20;
     // Not a multiple of the huge page: a sparse memfd, nothing reserved up front.
     let mut a = end(true, false, 2048 * MIB + 4096);
-    let p = |offset, count| SendPost {
-        op: SendOp::Write {
+    let p = |offset, count| WorkRequest {
+        flow_id: 1,
+        op: PostOp::Write {
             sink_stag: SINK,
             sink_to: 0,
         },
-        sg: SgList::one(SRC, offset, 768 * MIB),
+        sg_list: SgList::one(SRC, offset, 768 * MIB),
         count,
         wr_id: 0,
         signaled: true,

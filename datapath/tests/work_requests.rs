@@ -11,18 +11,19 @@ mod pair;
 use crossbeam_channel::unbounded;
 use mpa_ctl_proto::{Completion, CompletionKind, CompletionStatus as S};
 use mpa_datapath::worker::{Command, Notification};
-use mpa_stack::flow::{SendOp, SendPost, SgList};
+use mpa_stack::flow::{PostOp, SgList, WorkRequest};
 use mpa_stack::receiver::PostedBuf;
 use pair::*;
 use std::time::{Duration, Instant};
 
-fn write(wr_id: u64, count: u32, signaled: bool, sink_stag: u32) -> SendPost {
-    SendPost {
-        op: SendOp::Write {
+fn write(wr_id: u64, count: u32, signaled: bool, sink_stag: u32) -> WorkRequest {
+    WorkRequest {
+        flow_id: 1,
+        op: PostOp::Write {
             sink_stag,
             sink_to: 0,
         },
-        sg: SgList::one(SRC, 0, 2000),
+        sg_list: SgList::one(SRC, 0, 2000),
         count,
         wr_id,
         signaled,
@@ -31,10 +32,11 @@ fn write(wr_id: u64, count: u32, signaled: bool, sink_stag: u32) -> SendPost {
     }
 }
 
-fn send(wr_id: u64, count: u32) -> SendPost {
-    SendPost {
-        op: SendOp::Send,
-        sg: SgList::one(SRC, 0, 1000),
+fn send(wr_id: u64, count: u32) -> WorkRequest {
+    WorkRequest {
+        flow_id: 1,
+        op: PostOp::Send,
+        sg_list: SgList::one(SRC, 0, 1000),
         count,
         wr_id,
         signaled: true,
@@ -138,12 +140,13 @@ fn a_terminate_either_way_flushes_both_ends() {
     let mut b = end(false, false, 1 << 16);
     post_recv(&mut b, 60, 2);
     post(&mut a.worker, 1, write(70, 1, true, 0xdead_0000)).unwrap();
-    let reads = SendPost {
-        op: SendOp::Read {
+    let reads = WorkRequest {
+        flow_id: 1,
+        op: PostOp::Read {
             src_stag: READABLE,
             src_to: 0,
         },
-        sg: SgList::one(SRC, 0, 1024),
+        sg_list: SgList::one(SRC, 0, 1024),
         count: 8,
         wr_id: 500,
         signaled: false,
@@ -178,12 +181,13 @@ fn the_read_a_peers_terminate_names_fails_with_remote_access() {
     let mut a = end(true, false, 1 << 16);
     let b = end(false, false, 1 << 16);
     post(&mut a.worker, 1, write(40, 1, true, SINK)).unwrap();
-    let reads = SendPost {
-        op: SendOp::Read {
+    let reads = WorkRequest {
+        flow_id: 1,
+        op: PostOp::Read {
             src_stag: 0xbad_0000,
             src_to: 0,
         },
-        sg: SgList::one(SRC, 0, 512),
+        sg_list: SgList::one(SRC, 0, 512),
         count: 3,
         wr_id: 900,
         signaled: true,
@@ -263,8 +267,8 @@ fn the_oldest_request_fails_with_retry_exceeded_when_retransmissions_run_out() {
 fn a_send_the_peer_has_no_buffer_for_fails_with_remote_invalid_request() {
     let mut a = end(true, false, 1 << 16);
     let b = end(false, false, 1 << 16);
-    let big = SendPost {
-        sg: SgList::one(SRC, 0, 60_000),
+    let big = WorkRequest {
+        sg_list: SgList::one(SRC, 0, 60_000),
         ..send(77, 1)
     };
     post(&mut a.worker, 1, big).unwrap();

@@ -8,12 +8,12 @@ mod receive;
 mod send;
 mod work;
 
-pub use mpa_ctl_proto::ring::post::{SgList, Sge};
+pub use mpa_ctl_proto::ring::post::{PostOp, SgList, Sge, WorkRequest};
 pub(crate) use receive::{
     receive_pieces_in_run, receive_segment, receive_segment_in_run, receive_segments_in_run,
 };
 pub(crate) use send::MAX_OUTBOUND_READS;
-pub use send::{FrameSink, FrameVec, SendOp, SendPost, MEM_FRAME_CAPACITY};
+pub use send::{FrameSink, FrameVec, MEM_FRAME_CAPACITY};
 
 use crate::receiver::{
     MpaReceiver, PostRecvError, PostedBuf, ReadRequest, ReceiverConfig, RegionTable, RxEnd, RxError,

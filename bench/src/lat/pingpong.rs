@@ -32,7 +32,7 @@ use mpa::wire::ddp::{DdpRepr, RdmapOpcode, TAGGED_HEADER_LEN};
 use mpa_app::{ConnectOptions, Consumer};
 use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::CompletionKind;
-use mpa_datapath::worker::{QueueDriver, SendOp, SendPost, SgList};
+use mpa_datapath::worker::{PostOp, QueueDriver, SgList, WorkRequest};
 use mpa_harness::datapath::{start_datapath, temp_path, DatapathOptions};
 use mpa_testbed::{run_in_netns, TestBed};
 use std::net::{SocketAddr, TcpStream};
@@ -238,12 +238,13 @@ fn datapath_pingpong(
     let flooder = neighbour
         .map(|domains| Flooder::start(&socket, domains, flow_id))
         .transpose()?;
-    let post = SendPost {
-        op: SendOp::Write {
+    let post = WorkRequest {
+        flow_id,
+        op: PostOp::Write {
             sink_stag: peer.stag,
             sink_to: peer.base_to,
         },
-        sg: SgList::one(src.info().stag, 0, payload),
+        sg_list: SgList::one(src.info().stag, 0, payload),
         count: 1,
         wr_id: 0,
         signaled: true,
@@ -268,7 +269,7 @@ fn datapath_pingpong(
             Some(d) => {
                 // Run-to-completion: post, then turn the queue and read the ring until the
                 // echo is placed; no other thread, no control request.
-                d.post(flow_id, &post)?;
+                d.post(&post)?;
                 let mut done = false;
                 while !done {
                     d.poll()?;

@@ -4,11 +4,11 @@
 use super::{Adopted, Command, Server};
 use crate::memory::registry::Refusal;
 use mpa_bpf::{FlowKey, FlowValue};
+use mpa_ctl_proto::ring::post::WorkRequest;
 use mpa_ctl_proto::stats::{
     CaptureStats, DatapathStats, FlowPage, QueueReport, MAX_FLOWS_PER_ANSWER,
 };
 use mpa_ctl_proto::{ErrorCode, HandOver, Message, PostTarget, VERSION};
-use mpa_stack::flow::SendPost;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -95,10 +95,7 @@ impl Server {
                 let r = self.post_recv(client, target, stag, offset, len, count, wr_id);
                 self.answer(client, id, r);
             }
-            Message::Post { id, wr } => {
-                let post = crate::worker::posts::send_post(&wr);
-                self.post_send(client, id, wr.flow_id, post);
-            }
+            Message::Post { id, wr } => self.post_send(client, id, wr),
             Message::Subscribe {
                 id,
                 pd,
@@ -618,7 +615,8 @@ impl Server {
 
     /// Post: messages to send on one flow, from a region of its domain,
     /// through its worker; answered with Posted or the reason none was queued.
-    fn post_send(&mut self, client: u64, id: u64, flow_id: u64, post: SendPost) {
+    fn post_send(&mut self, client: u64, id: u64, post: WorkRequest) {
+        let flow_id = post.flow_id;
         let r = (|| -> Result<Option<u32>, Refusal> {
             let a = self
                 .adopted
@@ -631,15 +629,12 @@ impl Server {
                 ));
             };
             self.registry.check_domain(pd, client)?;
-            if post.count == 0 {
-                return Err((
-                    ErrorCode::BadRequest,
-                    "count must be at least 1".to_string(),
-                ));
+            if let Some(defect) = post.defect() {
+                return Err((ErrorCode::BadRequest, defect.to_string()));
             }
             let (tx, rx) = crossbeam_channel::bounded(1);
             self.workers[w]
-                .send(Command::PostSend(flow_id, Box::new(post), tx))
+                .send(Command::PostSend(Box::new(post), tx))
                 .map_err(|_| (ErrorCode::Internal, "worker gone".to_string()))?;
             match rx.recv_timeout(Duration::from_secs(2)) {
                 Ok(Ok(first_msn)) => Ok(first_msn),

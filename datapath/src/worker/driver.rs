@@ -12,7 +12,7 @@ use super::{Turn, Worker, WorkerError};
 use crate::io::ring::FrameRing;
 use crate::io::xsk::XskQueue;
 use mpa_ctl_proto::stats::QueueReport;
-pub use mpa_stack::flow::{SendOp, SendPost, SgList};
+pub use mpa_stack::flow::{PostOp, SgList, Sge, WorkRequest};
 use std::time::Duration;
 
 /// Why a driven queue cannot go on.
@@ -122,16 +122,16 @@ impl<R: FrameRing> QueueDriver<R> {
         }
     }
 
-    /// Queues `post`'s messages on flow `flow_id` (all or none; the first Send's MSN) and
+    /// Queues `post`'s messages on its flow (all or none; the first Send's MSN) and
     /// hands the frames the window allows to the kernel at once, with any the last poll left
     /// (its ACKs): one system call. The region must be registered (by a consumer of the
     /// datapath) in the flow's protection domain.
-    pub fn post(&mut self, flow_id: u64, post: &SendPost) -> Result<Option<u32>, DriveError> {
+    pub fn post(&mut self, post: &WorkRequest) -> Result<Option<u32>, DriveError> {
         let queue = self.queue();
         if self.stopped {
             return Err(DriveError::Stopped { queue });
         }
-        match self.worker.post_and_send(flow_id, post) {
+        match self.worker.post_and_send(post) {
             Ok(r) => Ok(r?),
             Err(e) => Err(DriveError::Ring {
                 queue,

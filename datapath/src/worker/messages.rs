@@ -7,7 +7,7 @@ use crossbeam_channel::Sender;
 use mpa_ctl_proto::ring::post::WorkRequest;
 use mpa_ctl_proto::stats::{FlowReport, QueueReport};
 use mpa_ctl_proto::HandOver;
-use mpa_stack::flow::{Flow, FlowEnd, FlowError, SendPost};
+use mpa_stack::flow::{Flow, FlowEnd, FlowError};
 use mpa_stack::receiver::{PostRecvError, PostedBuf, Region};
 use mpa_stack::sender::PostError;
 use std::net::SocketAddr;
@@ -30,7 +30,7 @@ pub enum Command {
     /// Post receive buffers to a flow.
     PostRecv(u64, Vec<PostedBuf>, Sender<Result<(), WorkerError>>),
     /// Post Writes or Sends on a flow; the answer carries the first Send's MSN.
-    PostSend(u64, Box<SendPost>, Sender<Result<Option<u32>, WorkerError>>),
+    PostSend(Box<WorkRequest>, Sender<Result<Option<u32>, WorkerError>>),
     /// Abort a flow (RST to the peer).
     Close(u64),
     /// Close a flow gracefully: a FIN after what is queued.

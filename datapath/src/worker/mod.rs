@@ -32,7 +32,7 @@ mod report;
 pub mod strays;
 use config::SPIN_POLLS;
 pub use config::{WorkerConfig, DEFAULT_YIELD_EVERY};
-pub use driver::{DriveError, QueueDriver, SendOp, SendPost, SgList};
+pub use driver::{DriveError, PostOp, QueueDriver, SgList, Sge, WorkRequest};
 pub use messages::{Command, Notification, WorkerError};
 
 /// What one turn of a worker's loop did.
@@ -310,8 +310,8 @@ impl<R: FrameRing> Worker<R> {
                     f.forget_region(stag);
                 }
             }
-            Command::PostSend(id, post, answer) => {
-                let _ = answer.send(self.post(id, &post));
+            Command::PostSend(post, answer) => {
+                let _ = answer.send(self.post(&post));
             }
             Command::PostRecv(id, bufs, answer) => {
                 let r = match self.ids.get(&id).and_then(|k| self.flows.get_mut(k)) {

@@ -8,9 +8,8 @@
 
 use super::{Notification, TxSink, Worker, WorkerError};
 use crate::io::ring::FrameRing;
-use mpa_ctl_proto::ring::post::{PostOp, WorkRequest};
+use mpa_ctl_proto::ring::post::WorkRequest;
 use mpa_ctl_proto::{Completion, RefusalCode};
-use mpa_stack::flow::{SendOp, SendPost};
 use mpa_stack::sender::PostError;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -49,24 +48,6 @@ impl Default for PostInbox {
             next: 0,
             poster_faults: 0,
         }
-    }
-}
-
-/// The stack's post of a work request.
-pub(crate) fn send_post(p: &WorkRequest) -> SendPost {
-    let op = match p.op {
-        PostOp::Write { sink_stag, sink_to } => SendOp::Write { sink_stag, sink_to },
-        PostOp::Send => SendOp::Send,
-        PostOp::Read { src_stag, src_to } => SendOp::Read { src_stag, src_to },
-    };
-    SendPost {
-        op,
-        sg: p.sg_list,
-        count: p.count,
-        wr_id: p.wr_id,
-        signaled: p.signaled,
-        solicited: p.solicited,
-        fence: p.fence,
     }
 }
 
@@ -200,7 +181,7 @@ impl<R: FrameRing> Worker<R> {
             // A consumer posts only on the connections of its own domain.
             Some(f) if f != Some(pd) => self.refuse_post(sub, refused(RefusalCode::WrongDomain)),
             Some(_) => {
-                if let Err(e) = self.post(p.flow_id, &send_post(p)) {
+                if let Err(e) = self.post(p) {
                     tracing::debug!(flow = p.flow_id, wr_id = p.wr_id, %e, "post refused");
                     self.refuse_post(sub, refused(refusal_code(&e)));
                 }
@@ -234,8 +215,9 @@ impl<R: FrameRing> Worker<R> {
         }
     }
 
-    /// Queues the messages of `post` on flow `id` (all or none); the first Send's MSN.
-    pub(crate) fn post(&mut self, id: u64, post: &SendPost) -> Result<Option<u32>, WorkerError> {
+    /// Queues the messages of `post` on its flow (all or none); the first Send's MSN.
+    pub(crate) fn post(&mut self, post: &WorkRequest) -> Result<Option<u32>, WorkerError> {
+        let id = post.flow_id;
         let key = *self.ids.get(&id).ok_or(WorkerError::NoFlow(id))?;
         let f = self.flows.get_mut(&key).ok_or(WorkerError::NoFlow(id))?;
         let first_msn = f
@@ -250,10 +232,10 @@ impl<R: FrameRing> Worker<R> {
     /// flow is still visited at the next turn, which arms its timers).
     pub(crate) fn post_and_send(
         &mut self,
-        id: u64,
-        post: &SendPost,
+        post: &WorkRequest,
     ) -> Result<Result<Option<u32>, WorkerError>, R::Error> {
-        let first_msn = match self.post(id, post) {
+        let id = post.flow_id;
+        let first_msn = match self.post(post) {
             Ok(m) => m,
             Err(e) => return Ok(Err(e)),
         };

@@ -11,7 +11,7 @@ use mpa_ctl_proto::{Completion, RegionInfo, Role};
 use mpa_datapath::io::ring::{MemRing, MemWire};
 use mpa_datapath::memory::completions::RingSubscription;
 use mpa_datapath::worker::{Command, Notification, Worker, WorkerConfig, WorkerError};
-use mpa_stack::flow::SendPost;
+use mpa_stack::flow::WorkRequest;
 use mpa_stack::receiver::Region;
 use mpa_stack::region::RegionMemory;
 use mpa_stack::sim::{SimHandover, SplitMix64};
@@ -163,9 +163,15 @@ pub fn end_full(
     }
 }
 
-pub fn post(w: &mut Worker<MemRing>, flow: u64, p: SendPost) -> Result<Option<u32>, WorkerError> {
+/// Posts `p` on flow `flow` (whatever flow `p` names).
+pub fn post(
+    w: &mut Worker<MemRing>,
+    flow: u64,
+    p: WorkRequest,
+) -> Result<Option<u32>, WorkerError> {
     let (answer, result) = unbounded();
-    assert!(w.apply(Command::PostSend(flow, Box::new(p), answer)));
+    let p = WorkRequest { flow_id: flow, ..p };
+    assert!(w.apply(Command::PostSend(Box::new(p), answer)));
     result.recv().unwrap()
 }
 

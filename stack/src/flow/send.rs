@@ -3,7 +3,7 @@
 
 use super::work::PostedWork;
 use super::*;
-use mpa_ctl_proto::ring::post::SgList;
+use mpa_ctl_proto::ring::post::{PostOp, SgList, WorkRequest};
 use mpa_ctl_proto::CompletionStatus;
 
 /// Message `i`'s entries of a post of `len`-octet messages: with one entry, its `i`-th
@@ -16,9 +16,9 @@ fn message_sg(sg: &SgList, i: u64, len: u64) -> SgList {
 }
 
 /// Message `i`'s op of a post of `len`-octet messages: a Write's `i`-th sink range.
-fn message_op(op: SendOp, i: u64, len: u64) -> SendOp {
+fn message_op(op: PostOp, i: u64, len: u64) -> PostOp {
     match op {
-        SendOp::Write { sink_stag, sink_to } => SendOp::Write {
+        PostOp::Write { sink_stag, sink_to } => PostOp::Write {
             sink_stag,
             sink_to: sink_to + i * len,
         },
@@ -28,7 +28,7 @@ fn message_op(op: SendOp, i: u64, len: u64) -> SendOp {
 
 /// What message `i` (of `len` octets, from `sg`) of `post` completes with.
 fn posted_work(
-    post: &SendPost,
+    post: &WorkRequest,
     i: u64,
     len: u64,
     sg: &SgList,
@@ -37,12 +37,12 @@ fn posted_work(
 ) -> PostedWork {
     let first = sg.first();
     let (kind, sink) = match post.op {
-        SendOp::Write { sink_stag, sink_to } => (
+        PostOp::Write { sink_stag, sink_to } => (
             CompletionKind::WriteSent,
             Some((sink_stag, sink_to + i * len)),
         ),
-        SendOp::Send => (CompletionKind::SendSent, None),
-        SendOp::Read { .. } => (CompletionKind::ReadResponsePlaced, None),
+        PostOp::Send => (CompletionKind::SendSent, None),
+        PostOp::Read { .. } => (CompletionKind::ReadResponsePlaced, None),
     };
     PostedWork {
         msg,
@@ -56,51 +56,6 @@ fn posted_work(
         sink,
         read_msn: None,
     }
-}
-
-/// A consumer's work request: `count` messages, each gathering its payload from `sg`'s
-/// entries (Write, Send) or filling its one entry (Read); with one entry, message `i` reads
-/// or fills `offset + i·len` of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SendPost {
-    /// Write, Send or Read.
-    pub op: SendOp,
-    /// Where the octets are (a Read: one entry).
-    pub sg: SgList,
-    /// Messages (1 when `sg` has more than one entry).
-    pub count: u32,
-    /// The application's work request id: message `i` completes with `wr_id + i`.
-    pub wr_id: u64,
-    /// Complete when done; otherwise only a failure completes (as `IBV_SEND_SIGNALED`).
-    pub signaled: bool,
-    /// Sends with Solicited Event (`IBV_SEND_SOLICITED`).
-    pub solicited: bool,
-    /// Start only once every Read posted before is answered (`IBV_SEND_FENCE`).
-    pub fence: bool,
-}
-
-/// What a [`SendPost`] sends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SendOp {
-    /// RDMA Writes to the peer's `sink_stag`, the first at `sink_to`.
-    Write {
-        /// The peer's STag.
-        sink_stag: u32,
-        /// Tagged offset of the first write.
-        sink_to: u64,
-    },
-    /// Sends on queue 0.
-    Send,
-    /// RDMA Read Requests of the peer's `src_stag` from `src_to` (read `i` at
-    /// `src_to + i·len`) into the post's region (its `stag`, `offset + i·len`). At most
-    /// the flow's ORD (`MAX_OUTBOUND_READS` or the negotiated one) are outstanding; the
-    /// rest wait in order.
-    Read {
-        /// The peer's STag (advertised to us).
-        src_stag: u32,
-        /// Its tagged offset of the first read.
-        src_to: u64,
-    },
 }
 
 /// Outbound RDMA Read Requests outstanding at most (our ORD, RFC 5040 §6.1) when the
@@ -124,7 +79,7 @@ pub(super) enum Waiting {
     },
     /// A Write or Send.
     Message {
-        op: SendOp,
+        op: PostOp,
         sg: SgList,
         solicited: bool,
         /// Not before every earlier Read is answered.
@@ -197,12 +152,12 @@ impl Flow {
     pub fn post(
         &mut self,
         regions: &RegionTable,
-        post: &SendPost,
+        post: &WorkRequest,
     ) -> Result<Option<u32>, PostError> {
         if !self.tcp.can_queue() || self.ending.is_some() || self.ended.is_some() {
             return Err(PostError::Closed);
         }
-        let entries = post.sg.entries();
+        let entries = post.sg_list.entries();
         if post.count == 0 || (entries.len() > 1 && post.count > 1) {
             return Err(PostError::Gather);
         }
@@ -244,13 +199,13 @@ impl Flow {
         // Octets per message.
         let len = total / count;
         match post.op {
-            SendOp::Write { sink_to, .. } if sink_to.checked_add(total).is_none() => {
+            PostOp::Write { sink_to, .. } if sink_to.checked_add(total).is_none() => {
                 return Err(PostError::TooLong { len: total });
             }
-            SendOp::Send if len > u64::from(u32::MAX) + 1 => {
+            PostOp::Send if len > u64::from(u32::MAX) + 1 => {
                 return Err(PostError::TooLong { len });
             }
-            SendOp::Read { src_to, .. } => {
+            PostOp::Read { src_to, .. } => {
                 if entries.len() > 1 {
                     return Err(PostError::Gather);
                 }
@@ -272,7 +227,7 @@ impl Flow {
                 src.regions_mut().insert(region.clone());
             }
         }
-        let wait = matches!(post.op, SendOp::Read { .. })
+        let wait = matches!(post.op, PostOp::Read { .. })
             || !self.waiting.is_empty()
             || (post.fence && self.reads_in_flight > 0);
         if wait {
@@ -290,7 +245,7 @@ impl Flow {
         src.check_budget(total)?;
         let mut first_msn = None;
         for i in 0..count {
-            let sg = message_sg(&post.sg, i, len);
+            let sg = message_sg(&post.sg_list, i, len);
             let (msg, msn) = self.send_message(message_op(post.op, i, len), &sg, post.solicited)?;
             first_msn = first_msn.or(msn);
             self.work
@@ -303,30 +258,30 @@ impl Flow {
     /// Gives one Write or Send to the sender: its id, and a Send's MSN.
     fn send_message(
         &mut self,
-        op: SendOp,
+        op: PostOp,
         sg: &SgList,
         solicited: bool,
     ) -> Result<(u64, Option<u32>), PostError> {
         let src = self.tcp.source_mut().inner_mut();
         match op {
-            SendOp::Write { sink_stag, sink_to } => {
+            PostOp::Write { sink_stag, sink_to } => {
                 Ok((src.post_write_from(sg, sink_stag, sink_to)?, None))
             }
-            SendOp::Send => {
+            PostOp::Send => {
                 let (id, msn) = src.post_send_from(sg, solicited)?;
                 Ok((id, Some(msn)))
             }
-            SendOp::Read { .. } => Err(PostError::Gather),
+            PostOp::Read { .. } => Err(PostError::Gather),
         }
     }
 
     /// Puts a checked post's messages behind what waits, and sends what may go.
-    fn queue_waiting(&mut self, post: &SendPost, len: u64) {
+    fn queue_waiting(&mut self, post: &WorkRequest, len: u64) {
         for i in 0..u64::from(post.count) {
-            let sg = message_sg(&post.sg, i, len);
+            let sg = message_sg(&post.sg_list, i, len);
             let fence = post.fence && i == 0;
             let w = match post.op {
-                SendOp::Read { src_stag, src_to } => {
+                PostOp::Read { src_stag, src_to } => {
                     let first = sg.first();
                     self.work
                         .reads
