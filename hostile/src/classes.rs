@@ -450,6 +450,16 @@ pub static CLASSES: &[Class] = &[
         super::foreign::finish_anothers_flow,
     ),
     class(
+        "control-post-on-anothers-flow",
+        E::Lives,
+        super::foreign::post_on_anothers_flow,
+    ),
+    class(
+        "control-post-recv-to-anothers-domain",
+        E::Lives,
+        super::foreign::post_recv_to_anothers_domain,
+    ),
+    class(
         "control-capture-anothers-flow",
         E::Lives,
         super::foreign::capture_anothers_flow,

@@ -113,6 +113,42 @@ pub fn probe_foreign(p: &Path, op: &str, flow_id: u64) -> String {
             ),
         }),
         "WatchPort" => ask(&mut dpc, &|id| Message::WatchPort { id, port: 4791 }),
+        // A gathered Write on the flow, from any region: the flow's domain is not the probe's.
+        "Post" => ask(&mut dpc, &|id| Message::Post {
+            id,
+            wr: mpa_ctl_proto::ring::post::WorkRequest {
+                sg_list: mpa_ctl_proto::ring::post::SgList::new(
+                    &[mpa_ctl_proto::ring::post::Sge {
+                        stag: 1,
+                        offset: 0,
+                        len: 64,
+                    }; 2],
+                )
+                .unwrap_or(mpa_ctl_proto::ring::post::SgList::one(1, 0, 64)),
+                ..mpa_ctl_proto::ring::post::WorkRequest::new(
+                    flow_id,
+                    1,
+                    mpa_ctl_proto::ring::post::PostOp::Write {
+                        sink_stag: 1,
+                        sink_to: 0,
+                    },
+                    1,
+                    0,
+                    64,
+                    1,
+                )
+            },
+        }),
+        // Buffers into the shared receive queue of the hostile connection's domain.
+        "PostRecv-domain" => ask(&mut dpc, &|id| Message::PostRecv {
+            id,
+            target: mpa_ctl_proto::PostTarget::Pd(super::PD_HOSTILE),
+            stag: 1,
+            offset: 0,
+            len: 64,
+            count: 1,
+            wr_id: 0,
+        }),
         "ListRegions" => match dpc.request(|id| Message::ListRegions { id, pd: None }) {
             Ok(Message::Regions { regions, .. }) => format!("regions {}", regions.len()),
             Ok(m) => format!("answered: {m:?}"),
@@ -181,6 +217,17 @@ pub fn capture_anothers_flow(c: &mut Ctx) -> Result<()> {
     foreign(c, "StartCapture-all")?;
     c.note = format!("{one}{}", c.note);
     Ok(())
+}
+
+/// A work request (a gathered Write) posted on another client's flow.
+pub fn post_on_anothers_flow(c: &mut Ctx) -> Result<()> {
+    foreign(c, "Post")
+}
+
+/// Receive buffers posted into the shared receive queue of another client's domain, which
+/// its connections would draw from.
+pub fn post_recv_to_anothers_domain(c: &mut Ctx) -> Result<()> {
+    foreign(c, "PostRecv-domain")
 }
 
 /// HandOver naming another client's (handed-over) flow: only its adopter hands it over,

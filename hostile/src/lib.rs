@@ -224,8 +224,8 @@ pub enum Setup {
     /// As `Normal`, the Responder trusting an aligned sender (the locator runs on
     /// out-of-order segments).
     Aligned,
-    /// As `Normal`, with [`RECV_BUFS`] receive buffers posted for this connection (a
-    /// domain's waiting buffers go to its next connection).
+    /// As `Normal`, with [`RECV_BUFS`] receive buffers posted to the domain's shared receive
+    /// queue, which its connections draw from.
     Posted,
     /// As `Normal`, the Responder requiring markers (RFC 5044 §7.1.1 M=1 in its Reply): our
     /// FPDUs carry them ([`Ctx::write`] adds them), the datapath's toward us do not.
@@ -306,7 +306,7 @@ impl Env {
         self.region.info().stag
     }
 
-    /// Posts [`RECV_BUFS`] receive buffers to [`PD_HOSTILE`] (for its next connection), in
+    /// Posts [`RECV_BUFS`] receive buffers to [`PD_HOSTILE`]'s shared receive queue, in
     /// the region's second half, clear of the slots.
     fn post_buffers(&self) -> Result<()> {
         let mut c = self
