@@ -54,6 +54,14 @@ fn opcodes(payloads: &[Vec<u8>]) -> Vec<u8> {
     ops
 }
 
+/// (kind, wr_id, status) of each of an end's completions, in order.
+fn outcomes(e: &End) -> Vec<(CompletionKind, u64, S)> {
+    e.completions
+        .iter()
+        .map(|c| (c.kind, c.wr_id, c.status))
+        .collect()
+}
+
 /// The TCP payloads of frames.
 fn payloads(frames: &[Vec<u8>]) -> Vec<Vec<u8>> {
     frames
@@ -235,11 +243,7 @@ fn a_fenced_write_waits_for_the_reads_posted_before_it() {
             assert!(b.wire.inject(f));
         }
         let r = run(a, b, 0.0, 7, 2, 1);
-        let done: Vec<_> =
-            r.a.completions
-                .iter()
-                .map(|c| (c.kind, c.wr_id, c.status))
-                .collect();
+        let done = outcomes(&r.a);
         assert!(
             done.contains(&(CompletionKind::ReadResponsePlaced, 1, S::Success))
                 && done.contains(&(CompletionKind::WriteSent, 2, S::Success)),
@@ -300,11 +304,7 @@ fn what_is_posted_behind_a_waiting_read_keeps_its_place_and_is_flushed_with_it()
     assert!(b.worker.apply(Command::PostRecv(2, vec![buf], answer)));
     result.recv().unwrap().unwrap();
     let r = run(a, b, 0.0, 3, 3, 1);
-    let done: Vec<_> =
-        r.a.completions
-            .iter()
-            .map(|c| (c.kind, c.wr_id, c.status))
-            .collect();
+    let done = outcomes(&r.a);
     assert_eq!(
         done,
         vec![
@@ -333,11 +333,7 @@ fn what_is_posted_behind_a_waiting_read_keeps_its_place_and_is_flushed_with_it()
     let r = run_until(a, b, 0.0, 7, |a, _| {
         a.gone.is_some() && a.completions.len() >= 3
     });
-    let done: Vec<_> =
-        r.a.completions
-            .iter()
-            .map(|c| (c.kind, c.wr_id, c.status))
-            .collect();
+    let done = outcomes(&r.a);
     assert_eq!(
         done,
         vec![

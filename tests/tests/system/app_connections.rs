@@ -7,6 +7,7 @@
 
 use mpa::endpoint::{EndpointConfig, EndpointError, MpaStream};
 use mpa::startup::PrivateDataRule;
+use mpa::wire::ddp::{DdpRepr, RdmapOpcode};
 use mpa_app::{ConnectionEvent, Consumer, ConsumerError, MappedRegion};
 use mpa_ctl_proto::client::ClientError;
 use mpa_ctl_proto::cm::{CmEvent, ConnectOptions, ListenOptions};
@@ -140,6 +141,61 @@ fn placed(c: &mut Consumer, region: &MappedRegion, n: usize) {
     assert!(region.read(0, &mut got));
     let want: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
     assert_eq!(got, want, "placed octets");
+}
+
+/// A kernel MPA peer in ns a, listening: it accepts one connection, takes the application's
+/// 1000-octet Write, runs `then` on the connection, and resets it once told to (its address,
+/// the teller, the thread).
+fn resetting_peer(
+    b: &Bed,
+    then: impl FnOnce(&mut MpaStream<TcpStream>) + Send + 'static,
+) -> (
+    SocketAddr,
+    std::sync::mpsc::Sender<()>,
+    std::thread::JoinHandle<()>,
+) {
+    let listener = listen_in(&b.bed.ns_a, SocketAddr::new(b.bed.addr_a(false), 0));
+    let at = listener.local_addr().unwrap();
+    let (reset_tx, reset_rx) = std::sync::mpsc::channel::<()>();
+    let peer = std::thread::spawn(move || {
+        let (sock, _) = listener.accept().unwrap();
+        let mut s = MpaStream::accept(sock, &EndpointConfig::default()).unwrap();
+        let mut got = 0;
+        while got < 1000 {
+            let more = s
+                .recv_with(Some(WAIT), |u| {
+                    got += u.len() - mpa::wire::ddp::TAGGED_HEADER_LEN;
+                })
+                .unwrap();
+            assert!(more.is_some(), "the Write");
+        }
+        then(&mut s);
+        s.flush().unwrap();
+        reset_rx.recv_timeout(WAIT).unwrap();
+        // A reset: SO_LINGER 0, then close.
+        let linger = libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        nix::sys::socket::setsockopt(s.get_ref(), nix::sys::socket::sockopt::Linger, &linger)
+            .unwrap();
+    });
+    (at, reset_tx, peer)
+}
+
+/// A Send ULPDU (queue 0, message `msn`, last) of `len` octets `fill`.
+fn send_ulpdu(msn: u32, fill: u8, len: usize) -> Vec<u8> {
+    let h = DdpRepr::Untagged {
+        last: true,
+        opcode: RdmapOpcode::Send,
+        inv_stag: 0,
+        qn: 0,
+        msn,
+        mo: 0,
+    };
+    let mut u = vec![fill; h.header_len() + len];
+    h.emit(&mut u, 1).unwrap();
+    u
 }
 
 #[test]
@@ -514,31 +570,7 @@ fn work_requests_complete_with_their_ids_and_a_reset_flushes_the_rest() {
     let b = bed();
     let (mut c, pd, region) = app_with_region(&b);
     let stag = region.info().stag;
-    let listener = listen_in(&b.bed.ns_a, SocketAddr::new(b.bed.addr_a(false), 0));
-    let at = listener.local_addr().unwrap();
-    let (reset_tx, reset_rx) = std::sync::mpsc::channel::<()>();
-    let peer = std::thread::spawn(move || {
-        let (sock, _) = listener.accept().unwrap();
-        let mut s = MpaStream::accept(sock, &EndpointConfig::default()).unwrap();
-        // The application's Write arrives whole.
-        let mut got = 0;
-        while got < 1000 {
-            let more = s
-                .recv_with(Some(WAIT), |u| {
-                    got += u.len() - mpa::wire::ddp::TAGGED_HEADER_LEN;
-                })
-                .unwrap();
-            assert!(more.is_some(), "the Write");
-        }
-        reset_rx.recv_timeout(WAIT).unwrap();
-        // A reset: SO_LINGER 0, then close.
-        let linger = libc::linger {
-            l_onoff: 1,
-            l_linger: 0,
-        };
-        nix::sys::socket::setsockopt(s.get_ref(), nix::sys::socket::sockopt::Linger, &linger)
-            .unwrap();
-    });
+    let (at, reset_tx, peer) = resetting_peer(&b, |_| {});
     let conn_id = c.connect_to(pd, at, ConnectOptions::default()).unwrap();
     let CmEvent::Established { flow_id, .. } = cm_event(&mut c) else {
         panic!("Established expected");
@@ -615,7 +647,6 @@ fn a_connections_completions_split_into_its_send_and_receive_cqs() {
     if !require_privileged("completion queues") {
         return;
     }
-    use mpa::wire::ddp::{DdpRepr, RdmapOpcode};
     use mpa_ctl_proto::ring::post::{PostOp, WorkRequest};
     use mpa_ctl_proto::{Completion, CompletionStatus as S, PostTarget};
     let b = bed();
@@ -650,43 +681,11 @@ fn a_connections_completions_split_into_its_send_and_receive_cqs() {
     ));
     c.destroy_cq(foreign).unwrap();
 
-    let listener = listen_in(&b.bed.ns_a, SocketAddr::new(b.bed.addr_a(false), 0));
-    let at = listener.local_addr().unwrap();
-    let (reset_tx, reset_rx) = std::sync::mpsc::channel::<()>();
-    let peer = std::thread::spawn(move || {
-        let (sock, _) = listener.accept().unwrap();
-        let mut s = MpaStream::accept(sock, &EndpointConfig::default()).unwrap();
-        let mut got = 0;
-        while got < 1000 {
-            let more = s
-                .recv_with(Some(WAIT), |u| {
-                    got += u.len() - mpa::wire::ddp::TAGGED_HEADER_LEN;
-                })
-                .unwrap();
-            assert!(more.is_some(), "the Write");
-        }
+    let (at, reset_tx, peer) = resetting_peer(&b, move |s| {
         // A Write into the application's region, then a Send into its first buffer.
         s.send(&mpa_tests::frames::rdma_write(stag, 0, 500))
             .unwrap();
-        let h = DdpRepr::Untagged {
-            last: true,
-            opcode: RdmapOpcode::Send,
-            inv_stag: 0,
-            qn: 0,
-            msn: 1,
-            mo: 0,
-        };
-        let mut send = vec![7u8; h.header_len() + 100];
-        h.emit(&mut send, 1).unwrap();
-        s.send(&send).unwrap();
-        s.flush().unwrap();
-        reset_rx.recv_timeout(WAIT).unwrap();
-        let linger = libc::linger {
-            l_onoff: 1,
-            l_linger: 0,
-        };
-        nix::sys::socket::setsockopt(s.get_ref(), nix::sys::socket::sockopt::Linger, &linger)
-            .unwrap();
+        s.send(&send_ulpdu(1, 7, 100)).unwrap();
     });
     c.connect_to(pd, at, ConnectOptions::default()).unwrap();
     let CmEvent::Established { flow_id, .. } = cm_event(&mut c) else {
@@ -748,7 +747,6 @@ fn two_connections_draw_from_their_domains_shared_receive_queue() {
     if !require_privileged("a shared receive queue") {
         return;
     }
-    use mpa::wire::ddp::{DdpRepr, RdmapOpcode};
     use mpa_ctl_proto::PostTarget;
     let b = bed();
     let (mut c, pd, region) = app_with_region(&b);
@@ -773,17 +771,7 @@ fn two_connections_draw_from_their_domains_shared_receive_queue() {
         initiator_in_a(&b.bed, bound, cfg, move |_, s| {
             let mut s = s.expect("accepted");
             for msn in 1..=2u32 {
-                let h = DdpRepr::Untagged {
-                    last: true,
-                    opcode: RdmapOpcode::Send,
-                    inv_stag: 0,
-                    qn: 0,
-                    msn,
-                    mo: 0,
-                };
-                let mut u = vec![fill + msn as u8; h.header_len() + 200];
-                h.emit(&mut u, 1).unwrap();
-                s.send(&u).unwrap();
+                s.send(&send_ulpdu(msn, fill + msn as u8, 200)).unwrap();
             }
             s.flush().unwrap();
             let _ = done.lock().unwrap().recv_timeout(WAIT);
