@@ -693,6 +693,13 @@ pub struct MappedRegion {
 }
 
 impl MappedRegion {
+    /// The mapping's first octet, for a C program (libmpaxdp's `mpx_region_addr`): it stays
+    /// valid while the region is kept, and the datapath reads and writes the octets at any
+    /// time (a Rust program copies with [`MappedRegion::read`] and [`MappedRegion::write`]).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.mem.ptr_at(0, 0).unwrap_or(std::ptr::null_mut())
+    }
+
     fn map(info: RegionInfo, fd: OwnedFd) -> Result<MappedRegion, ConsumerError> {
         let stag = info.stag;
         // Read-write: it is the consumer's own memory, and what it posts to send is written

@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 /// narrower set, every crate under `nix` or `serde` would build a second time.
 fn built() -> &'static Result<PathBuf, String> {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    BUILT.get_or_init(|| cargo_build(&["--workspace", "--bins", "--examples"]))
+    BUILT.get_or_init(|| cargo_build(&["--workspace", "--lib", "--bins", "--examples"]))
 }
 
 /// The path of workspace binary `name`, built if needed.
@@ -24,6 +24,14 @@ pub fn bin(name: &str) -> PathBuf {
         panic!("building the workspace binaries: {e}");
     }
     sibling(name).unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+/// The directory holding libmpaxdp (`libmpaxdp.so`, `libmpaxdp.a`), built first.
+pub fn c_library_dir() -> PathBuf {
+    match built() {
+        Ok(profile_dir) => profile_dir.clone(),
+        Err(e) => panic!("building libmpaxdp: {e}"),
+    }
 }
 
 /// The path of example `name` of workspace package `package` (e.g. the consumer API's

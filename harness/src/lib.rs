@@ -21,7 +21,7 @@ pub mod datapath;
 pub mod hostile_peer;
 pub mod procs;
 
-pub use bins::{bin, example, sibling};
+pub use bins::{bin, c_library_dir, example, sibling};
 pub use completions::CompletionReader;
 pub use control::ControlDaemon;
 pub use datapath::{

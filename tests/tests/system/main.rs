@@ -7,6 +7,7 @@
 mod ack_timing;
 mod app_connections;
 mod bed;
+mod c_library;
 mod completions;
 mod connection_limit;
 mod consumer_example;

@@ -1,0 +1,332 @@
+//! Connection management (rdma_cm): listen, connection requests, accept, reject, connect, the
+//! events, and disconnect, through the connection manager (`mpa-control serve`).
+
+use crate::args;
+use crate::context::{mpx_context, with};
+use crate::errors::{Failure, MPX_ERR_TIMEOUT, MPX_OK};
+use mpa_app::{CmEvent, ConnectOptions, ConnectionEvent, ListenOptions, PeerParams};
+use std::ffi::{c_char, c_int};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Private data of an MPA Request or Reply at most (RFC 5044's 512, less revision 2's IRD
+/// and ORD).
+pub const MPX_MAX_PRIVATE_DATA: usize = 512;
+/// Octets of an event's `reason` (NUL included).
+pub const MPX_REASON_LEN: usize = 256;
+/// Octets of an event's address strings (NUL included).
+pub const MPX_ADDR_LEN: usize = 64;
+
+/// A connection request at a listener: accept or reject `conn_id`.
+pub const MPX_CM_CONNECT_REQUEST: u32 = 1;
+/// The connection is established: post on `flow_id`.
+pub const MPX_CM_ESTABLISHED: u32 = 2;
+/// The peer rejected our request (its reason in the private data).
+pub const MPX_CM_REJECTED: u32 = 3;
+/// No TCP connection could be made.
+pub const MPX_CM_UNREACHABLE: u32 = 4;
+/// The setup failed after TCP connected (an MPA error, the peer closed, a timeout).
+pub const MPX_CM_CONNECT_ERROR: u32 = 5;
+/// A listener stopped without being asked.
+pub const MPX_CM_LISTEN_ENDED: u32 = 6;
+/// An established connection ended (closed, reset, a Terminate either way, an MPA error).
+pub const MPX_CM_DISCONNECTED: u32 = 7;
+
+/// One connection-manager event (`rdma_cm_event`). Fields an event does not carry are 0,
+/// `mpa_error` and `terminate_layer` are -1 when absent.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct mpx_cm_event {
+    /// `MPX_CM_*`.
+    pub event: u32,
+    /// The listener (`MPX_CM_CONNECT_REQUEST`, `MPX_CM_LISTEN_ENDED`).
+    pub listen_id: u64,
+    /// The connection request or setup.
+    pub conn_id: u64,
+    /// The connection (`MPX_CM_ESTABLISHED`, `MPX_CM_DISCONNECTED`).
+    pub flow_id: u64,
+    /// The peer's private data (its Request at a listener, its Reply at a connector, its
+    /// rejection's).
+    pub private_data: [u8; MPX_MAX_PRIVATE_DATA],
+    /// Octets of `private_data`.
+    pub private_data_len: u32,
+    /// The MPA revision of the peer.
+    pub revision: u32,
+    /// IRD and ORD: the Initiator's as sent at a request, the negotiated ones when
+    /// established (revision 2, when `has_ird_ord`).
+    pub ird: u32,
+    /// See `ird`.
+    pub ord: u32,
+    /// Whether `ird` and `ord` are set.
+    pub has_ird_ord: u32,
+    /// The MPA error code (RFC 5044 §8), or -1.
+    pub mpa_error: i32,
+    /// The Terminate's layer (0 RDMAP, 1 DDP, 2 MPA), or -1.
+    pub terminate_layer: i32,
+    /// The Terminate's error type.
+    pub terminate_type: u32,
+    /// The Terminate's error code.
+    pub terminate_code: u32,
+    /// 1 when we sent the Terminate, 0 when the peer did.
+    pub terminate_sent: u32,
+    /// The peer's address, `ip:port` (NUL-terminated).
+    pub peer: [c_char; MPX_ADDR_LEN],
+    /// Our address, `ip:port`.
+    pub local: [c_char; MPX_ADDR_LEN],
+    /// Why, in words (NUL-terminated).
+    pub reason: [c_char; MPX_REASON_LEN],
+}
+
+impl Default for mpx_cm_event {
+    fn default() -> Self {
+        mpx_cm_event {
+            event: 0,
+            listen_id: 0,
+            conn_id: 0,
+            flow_id: 0,
+            private_data: [0; MPX_MAX_PRIVATE_DATA],
+            private_data_len: 0,
+            revision: 0,
+            ird: 0,
+            ord: 0,
+            has_ird_ord: 0,
+            mpa_error: -1,
+            terminate_layer: -1,
+            terminate_type: 0,
+            terminate_code: 0,
+            terminate_sent: 0,
+            peer: [0; MPX_ADDR_LEN],
+            local: [0; MPX_ADDR_LEN],
+            reason: [0; MPX_REASON_LEN],
+        }
+    }
+}
+
+/// Copies `s` into `dst`, cut to fit with its NUL.
+fn put_str(dst: &mut [c_char], s: &str) {
+    let n = s.len().min(dst.len().saturating_sub(1));
+    for (d, &b) in dst.iter_mut().zip(&s.as_bytes()[..n]) {
+        *d = b as c_char;
+    }
+    if let Some(end) = dst.get_mut(n) {
+        *end = 0;
+    }
+}
+
+impl mpx_cm_event {
+    fn private(&mut self, data: &[u8]) {
+        let n = data.len().min(MPX_MAX_PRIVATE_DATA);
+        self.private_data[..n].copy_from_slice(&data[..n]);
+        self.private_data_len = n as u32;
+    }
+
+    fn params(&mut self, p: &PeerParams) {
+        self.private(&p.private_data);
+        self.revision = u32::from(p.revision);
+        if let (Some(ird), Some(ord)) = (p.ird, p.ord) {
+            (self.ird, self.ord, self.has_ird_ord) = (u32::from(ird), u32::from(ord), 1);
+        }
+        put_str(&mut self.peer, &p.peer.to_string());
+        put_str(&mut self.local, &p.local.to_string());
+    }
+
+    fn of(e: &ConnectionEvent) -> mpx_cm_event {
+        let mut x = mpx_cm_event::default();
+        match e {
+            ConnectionEvent::Cm(CmEvent::ConnectRequest {
+                listen_id,
+                conn_id,
+                params,
+                peer_ird_ord,
+            }) => {
+                x.event = MPX_CM_CONNECT_REQUEST;
+                (x.listen_id, x.conn_id) = (*listen_id, *conn_id);
+                x.params(params);
+                (x.ird, x.ord, x.has_ird_ord) = match peer_ird_ord {
+                    Some((i, o)) => (u32::from(*i), u32::from(*o), 1),
+                    None => (0, 0, 0),
+                };
+            }
+            ConnectionEvent::Cm(CmEvent::Established {
+                conn_id,
+                flow_id,
+                params,
+            }) => {
+                x.event = MPX_CM_ESTABLISHED;
+                (x.conn_id, x.flow_id) = (*conn_id, *flow_id);
+                x.params(params);
+            }
+            ConnectionEvent::Cm(CmEvent::Rejected {
+                conn_id,
+                private_data,
+            }) => {
+                x.event = MPX_CM_REJECTED;
+                x.conn_id = *conn_id;
+                x.private(private_data);
+            }
+            ConnectionEvent::Cm(CmEvent::Unreachable { conn_id, reason }) => {
+                x.event = MPX_CM_UNREACHABLE;
+                x.conn_id = *conn_id;
+                put_str(&mut x.reason, reason);
+            }
+            ConnectionEvent::Cm(CmEvent::SetupFailed {
+                conn_id,
+                mpa_error,
+                reason,
+            }) => {
+                x.event = MPX_CM_CONNECT_ERROR;
+                x.conn_id = *conn_id;
+                x.mpa_error = mpa_error.map_or(-1, i32::from);
+                put_str(&mut x.reason, reason);
+            }
+            ConnectionEvent::Cm(CmEvent::ListenEnded { listen_id, reason }) => {
+                x.event = MPX_CM_LISTEN_ENDED;
+                x.listen_id = *listen_id;
+                put_str(&mut x.reason, reason);
+            }
+            ConnectionEvent::Ended(end) => {
+                x.event = MPX_CM_DISCONNECTED;
+                x.flow_id = end.flow_id;
+                x.mpa_error = end.mpa_error.map_or(-1, i32::from);
+                if let Some(t) = &end.terminate {
+                    x.terminate_layer = i32::from(t.layer);
+                    (x.terminate_type, x.terminate_code) =
+                        (u32::from(t.error_type), u32::from(t.error_code));
+                    x.terminate_sent = u32::from(t.sent);
+                }
+                put_str(&mut x.reason, &end.reason);
+            }
+        }
+        x
+    }
+}
+
+fn address(s: *const c_char, what: &str) -> Result<SocketAddr, Failure> {
+    let text = args::string(s, what)?;
+    text.parse()
+        .map_err(|_| Failure::invalid(format!("{what}: `{text}` is not ip:port")))
+}
+
+/// Listens on `bind` (`ip:port`, port 0: any) for domain `pd` (`rdma_bind_addr` +
+/// `rdma_listen`), MPA revision 2 with CRCs and the datapath's IRD/ORD (8); `*listen_id` is
+/// the listener, `*port` the port bound.
+#[no_mangle]
+pub extern "C" fn mpx_listen(
+    ctx: *mut mpx_context,
+    pd: u32,
+    bind: *const c_char,
+    listen_id: *mut u64,
+    port: *mut u16,
+) -> c_int {
+    with(ctx, |c| {
+        let at = address(bind, "bind")?;
+        let (id, bound) = c.consumer.listen(pd, at, ListenOptions::default())?;
+        args::store(listen_id, id, "listen_id")?;
+        args::store(port, bound.port(), "port").map(|_| MPX_OK)
+    })
+}
+
+/// Stops listener `listen_id`.
+#[no_mangle]
+pub extern "C" fn mpx_stop_listening(ctx: *mut mpx_context, listen_id: u64) -> c_int {
+    with(ctx, |c| {
+        c.consumer
+            .stop_listening(listen_id)
+            .map(|_| MPX_OK)
+            .map_err(Into::into)
+    })
+}
+
+/// Connects to `remote` (`ip:port`) for domain `pd` with this Request private data
+/// (`rdma_resolve_addr` … `rdma_connect`; revision 2, CRCs): `*conn_id` is the setup, whose
+/// outcome comes as an event.
+#[no_mangle]
+pub extern "C" fn mpx_connect(
+    ctx: *mut mpx_context,
+    pd: u32,
+    remote: *const c_char,
+    private_data: *const u8,
+    private_data_len: u32,
+    conn_id: *mut u64,
+) -> c_int {
+    with(ctx, |c| {
+        let to = address(remote, "remote")?;
+        let data = args::octets(private_data, private_data_len as usize, "private_data")?;
+        let options = ConnectOptions {
+            private_data: data.to_vec(),
+            ..ConnectOptions::default()
+        };
+        let id = c.consumer.connect_to(pd, to, options)?;
+        args::store(conn_id, id, "conn_id").map(|_| MPX_OK)
+    })
+}
+
+/// Accepts connection request `conn_id` with this Reply private data (`rdma_accept`).
+#[no_mangle]
+pub extern "C" fn mpx_accept(
+    ctx: *mut mpx_context,
+    conn_id: u64,
+    private_data: *const u8,
+    private_data_len: u32,
+) -> c_int {
+    with(ctx, |c| {
+        let data = args::octets(private_data, private_data_len as usize, "private_data")?;
+        c.consumer.accept(conn_id, data)?;
+        Ok(MPX_OK)
+    })
+}
+
+/// Rejects connection request `conn_id` with this private data (`rdma_reject`).
+#[no_mangle]
+pub extern "C" fn mpx_reject(
+    ctx: *mut mpx_context,
+    conn_id: u64,
+    private_data: *const u8,
+    private_data_len: u32,
+) -> c_int {
+    with(ctx, |c| {
+        let data = args::octets(private_data, private_data_len as usize, "private_data")?;
+        c.consumer.reject(conn_id, data)?;
+        Ok(MPX_OK)
+    })
+}
+
+/// The next connection event (`rdma_get_cm_event`), waiting up to `timeout_ms`:
+/// `MPX_ERR_TIMEOUT` when none came.
+#[no_mangle]
+pub extern "C" fn mpx_get_cm_event(
+    ctx: *mut mpx_context,
+    timeout_ms: u32,
+    event: *mut mpx_cm_event,
+) -> c_int {
+    with(ctx, |c| {
+        let wait = Duration::from_millis(u64::from(timeout_ms));
+        match c.consumer.wait_connection_event(wait)? {
+            Some(e) => args::store(event, mpx_cm_event::of(&e), "event").map(|_| MPX_OK),
+            None => Err(Failure {
+                code: MPX_ERR_TIMEOUT,
+                message: format!("no connection event within {timeout_ms} ms"),
+            }),
+        }
+    })
+}
+
+/// The descriptor that becomes readable when a connection event waits (for the
+/// application's own epoll; `rdma_event_channel`'s fd). The library's: do not close it.
+#[no_mangle]
+pub extern "C" fn mpx_cm_fd(ctx: *mut mpx_context) -> c_int {
+    use std::os::fd::AsRawFd;
+    with(ctx, |c| Ok(c.consumer.event_fd().as_raw_fd()))
+}
+
+/// Ends connection `flow_id` gracefully (`rdma_disconnect`): what is posted goes out, then a
+/// FIN; a `MPX_CM_DISCONNECTED` event follows.
+#[no_mangle]
+pub extern "C" fn mpx_disconnect(ctx: *mut mpx_context, flow_id: u64) -> c_int {
+    with(ctx, |c| {
+        c.consumer
+            .finish_flow(flow_id)
+            .map(|_| MPX_OK)
+            .map_err(Into::into)
+    })
+}
