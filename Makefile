@@ -33,7 +33,7 @@ BUILD_PROFILE ?= release
 PROFILE_DIR := target/$(if $(filter dev test,$(BUILD_PROFILE)),debug,$(if $(filter bench,$(BUILD_PROFILE)),release,$(BUILD_PROFILE)))
 build:
 	$(CARGO) build --workspace --profile $(BUILD_PROFILE) \
-		$(if $(filter test,$(BUILD_PROFILE)),--bins --examples)
+		$(if $(filter test,$(BUILD_PROFILE)),--lib --bins --examples)
 
 # The demo: builds, makes a namespace bed, runs the datapath and the hand-over listener in b
 # and `mpa-peer connect` in a (256 MiB as 4 KiB ULPDUs, markers and CRC), checks the digest.
@@ -132,6 +132,11 @@ UNITDIR ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/systemd/system,$(PREFIX)/lib/s
 MANDIR ?= $(PREFIX)/share/man
 DATADIR ?= $(PREFIX)/share
 DOCDIR ?= $(DATADIR)/doc/mpa-xdp
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+# libmpaxdp's version; its soname carries the major (capi/build.rs).
+C_LIB_VERSION := 0.1.0
 PROGRAMS := mpa-datapath mpa-control mpa-peer mpa-bench
 DAEMONS := mpa-datapath mpa-control
 install: build
@@ -159,6 +164,15 @@ install: build
 	done
 	gzip -9nf $(DESTDIR)$(MANDIR)/man1/mpa-*.1 $(DESTDIR)$(MANDIR)/man8/mpa-*.8
 	install -m 644 README.md LICENSE-MIT LICENSE-APACHE packaging/copyright $(DESTDIR)$(DOCDIR)/
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
+	install -m 644 $(PROFILE_DIR)/libmpaxdp.so $(DESTDIR)$(LIBDIR)/libmpaxdp.so.$(C_LIB_VERSION)
+	ln -sf libmpaxdp.so.$(C_LIB_VERSION) $(DESTDIR)$(LIBDIR)/libmpaxdp.so.0
+	ln -sf libmpaxdp.so.0 $(DESTDIR)$(LIBDIR)/libmpaxdp.so
+	install -m 644 $(PROFILE_DIR)/libmpaxdp.a $(DESTDIR)$(LIBDIR)/
+	install -m 644 capi/include/mpaxdp.h $(DESTDIR)$(INCLUDEDIR)/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
+		-e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(C_LIB_VERSION)|g' \
+		packaging/mpa-xdp.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/mpa-xdp.pc
 
 # A Debian package of the same tree (cargo-deb; `cargo install cargo-deb` once), in
 # target/debian/.
