@@ -44,7 +44,7 @@ pub(crate) fn compile(source: &Path, name: &str) -> PathBuf {
         .arg("-L")
         .arg(&dir)
         .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .arg("-lmpaxdp")
+        .args(["-lmpaxdp", "-lm"])
         .output()
         .expect("cc");
     assert!(

@@ -1,7 +1,8 @@
 //! The Write ping-pong example (`app/examples/write_pingpong.rs`, walked through in
 //! docs/verbs.md) listens and connects by itself: between two datapaths (one in each
 //! namespace, each with its connection manager), and against `mpa-peer` in both roles
-//! (`listen --echo`, `connect --op pingpong`). Every echo is checked octet for octet by
+//! (`listen --echo`, `connect --op pingpong`); and so does its C twin over libmpaxdp
+//! (`examples/c/write_pingpong.c`). Every echo is checked octet for octet by
 //! whichever side measures.
 
 use mpa_datapath::server::Datapath;
@@ -91,7 +92,33 @@ fn the_example_pings_between_two_datapaths() {
     if !require_privileged("the ping-pong example between two datapaths") {
         return;
     }
-    let program = example("mpa-app", "write_pingpong");
+    between_two_datapaths(&example("mpa-app", "write_pingpong"));
+}
+
+#[test]
+fn the_c_example_pings_between_two_datapaths() {
+    if !require_privileged("the C ping-pong example between two datapaths") {
+        return;
+    }
+    between_two_datapaths(&c_example());
+}
+
+#[test]
+fn the_c_example_pings_mpa_peer_and_echoes_for_it() {
+    if !require_privileged("the C ping-pong example against mpa-peer") {
+        return;
+    }
+    against_mpa_peer(&c_example());
+}
+
+/// `examples/c/write_pingpong.c`, built against libmpaxdp.
+fn c_example() -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/c/write_pingpong.c");
+    super::c_library::compile(&source, "write_pingpong")
+}
+
+/// The listening side on datapath B, the connecting side on datapath A, both `program`.
+fn between_two_datapaths(program: &Path) {
     let bed = TestBed::up(BedConfig::default()).unwrap();
     let (_dp_b, socket_b) = datapath(&bed, &DatapathOptions::default());
     let socket_a: PathBuf = mpa_harness::temp_path("dp-a.sock");
@@ -101,7 +128,7 @@ fn the_example_pings_between_two_datapaths() {
     let _cm_a = manager(&bed, &bed.ns_a, &socket_a);
 
     let at = SocketAddr::new(bed.addr_b(false), 7931);
-    let mut server = pingpong(&program, &socket_b, "listen", at);
+    let mut server = pingpong(program, &socket_b, "listen", at);
     // Ready once it says where it listens.
     let mut first = String::new();
     std::io::BufRead::read_line(
@@ -110,7 +137,7 @@ fn the_example_pings_between_two_datapaths() {
     )
     .unwrap();
     assert_eq!(first.trim(), format!("listening on {at}"));
-    let client = pingpong(&program, &socket_a, "connect", at);
+    let client = pingpong(program, &socket_a, "connect", at);
     latency_table(&finished(client, "connect side"));
     let out = finished(server, "listen side");
     assert!(out.contains(&format!("{ITERS} echoes")), "{out}");
@@ -121,7 +148,12 @@ fn the_example_pings_mpa_peer_and_echoes_for_it() {
     if !require_privileged("the ping-pong example against mpa-peer") {
         return;
     }
-    let program = example("mpa-app", "write_pingpong");
+    against_mpa_peer(&example("mpa-app", "write_pingpong"));
+}
+
+/// `program` measuring against `mpa-peer listen --echo`, then echoing for `mpa-peer connect
+/// --op pingpong`.
+fn against_mpa_peer(program: &Path) {
     let bed = TestBed::up(BedConfig::default()).unwrap();
     let (_dp, socket) = datapath(&bed, &DatapathOptions::default());
     let _cm = manager(&bed, &bed.ns_b, &socket);
@@ -133,7 +165,7 @@ fn the_example_pings_mpa_peer_and_echoes_for_it() {
         at,
         &["--echo", "--advertise", "0xec0001:64", "--rev", "2"],
     );
-    let client = pingpong(&program, &socket, "connect", at);
+    let client = pingpong(program, &socket, "connect", at);
     latency_table(&finished(client, "connect side"));
     let report = peer.report(Duration::from_secs(30));
     assert_eq!(report["error"], serde_json::Value::Null, "{report}");
@@ -141,7 +173,7 @@ fn the_example_pings_mpa_peer_and_echoes_for_it() {
 
     // mpa-peer measures (it checks every echo); the example echoes.
     let at = SocketAddr::new(bed.addr_b(false), 7933);
-    let mut server = pingpong(&program, &socket, "listen", at);
+    let mut server = pingpong(program, &socket, "listen", at);
     let mut first = String::new();
     std::io::BufRead::read_line(
         &mut std::io::BufReader::new(server.stdout.as_mut().unwrap()),

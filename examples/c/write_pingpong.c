@@ -1,0 +1,305 @@
+/* An RDMA Write ping-pong over the datapath through libmpaxdp, in the manner of rdma-core's
+ * rc_pingpong and perftest's ib_write_lat: the C twin of app/examples/write_pingpong.rs, and
+ * speaking the same convention, so either side works against the other, against a second
+ * datapath, or against mpa-peer (listen --echo, connect --op pingpong). docs/c-library.md
+ * walks through it.
+ *
+ *   write_pingpong SOCKET listen  ADDR:PORT [SIZE] [ITERS]   # the echo side
+ *   write_pingpong SOCKET connect ADDR:PORT [SIZE] [ITERS]   # the measuring side
+ *
+ * SOCKET is the datapath's control socket (an mpa-control serve must serve it); SIZE the
+ * payload octets of each Write (default 64); ITERS the round trips (default 1000). Each side
+ * registers a region of 2 x SIZE octets peers may write (the first half receives, the second
+ * is the connector's send buffer) and advertises it in its private data (32 octets, "MPXR",
+ * ctlproto/src/region_ad.rs). Every echo is checked octet for octet; the connector prints
+ * perftest's latency columns (half the round trip, microseconds). Every wait is bounded; a
+ * failure is printed on stderr and the exit status is 1. */
+#include <mpaxdp.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define WAIT_MS 10000
+#define IDLE_MS 50
+#define AD_LEN 32
+
+static const char *usage = "usage: write_pingpong SOCKET listen|connect ADDR:PORT [SIZE] [ITERS]";
+
+/* Prints why and exits. */
+static void die(const char *what, int code) {
+    fprintf(stderr, "write_pingpong: %s: %s (%s)\n", what, mpx_last_error(), mpx_error_name(code));
+    exit(1);
+}
+
+static void check(const char *what, int code) {
+    if (code < 0) die(what, code);
+}
+
+static void put_be(uint8_t *p, uint64_t v, int n) {
+    for (int i = n - 1; i >= 0; i--, v >>= 8) p[i] = (uint8_t)v;
+}
+
+static uint64_t get_be(const uint8_t *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) v = v << 8 | p[i];
+    return v;
+}
+
+/* The advertisement of our receiving half (`size` octets at TO 0 of `stag`): Writes only. */
+static void our_ad(uint8_t ad[AD_LEN], uint32_t stag, uint64_t size) {
+    memset(ad, 0, AD_LEN);
+    memcpy(ad, "MPXR", 4);
+    ad[4] = 1;    /* version */
+    ad[5] = 0x01; /* W: RDMA Writes accepted */
+    put_be(ad + 8, stag, 4);
+    put_be(ad + 12, size, 8);
+}
+
+/* The peer's region from its private data: its STag and base TO, or an exit. */
+static void peer_ad(const uint8_t *pd, uint32_t len, uint64_t size, uint32_t *stag, uint64_t *to) {
+    if (len < AD_LEN || memcmp(pd, "MPXR", 4) != 0 || pd[4] != 1) {
+        fprintf(stderr, "write_pingpong: the peer's private data carries no region advertisement\n");
+        exit(1);
+    }
+    if (!(pd[5] & 0x01) || get_be(pd + 12, 8) < size) {
+        fprintf(stderr, "write_pingpong: the peer's region does not take Writes of %llu octets\n",
+                (unsigned long long)size);
+        exit(1);
+    }
+    *stag = (uint32_t)get_be(pd + 8, 4);
+    *to = get_be(pd + 20, 8);
+}
+
+struct resources {
+    mpx_context *ctx;
+    uint32_t pd, stag, send_cq, recv_cq;
+    uint8_t *mem;
+};
+
+/* The context (ibv_open_device), domain (ibv_alloc_pd), region (ibv_reg_mr), completion
+ * channel and CQs (ibv_create_cq): every connection of the domain completes its own Writes on
+ * the send CQ and the peer's on the receive CQ. */
+static void resources(struct resources *r, const char *socket, uint64_t size) {
+    check("open", mpx_open(socket, WAIT_MS, &r->ctx));
+    check("alloc_pd", mpx_alloc_pd(r->ctx, &r->pd));
+    check("create_region",
+          mpx_create_region(r->ctx, r->pd, 2 * size, MPX_ACCESS_REMOTE_WRITE, &r->stag));
+    void *addr = NULL;
+    uint64_t len = 0;
+    check("region_addr", mpx_region_addr(r->ctx, r->stag, &addr, &len));
+    r->mem = addr;
+    check("subscribe", mpx_subscribe(r->ctx, r->pd));
+    check("create_cq", mpx_create_cq(r->ctx, r->pd, 4096, &r->send_cq));
+    check("create_cq", mpx_create_cq(r->ctx, r->pd, 4096, &r->recv_cq));
+    check("set_domain_cqs", mpx_set_domain_cqs(r->ctx, r->send_cq, r->recv_cq));
+}
+
+/* One Write of `len` octets at `offset` of our region to `to` of the peer's `stag`, unsignaled
+ * (it completes only if it fails), through the shared-memory post queue. */
+static void post_write(struct resources *r, uint64_t flow, uint64_t wr_id, uint64_t offset,
+                       uint64_t len, uint32_t stag, uint64_t to) {
+    mpx_send_wr wr;
+    memset(&wr, 0, sizeof wr);
+    wr.wr_id = wr_id;
+    wr.flow_id = flow;
+    wr.opcode = MPX_WR_WRITE;
+    wr.flags = 0;
+    wr.remote_stag = stag;
+    wr.remote_offset = to;
+    wr.count = 1;
+    wr.num_sge = 1;
+    wr.sg_list[0].stag = r->stag;
+    wr.sg_list[0].offset = offset;
+    wr.sg_list[0].length = len;
+    check("post_send", mpx_post_send(r->ctx, &wr));
+}
+
+/* A failed request of ours on the send CQ ends the program. */
+static void no_failures(struct resources *r) {
+    mpx_wc wc[16];
+    int n = mpx_poll_cq(r->ctx, r->send_cq, wc, 16);
+    check("poll_cq", n);
+    if (n > 0) {
+        fprintf(stderr, "write_pingpong: work request %llu failed with status %u\n",
+                (unsigned long long)wc[0].wr_id, wc[0].status);
+        exit(1);
+    }
+}
+
+static mpx_cm_event next_event(mpx_context *ctx) {
+    mpx_cm_event ev;
+    check("get_cm_event", mpx_get_cm_event(ctx, WAIT_MS, &ev));
+    return ev;
+}
+
+/* The listener: accepts one connection and echoes every Write until it ends. */
+static int listen_side(const char *socket, const char *addr, uint64_t size) {
+    struct resources r;
+    resources(&r, socket, size);
+    uint64_t listen_id = 0;
+    uint16_t port = 0;
+    check("listen", mpx_listen(r.ctx, r.pd, addr, &listen_id, &port));
+    printf("listening on %s\n", addr);
+    fflush(stdout);
+    mpx_cm_event ev = next_event(r.ctx);
+    if (ev.event != MPX_CM_CONNECT_REQUEST) {
+        fprintf(stderr, "write_pingpong: a connection request expected, got event %u\n", ev.event);
+        return 1;
+    }
+    uint32_t their_stag;
+    uint64_t their_to;
+    peer_ad(ev.private_data, ev.private_data_len, size, &their_stag, &their_to);
+    uint8_t ad[AD_LEN];
+    our_ad(ad, r.stag, size);
+    check("accept", mpx_accept(r.ctx, ev.conn_id, ad, AD_LEN));
+    ev = next_event(r.ctx);
+    if (ev.event != MPX_CM_ESTABLISHED) {
+        fprintf(stderr, "write_pingpong: the connection was not established (event %u)\n", ev.event);
+        return 1;
+    }
+    uint64_t flow = ev.flow_id;
+    printf("connected to %s (flow %llu)\n", ev.peer, (unsigned long long)flow);
+    uint64_t echoed = 0;
+    struct timespec heard;
+    clock_gettime(CLOCK_MONOTONIC, &heard);
+    for (;;) {
+        mpx_wc wc[16];
+        int n = mpx_wait_cq(r.ctx, r.recv_cq, wc, 16, IDLE_MS);
+        check("wait_cq", n);
+        no_failures(&r);
+        if (n == 0) {
+            /* No ping for a moment: has the connection ended? */
+            mpx_cm_event end;
+            int e = mpx_get_cm_event(r.ctx, 0, &end);
+            if (e == MPX_OK && end.event == MPX_CM_DISCONNECTED) {
+                printf("connection ended (%s); %llu echoes\n", end.reason,
+                       (unsigned long long)echoed);
+                mpx_close(r.ctx);
+                return 0;
+            }
+            if (e != MPX_ERR_TIMEOUT) check("get_cm_event", e);
+            struct timespec now;
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            if (now.tv_sec - heard.tv_sec > WAIT_MS / 1000) {
+                fprintf(stderr, "write_pingpong: no ping and no end within %d ms\n", WAIT_MS);
+                return 1;
+            }
+            continue;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &heard);
+        for (int i = 0; i < n; i++) {
+            if (wc[i].kind != MPX_WC_WRITE_PLACED || wc[i].flow_id != flow || wc[i].status != 0) {
+                fprintf(stderr, "write_pingpong: unexpected completion kind %u status %u\n",
+                        wc[i].kind, wc[i].status);
+                return 1;
+            }
+            /* The echo: the same octets, at the same offset of the peer's region. */
+            post_write(&r, flow, echoed, wc[i].offset, wc[i].byte_len, their_stag,
+                       their_to + wc[i].offset);
+            echoed++;
+        }
+    }
+}
+
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* perftest's ib_write_lat columns: half the round trip, microseconds. */
+static void print_latency(uint64_t size, double *half_us, uint64_t n) {
+    qsort(half_us, n, sizeof *half_us, by_value);
+    double sum = 0, var = 0;
+    for (uint64_t i = 0; i < n; i++) sum += half_us[i];
+    double avg = sum / (double)n;
+    for (uint64_t i = 0; i < n; i++) var += (half_us[i] - avg) * (half_us[i] - avg);
+#define PCT(p) half_us[(uint64_t)fmin((double)n, fmax(1.0, ceil((double)n * (p)))) - 1]
+    printf(" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    "
+           "t_stdev[usec]   99%% percentile[usec]   99.9%% percentile[usec]\n");
+    printf(" %-6llu %-10llu %-14.2f %-14.2f %-16.2f %-14.2f %-15.2f %-22.2f %.2f\n",
+           (unsigned long long)size, (unsigned long long)n, half_us[0], half_us[n - 1], PCT(0.5),
+           avg, sqrt(var / (double)n), PCT(0.99), PCT(0.999));
+#undef PCT
+}
+
+/* The connector: connects, pings `iters` times, checks every echo, prints the latencies. */
+static int connect_side(const char *socket, const char *addr, uint64_t size, uint64_t iters) {
+    struct resources r;
+    resources(&r, socket, size);
+    uint8_t ad[AD_LEN];
+    our_ad(ad, r.stag, size);
+    uint64_t conn_id = 0;
+    check("connect", mpx_connect(r.ctx, r.pd, addr, ad, AD_LEN, &conn_id));
+    mpx_cm_event ev = next_event(r.ctx);
+    if (ev.event == MPX_CM_REJECTED) {
+        fprintf(stderr, "write_pingpong: connection %llu rejected: %.*s\n",
+                (unsigned long long)conn_id, (int)ev.private_data_len, ev.private_data);
+        return 1;
+    }
+    if (ev.event != MPX_CM_ESTABLISHED) {
+        fprintf(stderr, "write_pingpong: connection %llu not established (event %u: %s)\n",
+                (unsigned long long)conn_id, ev.event, ev.reason);
+        return 1;
+    }
+    uint64_t flow = ev.flow_id;
+    uint32_t their_stag;
+    uint64_t their_to;
+    peer_ad(ev.private_data, ev.private_data_len, size, &their_stag, &their_to);
+    double *half_us = calloc(iters, sizeof *half_us);
+    if (half_us == NULL) return 1;
+    for (uint64_t i = 0; i < iters; i++) {
+        uint8_t *ping = r.mem + size, *echo = r.mem;
+        for (uint64_t j = 0; j < size; j++) ping[j] = (uint8_t)(i * 7 + j * 13 + 1);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        post_write(&r, flow, i, size, size, their_stag, their_to);
+        mpx_wc wc;
+        int n = mpx_wait_cq(r.ctx, r.recv_cq, &wc, 1, WAIT_MS);
+        check("wait_cq", n);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (n == 0 || wc.kind != MPX_WC_WRITE_PLACED || wc.flow_id != flow) {
+            fprintf(stderr, "write_pingpong: no echo %llu within %d ms\n", (unsigned long long)i,
+                    WAIT_MS);
+            return 1;
+        }
+        no_failures(&r);
+        if (memcmp(echo, ping, size) != 0) {
+            fprintf(stderr, "write_pingpong: echo %llu differs from its ping\n",
+                    (unsigned long long)i);
+            return 1;
+        }
+        half_us[i] = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) /
+                     2000.0;
+    }
+    /* rdma_disconnect: what is posted goes out first, then the FIN. */
+    check("disconnect", mpx_disconnect(r.ctx, flow));
+    print_latency(size, half_us, iters);
+    free(half_us);
+    mpx_close(r.ctx);
+    return 0;
+}
+
+static uint64_t number(const char *s, const char *name) {
+    char *end = NULL;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || *end != '\0' || v == 0) {
+        fprintf(stderr, "write_pingpong: %s %s is not a positive number; %s\n", name, s, usage);
+        exit(1);
+    }
+    return v;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4 || argc > 6) {
+        fprintf(stderr, "%s\n", usage);
+        return 1;
+    }
+    uint64_t size = argc > 4 ? number(argv[4], "SIZE") : 64;
+    uint64_t iters = argc > 5 ? number(argv[5], "ITERS") : 1000;
+    if (strcmp(argv[2], "listen") == 0) return listen_side(argv[1], argv[3], size);
+    if (strcmp(argv[2], "connect") == 0) return connect_side(argv[1], argv[3], size, iters);
+    fprintf(stderr, "write_pingpong: %s is neither listen nor connect; %s\n", argv[2], usage);
+    return 1;
+}
