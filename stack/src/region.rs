@@ -2,7 +2,7 @@
 //! the consumer maps the same descriptor (passed with SCM_RIGHTS) and sees every octet the
 //! workers place.
 //!
-//! The mapping itself is [`mpa_ctl_proto::shm::SharedMemory`] (shared with the completion
+//! The mapping itself is [`mpa_shm::SharedMemory`] (shared with the completion
 //! rings and the consumer's side): memory another process may read or write at any time, so
 //! no Rust reference to it is ever formed; the workers copy into it through bounds-checked
 //! raw copies. The memfd is sealed against shrinking and growing before it is mapped (and
@@ -10,7 +10,7 @@
 //! turning the workers' next copy into a SIGBUS.
 #![forbid(unsafe_code)]
 
-use mpa_ctl_proto::shm::{SharedMemory, ShmError};
+use mpa_shm::{SharedMemory, ShmError};
 use std::os::fd::BorrowedFd;
 
 /// Huge page size tried for regions whose length is a multiple of it.
@@ -101,7 +101,7 @@ impl RegionMemory {
 
     /// As [`RegionMemory::write_pieces`] with streaming stores for the destination's whole
     /// lines (see [`SharedMemory::write_pieces_streaming`]); visible to others only after
-    /// [`mpa_ctl_proto::shm::settle_streamed_stores`].
+    /// [`mpa_shm::settle_streamed_stores`].
     #[inline]
     pub fn write_pieces_streaming<'p>(
         &self,

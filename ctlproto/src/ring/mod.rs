@@ -61,8 +61,8 @@
 #![allow(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
-use crate::shm::ShmError;
 use crate::{Completion, CompletionKind, CompletionStatus};
+use mpa_shm::ShmError;
 use spsc::{ring_bytes_of, ReadEnd, RecordLayout, Rings, WriteEnd, OFF_LOST};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;

@@ -1,6 +1,9 @@
 //! Memory shared between the datapath and a consumer process: a memfd mapped `MAP_SHARED` by
 //! both. Registered regions (the datapath writes, the consumer reads) and completion rings
-//! (both write their own indices) are built on [`SharedMemory`].
+//! (both write their own indices) are built on [`SharedMemory`]; the control protocol
+//! (`mpa-ctl-proto`, which re-exports this crate as `mpa_ctl_proto::shm`), the protocol stack's
+//! regions and the application's consumer all map memory through it, so it is a crate of its
+//! own that depends on nothing of ours.
 //!
 //! The other process may write the octets at any time, so no Rust reference to them is ever
 //! formed: only bounds-checked raw copies ([`SharedMemory::write`], [`SharedMemory::read`])
@@ -14,7 +17,6 @@
 //! the other process may keep its descriptor and mapping as long as it likes, but it then
 //! holds no page the creator populated; any page it touches again is a new, zeroed one
 //! charged to it (docs/limits.md, "Shared memory after it is released").
-#![allow(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 use nix::fcntl::{fallocate, fcntl, FallocateFlags, FcntlArg, SealFlag};
