@@ -264,6 +264,7 @@ impl From<ShmError> for RingError {
             ShmError::Sys { what, err } => RingError::Sys { what, err },
             ShmError::Layout(what) => RingError::Layout(what),
             ShmError::Length(_) => RingError::Layout("ring file length not usable"),
+            ShmError::GuardFull(_) => RingError::Layout("the SIGBUS guard is full"),
         }
     }
 }

@@ -7,9 +7,9 @@
 use mpa_ctl_proto::stats::RegistryStats;
 use mpa_ctl_proto::{ErrorCode, RegionInfo};
 use mpa_stack::receiver::{PostedBuf, Region, MAX_POSTED};
-use mpa_stack::region::RegionMemory;
+use mpa_stack::region::{RegionError, RegionMemory};
 use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
@@ -51,6 +51,12 @@ pub(crate) struct Registry {
     /// is gone, whatever is in them.
     allocated: HashMap<u32, u64>,
     next_pd: u32,
+    /// Pages lost to consumers' holes by regions destroyed since ([`RegionMemory::pages_lost`]).
+    lost_gone: u64,
+    /// Regions whose lost pages were reported, each once.
+    lost_reported: HashSet<u32>,
+    /// The process's count of lost pages at the last look ([`Registry::newly_losing`]).
+    lost_seen: u64,
 }
 
 /// Allocated domains one client may hold at once.
@@ -71,7 +77,31 @@ impl Registry {
             domains: HashMap::new(),
             allocated: HashMap::new(),
             next_pd: mpa_ctl_proto::FIRST_ALLOCATED_PD,
+            lost_gone: 0,
+            lost_reported: HashSet::new(),
+            lost_seen: 0,
         }
+    }
+
+    /// The regions that lost pages to a consumer's hole since the last call and were not
+    /// named before, with the pages lost so far: each region is named once in its life. One
+    /// atomic load while no page is lost anywhere in the process.
+    pub(crate) fn newly_losing(&mut self) -> Vec<(RegionInfo, u64, usize)> {
+        let total = mpa_ctl_proto::shm::pages_lost_total();
+        if total == self.lost_seen {
+            return Vec::new();
+        }
+        self.lost_seen = total;
+        let mut v: Vec<_> = self
+            .regions
+            .values()
+            .filter(|r| r.mem.pages_lost() > 0 && !self.lost_reported.contains(&r.info.stag))
+            .map(|r| (r.info.clone(), r.mem.pages_lost(), r.mem.page_size()))
+            .collect();
+        v.sort_by_key(|(info, ..)| info.stag);
+        self.lost_reported
+            .extend(v.iter().map(|(info, ..)| info.stag));
+        v
     }
 
     /// Allocates a protection domain for `client`: a number no client names yet, owned by
@@ -168,8 +198,13 @@ impl Registry {
         if self.regions.contains_key(&stag) {
             return Err((ErrorCode::Limit, "STag space exhausted".into()));
         }
-        let mem = RegionMemory::create(&format!("mpa-region-{stag:08x}"), len)
-            .map_err(|e| (ErrorCode::Internal, e.to_string()))?;
+        let mem = RegionMemory::create(&format!("mpa-region-{stag:08x}"), len).map_err(|e| {
+            let code = match e {
+                RegionError::GuardFull(_) => ErrorCode::Limit,
+                _ => ErrorCode::Internal,
+            };
+            (code, e.to_string())
+        })?;
         let r = Region {
             info: RegionInfo {
                 stag,
@@ -250,6 +285,8 @@ impl Registry {
             .remove(&stag)
             .ok_or_else(|| bad(format!("no region with STag {stag:#x}")))?;
         self.bytes -= r.info.len;
+        self.lost_gone += r.mem.pages_lost();
+        self.lost_reported.remove(&stag);
         self.owners.remove(&stag);
         for bufs in self.waiting.values_mut() {
             bufs.retain(|b| b.stag != stag);
@@ -423,6 +460,12 @@ impl Registry {
             buffers_waiting: self.waiting.values().map(Vec::len).sum::<usize>(),
             subscribers: self.subscribers.len(),
             unclaimed_completions: 0,
+            region_pages_lost: self.lost_gone
+                + self
+                    .regions
+                    .values()
+                    .map(|r| r.mem.pages_lost())
+                    .sum::<u64>(),
         }
     }
 }
