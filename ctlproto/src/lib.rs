@@ -49,8 +49,8 @@ pub use capture::{CaptureDirection, CapturedFrame};
 pub use completion::{Completion, CompletionKind, CompletionStatus, RefusalCode};
 pub use framing::{
     encode_message, handshake, read_message, read_message_counted, read_message_with_fd,
-    read_message_with_fds, write_frame, write_frame_with_fd, write_frame_with_fds, write_message,
-    write_message_with_fd, ProtoError, MAX_FDS,
+    read_message_with_fds, read_message_with_fds_counted, write_frame, write_frame_with_fd,
+    write_frame_with_fds, write_message, write_message_with_fd, ProtoError, MAX_FDS,
 };
 pub use handover::{
     AppHandOver, HandOver, MpaParams, Role, TcpSnapshot, TsSnapshot, DATAPATH_MAX_IRD,

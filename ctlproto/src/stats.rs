@@ -369,6 +369,13 @@ pub struct RegistryStats {
     /// it started (docs/limits.md, "A consumer's hole in a huge-page region").
     #[serde(default)]
     pub region_pages_lost: u64,
+    /// Of `regions`, those registered over an application's own memory (`RegisterRegion`).
+    #[serde(default)]
+    pub registered_regions: usize,
+    /// Their octets, part of `region_octets` (docs/limits.md, "Memory an application
+    /// registers").
+    #[serde(default)]
+    pub registered_octets: u64,
 }
 
 /// The capture running, if any.

@@ -11,7 +11,9 @@
 //! the memfd against shrinking and growing before mapping it (and against new seals): a
 //! holder of the descriptor that `ftruncate`s it gets EPERM instead of turning the next
 //! access into a SIGBUS. [`SharedMemory::open`] maps a received descriptor only when it
-//! carries those seals and has the announced size.
+//! carries those seals and has the announced size. [`SharedMemory::register`] maps memory an
+//! application made itself and hands over (verbs' `ibv_reg_mr` over its own buffer): a memfd
+//! it seals against resizing first, if the application has not.
 //!
 //! The creator's drop frees the file's pages (a hole punched over all of it) after unmapping:
 //! the other process may keep its descriptor and mapping as long as it likes, but it then
@@ -35,8 +37,10 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 mod guard;
+mod register;
 
 pub use guard::pages_lost_total;
+pub use register::RegisterError;
 
 /// Why shared memory could not be made or mapped.
 #[derive(Debug, thiserror::Error)]

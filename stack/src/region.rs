@@ -13,8 +13,8 @@
 //! datapath (docs/limits.md, "A consumer's hole in a huge-page region").
 #![forbid(unsafe_code)]
 
-use mpa_shm::{SharedMemory, ShmError};
-use std::os::fd::BorrowedFd;
+use mpa_shm::{RegisterError, SharedMemory, ShmError};
+use std::os::fd::{BorrowedFd, OwnedFd};
 
 /// Huge page size tried for regions whose length is a multiple of it.
 const HUGE_PAGE: u64 = 2 << 20;
@@ -52,6 +52,8 @@ impl RegionError {
 #[derive(Debug)]
 pub struct RegionMemory {
     mem: SharedMemory,
+    /// The application's own memory ([`RegionMemory::register`]), not created here.
+    registered: bool,
 }
 
 impl RegionMemory {
@@ -67,7 +69,25 @@ impl RegionMemory {
             None => SharedMemory::create(name, len, false).map_err(RegionError::of(len))?,
         };
         mem.guard().map_err(RegionError::of(len))?;
-        Ok(RegionMemory { mem })
+        Ok(RegionMemory {
+            mem,
+            registered: false,
+        })
+    }
+
+    /// Registers the first `len` octets of a memfd the application made and handed over
+    /// (see [`SharedMemory::register`]): sealed against resizing, mapped and guarded. Its
+    /// pages stay the application's: nothing is freed when the region goes.
+    pub fn register(fd: OwnedFd, len: u64) -> Result<RegionMemory, RegisterError> {
+        Ok(RegionMemory {
+            mem: SharedMemory::register(fd, len)?,
+            registered: true,
+        })
+    }
+
+    /// The application's own memory, registered rather than created.
+    pub fn registered(&self) -> bool {
+        self.registered
     }
 
     /// Pages the consumer took away (a hole punched while the huge-page pool was empty) and

@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+use mpa_ctl_proto::shm::{RegisterError, ShmError};
 use mpa_ctl_proto::stats::RegistryStats;
 use mpa_ctl_proto::{ErrorCode, RegionInfo};
 use mpa_stack::receiver::{PostedBuf, Region, MAX_POSTED};
@@ -11,6 +12,7 @@ use mpa_stack::region::{RegionError, RegionMemory};
 use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 /// Regions one datapath holds at once.
@@ -165,6 +167,48 @@ impl Registry {
         remote_read: bool,
         owner: u64,
     ) -> Result<Region, Refusal> {
+        let stag = self.admit(len, pd, owner)?;
+        let mem = RegionMemory::create(&format!("mpa-region-{stag:08x}"), len).map_err(|e| {
+            let code = match e {
+                RegionError::GuardFull(_) => ErrorCode::Limit,
+                _ => ErrorCode::Internal,
+            };
+            (code, e.to_string())
+        })?;
+        let access = (remote_write, remote_read);
+        Ok(self.insert(stag, mem, pd, access, owner))
+    }
+
+    /// Registers the first `len` octets of the memfd an application handed over as a region
+    /// of `owner`'s, under the same checks and bounds as [`Registry::create`]: the domain
+    /// must be `owner`'s, and the octets count toward `--max-region-bytes` (the datapath maps
+    /// and populates them) though the memory is the application's (docs/limits.md,
+    /// "Memory an application registers").
+    pub(crate) fn register(
+        &mut self,
+        fd: OwnedFd,
+        len: u64,
+        pd: u32,
+        access: (bool, bool),
+        owner: u64,
+    ) -> Result<Region, Refusal> {
+        let stag = self.admit(len, pd, owner)?;
+        let mem = RegionMemory::register(fd, len).map_err(|e| {
+            let code = match &e {
+                RegisterError::Map(ShmError::GuardFull(_)) => ErrorCode::Limit,
+                RegisterError::Map(ShmError::Sys { err, .. }) if *err == nix::Error::ENOMEM => {
+                    ErrorCode::Limit
+                }
+                RegisterError::Map(ShmError::Sys { .. }) => ErrorCode::Internal,
+                _ => ErrorCode::BadRequest,
+            };
+            (code, format!("the memory cannot be registered: {e}"))
+        })?;
+        Ok(self.insert(stag, mem, pd, access, owner))
+    }
+
+    /// The checks of a new region of `len` octets in domain `pd` for `owner`, and its STag.
+    fn admit(&mut self, len: u64, pd: u32, owner: u64) -> Result<u32, Refusal> {
         self.check_domain(pd, owner)?;
         if len == 0 {
             return Err(bad("a region needs at least one octet".into()));
@@ -198,13 +242,20 @@ impl Registry {
         if self.regions.contains_key(&stag) {
             return Err((ErrorCode::Limit, "STag space exhausted".into()));
         }
-        let mem = RegionMemory::create(&format!("mpa-region-{stag:08x}"), len).map_err(|e| {
-            let code = match e {
-                RegionError::GuardFull(_) => ErrorCode::Limit,
-                _ => ErrorCode::Internal,
-            };
-            (code, e.to_string())
-        })?;
+        Ok(stag)
+    }
+
+    /// Enters a region admitted as `stag`, with its memory and access rights (remote write,
+    /// remote read), as `owner`'s.
+    fn insert(
+        &mut self,
+        stag: u32,
+        mem: RegionMemory,
+        pd: u32,
+        (remote_write, remote_read): (bool, bool),
+        owner: u64,
+    ) -> Region {
+        let len = mem.len();
         let r = Region {
             info: RegionInfo {
                 stag,
@@ -220,7 +271,7 @@ impl Registry {
         self.regions.insert(stag, r.clone());
         self.owners.insert(stag, owner);
         self.domains.insert(pd, owner);
-        Ok(r)
+        r
     }
 
     /// Refuses `client` a request naming domain `pd` when another client owns it.
@@ -466,6 +517,13 @@ impl Registry {
                     .values()
                     .map(|r| r.mem.pages_lost())
                     .sum::<u64>(),
+            registered_regions: self.regions.values().filter(|r| r.mem.registered()).count(),
+            registered_octets: self
+                .regions
+                .values()
+                .filter(|r| r.mem.registered())
+                .map(|r| r.info.len)
+                .sum(),
         }
     }
 }
@@ -516,6 +574,70 @@ mod tests {
         assert_eq!(g.stats().region_octets, 1_000);
         assert_eq!(g.take_waiting(3).len(), 2);
         assert!(g.client_gone(7).is_empty());
+    }
+
+    /// An application's memfd is registered under the checks of a created region: its
+    /// domain's owner only, within the region budget; its octets and count show apart in the
+    /// statistics, and nothing registered is counted when a refusal leaves it out.
+    #[test]
+    fn registered_memory_is_checked_and_counted_as_a_region() {
+        use nix::sys::memfd::{memfd_create, MFdFlags};
+        let memfd = |len: i64| {
+            let fd =
+                memfd_create("app", MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING).unwrap();
+            nix::unistd::ftruncate(&fd, len).unwrap();
+            fd
+        };
+        let mut g = Registry::new(100_000);
+        let created = g.create(1_000, 1, true, false, 7).unwrap();
+        // Domain 1 is client 7's.
+        let (code, message) = g
+            .register(memfd(4096), 4096, 1, (true, false), 8)
+            .unwrap_err();
+        assert_eq!(code, ErrorCode::Forbidden);
+        assert_eq!(
+            message,
+            "protection domain 1 belongs to another control client"
+        );
+        let (code, message) = g
+            .register(memfd(4096), 200_000, 1, (true, false), 7)
+            .unwrap_err();
+        assert_eq!(code, ErrorCode::Limit, "{message}");
+        let (code, message) = g
+            .register(memfd(4096), 8192, 1, (true, false), 7)
+            .unwrap_err();
+        assert_eq!(code, ErrorCode::BadRequest);
+        assert_eq!(
+            message,
+            "the memory cannot be registered: the memfd holds 4096 octets, fewer than the \
+             8192 to register"
+        );
+        let r = g
+            .register(memfd(3 * 4096), 10_000, 1, (false, true), 7)
+            .unwrap();
+        assert_eq!(
+            (
+                r.info.len,
+                r.info.pd,
+                r.info.remote_write,
+                r.info.remote_read
+            ),
+            (10_000, 1, false, true)
+        );
+        assert!(r.mem.registered() && !created.mem.registered());
+        let st = g.stats();
+        assert_eq!(
+            (
+                st.regions,
+                st.region_octets,
+                st.registered_regions,
+                st.registered_octets
+            ),
+            (2, 11_000, 1, 10_000)
+        );
+        assert_eq!(g.client_gone(7), vec![created.info.stag, r.info.stag]);
+        let st = g.stats();
+        assert_eq!((st.registered_regions, st.registered_octets), (0, 0));
     }
 
     /// An allocated domain is its allocator's from the start: nobody else may name it, even

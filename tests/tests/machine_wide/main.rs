@@ -5,6 +5,7 @@
 mod af_xdp_modes;
 mod nics_runbook;
 mod region_holes;
+mod registered_huge_pages;
 
 use std::os::fd::OwnedFd;
 
