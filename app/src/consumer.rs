@@ -269,6 +269,38 @@ impl Consumer {
         MappedRegion::map(region, fd)
     }
 
+    /// Registers memory the application already has (verbs' `ibv_reg_mr` over its own
+    /// buffer): the first `len` octets of memfd `fd`, in protection domain `pd`. The datapath
+    /// receives a duplicate of the descriptor, which must be open for reading and writing;
+    /// it seals the file against shrinking and growing unless it is sealed so already (a
+    /// memfd made without `MFD_ALLOW_SEALING` and not so sealed is refused, as is one sealed
+    /// against writing or shorter than `len`), maps it and places into it. Huge-page memfds
+    /// (`MFD_HUGETLB`) are taken too. The application keeps its own mapping and its
+    /// descriptor: what peers write lands in its memory, and the pages stay its own when the
+    /// region is destroyed (docs/consumer.md, "Registering memory the application has").
+    pub fn register_region(
+        &mut self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        len: u64,
+        pd: u32,
+        remote_write: bool,
+        remote_read: bool,
+    ) -> Result<RegionInfo, ConsumerError> {
+        let m = self
+            .client
+            .request_sending_fd(fd, |id| Message::RegisterRegion {
+                id,
+                pd,
+                len,
+                remote_write,
+                remote_read,
+            })?;
+        match m {
+            Message::RegionRegistered { region, .. } => Ok(region),
+            m => Err(Self::unexpected(m)),
+        }
+    }
+
     /// No further placement into `stag`.
     pub fn destroy_region(&mut self, stag: u32) -> Result<(), ConsumerError> {
         self.expect_ok(|id| Message::DestroyRegion { id, stag })

@@ -303,6 +303,18 @@ int mpx_create_region(struct mpx_context *ctx,
                       uint32_t access,
                       uint32_t *stag);
 
+// Registers `len` octets of the application's own memory, the memfd `fd` (its own mapping
+// stays its own), in domain `pd` with `MPX_ACCESS_*` flags (`ibv_reg_mr` over an existing
+// buffer): the datapath seals it against resizing and maps it. `*stag` is its STag. The
+// memfd must allow sealing (`MFD_ALLOW_SEALING`) or be sealed against shrinking and growing
+// already, and be open read-write (docs/consumer.md, "Regions").
+int mpx_register_region(struct mpx_context *ctx,
+                        int fd,
+                        uint64_t len,
+                        uint32_t pd,
+                        uint32_t access,
+                        uint32_t *stag);
+
 // The address and length of region `stag` in this process. The datapath reads and writes
 // the octets at any time (placing what peers send, reading what is posted).
 int mpx_region_addr(struct mpx_context *ctx, uint32_t stag, void **addr, uint64_t *len);

@@ -85,3 +85,10 @@ pub(crate) fn boxed<T>(p: *mut T) -> Box<T> {
     // mpx_open; the header's rule: a context is closed once and not used after.
     unsafe { Box::from_raw(p) }
 }
+
+/// The application's descriptor `fd` (≥ 0), borrowed for the call.
+pub(crate) fn descriptor<'a>(fd: std::ffi::c_int) -> std::os::fd::BorrowedFd<'a> {
+    // SAFETY: fd ≥ 0 (checked by the caller), and the caller passes a descriptor it keeps
+    // open for the call's duration (the header's rule).
+    unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }
+}

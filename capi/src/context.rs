@@ -193,6 +193,40 @@ pub extern "C" fn mpx_create_region(
     })
 }
 
+/// Registers `len` octets of the application's own memory, the memfd `fd` (its own mapping
+/// stays its own), in domain `pd` with `MPX_ACCESS_*` flags (`ibv_reg_mr` over an existing
+/// buffer): the datapath seals it against resizing and maps it. `*stag` is its STag. The
+/// memfd must allow sealing (`MFD_ALLOW_SEALING`) or be sealed against shrinking and growing
+/// already, and be open read-write (docs/consumer.md, "Regions").
+#[no_mangle]
+pub extern "C" fn mpx_register_region(
+    ctx: *mut mpx_context,
+    fd: c_int,
+    len: u64,
+    pd: u32,
+    access: u32,
+    stag: *mut u32,
+) -> c_int {
+    with(ctx, |c| {
+        if access & !(MPX_ACCESS_REMOTE_WRITE | MPX_ACCESS_REMOTE_READ) != 0 {
+            return Err(Failure::invalid(format!(
+                "access: unknown flags {access:#x}"
+            )));
+        }
+        if fd < 0 {
+            return Err(Failure::invalid(format!("fd: {fd}")));
+        }
+        let info = c.consumer.register_region(
+            args::descriptor(fd),
+            len,
+            pd,
+            access & MPX_ACCESS_REMOTE_WRITE != 0,
+            access & MPX_ACCESS_REMOTE_READ != 0,
+        )?;
+        args::store(stag, info.stag, "stag").map(|_| MPX_OK)
+    })
+}
+
 /// The address and length of region `stag` in this process. The datapath reads and writes
 /// the octets at any time (placing what peers send, reading what is posted).
 #[no_mangle]

@@ -4,12 +4,14 @@
 //! takes the descriptor a message may carry (SCM_RIGHTS), so none is ever lost.
 
 use crate::stats::{DatapathStats, PageError};
-use crate::{handshake, read_message_with_fds, write_message, ErrorCode, Message, ProtoError};
+use crate::{
+    handshake, read_message_with_fds, write_message, write_message_with_fd, ErrorCode, Message,
+    ProtoError,
+};
 use nix::sys::socket::{recv, MsgFlags};
 use std::collections::VecDeque;
 use std::io::{self, ErrorKind};
-use std::os::fd::AsRawFd;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -115,9 +117,33 @@ impl ControlClient {
         &mut self,
         build: impl FnOnce(u64) -> Message,
     ) -> Result<(Message, Vec<OwnedFd>), ClientError> {
+        self.exchange(None, build)
+    }
+
+    /// As [`ControlClient::request`], with descriptor `fd` attached to the request
+    /// (SCM_RIGHTS): the memfd a RegisterRegion hands over. The datapath receives a
+    /// duplicate; `fd` stays the caller's.
+    pub fn request_sending_fd(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        build: impl FnOnce(u64) -> Message,
+    ) -> Result<Message, ClientError> {
+        self.exchange(Some(fd), build).map(|(m, _)| m)
+    }
+
+    /// Sends a request built with a fresh id, with `fd` attached if given, and waits for its
+    /// answer and the descriptors that come with it.
+    fn exchange(
+        &mut self,
+        fd: Option<BorrowedFd<'_>>,
+        build: impl FnOnce(u64) -> Message,
+    ) -> Result<(Message, Vec<OwnedFd>), ClientError> {
         let id = self.next_id;
         self.next_id += 1;
-        write_message(&mut self.stream, &build(id))?;
+        match fd {
+            Some(fd) => write_message_with_fd(&self.stream, &build(id), fd)?,
+            None => write_message(&mut self.stream, &build(id))?,
+        }
         loop {
             let (m, fds) = read_message_with_fds(&self.stream)?;
             match answer_id(&m) {
@@ -240,6 +266,7 @@ fn answer_id(m: &Message) -> Option<u64> {
         | Message::Stats { id, .. }
         | Message::Regions { id, .. }
         | Message::RegionCreated { id, .. }
+        | Message::RegionRegistered { id, .. }
         | Message::Subscribed { id, .. }
         | Message::Posted { id, .. }
         | Message::PdAllocated { id, .. }
@@ -257,6 +284,7 @@ fn answer_id(m: &Message) -> Option<u64> {
         | Message::CloseFlow { .. }
         | Message::FlowGone { .. }
         | Message::CreateRegion { .. }
+        | Message::RegisterRegion { .. }
         | Message::DestroyRegion { .. }
         | Message::ListRegions { .. }
         | Message::PostRecv { .. }

@@ -152,6 +152,15 @@ pub const MAX_FDS: usize = 253;
 pub fn read_message_with_fds(
     s: &std::os::unix::net::UnixStream,
 ) -> Result<(Message, Vec<std::os::fd::OwnedFd>), ProtoError> {
+    read_message_with_fds_counted(s).map(|(m, fds, _)| (m, fds))
+}
+
+/// [`read_message_with_fds`], with the octets the message took on the wire (prefix
+/// included). Descriptors attached to any octet but the length prefix's are closed by the
+/// kernel as the body is read.
+pub fn read_message_with_fds_counted(
+    s: &std::os::unix::net::UnixStream,
+) -> Result<(Message, Vec<std::os::fd::OwnedFd>, usize), ProtoError> {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     let mut len = [0u8; 4];
@@ -196,7 +205,11 @@ pub fn read_message_with_fds(
         return Err(ProtoError::TooLarge(n));
     }
     let mut r = s;
-    Ok((serde_json::from_slice(&read_body(&mut r, n)?)?, taken))
+    Ok((
+        serde_json::from_slice(&read_body(&mut r, n)?)?,
+        taken,
+        4 + n,
+    ))
 }
 
 /// Sends our Hello and checks the peer's.

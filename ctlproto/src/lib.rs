@@ -11,7 +11,7 @@
 //! Modules: `message` (every [`Message`]), `framing` (length prefix, descriptors, handshake),
 //! `handover` (the frozen TCP and MPA state of one connection), `region` and `completion`
 //! (registered memory and what is reported about it), [`ring`] (completions and posts through
-//! shared memory), [`cm`] (applications' listen, accept, reject, connect and their events),
+//! shared memory, mapped with [`shm`], the `mpa-shm` crate), [`cm`] (applications' listen, accept, reject, connect and their events),
 //! [`capture`], [`client`]. The application's API over all of it is the `mpa-app` crate.
 //!
 //! Three mpa-xdp conventions that are not MPA live here too, because every program taking part
@@ -30,8 +30,11 @@ pub mod fuzz;
 pub mod pattern;
 pub mod region_ad;
 pub mod ring;
-pub mod shm;
 pub mod stats;
+
+/// Shared memory (sealed memfds, their mappings and copies): the `mpa-shm` crate, named here
+/// too because regions, rings and post queues travel as its descriptors.
+pub use mpa_shm as shm;
 
 mod completion;
 mod framing;
@@ -46,8 +49,8 @@ pub use capture::{CaptureDirection, CapturedFrame};
 pub use completion::{Completion, CompletionKind, CompletionStatus, RefusalCode};
 pub use framing::{
     encode_message, handshake, read_message, read_message_counted, read_message_with_fd,
-    read_message_with_fds, write_frame, write_frame_with_fd, write_frame_with_fds, write_message,
-    write_message_with_fd, ProtoError, MAX_FDS,
+    read_message_with_fds, read_message_with_fds_counted, write_frame, write_frame_with_fd,
+    write_frame_with_fds, write_message, write_message_with_fd, ProtoError, MAX_FDS,
 };
 pub use handover::{
     AppHandOver, HandOver, MpaParams, Role, TcpSnapshot, TsSnapshot, DATAPATH_MAX_IRD,

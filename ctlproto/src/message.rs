@@ -135,6 +135,32 @@ pub enum Message {
         /// The region.
         region: RegionInfo,
     },
+    /// consumer → datapath: register memory the application already has (verbs'
+    /// `ibv_reg_mr` over its own buffer): the first `len` octets of the memfd attached to
+    /// this message (SCM_RIGHTS, see `write_message_with_fd`), open for reading and writing.
+    /// The datapath seals the file against shrinking and growing unless it is already (a
+    /// file that is neither sealed so nor open to sealing is refused), maps it and answers
+    /// [`Message::RegionRegistered`]. The region then lives as a created one does; the
+    /// application keeps its own mapping, and the file's pages stay its own.
+    RegisterRegion {
+        /// Request id.
+        id: u64,
+        /// Protection domain.
+        pd: u32,
+        /// Octets (at least 1; the memfd holds at least as many).
+        len: u64,
+        /// Allow RDMA Writes from peers.
+        remote_write: bool,
+        /// Allow RDMA Read Requests from peers.
+        remote_read: bool,
+    },
+    /// datapath → consumer: the region registered (no descriptor: the application has it).
+    RegionRegistered {
+        /// Request id.
+        id: u64,
+        /// The region.
+        region: RegionInfo,
+    },
     /// consumer → datapath: no further placement into the region (flows that target it get
     /// an invalid-STag Terminate); its memory stays valid for whoever mapped it.
     DestroyRegion {

@@ -364,6 +364,18 @@ pub struct RegistryStats {
     pub subscribers: usize,
     /// Completions no subscriber took (the workers' `completions_unclaimed`, summed).
     pub unclaimed_completions: u64,
+    /// Pages of regions that a consumer took away (a hole punched into a huge-page region
+    /// while the pool was empty) and that the datapath replaced with memory of its own, since
+    /// it started (docs/limits.md, "A consumer's hole in a huge-page region").
+    #[serde(default)]
+    pub region_pages_lost: u64,
+    /// Of `regions`, those registered over an application's own memory (`RegisterRegion`).
+    #[serde(default)]
+    pub registered_regions: usize,
+    /// Their octets, part of `region_octets` (docs/limits.md, "Memory an application
+    /// registers").
+    #[serde(default)]
+    pub registered_octets: u64,
 }
 
 /// The capture running, if any.

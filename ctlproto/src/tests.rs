@@ -96,6 +96,24 @@ fn round_trip_every_message() {
                 huge_pages: false,
             },
         },
+        Message::RegisterRegion {
+            id: 7,
+            pd: 3,
+            len: 3 << 20,
+            remote_write: false,
+            remote_read: true,
+        },
+        Message::RegionRegistered {
+            id: 7,
+            region: RegionInfo {
+                stag: 0x201,
+                len: 3 << 20,
+                pd: 3,
+                remote_write: false,
+                remote_read: true,
+                huge_pages: true,
+            },
+        },
         Message::DestroyRegion { id: 8, stag: 0x100 },
         Message::ListRegions { id: 9, pd: None },
         Message::Regions {

@@ -545,6 +545,11 @@ pub static CLASSES: &[Class] = &[
         super::ctl::released_memory_descriptors_kept,
     ),
     class(
+        "register-unusable-memory",
+        E::Lives,
+        super::registered::unusable_memory,
+    ),
+    class(
         "metrics-silent-connections",
         E::Lives,
         super::ctl::metrics_silent_connections,

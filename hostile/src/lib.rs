@@ -26,6 +26,7 @@ pub mod ipv6;
 mod locator;
 pub mod markers_ooo;
 pub mod reads;
+pub mod registered;
 pub mod rings;
 pub mod window;
 

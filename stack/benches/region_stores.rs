@@ -12,7 +12,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use mpa_ctl_proto::shm::{settle_streamed_stores, SharedMemory};
+use mpa_shm::{settle_streamed_stores, SharedMemory};
 
 /// Messages per fence.
 const BURST: usize = 64;

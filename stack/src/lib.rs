@@ -17,7 +17,7 @@
 //!
 //! `unsafe` is forbidden in every module but the TCP checksum's SIMD kernel
 //! (`wire/checksum/x86.rs`: its loads and the calls of its `#[target_feature]` functions).
-//! Registered memory is mapped and copied into by `mpa_ctl_proto::shm`.
+//! Registered memory is mapped and copied into by `mpa_shm`.
 #![deny(
     unsafe_code,
     unsafe_op_in_unsafe_fn,

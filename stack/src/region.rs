@@ -2,16 +2,19 @@
 //! the consumer maps the same descriptor (passed with SCM_RIGHTS) and sees every octet the
 //! workers place.
 //!
-//! The mapping itself is [`mpa_ctl_proto::shm::SharedMemory`] (shared with the completion
+//! The mapping itself is [`mpa_shm::SharedMemory`] (shared with the completion
 //! rings and the consumer's side): memory another process may read or write at any time, so
 //! no Rust reference to it is ever formed; the workers copy into it through bounds-checked
 //! raw copies. The memfd is sealed against shrinking and growing before it is mapped (and
 //! against new seals): a consumer that `ftruncate`s its descriptor gets EPERM instead of
-//! turning the workers' next copy into a SIGBUS.
+//! turning the workers' next copy into a SIGBUS. A hole it punches cannot be sealed against;
+//! the mapping is guarded instead ([`SharedMemory::guard`]): a page the kernel can no longer
+//! back is replaced and counted ([`RegionMemory::pages_lost`]) rather than killing the
+//! datapath (docs/limits.md, "A consumer's hole in a huge-page region").
 #![forbid(unsafe_code)]
 
-use mpa_ctl_proto::shm::{SharedMemory, ShmError};
-use std::os::fd::BorrowedFd;
+use mpa_shm::{RegisterError, SharedMemory, ShmError};
+use std::os::fd::{BorrowedFd, OwnedFd};
 
 /// Huge page size tried for regions whose length is a multiple of it.
 const HUGE_PAGE: u64 = 2 << 20;
@@ -30,28 +33,73 @@ pub enum RegionError {
         /// The error.
         err: nix::Error,
     },
+    /// The SIGBUS guard's table is full.
+    #[error("the SIGBUS guard holds {0} mappings already")]
+    GuardFull(usize),
+}
+
+impl RegionError {
+    fn of(len: u64) -> impl FnOnce(ShmError) -> RegionError {
+        move |e| match e {
+            ShmError::Sys { what, err } => RegionError::Sys { what, err },
+            ShmError::GuardFull(n) => RegionError::GuardFull(n),
+            ShmError::Length(_) | ShmError::Layout(_) => RegionError::Length(len),
+        }
+    }
 }
 
 /// The memory of one region.
 #[derive(Debug)]
 pub struct RegionMemory {
     mem: SharedMemory,
+    /// The application's own memory ([`RegionMemory::register`]), not created here.
+    registered: bool,
 }
 
 impl RegionMemory {
     /// Creates `len` octets of zeroed shared memory named `name` (visible in
-    /// /proc/PID/fd). Huge pages are tried first when `len` is a multiple of 2 MiB.
+    /// /proc/PID/fd), guarded against SIGBUS. Huge pages are tried first when `len` is a
+    /// multiple of 2 MiB.
     pub fn create(name: &str, len: u64) -> Result<RegionMemory, RegionError> {
-        if len.is_multiple_of(HUGE_PAGE) && len > 0 {
-            if let Ok(mem) = SharedMemory::create(name, len, true) {
-                return Ok(RegionMemory { mem });
-            }
-        }
-        match SharedMemory::create(name, len, false) {
-            Ok(mem) => Ok(RegionMemory { mem }),
-            Err(ShmError::Sys { what, err }) => Err(RegionError::Sys { what, err }),
-            Err(ShmError::Length(_) | ShmError::Layout(_)) => Err(RegionError::Length(len)),
-        }
+        let huge = (len.is_multiple_of(HUGE_PAGE) && len > 0)
+            .then(|| SharedMemory::create(name, len, true).ok())
+            .flatten();
+        let mut mem = match huge {
+            Some(mem) => mem,
+            None => SharedMemory::create(name, len, false).map_err(RegionError::of(len))?,
+        };
+        mem.guard().map_err(RegionError::of(len))?;
+        Ok(RegionMemory {
+            mem,
+            registered: false,
+        })
+    }
+
+    /// Registers the first `len` octets of a memfd the application made and handed over
+    /// (see [`SharedMemory::register`]): sealed against resizing, mapped and guarded. Its
+    /// pages stay the application's: nothing is freed when the region goes.
+    pub fn register(fd: OwnedFd, len: u64) -> Result<RegionMemory, RegisterError> {
+        Ok(RegionMemory {
+            mem: SharedMemory::register(fd, len)?,
+            registered: true,
+        })
+    }
+
+    /// The application's own memory, registered rather than created.
+    pub fn registered(&self) -> bool {
+        self.registered
+    }
+
+    /// Pages the consumer took away (a hole punched while the huge-page pool was empty) and
+    /// that anonymous memory replaced here: what was placed in them since, the consumer does
+    /// not see (docs/limits.md, "A consumer's hole in a huge-page region").
+    pub fn pages_lost(&self) -> u64 {
+        self.mem.pages_lost()
+    }
+
+    /// Octets in each of those pages: the huge page size on huge pages.
+    pub fn page_size(&self) -> usize {
+        self.mem.page_size()
     }
 
     /// Octets.
@@ -101,7 +149,7 @@ impl RegionMemory {
 
     /// As [`RegionMemory::write_pieces`] with streaming stores for the destination's whole
     /// lines (see [`SharedMemory::write_pieces_streaming`]); visible to others only after
-    /// [`mpa_ctl_proto::shm::settle_streamed_stores`].
+    /// [`mpa_shm::settle_streamed_stores`].
     #[inline]
     pub fn write_pieces_streaming<'p>(
         &self,

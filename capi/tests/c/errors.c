@@ -1,8 +1,11 @@
 /* Every error path of libmpaxdp from C, against a live datapath: each call that must fail
  * returns its code and leaves a message; a panic inside the library is an error, not an
  * abort. Usage: errors SOCKET. Prints one line per check; exits 0 when all hold. */
+#define _GNU_SOURCE
 #include <mpaxdp.h>
 #include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,6 +67,22 @@ int main(int argc, char **argv) {
     }
     expect("a region this context does not have", mpx_region_addr(a, stag + 1, &addr, &len),
            MPX_ERR_INVALID);
+    /* The application's own memory: a memfd is registered, a pipe is not. */
+    int fds[2];
+    if (pipe(fds) != 0) return 2;
+    uint32_t own = 0;
+    expect("register a pipe", mpx_register_region(a, fds[0], 4096, pd, 0, &own), MPX_ERR_REFUSED);
+    expect("register a negative descriptor", mpx_register_region(a, -1, 4096, pd, 0, &own),
+           MPX_ERR_INVALID);
+    int mfd = memfd_create("mpx-errors", MFD_ALLOW_SEALING);
+    if (mfd < 0 || ftruncate(mfd, 8192) != 0) return 2;
+    expect("register a memfd", mpx_register_region(a, mfd, 8192, pd, MPX_ACCESS_REMOTE_WRITE, &own),
+           MPX_OK);
+    expect("register it into a foreign domain", mpx_register_region(b, mfd, 8192, pd, 0, &own),
+           MPX_ERR_FORBIDDEN);
+    close(fds[0]);
+    close(fds[1]);
+    close(mfd);
     expect("CQ before subscribing", mpx_create_cq(a, pd, 16, &cq), MPX_ERR_INVALID);
     expect("subscribe", mpx_subscribe(a, pd), MPX_OK);
     expect("CQ of no records", mpx_create_cq(a, pd, 0, &cq), MPX_ERR_INVALID);

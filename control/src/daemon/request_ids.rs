@@ -18,6 +18,8 @@ pub(super) fn id_mut(m: &mut Message) -> Option<&mut u64> {
         | Message::Error { id, .. }
         | Message::CreateRegion { id, .. }
         | Message::RegionCreated { id, .. }
+        | Message::RegisterRegion { id, .. }
+        | Message::RegionRegistered { id, .. }
         | Message::DestroyRegion { id, .. }
         | Message::ListRegions { id, .. }
         | Message::Regions { id, .. }

@@ -61,8 +61,8 @@
 #![allow(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
-use crate::shm::ShmError;
 use crate::{Completion, CompletionKind, CompletionStatus};
+use mpa_shm::ShmError;
 use spsc::{ring_bytes_of, ReadEnd, RecordLayout, Rings, WriteEnd, OFF_LOST};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
@@ -264,6 +264,7 @@ impl From<ShmError> for RingError {
             ShmError::Sys { what, err } => RingError::Sys { what, err },
             ShmError::Layout(what) => RingError::Layout(what),
             ShmError::Length(_) => RingError::Layout("ring file length not usable"),
+            ShmError::GuardFull(_) => RingError::Layout("the SIGBUS guard is full"),
         }
     }
 }

@@ -14,7 +14,7 @@
 #![allow(unsafe_code)]
 
 use super::{RingError, HEADER_LEN, MAX_CAPACITY, MAX_RINGS, MIN_CAPACITY};
-use crate::shm::{Access, SharedMemory};
+use mpa_shm::{Access, SharedMemory};
 use std::marker::PhantomData;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};

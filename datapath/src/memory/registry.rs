@@ -6,13 +6,15 @@
 
 #![forbid(unsafe_code)]
 
+use mpa_ctl_proto::shm::{RegisterError, ShmError};
 use mpa_ctl_proto::stats::RegistryStats;
 use mpa_ctl_proto::{ErrorCode, RegionInfo};
 use mpa_stack::receiver::{PostedBuf, Region, SharedReceiveQueue, MAX_POSTED};
-use mpa_stack::region::RegionMemory;
+use mpa_stack::region::{RegionError, RegionMemory};
 use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 /// A domain's shared receive queue (docs/consumer.md, "Receive buffers for Sends"): the
@@ -98,6 +100,12 @@ pub(crate) struct Registry {
     /// is gone, whatever is in them.
     allocated: HashMap<u32, u64>,
     next_pd: u32,
+    /// Pages lost to consumers' holes by regions destroyed since ([`RegionMemory::pages_lost`]).
+    lost_gone: u64,
+    /// Regions whose lost pages were reported, each once.
+    lost_reported: HashSet<u32>,
+    /// The process's count of lost pages at the last look ([`Registry::newly_losing`]).
+    lost_seen: u64,
 }
 
 /// Allocated domains one client may hold at once.
@@ -118,7 +126,31 @@ impl Registry {
             domains: HashMap::new(),
             allocated: HashMap::new(),
             next_pd: mpa_ctl_proto::FIRST_ALLOCATED_PD,
+            lost_gone: 0,
+            lost_reported: HashSet::new(),
+            lost_seen: 0,
         }
+    }
+
+    /// The regions that lost pages to a consumer's hole since the last call and were not
+    /// named before, with the pages lost so far: each region is named once in its life. One
+    /// atomic load while no page is lost anywhere in the process.
+    pub(crate) fn newly_losing(&mut self) -> Vec<(RegionInfo, u64, usize)> {
+        let total = mpa_ctl_proto::shm::pages_lost_total();
+        if total == self.lost_seen {
+            return Vec::new();
+        }
+        self.lost_seen = total;
+        let mut v: Vec<_> = self
+            .regions
+            .values()
+            .filter(|r| r.mem.pages_lost() > 0 && !self.lost_reported.contains(&r.info.stag))
+            .map(|r| (r.info.clone(), r.mem.pages_lost(), r.mem.page_size()))
+            .collect();
+        v.sort_by_key(|(info, ..)| info.stag);
+        self.lost_reported
+            .extend(v.iter().map(|(info, ..)| info.stag));
+        v
     }
 
     /// Allocates a protection domain for `client`: a number no client names yet, owned by
@@ -182,6 +214,48 @@ impl Registry {
         remote_read: bool,
         owner: u64,
     ) -> Result<Region, Refusal> {
+        let stag = self.admit(len, pd, owner)?;
+        let mem = RegionMemory::create(&format!("mpa-region-{stag:08x}"), len).map_err(|e| {
+            let code = match e {
+                RegionError::GuardFull(_) => ErrorCode::Limit,
+                _ => ErrorCode::Internal,
+            };
+            (code, e.to_string())
+        })?;
+        let access = (remote_write, remote_read);
+        Ok(self.insert(stag, mem, pd, access, owner))
+    }
+
+    /// Registers the first `len` octets of the memfd an application handed over as a region
+    /// of `owner`'s, under the same checks and bounds as [`Registry::create`]: the domain
+    /// must be `owner`'s, and the octets count toward `--max-region-bytes` (the datapath maps
+    /// and populates them) though the memory is the application's (docs/limits.md,
+    /// "Memory an application registers").
+    pub(crate) fn register(
+        &mut self,
+        fd: OwnedFd,
+        len: u64,
+        pd: u32,
+        access: (bool, bool),
+        owner: u64,
+    ) -> Result<Region, Refusal> {
+        let stag = self.admit(len, pd, owner)?;
+        let mem = RegionMemory::register(fd, len).map_err(|e| {
+            let code = match &e {
+                RegisterError::Map(ShmError::GuardFull(_)) => ErrorCode::Limit,
+                RegisterError::Map(ShmError::Sys { err, .. }) if *err == nix::Error::ENOMEM => {
+                    ErrorCode::Limit
+                }
+                RegisterError::Map(ShmError::Sys { .. }) => ErrorCode::Internal,
+                _ => ErrorCode::BadRequest,
+            };
+            (code, format!("the memory cannot be registered: {e}"))
+        })?;
+        Ok(self.insert(stag, mem, pd, access, owner))
+    }
+
+    /// The checks of a new region of `len` octets in domain `pd` for `owner`, and its STag.
+    fn admit(&mut self, len: u64, pd: u32, owner: u64) -> Result<u32, Refusal> {
         self.check_domain(pd, owner)?;
         if len == 0 {
             return Err(bad("a region needs at least one octet".into()));
@@ -215,8 +289,20 @@ impl Registry {
         if self.regions.contains_key(&stag) {
             return Err((ErrorCode::Limit, "STag space exhausted".into()));
         }
-        let mem = RegionMemory::create(&format!("mpa-region-{stag:08x}"), len)
-            .map_err(|e| (ErrorCode::Internal, e.to_string()))?;
+        Ok(stag)
+    }
+
+    /// Enters a region admitted as `stag`, with its memory and access rights (remote write,
+    /// remote read), as `owner`'s.
+    fn insert(
+        &mut self,
+        stag: u32,
+        mem: RegionMemory,
+        pd: u32,
+        (remote_write, remote_read): (bool, bool),
+        owner: u64,
+    ) -> Region {
+        let len = mem.len();
         let r = Region {
             info: RegionInfo {
                 stag,
@@ -232,7 +318,7 @@ impl Registry {
         self.regions.insert(stag, r.clone());
         self.owners.insert(stag, owner);
         self.domains.insert(pd, owner);
-        Ok(r)
+        r
     }
 
     /// Refuses `client` a request naming domain `pd` when another client owns it.
@@ -297,6 +383,8 @@ impl Registry {
             .remove(&stag)
             .ok_or_else(|| bad(format!("no region with STag {stag:#x}")))?;
         self.bytes -= r.info.len;
+        self.lost_gone += r.mem.pages_lost();
+        self.lost_reported.remove(&stag);
         self.owners.remove(&stag);
         for q in self.shared.values() {
             q.forget_region(stag);
@@ -476,6 +564,19 @@ impl Registry {
             buffers_waiting: self.shared.values().map(|q| q.len()).sum::<usize>(),
             subscribers: self.subscribers.len(),
             unclaimed_completions: 0,
+            region_pages_lost: self.lost_gone
+                + self
+                    .regions
+                    .values()
+                    .map(|r| r.mem.pages_lost())
+                    .sum::<u64>(),
+            registered_regions: self.regions.values().filter(|r| r.mem.registered()).count(),
+            registered_octets: self
+                .regions
+                .values()
+                .filter(|r| r.mem.registered())
+                .map(|r| r.info.len)
+                .sum(),
         }
     }
 }
@@ -526,6 +627,70 @@ mod tests {
         assert_eq!(g.stats().region_octets, 1_000);
         assert_eq!(g.shared_queue(3).unwrap().len(), 2);
         assert!(g.client_gone(7).is_empty());
+    }
+
+    /// An application's memfd is registered under the checks of a created region: its
+    /// domain's owner only, within the region budget; its octets and count show apart in the
+    /// statistics, and nothing registered is counted when a refusal leaves it out.
+    #[test]
+    fn registered_memory_is_checked_and_counted_as_a_region() {
+        use nix::sys::memfd::{memfd_create, MFdFlags};
+        let memfd = |len: i64| {
+            let fd =
+                memfd_create("app", MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING).unwrap();
+            nix::unistd::ftruncate(&fd, len).unwrap();
+            fd
+        };
+        let mut g = Registry::new(100_000);
+        let created = g.create(1_000, 1, true, false, 7).unwrap();
+        // Domain 1 is client 7's.
+        let (code, message) = g
+            .register(memfd(4096), 4096, 1, (true, false), 8)
+            .unwrap_err();
+        assert_eq!(code, ErrorCode::Forbidden);
+        assert_eq!(
+            message,
+            "protection domain 1 belongs to another control client"
+        );
+        let (code, message) = g
+            .register(memfd(4096), 200_000, 1, (true, false), 7)
+            .unwrap_err();
+        assert_eq!(code, ErrorCode::Limit, "{message}");
+        let (code, message) = g
+            .register(memfd(4096), 8192, 1, (true, false), 7)
+            .unwrap_err();
+        assert_eq!(code, ErrorCode::BadRequest);
+        assert_eq!(
+            message,
+            "the memory cannot be registered: the memfd holds 4096 octets, fewer than the \
+             8192 to register"
+        );
+        let r = g
+            .register(memfd(3 * 4096), 10_000, 1, (false, true), 7)
+            .unwrap();
+        assert_eq!(
+            (
+                r.info.len,
+                r.info.pd,
+                r.info.remote_write,
+                r.info.remote_read
+            ),
+            (10_000, 1, false, true)
+        );
+        assert!(r.mem.registered() && !created.mem.registered());
+        let st = g.stats();
+        assert_eq!(
+            (
+                st.regions,
+                st.region_octets,
+                st.registered_regions,
+                st.registered_octets
+            ),
+            (2, 11_000, 1, 10_000)
+        );
+        assert_eq!(g.client_gone(7), vec![created.info.stag, r.info.stag]);
+        let st = g.stats();
+        assert_eq!((st.registered_regions, st.registered_octets), (0, 0));
     }
 
     /// An allocated domain is its allocator's from the start: nobody else may name it, even

@@ -5,8 +5,8 @@
 use super::{Incoming, Server};
 use crossbeam_channel::Sender;
 use mpa_ctl_proto::{
-    encode_message, read_message_counted, write_frame, write_frame_with_fd, write_frame_with_fds,
-    write_message, ErrorCode, Message,
+    encode_message, read_message_with_fds_counted, write_frame, write_frame_with_fd,
+    write_frame_with_fds, write_message, ErrorCode, Message,
 };
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -213,16 +213,33 @@ impl Turns {
 
 /// The client's reader: passes each request on, waiting while more than [`CLIENT_IN_OCTETS`]
 /// of its earlier ones are unhandled.
+///
+/// Descriptors (SCM_RIGHTS) are kept only with the one request that takes one,
+/// RegisterRegion (its first descriptor), and such a request counts as the whole budget: the
+/// reader takes nothing more until it is handled, so a client holds at most one descriptor in
+/// the datapath on its way and a flood of them costs no more than one. Every other descriptor
+/// is closed at once.
 fn read_requests(
     id: u64,
-    mut r: std::os::unix::net::UnixStream,
+    r: std::os::unix::net::UnixStream,
     tx: Sender<Incoming>,
     in_octets: Arc<AtomicUsize>,
     closed: Arc<AtomicBool>,
 ) {
     loop {
-        match read_message_counted(&mut r) {
-            Ok((m, n)) => {
+        match read_message_with_fds_counted(&r) {
+            Ok((m, fds, n)) => {
+                let fd = if matches!(m, Message::RegisterRegion { .. }) {
+                    fds.into_iter().next()
+                } else {
+                    drop(fds);
+                    None
+                };
+                let n = if fd.is_some() {
+                    n.max(CLIENT_IN_OCTETS)
+                } else {
+                    n
+                };
                 // Wait for budget (an empty budget takes any one message).
                 while in_octets.load(Ordering::Acquire) > 0
                     && in_octets.load(Ordering::Acquire) + n > CLIENT_IN_OCTETS
@@ -233,7 +250,7 @@ fn read_requests(
                     std::thread::sleep(Duration::from_millis(1));
                 }
                 in_octets.fetch_add(n, Ordering::AcqRel);
-                if tx.send(Incoming::Msg(id, m, n)).is_err() {
+                if tx.send(Incoming::Msg(id, m, n, fd)).is_err() {
                     return;
                 }
             }
@@ -601,15 +618,15 @@ mod tests {
     use mpa_ctl_proto::Message;
 
     fn msg(client: u64, id: u64) -> Incoming {
-        Incoming::Msg(client, Message::get_stats(id), 30)
+        Incoming::Msg(client, Message::get_stats(id), 30, None)
     }
 
     /// What `turns` gives, as (client, request id) with id 0 for the client's end.
     fn drain(turns: &mut Turns) -> Vec<(u64, u64)> {
         std::iter::from_fn(|| turns.next())
             .map(|m| match m {
-                Incoming::Msg(c, Message::GetStats { id, .. }, _) => (c, id),
-                Incoming::Msg(c, m, _) => panic!("client {c}: unexpected {m:?}"),
+                Incoming::Msg(c, Message::GetStats { id, .. }, ..) => (c, id),
+                Incoming::Msg(c, m, ..) => panic!("client {c}: unexpected {m:?}"),
                 Incoming::Gone(c) => (c, 0),
             })
             .collect()

@@ -1,6 +1,6 @@
 //! Faults the control thread watches for, at most once per turn of its loop and never per
-//! packet: a worker thread that died (a panic), and the XDP program detached from the
-//! interface by someone else.
+//! packet: a worker thread that died (a panic), the XDP program detached from the
+//! interface by someone else, and regions that lost pages to a consumer's hole.
 //!
 //! **A dead or stuck worker stops the datapath.** A worker publishes each turn of its loop;
 //! one whose count has not moved for the deadline (`--worker-deadline-ms`, 10 s by default)
@@ -19,6 +19,13 @@
 //! flows are aborted (RST to each peer, `FlowGone` with [`XDP_DETACHED`]) and new adoptions
 //! refused; the datapath keeps answering statistics, which show `xdp_detached`. Whoever
 //! detached it did so on purpose: re-attaching behind their back would fight them.
+//!
+//! **A consumer's hole costs its own region, not the datapath.** A consumer that punches a
+//! hole into a huge-page region while the pool is empty makes the next placement there fault;
+//! the region's mapping is guarded (`mpa_shm`), so the page is replaced by the datapath's own
+//! memory and counted. Each such region is named in a warning once, and
+//! `registry.region_pages_lost` counts the pages (docs/limits.md, "A consumer's hole in a
+//! huge-page region").
 
 use super::{Command, Server};
 use mpa_ctl_proto::Message;
@@ -97,9 +104,25 @@ impl Server {
     pub(super) fn check_faults(&mut self, now: Instant) {
         self.check_workers();
         self.check_heartbeats(now);
+        self.report_lost_pages();
         if now >= self.faults.next_xdp_check {
             self.faults.next_xdp_check = now + XDP_CHECK_INTERVAL;
             self.check_xdp();
+        }
+    }
+
+    /// Names each region that lost pages to its consumer's hole, once.
+    fn report_lost_pages(&mut self) {
+        for (info, pages, page_size) in self.registry.newly_losing() {
+            tracing::warn!(
+                stag = info.stag,
+                pd = info.pd,
+                pages,
+                page_size,
+                "region: its consumer took pages away (a hole punched while the huge-page pool \
+                 was empty); placement goes on into memory of the datapath's own there, which the \
+                 consumer does not see"
+            );
         }
     }
 

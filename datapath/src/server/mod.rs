@@ -38,7 +38,7 @@ use mpa_stack::tcp::TcpConfig;
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
@@ -576,9 +576,9 @@ const CLIENT_FLUSH: Duration = Duration::from_secs(1);
 const FINISHED_KEPT: usize = mpa_ctl_proto::stats::MAX_ENDED_FLOWS;
 
 enum Incoming {
-    /// A client's message and the octets it took (its reader waits for them to be handled
-    /// when its budget is spent).
-    Msg(u64, Message, usize),
+    /// A client's message, the octets it took (its reader waits for them to be handled
+    /// when its budget is spent) and the descriptor it carried, kept for a RegisterRegion only.
+    Msg(u64, Message, usize, Option<OwnedFd>),
     Gone(u64),
 }
 
@@ -607,12 +607,12 @@ impl Server {
                 self.notified(n);
             }
             match turns.next() {
-                Some(Incoming::Msg(c, m, octets)) => {
+                Some(Incoming::Msg(c, m, octets, fd)) => {
                     if let Some(client) = self.clients.get_mut(&c) {
                         client.handled(octets);
                         client.last_heard = Instant::now();
                     }
-                    self.handle(c, m)
+                    self.handle(c, m, fd)
                 }
                 Some(Incoming::Gone(c)) => self.client_gone(c),
                 None => {}

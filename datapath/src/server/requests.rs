@@ -10,11 +10,13 @@ use mpa_ctl_proto::stats::{
 };
 use mpa_ctl_proto::{ErrorCode, HandOver, Message, PostTarget, VERSION};
 use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 impl Server {
-    /// Serves one message from `client`.
-    pub(super) fn handle(&mut self, client: u64, m: Message) {
+    /// Serves one message from `client`, with the descriptor it carried (RegisterRegion's; no
+    /// other request takes one, and its reader closed any other).
+    pub(super) fn handle(&mut self, client: u64, m: Message, fd: Option<OwnedFd>) {
         let hello = self.clients.get(&client).is_some_and(|c| c.hello);
         if !hello {
             return self.hello(client, m);
@@ -81,6 +83,13 @@ impl Server {
                 remote_write,
                 remote_read,
             } => self.create_region(client, id, len, pd, remote_write, remote_read),
+            Message::RegisterRegion {
+                id,
+                pd,
+                len,
+                remote_write,
+                remote_read,
+            } => self.register_region(client, id, len, pd, (remote_write, remote_read), fd),
             Message::DestroyRegion { id, stag } => self.destroy_region(client, id, stag),
             Message::ListRegions { id, pd } => self.list_regions(client, id, pd),
             Message::PostRecv {
@@ -508,6 +517,42 @@ impl Server {
                 self.send_to(client, m, Some(r.mem.clone()));
             }
             Err((code, message)) => self.reply(client, Message::Error { id, code, message }),
+        }
+    }
+
+    /// RegisterRegion: the application's memfd, sealed, mapped and guarded by the registry,
+    /// becomes a region every worker learns, as a created one does; the answer carries no
+    /// descriptor (docs/consumer.md, "Registering memory the application has").
+    fn register_region(
+        &mut self,
+        client: u64,
+        id: u64,
+        len: u64,
+        pd: u32,
+        access: (bool, bool),
+        fd: Option<OwnedFd>,
+    ) {
+        let Some(fd) = fd else {
+            let message = "RegisterRegion carries no descriptor: attach the memfd to the \
+                           message (SCM_RIGHTS)";
+            return self.answer(client, id, Err((ErrorCode::BadRequest, message.into())));
+        };
+        match self.registry.register(fd, len, pd, access, client) {
+            Ok(r) => {
+                for w in &self.workers {
+                    let _ = w.send(Command::AddRegion(r.clone()));
+                }
+                tracing::info!(
+                    stag = r.info.stag,
+                    len,
+                    pd,
+                    huge = r.info.huge_pages,
+                    "region registered over the application's memory"
+                );
+                let region = r.info.clone();
+                self.reply(client, Message::RegionRegistered { id, region });
+            }
+            Err(e) => self.answer(client, id, Err(e)),
         }
     }
 

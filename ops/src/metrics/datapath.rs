@@ -341,6 +341,12 @@ impl DatapathCollector {
             None,
             sample(s.registry.subscribers as u64),
         )?;
+        f.counter(
+            "mpa_datapath_region_pages_lost",
+            "Region pages a consumer took away (a hole in a huge-page region) and the datapath replaced.",
+            None,
+            sample(s.registry.region_pages_lost),
+        )?;
         f.gauge(
             "mpa_datapath_control_clients",
             "Control-socket clients connected.",

@@ -134,7 +134,7 @@ impl RegionTable {
     #[inline]
     pub fn settle_stores(&mut self) {
         if self.unsettled {
-            mpa_ctl_proto::shm::settle_streamed_stores();
+            mpa_shm::settle_streamed_stores();
             self.unsettled = false;
         }
     }

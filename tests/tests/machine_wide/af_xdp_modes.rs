@@ -4,6 +4,7 @@
 //! statistics say so; `--xdp-mode generic` attaches in skb mode and places a transfer exactly;
 //! UMEM frames of 2 KiB and UMEM on huge pages place transfers exactly too.
 
+use crate::{free_huge_pages, HugePageReserve, NR_HUGEPAGES};
 use mpa_app::Consumer;
 use mpa_control::datapath_client::DatapathClient;
 use mpa_tests::{
@@ -122,40 +123,6 @@ fn half_size_umem_frames_place_a_transfer_exactly() {
         .err()
         .expect("--frame-size 3000 taken");
     assert!(log.contains("2048 or 4096"), "{log}");
-}
-
-/// `vm.nr_hugepages` raised for a test and put back on every exit path.
-struct HugePageReserve {
-    before: u64,
-}
-
-const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
-
-impl HugePageReserve {
-    fn add(pages: u64) -> Option<HugePageReserve> {
-        let before: u64 = std::fs::read_to_string(NR_HUGEPAGES)
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?;
-        std::fs::write(NR_HUGEPAGES, (before + pages).to_string()).ok()?;
-        Some(HugePageReserve { before })
-    }
-}
-
-impl Drop for HugePageReserve {
-    fn drop(&mut self) {
-        let _ = std::fs::write(NR_HUGEPAGES, self.before.to_string());
-    }
-}
-
-/// HugePages_Free of /proc/meminfo.
-fn free_huge_pages() -> u64 {
-    let info = std::fs::read_to_string("/proc/meminfo").unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("HugePages_Free:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
 }
 
 #[test]

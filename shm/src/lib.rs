@@ -1,6 +1,9 @@
 //! Memory shared between the datapath and a consumer process: a memfd mapped `MAP_SHARED` by
 //! both. Registered regions (the datapath writes, the consumer reads) and completion rings
-//! (both write their own indices) are built on [`SharedMemory`].
+//! (both write their own indices) are built on [`SharedMemory`]; the control protocol
+//! (`mpa-ctl-proto`, which re-exports this crate as `mpa_ctl_proto::shm`), the protocol stack's
+//! regions and the application's consumer all map memory through it, so it is a crate of its
+//! own that depends on nothing of ours.
 //!
 //! The other process may write the octets at any time, so no Rust reference to them is ever
 //! formed: only bounds-checked raw copies ([`SharedMemory::write`], [`SharedMemory::read`])
@@ -8,13 +11,21 @@
 //! the memfd against shrinking and growing before mapping it (and against new seals): a
 //! holder of the descriptor that `ftruncate`s it gets EPERM instead of turning the next
 //! access into a SIGBUS. [`SharedMemory::open`] maps a received descriptor only when it
-//! carries those seals and has the announced size.
+//! carries those seals and has the announced size. [`SharedMemory::register`] maps memory an
+//! application made itself and hands over (verbs' `ibv_reg_mr` over its own buffer): a memfd
+//! it seals against resizing first, if the application has not.
 //!
 //! The creator's drop frees the file's pages (a hole punched over all of it) after unmapping:
 //! the other process may keep its descriptor and mapping as long as it likes, but it then
 //! holds no page the creator populated; any page it touches again is a new, zeroed one
 //! charged to it (docs/limits.md, "Shared memory after it is released").
-#![allow(unsafe_code)]
+//!
+//! Seals cannot stop the other process from punching a hole into the file: on huge pages the
+//! next access there may find the pool empty and fault. A mapping this process writes is
+//! therefore guarded ([`SharedMemory::guard`], the `guard` module): such a fault replaces the
+//! page with anonymous memory and is counted ([`SharedMemory::pages_lost`],
+//! [`pages_lost_total`]) instead of killing the process (docs/limits.md, "A consumer's hole in
+//! a huge-page region").
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 use nix::fcntl::{fallocate, fcntl, FallocateFlags, FcntlArg, SealFlag};
@@ -24,6 +35,12 @@ use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+mod guard;
+mod register;
+
+pub use guard::pages_lost_total;
+pub use register::RegisterError;
 
 /// Why shared memory could not be made or mapped.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +59,9 @@ pub enum ShmError {
         /// The error.
         err: nix::Error,
     },
+    /// Every entry of the SIGBUS guard's table is taken.
+    #[error("shared memory: the SIGBUS guard holds {0} mappings already")]
+    GuardFull(usize),
 }
 
 fn sys(what: &'static str) -> impl FnOnce(nix::Error) -> ShmError {
@@ -65,12 +85,20 @@ pub enum Access {
 #[repr(align(128))]
 pub struct SharedMemory {
     ptr: NonNull<u8>,
+    /// Octets that may be accessed.
     len: usize,
+    /// Octets mapped: `len` rounded up to whole pages (a hugetlb mapping is whole huge pages).
+    map_len: usize,
     fd: OwnedFd,
     access: Access,
+    /// On hugetlbfs.
     huge: bool,
+    /// The file's page size: the huge page size on hugetlbfs.
+    page: usize,
     /// Made by [`SharedMemory::create`]: its drop frees the file's pages.
     creator: bool,
+    /// In the SIGBUS guard's table ([`SharedMemory::guard`]).
+    guard: Option<guard::Guarded>,
 }
 
 /// Files this process created and has not dropped, and their octets.
@@ -106,6 +134,7 @@ impl std::fmt::Debug for SharedMemory {
             .field("len", &self.len)
             .field("access", &self.access)
             .field("huge", &self.huge)
+            .field("guard", &self.guard)
             .finish()
     }
 }
@@ -143,7 +172,6 @@ impl SharedMemory {
         // The length is fixed from here on, for us and for every holder of the descriptor.
         fcntl(&fd, FcntlArg::F_ADD_SEALS(SEALS)).map_err(sys("seal"))?;
         let mut m = Self::map(fd, size, Access::ReadWrite)?;
-        m.huge = huge;
         m.creator = true;
         CREATED_FILES.fetch_add(1, Ordering::Relaxed);
         CREATED_BYTES.fetch_add(m.len as u64, Ordering::Relaxed);
@@ -173,6 +201,22 @@ impl SharedMemory {
             Access::ReadOnly => ProtFlags::PROT_READ,
             Access::ReadWrite => ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
         };
+        // A hugetlbfs file's block size is its huge page size, a memfd's on shmem the page
+        // size: what the kernel maps and faults in, and what the guard replaces.
+        let fs = nix::sys::statfs::fstatfs(&fd).map_err(sys("fstatfs"))?;
+        let huge = fs.filesystem_type() == nix::sys::statfs::HUGETLBFS_MAGIC;
+        let page = usize::try_from(fs.block_size())
+            .ok()
+            .filter(|p| p.is_power_of_two())
+            .ok_or(ShmError::Layout(
+                "the file system's block size is not a page size",
+            ))?;
+        let map_len = size
+            .get()
+            .checked_next_multiple_of(page)
+            .filter(|&l| l <= isize::MAX as usize)
+            .and_then(NonZeroUsize::new)
+            .ok_or(ShmError::Length(size.get() as u64))?;
         // Populated now (every page allocated and mapped, writable where the mapping is):
         // otherwise the first record or placement into each page takes a page fault inside
         // a worker's burst (0.5–1 µs each, every flow of that worker waiting; 3.8 % of the
@@ -183,15 +227,54 @@ impl SharedMemory {
         // SAFETY: a fresh shared mapping of `size` octets of a memfd that has that size and
         // is sealed against shrinking (created so, or checked by `open`); nothing in this
         // process aliases it and no reference into it is ever formed.
-        let ptr = unsafe { mmap(None, size, prot, flags, &fd, 0) }.map_err(sys("mmap"))?;
+        let ptr = unsafe { mmap(None, map_len, prot, flags, &fd, 0) }.map_err(sys("mmap"))?;
         Ok(SharedMemory {
             ptr: ptr.cast(),
             len: size.get(),
+            map_len: map_len.get(),
             fd,
             access,
-            huge: false,
+            huge,
+            page,
             creator: false,
+            guard: None,
         })
+    }
+
+    /// Puts this mapping under the SIGBUS guard until it is dropped: an access that faults
+    /// because the file cannot back a page any more (a hole punched into a huge-page file
+    /// while the pool is empty) finds anonymous zeroed memory in that page instead of killing
+    /// the process, and is counted in [`SharedMemory::pages_lost`]. The first guarded mapping
+    /// installs the process's SIGBUS handler; a SIGBUS outside every guarded mapping still
+    /// ends the process as before. For mappings this process relies on touching whatever the
+    /// other holder of the file does (docs/limits.md, "A consumer's hole in a huge-page
+    /// region").
+    pub fn guard(&mut self) -> Result<(), ShmError> {
+        if self.guard.is_none() {
+            let prot = match self.access {
+                Access::ReadOnly => libc::PROT_READ,
+                Access::ReadWrite => libc::PROT_READ | libc::PROT_WRITE,
+            };
+            self.guard = Some(guard::Guarded::add(
+                self.ptr.as_ptr(),
+                self.map_len,
+                self.page,
+                prot,
+            )?);
+        }
+        Ok(())
+    }
+
+    /// Pages of a guarded mapping that faulted and were replaced by anonymous memory: what
+    /// was placed in them since is this process's alone, the other holder of the file does
+    /// not see it. 0 for a mapping not guarded.
+    pub fn pages_lost(&self) -> u64 {
+        self.guard.as_ref().map_or(0, guard::Guarded::lost)
+    }
+
+    /// The file's page size: the huge page size for a hugetlbfs file.
+    pub fn page_size(&self) -> usize {
+        self.page
     }
 
     /// Octets mapped.
@@ -483,9 +566,11 @@ unsafe fn stream_pieces<'p>(
 
 impl Drop for SharedMemory {
     fn drop(&mut self) {
+        // Out of the guard's table first: a later mapping at the same address is not ours.
+        drop(self.guard.take());
         // SAFETY: unmaps exactly the mapping `map` made, once; no reference into it exists
         // and the raw pointers handed out may not outlive `self`.
-        let _ = unsafe { munmap(self.ptr.cast(), self.len) };
+        let _ = unsafe { munmap(self.ptr.cast(), self.map_len) };
         if self.creator {
             // Every page goes, also from the other process's mapping: a descriptor it kept
             // holds nothing the creator populated.
