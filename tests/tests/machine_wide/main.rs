@@ -1,11 +1,13 @@
 //! The whole-system tests that change what the whole machine shares — the huge page reserve
-//! (`vm.nr_hugepages`), which every datapath's UMEM and regions draw on — in a test binary of
-//! their own, which cargo runs alone, one test at a time ([`one_at_a_time`]).
+//! (`vm.nr_hugepages`), which every datapath's UMEM and regions draw on — or that read what the
+//! whole process shares (the shared memory it created, counted by every datapath in it), in a
+//! test binary of their own, which cargo runs alone, one test at a time ([`one_at_a_time`]).
 
 mod af_xdp_modes;
 mod nics_runbook;
 mod region_holes;
 mod registered_huge_pages;
+mod released_memory;
 
 use std::os::fd::OwnedFd;
 

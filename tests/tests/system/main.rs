@@ -32,7 +32,6 @@ mod pingpong_example;
 mod placement;
 mod post_queue;
 mod registered_memory;
-mod released_memory;
 mod rtr_interop;
 mod run_to_completion;
 mod scale;

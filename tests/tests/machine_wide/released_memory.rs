@@ -1,7 +1,9 @@
 //! Shared memory the datapath released (a destroyed region, an ended subscription's completion
 //! rings) holds no page, however many descriptors to it a consumer kept: the charge the
 //! datapath gave back is all there was (docs/limits.md, "Shared memory after it is
-//! released").
+//! released"). The datapath's statistics count the shared memory of its whole process, so
+//! this test runs where no other datapath lives beside it (the `machine_wide` binary, one test
+//! at a time).
 
 use mpa_app::{Consumer, ConsumerError};
 use mpa_control::datapath_client::DatapathClient;
@@ -29,6 +31,7 @@ fn released_regions_and_subscriptions_hold_no_pages_whatever_the_consumer_kept()
     if !require_privileged("released memory") {
         return;
     }
+    let _alone = crate::one_at_a_time();
     let bed = TestBed::up(BedConfig::default()).unwrap();
     let (_dp, socket) = datapath(
         &bed,
