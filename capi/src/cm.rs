@@ -269,11 +269,7 @@ pub extern "C" fn mpx_accept(
     private_data: *const u8,
     private_data_len: u32,
 ) -> c_int {
-    with(ctx, |c| {
-        let data = args::octets(private_data, private_data_len as usize, "private_data")?;
-        c.consumer.accept(conn_id, data)?;
-        Ok(MPX_OK)
-    })
+    decide(ctx, conn_id, private_data, private_data_len, true)
 }
 
 /// Rejects connection request `conn_id` with this private data (`rdma_reject`).
@@ -284,9 +280,23 @@ pub extern "C" fn mpx_reject(
     private_data: *const u8,
     private_data_len: u32,
 ) -> c_int {
+    decide(ctx, conn_id, private_data, private_data_len, false)
+}
+
+/// Accepts or rejects connection request `conn_id` with this private data.
+fn decide(
+    ctx: *mut mpx_context,
+    conn_id: u64,
+    private_data: *const u8,
+    private_data_len: u32,
+    accept: bool,
+) -> c_int {
     with(ctx, |c| {
         let data = args::octets(private_data, private_data_len as usize, "private_data")?;
-        c.consumer.reject(conn_id, data)?;
+        match accept {
+            true => c.consumer.accept(conn_id, data)?,
+            false => c.consumer.reject(conn_id, data)?,
+        }
         Ok(MPX_OK)
     })
 }

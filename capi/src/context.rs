@@ -107,6 +107,19 @@ pub(crate) fn with(
     })
 }
 
+/// `MPX_ACCESS_*` flags as (remote write, remote read).
+fn access_flags(access: u32) -> Result<(bool, bool), Failure> {
+    if access & !(MPX_ACCESS_REMOTE_WRITE | MPX_ACCESS_REMOTE_READ) != 0 {
+        return Err(Failure::invalid(format!(
+            "access: unknown flags {access:#x}"
+        )));
+    }
+    Ok((
+        access & MPX_ACCESS_REMOTE_WRITE != 0,
+        access & MPX_ACCESS_REMOTE_READ != 0,
+    ))
+}
+
 fn ok(_: ()) -> c_int {
     MPX_OK
 }
@@ -176,17 +189,10 @@ pub extern "C" fn mpx_create_region(
     stag: *mut u32,
 ) -> c_int {
     with(ctx, |c| {
-        if access & !(MPX_ACCESS_REMOTE_WRITE | MPX_ACCESS_REMOTE_READ) != 0 {
-            return Err(Failure::invalid(format!(
-                "access: unknown flags {access:#x}"
-            )));
-        }
-        let r = c.consumer.create_region(
-            len,
-            pd,
-            access & MPX_ACCESS_REMOTE_WRITE != 0,
-            access & MPX_ACCESS_REMOTE_READ != 0,
-        )?;
+        let (remote_write, remote_read) = access_flags(access)?;
+        let r = c
+            .consumer
+            .create_region(len, pd, remote_write, remote_read)?;
         let s = r.info().stag;
         c.regions.insert(s, r);
         args::store(stag, s, "stag").map(|_| MPX_OK)
@@ -208,21 +214,13 @@ pub extern "C" fn mpx_register_region(
     stag: *mut u32,
 ) -> c_int {
     with(ctx, |c| {
-        if access & !(MPX_ACCESS_REMOTE_WRITE | MPX_ACCESS_REMOTE_READ) != 0 {
-            return Err(Failure::invalid(format!(
-                "access: unknown flags {access:#x}"
-            )));
-        }
+        let (remote_write, remote_read) = access_flags(access)?;
         if fd < 0 {
             return Err(Failure::invalid(format!("fd: {fd}")));
         }
-        let info = c.consumer.register_region(
-            args::descriptor(fd),
-            len,
-            pd,
-            access & MPX_ACCESS_REMOTE_WRITE != 0,
-            access & MPX_ACCESS_REMOTE_READ != 0,
-        )?;
+        let info =
+            c.consumer
+                .register_region(args::descriptor(fd), len, pd, remote_write, remote_read)?;
         args::store(stag, info.stag, "stag").map(|_| MPX_OK)
     })
 }

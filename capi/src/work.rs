@@ -140,12 +140,15 @@ pub extern "C" fn mpx_post_recv(
     count: u32,
     wr_id: u64,
 ) -> c_int {
-    with(ctx, |c| {
-        let target = PostTarget::Flow(flow_id);
-        c.consumer
-            .post_recv_wr(target, stag, offset, length, count, wr_id)?;
-        Ok(MPX_OK)
-    })
+    post_recv(
+        ctx,
+        PostTarget::Flow(flow_id),
+        stag,
+        offset,
+        length,
+        count,
+        wr_id,
+    )
 }
 
 /// Posts receive buffers into domain `pd`'s shared receive queue (`ibv_post_srq_recv`):
@@ -160,9 +163,22 @@ pub extern "C" fn mpx_post_srq_recv(
     count: u32,
     wr_id: u64,
 ) -> c_int {
+    post_recv(ctx, PostTarget::Pd(pd), stag, offset, length, count, wr_id)
+}
+
+/// `count` receive buffers for `target`.
+fn post_recv(
+    ctx: *mut mpx_context,
+    target: PostTarget,
+    stag: u32,
+    offset: u64,
+    length: u32,
+    count: u32,
+    wr_id: u64,
+) -> c_int {
     with(ctx, |c| {
         c.consumer
-            .post_recv_wr(PostTarget::Pd(pd), stag, offset, length, count, wr_id)?;
+            .post_recv_wr(target, stag, offset, length, count, wr_id)?;
         Ok(MPX_OK)
     })
 }
