@@ -4,15 +4,16 @@
  * datapath, or against mpa-peer (listen --echo, connect --op pingpong). docs/c-library.md
  * walks through it.
  *
- *   write_pingpong SOCKET listen  ADDR:PORT [SIZE] [ITERS]   # the echo side
- *   write_pingpong SOCKET connect ADDR:PORT [SIZE] [ITERS]   # the measuring side
+ *   write_pingpong SOCKET listen  ADDR:PORT [SIZE] [ITERS]            # the echo side
+ *   write_pingpong SOCKET connect ADDR:PORT [SIZE] [ITERS] [--json]   # the measuring side
  *
  * SOCKET is the datapath's control socket (an mpa-control serve must serve it); SIZE the
  * payload octets of each Write (default 64); ITERS the round trips (default 1000). Each side
  * registers a region of 2 x SIZE octets peers may write (the first half receives, the second
  * is the connector's send buffer) and advertises it in its private data (32 octets, "MPXR",
  * ctlproto/src/region_ad.rs). Every echo is checked octet for octet; the connector prints
- * perftest's latency columns (half the round trip, microseconds). Every wait is bounded; a
+ * perftest's latency columns (half the round trip, microseconds), or with --json one JSON
+ * document of the same values. Every wait is bounded; a
  * failure is printed on stderr and the exit status is 1. */
 #include <mpaxdp.h>
 #include <math.h>
@@ -25,7 +26,8 @@
 #define IDLE_MS 50
 #define AD_LEN 32
 
-static const char *usage = "usage: write_pingpong SOCKET listen|connect ADDR:PORT [SIZE] [ITERS]";
+static const char *usage =
+    "usage: write_pingpong SOCKET listen|connect ADDR:PORT [SIZE] [ITERS] [--json]";
 
 /* Prints why and exits. */
 static void die(const char *what, int code) {
@@ -208,14 +210,22 @@ static int by_value(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* perftest's ib_write_lat columns: half the round trip, microseconds. */
-static void print_latency(uint64_t size, double *half_us, uint64_t n) {
+/* perftest's ib_write_lat columns (or one JSON document): half the round trip, microseconds. */
+static void print_latency(uint64_t size, double *half_us, uint64_t n, int json) {
     qsort(half_us, n, sizeof *half_us, by_value);
     double sum = 0, var = 0;
     for (uint64_t i = 0; i < n; i++) sum += half_us[i];
     double avg = sum / (double)n;
     for (uint64_t i = 0; i < n; i++) var += (half_us[i] - avg) * (half_us[i] - avg);
 #define PCT(p) half_us[(uint64_t)fmin((double)n, fmax(1.0, ceil((double)n * (p)))) - 1]
+    if (json) {
+        printf("{\"bytes\":%llu,\"iterations\":%llu,\"t_min_usec\":%.3f,\"t_max_usec\":%.3f,"
+               "\"t_typical_usec\":%.3f,\"t_avg_usec\":%.3f,\"t_stdev_usec\":%.3f,"
+               "\"p99_usec\":%.3f,\"p99_9_usec\":%.3f}\n",
+               (unsigned long long)size, (unsigned long long)n, half_us[0], half_us[n - 1],
+               PCT(0.5), avg, sqrt(var / (double)n), PCT(0.99), PCT(0.999));
+        return;
+    }
     printf(" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    "
            "t_stdev[usec]   99%% percentile[usec]   99.9%% percentile[usec]\n");
     printf(" %-6llu %-10llu %-14.2f %-14.2f %-16.2f %-14.2f %-15.2f %-22.2f %.2f\n",
@@ -225,7 +235,8 @@ static void print_latency(uint64_t size, double *half_us, uint64_t n) {
 }
 
 /* The connector: connects, pings `iters` times, checks every echo, prints the latencies. */
-static int connect_side(const char *socket, const char *addr, uint64_t size, uint64_t iters) {
+static int connect_side(const char *socket, const char *addr, uint64_t size, uint64_t iters,
+                        int json) {
     struct resources r;
     resources(&r, socket, size);
     uint8_t ad[AD_LEN];
@@ -275,7 +286,7 @@ static int connect_side(const char *socket, const char *addr, uint64_t size, uin
     }
     /* rdma_disconnect: what is posted goes out first, then the FIN. */
     check("disconnect", mpx_disconnect(r.ctx, flow));
-    print_latency(size, half_us, iters);
+    print_latency(size, half_us, iters, json);
     free(half_us);
     mpx_close(r.ctx);
     return 0;
@@ -292,6 +303,8 @@ static uint64_t number(const char *s, const char *name) {
 }
 
 int main(int argc, char **argv) {
+    int json = argc > 1 && strcmp(argv[argc - 1], "--json") == 0;
+    argc -= json;
     if (argc < 4 || argc > 6) {
         fprintf(stderr, "%s\n", usage);
         return 1;
@@ -299,7 +312,7 @@ int main(int argc, char **argv) {
     uint64_t size = argc > 4 ? number(argv[4], "SIZE") : 64;
     uint64_t iters = argc > 5 ? number(argv[5], "ITERS") : 1000;
     if (strcmp(argv[2], "listen") == 0) return listen_side(argv[1], argv[3], size);
-    if (strcmp(argv[2], "connect") == 0) return connect_side(argv[1], argv[3], size, iters);
+    if (strcmp(argv[2], "connect") == 0) return connect_side(argv[1], argv[3], size, iters, json);
     fprintf(stderr, "write_pingpong: %s is neither listen nor connect; %s\n", argv[2], usage);
     return 1;
 }

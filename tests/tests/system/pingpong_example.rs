@@ -111,6 +111,54 @@ fn the_c_example_pings_mpa_peer_and_echoes_for_it() {
     against_mpa_peer(&c_example());
 }
 
+/// The C example's `--json`: one document of perftest's values, the iterations all there.
+#[test]
+fn the_c_example_prints_one_json_document() {
+    if !require_privileged("the C ping-pong example's JSON") {
+        return;
+    }
+    let program = c_example();
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let (_dp, socket) = datapath(&bed, &DatapathOptions::default());
+    let _cm = manager(&bed, &bed.ns_b, &socket);
+    let at = SocketAddr::new(bed.addr_a(false), 7934);
+    let peer = PeerListener::start(
+        &bed,
+        at,
+        &["--echo", "--advertise", "0xec0001:64", "--rev", "2"],
+    );
+    let client = Command::new(&program)
+        .arg(&socket)
+        .args(["connect", &at.to_string(), SIZE, ITERS, "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = finished(client, "connect side, --json");
+    let doc: serde_json::Value =
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(doc["bytes"], 64, "{doc}");
+    assert_eq!(doc["iterations"], ITERS.parse::<u64>().unwrap(), "{doc}");
+    for key in [
+        "t_min_usec",
+        "t_max_usec",
+        "t_typical_usec",
+        "t_avg_usec",
+        "t_stdev_usec",
+        "p99_usec",
+        "p99_9_usec",
+    ] {
+        assert!(doc[key].as_f64().is_some_and(|v| v >= 0.0), "{key}: {doc}");
+    }
+    assert!(
+        doc["t_min_usec"].as_f64() <= doc["t_max_usec"].as_f64(),
+        "{doc}"
+    );
+    let report = peer.report(Duration::from_secs(30));
+    assert_eq!(report["echoes"], ITERS.parse::<u64>().unwrap(), "{report}");
+}
+
 /// `examples/c/write_pingpong.c`, built against libmpaxdp.
 fn c_example() -> PathBuf {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/c/write_pingpong.c");
