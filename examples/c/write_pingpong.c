@@ -15,131 +15,17 @@
  * perftest's latency columns (half the round trip, microseconds), or with --json one JSON
  * document of the same values. Every wait is bounded; a
  * failure is printed on stderr and the exit status is 1. */
-#include <mpaxdp.h>
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#define WAIT_MS 10000
-#define IDLE_MS 50
-#define AD_LEN 32
+#define EXAMPLE "write_pingpong"
+#include "mpx_example.h"
 
 static const char *usage =
     "usage: write_pingpong SOCKET listen|connect ADDR:PORT [SIZE] [ITERS] [--json]";
 
-/* Prints why and exits. */
-static void die(const char *what, int code) {
-    fprintf(stderr, "write_pingpong: %s: %s (%s)\n", what, mpx_last_error(), mpx_error_name(code));
-    exit(1);
-}
-
-static void check(const char *what, int code) {
-    if (code < 0) die(what, code);
-}
-
-static void put_be(uint8_t *p, uint64_t v, int n) {
-    for (int i = n - 1; i >= 0; i--, v >>= 8) p[i] = (uint8_t)v;
-}
-
-static uint64_t get_be(const uint8_t *p, int n) {
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++) v = v << 8 | p[i];
-    return v;
-}
-
-/* The advertisement of our receiving half (`size` octets at TO 0 of `stag`): Writes only. */
-static void our_ad(uint8_t ad[AD_LEN], uint32_t stag, uint64_t size) {
-    memset(ad, 0, AD_LEN);
-    memcpy(ad, "MPXR", 4);
-    ad[4] = 1;    /* version */
-    ad[5] = 0x01; /* W: RDMA Writes accepted */
-    put_be(ad + 8, stag, 4);
-    put_be(ad + 12, size, 8);
-}
-
-/* The peer's region from its private data: its STag and base TO, or an exit. */
-static void peer_ad(const uint8_t *pd, uint32_t len, uint64_t size, uint32_t *stag, uint64_t *to) {
-    if (len < AD_LEN || memcmp(pd, "MPXR", 4) != 0 || pd[4] != 1) {
-        fprintf(stderr, "write_pingpong: the peer's private data carries no region advertisement\n");
-        exit(1);
-    }
-    if (!(pd[5] & 0x01) || get_be(pd + 12, 8) < size) {
-        fprintf(stderr, "write_pingpong: the peer's region does not take Writes of %llu octets\n",
-                (unsigned long long)size);
-        exit(1);
-    }
-    *stag = (uint32_t)get_be(pd + 8, 4);
-    *to = get_be(pd + 20, 8);
-}
-
-struct resources {
-    mpx_context *ctx;
-    uint32_t pd, stag, send_cq, recv_cq;
-    uint8_t *mem;
-};
-
-/* The context (ibv_open_device), domain (ibv_alloc_pd), region (ibv_reg_mr), completion
- * channel and CQs (ibv_create_cq): every connection of the domain completes its own Writes on
- * the send CQ and the peer's on the receive CQ. */
-static void resources(struct resources *r, const char *socket, uint64_t size) {
-    check("open", mpx_open(socket, WAIT_MS, &r->ctx));
-    check("alloc_pd", mpx_alloc_pd(r->ctx, &r->pd));
-    check("create_region",
-          mpx_create_region(r->ctx, r->pd, 2 * size, MPX_ACCESS_REMOTE_WRITE, &r->stag));
-    void *addr = NULL;
-    uint64_t len = 0;
-    check("region_addr", mpx_region_addr(r->ctx, r->stag, &addr, &len));
-    r->mem = addr;
-    check("subscribe", mpx_subscribe(r->ctx, r->pd));
-    check("create_cq", mpx_create_cq(r->ctx, r->pd, 4096, &r->send_cq));
-    check("create_cq", mpx_create_cq(r->ctx, r->pd, 4096, &r->recv_cq));
-    check("set_domain_cqs", mpx_set_domain_cqs(r->ctx, r->send_cq, r->recv_cq));
-}
-
-/* One Write of `len` octets at `offset` of our region to `to` of the peer's `stag`, unsignaled
- * (it completes only if it fails), through the shared-memory post queue. */
-static void post_write(struct resources *r, uint64_t flow, uint64_t wr_id, uint64_t offset,
-                       uint64_t len, uint32_t stag, uint64_t to) {
-    mpx_send_wr wr;
-    memset(&wr, 0, sizeof wr);
-    wr.wr_id = wr_id;
-    wr.flow_id = flow;
-    wr.opcode = MPX_WR_WRITE;
-    wr.flags = 0;
-    wr.remote_stag = stag;
-    wr.remote_offset = to;
-    wr.count = 1;
-    wr.num_sge = 1;
-    wr.sg_list[0].stag = r->stag;
-    wr.sg_list[0].offset = offset;
-    wr.sg_list[0].length = len;
-    check("post_send", mpx_post_send(r->ctx, &wr));
-}
-
-/* A failed request of ours on the send CQ ends the program. */
-static void no_failures(struct resources *r) {
-    mpx_wc wc[16];
-    int n = mpx_poll_cq(r->ctx, r->send_cq, wc, 16);
-    check("poll_cq", n);
-    if (n > 0) {
-        fprintf(stderr, "write_pingpong: work request %llu failed with status %u\n",
-                (unsigned long long)wc[0].wr_id, wc[0].status);
-        exit(1);
-    }
-}
-
-static mpx_cm_event next_event(mpx_context *ctx) {
-    mpx_cm_event ev;
-    check("get_cm_event", mpx_get_cm_event(ctx, WAIT_MS, &ev));
-    return ev;
-}
 
 /* The listener: accepts one connection and echoes every Write until it ends. */
 static int listen_side(const char *socket, const char *addr, uint64_t size) {
     struct resources r;
-    resources(&r, socket, size);
+    resources(&r, socket, 2 * size, MPX_ACCESS_REMOTE_WRITE);
     uint64_t listen_id = 0;
     uint16_t port = 0;
     check("listen", mpx_listen(r.ctx, r.pd, addr, &listen_id, &port));
@@ -238,7 +124,7 @@ static void print_latency(uint64_t size, double *half_us, uint64_t n, int json) 
 static int connect_side(const char *socket, const char *addr, uint64_t size, uint64_t iters,
                         int json) {
     struct resources r;
-    resources(&r, socket, size);
+    resources(&r, socket, 2 * size, MPX_ACCESS_REMOTE_WRITE);
     uint8_t ad[AD_LEN];
     our_ad(ad, r.stag, size);
     uint64_t conn_id = 0;
@@ -292,15 +178,6 @@ static int connect_side(const char *socket, const char *addr, uint64_t size, uin
     return 0;
 }
 
-static uint64_t number(const char *s, const char *name) {
-    char *end = NULL;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || *end != '\0' || v == 0) {
-        fprintf(stderr, "write_pingpong: %s %s is not a positive number; %s\n", name, s, usage);
-        exit(1);
-    }
-    return v;
-}
 
 int main(int argc, char **argv) {
     int json = argc > 1 && strcmp(argv[argc - 1], "--json") == 0;
@@ -309,8 +186,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", usage);
         return 1;
     }
-    uint64_t size = argc > 4 ? number(argv[4], "SIZE") : 64;
-    uint64_t iters = argc > 5 ? number(argv[5], "ITERS") : 1000;
+    uint64_t size = argc > 4 ? number(argv[4], "SIZE", usage) : 64;
+    uint64_t iters = argc > 5 ? number(argv[5], "ITERS", usage) : 1000;
     if (strcmp(argv[2], "listen") == 0) return listen_side(argv[1], argv[3], size);
     if (strcmp(argv[2], "connect") == 0) return connect_side(argv[1], argv[3], size, iters, json);
     fprintf(stderr, "write_pingpong: %s is neither listen nor connect; %s\n", argv[2], usage);

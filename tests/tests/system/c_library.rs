@@ -2,11 +2,14 @@
 //! against the shared library calls every error path against a live datapath — bad handles
 //! and arguments, another context's objects, connections that do not exist, malformed work
 //! requests, a refusal that comes back as a completion, a panic inside the library — and
-//! each returns its code with a message (`capi/tests/c/errors.c`).
+//! each returns its code with a message (`capi/tests/c/errors.c`); and the C bandwidth program
+//! (`examples/c/rdma_bw.c`) against `mpa-peer` and a second datapath.
 
-use mpa_tests::{datapath, require_privileged, BedConfig, DatapathOptions, TestBed};
+use mpa_tests::{datapath, require_privileged, BedConfig, DatapathOptions, PeerListener, TestBed};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 /// The workspace's root.
 fn root() -> PathBuf {
@@ -79,4 +82,94 @@ fn every_error_path_returns_its_code_and_message_from_c() {
     );
     assert_eq!(dp.failure(), None);
     dp.stop();
+}
+
+/// `examples/c/rdma_bw.c` `connect` with `args`, to `at` through the datapath at `socket`: its
+/// one JSON document.
+fn bandwidth(program: &Path, socket: &Path, at: SocketAddr, args: &[&str]) -> serde_json::Value {
+    let child = Command::new(program)
+        .arg(socket)
+        .args(["connect", &at.to_string(), "4096", "500", "--json"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = super::pingpong_example::finished(child, "rdma_bw connect");
+    let doc: serde_json::Value =
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(
+        (&doc["bytes"], &doc["iterations"]),
+        (&4096.into(), &500.into()),
+        "{doc}"
+    );
+    let avg = doc["bw_average_gbps"].as_f64().unwrap_or(0.0);
+    assert!(
+        avg > 0.0 && doc["bw_peak_gbps"].as_f64() >= Some(avg),
+        "{doc}"
+    );
+    doc
+}
+
+/// The C bandwidth program writes and reads `mpa-peer listen`'s region (every completion
+/// checked by the program, every Write and Read counted by the peer), and writes into a second
+/// datapath whose C listener counts them placed.
+#[test]
+fn the_c_bandwidth_program_writes_and_reads_against_mpa_peer_and_a_datapath() {
+    if !require_privileged("the C bandwidth program") {
+        return;
+    }
+    let program = compile(&root().join("examples/c/rdma_bw.c"), "rdma_bw");
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let (_dp_b, socket_b) = datapath(&bed, &DatapathOptions::default());
+    let _cm_b = super::pingpong_example::manager(&bed, &bed.ns_b, &socket_b);
+    for (port, read) in [(7941u16, false), (7942, true)] {
+        let at = SocketAddr::new(bed.addr_a(false), port);
+        let mut flags = vec!["--advertise", "0xbb0001:262144"];
+        if read {
+            flags.push("--remote-read");
+        }
+        let peer = PeerListener::start(&bed, at, &flags);
+        let doc = bandwidth(
+            &program,
+            &socket_b,
+            at,
+            if read { &["--read"] } else { &[] },
+        );
+        assert_eq!(doc["op"], if read { "read" } else { "write" }, "{doc}");
+        let report = peer.report(Duration::from_secs(30));
+        assert_eq!(report["error"], serde_json::Value::Null, "{report}");
+        let key = if read { "reads_served" } else { "writes" };
+        assert_eq!(report[key], 500, "{report}");
+    }
+    // Datapath to datapath: the C listener on datapath A counts every Write placed.
+    let socket_a = mpa_harness::temp_path("bw-dp-a.sock");
+    let _dp_a = mpa_harness::datapath::start_datapath_on(
+        &bed.ns_a,
+        &bed.if_a,
+        &socket_a,
+        &DatapathOptions::default(),
+    )
+    .unwrap();
+    let _cm_a = super::pingpong_example::manager(&bed, &bed.ns_a, &socket_a);
+    let at = SocketAddr::new(bed.addr_a(false), 7943);
+    let mut listener = Command::new(&program)
+        .arg(&socket_a)
+        .args(["listen", &at.to_string(), "4096"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(listener.stdout.as_mut().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    assert_eq!(first.trim(), format!("listening on {at}"));
+    bandwidth(&program, &socket_b, at, &[]);
+    let out = super::pingpong_example::finished(listener, "rdma_bw listen");
+    assert!(out.contains("500 writes placed, 2048000 octets"), "{out}");
 }

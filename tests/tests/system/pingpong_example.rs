@@ -21,7 +21,7 @@ const SIZE: &str = "64";
 const ITERS: &str = "300";
 
 /// A connection manager for the datapath at `socket`, in namespace `ns`.
-fn manager(bed: &TestBed, ns: &str, socket: &Path) -> ControlDaemon {
+pub(crate) fn manager(bed: &TestBed, ns: &str, socket: &Path) -> ControlDaemon {
     let config = mpa_harness::temp_path("pingpong-cm.toml");
     std::fs::write(
         &config,
@@ -45,7 +45,7 @@ fn pingpong(program: &Path, socket: &Path, role: &str, addr: SocketAddr) -> Chil
 }
 
 /// Waits (bounded) for `child`; its output, which must be a success.
-fn finished(child: Child, what: &str) -> String {
+pub(crate) fn finished(child: Child, what: &str) -> String {
     let t0 = Instant::now();
     let pid = child.id();
     let watchdog = std::thread::spawn(move || {
