@@ -173,3 +173,53 @@ fn the_c_bandwidth_program_writes_and_reads_against_mpa_peer_and_a_datapath() {
     let out = super::pingpong_example::finished(listener, "rdma_bw listen");
     assert!(out.contains("500 writes placed, 2048000 octets"), "{out}");
 }
+
+/// Flushed completions from C: a kernel MPA peer resets the connection while three receive
+/// buffers are posted; each completes flushed with its id on the receive CQ, then the end
+/// comes (`capi/tests/c/flushed.c`).
+#[test]
+fn posted_buffers_complete_flushed_in_c_when_the_peer_resets() {
+    if !require_privileged("flushed completions from C") {
+        return;
+    }
+    use mpa::endpoint::{EndpointConfig, MpaStream};
+    let exe = compile(&root().join("capi/tests/c/flushed.c"), "flushed");
+    let bed = TestBed::up(BedConfig::default()).unwrap();
+    let (dp, socket) = datapath(&bed, &DatapathOptions::default());
+    let _cm = super::pingpong_example::manager(&bed, &bed.ns_b, &socket);
+    let listener = mpa_tests::listen_in(&bed.ns_a, SocketAddr::new(bed.addr_a(false), 0));
+    let at = listener.local_addr().unwrap();
+    let (reset_tx, reset_rx) = std::sync::mpsc::channel::<()>();
+    let peer = std::thread::spawn(move || {
+        let (sock, _) = listener.accept().unwrap();
+        let s = MpaStream::accept(sock, &EndpointConfig::default()).unwrap();
+        reset_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+        let linger = libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        nix::sys::socket::setsockopt(s.get_ref(), nix::sys::socket::sockopt::Linger, &linger)
+            .unwrap();
+    });
+    let mut child = Command::new(&exe)
+        .arg(&socket)
+        .arg(at.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    assert_eq!(first.trim(), "ready");
+    reset_tx.send(()).unwrap();
+    peer.join().unwrap();
+    let out = super::pingpong_example::finished(child, "flushed");
+    assert!(out.contains("flushed 3, then disconnected"), "{out}");
+    assert_eq!(dp.failure(), None);
+    dp.stop();
+}
