@@ -500,16 +500,7 @@ impl Server {
             .create(len, pd, remote_write, remote_read, client)
         {
             Ok(r) => {
-                for w in &self.workers {
-                    let _ = w.send(Command::AddRegion(r.clone()));
-                }
-                tracing::info!(
-                    stag = r.info.stag,
-                    len,
-                    pd,
-                    huge = r.info.huge_pages,
-                    "region created"
-                );
+                self.add_region(&r, "region created");
                 let m = Message::RegionCreated {
                     id,
                     region: r.info.clone(),
@@ -518,6 +509,21 @@ impl Server {
             }
             Err((code, message)) => self.reply(client, Message::Error { id, code, message }),
         }
+    }
+
+    /// Every worker learns region `r` (created or registered), logged as `what`.
+    fn add_region(&mut self, r: &mpa_stack::receiver::Region, what: &'static str) {
+        for w in &self.workers {
+            let _ = w.send(Command::AddRegion(r.clone()));
+        }
+        let i = &r.info;
+        tracing::info!(
+            stag = i.stag,
+            len = i.len,
+            pd = i.pd,
+            huge = i.huge_pages,
+            "{what}"
+        );
     }
 
     /// RegisterRegion: the application's memfd, sealed, mapped and guarded by the registry,
@@ -539,16 +545,7 @@ impl Server {
         };
         match self.registry.register(fd, len, pd, access, client) {
             Ok(r) => {
-                for w in &self.workers {
-                    let _ = w.send(Command::AddRegion(r.clone()));
-                }
-                tracing::info!(
-                    stag = r.info.stag,
-                    len,
-                    pd,
-                    huge = r.info.huge_pages,
-                    "region registered over the application's memory"
-                );
+                self.add_region(&r, "region registered over the application's memory");
                 let region = r.info.clone();
                 self.reply(client, Message::RegionRegistered { id, region });
             }

@@ -5,10 +5,11 @@
 //! each returns its code with a message (`capi/tests/c/errors.c`); and the C bandwidth program
 //! (`examples/c/rdma_bw.c`) against `mpa-peer` and a second datapath.
 
+use super::pingpong_example::{first_line, spawn};
 use mpa_tests::{datapath, require_privileged, BedConfig, DatapathOptions, PeerListener, TestBed};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 /// The workspace's root.
@@ -87,15 +88,12 @@ fn every_error_path_returns_its_code_and_message_from_c() {
 /// `examples/c/rdma_bw.c` `connect` with `args`, to `at` through the datapath at `socket`: its
 /// one JSON document.
 fn bandwidth(program: &Path, socket: &Path, at: SocketAddr, args: &[&str]) -> serde_json::Value {
-    let child = Command::new(program)
-        .arg(socket)
-        .args(["connect", &at.to_string(), "4096", "500", "--json"])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let at = at.to_string();
+    let all: Vec<&str> = ["connect", at.as_str(), "4096", "500", "--json"]
+        .into_iter()
+        .chain(args.iter().copied())
+        .collect();
+    let child = spawn(program, socket, &all);
     let out = super::pingpong_example::finished(child, "rdma_bw connect");
     let doc: serde_json::Value =
         serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
@@ -154,21 +152,8 @@ fn the_c_bandwidth_program_writes_and_reads_against_mpa_peer_and_a_datapath() {
     .unwrap();
     let _cm_a = super::pingpong_example::manager(&bed, &bed.ns_a, &socket_a);
     let at = SocketAddr::new(bed.addr_a(false), 7943);
-    let mut listener = Command::new(&program)
-        .arg(&socket_a)
-        .args(["listen", &at.to_string(), "4096"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(listener.stdout.as_mut().unwrap()),
-        &mut first,
-    )
-    .unwrap();
-    assert_eq!(first.trim(), format!("listening on {at}"));
+    let mut listener = spawn(&program, &socket_a, &["listen", &at.to_string(), "4096"]);
+    assert_eq!(first_line(&mut listener), format!("listening on {at}"));
     bandwidth(&program, &socket_b, at, &[]);
     let out = super::pingpong_example::finished(listener, "rdma_bw listen");
     assert!(out.contains("500 writes placed, 2048000 octets"), "{out}");
@@ -201,21 +186,8 @@ fn posted_buffers_complete_flushed_in_c_when_the_peer_resets() {
         nix::sys::socket::setsockopt(s.get_ref(), nix::sys::socket::sockopt::Linger, &linger)
             .unwrap();
     });
-    let mut child = Command::new(&exe)
-        .arg(&socket)
-        .arg(at.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
-        &mut first,
-    )
-    .unwrap();
-    assert_eq!(first.trim(), "ready");
+    let mut child = spawn(&exe, &socket, &[&at.to_string()]);
+    assert_eq!(first_line(&mut child), "ready");
     reset_tx.send(()).unwrap();
     peer.join().unwrap();
     let out = super::pingpong_example::finished(child, "flushed");

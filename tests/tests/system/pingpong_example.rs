@@ -33,15 +33,31 @@ pub(crate) fn manager(bed: &TestBed, ns: &str, socket: &Path) -> ControlDaemon {
     d
 }
 
-fn pingpong(program: &Path, socket: &Path, role: &str, addr: SocketAddr) -> Child {
+/// `program SOCKET ARGS…`, its output piped.
+pub(crate) fn spawn(program: &Path, socket: &Path, args: &[&str]) -> Child {
     Command::new(program)
         .arg(socket)
-        .args([role, &addr.to_string(), SIZE, ITERS])
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
+}
+
+/// The first line `child` prints (a listener says where it listens).
+pub(crate) fn first_line(child: &mut Child) -> String {
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    first.trim().to_string()
+}
+
+fn pingpong(program: &Path, socket: &Path, role: &str, addr: SocketAddr) -> Child {
+    spawn(program, socket, &[role, &addr.to_string(), SIZE, ITERS])
 }
 
 /// Waits (bounded) for `child`; its output, which must be a success.
@@ -127,14 +143,11 @@ fn the_c_example_prints_one_json_document() {
         at,
         &["--echo", "--advertise", "0xec0001:64", "--rev", "2"],
     );
-    let client = Command::new(&program)
-        .arg(&socket)
-        .args(["connect", &at.to_string(), SIZE, ITERS, "--json"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let client = spawn(
+        &program,
+        &socket,
+        &["connect", &at.to_string(), SIZE, ITERS, "--json"],
+    );
     let out = finished(client, "connect side, --json");
     let doc: serde_json::Value =
         serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
@@ -178,13 +191,7 @@ fn between_two_datapaths(program: &Path) {
     let at = SocketAddr::new(bed.addr_b(false), 7931);
     let mut server = pingpong(program, &socket_b, "listen", at);
     // Ready once it says where it listens.
-    let mut first = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(server.stdout.as_mut().unwrap()),
-        &mut first,
-    )
-    .unwrap();
-    assert_eq!(first.trim(), format!("listening on {at}"));
+    assert_eq!(first_line(&mut server), format!("listening on {at}"));
     let client = pingpong(program, &socket_a, "connect", at);
     latency_table(&finished(client, "connect side"));
     let out = finished(server, "listen side");
@@ -222,12 +229,7 @@ fn against_mpa_peer(program: &Path) {
     // mpa-peer measures (it checks every echo); the example echoes.
     let at = SocketAddr::new(bed.addr_b(false), 7933);
     let mut server = pingpong(program, &socket, "listen", at);
-    let mut first = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(server.stdout.as_mut().unwrap()),
-        &mut first,
-    )
-    .unwrap();
+    first_line(&mut server);
     let size = (64 + mpa::wire::ddp::TAGGED_HEADER_LEN).to_string();
     let out = bed
         .command(&bed.ns_a, &bin("mpa-peer").to_string_lossy())
