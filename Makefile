@@ -12,7 +12,7 @@ DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev m4 pkg-config iproute2 ethtool 
 	bpftool tcpdump tshark fonts-dejavu-core python3 systemd man-db
 
 .PHONY: all deps build check test demo compare hostile fuzz bench bench-quick microbench header soak clean \
-	install deb check-install
+	install install-c-library deb check-install
 
 all: build
 
@@ -31,9 +31,9 @@ deps:
 # the workspace's binaries and examples, the set the tests build, so nothing builds twice).
 BUILD_PROFILE ?= release
 PROFILE_DIR := target/$(if $(filter dev test,$(BUILD_PROFILE)),debug,$(if $(filter bench,$(BUILD_PROFILE)),release,$(BUILD_PROFILE)))
+# The examples too: `mpa-bench lat --pingpong --modes rust-app` runs one.
 build:
-	$(CARGO) build --workspace --profile $(BUILD_PROFILE) \
-		$(if $(filter test,$(BUILD_PROFILE)),--lib --bins --examples)
+	$(CARGO) build --workspace --profile $(BUILD_PROFILE) --lib --bins --examples
 
 # The demo: builds, makes a namespace bed, runs the datapath and the hand-over listener in b
 # and `mpa-peer connect` in a (256 MiB as 4 KiB ULPDUs, markers and CRC), checks the digest.
@@ -164,7 +164,15 @@ install: build
 	done
 	gzip -9nf $(DESTDIR)$(MANDIR)/man1/mpa-*.1 $(DESTDIR)$(MANDIR)/man8/mpa-*.8
 	install -m 644 README.md LICENSE-MIT LICENSE-APACHE packaging/copyright $(DESTDIR)$(DOCDIR)/
-	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
+	$(MAKE) --no-print-directory install-c-library
+
+# libmpaxdp alone as built in $(PROFILE_DIR) (part of install; the tests of the C programs
+# build them against a tree it makes): both libraries, the header, mpa-xdp.pc and the C
+# examples' sources.
+install-c-library:
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR) \
+		$(DESTDIR)$(DOCDIR)/examples/c
+	install -m 644 examples/c/*.c examples/c/*.h $(DESTDIR)$(DOCDIR)/examples/c/
 	install -m 644 $(PROFILE_DIR)/libmpaxdp.so $(DESTDIR)$(LIBDIR)/libmpaxdp.so.$(C_LIB_VERSION)
 	ln -sf libmpaxdp.so.$(C_LIB_VERSION) $(DESTDIR)$(LIBDIR)/libmpaxdp.so.0
 	ln -sf libmpaxdp.so.0 $(DESTDIR)$(LIBDIR)/libmpaxdp.so

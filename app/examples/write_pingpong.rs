@@ -4,8 +4,8 @@
 //! connection private data. docs/verbs.md walks through it.
 //!
 //! ```text
-//! write_pingpong SOCKET listen  ADDR:PORT [SIZE] [ITERS]   # the echo side
-//! write_pingpong SOCKET connect ADDR:PORT [SIZE] [ITERS]   # the measuring side
+//! write_pingpong SOCKET listen  ADDR:PORT [SIZE] [ITERS]                     # the echo side
+//! write_pingpong SOCKET connect ADDR:PORT [SIZE] [ITERS] [--samples FILE]    # the measuring side
 //! ```
 //!
 //! SOCKET is the datapath's control socket (an `mpa-control serve` must serve it); SIZE the
@@ -18,11 +18,13 @@
 //!   Request; the listener accepts with its own in the Reply — the format `mpa-peer` speaks,
 //!   so either side also works against `mpa-peer listen --echo` and `mpa-peer connect --op
 //!   pingpong`.
-//! * The connector writes ping `i` (its octets depend on `i`) into the listener's region; the
+//! * The connector writes ping `i` (a pattern written once, its first octets `i`'s number)
+//!   into the listener's region; the
 //!   listener, on that Write's completion, writes the same octets back into the connector's
 //!   region (an echo); the connector checks every octet of every echo and times the round
 //!   trip. It prints perftest's latency columns (half the round trip, microseconds) and
-//!   closes; the listener exits when the connection has ended.
+//!   closes; the listener exits when the connection has ended. `--samples FILE` also writes
+//!   every round trip, nanoseconds, one per line (`mpa-bench lat --pingpong --modes rust-app`).
 //!
 //! Every wait is bounded; a failure is printed on stderr and the exit status is non-zero.
 
@@ -39,7 +41,8 @@ const WAIT: Duration = Duration::from_secs(10);
 /// The echo side looks for the connection's end after this long without a completion.
 const IDLE: Duration = Duration::from_millis(50);
 
-const USAGE: &str = "usage: write_pingpong SOCKET listen|connect ADDR:PORT [SIZE] [ITERS]";
+const USAGE: &str =
+    "usage: write_pingpong SOCKET listen|connect ADDR:PORT [SIZE] [ITERS] [--samples FILE]";
 
 /// Why the program stopped: printed as is.
 struct Failure(String);
@@ -66,10 +69,26 @@ struct Args {
     addr: SocketAddr,
     size: u64,
     iters: u64,
+    samples: Option<PathBuf>,
 }
 
 fn args() -> Result<Args, Failure> {
-    let mut a = std::env::args().skip(1);
+    let mut samples = None;
+    let mut positional = Vec::new();
+    let mut all = std::env::args().skip(1);
+    while let Some(arg) = all.next() {
+        match arg.as_str() {
+            "--samples" => match all.next() {
+                Some(f) => samples = Some(PathBuf::from(f)),
+                None => return fail(format!("--samples needs a FILE; {USAGE}")),
+            },
+            a if a.starts_with("--") || positional.len() == 5 => {
+                return fail(format!("unexpected argument {a:?}; {USAGE}"))
+            }
+            _ => positional.push(arg),
+        }
+    }
+    let mut a = positional.into_iter();
     let (Some(socket), Some(role), Some(addr)) = (a.next(), a.next(), a.next()) else {
         return fail(USAGE);
     };
@@ -94,6 +113,7 @@ fn args() -> Result<Args, Failure> {
         addr,
         size: number(a.next(), "SIZE", 64)?,
         iters: number(a.next(), "ITERS", 1000)?,
+        samples,
     })
 }
 
@@ -263,14 +283,19 @@ fn connect(a: &Args) -> Result<(), Failure> {
     };
     let stag = r.region.info().stag;
     let (size, send_at) = (a.size, a.size);
-    let mut ping = vec![0u8; size as usize];
+    // The ping: a pattern written once, its first (up to) 8 octets the iteration's number,
+    // so that an echo of an earlier ping cannot pass the check and the sender does not read
+    // a whole freshly written message from this core's cache every round trip.
+    let mut ping: Vec<u8> = (0..size as usize).map(|j| (j * 13 + 1) as u8).collect();
+    let stamp = ping.len().min(8);
+    if !r.region.write(send_at, &ping) {
+        return fail("the region is shorter than 2 × SIZE");
+    }
     let mut echo = vec![0u8; size as usize];
     let mut rtt_ns = Vec::with_capacity(a.iters as usize);
     for i in 0..a.iters {
-        for (j, b) in ping.iter_mut().enumerate() {
-            *b = (i as usize * 7 + j * 13 + 1) as u8;
-        }
-        if !r.region.write(send_at, &ping) {
+        ping[..stamp].copy_from_slice(&i.to_le_bytes()[..stamp]);
+        if !r.region.write(send_at, &ping[..stamp]) {
             return fail("the region is shorter than 2 × SIZE");
         }
         let t0 = Instant::now();
@@ -294,6 +319,10 @@ fn connect(a: &Args) -> Result<(), Failure> {
     }
     // rdma_disconnect: what is posted goes out first, then the FIN.
     r.app.finish_flow(flow_id)?;
+    if let Some(path) = &a.samples {
+        let text: String = rtt_ns.iter().map(|v| format!("{v}\n")).collect();
+        std::fs::write(path, text).map_err(|e| Failure(format!("{}: {e}", path.display())))?;
+    }
     print_latency(size, &mut rtt_ns);
     Ok(())
 }

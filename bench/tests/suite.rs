@@ -91,6 +91,25 @@ fn suite_quick_writes_summary_documents_plots_and_hgrm_files() {
         .map(|d| d["params"]["pingpong"] == true)
         .collect();
     assert_eq!(pingpong, [false, true, false]);
+    // The ping-pong's modes include the two examples in processes of their own, C and Rust.
+    let pp = docs
+        .iter()
+        .find(|d| d["params"]["pingpong"] == true)
+        .unwrap();
+    let mut want = Vec::new();
+    for size in [64, 4096] {
+        for r in [
+            "kernel",
+            "datapath",
+            "datapath-spin",
+            "datapath-rtc",
+            "datapath-rust-app",
+            "datapath-c-api",
+        ] {
+            want.push((r.to_string(), size));
+        }
+    }
+    assert_eq!(receivers(pp), want);
     for d in docs {
         check_shape(d).unwrap_or_else(|e| panic!("{e:#}: {d}"));
     }
@@ -135,6 +154,11 @@ fn suite_quick_writes_summary_documents_plots_and_hgrm_files() {
         5
     );
     let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    // The C example beside its Rust twin, per size.
+    for size in ["    64", "  4096"] {
+        let line = format!("C library / Rust interface, same example, at {size} B: p50 ");
+        assert!(summary.contains(&line), "{line}: {summary}");
+    }
     for png in ["pipeline-stages.png", "bw-by-size.png", "lat-cdf-64.png"] {
         assert!(is_png(&out.join(png)), "{png}");
         assert!(summary.contains(&format!("({png})")), "{summary}");
@@ -546,6 +570,16 @@ fn bad_options_are_refused_with_a_reason() {
     let (code, text) = run(&["lat", "--sizes", "16"]);
     assert_eq!(code, Some(2), "{text}");
     assert!(text.contains("lat: FAILED --sizes 16"), "{text}");
+    // The examples' modes are ping-pongs with CRCs.
+    let (code, text) = run(&["lat", "--modes", "sleep,c-api"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("--modes c-api and rust-app are ping-pong modes: add --pingpong"),
+        "{text}"
+    );
+    let (code, text) = run(&["lat", "--pingpong", "--plain", "--modes", "rust-app"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("leave out --plain"), "{text}");
     let (code, text) = run(&["pipeline", "--mss", ""]);
     assert_ne!(code, Some(0), "{text}");
 }

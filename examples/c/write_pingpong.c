@@ -5,7 +5,8 @@
  * walks through it.
  *
  *   write_pingpong SOCKET listen  ADDR:PORT [SIZE] [ITERS]            # the echo side
- *   write_pingpong SOCKET connect ADDR:PORT [SIZE] [ITERS] [--json]   # the measuring side
+ *   write_pingpong SOCKET connect ADDR:PORT [SIZE] [ITERS] [--json] [--samples FILE]
+ *                                                                     # the measuring side
  *
  * SOCKET is the datapath's control socket (an mpa-control serve must serve it); SIZE the
  * payload octets of each Write (default 64); ITERS the round trips (default 1000). Each side
@@ -13,13 +14,15 @@
  * is the connector's send buffer) and advertises it in its private data (32 octets, "MPXR",
  * ctlproto/src/region_ad.rs). Every echo is checked octet for octet; the connector prints
  * perftest's latency columns (half the round trip, microseconds), or with --json one JSON
- * document of the same values. Every wait is bounded; a
- * failure is printed on stderr and the exit status is 1. */
+ * document of the same values; --samples FILE also writes every round trip, nanoseconds, one
+ * per line in the order measured (mpa-bench lat --pingpong --modes c-api reads them). Every
+ * wait is bounded; a failure is printed on stderr and the exit status is 1. */
 #define EXAMPLE "write_pingpong"
 #include "mpx_example.h"
 
 static const char *usage =
-    "usage: write_pingpong SOCKET listen|connect ADDR:PORT [SIZE] [ITERS] [--json]";
+    "usage: write_pingpong SOCKET listen|connect ADDR:PORT [SIZE] [ITERS] [--json] "
+    "[--samples FILE]";
 
 
 /* The listener: accepts one connection and echoes every Write until it ends. */
@@ -120,9 +123,23 @@ static void print_latency(uint64_t size, double *half_us, uint64_t n, int json) 
 #undef PCT
 }
 
+/* Every round trip, nanoseconds, one per line. */
+static void write_samples(const char *path, const uint64_t *rtt_ns, uint64_t n) {
+    FILE *f = fopen(path, "w");
+    if (f == NULL) {
+        fprintf(stderr, "write_pingpong: %s: %s\n", path, strerror(errno));
+        exit(1);
+    }
+    for (uint64_t i = 0; i < n; i++) fprintf(f, "%llu\n", (unsigned long long)rtt_ns[i]);
+    if (fclose(f) != 0) {
+        fprintf(stderr, "write_pingpong: %s: %s\n", path, strerror(errno));
+        exit(1);
+    }
+}
+
 /* The connector: connects, pings `iters` times, checks every echo, prints the latencies. */
 static int connect_side(const char *socket, const char *addr, uint64_t size, uint64_t iters,
-                        int json) {
+                        int json, const char *samples) {
     struct resources r;
     resources(&r, socket, 2 * size, MPX_ACCESS_REMOTE_WRITE);
     uint8_t ad[AD_LEN];
@@ -145,10 +162,18 @@ static int connect_side(const char *socket, const char *addr, uint64_t size, uin
     uint64_t their_to;
     peer_ad(ev.private_data, ev.private_data_len, size, &their_stag, &their_to);
     double *half_us = calloc(iters, sizeof *half_us);
-    if (half_us == NULL) return 1;
+    uint64_t *rtt_ns = calloc(iters, sizeof *rtt_ns);
+    if (half_us == NULL || rtt_ns == NULL) {
+        fprintf(stderr, "write_pingpong: no memory for %llu samples\n", (unsigned long long)iters);
+        return 1;
+    }
+    /* The ping: a pattern written once, its first (up to) 8 octets the iteration's number, so
+     * that an echo of an earlier ping cannot pass the check and the sender does not read a
+     * whole freshly written message from this core's cache every round trip. */
+    uint8_t *ping = r.mem + size, *echo = r.mem;
+    for (uint64_t j = 0; j < size; j++) ping[j] = (uint8_t)(j * 13 + 1);
     for (uint64_t i = 0; i < iters; i++) {
-        uint8_t *ping = r.mem + size, *echo = r.mem;
-        for (uint64_t j = 0; j < size; j++) ping[j] = (uint8_t)(i * 7 + j * 13 + 1);
+        for (uint64_t j = 0; j < size && j < 8; j++) ping[j] = (uint8_t)(i >> (8 * j));
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         post_write(&r, flow, i, size, size, their_stag, their_to);
@@ -167,29 +192,48 @@ static int connect_side(const char *socket, const char *addr, uint64_t size, uin
                     (unsigned long long)i);
             return 1;
         }
-        half_us[i] = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) /
-                     2000.0;
+        rtt_ns[i] = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)t1.tv_nsec -
+                    (uint64_t)t0.tv_nsec;
+        half_us[i] = (double)rtt_ns[i] / 2000.0;
     }
     /* rdma_disconnect: what is posted goes out first, then the FIN. */
     check("disconnect", mpx_disconnect(r.ctx, flow));
+    if (samples != NULL) write_samples(samples, rtt_ns, iters);
     print_latency(size, half_us, iters, json);
     free(half_us);
+    free(rtt_ns);
     mpx_close(r.ctx);
     return 0;
 }
 
 
 int main(int argc, char **argv) {
-    int json = argc > 1 && strcmp(argv[argc - 1], "--json") == 0;
-    argc -= json;
-    if (argc < 4 || argc > 6) {
+    /* The options, anywhere after SOCKET; the rest are the positional arguments. */
+    int json = 0;
+    const char *samples = NULL;
+    char *pos[5];
+    int npos = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else if (strcmp(argv[i], "--samples") == 0 && i + 1 < argc) {
+            samples = argv[++i];
+        } else if (strncmp(argv[i], "--", 2) == 0 || npos == 5) {
+            fprintf(stderr, "write_pingpong: unexpected argument %s; %s\n", argv[i], usage);
+            return 1;
+        } else {
+            pos[npos++] = argv[i];
+        }
+    }
+    if (npos < 3) {
         fprintf(stderr, "%s\n", usage);
         return 1;
     }
-    uint64_t size = argc > 4 ? number(argv[4], "SIZE", usage) : 64;
-    uint64_t iters = argc > 5 ? number(argv[5], "ITERS", usage) : 1000;
-    if (strcmp(argv[2], "listen") == 0) return listen_side(argv[1], argv[3], size);
-    if (strcmp(argv[2], "connect") == 0) return connect_side(argv[1], argv[3], size, iters, json);
-    fprintf(stderr, "write_pingpong: %s is neither listen nor connect; %s\n", argv[2], usage);
+    uint64_t size = npos > 3 ? number(pos[3], "SIZE", usage) : 64;
+    uint64_t iters = npos > 4 ? number(pos[4], "ITERS", usage) : 1000;
+    if (strcmp(pos[1], "listen") == 0) return listen_side(pos[0], pos[2], size);
+    if (strcmp(pos[1], "connect") == 0)
+        return connect_side(pos[0], pos[2], size, iters, json, samples);
+    fprintf(stderr, "write_pingpong: %s is neither listen nor connect; %s\n", pos[1], usage);
     return 1;
 }

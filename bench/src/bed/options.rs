@@ -536,12 +536,22 @@ pub(crate) enum DatapathMode {
     /// Run-to-completion whose thread sleeps in the kernel as soon as a poll finds nothing
     /// (`QueueDriver::set_sleep_after`).
     RtcSleep,
+    /// `lat --pingpong` only: the C ping-pong (`examples/c/write_pingpong.c`) through
+    /// libmpaxdp as the application, a process of its own; worker threads sleeping when idle.
+    CApi,
+    /// `lat --pingpong` only: its Rust twin (`app/examples/write_pingpong.rs`), the same way.
+    RustApp,
 }
 
 impl DatapathMode {
     /// The measuring thread turns the queue (no worker thread).
     pub(crate) fn runs_to_completion(self) -> bool {
         matches!(self, DatapathMode::Rtc | DatapathMode::RtcSleep)
+    }
+
+    /// A ping-pong example is the application, in a process of its own.
+    pub(crate) fn runs_an_example(self) -> bool {
+        matches!(self, DatapathMode::CApi | DatapathMode::RustApp)
     }
 }
 

@@ -50,7 +50,9 @@ pub struct LatArgs {
     /// `rtc` (run-to-completion: the measuring thread turns the queue itself, no worker
     /// thread, no control-socket request per post), `rtc-sleep` (the same, its thread
     /// sleeping in the kernel as soon as a poll finds nothing: for a thread that shares its
-    /// core).
+    /// core); with `--pingpong` also `c-api` (the C ping-pong, `examples/c/write_pingpong.c`,
+    /// compiled at the start of the run against libmpaxdp, as the application in a process
+    /// of its own; workers as in `sleep`) and `rust-app` (its Rust twin, the same way).
     #[arg(long, value_enum, value_delimiter = ',', default_values = ["sleep", "spin", "rtc"])]
     pub(crate) modes: Vec<DatapathMode>,
     /// In the `sleep` and `spin` modes, the consumer busy-polls its completion ring instead

@@ -21,6 +21,8 @@
 
 mod args;
 pub(crate) mod clock;
+mod echo;
+mod example_app;
 mod oneway;
 mod pingpong;
 mod samples;

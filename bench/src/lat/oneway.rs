@@ -46,6 +46,9 @@ pub(crate) fn lat(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
         }
     }
     a.require_one_queue_for_run_to_completion()?;
+    if a.modes.iter().any(|m| m.runs_an_example()) {
+        mpa_cli::usage!("--modes c-api and rust-app are ping-pong modes: add --pingpong");
+    }
     let bed = a.bed.bed()?;
     if a.wire_segments {
         crate::bed::wire_segments(&bed)?;

@@ -13,15 +13,17 @@
 //!   turns the queue itself until the echo is placed (docs/latency.md).
 //!
 //! Each iteration's round trip is taken with CLOCK_MONOTONIC around it; the table gives RTT/2
-//! (hdrhistogram). Every echo is checked: its length, and on the kernel side its octets; on
-//! the datapath side the echoed region is compared with what was sent at the end.
+//! (hdrhistogram). Every echo is checked after its round trip, octet for octet, on every side
+//! (the datapath's pings carry their iteration's number in their first octets, so an earlier
+//! echo cannot pass); `c-api` is the C ping-pong, which does the same (`c_api`).
 
 use super::args::LatArgs;
+use super::echo::{check_echo, echo_server, ECHO_STAG, WARMUP};
+use super::example_app::ExampleApp;
 use super::samples::{monotonic_ns, record, table, Row, Samples, Side};
 use crate::bed::application::{connect_as_application, connection_manager, WAIT};
 use crate::bed::options::PORT;
 use crate::bed::options::{DatapathMode, PostVia};
-use crate::bed::peer::{PeerListen, PeerReport};
 use crate::report::document::LatParams;
 use crate::report::progress::Progress;
 use crate::report::Document;
@@ -37,40 +39,6 @@ use mpa_harness::datapath::{start_datapath, temp_path, DatapathOptions};
 use mpa_testbed::{run_in_netns, TestBed};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
-
-/// The echo server's region (its advertisement).
-const ECHO_STAG: u32 = 0xec_0001;
-/// Iterations before the measured ones, per side, size and round.
-const WARMUP: u64 = 100;
-/// `mpa-peer listen --echo` in ns a, for one connection.
-fn echo_server(bed: &TestBed, a: &LatArgs, payload: u64) -> Result<PeerListen> {
-    let bind = SocketAddr::new(bed.addr_a(false), PORT).to_string();
-    let advertise = format!("{ECHO_STAG:#x}:{payload}");
-    let mut args = vec![
-        "--echo",
-        "--bind",
-        &bind,
-        "--connections",
-        "1",
-        "--timeout",
-        "30",
-    ];
-    args.extend([
-        "--accept-timeout",
-        "60",
-        "--advertise",
-        &advertise,
-        "--rev",
-        "2",
-    ]);
-    if !a.framing.crc() {
-        args.push("--no-crc");
-    }
-    if a.framing.markers() {
-        args.push("--markers");
-    }
-    PeerListen::start(bed, &bed.ns_a, &args)
-}
 
 /// Our advertisement: the region the echo writes back into.
 fn our_ad(stag: u32, payload: u64) -> RegionAd {
@@ -93,13 +61,6 @@ fn policy(a: &LatArgs) -> StartupPolicy {
         startup_timeout: Duration::from_secs(20),
         ..StartupPolicy::default()
     }
-}
-
-fn check_echo(echo: PeerReport, n: u64) -> Result<()> {
-    if echo.error.is_some() || echo.echoes != Some(n) {
-        bail!("echo server: {n} echoes expected: {echo}");
-    }
-    Ok(())
 }
 
 /// The kernel Initiator: a blocking `MpaStream` in ns b.
@@ -214,12 +175,16 @@ fn datapath_pingpong(
     consumer.subscribe(pd)?;
     consumer.set_busy_poll(a.consumer_busy_poll);
     consumer.set_busy_poll_yield_every(a.spin_yield_polls);
-    let sent: Vec<u8> = (0..payload as usize)
+    let mut sent: Vec<u8> = (0..payload as usize)
         .map(|i| mpa_ctl_proto::pattern::pattern(2, i))
         .collect();
     if !src.write(0, &sent) {
         bail!("cannot fill the source region");
     }
+    // Each ping carries its iteration's number in its first (up to) 8 octets, so that an
+    // echo of an earlier one cannot pass the check after it.
+    let stamp_len = sent.len().min(8);
+    let mut echoed = vec![0u8; sent.len()];
     let echo = echo_server(bed, a, payload)?;
     let to = SocketAddr::new(bed.addr_a(false), PORT);
     let options = ConnectOptions {
@@ -254,6 +219,10 @@ fn datapath_pingpong(
     let mut smp = Samples::default();
     let mut batch = Vec::with_capacity(64);
     for i in 0..WARMUP + a.messages {
+        sent[..stamp_len].copy_from_slice(&i.to_le_bytes()[..stamp_len]);
+        if !src.write(0, &sent[..stamp_len]) {
+            bail!("cannot write ping {i}");
+        }
         let t0 = monotonic_ns();
         let deadline = Instant::now() + WAIT;
         let placed = |c: &mpa_ctl_proto::Completion| -> Result<bool> {
@@ -320,6 +289,9 @@ fn datapath_pingpong(
             }
         }
         let rtt = monotonic_ns().saturating_sub(t0);
+        if !sink.read(0, &mut echoed) || echoed != sent {
+            bail!("iteration {i}: the echo differs from its ping");
+        }
         if i >= WARMUP {
             smp.hist.saturating_record((rtt / 2).max(1));
         }
@@ -329,9 +301,6 @@ fn datapath_pingpong(
         if posted == 0 {
             bail!("the neighbour posted nothing");
         }
-    }
-    if sink.to_vec() != sent {
-        bail!("the echoed region differs from what was sent");
     }
     consumer.finish_flow(flow_id)?;
     // Our FIN leaves, and the echo server's ends the flow, only while the queue turns.
@@ -375,6 +344,22 @@ pub(crate) fn pingpong(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
         );
     }
     a.require_one_queue_for_run_to_completion()?;
+    let examples = a.modes.iter().any(|m| m.runs_an_example());
+    if examples && !a.framing.crc() {
+        mpa_cli::usage!(
+            "--modes c-api and rust-app: the ping-pong examples ask for CRCs; leave out --plain"
+        );
+    }
+    let c_app = if a.modes.contains(&DatapathMode::CApi) {
+        Some(ExampleApp::c()?)
+    } else {
+        None
+    };
+    let rust_app = if a.modes.contains(&DatapathMode::RustApp) {
+        Some(ExampleApp::rust()?)
+    } else {
+        None
+    };
     let bed = a.bed.bed()?;
     if a.wire_segments {
         crate::bed::wire_segments(&bed)?;
@@ -400,8 +385,10 @@ pub(crate) fn pingpong(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
         for (i, &size) in a.sizes.iter().enumerate() {
             for (j, &side) in sides.iter().enumerate() {
                 progress.running(format!("round {}: {}, {size} B", round + 1, side.key()));
-                let smp = match side {
-                    Side::Kernel => kernel_pingpong(&bed, a, size),
+                let smp = match (side, &c_app, &rust_app) {
+                    (Side::Kernel, _, _) => kernel_pingpong(&bed, a, size),
+                    (Side::CApi, Some(c), _) => c.pingpong(&bed, a, size),
+                    (Side::RustApp, _, Some(r)) => r.pingpong(&bed, a, size),
                     _ => datapath_pingpong(&bed, a, size, a.modes[j - 1], None),
                 }
                 .with_context(|| format!("{}, {size} B", side.key()))?;
@@ -423,10 +410,30 @@ pub(crate) fn pingpong(a: &LatArgs) -> Result<(Document, Vec<Row>)> {
 }
 
 /// The table of a ping-pong run.
+/// With `c-api` and `rust-app` both measured, the C library's path against the Rust
+/// interface's, each the same example in a process of its own, per size.
 pub(crate) fn pingpong_table(rows: &[Row]) -> String {
-    table(rows)
+    let mut t = table(rows)
         .replace("(one-way latency, µs)", "(Write ping-pong, RTT/2, µs)")
-        .replace("receiver", "initiator")
+        .replace("receiver", "initiator");
+    for c in rows.iter().filter(|r| r.side == Side::CApi) {
+        let rust = rows
+            .iter()
+            .find(|r| r.side == Side::RustApp && r.bytes == c.bytes);
+        if let Some(r) = rust {
+            let q = |q: f64| {
+                c.samples.hist.value_at_quantile(q) as f64
+                    / r.samples.hist.value_at_quantile(q).max(1) as f64
+            };
+            t.push_str(&format!(
+                "C library / Rust interface, same example, at {:>6} B: p50 {:.2}x, p99 {:.2}x\n",
+                c.bytes,
+                q(0.5),
+                q(0.99)
+            ));
+        }
+    }
+    t
 }
 
 /// A neighbour of the ping-pong on the same datapath: consumers holding `domains` domains of
@@ -503,6 +510,12 @@ impl Flooder {
 /// both and the ratio of their p99.
 pub(crate) fn beside_a_flooding_neighbour(a: &LatArgs, domains: u32) -> Result<String> {
     a.require_one_queue_for_run_to_completion()?;
+    if a.modes.iter().any(|m| m.runs_an_example()) {
+        mpa_cli::usage!(
+            "--flood-neighbour measures the in-process modes (sleep, spin): leave c-api and \
+             rust-app out of --modes"
+        );
+    }
     if a.modes.iter().any(|m| m.runs_to_completion()) {
         mpa_cli::usage!(
             "--flood-neighbour measures the process modes (sleep, spin): the neighbour's posts \

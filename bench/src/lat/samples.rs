@@ -38,6 +38,10 @@ pub(crate) enum Side {
     RunToCompletion,
     /// The same, sleeping in the kernel whenever a poll finds nothing.
     RunToCompletionSleeping,
+    /// The C ping-pong through libmpaxdp, its own process; worker threads sleeping when idle.
+    CApi,
+    /// Its Rust twin, the same way.
+    RustApp,
 }
 
 impl Side {
@@ -48,6 +52,8 @@ impl Side {
             Side::DatapathSpin => "datapath, spinning",
             Side::RunToCompletion => "datapath, run-to-compl.",
             Side::RunToCompletionSleeping => "datapath, rtc sleeping",
+            Side::CApi => "datapath, C example",
+            Side::RustApp => "datapath, Rust example",
         }
     }
 
@@ -64,6 +70,8 @@ impl Side {
             Side::DatapathSpin => Receiver::DatapathSpin,
             Side::RunToCompletion => Receiver::RunToCompletion,
             Side::RunToCompletionSleeping => Receiver::RunToCompletionSleeping,
+            Side::CApi => Receiver::CApi,
+            Side::RustApp => Receiver::RustApp,
         }
     }
 
@@ -74,6 +82,8 @@ impl Side {
             DatapathMode::Spin => Side::DatapathSpin,
             DatapathMode::Rtc => Side::RunToCompletion,
             DatapathMode::RtcSleep => Side::RunToCompletionSleeping,
+            DatapathMode::CApi => Side::CApi,
+            DatapathMode::RustApp => Side::RustApp,
         }
     }
 }
@@ -262,7 +272,7 @@ pub(crate) fn table_within(rows: &[Row], error_ns: Option<u64>) -> String {
             };
             let _ = writeln!(
                 s,
-                "{:13} / kernel at {:>6} B: p50 {:.2}x, p99 {:.2}x",
+                "{:18} / kernel at {:>6} B: p50 {:.2}x, p99 {:.2}x",
                 r.side.key(),
                 r.bytes,
                 ratio(0.5),
@@ -454,7 +464,7 @@ mod tests {
         assert_eq!(&d[..4], ["datapath,", "sleeping", "64", "1000"]);
         assert_eq!(d[5], "500.22"); // 3 significant digits: 500 µs reads as its range's top
         assert!(
-            t.contains("datapath      / kernel at     64 B: p50 99.98x, p99 99.99x"),
+            t.contains("datapath           / kernel at     64 B: p50 99.98x, p99 99.99x"),
             "{t}"
         );
     }

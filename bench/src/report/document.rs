@@ -164,6 +164,12 @@ pub(crate) enum Receiver {
     /// `lat`: run-to-completion whose thread sleeps when the queue is idle.
     #[serde(rename = "datapath-rtc-sleep")]
     RunToCompletionSleeping,
+    /// `lat --pingpong`: the C ping-pong through libmpaxdp.
+    #[serde(rename = "datapath-c-api")]
+    CApi,
+    /// `lat --pingpong`: its Rust twin, a process of its own.
+    #[serde(rename = "datapath-rust-app")]
+    RustApp,
 }
 
 impl Receiver {
@@ -176,6 +182,8 @@ impl Receiver {
             Receiver::DatapathSpin => "datapath-spin",
             Receiver::RunToCompletion => "datapath-rtc",
             Receiver::RunToCompletionSleeping => "datapath-rtc-sleep",
+            Receiver::CApi => "datapath-c-api",
+            Receiver::RustApp => "datapath-rust-app",
         }
     }
 }

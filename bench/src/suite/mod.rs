@@ -141,6 +141,13 @@ impl SuiteArgs {
             lat_pingpong: LatArgs {
                 sizes: vec![64, 4096],
                 pingpong: true,
+                modes: vec![
+                    DatapathMode::Sleep,
+                    DatapathMode::Spin,
+                    DatapathMode::Rtc,
+                    DatapathMode::RustApp,
+                    DatapathMode::CApi,
+                ],
                 ..lat.clone()
             },
             lat,

@@ -1,5 +1,6 @@
-//! libmpaxdp from C (docs/c-library.md): a C program built with the checked-in header
-//! against the shared library calls every error path against a live datapath — bad handles
+//! libmpaxdp from C (docs/c-library.md), every program built as a user builds one: against
+//! the library as `make install-c-library` installs it, with pkg-config's flags. A C program
+//! calls every error path against a live datapath — bad handles
 //! and arguments, another context's objects, connections that do not exist, malformed work
 //! requests, a refusal that comes back as a completion, a panic inside the library — and
 //! each returns its code with a message (`capi/tests/c/errors.c`); and the C bandwidth program
@@ -10,6 +11,7 @@ use mpa_tests::{datapath, require_privileged, BedConfig, DatapathOptions, PeerLi
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 /// The workspace's root.
@@ -20,18 +22,55 @@ fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Compiles C program `source` against the checked-in header and libmpaxdp (its soname's
-/// file made beside it, and found there at run time); the executable.
+/// libmpaxdp installed as `make install-c-library` installs it (PREFIX /usr) from the
+/// build this test runs, into `<profile dir>/c-library-tree`, once per test process.
+fn installed_tree() -> &'static Path {
+    static TREE: OnceLock<PathBuf> = OnceLock::new();
+    TREE.get_or_init(|| {
+        let profile_dir = mpa_harness::c_library_dir();
+        let tree = profile_dir.join("c-library-tree");
+        let out = Command::new("make")
+            .arg("-C")
+            .arg(root())
+            .args(["--no-print-directory", "install-c-library", "PREFIX=/usr"])
+            .arg(format!("DESTDIR={}", tree.display()))
+            .arg(format!("PROFILE_DIR={}", profile_dir.display()))
+            .output()
+            .expect("make");
+        assert!(
+            out.status.success(),
+            "make install-c-library: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        tree
+    })
+}
+
+/// Compiles C program `source` as a user would against the installed library: `cc` with
+/// `pkg-config --cflags --libs mpa-xdp` of [`installed_tree`], run against the installed
+/// `libmpaxdp.so.0` (an rpath into the tree). The executable, once per test process and name.
 pub(crate) fn compile(source: &Path, name: &str) -> PathBuf {
-    let lib = mpa_harness::c_library_dir();
-    let dir = mpa_harness::temp_path(&format!("c-{name}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    for file in ["libmpaxdp.so", "libmpaxdp.so.0"] {
-        let to = dir.join(file);
-        let _ = std::fs::remove_file(&to);
-        std::fs::copy(lib.join("libmpaxdp.so"), &to).unwrap();
+    static BUILT: Mutex<Vec<(PathBuf, PathBuf)>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, exe)) = built.iter().find(|(s, _)| s == source) {
+        return exe.clone();
     }
-    let exe = dir.join(name);
+    let tree = installed_tree();
+    let flags = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "mpa-xdp"])
+        .env("PKG_CONFIG_PATH", tree.join("usr/lib/pkgconfig"))
+        .env("PKG_CONFIG_SYSROOT_DIR", tree)
+        .output()
+        .expect("pkg-config");
+    assert!(
+        flags.status.success(),
+        "pkg-config mpa-xdp: {}",
+        String::from_utf8_lossy(&flags.stderr)
+    );
+    let flags = String::from_utf8(flags.stdout).expect("pkg-config's flags");
+    let dir = tree.join("programs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join(format!("{name}-{}", std::process::id()));
     let out = Command::new("cc")
         .args([
             "-std=c11",
@@ -43,12 +82,9 @@ pub(crate) fn compile(source: &Path, name: &str) -> PathBuf {
         ])
         .arg(&exe)
         .arg(source)
-        .arg("-I")
-        .arg(root().join("capi/include"))
-        .arg("-L")
-        .arg(&dir)
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .args(["-lmpaxdp", "-lm"])
+        .args(flags.split_whitespace())
+        .arg(format!("-Wl,-rpath,{}", tree.join("usr/lib").display()))
+        .arg("-lm")
         .output()
         .expect("cc");
     assert!(
@@ -57,6 +93,7 @@ pub(crate) fn compile(source: &Path, name: &str) -> PathBuf {
         source.display(),
         String::from_utf8_lossy(&out.stderr)
     );
+    built.push((source.to_path_buf(), exe.clone()));
     exe
 }
 
