@@ -449,8 +449,11 @@ pub fn settle_streamed_stores() {
     };
 }
 
-/// Asks for the cache lines of `dst .. dst + len` in the exclusive state (`prefetchw`), as
-/// a store's read for ownership would, without waiting for them.
+/// Asks for the cache lines of `dst .. dst + len` ahead of the stores that will take them,
+/// without waiting. `_MM_HINT_ET0` compiles to `prefetcht0` (a shared-state fetch; the store
+/// then upgrades the line) unless the build enables the `prfchw` feature; a real `prefetchw`
+/// measured no better in the receive pipeline
+/// (docs/investigations/2026-12-07-prefetches-in-the-receive-pipeline.md).
 #[inline]
 fn prefetch_for_write(dst: *const u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
