@@ -47,6 +47,20 @@
 // An established connection ended (closed, reset, a Terminate either way, an MPA error).
 #define MPX_CM_DISCONNECTED 7
 
+// `mpx_conn_param::flags`: ask the peer for markers toward us (M=1).
+#define MPX_CONN_MARKERS 1
+
+// `mpx_conn_param::flags`: do not ask for CRCs (C=0); CRCs are still used when the peer asks.
+#define MPX_CONN_NO_CRC 2
+
+// `mpx_conn_param::flags`: MPA revision 1 (RFC 5044): a connector's Request is revision 1,
+// a listener accepts revision 1 only; no IRD/ORD exchange.
+#define MPX_CONN_REVISION_1 4
+
+// `mpx_conn_param::flags`, connect only: revision 2's peer-to-peer model (the connector
+// sends an RTR indication first).
+#define MPX_CONN_P2P 8
+
 // Peers may write the region (RDMA Write).
 #define MPX_ACCESS_REMOTE_WRITE 1
 
@@ -126,6 +140,27 @@
 // One connection to a datapath's control socket and what the application made through it.
 // Opaque to C; not thread-safe (the header's rule).
 typedef struct mpx_context mpx_context;
+
+// How a connection is requested or accepted (`rdma_conn_param`). Zeroed, it is what
+// `mpx_connect` and `mpx_listen` use: revision 2, CRCs, IRD and ORD 8.
+typedef struct mpx_conn_param {
+  // The Request's private data (connect only; a listener's is each accept's): at most
+  // `MPX_MAX_PRIVATE_DATA` octets, less 8 for revision 2's IRD/ORD; NULL when
+  // `private_data_len` is 0.
+  const uint8_t *private_data;
+  // Octets of `private_data`.
+  uint32_t private_data_len;
+  // Our IRD (`responder_resources`): Read Requests the peer may have outstanding toward
+  // us; 0: 8.
+  uint16_t ird;
+  // Our ORD (`initiator_depth`): our Reads outstanding at once; 0: 8.
+  uint16_t ord;
+  // `MPX_CONN_*`.
+  uint32_t flags;
+  // Connect only: milliseconds each wait of the setup may last (TCP connect, the Reply);
+  // 0: the connection manager's own.
+  uint32_t timeout_ms;
+} mpx_conn_param;
 
 // One connection-manager event (`rdma_cm_event`). Fields an event does not carry are 0,
 // `mpa_error` and `terminate_layer` are -1 when absent.
@@ -242,6 +277,15 @@ int mpx_listen(struct mpx_context *ctx,
                uint64_t *listen_id,
                uint16_t *port);
 
+// `mpx_listen` with `param`'s revision, markers, CRC, IRD and ORD; its private data and
+// timeout must be empty (a listener's private data is each accept's).
+int mpx_listen_with(struct mpx_context *ctx,
+                    uint32_t pd,
+                    const char *bind,
+                    const struct mpx_conn_param *param,
+                    uint64_t *listen_id,
+                    uint16_t *port);
+
 // Stops listener `listen_id`.
 int mpx_stop_listening(struct mpx_context *ctx, uint64_t listen_id);
 
@@ -254,6 +298,14 @@ int mpx_connect(struct mpx_context *ctx,
                 const uint8_t *private_data,
                 uint32_t private_data_len,
                 uint64_t *conn_id);
+
+// `mpx_connect` with `param` (`rdma_connect`'s `rdma_conn_param`): its private data,
+// IRD/ORD, revision, markers, CRC, peer-to-peer model and setup timeout.
+int mpx_connect_with(struct mpx_context *ctx,
+                     uint32_t pd,
+                     const char *remote,
+                     const struct mpx_conn_param *param,
+                     uint64_t *conn_id);
 
 // Accepts connection request `conn_id` with this Reply private data (`rdma_accept`).
 int mpx_accept(struct mpx_context *ctx,

@@ -207,6 +207,78 @@ fn address(s: *const c_char, what: &str) -> Result<SocketAddr, Failure> {
         .map_err(|_| Failure::invalid(format!("{what}: `{text}` is not ip:port")))
 }
 
+/// `mpx_conn_param::flags`: ask the peer for markers toward us (M=1).
+pub const MPX_CONN_MARKERS: u32 = 1;
+/// `mpx_conn_param::flags`: do not ask for CRCs (C=0); CRCs are still used when the peer asks.
+pub const MPX_CONN_NO_CRC: u32 = 2;
+/// `mpx_conn_param::flags`: MPA revision 1 (RFC 5044): a connector's Request is revision 1,
+/// a listener accepts revision 1 only; no IRD/ORD exchange.
+pub const MPX_CONN_REVISION_1: u32 = 4;
+/// `mpx_conn_param::flags`, connect only: revision 2's peer-to-peer model (the connector
+/// sends an RTR indication first).
+pub const MPX_CONN_P2P: u32 = 8;
+const MPX_CONN_KNOWN: u32 = MPX_CONN_MARKERS | MPX_CONN_NO_CRC | MPX_CONN_REVISION_1 | MPX_CONN_P2P;
+
+/// How a connection is requested or accepted (`rdma_conn_param`). Zeroed, it is what
+/// `mpx_connect` and `mpx_listen` use: revision 2, CRCs, IRD and ORD 8.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct mpx_conn_param {
+    /// The Request's private data (connect only; a listener's is each accept's): at most
+    /// `MPX_MAX_PRIVATE_DATA` octets, less 8 for revision 2's IRD/ORD; NULL when
+    /// `private_data_len` is 0.
+    pub private_data: *const u8,
+    /// Octets of `private_data`.
+    pub private_data_len: u32,
+    /// Our IRD (`responder_resources`): Read Requests the peer may have outstanding toward
+    /// us; 0: 8.
+    pub ird: u16,
+    /// Our ORD (`initiator_depth`): our Reads outstanding at once; 0: 8.
+    pub ord: u16,
+    /// `MPX_CONN_*`.
+    pub flags: u32,
+    /// Connect only: milliseconds each wait of the setup may last (TCP connect, the Reply);
+    /// 0: the connection manager's own.
+    pub timeout_ms: u32,
+}
+
+/// The parts both options share, checked.
+struct Common {
+    revision: u8,
+    markers: bool,
+    crc: bool,
+    ird: u16,
+    ord: u16,
+}
+
+fn common(p: &mpx_conn_param) -> Result<Common, Failure> {
+    if p.flags & !MPX_CONN_KNOWN != 0 {
+        return Err(Failure::invalid(format!(
+            "flags {:#x}: unknown bits {:#x}",
+            p.flags,
+            p.flags & !MPX_CONN_KNOWN
+        )));
+    }
+    let revision = if p.flags & MPX_CONN_REVISION_1 != 0 {
+        1
+    } else {
+        2
+    };
+    if revision == 1 && p.flags & MPX_CONN_P2P != 0 {
+        return Err(Failure::invalid(
+            "flags: MPX_CONN_P2P needs revision 2, not MPX_CONN_REVISION_1",
+        ));
+    }
+    let depth = |v: u16| if v == 0 { 8 } else { v };
+    Ok(Common {
+        revision,
+        markers: p.flags & MPX_CONN_MARKERS != 0,
+        crc: p.flags & MPX_CONN_NO_CRC == 0,
+        ird: depth(p.ird),
+        ord: depth(p.ord),
+    })
+}
+
 /// Listens on `bind` (`ip:port`, port 0: any) for domain `pd` (`rdma_bind_addr` +
 /// `rdma_listen`), MPA revision 2 with CRCs and the datapath's IRD/ORD (8); `*listen_id` is
 /// the listener, `*port` the port bound.
@@ -221,6 +293,46 @@ pub extern "C" fn mpx_listen(
     with(ctx, |c| {
         let at = address(bind, "bind")?;
         let (id, bound) = c.consumer.listen(pd, at, ListenOptions::default())?;
+        args::store(listen_id, id, "listen_id")?;
+        args::store(port, bound.port(), "port").map(|_| MPX_OK)
+    })
+}
+
+/// `mpx_listen` with `param`'s revision, markers, CRC, IRD and ORD; its private data and
+/// timeout must be empty (a listener's private data is each accept's).
+#[no_mangle]
+pub extern "C" fn mpx_listen_with(
+    ctx: *mut mpx_context,
+    pd: u32,
+    bind: *const c_char,
+    param: *const mpx_conn_param,
+    listen_id: *mut u64,
+    port: *mut u16,
+) -> c_int {
+    with(ctx, |c| {
+        let at = address(bind, "bind")?;
+        let p = args::value(param, "param")?;
+        let k = common(&p)?;
+        if p.private_data_len != 0 || !p.private_data.is_null() {
+            return Err(Failure::invalid(
+                "param: a listener has no private data of its own (each accept gives one)",
+            ));
+        }
+        if p.timeout_ms != 0 {
+            return Err(Failure::invalid("param: timeout_ms is for connect only"));
+        }
+        if p.flags & MPX_CONN_P2P != 0 {
+            return Err(Failure::invalid("flags: MPX_CONN_P2P is for connect only"));
+        }
+        let options = ListenOptions {
+            revision: k.revision,
+            markers_required: k.markers,
+            crc: k.crc,
+            ird: k.ird,
+            ord: k.ord,
+            ..ListenOptions::default()
+        };
+        let (id, bound) = c.consumer.listen(pd, at, options)?;
         args::store(listen_id, id, "listen_id")?;
         args::store(port, bound.port(), "port").map(|_| MPX_OK)
     })
@@ -254,6 +366,37 @@ pub extern "C" fn mpx_connect(
         let data = args::octets(private_data, private_data_len as usize, "private_data")?;
         let options = ConnectOptions {
             private_data: data.to_vec(),
+            ..ConnectOptions::default()
+        };
+        let id = c.consumer.connect_to(pd, to, options)?;
+        args::store(conn_id, id, "conn_id").map(|_| MPX_OK)
+    })
+}
+
+/// `mpx_connect` with `param` (`rdma_connect`'s `rdma_conn_param`): its private data,
+/// IRD/ORD, revision, markers, CRC, peer-to-peer model and setup timeout.
+#[no_mangle]
+pub extern "C" fn mpx_connect_with(
+    ctx: *mut mpx_context,
+    pd: u32,
+    remote: *const c_char,
+    param: *const mpx_conn_param,
+    conn_id: *mut u64,
+) -> c_int {
+    with(ctx, |c| {
+        let to = address(remote, "remote")?;
+        let p = args::value(param, "param")?;
+        let k = common(&p)?;
+        let data = args::octets(p.private_data, p.private_data_len as usize, "private_data")?;
+        let options = ConnectOptions {
+            revision: k.revision,
+            markers_required: k.markers,
+            crc: k.crc,
+            p2p: p.flags & MPX_CONN_P2P != 0,
+            ird: k.ird,
+            ord: k.ord,
+            private_data: data.to_vec(),
+            timeout_ms: p.timeout_ms,
             ..ConnectOptions::default()
         };
         let id = c.consumer.connect_to(pd, to, options)?;
@@ -339,4 +482,48 @@ pub extern "C" fn mpx_disconnect(ctx: *mut mpx_context, flow_id: u64) -> c_int {
             .map(|_| MPX_OK)
             .map_err(Into::into)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::errors::MPX_ERR_INVALID;
+
+    fn param(flags: u32, ird: u16, ord: u16) -> mpx_conn_param {
+        mpx_conn_param {
+            private_data: std::ptr::null(),
+            private_data_len: 0,
+            ird,
+            ord,
+            flags,
+            timeout_ms: 0,
+        }
+    }
+
+    #[test]
+    fn connection_parameters_map_to_the_options_and_zero_is_the_default() {
+        let k = common(&param(0, 0, 0)).unwrap();
+        let d = ConnectOptions::default();
+        assert_eq!(
+            (k.revision, k.markers, k.crc, k.ird, k.ord),
+            (d.revision, d.markers_required, d.crc, d.ird, d.ord)
+        );
+        let k = common(&param(
+            MPX_CONN_MARKERS | MPX_CONN_NO_CRC | MPX_CONN_REVISION_1,
+            3,
+            5,
+        ))
+        .unwrap();
+        assert_eq!(
+            (k.revision, k.markers, k.crc, k.ird, k.ord),
+            (1, true, false, 3, 5)
+        );
+        assert_eq!(common(&param(MPX_CONN_P2P, 0, 0)).unwrap().revision, 2);
+        for bad in [0x10, MPX_CONN_P2P | MPX_CONN_REVISION_1] {
+            assert_eq!(
+                common(&param(bad, 0, 0)).err().unwrap().code,
+                MPX_ERR_INVALID
+            );
+        }
+    }
 }

@@ -30,6 +30,7 @@ pub const MPX_ERR_IO: c_int = -8;
 pub const MPX_ERR_INTERNAL: c_int = -9;
 
 /// Why a call failed: its code and message.
+#[derive(Debug)]
 pub(crate) struct Failure {
     pub(crate) code: c_int,
     pub(crate) message: String,

@@ -31,7 +31,13 @@ static int listen_side(const char *socket, const char *addr, uint64_t size) {
     resources(&r, socket, 2 * size, MPX_ACCESS_REMOTE_WRITE);
     uint64_t listen_id = 0;
     uint16_t port = 0;
-    check("listen", mpx_listen(r.ctx, r.pd, addr, &listen_id, &port));
+    /* rdma_conn_param: zeroed is revision 2, CRCs, IRD and ORD 8 (mpx_listen's); a Write
+     * ping-pong needs no Reads, so it offers none. */
+    mpx_conn_param param;
+    memset(&param, 0, sizeof param);
+    param.ird = 1;
+    param.ord = 1;
+    check("listen", mpx_listen_with(r.ctx, r.pd, addr, &param, &listen_id, &port));
     printf("listening on %s\n", addr);
     fflush(stdout);
     mpx_cm_event ev = next_event(r.ctx);
@@ -51,7 +57,11 @@ static int listen_side(const char *socket, const char *addr, uint64_t size) {
         return 1;
     }
     uint64_t flow = ev.flow_id;
-    printf("connected to %s (flow %llu)\n", ev.peer, (unsigned long long)flow);
+    if (ev.has_ird_ord)
+        printf("connected to %s (flow %llu; IRD %u, ORD %u)\n", ev.peer,
+               (unsigned long long)flow, ev.ird, ev.ord);
+    else
+        printf("connected to %s (flow %llu)\n", ev.peer, (unsigned long long)flow);
     uint64_t echoed = 0;
     struct timespec heard;
     clock_gettime(CLOCK_MONOTONIC, &heard);
@@ -145,7 +155,14 @@ static int connect_side(const char *socket, const char *addr, uint64_t size, uin
     uint8_t ad[AD_LEN];
     our_ad(ad, r.stag, size);
     uint64_t conn_id = 0;
-    check("connect", mpx_connect(r.ctx, r.pd, addr, ad, AD_LEN, &conn_id));
+    mpx_conn_param param;
+    memset(&param, 0, sizeof param);
+    param.private_data = ad;
+    param.private_data_len = AD_LEN;
+    param.ird = 1;
+    param.ord = 1;
+    param.timeout_ms = WAIT_MS;
+    check("connect", mpx_connect_with(r.ctx, r.pd, addr, &param, &conn_id));
     mpx_cm_event ev = next_event(r.ctx);
     if (ev.event == MPX_CM_REJECTED) {
         fprintf(stderr, "write_pingpong: connection %llu rejected: %.*s\n",

@@ -94,6 +94,51 @@ int main(int argc, char **argv) {
     expect("a malformed address", mpx_listen(a, pd, "not an address", NULL, NULL),
            MPX_ERR_INVALID);
 
+    /* Connection parameters (rdma_conn_param): each bad one refused before anything starts,
+     * by the library (MPX_ERR_INVALID) or by the datapath's checks (MPX_ERR_REFUSED). */
+    mpx_conn_param cp;
+    memset(&cp, 0, sizeof cp);
+    uint64_t setup = 0, listener = 0;
+    uint16_t port = 0;
+    static uint8_t too_much[MPX_MAX_PRIVATE_DATA + 1];
+    expect("connect_with no parameters", mpx_connect_with(a, pd, "127.0.0.1:9", NULL, &setup),
+           MPX_ERR_INVALID);
+    cp.flags = 0x100;
+    expect("unknown connection flags", mpx_connect_with(a, pd, "127.0.0.1:9", &cp, &setup),
+           MPX_ERR_INVALID);
+    cp.flags = MPX_CONN_REVISION_1 | MPX_CONN_P2P;
+    expect("peer-to-peer in revision 1", mpx_connect_with(a, pd, "127.0.0.1:9", &cp, &setup),
+           MPX_ERR_INVALID);
+    cp.flags = 0;
+    cp.ird = 33;
+    expect("an IRD beyond the datapath's", mpx_connect_with(a, pd, "127.0.0.1:9", &cp, &setup),
+           MPX_ERR_REFUSED);
+    cp.ird = 0;
+    cp.private_data = too_much;
+    cp.private_data_len = sizeof too_much;
+    expect("too much private data", mpx_connect_with(a, pd, "127.0.0.1:9", &cp, &setup),
+           MPX_ERR_REFUSED);
+    cp.private_data = NULL;
+    cp.private_data_len = 4;
+    expect("private data null with a length", mpx_connect_with(a, pd, "127.0.0.1:9", &cp, &setup),
+           MPX_ERR_INVALID);
+    cp.private_data = too_much;
+    expect("a listener's own private data",
+           mpx_listen_with(a, pd, "127.0.0.1:0", &cp, &listener, &port), MPX_ERR_INVALID);
+    cp.private_data = NULL;
+    cp.private_data_len = 0;
+    cp.timeout_ms = 100;
+    expect("a listener's timeout", mpx_listen_with(a, pd, "127.0.0.1:0", &cp, &listener, &port),
+           MPX_ERR_INVALID);
+    cp.timeout_ms = 0;
+    cp.flags = MPX_CONN_P2P;
+    expect("a peer-to-peer listener", mpx_listen_with(a, pd, "127.0.0.1:0", &cp, &listener, &port),
+           MPX_ERR_INVALID);
+    cp.flags = 0;
+    cp.ord = 0x4000;
+    expect("an ORD beyond 14 bits", mpx_listen_with(a, pd, "127.0.0.1:0", &cp, &listener, &port),
+           MPX_ERR_REFUSED);
+
     /* Another context's objects. */
     expect("a foreign domain's region", mpx_create_region(b, pd, 4096, 0, &other), MPX_ERR_FORBIDDEN);
     expect("a foreign domain's subscription", mpx_subscribe(b, pd), MPX_ERR_FORBIDDEN);

@@ -108,7 +108,7 @@ fn the_example_pings_between_two_datapaths() {
     if !require_privileged("the ping-pong example between two datapaths") {
         return;
     }
-    between_two_datapaths(&example("mpa-app", "write_pingpong"));
+    between_two_datapaths(&example("mpa-app", "write_pingpong"), None);
 }
 
 #[test]
@@ -116,7 +116,8 @@ fn the_c_example_pings_between_two_datapaths() {
     if !require_privileged("the C ping-pong example between two datapaths") {
         return;
     }
-    between_two_datapaths(&c_example());
+    // Both sides offer IRD and ORD 1 (mpx_conn_param): negotiated so.
+    between_two_datapaths(&c_example(), Some("; IRD 1, ORD 1)"));
 }
 
 #[test]
@@ -178,8 +179,9 @@ fn c_example() -> PathBuf {
     super::c_library::compile(&source, "write_pingpong")
 }
 
-/// The listening side on datapath B, the connecting side on datapath A, both `program`.
-fn between_two_datapaths(program: &Path) {
+/// The listening side on datapath B, the connecting side on datapath A, both `program`;
+/// the listener's output holds `connected` when given.
+fn between_two_datapaths(program: &Path, connected: Option<&str>) {
     let bed = TestBed::up(BedConfig::default()).unwrap();
     let (_dp_b, socket_b) = datapath(&bed, &DatapathOptions::default());
     let socket_a: PathBuf = mpa_harness::temp_path("dp-a.sock");
@@ -196,6 +198,9 @@ fn between_two_datapaths(program: &Path) {
     latency_table(&finished(client, "connect side"));
     let out = finished(server, "listen side");
     assert!(out.contains(&format!("{ITERS} echoes")), "{out}");
+    if let Some(line) = connected {
+        assert!(out.contains(line), "{line}: {out}");
+    }
 }
 
 #[test]
