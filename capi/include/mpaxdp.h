@@ -85,6 +85,10 @@
 // A post through shared memory was refused (`status` says why).
 #define MPX_WC_POST_REFUSED 5
 
+// Empty polls between two offers of the core while [`mpx_set_busy_poll`] spins, by default
+// (the Rust interface's `DEFAULT_BUSY_POLL_YIELD_EVERY`; a test keeps them equal).
+#define MPX_DEFAULT_YIELD_EVERY 32
+
 // Success.
 #define MPX_OK 0
 
@@ -160,6 +164,9 @@ typedef struct mpx_conn_param {
   // Connect only: milliseconds each wait of the setup may last (TCP connect, the Reply);
   // 0: the connection manager's own.
   uint32_t timeout_ms;
+  // Listen only (`rdma_listen`'s backlog): connection requests waiting for an accept or a
+  // reject at most, more are refused with a reset; 0: 16.
+  uint32_t backlog;
 } mpx_conn_param;
 
 // One connection-manager event (`rdma_cm_event`). Fields an event does not carry are 0,
@@ -277,8 +284,8 @@ int mpx_listen(struct mpx_context *ctx,
                uint64_t *listen_id,
                uint16_t *port);
 
-// `mpx_listen` with `param`'s revision, markers, CRC, IRD and ORD; its private data and
-// timeout must be empty (a listener's private data is each accept's).
+// `mpx_listen` with `param`'s revision, markers, CRC, IRD, ORD and backlog; its private data
+// and timeout must be empty (a listener's private data is each accept's).
 int mpx_listen_with(struct mpx_context *ctx,
                     uint32_t pd,
                     const char *bind,
@@ -396,8 +403,14 @@ int mpx_bind_cqs(struct mpx_context *ctx, uint64_t flow_id, uint32_t send_cq, ui
 // a system call: how many (0: none now), or an error.
 int mpx_poll_cq(struct mpx_context *ctx, uint32_t cq, struct mpx_wc *wc, uint32_t n);
 
+// How [`mpx_wait_cq`] waits: `busy` 0 sleeps on the domain's descriptor until the datapath
+// wakes it (the default), 1 polls the completion rings without sleeping (lower latency, a
+// core kept busy), offering the core to other threads every `yield_every` empty polls (0:
+// never; `MPX_DEFAULT_YIELD_EVERY` is the library's default). Per context.
+int mpx_set_busy_poll(struct mpx_context *ctx, int busy, uint32_t yield_every);
+
 // As [`mpx_poll_cq`], waiting up to `timeout_ms` for a completion (sleeping on the domain's
-// descriptor): 0 when none came.
+// descriptor, or polling after [`mpx_set_busy_poll`]): 0 when none came.
 int mpx_wait_cq(struct mpx_context *ctx,
                 uint32_t cq,
                 struct mpx_wc *wc,

@@ -240,6 +240,9 @@ pub struct mpx_conn_param {
     /// Connect only: milliseconds each wait of the setup may last (TCP connect, the Reply);
     /// 0: the connection manager's own.
     pub timeout_ms: u32,
+    /// Listen only (`rdma_listen`'s backlog): connection requests waiting for an accept or a
+    /// reject at most, more are refused with a reset; 0: 16.
+    pub backlog: u32,
 }
 
 /// The parts both options share, checked.
@@ -298,8 +301,8 @@ pub extern "C" fn mpx_listen(
     })
 }
 
-/// `mpx_listen` with `param`'s revision, markers, CRC, IRD and ORD; its private data and
-/// timeout must be empty (a listener's private data is each accept's).
+/// `mpx_listen` with `param`'s revision, markers, CRC, IRD, ORD and backlog; its private data
+/// and timeout must be empty (a listener's private data is each accept's).
 #[no_mangle]
 pub extern "C" fn mpx_listen_with(
     ctx: *mut mpx_context,
@@ -324,13 +327,15 @@ pub extern "C" fn mpx_listen_with(
         if p.flags & MPX_CONN_P2P != 0 {
             return Err(Failure::invalid("flags: MPX_CONN_P2P is for connect only"));
         }
+        let d = ListenOptions::default();
         let options = ListenOptions {
             revision: k.revision,
             markers_required: k.markers,
             crc: k.crc,
             ird: k.ird,
             ord: k.ord,
-            ..ListenOptions::default()
+            backlog: if p.backlog == 0 { d.backlog } else { p.backlog },
+            ..d
         };
         let (id, bound) = c.consumer.listen(pd, at, options)?;
         args::store(listen_id, id, "listen_id")?;
@@ -387,6 +392,9 @@ pub extern "C" fn mpx_connect_with(
         let to = address(remote, "remote")?;
         let p = args::value(param, "param")?;
         let k = common(&p)?;
+        if p.backlog != 0 {
+            return Err(Failure::invalid("param: backlog is for listen only"));
+        }
         let data = args::octets(p.private_data, p.private_data_len as usize, "private_data")?;
         let options = ConnectOptions {
             revision: k.revision,
@@ -497,6 +505,7 @@ mod tests {
             ord,
             flags,
             timeout_ms: 0,
+            backlog: 0,
         }
     }
 

@@ -316,8 +316,30 @@ pub extern "C" fn mpx_poll_cq(ctx: *mut mpx_context, cq: u32, wc: *mut mpx_wc, n
     wait_cq(ctx, cq, wc, n, None)
 }
 
+/// How [`mpx_wait_cq`] waits: `busy` 0 sleeps on the domain's descriptor until the datapath
+/// wakes it (the default), 1 polls the completion rings without sleeping (lower latency, a
+/// core kept busy), offering the core to other threads every `yield_every` empty polls (0:
+/// never; `MPX_DEFAULT_YIELD_EVERY` is the library's default). Per context.
+#[no_mangle]
+pub extern "C" fn mpx_set_busy_poll(ctx: *mut mpx_context, busy: c_int, yield_every: u32) -> c_int {
+    with(ctx, |c| {
+        let on = match busy {
+            0 => false,
+            1 => true,
+            b => return Err(Failure::invalid(format!("busy {b}: 0 or 1"))),
+        };
+        c.consumer.set_busy_poll(on);
+        c.consumer.set_busy_poll_yield_every(yield_every);
+        Ok(MPX_OK)
+    })
+}
+
+/// Empty polls between two offers of the core while [`mpx_set_busy_poll`] spins, by default
+/// (the Rust interface's `DEFAULT_BUSY_POLL_YIELD_EVERY`; a test keeps them equal).
+pub const MPX_DEFAULT_YIELD_EVERY: u32 = 32;
+
 /// As [`mpx_poll_cq`], waiting up to `timeout_ms` for a completion (sleeping on the domain's
-/// descriptor): 0 when none came.
+/// descriptor, or polling after [`mpx_set_busy_poll`]): 0 when none came.
 #[no_mangle]
 pub extern "C" fn mpx_wait_cq(
     ctx: *mut mpx_context,
@@ -383,4 +405,15 @@ pub extern "C" fn mpx_ack_cq(ctx: *mut mpx_context, cq: u32) -> c_int {
         let pd = c.consumer.cq_domain(cq)?;
         Ok(ok(c.consumer.ack_notify(pd)?))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_default_yield_is_the_rust_interfaces() {
+        assert_eq!(
+            super::MPX_DEFAULT_YIELD_EVERY,
+            mpa_app::DEFAULT_BUSY_POLL_YIELD_EVERY
+        );
+    }
 }

@@ -138,6 +138,20 @@ int main(int argc, char **argv) {
     cp.ord = 0x4000;
     expect("an ORD beyond 14 bits", mpx_listen_with(a, pd, "127.0.0.1:0", &cp, &listener, &port),
            MPX_ERR_REFUSED);
+    cp.ord = 0;
+    cp.backlog = 4;
+    expect("a connector's backlog", mpx_connect_with(a, pd, "127.0.0.1:9", &cp, &setup),
+           MPX_ERR_INVALID);
+    cp.backlog = 100000;
+    expect("a backlog beyond the datapath's", mpx_listen_with(a, pd, "127.0.0.1:0", &cp, &listener,
+           &port), MPX_ERR_REFUSED);
+    cp.backlog = 0;
+
+    /* How waits wait. */
+    expect("busy polling neither on nor off", mpx_set_busy_poll(a, 2, 0), MPX_ERR_INVALID);
+    expect("busy polling on", mpx_set_busy_poll(a, 1, MPX_DEFAULT_YIELD_EVERY), MPX_OK);
+    expect_count("wait_cq polling: nothing", mpx_wait_cq(a, cq, wc, 4, 20), 0);
+    expect("busy polling off", mpx_set_busy_poll(a, 0, 0), MPX_OK);
 
     /* Another context's objects. */
     expect("a foreign domain's region", mpx_create_region(b, pd, 4096, 0, &other), MPX_ERR_FORBIDDEN);

@@ -115,7 +115,7 @@ fn every_error_path_returns_its_code_and_message_from_c() {
     // Every check ran: one line each.
     assert_eq!(
         text.lines().filter(|l| l.starts_with("ok ")).count(),
-        52,
+        58,
         "{text}"
     );
     assert_eq!(dp.failure(), None);
