@@ -946,3 +946,97 @@ fn a_spinning_worker_yields_its_core_every_so_many_empty_polls_and_not_while_it_
     // 0: a spinner with a core of its own never yields.
     assert_eq!(yields_after(0, Duration::from_secs(3600), 300), 0);
 }
+
+/// RFC 5044 §6: nothing of an FPDU is placed before its CRC is checked. A 4 KiB Write whose
+/// FPDU spans several segments, its last octet flipped (the TCP checksum recomputed, as a
+/// corrupting middlebox would): the FPDU before it is placed octet-exact, nothing of it nor
+/// of the one after it reaches the region, and the flow ends with MPA error 2 in a Terminate
+/// we sent — whether its segments come in one burst, one per burst (the FPDU then spans
+/// bursts), or as jumbo frames in descriptor chains, gathered or decoded in pieces.
+#[test]
+fn a_corrupt_last_octet_of_a_spanning_fpdu_places_nothing_of_it() {
+    for (mss, per_burst, chunk, in_pieces) in [
+        (1448, usize::MAX, None, false),
+        (1448, 1, None, false),
+        (8948, usize::MAX, Some(3840), false),
+        (8948, usize::MAX, Some(3840), true),
+    ] {
+        let bursts = if per_burst == 1 {
+            "a segment per burst"
+        } else {
+            "one burst"
+        };
+        let case = format!("MSS {mss}, {bursts}, chains in pieces {in_pieces}");
+        // The peer never answers the Terminate and FIN: the flow ends when its TCP gives up,
+        // after two timeouts here.
+        let tcp = TcpConfig {
+            max_retransmissions: 2,
+            ..TcpConfig::default()
+        };
+        let mut b = worker_with_chains(true, tcp, in_pieces);
+        b.wire.set_chunk(chunk);
+        let len = 4096;
+        let (mut stream, data) = writes(true, 3, len);
+        let first_end = writes(true, 1, len).0.len();
+        let second_end = writes(true, 2, len).0.len();
+        // At MSS 1448 the corrupt FPDU spans three segments or more; at MSS 8948 it lies in
+        // one segment across two of that frame's 3840-octet descriptors or more (54 octets
+        // of headers come first).
+        let (edges, unit, headers) = if mss == 1448 {
+            (2, mss, 0)
+        } else {
+            (1, 3840, 54)
+        };
+        let spans = (second_end - 1 + headers) / unit - (first_end + headers) / unit;
+        assert!(spans >= edges, "{case}: {spans}");
+        stream[second_end - 1] ^= 0x40;
+        let segs: Vec<Vec<u8>> = stream
+            .chunks(mss)
+            .enumerate()
+            .map(|(i, c)| segment(RCV_NXT.wrapping_add((i * mss) as u32), c))
+            .collect();
+        let t0 = Instant::now();
+        for burst in segs.chunks(per_burst.min(segs.len())) {
+            for f in burst {
+                assert!(b.wire.inject(f.clone()), "{case}");
+            }
+            b.worker.poll_once_at(t0).unwrap();
+        }
+        let mut region = vec![0u8; 3 * len];
+        assert!(b.mem.read(0, &mut region));
+        assert!(region[..len] == data[..len], "{case}: the good FPDU placed");
+        assert!(
+            region[len..].iter().all(|&x| x == 0),
+            "{case}: an octet of the corrupt FPDU or of the one after it placed"
+        );
+        let mut gone = None;
+        for step in 1..=600u64 {
+            b.worker
+                .poll_once_at(t0 + Duration::from_millis(100 * step))
+                .unwrap();
+            gone = b
+                .notes
+                .try_iter()
+                .find(|n| matches!(n, Notification::FlowGone { .. }));
+            if gone.is_some() {
+                break;
+            }
+        }
+        let Some(Notification::FlowGone { end, stats, .. }) = gone else {
+            panic!("{case}: the flow never ended")
+        };
+        assert_eq!(
+            end.mpa_error,
+            Some(mpa::MpaErrorCode::CrcMismatch),
+            "{case}"
+        );
+        let t = end.terminate.expect("a Terminate");
+        assert_eq!(
+            (t.layer, t.error_code, t.sent),
+            (2, mpa::MpaErrorCode::CrcMismatch as u8, true),
+            "{case}: {t:?}"
+        );
+        assert_eq!((stats.rx.crc_errors, stats.rx.fpdus), (1, 1), "{case}");
+        assert_eq!(stats.rx.completions, 1, "{case}");
+    }
+}
