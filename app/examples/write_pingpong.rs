@@ -4,12 +4,16 @@
 //! connection private data. docs/verbs.md walks through it.
 //!
 //! ```text
-//! write_pingpong SOCKET listen  ADDR:PORT [SIZE] [ITERS]                     # the echo side
-//! write_pingpong SOCKET connect ADDR:PORT [SIZE] [ITERS] [--samples FILE]    # the measuring side
+//! write_pingpong SOCKET listen  ADDR:PORT [SIZE] [ITERS] [--busy-poll N]   # the echo side
+//! write_pingpong SOCKET connect ADDR:PORT [SIZE] [ITERS] [--busy-poll N] [--samples FILE]
+//!                                                                          # the measuring side
 //! ```
 //!
 //! SOCKET is the datapath's control socket (an `mpa-control serve` must serve it); SIZE the
 //! payload octets of each Write (default 64); ITERS the round trips (default 1000).
+//! Completions are waited for asleep on the domain's descriptor; `--busy-poll N` polls for
+//! them instead, as perftest does, offering the core to other threads every N empty polls (0:
+//! never; `Consumer::set_busy_poll`).
 //!
 //! * Both sides allocate a protection domain, register a region of 2 × SIZE octets that
 //!   peers may write (the first half receives, the second half is the connector's send
@@ -41,8 +45,8 @@ const WAIT: Duration = Duration::from_secs(10);
 /// The echo side looks for the connection's end after this long without a completion.
 const IDLE: Duration = Duration::from_millis(50);
 
-const USAGE: &str =
-    "usage: write_pingpong SOCKET listen|connect ADDR:PORT [SIZE] [ITERS] [--samples FILE]";
+const USAGE: &str = "usage: write_pingpong SOCKET listen|connect ADDR:PORT [SIZE] [ITERS] \
+                     [--busy-poll N] [--samples FILE]";
 
 /// Why the program stopped: printed as is.
 struct Failure(String);
@@ -70,10 +74,13 @@ struct Args {
     size: u64,
     iters: u64,
     samples: Option<PathBuf>,
+    /// `--busy-poll`'s N: polls between two offers of the core.
+    busy_poll: Option<u32>,
 }
 
 fn args() -> Result<Args, Failure> {
     let mut samples = None;
+    let mut busy_poll = None;
     let mut positional = Vec::new();
     let mut all = std::env::args().skip(1);
     while let Some(arg) = all.next() {
@@ -81,6 +88,15 @@ fn args() -> Result<Args, Failure> {
             "--samples" => match all.next() {
                 Some(f) => samples = Some(PathBuf::from(f)),
                 None => return fail(format!("--samples needs a FILE; {USAGE}")),
+            },
+            "--busy-poll" => match all.next().map(|n| (n.parse::<u32>(), n)) {
+                Some((Ok(n), _)) => busy_poll = Some(n),
+                Some((Err(_), n)) => {
+                    return fail(format!(
+                        "--busy-poll {n:?} is not a number of polls; {USAGE}"
+                    ))
+                }
+                None => return fail(format!("--busy-poll needs N; {USAGE}")),
             },
             a if a.starts_with("--") || positional.len() == 5 => {
                 return fail(format!("unexpected argument {a:?}; {USAGE}"))
@@ -114,6 +130,7 @@ fn args() -> Result<Args, Failure> {
         size: number(a.next(), "SIZE", 64)?,
         iters: number(a.next(), "ITERS", 1000)?,
         samples,
+        busy_poll,
     })
 }
 
@@ -128,6 +145,10 @@ fn resources(a: &Args) -> Result<Resources, Failure> {
     // The context (ibv_open_device), the protection domain (ibv_alloc_pd), the region
     // (ibv_reg_mr) and its completions (ibv_create_cq).
     let mut app = Consumer::connect(&a.socket, WAIT)?;
+    if let Some(n) = a.busy_poll {
+        app.set_busy_poll(true);
+        app.set_busy_poll_yield_every(n);
+    }
     let pd = app.alloc_pd()?;
     let region = app.create_region(2 * a.size, pd, true, false)?;
     app.subscribe(pd)?;

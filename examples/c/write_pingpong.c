@@ -4,15 +4,17 @@
  * datapath, or against mpa-peer (listen --echo, connect --op pingpong). docs/c-library.md
  * walks through it.
  *
- *   write_pingpong SOCKET listen  ADDR:PORT [SIZE] [ITERS]            # the echo side
- *   write_pingpong SOCKET connect ADDR:PORT [SIZE] [ITERS] [--json] [--samples FILE]
- *                                                                     # the measuring side
+ *   write_pingpong SOCKET listen  ADDR:PORT [SIZE] [ITERS] [--busy-poll N]   # the echo side
+ *   write_pingpong SOCKET connect ADDR:PORT [SIZE] [ITERS] [--busy-poll N] [--json]
+ *                  [--samples FILE]                                         # the measuring side
  *
  * SOCKET is the datapath's control socket (an mpa-control serve must serve it); SIZE the
  * payload octets of each Write (default 64); ITERS the round trips (default 1000). Each side
  * registers a region of 2 x SIZE octets peers may write (the first half receives, the second
  * is the connector's send buffer) and advertises it in its private data (32 octets, "MPXR",
- * ctlproto/src/region_ad.rs). Every echo is checked octet for octet; the connector prints
+ * ctlproto/src/region_ad.rs). Completions are waited for asleep on the domain's descriptor;
+ * --busy-poll N polls for them instead, as perftest does, offering the core to other threads
+ * every N empty polls (0: never; mpx_set_busy_poll). Every echo is checked octet for octet; the connector prints
  * perftest's latency columns (half the round trip, microseconds), or with --json one JSON
  * document of the same values; --samples FILE also writes every round trip, nanoseconds, one
  * per line in the order measured (mpa-bench lat --pingpong --modes c-api reads them). Every
@@ -21,14 +23,24 @@
 #include "mpx_example.h"
 
 static const char *usage =
-    "usage: write_pingpong SOCKET listen|connect ADDR:PORT [SIZE] [ITERS] [--json] "
-    "[--samples FILE]";
+    "usage: write_pingpong SOCKET listen|connect ADDR:PORT [SIZE] [ITERS] [--busy-poll N] "
+    "[--json] [--samples FILE]";
+
+/* --busy-poll's N, or -1: wait asleep. */
+static long long busy_poll = -1;
+
+/* The context, domain, region and CQs, and how completions are waited for. */
+static void setup(struct resources *r, const char *socket, uint64_t size) {
+    resources(r, socket, 2 * size, MPX_ACCESS_REMOTE_WRITE);
+    if (busy_poll >= 0)
+        check("set_busy_poll", mpx_set_busy_poll(r->ctx, 1, (uint32_t)busy_poll));
+}
 
 
 /* The listener: accepts one connection and echoes every Write until it ends. */
 static int listen_side(const char *socket, const char *addr, uint64_t size) {
     struct resources r;
-    resources(&r, socket, 2 * size, MPX_ACCESS_REMOTE_WRITE);
+    setup(&r, socket, size);
     uint64_t listen_id = 0;
     uint16_t port = 0;
     /* rdma_conn_param: zeroed is revision 2, CRCs, IRD and ORD 8 (mpx_listen's); a Write
@@ -151,7 +163,7 @@ static void write_samples(const char *path, const uint64_t *rtt_ns, uint64_t n) 
 static int connect_side(const char *socket, const char *addr, uint64_t size, uint64_t iters,
                         int json, const char *samples) {
     struct resources r;
-    resources(&r, socket, 2 * size, MPX_ACCESS_REMOTE_WRITE);
+    setup(&r, socket, size);
     uint8_t ad[AD_LEN];
     our_ad(ad, r.stag, size);
     uint64_t conn_id = 0;
@@ -235,6 +247,16 @@ int main(int argc, char **argv) {
             json = 1;
         } else if (strcmp(argv[i], "--samples") == 0 && i + 1 < argc) {
             samples = argv[++i];
+        } else if (strcmp(argv[i], "--busy-poll") == 0 && i + 1 < argc) {
+            const char *n = argv[++i];
+            char *end = NULL;
+            unsigned long long v = strtoull(n, &end, 10);
+            if (end == n || *end != '\0' || *n == '-' || v > UINT32_MAX) {
+                fprintf(stderr, "write_pingpong: --busy-poll %s is not a number of polls; %s\n",
+                        n, usage);
+                return 1;
+            }
+            busy_poll = (long long)v;
         } else if (strncmp(argv[i], "--", 2) == 0 || npos == 5) {
             fprintf(stderr, "write_pingpong: unexpected argument %s; %s\n", argv[i], usage);
             return 1;

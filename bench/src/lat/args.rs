@@ -56,7 +56,8 @@ pub struct LatArgs {
     #[arg(long, value_enum, value_delimiter = ',', default_values = ["sleep", "spin", "rtc"])]
     pub(crate) modes: Vec<DatapathMode>,
     /// In the `sleep` and `spin` modes, the consumer busy-polls its completion ring instead
-    /// of sleeping on the ring's eventfd until the worker wakes it: it then needs a core of
+    /// of sleeping on the ring's eventfd until the worker wakes it (in `c-api` and `rust-app`
+    /// the example, with `--busy-poll`): it then needs a core of
     /// its own, which a 2-core bed that also runs the peer, the worker and the kernel's veth
     /// work does not have.
     #[arg(long)]

@@ -146,6 +146,9 @@ impl ExampleApp {
         if self.json {
             cmd.arg("--json");
         }
+        if a.consumer_busy_poll {
+            cmd.arg("--busy-poll").arg(a.spin_yield_polls.to_string());
+        }
         let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -56,8 +56,13 @@ pub(crate) fn first_line(child: &mut Child) -> String {
     first.trim().to_string()
 }
 
-fn pingpong(program: &Path, socket: &Path, role: &str, addr: SocketAddr) -> Child {
-    spawn(program, socket, &[role, &addr.to_string(), SIZE, ITERS])
+fn pingpong(program: &Path, socket: &Path, role: &str, addr: SocketAddr, extra: &[&str]) -> Child {
+    let at = addr.to_string();
+    let args: Vec<&str> = [role, &at, SIZE, ITERS]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    spawn(program, socket, &args)
 }
 
 /// Waits (bounded) for `child`; its output, which must be a success.
@@ -108,7 +113,13 @@ fn the_example_pings_between_two_datapaths() {
     if !require_privileged("the ping-pong example between two datapaths") {
         return;
     }
-    between_two_datapaths(&example("mpa-app", "write_pingpong"), None);
+    // Both sides poll for their completions.
+    between_two_datapaths(
+        &example("mpa-app", "write_pingpong"),
+        None,
+        &["--busy-poll", "16"],
+        &["--busy-poll", "16"],
+    );
 }
 
 #[test]
@@ -117,7 +128,13 @@ fn the_c_example_pings_between_two_datapaths() {
         return;
     }
     // Both sides offer IRD and ORD 1 (mpx_conn_param): negotiated so.
-    between_two_datapaths(&c_example(), Some("; IRD 1, ORD 1)"));
+    // The connector polls for its completions, the listener sleeps.
+    between_two_datapaths(
+        &c_example(),
+        Some("; IRD 1, ORD 1)"),
+        &[],
+        &["--busy-poll", "16"],
+    );
 }
 
 #[test]
@@ -179,9 +196,15 @@ fn c_example() -> PathBuf {
     super::c_library::compile(&source, "write_pingpong")
 }
 
-/// The listening side on datapath B, the connecting side on datapath A, both `program`;
-/// the listener's output holds `connected` when given.
-fn between_two_datapaths(program: &Path, connected: Option<&str>) {
+/// The listening side on datapath B, the connecting side on datapath A, both `program`
+/// (with `listen_extra` and `connect_extra` arguments); the listener's output holds
+/// `connected` when given.
+fn between_two_datapaths(
+    program: &Path,
+    connected: Option<&str>,
+    listen_extra: &[&str],
+    connect_extra: &[&str],
+) {
     let bed = TestBed::up(BedConfig::default()).unwrap();
     let (_dp_b, socket_b) = datapath(&bed, &DatapathOptions::default());
     let socket_a: PathBuf = mpa_harness::temp_path("dp-a.sock");
@@ -191,10 +214,10 @@ fn between_two_datapaths(program: &Path, connected: Option<&str>) {
     let _cm_a = manager(&bed, &bed.ns_a, &socket_a);
 
     let at = SocketAddr::new(bed.addr_b(false), 7931);
-    let mut server = pingpong(program, &socket_b, "listen", at);
+    let mut server = pingpong(program, &socket_b, "listen", at, listen_extra);
     // Ready once it says where it listens.
     assert_eq!(first_line(&mut server), format!("listening on {at}"));
-    let client = pingpong(program, &socket_a, "connect", at);
+    let client = pingpong(program, &socket_a, "connect", at, connect_extra);
     latency_table(&finished(client, "connect side"));
     let out = finished(server, "listen side");
     assert!(out.contains(&format!("{ITERS} echoes")), "{out}");
@@ -225,7 +248,7 @@ fn against_mpa_peer(program: &Path) {
         at,
         &["--echo", "--advertise", "0xec0001:64", "--rev", "2"],
     );
-    let client = pingpong(program, &socket, "connect", at);
+    let client = pingpong(program, &socket, "connect", at, &[]);
     latency_table(&finished(client, "connect side"));
     let report = peer.report(Duration::from_secs(30));
     assert_eq!(report["error"], serde_json::Value::Null, "{report}");
@@ -233,7 +256,7 @@ fn against_mpa_peer(program: &Path) {
 
     // mpa-peer measures (it checks every echo); the example echoes.
     let at = SocketAddr::new(bed.addr_b(false), 7933);
-    let mut server = pingpong(program, &socket, "listen", at);
+    let mut server = pingpong(program, &socket, "listen", at, &[]);
     first_line(&mut server);
     let size = (64 + mpa::wire::ddp::TAGGED_HEADER_LEN).to_string();
     let out = bed
@@ -257,4 +280,37 @@ fn against_mpa_peer(program: &Path) {
     );
     let out = finished(server, "listen side");
     assert!(out.contains(&format!("{} echoes", 300 + 10)), "{out}");
+}
+
+/// A bad `--busy-poll` is a usage error of either example that names it, before any
+/// connection to a datapath is tried.
+#[test]
+fn a_bad_busy_poll_is_a_usage_error_of_both_examples() {
+    for program in [example("mpa-app", "write_pingpong"), c_example()] {
+        for (args, says) in [
+            (&["--busy-poll", "x"][..], "--busy-poll"),
+            (&["--busy-poll", "-1"][..], "--busy-poll"),
+            (&["--busy-poll", "4294967296"][..], "--busy-poll"),
+            (&["--busy-poll"][..], "usage"),
+        ] {
+            let out: Output = Command::new(&program)
+                .args(["/nonexistent.sock", "connect", "127.0.0.1:1", "64", "1"])
+                .args(args)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(
+                out.status.code(),
+                Some(1),
+                "{}: {args:?}: {err}",
+                program.display()
+            );
+            assert!(
+                err.contains(says) && err.contains("usage"),
+                "{}: {args:?}: {err}",
+                program.display()
+            );
+        }
+    }
 }
