@@ -149,6 +149,24 @@ static inline uint64_t number(const char *s, const char *name, const char *usage
     return v;
 }
 
+/* --busy-poll N's N: empty polls between two offers of the core (0: never); a bad one ends
+ * the program with the usage. */
+static inline long long busy_poll_arg(const char *n, const char *usage) {
+    char *end = NULL;
+    unsigned long long v = strtoull(n, &end, 10);
+    if (end == n || *end != '\0' || *n == '-' || v > UINT32_MAX) {
+        fprintf(stderr, EXAMPLE ": --busy-poll %s is not a number of polls; %s\n", n, usage);
+        exit(1);
+    }
+    return (long long)v;
+}
+
+/* With `polls` >= 0 (--busy-poll given), completions are polled for instead of waited for
+ * asleep on the domain's descriptor, as perftest does (mpx_set_busy_poll). */
+static inline void busy_poll(struct resources *r, long long polls) {
+    if (polls >= 0) check("set_busy_poll", mpx_set_busy_poll(r->ctx, 1, (uint32_t)polls));
+}
+
 static inline double seconds_between(struct timespec a, struct timespec b) {
     return (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
 }

@@ -1,8 +1,8 @@
 /* RDMA Write or Read bandwidth over the datapath through libmpaxdp, in the manner of
  * perftest's ib_write_bw and ib_read_bw.
  *
- *   rdma_bw SOCKET listen  ADDR:PORT [SIZE]                          # the passive side
- *   rdma_bw SOCKET connect ADDR:PORT [SIZE] [ITERS] [--read] [--json]
+ *   rdma_bw SOCKET listen  ADDR:PORT [SIZE] [--busy-poll N]              # the passive side
+ *   rdma_bw SOCKET connect ADDR:PORT [SIZE] [ITERS] [--read] [--busy-poll N] [--json]
  *
  * SOCKET is the datapath's control socket (an mpa-control serve must serve it); SIZE the
  * octets of each message (default 65536); ITERS the messages (default 1000). The listener
@@ -12,7 +12,9 @@
  * slot, every message signaled and at most DEPTH outstanding, and prints perftest's columns
  * (#bytes #iterations BW peak[Gb/sec] BW average[Gb/sec] MsgRate[Mpps]) or one JSON document.
  * It works against a second datapath or against mpa-peer listen --advertise STAG:LEN
- * [--remote-read]. Every completion's status is checked; every wait is bounded. */
+ * [--remote-read]. --busy-poll N polls for completions instead of sleeping, offering the core
+ * every N empty polls (0: never). Every completion's status is checked; every wait is
+ * bounded. */
 #define EXAMPLE "rdma_bw"
 #include "mpx_example.h"
 
@@ -20,12 +22,17 @@
 #define DEPTH 64
 
 static const char *usage =
-    "usage: rdma_bw SOCKET listen|connect ADDR:PORT [SIZE] [ITERS] [--read] [--json]";
+    "usage: rdma_bw SOCKET listen|connect ADDR:PORT [SIZE] [ITERS] [--read] [--busy-poll N] "
+    "[--json]";
+
+/* --busy-poll's N, or -1: wait asleep. */
+static long long busy_polls = -1;
 
 /* The listener: accepts one connection and counts the Writes placed until it ends. */
 static int listen_side(const char *socket, const char *addr, uint64_t size) {
     struct resources r;
     resources(&r, socket, SLOTS * size, MPX_ACCESS_REMOTE_WRITE | MPX_ACCESS_REMOTE_READ);
+    busy_poll(&r, busy_polls);
     uint64_t listen_id = 0;
     uint16_t port = 0;
     check("listen", mpx_listen(r.ctx, r.pd, addr, &listen_id, &port));
@@ -82,6 +89,7 @@ static int connect_side(const char *socket, const char *addr, uint64_t size, uin
                         int read, int json) {
     struct resources r;
     resources(&r, socket, SLOTS * size, MPX_ACCESS_REMOTE_WRITE);
+    busy_poll(&r, busy_polls);
     for (uint64_t j = 0; j < SLOTS * size; j++) r.mem[j] = (uint8_t)(j * 7 + 1);
     uint8_t ad[AD_LEN];
     our_ad(ad, r.stag, SLOTS * size);
@@ -170,6 +178,13 @@ int main(int argc, char **argv) {
     for (int i = 0; i < argc && n < 8; i++) {
         if (i > 0 && strcmp(argv[i], "--json") == 0) json = 1;
         else if (i > 0 && strcmp(argv[i], "--read") == 0) read = 1;
+        else if (i > 0 && strcmp(argv[i], "--busy-poll") == 0) {
+            if (i + 1 == argc) {
+                fprintf(stderr, EXAMPLE ": --busy-poll needs N; %s\n", usage);
+                return 1;
+            }
+            busy_polls = busy_poll_arg(argv[++i], usage);
+        }
         else args[n++] = argv[i];
     }
     if (n < 4 || n > 6) {

@@ -27,13 +27,12 @@ static const char *usage =
     "[--json] [--samples FILE]";
 
 /* --busy-poll's N, or -1: wait asleep. */
-static long long busy_poll = -1;
+static long long busy_polls = -1;
 
 /* The context, domain, region and CQs, and how completions are waited for. */
 static void setup(struct resources *r, const char *socket, uint64_t size) {
     resources(r, socket, 2 * size, MPX_ACCESS_REMOTE_WRITE);
-    if (busy_poll >= 0)
-        check("set_busy_poll", mpx_set_busy_poll(r->ctx, 1, (uint32_t)busy_poll));
+    busy_poll(r, busy_polls);
 }
 
 
@@ -248,15 +247,7 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--samples") == 0 && i + 1 < argc) {
             samples = argv[++i];
         } else if (strcmp(argv[i], "--busy-poll") == 0 && i + 1 < argc) {
-            const char *n = argv[++i];
-            char *end = NULL;
-            unsigned long long v = strtoull(n, &end, 10);
-            if (end == n || *end != '\0' || *n == '-' || v > UINT32_MAX) {
-                fprintf(stderr, "write_pingpong: --busy-poll %s is not a number of polls; %s\n",
-                        n, usage);
-                return 1;
-            }
-            busy_poll = (long long)v;
+            busy_polls = busy_poll_arg(argv[++i], usage);
         } else if (strncmp(argv[i], "--", 2) == 0 || npos == 5) {
             fprintf(stderr, "write_pingpong: unexpected argument %s; %s\n", argv[i], usage);
             return 1;

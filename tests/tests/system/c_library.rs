@@ -166,11 +166,16 @@ fn the_c_bandwidth_program_writes_and_reads_against_mpa_peer_and_a_datapath() {
             flags.push("--remote-read");
         }
         let peer = PeerListener::start(&bed, at, &flags);
+        // Reads poll for their completions; Writes wait asleep.
         let doc = bandwidth(
             &program,
             &socket_b,
             at,
-            if read { &["--read"] } else { &[] },
+            if read {
+                &["--read", "--busy-poll", "16"]
+            } else {
+                &[]
+            },
         );
         assert_eq!(doc["op"], if read { "read" } else { "write" }, "{doc}");
         let report = peer.report(Duration::from_secs(30));
@@ -189,7 +194,11 @@ fn the_c_bandwidth_program_writes_and_reads_against_mpa_peer_and_a_datapath() {
     .unwrap();
     let _cm_a = super::pingpong_example::manager(&bed, &bed.ns_a, &socket_a);
     let at = SocketAddr::new(bed.addr_a(false), 7943);
-    let mut listener = spawn(&program, &socket_a, &["listen", &at.to_string(), "4096"]);
+    let mut listener = spawn(
+        &program,
+        &socket_a,
+        &["listen", &at.to_string(), "4096", "--busy-poll", "16"],
+    );
     assert_eq!(first_line(&mut listener), format!("listening on {at}"));
     bandwidth(&program, &socket_b, at, &[]);
     let out = super::pingpong_example::finished(listener, "rdma_bw listen");

@@ -282,11 +282,13 @@ fn against_mpa_peer(program: &Path) {
     assert!(out.contains(&format!("{} echoes", 300 + 10)), "{out}");
 }
 
-/// A bad `--busy-poll` is a usage error of either example that names it, before any
-/// connection to a datapath is tried.
+/// A bad `--busy-poll` is a usage error of every example that takes it, and names it,
+/// before any connection to a datapath is tried.
 #[test]
-fn a_bad_busy_poll_is_a_usage_error_of_both_examples() {
-    for program in [example("mpa-app", "write_pingpong"), c_example()] {
+fn a_bad_busy_poll_is_a_usage_error_of_every_example() {
+    let bw = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/c/rdma_bw.c");
+    let bw = super::c_library::compile(&bw, "rdma_bw");
+    for program in [example("mpa-app", "write_pingpong"), c_example(), bw] {
         for (args, says) in [
             (&["--busy-poll", "x"][..], "--busy-poll"),
             (&["--busy-poll", "-1"][..], "--busy-poll"),
