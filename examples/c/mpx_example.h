@@ -71,10 +71,14 @@ struct resources {
 
 /* The context (ibv_open_device), domain (ibv_alloc_pd), region (ibv_reg_mr), completion
  * channel and CQs (ibv_create_cq): every connection of the domain completes its own Writes on
- * the send CQ and the peer's on the receive CQ. */
+ * the send CQ and the peer's on the receive CQ. With `busy_polls` >= 0 (--busy-poll N),
+ * completions are polled for instead of waited for asleep on the domain's descriptor, as
+ * perftest does (mpx_set_busy_poll). */
 static inline void resources(struct resources *r, const char *socket, uint64_t region_len,
-                             uint32_t access) {
+                             uint32_t access, long long busy_polls) {
     check("open", mpx_open(socket, WAIT_MS, &r->ctx));
+    if (busy_polls >= 0)
+        check("set_busy_poll", mpx_set_busy_poll(r->ctx, 1, (uint32_t)busy_polls));
     check("alloc_pd", mpx_alloc_pd(r->ctx, &r->pd));
     check("create_region",
           mpx_create_region(r->ctx, r->pd, region_len, access, &r->stag));
@@ -159,12 +163,6 @@ static inline long long busy_poll_arg(const char *n, const char *usage) {
         exit(1);
     }
     return (long long)v;
-}
-
-/* With `polls` >= 0 (--busy-poll given), completions are polled for instead of waited for
- * asleep on the domain's descriptor, as perftest does (mpx_set_busy_poll). */
-static inline void busy_poll(struct resources *r, long long polls) {
-    if (polls >= 0) check("set_busy_poll", mpx_set_busy_poll(r->ctx, 1, (uint32_t)polls));
 }
 
 static inline double seconds_between(struct timespec a, struct timespec b) {

@@ -31,8 +31,8 @@ static long long busy_polls = -1;
 /* The listener: accepts one connection and counts the Writes placed until it ends. */
 static int listen_side(const char *socket, const char *addr, uint64_t size) {
     struct resources r;
-    resources(&r, socket, SLOTS * size, MPX_ACCESS_REMOTE_WRITE | MPX_ACCESS_REMOTE_READ);
-    busy_poll(&r, busy_polls);
+    resources(&r, socket, SLOTS * size, MPX_ACCESS_REMOTE_WRITE | MPX_ACCESS_REMOTE_READ,
+              busy_polls);
     uint64_t listen_id = 0;
     uint16_t port = 0;
     check("listen", mpx_listen(r.ctx, r.pd, addr, &listen_id, &port));
@@ -88,8 +88,7 @@ static int listen_side(const char *socket, const char *addr, uint64_t size) {
 static int connect_side(const char *socket, const char *addr, uint64_t size, uint64_t iters,
                         int read, int json) {
     struct resources r;
-    resources(&r, socket, SLOTS * size, MPX_ACCESS_REMOTE_WRITE);
-    busy_poll(&r, busy_polls);
+    resources(&r, socket, SLOTS * size, MPX_ACCESS_REMOTE_WRITE, busy_polls);
     for (uint64_t j = 0; j < SLOTS * size; j++) r.mem[j] = (uint8_t)(j * 7 + 1);
     uint8_t ad[AD_LEN];
     our_ad(ad, r.stag, SLOTS * size);

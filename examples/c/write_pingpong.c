@@ -14,10 +14,10 @@
  * is the connector's send buffer) and advertises it in its private data (32 octets, "MPXR",
  * ctlproto/src/region_ad.rs). Completions are waited for asleep on the domain's descriptor;
  * --busy-poll N polls for them instead, as perftest does, offering the core to other threads
- * every N empty polls (0: never; mpx_set_busy_poll). Every echo is checked octet for octet; the connector prints
- * perftest's latency columns (half the round trip, microseconds), or with --json one JSON
- * document of the same values; --samples FILE also writes every round trip, nanoseconds, one
- * per line in the order measured (mpa-bench lat --pingpong --modes c-api reads them). Every
+ * every N empty polls (0: never; mpx_set_busy_poll). Every echo is checked octet for octet;
+ * the connector prints perftest's latency columns (half the round trip, microseconds), or
+ * with --json one JSON document of the same values; --samples FILE also writes every round
+ * trip, nanoseconds, one per line in the order measured (mpa-bench lat --pingpong --modes c-api reads them). Every
  * wait is bounded; a failure is printed on stderr and the exit status is 1. */
 #define EXAMPLE "write_pingpong"
 #include "mpx_example.h"
@@ -29,17 +29,11 @@ static const char *usage =
 /* --busy-poll's N, or -1: wait asleep. */
 static long long busy_polls = -1;
 
-/* The context, domain, region and CQs, and how completions are waited for. */
-static void setup(struct resources *r, const char *socket, uint64_t size) {
-    resources(r, socket, 2 * size, MPX_ACCESS_REMOTE_WRITE);
-    busy_poll(r, busy_polls);
-}
-
 
 /* The listener: accepts one connection and echoes every Write until it ends. */
 static int listen_side(const char *socket, const char *addr, uint64_t size) {
     struct resources r;
-    setup(&r, socket, size);
+    resources(&r, socket, 2 * size, MPX_ACCESS_REMOTE_WRITE, busy_polls);
     uint64_t listen_id = 0;
     uint16_t port = 0;
     /* rdma_conn_param: zeroed is revision 2, CRCs, IRD and ORD 8 (mpx_listen's); a Write
@@ -162,7 +156,7 @@ static void write_samples(const char *path, const uint64_t *rtt_ns, uint64_t n) 
 static int connect_side(const char *socket, const char *addr, uint64_t size, uint64_t iters,
                         int json, const char *samples) {
     struct resources r;
-    setup(&r, socket, size);
+    resources(&r, socket, 2 * size, MPX_ACCESS_REMOTE_WRITE, busy_polls);
     uint8_t ad[AD_LEN];
     our_ad(ad, r.stag, size);
     uint64_t conn_id = 0;

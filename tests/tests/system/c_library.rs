@@ -46,6 +46,11 @@ fn installed_tree() -> &'static Path {
     })
 }
 
+/// `examples/c/NAME.c`, built against the installed tree.
+pub(crate) fn example_program(name: &str) -> PathBuf {
+    compile(&root().join(format!("examples/c/{name}.c")), name)
+}
+
 /// Compiles C program `source` as a user would against the installed library: `cc` with
 /// `pkg-config --cflags --libs mpa-xdp` of [`installed_tree`], run against the installed
 /// `libmpaxdp.so.0` (an rpath into the tree). The executable, once per test process and name.
@@ -155,7 +160,7 @@ fn the_c_bandwidth_program_writes_and_reads_against_mpa_peer_and_a_datapath() {
     if !require_privileged("the C bandwidth program") {
         return;
     }
-    let program = compile(&root().join("examples/c/rdma_bw.c"), "rdma_bw");
+    let program = example_program("rdma_bw");
     let bed = TestBed::up(BedConfig::default()).unwrap();
     let (_dp_b, socket_b) = datapath(&bed, &DatapathOptions::default());
     let _cm_b = super::pingpong_example::manager(&bed, &bed.ns_b, &socket_b);

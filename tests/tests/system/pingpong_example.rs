@@ -192,8 +192,7 @@ fn the_c_example_prints_one_json_document() {
 
 /// `examples/c/write_pingpong.c`, built against libmpaxdp.
 fn c_example() -> PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/c/write_pingpong.c");
-    super::c_library::compile(&source, "write_pingpong")
+    super::c_library::example_program("write_pingpong")
 }
 
 /// The listening side on datapath B, the connecting side on datapath A, both `program`
@@ -286,8 +285,7 @@ fn against_mpa_peer(program: &Path) {
 /// before any connection to a datapath is tried.
 #[test]
 fn a_bad_busy_poll_is_a_usage_error_of_every_example() {
-    let bw = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/c/rdma_bw.c");
-    let bw = super::c_library::compile(&bw, "rdma_bw");
+    let bw = super::c_library::example_program("rdma_bw");
     for program in [example("mpa-app", "write_pingpong"), c_example(), bw] {
         for (args, says) in [
             (&["--busy-poll", "x"][..], "--busy-poll"),
