@@ -102,6 +102,10 @@ pub struct RxStats {
     /// segments themselves (one copy per octet).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub spanned_in_place: u64,
+    /// Of those, the FPDUs whose CRC was verified from the CRCs the parse pass took of their
+    /// segments (only their part of the last segment read again).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub crc_from_segments: u64,
     /// In-order FPDUs that spanned RX bursts, copied into the connection's FPDU buffer before
     /// they were verified and placed (two copies per octet).
     #[serde(default, skip_serializing_if = "is_zero")]

@@ -16,7 +16,8 @@ pub(crate) use send::MAX_OUTBOUND_READS;
 pub use send::{FrameSink, FrameVec, MEM_FRAME_CAPACITY};
 
 use crate::receiver::{
-    MpaReceiver, PostRecvError, PostedBuf, ReadRequest, ReceiverConfig, RegionTable, RxEnd, RxError,
+    MpaReceiver, PostRecvError, PostedBuf, ReadRequest, ReceiverConfig, RegionTable, RunOctets,
+    RxEnd, RxError,
 };
 use crate::sender::{FpduSource, MessageKind, PostError, Preamble, SenderConfig, MIN_EMSS};
 use crate::tcp::{Connection, Event, HandoverState, SendSource, TcpConfig, TsHandover};
@@ -285,13 +286,14 @@ impl Flow {
     /// rather than being decoded now, so that an FPDU spanning segments is verified and placed
     /// from them in place. The caller ends the run with [`Flow::end_run`] before the frames
     /// go back, before a segment of this flow it does not keep, and before the flow's
-    /// end-of-burst; a run holds one flow's segments only.
+    /// end-of-burst; a run holds one flow's segments only. `payload`: the octets and their
+    /// CRC32c if the parse took it (`parse_tcp_frame_with_payload_crc`).
     pub fn on_segment_in_run<'f>(
         &mut self,
         now: Instant,
         repr: &TcpRepr,
-        payload: &'f [u8],
-        run: &mut Vec<&'f [u8]>,
+        payload: (&'f [u8], Option<u32>),
+        run: &mut RunOctets<'f>,
         regions: &mut RegionTable,
     ) {
         self.packets += 1;
@@ -316,7 +318,7 @@ impl Flow {
         now: Instant,
         repr: &TcpRepr,
         pieces: impl Iterator<Item = &'f [u8]> + Clone,
-        run: &mut Vec<&'f [u8]>,
+        run: &mut RunOctets<'f>,
         regions: &mut RegionTable,
     ) -> bool {
         let taken =
@@ -331,7 +333,8 @@ impl Flow {
 
     /// [`Flow::on_segment_in_run`] for consecutive segments of one burst whose headers are
     /// equal but for their sequence numbers, each starting where the one before ends (what GRO
-    /// merges): `repr` is the first one's, `payloads` theirs, all valid until the run ends. The
+    /// merges): `repr` is the first one's, `payloads` theirs (and the CRC32c of each, where
+    /// known), all valid until the run ends. The
     /// TCP takes them in one update. Returns false, with nothing changed, when that would not
     /// give exactly what taking them one by one gives (not at RCV.NXT, octets held out of
     /// order, an ACK owed per segment, ...): the caller then hands them to
@@ -340,8 +343,8 @@ impl Flow {
         &mut self,
         now: Instant,
         repr: &TcpRepr,
-        payloads: &[&'f [u8]],
-        run: &mut Vec<&'f [u8]>,
+        payloads: (&[&'f [u8]], &[Option<u32>]),
+        run: &mut RunOctets<'f>,
         regions: &mut RegionTable,
     ) -> bool {
         let taken = receive_segments_in_run(
@@ -356,7 +359,7 @@ impl Flow {
         if taken.is_none() {
             return false;
         }
-        self.packets += payloads.len() as u64;
+        self.packets += payloads.0.len() as u64;
         self.after_receive(regions);
         true
     }
@@ -367,7 +370,7 @@ impl Flow {
     }
 
     /// Decodes and places what `run` holds ([`Flow::on_segment_in_run`]) and empties it.
-    pub fn end_run(&mut self, run: &mut Vec<&[u8]>, regions: &mut RegionTable) {
+    pub fn end_run(&mut self, run: &mut RunOctets<'_>, regions: &mut RegionTable) {
         if run.is_empty() {
             return;
         }

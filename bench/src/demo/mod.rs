@@ -91,6 +91,7 @@ fn add_rx(a: &mut RxStats, b: &RxStats) {
         placed_in_order,
         placed_from_store,
         spanned_in_place,
+        crc_from_segments,
         staged,
         located_rejected,
         ahead_refused,
@@ -111,6 +112,7 @@ fn add_rx(a: &mut RxStats, b: &RxStats) {
     a.placed_in_order += placed_in_order;
     a.placed_from_store += placed_from_store;
     a.spanned_in_place += spanned_in_place;
+    a.crc_from_segments += crc_from_segments;
     a.staged += staged;
     a.located_rejected += located_rejected;
     a.ahead_refused += ahead_refused;

@@ -442,6 +442,9 @@ pub(crate) struct PipelineConfigRecord {
     /// In-order FPDUs that spanned segments of one burst, placed from the frames in place.
     #[serde(default)]
     pub(crate) spanned_in_place: u64,
+    /// Of those, the ones whose CRC was joined from the CRCs the parse pass took.
+    #[serde(default)]
+    pub(crate) crc_from_segments: u64,
     /// In-order FPDUs that spanned bursts, copied into the FPDU buffer first.
     #[serde(default)]
     pub(crate) staged: u64,

@@ -15,8 +15,10 @@ use mpa_ctl_proto::stats::QueueStats;
 use mpa_ctl_proto::CaptureDirection;
 use mpa_stack::flow::Flow;
 use mpa_stack::flow_table::FlowTable;
-use mpa_stack::receiver::RegionTable;
-use mpa_stack::wire::frame::{octets_in, parse_tcp_frame, parse_tcp_frame_in_pieces};
+use mpa_stack::receiver::{reuse_slices, RegionTable, RunOctets};
+use mpa_stack::wire::frame::{
+    octets_in, parse_tcp_frame_in_pieces, parse_tcp_frame_with_payload_crc,
+};
 use mpa_stack::wire::tcp::{TcpFlags, TcpRepr};
 use mpa_stack::wire::VlanTag;
 use std::net::SocketAddr;
@@ -30,7 +32,7 @@ type Key = (SocketAddr, SocketAddr);
 /// handed to the TCP yet (a [`Batch`]).
 pub(super) struct Run<'f> {
     key: Option<Key>,
-    octets: Vec<&'f [u8]>,
+    octets: RunOctets<'f>,
     batch: Batch<'f>,
 }
 
@@ -47,14 +49,17 @@ struct Batch<'f> {
     end: SeqNumber,
     /// Their payloads; empty: no batch.
     payloads: Vec<&'f [u8]>,
+    /// The CRC32c of each payload, if the parse took it.
+    crcs: Vec<Option<u32>>,
     /// Their control bits (they may differ in PSH), to hand them over one by one.
     flags: Vec<TcpFlags>,
 }
 
 /// The allocations a run keeps from burst to burst (see [`reuse_run`]).
 pub(super) struct RunBuffers<'f> {
-    octets: Vec<&'f [u8]>,
+    octets: RunOctets<'f>,
     payloads: Vec<&'f [u8]>,
+    crcs: Vec<Option<u32>>,
     flags: Vec<TcpFlags>,
 }
 
@@ -62,19 +67,22 @@ impl RunBuffers<'_> {
     /// No buffer allocated yet.
     pub(super) fn new() -> Self {
         RunBuffers {
-            octets: Vec::new(),
+            octets: RunOctets::new(),
             payloads: Vec::new(),
+            crcs: Vec::new(),
             flags: Vec::new(),
         }
     }
 
     /// The buffers emptied, for slices of another lifetime.
     pub(super) fn reuse<'b>(self) -> RunBuffers<'b> {
-        let mut flags = self.flags;
+        let (mut flags, mut crcs) = (self.flags, self.crcs);
         flags.clear();
+        crcs.clear();
         RunBuffers {
-            octets: reuse_run(self.octets),
-            payloads: reuse_run(self.payloads),
+            octets: self.octets.reuse(),
+            payloads: reuse_slices(self.payloads),
+            crcs,
             flags,
         }
     }
@@ -91,6 +99,7 @@ impl<'f> Run<'f> {
                 vlan: None,
                 end: SeqNumber(0),
                 payloads: bufs.payloads,
+                crcs: bufs.crcs,
                 flags: bufs.flags,
             },
         }
@@ -101,6 +110,7 @@ impl<'f> Run<'f> {
         RunBuffers {
             octets: self.octets,
             payloads: self.batch.payloads,
+            crcs: self.batch.crcs,
             flags: self.batch.flags,
         }
     }
@@ -113,12 +123,14 @@ impl<'f> Run<'f> {
         }
         let b = &mut self.batch;
         if let Some(flow) = self.key.and_then(|k| flows.get_mut(&k)) {
-            match b.payloads[..] {
-                [one] => flow.on_segment_in_run(now, &b.repr, one, &mut self.octets, regions),
+            match (&b.payloads[..], &b.crcs[..]) {
+                (&[one], &[crc]) => {
+                    flow.on_segment_in_run(now, &b.repr, (one, crc), &mut self.octets, regions)
+                }
                 _ if flow.on_segments_in_run(
                     now,
                     &b.repr,
-                    &b.payloads,
+                    (&b.payloads, &b.crcs),
                     &mut self.octets,
                     regions,
                 ) => {}
@@ -127,10 +139,10 @@ impl<'f> Run<'f> {
                     // sequence number and control bits.
                     let (seq, flags) = (b.repr.seq_number, b.repr.flags);
                     let mut at = seq;
-                    for (&p, &f) in b.payloads.iter().zip(&b.flags) {
+                    for ((&p, &f), &crc) in b.payloads.iter().zip(&b.flags).zip(&b.crcs) {
                         b.repr.seq_number = at;
                         b.repr.flags = f;
-                        flow.on_segment_in_run(now, &b.repr, p, &mut self.octets, regions);
+                        flow.on_segment_in_run(now, &b.repr, (p, crc), &mut self.octets, regions);
                         at = at + p.len();
                     }
                     (b.repr.seq_number, b.repr.flags) = (seq, flags);
@@ -138,6 +150,7 @@ impl<'f> Run<'f> {
             }
         }
         b.payloads.clear();
+        b.crcs.clear();
         b.flags.clear();
     }
 
@@ -151,15 +164,6 @@ impl<'f> Run<'f> {
         }
         self.octets.clear();
     }
-}
-
-/// `v` emptied, for slices of another lifetime, its allocation kept (an empty vector collected
-/// in place into one of the same layout): the worker keeps it from burst to burst.
-// `filter_map` rather than `filter`: the element type changes (to another lifetime).
-#[allow(clippy::unnecessary_filter_map)]
-fn reuse_run<'b>(mut v: Vec<&[u8]>) -> Vec<&'b [u8]> {
-    v.clear();
-    v.into_iter().filter_map(|_| None).collect()
 }
 
 /// What a burst reaches of the worker.
@@ -254,7 +258,7 @@ impl BurstCx<'_> {
 
     /// One frame; `run`: it stays in hand until the run ends.
     fn frame<'f>(&mut self, frame: &'f [u8], run: Option<&mut Run<'f>>) {
-        let f = match parse_tcp_frame(frame, self.verify_checksums) {
+        let f = match parse_tcp_frame_with_payload_crc(frame, self.verify_checksums) {
             Ok(f) => f,
             Err(_) => {
                 self.stats.malformed += 1;
@@ -280,6 +284,7 @@ impl BurstCx<'_> {
                     && b.repr.continued_by(b.end, &self.repr, payload.len())
                 {
                     b.payloads.push(payload);
+                    b.crcs.push(f.payload_crc);
                     b.flags.push(self.repr.flags);
                     b.end = b.end + payload.len();
                     return;
@@ -328,12 +333,13 @@ impl BurstCx<'_> {
                     b.vlan = f.vlan;
                     b.end = b.repr.seq_number + payload.len();
                     b.payloads.push(payload);
+                    b.crcs.push(f.payload_crc);
                     b.flags.push(b.repr.flags);
                 } else {
                     flow.on_segment_in_run(
                         self.now,
                         &self.repr,
-                        payload,
+                        (payload, f.payload_crc),
                         &mut r.octets,
                         self.regions,
                     );

@@ -109,6 +109,31 @@ pub fn crc32c_combine(crc_a: u32, crc_b: u32, len_b: u64) -> u32 {
     shift(crc_a, len_b) ^ crc_b
 }
 
+/// [`crc32c_append`] over `data`, and from the same loads the Internet checksum's word sum
+/// (RFC 1071) of `data`'s leading 64-octet blocks: one pass where a transport checksum and an
+/// FPDU CRC would each read the octets (docs/architecture.md, "Receive path").
+///
+/// Returns `(crc, sum, covered)`: `sum` adds the 32-bit native-endian words of
+/// `data[..covered]` into a `u64` (unfolded; it folds to the ones' complement sum of the same
+/// octets), `covered` a multiple of 64; the caller sums `data[covered..]` itself. Where the
+/// CPU has no AVX-512 kernel, or `data` is shorter than one block, nothing is summed
+/// (`covered == 0`).
+#[inline]
+pub fn crc32c_append_summing(crc: u32, data: &[u8]) -> (u32, u64, usize) {
+    #[cfg(target_arch = "x86_64")]
+    if level() == Level::Avx512 && data.len() >= AVX512_FOLD_MIN {
+        // SAFETY: the level says AVX512F, VPCLMULQDQ, AVX2, PCLMULQDQ and SSE4.2 are there;
+        // without COPY `dst` is never used.
+        return unsafe {
+            let mut sum = x86::WordSum::new();
+            let c =
+                x86::fold512_summing::<false, true>(!crc, data, core::ptr::null_mut(), &mut sum);
+            (!c, sum.total(), sum.covered)
+        };
+    }
+    (crc32c_append(crc, data), 0, 0)
+}
+
 /// [`crc32c_combine`] for one fixed `len_b`, precomputed: each combine is then a single
 /// carry-less multiply (for checking runs of equal-length FPDUs in one CRC pass).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -486,3 +486,37 @@ fn selection_follows_the_table() {
         assert_eq!(selected_kernel(1 << 20), "hybrid");
     }
 }
+
+/// The 32-bit native-endian word sum of `data` (a multiple of 4 octets), as
+/// [`crc32c_append_summing`] takes it.
+fn word_sum(data: &[u8]) -> u64 {
+    data.chunks_exact(4)
+        .map(|w| u64::from(u32::from_ne_bytes(w.try_into().unwrap())))
+        .sum()
+}
+
+/// The CRC of the summing pass is exactly `crc32c_append`'s, at every length around its
+/// blocks and at every alignment; the sum covers whole 64-octet blocks from the start (all of
+/// them where the AVX-512 kernel runs, none elsewhere) and adds their words exactly.
+#[test]
+fn summing_pass_gives_the_crc_and_the_word_sum_of_its_blocks() {
+    let mut buf = vec![0u8; 10_000];
+    fill(&mut buf, 7);
+    let avx512 = cfg!(target_arch = "x86_64") && level() == Level::Avx512;
+    for len in (0..1100).chain([1448, 1460, 3840, 8948, 9000]) {
+        for off in [0, 1, 2, 3, 30, 63] {
+            let data = &buf[off..off + len];
+            for init in [0, 0xdead_beef] {
+                let (crc, sum, covered) = crc32c_append_summing(init, data);
+                assert_eq!(crc, crc32c_append(init, data), "len {len} off {off}");
+                assert_eq!(covered % 64, 0);
+                if avx512 && len >= AVX512_FOLD_MIN {
+                    assert_eq!(covered, len / 64 * 64, "len {len}");
+                } else {
+                    assert_eq!(covered, 0);
+                }
+                assert_eq!(sum, word_sum(&data[..covered]), "len {len} off {off}");
+            }
+        }
+    }
+}

@@ -3,12 +3,10 @@
 //! (at the kernel's full speed) rather than a short CRC call per FPDU.
 
 use super::verify::markers_ok;
-use super::FpduDecoder;
+use super::{FpduDecoder, CRC_RESIDUE};
 use crate::crc;
 use crate::markers;
 
-/// CRC32c of any message followed by its own CRC (least-significant octet first).
-const CRC_RESIDUE: u32 = 0x4867_4BC7;
 /// FPDUs checked by one batch CRC pass (bounds the work redone when a batch fails).
 pub(super) const BATCH_MAX_FPDUS: usize = 64;
 /// Smallest FPDU (wire octets) worth a batch check.

@@ -6,6 +6,14 @@ use super::batch::BATCH_MIN_WIRE;
 use super::scatter::Scatter;
 use super::{DecodeError, FpduDecoder, Ulpdu};
 
+/// The CRC32c of a chunk and of the chunks after it in its run, where known
+/// ([`FpduDecoder::feed_run_with_crcs`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct ChunkCrcs<'a> {
+    pub(super) input: Option<u32>,
+    pub(super) next: &'a [Option<u32>],
+}
+
 /// One chunk of stream octets being decoded.
 pub struct Chunk<'d, 'a> {
     dec: &'d mut FpduDecoder,
@@ -13,8 +21,11 @@ pub struct Chunk<'d, 'a> {
     /// The chunks after `input` in the same run, still in hand: an FPDU that continues into
     /// them is handed out in place, not buffered.
     next: &'a [&'a [u8]],
+    crcs: ChunkCrcs<'a>,
     /// Octets of `next` the last FPDU handed out took.
     spill: usize,
+    /// The CRC32c of the octets it took of the last chunk it reached, when known.
+    spill_crc: Option<u32>,
     off: usize,
     done: bool,
     /// `dec.batch[batch_at..batch_n]` are the FPDUs at `off` that one batch pass verified.
@@ -25,12 +36,19 @@ pub struct Chunk<'d, 'a> {
 }
 
 impl<'d, 'a> Chunk<'d, 'a> {
-    pub(super) fn new(dec: &'d mut FpduDecoder, input: &'a [u8], next: &'a [&'a [u8]]) -> Self {
+    pub(super) fn new(
+        dec: &'d mut FpduDecoder,
+        input: &'a [u8],
+        next: &'a [&'a [u8]],
+        crcs: ChunkCrcs<'a>,
+    ) -> Self {
         Chunk {
             dec,
             input,
             next,
+            crcs,
             spill: 0,
+            spill_crc: None,
             off: 0,
             done: false,
             batch_at: 0,
@@ -125,6 +143,10 @@ impl<'a> Chunk<'_, 'a> {
                 let sc = Scatter {
                     head: rest,
                     rest: self.next,
+                    // The chunk's CRC is the FPDU's first part's only from the chunk's start;
+                    // else that part's is computed, when the others are known.
+                    head_crc: self.crcs.input.filter(|_| self.off == 0),
+                    rest_crcs: self.crcs.next,
                 };
                 let pos = dec.pos;
                 let want = w.ok().or_else(|| sc.wire_len(pos, dec.markers));
@@ -132,8 +154,10 @@ impl<'a> Chunk<'_, 'a> {
                     self.off = self.input.len();
                     self.done = true;
                     return Some(match sc.verify(want, pos, dec.markers, dec.crc) {
-                        Ok(len) => {
+                        Ok((len, last_part_crc)) => {
                             self.spill = want - rest.len();
+                            self.spill_crc = last_part_crc;
+                            dec.stats.crc_joined += u64::from(last_part_crc.is_some());
                             dec.advance(want, len);
                             dec.stats.spanned += 1;
                             Ok(Ulpdu::spanning(rest, self.next, pos, len, dec.markers))
@@ -189,6 +213,13 @@ impl<'a> Chunk<'_, 'a> {
     /// it spanned chunks): decoding goes on that far into them.
     pub fn spill(&self) -> usize {
         self.spill
+    }
+
+    /// The CRC32c of the octets the last ULPDU handed out took of the last chunk it reached
+    /// (the first [`Chunk::spill`] octets of the chunk decoding goes on in, or the whole of it),
+    /// when it was verified from the chunks' CRCs ([`FpduDecoder::feed_run_with_crcs`]).
+    pub fn spill_crc(&self) -> Option<u32> {
+        self.spill_crc
     }
 }
 

@@ -22,6 +22,7 @@ mod ulpdu;
 mod verify;
 
 pub use chunk::Chunk;
+use chunk::ChunkCrcs;
 pub use error::DecodeError;
 pub use ulpdu::{Ulpdu, UlpduPieces};
 pub(crate) use verify::verify_fpdu;
@@ -34,6 +35,10 @@ use batch::{BatchEntry, BATCH_MAX_FPDUS};
 use verify::verify_fpdu_computed;
 
 const MARKER_INTERVAL: usize = markers::MARKER_INTERVAL as usize;
+
+/// CRC32c of any message followed by its own CRC (least-significant octet first): a whole
+/// FPDU, CRC field included, has this CRC exactly when its CRC field is right.
+const CRC_RESIDUE: u32 = 0x4867_4BC7;
 
 /// Counters of one decoder.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -48,6 +53,9 @@ pub struct DecoderStats {
     pub reassembled: u64,
     /// FPDUs that spanned chunks of one run and were handed out in place.
     pub spanned: u64,
+    /// Of those, the ones whose CRC was joined from the chunks' CRCs
+    /// ([`FpduDecoder::feed_run_with_crcs`]).
+    pub crc_joined: u64,
 }
 
 /// The in-order FPDU receiver of one half connection.
@@ -140,7 +148,7 @@ impl FpduDecoder {
     /// Offers the next octets of the stream. Take ULPDUs with [`Chunk::next_ulpdu`] until it
     /// returns `None`; octets of an incomplete FPDU at the end are kept for the next chunk.
     pub fn feed<'d, 'a>(&'d mut self, input: &'a [u8]) -> Chunk<'d, 'a> {
-        Chunk::new(self, input, &[])
+        Chunk::new(self, input, &[], ChunkCrcs::default())
     }
 
     /// [`FpduDecoder::feed`] for a chunk followed by `next`, the chunks after it that are still
@@ -149,7 +157,29 @@ impl FpduDecoder {
     /// [`Chunk::spill`] says how many octets of `next` it took; decoding goes on from there.
     /// Only an FPDU that does not end within the run is buffered.
     pub fn feed_run<'d, 'a>(&'d mut self, input: &'a [u8], next: &'a [&'a [u8]]) -> Chunk<'d, 'a> {
-        Chunk::new(self, input, next)
+        Chunk::new(self, input, next, ChunkCrcs::default())
+    }
+
+    /// [`FpduDecoder::feed_run`] with the CRC32c of `input` and of each chunk of `next`
+    /// (`next_crcs[i]` of `next[i]`), where known: those taken when the segments were parsed,
+    /// in the checksum's pass. An FPDU that spans chunks is then verified from the CRCs of the
+    /// chunks it covers whole and of its parts of the first and last ones (its octets are not
+    /// read again but for the last part); [`Chunk::spill_crc`] gives that last part's CRC, from
+    /// which the rest of its chunk's CRC follows (`crc32c_combine`). An unknown CRC (`None`)
+    /// means the octets are read, as by [`FpduDecoder::feed_run`]; a wrong one can only fail
+    /// the check, which is then made again from the octets and reported exactly.
+    pub fn feed_run_with_crcs<'d, 'a>(
+        &'d mut self,
+        input: &'a [u8],
+        input_crc: Option<u32>,
+        next: &'a [&'a [u8]],
+        next_crcs: &'a [Option<u32>],
+    ) -> Chunk<'d, 'a> {
+        let crcs = ChunkCrcs {
+            input: input_crc,
+            next: next_crcs,
+        };
+        Chunk::new(self, input, next, crcs)
     }
 
     /// Checks a whole FPDU wire image at the current position and advances past it.

@@ -4,7 +4,7 @@
 //! (docs/architecture.md, "Runs of segments").
 
 use super::verify::{check_crc, check_marker};
-use super::{DecodeError, MARKER_INTERVAL};
+use super::{DecodeError, CRC_RESIDUE, MARKER_INTERVAL};
 use crate::crc;
 use crate::markers;
 use crate::wire::fpdu::CRC_LEN;
@@ -14,6 +14,9 @@ use crate::wire::fpdu::CRC_LEN;
 pub(super) struct Scatter<'a> {
     pub(super) head: &'a [u8],
     pub(super) rest: &'a [&'a [u8]],
+    /// The CRC32c of `head`, and of each of `rest`, where known.
+    pub(super) head_crc: Option<u32>,
+    pub(super) rest_crcs: &'a [Option<u32>],
 }
 
 impl<'a> Scatter<'a> {
@@ -74,6 +77,48 @@ impl<'a> Scatter<'a> {
         c
     }
 
+    /// The CRC32c of the first `len` octets, which go beyond `head`, joined from the CRCs of
+    /// `head` (computed here when not known), of the chunks they cover whole (known) and of
+    /// their part of the last chunk they reach (computed here unless it is the whole chunk);
+    /// and that last part's CRC. `None`, with no octet read, when the CRC of a chunk covered
+    /// whole is not known or the octets are not all there.
+    fn joined_crc(&self, len: usize) -> Option<(u32, u32)> {
+        let beyond = len.checked_sub(self.head.len())?;
+        // First whether the CRC of every chunk covered whole is known: else the caller reads
+        // the octets once, not partly here and again there.
+        let (mut left, mut reach) = (beyond, 0);
+        for (i, s) in self.rest.iter().enumerate() {
+            reach = i + 1;
+            if left <= s.len() {
+                break;
+            }
+            self.rest_crcs.get(i).copied().flatten()?;
+            left -= s.len();
+        }
+        if reach == 0 || left > self.rest[reach - 1].len() {
+            return None;
+        }
+        // Nothing known to join from (no chunk covered whole, neither first nor last part
+        // whole): reading the octets is all there is.
+        let last_whole = left == self.rest[reach - 1].len();
+        let known_last = last_whole && self.rest_crcs.get(reach - 1).copied().flatten().is_some();
+        if self.head_crc.is_none() && reach == 1 && !known_last {
+            return None;
+        }
+        let mut joined = self.head_crc.unwrap_or_else(|| crc::crc32c(self.head));
+        let (mut left, mut last) = (beyond, 0);
+        for (i, s) in self.rest[..reach].iter().enumerate() {
+            let n = left.min(s.len());
+            last = match self.rest_crcs.get(i).copied().flatten() {
+                Some(c) if n == s.len() => c,
+                _ => crc::crc32c(&s[..n]),
+            };
+            joined = crc::crc32c_combine(joined, last, n as u64);
+            left -= n;
+        }
+        Some((joined, last))
+    }
+
     /// Wire length of the FPDU at stream position `pos` starting here, if its header is
     /// there.
     pub(super) fn wire_len(&self, pos: u32, markers: bool) -> Option<usize> {
@@ -83,20 +128,29 @@ impl<'a> Scatter<'a> {
 
     /// Verifies the FPDU of `wire_len` octets (all there) at stream position `pos` as
     /// `verify_fpdu` does a contiguous one: CRC first (error 2), then every marker (error 3).
-    /// Returns ULPDU_Length.
+    /// The CRC from the chunks' CRCs where they are known ([`Scatter::joined_crc`]: the whole
+    /// FPDU must have [`CRC_RESIDUE`]), else, or when that fails, from the octets (so that an
+    /// error reports the CRC received and the one computed). Returns ULPDU_Length, and the CRC
+    /// of the FPDU's part of the last chunk when it was joined.
     pub(super) fn verify(
         &self,
         wire_len: usize,
         pos: u32,
         markers: bool,
         crc: bool,
-    ) -> Result<u16, DecodeError> {
+    ) -> Result<(u16, Option<u32>), DecodeError> {
         let hoff = markers::header_offset(pos, markers);
         let ulpdu_len = self.u16_be(hoff).unwrap_or(0);
+        let mut last_part_crc = None;
         if crc {
-            let computed = self.crc(wire_len - CRC_LEN);
-            let received = self.u32_le(wire_len - CRC_LEN).unwrap_or(!computed);
-            check_crc(pos, received, computed)?;
+            match self.joined_crc(wire_len) {
+                Some((joined, last)) if joined == CRC_RESIDUE => last_part_crc = Some(last),
+                _ => {
+                    let computed = self.crc(wire_len - CRC_LEN);
+                    let received = self.u32_le(wire_len - CRC_LEN).unwrap_or(!computed);
+                    check_crc(pos, received, computed)?;
+                }
+            }
         }
         if markers {
             // The markers in order, read from the chunk that holds them (one walk over the
@@ -121,6 +175,6 @@ impl<'a> Scatter<'a> {
                 w += MARKER_INTERVAL;
             }
         }
-        Ok(ulpdu_len)
+        Ok((ulpdu_len, last_part_crc))
     }
 }

@@ -338,39 +338,87 @@ fn reassembly_agrees_with_whole_fpdus() {
     }
 }
 
+/// The chunk CRCs a run is fed with ([`FpduDecoder::feed_run_with_crcs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GivenCrcs {
+    /// None known ([`FpduDecoder::feed_run`]).
+    Unknown,
+    /// Each chunk's CRC32c, derived for a chunk's rest from [`Chunk::spill_crc`] as the
+    /// receiver does.
+    Right,
+    /// Each one off by a bit.
+    Wrong,
+}
+
+/// What [`decode_runs`] saw.
+#[derive(Debug, PartialEq, Eq)]
+struct RunsDecoded {
+    ulpdus: Vec<Vec<u8>>,
+    /// ULPDUs handed out in place across chunks.
+    spanned: u64,
+    /// Of those, the ones verified from the chunks' CRCs (a spill CRC came back).
+    joined: u64,
+}
+
 /// Decodes `wire` cut into `cuts`-sized chunks fed as runs of `per_run` chunks each (the
-/// segments of one burst); returns the ULPDUs and how many were handed out in place across
-/// chunks.
+/// segments of one burst), with the chunks' CRCs as `given` says.
 fn decode_runs(
     dec: &mut FpduDecoder,
     wire: &[u8],
     cut: usize,
     per_run: usize,
-) -> Result<(Vec<Vec<u8>>, u64), DecodeError> {
+    given: GivenCrcs,
+) -> Result<RunsDecoded, DecodeError> {
     let chunks: Vec<&[u8]> = wire.chunks(cut.max(1)).collect();
-    let mut got = Vec::new();
-    let mut spanned = 0;
-    for run in chunks.chunks(per_run.max(1)) {
-        let (mut i, mut skip) = (0, 0);
+    let crcs: Vec<Option<u32>> = chunks
+        .iter()
+        .map(|c| match given {
+            GivenCrcs::Unknown => None,
+            GivenCrcs::Right => Some(crc::crc32c(c)),
+            GivenCrcs::Wrong => Some(crc::crc32c(c) ^ 0x100),
+        })
+        .collect();
+    let mut out = RunsDecoded {
+        ulpdus: Vec::new(),
+        spanned: 0,
+        joined: 0,
+    };
+    for (run, run_crcs) in chunks
+        .chunks(per_run.max(1))
+        .zip(crcs.chunks(per_run.max(1)))
+    {
+        let (mut i, mut skip, mut skip_crc) = (0, 0, Some(0));
         while i < run.len() {
-            let mut ch = dec.feed_run(&run[i][skip..], &run[i + 1..]);
+            let input = &run[i][skip..];
+            let input_crc = match (run_crcs[i], skip_crc) {
+                (Some(whole), Some(first)) => {
+                    Some(crc::crc32c_combine(first, whole, input.len() as u64))
+                }
+                _ => None,
+            };
+            let mut ch =
+                dec.feed_run_with_crcs(input, input_crc, &run[i + 1..], &run_crcs[i + 1..]);
             while let Some(r) = ch.next_ulpdu() {
                 let u = r?;
-                spanned += u64::from(u.spans_chunks());
-                got.push(u.to_vec());
+                out.spanned += u64::from(u.spans_chunks());
+                out.ulpdus.push(u.to_vec());
             }
-            let mut spill = ch.spill();
+            let (mut spill, spill_crc) = (ch.spill(), ch.spill_crc());
             drop(ch);
+            out.joined += u64::from(spill_crc.is_some());
             i += 1;
             while i < run.len() && spill >= run[i].len() {
                 spill -= run[i].len();
                 i += 1;
             }
-            skip = spill;
+            if let (Some(c), true) = (spill_crc, spill > 0) {
+                assert_eq!(c, crc::crc32c(&run[i][..spill]), "the spill's CRC");
+            }
+            (skip, skip_crc) = (spill, if spill == 0 { Some(0) } else { spill_crc });
         }
         assert_eq!(skip, 0, "an FPDU reached past its run");
     }
-    Ok((got, spanned))
+    Ok(out)
 }
 
 #[test]
@@ -381,8 +429,14 @@ fn runs_hand_out_fpdus_spanning_chunks_in_place_at_every_cut() {
             for per_run in [1, 2, 3, 64] {
                 for crc in [false, true] {
                     let mut dec = FpduDecoder::new(markers, crc);
-                    let (got, spanned) = decode_runs(&mut dec, &wire, cut, per_run).unwrap();
+                    let got = decode_runs(&mut dec, &wire, cut, per_run, GivenCrcs::Unknown);
+                    let RunsDecoded {
+                        ulpdus: got,
+                        spanned,
+                        joined,
+                    } = got.unwrap();
                     assert_eq!(got, sent, "cut {cut} per run {per_run}");
+                    assert_eq!(joined, 0);
                     assert_eq!(dec.position() as usize, wire.len());
                     assert_eq!(dec.buffered(), 0);
                     let s = dec.stats();
@@ -417,8 +471,14 @@ fn a_spanning_fpdu_with_a_bad_crc_or_marker_is_reported_exactly() {
             bad[at] ^= 0x10;
             let mut whole = FpduDecoder::new(markers, crc);
             let expected = decode_all(&mut whole, &bad, bad.len()).unwrap_err();
+            for given in [GivenCrcs::Unknown, GivenCrcs::Right, GivenCrcs::Wrong] {
+                let mut dec = FpduDecoder::new(markers, crc);
+                let err = decode_runs(&mut dec, &bad, 700, 64, given).unwrap_err();
+                assert_eq!(err, expected, "markers {markers} at {at} {given:?}");
+                assert_eq!(dec.error(), Some(err), "sticky");
+            }
             let mut dec = FpduDecoder::new(markers, crc);
-            let err = decode_runs(&mut dec, &bad, 700, 64).unwrap_err();
+            let err = decode_runs(&mut dec, &bad, 700, 64, GivenCrcs::Unknown).unwrap_err();
             assert_eq!(err, expected, "markers {markers} at {at}");
             if crc {
                 assert!(matches!(err, DecodeError::Crc { .. }), "{err:?}");
@@ -453,4 +513,38 @@ fn a_spanning_ulpdu_is_read_from_the_chunks_themselves() {
     assert_eq!(&head[..], &sent[0][..28]);
     assert!(ch.next_ulpdu().is_none());
     assert_eq!(ch.spill(), wire.len() - 1000);
+}
+
+/// With the chunks' CRCs known, every FPDU handed out across chunks is verified from them (a
+/// spill CRC comes back, equal to the CRC of what it took of its last chunk), and the ULPDUs
+/// are exactly those of a run without CRCs; with wrong CRCs given, none is joined and the
+/// ULPDUs are the same again (the octets were read).
+#[test]
+fn spanning_fpdus_are_verified_from_the_chunks_crcs() {
+    for markers in [false, true] {
+        let (wire, sent) = stream(markers, &[4096; 12]);
+        for cut in [700, 1448, 3840, 8948] {
+            for per_run in [2, 3, 64] {
+                let mut dec = FpduDecoder::new(markers, true);
+                let plain = decode_runs(&mut dec, &wire, cut, per_run, GivenCrcs::Unknown);
+                let plain = plain.unwrap();
+                assert_eq!(plain.ulpdus, sent);
+                let mut dec = FpduDecoder::new(markers, true);
+                let right = decode_runs(&mut dec, &wire, cut, per_run, GivenCrcs::Right).unwrap();
+                assert_eq!(right.ulpdus, sent, "cut {cut} per run {per_run}");
+                assert_eq!(right.spanned, plain.spanned);
+                assert!(right.joined <= right.spanned);
+                if cut < 4096 && per_run == 64 {
+                    // Every FPDU spans chunks; every one handed out in place is joined (an
+                    // FPDU after one staged has its first part's CRC computed, the rest known).
+                    assert!(right.spanned > 0);
+                    assert_eq!(right.joined, right.spanned, "cut {cut}");
+                }
+                let mut dec = FpduDecoder::new(markers, true);
+                let wrong = decode_runs(&mut dec, &wire, cut, per_run, GivenCrcs::Wrong).unwrap();
+                assert_eq!(wrong.ulpdus, sent);
+                assert_eq!(wrong.joined, 0);
+            }
+        }
+    }
 }

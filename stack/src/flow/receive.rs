@@ -2,7 +2,7 @@
 //! the burst (whole, in pieces, or in a batch of segments) and decoded with it
 //! (docs/architecture.md, "Runs of segments").
 
-use crate::receiver::{InOrderSource, MpaReceiver, Regions};
+use crate::receiver::{InOrderSource, MpaReceiver, Regions, RunOctets};
 use crate::tcp::{Connection, SegmentOutcome, SendSource, TextLengths};
 use crate::wire::frame::octets_in;
 use crate::wire::tcp::TcpRepr;
@@ -31,7 +31,8 @@ pub(crate) fn receive_segment<S: SendSource, R: Regions + ?Sized>(
 }
 
 /// [`receive_segment`] for a segment that stays in hand until `run` is ended: its in-order
-/// payload joins `run`, decoded later with the rest of the run
+/// payload joins `run` (with `payload_crc`, the CRC32c of the whole payload if known, when
+/// all of it is in order), decoded later with the rest of the run
 /// ([`MpaReceiver::handle_in_order_run`]). Anything that must see the stream up to this point
 /// first (an out-of-order segment placed ahead, octets drained from the reassembly store)
 /// ends the run before it.
@@ -40,15 +41,16 @@ pub(crate) fn receive_segment_in_run<'f, S: SendSource, R: Regions + ?Sized>(
     rx: &mut MpaReceiver,
     now: Instant,
     repr: &TcpRepr,
-    payload: &'f [u8],
-    run: &mut Vec<&'f [u8]>,
+    (payload, payload_crc): (&'f [u8], Option<u32>),
+    run: &mut RunOctets<'f>,
     regions: &mut R,
 ) -> SegmentOutcome {
     let out = tcp_segment(tcp, rx, now, repr, payload, regions, |rx, regions| {
         end_run(rx, regions, run)
     });
-    if let Some(b) = payload.get(out.in_order.clone()).filter(|b| !b.is_empty()) {
-        run.push(b);
+    if let Some(b) = payload.get(out.in_order.clone()) {
+        let whole = b.len() == payload.len();
+        run.push(b, payload_crc.filter(|_| whole));
     }
     if out.reassembled > 0 {
         drain_after_run(tcp, rx, run, regions);
@@ -66,45 +68,59 @@ pub(crate) fn receive_pieces_in_run<'f, S: SendSource, R: Regions + ?Sized>(
     now: Instant,
     repr: &TcpRepr,
     pieces: impl Iterator<Item = &'f [u8]> + Clone,
-    run: &mut Vec<&'f [u8]>,
+    run: &mut RunOctets<'f>,
     regions: &mut R,
 ) -> Option<SegmentOutcome> {
     let text = TextLengths::one(pieces.clone().map(<[u8]>::len).sum());
-    receive_text_in_run(tcp, rx, now, repr, (pieces, text), run, regions)
+    receive_text_in_run(tcp, rx, now, repr, (pieces, text, &[]), run, regions)
 }
 
 /// [`receive_segment_in_run`] for consecutive segments whose headers are equal but for their
 /// sequence numbers, each starting where the one before ends: `repr` is the first one's,
-/// `payloads` theirs. The TCP takes them as one segment (as GRO merges them), and their
-/// octets join `run`. `None`, with nothing changed, unless that gives exactly what taking
-/// them one by one would (`Connection::handle_segment_in_order`): the caller then does.
+/// `payloads` theirs (`crcs[i]` the CRC32c of `payloads[i]` if known). The TCP takes them as
+/// one segment (as GRO merges them), and their octets join `run`. `None`, with nothing
+/// changed, unless that gives exactly what taking them one by one would
+/// (`Connection::handle_segment_in_order`): the caller then does.
 pub(crate) fn receive_segments_in_run<'f, S: SendSource, R: Regions + ?Sized>(
     tcp: &mut Connection<S>,
     rx: &mut MpaReceiver,
     now: Instant,
     repr: &TcpRepr,
-    payloads: &[&'f [u8]],
-    run: &mut Vec<&'f [u8]>,
+    (payloads, crcs): (&[&'f [u8]], &[Option<u32>]),
+    run: &mut RunOctets<'f>,
     regions: &mut R,
 ) -> Option<SegmentOutcome> {
     let text = TextLengths::of(payloads.iter().map(|p| p.len()));
     let pieces = payloads.iter().copied();
-    receive_text_in_run(tcp, rx, now, repr, (pieces, text), run, regions)
+    receive_text_in_run(tcp, rx, now, repr, (pieces, text, crcs), run, regions)
 }
 
-/// In-order text in `pieces` of the given lengths through the TCP, its octets into `run`.
+/// In-order text in `pieces` of the given lengths through the TCP, its octets into `run`;
+/// `crcs[i]`, if known, the CRC32c of piece `i` (kept when the piece is in order whole).
 fn receive_text_in_run<'f, S: SendSource, R: Regions + ?Sized>(
     tcp: &mut Connection<S>,
     rx: &mut MpaReceiver,
     now: Instant,
     repr: &TcpRepr,
-    (pieces, text): (impl Iterator<Item = &'f [u8]> + Clone, TextLengths),
-    run: &mut Vec<&'f [u8]>,
+    (pieces, text, crcs): (
+        impl Iterator<Item = &'f [u8]> + Clone,
+        TextLengths,
+        &[Option<u32>],
+    ),
+    run: &mut RunOctets<'f>,
     regions: &mut R,
 ) -> Option<SegmentOutcome> {
     let out = tcp.handle_segment_in_order(now, repr, text)?;
     read_responses_acked(tcp, rx, regions, |rx, regions| end_run(rx, regions, run));
-    run.extend(octets_in(pieces, out.in_order.clone()));
+    if out.in_order == (0..text.octets) {
+        for (i, p) in pieces.enumerate() {
+            run.push(p, crcs.get(i).copied().flatten());
+        }
+    } else {
+        for p in octets_in(pieces, out.in_order.clone()) {
+            run.push(p, None);
+        }
+    }
     if out.reassembled > 0 {
         drain_after_run(tcp, rx, run, regions);
     }
@@ -112,7 +128,7 @@ fn receive_text_in_run<'f, S: SendSource, R: Regions + ?Sized>(
 }
 
 /// Decodes what `run` holds, if anything, and empties it.
-fn end_run<R: Regions + ?Sized>(rx: &mut MpaReceiver, regions: &mut R, run: &mut Vec<&[u8]>) {
+fn end_run<R: Regions + ?Sized>(rx: &mut MpaReceiver, regions: &mut R, run: &mut RunOctets<'_>) {
     if !run.is_empty() {
         rx.handle_in_order_run(run, regions);
         run.clear();
@@ -124,7 +140,7 @@ fn end_run<R: Regions + ?Sized>(rx: &mut MpaReceiver, regions: &mut R, run: &mut
 fn drain_after_run<S: SendSource, R: Regions + ?Sized>(
     tcp: &mut Connection<S>,
     rx: &mut MpaReceiver,
-    run: &mut Vec<&[u8]>,
+    run: &mut RunOctets<'_>,
     regions: &mut R,
 ) {
     end_run(rx, regions, run);

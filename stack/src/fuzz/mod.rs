@@ -19,7 +19,7 @@ mod sender;
 pub use sender::fuzz_sender;
 
 use crate::flow::{receive_pieces_in_run, receive_segment, receive_segments_in_run};
-use crate::receiver::{MemRegions, MpaReceiver, PostedBuf, ReceiverConfig};
+use crate::receiver::{MemRegions, MpaReceiver, PostedBuf, ReceiverConfig, RunOctets};
 use crate::tcp::{Connection, Event, HandoverState, TcpConfig, TsHandover};
 use crate::wire::tcp::{TcpFlags, TcpOptions, TcpRepr};
 use mpa::encoder::FpduEncoder;
@@ -180,13 +180,19 @@ fn fuzz_flow_counting(data: &[u8]) -> u64 {
             let c1 = usize::from(kind) * 37 % (payload.len() + 1);
             let c2 = (c1 + (offset as usize >> 4)).min(payload.len());
             let segs = [&payload[..c1], &payload[c1..c2], &payload[c2..]];
-            let mut run = Vec::new();
+            // Their CRCs as the parse pass gives them; with bit 0 of the kind one is wrong (it
+            // can only make the decoder read the octets again).
+            let mut crcs = segs.map(|s| Some(mpa::crc::crc32c(s)));
+            if kind & 1 != 0 {
+                crcs[usize::from(kind >> 1) % 3] = Some(u32::from(kind) << 7);
+            }
+            let mut run = RunOctets::new();
             let taken = receive_segments_in_run(
                 &mut tcp,
                 &mut rx,
                 now,
                 &repr,
-                &segs,
+                (&segs, &crcs),
                 &mut run,
                 &mut regions,
             );
@@ -205,7 +211,7 @@ fn fuzz_flow_counting(data: &[u8]) -> u64 {
             let c1 = usize::from(kind) * 37 % (payload.len() + 1);
             let c2 = (c1 + (offset as usize >> 4)).min(payload.len());
             let pieces = [&payload[..c1], &payload[c1..c2], &payload[c2..]];
-            let mut run = Vec::new();
+            let mut run = RunOctets::new();
             let taken = receive_pieces_in_run(
                 &mut tcp,
                 &mut rx,

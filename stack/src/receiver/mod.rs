@@ -17,6 +17,7 @@ mod ahead;
 mod out_of_order;
 pub(crate) mod placement;
 pub(crate) mod regions;
+mod run;
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -41,6 +42,7 @@ pub(crate) use placement::{
 pub use placement::{PostError, PostedBuf, SharedReceiveQueue, MAX_POSTED};
 pub(crate) use regions::{MemRegions, Regions};
 pub use regions::{Region, RegionTable, STREAMING_MIN_MESSAGE};
+pub use run::{reuse_slices, RunOctets};
 use std::collections::VecDeque;
 
 /// FPDUs placed out of order and not yet completed in order, per connection.
@@ -363,11 +365,11 @@ impl MpaReceiver {
                 continue;
             }
             let Some(d) = self.ahead.next_within(bytes.len()) else {
-                self.decode(bytes, &[], source, regions);
+                self.decode(bytes, None, (&[], &[]), source, regions);
                 self.ahead.advance(bytes.len());
                 return;
             };
-            self.decode(&bytes[..d], &[], source, regions);
+            self.decode(&bytes[..d], None, (&[], &[]), source, regions);
             self.ahead.advance(d);
             bytes = &bytes[d..];
             if self.end.is_some() {
@@ -402,42 +404,62 @@ impl MpaReceiver {
     /// [`Self::handle_in_order`] on its own.
     pub(crate) fn handle_in_order_run<R: Regions + ?Sized>(
         &mut self,
-        run: &[&[u8]],
+        run: &RunOctets<'_>,
         regions: &mut R,
     ) {
+        let (octets, crcs) = (run.octets(), run.crcs());
         if self.ahead.len() > 0 || self.skip_left > 0 {
-            for b in run {
+            for b in octets {
                 self.handle_in_order(b, InOrderSource::Segment, regions);
             }
             return;
         }
-        let (mut i, mut skip) = (0, 0);
-        while i < run.len() && self.end.is_none() {
-            let bytes = &run[i][skip..];
-            let spill = self.decode(bytes, &run[i + 1..], InOrderSource::Segment, regions);
+        // `skip_crc`: the CRC of the first `skip` octets of `octets[i]`, when known (that of
+        // nothing is 0).
+        let (mut i, mut skip, mut skip_crc) = (0, 0, Some(0));
+        while i < octets.len() && self.end.is_none() {
+            let bytes = &octets[i][skip..];
+            // The CRC of a chunk's rest follows from the chunk's and its first part's.
+            let bytes_crc = match (crcs.get(i).copied().flatten(), skip_crc) {
+                (Some(whole), Some(first)) => {
+                    Some(crc32c_combine(first, whole, bytes.len() as u64))
+                }
+                _ => None,
+            };
+            let next = (&octets[i + 1..], crcs.get(i + 1..).unwrap_or_default());
+            let (spill, spill_crc) =
+                self.decode(bytes, bytes_crc, next, InOrderSource::Segment, regions);
             self.ahead.advance(bytes.len() + spill);
             i += 1;
-            skip = spill;
-            while i < run.len() && skip >= run[i].len() {
-                skip -= run[i].len();
+            (skip, skip_crc) = (spill, spill_crc);
+            while i < octets.len() && skip >= octets[i].len() {
+                skip -= octets[i].len();
                 i += 1;
+            }
+            if skip == 0 {
+                skip_crc = Some(0);
             }
         }
     }
 
-    /// In-order octets through the FPDU decoder; `next`: the run's octets after them, still in
-    /// hand. Returns how many octets of `next` the last FPDU reached into.
+    /// In-order octets through the FPDU decoder, with their CRC32c if known; `next`: the run's
+    /// octets after them, still in hand, and their CRCs where known. Returns how many octets
+    /// of `next` the last FPDU reached into, and the CRC of those in the last chunk it reached
+    /// when known.
     fn decode<R: Regions + ?Sized>(
         &mut self,
         bytes: &[u8],
-        next: &[&[u8]],
+        bytes_crc: Option<u32>,
+        (next, next_crcs): (&[&[u8]], &[Option<u32>]),
         source: InOrderSource,
         regions: &mut R,
-    ) -> usize {
+    ) -> (usize, Option<u32>) {
         if self.end.is_some() || bytes.is_empty() {
-            return 0;
+            return (0, None);
         }
-        let mut chunk = self.decoder.feed_run(bytes, next);
+        let mut chunk = self
+            .decoder
+            .feed_run_with_crcs(bytes, bytes_crc, next, next_crcs);
         while let Some(r) = chunk.next_ulpdu() {
             let u = match r {
                 Ok(u) => u,
@@ -571,10 +593,11 @@ impl MpaReceiver {
             }
         }
         while chunk.next_ulpdu().is_some() {}
-        let spill = chunk.spill();
+        let spill = (chunk.spill(), chunk.spill_crc());
         drop(chunk);
         let d = self.decoder.stats();
         self.stats.spanned_in_place = d.spanned;
+        self.stats.crc_from_segments = d.crc_joined;
         self.stats.staged = d.reassembled;
         spill
     }

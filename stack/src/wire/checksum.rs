@@ -26,6 +26,19 @@ pub(crate) fn sum(acc: u64, data: &[u8]) -> u64 {
     acc + u64::from(u16::from_be_bytes(native))
 }
 
+/// [`sum`] of `data`, and the CRC32c of the same octets from the same pass where the CPU has
+/// a kernel that folds both (`mpa::crc::crc32c_append_summing`): a received segment's payload
+/// is then read once for its checksum and its FPDUs' CRCs (docs/architecture.md, "Receive
+/// path", "Runs of segments"). `data` must start at an even offset of the data summed.
+#[inline]
+pub(crate) fn sum_with_crc32c(acc: u64, data: &[u8]) -> (u64, u32) {
+    let (crc, blocks, covered) = mpa::crc::crc32c_append_summing(0, data);
+    // `covered` is a multiple of 64: the rest's 16-bit words keep their places.
+    let native = add_carry(blocks, sum_native(&data[covered..]));
+    let native = fold(native).to_ne_bytes();
+    (acc + u64::from(u16::from_be_bytes(native)), crc)
+}
+
 /// [`sum`] of a piece that starts `odd` octets after an even offset of the data summed: at an
 /// odd offset every octet takes the other half of its 16-bit word, and the ones' complement
 /// sum of octets that swapped places is the swapped sum (RFC 1071 §2(B)). For data split
@@ -160,6 +173,21 @@ mod tests {
         let data: Vec<u8> = (0..1001u32).map(|i| (i * 37 + 11) as u8).collect();
         for len in [0, 1, 2, 3, 4, 5, 7, 8, 63, 64, 65, 1000, 1001] {
             assert_eq!(fold(sum(0, &data[..len])), naive(&data[..len]), "len {len}");
+        }
+    }
+
+    /// The checksum and CRC taken in one pass are the separate passes' results, at every
+    /// length around the kernel's blocks, from any running sum.
+    #[test]
+    fn sum_with_crc_is_sum_and_crc() {
+        let data: Vec<u8> = (0..9100u32).map(|i| (i * 37 + 11 ^ i >> 7) as u8).collect();
+        for len in (0..700).chain([1447, 1448, 3840, 8948, 9000]) {
+            for acc in [0, 0x1_2345_6789] {
+                let d = &data[..len];
+                let (s, crc) = sum_with_crc32c(acc, d);
+                assert_eq!(fold(s), fold(sum(acc, d)), "len {len}");
+                assert_eq!(crc, mpa::crc::crc32c(d), "len {len}");
+            }
         }
     }
 

@@ -138,42 +138,108 @@ pub(in crate::crc) unsafe fn fold512<const COPY: bool>(crc: u32, src: &[u8], dst
 /// SSE4.2, PCLMULQDQ, AVX2, AVX512F and VPCLMULQDQ must be available; `dst` as for [`chain`].
 #[target_feature(enable = "sse4.2,pclmulqdq,avx2,avx512f,vpclmulqdq")]
 unsafe fn fold512_from<const COPY: bool>(crc: u32, src: &[u8], dst: *mut u8) -> u32 {
+    let mut unused = WordSum::new();
+    // SAFETY: same features and `dst` contract.
+    unsafe { fold512_summing::<COPY, false>(crc, src, dst, &mut unused) }
+}
+
+/// The Internet checksum's word sum (RFC 1071) of the 64-octet blocks a kernel loads, taken
+/// beside the CRC from the same registers: each block's sixteen 32-bit native-endian words
+/// added into 64-bit lanes (no carry can leave a lane below 2^32 blocks), as the transport
+/// checksum's own AVX-512 pass adds them. `covered`: the octets summed, from the start of the
+/// input, a multiple of 64.
+pub(in crate::crc) struct WordSum {
+    lo: __m512i,
+    hi: __m512i,
+    pub(in crate::crc) covered: usize,
+}
+
+impl WordSum {
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(in crate::crc) fn new() -> WordSum {
+        WordSum {
+            lo: _mm512_setzero_si512(),
+            hi: _mm512_setzero_si512(),
+            covered: 0,
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn add(&mut self, v: __m512i) {
+        let zero = _mm512_setzero_si512();
+        self.lo = _mm512_add_epi64(self.lo, _mm512_unpacklo_epi32(v, zero));
+        self.hi = _mm512_add_epi64(self.hi, _mm512_unpackhi_epi32(v, zero));
+    }
+
+    /// The sum of the words added, unfolded.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(in crate::crc) fn total(&self) -> u64 {
+        _mm512_reduce_add_epi64(_mm512_add_epi64(self.lo, self.hi)) as u64
+    }
+}
+
+/// [`fold512_from`], with `SUM` adding every 64-octet block it loads to `sum` (the blocks
+/// from the start of `src` up to the last whole one; none below 64 octets).
+///
+/// # Safety
+/// As [`fold512_from`].
+#[inline]
+#[target_feature(enable = "sse4.2,pclmulqdq,avx2,avx512f,vpclmulqdq")]
+pub(in crate::crc) unsafe fn fold512_summing<const COPY: bool, const SUM: bool>(
+    crc: u32,
+    src: &[u8],
+    dst: *mut u8,
+    sum: &mut WordSum,
+) -> u32 {
     let (s, n) = (src.as_ptr(), src.len());
     if n < FOLD512_MIN {
         // SAFETY: same features (a subset) and `dst` contract.
         return unsafe { fold256::<COPY>(crc, src, dst) };
     }
+    let mut take = |off: usize| {
+        debug_assert!(off + 64 <= n);
+        // SAFETY: every call below passes `off + 64 <= n`; `dst` as ours.
+        let v = unsafe { take64::<COPY>(s, dst, off) };
+        if SUM {
+            sum.add(v);
+        }
+        v
+    };
     let init = _mm512_zextsi128_si512(_mm_cvtsi32_si128(crc as i32));
     let (mut acc, mut off) = if n >= 256 {
         let mut y = [_mm512_setzero_si512(); 4];
         for (i, yi) in y.iter_mut().enumerate() {
-            // SAFETY: 64 i + 64 <= 256 <= n.
-            *yi = unsafe { take64::<COPY>(s, dst, 64 * i) };
+            // 64 i + 64 <= 256 <= n.
+            *yi = take(64 * i);
         }
         y[0] = _mm512_xor_si512(y[0], init);
         let mut off = 256;
         let k = k512(K2048);
         while off + 256 <= n {
             for (i, yi) in y.iter_mut().enumerate() {
-                // SAFETY: off + 64 i + 64 <= off + 256 <= n.
-                let d = unsafe { take64::<COPY>(s, dst, off + 64 * i) };
+                // off + 64 i + 64 <= off + 256 <= n.
+                let d = take(off + 64 * i);
                 *yi = fold4(*yi, k, d);
             }
             off += 256;
         }
         (merge4(y), off)
     } else {
-        // SAFETY: 64 <= FOLD512_MIN <= n.
-        let first = unsafe { take64::<COPY>(s, dst, 0) };
+        // 64 <= FOLD512_MIN <= n.
+        let first = take(0);
         (_mm512_xor_si512(first, init), 64)
     };
     let k = k512(K512);
     while off + 64 <= n {
-        // SAFETY: off + 64 <= n.
-        let d = unsafe { take64::<COPY>(s, dst, off) };
+        // off + 64 <= n.
+        let d = take(off);
         acc = fold4(acc, k, d);
         off += 64;
     }
+    sum.covered = off;
     let mut x = reduce512(acc);
     let k = k128(K128);
     while off + 16 <= n {

@@ -547,4 +547,4 @@ unsafe fn hybrid_piece<const COPY: bool, const Q: usize>(
 }
 
 mod avx512;
-pub(in crate::crc) use avx512::{fold512, hybrid512, HQ512};
+pub(in crate::crc) use avx512::{fold512, fold512_summing, hybrid512, WordSum, HQ512};

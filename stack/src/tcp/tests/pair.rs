@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use mpa::seq::SeqNumber;
 
 use super::harness::*;
+use crate::receiver::RunOctets;
 use crate::tcp::{Connection, Event, HandoverState, State, TcpConfig, TsHandover};
 use crate::wire::tcp::{TcpPacket, TcpRepr};
 
@@ -86,13 +87,13 @@ pub(crate) trait Sink {
         now: Instant,
         repr: &TcpRepr,
         payload: &'f [u8],
-        run: &mut Vec<&'f [u8]>,
+        run: &mut RunOctets<'f>,
     ) {
         let _ = run;
         self.on_segment(b, now, repr, payload);
     }
     /// The burst's segments were all handed over.
-    fn end_burst(&mut self, run: &mut Vec<&[u8]>) {
+    fn end_burst(&mut self, run: &mut RunOctets<'_>) {
         let _ = run;
     }
 }
@@ -408,7 +409,7 @@ impl<S: Sink> Pair<S> {
             };
             burst.push((dir, bytes));
         }
-        let mut run = Vec::new();
+        let mut run = RunOctets::new();
         for (dir, bytes) in &burst {
             let dir = *dir;
             let p = TcpPacket::new_checked(&bytes[..]).unwrap();

@@ -15,7 +15,10 @@ mod template;
 #[cfg(test)]
 mod tests;
 
-pub use parse::{octets_in, parse_tcp_frame, parse_tcp_frame_in_pieces, TcpFrame};
+pub use parse::{
+    octets_in, parse_tcp_frame, parse_tcp_frame_in_pieces, parse_tcp_frame_with_payload_crc,
+    TcpFrame,
+};
 pub use template::FrameTemplate;
 
 use super::ethernet::{self, EthernetError};

@@ -38,6 +38,9 @@ pub struct TcpFrame<'a> {
     /// first piece: [`parse_tcp_frame_in_pieces`]); its header has passed
     /// `TcpPacket::check_len`.
     pub tcp: TcpPacket<&'a [u8]>,
+    /// The CRC32c of the TCP payload, when [`parse_tcp_frame_with_payload_crc`] took it in
+    /// the checksum's pass.
+    pub payload_crc: Option<u32>,
 }
 
 /// Takes a received frame apart: Ethernet (one 802.1Q / 802.1ad tag skipped), IPv4 or IPv6,
@@ -56,17 +59,52 @@ pub fn parse_tcp_frame(
     frame: &[u8],
     verify_tcp_checksum: bool,
 ) -> Result<TcpFrame<'_>, FrameError> {
+    parse_frame::<false>(frame, verify_tcp_checksum)
+}
+
+/// [`parse_tcp_frame`] that also takes the CRC32c of the TCP payload
+/// ([`TcpFrame::payload_crc`]) in the checksum's pass over the payload's octets (one pass
+/// where the CPU has a kernel that folds both): an MPA receiver then verifies an FPDU that
+/// spans segments from their CRCs instead of reading their octets again (docs/architecture.md,
+/// "Runs of segments"). Without checksum verification no CRC is taken (`payload_crc` is
+/// `None`): a pass of its own would cost what the receiver's costs, and for nothing when the
+/// flow has no CRCs.
+#[inline(always)]
+pub fn parse_tcp_frame_with_payload_crc(
+    frame: &[u8],
+    verify_tcp_checksum: bool,
+) -> Result<TcpFrame<'_>, FrameError> {
+    parse_frame::<true>(frame, verify_tcp_checksum)
+}
+
+#[inline(always)]
+fn parse_frame<const CRC: bool>(
+    frame: &[u8],
+    verify_tcp_checksum: bool,
+) -> Result<TcpFrame<'_>, FrameError> {
     let head = parse_head(frame, frame.len())?;
     let segment = &frame[head.tcp_at..head.tcp_end];
     let tcp = TcpPacket::new_checked(segment)?;
+    let mut payload_crc = None;
     if verify_tcp_checksum {
         // RFC 9293 §3.1 (MUST-3): the receiver checks the checksum; a bad segment is dropped.
         let acc = head.pseudo_header(segment.len());
-        if checksum::fold(checksum::sum(acc, segment)) != 0xffff {
+        let sum = if CRC {
+            // The header's length is a multiple of 4: the payload starts at an even offset.
+            let (header, payload) = segment.split_at(tcp.header_len());
+            let (sum, crc) = checksum::sum_with_crc32c(checksum::sum(acc, header), payload);
+            payload_crc = Some(crc);
+            sum
+        } else {
+            checksum::sum(acc, segment)
+        };
+        if checksum::fold(sum) != 0xffff {
             return Err(FrameError::BadTcpChecksum);
         }
     }
-    Ok(head.frame(tcp))
+    let mut f = head.frame(tcp);
+    f.payload_crc = payload_crc;
+    Ok(f)
 }
 
 /// [`parse_tcp_frame`] for a frame that arrived in several pieces (the receive descriptors of
@@ -220,6 +258,7 @@ impl Head {
             #[cfg(test)]
             tcp_offset: self.tcp_at,
             tcp,
+            payload_crc: None,
         }
     }
 }

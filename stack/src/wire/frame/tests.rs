@@ -563,10 +563,23 @@ fn known_good_tcp_checksums() {
             .unwrap();
         assert_eq!(v4_checksums_ok(&f), (true, true));
         assert!(parse_tcp_frame(&f, true).is_ok(), "v4 len {len}");
+        // Taking the payload's CRC in the checksum's pass: the same verdict, the exact CRC,
+        // none without verification.
+        let g = parse_tcp_frame_with_payload_crc(&f, true).unwrap();
+        assert_eq!(
+            g.payload_crc,
+            Some(mpa::crc::crc32c(&payload[..len])),
+            "len {len}"
+        );
+        assert_eq!(parse_tcp_frame(&f, true).unwrap().payload_crc, None);
+        let g = parse_tcp_frame_with_payload_crc(&f, false).unwrap();
+        assert_eq!(g.payload_crc, None);
         if len > 0 {
             let last = f.len() - 1;
             f[last] ^= 0x5a;
             assert!(parse_tcp_frame(&f, true).is_err(), "v4 len {len} corrupted");
+            let e = parse_tcp_frame_with_payload_crc(&f, true).unwrap_err();
+            assert_eq!(e, FrameError::BadTcpChecksum, "v4 len {len} corrupted");
         }
         let mut f = Vec::new();
         etherparse::PacketBuilder::ethernet2(MAC_B, MAC_A)
@@ -577,6 +590,12 @@ fn known_good_tcp_checksums() {
             .unwrap();
         assert!(v6_checksum_ok(&f));
         assert!(parse_tcp_frame(&f, true).is_ok(), "v6 len {len}");
+        let g = parse_tcp_frame_with_payload_crc(&f, true).unwrap();
+        assert_eq!(
+            g.payload_crc,
+            Some(mpa::crc::crc32c(&payload[..len])),
+            "v6 len {len}"
+        );
     }
 }
 
