@@ -1,8 +1,9 @@
 //! The passes over a received payload octet, alone and together: the copy into the region
 //! (the floor), the CRC32c, the TCP checksum, today's order over a burst (every segment's
 //! checksum first, then each segment's CRC and copy, by when the frame has left L1), one
-//! segment at a time (checksum, CRC and copy while it is hot), and the CRC folded into the
-//! copy (`crc32c_copy`). A burst of 64 segments of 1448 payload octets in 4 KiB frame slots
+//! segment at a time (checksum, CRC and copy while it is hot), the CRC folded into the
+//! copy (`crc32c_copy`), and the checksum's word sum folded into the CRC
+//! (`crc32c_append_summing`, the parse pass of the receive pipeline). A burst of 64 segments of 1448 payload octets in 4 KiB frame slots
 //! (as AF_XDP frames are), placed one after the other into a 16 MiB region; reported per
 //! payload octet. So that the floor is measured on each machine, not assumed
 //! (docs/investigations/2026-12-07-passes-over-a-payload-octet.md).
@@ -13,7 +14,7 @@ use std::hint::black_box;
 use std::net::Ipv4Addr;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use mpa::crc::{crc32c, crc32c_copy};
+use mpa::crc::{crc32c, crc32c_append_summing, crc32c_copy};
 use mpa::seq::SeqNumber;
 use mpa_stack::wire::tcp::{TcpFlags, TcpOptions, TcpPacket, TcpRepr, TcpTimestamps};
 
@@ -106,6 +107,14 @@ fn bench(c: &mut Criterion) {
                 region[o..o + SEG].copy_from_slice(&segment(k)[hdr..]);
             }
             a
+        })
+    });
+    g.bench_function("checksum + crc32c, one pass", |b| {
+        b.iter(|| {
+            (0..BURST).fold((0u32, 0u64), |(c, s), k| {
+                let (crc, sum, _) = crc32c_append_summing(0, black_box(&segment(k)[hdr..]));
+                (c ^ crc, s.wrapping_add(sum))
+            })
         })
     });
     g.bench_function("crc32c_copy", |b| {
