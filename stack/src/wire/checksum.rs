@@ -180,7 +180,9 @@ mod tests {
     /// length around the kernel's blocks, from any running sum.
     #[test]
     fn sum_with_crc_is_sum_and_crc() {
-        let data: Vec<u8> = (0..9100u32).map(|i| ((i * 37 + 11) ^ (i >> 7)) as u8).collect();
+        let data: Vec<u8> = (0..9100u32)
+            .map(|i| ((i * 37 + 11) ^ (i >> 7)) as u8)
+            .collect();
         for len in (0..700).chain([1447, 1448, 3840, 8948, 9000]) {
             for acc in [0, 0x1_2345_6789] {
                 let d = &data[..len];
