@@ -6,7 +6,7 @@
 
 /// In-order payloads of consecutive segments of one flow, in stream order, all still in hand,
 /// and the CRC32c of each where known: an FPDU spanning them is verified from their CRCs
-/// without reading their octets again ([`super::MpaReceiver::handle_in_order_run`]).
+/// without reading their octets again (`MpaReceiver::handle_in_order_run`).
 #[derive(Debug, Default)]
 pub struct RunOctets<'f> {
     octets: Vec<&'f [u8]>,
