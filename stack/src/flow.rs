@@ -310,14 +310,16 @@ impl Flow {
     }
 
     /// [`Flow::on_segment_in_run`] for a segment whose payload lies in `pieces` (one after
-    /// the other: a frame in several receive descriptors, all valid until the run ends).
+    /// the other: a frame in several receive descriptors, all valid until the run ends), and
+    /// the CRC32c of each piece where known (`crcs[i]` of the `i`th piece; empty: none, as
+    /// `parse_tcp_frame_in_pieces_with_payload_crcs` gives them).
     /// Returns false, with nothing changed, when the segment starts beyond RCV.NXT: the caller
     /// then gathers it and hands it to [`Flow::on_segment`] (after ending the run).
     pub fn on_segment_in_pieces_in_run<'f>(
         &mut self,
         now: Instant,
         repr: &TcpRepr,
-        pieces: impl Iterator<Item = &'f [u8]> + Clone,
+        pieces: (impl Iterator<Item = &'f [u8]> + Clone, &[Option<u32>]),
         run: &mut RunOctets<'f>,
         regions: &mut RegionTable,
     ) -> bool {

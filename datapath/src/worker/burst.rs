@@ -17,7 +17,7 @@ use mpa_stack::flow::Flow;
 use mpa_stack::flow_table::FlowTable;
 use mpa_stack::receiver::{reuse_slices, RegionTable, RunOctets};
 use mpa_stack::wire::frame::{
-    octets_in, parse_tcp_frame_in_pieces, parse_tcp_frame_with_payload_crc,
+    octets_in, parse_tcp_frame_in_pieces_with_payload_crcs, parse_tcp_frame_with_payload_crc,
 };
 use mpa_stack::wire::tcp::{TcpFlags, TcpRepr};
 use mpa_stack::wire::VlanTag;
@@ -34,6 +34,9 @@ pub(super) struct Run<'f> {
     key: Option<Key>,
     octets: RunOctets<'f>,
     batch: Batch<'f>,
+    /// The CRC32c of each payload piece of the chained frame being taken
+    /// (`parse_tcp_frame_in_pieces_with_payload_crcs`).
+    piece_crcs: Vec<Option<u32>>,
 }
 
 /// Consecutive segments of the run's flow whose headers are equal but for the sequence
@@ -61,6 +64,7 @@ pub(super) struct RunBuffers<'f> {
     payloads: Vec<&'f [u8]>,
     crcs: Vec<Option<u32>>,
     flags: Vec<TcpFlags>,
+    piece_crcs: Vec<Option<u32>>,
 }
 
 impl RunBuffers<'_> {
@@ -71,6 +75,7 @@ impl RunBuffers<'_> {
             payloads: Vec::new(),
             crcs: Vec::new(),
             flags: Vec::new(),
+            piece_crcs: Vec::new(),
         }
     }
 
@@ -84,6 +89,7 @@ impl RunBuffers<'_> {
             payloads: reuse_slices(self.payloads),
             crcs,
             flags,
+            piece_crcs: self.piece_crcs,
         }
     }
 }
@@ -102,6 +108,7 @@ impl<'f> Run<'f> {
                 crcs: bufs.crcs,
                 flags: bufs.flags,
             },
+            piece_crcs: bufs.piece_crcs,
         }
     }
 
@@ -112,6 +119,7 @@ impl<'f> Run<'f> {
             payloads: self.batch.payloads,
             crcs: self.batch.crcs,
             flags: self.batch.flags,
+            piece_crcs: self.piece_crcs,
         }
     }
 
@@ -224,7 +232,11 @@ impl BurstCx<'_> {
             // Capture records frames whole.
             return false;
         }
-        let Ok((f, payload)) = parse_tcp_frame_in_pieces(c.pieces(), self.verify_checksums) else {
+        let Ok((f, payload)) = parse_tcp_frame_in_pieces_with_payload_crcs(
+            c.pieces(),
+            self.verify_checksums,
+            &mut run.piece_crcs,
+        ) else {
             return false;
         };
         let key = (f.dst, f.src);
@@ -243,7 +255,7 @@ impl BurstCx<'_> {
         if !flow.on_segment_in_pieces_in_run(
             self.now,
             &self.repr,
-            pieces,
+            (pieces, &run.piece_crcs),
             &mut run.octets,
             self.regions,
         ) {

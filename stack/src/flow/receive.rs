@@ -59,20 +59,20 @@ pub(crate) fn receive_segment_in_run<'f, S: SendSource, R: Regions + ?Sized>(
 }
 
 /// [`receive_segment_in_run`] for a segment whose payload lies in pieces (a frame in several
-/// receive descriptors): `pieces`, one after the other. Its in-order octets join `run` piece
-/// by piece. `None`, with nothing changed, for a segment that starts beyond RCV.NXT (out of
+/// receive descriptors): `pieces`, one after the other, and `crcs[i]`, if known, the CRC32c
+/// of piece `i`. Its in-order octets join `run` piece by piece. `None`, with nothing changed, for a segment that starts beyond RCV.NXT (out of
 /// order: the reassembly store and the placement ahead take octets in one piece).
 pub(crate) fn receive_pieces_in_run<'f, S: SendSource, R: Regions + ?Sized>(
     tcp: &mut Connection<S>,
     rx: &mut MpaReceiver,
     now: Instant,
     repr: &TcpRepr,
-    pieces: impl Iterator<Item = &'f [u8]> + Clone,
+    (pieces, crcs): (impl Iterator<Item = &'f [u8]> + Clone, &[Option<u32>]),
     run: &mut RunOctets<'f>,
     regions: &mut R,
 ) -> Option<SegmentOutcome> {
     let text = TextLengths::one(pieces.clone().map(<[u8]>::len).sum());
-    receive_text_in_run(tcp, rx, now, repr, (pieces, text, &[]), run, regions)
+    receive_text_in_run(tcp, rx, now, repr, (pieces, text, crcs), run, regions)
 }
 
 /// [`receive_segment_in_run`] for consecutive segments whose headers are equal but for their

@@ -211,13 +211,18 @@ fn fuzz_flow_counting(data: &[u8]) -> u64 {
             let c1 = usize::from(kind) * 37 % (payload.len() + 1);
             let c2 = (c1 + (offset as usize >> 4)).min(payload.len());
             let pieces = [&payload[..c1], &payload[c1..c2], &payload[c2..]];
+            // Their CRCs, one of them wrong with bit 1 of the kind.
+            let mut crcs = pieces.map(|p| Some(mpa::crc::crc32c(p)));
+            if kind & 2 != 0 {
+                crcs[usize::from(kind >> 2) % 3] = Some(u32::from(kind) << 9);
+            }
             let mut run = RunOctets::new();
             let taken = receive_pieces_in_run(
                 &mut tcp,
                 &mut rx,
                 now,
                 &repr,
-                pieces.into_iter(),
+                (pieces.into_iter(), &crcs[..]),
                 &mut run,
                 &mut regions,
             );

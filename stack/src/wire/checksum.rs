@@ -52,6 +52,18 @@ pub(crate) fn sum_at(acc: u64, data: &[u8], odd: bool) -> u64 {
     }
 }
 
+/// [`sum_with_crc32c`] of a piece that starts `odd` octets after an even offset of the data
+/// summed ([`sum_at`]'s rule): the CRC32c is of the piece's octets as they are.
+#[inline]
+pub(crate) fn sum_at_with_crc32c(acc: u64, data: &[u8], odd: bool) -> (u64, u32) {
+    if odd {
+        let (s, crc) = sum_with_crc32c(0, data);
+        (acc + u64::from(fold(s).swap_bytes()), crc)
+    } else {
+        sum_with_crc32c(acc, data)
+    }
+}
+
 /// `a + b` with the carry out of bit 63 added back in (end-around carry). Cannot overflow
 /// twice: on a carry the wrapped sum is at most 2^64 - 2.
 #[inline(always)]

@@ -56,12 +56,20 @@ impl Sink for MpaSink {
             let c1 = (seq / 3) % (payload.len() + 1);
             let c2 = (c1 + (seq / 7) % 2000).min(payload.len());
             let pieces = [&payload[..c1], &payload[c1..c2], &payload[c2..]];
+            // Each piece's CRC as the parse pass gives it (right, unknown or wrong); an empty
+            // piece is none of the run's.
+            let crcs = [
+                (seq, pieces[0]),
+                (seq + c1, pieces[1]),
+                (seq + c2, pieces[2]),
+            ]
+            .map(|(at, p)| payload_crc(at, p));
             if let Some(out) = receive_pieces_in_run(
                 b,
                 &mut self.rx,
                 now,
                 repr,
-                pieces.into_iter(),
+                (pieces.into_iter(), &crcs[..]),
                 run,
                 &mut self.regions,
             ) {

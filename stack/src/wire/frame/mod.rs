@@ -16,8 +16,8 @@ mod template;
 mod tests;
 
 pub use parse::{
-    octets_in, parse_tcp_frame, parse_tcp_frame_in_pieces, parse_tcp_frame_with_payload_crc,
-    TcpFrame,
+    octets_in, parse_tcp_frame, parse_tcp_frame_in_pieces,
+    parse_tcp_frame_in_pieces_with_payload_crcs, parse_tcp_frame_with_payload_crc, TcpFrame,
 };
 pub use template::FrameTemplate;
 

@@ -118,6 +118,30 @@ pub fn parse_tcp_frame_in_pieces<'a>(
     pieces: impl Iterator<Item = &'a [u8]> + Clone,
     verify_tcp_checksum: bool,
 ) -> Result<(TcpFrame<'a>, Range<usize>), FrameError> {
+    parse_in_pieces(pieces, verify_tcp_checksum, None)
+}
+
+/// [`parse_tcp_frame_in_pieces`] that also takes, in the checksum's pass, the CRC32c of each
+/// piece's part of the payload: `payload_crcs` is emptied, then holds one CRC per part that
+/// [`octets_in`] yields for the payload's range, in its order — what a run of segments
+/// carries so that an FPDU spanning descriptors is verified from their CRCs
+/// (docs/architecture.md, "Runs of segments"). Without checksum verification it stays empty,
+/// as [`parse_tcp_frame_with_payload_crc`] takes none; on an error its content is
+/// meaningless.
+pub fn parse_tcp_frame_in_pieces_with_payload_crcs<'a>(
+    pieces: impl Iterator<Item = &'a [u8]> + Clone,
+    verify_tcp_checksum: bool,
+    payload_crcs: &mut Vec<Option<u32>>,
+) -> Result<(TcpFrame<'a>, Range<usize>), FrameError> {
+    payload_crcs.clear();
+    parse_in_pieces(pieces, verify_tcp_checksum, Some(payload_crcs))
+}
+
+fn parse_in_pieces<'a>(
+    pieces: impl Iterator<Item = &'a [u8]> + Clone,
+    verify_tcp_checksum: bool,
+    mut crcs: Option<&mut Vec<Option<u32>>>,
+) -> Result<(TcpFrame<'a>, Range<usize>), FrameError> {
     let mut rest = pieces.clone();
     let first = rest.next().unwrap_or_default();
     let frame_len = pieces.map(<[u8]>::len).sum();
@@ -127,15 +151,27 @@ pub fn parse_tcp_frame_in_pieces<'a>(
     let payload = head.tcp_at + tcp.header_len()..head.tcp_end;
     if verify_tcp_checksum {
         let mut acc = head.pseudo_header(head.tcp_end - head.tcp_at);
-        acc = checksum::sum(acc, in_first);
-        // Frame offsets: each piece's part of the segment, summed at its parity.
+        // Each piece's part of the segment summed at its parity (offsets from the segment's
+        // start); with CRCs, each part of the payload in the same pass. The header's length
+        // is a multiple of 4: the payload in the first piece starts at an even offset.
+        let mut sum_part = |acc: u64, part: &[u8], odd: bool| match crcs.as_deref_mut() {
+            Some(crcs) if !part.is_empty() => {
+                let (acc, crc) = checksum::sum_at_with_crc32c(acc, part, odd);
+                crcs.push(Some(crc));
+                acc
+            }
+            _ => checksum::sum_at(acc, part, odd),
+        };
+        let (header, in_payload) = in_first.split_at(tcp.header_len());
+        acc = checksum::sum(acc, header);
+        acc = sum_part(acc, in_payload, false);
         let mut at = first.len();
         for piece in rest {
             if at >= head.tcp_end {
                 break;
             }
             let part = &piece[..piece.len().min(head.tcp_end - at)];
-            acc = checksum::sum_at(acc, part, (at - head.tcp_at) % 2 == 1);
+            acc = sum_part(acc, part, (at - head.tcp_at) % 2 == 1);
             at += part.len();
         }
         if at < head.tcp_end || checksum::fold(acc) != 0xffff {

@@ -673,7 +673,23 @@ fn a_frame_in_pieces_parses_as_the_whole_frame() {
                 TcpRepr::parse(&whole.tcp).unwrap()
             );
             assert_eq!(payload.start, payload_at, "cuts {c:?}");
-            assert_eq!(&frame[payload], whole.tcp.payload(), "cuts {c:?}");
+            assert_eq!(&frame[payload.clone()], whole.tcp.payload(), "cuts {c:?}");
+            // The CRC32c of each part of the payload, in the checksum's pass; none unverified.
+            let mut crcs = vec![Some(1)];
+            let (g, at) = parse_tcp_frame_in_pieces_with_payload_crcs(
+                pieces.iter().copied(),
+                true,
+                &mut crcs,
+            )
+            .unwrap();
+            assert_eq!((g.src, g.dst, at.clone()), (f.src, f.dst, payload.clone()));
+            let parts: Vec<Option<u32>> = octets_in(pieces.iter().copied(), at)
+                .map(|p| Some(mpa::crc::crc32c(p)))
+                .collect();
+            assert_eq!(crcs, parts, "cuts {c:?}");
+            parse_tcp_frame_in_pieces_with_payload_crcs(pieces.iter().copied(), false, &mut crcs)
+                .unwrap();
+            assert!(crcs.is_empty(), "cuts {c:?}");
         }
     }
 }
@@ -705,6 +721,17 @@ fn a_frame_in_pieces_fails_its_checksum_as_the_whole_frame() {
                     "octet {i} cuts {cuts:?}"
                 );
                 assert!(parse_tcp_frame_in_pieces(pieces.iter().copied(), false).is_ok());
+                let mut crcs = Vec::new();
+                assert_eq!(
+                    parse_tcp_frame_in_pieces_with_payload_crcs(
+                        pieces.iter().copied(),
+                        true,
+                        &mut crcs
+                    )
+                    .unwrap_err(),
+                    FrameError::BadTcpChecksum,
+                    "octet {i} cuts {cuts:?}"
+                );
             }
         }
     }
