@@ -333,9 +333,14 @@ impl SharedMemory {
         true
     }
 
-    /// Asks for the lines of `off .. off + len` for writing (`prefetchw`) without waiting for
-    /// them: a hint for a write expected soon, which changes no octet and never faults. The
-    /// part of the range outside the mapping is left out; a read-only mapping asks for nothing.
+    /// Asks for the lines of `off .. off + len` to be brought into the second-level cache
+    /// without waiting for them: a hint for a write expected after other work (the next
+    /// FPDU's checks), which changes no octet and never faults. The part of the range outside
+    /// the mapping is left out; a read-only mapping asks for nothing. Into the second level,
+    /// not the first: a first-level prefetch holds one of the core's few first-level miss
+    /// buffers until its line arrives, and the kilobytes asked for at once filled them and
+    /// made the worker wait on its own hints; the copy's own first-level requests then find
+    /// the lines one level away (docs/investigations/2026-12-07-destination-hint-into-l2.md).
     #[inline]
     pub fn prefetch_for_write(&self, off: u64, len: usize) {
         if self.access != Access::ReadWrite {
@@ -348,7 +353,7 @@ impl SharedMemory {
             return;
         }
         let len = len.min(self.len - off);
-        prefetch_for_write(self.ptr.as_ptr().wrapping_add(off), len);
+        prefetch_into_l2(self.ptr.as_ptr().wrapping_add(off), len);
     }
 
     /// Copies `pieces`, one after the other, to offset `off`: one bounds check for all `len`
@@ -468,6 +473,26 @@ fn prefetch_for_write(dst: *const u8, len: usize) {
             line = line.wrapping_add(64);
         }
     }
+}
+
+/// Asks for the cache lines of `dst .. dst + len` into the second-level cache, without
+/// waiting (`prefetcht1`): see [`SharedMemory::prefetch_for_write`].
+#[inline]
+fn prefetch_into_l2(dst: *const u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+        let mut line = dst.wrapping_sub(dst as usize & 63);
+        let end = dst.wrapping_add(len);
+        while line < end {
+            // SAFETY: a prefetch never faults and reads nothing the program sees; the lines
+            // are those of the destination the caller checked.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(line.cast()) };
+            line = line.wrapping_add(64);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (dst, len);
 }
 
 /// A message's pieces as one stream of octets.
