@@ -489,6 +489,12 @@ impl Flow {
         tag.map(|t| t.vid()).filter(|&v| v != 0) == self.vlan()
     }
 
+    /// Whether the peer's FPDUs carry a CRC this flow checks (negotiated at the MPA startup):
+    /// the parse pass then has a use for the payload's CRC.
+    pub fn checks_crc(&self) -> bool {
+        self.rx.checks_crc()
+    }
+
     /// The flow's protection domain.
     pub fn pd(&self) -> Option<u32> {
         self.rx.pd()

@@ -17,7 +17,8 @@ use mpa_stack::flow::Flow;
 use mpa_stack::flow_table::FlowTable;
 use mpa_stack::receiver::{reuse_slices, RegionTable, RunOctets};
 use mpa_stack::wire::frame::{
-    octets_in, parse_tcp_frame_in_pieces_with_payload_crcs, parse_tcp_frame_with_payload_crc,
+    octets_in, parse_tcp_frame_in_pieces, parse_tcp_frame_in_pieces_with_payload_crcs,
+    parse_tcp_frame_with_payload_crc,
 };
 use mpa_stack::wire::tcp::{TcpFlags, TcpRepr};
 use mpa_stack::wire::VlanTag;
@@ -193,6 +194,9 @@ pub(super) struct BurstCx<'w> {
     pub(super) gather: &'w mut Vec<u8>,
     /// `WorkerConfig::chains_in_pieces`.
     pub(super) chains_in_pieces: bool,
+    /// Whether to take payload CRCs at parse (the worker's guess, updated at each flow
+    /// lookup).
+    pub(super) payload_crcs: &'w mut bool,
 }
 
 impl BurstCx<'_> {
@@ -232,11 +236,17 @@ impl BurstCx<'_> {
             // Capture records frames whole.
             return false;
         }
-        let Ok((f, payload)) = parse_tcp_frame_in_pieces_with_payload_crcs(
-            c.pieces(),
-            self.verify_checksums,
-            &mut run.piece_crcs,
-        ) else {
+        let parsed = if *self.payload_crcs {
+            parse_tcp_frame_in_pieces_with_payload_crcs(
+                c.pieces(),
+                self.verify_checksums,
+                &mut run.piece_crcs,
+            )
+        } else {
+            run.piece_crcs.clear();
+            parse_tcp_frame_in_pieces(c.pieces(), self.verify_checksums)
+        };
+        let Ok((f, payload)) = parsed else {
             return false;
         };
         let key = (f.dst, f.src);
@@ -248,6 +258,7 @@ impl BurstCx<'_> {
         let Some(flow) = self.flows.get_mut(&key) else {
             return false;
         };
+        *self.payload_crcs = flow.checks_crc();
         if !flow.vlan_matches(f.vlan) || self.repr.parse_into(&f.tcp).is_err() {
             return false;
         }
@@ -270,7 +281,9 @@ impl BurstCx<'_> {
 
     /// One frame; `run`: it stays in hand until the run ends.
     fn frame<'f>(&mut self, frame: &'f [u8], run: Option<&mut Run<'f>>) {
-        let f = match parse_tcp_frame_with_payload_crc(frame, self.verify_checksums) {
+        let parsed =
+            parse_tcp_frame_with_payload_crc(frame, self.verify_checksums, *self.payload_crcs);
+        let f = match parsed {
             Ok(f) => f,
             Err(_) => {
                 self.stats.malformed += 1;
@@ -321,6 +334,7 @@ impl BurstCx<'_> {
             }
             return;
         };
+        *self.payload_crcs = flow.checks_crc();
         if let Some(t) = self.tap.as_mut().filter(|t| t.wants(flow.id)) {
             t.push(CaptureDirection::Rx, frame, false);
         }

@@ -148,6 +148,11 @@ pub struct Worker<R: FrameRing> {
     run_buffers: Option<burst::RunBuffers<'static>>,
     /// Where chained frames the burst cannot take in pieces are gathered (`burst::BurstCx`).
     gather: Vec<u8>,
+    /// Whether the parse takes each payload's CRC32c in the checksum's pass: whether the flow
+    /// of the last frame matched checks CRCs (a frame usually follows one of its own flow; a
+    /// wrong guess only costs time: a CRC not taken is computed by the receiver, one taken
+    /// for a flow without CRCs goes unused).
+    payload_crcs: bool,
 }
 
 /// Debug builds only (the system tests' binaries; release builds ignore it): a worker panics
@@ -204,6 +209,7 @@ impl<R: FrameRing> Worker<R> {
             budget: None,
             run_buffers: Some(burst::RunBuffers::new()),
             gather: Vec::new(),
+            payload_crcs: true,
         }
     }
 
@@ -500,6 +506,7 @@ impl<R: FrameRing> Worker<R> {
             tap,
             run_buffers,
             gather,
+            payload_crcs,
             ..
         } = self;
         if let Some(t) = tap.as_mut() {
@@ -524,6 +531,7 @@ impl<R: FrameRing> Worker<R> {
             repr: TcpRepr::default(),
             gather,
             chains_in_pieces: cfg.chains_in_pieces,
+            payload_crcs,
         };
         let bufs = run_buffers.take().unwrap_or_else(burst::RunBuffers::new);
         let n = xsk

@@ -102,6 +102,11 @@ impl FpduDecoder {
         self.pos
     }
 
+    /// Whether FPDUs carry a CRC that is checked (negotiated).
+    pub fn checks_crc(&self) -> bool {
+        self.crc
+    }
+
     /// Octets buffered for an incomplete FPDU.
     pub fn buffered(&self) -> usize {
         if self.partial_taken {

@@ -217,6 +217,11 @@ impl MpaReceiver {
         self.digest
     }
 
+    /// Whether the peer's FPDUs carry a CRC that is checked (negotiated).
+    pub(crate) fn checks_crc(&self) -> bool {
+        self.decoder.checks_crc()
+    }
+
     /// The protection domain placed into.
     pub(crate) fn pd(&self) -> Option<u32> {
         self.placer.as_ref().map(Placer::pd)

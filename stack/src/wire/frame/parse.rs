@@ -59,28 +59,30 @@ pub fn parse_tcp_frame(
     frame: &[u8],
     verify_tcp_checksum: bool,
 ) -> Result<TcpFrame<'_>, FrameError> {
-    parse_frame::<false>(frame, verify_tcp_checksum)
+    parse_frame(frame, verify_tcp_checksum, false)
 }
 
 /// [`parse_tcp_frame`] that also takes the CRC32c of the TCP payload
-/// ([`TcpFrame::payload_crc`]) in the checksum's pass over the payload's octets (one pass
-/// where the CPU has a kernel that folds both): an MPA receiver then verifies an FPDU that
-/// spans segments from their CRCs instead of reading their octets again (docs/architecture.md,
-/// "Runs of segments"). Without checksum verification no CRC is taken (`payload_crc` is
-/// `None`): a pass of its own would cost what the receiver's costs, and for nothing when the
-/// flow has no CRCs.
+/// ([`TcpFrame::payload_crc`]) in the checksum's pass over the payload's octets when
+/// `payload_crc` (one pass where the CPU has a kernel that folds both): an MPA receiver then
+/// verifies an FPDU that spans segments from their CRCs instead of reading their octets again
+/// (docs/architecture.md, "Runs of segments"). Ask only where the flow checks CRCs: the
+/// folded pass costs more than the checksum alone. Without checksum verification no CRC is
+/// taken (`payload_crc` is `None`): a pass of its own would cost what the receiver's costs.
 #[inline(always)]
 pub fn parse_tcp_frame_with_payload_crc(
     frame: &[u8],
     verify_tcp_checksum: bool,
+    payload_crc: bool,
 ) -> Result<TcpFrame<'_>, FrameError> {
-    parse_frame::<true>(frame, verify_tcp_checksum)
+    parse_frame(frame, verify_tcp_checksum, payload_crc)
 }
 
 #[inline(always)]
-fn parse_frame<const CRC: bool>(
+fn parse_frame(
     frame: &[u8],
     verify_tcp_checksum: bool,
+    take_crc: bool,
 ) -> Result<TcpFrame<'_>, FrameError> {
     let head = parse_head(frame, frame.len())?;
     let segment = &frame[head.tcp_at..head.tcp_end];
@@ -89,7 +91,7 @@ fn parse_frame<const CRC: bool>(
     if verify_tcp_checksum {
         // RFC 9293 §3.1 (MUST-3): the receiver checks the checksum; a bad segment is dropped.
         let acc = head.pseudo_header(segment.len());
-        let sum = if CRC {
+        let sum = if take_crc {
             // The header's length is a multiple of 4: the payload starts at an even offset.
             let (header, payload) = segment.split_at(tcp.header_len());
             let (sum, crc) = checksum::sum_with_crc32c(checksum::sum(acc, header), payload);

@@ -565,20 +565,25 @@ fn known_good_tcp_checksums() {
         assert!(parse_tcp_frame(&f, true).is_ok(), "v4 len {len}");
         // Taking the payload's CRC in the checksum's pass: the same verdict, the exact CRC,
         // none without verification.
-        let g = parse_tcp_frame_with_payload_crc(&f, true).unwrap();
+        let g = parse_tcp_frame_with_payload_crc(&f, true, true).unwrap();
         assert_eq!(
             g.payload_crc,
             Some(mpa::crc::crc32c(&payload[..len])),
             "len {len}"
         );
         assert_eq!(parse_tcp_frame(&f, true).unwrap().payload_crc, None);
-        let g = parse_tcp_frame_with_payload_crc(&f, false).unwrap();
+        let g = parse_tcp_frame_with_payload_crc(&f, false, true).unwrap();
+        assert_eq!(g.payload_crc, None);
+        // Not asked for: none, the checksum verified all the same.
+        let g = parse_tcp_frame_with_payload_crc(&f, true, false).unwrap();
         assert_eq!(g.payload_crc, None);
         if len > 0 {
             let last = f.len() - 1;
             f[last] ^= 0x5a;
             assert!(parse_tcp_frame(&f, true).is_err(), "v4 len {len} corrupted");
-            let e = parse_tcp_frame_with_payload_crc(&f, true).unwrap_err();
+            let e = parse_tcp_frame_with_payload_crc(&f, true, true).unwrap_err();
+            assert_eq!(e, FrameError::BadTcpChecksum, "v4 len {len} corrupted");
+            let e = parse_tcp_frame_with_payload_crc(&f, true, false).unwrap_err();
             assert_eq!(e, FrameError::BadTcpChecksum, "v4 len {len} corrupted");
         }
         let mut f = Vec::new();
@@ -590,7 +595,7 @@ fn known_good_tcp_checksums() {
             .unwrap();
         assert!(v6_checksum_ok(&f));
         assert!(parse_tcp_frame(&f, true).is_ok(), "v6 len {len}");
-        let g = parse_tcp_frame_with_payload_crc(&f, true).unwrap();
+        let g = parse_tcp_frame_with_payload_crc(&f, true, true).unwrap();
         assert_eq!(
             g.payload_crc,
             Some(mpa::crc::crc32c(&payload[..len])),
