@@ -95,7 +95,7 @@ fn run(a: &Args) -> Result<(), Failure> {
         digest: false,
         tcp: Default::default(),
         verify_checksums: true,
-        chains_in_pieces: false,
+        chains_in_pieces: true,
         streaming_stores: Default::default(),
         pin_cpus: false,
         max_region_bytes: mpa_datapath::server::DEFAULT_MAX_REGION_BYTES,

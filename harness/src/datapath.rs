@@ -93,7 +93,7 @@ impl Default for DatapathOptions {
             caller_drives_queues: false,
             queue_steering: Default::default(),
             xdp_mode: AttachMode::Driver,
-            chains_in_pieces: false,
+            chains_in_pieces: true,
             streaming_stores: StreamingStores::default(),
         }
     }

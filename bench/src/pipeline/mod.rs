@@ -101,10 +101,10 @@ pub struct PipelineArgs {
     /// every frame in one descriptor (what a UMEM chunk holding a whole jumbo frame would give).
     #[arg(long, default_value_t = 3840, value_parser = mpa_cli::size::<usize>)]
     pub(crate) umem_chunk: usize,
-    /// Decode chained frames from their descriptors instead of gathering them
-    /// (`mpa-datapath --chains-in-pieces`).
+    /// Gather chained frames into one buffer before decoding them, instead of decoding them
+    /// from their descriptors (`mpa-datapath --gather-chains`).
     #[arg(long)]
-    pub(crate) chains_in_pieces: bool,
+    pub(crate) gather_chains: bool,
     /// Put the RX frames on transparent huge pages (as a UMEM on huge pages: a TLB entry per
     /// 2 MiB instead of per frame); the summary says how much the kernel gave.
     #[arg(long)]
@@ -226,7 +226,7 @@ impl PipelineArgs {
             digest: self.digest || self.op == Op::Count,
             verify_checksums: !self.no_verify_checksums,
             umem_chunk: self.umem_chunk,
-            chains_in_pieces: self.chains_in_pieces,
+            chains_in_pieces: !self.gather_chains,
             huge_pages: self.huge_pages,
             region_bytes: self.region_bytes,
             streaming_stores: self.streaming_stores,
@@ -259,8 +259,8 @@ impl PipelineOpts {
         if !self.timestamps {
             s += ", no timestamps";
         }
-        if self.chains_in_pieces {
-            s += ", chains in pieces";
+        if !self.chains_in_pieces && self.umem_chunk > 0 {
+            s += ", chains gathered";
         }
         if self.huge_pages {
             s += ", frames on huge pages";

@@ -136,7 +136,7 @@ mod tests {
             digest: true,
             verify_checksums: false,
             umem_chunk: 3840,
-            chains_in_pieces: false,
+            chains_in_pieces: true,
             huge_pages: false,
             region_bytes: 16 << 20,
             streaming_stores: Default::default(),

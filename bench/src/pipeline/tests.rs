@@ -38,10 +38,11 @@ fn tiny(op: Op, markers: bool, aligned: bool, loss: f64, reorder: f64) -> Pipeli
 #[test]
 fn jumbo_segments_in_descriptor_chains_check_out() {
     // MSS 8948 (MTU 9000) cut into 3840-octet descriptors as over AF_XDP: every segment
-    // arrives once, gathered whole, with loss and reordering.
+    // arrives once, gathered whole (`--gather-chains`), with loss and reordering.
     let mut o = tiny(Op::Write, true, true, 3.0, 2.0);
     o.mss = 8948;
     let r = pipeline(&o).expect("round checks pass");
+    assert!(r.line().contains("chains gathered"), "{}", r.line());
     assert_eq!(r.last.frames, r.segments, "every segment arrives once");
     assert_eq!(r.last.completions, 512);
     assert!(r.last.placed_direct > 0, "{}", r.line());
@@ -49,7 +50,7 @@ fn jumbo_segments_in_descriptor_chains_check_out() {
 
 #[test]
 fn jumbo_chains_decoded_from_their_descriptors_check_out() {
-    // As above, each chain decoded from its descriptors (`--chains-in-pieces`): out-of-order
+    // As above, each chain decoded from its descriptors (the default): out-of-order
     // chains are gathered, in-order ones place the FPDUs spanning descriptors from them.
     let mut o = tiny(Op::Write, true, false, 3.0, 2.0);
     o.mss = 8948;
@@ -57,7 +58,7 @@ fn jumbo_chains_decoded_from_their_descriptors_check_out() {
     let r = pipeline(&o).expect("round checks pass");
     assert_eq!(r.last.frames, r.segments, "every segment arrives once");
     assert_eq!(r.last.completions, 512);
-    assert!(r.line().contains("chains in pieces"), "{}", r.line());
+    assert!(!r.line().contains("chains gathered"), "{}", r.line());
     // Without loss every chain is in order: nearly every FPDU spans descriptors in place.
     o.loss = 0.0;
     o.reorder = 0.0;

@@ -385,7 +385,8 @@ pub(crate) struct PipelineParams {
     pub(crate) verify_checksums: bool,
     pub(crate) digest: bool,
     pub(crate) seed: u64,
-    /// `--chains-in-pieces`.
+    /// Chained frames decoded from their descriptors (not `--gather-chains`; absent in
+    /// documents from before that was the default: gathered).
     #[serde(default)]
     pub(crate) chains_in_pieces: bool,
     /// `--huge-pages`.

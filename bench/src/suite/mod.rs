@@ -83,7 +83,7 @@ impl SuiteArgs {
             digest: false,
             no_verify_checksums: false,
             umem_chunk: 3840,
-            chains_in_pieces: false,
+            gather_chains: false,
             huge_pages: false,
             region_bytes: 16 << 20,
             streaming_stores: Default::default(),

@@ -42,8 +42,8 @@ pub struct WorkerConfig {
     pub defer_tx_kick: bool,
     /// Take a multi-buffer frame whose descriptors all came in one burst into the decoder's
     /// run descriptor by descriptor, without gathering it (docs/features.md, "Jumbo
-    /// frames"). Off by default: on the machines measured, gathering (one copy of octets the
-    /// CPU then reads while they are hot) cost less than decoding FPDUs across descriptors.
+    /// frames"). On by default: with each descriptor's payload CRC taken in the checksum's
+    /// pass it measured 1.08–1.14× the gathered path; `false` gathers every chain.
     pub chains_in_pieces: bool,
     /// Which regions take long messages with streaming stores (docs/features.md,
     /// "Streaming stores").
@@ -63,7 +63,7 @@ impl WorkerConfig {
             spin: Duration::ZERO,
             yield_every: DEFAULT_YIELD_EVERY,
             defer_tx_kick: false,
-            chains_in_pieces: false,
+            chains_in_pieces: true,
             streaming_stores: StreamingStores::default(),
         }
     }

@@ -178,15 +178,17 @@ fn jumbo_mtu_and_every_size_up_to_mulpdu() {
 
 /// MTU 9000 (docs/architecture.md, "Jumbo frames"): the XDP program is frags-aware and the
 /// AF_XDP socket multi-buffer, so 9014-octet frames arrive as chains of three descriptors
-/// (3840-octet UMEM frame data) and are gathered whole: every ULPDU size up to MULPDU and
-/// 8 KiB ULPDUs, v4 and v6, octet-exact, with frames larger than 4 KiB counted.
+/// (3840-octet UMEM frame data), here gathered whole (`--gather-chains`): every ULPDU size
+/// up to MULPDU and 8 KiB ULPDUs, v4 and v6, octet-exact, with frames larger than 4 KiB
+/// counted.
 #[test]
 fn jumbo_mtu_9000_through_multi_buffer() {
     jumbo_mtu_9000(false, 7550);
 }
 
-/// The same with the chains decoded from their descriptors (`--chains-in-pieces`): FPDUs
-/// spanning descriptors are placed from the UMEM frames themselves.
+/// The same with the chains decoded from their descriptors (the default): FPDUs spanning
+/// descriptors are verified from the descriptors' CRCs and placed from the UMEM frames
+/// themselves.
 #[test]
 fn jumbo_mtu_9000_decoded_from_the_descriptors() {
     jumbo_mtu_9000(true, 7560);
@@ -238,8 +240,12 @@ fn jumbo_mtu_9000(chains_in_pieces: bool, mut port: u16) {
     let spanned: u64 = (st.queues[0].flows.iter().chain(&st.ended_flows))
         .map(|f| f.rx.spanned_in_place)
         .sum();
+    let joined: u64 = (st.queues[0].flows.iter().chain(&st.ended_flows))
+        .map(|f| f.rx.crc_from_segments)
+        .sum();
     if chains_in_pieces {
         assert!(spanned > 0, "no FPDU placed across descriptors");
+        assert!(joined > 0, "no FPDU verified from its descriptors' CRCs");
     }
     dp.stop();
 }
