@@ -64,6 +64,25 @@ const fn make_x8n() -> [[u32; 16]; 16] {
     t
 }
 
+/// `X8B[0][i] = x^(8 i) mod P` and `X8B[1][i] = x^(8 * 256 i) mod P`: shifting a CRC by
+/// fewer than 2^16 octets (a segment, an FPDU) takes two multiplications and no branch.
+pub(crate) static X8B: [[u32; 256]; 2] = make_x8b();
+
+const fn make_x8b() -> [[u32; 256]; 2] {
+    let mut t = [[ONE; 256]; 2];
+    let steps = [xpow(8), xpow(8 * 256)];
+    let mut k = 0;
+    while k < 2 {
+        let mut i = 1;
+        while i < 256 {
+            t[k][i] = mul(t[k][i - 1], steps[k]);
+            i += 1;
+        }
+        k += 1;
+    }
+    t
+}
+
 /// `crc * x^(8 n) mod P` with the portable multiply: the register after `n` zero octets.
 pub(crate) fn shift(crc: u32, n: u64) -> u32 {
     shift_with(crc, n, mul)

@@ -261,6 +261,34 @@ fn multiply_and_shift() {
     }
 }
 
+/// The CPU's shift (two table multiplications below 2^16 octets, one per nibble above) against
+/// the portable one at every length up to past 2^16 in steps, each table edge, and far beyond.
+#[test]
+fn shift_matches_the_portable_shift() {
+    let edges = [
+        0u64,
+        1,
+        255,
+        256,
+        257,
+        65_279,
+        65_280,
+        65_535,
+        65_536,
+        65_537,
+        1 << 40,
+    ];
+    for n in (0..70_000u64).step_by(7).chain(edges) {
+        for crc in [0u32, 1, 0x8000_0000, 0xE306_9283, u32::MAX] {
+            assert_eq!(
+                crc32c_combine(crc, 0, n),
+                portable::shift(crc, n),
+                "crc {crc:#x} n {n}"
+            );
+        }
+    }
+}
+
 #[test]
 fn combine_and_zeros() {
     let mut buf = vec![0u8; 5000];

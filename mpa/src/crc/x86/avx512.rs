@@ -91,17 +91,13 @@ fn to_boundary64(p: *const u8) -> usize {
     (p as usize).wrapping_neg() & 63
 }
 
-/// `crc * x^(8 n) mod P` for `n < 16^4` with four multiplications and no data-dependent
+/// `crc * x^(8 n) mod P` for `n < 2^16` with two multiplications and no data-dependent
 /// branch (a mispredicted branch here would also discard the kernel's work behind it).
 #[inline]
 #[target_feature(enable = "sse4.2,pclmulqdq")]
 fn shift_short(crc: u32, n: usize) -> u32 {
     debug_assert!(n < 1 << 16);
-    let mut r = crc;
-    for (k, row) in X8N.iter().take(4).enumerate() {
-        r = mul(r, row[(n >> (4 * k)) & 0xf]);
-    }
-    r
+    mul(mul(crc, X8B[0][n & 0xff]), X8B[1][(n >> 8) & 0xff])
 }
 
 /// [`fold512_from`]; from [`FOLD512_ALIGN_MIN`] octets the part before the first 64-octet

@@ -19,7 +19,7 @@
 
 use core::arch::x86_64::*;
 
-use super::portable::{xpow, X8N};
+use super::portable::{xpow, X8B, X8N};
 
 /// Below this length the 256-bit folding kernel runs one `crc32q` chain (no set-up cost).
 pub(super) const FOLD_MIN: usize = 128;
@@ -130,6 +130,12 @@ pub(super) fn mul(a: u32, b: u32) -> u32 {
 /// `crc * x^(8 n) mod P` (see `portable::shift`), with the carry-less multiply.
 #[target_feature(enable = "sse4.2,pclmulqdq")]
 pub(super) fn shift(crc: u32, n: u64) -> u32 {
+    if n < 1 << 16 {
+        // Two multiplications by table entries, no branch on the length's digits: the joins
+        // of segment CRCs in the receive path (docs/architecture.md, "Runs of segments").
+        let n = n as usize;
+        return mul(mul(crc, X8B[0][n & 0xff]), X8B[1][n >> 8]);
+    }
     let mut r = crc;
     let mut n = n;
     for row in &X8N {
