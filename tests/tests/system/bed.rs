@@ -163,7 +163,19 @@ fn impairment_bridge_impairs_both_ways_forwards_the_rest_and_stops() {
     let names: Vec<String> = bed.namespaces().iter().map(|s| s.to_string()).collect();
     assert_eq!(threads_named("impair-"), 1);
     assert!(transfer_exact(&bed, false, 7004, 4 << 20));
-    let s = bed.impair_stats().unwrap();
+    // The connection's close may still be retransmitting through the losses: the counters are
+    // read once they stop moving (at most a few seconds).
+    let mut s = bed.impair_stats().unwrap();
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = bed.impair_stats().unwrap();
+        let still =
+            (now.a_to_b.eligible, now.b_to_a.eligible) == (s.a_to_b.eligible, s.b_to_a.eligible);
+        s = now;
+        if still {
+            break;
+        }
+    }
     for (dir, d) in [("a→b", s.a_to_b), ("b→a", s.b_to_a)] {
         // Every kind happened, in both directions (corruption: only a→b carries payload).
         assert!(d.eligible > 100, "{dir}: {s}");
