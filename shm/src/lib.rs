@@ -353,7 +353,7 @@ impl SharedMemory {
             return;
         }
         let len = len.min(self.len - off);
-        prefetch_into_l2(self.ptr.as_ptr().wrapping_add(off), len);
+        prefetch_lines::<INTO_L2>(self.ptr.as_ptr().wrapping_add(off), len);
     }
 
     /// Copies `pieces`, one after the other, to offset `off`: one bounds check for all `len`
@@ -376,7 +376,7 @@ impl SharedMemory {
         // Every destination line is asked for, for writing, before the first store: the reads
         // for ownership of a message's lines then overlap one another instead of queueing
         // behind the copy's stores (docs/features.md, "Streaming stores").
-        prefetch_for_write(self.ptr.as_ptr().wrapping_add(off), len);
+        prefetch_lines::<FOR_WRITE>(self.ptr.as_ptr().wrapping_add(off), len);
         let mut at = 0;
         for p in pieces {
             let n = p.len().min(len - at);
@@ -454,40 +454,33 @@ pub fn settle_streamed_stores() {
     };
 }
 
-/// Asks for the cache lines of `dst .. dst + len` ahead of the stores that will take them,
-/// without waiting. `_MM_HINT_ET0` compiles to `prefetcht0` (a shared-state fetch; the store
-/// then upgrades the line) unless the build enables the `prfchw` feature; a real `prefetchw`
-/// measured no better in the receive pipeline
-/// (docs/investigations/2026-12-07-prefetches-in-the-receive-pipeline.md).
-#[inline]
-fn prefetch_for_write(dst: *const u8, len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0};
-        let mut line = dst.wrapping_sub(dst as usize & 63);
-        let end = dst.wrapping_add(len);
-        while line < end {
-            // SAFETY: a prefetch never faults and reads nothing the program sees; the lines
-            // are those of the destination the caller checked.
-            unsafe { _mm_prefetch::<_MM_HINT_ET0>(line.cast()) };
-            line = line.wrapping_add(64);
-        }
-    }
-}
+/// The prefetch for lines about to be stored into (by the copy right after it).
+/// `_MM_HINT_ET0` compiles to `prefetcht0` (a shared-state fetch; the store then upgrades the
+/// line) unless the build enables the `prfchw` feature; a real `prefetchw` measured no better
+/// in the receive pipeline (docs/investigations/2026-12-07-prefetches-in-the-receive-pipeline.md).
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::_MM_HINT_ET0 as FOR_WRITE;
+/// The prefetch into the second-level cache (`prefetcht1`): see
+/// [`SharedMemory::prefetch_for_write`].
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::_MM_HINT_T1 as INTO_L2;
+#[cfg(not(target_arch = "x86_64"))]
+const FOR_WRITE: i32 = 0;
+#[cfg(not(target_arch = "x86_64"))]
+const INTO_L2: i32 = 0;
 
-/// Asks for the cache lines of `dst .. dst + len` into the second-level cache, without
-/// waiting (`prefetcht1`): see [`SharedMemory::prefetch_for_write`].
-#[inline]
-fn prefetch_into_l2(dst: *const u8, len: usize) {
+/// Asks for the cache lines of `dst .. dst + len` without waiting, with `HINT` (`FOR_WRITE`,
+/// `INTO_L2`); nothing where the CPU has no such hint.
+#[inline(always)]
+fn prefetch_lines<const HINT: i32>(dst: *const u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
         let mut line = dst.wrapping_sub(dst as usize & 63);
         let end = dst.wrapping_add(len);
         while line < end {
             // SAFETY: a prefetch never faults and reads nothing the program sees; the lines
             // are those of the destination the caller checked.
-            unsafe { _mm_prefetch::<_MM_HINT_T1>(line.cast()) };
+            unsafe { std::arch::x86_64::_mm_prefetch::<HINT>(line.cast()) };
             line = line.wrapping_add(64);
         }
     }
