@@ -17,8 +17,7 @@ use mpa_stack::flow::Flow;
 use mpa_stack::flow_table::FlowTable;
 use mpa_stack::receiver::{reuse_slices, RegionTable, RunOctets};
 use mpa_stack::wire::frame::{
-    octets_in, parse_tcp_frame_in_pieces, parse_tcp_frame_in_pieces_with_payload_crcs,
-    parse_tcp_frame_with_payload_crc,
+    octets_in, parse_tcp_frame_in_pieces_with_payload_crcs, parse_tcp_frame_with_payload_crc,
 };
 use mpa_stack::wire::tcp::{TcpFlags, TcpRepr};
 use mpa_stack::wire::VlanTag;
@@ -236,17 +235,12 @@ impl BurstCx<'_> {
             // Capture records frames whole.
             return false;
         }
-        let parsed = if *self.payload_crcs {
-            parse_tcp_frame_in_pieces_with_payload_crcs(
-                c.pieces(),
-                self.verify_checksums,
-                &mut run.piece_crcs,
-            )
-        } else {
-            run.piece_crcs.clear();
-            parse_tcp_frame_in_pieces(c.pieces(), self.verify_checksums)
-        };
-        let Ok((f, payload)) = parsed else {
+        let Ok((f, payload)) = parse_tcp_frame_in_pieces_with_payload_crcs(
+            c.pieces(),
+            self.verify_checksums,
+            *self.payload_crcs,
+            &mut run.piece_crcs,
+        ) else {
             return false;
         };
         let key = (f.dst, f.src);

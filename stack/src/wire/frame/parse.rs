@@ -124,19 +124,21 @@ pub fn parse_tcp_frame_in_pieces<'a>(
 }
 
 /// [`parse_tcp_frame_in_pieces`] that also takes, in the checksum's pass, the CRC32c of each
-/// piece's part of the payload: `payload_crcs` is emptied, then holds one CRC per part that
-/// [`octets_in`] yields for the payload's range, in its order — what a run of segments
-/// carries so that an FPDU spanning descriptors is verified from their CRCs
-/// (docs/architecture.md, "Runs of segments"). Without checksum verification it stays empty,
-/// as [`parse_tcp_frame_with_payload_crc`] takes none; on an error its content is
-/// meaningless.
+/// piece's part of the payload when `take_crcs`: `payload_crcs` is emptied, then holds one CRC
+/// per part that [`octets_in`] yields for the payload's range, in its order — what a run of
+/// segments carries so that an FPDU spanning descriptors is verified from their CRCs
+/// (docs/architecture.md, "Runs of segments"). Not asked for, or without checksum
+/// verification, it stays empty, as [`parse_tcp_frame_with_payload_crc`] takes none; on an
+/// error its content is meaningless.
 pub fn parse_tcp_frame_in_pieces_with_payload_crcs<'a>(
     pieces: impl Iterator<Item = &'a [u8]> + Clone,
     verify_tcp_checksum: bool,
+    take_crcs: bool,
     payload_crcs: &mut Vec<Option<u32>>,
 ) -> Result<(TcpFrame<'a>, Range<usize>), FrameError> {
     payload_crcs.clear();
-    parse_in_pieces(pieces, verify_tcp_checksum, Some(payload_crcs))
+    let crcs = take_crcs.then_some(payload_crcs);
+    parse_in_pieces(pieces, verify_tcp_checksum, crcs)
 }
 
 fn parse_in_pieces<'a>(

@@ -684,6 +684,7 @@ fn a_frame_in_pieces_parses_as_the_whole_frame() {
             let (g, at) = parse_tcp_frame_in_pieces_with_payload_crcs(
                 pieces.iter().copied(),
                 true,
+                true,
                 &mut crcs,
             )
             .unwrap();
@@ -692,9 +693,12 @@ fn a_frame_in_pieces_parses_as_the_whole_frame() {
                 .map(|p| Some(mpa::crc::crc32c(p)))
                 .collect();
             assert_eq!(crcs, parts, "cuts {c:?}");
-            parse_tcp_frame_in_pieces_with_payload_crcs(pieces.iter().copied(), false, &mut crcs)
-                .unwrap();
-            assert!(crcs.is_empty(), "cuts {c:?}");
+            // Unverified, or not asked for: none.
+            for (verify, take) in [(false, true), (true, false)] {
+                let p = pieces.iter().copied();
+                parse_tcp_frame_in_pieces_with_payload_crcs(p, verify, take, &mut crcs).unwrap();
+                assert!(crcs.is_empty(), "cuts {c:?}");
+            }
         }
     }
 }
@@ -730,6 +734,7 @@ fn a_frame_in_pieces_fails_its_checksum_as_the_whole_frame() {
                 assert_eq!(
                     parse_tcp_frame_in_pieces_with_payload_crcs(
                         pieces.iter().copied(),
+                        true,
                         true,
                         &mut crcs
                     )
