@@ -8,21 +8,24 @@
 //! memory (hundreds of MB, far beyond the caches). **Warm**: burst by burst, each burst's
 //! frames first copied into a ring of slots (untimed, as the benchmark's in-memory ring is
 //! filled before each poll, and as a NIC in copy mode or with DDIO leaves them), then the
-//! timed pass over the slots — what the pipeline itself reads. The slots are laid out as the
-//! in-memory ring's buffers are, back to back at cache-line granularity ([`SLOT_ALIGN`]), not
-//! one per 4 KiB page as in a UMEM. The warm figures are the floor the pipeline is judged
-//! against; the cold ones what memory bandwidth allows.
+//! timed pass over the slots — the octets the pipeline itself reads, in the same bursts
+//! (`--ring-fill` included). The slots lie back to back at cache-line granularity
+//! ([`SLOT_ALIGN`]), not one frame per 4 KiB page as the in-memory ring's arena lays them out
+//! (as a UMEM does): never slower for the copy on the machines measured, so the stricter floor.
+//! The warm figures are the floor the pipeline is judged against; the cold ones what memory
+//! bandwidth allows.
 
 use super::gen::Prepared;
 use std::time::{Duration, Instant};
 
-/// Bytes of the copy destination: like a region, larger than the last-level cache.
-const DST_BYTES: usize = 16 << 20;
+/// Bytes of the copy destination: the pipeline's default region.
+const DST_BYTES: usize = super::DEFAULT_REGION_BYTES as usize;
 
-/// Slot alignment of the warm passes' ring: the longest frame rounded up to a cache line, as
-/// the in-memory ring's heap buffers lie. (One frame per 4 KiB page, as in a UMEM, made the
-/// warm copy slower than the cold one at MSS 1448: the hardware prefetcher stops at page
-/// boundaries, docs/investigations/2026-12-02-warm-baselines.md.)
+/// Slot alignment of the warm passes' ring: the longest frame rounded up to a cache line. One
+/// frame per 4 KiB page, as in a UMEM, made the warm copy slower on an Intel Xeon (48.7
+/// against 84.7 Gbit/s at MSS 1448: the hardware prefetcher stops at page boundaries,
+/// docs/investigations/2026-12-02-warm-baselines.md) and changed it within the spread on an
+/// AMD Zen 4 (docs/investigations/2026-12-07-what-bounds-the-receive-pipeline.md).
 pub(crate) const SLOT_ALIGN: usize = 64;
 
 /// Where each frame's TCP payload is, the copy destination, and the warm passes' ring.
@@ -93,18 +96,7 @@ impl Payloads {
         let mut crc_value = 0u32;
         for chunk in spans.chunks(self.burst) {
             self.fill_ring(p, chunk);
-            let t = Instant::now();
-            for (k, &(i, off)) in chunk.iter().enumerate() {
-                let len = p.frames[i].bytes.len() - off;
-                let src = &self.ring[k * self.stride + off..k * self.stride + off + len];
-                if at + len > self.dst.len() {
-                    at = 0;
-                }
-                self.dst[at..at + len].copy_from_slice(src);
-                at += len;
-            }
-            std::hint::black_box(&mut self.dst);
-            copy += t.elapsed();
+            copy += self.copy_ring(p, chunk, &mut at);
             self.fill_ring(p, chunk);
             let t = Instant::now();
             for (k, &(i, off)) in chunk.iter().enumerate() {
@@ -117,6 +109,38 @@ impl Payloads {
         std::hint::black_box(crc_value);
         self.spans = spans;
         (copy, crc)
+    }
+
+    /// The warm copy alone: per burst, the frames written into the ring, then the timed copy
+    /// of their payloads. What several of these side by side on their own CPUs take
+    /// (`pipeline --workers`) is what the machine's caches and memory allow workers.
+    pub(crate) fn time_warm_copy(&mut self, p: &Prepared) -> Duration {
+        let mut copy = Duration::ZERO;
+        let spans = std::mem::take(&mut self.spans);
+        let mut at = 0usize;
+        for chunk in spans.chunks(self.burst) {
+            self.fill_ring(p, chunk);
+            copy += self.copy_ring(p, chunk, &mut at);
+        }
+        self.spans = spans;
+        copy
+    }
+
+    /// The timed copy of the payloads of `chunk`'s frames, in the ring, to the destination
+    /// from `at` on (wrapping to its start).
+    fn copy_ring(&mut self, p: &Prepared, chunk: &[(usize, usize)], at: &mut usize) -> Duration {
+        let t = Instant::now();
+        for (k, &(i, off)) in chunk.iter().enumerate() {
+            let len = p.frames[i].bytes.len() - off;
+            let src = &self.ring[k * self.stride + off..k * self.stride + off + len];
+            if *at + len > self.dst.len() {
+                *at = 0;
+            }
+            self.dst[*at..*at + len].copy_from_slice(src);
+            *at += len;
+        }
+        std::hint::black_box(&mut self.dst);
+        t.elapsed()
     }
 
     /// Times one memcpy pass and one CRC pass.

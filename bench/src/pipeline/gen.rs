@@ -64,6 +64,16 @@ pub(crate) struct Prepared {
     pub(crate) first_flow: usize,
 }
 
+impl Prepared {
+    /// ULPDU payload octets of every flow's messages (what a round places).
+    pub(crate) fn payload_octets(&self) -> u64 {
+        self.flows
+            .iter()
+            .map(|f| f.messages * f.payload_len as u64)
+            .sum()
+    }
+}
+
 /// Payload of message `m` of flow `f`: a window of the random table, shifted per message so
 /// that a misplaced message shows.
 pub(crate) fn payload(table: &[u8], len: usize, f: usize, m: u64) -> &[u8] {

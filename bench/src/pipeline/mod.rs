@@ -114,6 +114,13 @@ pub struct PipelineArgs {
     /// large buffer.
     #[arg(long, default_value_t = DEFAULT_REGION_BYTES, value_parser = mpa_cli::size::<u64>)]
     pub(crate) region_bytes: u64,
+    /// Frames written into the RX ring before each series of polls (at most what the ring
+    /// holds, the default): the worker then reads frames written that many frames ago. A
+    /// deep ring models a worker behind its NIC, frames in the last-level cache or memory; 64
+    /// (one poll's burst) one keeping up, frames still in the core's caches. The warm memcpy
+    /// and CRC passes are filled and timed in the same bursts.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) ring_fill: Option<u64>,
     /// Which regions take messages of 1 KiB or more with streaming stores
     /// (`mpa-datapath --streaming-stores`; off by default); the summary says when the region
     /// takes them.
@@ -189,6 +196,8 @@ pub(crate) struct PipelineOpts {
     pub(crate) huge_pages: bool,
     /// Registered memory per worker, octets.
     pub(crate) region_bytes: u64,
+    /// Frames injected before each series of polls (`None`: as many as the ring holds).
+    pub(crate) ring_fill: Option<usize>,
     /// Which regions take long messages with streaming stores.
     pub(crate) streaming_stores: StreamingStores,
     /// TCP timestamps in every frame.
@@ -229,6 +238,7 @@ impl PipelineArgs {
             chains_in_pieces: !self.gather_chains,
             huge_pages: self.huge_pages,
             region_bytes: self.region_bytes,
+            ring_fill: self.ring_fill.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             streaming_stores: self.streaming_stores,
             timestamps: !self.no_timestamps,
         }
@@ -267,6 +277,9 @@ impl PipelineOpts {
         }
         if self.region_bytes != DEFAULT_REGION_BYTES {
             s += &format!(", region {} MiB", self.region_bytes >> 20);
+        }
+        if let Some(n) = self.ring_fill {
+            s += &format!(", ring filled {n} frames at a time");
         }
         if self
             .streaming_stores

@@ -235,7 +235,7 @@ fn take_completions(
 }
 
 /// Frames injected into the ring before each burst of polls: as many as the ring holds,
-/// counting the descriptors a multi-buffer frame takes.
+/// counting the descriptors a multi-buffer frame takes, or fewer when `--ring-fill` says so.
 pub(crate) fn burst_frames(o: &PipelineOpts, p: &Prepared) -> usize {
     let per_frame = p
         .frames
@@ -243,7 +243,8 @@ pub(crate) fn burst_frames(o: &PipelineOpts, p: &Prepared) -> usize {
         .map(|f| descriptors(o, f.bytes.len()))
         .max()
         .unwrap_or(1);
-    (MEM_RING_SIZE / per_frame).max(1)
+    let holds = (MEM_RING_SIZE / per_frame).max(1);
+    o.ring_fill.map_or(holds, |n| n.clamp(1, holds))
 }
 
 /// Descriptors a frame of `len` octets takes in the ring (several for a multi-buffer frame).

@@ -139,6 +139,7 @@ mod tests {
             chains_in_pieces: true,
             huge_pages: false,
             region_bytes: 16 << 20,
+            ring_fill: None,
             streaming_stores: Default::default(),
             timestamps: true,
         };

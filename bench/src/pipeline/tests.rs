@@ -1,7 +1,7 @@
 //! A tiny round through the real `Worker<MemRing>` (no root, no namespace) passes its own
 //! checks, and its report is sane.
 
-use super::{pipeline_many, PipelineOpts, PipelineReport};
+use super::{gen, pipeline_many, round, PipelineOpts, PipelineReport};
 use crate::bed::options::Op;
 
 /// One configuration's checked rounds.
@@ -31,6 +31,7 @@ fn tiny(op: Op, markers: bool, aligned: bool, loss: f64, reorder: f64) -> Pipeli
         streaming_stores: Default::default(),
         huge_pages: false,
         region_bytes: 16 << 20,
+        ring_fill: None,
         timestamps: true,
     }
 }
@@ -83,6 +84,27 @@ fn streaming_stores_check_out() {
     o.streaming_stores = StreamingStores::Off;
     let r = pipeline(&o).expect("round checks pass");
     assert!(!r.line().contains("streaming stores"), "{}", r.line());
+}
+
+#[test]
+fn a_ring_filled_a_burst_at_a_time_checks_out_in_smaller_injections() {
+    // `--ring-fill`: the frames injected before each series of polls, at most what the ring
+    // holds; the round still checks out, in more injections, and says how it was fed.
+    let o = tiny(Op::Write, true, false, 0.0, 0.0);
+    let p = gen::prepare(&o).expect("frames");
+    let full = round::burst_frames(&o, &p);
+    let mut small = o.clone();
+    small.ring_fill = Some(64);
+    assert_eq!(round::burst_frames(&small, &p), 64.min(full));
+    small.ring_fill = Some(usize::MAX);
+    assert_eq!(round::burst_frames(&small, &p), full);
+    small.ring_fill = Some(64);
+    let a = pipeline(&o).expect("round checks pass");
+    let b = pipeline(&small).expect("round checks pass");
+    assert_eq!(b.last.completions, a.last.completions);
+    assert_eq!(b.last.injections, p.frames.len().div_ceil(64) as u64);
+    assert!(b.last.injections > a.last.injections, "{} vs {}", b.line(), a.line());
+    assert!(b.line().contains("ring filled 64 frames at a time"), "{}", b.line());
 }
 
 #[test]
@@ -217,7 +239,15 @@ fn the_workers_report_has_each_worker_the_aggregate_and_the_reference() {
         .fold(f64::INFINITY, f64::min);
     assert!(r.aggregate_gbits.max >= slowest, "{}", r.line());
     assert!(r.scaling.median > 0.0, "{}", r.line());
+    // The plain copy side by side, as the workers ran: both rounds measured, the machine's
+    // own scaling beside the workers'.
+    let k = r.memcpy_scaling.expect("two workers: the copy side by side was timed");
+    assert!(k.min > 0.0 && k.max.is_finite(), "{}", r.line());
+    assert!(r.memcpy_alone_gbits.is_some_and(|a| a.min > 0.0));
+    assert!(r.line().contains("warm memcpy side by side"), "{}", r.line());
+    assert!(workers::table(std::slice::from_ref(&r)).contains("side by side:"));
     let v = r.record();
+    assert!(v.memcpy_scaling.is_some());
     assert_eq!(v.workers, 2);
     assert_eq!(v.per_worker.len(), 2);
     assert_eq!(v.per_worker[1].completions, 512);

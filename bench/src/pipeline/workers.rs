@@ -87,6 +87,44 @@ pub(crate) fn run_workers_round(
         .collect()
 }
 
+/// The warm copy ([`baseline::Payloads::time_warm_copy`]) of each of `prepared`'s payloads on
+/// its own thread (pinned to `cpus[w]` when given), all started together. Returns each
+/// thread's copy time.
+fn copies_side_by_side(
+    payloads: &mut [baseline::Payloads],
+    prepared: &[Prepared],
+    cpus: Option<&[usize]>,
+) -> Result<Vec<std::time::Duration>> {
+    let start = Barrier::new(payloads.len());
+    std::thread::scope(|s| {
+        let handles: Vec<_> = payloads
+            .iter_mut()
+            .zip(prepared)
+            .enumerate()
+            .map(|(w, (pl, p))| {
+                let cpu = cpus.map(|c| c[w]);
+                let start = &start;
+                std::thread::Builder::new()
+                    .name(format!("memcpy-w{w}"))
+                    .spawn_scoped(s, move || {
+                        let pinned = cpu.map_or(Ok(()), pin);
+                        start.wait();
+                        pinned.map(|()| pl.time_warm_copy(p))
+                    })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| match h {
+                Ok(h) => h
+                    .join()
+                    .unwrap_or_else(|_| Err(anyhow!("a copy thread panicked"))),
+                Err(e) => Err(anyhow!("spawning a copy thread: {e}")),
+            })
+            .collect()
+    })
+}
+
 /// What one worker measured over the rounds.
 #[derive(Debug, Clone)]
 pub(crate) struct WorkerReport {
@@ -132,6 +170,14 @@ pub(crate) struct WorkersReport {
     /// Octet passes alone over worker 0's frames, as in the single-worker table.
     pub(crate) memcpy_gbits: Spread,
     pub(crate) crc_gbits: Spread,
+    /// The warm copy of every worker's payloads, one thread per worker on the workers' CPUs,
+    /// side by side (all payload over the slowest copy time), and alone on worker 0's CPU,
+    /// in the same rounds: how far the machine's caches and memory let a plain copy scale,
+    /// the reference for the workers' scaling.
+    /// `None` with one worker.
+    pub(crate) memcpy_side_by_side_gbits: Option<Spread>,
+    pub(crate) memcpy_alone_gbits: Option<Spread>,
+    pub(crate) memcpy_scaling: Option<Spread>,
 }
 
 fn spread(v: Vec<f64>) -> Spread {
@@ -207,6 +253,11 @@ pub(crate) fn run(o: &PipelineOpts, workers: usize) -> Result<WorkersReport> {
     let mut passes = Vec::with_capacity(n);
     let mut span =
         baseline::Payloads::of(&prepared[0], super::round::burst_frames(o, &prepared[0]));
+    let mut copies: Vec<baseline::Payloads> = prepared
+        .iter()
+        .map(|p| baseline::Payloads::of(p, super::round::burst_frames(o, p)))
+        .collect();
+    let (mut copy_together, mut copy_alone, mut copy_scaling) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..n {
         let fail = |e: anyhow::Error, what: &str| {
             anyhow!(
@@ -234,6 +285,27 @@ pub(crate) fn run(o: &PipelineOpts, workers: usize) -> Result<WorkersReport> {
             all[w].push(r);
         }
         passes.push(span.time(&prepared[0]));
+        if workers > 1 {
+            let alone = copies_side_by_side(
+                &mut copies[..1],
+                &prepared[..1],
+                cpus.as_ref().map(|c| &c[..1]),
+            )
+            .map_err(|e| fail(e, "memcpy alone"))?;
+            let together = copies_side_by_side(&mut copies, &prepared, cpus.as_deref())
+                .map_err(|e| fail(e, "memcpy side by side"))?;
+            let bits = |ps: &[Prepared]| {
+                ps.iter()
+                    .map(|p| p.payload_octets() as f64 * 8.0)
+                    .sum::<f64>()
+            };
+            let slowest = |d: &[std::time::Duration]| secs(d.iter().copied().max().unwrap_or_default());
+            let one = bits(&prepared[..1]) / slowest(&alone) / 1e9;
+            let all = bits(&prepared) / slowest(&together) / 1e9;
+            copy_alone.push(one);
+            copy_together.push(all);
+            copy_scaling.push(all / one.max(1e-9));
+        }
     }
     let cpu_of = |w: usize| cpus.as_ref().map(|c| c[w]);
     let payload = one.first().map_or(0, |r| r.payload_octets) as f64;
@@ -263,6 +335,9 @@ pub(crate) fn run(o: &PipelineOpts, workers: usize) -> Result<WorkersReport> {
             .collect(),
         memcpy_gbits: pass(&|x| x.memcpy),
         crc_gbits: pass(&|x| x.crc),
+        memcpy_side_by_side_gbits: Spread::of(copy_together),
+        memcpy_alone_gbits: Spread::of(copy_alone),
+        memcpy_scaling: Spread::of(copy_scaling),
         cpus,
     })
 }
@@ -308,7 +383,7 @@ impl WorkersReport {
         format!(
             "{}, {} workers {pinned}: aggregate {:.2} Gbit/s payload ({:.2}–{:.2}; over the loop \
              incl. injection {:.2}), 1 worker {:.2} Gbit/s, scaling {:.2}× ({:.2}–{:.2}), from \
-             CPU time {:.2}×; per worker {} Gbit/s; {} completions, {} region octets checked",
+             CPU time {:.2}×{}; per worker {} Gbit/s; {} completions, {} region octets checked",
             self.opts.label(),
             self.workers,
             self.aggregate_gbits.median,
@@ -320,6 +395,9 @@ impl WorkersReport {
             self.scaling.min,
             self.scaling.max,
             self.scaling_cpu.median,
+            self.memcpy_scaling
+                .map(|k| format!(", warm memcpy side by side {:.2}×", k.median))
+                .unwrap_or_default(),
             self.per_worker
                 .iter()
                 .map(|w| format!("{:.2}", w.gbits.median))
@@ -371,6 +449,9 @@ impl WorkersReport {
             aggregate_cpu_gbit_s: self.aggregate_cpu_gbits,
             one_worker_cpu_gbit_s: self.one_cpu_gbits,
             scaling_cpu: self.scaling_cpu,
+            memcpy_side_by_side_gbit_s: self.memcpy_side_by_side_gbits,
+            memcpy_alone_gbit_s: self.memcpy_alone_gbits,
+            memcpy_scaling: self.memcpy_scaling,
             per_worker: self.per_worker.iter().map(WorkerReport::record).collect(),
         }
     }
@@ -426,7 +507,7 @@ pub(crate) fn table(reports: &[WorkersReport]) -> String {
              span (first start to last end, injection included) {:.2} Gbit/s (1 worker: {:.2}); \
              scaling vs 1 worker in the same rounds: **{:.2}×** ({:.2}–{:.2}); from the \
              threads' CPU time in polls (not inflated by preemption) {:.2} Gbit/s vs {:.2}: \
-             {:.2}× ({:.2}–{:.2}).\n",
+             {:.2}× ({:.2}–{:.2}).{}\n",
             r.workers,
             r.aggregate_gbits.median,
             r.aggregate_gbits.min,
@@ -444,6 +525,15 @@ pub(crate) fn table(reports: &[WorkersReport]) -> String {
             r.scaling_cpu.median,
             r.scaling_cpu.min,
             r.scaling_cpu.max,
+            match (r.memcpy_side_by_side_gbits, r.memcpy_alone_gbits, r.memcpy_scaling) {
+                (Some(t), Some(a), Some(k)) => format!(
+                    " The warm memcpy of the same payloads, one thread per worker on the same \
+                     CPUs, side by side: {:.2} Gbit/s against {:.2} alone, **{:.2}×** \
+                     ({:.2}–{:.2}): what this machine's caches and memory give a plain copy.",
+                    t.median, a.median, k.median, k.min, k.max
+                ),
+                _ => String::new(),
+            },
         );
     }
     s

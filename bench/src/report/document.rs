@@ -534,6 +534,14 @@ pub(crate) struct PipelineWorkersRecord {
     pub(crate) aggregate_cpu_gbit_s: Spread,
     pub(crate) one_worker_cpu_gbit_s: Spread,
     pub(crate) scaling_cpu: Spread,
+    /// The warm memcpy of every worker's payloads side by side on the workers' CPUs, alone
+    /// on worker 0's, and the ratio (absent with one worker).
+    #[serde(default)]
+    pub(crate) memcpy_side_by_side_gbit_s: Option<Spread>,
+    #[serde(default)]
+    pub(crate) memcpy_alone_gbit_s: Option<Spread>,
+    #[serde(default)]
+    pub(crate) memcpy_scaling: Option<Spread>,
     pub(crate) per_worker: Vec<PipelineWorkerRecord>,
 }
 

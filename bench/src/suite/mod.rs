@@ -86,6 +86,7 @@ impl SuiteArgs {
             gather_chains: false,
             huge_pages: false,
             region_bytes: 16 << 20,
+            ring_fill: None,
             streaming_stores: Default::default(),
             no_timestamps: false,
             bytes: if q { 16 << 20 } else { 256 << 20 },
