@@ -238,7 +238,9 @@ impl PipelineArgs {
             chains_in_pieces: !self.gather_chains,
             huge_pages: self.huge_pages,
             region_bytes: self.region_bytes,
-            ring_fill: self.ring_fill.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            ring_fill: self
+                .ring_fill
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             streaming_stores: self.streaming_stores,
             timestamps: !self.no_timestamps,
         }

@@ -103,8 +103,17 @@ fn a_ring_filled_a_burst_at_a_time_checks_out_in_smaller_injections() {
     let b = pipeline(&small).expect("round checks pass");
     assert_eq!(b.last.completions, a.last.completions);
     assert_eq!(b.last.injections, p.frames.len().div_ceil(64) as u64);
-    assert!(b.last.injections > a.last.injections, "{} vs {}", b.line(), a.line());
-    assert!(b.line().contains("ring filled 64 frames at a time"), "{}", b.line());
+    assert!(
+        b.last.injections > a.last.injections,
+        "{} vs {}",
+        b.line(),
+        a.line()
+    );
+    assert!(
+        b.line().contains("ring filled 64 frames at a time"),
+        "{}",
+        b.line()
+    );
 }
 
 #[test]
@@ -241,10 +250,16 @@ fn the_workers_report_has_each_worker_the_aggregate_and_the_reference() {
     assert!(r.scaling.median > 0.0, "{}", r.line());
     // The plain copy side by side, as the workers ran: both rounds measured, the machine's
     // own scaling beside the workers'.
-    let k = r.memcpy_scaling.expect("two workers: the copy side by side was timed");
+    let k = r
+        .memcpy_scaling
+        .expect("two workers: the copy side by side was timed");
     assert!(k.min > 0.0 && k.max.is_finite(), "{}", r.line());
     assert!(r.memcpy_alone_gbits.is_some_and(|a| a.min > 0.0));
-    assert!(r.line().contains("warm memcpy side by side"), "{}", r.line());
+    assert!(
+        r.line().contains("warm memcpy side by side"),
+        "{}",
+        r.line()
+    );
     assert!(workers::table(std::slice::from_ref(&r)).contains("side by side:"));
     let v = r.record();
     assert!(v.memcpy_scaling.is_some());

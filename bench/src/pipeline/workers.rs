@@ -257,7 +257,8 @@ pub(crate) fn run(o: &PipelineOpts, workers: usize) -> Result<WorkersReport> {
         .iter()
         .map(|p| baseline::Payloads::of(p, super::round::burst_frames(o, p)))
         .collect();
-    let (mut copy_together, mut copy_alone, mut copy_scaling) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut copy_together, mut copy_alone, mut copy_scaling) =
+        (Vec::new(), Vec::new(), Vec::new());
     for i in 0..n {
         let fail = |e: anyhow::Error, what: &str| {
             anyhow!(
@@ -299,7 +300,8 @@ pub(crate) fn run(o: &PipelineOpts, workers: usize) -> Result<WorkersReport> {
                     .map(|p| p.payload_octets() as f64 * 8.0)
                     .sum::<f64>()
             };
-            let slowest = |d: &[std::time::Duration]| secs(d.iter().copied().max().unwrap_or_default());
+            let slowest =
+                |d: &[std::time::Duration]| secs(d.iter().copied().max().unwrap_or_default());
             let one = bits(&prepared[..1]) / slowest(&alone) / 1e9;
             let all = bits(&prepared) / slowest(&together) / 1e9;
             copy_alone.push(one);
@@ -501,7 +503,8 @@ pub(crate) fn table(reports: &[WorkersReport]) -> String {
         for w in &r.per_worker {
             s += &row(format!("{} of {}", w.worker, r.workers), w);
         }
-        s += &format!(
+        s +=
+            &format!(
             "| **aggregate** ({} workers) | | | | **{:.2}** ({:.2}–{:.2}) | | {} | {} | {} |\n\n\
              aggregate = all workers' payload over the slowest worker's poll time; over the loop \
              span (first start to last end, injection included) {:.2} Gbit/s (1 worker: {:.2}); \
