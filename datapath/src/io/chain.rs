@@ -182,6 +182,29 @@ fn prefetch_half(frame: Option<&[u8]>, second: bool) {
     }
 }
 
+/// Longest descriptor prefetched into the first-level cache, in two halves on either side of
+/// a frame's processing; a longer one (a jumbo frame in one descriptor) is asked for whole
+/// into the second-level cache, as a chain's descriptors are: half of it would still fill the
+/// first level's miss buffers (docs/investigations/2026-12-07-jumbo-descriptors-ahead.md).
+const PREFETCH_IN_HALVES_MAX: usize = 2048;
+
+/// Starts the prefetch of the descriptor two ahead: a short one's first half into the first
+/// level, returning it for its second half at the next frame; a long one whole into the
+/// second level, returning `None`.
+#[inline(always)]
+fn prefetch_ahead(ahead: Option<&[u8]>) -> Option<&[u8]> {
+    match ahead {
+        Some(b) if b.len() > PREFETCH_IN_HALVES_MAX => {
+            crate::io::prefetch::prefetch_into_l2(b);
+            None
+        }
+        short => {
+            prefetch_half(short, false);
+            short
+        }
+    }
+}
+
 fn deliver_stats(stats: &mut RingStats, len: usize, gathered: bool) {
     stats.rx_frames += 1;
     stats.rx_octets += len as u64;
@@ -312,15 +335,12 @@ impl<'u, 's> RxFrames<'u, 's> {
                     let descs = &self.descs[self.at..self.at + n];
                     self.at += n;
                     deliver_stats(self.stats, len, true);
-                    let ahead = self.descs.get(self.at + 1).map(|a| a.0);
-                    prefetch_half(ahead, false);
-                    self.second_half = ahead;
+                    self.prefetch_next_frame_into_l2();
                     return Some(RxFrame::Chained(ChainedFrame { descs, len }));
                 }
             }
-            let ahead = self.descs.get(self.at + 2).map(|a| a.0);
+            let ahead = prefetch_ahead(self.descs.get(self.at + 2).map(|a| a.0));
             self.at += 1;
-            prefetch_half(ahead, false);
             match self.chain.push(data, more, self.stats) {
                 Step::InPlace => {
                     self.second_half = ahead;
@@ -335,6 +355,20 @@ impl<'u, 's> RxFrames<'u, 's> {
         }
         // The gathered frame, borrowed again now that the loop is done with the chain.
         Some(RxFrame::Gathered(self.chain.gathered()))
+    }
+
+    /// Every descriptor of the next frame, asked for into the second-level cache while a
+    /// chain is processed: each descriptor is a UMEM frame of its own, where the hardware
+    /// prefetcher stops, and a jumbo frame's ~140 lines asked for into the first level would
+    /// wait on its miss buffers (docs/investigations/2026-12-07-jumbo-descriptors-ahead.md).
+    fn prefetch_next_frame_into_l2(&self) {
+        let next = self.descs.get(self.at..).unwrap_or_default();
+        for &(data, more) in next.iter().take(self.chain.max_descs) {
+            crate::io::prefetch::prefetch_into_l2(data);
+            if !more {
+                break;
+            }
+        }
     }
 
     /// The chain that starts at the next descriptor, when it ends in this burst within the
@@ -482,6 +516,17 @@ mod tests {
             }
             assert!(seen.iter().all(|&c| c == 1), "frame accounting {seen:?}");
         }
+    }
+
+    #[test]
+    fn a_short_descriptor_is_prefetched_in_halves_a_long_one_whole() {
+        // The second half of a short one is left for the next frame; a long one (a jumbo frame
+        // in one descriptor) is asked for whole, nothing left.
+        let short = vec![0u8; PREFETCH_IN_HALVES_MAX];
+        let long = vec![0u8; PREFETCH_IN_HALVES_MAX + 1];
+        assert_eq!(prefetch_ahead(Some(&short)), Some(&short[..]));
+        assert_eq!(prefetch_ahead(Some(&long)), None);
+        assert_eq!(prefetch_ahead(None), None);
     }
 
     #[test]

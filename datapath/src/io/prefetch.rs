@@ -8,15 +8,30 @@
 #[inline]
 pub(crate) fn prefetch(data: &[u8]) {
     #[cfg(target_arch = "x86_64")]
-    {
-        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let p = data.as_ptr();
-        for off in (0..data.len()).step_by(64) {
-            // SAFETY: prefetch never faults and reads nothing the program sees; the address
-            // is inside `data` anyway (SSE, part of every x86-64).
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(off).cast()) };
-        }
-    }
+    prefetch_lines::<{ core::arch::x86_64::_MM_HINT_T0 }>(data);
     #[cfg(not(target_arch = "x86_64"))]
     let _ = data;
+}
+
+/// [`prefetch`] into the second-level cache (`prefetcht1`): for the kilobytes of a jumbo
+/// frame's descriptors, which asked for into the first level at once would fill its few miss
+/// buffers and make the worker wait on its own prefetches
+/// (docs/investigations/2026-12-07-jumbo-descriptors-ahead.md).
+#[inline]
+pub(crate) fn prefetch_into_l2(data: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    prefetch_lines::<{ core::arch::x86_64::_MM_HINT_T1 }>(data);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = data;
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_lines<const HINT: i32>(data: &[u8]) {
+    let p = data.as_ptr();
+    for off in (0..data.len()).step_by(64) {
+        // SAFETY: prefetch never faults and reads nothing the program sees; the address is
+        // inside `data` anyway (SSE, part of every x86-64).
+        unsafe { core::arch::x86_64::_mm_prefetch::<HINT>(p.add(off).cast()) };
+    }
 }
