@@ -44,28 +44,29 @@ pub(crate) fn placement(workers: usize) -> Option<Vec<usize>> {
     (workers <= cpus.len()).then(|| cpus[..workers].to_vec())
 }
 
-/// One multi-worker round: worker `w` runs `prepared[w]` on its own thread (pinned to
-/// `cpus[w]` when given). Returns every worker's result; `Err` names the first worker whose
-/// round failed.
-pub(crate) fn run_workers_round(
-    o: &PipelineOpts,
-    prepared: &[Prepared],
+/// Runs `f` on each of `inputs` on its own thread (named `{name}-w{w}`, pinned to `cpus[w]`
+/// when given), all sharing one barrier that `f` meets when it is ready to start. A failed
+/// pin still runs `f` (so the barrier is met) and is that thread's error. Returns every
+/// thread's result, in order; `Err` names the first thread that failed.
+fn side_by_side<I: Send, T: Send>(
+    name: &str,
+    inputs: Vec<I>,
     cpus: Option<&[usize]>,
-) -> Result<Vec<RoundResult>> {
-    let start = Barrier::new(prepared.len());
-    let results: Vec<Result<RoundResult>> = std::thread::scope(|s| {
-        let handles: Vec<_> = prepared
-            .iter()
+    f: impl Fn(I, &Barrier) -> Result<T> + Sync,
+) -> Result<Vec<T>> {
+    let start = Barrier::new(inputs.len());
+    let results: Vec<Result<T>> = std::thread::scope(|s| {
+        let handles: Vec<_> = inputs
+            .into_iter()
             .enumerate()
-            .map(|(w, p)| {
+            .map(|(w, input)| {
                 let cpu = cpus.map(|c| c[w]);
-                let start = &start;
+                let (start, f) = (&start, &f);
                 std::thread::Builder::new()
-                    .name(format!("pipeline-w{w}"))
+                    .name(format!("{name}-w{w}"))
                     .spawn_scoped(s, move || {
-                        // A failed pin still meets the others at the barrier (inside).
                         let pinned = cpu.map_or(Ok(()), pin);
-                        let r = run_round_on(o, p, &mut |_| {}, Some(start));
+                        let r = f(input, start);
                         pinned.and(r)
                     })
             })
@@ -75,16 +76,30 @@ pub(crate) fn run_workers_round(
             .map(|h| match h {
                 Ok(h) => h
                     .join()
-                    .unwrap_or_else(|_| Err(anyhow!("the worker thread panicked"))),
-                Err(e) => Err(anyhow!("spawning a worker thread: {e}")),
+                    .unwrap_or_else(|_| Err(anyhow!("the {name} thread panicked"))),
+                Err(e) => Err(anyhow!("spawning a {name} thread: {e}")),
             })
             .collect()
     });
     results
         .into_iter()
         .enumerate()
-        .map(|(w, r)| r.map_err(|e| e.context(format!("worker {w}"))))
+        .map(|(w, r)| r.map_err(|e| e.context(format!("{name} {w}"))))
         .collect()
+}
+
+/// One multi-worker round: worker `w` runs `prepared[w]` on its own thread (pinned to
+/// `cpus[w]` when given). Returns every worker's result; `Err` names the first worker whose
+/// round failed.
+pub(crate) fn run_workers_round(
+    o: &PipelineOpts,
+    prepared: &[Prepared],
+    cpus: Option<&[usize]>,
+) -> Result<Vec<RoundResult>> {
+    // The round sets its worker up first, then meets the others at the barrier.
+    side_by_side("worker", prepared.iter().collect(), cpus, |p, start| {
+        run_round_on(o, p, &mut |_| {}, Some(start))
+    })
 }
 
 /// The warm copy ([`baseline::Payloads::time_warm_copy`]) of each of `prepared`'s payloads on
@@ -95,33 +110,10 @@ fn copies_side_by_side(
     prepared: &[Prepared],
     cpus: Option<&[usize]>,
 ) -> Result<Vec<std::time::Duration>> {
-    let start = Barrier::new(payloads.len());
-    std::thread::scope(|s| {
-        let handles: Vec<_> = payloads
-            .iter_mut()
-            .zip(prepared)
-            .enumerate()
-            .map(|(w, (pl, p))| {
-                let cpu = cpus.map(|c| c[w]);
-                let start = &start;
-                std::thread::Builder::new()
-                    .name(format!("memcpy-w{w}"))
-                    .spawn_scoped(s, move || {
-                        let pinned = cpu.map_or(Ok(()), pin);
-                        start.wait();
-                        pinned.map(|()| pl.time_warm_copy(p))
-                    })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| match h {
-                Ok(h) => h
-                    .join()
-                    .unwrap_or_else(|_| Err(anyhow!("a copy thread panicked"))),
-                Err(e) => Err(anyhow!("spawning a copy thread: {e}")),
-            })
-            .collect()
+    let inputs = payloads.iter_mut().zip(prepared).collect();
+    side_by_side("memcpy", inputs, cpus, |(pl, p), start| {
+        start.wait();
+        Ok(pl.time_warm_copy(p))
     })
 }
 
