@@ -165,9 +165,9 @@ struct Args {
     /// Gather jumbo frames before decoding them.
     ///
     /// Gather each jumbo frame's receive descriptors (UMEM frames) into one buffer before
-    /// decoding it, as before decoding in place was the default: one more copy of every
-    /// octet, FPDUs that span descriptors staged. By default a chain whose descriptors came in
-    /// one burst is decoded where it lies (measured faster, docs/features.md "Jumbo frames").
+    /// decoding it: one more copy of every octet, FPDUs that span descriptors staged. By
+    /// default a chain whose descriptors came in one burst is decoded where it lies (measured
+    /// faster, docs/features.md "Jumbo frames").
     #[arg(long)]
     gather_chains: bool,
     /// Streaming stores: which regions.

@@ -243,8 +243,7 @@ pub(crate) fn run(o: &PipelineOpts, workers: usize) -> Result<WorkersReport> {
     let mut scaling = Vec::with_capacity(n);
     let (mut agg_cpu, mut one_cpu, mut scaling_cpu) = (Vec::new(), Vec::new(), Vec::new());
     let mut passes = Vec::with_capacity(n);
-    let mut span =
-        baseline::Payloads::of(&prepared[0], super::round::burst_frames(o, &prepared[0]));
+    // Each worker's payloads for the copies side by side; worker 0's also for the passes.
     let mut copies: Vec<baseline::Payloads> = prepared
         .iter()
         .map(|p| baseline::Payloads::of(p, super::round::burst_frames(o, p)))
@@ -277,7 +276,7 @@ pub(crate) fn run(o: &PipelineOpts, workers: usize) -> Result<WorkersReport> {
         for (w, r) in rs.into_iter().enumerate() {
             all[w].push(r);
         }
-        passes.push(span.time(&prepared[0]));
+        passes.push(copies[0].time(&prepared[0]));
         if workers > 1 {
             let alone = copies_side_by_side(
                 &mut copies[..1],

@@ -60,8 +60,9 @@ pub(crate) fn receive_segment_in_run<'f, S: SendSource, R: Regions + ?Sized>(
 
 /// [`receive_segment_in_run`] for a segment whose payload lies in pieces (a frame in several
 /// receive descriptors): `pieces`, one after the other, and `crcs[i]`, if known, the CRC32c
-/// of piece `i`. Its in-order octets join `run` piece by piece. `None`, with nothing changed, for a segment that starts beyond RCV.NXT (out of
-/// order: the reassembly store and the placement ahead take octets in one piece).
+/// of piece `i`. Its in-order octets join `run` piece by piece. `None`, with nothing changed,
+/// for a segment that starts beyond RCV.NXT (out of order: the reassembly store and the
+/// placement ahead take octets in one piece).
 pub(crate) fn receive_pieces_in_run<'f, S: SendSource, R: Regions + ?Sized>(
     tcp: &mut Connection<S>,
     rx: &mut MpaReceiver,

@@ -38,9 +38,9 @@ pub(crate) trait Regions {
     /// what it sends through this.
     fn read(&self, stag: u32, offset: u64, dst: &mut [u8]) -> bool;
     /// Asks for the lines of `len` octets at `offset` of region `stag` (into the second-level
-    /// cache), without waiting: a placement expected there after other work. A hint only (nothing when the region is gone
-    /// or the range outside it); its lines are left alone where messages of `len` octets take
-    /// streaming stores.
+    /// cache), without waiting: a placement expected there after other work. A hint only
+    /// (nothing when the region is gone or the range outside it); its lines are left alone
+    /// where messages of `len` octets take streaming stores.
     fn prefetch_for_write(&self, _stag: u32, _offset: u64, _len: usize) {}
 }
 

@@ -91,15 +91,6 @@ fn to_boundary64(p: *const u8) -> usize {
     (p as usize).wrapping_neg() & 63
 }
 
-/// `crc * x^(8 n) mod P` for `n < 2^16` with two multiplications and no data-dependent
-/// branch (a mispredicted branch here would also discard the kernel's work behind it).
-#[inline]
-#[target_feature(enable = "sse4.2,pclmulqdq")]
-fn shift_short(crc: u32, n: usize) -> u32 {
-    debug_assert!(n < 1 << 16);
-    mul(mul(crc, X8B[0][n & 0xff]), X8B[1][(n >> 8) & 0xff])
-}
-
 /// [`fold512_from`]; from [`FOLD512_ALIGN_MIN`] octets the part before the first 64-octet
 /// boundary runs on one `crc32` chain beside the folding (which starts from 0), and the two
 /// are joined by one shift.

@@ -127,14 +127,22 @@ pub(super) fn mul(a: u32, b: u32) -> u32 {
     _mm_crc32_u32(0, w as u32) ^ (w >> 32) as u32
 }
 
+/// `crc * x^(8 n) mod P` for `n < 2^16` with two multiplications by table entries and no
+/// data-dependent branch (a mispredicted branch in a kernel would also discard its work
+/// behind it; the joins of segment CRCs in the receive path take this too,
+/// docs/architecture.md, "Runs of segments").
+#[inline]
+#[target_feature(enable = "sse4.2,pclmulqdq")]
+fn shift_short(crc: u32, n: usize) -> u32 {
+    debug_assert!(n < 1 << 16);
+    mul(mul(crc, X8B[0][n & 0xff]), X8B[1][(n >> 8) & 0xff])
+}
+
 /// `crc * x^(8 n) mod P` (see `portable::shift`), with the carry-less multiply.
 #[target_feature(enable = "sse4.2,pclmulqdq")]
 pub(super) fn shift(crc: u32, n: u64) -> u32 {
     if n < 1 << 16 {
-        // Two multiplications by table entries, no branch on the length's digits: the joins
-        // of segment CRCs in the receive path (docs/architecture.md, "Runs of segments").
-        let n = n as usize;
-        return mul(mul(crc, X8B[0][n & 0xff]), X8B[1][n >> 8]);
+        return shift_short(crc, n as usize);
     }
     let mut r = crc;
     let mut n = n;
