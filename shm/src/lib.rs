@@ -342,7 +342,7 @@ impl SharedMemory {
     /// made the worker wait on its own hints; the copy's own first-level requests then find
     /// the lines one level away (docs/investigations/2026-12-07-destination-hint-into-l2.md).
     #[inline]
-    pub fn prefetch_for_write(&self, off: u64, len: usize) {
+    pub fn prefetch_for_later_write(&self, off: u64, len: usize) {
         if self.access != Access::ReadWrite {
             return;
         }
@@ -461,7 +461,7 @@ pub fn settle_streamed_stores() {
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::_MM_HINT_ET0 as FOR_WRITE;
 /// The prefetch into the second-level cache (`prefetcht1`): see
-/// [`SharedMemory::prefetch_for_write`].
+/// [`SharedMemory::prefetch_for_later_write`].
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::_MM_HINT_T1 as INTO_L2;
 #[cfg(not(target_arch = "x86_64"))]

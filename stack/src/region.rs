@@ -141,10 +141,10 @@ impl RegionMemory {
     }
 
     /// Asks for the lines of `off .. off + len` for writing without waiting (see
-    /// [`SharedMemory::prefetch_for_write`]): no octet changes.
+    /// [`SharedMemory::prefetch_for_later_write`]): no octet changes.
     #[inline]
-    pub fn prefetch_for_write(&self, off: u64, len: usize) {
-        self.mem.prefetch_for_write(off, len)
+    pub fn prefetch_for_later_write(&self, off: u64, len: usize) {
+        self.mem.prefetch_for_later_write(off, len)
     }
 
     /// As [`RegionMemory::write_pieces`] with streaming stores for the destination's whole

@@ -109,6 +109,15 @@ pub fn crc32c_combine(crc_a: u32, crc_b: u32, len_b: u64) -> u32 {
     shift(crc_a, len_b) ^ crc_b
 }
 
+/// The CRC32c of `b` from `crc_ab = crc32c(a ++ b)`, `crc_a = crc32c(a)` and `len_b = b.len()`:
+/// the rest of a received chunk whose first part an FPDU before it took, without reading the
+/// rest's octets again. `crc32c_rest(crc32c(a), crc32c(a ++ b), b.len()) == crc32c(b)`.
+#[inline]
+pub fn crc32c_rest(crc_a: u32, crc_ab: u32, len_b: u64) -> u32 {
+    // crc(a ++ b) = crc(a) * x^(8 |b|) + crc(b), and + is its own inverse in GF(2).
+    crc32c_combine(crc_a, crc_ab, len_b)
+}
+
 /// [`crc32c_append`] over `data`, and from the same loads the Internet checksum's word sum
 /// (RFC 1071) of `data`'s leading 64-octet blocks: one pass where a transport checksum and an
 /// FPDU CRC would each read the octets (docs/architecture.md, "Receive path").

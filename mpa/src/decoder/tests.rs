@@ -390,12 +390,9 @@ fn decode_runs(
         let (mut i, mut skip, mut skip_crc) = (0, 0, Some(0));
         while i < run.len() {
             let input = &run[i][skip..];
-            let input_crc = match (run_crcs[i], skip_crc) {
-                (Some(whole), Some(first)) => {
-                    Some(crc::crc32c_combine(first, whole, input.len() as u64))
-                }
-                _ => None,
-            };
+            let input_crc = run_crcs[i]
+                .zip(skip_crc)
+                .map(|(whole, first)| crc::crc32c_rest(first, whole, input.len() as u64));
             let mut ch =
                 dec.feed_run_with_crcs(input, input_crc, &run[i + 1..], &run_crcs[i + 1..]);
             while let Some(r) = ch.next_ulpdu() {

@@ -22,7 +22,7 @@ mod run;
 pub(crate) mod tests;
 
 use ahead::AheadList;
-use mpa::crc::{crc32c_append, crc32c_combine};
+use mpa::crc::{crc32c_append, crc32c_combine, crc32c_rest};
 use mpa::decoder::{DecodeError, FpduDecoder};
 use mpa::endpoint::classify_rtr;
 use mpa::locator::{FpduLocator, LocatedFpdu};
@@ -425,12 +425,12 @@ impl MpaReceiver {
         while i < octets.len() && self.end.is_none() {
             let bytes = &octets[i][skip..];
             // The CRC of a chunk's rest follows from the chunk's and its first part's.
-            let bytes_crc = match (crcs.get(i).copied().flatten(), skip_crc) {
-                (Some(whole), Some(first)) => {
-                    Some(crc32c_combine(first, whole, bytes.len() as u64))
-                }
-                _ => None,
-            };
+            let bytes_crc = crcs
+                .get(i)
+                .copied()
+                .flatten()
+                .zip(skip_crc)
+                .map(|(whole, first)| crc32c_rest(first, whole, bytes.len() as u64));
             let next = (&octets[i + 1..], crcs.get(i + 1..).unwrap_or_default());
             let (spill, spill_crc) =
                 self.decode(bytes, bytes_crc, next, InOrderSource::Segment, regions);
@@ -699,7 +699,7 @@ fn hint_next_placement<R: Regions + ?Sized>(
     };
     let end = off.saturating_add(plan.payload_len as u64);
     if *placed_end == Some((stag, off)) {
-        regions.prefetch_for_write(stag, end, plan.payload_len.min(PLACEMENT_HINT_MAX));
+        regions.prefetch_for_later_write(stag, end, plan.payload_len.min(PLACEMENT_HINT_MAX));
     }
     *placed_end = Some((stag, end));
 }

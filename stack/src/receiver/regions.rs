@@ -41,7 +41,7 @@ pub(crate) trait Regions {
     /// cache), without waiting: a placement expected there after other work. A hint only
     /// (nothing when the region is gone or the range outside it); its lines are left alone
     /// where messages of `len` octets take streaming stores.
-    fn prefetch_for_write(&self, _stag: u32, _offset: u64, _len: usize) {}
+    fn prefetch_for_later_write(&self, _stag: u32, _offset: u64, _len: usize) {}
 }
 
 /// One registered region as a worker sees it.
@@ -173,10 +173,10 @@ impl Regions for RegionTable {
     }
 
     #[inline]
-    fn prefetch_for_write(&self, stag: u32, offset: u64, len: usize) {
+    fn prefetch_for_later_write(&self, stag: u32, offset: u64, len: usize) {
         if let Some(e) = self.map.get(&stag) {
             if !e.streams_message(len) {
-                e.region.mem.prefetch_for_write(offset, len);
+                e.region.mem.prefetch_for_later_write(offset, len);
             }
         }
     }
@@ -210,7 +210,7 @@ impl MemRegions {
         self.map.get(&stag).map(|(_, b)| b.as_slice())
     }
 
-    /// The placement hints asked for so far (see [`Regions::prefetch_for_write`]).
+    /// The placement hints asked for so far (see [`Regions::prefetch_for_later_write`]).
     #[cfg(test)]
     pub(crate) fn hints(&self) -> Vec<(u32, u64, usize)> {
         self.hints.borrow().clone()
@@ -271,7 +271,7 @@ impl Regions for MemRegions {
     }
 
     #[cfg(test)]
-    fn prefetch_for_write(&self, stag: u32, offset: u64, len: usize) {
+    fn prefetch_for_later_write(&self, stag: u32, offset: u64, len: usize) {
         self.hints.borrow_mut().push((stag, offset, len));
     }
 }
