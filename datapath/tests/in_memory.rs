@@ -154,8 +154,13 @@ fn segment(seq: u32, payload: &[u8]) -> Vec<u8> {
 
 /// [`segment`] with another window field.
 fn segment_with_window(seq: u32, payload: &[u8], window: u16) -> Vec<u8> {
+    segment_with(seq, payload, window, 64)
+}
+
+/// [`segment`] with another window field and IPv4 TTL.
+fn segment_with(seq: u32, payload: &[u8], window: u16, ttl: u8) -> Vec<u8> {
     let b = PacketBuilder::ethernet2(PEER_MAC, OUR_MAC)
-        .ipv4(remote().ip().octets(), local().ip().octets(), 64)
+        .ipv4(remote().ip().octets(), local().ip().octets(), ttl)
         .tcp(remote().port(), local().port(), seq, window)
         .ack(SND_NXT);
     let mut v = Vec::with_capacity(b.size(payload.len()));
@@ -350,6 +355,57 @@ fn in_order_segments_of_a_burst_are_batched_for_the_tcp() {
     assert_eq!(
         (f.packets, f.segments_batched, f.out_of_order_segments),
         (segs.len() as u64, 3, (segs.len() - 7) as u64),
+        "{f:?}"
+    );
+    let mut got = vec![0u8; data.len()];
+    assert!(b.mem.read(0, &mut got));
+    assert!(got == data, "region octet-equal to the Writes");
+    assert_eq!(f.rx.completions, n as u64);
+    assert_eq!(f.rx.crc_errors + f.rx.marker_errors, 0);
+}
+
+/// The frames after a batch's first one are taken from their header octets alone when those
+/// are the first one's but for lengths, sequence number, PSH and checksums
+/// (docs/architecture.md, "Runs of segments"). One whose TTL differs still continues the batch
+/// (through the parse: the TCP header is what batches it), and one whose TCP checksum fails
+/// is dropped and counted as the parse drops it; sent again, it is placed, every octet exact.
+#[test]
+fn followers_of_a_batch_are_taken_and_a_corrupt_one_is_dropped() {
+    let mut b = worker_with_flow(true);
+    let (n, len) = (24, 600);
+    let (stream, data) = writes(true, n, len);
+    let segs = segments_of(&stream);
+    // Burst 1: segments 0..6, the fourth with TTL 63, the sixth with a payload octet flipped.
+    for (i, &(seq, p)) in segs[..6].iter().enumerate() {
+        let mut f = segment_with(seq, p, 512, if i == 3 { 63 } else { 64 });
+        if i == 5 {
+            let last = f.len() - 1;
+            f[last] ^= 0x20;
+        }
+        assert!(b.wire.inject(f));
+    }
+    b.worker.poll_once().unwrap();
+    let q = b.worker.report();
+    assert_eq!(q.stats.malformed, 1, "{:?}", q.stats);
+    assert_eq!(
+        (q.flows[0].packets, q.flows[0].segments_batched),
+        (5, 4),
+        "{:?}",
+        q.flows[0]
+    );
+    // Burst 2: the rest, from the dropped one on.
+    for &(seq, p) in &segs[5..] {
+        assert!(b.wire.inject(segment(seq, p)));
+    }
+    b.worker.poll_once().unwrap();
+    let acks: Vec<Sent> = b.wire.take_sent().iter().map(|f| tcp_of(f)).collect();
+    let end = RCV_NXT.wrapping_add(stream.len() as u32);
+    assert_eq!(acks.last().map(|a| a.ack), Some(end));
+    let q = b.worker.report();
+    let f = &q.flows[0];
+    assert_eq!(
+        (f.packets, f.segments_batched, f.out_of_order_segments),
+        (segs.len() as u64, segs.len() as u64 - 2, 0),
         "{f:?}"
     );
     let mut got = vec![0u8; data.len()];

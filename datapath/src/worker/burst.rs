@@ -18,6 +18,7 @@ use mpa_stack::flow_table::FlowTable;
 use mpa_stack::receiver::{reuse_slices, RegionTable, RunOctets};
 use mpa_stack::wire::frame::{
     octets_in, parse_tcp_frame_in_pieces_with_payload_crcs, parse_tcp_frame_with_payload_crc,
+    BatchHeader,
 };
 use mpa_stack::wire::tcp::{TcpFlags, TcpRepr};
 use mpa_stack::wire::VlanTag;
@@ -48,6 +49,9 @@ struct Batch<'f> {
     repr: TcpRepr,
     /// Its frame's VLAN tag, which the flow matched.
     vlan: Option<VlanTag>,
+    /// Its frame's header octets: a frame that follows them continues the batch without
+    /// being parsed (`BatchHeader::follower`).
+    header: BatchHeader,
     /// Where the next one must start.
     end: SeqNumber,
     /// Their payloads; empty: no batch.
@@ -103,6 +107,7 @@ impl<'f> Run<'f> {
             batch: Batch {
                 repr: TcpRepr::default(),
                 vlan: None,
+                header: BatchHeader::default(),
                 end: SeqNumber(0),
                 payloads: bufs.payloads,
                 crcs: bufs.crcs,
@@ -275,6 +280,26 @@ impl BurstCx<'_> {
 
     /// One frame; `run`: it stays in hand until the run ends.
     fn frame<'f>(&mut self, frame: &'f [u8], run: Option<&mut Run<'f>>) {
+        let mut run = run;
+        if let Some(b) = run.as_deref_mut().map(|r| &mut r.batch) {
+            // The common case: the next segment of the batch, its headers those of the
+            // batch's first frame but for what a follower may change. What the parse and
+            // `TcpRepr::continued_by` would decide, without them (any other frame goes on).
+            if !b.payloads.is_empty() {
+                if let Some(f) = b
+                    .header
+                    .follower(frame, self.verify_checksums, *self.payload_crcs)
+                {
+                    if f.seq_number == b.end {
+                        b.payloads.push(f.payload);
+                        b.crcs.push(f.payload_crc);
+                        b.flags.push(f.flags);
+                        b.end = b.end + f.payload.len();
+                        return;
+                    }
+                }
+            }
+        }
         let parsed =
             parse_tcp_frame_with_payload_crc(frame, self.verify_checksums, *self.payload_crcs);
         let f = match parsed {
@@ -288,7 +313,6 @@ impl BurstCx<'_> {
             }
         };
         let key = (f.dst, f.src);
-        let mut run = run;
         let mut parsed = false;
         if let Some(r) = run.as_deref_mut() {
             if r.key.is_some_and(|k| k != key) {
@@ -351,6 +375,7 @@ impl BurstCx<'_> {
                     let b = &mut r.batch;
                     std::mem::swap(&mut self.repr, &mut b.repr);
                     b.vlan = f.vlan;
+                    b.header.take(frame);
                     b.end = b.repr.seq_number + payload.len();
                     b.payloads.push(payload);
                     b.crcs.push(f.payload_crc);

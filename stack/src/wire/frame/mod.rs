@@ -6,15 +6,22 @@
 //! of one flow, prebuilt at hand-over, and [`FrameTemplate::finish`] puts them in front of a
 //! TCP segment that `Connection::poll_transmit` has already written, filling both checksums.
 //!
-//! Modules: `parse` (received frames), `template` (outgoing frames), tests beside them.
+//! [`BatchHeader`] holds the headers of a batch's first frame, and checks the frames after it
+//! against them in place ([`BatchHeader::follower`]): the common case of the receive path
+//! without the parse.
+//!
+//! Modules: `parse` (received frames), `follower` (frames that continue a batch), `template`
+//! (outgoing frames), tests beside them.
 
 #![forbid(unsafe_code)]
 
+mod follower;
 mod parse;
 mod template;
 #[cfg(test)]
 mod tests;
 
+pub use follower::{BatchHeader, Follower};
 pub use parse::{
     octets_in, parse_tcp_frame, parse_tcp_frame_in_pieces,
     parse_tcp_frame_in_pieces_with_payload_crcs, parse_tcp_frame_with_payload_crc, TcpFrame,

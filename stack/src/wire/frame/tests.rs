@@ -509,6 +509,23 @@ proptest! {
         }
         fuzz_parse_tcp_frame(&b);
         fuzz_parse_tcp_frame(&b[..cut.index(b.len() + 1)]);
+        // Against its own unchanged frame's header, the changed frame follows only where the
+        // parse would batch it the same; its own header, taken, never panics.
+        let first = [&FRAME_V4[..], &FRAME_V6[..], &FRAME_MIN[..]][which];
+        let mut h = BatchHeader::default();
+        prop_assert!(h.take(first));
+        for frame in [&b[..], &b[..cut.index(b.len() + 1)]] {
+            for (verify, crc) in [(true, true), (false, false)] {
+                let got = h.follower(frame, verify, crc);
+                if got.is_some() {
+                    prop_assert_eq!(got, parsed_follower(first, frame, verify, crc));
+                }
+            }
+        }
+        let mut own = BatchHeader::default();
+        if own.take(&b) {
+            let _ = own.follower(&b, true, true);
+        }
     }
 
     #[test]
@@ -766,4 +783,305 @@ fn a_frame_in_pieces_needs_its_headers_in_the_first() {
         assert!(parse_tcp_frame_in_pieces(pieces.iter().copied(), false).is_err());
     }
     assert!(parse_tcp_frame_in_pieces(std::iter::empty(), true).is_err());
+}
+
+/// A segment of a batch as a sender writes them: `seq`, PSH or not, IPv4 identification
+/// `ident`, `len` payload octets, `pad` octets of Ethernet padding; timestamps as Linux
+/// sends them.
+fn segment(v6: bool, seq: u32, psh: bool, ident: u16, len: usize, pad: usize) -> Vec<u8> {
+    let (a, b) = if v6 {
+        (sa("[2001:db8::1]:40001"), sa("[2001:db8::aa]:7777"))
+    } else {
+        (sa("10.1.2.3:40001"), sa("10.3.2.1:7777"))
+    };
+    let t = FrameTemplate::new(MAC_A, MAC_B, a, b).unwrap();
+    let mut r = repr(40001, 7777, seq);
+    r.ack_number = Some(SeqNumber(0x1234_5678));
+    r.flags = if psh {
+        TcpFlags::PSH
+    } else {
+        TcpFlags::empty()
+    };
+    r.options.timestamps = Some(crate::wire::tcp::TcpTimestamps {
+        tsval: 0x0a1b_2c3d,
+        tsecr: 0x00c0_ffee,
+    });
+    let l = t.l2l3_len();
+    let mut buf = vec![0u8; l + 60 + len + pad];
+    let hl = r
+        .emit(&mut TcpPacket::new_unchecked(&mut buf[l..]))
+        .unwrap();
+    for (i, o) in buf[l + hl..l + hl + len].iter_mut().enumerate() {
+        *o = (i * 13 + usize::from(ident)) as u8;
+    }
+    let n = t.finish(&mut buf, hl + len).unwrap();
+    if !v6 {
+        buf[18..20].copy_from_slice(&ident.to_be_bytes());
+        Ipv4Packet::new_unchecked(&mut buf[14..]).fill_checksum();
+    }
+    buf.truncate(n + pad);
+    buf[n..].fill(0xa5);
+    buf
+}
+
+/// Fills the IPv4 header checksum and the TCP checksum of `frame` (untagged) again after a
+/// change, where its lengths still make sense: a changed header octet is then seen by what
+/// compares headers, not only by the checksums.
+fn refill_checksums(frame: &mut [u8], v6: bool) {
+    let ip = 14;
+    let (tcp, tcp_len) = if v6 {
+        (
+            ip + 40,
+            usize::from(u16::from_be_bytes([frame[ip + 4], frame[ip + 5]])),
+        )
+    } else {
+        let hl = usize::from(frame[ip] & 0x0f) * 4;
+        if hl < 20 {
+            return;
+        }
+        Ipv4Packet::new_unchecked(&mut frame[ip..]).fill_checksum();
+        let total = usize::from(u16::from_be_bytes([frame[ip + 2], frame[ip + 3]]));
+        (ip + hl, total.saturating_sub(hl))
+    };
+    if tcp + tcp_len > frame.len() || tcp_len < 20 {
+        return;
+    }
+    frame[tcp + 16..tcp + 18].fill(0);
+    let (src, dst) = if v6 {
+        (ip + 8..ip + 24, ip + 24..ip + 40)
+    } else {
+        (ip + 12..ip + 16, ip + 16..ip + 20)
+    };
+    let pseudo = [
+        &frame[src],
+        &frame[dst],
+        &[0, 6],
+        &(tcp_len as u16).to_be_bytes()[..],
+    ]
+    .concat();
+    let sum = !naive_sum(&[&pseudo, &frame[tcp..tcp + tcp_len]]);
+    frame[tcp + 16..tcp + 18].copy_from_slice(&sum.to_be_bytes());
+}
+
+/// What the parse says of `frame` as a follower of `first`, or `None` where the parse and
+/// `TcpRepr::continued_by` would not take it as one.
+fn parsed_follower<'f>(
+    first: &[u8],
+    frame: &'f [u8],
+    verify: bool,
+    crc: bool,
+) -> Option<Follower<'f>> {
+    let head = parse_tcp_frame(first, true).unwrap();
+    let head_repr = TcpRepr::parse(&head.tcp).unwrap();
+    let f = parse_tcp_frame_with_payload_crc(frame, verify, crc).ok()?;
+    let r = TcpRepr::parse(&f.tcp).ok()?;
+    let payload = f.tcp.payload_in_buffer();
+    ((f.dst, f.src) == (head.dst, head.src)
+        && f.vlan == head.vlan
+        && head_repr.continued_by(r.seq_number, &r, payload.len()))
+    .then_some(Follower {
+        seq_number: r.seq_number,
+        flags: r.flags,
+        payload,
+        payload_crc: f.payload_crc,
+    })
+}
+
+#[test]
+fn followers_of_a_batch_are_what_the_parse_finds() {
+    for v6 in [false, true] {
+        for vlan in [None, Some(42)] {
+            let with_vlan = |f: Vec<u8>| vlan.map_or(f.clone(), |vid| tagged(&f, vid));
+            let first = with_vlan(segment(v6, 1000, false, 7, 1448, 0));
+            let mut h = BatchHeader::default();
+            assert!(h.take(&first), "v6 {v6} vlan {vlan:?}");
+            for (i, (len, pad, psh)) in [
+                (1448, 0, false),
+                (1, 0, true),
+                (17, 9, false),
+                (700, 3, true),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let seq = 0xffff_fff0u32.wrapping_add(i as u32 * 5000);
+                let frame = with_vlan(segment(v6, seq, psh, 8 + i as u16, len, pad));
+                for (verify, crc) in [(true, true), (true, false), (false, false), (false, true)] {
+                    let got = h.follower(&frame, verify, crc);
+                    let want = parsed_follower(&first, &frame, verify, crc);
+                    assert!(got.is_some(), "v6 {v6} vlan {vlan:?} len {len}");
+                    assert_eq!(got, want, "v6 {v6} vlan {vlan:?} len {len} {verify} {crc}");
+                    let f = got.unwrap();
+                    assert_eq!(f.seq_number, SeqNumber(seq));
+                    assert_eq!(f.payload.len(), len);
+                    assert_eq!(f.flags.contains(TcpFlags::PSH), psh);
+                    let want_crc = (verify && crc).then(|| mpa::crc::crc32c(f.payload));
+                    assert_eq!(f.payload_crc, want_crc);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn frames_that_do_not_follow_a_batch() {
+    let first = segment(false, 1000, false, 7, 1448, 0);
+    let mut h = BatchHeader::default();
+    assert!(
+        h.follower(&first, true, true).is_none(),
+        "an empty header takes nothing"
+    );
+    assert!(h.take(&first));
+    let next = segment(false, 2448, false, 8, 1448, 0);
+    assert!(h.follower(&next, true, true).is_some());
+    // Each of these, changed alone, makes a frame that is not a follower.
+    let mut cases: Vec<(&str, Vec<u8>)> = Vec::new();
+    let mut changed = |what: &'static str, at: usize, v: u8| {
+        let mut f = next.clone();
+        f[at] ^= v;
+        if !what.contains("checksum") {
+            refill_checksums(&mut f, false);
+        }
+        cases.push((what, f));
+    };
+    changed("destination MAC", 0, 1);
+    changed("TTL", 22, 1);
+    changed("source address", 29, 1);
+    changed("source port", 35, 1);
+    changed("destination port", 37, 1);
+    changed("acknowledgment", 45, 1);
+    changed("SYN", 47, 0x02);
+    changed("window", 49, 1);
+    changed("TSval", 61, 1);
+    changed("IPv4 header checksum", 24, 1);
+    changed("TCP checksum", 50, 1);
+    changed("payload (TCP checksum)", 80, 1);
+    for (i, (what, f)) in cases.iter().enumerate() {
+        assert!(h.follower(f, true, true).is_none(), "{what}");
+        // The parse batches frames whose MAC addresses or TTL differ: the header's check is
+        // stricter there, never looser.
+        if i >= 2 {
+            assert!(parsed_follower(&first, f, true, true).is_none(), "{what}");
+        }
+    }
+    // Lengths past the frame, or no payload.
+    let mut long = next.clone();
+    let total = u16::from_be_bytes([long[16], long[17]]) + 1;
+    long[16..18].copy_from_slice(&total.to_be_bytes());
+    Ipv4Packet::new_unchecked(&mut long[14..]).fill_checksum();
+    assert!(h.follower(&long, false, false).is_none());
+    let empty = segment(false, 2448, false, 8, 0, 40);
+    assert!(h.follower(&empty, true, false).is_none());
+    assert_eq!(parsed_follower(&first, &empty, true, false), None);
+    // A TCP checksum not verified is not looked at, as by the parse.
+    let (_, bad) = &cases[10];
+    assert_eq!(
+        h.follower(bad, false, false),
+        parsed_follower(&first, bad, false, false)
+    );
+    assert!(h.follower(bad, false, false).is_some());
+    // Another family, or a tag, is another header.
+    assert!(h
+        .follower(&segment(true, 2448, false, 8, 1448, 0), true, true)
+        .is_none());
+    assert!(h.follower(&tagged(&next, 1), true, true).is_none());
+    // A frame with one octet of payload, shorter than its header rounded up to words.
+    let tiny = segment(false, 3896, false, 9, 1, 0);
+    assert!(h.follower(&tiny, true, true).is_some());
+    // What is not an Ethernet / IP / TCP frame is not taken; nothing follows it.
+    assert!(!h.take(&tiny[..40]));
+    assert!(h.follower(&next, true, true).is_none());
+}
+
+#[test]
+fn every_header_octet_a_follower_may_not_change_makes_it_none() {
+    for v6 in [false, true] {
+        let first = segment(v6, 1, false, 1, 1448, 0);
+        let mut h = BatchHeader::default();
+        assert!(h.take(&first));
+        let next = segment(v6, 1449, false, 2, 1448, 0);
+        let (ip, tcp) = (14, if v6 { 14 + 40 } else { 14 + 20 });
+        let may: Vec<usize> = if v6 {
+            vec![ip + 4, ip + 5]
+        } else {
+            vec![ip + 2, ip + 3, ip + 4, ip + 5, ip + 10, ip + 11]
+        }
+        .into_iter()
+        .chain([tcp + 4, tcp + 5, tcp + 6, tcp + 7, tcp + 16, tcp + 17])
+        .collect();
+        for at in 0..tcp + 32 {
+            for x in (0..8).map(|b| 1u8 << b) {
+                let mut f = next.clone();
+                f[at] ^= x;
+                refill_checksums(&mut f, v6);
+                let got = h.follower(&f, true, true);
+                let psh = at == tcp + 13 && x == 0x08;
+                if may.contains(&at) || psh {
+                    // A length changed may leave the frame (then none); anything else still
+                    // follows, as the parse finds it.
+                    let length = if v6 { ip + 4..ip + 6 } else { ip + 2..ip + 4 };
+                    assert!(
+                        got.is_some() || length.contains(&at),
+                        "v6 {v6} octet {at} ^ {x:#x}"
+                    );
+                    if got.is_some() {
+                        let want = parsed_follower(&first, &f, true, true);
+                        assert_eq!(got, want, "v6 {v6} octet {at} ^ {x:#x}");
+                    }
+                } else {
+                    assert!(got.is_none(), "v6 {v6} octet {at} ^ {x:#x}");
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    /// Whatever the octets, a frame the batch header takes as a follower is one the parse
+    /// takes as one, with the same sequence number, control bits, payload and CRC; and a
+    /// change to any header octet a follower may not change makes it none.
+    #[test]
+    fn a_follower_is_what_the_parse_would_batch(
+        v6 in any::<bool>(),
+        len in 1usize..1500,
+        pad in 0usize..8,
+        changes in proptest::collection::vec((0usize..120, 1u8..=255), 0..3),
+        refill in any::<bool>(),
+        verify in any::<bool>(),
+        crc in any::<bool>(),
+    ) {
+        let first = segment(v6, 1, false, 1, 1448, 0);
+        let mut h = BatchHeader::default();
+        prop_assert!(h.take(&first));
+        let original = segment(v6, 1449, true, 2, len, pad);
+        let mut frame = original.clone();
+        let payload_at = if v6 { 14 + 40 + 32 } else { 14 + 20 + 32 };
+        for &(at, x) in &changes {
+            if let Some(o) = frame.get_mut(at) {
+                *o ^= x;
+            }
+        }
+        if refill {
+            refill_checksums(&mut frame, v6);
+        }
+        let got = h.follower(&frame, verify, crc);
+        if got.is_some() {
+            prop_assert_eq!(got, parsed_follower(&first, &frame, verify, crc));
+        }
+        if frame == original {
+            prop_assert!(got.is_some());
+        }
+        // A follower has changed only what a follower may change.
+        let (ip, tcp) = (14, if v6 { 14 + 40 } else { 14 + 20 });
+        let may: &[usize] = if v6 { &[ip + 4, ip + 5] } else { &[ip + 2, ip + 3, ip + 4, ip + 5, ip + 10, ip + 11] };
+        for at in 0..payload_at {
+            let diff = frame[at] ^ original[at];
+            let allowed = may.contains(&at)
+                || [tcp + 4, tcp + 5, tcp + 6, tcp + 7, tcp + 16, tcp + 17].contains(&at)
+                || at == tcp + 13 && diff == 0x08;
+            if diff != 0 && !allowed {
+                prop_assert!(got.is_none(), "octet {} changed", at);
+            }
+        }
+    }
 }
