@@ -49,9 +49,12 @@ struct Batch<'f> {
     repr: TcpRepr,
     /// Its frame's VLAN tag, which the flow matched.
     vlan: Option<VlanTag>,
-    /// Its frame's header octets: a frame that follows them continues the batch without
-    /// being parsed (`BatchHeader::follower`).
+    /// Its frame, whose header octets a frame that follows them continues the batch with,
+    /// without being parsed (`BatchHeader::follower`); taken into `header` when a second
+    /// frame comes (a batch of one, as each message of a ping-pong, never pays for it).
+    first: &'f [u8],
     header: BatchHeader,
+    header_taken: bool,
     /// Where the next one must start.
     end: SeqNumber,
     /// Their payloads; empty: no batch.
@@ -107,7 +110,9 @@ impl<'f> Run<'f> {
             batch: Batch {
                 repr: TcpRepr::default(),
                 vlan: None,
+                first: &[],
                 header: BatchHeader::default(),
+                header_taken: false,
                 end: SeqNumber(0),
                 payloads: bufs.payloads,
                 crcs: bufs.crcs,
@@ -286,6 +291,10 @@ impl BurstCx<'_> {
             // batch's first frame but for what a follower may change. What the parse and
             // `TcpRepr::continued_by` would decide, without them (any other frame goes on).
             if !b.payloads.is_empty() {
+                if !b.header_taken {
+                    b.header.take(b.first);
+                    b.header_taken = true;
+                }
                 if let Some(f) = b
                     .header
                     .follower(frame, self.verify_checksums, *self.payload_crcs)
@@ -375,7 +384,7 @@ impl BurstCx<'_> {
                     let b = &mut r.batch;
                     std::mem::swap(&mut self.repr, &mut b.repr);
                     b.vlan = f.vlan;
-                    b.header.take(frame);
+                    (b.first, b.header_taken) = (frame, false);
                     b.end = b.repr.seq_number + payload.len();
                     b.payloads.push(payload);
                     b.crcs.push(f.payload_crc);
