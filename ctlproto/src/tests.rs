@@ -362,7 +362,11 @@ fn descriptors_travel_with_their_message() {
 }
 
 fn tempfile_in_memory() -> std::fs::File {
-    let p = std::env::temp_dir().join(format!("ctlproto-fd-{}", std::process::id()));
+    // One name per call: tests run side by side in one process, and two of them opening the
+    // same path shared one file.
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let p = std::env::temp_dir().join(format!("ctlproto-fd-{}-{n}", std::process::id()));
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
