@@ -49,10 +49,11 @@ struct Batch<'f> {
     repr: TcpRepr,
     /// Its frame's VLAN tag, which the flow matched.
     vlan: Option<VlanTag>,
-    /// Its frame, whose header octets a frame that follows them continues the batch with,
-    /// without being parsed (`BatchHeader::follower`); taken into `header` when a second
-    /// frame comes (a batch of one, as each message of a ping-pong, never pays for it).
+    /// Its frame. A frame whose header octets are this one's but for what a follower may
+    /// change continues the batch without being parsed (`BatchHeader::follower`).
     first: &'f [u8],
+    /// `first`'s header octets, taken when a second frame comes (`header_taken`): a batch of
+    /// one, as each message of a ping-pong is, never builds it.
     header: BatchHeader,
     header_taken: bool,
     /// Where the next one must start.
