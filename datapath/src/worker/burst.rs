@@ -214,7 +214,11 @@ impl BurstCx<'_> {
     pub(super) fn receive<'u>(&mut self, frames: &mut RxFrames<'u, '_>, run: &mut Run<'u>) {
         while let Some(frame) = frames.next() {
             match frame {
-                RxFrame::InPlace(b) => self.frame(b, Some(&mut *run)),
+                RxFrame::InPlace(b) => {
+                    if !self.follows(b, run) {
+                        self.frame(b, Some(&mut *run));
+                    }
+                }
                 RxFrame::Chained(c) => {
                     if !self.chained(c, run) {
                         // Gathered, and handled on its own after the run, as below.
@@ -284,32 +288,38 @@ impl BurstCx<'_> {
         true
     }
 
+    /// Whether `frame` continues the run's open batch and joined it: the common case, the
+    /// next segment of the batch, its headers those of the batch's first frame but for what a
+    /// follower may change. What the parse and `TcpRepr::continued_by` would decide, without
+    /// them; `false` (nothing changed) for any other frame, which goes to [`BurstCx::frame`].
+    /// Apart from it, so that a follower does not pay for the parse path's setup.
+    #[inline]
+    fn follows<'f>(&mut self, frame: &'f [u8], run: &mut Run<'f>) -> bool {
+        let b = &mut run.batch;
+        if b.payloads.is_empty() {
+            return false;
+        }
+        if !b.header_taken {
+            b.header.take(b.first);
+            b.header_taken = true;
+        }
+        match b
+            .header
+            .follower(frame, self.verify_checksums, *self.payload_crcs)
+        {
+            Some(f) if f.seq_number == b.end => {
+                b.payloads.push(f.payload);
+                b.crcs.push(f.payload_crc);
+                b.flags.push(f.flags);
+                b.end = b.end + f.payload.len();
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// One frame; `run`: it stays in hand until the run ends.
     fn frame<'f>(&mut self, frame: &'f [u8], run: Option<&mut Run<'f>>) {
-        let mut run = run;
-        if let Some(b) = run.as_deref_mut().map(|r| &mut r.batch) {
-            // The common case: the next segment of the batch, its headers those of the
-            // batch's first frame but for what a follower may change. What the parse and
-            // `TcpRepr::continued_by` would decide, without them (any other frame goes on).
-            if !b.payloads.is_empty() {
-                if !b.header_taken {
-                    b.header.take(b.first);
-                    b.header_taken = true;
-                }
-                if let Some(f) = b
-                    .header
-                    .follower(frame, self.verify_checksums, *self.payload_crcs)
-                {
-                    if f.seq_number == b.end {
-                        b.payloads.push(f.payload);
-                        b.crcs.push(f.payload_crc);
-                        b.flags.push(f.flags);
-                        b.end = b.end + f.payload.len();
-                        return;
-                    }
-                }
-            }
-        }
         let parsed =
             parse_tcp_frame_with_payload_crc(frame, self.verify_checksums, *self.payload_crcs);
         let f = match parsed {
@@ -323,6 +333,7 @@ impl BurstCx<'_> {
             }
         };
         let key = (f.dst, f.src);
+        let mut run = run;
         let mut parsed = false;
         if let Some(r) = run.as_deref_mut() {
             if r.key.is_some_and(|k| k != key) {
