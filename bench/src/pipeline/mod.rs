@@ -89,9 +89,14 @@ pub struct PipelineArgs {
     #[arg(long, default_value_t = 0.0)]
     pub(crate) reorder: f64,
     /// Keep the flows' ULPDU digest (CRC32c over every ULPDU octet, checked after each round)
-    /// when placing too; `--op count` always keeps it. `mpa-datapath` keeps none by default.
+    /// when placing too; `--op count` keeps it unless `--no-digest`. `mpa-datapath` keeps none
+    /// by default.
     #[arg(long)]
     pub(crate) digest: bool,
+    /// With `--op count`, no digest either: no payload octet is read but for the checks asked
+    /// for (the first rung of `--stages`); each round then checks the counts only.
+    #[arg(long, conflicts_with = "digest")]
+    pub(crate) no_digest: bool,
     /// Skip software TCP checksum verification (`mpa-datapath --no-verify-checksums`: where
     /// the NIC verified it).
     #[arg(long)]
@@ -232,7 +237,7 @@ impl PipelineArgs {
             reorder: self.reorder,
             bytes: self.bytes,
             seed: self.seed,
-            digest: self.digest || self.op == Op::Count,
+            digest: self.digest || (self.op == Op::Count && !self.no_digest),
             verify_checksums: !self.no_verify_checksums,
             umem_chunk: self.umem_chunk,
             chains_in_pieces: !self.gather_chains,

@@ -320,3 +320,44 @@ fn frames_with_or_without_timestamps_place_spanning_fpdus_in_place() {
         );
     }
 }
+
+/// `--op count --no-digest` reads no payload octet beyond the checks asked for (the stage
+/// ladder's first rung, from the command line), and its round checks out on the counts.
+#[test]
+fn counting_without_a_digest_is_the_first_rung() {
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        pipeline: crate::PipelineArgs,
+    }
+    let parse = |args: &[&str]| {
+        <Cli as clap::Parser>::try_parse_from([&["pipeline"], args].concat()).map(|c| c.pipeline)
+    };
+    let count = parse(&["--op", "count"]).unwrap();
+    assert!(
+        count.opts(1448, 4096).digest,
+        "counting keeps the digest by default"
+    );
+    let args = parse(&[
+        "--op",
+        "count",
+        "--no-digest",
+        "--no-crc",
+        "--no-markers",
+        "--no-verify-checksums",
+    ])
+    .unwrap();
+    let mut o = args.opts(1448, 4096);
+    assert!(!o.digest);
+    assert!(!o.label().contains("digest"), "{}", o.label());
+    assert!(
+        parse(&["--digest", "--no-digest"]).is_err(),
+        "the two conflict"
+    );
+    o.bytes = 1 << 20;
+    o.rounds = 1;
+    let r = pipeline(&o).expect("the round checks out");
+    assert_eq!((r.last.completions, r.last.compared), (0, 0));
+    assert_eq!(r.last.fpdus, 256, "1 MiB of 4 KiB Writes");
+    assert!(r.last.segments_batched > 0);
+}

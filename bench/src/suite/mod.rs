@@ -81,6 +81,7 @@ impl SuiteArgs {
             loss: 0.0,
             reorder: 0.0,
             digest: false,
+            no_digest: false,
             no_verify_checksums: false,
             umem_chunk: 3840,
             gather_chains: false,
