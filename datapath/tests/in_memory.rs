@@ -274,6 +274,27 @@ fn segments_of(stream: &[u8]) -> Vec<(u32, &[u8])> {
         .collect()
 }
 
+/// The whole stream of `n` Writes acknowledged, `data` in the region octet for octet, every
+/// message completed and no FPDU error: what every run of segments must end in. Returns the
+/// flow's report.
+fn assert_all_placed(
+    b: &mut Bench,
+    stream: &[u8],
+    data: &[u8],
+    n: usize,
+) -> mpa_ctl_proto::stats::FlowReport {
+    let acks: Vec<Sent> = b.wire.take_sent().iter().map(|f| tcp_of(f)).collect();
+    let end = RCV_NXT.wrapping_add(stream.len() as u32);
+    assert_eq!(acks.last().map(|a| a.ack), Some(end));
+    let f = b.worker.report().flows[0].clone();
+    let mut got = vec![0u8; data.len()];
+    assert!(b.mem.read(0, &mut got));
+    assert!(got == data, "region octet-equal to the Writes");
+    assert_eq!(f.rx.completions, n as u64);
+    assert_eq!(f.rx.crc_errors + f.rx.marker_errors, 0);
+    f
+}
+
 #[test]
 fn a_worker_on_an_in_memory_ring_places_out_of_order_segments_and_acks() {
     let mut b = worker_with_flow(true);
@@ -348,20 +369,12 @@ fn in_order_segments_of_a_burst_are_batched_for_the_tcp() {
     // Burst 3: segment 6 fills the hole.
     assert!(b.wire.inject(segment(segs[6].0, segs[6].1)));
     b.worker.poll_once().unwrap();
-    let acks: Vec<Sent> = b.wire.take_sent().iter().map(|f| tcp_of(f)).collect();
-    let end = RCV_NXT.wrapping_add(stream.len() as u32);
-    assert_eq!(acks.last().map(|a| a.ack), Some(end));
-    let f = b.worker.report().flows[0].clone();
+    let f = assert_all_placed(&mut b, &stream, &data, n);
     assert_eq!(
         (f.packets, f.segments_batched, f.out_of_order_segments),
         (segs.len() as u64, 3, (segs.len() - 7) as u64),
         "{f:?}"
     );
-    let mut got = vec![0u8; data.len()];
-    assert!(b.mem.read(0, &mut got));
-    assert!(got == data, "region octet-equal to the Writes");
-    assert_eq!(f.rx.completions, n as u64);
-    assert_eq!(f.rx.crc_errors + f.rx.marker_errors, 0);
 }
 
 /// The frames after a batch's first one are taken from their header octets alone when those
@@ -398,21 +411,12 @@ fn followers_of_a_batch_are_taken_and_a_corrupt_one_is_dropped() {
         assert!(b.wire.inject(segment(seq, p)));
     }
     b.worker.poll_once().unwrap();
-    let acks: Vec<Sent> = b.wire.take_sent().iter().map(|f| tcp_of(f)).collect();
-    let end = RCV_NXT.wrapping_add(stream.len() as u32);
-    assert_eq!(acks.last().map(|a| a.ack), Some(end));
-    let q = b.worker.report();
-    let f = &q.flows[0];
+    let f = assert_all_placed(&mut b, &stream, &data, n);
     assert_eq!(
         (f.packets, f.segments_batched, f.out_of_order_segments),
         (segs.len() as u64, segs.len() as u64 - 2, 0),
         "{f:?}"
     );
-    let mut got = vec![0u8; data.len()];
-    assert!(b.mem.read(0, &mut got));
-    assert!(got == data, "region octet-equal to the Writes");
-    assert_eq!(f.rx.completions, n as u64);
-    assert_eq!(f.rx.crc_errors + f.rx.marker_errors, 0);
 }
 
 /// MTU 9000 over the in-memory ring cut as AF_XDP copy mode cuts into 4096-octet UMEM frames

@@ -39,6 +39,28 @@ pub(crate) fn sum_with_crc32c(acc: u64, data: &[u8]) -> (u64, u32) {
     (acc + u64::from(u16::from_be_bytes(native)), crc)
 }
 
+/// Whether a TCP segment's checksum holds, `pseudo` the sum of its pseudo-header and its
+/// header `header_len` octets (a multiple of 4, so the payload starts at an even offset):
+/// `None` when it fails, else `Some` of the payload's CRC32c taken in the same pass when
+/// `take_crc` ([`sum_with_crc32c`]), `Some(None)` otherwise. RFC 9293 §3.1 (MUST-3): the
+/// receiver checks it, a bad segment is dropped.
+#[inline]
+pub(crate) fn verify_tcp(
+    pseudo: u64,
+    segment: &[u8],
+    header_len: usize,
+    take_crc: bool,
+) -> Option<Option<u32>> {
+    let (sum, crc) = if take_crc {
+        let (header, payload) = segment.split_at(header_len.min(segment.len()));
+        let (sum, crc) = sum_with_crc32c(sum(pseudo, header), payload);
+        (sum, Some(crc))
+    } else {
+        (sum(pseudo, segment), None)
+    };
+    (fold(sum) == 0xffff).then_some(crc)
+}
+
 /// [`sum`] of a piece that starts `odd` octets after an even offset of the data summed: at an
 /// odd offset every octet takes the other half of its 16-bit word, and the ones' complement
 /// sum of octets that swapped places is the swapped sum (RFC 1071 §2(B)). For data split

@@ -241,24 +241,14 @@ impl BatchHeader {
         let payload = frame.get(self.payload_at..ip_end)?;
         let mut payload_crc = None;
         if verify_tcp_checksum {
-            // RFC 9293 §3.1 (MUST-3), as the parse checks it.
             let acc = match self.network {
                 Network::V4 { src, dst, .. } => {
                     checksum::pseudo_header_v4(src, dst, tcp_len as u32)
                 }
                 Network::V6 { src, dst } => checksum::pseudo_header_v6(src, dst, tcp_len as u32),
             };
-            let header = segment.get(..self.payload_at - self.tcp_at)?;
-            let sum = if take_crc {
-                let (sum, crc) = checksum::sum_with_crc32c(checksum::sum(acc, header), payload);
-                payload_crc = Some(crc);
-                sum
-            } else {
-                checksum::sum(acc, segment)
-            };
-            if checksum::fold(sum) != 0xffff {
-                return None;
-            }
+            payload_crc =
+                checksum::verify_tcp(acc, segment, self.payload_at - self.tcp_at, take_crc)?;
         }
         let tcp = TcpPacket::new_unchecked(segment);
         Some(Follower {

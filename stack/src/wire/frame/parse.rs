@@ -89,20 +89,9 @@ fn parse_frame(
     let tcp = TcpPacket::new_checked(segment)?;
     let mut payload_crc = None;
     if verify_tcp_checksum {
-        // RFC 9293 §3.1 (MUST-3): the receiver checks the checksum; a bad segment is dropped.
         let acc = head.pseudo_header(segment.len());
-        let sum = if take_crc {
-            // The header's length is a multiple of 4: the payload starts at an even offset.
-            let (header, payload) = segment.split_at(tcp.header_len());
-            let (sum, crc) = checksum::sum_with_crc32c(checksum::sum(acc, header), payload);
-            payload_crc = Some(crc);
-            sum
-        } else {
-            checksum::sum(acc, segment)
-        };
-        if checksum::fold(sum) != 0xffff {
-            return Err(FrameError::BadTcpChecksum);
-        }
+        payload_crc = checksum::verify_tcp(acc, segment, tcp.header_len(), take_crc)
+            .ok_or(FrameError::BadTcpChecksum)?;
     }
     let mut f = head.frame(tcp);
     f.payload_crc = payload_crc;

@@ -944,18 +944,22 @@ fn frames_that_do_not_follow_a_batch() {
         }
         cases.push((what, f));
     };
-    changed("destination MAC", 0, 1);
-    changed("TTL", 22, 1);
-    changed("source address", 29, 1);
-    changed("source port", 35, 1);
-    changed("destination port", 37, 1);
-    changed("acknowledgment", 45, 1);
-    changed("SYN", 47, 0x02);
-    changed("window", 49, 1);
-    changed("TSval", 61, 1);
-    changed("IPv4 header checksum", 24, 1);
-    changed("TCP checksum", 50, 1);
-    changed("payload (TCP checksum)", 80, 1);
+    for (what, at, v) in [
+        ("destination MAC", 0, 1),
+        ("TTL", 22, 1),
+        ("source address", 29, 1),
+        ("source port", 35, 1),
+        ("destination port", 37, 1),
+        ("acknowledgment", 45, 1),
+        ("SYN", 47, 0x02),
+        ("window", 49, 1),
+        ("TSval", 61, 1),
+        ("IPv4 header checksum", 24, 1),
+        ("TCP checksum", 50, 1),
+        ("payload (TCP checksum)", 80, 1),
+    ] {
+        changed(what, at, v);
+    }
     for (i, (what, f)) in cases.iter().enumerate() {
         assert!(h.follower(f, true, true).is_none(), "{what}");
         // The parse batches frames whose MAC addresses or TTL differ: the header's check is
