@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 FUZZ_SECONDS ?= 30
-FUZZ_TARGETS := startup decoder locator ddp flow sender control
+FUZZ_TARGETS := startup decoder locator ddp flow sender control frame
 
 # Debian packages: to build (clang, llvm, libelf-dev, zlib1g-dev, m4, pkg-config) and to run
 # the namespace tests and tools (iproute2, ethtool, nftables, bpftool, tcpdump, tshark), to check

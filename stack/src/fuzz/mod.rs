@@ -15,7 +15,11 @@
 
 #![forbid(unsafe_code)]
 
+mod frame;
 mod sender;
+pub use frame::fuzz_frame;
+#[cfg(test)]
+pub(crate) use frame::{batch_segment, parsed_follower, refill_checksums};
 pub use sender::fuzz_sender;
 
 use crate::flow::{receive_pieces_in_run, receive_segment, receive_segments_in_run};

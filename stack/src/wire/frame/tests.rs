@@ -785,107 +785,20 @@ fn a_frame_in_pieces_needs_its_headers_in_the_first() {
     assert!(parse_tcp_frame_in_pieces(std::iter::empty(), true).is_err());
 }
 
-/// A segment of a batch as a sender writes them: `seq`, PSH or not, IPv4 identification
-/// `ident`, `len` payload octets, `pad` octets of Ethernet padding; timestamps as Linux
-/// sends them.
+/// A segment of a batch as a Linux sender writes them (`crate::fuzz::batch_segment`), with
+/// `pad` octets of Ethernet padding.
 fn segment(v6: bool, seq: u32, psh: bool, ident: u16, len: usize, pad: usize) -> Vec<u8> {
-    let (a, b) = if v6 {
-        (sa("[2001:db8::1]:40001"), sa("[2001:db8::aa]:7777"))
-    } else {
-        (sa("10.1.2.3:40001"), sa("10.3.2.1:7777"))
-    };
-    let t = FrameTemplate::new(MAC_A, MAC_B, a, b).unwrap();
-    let mut r = repr(40001, 7777, seq);
-    r.ack_number = Some(SeqNumber(0x1234_5678));
-    r.flags = if psh {
-        TcpFlags::PSH
-    } else {
-        TcpFlags::empty()
-    };
-    r.options.timestamps = Some(crate::wire::tcp::TcpTimestamps {
-        tsval: 0x0a1b_2c3d,
-        tsecr: 0x00c0_ffee,
-    });
-    let l = t.l2l3_len();
-    let mut buf = vec![0u8; l + 60 + len + pad];
-    let hl = r
-        .emit(&mut TcpPacket::new_unchecked(&mut buf[l..]))
-        .unwrap();
-    for (i, o) in buf[l + hl..l + hl + len].iter_mut().enumerate() {
-        *o = (i * 13 + usize::from(ident)) as u8;
-    }
-    let n = t.finish(&mut buf, hl + len).unwrap();
-    if !v6 {
-        buf[18..20].copy_from_slice(&ident.to_be_bytes());
-        Ipv4Packet::new_unchecked(&mut buf[14..]).fill_checksum();
-    }
-    buf.truncate(n + pad);
-    buf[n..].fill(0xa5);
-    buf
+    let mut f = crate::fuzz::batch_segment(v6, None, seq, psh, ident, len);
+    f.resize(f.len() + pad, 0xa5);
+    f
 }
 
-/// Fills the IPv4 header checksum and the TCP checksum of `frame` (untagged) again after a
-/// change, where its lengths still make sense: a changed header octet is then seen by what
-/// compares headers, not only by the checksums.
+/// [`crate::fuzz::refill_checksums`] of an untagged frame.
 fn refill_checksums(frame: &mut [u8], v6: bool) {
-    let ip = 14;
-    let (tcp, tcp_len) = if v6 {
-        (
-            ip + 40,
-            usize::from(u16::from_be_bytes([frame[ip + 4], frame[ip + 5]])),
-        )
-    } else {
-        let hl = usize::from(frame[ip] & 0x0f) * 4;
-        if hl < 20 {
-            return;
-        }
-        Ipv4Packet::new_unchecked(&mut frame[ip..]).fill_checksum();
-        let total = usize::from(u16::from_be_bytes([frame[ip + 2], frame[ip + 3]]));
-        (ip + hl, total.saturating_sub(hl))
-    };
-    if tcp + tcp_len > frame.len() || tcp_len < 20 {
-        return;
-    }
-    frame[tcp + 16..tcp + 18].fill(0);
-    let (src, dst) = if v6 {
-        (ip + 8..ip + 24, ip + 24..ip + 40)
-    } else {
-        (ip + 12..ip + 16, ip + 16..ip + 20)
-    };
-    let pseudo = [
-        &frame[src],
-        &frame[dst],
-        &[0, 6],
-        &(tcp_len as u16).to_be_bytes()[..],
-    ]
-    .concat();
-    let sum = !naive_sum(&[&pseudo, &frame[tcp..tcp + tcp_len]]);
-    frame[tcp + 16..tcp + 18].copy_from_slice(&sum.to_be_bytes());
+    crate::fuzz::refill_checksums(frame, 14, v6);
 }
 
-/// What the parse says of `frame` as a follower of `first`, or `None` where the parse and
-/// `TcpRepr::continued_by` would not take it as one.
-fn parsed_follower<'f>(
-    first: &[u8],
-    frame: &'f [u8],
-    verify: bool,
-    crc: bool,
-) -> Option<Follower<'f>> {
-    let head = parse_tcp_frame(first, true).unwrap();
-    let head_repr = TcpRepr::parse(&head.tcp).unwrap();
-    let f = parse_tcp_frame_with_payload_crc(frame, verify, crc).ok()?;
-    let r = TcpRepr::parse(&f.tcp).ok()?;
-    let payload = f.tcp.payload_in_buffer();
-    ((f.dst, f.src) == (head.dst, head.src)
-        && f.vlan == head.vlan
-        && head_repr.continued_by(r.seq_number, &r, payload.len()))
-    .then_some(Follower {
-        seq_number: r.seq_number,
-        flags: r.flags,
-        payload,
-        payload_crc: f.payload_crc,
-    })
-}
+use crate::fuzz::parsed_follower;
 
 #[test]
 fn followers_of_a_batch_are_what_the_parse_finds() {
