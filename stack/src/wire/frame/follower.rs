@@ -217,13 +217,8 @@ impl BatchHeader {
             Network::V4 { header_len, .. } => {
                 let total = usize::from(be16(frame, self.ip_at + 2)?);
                 // RFC 1122 §3.2.1.2: the header checksum verified, as the parse does.
-                // Its 32-bit words summed: congruent to the sum of its 16-bit words.
                 let h = frame.get(self.ip_at..self.ip_at + header_len)?;
-                let sum: u64 = h
-                    .chunks_exact(4)
-                    .map(|w| u64::from(u32::from_be_bytes(w.try_into().unwrap_or_default())))
-                    .sum();
-                if checksum::fold(sum) != 0xffff {
+                if checksum::fold(checksum::sum_header(0, h)) != 0xffff {
                     return None;
                 }
                 (total.checked_sub(header_len)?, self.ip_at + total)

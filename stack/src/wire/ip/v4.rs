@@ -158,7 +158,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// the header, options included, is all ones).
     pub(crate) fn verify_checksum(&self) -> bool {
         let h = &self.buffer.as_ref()[..self.header_len()];
-        checksum::fold(checksum::sum(0, h)) == 0xffff
+        checksum::fold(checksum::sum_header(0, h)) == 0xffff
     }
     /// The header checksum the packet should carry (the present field is left out).
     pub(crate) fn compute_checksum(&self) -> u16 {
