@@ -11,11 +11,11 @@
 //! but PSH, window and options (`TcpRepr::continued_by`), payload and CRC. The raw input is
 //! also parsed, and taken as a batch's header, as a frame of its own.
 
-use crate::wire::checksum;
 use crate::wire::frame::{parse_tcp_frame_with_payload_crc, BatchHeader, Follower, FrameTemplate};
+use crate::wire::ip::{Ipv4Packet, IPV4_HEADER_LEN};
 use crate::wire::tcp::{TcpFlags, TcpOptions, TcpPacket, TcpRepr, TcpTimestamps};
 use mpa::seq::SeqNumber;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// A segment of a batch as a Linux sender writes them (timestamps on): `seq`, PSH or not,
 /// IPv4 identification `ident`, `len` payload octets; with a VLAN tag when `vid` is given.
@@ -107,51 +107,41 @@ fn refill_ipv4_checksum(frame: &mut [u8], ip: usize) {
         return;
     };
     let hl = usize::from(ver_ihl & 0x0f) * 4;
-    let Some(h) = frame.get_mut(ip..ip + hl) else {
-        return;
-    };
-    if hl < 20 {
-        return;
+    if let Some(h) = frame.get_mut(ip..ip + hl).filter(|_| hl >= IPV4_HEADER_LEN) {
+        Ipv4Packet::new_unchecked(h).fill_checksum();
     }
-    h[10..12].fill(0);
-    let sum = !checksum::fold(checksum::sum(0, h));
-    h[10..12].copy_from_slice(&sum.to_be_bytes());
 }
 
 /// Fills the TCP checksum of `frame` (its IP header at `ip`) again, where its lengths allow.
 fn refill_tcp_checksum(frame: &mut [u8], ip: usize, v6: bool) {
-    let Some(&ver_ihl) = frame.get(ip) else {
-        return;
-    };
     let be16 = |f: &[u8], at: usize| f.get(at..at + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
-    let (tcp, tcp_len) = if v6 {
-        let Some(len) = be16(frame, ip + 4) else {
-            return;
-        };
-        (ip + 40, usize::from(len))
-    } else {
-        let hl = usize::from(ver_ihl & 0x0f) * 4;
-        let Some(total) = be16(frame, ip + 2) else {
-            return;
-        };
-        (ip + hl, usize::from(total).saturating_sub(hl))
+    let (tcp, tcp_len) = match (v6, frame.get(ip)) {
+        (true, Some(_)) => (ip + 40, be16(frame, ip + 4).map(usize::from)),
+        (false, Some(&ver_ihl)) => {
+            let hl = usize::from(ver_ihl & 0x0f) * 4;
+            let total = be16(frame, ip + 2).map(usize::from);
+            (ip + hl, total.map(|t| t.saturating_sub(hl)))
+        }
+        (_, None) => return,
     };
-    if tcp_len < 20 || tcp + tcp_len > frame.len() {
+    let Some(tcp_len) = tcp_len.filter(|&l| l >= 20 && tcp + l <= frame.len()) else {
         return;
-    }
-    let (src, dst) = if v6 {
-        (ip + 8..ip + 24, ip + 24..ip + 40)
-    } else {
-        (ip + 12..ip + 16, ip + 16..ip + 20)
     };
-    frame[tcp + 16..tcp + 18].fill(0);
-    let mut acc = checksum::sum(0, &frame[src]);
-    acc = checksum::sum(acc, &frame[dst]);
-    acc = checksum::sum(acc, &[0, 6]);
-    acc = checksum::sum(acc, &(tcp_len as u16).to_be_bytes());
-    acc = checksum::sum(acc, &frame[tcp..tcp + tcp_len]);
-    let sum = !checksum::fold(acc);
-    frame[tcp + 16..tcp + 18].copy_from_slice(&sum.to_be_bytes());
+    // The addresses lie before the segment's end (checked above), whatever the header says.
+    let segment = tcp..tcp + tcp_len;
+    if v6 {
+        let a = |at: usize| {
+            Ipv6Addr::from(<[u8; 16]>::try_from(&frame[ip + at..ip + at + 16]).unwrap_or_default())
+        };
+        let (src, dst) = (a(8), a(24));
+        TcpPacket::new_unchecked(&mut frame[segment]).fill_checksum_v6(src, dst);
+    } else {
+        let a = |at: usize| {
+            Ipv4Addr::from(<[u8; 4]>::try_from(&frame[ip + at..ip + at + 4]).unwrap_or_default())
+        };
+        let (src, dst) = (a(12), a(16));
+        TcpPacket::new_unchecked(&mut frame[segment]).fill_checksum_v4(src, dst);
+    }
 }
 
 /// What the parse says of `frame` as a follower of the batch whose first frame is `first`:

@@ -175,10 +175,7 @@ impl BatchHeader {
         let last = payload_at - 8;
         let at = |i: usize| if i + 1 == n_words { last } else { i * 8 };
         for i in 0..n_words {
-            let word = |b: &[u8; MAX_WORDS * 8]| {
-                u64::from_ne_bytes(b[at(i)..at(i) + 8].try_into().unwrap_or_default())
-            };
-            (self.words[i], self.mask[i]) = (word(&bytes), word(&mask));
+            (self.words[i], self.mask[i]) = (word_at(&bytes, at(i)), word_at(&mask, at(i)));
         }
         self.network = network;
         (self.ip_at, self.tcp_at, self.payload_at) = (ip_at, tcp_at, payload_at);

@@ -156,7 +156,7 @@ fn parse_in_pieces<'a>(
             _ => checksum::sum_at(acc, part, odd),
         };
         let (header, in_payload) = in_first.split_at(tcp.header_len());
-        acc = checksum::sum(acc, header);
+        acc = checksum::sum_header(acc, header);
         acc = sum_part(acc, in_payload, false);
         let mut at = first.len();
         for piece in rest {
