@@ -106,6 +106,11 @@ pub struct RxStats {
     /// segments (only their part of the last segment read again).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub crc_from_segments: u64,
+    /// In-order FPDUs inside one segment that ended with it (FPDUs aligned with segments),
+    /// verified from the CRC the parse pass took of the segment: none of their octets read
+    /// again.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub crc_at_segment_end: u64,
     /// In-order FPDUs that spanned RX bursts, copied into the connection's FPDU buffer before
     /// they were verified and placed (two copies per octet).
     #[serde(default, skip_serializing_if = "is_zero")]

@@ -1075,33 +1075,7 @@ fn a_corrupt_last_octet_of_a_spanning_fpdu_places_nothing_of_it() {
             region[len..].iter().all(|&x| x == 0),
             "{case}: an octet of the corrupt FPDU or of the one after it placed"
         );
-        let mut gone = None;
-        for step in 1..=600u64 {
-            b.worker
-                .poll_once_at(t0 + Duration::from_millis(100 * step))
-                .unwrap();
-            gone = b
-                .notes
-                .try_iter()
-                .find(|n| matches!(n, Notification::FlowGone { .. }));
-            if gone.is_some() {
-                break;
-            }
-        }
-        let Some(Notification::FlowGone { end, stats, .. }) = gone else {
-            panic!("{case}: the flow never ended")
-        };
-        assert_eq!(
-            end.mpa_error,
-            Some(mpa::MpaErrorCode::CrcMismatch),
-            "{case}"
-        );
-        let t = end.terminate.expect("a Terminate");
-        assert_eq!(
-            (t.layer, t.error_code, t.sent),
-            (2, mpa::MpaErrorCode::CrcMismatch as u8, true),
-            "{case}: {t:?}"
-        );
+        let stats = ended_by_a_crc_error(&mut b, t0, &case);
         assert_eq!((stats.rx.crc_errors, stats.rx.fpdus), (1, 1), "{case}");
         assert_eq!(stats.rx.completions, 1, "{case}");
         // In one burst at MSS 1448, and across a chain's descriptors taken in pieces, the good
@@ -1110,5 +1084,110 @@ fn a_corrupt_last_octet_of_a_spanning_fpdu_places_nothing_of_it() {
         // reported it. A gathered chain is decoded alone, from its octets.
         let joined = u64::from((mss == 1448 && per_burst != 1) || in_pieces);
         assert_eq!(stats.rx.crc_from_segments, joined, "{case}");
+    }
+}
+
+/// Polls `b`, its clock stepping from `t0`, until its one flow is gone, which must have ended
+/// with MPA error 2 in a Terminate we sent (its TCP gives up on a silent peer after two
+/// timeouts); returns the flow's last counters.
+fn ended_by_a_crc_error(
+    b: &mut Bench,
+    t0: Instant,
+    case: &str,
+) -> mpa_ctl_proto::stats::FlowReport {
+    let mut gone = None;
+    for step in 1..=600u64 {
+        b.worker
+            .poll_once_at(t0 + Duration::from_millis(100 * step))
+            .unwrap();
+        gone = b
+            .notes
+            .try_iter()
+            .find(|n| matches!(n, Notification::FlowGone { .. }));
+        if gone.is_some() {
+            break;
+        }
+    }
+    let Some(Notification::FlowGone { end, stats, .. }) = gone else {
+        panic!("{case}: the flow never ended")
+    };
+    assert_eq!(
+        end.mpa_error,
+        Some(mpa::MpaErrorCode::CrcMismatch),
+        "{case}"
+    );
+    let t = end.terminate.expect("a Terminate");
+    assert_eq!(
+        (t.layer, t.error_code, t.sent),
+        (2, mpa::MpaErrorCode::CrcMismatch as u8, true),
+        "{case}: {t:?}"
+    );
+    *stats
+}
+
+/// FPDUs aligned with their segments (FPDU Alignment, RFC 5044 Appendix B.2: whole FPDUs
+/// from the segment's first payload octet to its last, as an MPA-aware sender sends them),
+/// one or two to a segment: each FPDU that ends its segment, and a batch of them that does,
+/// is verified from the CRC the parse pass took of the segment, none of its octets read
+/// again, and every one is placed octet-exact. One whose last octet (its CRC field) is flipped, the TCP checksum recomputed,
+/// places nothing of itself or of what follows, and the flow ends with MPA error 2.
+#[test]
+fn fpdus_aligned_with_segments_are_verified_from_the_segments_crcs() {
+    for per_segment in [1, 2] {
+        let (n, len) = (12, 600);
+        // Where each FPDU ends in the stream.
+        let ends: Vec<usize> = (1..=n).map(|k| writes(true, k, len).0.len()).collect();
+        let cut = |stream: &[u8]| -> Vec<Vec<u8>> {
+            let mut at = 0;
+            ends.iter()
+                .skip(per_segment - 1)
+                .step_by(per_segment)
+                .map(|&end| {
+                    let f = segment(RCV_NXT.wrapping_add(at as u32), &stream[at..end]);
+                    at = end;
+                    f
+                })
+                .collect()
+        };
+        let case = format!("{per_segment} FPDUs per segment");
+        let mut b = worker_with_flow(true);
+        let (stream, data) = writes(true, n, len);
+        for f in cut(&stream) {
+            assert!(b.wire.inject(f), "{case}");
+        }
+        b.worker.poll_once().unwrap();
+        let f = assert_all_placed(&mut b, &stream, &data, n);
+        assert_eq!(f.rx.crc_at_segment_end, n as u64, "{case}: {f:?}");
+        assert_eq!(f.rx.spanned_in_place + f.rx.staged, 0, "{case}: {f:?}");
+
+        let tcp = TcpConfig {
+            max_retransmissions: 2,
+            ..TcpConfig::default()
+        };
+        let mut b = worker_with(true, tcp);
+        let (mut stream, data) = writes(true, n, len);
+        // The last FPDU of the second segment.
+        let bad = ends[2 * per_segment - 1] - 1;
+        stream[bad] ^= 0x40;
+        let t0 = Instant::now();
+        for f in cut(&stream) {
+            assert!(b.wire.inject(f), "{case}");
+        }
+        b.worker.poll_once_at(t0).unwrap();
+        // The FPDUs before the corrupt one (a batch that fails is checked FPDU by FPDU).
+        let good = (2 * per_segment - 1) * len;
+        let mut region = vec![0u8; n * len];
+        assert!(b.mem.read(0, &mut region));
+        assert!(
+            region[..good] == data[..good],
+            "{case}: the FPDUs before the corrupt one placed"
+        );
+        assert!(
+            region[good..].iter().all(|&x| x == 0),
+            "{case}: an octet of the corrupt FPDU or of one after it placed"
+        );
+        let stats = ended_by_a_crc_error(&mut b, t0, &case);
+        assert_eq!(stats.rx.crc_errors, 1, "{case}");
+        assert_eq!(stats.rx.fpdus as usize, 2 * per_segment - 1, "{case}");
     }
 }

@@ -92,6 +92,7 @@ fn add_rx(a: &mut RxStats, b: &RxStats) {
         placed_from_store,
         spanned_in_place,
         crc_from_segments,
+        crc_at_segment_end,
         staged,
         located_rejected,
         ahead_refused,
@@ -113,6 +114,7 @@ fn add_rx(a: &mut RxStats, b: &RxStats) {
     a.placed_from_store += placed_from_store;
     a.spanned_in_place += spanned_in_place;
     a.crc_from_segments += crc_from_segments;
+    a.crc_at_segment_end += crc_at_segment_end;
     a.staged += staged;
     a.located_rejected += located_rejected;
     a.ahead_refused += ahead_refused;

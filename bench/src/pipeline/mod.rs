@@ -347,7 +347,8 @@ impl PipelineReport {
         format!(
             "{}: {:.0} ns/segment ({:.0}–{:.0}; CPU {:.0}), {:.2} Gbit/s payload/core ({:.2}–{:.2}), \
              {:.2} M segments/s, CPU/wall {:.2}, poll/loop {:.2}; {} segments ({} lost+resent, \
-             {} reordered, {} batched into the one before), {} ACKs, FPDUs {} (direct {}, in order {}, from store {}; across segments in place {} \
+             {} reordered, {} batched into the one before), {} ACKs, FPDUs {} (direct {}, in order {}, from store {}; \
+             CRC from the segment's at its end {}; across segments in place {} \
              ({} of them CRC from the segments' CRCs), staged {}), \
              {} completions, {} region octets checked{}",
             self.opts.label(),
@@ -370,6 +371,7 @@ impl PipelineReport {
             r.placed_direct,
             r.placed_in_order,
             r.placed_from_store,
+            r.crc_at_segment_end,
             r.spanned_in_place,
             r.crc_from_segments,
             r.staged,
@@ -421,6 +423,7 @@ impl PipelineReport {
             placed_from_store: r.placed_from_store,
             spanned_in_place: r.spanned_in_place,
             crc_from_segments: r.crc_from_segments,
+            crc_at_segment_end: r.crc_at_segment_end,
             staged: r.staged,
             huge_page_octets: r.huge_page_octets,
             out_of_order_segments: r.out_of_order_segments,

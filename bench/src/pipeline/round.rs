@@ -55,6 +55,7 @@ pub(crate) struct RoundResult {
     pub(crate) placed_from_store: u64,
     pub(crate) spanned_in_place: u64,
     pub(crate) crc_from_segments: u64,
+    pub(crate) crc_at_segment_end: u64,
     pub(crate) staged: u64,
     /// Octets of the RX frames the kernel backed with transparent huge pages at the end.
     pub(crate) huge_page_octets: u64,
@@ -377,6 +378,7 @@ pub(crate) fn run_round_on(
         r.placed_from_store += rep.rx.placed_from_store;
         r.spanned_in_place += rep.rx.spanned_in_place;
         r.crc_from_segments += rep.rx.crc_from_segments;
+        r.crc_at_segment_end += rep.rx.crc_at_segment_end;
         r.staged += rep.rx.staged;
         r.out_of_order_segments += rep.out_of_order_segments;
         r.segments_batched += rep.segments_batched;

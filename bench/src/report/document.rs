@@ -446,6 +446,9 @@ pub(crate) struct PipelineConfigRecord {
     /// Of those, the ones whose CRC was joined from the CRCs the parse pass took.
     #[serde(default)]
     pub(crate) crc_from_segments: u64,
+    /// In-order FPDUs that ended their segment, verified from its CRC.
+    #[serde(default)]
+    pub(crate) crc_at_segment_end: u64,
     /// In-order FPDUs that spanned bursts, copied into the FPDU buffer first.
     #[serde(default)]
     pub(crate) staged: u64,

@@ -32,10 +32,18 @@ impl FpduDecoder {
     /// wrong FPDUPTR (so that FPDU goes through [`verify_fpdu`], which checks its CRC first and
     /// reports whichever error is there precisely).
     ///
-    /// Returns `(verified, scanned)`: how many FPDUs were verified (0 when fewer than two
+    /// `input_crc`, the CRC32c of `input` when known: a batch that takes all of it is checked
+    /// against it, no octet read again.
+    ///
+    /// Returns `(verified, scanned, crc)`: how many FPDUs were verified (0 when fewer than two
     /// passed the scan, or when the batch CRC fails: then each FPDU is checked on its own and
-    /// the bad one is reported precisely), and how many octets the run covered.
-    pub(super) fn batch_scan(&mut self, input: &[u8]) -> (usize, usize) {
+    /// the bad one is reported precisely), how many octets the run covered, and the CRC32c of
+    /// the verified FPDUs' octets.
+    pub(super) fn batch_scan(
+        &mut self,
+        input: &[u8],
+        input_crc: Option<u32>,
+    ) -> (usize, usize, u32) {
         let markers = self.markers;
         let mut run = BatchRun {
             input,
@@ -71,11 +79,16 @@ impl FpduDecoder {
                 }
             }
         }
-        let (n, off) = (run.n, run.off);
-        if n >= 2 && crc::crc32c(&input[..off]) == run.expected {
-            (n, off)
+        let (n, off, expected) = (run.n, run.off, run.expected);
+        let verified = n >= 2
+            && match input_crc {
+                Some(c) if off == input.len() => c == expected,
+                _ => crc::crc32c(&input[..off]) == expected,
+            };
+        if verified {
+            (n, off, expected)
         } else {
-            (0, off)
+            (0, off, expected)
         }
     }
 }

@@ -4,7 +4,8 @@
 
 use super::batch::BATCH_MIN_WIRE;
 use super::scatter::Scatter;
-use super::{DecodeError, FpduDecoder, Ulpdu};
+use super::{DecodeError, FpduDecoder, Ulpdu, CRC_RESIDUE};
+use crate::crc;
 
 /// The CRC32c of a chunk and of the chunks after it in its run, where known
 /// ([`FpduDecoder::feed_run_with_crcs`]).
@@ -24,9 +25,14 @@ pub struct Chunk<'d, 'a> {
     crcs: ChunkCrcs<'a>,
     /// Octets of `next` the last FPDU handed out took.
     spill: usize,
-    /// The CRC32c of the octets it took of the last chunk it reached, when known.
-    spill_crc: Option<u32>,
+    /// The CRC32c of the rest of the last chunk it reached (after the spill), when known.
+    spill_rest_crc: Option<u32>,
     off: usize,
+    /// The CRC32c of `input[rest_crc_at..]`, when known: the chunk's own CRC at first, then
+    /// of what follows each FPDU verified (a valid FPDU's octets have [`CRC_RESIDUE`]), so
+    /// that an FPDU ending with the chunk is verified without reading it again.
+    rest_crc: Option<u32>,
+    rest_crc_at: usize,
     done: bool,
     /// `dec.batch[batch_at..batch_n]` are the FPDUs at `off` that one batch pass verified.
     batch_at: usize,
@@ -42,14 +48,17 @@ impl<'d, 'a> Chunk<'d, 'a> {
         next: &'a [&'a [u8]],
         crcs: ChunkCrcs<'a>,
     ) -> Self {
+        let rest_crc = crcs.input.filter(|_| dec.crc);
         Chunk {
             dec,
             input,
             next,
             crcs,
             spill: 0,
-            spill_crc: None,
+            spill_rest_crc: None,
             off: 0,
+            rest_crc,
+            rest_crc_at: 0,
             done: false,
             batch_at: 0,
             batch_n: 0,
@@ -143,9 +152,9 @@ impl<'a> Chunk<'_, 'a> {
                 let sc = Scatter {
                     head: rest,
                     rest: self.next,
-                    // The chunk's CRC is the FPDU's first part's only from the chunk's start;
-                    // else that part's is computed, when the others are known.
-                    head_crc: self.crcs.input.filter(|_| self.off == 0),
+                    // Unknown when no CRC followed the FPDUs before it in the chunk: that
+                    // part's is then computed, when the others are known.
+                    head_crc: self.rest_crc.filter(|_| self.rest_crc_at == self.off),
                     rest_crcs: self.crcs.next,
                 };
                 let pos = dec.pos;
@@ -154,10 +163,10 @@ impl<'a> Chunk<'_, 'a> {
                     self.off = self.input.len();
                     self.done = true;
                     return Some(match sc.verify(want, pos, dec.markers, dec.crc) {
-                        Ok((len, last_part_crc)) => {
+                        Ok((len, joined)) => {
                             self.spill = want - rest.len();
-                            self.spill_crc = last_part_crc;
-                            dec.stats.crc_joined += u64::from(last_part_crc.is_some());
+                            self.spill_rest_crc = joined.and_then(|j| j.rest_crc);
+                            dec.stats.crc_joined += u64::from(joined.is_some_and(|j| j.from_given));
                             dec.advance(want, len);
                             dec.stats.spanned += 1;
                             Ok(Ulpdu::spanning(rest, self.next, pos, len, dec.markers))
@@ -175,10 +184,22 @@ impl<'a> Chunk<'_, 'a> {
                 return None;
             }
         };
+        let rest_crc = self.rest_crc.filter(|_| self.rest_crc_at == self.off);
         if dec.crc && want >= BATCH_MIN_WIRE && self.off >= self.scanned_end {
-            let (n, scanned) = dec.batch_scan(rest);
+            let (n, scanned, batch_crc) = dec.batch_scan(rest, rest_crc);
             self.scanned_end = self.off + scanned;
             if n > 0 {
+                if scanned == rest.len() && rest_crc.is_some() {
+                    dec.stats.crc_at_chunk_end += n as u64;
+                }
+                if let Some(c) = rest_crc.filter(|_| scanned < rest.len()) {
+                    self.rest_crc = Some(crc::crc32c_rest(
+                        batch_crc,
+                        c,
+                        (rest.len() - scanned) as u64,
+                    ));
+                    self.rest_crc_at = self.off + scanned;
+                }
                 self.batch_at = 0;
                 self.batch_n = n;
                 return Some(Ok(take_batched(
@@ -191,9 +212,25 @@ impl<'a> Chunk<'_, 'a> {
         }
         let wire = &self.input[self.off..self.off + want];
         let pos = dec.pos;
-        match dec.verify(wire) {
+        // The rest of a chunk whose CRC is known, all of it this FPDU (FPDU Alignment, RFC
+        // 5044 Appendix B.2): a valid FPDU is a codeword of CRC_RESIDUE, so its octets are not
+        // read again. Else the check reads them, and reports an error exactly.
+        let at_chunk_end = rest_crc == Some(CRC_RESIDUE) && want == rest.len();
+        let verified = if at_chunk_end {
+            dec.verify_codeword(wire)
+        } else {
+            dec.verify(wire)
+        };
+        match verified {
             Ok(len) => {
+                dec.stats.crc_at_chunk_end += u64::from(at_chunk_end);
                 self.off += want;
+                if let Some(c) = rest_crc.filter(|_| want < rest.len()) {
+                    // What follows a valid FPDU in the chunk: its CRC from the chunk rest's.
+                    self.rest_crc =
+                        Some(crc::crc32c_rest(CRC_RESIDUE, c, (rest.len() - want) as u64));
+                    self.rest_crc_at = self.off;
+                }
                 Some(Ok(Ulpdu::new(wire, pos, len, dec.markers)))
             }
             Err(e) => {
@@ -215,11 +252,13 @@ impl<'a> Chunk<'_, 'a> {
         self.spill
     }
 
-    /// The CRC32c of the octets the last ULPDU handed out took of the last chunk it reached
-    /// (the first [`Chunk::spill`] octets of the chunk decoding goes on in, or the whole of it),
-    /// when it was verified from the chunks' CRCs ([`FpduDecoder::feed_run_with_crcs`]).
-    pub fn spill_crc(&self) -> Option<u32> {
-        self.spill_crc
+    /// The CRC32c of what the last ULPDU handed out left of the last chunk it reached (the
+    /// octets after the first [`Chunk::spill`] of the chunk decoding goes on in; of nothing, 0,
+    /// when it took the whole chunk), when it was verified from the chunks' CRCs
+    /// ([`FpduDecoder::feed_run_with_crcs`]) and that chunk's CRC is known: decoding goes on
+    /// there with it.
+    pub fn spill_rest_crc(&self) -> Option<u32> {
+        self.spill_rest_crc
     }
 }
 

@@ -56,6 +56,9 @@ pub struct DecoderStats {
     /// Of those, the ones whose CRC was joined from the chunks' CRCs
     /// ([`FpduDecoder::feed_run_with_crcs`]).
     pub crc_joined: u64,
+    /// FPDUs inside a chunk that ended with it, verified from the CRC the chunk came with (of
+    /// what the FPDUs before them left): none of their octets read again.
+    pub crc_at_chunk_end: u64,
 }
 
 /// The in-order FPDU receiver of one half connection.
@@ -167,12 +170,13 @@ impl FpduDecoder {
 
     /// [`FpduDecoder::feed_run`] with the CRC32c of `input` and of each chunk of `next`
     /// (`next_crcs[i]` of `next[i]`), where known: those taken when the segments were parsed,
-    /// in the checksum's pass. An FPDU that spans chunks is then verified from the CRCs of the
-    /// chunks it covers whole and of its parts of the first and last ones (its octets are not
-    /// read again but for the last part); [`Chunk::spill_crc`] gives that last part's CRC, from
-    /// which the rest of its chunk's CRC follows (`crc32c_combine`). An unknown CRC (`None`)
-    /// means the octets are read, as by [`FpduDecoder::feed_run`]; a wrong one can only fail
-    /// the check, which is then made again from the octets and reported exactly.
+    /// in the checksum's pass. An FPDU that ends with `input` is then verified from its CRC
+    /// (not read again: an FPDU aligned with its segment); one that spans chunks from the
+    /// CRCs of the chunks it covers whole and of its parts of the first and last ones (of the
+    /// last one the shorter of its part and the rest is read). [`Chunk::spill_rest_crc`]
+    /// gives the CRC of that last chunk's rest, where decoding goes on. An unknown CRC
+    /// (`None`) means the octets are read, as by [`FpduDecoder::feed_run`]; a wrong one can
+    /// only fail the check, which is then made again from the octets and reported exactly.
     pub fn feed_run_with_crcs<'d, 'a>(
         &'d mut self,
         input: &'a [u8],
@@ -190,6 +194,14 @@ impl FpduDecoder {
     /// Checks a whole FPDU wire image at the current position and advances past it.
     fn verify(&mut self, wire: &[u8]) -> Result<u16, DecodeError> {
         let ulpdu_len = verify_fpdu(wire, self.pos, self.markers, self.crc)?;
+        self.advance(wire.len(), ulpdu_len);
+        Ok(ulpdu_len)
+    }
+
+    /// Checks a whole FPDU wire image whose CRC32c, CRC field included, is known to be
+    /// [`CRC_RESIDUE`] (so its CRC is right): its markers, and advances past it.
+    fn verify_codeword(&mut self, wire: &[u8]) -> Result<u16, DecodeError> {
+        let ulpdu_len = verify_fpdu_computed(wire, self.pos, self.markers, None)?;
         self.advance(wire.len(), ulpdu_len);
         Ok(ulpdu_len)
     }

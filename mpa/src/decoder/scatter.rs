@@ -9,6 +9,15 @@ use crate::crc;
 use crate::markers;
 use crate::wire::fpdu::CRC_LEN;
 
+/// An FPDU's CRC joined from the CRCs of its parts ([`Scatter::verify`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Joined {
+    /// Whether a CRC given with the chunks was joined (not only CRCs computed here).
+    pub(super) from_given: bool,
+    /// The CRC32c of the rest of the last chunk the FPDU reached, when known.
+    pub(super) rest_crc: Option<u32>,
+}
+
 /// The rest of one chunk and the whole chunks after it, as one sequence of octets.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Scatter<'a> {
@@ -77,12 +86,14 @@ impl<'a> Scatter<'a> {
         c
     }
 
-    /// The CRC32c of the first `len` octets, which go beyond `head`, joined from the CRCs of
-    /// `head` (computed here when not known), of the chunks they cover whole (known) and of
-    /// their part of the last chunk they reach (computed here unless it is the whole chunk);
-    /// and that last part's CRC. `None`, with no octet read, when the CRC of a chunk covered
-    /// whole is not known or the octets are not all there.
-    fn joined_crc(&self, len: usize) -> Option<(u32, u32)> {
+    /// Whether the first `len` octets, which go beyond `head`, end in a valid CRC (their
+    /// CRC32c is [`CRC_RESIDUE`]), joined from the CRCs of `head` (computed here when not
+    /// known), of the chunks they cover whole (known) and of the last chunk they reach: its
+    /// CRC and that of the shorter of their part of it and the rest, read here (of the part
+    /// alone when the chunk's is not known); and how it was joined. `None`, with no octet
+    /// read, when the CRC of a chunk covered whole is not known, when nothing known would be
+    /// joined, or when the octets are not all there.
+    fn joined_check(&self, len: usize) -> Option<(bool, Joined)> {
         let beyond = len.checked_sub(self.head.len())?;
         // First whether the CRC of every chunk covered whole is known: else the caller reads
         // the octets once, not partly here and again there.
@@ -98,25 +109,46 @@ impl<'a> Scatter<'a> {
         if reach == 0 || left > self.rest[reach - 1].len() {
             return None;
         }
-        // Nothing known to join from (no chunk covered whole, neither first nor last part
-        // whole): reading the octets is all there is.
-        let last_whole = left == self.rest[reach - 1].len();
-        let known_last = last_whole && self.rest_crcs.get(reach - 1).copied().flatten().is_some();
-        if self.head_crc.is_none() && reach == 1 && !known_last {
+        let (last, last_crc) = (
+            self.rest[reach - 1],
+            self.rest_crcs.get(reach - 1).copied().flatten(),
+        );
+        if self.head_crc.is_none() && reach == 1 && last_crc.is_none() {
+            // Nothing known to join from: reading the octets is all there is.
             return None;
         }
         let mut joined = self.head_crc.unwrap_or_else(|| crc::crc32c(self.head));
-        let (mut left, mut last) = (beyond, 0);
-        for (i, s) in self.rest[..reach].iter().enumerate() {
-            let n = left.min(s.len());
-            last = match self.rest_crcs.get(i).copied().flatten() {
-                Some(c) if n == s.len() => c,
-                _ => crc::crc32c(&s[..n]),
-            };
-            joined = crc::crc32c_combine(joined, last, n as u64);
-            left -= n;
+        for (s, c) in self.rest[..reach - 1].iter().zip(self.rest_crcs) {
+            joined = crc::crc32c_combine(joined, c.unwrap_or_default(), s.len() as u64);
         }
-        Some((joined, last))
+        let (n, after) = (left as u64, (last.len() - left) as u64);
+        let mut from_given = self.head_crc.is_some() || reach > 1;
+        let (ok, rest_crc) = match last_crc {
+            Some(c) if after < n => {
+                // The whole chunk's CRC joined, against a valid FPDU followed by the rest:
+                // the rest is the shorter read.
+                from_given = true;
+                let rest = crc::crc32c(&last[left..]);
+                let whole = crc::crc32c_combine(joined, c, last.len() as u64);
+                (
+                    whole == crc::crc32c_combine(CRC_RESIDUE, rest, after),
+                    Some(rest),
+                )
+            }
+            _ => {
+                // The part read; with the chunk's CRC, the rest's follows for what comes next.
+                let part = crc::crc32c(&last[..left]);
+                let rest = last_crc.map(|c| crc::crc32c_rest(part, c, after));
+                (crc::crc32c_combine(joined, part, n) == CRC_RESIDUE, rest)
+            }
+        };
+        Some((
+            ok,
+            Joined {
+                from_given,
+                rest_crc,
+            },
+        ))
     }
 
     /// Wire length of the FPDU at stream position `pos` starting here, if its header is
@@ -130,21 +162,21 @@ impl<'a> Scatter<'a> {
     /// `verify_fpdu` does a contiguous one: CRC first (error 2), then every marker (error 3).
     /// The CRC from the chunks' CRCs where they are known ([`Scatter::joined_crc`]: the whole
     /// FPDU must have [`CRC_RESIDUE`]), else, or when that fails, from the octets (so that an
-    /// error reports the CRC received and the one computed). Returns ULPDU_Length, and the CRC
-    /// of the FPDU's part of the last chunk when it was joined.
+    /// error reports the CRC received and the one computed). Returns ULPDU_Length, and
+    /// whether the CRC was joined: then with the CRC of the last chunk's rest, when known.
     pub(super) fn verify(
         &self,
         wire_len: usize,
         pos: u32,
         markers: bool,
         crc: bool,
-    ) -> Result<(u16, Option<u32>), DecodeError> {
+    ) -> Result<(u16, Option<Joined>), DecodeError> {
         let hoff = markers::header_offset(pos, markers);
         let ulpdu_len = self.u16_be(hoff).unwrap_or(0);
-        let mut last_part_crc = None;
+        let mut joined = None;
         if crc {
-            match self.joined_crc(wire_len) {
-                Some((joined, last)) if joined == CRC_RESIDUE => last_part_crc = Some(last),
+            match self.joined_check(wire_len) {
+                Some((true, j)) => joined = Some(j),
                 _ => {
                     let computed = self.crc(wire_len - CRC_LEN);
                     let received = self.u32_le(wire_len - CRC_LEN).unwrap_or(!computed);
@@ -175,6 +207,6 @@ impl<'a> Scatter<'a> {
                 w += MARKER_INTERVAL;
             }
         }
-        Ok((ulpdu_len, last_part_crc))
+        Ok((ulpdu_len, joined))
     }
 }

@@ -343,8 +343,8 @@ fn reassembly_agrees_with_whole_fpdus() {
 enum GivenCrcs {
     /// None known ([`FpduDecoder::feed_run`]).
     Unknown,
-    /// Each chunk's CRC32c, derived for a chunk's rest from [`Chunk::spill_crc`] as the
-    /// receiver does.
+    /// Each chunk's CRC32c, that of a chunk's rest from [`Chunk::spill_rest_crc`] as the
+    /// receiver takes it.
     Right,
     /// Each one off by a bit.
     Wrong,
@@ -370,6 +370,16 @@ fn decode_runs(
     given: GivenCrcs,
 ) -> Result<RunsDecoded, DecodeError> {
     let chunks: Vec<&[u8]> = wire.chunks(cut.max(1)).collect();
+    decode_chunks_in_runs(dec, &chunks, per_run, given)
+}
+
+/// [`decode_runs`] for `chunks` cut where they are.
+fn decode_chunks_in_runs(
+    dec: &mut FpduDecoder,
+    chunks: &[&[u8]],
+    per_run: usize,
+    given: GivenCrcs,
+) -> Result<RunsDecoded, DecodeError> {
     let crcs: Vec<Option<u32>> = chunks
         .iter()
         .map(|c| match given {
@@ -387,12 +397,11 @@ fn decode_runs(
         .chunks(per_run.max(1))
         .zip(crcs.chunks(per_run.max(1)))
     {
-        let (mut i, mut skip, mut skip_crc) = (0, 0, Some(0));
+        let (mut i, mut skip, mut rest_crc) = (0, 0, None);
         while i < run.len() {
             let input = &run[i][skip..];
-            let input_crc = run_crcs[i]
-                .zip(skip_crc)
-                .map(|(whole, first)| crc::crc32c_rest(first, whole, input.len() as u64));
+            let input_crc = if skip == 0 { run_crcs[i] } else { rest_crc };
+            let joined_before = dec.stats().crc_joined;
             let mut ch =
                 dec.feed_run_with_crcs(input, input_crc, &run[i + 1..], &run_crcs[i + 1..]);
             while let Some(r) = ch.next_ulpdu() {
@@ -400,18 +409,18 @@ fn decode_runs(
                 out.spanned += u64::from(u.spans_chunks());
                 out.ulpdus.push(u.to_vec());
             }
-            let (mut spill, spill_crc) = (ch.spill(), ch.spill_crc());
+            let (mut spill, spill_rest_crc) = (ch.spill(), ch.spill_rest_crc());
             drop(ch);
-            out.joined += u64::from(spill_crc.is_some());
+            out.joined += dec.stats().crc_joined - joined_before;
             i += 1;
             while i < run.len() && spill >= run[i].len() {
                 spill -= run[i].len();
                 i += 1;
             }
-            if let (Some(c), true) = (spill_crc, spill > 0) {
-                assert_eq!(c, crc::crc32c(&run[i][..spill]), "the spill's CRC");
+            if let (Some(c), true, GivenCrcs::Right) = (spill_rest_crc, spill > 0, given) {
+                assert_eq!(c, crc::crc32c(&run[i][spill..]), "the rest's CRC");
             }
-            (skip, skip_crc) = (spill, if spill == 0 { Some(0) } else { spill_crc });
+            (skip, rest_crc) = (spill, spill_rest_crc);
         }
         assert_eq!(skip, 0, "an FPDU reached past its run");
     }
@@ -541,6 +550,128 @@ fn spanning_fpdus_are_verified_from_the_chunks_crcs() {
                 let wrong = decode_runs(&mut dec, &wire, cut, per_run, GivenCrcs::Wrong).unwrap();
                 assert_eq!(wrong.ulpdus, sent);
                 assert_eq!(wrong.joined, 0);
+            }
+        }
+    }
+}
+
+/// `wire` (FPDUs from stream position 0) cut after every `per_chunk` FPDUs, and after the
+/// first `part` octets of the FPDU after them when `part > 0` (the rest of that FPDU then
+/// starts the next chunk).
+fn cut_at_fpdus(markers: bool, wire: &[u8], per_chunk: usize, part: usize) -> Vec<&[u8]> {
+    let ends = fpdu_ends(markers, wire);
+    let mut cuts: Vec<usize> = Vec::new();
+    for (i, &end) in ends.iter().enumerate() {
+        if (i + 1) % per_chunk == 0 {
+            cuts.push(end);
+            if part > 0 && end + part < ends.get(i + 1).copied().unwrap_or(0) {
+                cuts.push(end + part);
+            }
+        }
+    }
+    let mut chunks = Vec::new();
+    let mut at = 0;
+    for c in cuts.into_iter().chain([wire.len()]) {
+        if c > at {
+            chunks.push(&wire[at..c]);
+            at = c;
+        }
+    }
+    chunks
+}
+
+/// Where each FPDU of `wire` (from stream position 0) ends.
+fn fpdu_ends(markers: bool, wire: &[u8]) -> Vec<usize> {
+    let mut ends = Vec::new();
+    let mut pos = 0;
+    while pos < wire.len() {
+        pos += wire_len_at(pos as u32, markers, &wire[pos..]).unwrap();
+        ends.push(pos);
+    }
+    ends
+}
+
+/// An FPDU that ends its chunk (FPDU Alignment) is verified from the CRC the chunk came with,
+/// none of its octets read again: alone in its chunk, after others in it (which are read, or
+/// checked as a batch against the chunk's CRC when the batch ends it), or after the end of
+/// an FPDU that spilled into the chunk. The ULPDUs are those of a decode without CRCs given;
+/// with wrong CRCs given, none is verified that way and the ULPDUs are the same again.
+#[test]
+fn fpdus_that_end_their_chunk_are_verified_from_its_crc() {
+    for markers in [false, true] {
+        let (wire, sent) = stream(markers, &[1400, 1400, 300, 100, 600, 700, 20, 1000, 1400]);
+        for (per_chunk, part) in [(1, 0), (2, 0), (3, 0), (1, 100), (2, 250)] {
+            for per_run in [1, 64] {
+                let chunks = cut_at_fpdus(markers, &wire, per_chunk, part);
+                let case = format!("markers {markers}, {per_chunk} per chunk, part {part}");
+                let mut dec = FpduDecoder::new(markers, true);
+                let right = decode_chunks_in_runs(&mut dec, &chunks, per_run, GivenCrcs::Right);
+                assert_eq!(right.unwrap().ulpdus, sent, "{case}");
+                // At least the last FPDU of each chunk cut at FPDU edges at both ends, at most
+                // every FPDU that lies whole in a chunk.
+                let ends = fpdu_ends(markers, &wire);
+                let (mut aligned, mut whole, mut at) = (0, 0, 0);
+                for c in &chunks {
+                    let (start, end) = (at, at + c.len());
+                    at = end;
+                    let starts = start == 0 || ends.contains(&start);
+                    let inside = ends
+                        .iter()
+                        .zip([0].iter().chain(&ends))
+                        .filter(|&(&e, &s)| s >= start && e <= end)
+                        .count() as u64;
+                    whole += inside;
+                    aligned += u64::from(starts && ends.contains(&end) && inside > 0);
+                }
+                let at_end = dec.stats().crc_at_chunk_end;
+                assert!(aligned > 0, "{case}");
+                assert!((aligned..=whole).contains(&at_end), "{case}: {at_end}");
+                for given in [GivenCrcs::Unknown, GivenCrcs::Wrong] {
+                    let mut dec = FpduDecoder::new(markers, true);
+                    let got = decode_chunks_in_runs(&mut dec, &chunks, per_run, given);
+                    assert_eq!(got.unwrap().ulpdus, sent, "{case} {given:?}");
+                    assert_eq!(dec.stats().crc_at_chunk_end, 0, "{case} {given:?}");
+                }
+            }
+        }
+    }
+}
+
+/// An FPDU that ends its chunk, with an octet flipped anywhere in it (its CRC field too),
+/// fails as a decode of the whole stream fails — the same CRC received and computed — and
+/// nothing of it is handed out, whether it is alone in its chunk or the last of a batch.
+#[test]
+fn a_bad_fpdu_at_its_chunks_end_is_reported_exactly() {
+    for markers in [false, true] {
+        let (wire, sent) = stream(markers, &[1400, 1400, 1400, 1400]);
+        let second_end = cut_at_fpdus(markers, &wire, 2, 0)[0].len();
+        let second_start = cut_at_fpdus(markers, &wire, 1, 0)[0].len();
+        for at in [second_start + 8, second_end - 5, second_end - 1] {
+            let mut bad = wire.clone();
+            bad[at] ^= 0x08;
+            let mut whole = FpduDecoder::new(markers, true);
+            let expected = decode_all(&mut whole, &bad, bad.len()).unwrap_err();
+            assert!(matches!(expected, DecodeError::Crc { .. }), "{expected:?}");
+            for per_chunk in [1, 2] {
+                let chunks = cut_at_fpdus(markers, &bad, per_chunk, 0);
+                let mut dec = FpduDecoder::new(markers, true);
+                let mut got = Vec::new();
+                let mut err = None;
+                'chunks: for c in &chunks {
+                    let mut ch = dec.feed_run_with_crcs(c, Some(crc::crc32c(c)), &[], &[]);
+                    while let Some(r) = ch.next_ulpdu() {
+                        match r {
+                            Ok(u) => got.push(u.to_vec()),
+                            Err(e) => {
+                                err = Some(e);
+                                break 'chunks;
+                            }
+                        }
+                    }
+                }
+                let case = format!("markers {markers}, flip at {at}, {per_chunk} per chunk");
+                assert_eq!(err, Some(expected), "{case}");
+                assert_eq!(got, sent[..1], "{case}");
             }
         }
     }

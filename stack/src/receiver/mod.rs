@@ -22,7 +22,7 @@ mod run;
 pub(crate) mod tests;
 
 use ahead::AheadList;
-use mpa::crc::{crc32c_append, crc32c_combine, crc32c_rest};
+use mpa::crc::{crc32c_append, crc32c_combine};
 use mpa::decoder::{DecodeError, FpduDecoder};
 use mpa::endpoint::classify_rtr;
 use mpa::locator::{FpduLocator, LocatedFpdu};
@@ -419,38 +419,33 @@ impl MpaReceiver {
             }
             return;
         }
-        // `skip_crc`: the CRC of the first `skip` octets of `octets[i]`, when known (that of
-        // nothing is 0).
-        let (mut i, mut skip, mut skip_crc) = (0, 0, Some(0));
+        // `rest_crc`: the CRC of `octets[i][skip..]` when `skip > 0` and it is known (the
+        // decoder's, from the FPDU that spilled into the chunk).
+        let (mut i, mut skip, mut rest_crc) = (0, 0, None);
         while i < octets.len() && self.end.is_none() {
             let bytes = &octets[i][skip..];
-            // The CRC of a chunk's rest follows from the chunk's and its first part's.
-            let bytes_crc = crcs
-                .get(i)
-                .copied()
-                .flatten()
-                .zip(skip_crc)
-                .map(|(whole, first)| crc32c_rest(first, whole, bytes.len() as u64));
+            let bytes_crc = if skip == 0 {
+                crcs.get(i).copied().flatten()
+            } else {
+                rest_crc
+            };
             let next = (&octets[i + 1..], crcs.get(i + 1..).unwrap_or_default());
-            let (spill, spill_crc) =
+            let (spill, spill_rest_crc) =
                 self.decode(bytes, bytes_crc, next, InOrderSource::Segment, regions);
             self.ahead.advance(bytes.len() + spill);
             i += 1;
-            (skip, skip_crc) = (spill, spill_crc);
+            (skip, rest_crc) = (spill, spill_rest_crc);
             while i < octets.len() && skip >= octets[i].len() {
                 skip -= octets[i].len();
                 i += 1;
-            }
-            if skip == 0 {
-                skip_crc = Some(0);
             }
         }
     }
 
     /// In-order octets through the FPDU decoder, with their CRC32c if known; `next`: the run's
     /// octets after them, still in hand, and their CRCs where known. Returns how many octets
-    /// of `next` the last FPDU reached into, and the CRC of those in the last chunk it reached
-    /// when known.
+    /// of `next` the last FPDU reached into, and the CRC of what it left of the last chunk it
+    /// reached, when known.
     fn decode<R: Regions + ?Sized>(
         &mut self,
         bytes: &[u8],
@@ -598,11 +593,12 @@ impl MpaReceiver {
             }
         }
         while chunk.next_ulpdu().is_some() {}
-        let spill = (chunk.spill(), chunk.spill_crc());
+        let spill = (chunk.spill(), chunk.spill_rest_crc());
         drop(chunk);
         let d = self.decoder.stats();
         self.stats.spanned_in_place = d.spanned;
         self.stats.crc_from_segments = d.crc_joined;
+        self.stats.crc_at_segment_end = d.crc_at_chunk_end;
         self.stats.staged = d.reassembled;
         spill
     }
