@@ -32,18 +32,19 @@ impl FpduDecoder {
     /// wrong FPDUPTR (so that FPDU goes through [`verify_fpdu`], which checks its CRC first and
     /// reports whichever error is there precisely).
     ///
-    /// `input_crc`, the CRC32c of `input` when known: a batch that takes all of it is checked
-    /// against it, no octet read again.
+    /// `input_crc`, the CRC32c of `input` when known: the batch is then checked against it
+    /// with the CRC of the shorter of the batch and what follows it in `input` (nothing read
+    /// when the batch takes all of it).
     ///
-    /// Returns `(verified, scanned, crc)`: how many FPDUs were verified (0 when fewer than two
-    /// passed the scan, or when the batch CRC fails: then each FPDU is checked on its own and
-    /// the bad one is reported precisely), how many octets the run covered, and the CRC32c of
-    /// the verified FPDUs' octets.
+    /// Returns `(verified, scanned, rest_crc)`: how many FPDUs were verified (0 when fewer than
+    /// two passed the scan, or when the batch CRC fails: then each FPDU is checked on its own
+    /// and the bad one is reported precisely), how many octets the run covered, and the CRC32c
+    /// of `input[scanned..]` when it is known.
     pub(super) fn batch_scan(
         &mut self,
         input: &[u8],
         input_crc: Option<u32>,
-    ) -> (usize, usize, u32) {
+    ) -> (usize, usize, Option<u32>) {
         let markers = self.markers;
         let mut run = BatchRun {
             input,
@@ -80,15 +81,30 @@ impl FpduDecoder {
             }
         }
         let (n, off, expected) = (run.n, run.off, run.expected);
-        let verified = n >= 2
-            && match input_crc {
-                Some(c) if off == input.len() => c == expected,
-                _ => crc::crc32c(&input[..off]) == expected,
-            };
+        if n < 2 {
+            return (0, off, None);
+        }
+        let after = input.len() - off;
+        let (verified, rest_crc) = match input_crc {
+            Some(c) if after < off => {
+                // The batch followed by the rest, against the input's CRC: the rest is the
+                // shorter read.
+                let rest = crc::crc32c(&input[off..]);
+                let whole = crc::crc32c_combine(expected, rest, after as u64);
+                (c == whole, Some(rest))
+            }
+            _ => {
+                let verified = crc::crc32c(&input[..off]) == expected;
+                (
+                    verified,
+                    input_crc.map(|c| crc::crc32c_rest(expected, c, after as u64)),
+                )
+            }
+        };
         if verified {
-            (n, off, expected)
+            (n, off, rest_crc)
         } else {
-            (0, off, expected)
+            (0, off, None)
         }
     }
 }

@@ -186,20 +186,13 @@ impl<'a> Chunk<'_, 'a> {
         };
         let rest_crc = self.rest_crc.filter(|_| self.rest_crc_at == self.off);
         if dec.crc && want >= BATCH_MIN_WIRE && self.off >= self.scanned_end {
-            let (n, scanned, batch_crc) = dec.batch_scan(rest, rest_crc);
+            let (n, scanned, after_crc) = dec.batch_scan(rest, rest_crc);
             self.scanned_end = self.off + scanned;
             if n > 0 {
                 if scanned == rest.len() && rest_crc.is_some() {
                     dec.stats.crc_at_chunk_end += n as u64;
                 }
-                if let Some(c) = rest_crc.filter(|_| scanned < rest.len()) {
-                    self.rest_crc = Some(crc::crc32c_rest(
-                        batch_crc,
-                        c,
-                        (rest.len() - scanned) as u64,
-                    ));
-                    self.rest_crc_at = self.off + scanned;
-                }
+                (self.rest_crc, self.rest_crc_at) = (after_crc, self.off + scanned);
                 self.batch_at = 0;
                 self.batch_n = n;
                 return Some(Ok(take_batched(
@@ -212,11 +205,21 @@ impl<'a> Chunk<'_, 'a> {
         }
         let wire = &self.input[self.off..self.off + want];
         let pos = dec.pos;
-        // The rest of a chunk whose CRC is known, all of it this FPDU (FPDU Alignment, RFC
-        // 5044 Appendix B.2): a valid FPDU is a codeword of CRC_RESIDUE, so its octets are not
-        // read again. Else the check reads them, and reports an error exactly.
-        let at_chunk_end = rest_crc == Some(CRC_RESIDUE) && want == rest.len();
-        let verified = if at_chunk_end {
+        // With the CRC of the chunk's rest known, a valid FPDU being a codeword of
+        // CRC_RESIDUE: one that is all of the rest (FPDU Alignment, RFC 5044 Appendix B.2) is
+        // not read again, one longer than what follows it is checked with the CRC of that
+        // instead. Else, or when that check fails, the FPDU is read, and an error reported
+        // exactly.
+        let after = rest.len() - want;
+        let at_chunk_end = rest_crc == Some(CRC_RESIDUE) && after == 0;
+        let mut after_crc = None;
+        if let Some(c) = rest_crc.filter(|_| after > 0 && after < want) {
+            let a = crc::crc32c(&rest[want..]);
+            if c == crc::crc32c_combine(CRC_RESIDUE, a, after as u64) {
+                after_crc = Some(a);
+            }
+        }
+        let verified = if at_chunk_end || after_crc.is_some() {
             dec.verify_codeword(wire)
         } else {
             dec.verify(wire)
@@ -225,11 +228,11 @@ impl<'a> Chunk<'_, 'a> {
             Ok(len) => {
                 dec.stats.crc_at_chunk_end += u64::from(at_chunk_end);
                 self.off += want;
-                if let Some(c) = rest_crc.filter(|_| want < rest.len()) {
-                    // What follows a valid FPDU in the chunk: its CRC from the chunk rest's.
-                    self.rest_crc =
-                        Some(crc::crc32c_rest(CRC_RESIDUE, c, (rest.len() - want) as u64));
-                    self.rest_crc_at = self.off;
+                if let Some(c) = rest_crc.filter(|_| after > 0) {
+                    // What follows a valid FPDU in the chunk: its CRC, from the rest's.
+                    let a =
+                        after_crc.unwrap_or_else(|| crc::crc32c_rest(CRC_RESIDUE, c, after as u64));
+                    (self.rest_crc, self.rest_crc_at) = (Some(a), self.off);
                 }
                 Some(Ok(Ulpdu::new(wire, pos, len, dec.markers)))
             }

@@ -637,16 +637,22 @@ fn fpdus_that_end_their_chunk_are_verified_from_its_crc() {
     }
 }
 
-/// An FPDU that ends its chunk, with an octet flipped anywhere in it (its CRC field too),
-/// fails as a decode of the whole stream fails — the same CRC received and computed — and
-/// nothing of it is handed out, whether it is alone in its chunk or the last of a batch.
+/// A bad FPDU in a chunk whose CRC is known, an octet flipped anywhere in it (its CRC field
+/// too), fails as a decode of the whole stream fails — the same CRC received and computed —
+/// and nothing of it is handed out: alone in its chunk, the last of a batch, or checked with
+/// the CRC of a shorter FPDU after it.
 #[test]
-fn a_bad_fpdu_at_its_chunks_end_is_reported_exactly() {
+fn a_bad_fpdu_in_a_chunk_with_a_known_crc_is_reported_exactly() {
     for markers in [false, true] {
-        let (wire, sent) = stream(markers, &[1400, 1400, 1400, 1400]);
-        let second_end = cut_at_fpdus(markers, &wire, 2, 0)[0].len();
-        let second_start = cut_at_fpdus(markers, &wire, 1, 0)[0].len();
-        for at in [second_start + 8, second_end - 5, second_end - 1] {
+        let (wire, sent) = stream(markers, &[1400, 1400, 1400, 200]);
+        let ends = fpdu_ends(markers, &wire);
+        for (bad_fpdu, at) in [
+            (1, ends[0] + 8),
+            (1, ends[1] - 5),
+            (1, ends[1] - 1),
+            (2, ends[1] + 8),
+            (2, ends[2] - 1),
+        ] {
             let mut bad = wire.clone();
             bad[at] ^= 0x08;
             let mut whole = FpduDecoder::new(markers, true);
@@ -671,7 +677,7 @@ fn a_bad_fpdu_at_its_chunks_end_is_reported_exactly() {
                 }
                 let case = format!("markers {markers}, flip at {at}, {per_chunk} per chunk");
                 assert_eq!(err, Some(expected), "{case}");
-                assert_eq!(got, sent[..1], "{case}");
+                assert_eq!(got, sent[..bad_fpdu], "{case}");
             }
         }
     }
