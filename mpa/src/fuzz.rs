@@ -12,8 +12,10 @@ fn flags(b: u8) -> (bool, bool) {
 }
 
 /// Feeds `data` to in-order decoders in chunks whose sizes come from the input itself: chunk
-/// by chunk, and as runs of chunks (`FpduDecoder::feed_run`, FPDUs spanning chunks handed out
-/// in place). Both must hand out the same ULPDUs and stop at the same error.
+/// by chunk, as runs of chunks (`FpduDecoder::feed_run`, FPDUs spanning chunks handed out in
+/// place), and as runs with each chunk's CRC given as the parse pass gives it
+/// (`FpduDecoder::feed_run_with_crcs`: FPDUs verified from the chunks' CRCs). All must hand
+/// out the same ULPDUs and stop at the same error.
 pub fn fuzz_decoder(data: &[u8]) {
     let Some((&cfg, rest)) = data.split_first() else {
         return;
@@ -28,9 +30,15 @@ pub fn fuzz_decoder(data: &[u8]) {
     let chunks: Vec<&[u8]> = rest.chunks(chunk).collect();
     let mut by_chunk = FpduDecoder::at_position(start, markers, crc);
     let mut by_run = FpduDecoder::at_position(start, markers, crc);
-    let a = decode_chunks(&mut by_chunk, &chunks, 1);
-    let b = decode_chunks(&mut by_run, &chunks, per_run);
+    let mut with_crcs = FpduDecoder::at_position(start, markers, crc);
+    let a = decode_chunks(&mut by_chunk, &chunks, 1, false);
+    let b = decode_chunks(&mut by_run, &chunks, per_run, false);
     assert_eq!(a, b, "chunk by chunk and by runs of {per_run}");
+    let c = decode_chunks(&mut with_crcs, &chunks, per_run, true);
+    assert_eq!(
+        a, c,
+        "chunk by chunk and by runs of {per_run} with their CRCs"
+    );
     assert!(a.0.iter().map(Vec::len).sum::<usize>() <= rest.len());
     if a.1.is_none() {
         assert_eq!(by_chunk.position(), by_run.position());
@@ -38,18 +46,30 @@ pub fn fuzz_decoder(data: &[u8]) {
     }
 }
 
-/// The ULPDUs `dec` hands out over `chunks` fed as runs of `per_run`, and the error it stopped
-/// at.
+/// The ULPDUs `dec` hands out over `chunks` fed as runs of `per_run`, with the chunks' CRCs
+/// when `crcs` (a chunk's rest's from the decoder, as the receiver takes it), and the error
+/// it stopped at.
 fn decode_chunks(
     dec: &mut FpduDecoder,
     chunks: &[&[u8]],
     per_run: usize,
+    crcs: bool,
 ) -> (Vec<Vec<u8>>, Option<DecodeError>) {
     let mut got = Vec::new();
-    for run in chunks.chunks(per_run) {
-        let (mut i, mut skip) = (0, 0);
+    let chunk_crcs: Vec<Option<u32>> = chunks
+        .iter()
+        .map(|c| crcs.then(|| crate::crc::crc32c(c)))
+        .collect();
+    for (run, run_crcs) in chunks.chunks(per_run).zip(chunk_crcs.chunks(per_run)) {
+        let (mut i, mut skip, mut rest_crc) = (0, 0, None);
         while i < run.len() {
-            let mut ch = dec.feed_run(&run[i][skip..], &run[i + 1..]);
+            let input_crc = if skip == 0 { run_crcs[i] } else { rest_crc };
+            let mut ch = dec.feed_run_with_crcs(
+                &run[i][skip..],
+                input_crc,
+                &run[i + 1..],
+                &run_crcs[i + 1..],
+            );
             while let Some(r) = ch.next_ulpdu() {
                 match r {
                     Ok(u) => {
@@ -61,13 +81,13 @@ fn decode_chunks(
                     Err(e) => return (got, Some(e)),
                 }
             }
-            let mut spill = ch.spill();
+            let (mut spill, spill_rest_crc) = (ch.spill(), ch.spill_rest_crc());
             i += 1;
             while i < run.len() && spill >= run[i].len() {
                 spill -= run[i].len();
                 i += 1;
             }
-            skip = spill;
+            (skip, rest_crc) = (spill, spill_rest_crc);
         }
     }
     (got, None)

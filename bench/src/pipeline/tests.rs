@@ -361,3 +361,23 @@ fn counting_without_a_digest_is_the_first_rung() {
     assert_eq!(r.last.fpdus, 256, "1 MiB of 4 KiB Writes");
     assert!(r.last.segments_batched > 0);
 }
+
+/// FPDUs aligned with segments (`--aligned on`, no loss): every FPDU lies inside a segment
+/// (none spans, none staged), and the last of each segment is verified from the segment's CRC
+/// taken in the checksum's pass; with the CRC off, none is.
+#[test]
+fn aligned_fpdus_are_verified_from_their_segments_crcs() {
+    for crc in [true, false] {
+        let mut o = tiny(Op::Write, true, true, 0.0, 0.0);
+        o.crc = crc;
+        let r = pipeline(&o).expect("round checks pass");
+        assert_eq!(r.last.completions, 512);
+        assert_eq!(r.last.spanned_in_place + r.last.staged, 0, "{}", r.line());
+        if crc {
+            assert!(r.last.crc_at_segment_end >= r.segments, "{}", r.line());
+            assert!(r.last.crc_at_segment_end <= r.last.fpdus, "{}", r.line());
+        } else {
+            assert_eq!(r.last.crc_at_segment_end, 0, "{}", r.line());
+        }
+    }
+}
