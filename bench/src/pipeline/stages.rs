@@ -14,6 +14,8 @@
 //! 4. `+ markers`: markers present in the stream and removed.
 //! 5. `+ placement + completions`: RDMA Writes placed into a registered region, the RFC 5040
 //!    checks, completions issued (per message, so their share falls as ULPDUs grow).
+//!
+//! Every rung frames the FPDUs as the base does: aligned with segments or not.
 
 use super::{pipeline_many, PipelineOpts, PipelineReport};
 use crate::bed::options::Op;
@@ -35,7 +37,6 @@ pub(crate) fn ladder(base: &PipelineOpts) -> Vec<PipelineOpts> {
         let mut o = base.clone();
         o.loss = 0.0;
         o.reorder = 0.0;
-        o.aligned = false;
         o.digest = false;
         o.op = if i >= 4 { Op::Write } else { Op::Count };
         o.verify_checksums = i >= 1;
@@ -76,10 +77,12 @@ impl StageTable {
             return String::new();
         };
         let mut s = format!(
-            "per stage, MSS {} ULPDU {} (difference of adjacent rungs' median poll CPU ns/packet):\n\n\
+            "per stage, MSS {} ULPDU {}{} (difference of adjacent rungs' median poll CPU ns/packet):\n\n\
              | stage | ns/packet | cumulative ns/packet | cumulative Gbit/s/core |\n\
              |---|---|---|---|\n",
-            last.opts.mss, last.opts.size
+            last.opts.mss,
+            last.opts.size,
+            if last.opts.aligned { ", FPDUs aligned" } else { "" },
         );
         for ((name, ns), r) in self.stage_ns().iter().zip(&self.reports) {
             s += &format!(
@@ -157,7 +160,12 @@ mod tests {
         );
         assert!(l
             .iter()
-            .all(|o| o.loss == 0.0 && !o.digest && o.mss == 1448));
+            .all(|o| o.loss == 0.0 && !o.digest && o.mss == 1448 && o.aligned));
+        let unaligned = ladder(&PipelineOpts {
+            aligned: false,
+            ..base
+        });
+        assert!(unaligned.iter().all(|o| !o.aligned));
     }
 
     #[test]

@@ -152,8 +152,8 @@ impl<'a> Chunk<'_, 'a> {
                 let sc = Scatter {
                     head: rest,
                     rest: self.next,
-                    // Unknown when no CRC followed the FPDUs before it in the chunk: that
-                    // part's is then computed, when the others are known.
+                    // The chunk rest's CRC, when known (the chunk's own, or carried past the
+                    // FPDUs before it); else that part's is computed, when the others are.
                     head_crc: self.rest_crc.filter(|_| self.rest_crc_at == self.off),
                     rest_crcs: self.crcs.next,
                 };

@@ -160,7 +160,7 @@ impl<'a> Scatter<'a> {
 
     /// Verifies the FPDU of `wire_len` octets (all there) at stream position `pos` as
     /// `verify_fpdu` does a contiguous one: CRC first (error 2), then every marker (error 3).
-    /// The CRC from the chunks' CRCs where they are known ([`Scatter::joined_crc`]: the whole
+    /// The CRC from the chunks' CRCs where they are known ([`Scatter::joined_check`]: the whole
     /// FPDU must have [`CRC_RESIDUE`]), else, or when that fails, from the octets (so that an
     /// error reports the CRC received and the one computed). Returns ULPDU_Length, and
     /// whether the CRC was joined: then with the CRC of the last chunk's rest, when known.
