@@ -34,7 +34,8 @@ pub(super) fn verify_fpdu_computed(
         let received = u32::from_le_bytes([wire[n - 4], wire[n - 3], wire[n - 2], wire[n - 1]]);
         check_crc(pos, received, computed)?;
     }
-    if markers {
+    // The quick check first; the error's details only when it fails.
+    if markers && !markers_ok(wire, pos, hoff) {
         check_markers(wire, pos, hoff)?;
     }
     Ok(ulpdu_len)
@@ -89,7 +90,8 @@ pub(super) fn check_marker(
     })
 }
 
-/// Whether every marker of the FPDU is right: [`check_markers`] without the error's details.
+/// Whether every marker of the FPDU is right: exactly when [`check_markers`] passes, without
+/// the error's details.
 #[inline]
 pub(super) fn markers_ok(wire: &[u8], pos: u32, hoff: usize) -> bool {
     let end = wire.len().saturating_sub(CRC_LEN);
@@ -118,5 +120,44 @@ fn marker_ptr(wire: &[u8], w: usize) -> u16 {
     match wire.get(w..) {
         Some([_, _, a, b, ..]) => u16::from_be_bytes([*a, *b]) & !3,
         _ => !0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The quick marker check passes exactly when the detailed one does: at every stream
+        /// position (a leading marker or not), every length, with FPDUPTRs right, wrong or
+        /// arbitrary.
+        #[test]
+        fn markers_ok_is_check_markers_passing(
+            pos in prop_oneof![0u32..4096, (0u32..8).prop_map(|k| k * 512)],
+            len in 0usize..3000,
+            flips in proptest::collection::vec((0usize..3000, any::<u8>()), 0..3),
+            fill in any::<u8>(),
+        ) {
+            let hoff = markers::header_offset(pos, true);
+            let mut wire = vec![fill; len];
+            // Every marker right first.
+            let mut w = markers::to_next_marker(pos);
+            while w + 4 <= len {
+                let p = (w.saturating_sub(hoff) as u16).to_be_bytes();
+                wire[w + 2] = p[0];
+                wire[w + 3] = p[1];
+                w += MARKER_INTERVAL;
+            }
+            for (at, x) in flips {
+                if let Some(b) = wire.get_mut(at) {
+                    *b ^= x;
+                }
+            }
+            prop_assert_eq!(
+                markers_ok(&wire, pos, hoff),
+                check_markers(&wire, pos, hoff).is_ok()
+            );
+        }
     }
 }
