@@ -246,7 +246,8 @@ struct SeenSegment {
 /// The datapath's segments toward `port` in `pcap`, as tshark's MPA dissector reads them.
 fn tshark_segments(pcap: &Path, port: u16) -> (Vec<SeenSegment>, bool) {
     let out = std::process::Command::new("tshark")
-        .args(["-n", "-r"])
+        // MPA by its heuristic first (docs/capture.md, "The startup frames").
+        .args(["-o", "tcp.try_heuristic_first:TRUE", "-n", "-r"])
         .arg(pcap)
         .args(["-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,"])
         .args(["-e", "tcp.dstport", "-e", "tcp.seq", "-e", "tcp.len"])
@@ -352,7 +353,7 @@ fn a_captured_datapath_sender_passes_wiresharks_mpa_dissector() {
         segs.remove(0);
         let found: usize = segs.iter().map(|s| s.fpdus).sum();
         let verbose = std::process::Command::new("tshark")
-            .args(["-n", "-V", "-r"])
+            .args(["-o", "tcp.try_heuristic_first:TRUE", "-n", "-V", "-r"])
             .arg(&pcap)
             .output()
             .unwrap();

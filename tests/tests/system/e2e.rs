@@ -840,6 +840,10 @@ fn placement_violations_terminate_with_rfc_codes_and_spare_other_connections() {
 /// occurrences comma-separated.
 fn tshark_fields(pcap: &Path, fields: &[&str]) -> Vec<Vec<String>> {
     let mut cmd = std::process::Command::new("tshark");
+    // MPA is found by a heuristic, which tshark otherwise tries only after the dissector of
+    // either port: an ephemeral port registered to another protocol would hide the connection
+    // (docs/capture.md, "The startup frames").
+    cmd.args(["-o", "tcp.try_heuristic_first:TRUE"]);
     cmd.args(["-n", "-r"]).arg(pcap).args(["-T", "fields"]);
     cmd.args(["-E", "occurrence=a", "-E", "aggregator=,"]);
     for f in fields {
@@ -1039,7 +1043,7 @@ fn capture_of_all_flows_opens_in_tshark_with_mpa_fpdus_both_ways() {
         "markers shown"
     );
     let verbose = std::process::Command::new("tshark")
-        .args(["-n", "-V", "-r"])
+        .args(["-o", "tcp.try_heuristic_first:TRUE", "-n", "-V", "-r"])
         .arg(&pcap)
         .output()
         .unwrap();
