@@ -19,7 +19,7 @@
 //! candidate beyond the budget is left unverified and counted (its octets go the in-order
 //! way, like those of any segment the locator cannot use).
 
-use crate::decoder::{verify_fpdu, DecodeError, Ulpdu};
+use crate::decoder::{verify_fpdu, DecodeError, Ulpdu, CRC_RESIDUE};
 use crate::markers::{self, MarkerGrid};
 use crate::seq::SeqNumber;
 use crate::wire::fpdu::HEADER_LEN;
@@ -82,6 +82,9 @@ pub struct LocateStats {
     pub crc_octets: u64,
     /// Candidates not verified because the segment's verification budget was spent.
     pub over_budget: u32,
+    /// Candidates that were the whole segment, verified from the segment's CRC (none of their
+    /// octets read again: [`FpduLocator::locate_with_crc`]).
+    pub crc_from_segment: u32,
 }
 
 /// Locates FPDUs in out-of-order segments of one direction.
@@ -201,9 +204,24 @@ impl FpduLocator {
         segment: &[u8],
         out: &mut Vec<LocatedFpdu>,
     ) -> LocateStats {
+        self.locate_with_crc(seq, segment, None, out)
+    }
+
+    /// [`FpduLocator::locate`] with the CRC32c of the whole segment when known (taken with
+    /// its checksum): an FPDU that is the whole segment — an aligned sender's — is then
+    /// verified from it, its octets not read again (a valid FPDU, CRC field included, has the
+    /// CRC32c residue); when that fails it is read as without.
+    pub fn locate_with_crc(
+        &self,
+        seq: SeqNumber,
+        segment: &[u8],
+        segment_crc: Option<u32>,
+        out: &mut Vec<LocatedFpdu>,
+    ) -> LocateStats {
         let mut cx = Scan {
             grid: &self.grid,
             crc: self.crc,
+            segment_crc: segment_crc.filter(|_| self.crc),
             seg: segment,
             base: self.grid.pos(seq),
             seq,
@@ -237,6 +255,8 @@ impl FpduLocator {
 struct Scan<'a> {
     grid: &'a MarkerGrid,
     crc: bool,
+    /// The CRC32c of all of `seg`, when known.
+    segment_crc: Option<u32>,
     seg: &'a [u8],
     base: u32,
     seq: SeqNumber,
@@ -306,9 +326,17 @@ impl Scan<'_> {
             self.stats.over_budget += 1;
             return false;
         }
-        self.budget -= wl;
-        self.stats.crc_octets += wl as u64;
-        match verify_fpdu(wire, self.pos(off), self.grid.enabled, self.crc) {
+        let whole_valid = wl == self.seg.len() && self.segment_crc == Some(CRC_RESIDUE);
+        let verified = if whole_valid {
+            // Its CRC is right: only its markers are checked.
+            self.stats.crc_from_segment += 1;
+            verify_fpdu(wire, self.pos(off), self.grid.enabled, false)
+        } else {
+            self.budget -= wl;
+            self.stats.crc_octets += wl as u64;
+            verify_fpdu(wire, self.pos(off), self.grid.enabled, self.crc)
+        };
+        match verified {
             Ok(ulpdu_len) => {
                 self.out.push(LocatedFpdu {
                     seq: self.seq + off,
@@ -383,6 +411,37 @@ mod tests {
             fpdus.push((r.start, r.end, u));
         }
         Truth { wire, fpdus }
+    }
+
+    /// An FPDU that is the whole segment, the segment's CRC known, is located without its
+    /// octets read again; a corrupt one is read and rejected as without the CRC; a segment's
+    /// CRC that is wrong only makes the FPDU read.
+    #[test]
+    fn a_whole_segment_fpdu_is_verified_from_the_segments_crc() {
+        for markers in [false, true] {
+            let t = build(markers, &[700, 1000, 300]);
+            let grid = MarkerGrid::new(SeqNumber(1000), markers);
+            let loc = FpduLocator::new(grid, true).with_aligned_sender(!markers);
+            let (a, b) = (t.fpdus[1].0, t.fpdus[1].1);
+            let seg = &t.wire[a..b];
+            let seq = SeqNumber(1000 + a as u32);
+            let (mut with, mut without) = (Vec::new(), Vec::new());
+            let s = loc.locate_with_crc(seq, seg, Some(crate::crc::crc32c(seg)), &mut with);
+            loc.locate(seq, seg, &mut without);
+            assert_eq!(with, without);
+            assert_eq!(with.len(), 1);
+            assert_eq!((s.crc_from_segment, s.crc_octets), (1, 0), "{s:?}");
+            let s = loc.locate_with_crc(seq, seg, Some(0x1234), &mut Vec::new());
+            assert_eq!(s.crc_from_segment, 0);
+            assert_eq!(s.crc_octets, seg.len() as u64);
+            let mut bad = seg.to_vec();
+            let last = bad.len() - 1;
+            bad[last] ^= 1;
+            let mut got = Vec::new();
+            let s = loc.locate_with_crc(seq, &bad, Some(crate::crc::crc32c(&bad)), &mut got);
+            assert!(got.is_empty());
+            assert_eq!((s.crc_from_segment, s.crc_failures), (0, 1), "{s:?}");
+        }
     }
 
     #[test]

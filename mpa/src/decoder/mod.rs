@@ -38,7 +38,7 @@ const MARKER_INTERVAL: usize = markers::MARKER_INTERVAL as usize;
 
 /// CRC32c of any message followed by its own CRC (least-significant octet first): a whole
 /// FPDU, CRC field included, has this CRC exactly when its CRC field is right.
-const CRC_RESIDUE: u32 = 0x4867_4BC7;
+pub(crate) const CRC_RESIDUE: u32 = 0x4867_4BC7;
 
 /// Counters of one decoder.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -20,7 +20,7 @@ pub(crate) fn receive_segment<S: SendSource, R: Regions + ?Sized>(
     payload: &[u8],
     regions: &mut R,
 ) -> SegmentOutcome {
-    let out = tcp_segment(tcp, rx, now, repr, payload, regions, |_, _| {});
+    let out = tcp_segment(tcp, rx, now, repr, (payload, None), regions, |_, _| {});
     if let Some(b) = payload.get(out.in_order.clone()) {
         rx.handle_in_order(b, InOrderSource::Segment, regions);
     }
@@ -45,9 +45,15 @@ pub(crate) fn receive_segment_in_run<'f, S: SendSource, R: Regions + ?Sized>(
     run: &mut RunOctets<'f>,
     regions: &mut R,
 ) -> SegmentOutcome {
-    let out = tcp_segment(tcp, rx, now, repr, payload, regions, |rx, regions| {
-        end_run(rx, regions, run)
-    });
+    let out = tcp_segment(
+        tcp,
+        rx,
+        now,
+        repr,
+        (payload, payload_crc),
+        regions,
+        |rx, regions| end_run(rx, regions, run),
+    );
     if let Some(b) = payload.get(out.in_order.clone()) {
         let whole = b.len() == payload.len();
         run.push(b, payload_crc.filter(|_| whole));
@@ -149,7 +155,8 @@ fn drain_after_run<S: SendSource, R: Regions + ?Sized>(
 }
 
 /// The TCP's part of a segment: out-of-order octets to
-/// [`MpaReceiver::handle_segment_ahead`]; then the Read Responses the segment acknowledged.
+/// [`MpaReceiver::handle_segment_ahead`] (with `payload_crc`, the CRC32c of the whole payload
+/// if known, when they are all of it); then the Read Responses the segment acknowledged.
 /// `earlier` (ending a run) decodes the in-order octets of the segments before it first,
 /// before either.
 fn tcp_segment<S: SendSource, R: Regions + ?Sized>(
@@ -157,14 +164,15 @@ fn tcp_segment<S: SendSource, R: Regions + ?Sized>(
     rx: &mut MpaReceiver,
     now: Instant,
     repr: &TcpRepr,
-    payload: &[u8],
+    (payload, payload_crc): (&[u8], Option<u32>),
     regions: &mut R,
     mut earlier: impl FnMut(&mut MpaReceiver, &mut R),
 ) -> SegmentOutcome {
     let out = if rx.wants_segments_ahead() {
         tcp.handle_segment_placing(now, repr, payload, &mut |seq, data, spans| {
             earlier(rx, regions);
-            rx.handle_segment_ahead(seq, data, spans, regions)
+            let whole = std::ptr::eq(data, payload);
+            rx.handle_segment_ahead(seq, (data, payload_crc.filter(|_| whole)), spans, regions)
         })
     } else {
         tcp.handle_segment(now, repr, payload)

@@ -34,11 +34,12 @@ impl MpaReceiver {
     /// checks accept, and the FPDUs reaching across the segment's edges whose other pieces
     /// the store holds; reports them in `spans` so the TCP store does not copy (or no longer
     /// counts) them. Anything doubtful is left to the in-order path, which reports errors
-    /// precisely.
+    /// precisely. `data_crc`: the CRC32c of `data`, when known (the parse took it of the whole
+    /// segment): an FPDU that is all of `data` is then verified from it.
     pub(crate) fn handle_segment_ahead<R: Regions + ?Sized>(
         &mut self,
         seq: SeqNumber,
-        data: &[u8],
+        (data, data_crc): (&[u8], Option<u32>),
         spans: &mut PlacedSpans<'_>,
         regions: &mut R,
     ) {
@@ -47,7 +48,9 @@ impl MpaReceiver {
         }
         let mut located = std::mem::take(&mut self.located);
         located.clear();
-        let ls = self.locator.locate(seq, data, &mut located);
+        let ls = self
+            .locator
+            .locate_with_crc(seq, data, data_crc, &mut located);
         self.stats.located_rejected += u64::from(ls.crc_failures + ls.marker_mismatches);
         self.stats.ahead_offered += 1;
         self.stats.ahead_unlocated += u64::from(located.is_empty());

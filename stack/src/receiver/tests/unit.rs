@@ -6,6 +6,7 @@ use crate::receiver::{
     RxError,
 };
 use crate::tcp::PlacedSpans;
+use mpa::crc::crc32c;
 use mpa::encoder::FpduEncoder;
 use mpa::endpoint::rtr_ulpdu;
 use mpa::seq::SeqNumber;
@@ -246,7 +247,7 @@ fn fpdus_ahead_of_a_hole_are_placed_at_once_and_complete_in_order() {
     assert!(rx.wants_segments_ahead());
     // b arrives first, a segment of its own, behind the hole that a leaves.
     let mut spans = PlacedSpans::default();
-    rx.handle_segment_ahead(SeqNumber(START) + a.len(), &b, &mut spans, &mut r);
+    rx.handle_segment_ahead(SeqNumber(START) + a.len(), (&b, None), &mut spans, &mut r);
     assert_eq!(spans.as_slice(), std::slice::from_ref(&(0..b.len())));
     assert_eq!(rx.stats().placed_direct, 1);
     assert!(r.bytes(0x10).unwrap()[1000..2000].iter().all(|&x| x == 2));
@@ -256,7 +257,7 @@ fn fpdus_ahead_of_a_hole_are_placed_at_once_and_complete_in_order() {
     );
     // A retransmission of b is recognised, not placed twice.
     let mut again = PlacedSpans::default();
-    rx.handle_segment_ahead(SeqNumber(START) + a.len(), &b, &mut again, &mut r);
+    rx.handle_segment_ahead(SeqNumber(START) + a.len(), (&b, None), &mut again, &mut r);
     assert_eq!(rx.stats().placed_direct, 1);
     assert_eq!(again.as_slice(), std::slice::from_ref(&(0..b.len())));
     // The hole fills; the TCP then hands the (stale) octets of b in order, which are skipped.
@@ -268,6 +269,35 @@ fn fpdus_ahead_of_a_hole_are_placed_at_once_and_complete_in_order() {
     assert_eq!(offsets, [0, 1000]);
     assert_eq!(rx.stats().fpdus, 2);
     assert_eq!(rx.placed_ahead_waiting(), 0);
+}
+
+/// An FPDU ahead of a hole that is its whole segment, the segment's CRC given as the parse
+/// pass takes it, is placed at once as without it; a corrupt one (its CRC field flipped, the
+/// segment's CRC that of its octets) is not placed, left to the in-order path.
+#[test]
+fn an_fpdu_ahead_that_is_its_whole_segment_is_verified_from_the_segments_crc() {
+    let mut rx = MpaReceiver::new(&cfg(true, None));
+    let mut r = regions();
+    let mut enc = FpduEncoder::new(true);
+    let a = frame(&mut enc, &[write(0x10, 0, true, &[1; 1000])]);
+    let b = frame(&mut enc, &[write(0x10, 1000, true, &[2; 1000])]);
+    let c = frame(&mut enc, &[write(0x10, 2000, true, &[3; 1000])]);
+    let mut bad = c.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 0x10;
+    let seq_c = SeqNumber(START) + a.len() + b.len();
+    let mut spans = PlacedSpans::default();
+    rx.handle_segment_ahead(seq_c, (&bad, Some(crc32c(&bad))), &mut spans, &mut r);
+    assert!(spans.as_slice().is_empty());
+    assert_eq!(rx.stats().placed_direct, 0);
+    assert_eq!(rx.stats().located_rejected, 1);
+    assert!(r.bytes(0x10).unwrap()[2000..3000].iter().all(|&x| x == 0));
+    let mut spans = PlacedSpans::default();
+    let seq_b = SeqNumber(START) + a.len();
+    rx.handle_segment_ahead(seq_b, (&b, Some(crc32c(&b))), &mut spans, &mut r);
+    assert_eq!(spans.as_slice(), std::slice::from_ref(&(0..b.len())));
+    assert_eq!(rx.stats().placed_direct, 1);
+    assert!(r.bytes(0x10).unwrap()[1000..2000].iter().all(|&x| x == 2));
 }
 
 /// Two regions of the stream's domain, so that a change of STag passes every other check.
@@ -342,7 +372,7 @@ fn a_discontinuous_tagged_segment_placed_ahead_is_a_terminate_in_order() {
     let second = write(0x20, 1000, true, &[2; 1000]);
     let b = frame(&mut enc, std::slice::from_ref(&second));
     let mut spans = PlacedSpans::default();
-    rx.handle_segment_ahead(SeqNumber(START) + a.len(), &b, &mut spans, &mut r);
+    rx.handle_segment_ahead(SeqNumber(START) + a.len(), (&b, None), &mut spans, &mut r);
     assert_eq!(rx.stats().placed_direct, 1);
     feed(&mut rx, &mut r, &a);
     rx.handle_in_order(&b, InOrderSource::Store, &mut r);
