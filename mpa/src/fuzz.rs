@@ -94,7 +94,7 @@ fn decode_chunks(
 }
 
 /// Runs the out-of-order locator over `data` as one segment at a sequence number taken from
-/// the input.
+/// the input, without and with the segment's CRC given (both must locate the same FPDUs).
 pub fn fuzz_locator(data: &[u8]) {
     if data.len() < 5 {
         return;
@@ -106,6 +106,15 @@ pub fn fuzz_locator(data: &[u8]) {
     let loc = FpduLocator::new(grid, crc).with_aligned_sender(hdr[4] & 4 != 0);
     let mut out = Vec::new();
     loc.locate(SeqNumber(seq), seg, &mut out);
+    // With the segment's CRC as the parse pass takes it: the same FPDUs.
+    let mut with_crc = Vec::new();
+    loc.locate_with_crc(
+        SeqNumber(seq),
+        seg,
+        Some(crate::crc::crc32c(seg)),
+        &mut with_crc,
+    );
+    assert_eq!(out, with_crc, "located with the segment's CRC");
     let mut prev_end = 0;
     for f in &out {
         assert!(f.range.start >= prev_end && f.range.end <= seg.len());
