@@ -237,13 +237,23 @@ fn a_crc_error_is_error_2_and_sticky() {
     assert!(r.bytes(0x10).unwrap().iter().all(|&x| x == 0));
 }
 
+/// `n` Writes of 1000 octets into STag 0x10 one after the other, the `i`th all `i + 1`, each
+/// one FPDU with markers (the wire image of each).
+fn writes_of_1000(n: usize) -> Vec<Vec<u8>> {
+    let mut enc = FpduEncoder::new(true);
+    (0..n)
+        .map(|i| {
+            let fill = [i as u8 + 1; 1000];
+            frame(&mut enc, &[write(0x10, 1000 * i as u64, true, &fill)])
+        })
+        .collect()
+}
+
 #[test]
 fn fpdus_ahead_of_a_hole_are_placed_at_once_and_complete_in_order() {
     let mut rx = MpaReceiver::new(&cfg(true, None));
     let mut r = regions();
-    let mut enc = FpduEncoder::new(true);
-    let a = frame(&mut enc, &[write(0x10, 0, true, &[1; 1000])]);
-    let b = frame(&mut enc, &[write(0x10, 1000, true, &[2; 1000])]);
+    let [a, b] = <[Vec<u8>; 2]>::try_from(writes_of_1000(2)).unwrap();
     assert!(rx.wants_segments_ahead());
     // b arrives first, a segment of its own, behind the hole that a leaves.
     let mut spans = PlacedSpans::default();
@@ -278,10 +288,7 @@ fn fpdus_ahead_of_a_hole_are_placed_at_once_and_complete_in_order() {
 fn an_fpdu_ahead_that_is_its_whole_segment_is_verified_from_the_segments_crc() {
     let mut rx = MpaReceiver::new(&cfg(true, None));
     let mut r = regions();
-    let mut enc = FpduEncoder::new(true);
-    let a = frame(&mut enc, &[write(0x10, 0, true, &[1; 1000])]);
-    let b = frame(&mut enc, &[write(0x10, 1000, true, &[2; 1000])]);
-    let c = frame(&mut enc, &[write(0x10, 2000, true, &[3; 1000])]);
+    let [a, b, c] = <[Vec<u8>; 3]>::try_from(writes_of_1000(3)).unwrap();
     let mut bad = c.clone();
     let last = bad.len() - 1;
     bad[last] ^= 0x10;
