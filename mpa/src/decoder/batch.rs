@@ -3,7 +3,7 @@
 //! (at the kernel's full speed) rather than a short CRC call per FPDU.
 
 use super::verify::markers_ok;
-use super::{FpduDecoder, CRC_RESIDUE};
+use super::{prefix_has_crc, FpduDecoder, CRC_RESIDUE};
 use crate::crc;
 use crate::markers;
 
@@ -84,22 +84,12 @@ impl FpduDecoder {
         if n < 2 {
             return (0, off, None);
         }
-        let after = input.len() - off;
         let (verified, rest_crc) = match input_crc {
-            Some(c) if after < off => {
-                // The batch followed by the rest, against the input's CRC: the rest is the
-                // shorter read.
-                let rest = crc::crc32c(&input[off..]);
-                let whole = crc::crc32c_combine(expected, rest, after as u64);
-                (c == whole, Some(rest))
+            Some(c) => {
+                let (verified, rest) = prefix_has_crc(input, c, off, expected);
+                (verified, Some(rest))
             }
-            _ => {
-                let verified = crc::crc32c(&input[..off]) == expected;
-                (
-                    verified,
-                    input_crc.map(|c| crc::crc32c_rest(expected, c, after as u64)),
-                )
-            }
+            None => (crc::crc32c(&input[..off]) == expected, None),
         };
         if verified {
             (n, off, rest_crc)

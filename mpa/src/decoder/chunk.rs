@@ -4,8 +4,7 @@
 
 use super::batch::BATCH_MIN_WIRE;
 use super::scatter::Scatter;
-use super::{DecodeError, FpduDecoder, Ulpdu, CRC_RESIDUE};
-use crate::crc;
+use super::{prefix_has_crc, DecodeError, FpduDecoder, Ulpdu, CRC_RESIDUE};
 
 /// The CRC32c of a chunk and of the chunks after it in its run, where known
 /// ([`FpduDecoder::feed_run_with_crcs`]).
@@ -208,31 +207,24 @@ impl<'a> Chunk<'_, 'a> {
         // With the CRC of the chunk's rest known, a valid FPDU being a codeword of
         // CRC_RESIDUE: one that is all of the rest (FPDU Alignment, RFC 5044 Appendix B.2) is
         // not read again, one longer than what follows it is checked with the CRC of that
-        // instead. Else, or when that check fails, the FPDU is read, and an error reported
-        // exactly.
+        // instead. When that check fails, or without the CRC, the FPDU is read, and an error
+        // reported exactly.
         let after = rest.len() - want;
-        let at_chunk_end = rest_crc == Some(CRC_RESIDUE) && after == 0;
-        let mut after_crc = None;
-        if let Some(c) = rest_crc.filter(|_| after > 0 && after < want) {
-            let a = crc::crc32c(&rest[want..]);
-            if c == crc::crc32c_combine(CRC_RESIDUE, a, after as u64) {
-                after_crc = Some(a);
-            }
-        }
-        let verified = if at_chunk_end || after_crc.is_some() {
+        let after_crc = rest_crc.and_then(|c| {
+            let (valid, after_crc) = prefix_has_crc(rest, c, want, CRC_RESIDUE);
+            valid.then_some(after_crc)
+        });
+        let verified = if after_crc.is_some() {
             dec.verify_codeword(wire)
         } else {
             dec.verify(wire)
         };
         match verified {
             Ok(len) => {
-                dec.stats.crc_at_chunk_end += u64::from(at_chunk_end);
+                dec.stats.crc_at_chunk_end += u64::from(after_crc.is_some() && after == 0);
                 self.off += want;
-                if let Some(c) = rest_crc.filter(|_| after > 0) {
-                    // What follows a valid FPDU in the chunk: its CRC, from the rest's.
-                    let a =
-                        after_crc.unwrap_or_else(|| crc::crc32c_rest(CRC_RESIDUE, c, after as u64));
-                    (self.rest_crc, self.rest_crc_at) = (Some(a), self.off);
+                if after > 0 {
+                    (self.rest_crc, self.rest_crc_at) = (after_crc, self.off);
                 }
                 Some(Ok(Ulpdu::new(wire, pos, len, dec.markers)))
             }

@@ -257,6 +257,24 @@ impl FpduDecoder {
     }
 }
 
+/// Whether `data[..at]` has the CRC32c `expected`, given `crc`, that of all of `data`: the
+/// shorter of `data[..at]` and `data[at..]` is read, the other's CRC follows from `crc`
+/// (`crc32c_combine`). Returns that, and the CRC32c of `data[at..]` (right when `crc` is).
+/// For FPDUs verified from the CRC of the segment they lie in, with what follows them.
+fn prefix_has_crc(data: &[u8], crc: u32, at: usize, expected: u32) -> (bool, u32) {
+    let after = data.len() - at;
+    if after < at {
+        let rest = crc::crc32c(&data[at..]);
+        (
+            crc == crc::crc32c_combine(expected, rest, after as u64),
+            rest,
+        )
+    } else {
+        let head = crc::crc32c(&data[..at]);
+        (head == expected, crc::crc32c_rest(head, crc, after as u64))
+    }
+}
+
 /// Wire length of the FPDU starting at stream position `pos` whose first octets are `head`,
 /// or the octets needed to read its header.
 fn wire_len_at(pos: u32, markers: bool, head: &[u8]) -> Result<usize, usize> {

@@ -4,7 +4,7 @@
 //! (docs/architecture.md, "Runs of segments").
 
 use super::verify::{check_crc, check_marker};
-use super::{DecodeError, CRC_RESIDUE, MARKER_INTERVAL};
+use super::{prefix_has_crc, DecodeError, CRC_RESIDUE, MARKER_INTERVAL};
 use crate::crc;
 use crate::markers;
 use crate::wire::fpdu::CRC_LEN;
@@ -121,27 +121,19 @@ impl<'a> Scatter<'a> {
         for (s, c) in self.rest[..reach - 1].iter().zip(self.rest_crcs) {
             joined = crc::crc32c_combine(joined, c.unwrap_or_default(), s.len() as u64);
         }
-        let (n, after) = (left as u64, (last.len() - left) as u64);
-        let mut from_given = self.head_crc.is_some() || reach > 1;
+        // The CRC its part of the last chunk must have for the whole to be a valid FPDU.
+        let expected = crc::crc32c_rest(joined, CRC_RESIDUE, left as u64);
         let (ok, rest_crc) = match last_crc {
-            Some(c) if after < n => {
-                // The whole chunk's CRC joined, against a valid FPDU followed by the rest:
-                // the rest is the shorter read.
-                from_given = true;
-                let rest = crc::crc32c(&last[left..]);
-                let whole = crc::crc32c_combine(joined, c, last.len() as u64);
-                (
-                    whole == crc::crc32c_combine(CRC_RESIDUE, rest, after),
-                    Some(rest),
-                )
+            Some(c) => {
+                let (ok, rest) = prefix_has_crc(last, c, left, expected);
+                (ok, Some(rest))
             }
-            _ => {
-                // The part read; with the chunk's CRC, the rest's follows for what comes next.
-                let part = crc::crc32c(&last[..left]);
-                let rest = last_crc.map(|c| crc::crc32c_rest(part, c, after));
-                (crc::crc32c_combine(joined, part, n) == CRC_RESIDUE, rest)
-            }
+            None => (crc::crc32c(&last[..left]) == expected, None),
         };
+        // The last chunk's CRC joins only when its rest, not the part, was read.
+        let from_given = self.head_crc.is_some()
+            || reach > 1
+            || (last_crc.is_some() && last.len() - left < left);
         Some((
             ok,
             Joined {
