@@ -126,12 +126,15 @@ pub enum BpfError {
     },
 
     /// Attaching in the requested mode failed (`EBUSY`/`EEXIST`: another XDP program is there).
-    #[error("attach the XDP program to {iface} in {mode} mode")]
+    #[error("attach the XDP program to {iface} in {mode} mode{hint}")]
     Attach {
         /// The target interface.
         iface: Iface,
         /// The mode tried.
         mode: AttachMode,
+        /// What the kernel's error means where its own message is lost (a BPF link carries
+        /// none): empty, or `" (…)"`.
+        hint: &'static str,
         /// libbpf's error.
         #[source]
         source: libbpf_rs::Error,
@@ -230,3 +233,30 @@ pub enum BpfError {
 
 /// `Result` with [`BpfError`].
 pub type Result<T, E = BpfError> = std::result::Result<T, E>;
+
+/// What an attach error means, for the errors whose reason the kernel gives only in a netlink
+/// message that a BPF link's creation does not return.
+pub(crate) fn attach_hint(e: &std::io::Error) -> &'static str {
+    match e.raw_os_error().map(nix::errno::Errno::from_raw) {
+        // veth_xdp_set: "XDP expects number of rx queues not less than peer tx queues".
+        Some(nix::errno::Errno::ENOSPC) => {
+            " (ENOSPC: the device has fewer RX queues than XDP needs; on veth, fewer than its \
+             peer has TX queues: `ethtool -l` on both ends)"
+        }
+        _ => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enospc_on_attach_names_the_queue_counts_and_other_errors_add_nothing() {
+        let enospc = std::io::Error::from_raw_os_error(nix::errno::Errno::ENOSPC as i32);
+        assert!(attach_hint(&enospc).contains("fewer RX queues"));
+        assert!(attach_hint(&enospc).contains("ethtool -l"));
+        let ebusy = std::io::Error::from_raw_os_error(nix::errno::Errno::EBUSY as i32);
+        assert_eq!(attach_hint(&ebusy), "");
+    }
+}

@@ -13,7 +13,7 @@ use libbpf_rs::{
 use tracing::{debug, info, trace, warn};
 
 use crate::counters::{XdpCounters, COUNTERS_SIZE};
-use crate::error::{BpfError, Iface, MapName, Result};
+use crate::error::{attach_hint, BpfError, Iface, MapName, Result};
 use crate::flow::{FlowKey, FlowValue, FLOW_KEY_SIZE, FLOW_VALUE_SIZE, HOST_KEY_SIZE};
 use crate::link::{detach_netlink_expected, XdpLink};
 use crate::ts::{decode, TsSegment, TS_RECORD_SIZE};
@@ -207,27 +207,27 @@ impl XdpSteering {
 
         let (used, link) = {
             let prog = find_program(&self.obj)?;
-            let try_attach = |m: AttachMode| {
-                XdpLink::attach(prog.as_fd(), idx, m.flags()).map_err(libbpf_rs::Error::from)
-            };
+            let try_attach = |m: AttachMode| XdpLink::attach(prog.as_fd(), idx, m.flags());
             match mode {
                 AttachMode::Driver | AttachMode::Generic => {
-                    let link = try_attach(mode).map_err(|source| BpfError::Attach {
+                    let link = try_attach(mode).map_err(|e| BpfError::Attach {
                         iface: iface.clone(),
                         mode,
-                        source,
+                        hint: attach_hint(&e),
+                        source: e.into(),
                     })?;
                     (mode, link)
                 }
                 AttachMode::DriverOrGeneric => match try_attach(AttachMode::Driver) {
                     Ok(link) => (AttachMode::Driver, link),
                     Err(driver) => {
+                        let driver = libbpf_rs::Error::from(driver);
                         warn!(%iface, error = %driver, "driver-mode XDP attach failed; trying generic mode");
                         let link = try_attach(AttachMode::Generic).map_err(|generic| {
                             BpfError::AttachFallback {
                                 iface: iface.clone(),
                                 driver,
-                                generic,
+                                generic: generic.into(),
                             }
                         })?;
                         (AttachMode::Generic, link)
@@ -300,6 +300,7 @@ impl XdpSteering {
             .map_err(|source| BpfError::Attach {
                 iface: Iface::resolve(ifindex),
                 mode,
+                hint: "",
                 source,
             })?;
         Ok(self.prog_id)

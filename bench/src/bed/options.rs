@@ -4,7 +4,10 @@
 
 use anyhow::Result;
 use clap::Args;
-use mpa_testbed::{BedConfig, Impairment, TestBed};
+use mpa_datapath::io::ethtool::Ethtool;
+use mpa_datapath::io::nic_queues::QueueSteering;
+use mpa_harness::datapath::DatapathOptions;
+use mpa_testbed::{run_in_netns, BedConfig, Impairment, TestBed};
 use serde::{Deserialize, Serialize};
 
 /// The bed every experiment with a kernel sender runs on: the private namespace bed (its MTU,
@@ -76,6 +79,47 @@ impl Default for BedArgs {
 }
 
 impl BedArgs {
+    /// The datapath's options every experiment starts from on `bed`: its queues, where XDP
+    /// attaches, and how flows are kept on the served queues (`--steer`).
+    pub(crate) fn datapath_options(&self, bed: &TestBed) -> Result<DatapathOptions> {
+        Ok(DatapathOptions {
+            queues: self.queues,
+            xdp_mode: self.xdp_mode.attach(),
+            queue_steering: self.queue_steering(bed)?,
+            ..DatapathOptions::default()
+        })
+    }
+
+    /// `--steer` on `bed`. The private bed's interfaces have --queues RX queues: nothing to
+    /// steer there. On --iface, `auto` reads the NIC's channels in the datapath's namespace.
+    fn queue_steering(&self, bed: &TestBed) -> Result<QueueSteering> {
+        if self.nic.iface.is_none() {
+            return Ok(QueueSteering::Off);
+        }
+        Ok(match self.nic.steer {
+            Steer::Off => QueueSteering::Off,
+            Steer::Channels => QueueSteering::Channels,
+            Steer::Auto => {
+                let iface = bed.if_b.clone();
+                let channels = run_in_netns(&bed.ns_b, move || Ethtool::new(&iface)?.channels())?;
+                match channels {
+                    Ok(ch) if ch.rx_queues() > self.queues => {
+                        tracing::info!(
+                            iface = %bed.if_b,
+                            rx_queues = ch.rx_queues(),
+                            served = self.queues,
+                            "the NIC's channels are set to the served queues for each datapath \
+                             run (--steer auto; --steer off leaves them)"
+                        );
+                        QueueSteering::Channels
+                    }
+                    // Not every driver reports channels: then there is nothing to set.
+                    _ => QueueSteering::Off,
+                }
+            }
+        })
+    }
+
     /// Whether frames are lost, reordered or otherwise impaired on the way (the bridge
     /// namespace is in between).
     pub(crate) fn impaired(&self) -> bool {
@@ -328,6 +372,27 @@ pub(crate) struct NicArgs {
     /// The directory of `mpa-peer` on the peer host (default: the same path as here).
     #[arg(long, requires = "iface")]
     pub(crate) peer_bin_dir: Option<String>,
+    /// How the datapath keeps the peer's segments on the queues it serves when --iface has
+    /// more RX queues than --queues (docs/nics.md, "4. Queues, and putting MPA flows on
+    /// them"): `auto` sets the NIC's channel
+    /// count to --queues for each datapath run and puts it back after (`mpa-datapath --steer
+    /// channels`) when the NIC has more and reports its channels; `channels` always; `off`
+    /// leaves the NIC as it is (segments hashed to another queue are dropped and counted as
+    /// `steered_no_xsk`: for NICs whose RSS you spread yourself).
+    #[arg(long, value_enum, default_value = "auto", requires = "iface")]
+    pub(crate) steer: Steer,
+}
+
+/// `--steer`: how the datapath's runs on --iface keep flows on their queues.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Steer {
+    /// Channels when the NIC has more RX queues than are served.
+    #[default]
+    Auto,
+    /// Leave the NIC as it is.
+    Off,
+    /// The NIC's channel count set to the served queues for each run.
+    Channels,
 }
 
 impl NicArgs {
@@ -452,6 +517,20 @@ mod tests {
             let bed = bed_of(&cmd);
             assert_eq!(bed.loss, 5);
             assert_eq!(bed.nic.iface.as_deref(), Some("eth0"));
+            assert_eq!(bed.nic.steer, Steer::Auto);
+            let cmd = parse(&[
+                name,
+                "--iface",
+                "eth0",
+                "--peer",
+                "192.0.2.1",
+                "--steer",
+                "off",
+            ])
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(bed_of(&cmd).nic.steer, Steer::Off);
+            // Steering is for --iface: the private bed's interfaces have --queues queues.
+            assert!(parse(&[name, "--steer", "channels"]).is_err());
             // Loss and the impairment bridge exclude each other; --iface needs --peer.
             assert!(parse(&[name, "--loss", "5", "--impair", "drop=5"]).is_err());
             assert!(parse(&[name, "--iface", "eth0"]).is_err());

@@ -200,7 +200,7 @@ fn datapath_send(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> Result<B
     let sink = sink_len(a, payload);
     let slots = sink / payload;
     let socket = temp_path("bw-send.sock");
-    let dp = start_datapath(bed, &socket, &DatapathOptions::default())?;
+    let dp = start_datapath(bed, &socket, &a.bed.datapath_options(bed)?)?;
     let manager = connection_manager(bed, &socket)?;
     let mut consumer = Consumer::connect(&socket, Duration::from_secs(20))?;
     let pd = consumer.alloc_pd()?;
@@ -305,7 +305,7 @@ fn datapath_to_datapath(bed: &TestBed, a: &BwArgs, size: usize, count: u64) -> R
     });
     // The sender: datapath B in ns b.
     let socket_b = temp_path("bw-dp-b.sock");
-    let dp_b = start_datapath(bed, &socket_b, &DatapathOptions::default())?;
+    let dp_b = start_datapath(bed, &socket_b, &a.bed.datapath_options(bed)?)?;
     let manager = connection_manager(bed, &socket_b)?;
     let mut consumer = Consumer::connect(&socket_b, Duration::from_secs(20))?;
     let pd = consumer.alloc_pd()?;

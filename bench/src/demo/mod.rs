@@ -8,7 +8,7 @@ use crate::bed::placement::Placement;
 use anyhow::{anyhow, bail, Result};
 use mpa_ctl_proto::stats::{EndReport, FlowReport, RingStats, RxStats};
 use mpa_harness::datapath::{
-    accept_and_hand_over, start_datapath, stats, temp_path, DatapathOptions, HandedOver, Responder,
+    accept_and_hand_over, start_datapath, stats, temp_path, HandedOver, Responder,
 };
 use mpa_testbed::{run_in_netns, TestBed};
 use serde::{Deserialize, Serialize};
@@ -156,11 +156,7 @@ pub(crate) struct DpResult {
 /// b, `r.connections` × `mpa-peer connect` in ns a.
 pub(crate) fn datapath_run(bed: &TestBed, r: &Run) -> Result<DpResult> {
     let socket = temp_path("bench.sock");
-    let mut opts = DatapathOptions {
-        queues: r.bed.queues,
-        xdp_mode: r.bed.xdp_mode.attach(),
-        ..DatapathOptions::default()
-    };
+    let mut opts = r.bed.datapath_options(bed)?;
     if let Some(b) = r.transfer.rcv_buf {
         opts.tcp.rcv_buf = b;
         opts.tcp.reassembly_limit = b;

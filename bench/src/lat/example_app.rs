@@ -123,11 +123,9 @@ impl ExampleApp {
         let payload = (size - TAGGED_HEADER_LEN) as u64;
         let socket = temp_path("example-app.sock");
         let opts = DatapathOptions {
-            queues: a.bed.queues,
             yield_every: a.spin_yield_polls,
             xsk: a.xsk(),
-            xdp_mode: a.bed.xdp_mode.attach(),
-            ..DatapathOptions::default()
+            ..a.bed.datapath_options(bed)?
         };
         let dp = start_datapath(bed, &socket, &opts)?;
         let manager = connection_manager(bed, &socket)?;

@@ -214,13 +214,11 @@ fn datapath_lat(
     let busy_poll = a.consumer_busy_poll.then_some(a.spin_yield_polls);
     let socket = temp_path("lat.sock");
     let opts = DatapathOptions {
-        queues: r.bed.queues,
         spin: Duration::from_micros(r.transfer.spin_us),
         yield_every: a.spin_yield_polls,
         caller_drives_queues: mode.runs_to_completion(),
         xsk: a.xsk(),
-        xdp_mode: a.bed.xdp_mode.attach(),
-        ..DatapathOptions::default()
+        ..r.bed.datapath_options(bed)?
     };
     let mut dp = start_datapath(bed, &socket, &opts)?;
     let driver = a.queue_driver(&mut dp, mode);

@@ -154,13 +154,11 @@ fn datapath_pingpong(
     let payload = (size - TAGGED_HEADER_LEN) as u64;
     let socket = temp_path("pingpong.sock");
     let opts = DatapathOptions {
-        queues: a.bed.queues,
         spin: Duration::from_micros(a.run(size, mode).transfer.spin_us),
         yield_every: a.spin_yield_polls,
         caller_drives_queues: mode.runs_to_completion(),
         xsk: a.xsk(),
-        xdp_mode: a.bed.xdp_mode.attach(),
-        ..DatapathOptions::default()
+        ..a.bed.datapath_options(bed)?
     };
     let mut dp = start_datapath(bed, &socket, &opts)?;
     let mut driver = a.queue_driver(&mut dp, mode);

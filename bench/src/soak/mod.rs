@@ -137,9 +137,8 @@ pub fn soak(a: &SoakArgs) -> Result<String> {
     let bed = a.bed.bed()?;
     let socket = temp_path("soak.sock");
     let opts = DatapathOptions {
-        queues: a.bed.queues,
         memory_budget: a.memory_budget,
-        ..DatapathOptions::default()
+        ..a.bed.datapath_options(&bed)?
     };
     let dp = start_datapath(&bed, &socket, &opts)?;
     let result = crate::bed::split::pin_datapath_workers(&bed, a.bed.split_cpus, a.bed.queues)

@@ -273,6 +273,15 @@ fn the_runbook_runs_on_a_namespace_bed() {
         ..BedConfig::default()
     })
     .unwrap();
+    // Host B's side sends on one TX queue: a veth's RX queue is its peer's TX queue, and veth
+    // takes XDP only with at least as many RX queues as its peer has TX queues, so that the
+    // benchmarks' `--steer auto` (one served queue: the channels set to one) can attach.
+    let (ok, text) = run({
+        let mut c = bed.command(&bed.ns_a, "ethtool");
+        c.args(["-L", &bed.if_a, "tx", "1"]);
+        c
+    });
+    assert!(ok, "ethtool -L {} tx 1: {text}", bed.if_a);
     let _huge = RestoreHugePages(std::fs::read_to_string("/proc/sys/vm/nr_hugepages").ok());
     let out_dir = std::env::temp_dir().join(format!("mpa-runbook-{}", std::process::id()));
     for line in runbook_lines() {
@@ -303,6 +312,13 @@ fn the_runbook_runs_on_a_namespace_bed() {
                 c.env("OUT", &out_dir);
                 let (ok, text) = run(c);
                 assert!(ok && text.contains("datapath"), "`{cmd}`:\n{text}");
+                // Two RX queues, one served: each datapath run set the channels to one and
+                // put them back.
+                assert!(
+                    text.contains("channels: RX 2 → 1")
+                        && text.contains("RX channels 1 → 2 restored"),
+                    "`{cmd}` did not steer:\n{text}"
+                );
             }
         }
     }
