@@ -184,7 +184,13 @@ impl<'a> Chunk<'_, 'a> {
             }
         };
         let rest_crc = self.rest_crc.filter(|_| self.rest_crc_at == self.off);
-        if dec.crc && want >= BATCH_MIN_WIRE && self.off >= self.scanned_end {
+        // A batch takes two FPDUs of at least BATCH_MIN_WIRE octets or none: not worth a
+        // scan when no second one fits behind this one (an FPDU that ends its segment).
+        if dec.crc
+            && want >= BATCH_MIN_WIRE
+            && rest.len() - want >= BATCH_MIN_WIRE
+            && self.off >= self.scanned_end
+        {
             let (n, scanned, after_crc) = dec.batch_scan(rest, rest_crc);
             self.scanned_end = self.off + scanned;
             if n > 0 {

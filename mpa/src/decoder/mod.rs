@@ -263,7 +263,11 @@ impl FpduDecoder {
 /// For FPDUs verified from the CRC of the segment they lie in, with what follows them.
 fn prefix_has_crc(data: &[u8], crc: u32, at: usize, expected: u32) -> (bool, u32) {
     let after = data.len() - at;
-    if after < at {
+    if after == 0 {
+        // All of `data`, an FPDU aligned with its segment (what MPA-aware senders send):
+        // nothing to read or combine; the empty rest's CRC32c is 0.
+        (crc == expected, 0)
+    } else if after < at {
         let rest = crc::crc32c(&data[at..]);
         (
             crc == crc::crc32c_combine(expected, rest, after as u64),

@@ -682,3 +682,22 @@ fn a_bad_fpdu_in_a_chunk_with_a_known_crc_is_reported_exactly() {
         }
     }
 }
+
+#[test]
+fn a_prefix_crc_from_the_whole_agrees_with_reading_both_sides_at_every_split() {
+    let data: Vec<u8> = (0..300u32).map(|i| (i * 7 + 3) as u8).collect();
+    let whole = crate::crc::crc32c(&data);
+    for at in 0..=data.len() {
+        let head = crate::crc::crc32c(&data[..at]);
+        let rest = crate::crc::crc32c(&data[at..]);
+        assert_eq!(
+            super::prefix_has_crc(&data, whole, at, head),
+            (true, rest),
+            "at {at}"
+        );
+        assert!(
+            !super::prefix_has_crc(&data, whole, at, head ^ 1).0,
+            "at {at}"
+        );
+    }
+}
