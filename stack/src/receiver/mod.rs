@@ -53,9 +53,15 @@ pub(crate) const MAX_PLACED_AHEAD: usize = 4096;
 /// in practice).
 const MAX_HELD_COMPLETIONS: usize = 1 << 16;
 
-/// The most octets [`hint_next_placement`] asks for at once: two 4 KiB messages ahead (into
-/// the second-level cache; 4 and 16 KiB measured the same in `mpa-bench pipeline`).
+/// How far past the end of an in-order placement [`hint_next_placement`] asks for lines at
+/// most: two 4 KiB messages ahead (into the second-level cache; 4 and 16 KiB measured the same
+/// in `mpa-bench pipeline`).
 const PLACEMENT_HINT_MAX: usize = 8 << 10;
+
+/// How far past the end of an in-order placement [`hint_next_placement`] asks for lines at
+/// least, however short the placement: lines asked for only one short FPDU ahead come too
+/// late (docs/investigations/2026-12-08-placement-hint-ahead-of-short-fpdus.md).
+const PLACEMENT_HINT_MIN: usize = 4 << 10;
 
 /// Inbound RDMA Read Requests outstanding at most (RFC 5040 §6.1's IRD) when the startup
 /// negotiated none: as large as common iWARP adapters offer. A negotiated IRD
@@ -158,8 +164,8 @@ pub(crate) struct MpaReceiver {
     reads_outstanding: usize,
     /// Our IRD: at most this many `reads_outstanding`.
     ird: usize,
-    /// Where the last in-order placement ended: (STag, offset after its last octet).
-    placed_end: Option<(u32, u64)>,
+    /// Where the last in-order placement ended, and how far ahead its lines were asked for.
+    placed_end: Option<PlacedEnd>,
     /// Sticky end: set once, never cleared.
     end: Option<RxEnd>,
     end_reported: bool,
@@ -678,15 +684,25 @@ pub enum PostRecvError {
     Shared,
 }
 
+/// Where the last in-order placement ended, and the end of the lines asked for ahead of it.
+#[derive(Debug, Clone, Copy)]
+struct PlacedEnd {
+    stag: u32,
+    end: u64,
+    hinted_end: u64,
+}
+
 /// After an in-order placement that began where the one before it ended (`placed_end`: the
 /// FPDUs of one message, back-to-back messages — a stream running through a region), the
-/// lines the next placement is likely to take, as many as this one took and at most
-/// [`PLACEMENT_HINT_MAX`], are asked for now, into the second-level cache: their reads then
-/// overlap the next FPDU's checks instead of stalling its copy. A placement anywhere else asks
-/// for nothing (docs/architecture.md, "Receive path").
+/// lines as far past its end as it was long — at least [`PLACEMENT_HINT_MIN`], at most
+/// [`PLACEMENT_HINT_MAX`] — that were not asked for yet are asked for now, into the
+/// second-level cache: their reads then overlap the checks of the FPDUs before them instead of
+/// stalling their copies. The floor keeps short FPDUs (those of a sender that aligns them with
+/// its segments) from asking for lines only one FPDU ahead, too late to arrive. A placement
+/// anywhere else asks for nothing (docs/architecture.md, "Receive path").
 #[inline]
 fn hint_next_placement<R: Regions + ?Sized>(
-    placed_end: &mut Option<(u32, u64)>,
+    placed_end: &mut Option<PlacedEnd>,
     regions: &R,
     plan: &SegmentPlan,
 ) {
@@ -694,8 +710,23 @@ fn hint_next_placement<R: Regions + ?Sized>(
         return;
     };
     let end = off.saturating_add(plan.payload_len as u64);
-    if *placed_end == Some((stag, off)) {
-        regions.prefetch_for_later_write(stag, end, plan.payload_len.min(PLACEMENT_HINT_MAX));
-    }
-    *placed_end = Some((stag, end));
+    let hinted_end = match *placed_end {
+        Some(p) if p.stag == stag && p.end == off => {
+            let from = p.hinted_end.max(end);
+            let ahead = plan
+                .payload_len
+                .clamp(PLACEMENT_HINT_MIN, PLACEMENT_HINT_MAX);
+            let to = end.saturating_add(ahead as u64);
+            if to > from {
+                regions.prefetch_for_later_write(stag, from, (to - from) as usize);
+            }
+            to.max(from)
+        }
+        _ => end,
+    };
+    *placed_end = Some(PlacedEnd {
+        stag,
+        end,
+        hinted_end,
+    });
 }
