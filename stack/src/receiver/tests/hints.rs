@@ -1,5 +1,5 @@
 //! Placement hints: after an in-order placement that continues the one before it, the
-//! receiver asks for the lines up to 8 KiB past its end not asked for yet (docs/architecture.md,
+//! receiver asks for the lines 4 to 8 KiB past its end not asked for yet (docs/architecture.md,
 //! "Receive path"), and only then.
 
 use super::unit::{cfg, frame, write};
@@ -38,12 +38,13 @@ fn only_a_placement_that_continues_the_last_one_asks_for_the_next_lines() {
         assert!(rx.poll_terminate().is_none(), "markers {markers}");
         assert_eq!(
             r.hints(),
-            // 8 KiB past each continuing placement's end, each line asked for once.
+            // As far past each continuing placement's end as it was long, at least 4 KiB and
+            // at most 8 KiB, each line asked for once.
             [
-                (0x10, 1000, 8 << 10),
-                (0x10, 1000 + (8 << 10), 500),
+                (0x10, 1000, 4 << 10),
+                (0x10, 1000 + (4 << 10), 500),
                 (0x10, 25_300, 8 << 10),
-                (0x20, 25_464, 8 << 10),
+                (0x20, 25_464, 4 << 10),
             ],
             "markers {markers}"
         );
