@@ -75,8 +75,22 @@ fn suite_quick_writes_summary_documents_plots_and_hgrm_files() {
         .collect();
     assert_eq!(
         scenarios,
-        ["pipeline", "pipeline", "lat", "lat", "bw", "bw", "lat", "setup"]
+        ["pipeline", "pipeline", "pipeline", "lat", "lat", "bw", "bw", "lat", "setup"]
     );
+    // FPDUs aligned with their segments, 1 and 4 KiB Writes at MSS 1448.
+    let aligned: Vec<(bool, u64, u64)> = docs[2]["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["aligned"] == true,
+                r["mss"].as_u64().unwrap(),
+                r["size"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(aligned, [(true, 1448, 1024), (true, 1448, 4096)]);
     // Two workers against one; the ping-pong beside the one-way runs.
     let workers = docs[1]["results"].as_array().unwrap();
     assert!(

@@ -53,6 +53,9 @@ pub(crate) struct Plan {
     pub(crate) pipeline: PipelineArgs,
     /// Two workers side by side against one, MSS 1448, 4 KiB.
     pub(crate) pipeline_workers: PipelineArgs,
+    /// FPDUs aligned with their segments, as MPA-aware senders send them: MSS 1448, 1 and
+    /// 4 KiB.
+    pub(crate) pipeline_aligned: PipelineArgs,
     pub(crate) lat: LatArgs,
     /// Ping-pong (half the round trip), 64 B and 4 KiB: needs no clock agreement.
     pub(crate) lat_pingpong: LatArgs,
@@ -131,6 +134,14 @@ impl SuiteArgs {
             ..lat.clone()
         };
         Plan {
+            pipeline_aligned: PipelineArgs {
+                rounds: if q { 1 } else { 3 },
+                sizes: vec![1024, 4096],
+                mss: vec![1448],
+                aligned: Align::On,
+                stages: false,
+                ..pipeline.clone()
+            },
             pipeline_workers: PipelineArgs {
                 rounds: if q { 1 } else { 3 },
                 sizes: vec![4096],
@@ -299,6 +310,18 @@ pub fn suite(a: &SuiteArgs) -> Result<String> {
          started together; every round also runs one worker alone.\n{}\n",
         plan.pipeline_workers.rounds,
         pipeline::workers::table(&run.workers)
+    );
+    docs.push(doc);
+
+    eprintln!("suite: pipeline, aligned FPDUs");
+    let (doc, run) = pipeline::pipeline_run(&plan.pipeline_aligned)?;
+    let _ = write!(
+        md,
+        "### FPDUs aligned with their segments (`mpa-bench pipeline --aligned on --mss 1448 --sizes 1024,4096 --rounds {}`)\n\n\
+         What MPA-aware senders (iWARP NICs, soft-iWARP) send: each segment holds whole FPDUs, \
+         a 4 KiB Write three of them, each placed on its own.\n\n{}\n",
+        plan.pipeline_aligned.rounds,
+        pipeline::summary_table(&run.reports)
     );
     docs.push(doc);
 
