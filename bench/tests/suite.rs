@@ -199,6 +199,7 @@ fn suite_quick_writes_summary_documents_plots_and_hgrm_files() {
     assert!(!text.contains("old figures"), "{text}");
     for row in [
         "receive pipeline alone, one core (MSS 1448, 4 KiB)",
+        "receive pipeline alone, one core, FPDUs aligned with segments (MSS 1448, 4 KiB)",
         "goodput, 5 % loss, 4 KiB",
         "one-way latency p50 / p99, 64 B",
         "ping-pong latency p50 / p99 (RTT/2), 64 B, run-to-completion",

@@ -374,11 +374,11 @@ pub(crate) struct NicArgs {
     pub(crate) peer_bin_dir: Option<String>,
     /// How the datapath keeps the peer's segments on the queues it serves when --iface has
     /// more RX queues than --queues (docs/nics.md, "4. Queues, and putting MPA flows on
-    /// them"): `auto` sets the NIC's channel
-    /// count to --queues for each datapath run and puts it back after (`mpa-datapath --steer
-    /// channels`) when the NIC has more and reports its channels; `channels` always; `off`
-    /// leaves the NIC as it is (segments hashed to another queue are dropped and counted as
-    /// `steered_no_xsk`: for NICs whose RSS you spread yourself).
+    /// them"): `auto` sets the NIC's channel count to --queues for each datapath run and puts
+    /// it back after (`mpa-datapath --steer channels`) when the NIC has more and reports its
+    /// channels; `channels` always; `off` leaves the NIC as it is (segments hashed to another
+    /// queue are dropped and counted as `steered_no_xsk`: for NICs whose RSS you spread
+    /// yourself).
     #[arg(long, value_enum, default_value = "auto", requires = "iface")]
     pub(crate) steer: Steer,
 }

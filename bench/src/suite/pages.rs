@@ -88,7 +88,13 @@ pub(crate) fn headline(r: &SuiteResults) -> String {
                     _ => None,
                 }) {
                     rows.push([
-                        "receive pipeline alone, one core (MSS 1448, 4 KiB)".into(),
+                        if c.aligned {
+                            "receive pipeline alone, one core, FPDUs aligned with segments \
+                             (MSS 1448, 4 KiB)"
+                        } else {
+                            "receive pipeline alone, one core (MSS 1448, 4 KiB)"
+                        }
+                        .into(),
                         "—".into(),
                         format!(
                             "{} Gbit/s ({:.0} ns/packet)",
