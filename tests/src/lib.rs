@@ -26,6 +26,6 @@ pub use mpa_testbed::{
     require_privileged, run_in, run_in_netns, skip_or_fail, BedConfig, Conn, TestBed,
 };
 pub use peers::{
-    datapath, ended_flow, gone_cleanly, hand_over, initiator_in_a, listen_in, responder_in_a,
-    stats, wait_ended_flow, writes_from_a, PeerListener,
+    datapath, datapath_initiates, ended_flow, gone_cleanly, hand_over, initiator_in_a, listen_in,
+    responder_in_a, stats, wait_ended_flow, writes_from_a, PeerListener,
 };

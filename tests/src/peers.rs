@@ -3,8 +3,10 @@
 
 use crate::bin;
 use mpa::endpoint::{EndpointConfig, EndpointError, MpaStream};
+use mpa::startup::StartupPolicy;
 use mpa_control::datapath_client::DatapathClient;
 use mpa_control::freeze::FrozenSocket;
+use mpa_control::initiator::{connect_and_hand_over, InitiatorOutcome};
 use mpa_ctl_proto::stats::{DatapathStats, FlowReport};
 use mpa_datapath::server::Datapath;
 use mpa_harness::{accept_and_hand_over, start_datapath, temp_path, DatapathOptions, Responder};
@@ -43,6 +45,44 @@ pub fn hand_over(
     let h = accept_and_hand_over(&bed.ns_b, dp_socket, listener, &r)
         .unwrap_or_else(|e| panic!("hand-over: {e:#}"));
     (h.flow_id, h.dpc, h.frozen)
+}
+
+/// The datapath at `dp_socket` connects, as Initiator, from ns b to the MPA listener at `bind`
+/// (`mpa-control`'s `connect_and_hand_over`) and owns the flow, placing into protection domain
+/// `pd`: the flow's id, what was negotiated, and the frozen kernel socket.
+pub fn datapath_initiates(
+    bed: &TestBed,
+    dp_socket: &Path,
+    bind: SocketAddr,
+    pd: u32,
+) -> (u64, mpa::startup::Negotiated, FrozenSocket) {
+    let mut dpc = DatapathClient::connect(dp_socket, Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("datapath control socket: {e}"));
+    let placement = mpa_control::Placement {
+        pd: Some(pd),
+        aligned_sender: false,
+        conn_id: None,
+    };
+    let outcome = run_in_netns(&bed.ns_b, || {
+        connect_and_hand_over(
+            bind,
+            StartupPolicy::default(),
+            Vec::new(),
+            placement,
+            &mut dpc,
+        )
+    })
+    .expect("enter the namespace")
+    .unwrap_or_else(|e| panic!("connect to {bind} and hand over: {e:#}"));
+    let InitiatorOutcome::HandedOver {
+        flow_id,
+        negotiated,
+        frozen,
+    } = outcome
+    else {
+        panic!("the listener at {bind} rejected the connection")
+    };
+    (flow_id, negotiated, frozen)
 }
 
 /// A blocking listener on `addr` in namespace `ns`.

@@ -7,17 +7,15 @@
 //! and without loss and reordering of the datapath's segments (the impairment bridge).
 
 use mpa::crc::crc32c;
-use mpa::startup::StartupPolicy;
 use mpa_app::Consumer;
 use mpa_control::datapath_client::DatapathClient;
-use mpa_control::initiator::{connect_and_hand_over, InitiatorOutcome};
 use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::stats::FlowReport;
 use mpa_ctl_proto::CompletionKind;
 use mpa_stack::sim::SplitMix64;
 use mpa_tests::PeerListener as Listener;
 use mpa_tests::{
-    bin, datapath, require_privileged, run_in_netns, BedConfig, DatapathOptions, TestBed,
+    bin, datapath, datapath_initiates, require_privileged, BedConfig, DatapathOptions, TestBed,
 };
 use serde_json::Value;
 use std::net::SocketAddr;
@@ -27,44 +25,6 @@ use std::time::{Duration, Instant};
 
 const PD: u32 = 5;
 const PEER_STAG: u32 = 0x7700;
-
-/// The datapath at `path` connects (as Initiator, domain [`PD`]) to the listener at `bind`
-/// and owns the flow: its id, what was negotiated, and the frozen kernel socket.
-fn initiator(
-    bed: &TestBed,
-    path: &Path,
-    bind: SocketAddr,
-) -> (
-    u64,
-    mpa::startup::Negotiated,
-    mpa_control::freeze::FrozenSocket,
-) {
-    let mut dpc = DatapathClient::connect(path, Duration::from_secs(10)).unwrap();
-    let outcome = run_in_netns(&bed.ns_b, || {
-        connect_and_hand_over(
-            bind,
-            StartupPolicy::default(),
-            Vec::new(),
-            mpa_control::Placement {
-                pd: Some(PD),
-                aligned_sender: false,
-                conn_id: None,
-            },
-            &mut dpc,
-        )
-    })
-    .unwrap()
-    .unwrap();
-    let InitiatorOutcome::HandedOver {
-        flow_id,
-        negotiated,
-        frozen,
-    } = outcome
-    else {
-        panic!("the listener at {bind} rejected the connection")
-    };
-    (flow_id, negotiated, frozen)
-}
 
 struct Case {
     /// The listener asks for markers (the datapath sends them).
@@ -89,7 +49,7 @@ fn writes_reach_the_kernel_peer(bed: &TestBed, path: &Path, port: u16, c: &Case)
         args.push("--markers");
     }
     let listener = Listener::start(bed, bind, &args);
-    let (flow_id, negotiated, frozen) = initiator(bed, path, bind);
+    let (flow_id, negotiated, frozen) = datapath_initiates(bed, path, bind, PD);
     assert_eq!(negotiated.markers_tx, c.markers, "{what}");
     let ad: RegionAd = RegionAd::parse(&negotiated.peer_private_data)
         .expect("a valid advertisement")
@@ -565,7 +525,7 @@ fn the_datapath_reads_mpa_peer_listens_region() {
             "--fill-pattern",
         ],
     );
-    let (flow_id, negotiated, frozen) = initiator(&bed, &path, bind);
+    let (flow_id, negotiated, frozen) = datapath_initiates(&bed, &path, bind, PD);
     let ad = RegionAd::parse(&negotiated.peer_private_data)
         .unwrap()
         .unwrap();

@@ -10,10 +10,8 @@
 //! the datapath.
 
 use mpa::crc::crc32c;
-use mpa::startup::StartupPolicy;
 use mpa_app::{ConnectionEvent, Consumer, ConsumerError};
 use mpa_control::datapath_client::DatapathClient;
-use mpa_control::initiator::{connect_and_hand_over, InitiatorOutcome};
 use mpa_ctl_proto::client::ControlClient;
 use mpa_ctl_proto::region_ad::RegionAd;
 use mpa_ctl_proto::ring::post::{PostOp, SgList, Sge, WorkRequest};
@@ -21,7 +19,9 @@ use mpa_ctl_proto::stats::QueueStats;
 use mpa_ctl_proto::{Completion, CompletionKind, CompletionStatus, Message, RefusalCode};
 use mpa_stack::sim::SplitMix64;
 use mpa_tests::PeerListener as Listener;
-use mpa_tests::{datapath, require_privileged, run_in_netns, BedConfig, DatapathOptions, TestBed};
+use mpa_tests::{
+    datapath, datapath_initiates, require_privileged, BedConfig, DatapathOptions, TestBed,
+};
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::os::unix::fs::FileExt;
@@ -33,45 +33,6 @@ const OTHER_PD: u32 = 6;
 const PEER_STAG: u32 = 0x7700;
 const LEN: u64 = 1 << 20;
 const MSG: u64 = 4096;
-
-/// The datapath at `path` connects (as Initiator, domain `pd`) to the listener at `bind`:
-/// the flow, what was negotiated, the frozen kernel socket.
-fn initiator(
-    bed: &TestBed,
-    path: &Path,
-    bind: SocketAddr,
-    pd: u32,
-) -> (
-    u64,
-    mpa::startup::Negotiated,
-    mpa_control::freeze::FrozenSocket,
-) {
-    let mut dpc = DatapathClient::connect(path, Duration::from_secs(10)).unwrap();
-    let outcome = run_in_netns(&bed.ns_b, || {
-        connect_and_hand_over(
-            bind,
-            StartupPolicy::default(),
-            Vec::new(),
-            mpa_control::Placement {
-                pd: Some(pd),
-                aligned_sender: false,
-                conn_id: None,
-            },
-            &mut dpc,
-        )
-    })
-    .unwrap()
-    .unwrap();
-    let InitiatorOutcome::HandedOver {
-        flow_id,
-        negotiated,
-        frozen,
-    } = outcome
-    else {
-        panic!("the listener at {bind} rejected the connection")
-    };
-    (flow_id, negotiated, frozen)
-}
 
 /// A kernel `mpa-peer listen` in ns a and the datapath's connection to it.
 struct Connected {
@@ -88,7 +49,7 @@ fn connect_to_peer(bed: &TestBed, path: &Path, port: u16, len: u64) -> Connected
     let bind = SocketAddr::new(bed.addr_a(false), port);
     let advertise = format!("{PEER_STAG:#x}:{len}");
     let listener = Listener::start(bed, bind, &["--timeout", "30", "--advertise", &advertise]);
-    let (flow_id, negotiated, frozen) = initiator(bed, path, bind, PD);
+    let (flow_id, negotiated, frozen) = datapath_initiates(bed, path, bind, PD);
     let ad = RegionAd::parse(&negotiated.peer_private_data)
         .expect("a valid advertisement")
         .expect("the listener's advertisement");
