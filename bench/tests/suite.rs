@@ -75,7 +75,10 @@ fn suite_quick_writes_summary_documents_plots_and_hgrm_files() {
         .collect();
     assert_eq!(
         scenarios,
-        ["pipeline", "pipeline", "pipeline", "lat", "lat", "bw", "bw", "lat", "setup"]
+        [
+            "pipeline", "pipeline", "pipeline", "pipeline", "lat", "lat", "bw", "bw", "lat",
+            "setup"
+        ]
     );
     // FPDUs aligned with their segments, 1 and 4 KiB Writes at MSS 1448.
     let aligned: Vec<(bool, u64, u64)> = docs[2]["results"]
@@ -91,6 +94,28 @@ fn suite_quick_writes_summary_documents_plots_and_hgrm_files() {
         })
         .collect();
     assert_eq!(aligned, [(true, 1448, 1024), (true, 1448, 4096)]);
+    // The frames in the worker's caches: the ring filled one burst ahead, the pipeline and its
+    // stage ladder at MSS 1448, 4 KiB; the other runs say nothing of a ring fill.
+    let hot = &docs[3];
+    assert_eq!(hot["params"]["ring_fill"], 64, "{hot}");
+    let hot_results = hot["results"].as_array().unwrap();
+    assert!(
+        hot_results
+            .iter()
+            .any(|r| r["mss"] == 1448 && r["size"] == 4096 && r.get("stage").is_none()),
+        "{hot}"
+    );
+    assert_eq!(
+        hot_results
+            .iter()
+            .filter(|r| r.get("stage").is_some())
+            .count(),
+        5,
+        "{hot}"
+    );
+    for d in &docs[..3] {
+        assert!(d["params"].get("ring_fill").is_none(), "{d}");
+    }
     // Two workers against one; the ping-pong beside the one-way runs.
     let workers = docs[1]["results"].as_array().unwrap();
     assert!(
@@ -211,6 +236,14 @@ fn suite_quick_writes_summary_documents_plots_and_hgrm_files() {
     let perf = std::fs::read_to_string(&page).unwrap();
     let run_dir = format!("../../{}", out.file_name().unwrap().to_string_lossy());
     assert!(perf.contains("## Receive pipeline alone"), "{perf}");
+    assert!(perf.contains("### Frames in the worker's caches"), "{perf}");
+    // The frames-in-cache run is on the page, not in the headline: one row for the pipeline.
+    assert_eq!(
+        text.matches("receive pipeline alone, one core (MSS 1448, 4 KiB)")
+            .count(),
+        1,
+        "{text}"
+    );
     assert!(
         perf.contains(&format!("]({run_dir}/pipeline-stages.png)")),
         "{perf}"

@@ -495,6 +495,7 @@ impl PipelineArgs {
             seed: o.seed,
             // Only with several: one worker's document keeps its shape.
             workers: (self.workers > 1).then_some(self.workers),
+            ring_fill: o.ring_fill,
         }
     }
 }

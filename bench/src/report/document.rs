@@ -398,6 +398,10 @@ pub(crate) struct PipelineParams {
     /// `--workers`, only above 1 (one worker's document keeps its shape).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) workers: Option<usize>,
+    /// `--ring-fill`, when given: frames written that many ahead of the worker (absent: as
+    /// many as the ring holds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) ring_fill: Option<usize>,
 }
 
 /// One `pipeline` result: a configuration on one worker, or (`--workers`) on several side by

@@ -56,6 +56,10 @@ pub(crate) struct Plan {
     /// FPDUs aligned with their segments, as MPA-aware senders send them: MSS 1448, 1 and
     /// 4 KiB.
     pub(crate) pipeline_aligned: PipelineArgs,
+    /// The pipeline and its stage ladder with the frames in the worker's own caches (the ring
+    /// filled one burst ahead): what the per-segment work costs without the frames' first
+    /// touch. MSS 1448, 4 KiB.
+    pub(crate) pipeline_hot: PipelineArgs,
     pub(crate) lat: LatArgs,
     /// Ping-pong (half the round trip), 64 B and 4 KiB: needs no clock agreement.
     pub(crate) lat_pingpong: LatArgs,
@@ -140,6 +144,13 @@ impl SuiteArgs {
                 mss: vec![1448],
                 aligned: Align::On,
                 stages: false,
+                ..pipeline.clone()
+            },
+            pipeline_hot: PipelineArgs {
+                rounds: if q { 1 } else { 3 },
+                sizes: vec![4096],
+                mss: vec![1448],
+                ring_fill: Some(64),
                 ..pipeline.clone()
             },
             pipeline_workers: PipelineArgs {
@@ -322,6 +333,21 @@ pub fn suite(a: &SuiteArgs) -> Result<String> {
          a 4 KiB Write three of them, each placed on its own.\n\n{}\n",
         plan.pipeline_aligned.rounds,
         pipeline::summary_table(&run.reports)
+    );
+    docs.push(doc);
+
+    eprintln!("suite: pipeline, frames in the worker's caches");
+    let (doc, run) = pipeline::pipeline_run(&plan.pipeline_hot)?;
+    let _ = write!(
+        md,
+        "### Frames in the worker's caches (`mpa-bench pipeline --ring-fill 64 --mss 1448 --sizes 4096 --stages --rounds {}`)\n\n\
+         The ring filled one burst ahead of the worker instead of as deep as it is (16 MiB of \
+         frames): the frames are still in the core's caches, as for a worker that keeps up with \
+         its NIC. The stage ladder then shows the per-segment work without the frames' first \
+         touch, which the first rung above absorbs.\n\n{}\n{}\n",
+        plan.pipeline_hot.rounds,
+        pipeline::summary_table(&run.reports),
+        run.stages.as_ref().map(|st| st.table()).unwrap_or_default()
     );
     docs.push(doc);
 

@@ -78,6 +78,9 @@ pub(crate) fn headline(r: &SuiteResults) -> String {
     };
     for doc in &r.documents {
         match doc {
+            // The headline keeps the deep ring's figures: the frames-in-cache run is a
+            // breakdown, on the performance page only.
+            Document::Pipeline { params, .. } if params.ring_fill.is_some() => {}
             Document::Pipeline { results, .. } => {
                 if let Some(c) = results.iter().find_map(|p| match p {
                     PipelineRecord::Config(c)
