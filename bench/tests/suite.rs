@@ -630,6 +630,27 @@ fn bad_options_are_refused_with_a_reason() {
     assert!(text.contains("leave out --plain"), "{text}");
     let (code, text) = run(&["pipeline", "--mss", ""]);
     assert_ne!(code, Some(0), "{text}");
+    // Options no pipeline run could honour: refused before any frame is built, with the
+    // reason and exit code 2 (an MSS beyond the largest frame panicked in the generator).
+    for (args, reason) in [
+        (
+            &["pipeline", "--mss", "70000"][..],
+            "pipeline: FAILED --mss 70000 makes 70066-octet frames",
+        ),
+        (
+            &["pipeline", "--workers", "0"],
+            "pipeline: FAILED --workers must be at least 1",
+        ),
+        (
+            &["pipeline", "--bytes", "0"],
+            "pipeline: FAILED --bytes 0 holds no 4096-octet message",
+        ),
+    ] {
+        let (code, text) = run(args);
+        assert_eq!(code, Some(2), "{args:?}: {text}");
+        assert!(text.contains(reason), "{args:?}: {text}");
+        assert!(!text.contains("panicked"), "{args:?}: {text}");
+    }
 }
 
 #[test]

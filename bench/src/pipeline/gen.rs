@@ -9,6 +9,7 @@ use anyhow::{anyhow, bail, Result};
 use etherparse::{PacketBuilder, TcpOptionElement};
 use mpa::wire::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use mpa_stack::sim::{send_segment, write_segment, FpduStream, SplitMix64};
+use mpa_stack::wire::tcp::TIMESTAMPS_OPTION_LEN;
 use std::net::SocketAddrV4;
 
 use crate::bed::options::Op;
@@ -96,6 +97,17 @@ fn slots(o: &PipelineOpts, payload_len: usize, messages: u64) -> u64 {
     per_flow.max(256).min(messages).max(1)
 }
 
+/// The peer's port of global flow 0; flow `g` has this + `g` (so at most 65,535 − this + 1
+/// flows in all).
+pub(crate) const FIRST_PEER_PORT: u16 = 7000;
+
+/// Octets of a generated frame before its TCP payload: Ethernet, IPv4, TCP, and the
+/// timestamps option (two NOPs and its 10 octets) when the frames carry it.
+pub(crate) fn frame_header_len(timestamps: bool) -> usize {
+    let options = if timestamps { TIMESTAMPS_OPTION_LEN } else { 0 };
+    14 + 20 + 20 + options
+}
+
 /// The peer's TSval in its first frame (`PipelineOpts::timestamps`).
 pub(crate) const PEER_TSVAL: u32 = 0x4000_0000;
 
@@ -175,7 +187,8 @@ fn build_flow(
             .map(|i| (i * o.mss).min(wire.len()))
             .collect(),
     };
-    let port = u16::try_from(7000 + g).map_err(|_| anyhow!("too many flows: {}", g + 1))?;
+    let port = u16::try_from(usize::from(FIRST_PEER_PORT) + g)
+        .map_err(|_| anyhow!("too many flows: {}", g + 1))?;
     let remote = SocketAddrV4::new([10, 99, 0, 1].into(), port);
     let mut frames = Vec::with_capacity(ends.len());
     let (mut start, mut msg) = (0usize, 0usize);

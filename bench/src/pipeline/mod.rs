@@ -12,6 +12,7 @@
 mod baseline;
 mod fit;
 pub(crate) mod gen;
+mod options;
 mod profile;
 mod report;
 pub(crate) mod round;
@@ -116,9 +117,10 @@ pub struct PipelineArgs {
     /// 2 MiB instead of per frame); the summary says how much the kernel gave.
     #[arg(long)]
     pub(crate) huge_pages: bool,
-    /// Registered memory per worker, octets (a size: 16M, 1G), shared by its flows: larger
-    /// than the last-level cache, every line placed into is a miss, as in an application's
-    /// large buffer.
+    /// Registered memory per worker, octets (a size: 16M, 1G), shared by its flows, at least
+    /// one message; each flow writes at least 256 messages (or all it has) before it writes
+    /// over its first again. Larger than the last-level cache, every line placed into is a
+    /// miss, as in an application's large buffer; the default fits in most servers'.
     #[arg(long, default_value_t = DEFAULT_REGION_BYTES, value_parser = mpa_cli::size::<u64>)]
     pub(crate) region_bytes: u64,
     /// Frames written into the RX ring before each series of polls (at most what the ring
@@ -173,7 +175,7 @@ pub struct PipelineArgs {
     pub(crate) workers: usize,
 }
 
-/// `PipelineArgs::region_bytes` by default: well inside this VM's last-level cache.
+/// `PipelineArgs::region_bytes` by default: inside the last-level cache of most server CPUs.
 pub(crate) const DEFAULT_REGION_BYTES: u64 = 16 << 20;
 
 /// One configuration of the pipeline (what the library runs).
@@ -515,6 +517,7 @@ pub(crate) fn pipeline_run(a: &PipelineArgs) -> Result<(Document, PipelineRun)> 
     if configs.is_empty() {
         mpa_cli::usage!("--mss and --sizes must each name at least one value");
     }
+    options::check(a)?;
     let (reports, multi) = match a.workers {
         0 | 1 => (pipeline_many(&configs)?, Vec::new()),
         n => (Vec::new(), workers::run_many(&configs, n)?),

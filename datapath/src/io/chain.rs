@@ -32,10 +32,10 @@ pub(crate) const XDP_PKT_CONTD: u32 = 1;
 
 /// Largest frame gathered by default: a 9216-octet MTU (the common NIC jumbo limit) with
 /// Ethernet and two VLAN tags, rounded up.
-pub(crate) const MAX_FRAME: usize = 9216 + 32;
+pub const MAX_FRAME: usize = 9216 + 32;
 
 /// Most descriptors of one frame by default (the kernel's MAX_SKB_FRAGS + 1 is 18).
-pub(crate) const MAX_DESCS: usize = 18;
+pub const MAX_DESCS: usize = 18;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {

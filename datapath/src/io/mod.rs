@@ -10,3 +10,7 @@ pub mod nic_queues;
 pub(crate) mod prefetch;
 pub mod ring;
 pub mod xsk;
+
+/// The largest received frame a worker takes, and the most descriptors it may come in: longer
+/// chains are dropped and counted as overlong.
+pub use chain::{MAX_DESCS, MAX_FRAME};

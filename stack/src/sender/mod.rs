@@ -53,7 +53,7 @@ const INTERVAL: u64 = markers::MARKER_INTERVAL as u64;
 const BETWEEN: u64 = INTERVAL - MARKER_LEN as u64;
 
 /// The smallest EMSS a sender takes: one FPDU must carry a Send header and payload.
-pub(crate) const MIN_EMSS: usize = 64;
+pub const MIN_EMSS: usize = 64;
 
 /// What was negotiated for the send direction of one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -52,7 +52,7 @@ const MAX_OPTIONS_LEN: usize = MAX_HEADER_LEN - HEADER_LEN;
 /// The most SACK blocks one option can carry: (40 - 2) / 8.
 pub(crate) const MAX_SACK_BLOCKS: usize = 4;
 /// Octets [`TcpRepr::emit`] uses for the timestamps option (NOP, NOP, kind 8, len 10).
-pub(crate) const TIMESTAMPS_OPTION_LEN: usize = 12;
+pub const TIMESTAMPS_OPTION_LEN: usize = 12;
 
 /// What is wrong with a TCP header, or why one could not be built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
