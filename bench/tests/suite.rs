@@ -645,6 +645,16 @@ fn bad_options_are_refused_with_a_reason() {
             &["pipeline", "--bytes", "0"],
             "pipeline: FAILED --bytes 0 holds no 4096-octet message",
         ),
+        // bw's sizes divided the volume: 0 panicked.
+        (
+            &["bw", "--sizes", "0"],
+            "bw: FAILED --sizes 0: a Write's ULPDU holds its 14-octet DDP header",
+        ),
+        (&["lat", "--messages", "0"], "0 is not in 1.."),
+        (
+            &["soak", "--minutes", "0"],
+            "soak: FAILED --minutes 0 must be more than 0",
+        ),
     ] {
         let (code, text) = run(args);
         assert_eq!(code, Some(2), "{args:?}: {text}");
@@ -688,4 +698,35 @@ fn a_short_soak_accounts_for_every_flow_and_octet() {
         "{stdout}"
     );
     assert!(stdout.contains("every charge given back"), "{stdout}");
+}
+
+/// A soak that ends before its warm-up and a wave after it has no sample to judge growth by:
+/// it fails and says so, rather than report its peak as a baseline.
+#[test]
+fn a_soak_shorter_than_its_warm_up_says_growth_was_not_checked() {
+    if !require_privileged("soak") {
+        return;
+    }
+    let run = Command::new(bin("mpa-bench"))
+        .args([
+            "soak",
+            "--minutes",
+            "0.02",
+            "--connections",
+            "1",
+            "--bytes",
+            "65536",
+            "--warmup-waves",
+            "100000",
+        ])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&run.stdout).into_owned() + &String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("before the warm-up's 100000 and one wave after them: memory and descriptor growth not checked"),
+        "{text}"
+    );
+    assert!(!text.contains("soak: OK"), "{text}");
 }

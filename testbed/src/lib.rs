@@ -213,10 +213,17 @@ impl TestBed {
                 "nftables loss and the impairment forwarder exclude each other (use drop=)".into(),
             ));
         }
-        if !(68..=65535).contains(&config.mtu) || config.queues == 0 || config.queues > 64 {
+        // Every bed carries IPv6 as well, whose links take no MTU under 1280 (RFC 8200 §5).
+        if !(1280..=65535).contains(&config.mtu) {
             return Err(BedError::Config(format!(
-                "mtu {} / queues {}",
-                config.mtu, config.queues
+                "mtu {}: the bed's links carry IPv6 too, so 1280 to 65535",
+                config.mtu
+            )));
+        }
+        if !(1..=64).contains(&config.queues) {
+            return Err(BedError::Config(format!(
+                "queues {}: 1 to 64",
+                config.queues
             )));
         }
         privileged()?;
@@ -597,6 +604,34 @@ mod tests {
         assert_eq!(parse_first_inet(out), Some(Ipv4Addr::new(192, 0, 2, 7)));
         assert_eq!(parse_first_inet(""), None);
         assert_eq!(parse_first_inet("3: eth0 inet nonsense/24"), None);
+    }
+
+    /// Checked before anything is made (so without privileges too): an MTU IPv6 cannot use
+    /// would fail in `ip` with a bare "Invalid argument".
+    #[test]
+    fn a_configuration_no_bed_could_have_is_refused_with_its_reason() {
+        let refused = |c: BedConfig| match TestBed::up(c) {
+            Err(BedError::Config(why)) => why,
+            other => panic!("{other:?}"),
+        };
+        for (mtu, queues, why) in [
+            (
+                100,
+                1,
+                "mtu 100: the bed's links carry IPv6 too, so 1280 to 65535",
+            ),
+            (1279, 1, "mtu 1279: the bed's links carry IPv6 too"),
+            (65536, 1, "mtu 65536: "),
+            (1500, 0, "queues 0: 1 to 64"),
+            (1500, 65, "queues 65: 1 to 64"),
+        ] {
+            let got = refused(BedConfig {
+                mtu,
+                queues,
+                ..BedConfig::default()
+            });
+            assert!(got.starts_with(why), "{mtu}/{queues}: {got}");
+        }
     }
 
     #[test]

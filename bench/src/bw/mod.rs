@@ -296,10 +296,14 @@ pub(crate) fn bw(a: &BwArgs) -> Result<(Document, Vec<BwRow>)> {
         mpa_cli::usage!("--sizes and --rounds must not be empty / 0");
     }
     a.transfer.check()?;
-    if let Some(s) = a.sizes.iter().find(|&&s| s > mpa::wire::fpdu::MAX_ULPDU) {
+    let (header, max) = (
+        mpa::wire::ddp::TAGGED_HEADER_LEN,
+        mpa::wire::fpdu::MAX_ULPDU,
+    );
+    if let Some(s) = a.sizes.iter().find(|&&s| !(header + 1..=max).contains(&s)) {
         mpa_cli::usage!(
-            "--sizes {s}: a ULPDU is at most {} octets (RFC 5044 §3)",
-            mpa::wire::fpdu::MAX_ULPDU
+            "--sizes {s}: a Write's ULPDU holds its {header}-octet DDP header and at least one \
+             octet of payload, and is at most {max} octets (RFC 5044 §3)"
         );
     }
     let bed = a.bed.bed()?;

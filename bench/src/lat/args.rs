@@ -26,7 +26,8 @@ pub struct LatArgs {
     )]
     pub(crate) sizes: Vec<usize>,
     /// Messages per size, side and round (as perftest's -n).
-    #[arg(short = 'n', long, default_value_t = 20_000)]
+    #[arg(short = 'n', long, default_value_t = 20_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) messages: u64,
     /// The sender's pacing, messages per second (0: unpaced; queues then build up).
     #[arg(long, default_value_t = 10_000)]
@@ -200,7 +201,7 @@ impl LatArgs {
             transfer: TransferArgs {
                 duration: None,
                 interval: None,
-                bytes: self.messages.max(1) * size as u64,
+                bytes: self.messages * size as u64,
                 op: Op::Write,
                 region_bytes: 16 << 20,
                 align: Align::Off,

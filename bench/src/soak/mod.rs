@@ -115,6 +115,12 @@ pub(crate) fn check_growth(
 
 /// Runs the soak; returns the summary line.
 pub fn soak(a: &SoakArgs) -> Result<String> {
+    if !(a.minutes.is_finite() && a.minutes > 0.0) {
+        mpa_cli::usage!("--minutes {} must be more than 0", a.minutes);
+    }
+    if Duration::try_from_secs_f64(a.minutes * 60.0).is_err() {
+        mpa_cli::usage!("--minutes {} is longer than a run can last", a.minutes);
+    }
     let r = Run {
         transfer: TransferArgs {
             duration: None,
@@ -153,7 +159,7 @@ fn waves(
     bed: &mpa_testbed::TestBed,
     socket: &std::path::Path,
 ) -> Result<String> {
-    let deadline = Instant::now() + Duration::from_secs_f64(a.minutes.max(0.0) * 60.0);
+    let deadline = Instant::now() + Duration::from_secs_f64(a.minutes * 60.0);
     let mut dpc = DatapathClient::connect(socket, Duration::from_secs(10))?;
     let progress = Progress::new("soak", 0);
     let (mut wave, mut octets, mut flows) = (0u32, 0f64, 0u64);
@@ -234,7 +240,16 @@ fn waves(
         ));
     }
     drop(progress);
-    let base = baseline.unwrap_or(peak);
+    // Growth is judged on the samples after the baseline: a run that ended before it has
+    // none, and says so rather than report the peak as a baseline.
+    let Some(base) = baseline.filter(|_| !later.is_empty()) else {
+        bail!(
+            "the run ended after {wave} waves, before the warm-up's {} and one wave after \
+             them: memory and descriptor growth not checked (more --minutes or fewer \
+             --warmup-waves)",
+            a.warmup_waves
+        );
+    };
     let bound = a
         .max_rss_growth_mib
         .min(base.rss_mib * a.max_rss_growth_percent / 100.0);
