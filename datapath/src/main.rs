@@ -134,7 +134,7 @@ struct Args {
     /// Keep a CRC32c digest of each flow's ULPDU octets (for tests and demos).
     #[arg(long)]
     digest: bool,
-    /// UMEM frames per queue.
+    /// UMEM frames per queue (at least 256: half for RX, half for TX).
     #[arg(long, default_value_t = 8192)]
     #[arg(value_name = "N")]
     frames: u32,
@@ -257,7 +257,7 @@ struct Args {
     /// Busy-poll budget, packets per round.
     ///
     /// Busy-poll budget (packets per round) with --busy-poll-us.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     #[arg(value_name = "N")]
     busy_poll_budget: u32,
     /// Keepalive idle time, ms (0: never).
@@ -277,7 +277,7 @@ struct Args {
     /// Keepalive probes that end a flow.
     ///
     /// Keepalive: unanswered probes that end the flow [default: 9].
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     #[arg(value_name = "N")]
     keepalive_probes: Option<u32>,
     /// Longest FIN-WAIT-2, ms.
@@ -374,6 +374,18 @@ fn main() -> ExitCode {
             "mpa-datapath: --queues {} out of 1..={max_queues}",
             a.queues
         );
+        return ExitCode::from(2);
+    }
+    let min_frames = mpa_datapath::io::xsk::MIN_FRAMES;
+    if a.frames < min_frames {
+        eprintln!(
+            "mpa-datapath: --frames {}: at least {min_frames} per queue (half for RX, half for TX)",
+            a.frames
+        );
+        return ExitCode::from(2);
+    }
+    if a.max_control_clients == 0 {
+        eprintln!("mpa-datapath: --max-control-clients 0: mpa-control itself is a control client");
         return ExitCode::from(2);
     }
     let ring = a.completion_ring;

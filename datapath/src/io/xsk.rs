@@ -230,6 +230,11 @@ impl std::fmt::Debug for XskQueue {
 
 const BURST: usize = 64;
 
+/// The fewest UMEM frames a socket takes: half go to RX, half to TX, and each half must hold
+/// two bursts, one in the kernel's hands while the worker has the other; with fewer a
+/// datapath would start and then neither receive nor send.
+pub const MIN_FRAMES: u32 = 4 * BURST as u32;
+
 /// XDP_PACKET_HEADROOM (linux/bpf.h): the part of each UMEM frame before the packet data.
 pub(crate) const XDP_PACKET_HEADROOM: u32 = 256;
 
@@ -256,6 +261,12 @@ impl XskQueue {
             .comp_queue_size(ring)
             .build()
             .map_err(|e| bad(&e))?;
+        if cfg.frames < MIN_FRAMES {
+            return Err(XskError::Config(format!(
+                "{} frames: at least {MIN_FRAMES} (half for RX, half for TX)",
+                cfg.frames
+            )));
+        }
         let frames =
             NonZeroU32::new(cfg.frames).ok_or_else(|| XskError::Config("0 frames".into()))?;
         let umem_err = |detail: String| XskError::Umem {

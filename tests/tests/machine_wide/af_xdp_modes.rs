@@ -92,7 +92,7 @@ fn generic_xdp_places_a_transfer_exactly() {
 }
 
 #[test]
-fn half_size_umem_frames_place_a_transfer_exactly() {
+fn half_size_and_fewest_umem_frames_place_a_transfer_exactly_and_other_layouts_are_refused() {
     let _machine = crate::one_at_a_time();
     if !require_privileged("2 KiB UMEM frames") {
         return;
@@ -123,6 +123,17 @@ fn half_size_umem_frames_place_a_transfer_exactly() {
         .err()
         .expect("--frame-size 3000 taken");
     assert!(log.contains("2048 or 4096"), "{log}");
+    // Too few frames for a burst each way is refused before anything is attached (it started,
+    // then neither received nor sent); the fewest it takes carry a connection octet-exact.
+    let log = DatapathProcess::start_once_with(&bed, &[], &["--frames", "255"])
+        .err()
+        .expect("--frames 255 taken");
+    assert!(
+        log.contains("--frames 255: at least 256 per queue"),
+        "{log}"
+    );
+    let dp = DatapathProcess::start_with(&bed, &[], &["--frames", "256"]).unwrap();
+    transfer_placed_exactly(&bed, &dp, 7674);
 }
 
 #[test]
