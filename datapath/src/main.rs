@@ -134,7 +134,10 @@ struct Args {
     /// Keep a CRC32c digest of each flow's ULPDU octets (for tests and demos).
     #[arg(long)]
     digest: bool,
-    /// UMEM frames per queue (at least 256: half for RX, half for TX).
+    /// UMEM frames per queue.
+    ///
+    /// UMEM frames per queue, half for receiving and half for sending: at least 256 (two bursts
+    /// each way).
     #[arg(long, default_value_t = 8192)]
     #[arg(value_name = "N")]
     frames: u32,
