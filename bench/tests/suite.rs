@@ -663,35 +663,43 @@ fn bad_options_are_refused_with_a_reason() {
     }
 }
 
+/// `mpa-bench soak` with `args`: its exit code, stdout and stderr.
+fn soak(args: &[&str]) -> (Option<i32>, String, String) {
+    let run = Command::new(bin("mpa-bench"))
+        .arg("soak")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        run.status.code(),
+        String::from_utf8_lossy(&run.stdout).into_owned(),
+        String::from_utf8_lossy(&run.stderr).into_owned(),
+    )
+}
+
 #[test]
 fn a_short_soak_accounts_for_every_flow_and_octet() {
     if !require_privileged("soak") {
         return;
     }
-    let run = Command::new(bin("mpa-bench"))
-        .args([
-            "soak",
-            "--minutes",
-            "0.15",
-            "--connections",
-            "3",
-            "--bytes",
-            "2097152",
-            "--loss",
-            "5",
-            "--warmup-waves",
-            "2",
-            // Nine seconds: the allocator has not settled; the bound is the long soak's.
-            "--max-rss-growth-percent",
-            "100",
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout);
+    let (code, stdout, stderr) = soak(&[
+        "--minutes",
+        "0.15",
+        "--connections",
+        "3",
+        "--bytes",
+        "2097152",
+        "--loss",
+        "5",
+        "--warmup-waves",
+        "2",
+        // Nine seconds: the allocator has not settled; the bound is the long soak's.
+        "--max-rss-growth-percent",
+        "100",
+    ]);
     assert!(
-        run.status.success() && stdout.lines().any(|l| l.starts_with("soak: OK ")),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&run.stderr)
+        code == Some(0) && stdout.lines().any(|l| l.starts_with("soak: OK ")),
+        "{stdout}\n{stderr}"
     );
     assert!(
         stdout.contains("every flow ended, every region released"),
@@ -707,25 +715,23 @@ fn a_soak_shorter_than_its_warm_up_says_growth_was_not_checked() {
     if !require_privileged("soak") {
         return;
     }
-    let run = Command::new(bin("mpa-bench"))
-        .args([
-            "soak",
-            "--minutes",
-            "0.02",
-            "--connections",
-            "1",
-            "--bytes",
-            "65536",
-            "--warmup-waves",
-            "100000",
-        ])
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&run.stdout).into_owned() + &String::from_utf8_lossy(&run.stderr);
-    assert_eq!(run.status.code(), Some(1), "{text}");
+    let (code, stdout, stderr) = soak(&[
+        "--minutes",
+        "0.02",
+        "--connections",
+        "1",
+        "--bytes",
+        "65536",
+        "--warmup-waves",
+        "100000",
+    ]);
+    let text = stdout + &stderr;
+    assert_eq!(code, Some(1), "{text}");
     assert!(
-        text.contains("before the warm-up's 100000 and one wave after them: memory and descriptor growth not checked"),
+        text.contains(
+            "before the warm-up's 100000 and one wave after them: memory and descriptor growth \
+             not checked"
+        ),
         "{text}"
     );
     assert!(!text.contains("soak: OK"), "{text}");
