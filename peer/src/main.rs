@@ -89,8 +89,8 @@ struct Common {
     /// Peer-to-peer model with an RTR indication (needs --rev 2).
     #[arg(long)]
     p2p: bool,
-    /// Seconds allowed for the startup phase and for each wait for data.
-    #[arg(long, default_value_t = 10)]
+    /// Seconds allowed for the startup phase and for each wait for data (at least 1).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     timeout: u64,
 }
 

@@ -81,6 +81,19 @@ fn usage_errors_exit_2_and_runtime_errors_exit_1() {
         vec!["connect", "-c", &to, "-s", "64", "-t", "1", "--op", "read"],
         vec!["connect", "-c", &to, "-s", "70000", "-n", "1"],
         vec!["connect", "-c", &to, "-s", "64", "-n", "1", "--p2p"],
+        // A zero timeout failed later as "cannot set a 0 duration timeout".
+        vec![
+            "connect",
+            "-c",
+            &to,
+            "-s",
+            "64",
+            "-n",
+            "1",
+            "--timeout",
+            "0",
+        ],
+        vec!["listen", "--bind", "127.0.0.1:0", "--timeout", "0"],
     ] {
         let o = run(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
