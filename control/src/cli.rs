@@ -151,8 +151,8 @@ pub(crate) struct ConnectArgs {
     /// whose first FPDU verifies by CRC are placed at once.
     #[arg(long, requires = "pd")]
     pub(crate) aligned_sender: bool,
-    /// Seconds allowed for the TCP connect and for the wait for the Reply.
-    #[arg(long, default_value_t = 10)]
+    /// Seconds allowed for the TCP connect and for the wait for the Reply (at least 1).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub(crate) timeout: u64,
     /// Close the flow (CloseFlow) after this many seconds [default: wait until it ends].
     #[arg(long)]
@@ -211,5 +211,29 @@ impl Target {
         let c = DatapathClient::connect(&path, Duration::from_secs(5))
             .map_err(|e| format!("cannot reach the datapath at {}: {e}", path.display()))?;
         Ok((c, path))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A zero timeout was raised to one second without a word; now it is refused.
+    #[test]
+    fn connect_takes_no_zero_timeout() {
+        let parse = |t: &str| {
+            Cli::try_parse_from([
+                "mpa-control",
+                "connect",
+                "--to",
+                "192.0.2.1:5000",
+                "--timeout",
+                t,
+            ])
+        };
+        let e = parse("0").err().expect("--timeout 0 taken");
+        assert!(e.to_string().contains("0 is not in 1..=86400"), "{e}");
+        assert!(parse("1").is_ok());
+        assert!(parse("86401").is_err());
     }
 }

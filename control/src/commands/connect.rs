@@ -26,7 +26,7 @@ fn initiator_policy(a: &ConnectArgs) -> Result<StartupPolicy, String> {
         } else {
             a.rtr.iter().map(|r| RtrType::from(*r)).collect()
         },
-        startup_timeout: Duration::from_secs(a.timeout.max(1)),
+        startup_timeout: Duration::from_secs(a.timeout),
         ..StartupPolicy::default()
     };
     policy.validate().map_err(|e| format!("policy: {e}"))?;
