@@ -225,8 +225,8 @@ impl PipelineArgs {
     /// The configuration of one MSS and size.
     pub(crate) fn opts(&self, mss: usize, size: usize) -> PipelineOpts {
         PipelineOpts {
-            rounds: self.rounds.max(1),
-            flows: self.flows.max(1),
+            rounds: self.rounds,
+            flows: self.flows,
             size,
             mss,
             markers: !self.no_markers,
@@ -513,13 +513,13 @@ pub(crate) struct PipelineRun {
 
 /// Runs what `a` asks for and builds the document.
 pub(crate) fn pipeline_run(a: &PipelineArgs) -> Result<(Document, PipelineRun)> {
+    options::check(a)?;
     let configs = a.configs();
     if configs.is_empty() {
         mpa_cli::usage!("--mss and --sizes must each name at least one value");
     }
-    options::check(a)?;
     let (reports, multi) = match a.workers {
-        0 | 1 => (pipeline_many(&configs)?, Vec::new()),
+        1 => (pipeline_many(&configs)?, Vec::new()),
         n => (Vec::new(), workers::run_many(&configs, n)?),
     };
     let stages = if a.stages {

@@ -261,14 +261,14 @@ impl XskQueue {
             .comp_queue_size(ring)
             .build()
             .map_err(|e| bad(&e))?;
-        if cfg.frames < MIN_FRAMES {
-            return Err(XskError::Config(format!(
-                "{} frames: at least {MIN_FRAMES} (half for RX, half for TX)",
-                cfg.frames
-            )));
-        }
-        let frames =
-            NonZeroU32::new(cfg.frames).ok_or_else(|| XskError::Config("0 frames".into()))?;
+        let frames = NonZeroU32::new(cfg.frames)
+            .filter(|f| f.get() >= MIN_FRAMES)
+            .ok_or_else(|| {
+                XskError::Config(format!(
+                    "{} frames: at least {MIN_FRAMES} (half for RX, half for TX)",
+                    cfg.frames
+                ))
+            })?;
         let umem_err = |detail: String| XskError::Umem {
             frames: cfg.frames,
             frame_size: cfg.frame_size,
